@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Build agentd and pass every test: the Check suites (with the store
+# conformance suite) and the process-level tests, first in a normal build,
+# then again under ASan+UBSan. Usage: scripts/test.sh [--quick] (no sanitizer pass)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+
+run_suite() { # build dir, extra cmake args...
+	local dir=$1; shift
+	cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+	cmake --build "$dir" -j "$jobs"
+	(cd "$dir" && ctest --output-on-failure -j 1)
+}
+
+run_suite build
+if [ "${1:-}" != "--quick" ]; then
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	AGENTD_TEST_SLOW=3 run_suite build-asan -DAGENTD_SANITIZE=ON
+fi
+echo "all tests passed"

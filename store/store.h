@@ -1,0 +1,376 @@
+/*
+ * store.h: agentd's durable store, the contract every backend keeps.
+ *
+ * The append-only event log of each conversation is the truth; conversation
+ * records, fsm_state, tool-call rows, summaries and expiries are derived from it
+ * or cache it. Every operation runs inside a transaction the caller owns, so a
+ * state change that touches several tables (a turn's events, its tool-call rows
+ * and expiries, usage, fsm_state and status) commits all at once or not at all.
+ *
+ * Caveats (rules a caller must keep):
+ *  - One store handle per process. Never use a handle after fork(): the child
+ *    opens its own (LMDB's locks and maps are per process).
+ *  - Keep transactions short. A read transaction pins the pages it sees; one held
+ *    for long makes the file grow, and the supervisor never holds one across
+ *    loop iterations.
+ *  - One write transaction at a time per process (writers are serialised across
+ *    processes too). Read transactions may be open beside it.
+ *  - Everything a read returns (strings, msgpack bytes) points into the map and
+ *    stays valid, without copying, until the read transaction that read it
+ *    ends; in a write transaction, until its next write operation (LMDB may
+ *    reuse a dirty page in place). Strings are NOT NUL-terminated: use the length.
+ *  - An operation that fails with STORE_E_NOTFOUND, STORE_E_STALE,
+ *    STORE_E_CONFLICT, STORE_E_FENCED or STORE_E_INVAL has written nothing and
+ *    the transaction stays usable. Any other error poisons a write transaction:
+ *    every later operation and the commit return that error; abort it.
+ *  - STORE_E_FULL: the map is full. The transaction must be aborted; the store
+ *    grows the map (up to max_map_size) before the next transaction begins, so a
+ *    retry may succeed. Nothing committed is lost.
+ *  - Content (event content, settings, args, results, fsm_state, summaries) is
+ *    opaque msgpack: the store checks it is exactly one well-formed msgpack
+ *    object and never interprets it.
+ *  - Times are milliseconds since the Unix epoch, read once per transaction from
+ *    the store's clock (store_opts.clock, CLOCK_REALTIME by default).
+ */
+#ifndef AGENTD_STORE_H
+#define AGENTD_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct store store;
+typedef struct store_txn store_txn;
+
+/* Errors: 0 is success; negative errno values (-EINVAL, -ENOMEM, -EIO,
+ * -ENOSPC, ...) for system failures; and these. */
+enum {
+	STORE_E_NOTFOUND = -30001, /* no such conversation, tool call, summary, expiry */
+	STORE_E_STALE = -30002,    /* tool call unknown or no longer pending */
+	STORE_E_FENCED = -30003,   /* the writer's lease was superseded */
+	STORE_E_CONFLICT = -30004, /* already exists, or belongs to another conversation */
+	STORE_E_FULL = -30005,     /* map (or disk) full; nothing of the txn was written */
+	STORE_E_CORRUPT = -30006,  /* a record that cannot be decoded */
+	STORE_E_INVAL = -22,       /* invalid argument (== -EINVAL) */
+};
+
+/* A short static description of any code above or of a negative errno. */
+const char *store_strerror(int err);
+
+/* A byte range: a string (not NUL-terminated) or one msgpack object. */
+typedef struct store_bytes {
+	const void *ptr;
+	size_t len;
+} store_bytes;
+
+enum store_sync {
+	STORE_SYNC_FULL = 0, /* every commit is durable before it returns */
+	STORE_SYNC_NONE = 1, /* commits are not flushed; call store_sync() periodically */
+};
+
+struct store_opts {
+	int sync;               /* enum store_sync */
+	int read_only;          /* open without writing (tools, checks) */
+	int audit;              /* store_model_call_put writes only when set */
+	size_t map_size;        /* initial map size; 0: 256 MiB */
+	size_t max_map_size;    /* growth limit on STORE_E_FULL; 0: 64 GiB; == map_size: no growth */
+	unsigned max_readers;   /* reader slots; 0: 1024 */
+	int64_t (*clock)(void *arg); /* ms since the epoch; NULL: CLOCK_REALTIME */
+	void *clock_arg;
+};
+
+/* Open (creating when absent, unless read_only) the store in directory `dir`,
+ * which must exist. opts may be NULL for defaults. The data file's descriptor
+ * is close-on-exec.
+ * Errors: STORE_E_INVAL, STORE_E_CORRUPT (not an agentd store, or a newer
+ * schema), -errno. On success *out is owned by the caller: store_close(). */
+int store_open(store **out, const char *dir, const struct store_opts *opts);
+void store_close(store *s);
+
+/* Flush commits made under STORE_SYNC_NONE to disk. */
+int store_sync(store *s);
+
+/* Clear reader slots left by dead processes; *cleared (may be NULL) gets how many. */
+int store_reader_check(store *s, int *cleared);
+
+struct store_stat {
+	uint64_t size_bytes;  /* bytes of the data file in use (last page) */
+	uint64_t file_bytes;  /* size of the data file */
+	uint64_t map_size;
+	unsigned readers;     /* reader slots in use */
+	unsigned max_readers;
+	int sync;
+};
+int store_stat(store *s, struct store_stat *st);
+
+/* The milliseconds clock the store stamps records with. */
+int64_t store_now(store *s);
+
+/* ---- transactions ---------------------------------------------------- */
+
+enum { STORE_READ = 0, STORE_WRITE = 1 };
+
+/* Begin a transaction. Errors: STORE_E_INVAL (write on a read-only store),
+ * -EBUSY (a write transaction of this process is already open), -EAGAIN (no
+ * free reader slot), STORE_E_FULL (the map could not grow), -errno. */
+int store_txn_begin(store *s, int mode, store_txn **out);
+/* Commit and free. On failure nothing was written and txn is freed.
+ * Errors: the poisoning error, STORE_E_FULL, -errno (-EIO, -ENOSPC). */
+int store_txn_commit(store_txn *txn);
+/* Abort and free; NULL is accepted. */
+void store_txn_abort(store_txn *txn);
+/* The timestamp this transaction stamps records with. */
+int64_t store_txn_now(store_txn *txn);
+
+/* Callbacks receive records that live until the transaction ends; a non-zero
+ * return stops the iteration and is returned by the iterating call. */
+
+/* ---- conversations --------------------------------------------------- */
+
+enum store_status {
+	STORE_IDLE = 0,      /* nothing owed */
+	STORE_ACTIVE = 1,    /* a turn is in progress or owed */
+	STORE_SUSPENDED = 2, /* waiting on a human tool call */
+	STORE_ENDED = 3,     /* closed: no further sends */
+};
+const char *store_status_name(int status);  /* "idle", ...; NULL if out of range */
+int store_status_parse(const char *name, size_t len); /* the enum, or -1 */
+
+struct store_usage {
+	uint64_t input_tokens;
+	uint64_t output_tokens;
+	double cost;
+};
+
+struct store_conv {
+	store_bytes id;
+	store_bytes settings;   /* msgpack map */
+	store_bytes fsm_state;  /* msgpack; len 0 when never set */
+	int status;             /* enum store_status */
+	int64_t created_at;
+	int64_t updated_at;
+	uint64_t lease;         /* writer generation; 0 before any worker */
+	struct store_usage usage;
+};
+
+/* Conversation and tool call ids: 1-128 bytes of [A-Za-z0-9._:-]. Returns 1 if valid. */
+#define STORE_ID_MAX 128
+#define STORE_EVENT_ID_MAX 200
+int store_id_valid(const char *id, size_t len);
+
+/* Create a conversation with the given settings (one msgpack map), status idle.
+ * Errors: STORE_E_INVAL (bad id or settings), STORE_E_CONFLICT (exists). */
+int store_conv_create(store_txn *txn, const char *id, store_bytes settings);
+
+/* Errors: STORE_E_NOTFOUND, STORE_E_CORRUPT. */
+int store_conv_get(store_txn *txn, const char *id, struct store_conv *out);
+
+/* Upsert: fields flagged in `set` replace the stored ones (settings
+ * replace wholesale: merging is the caller's business); a missing
+ * conversation is created (settings default to an empty map).
+ * Errors: STORE_E_INVAL, STORE_E_CORRUPT. */
+enum { STORE_SET_SETTINGS = 1, STORE_SET_STATUS = 2, STORE_SET_FSM = 4 };
+struct store_conv_patch {
+	unsigned set;
+	store_bytes settings;
+	int status;
+	store_bytes fsm_state;
+};
+int store_conv_put(store_txn *txn, const char *id, const struct store_conv_patch *p);
+
+/* Just fsm_state (a cache over the log), creating the row if absent. */
+int store_conv_put_fsm(store_txn *txn, const char *id, store_bytes fsm_state);
+
+/* Conversations in id order, strictly after `after` (NULL: from the start),
+ * with status == `status` (-1: any), at most `limit` (0: no limit) of them.
+ * *more (may be NULL) is set to 1 when further matches exist past the last.
+ * Errors: STORE_E_INVAL, STORE_E_CORRUPT, the callback's return. */
+typedef int (*store_conv_fn)(void *arg, const struct store_conv *c);
+int store_conv_list(store_txn *txn, int status, const char *after, size_t limit,
+		    store_conv_fn fn, void *arg, int *more);
+
+/* Delete every row of the conversation (events, event ids, summaries, tool
+ * calls and their expiries, audit rows). Errors: STORE_E_NOTFOUND. */
+int store_conv_delete(store_txn *txn, const char *id);
+
+/* Writer lease. The supervisor takes a new generation for each worker it
+ * spawns; the worker checks it first in each of its write transactions, and
+ * since writers are serialised, a superseded worker can never write.
+ * Errors: STORE_E_NOTFOUND; store_lease_check: STORE_E_FENCED. */
+int store_lease_next(store_txn *txn, const char *id, uint64_t *gen);
+int store_lease_check(store_txn *txn, const char *id, uint64_t gen);
+
+/* Add a model call's usage to the conversation's running totals. */
+int store_usage_add(store_txn *txn, const char *id, const struct store_usage *u);
+
+/* ---- events ---------------------------------------------------------- */
+
+struct store_event_in {
+	const char *type;     /* 1-32 bytes of [a-z_] */
+	store_bytes content;  /* one msgpack object */
+	const char *event_id; /* NULL, or 1-200 bytes (no NUL): idempotency key */
+};
+
+struct store_event {
+	uint64_t seq;
+	store_bytes type;
+	store_bytes content;
+	store_bytes event_id; /* len 0 when none */
+	int64_t inserted_at;
+};
+
+/* Append one event; seq is last+1 (1-based). When event_id was already used in
+ * this conversation nothing is written, *seq gets the original seq and *dup
+ * (may be NULL) is set to 1.
+ * Errors: STORE_E_NOTFOUND (conversation), STORE_E_INVAL. */
+int store_event_append(store_txn *txn, const char *conv, const struct store_event_in *ev,
+		       uint64_t *seq, int *dup);
+
+/* Append n events in order, atomically: every event is validated first, and one
+ * bad event writes nothing. A repeated event_id, within the batch or across
+ * batches, is a duplicate of its first occurrence. seqs[] and dups[] (dups may
+ * be NULL) get one entry per event. */
+int store_events_append(store_txn *txn, const char *conv, const struct store_event_in *ev,
+			size_t n, uint64_t *seqs, int *dups);
+
+/* The last seq, 0 for an empty log. Errors: STORE_E_NOTFOUND. */
+int store_event_latest_seq(store_txn *txn, const char *conv, uint64_t *seq);
+
+/* Events with after < seq < before (before 0: unbounded), only of `type` when
+ * non-NULL; limit > 0 keeps the most recent `limit` of them. Delivered in
+ * ascending seq order. Errors: STORE_E_NOTFOUND, STORE_E_CORRUPT, the callback's. */
+struct store_range {
+	uint64_t after;
+	uint64_t before;
+	size_t limit;
+	const char *type;
+};
+typedef int (*store_event_fn)(void *arg, const struct store_event *ev);
+int store_events_stream(store_txn *txn, const char *conv, const struct store_range *r,
+			store_event_fn fn, void *arg);
+
+/* ---- summaries ------------------------------------------------------- */
+
+struct store_summary {
+	uint64_t from_seq;
+	uint64_t to_seq;
+	store_bytes content;
+	uint64_t version;    /* 1 for the first summary of a conversation, then +1 */
+	int64_t inserted_at;
+};
+
+/* Store a summary of seqs from_seq..to_seq (keyed by to_seq: a second put with
+ * the same to_seq replaces the first). *version (may be NULL) gets its version.
+ * Errors: STORE_E_NOTFOUND, STORE_E_INVAL (from_seq > to_seq, to_seq 0 or past
+ * the last seq). */
+int store_summary_put(store_txn *txn, const char *conv, uint64_t from_seq, uint64_t to_seq,
+		      store_bytes content, uint64_t *version);
+/* The summary with the greatest to_seq. Errors: STORE_E_NOTFOUND (no
+ * conversation, or no summary). */
+int store_summary_latest(store_txn *txn, const char *conv, struct store_summary *out);
+
+/* Revival read: the latest summary (*has_summary 1, *sum filled) and every
+ * event after its to_seq; with no summary, every event. */
+int store_load_since(store_txn *txn, const char *conv, struct store_summary *sum,
+		     int *has_summary, store_event_fn fn, void *arg);
+
+/* ---- tool calls ------------------------------------------------------ */
+
+enum store_tc_status { STORE_TC_PENDING = 0, STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED };
+enum store_executor { STORE_EXEC_SERVER = 0, STORE_EXEC_HUMAN = 1 };
+const char *store_tc_status_name(int status);
+int store_tc_status_parse(const char *name, size_t len);
+
+struct store_tool_call_in {
+	const char *id;     /* tool call id: the conversation id alphabet */
+	const char *name;   /* 1-128 bytes */
+	int executor;       /* enum store_executor */
+	store_bytes args;   /* msgpack */
+	store_bytes prompt; /* msgpack string or nil; len 0: none */
+};
+
+struct store_tool_call {
+	store_bytes id;
+	store_bytes conversation;
+	store_bytes name;
+	int executor;
+	int status;          /* enum store_tc_status */
+	store_bytes args;
+	store_bytes prompt;  /* len 0 when none */
+	store_bytes result;  /* len 0 while pending */
+	int64_t inserted_at;
+	int64_t resolved_at; /* 0 while pending */
+	int64_t deadline;    /* 0 when no expiry is scheduled */
+	uint32_t attempts;   /* dispatches counted by store_tool_call_attempt */
+};
+
+/* Insert a pending tool call, or update an existing one's name, executor, args
+ * and prompt (its status, result and attempts are kept: an upsert never
+ * re-opens a settled call).
+ * Errors: STORE_E_NOTFOUND (conversation), STORE_E_CONFLICT (the id belongs to
+ * another conversation), STORE_E_INVAL. */
+int store_tool_call_upsert(store_txn *txn, const char *conv, const struct store_tool_call_in *tc);
+/* Errors: STORE_E_NOTFOUND. */
+int store_tool_call_get(store_txn *txn, const char *id, struct store_tool_call *out);
+/* Tool calls of a conversation in id order, only those whose status bit
+ * (1 << status) is in `mask` (0: all). Errors: STORE_E_NOTFOUND. */
+int store_tool_calls_list(store_txn *txn, const char *conv, unsigned mask,
+			  int (*fn)(void *arg, const struct store_tool_call *tc), void *arg);
+/* Count one more dispatch; *attempts gets the new count. Errors: STORE_E_NOTFOUND. */
+int store_tool_call_attempt(store_txn *txn, const char *id, uint32_t *attempts);
+/* Settle a call if and only if it is pending: status is resolved, errored or
+ * expired, result one msgpack object (len 0: nil). Its expiry, if any, is
+ * removed. Atomic against other resolvers (writers are serialised).
+ * conv (may be NULL; STORE_ID_MAX + 1 bytes) gets the owning conversation id,
+ * NUL-terminated. Errors: STORE_E_STALE (unknown or not pending), STORE_E_INVAL. */
+int store_tool_call_resolve(store_txn *txn, const char *id, int status, store_bytes result,
+			    char *conv);
+
+/* ---- expiries (durable deadlines of pending calls) ------------------- */
+
+/* Schedule the call to expire at deadline_ms, replacing an earlier deadline.
+ * Errors: STORE_E_NOTFOUND (no such call), STORE_E_STALE (not pending), STORE_E_INVAL. */
+int store_expiry_schedule(store_txn *txn, const char *tool_call_id, int64_t deadline_ms);
+/* Remove the call's deadline; 0 also when there was none. */
+int store_expiry_cancel(store_txn *txn, const char *tool_call_id);
+/* Deadlines <= now_ms, earliest first (ties in tool call id order). */
+struct store_expiry {
+	int64_t deadline;
+	store_bytes tool_call_id;
+	store_bytes conversation;
+};
+int store_expiries_due(store_txn *txn, int64_t now_ms,
+		       int (*fn)(void *arg, const struct store_expiry *e), void *arg);
+/* The earliest deadline. Errors: STORE_E_NOTFOUND (none scheduled). */
+int store_expiry_earliest(store_txn *txn, int64_t *deadline_ms);
+
+/* ---- audit (model calls) --------------------------------------------- */
+
+struct store_model_call_in {
+	uint64_t turn_ref;          /* the turn's key: its assistant_msg seq, or any increasing number */
+	store_bytes rendered;       /* msgpack: exactly what the model was given */
+	const char *model;
+	struct store_usage usage;
+	uint64_t latency_ms;
+	uint64_t summary_version;   /* 0: no summary */
+};
+struct store_model_call {
+	uint64_t turn_ref;
+	store_bytes rendered;
+	store_bytes model;
+	struct store_usage usage;
+	uint64_t latency_ms;
+	uint64_t summary_version;
+	int64_t inserted_at;
+};
+/* Record one model call; a no-op returning 0 unless the store was opened with
+ * audit. A repeated turn_ref replaces the row. Errors: STORE_E_NOTFOUND, STORE_E_INVAL. */
+int store_model_call_put(store_txn *txn, const char *conv, const struct store_model_call_in *mc);
+/* The conversation's audit rows in turn_ref order. */
+int store_model_calls_list(store_txn *txn, const char *conv,
+			   int (*fn)(void *arg, const struct store_model_call *mc), void *arg);
+/* Delete audit rows inserted more than ttl_ms before now (a row exactly ttl_ms
+ * old is kept), of one conversation or, with conv NULL, of all. *removed gets
+ * the count. */
+int store_model_calls_gc(store_txn *txn, const char *conv, int64_t ttl_ms, uint64_t *removed);
+
+#endif

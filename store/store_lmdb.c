@@ -1,0 +1,1686 @@
+/*
+ * store_lmdb.c: the store (store.h) over LMDB.
+ *
+ * Layout (design.md section 2): named sub-databases, fixed-width big-endian
+ * integer keys where order matters, msgpack values. Records are msgpack arrays
+ * whose variable-size objects (content, args, results) come last, so a reader
+ * hands out pointers into the map without decoding them.
+ *
+ *   meta            name                         -> uint
+ *   conv_ids        conversation id              -> uint conv number
+ *   convs           num                          -> [id, status, created, updated, lease,
+ *                                                    in_tok, out_tok, cost, settings, fsm|nil]
+ *   events          num, seq                     -> [type, inserted_at, event_id|nil, content]
+ *   event_ids       num, event_id                -> uint seq
+ *   summaries       num, to_seq                  -> [from, to, version, inserted_at, content]
+ *   tool_calls      tool call id                 -> [conv id, num, name, executor, status,
+ *                                                    inserted, resolved, deadline, attempts,
+ *                                                    args, prompt|nil, result|nil]
+ *   conv_tool_calls num, tool call id            -> uint status
+ *   expiries        deadline, tool call id       -> conv id
+ *   model_calls     num, turn_ref                -> [model, in, out, cost, latency,
+ *                                                    summary_version, inserted_at, rendered]
+ */
+#include "store/store.h"
+#include "store/mp.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lmdb.h>
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SCHEMA_VERSION 1
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+
+struct store {
+	MDB_env *env;
+	MDB_dbi meta, conv_ids, convs, events, event_ids, summaries, tool_calls,
+		conv_tool_calls, expiries, model_calls;
+	struct store_opts opts;
+	size_t map_size;
+	int grow_pending; /* a txn hit MDB_MAP_FULL: grow before the next begins */
+	int ntxn;         /* open transactions: the map may only be resized at 0 */
+	int writing;
+};
+
+struct store_txn {
+	store *s;
+	MDB_txn *t;
+	int write;
+	int err;     /* poisoned: the first fatal error, returned from then on */
+	int64_t now;
+	msgpack_sbuffer buf;
+	msgpack_packer pk;
+};
+
+/* ---- errors ---------------------------------------------------------- */
+
+const char *store_strerror(int err)
+{
+	switch (err) {
+	case 0: return "success";
+	case STORE_E_NOTFOUND: return "not found";
+	case STORE_E_STALE: return "tool call is not pending";
+	case STORE_E_FENCED: return "writer lease superseded (fenced)";
+	case STORE_E_CONFLICT: return "already exists";
+	case STORE_E_FULL: return "store full";
+	case STORE_E_CORRUPT: return "corrupt record";
+	case STORE_E_INVAL: return "invalid argument";
+	}
+	return err < 0 ? strerror(-err) : "unknown error";
+}
+
+/* Map an LMDB return code into the store's codes; nothing above sees MDB_*. */
+static int map_err(int rc)
+{
+	switch (rc) {
+	case MDB_SUCCESS: return 0;
+	case MDB_NOTFOUND: return STORE_E_NOTFOUND;
+	case MDB_KEYEXIST: return STORE_E_CONFLICT;
+	case MDB_MAP_FULL: return STORE_E_FULL;
+	case MDB_CORRUPTED: case MDB_PAGE_NOTFOUND: case MDB_INVALID:
+	case MDB_VERSION_MISMATCH: case MDB_INCOMPATIBLE: case MDB_BAD_VALSIZE:
+		return STORE_E_CORRUPT;
+	case MDB_READERS_FULL: return -EAGAIN;
+	case MDB_TXN_FULL: return STORE_E_FULL;
+	case MDB_BAD_TXN: case MDB_BAD_RSLOT: case MDB_BAD_DBI: return -EINVAL;
+	}
+	if (rc > 0)
+		return rc == ENOSPC ? STORE_E_FULL : -rc;
+	return -EIO;
+}
+
+/* Record an error on a write txn: fatal ones poison it. */
+static int fail(store_txn *x, int err)
+{
+	if (err == STORE_E_FULL)
+		x->s->grow_pending = 1;
+	if (x->write && err != 0 && err != STORE_E_NOTFOUND && err != STORE_E_STALE &&
+	    err != STORE_E_CONFLICT && err != STORE_E_FENCED && err != STORE_E_INVAL && !x->err)
+		x->err = err;
+	return err;
+}
+
+#define CHECK_TXN(x) do { if (!(x)) return STORE_E_INVAL; if ((x)->err) return (x)->err; } while (0)
+#define CHECK_WRITE(x) do { CHECK_TXN(x); if (!(x)->write) return STORE_E_INVAL; } while (0)
+
+/* ---- small helpers --------------------------------------------------- */
+
+static void put_be64(unsigned char *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (unsigned char)v;
+}
+
+static uint64_t get_be64(const unsigned char *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static int64_t clock_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t store_now(store *s)
+{
+	return s->opts.clock ? s->opts.clock(s->opts.clock_arg) : clock_ms();
+}
+
+int64_t store_txn_now(store_txn *x)
+{
+	return x->now;
+}
+
+int store_id_valid(const char *id, size_t len)
+{
+	if (!id || len == 0 || len > STORE_ID_MAX)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)id[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == ':' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+static int id_ok(const char *id)
+{
+	return id && store_id_valid(id, strnlen(id, STORE_ID_MAX + 1));
+}
+
+static const char *const status_names[] = { "idle", "active", "suspended", "ended" };
+static const char *const tc_status_names[] = { "pending", "resolved", "errored", "expired" };
+
+static int name_parse(const char *const *names, int n, const char *s, size_t len)
+{
+	for (int i = 0; s && i < n; i++)
+		if (strlen(names[i]) == len && memcmp(names[i], s, len) == 0)
+			return i;
+	return -1;
+}
+
+const char *store_status_name(int st) { return st >= 0 && st <= STORE_ENDED ? status_names[st] : NULL; }
+int store_status_parse(const char *s, size_t len) { return name_parse(status_names, 4, s, len); }
+const char *store_tc_status_name(int st) { return st >= 0 && st <= STORE_TC_EXPIRED ? tc_status_names[st] : NULL; }
+int store_tc_status_parse(const char *s, size_t len) { return name_parse(tc_status_names, 4, s, len); }
+
+/* Optional msgpack: len 0 means nil; otherwise it must be one object. */
+static int opt_mp_ok(store_bytes b)
+{
+	return b.len == 0 || (b.ptr && mp_valid_one(b.ptr, b.len));
+}
+
+static void pack_raw(store_txn *x, store_bytes b)
+{
+	if (b.len == 0)
+		msgpack_pack_nil(&x->pk);
+	else
+		msgpack_sbuffer_write(&x->buf, b.ptr, b.len);
+}
+
+static void pack_strn(store_txn *x, const void *p, size_t n)
+{
+	msgpack_pack_str(&x->pk, n);
+	msgpack_pack_str_body(&x->pk, p, n);
+}
+
+static void pack_str(store_txn *x, const char *s)
+{
+	pack_strn(x, s, strlen(s));
+}
+
+/* Start packing a new record in the txn's scratch buffer. */
+static msgpack_packer *rec(store_txn *x)
+{
+	msgpack_sbuffer_clear(&x->buf);
+	return &x->pk;
+}
+
+static int put(store_txn *x, MDB_dbi dbi, const void *k, size_t klen, unsigned flags)
+{
+	MDB_val key = { klen, (void *)k };
+	MDB_val val = { x->buf.size, x->buf.data };
+	int rc = mdb_put(x->t, dbi, &key, &val, flags);
+	return rc ? fail(x, map_err(rc)) : 0;
+}
+
+static int get(store_txn *x, MDB_dbi dbi, const void *k, size_t klen, MDB_val *val)
+{
+	MDB_val key = { klen, (void *)k };
+	int rc = mdb_get(x->t, dbi, &key, val);
+	return rc ? fail(x, map_err(rc)) : 0;
+}
+
+static int del(store_txn *x, MDB_dbi dbi, const void *k, size_t klen)
+{
+	MDB_val key = { klen, (void *)k };
+	int rc = mdb_del(x->t, dbi, &key, NULL);
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	return rc ? fail(x, map_err(rc)) : 0;
+}
+
+/* Optional nil-or-object: returns its bytes (len 0 for nil). */
+static int mp_opt(struct mp *m, store_bytes *out)
+{
+	if (mp_nil(m) == 0) {
+		out->ptr = NULL;
+		out->len = 0;
+		return 0;
+	}
+	return mp_skip(m, &out->ptr, &out->len);
+}
+
+static int mp_bytes(struct mp *m, store_bytes *out)
+{
+	const char *p;
+	if (mp_str(m, &p, &out->len))
+		return -1;
+	out->ptr = p;
+	return 0;
+}
+
+static int mp_opt_str(struct mp *m, store_bytes *out)
+{
+	if (mp_nil(m) == 0) {
+		out->ptr = NULL;
+		out->len = 0;
+		return 0;
+	}
+	return mp_bytes(m, out);
+}
+
+static int val_uint(const MDB_val *v, uint64_t *out)
+{
+	struct mp m;
+	mp_init(&m, v->mv_data, v->mv_size);
+	return mp_uint(&m, out) == 0 && m.p == m.end ? 0 : STORE_E_CORRUPT;
+}
+
+static int put_uint(store_txn *x, MDB_dbi dbi, const void *k, size_t klen, uint64_t v)
+{
+	msgpack_pack_uint64(rec(x), v);
+	return put(x, dbi, k, klen, 0);
+}
+
+/* Key of (conv number, u64). */
+static void key2(unsigned char k[16], uint64_t num, uint64_t v)
+{
+	put_be64(k, num);
+	put_be64(k + 8, v);
+}
+
+/* Key of (prefix u64, string). Returns its length. */
+static size_t key_str(unsigned char *k, uint64_t num, const char *s, size_t len)
+{
+	put_be64(k, num);
+	memcpy(k + 8, s, len);
+	return 8 + len;
+}
+
+/* Iterate keys starting with the 8-byte prefix `num`, from key `from`
+ * (from_len 8 means the whole prefix). The callback gets key and value. */
+typedef int (*kv_fn)(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v);
+
+static int scan_prefix(store_txn *x, MDB_dbi dbi, const unsigned char *from, size_t from_len,
+		       kv_fn fn, void *arg)
+{
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, dbi, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k = { from_len, (void *)from }, v;
+	int r = 0;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (k.mv_size < 8 || memcmp(k.mv_data, from, 8) != 0)
+			break;
+		if ((r = fn(x, arg, &k, &v)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (r)
+		return r;
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+}
+
+/* Delete every key with the 8-byte prefix `num`. Re-seeks after each
+ * delete rather than trusting a cursor's position after mdb_cursor_del. */
+static int del_prefix(store_txn *x, MDB_dbi dbi, uint64_t num,
+		      int (*each)(store_txn *, const MDB_val *k, const MDB_val *v))
+{
+	unsigned char from[8];
+	put_be64(from, num);
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, dbi, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	for (;;) {
+		MDB_val k = { 8, from }, v;
+		rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+		if (rc || k.mv_size < 8 || memcmp(k.mv_data, from, 8) != 0)
+			break;
+		if (each && (rc = each(x, &k, &v)) != 0)
+			break;
+		if ((rc = mdb_cursor_del(c, 0)) != 0) {
+			rc = map_err(rc);
+			break;
+		}
+	}
+	mdb_cursor_close(c);
+	if (rc == MDB_NOTFOUND || rc == 0)
+		return 0;
+	return fail(x, rc > 0 ? map_err(rc) : rc);
+}
+
+/* ---- open, close, sync, stat ----------------------------------------- */
+
+static int open_dbis(store *s)
+{
+	MDB_txn *t;
+	unsigned flags = s->opts.read_only ? 0 : MDB_CREATE;
+	int rc = mdb_txn_begin(s->env, NULL, s->opts.read_only ? MDB_RDONLY : 0, &t);
+	if (rc)
+		return map_err(rc);
+	struct { const char *name; MDB_dbi *dbi; } dbs[] = {
+		{ "meta", &s->meta }, { "conv_ids", &s->conv_ids }, { "convs", &s->convs },
+		{ "events", &s->events }, { "event_ids", &s->event_ids },
+		{ "summaries", &s->summaries }, { "tool_calls", &s->tool_calls },
+		{ "conv_tool_calls", &s->conv_tool_calls }, { "expiries", &s->expiries },
+		{ "model_calls", &s->model_calls },
+	};
+	for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
+		if ((rc = mdb_dbi_open(t, dbs[i].name, flags, dbs[i].dbi)) != 0) {
+			mdb_txn_abort(t);
+			return rc == MDB_NOTFOUND ? STORE_E_CORRUPT : map_err(rc);
+		}
+	}
+	MDB_val k = { 6, "schema" }, v;
+	rc = mdb_get(t, s->meta, &k, &v);
+	if (rc == MDB_NOTFOUND && !s->opts.read_only) {
+		unsigned char b[2] = { SCHEMA_VERSION }; /* positive fixint */
+		v.mv_size = 1;
+		v.mv_data = b;
+		rc = mdb_put(t, s->meta, &k, &v, 0);
+	} else if (rc == 0) {
+		uint64_t ver;
+		if (val_uint(&v, &ver) || ver != SCHEMA_VERSION)
+			rc = MDB_INCOMPATIBLE;
+	}
+	if (rc) {
+		mdb_txn_abort(t);
+		return map_err(rc);
+	}
+	return map_err(mdb_txn_commit(t));
+}
+
+int store_open(store **out, const char *dir, const struct store_opts *opts)
+{
+	if (!out || !dir)
+		return STORE_E_INVAL;
+	store *s = calloc(1, sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	if (opts)
+		s->opts = *opts;
+	if (!s->opts.map_size)
+		s->opts.map_size = 256 * MiB;
+	if (!s->opts.max_map_size)
+		s->opts.max_map_size = 64 * GiB;
+	if (s->opts.max_map_size < s->opts.map_size)
+		s->opts.max_map_size = s->opts.map_size;
+	if (!s->opts.max_readers)
+		s->opts.max_readers = 1024;
+	s->map_size = s->opts.map_size;
+
+	unsigned flags = MDB_NOTLS;
+	if (s->opts.sync == STORE_SYNC_NONE)
+		flags |= MDB_NOSYNC;
+	if (s->opts.read_only)
+		flags |= MDB_RDONLY;
+	int rc = mdb_env_create(&s->env);
+	if (rc)
+		goto fail;
+	if ((rc = mdb_env_set_maxdbs(s->env, 16)) || (rc = mdb_env_set_maxreaders(s->env, s->opts.max_readers)) ||
+	    (rc = mdb_env_set_mapsize(s->env, s->map_size)))
+		goto fail;
+	if ((rc = mdb_env_open(s->env, dir, flags, 0600)) != 0)
+		goto fail;
+	/* LMDB leaves the data file inheritable: a worker's model or tool
+	 * child must not get a descriptor onto the store. */
+	int fd;
+	if (mdb_env_get_fd(s->env, &fd) == 0)
+		fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+	/* Another process may have grown the map beyond our size: adopt it. */
+	MDB_envinfo info;
+	if (mdb_env_info(s->env, &info) == 0 && info.me_mapsize > s->map_size)
+		s->map_size = info.me_mapsize;
+	int err = open_dbis(s);
+	if (err) {
+		mdb_env_close(s->env);
+		free(s);
+		return err;
+	}
+	*out = s;
+	return 0;
+fail:
+	if (s->env)
+		mdb_env_close(s->env);
+	free(s);
+	return map_err(rc);
+}
+
+void store_close(store *s)
+{
+	if (!s)
+		return;
+	mdb_env_close(s->env);
+	free(s);
+}
+
+int store_sync(store *s)
+{
+	if (!s)
+		return STORE_E_INVAL;
+	if (s->opts.read_only)
+		return 0;
+	return map_err(mdb_env_sync(s->env, 1));
+}
+
+int store_reader_check(store *s, int *cleared)
+{
+	int dead = 0;
+	if (!s)
+		return STORE_E_INVAL;
+	int rc = mdb_reader_check(s->env, &dead);
+	if (cleared)
+		*cleared = dead;
+	return map_err(rc);
+}
+
+int store_stat(store *s, struct store_stat *st)
+{
+	MDB_envinfo info;
+	MDB_stat ms;
+	if (!s || !st)
+		return STORE_E_INVAL;
+	int rc = mdb_env_info(s->env, &info);
+	if (!rc)
+		rc = mdb_env_stat(s->env, &ms);
+	if (rc)
+		return map_err(rc);
+	memset(st, 0, sizeof *st);
+	st->size_bytes = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
+	st->map_size = info.me_mapsize;
+	st->readers = info.me_numreaders;
+	st->max_readers = info.me_maxreaders;
+	st->sync = s->opts.sync;
+	int fd;
+	struct stat sb;
+	if (mdb_env_get_fd(s->env, &fd) == 0 && fstat(fd, &sb) == 0)
+		st->file_bytes = (uint64_t)sb.st_size;
+	return 0;
+}
+
+/* ---- transactions ---------------------------------------------------- */
+
+/* Grow the map after a txn ran out of room. Only possible with no txn of
+ * this process open; other processes adopt the size on MDB_MAP_RESIZED. */
+static void maybe_grow(store *s)
+{
+	if (!s->grow_pending || s->ntxn > 0)
+		return;
+	s->grow_pending = 0;
+	if (s->map_size >= s->opts.max_map_size)
+		return;
+	size_t want = s->map_size * 2;
+	if (want > s->opts.max_map_size || want < s->map_size)
+		want = s->opts.max_map_size;
+	if (mdb_env_set_mapsize(s->env, want) == 0)
+		s->map_size = want;
+}
+
+int store_txn_begin(store *s, int mode, store_txn **out)
+{
+	if (!s || !out || (mode != STORE_READ && mode != STORE_WRITE))
+		return STORE_E_INVAL;
+	if (mode == STORE_WRITE && s->opts.read_only)
+		return STORE_E_INVAL;
+	if (mode == STORE_WRITE && s->writing)
+		return -EBUSY;
+	maybe_grow(s);
+	store_txn *x = calloc(1, sizeof *x);
+	if (!x)
+		return -ENOMEM;
+	int rc;
+	for (int tries = 0;; tries++) {
+		rc = mdb_txn_begin(s->env, NULL, mode == STORE_WRITE ? 0 : MDB_RDONLY, &x->t);
+		if (rc != MDB_MAP_RESIZED || tries > 2 || s->ntxn > 0)
+			break;
+		/* Another process grew the map: adopt its size and retry. */
+		if (mdb_env_set_mapsize(s->env, 0) == 0) {
+			MDB_envinfo info;
+			if (mdb_env_info(s->env, &info) == 0)
+				s->map_size = info.me_mapsize;
+		}
+	}
+	if (rc) {
+		free(x);
+		return map_err(rc);
+	}
+	x->s = s;
+	x->write = mode == STORE_WRITE;
+	x->now = store_now(s);
+	msgpack_sbuffer_init(&x->buf);
+	msgpack_packer_init(&x->pk, &x->buf, msgpack_sbuffer_write);
+	s->ntxn++;
+	if (x->write)
+		s->writing = 1;
+	*out = x;
+	return 0;
+}
+
+static void txn_free(store_txn *x)
+{
+	x->s->ntxn--;
+	if (x->write)
+		x->s->writing = 0;
+	msgpack_sbuffer_destroy(&x->buf);
+	free(x);
+}
+
+int store_txn_commit(store_txn *x)
+{
+	if (!x)
+		return STORE_E_INVAL;
+	int err = x->err;
+	if (err) {
+		mdb_txn_abort(x->t);
+	} else {
+		int rc = mdb_txn_commit(x->t);
+		err = map_err(rc);
+		if (err == STORE_E_FULL)
+			x->s->grow_pending = 1;
+	}
+	store *s = x->s;
+	txn_free(x);
+	maybe_grow(s);
+	return err;
+}
+
+void store_txn_abort(store_txn *x)
+{
+	if (!x)
+		return;
+	mdb_txn_abort(x->t);
+	store *s = x->s;
+	txn_free(x);
+	maybe_grow(s);
+}
+
+/* ---- conversations --------------------------------------------------- */
+
+/* A conversation's number, from its id. */
+static int conv_num(store_txn *x, const char *id, uint64_t *num)
+{
+	if (!id_ok(id))
+		return STORE_E_INVAL;
+	MDB_val v;
+	int err = get(x, x->s->conv_ids, id, strlen(id), &v);
+	if (err)
+		return err;
+	return val_uint(&v, num) ? fail(x, STORE_E_CORRUPT) : 0;
+}
+
+static int conv_decode(const MDB_val *v, struct store_conv *c)
+{
+	struct mp m;
+	uint32_t n;
+	uint64_t st;
+	mp_init(&m, v->mv_data, v->mv_size);
+	memset(c, 0, sizeof *c);
+	if (mp_array(&m, &n) || n != 10 || mp_bytes(&m, &c->id) || mp_uint(&m, &st) || st > STORE_ENDED ||
+	    mp_int(&m, &c->created_at) || mp_int(&m, &c->updated_at) || mp_uint(&m, &c->lease) ||
+	    mp_uint(&m, &c->usage.input_tokens) || mp_uint(&m, &c->usage.output_tokens) ||
+	    mp_double(&m, &c->usage.cost) || mp_skip(&m, &c->settings.ptr, &c->settings.len) ||
+	    mp_opt(&m, &c->fsm_state) || m.p != m.end)
+		return STORE_E_CORRUPT;
+	c->status = (int)st;
+	return 0;
+}
+
+static int conv_load(store_txn *x, const char *id, uint64_t *num, struct store_conv *c)
+{
+	int err = conv_num(x, id, num);
+	if (err)
+		return err;
+	unsigned char k[8];
+	MDB_val v;
+	put_be64(k, *num);
+	if ((err = get(x, x->s->convs, k, 8, &v)) != 0)
+		return err == STORE_E_NOTFOUND ? fail(x, STORE_E_CORRUPT) : err;
+	return conv_decode(&v, c) ? fail(x, STORE_E_CORRUPT) : 0;
+}
+
+static int conv_store(store_txn *x, uint64_t num, const struct store_conv *c)
+{
+	msgpack_packer *pk = rec(x);
+	msgpack_pack_array(pk, 10);
+	pack_strn(x, c->id.ptr, c->id.len);
+	msgpack_pack_uint8(pk, (uint8_t)c->status);
+	msgpack_pack_int64(pk, c->created_at);
+	msgpack_pack_int64(pk, c->updated_at);
+	msgpack_pack_uint64(pk, c->lease);
+	msgpack_pack_uint64(pk, c->usage.input_tokens);
+	msgpack_pack_uint64(pk, c->usage.output_tokens);
+	msgpack_pack_double(pk, c->usage.cost);
+	pack_raw(x, c->settings);
+	pack_raw(x, c->fsm_state);
+	unsigned char k[8];
+	put_be64(k, num);
+	return put(x, x->s->convs, k, 8, 0);
+}
+
+static int settings_ok(store_bytes b)
+{
+	struct mp m;
+	uint32_t n;
+	if (!b.ptr || !mp_valid_one(b.ptr, b.len))
+		return 0;
+	mp_init(&m, b.ptr, b.len);
+	return mp_map(&m, &n) == 0;
+}
+
+static const unsigned char empty_map[1] = { 0x80 };
+
+static int conv_insert(store_txn *x, const char *id, store_bytes settings, uint64_t *num_out)
+{
+	MDB_val v;
+	uint64_t num = 1;
+	int err = get(x, x->s->meta, "next_conv", 9, &v);
+	if (err && err != STORE_E_NOTFOUND)
+		return err;
+	if (!err && val_uint(&v, &num))
+		return fail(x, STORE_E_CORRUPT);
+	if ((err = put_uint(x, x->s->meta, "next_conv", 9, num + 1)) ||
+	    (err = put_uint(x, x->s->conv_ids, id, strlen(id), num)))
+		return err;
+	struct store_conv c = {
+		.id = { id, strlen(id) }, .settings = settings, .status = STORE_IDLE,
+		.created_at = x->now, .updated_at = x->now,
+	};
+	*num_out = num;
+	return conv_store(x, num, &c);
+}
+
+int store_conv_create(store_txn *x, const char *id, store_bytes settings)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || !settings_ok(settings))
+		return STORE_E_INVAL;
+	uint64_t num;
+	int err = conv_num(x, id, &num);
+	if (err == 0)
+		return STORE_E_CONFLICT;
+	if (err != STORE_E_NOTFOUND)
+		return err;
+	return conv_insert(x, id, settings, &num);
+}
+
+int store_conv_get(store_txn *x, const char *id, struct store_conv *out)
+{
+	CHECK_TXN(x);
+	uint64_t num;
+	if (!out)
+		return STORE_E_INVAL;
+	return conv_load(x, id, &num, out);
+}
+
+int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *p)
+{
+	CHECK_WRITE(x);
+	if (!p || !id_ok(id))
+		return STORE_E_INVAL;
+	if ((p->set & STORE_SET_SETTINGS) && !settings_ok(p->settings))
+		return STORE_E_INVAL;
+	if ((p->set & STORE_SET_STATUS) && !store_status_name(p->status))
+		return STORE_E_INVAL;
+	if ((p->set & STORE_SET_FSM) && !opt_mp_ok(p->fsm_state))
+		return STORE_E_INVAL;
+	uint64_t num;
+	struct store_conv c;
+	int err = conv_load(x, id, &num, &c);
+	if (err == STORE_E_NOTFOUND) {
+		store_bytes s = { empty_map, 1 };
+		if ((err = conv_insert(x, id, s, &num)) != 0)
+			return err;
+		err = conv_load(x, id, &num, &c);
+	}
+	if (err)
+		return err;
+	if (p->set & STORE_SET_SETTINGS)
+		c.settings = p->settings;
+	if (p->set & STORE_SET_STATUS)
+		c.status = p->status;
+	if (p->set & STORE_SET_FSM)
+		c.fsm_state = p->fsm_state;
+	c.updated_at = x->now;
+	return conv_store(x, num, &c);
+}
+
+int store_conv_put_fsm(store_txn *x, const char *id, store_bytes fsm)
+{
+	struct store_conv_patch p = { .set = STORE_SET_FSM, .fsm_state = fsm };
+	return store_conv_put(x, id, &p);
+}
+
+int store_conv_list(store_txn *x, int status, const char *after, size_t limit,
+		    store_conv_fn fn, void *arg, int *more)
+{
+	CHECK_TXN(x);
+	if (!fn || (status != -1 && !store_status_name(status)) || (after && !id_ok(after)))
+		return STORE_E_INVAL;
+	if (more)
+		*more = 0;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->conv_ids, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	size_t n = 0;
+	int r = 0;
+	if (after) {
+		k.mv_size = strlen(after);
+		k.mv_data = (void *)after;
+		rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+		if (rc == 0 && k.mv_size == strlen(after) && memcmp(k.mv_data, after, k.mv_size) == 0)
+			rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+	} else {
+		rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+	}
+	for (; rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		uint64_t num;
+		unsigned char kb[8];
+		MDB_val cv;
+		struct store_conv conv;
+		if (val_uint(&v, &num)) {
+			r = STORE_E_CORRUPT;
+			break;
+		}
+		put_be64(kb, num);
+		if ((r = get(x, x->s->convs, kb, 8, &cv)) != 0 || (r = conv_decode(&cv, &conv)) != 0) {
+			if (r == STORE_E_NOTFOUND)
+				r = STORE_E_CORRUPT;
+			break;
+		}
+		if (status != -1 && conv.status != status)
+			continue;
+		if (limit && n == limit) {
+			if (more)
+				*more = 1;
+			break;
+		}
+		n++;
+		if ((r = fn(arg, &conv)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (r)
+		return r == STORE_E_CORRUPT ? fail(x, r) : r;
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+}
+
+/* Deleting a tool call also removes its expiry and its row. */
+static int del_conv_tool_call(store_txn *x, const MDB_val *k, const MDB_val *v)
+{
+	(void)v;
+	const char *id = (const char *)k->mv_data + 8;
+	size_t len = k->mv_size - 8;
+	MDB_val tv;
+	int err = get(x, x->s->tool_calls, id, len, &tv);
+	if (err == STORE_E_NOTFOUND)
+		return 0;
+	if (err)
+		return err;
+	struct mp m;
+	uint32_t n;
+	store_bytes s;
+	uint64_t u;
+	int64_t deadline, i;
+	mp_init(&m, tv.mv_data, tv.mv_size);
+	if (mp_array(&m, &n) || n != 12 || mp_bytes(&m, &s) || mp_uint(&m, &u) || mp_bytes(&m, &s) ||
+	    mp_uint(&m, &u) || mp_uint(&m, &u) || mp_int(&m, &i) || mp_int(&m, &i) || mp_int(&m, &deadline))
+		return fail(x, STORE_E_CORRUPT);
+	if (deadline > 0) {
+		unsigned char ek[8 + STORE_ID_MAX];
+		if (len > STORE_ID_MAX)
+			return fail(x, STORE_E_CORRUPT);
+		size_t el = key_str(ek, (uint64_t)deadline, id, len);
+		if ((err = del(x, x->s->expiries, ek, el)) != 0)
+			return err;
+	}
+	return del(x, x->s->tool_calls, id, len);
+}
+
+int store_conv_delete(store_txn *x, const char *id)
+{
+	CHECK_WRITE(x);
+	uint64_t num;
+	int err = conv_num(x, id, &num);
+	if (err)
+		return err;
+	unsigned char k[8];
+	put_be64(k, num);
+	if ((err = del_prefix(x, x->s->conv_tool_calls, num, del_conv_tool_call)) ||
+	    (err = del_prefix(x, x->s->events, num, NULL)) ||
+	    (err = del_prefix(x, x->s->event_ids, num, NULL)) ||
+	    (err = del_prefix(x, x->s->summaries, num, NULL)) ||
+	    (err = del_prefix(x, x->s->model_calls, num, NULL)) ||
+	    (err = del(x, x->s->convs, k, 8)) || (err = del(x, x->s->conv_ids, id, strlen(id))))
+		return err;
+	return 0;
+}
+
+int store_lease_next(store_txn *x, const char *id, uint64_t *gen)
+{
+	CHECK_WRITE(x);
+	uint64_t num;
+	struct store_conv c;
+	if (!gen)
+		return STORE_E_INVAL;
+	int err = conv_load(x, id, &num, &c);
+	if (err)
+		return err;
+	c.lease++;
+	*gen = c.lease;
+	return conv_store(x, num, &c);
+}
+
+int store_lease_check(store_txn *x, const char *id, uint64_t gen)
+{
+	CHECK_TXN(x);
+	uint64_t num;
+	struct store_conv c;
+	int err = conv_load(x, id, &num, &c);
+	if (err)
+		return err;
+	return c.lease == gen ? 0 : STORE_E_FENCED;
+}
+
+int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
+{
+	CHECK_WRITE(x);
+	uint64_t num;
+	struct store_conv c;
+	if (!u || !(u->cost >= 0))
+		return STORE_E_INVAL;
+	int err = conv_load(x, id, &num, &c);
+	if (err)
+		return err;
+	c.usage.input_tokens += u->input_tokens;
+	c.usage.output_tokens += u->output_tokens;
+	c.usage.cost += u->cost;
+	c.updated_at = x->now;
+	return conv_store(x, num, &c);
+}
+
+/* ---- events ---------------------------------------------------------- */
+
+static int type_ok(const char *t)
+{
+	if (!t)
+		return 0;
+	size_t n = strnlen(t, 33);
+	if (n == 0 || n > 32)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((t[i] >= 'a' && t[i] <= 'z') || t[i] == '_'))
+			return 0;
+	return 1;
+}
+
+static int event_in_ok(const struct store_event_in *ev)
+{
+	if (!ev || !type_ok(ev->type) || !ev->content.ptr || !mp_valid_one(ev->content.ptr, ev->content.len))
+		return 0;
+	if (ev->event_id) {
+		size_t n = strnlen(ev->event_id, STORE_EVENT_ID_MAX + 1);
+		if (n == 0 || n > STORE_EVENT_ID_MAX)
+			return 0;
+	}
+	return 1;
+}
+
+static int latest_seq(store_txn *x, uint64_t num, uint64_t *seq)
+{
+	MDB_cursor *c;
+	unsigned char kb[16];
+	int rc = mdb_cursor_open(x->t, x->s->events, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	key2(kb, num + 1, 0);
+	MDB_val k = { 16, kb }, v;
+	/* The first key past this conversation, then one back. */
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	if (rc == 0)
+		rc = mdb_cursor_get(c, &k, &v, MDB_PREV);
+	else if (rc == MDB_NOTFOUND)
+		rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+	*seq = 0;
+	if (rc == 0 && k.mv_size == 16 && get_be64(k.mv_data) == num)
+		*seq = get_be64((const unsigned char *)k.mv_data + 8);
+	mdb_cursor_close(c);
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+}
+
+/* Write one validated event as seq `seq`, or report its event_id's seq. */
+static int append_one(store_txn *x, uint64_t num, const struct store_event_in *ev, uint64_t *seq,
+		      int *dup)
+{
+	unsigned char ik[8 + STORE_EVENT_ID_MAX];
+	size_t il = 0;
+	int err;
+	*dup = 0;
+	if (ev->event_id) {
+		MDB_val v;
+		il = key_str(ik, num, ev->event_id, strlen(ev->event_id));
+		err = get(x, x->s->event_ids, ik, il, &v);
+		if (err == 0) {
+			*dup = 1;
+			return val_uint(&v, seq) ? fail(x, STORE_E_CORRUPT) : 0;
+		}
+		if (err != STORE_E_NOTFOUND)
+			return err;
+	}
+	msgpack_packer *pk = rec(x);
+	msgpack_pack_array(pk, 4);
+	pack_str(x, ev->type);
+	msgpack_pack_int64(pk, x->now);
+	if (ev->event_id)
+		pack_str(x, ev->event_id);
+	else
+		msgpack_pack_nil(pk);
+	msgpack_sbuffer_write(&x->buf, ev->content.ptr, ev->content.len);
+	unsigned char k[16];
+	key2(k, num, *seq);
+	if ((err = put(x, x->s->events, k, 16, 0)) != 0)
+		return err;
+	if (ev->event_id)
+		return put_uint(x, x->s->event_ids, ik, il, *seq);
+	return 0;
+}
+
+int store_events_append(store_txn *x, const char *conv, const struct store_event_in *ev, size_t n,
+			uint64_t *seqs, int *dups)
+{
+	CHECK_WRITE(x);
+	if ((!ev && n) || !seqs)
+		return STORE_E_INVAL;
+	for (size_t i = 0; i < n; i++)
+		if (!event_in_ok(&ev[i]))
+			return STORE_E_INVAL;
+	uint64_t num, last;
+	int err = conv_num(x, conv, &num);
+	if (err || (err = latest_seq(x, num, &last)))
+		return err;
+	for (size_t i = 0; i < n; i++) {
+		int dup;
+		uint64_t seq = last + 1;
+		if ((err = append_one(x, num, &ev[i], &seq, &dup)) != 0)
+			return err;
+		if (!dup)
+			last = seq;
+		seqs[i] = seq;
+		if (dups)
+			dups[i] = dup;
+	}
+	return 0;
+}
+
+int store_event_append(store_txn *x, const char *conv, const struct store_event_in *ev, uint64_t *seq,
+		       int *dup)
+{
+	return store_events_append(x, conv, ev, 1, seq, dup);
+}
+
+int store_event_latest_seq(store_txn *x, const char *conv, uint64_t *seq)
+{
+	CHECK_TXN(x);
+	uint64_t num;
+	if (!seq)
+		return STORE_E_INVAL;
+	int err = conv_num(x, conv, &num);
+	return err ? err : latest_seq(x, num, seq);
+}
+
+static int event_decode(const MDB_val *k, const MDB_val *v, struct store_event *e)
+{
+	struct mp m;
+	uint32_t n;
+	if (k->mv_size != 16)
+		return STORE_E_CORRUPT;
+	e->seq = get_be64((const unsigned char *)k->mv_data + 8);
+	mp_init(&m, v->mv_data, v->mv_size);
+	if (mp_array(&m, &n) || n != 4 || mp_bytes(&m, &e->type) || mp_int(&m, &e->inserted_at) ||
+	    mp_opt_str(&m, &e->event_id) || mp_skip(&m, &e->content.ptr, &e->content.len) || m.p != m.end)
+		return STORE_E_CORRUPT;
+	return 0;
+}
+
+struct stream_ctx {
+	uint64_t before;
+	const char *type;
+	size_t type_len;
+	store_event_fn fn;
+	void *arg;
+};
+
+static int stream_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v)
+{
+	struct stream_ctx *sc = arg;
+	struct store_event e;
+	if (k->mv_size == 16 && sc->before && get_be64((const unsigned char *)k->mv_data + 8) >= sc->before)
+		return 1; /* past the range: stop, not an error */
+	if (event_decode(k, v, &e))
+		return fail(x, STORE_E_CORRUPT);
+	if (sc->type && (e.type.len != sc->type_len || memcmp(e.type.ptr, sc->type, sc->type_len)))
+		return 0;
+	int r = sc->fn(sc->arg, &e);
+	return r == 1 ? 2 : r; /* keep the stop marker apart from a callback's 1 */
+}
+
+/* With a type filter, the first seq of the last `limit` matches in range. */
+static int tail_start(store_txn *x, uint64_t num, uint64_t after, uint64_t hi, const struct stream_ctx *sc,
+		      size_t limit, uint64_t *start)
+{
+	MDB_cursor *c;
+	unsigned char kb[16];
+	int rc = mdb_cursor_open(x->t, x->s->events, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	key2(kb, num, hi);
+	MDB_val k = { 16, kb }, v;
+	size_t found = 0;
+	int err = 0;
+	*start = after + 1;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_KEY); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_PREV)) {
+		struct store_event e;
+		if (k.mv_size != 16 || get_be64(k.mv_data) != num ||
+		    get_be64((const unsigned char *)k.mv_data + 8) <= after)
+			break;
+		if ((err = event_decode(&k, &v, &e)) != 0)
+			break;
+		if (e.type.len == sc->type_len && memcmp(e.type.ptr, sc->type, sc->type_len) == 0 &&
+		    ++found == limit) {
+			*start = e.seq;
+			break;
+		}
+	}
+	mdb_cursor_close(c);
+	if (err)
+		return fail(x, err);
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+}
+
+static int stream(store_txn *x, uint64_t num, const struct store_range *r, store_event_fn fn, void *arg)
+{
+	struct stream_ctx sc = { r->before, r->type, r->type ? strlen(r->type) : 0, fn, arg };
+	uint64_t start = r->after + 1;
+	if (r->limit) {
+		uint64_t last;
+		int err = latest_seq(x, num, &last);
+		if (err)
+			return err;
+		uint64_t hi = r->before && r->before - 1 < last ? r->before - 1 : last;
+		if (hi <= r->after)
+			return 0;
+		if (!r->type) {
+			/* Seqs are dense (1..last, never deleted singly): the tail
+			 * starts `limit` back from the top of the range. */
+			if (hi - r->after > r->limit)
+				start = hi - r->limit + 1;
+		} else if ((err = tail_start(x, num, r->after, hi, &sc, r->limit, &start)) != 0) {
+			return err;
+		}
+	}
+	unsigned char kb[16];
+	key2(kb, num, start);
+	int rc = scan_prefix(x, x->s->events, kb, 16, stream_each, &sc);
+	if (rc == 1)
+		return 0; /* reached `before` */
+	if (rc == 2)
+		return 1; /* the callback stopped with 1 */
+	return rc;
+}
+
+int store_events_stream(store_txn *x, const char *conv, const struct store_range *r, store_event_fn fn,
+			void *arg)
+{
+	CHECK_TXN(x);
+	uint64_t num;
+	if (!r || !fn || (r->type && !type_ok(r->type)))
+		return STORE_E_INVAL;
+	int err = conv_num(x, conv, &num);
+	return err ? err : stream(x, num, r, fn, arg);
+}
+
+/* ---- summaries ------------------------------------------------------- */
+
+static int summary_decode(const MDB_val *v, struct store_summary *s)
+{
+	struct mp m;
+	uint32_t n;
+	mp_init(&m, v->mv_data, v->mv_size);
+	if (mp_array(&m, &n) || n != 5 || mp_uint(&m, &s->from_seq) || mp_uint(&m, &s->to_seq) ||
+	    mp_uint(&m, &s->version) || mp_int(&m, &s->inserted_at) ||
+	    mp_skip(&m, &s->content.ptr, &s->content.len) || m.p != m.end)
+		return STORE_E_CORRUPT;
+	return 0;
+}
+
+static int summary_latest(store_txn *x, uint64_t num, struct store_summary *out)
+{
+	MDB_cursor *c;
+	unsigned char kb[16];
+	int rc = mdb_cursor_open(x->t, x->s->summaries, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	key2(kb, num + 1, 0);
+	MDB_val k = { 16, kb }, v;
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	if (rc == 0)
+		rc = mdb_cursor_get(c, &k, &v, MDB_PREV);
+	else if (rc == MDB_NOTFOUND)
+		rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+	int err;
+	if (rc == 0 && (k.mv_size != 16 || get_be64(k.mv_data) != num))
+		err = STORE_E_NOTFOUND;
+	else if (rc == 0)
+		err = summary_decode(&v, out) ? fail(x, STORE_E_CORRUPT) : 0;
+	else
+		err = rc == MDB_NOTFOUND ? STORE_E_NOTFOUND : fail(x, map_err(rc));
+	mdb_cursor_close(c);
+	return err;
+}
+
+int store_summary_put(store_txn *x, const char *conv, uint64_t from_seq, uint64_t to_seq, store_bytes content,
+		      uint64_t *version)
+{
+	CHECK_WRITE(x);
+	uint64_t num, last;
+	if (to_seq == 0 || from_seq > to_seq || !content.ptr || !mp_valid_one(content.ptr, content.len))
+		return STORE_E_INVAL;
+	int err = conv_num(x, conv, &num);
+	if (err || (err = latest_seq(x, num, &last)))
+		return err;
+	if (to_seq > last)
+		return STORE_E_INVAL;
+	struct store_summary prev;
+	uint64_t ver = 1;
+	err = summary_latest(x, num, &prev);
+	if (err == 0)
+		ver = prev.version + 1;
+	else if (err != STORE_E_NOTFOUND)
+		return err;
+	msgpack_packer *pk = rec(x);
+	msgpack_pack_array(pk, 5);
+	msgpack_pack_uint64(pk, from_seq);
+	msgpack_pack_uint64(pk, to_seq);
+	msgpack_pack_uint64(pk, ver);
+	msgpack_pack_int64(pk, x->now);
+	msgpack_sbuffer_write(&x->buf, content.ptr, content.len);
+	unsigned char k[16];
+	key2(k, num, to_seq);
+	if ((err = put(x, x->s->summaries, k, 16, 0)) != 0)
+		return err;
+	if (version)
+		*version = ver;
+	return 0;
+}
+
+int store_summary_latest(store_txn *x, const char *conv, struct store_summary *out)
+{
+	CHECK_TXN(x);
+	uint64_t num;
+	if (!out)
+		return STORE_E_INVAL;
+	int err = conv_num(x, conv, &num);
+	return err ? err : summary_latest(x, num, out);
+}
+
+int store_load_since(store_txn *x, const char *conv, struct store_summary *sum, int *has_summary,
+		     store_event_fn fn, void *arg)
+{
+	CHECK_TXN(x);
+	uint64_t num;
+	struct store_summary tmp;
+	if (!fn)
+		return STORE_E_INVAL;
+	if (!sum)
+		sum = &tmp;
+	int err = conv_num(x, conv, &num);
+	if (err)
+		return err;
+	struct store_range r = { 0 };
+	err = summary_latest(x, num, sum);
+	if (err && err != STORE_E_NOTFOUND)
+		return err;
+	if (has_summary)
+		*has_summary = err == 0;
+	if (err == 0)
+		r.after = sum->to_seq;
+	else
+		memset(sum, 0, sizeof *sum);
+	return stream(x, num, &r, fn, arg);
+}
+
+/* ---- tool calls ------------------------------------------------------ */
+
+struct tc_rec {
+	struct store_tool_call tc;
+	uint64_t num;
+};
+
+static int tc_decode(const MDB_val *k, const MDB_val *v, struct tc_rec *r)
+{
+	struct mp m;
+	uint32_t n;
+	uint64_t exec, st, att;
+	struct store_tool_call *tc = &r->tc;
+	memset(r, 0, sizeof *r);
+	tc->id.ptr = k->mv_data;
+	tc->id.len = k->mv_size;
+	mp_init(&m, v->mv_data, v->mv_size);
+	if (mp_array(&m, &n) || n != 12 || mp_bytes(&m, &tc->conversation) || mp_uint(&m, &r->num) ||
+	    mp_bytes(&m, &tc->name) || mp_uint(&m, &exec) || exec > STORE_EXEC_HUMAN || mp_uint(&m, &st) ||
+	    st > STORE_TC_EXPIRED || mp_int(&m, &tc->inserted_at) || mp_int(&m, &tc->resolved_at) ||
+	    mp_int(&m, &tc->deadline) || mp_uint(&m, &att) || att > UINT32_MAX ||
+	    mp_skip(&m, &tc->args.ptr, &tc->args.len) || mp_opt(&m, &tc->prompt) || mp_opt(&m, &tc->result) ||
+	    m.p != m.end)
+		return STORE_E_CORRUPT;
+	tc->executor = (int)exec;
+	tc->status = (int)st;
+	tc->attempts = (uint32_t)att;
+	return 0;
+}
+
+static int tc_load(store_txn *x, const char *id, struct tc_rec *r)
+{
+	MDB_val v;
+	MDB_val k = { strlen(id), (void *)id };
+	int err = get(x, x->s->tool_calls, id, k.mv_size, &v);
+	if (err)
+		return err;
+	return tc_decode(&k, &v, r) ? fail(x, STORE_E_CORRUPT) : 0;
+}
+
+/* Write the record and its per-conversation index entry. The record's byte
+ * fields may point into the map: they are packed before the put. */
+static int tc_store(store_txn *x, const struct tc_rec *r)
+{
+	const struct store_tool_call *tc = &r->tc;
+	msgpack_packer *pk = rec(x);
+	msgpack_pack_array(pk, 12);
+	pack_strn(x, tc->conversation.ptr, tc->conversation.len);
+	msgpack_pack_uint64(pk, r->num);
+	pack_strn(x, tc->name.ptr, tc->name.len);
+	msgpack_pack_uint8(pk, (uint8_t)tc->executor);
+	msgpack_pack_uint8(pk, (uint8_t)tc->status);
+	msgpack_pack_int64(pk, tc->inserted_at);
+	msgpack_pack_int64(pk, tc->resolved_at);
+	msgpack_pack_int64(pk, tc->deadline);
+	msgpack_pack_uint32(pk, tc->attempts);
+	pack_raw(x, tc->args);
+	pack_raw(x, tc->prompt);
+	pack_raw(x, tc->result);
+	char id[STORE_ID_MAX];
+	size_t idlen = tc->id.len;
+	memcpy(id, tc->id.ptr, idlen);
+	int err = put(x, x->s->tool_calls, id, idlen, 0);
+	if (err)
+		return err;
+	unsigned char k[8 + STORE_ID_MAX];
+	size_t kl = key_str(k, r->num, id, idlen);
+	return put_uint(x, x->s->conv_tool_calls, k, kl, (uint64_t)tc->status);
+}
+
+int store_tool_call_upsert(store_txn *x, const char *conv, const struct store_tool_call_in *in)
+{
+	CHECK_WRITE(x);
+	if (!in || !id_ok(in->id) || !in->name || strnlen(in->name, 129) == 0 || strnlen(in->name, 129) > 128 ||
+	    (in->executor != STORE_EXEC_SERVER && in->executor != STORE_EXEC_HUMAN) || !in->args.ptr ||
+	    !mp_valid_one(in->args.ptr, in->args.len) || !opt_mp_ok(in->prompt))
+		return STORE_E_INVAL;
+	uint64_t num;
+	int err = conv_num(x, conv, &num);
+	if (err)
+		return err;
+	struct tc_rec r;
+	err = tc_load(x, in->id, &r);
+	if (err == 0) {
+		if (r.num != num)
+			return STORE_E_CONFLICT;
+	} else if (err == STORE_E_NOTFOUND) {
+		memset(&r, 0, sizeof r);
+		r.num = num;
+		r.tc.id = (store_bytes){ in->id, strlen(in->id) };
+		r.tc.conversation = (store_bytes){ conv, strlen(conv) };
+		r.tc.status = STORE_TC_PENDING;
+		r.tc.inserted_at = x->now;
+	} else {
+		return err;
+	}
+	r.tc.name = (store_bytes){ in->name, strlen(in->name) };
+	r.tc.executor = in->executor;
+	r.tc.args = in->args;
+	r.tc.prompt = in->prompt;
+	return tc_store(x, &r);
+}
+
+int store_tool_call_get(store_txn *x, const char *id, struct store_tool_call *out)
+{
+	CHECK_TXN(x);
+	struct tc_rec r;
+	if (!out || !id_ok(id))
+		return STORE_E_INVAL;
+	int err = tc_load(x, id, &r);
+	if (!err)
+		*out = r.tc;
+	return err;
+}
+
+struct tcl_ctx {
+	unsigned mask;
+	int (*fn)(void *, const struct store_tool_call *);
+	void *arg;
+};
+
+static int tcl_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v)
+{
+	struct tcl_ctx *c = arg;
+	uint64_t st;
+	if (val_uint(v, &st) || st > STORE_TC_EXPIRED)
+		return fail(x, STORE_E_CORRUPT);
+	if (c->mask && !(c->mask & (1u << st)))
+		return 0;
+	MDB_val tk = { k->mv_size - 8, (char *)k->mv_data + 8 }, tv;
+	int err = get(x, x->s->tool_calls, tk.mv_data, tk.mv_size, &tv);
+	struct tc_rec r;
+	if (err)
+		return err == STORE_E_NOTFOUND ? fail(x, STORE_E_CORRUPT) : err;
+	if (tc_decode(&tk, &tv, &r))
+		return fail(x, STORE_E_CORRUPT);
+	return c->fn(c->arg, &r.tc);
+}
+
+int store_tool_calls_list(store_txn *x, const char *conv, unsigned mask,
+			  int (*fn)(void *arg, const struct store_tool_call *tc), void *arg)
+{
+	CHECK_TXN(x);
+	uint64_t num;
+	if (!fn)
+		return STORE_E_INVAL;
+	int err = conv_num(x, conv, &num);
+	if (err)
+		return err;
+	unsigned char k[8];
+	put_be64(k, num);
+	struct tcl_ctx c = { mask, fn, arg };
+	return scan_prefix(x, x->s->conv_tool_calls, k, 8, tcl_each, &c);
+}
+
+int store_tool_call_attempt(store_txn *x, const char *id, uint32_t *attempts)
+{
+	CHECK_WRITE(x);
+	struct tc_rec r;
+	if (!id_ok(id))
+		return STORE_E_INVAL;
+	int err = tc_load(x, id, &r);
+	if (err)
+		return err;
+	if (r.tc.attempts < UINT32_MAX)
+		r.tc.attempts++;
+	if (attempts)
+		*attempts = r.tc.attempts;
+	return tc_store(x, &r);
+}
+
+static int expiry_del(store_txn *x, const struct tc_rec *r)
+{
+	unsigned char ek[8 + STORE_ID_MAX];
+	if (r->tc.deadline <= 0)
+		return 0;
+	size_t el = key_str(ek, (uint64_t)r->tc.deadline, r->tc.id.ptr, r->tc.id.len);
+	return del(x, x->s->expiries, ek, el);
+}
+
+int store_tool_call_resolve(store_txn *x, const char *id, int status, store_bytes result, char *conv)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || status < STORE_TC_RESOLVED || status > STORE_TC_EXPIRED || !opt_mp_ok(result))
+		return STORE_E_INVAL;
+	struct tc_rec r;
+	int err = tc_load(x, id, &r);
+	if (err)
+		return err == STORE_E_NOTFOUND ? STORE_E_STALE : err;
+	if (r.tc.status != STORE_TC_PENDING)
+		return STORE_E_STALE;
+	if (conv) {
+		memcpy(conv, r.tc.conversation.ptr, r.tc.conversation.len);
+		conv[r.tc.conversation.len] = 0;
+	}
+	/* Write the record first, while its fields still point at the page
+	 * they were read from; the expiry key is built from locals. */
+	struct tc_rec old = r;
+	r.tc.status = status;
+	r.tc.result = result;
+	r.tc.resolved_at = x->now;
+	r.tc.deadline = 0;
+	if ((err = tc_store(x, &r)) != 0)
+		return err;
+	return expiry_del(x, &old);
+}
+
+/* ---- expiries -------------------------------------------------------- */
+
+int store_expiry_schedule(store_txn *x, const char *id, int64_t deadline)
+{
+	CHECK_WRITE(x);
+	struct tc_rec r;
+	if (!id_ok(id) || deadline <= 0)
+		return STORE_E_INVAL;
+	int err = tc_load(x, id, &r);
+	if (err)
+		return err;
+	if (r.tc.status != STORE_TC_PENDING)
+		return STORE_E_STALE;
+	char conv[STORE_ID_MAX];
+	size_t clen = r.tc.conversation.len;
+	if (clen > STORE_ID_MAX)
+		return fail(x, STORE_E_CORRUPT);
+	memcpy(conv, r.tc.conversation.ptr, clen);
+	struct tc_rec old = r;
+	r.tc.deadline = deadline;
+	if ((err = tc_store(x, &r)) != 0 || (err = expiry_del(x, &old)) != 0)
+		return err;
+	unsigned char ek[8 + STORE_ID_MAX];
+	size_t el = key_str(ek, (uint64_t)deadline, id, strlen(id));
+	rec(x);
+	pack_strn(x, conv, clen);
+	return put(x, x->s->expiries, ek, el, 0);
+}
+
+int store_expiry_cancel(store_txn *x, const char *id)
+{
+	CHECK_WRITE(x);
+	struct tc_rec r;
+	if (!id_ok(id))
+		return STORE_E_INVAL;
+	int err = tc_load(x, id, &r);
+	if (err == STORE_E_NOTFOUND || (err == 0 && r.tc.deadline <= 0))
+		return 0;
+	if (err)
+		return err;
+	struct tc_rec old = r;
+	r.tc.deadline = 0;
+	if ((err = tc_store(x, &r)) != 0)
+		return err;
+	return expiry_del(x, &old);
+}
+
+int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->expiries, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	int r = 0;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct store_expiry e;
+		struct mp m;
+		if (k.mv_size <= 8) {
+			r = fail(x, STORE_E_CORRUPT);
+			break;
+		}
+		e.deadline = (int64_t)get_be64(k.mv_data);
+		if (e.deadline > now)
+			break;
+		e.tool_call_id = (store_bytes){ (char *)k.mv_data + 8, k.mv_size - 8 };
+		mp_init(&m, v.mv_data, v.mv_size);
+		if (mp_bytes(&m, &e.conversation) || m.p != m.end) {
+			r = fail(x, STORE_E_CORRUPT);
+			break;
+		}
+		if ((r = fn(arg, &e)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (r)
+		return r;
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+}
+
+int store_expiry_earliest(store_txn *x, int64_t *deadline)
+{
+	CHECK_TXN(x);
+	if (!deadline)
+		return STORE_E_INVAL;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->expiries, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+	mdb_cursor_close(c);
+	if (rc == MDB_NOTFOUND)
+		return STORE_E_NOTFOUND;
+	if (rc)
+		return fail(x, map_err(rc));
+	if (k.mv_size <= 8)
+		return fail(x, STORE_E_CORRUPT);
+	*deadline = (int64_t)get_be64(k.mv_data);
+	return 0;
+}
+
+/* ---- audit ----------------------------------------------------------- */
+
+int store_model_call_put(store_txn *x, const char *conv, const struct store_model_call_in *mc)
+{
+	CHECK_WRITE(x);
+	uint64_t num;
+	if (!mc || !mc->model || !mc->rendered.ptr || !mp_valid_one(mc->rendered.ptr, mc->rendered.len) ||
+	    !(mc->usage.cost >= 0))
+		return STORE_E_INVAL;
+	int err = conv_num(x, conv, &num);
+	if (err || !x->s->opts.audit)
+		return err;
+	msgpack_packer *pk = rec(x);
+	msgpack_pack_array(pk, 8);
+	pack_str(x, mc->model);
+	msgpack_pack_uint64(pk, mc->usage.input_tokens);
+	msgpack_pack_uint64(pk, mc->usage.output_tokens);
+	msgpack_pack_double(pk, mc->usage.cost);
+	msgpack_pack_uint64(pk, mc->latency_ms);
+	msgpack_pack_uint64(pk, mc->summary_version);
+	msgpack_pack_int64(pk, x->now);
+	msgpack_sbuffer_write(&x->buf, mc->rendered.ptr, mc->rendered.len);
+	unsigned char k[16];
+	key2(k, num, mc->turn_ref);
+	return put(x, x->s->model_calls, k, 16, 0);
+}
+
+static int mc_decode(const MDB_val *k, const MDB_val *v, struct store_model_call *mc)
+{
+	struct mp m;
+	uint32_t n;
+	if (k->mv_size != 16)
+		return STORE_E_CORRUPT;
+	mc->turn_ref = get_be64((const unsigned char *)k->mv_data + 8);
+	mp_init(&m, v->mv_data, v->mv_size);
+	if (mp_array(&m, &n) || n != 8 || mp_bytes(&m, &mc->model) || mp_uint(&m, &mc->usage.input_tokens) ||
+	    mp_uint(&m, &mc->usage.output_tokens) || mp_double(&m, &mc->usage.cost) ||
+	    mp_uint(&m, &mc->latency_ms) || mp_uint(&m, &mc->summary_version) || mp_int(&m, &mc->inserted_at) ||
+	    mp_skip(&m, &mc->rendered.ptr, &mc->rendered.len) || m.p != m.end)
+		return STORE_E_CORRUPT;
+	return 0;
+}
+
+struct mcl_ctx {
+	int (*fn)(void *, const struct store_model_call *);
+	void *arg;
+};
+
+static int mcl_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v)
+{
+	struct mcl_ctx *c = arg;
+	struct store_model_call mc;
+	if (mc_decode(k, v, &mc))
+		return fail(x, STORE_E_CORRUPT);
+	return c->fn(c->arg, &mc);
+}
+
+int store_model_calls_list(store_txn *x, const char *conv, int (*fn)(void *, const struct store_model_call *),
+			   void *arg)
+{
+	CHECK_TXN(x);
+	uint64_t num;
+	if (!fn)
+		return STORE_E_INVAL;
+	int err = conv_num(x, conv, &num);
+	if (err)
+		return err;
+	unsigned char k[8];
+	put_be64(k, num);
+	struct mcl_ctx c = { fn, arg };
+	return scan_prefix(x, x->s->model_calls, k, 8, mcl_each, &c);
+}
+
+int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_t *removed)
+{
+	CHECK_WRITE(x);
+	uint64_t num = 0, n = 0;
+	if (ttl_ms < 0)
+		return STORE_E_INVAL;
+	if (conv) {
+		int err = conv_num(x, conv, &num);
+		if (err)
+			return err;
+	}
+	int64_t cutoff = x->now - ttl_ms;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->model_calls, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	unsigned char kb[16];
+	key2(kb, num, 0);
+	MDB_val k = { conv ? 16 : 0, kb }, v;
+	rc = conv ? mdb_cursor_get(c, &k, &v, MDB_SET_RANGE) : mdb_cursor_get(c, &k, &v, MDB_FIRST);
+	int err = 0;
+	while (rc == 0) {
+		struct store_model_call mc;
+		if (conv && (k.mv_size != 16 || get_be64(k.mv_data) != num))
+			break;
+		if (mc_decode(&k, &v, &mc)) {
+			err = STORE_E_CORRUPT;
+			break;
+		}
+		if (mc.inserted_at < cutoff) {
+			/* Re-seek past the deleted key instead of trusting the
+			 * cursor's position after a delete. */
+			memcpy(kb, k.mv_data, 16);
+			if ((rc = mdb_cursor_del(c, 0)) != 0)
+				break;
+			n++;
+			k.mv_size = 16;
+			k.mv_data = kb;
+			rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+			continue;
+		}
+		rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+	}
+	mdb_cursor_close(c);
+	if (err)
+		return fail(x, err);
+	if (rc && rc != MDB_NOTFOUND)
+		return fail(x, map_err(rc));
+	if (removed)
+		*removed = n;
+	return 0;
+}
