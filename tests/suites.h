@@ -5,10 +5,16 @@
 
 Suite *make_mp_suite(void);
 Suite *make_conformance_suite(void);
+Suite *make_store_mp_suite(void);
+Suite *make_proc_suite(void);
+Suite *make_protocol_suite(void);
 
 static Suite *(*const check_suites[])(void) = {
 	make_mp_suite,
 	make_conformance_suite,
+	make_store_mp_suite,
+	make_proc_suite,
+	make_protocol_suite,
 	0,
 };
 #endif

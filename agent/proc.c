@@ -1,0 +1,1 @@
+/* proc.c: running model and tool commands (see proc.h). */

@@ -1,0 +1,1 @@
+/* protocol.c: the model and tool process protocols (see protocol.h). */

@@ -1,0 +1,5 @@
+/* A child process for the multi-process store tests. */
+int main(void)
+{
+	return 0;
+}
