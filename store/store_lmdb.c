@@ -1042,6 +1042,7 @@ static int event_decode(const MDB_val *k, const MDB_val *v, struct store_event *
 
 struct stream_ctx {
 	uint64_t before;
+	int past; /* stopped at `before`, not by the callback */
 	const char *type;
 	size_t type_len;
 	store_event_fn fn;
@@ -1052,14 +1053,18 @@ static int stream_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val 
 {
 	struct stream_ctx *sc = arg;
 	struct store_event e;
-	if (k->mv_size == 16 && sc->before && get_be64((const unsigned char *)k->mv_data + 8) >= sc->before)
-		return 1; /* past the range: stop, not an error */
+	if (k->mv_size == 16 && sc->before && get_be64((const unsigned char *)k->mv_data + 8) >= sc->before) {
+		sc->past = 1; /* past the range: stop, not an error */
+		return 1;
+	}
 	if (event_decode(k, v, &e))
 		return fail(x, STORE_E_CORRUPT);
 	if (sc->type && (e.type.len != sc->type_len || memcmp(e.type.ptr, sc->type, sc->type_len)))
 		return 0;
-	int r = sc->fn(sc->arg, &e);
-	return r == 1 ? 2 : r; /* keep the stop marker apart from a callback's 1 */
+	/* The callback's return goes back unchanged (store.h); the range stop is
+	 * told apart by sc->past, not by remapping values (which turned a
+	 * callback's 2 into 1). */
+	return sc->fn(sc->arg, &e);
 }
 
 /* With a type filter, the first seq of the last `limit` matches in range. */
@@ -1097,7 +1102,11 @@ static int tail_start(store_txn *x, uint64_t num, uint64_t after, uint64_t hi, c
 
 static int stream(store_txn *x, uint64_t num, const struct store_range *r, store_event_fn fn, void *arg)
 {
-	struct stream_ctx sc = { r->before, r->type, r->type ? strlen(r->type) : 0, fn, arg };
+	struct stream_ctx sc = { r->before, 0, r->type, r->type ? strlen(r->type) : 0, fn, arg };
+	/* Nothing is after the greatest seq; after + 1 would wrap to 0 and
+	 * stream the whole log. */
+	if (r->after == UINT64_MAX)
+		return 0;
 	uint64_t start = r->after + 1;
 	if (r->limit) {
 		uint64_t last;
@@ -1119,11 +1128,7 @@ static int stream(store_txn *x, uint64_t num, const struct store_range *r, store
 	unsigned char kb[16];
 	key2(kb, num, start);
 	int rc = scan_prefix(x, x->s->events, kb, 16, stream_each, &sc);
-	if (rc == 1)
-		return 0; /* reached `before` */
-	if (rc == 2)
-		return 1; /* the callback stopped with 1 */
-	return rc;
+	return sc.past ? 0 : rc; /* reaching `before` is the normal end */
 }
 
 int store_events_stream(store_txn *x, const char *conv, const struct store_range *r, store_event_fn fn,

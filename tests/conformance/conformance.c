@@ -1,9 +1,919 @@
-/* The store conformance suite: written against store/store.h only. */
+/*
+ * The store conformance suite: every behaviour store/store.h promises, one
+ * test per behaviour, written against store.h alone (plus libc, Check and
+ * msgpack-c to build content), so a second backend links it unchanged.
+ *
+ * Each test runs in its own fork (Check's fork mode); the checked fixture
+ * opens a fresh store in a fresh mkdtemp() directory inside that fork, so no
+ * environment ever crosses a fork. Time comes from a fake clock the tests set.
+ */
 #include <check.h>
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "store/store.h"
 #include "tests/suites.h"
 
+/* ---- fixture --------------------------------------------------------- */
+
+#define T0 INT64_C(1700000000000)
+
+static char dir[PATH_MAX];
+static store *S;
+static int64_t NOW;
+static struct store_opts OPTS;
+
+static int64_t fake_clock(void *arg)
+{
+	return *(const int64_t *)arg;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static void rm_dir(void)
+{
+	if (dir[0])
+		nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	dir[0] = 0;
+}
+
+/* msgpack buffers built by a test, freed in teardown (LeakSanitizer). */
+#define POOL_MAX 512
+static msgpack_sbuffer *pool[POOL_MAX];
+static size_t npool;
+static msgpack_packer PK;
+
+static void pool_free(void)
+{
+	for (size_t i = 0; i < npool; i++) {
+		msgpack_sbuffer_free(pool[i]);
+		pool[i] = NULL;
+	}
+	npool = 0;
+}
+
+static void open_store(void)
+{
+	ck_assert_int_eq(store_open(&S, dir, &OPTS), 0);
+	ck_assert_ptr_nonnull(S);
+}
+
+static void reopen_store(void)
+{
+	store_close(S);
+	S = NULL;
+	open_store();
+}
+
+static void setup_common(int audit)
+{
+	const char *tmp = getenv("TMPDIR");
+	snprintf(dir, sizeof dir, "%s/agentd-conf-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	/* A failed assertion exits the fork without teardown: clean up anyway. */
+	atexit(rm_dir);
+	NOW = T0;
+	memset(&OPTS, 0, sizeof OPTS);
+	OPTS.sync = STORE_SYNC_NONE; /* durability is not what this suite measures */
+	OPTS.audit = audit;
+	OPTS.map_size = (size_t)32 << 20;
+	OPTS.clock = fake_clock;
+	OPTS.clock_arg = &NOW;
+	open_store();
+}
+
+static void setup(void)
+{
+	setup_common(0);
+}
+
+static void setup_audit(void)
+{
+	setup_common(1);
+}
+
+static void teardown(void)
+{
+	store_close(S);
+	S = NULL;
+	pool_free();
+	rm_dir();
+}
+
+/* ---- content builders ------------------------------------------------ */
+
+/* Start a new msgpack buffer; pack into PK, then take it with built(). */
+static msgpack_packer *B(void)
+{
+	ck_assert_uint_lt(npool, POOL_MAX);
+	msgpack_sbuffer *sb = msgpack_sbuffer_new();
+	ck_assert_ptr_nonnull(sb);
+	pool[npool++] = sb;
+	msgpack_packer_init(&PK, sb, msgpack_sbuffer_write);
+	return &PK;
+}
+
+static store_bytes built(void)
+{
+	msgpack_sbuffer *sb = pool[npool - 1];
+	return (store_bytes){ sb->data, sb->size };
+}
+
+static store_bytes mstr(const char *s)
+{
+	msgpack_pack_str_with_body(B(), s, strlen(s));
+	return built();
+}
+
+static store_bytes mint(int64_t v)
+{
+	msgpack_pack_int64(B(), v);
+	return built();
+}
+
+static store_bytes mmap1(const char *k, const char *v)
+{
+	msgpack_packer *pk = B();
+	msgpack_pack_map(pk, 1);
+	msgpack_pack_str_with_body(pk, k, strlen(k));
+	msgpack_pack_str_with_body(pk, v, strlen(v));
+	return built();
+}
+
+static store_bytes mmap0(void)
+{
+	msgpack_pack_map(B(), 0);
+	return built();
+}
+
+static store_bytes raw(const void *p, size_t len)
+{
+	return (store_bytes){ p, len };
+}
+
+/* Byte strings that are not exactly one msgpack object. */
+static const unsigned char two_objs[] = { 0x01, 0x02 };            /* 1, 2 */
+static const unsigned char trunc_arr[] = { 0x92, 0x01 };           /* [1, <missing>] */
+static const unsigned char trunc_str[] = { 0xa5, 'a', 'b' };       /* str of 5, 2 given */
+static const unsigned char never_used[] = { 0xc1 };                /* reserved byte */
+static const unsigned char map_then_junk[] = { 0x80, 0x00 };       /* {} 0 */
+
+static const struct bad_blob {
+	const char *what;
+	store_bytes b;
+} bad_blobs[] = {
+	{ "two objects", { two_objs, sizeof two_objs } },
+	{ "truncated array", { trunc_arr, sizeof trunc_arr } },
+	{ "truncated str", { trunc_str, sizeof trunc_str } },
+	{ "reserved 0xc1", { never_used, sizeof never_used } },
+	{ "map + trailing byte", { map_then_junk, sizeof map_then_junk } },
+};
+#define NBAD (sizeof bad_blobs / sizeof bad_blobs[0])
+
+static int bytes_eq(store_bytes b, const void *p, size_t len)
+{
+	return b.len == len && (len == 0 || memcmp(b.ptr, p, len) == 0);
+}
+
+static int bytes_eq_s(store_bytes b, const char *s)
+{
+	return bytes_eq(b, s, strlen(s));
+}
+
+static int bytes_eq_b(store_bytes a, store_bytes b)
+{
+	return bytes_eq(a, b.ptr, b.len);
+}
+
+/* ---- transactions ---------------------------------------------------- */
+
+static store_txn *wbegin(void)
+{
+	store_txn *t = NULL;
+	ck_assert_int_eq(store_txn_begin(S, STORE_WRITE, &t), 0);
+	ck_assert_ptr_nonnull(t);
+	return t;
+}
+
+static store_txn *rbegin(void)
+{
+	store_txn *t = NULL;
+	ck_assert_int_eq(store_txn_begin(S, STORE_READ, &t), 0);
+	ck_assert_ptr_nonnull(t);
+	return t;
+}
+
+static void commit(store_txn *t)
+{
+	ck_assert_int_eq(store_txn_commit(t), 0);
+}
+
+static void mkconv(const char *id)
+{
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_create(t, id, mmap0()), 0);
+	commit(t);
+}
+
+static struct store_event_in ev(const char *type, store_bytes content, const char *event_id)
+{
+	return (struct store_event_in){ type, content, event_id };
+}
+
+/* Append n events "e1".."en" (content: their 1-based index), one txn. */
+static void append_n(const char *conv, size_t n, const char *type)
+{
+	store_txn *t = wbegin();
+	for (size_t i = 0; i < n; i++) {
+		struct store_event_in e = ev(type, mint((int64_t)i + 1), NULL);
+		uint64_t seq = 0;
+		ck_assert_int_eq(store_event_append(t, conv, &e, &seq, NULL), 0);
+	}
+	commit(t);
+}
+
+static uint64_t latest(const char *conv)
+{
+	store_txn *t = rbegin();
+	uint64_t seq = 99;
+	ck_assert_int_eq(store_event_latest_seq(t, conv, &seq), 0);
+	store_txn_abort(t);
+	return seq;
+}
+
+/* ---- event collection ------------------------------------------------ */
+
+#define EV_MAX 600
+struct ev_copy {
+	uint64_t seq;
+	char type[40];
+	unsigned char content[64];
+	size_t clen;
+	char eid[STORE_EVENT_ID_MAX + 1];
+	size_t eidlen;
+	int64_t inserted_at;
+};
+struct evs {
+	size_t n;
+	size_t stop_after; /* 0: never stop */
+	int stop_ret;
+	struct ev_copy e[EV_MAX];
+};
+static struct evs E;
+
+static int collect_ev(void *arg, const struct store_event *e)
+{
+	struct evs *c = arg;
+	ck_assert_uint_lt(c->n, EV_MAX);
+	ck_assert_uint_le(e->type.len, 32);
+	ck_assert_uint_le(e->content.len, sizeof c->e[0].content);
+	ck_assert_uint_le(e->event_id.len, STORE_EVENT_ID_MAX);
+	struct ev_copy *o = &c->e[c->n++];
+	o->seq = e->seq;
+	memcpy(o->type, e->type.ptr, e->type.len);
+	o->type[e->type.len] = 0;
+	memcpy(o->content, e->content.ptr, e->content.len);
+	o->clen = e->content.len;
+	if (e->event_id.len)
+		memcpy(o->eid, e->event_id.ptr, e->event_id.len);
+	o->eid[e->event_id.len] = 0;
+	o->eidlen = e->event_id.len;
+	o->inserted_at = e->inserted_at;
+	return c->stop_after && c->n == c->stop_after ? c->stop_ret : 0;
+}
+
+static int stream(const char *conv, uint64_t after, uint64_t before, size_t limit, const char *type)
+{
+	memset(&E, 0, sizeof E);
+	struct store_range r = { after, before, limit, type };
+	store_txn *t = rbegin();
+	int rc = store_events_stream(t, conv, &r, collect_ev, &E);
+	store_txn_abort(t);
+	return rc;
+}
+
+static void expect_seqs_at(int line, const uint64_t *want, size_t n)
+{
+	ck_assert_msg(E.n == n, "line %d: got %zu events, want %zu", line, E.n, n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(E.e[i].seq == want[i], "line %d: event %zu has seq %llu, want %llu", line, i,
+			      (unsigned long long)E.e[i].seq, (unsigned long long)want[i]);
+}
+#define EXPECT_SEQS(...)                                                       \
+	do {                                                                   \
+		const uint64_t want_[] = { __VA_ARGS__ };                      \
+		expect_seqs_at(__LINE__, want_, sizeof want_ / sizeof want_[0]); \
+	} while (0)
+#define EXPECT_NO_EVENTS() ck_assert_uint_eq(E.n, 0)
+
+/* Expect seqs lo..hi (inclusive) in order. */
+static void expect_run(uint64_t lo, uint64_t hi)
+{
+	ck_assert_uint_eq(E.n, hi - lo + 1);
+	for (size_t i = 0; i < E.n; i++)
+		ck_assert_uint_eq(E.e[i].seq, lo + i);
+}
+
+/* ---- events ---------------------------------------------------------- */
+
+START_TEST(seq_starts_at_one_and_increases)
+{
+	mkconv("c1");
+	uint64_t prev = 0;
+	for (int txn = 0; txn < 3; txn++) {
+		store_txn *t = wbegin();
+		for (int i = 0; i < 3; i++) {
+			struct store_event_in e = ev("user_msg", mstr("hi"), NULL);
+			uint64_t seq = 0;
+			int dup = -1;
+			ck_assert_int_eq(store_event_append(t, "c1", &e, &seq, &dup), 0);
+			ck_assert_uint_eq(seq, prev + 1);
+			ck_assert_int_eq(dup, 0);
+			prev = seq;
+		}
+		commit(t);
+	}
+	ck_assert_uint_eq(latest("c1"), 9);
+	ck_assert_int_eq(stream("c1", 0, 0, 0, NULL), 0);
+	expect_run(1, 9);
+}
+END_TEST
+
+START_TEST(seq_is_per_conversation)
+{
+	mkconv("a");
+	mkconv("b");
+	append_n("a", 3, "user_msg");
+	append_n("b", 2, "user_msg");
+	append_n("a", 1, "user_msg");
+	ck_assert_uint_eq(latest("a"), 4);
+	ck_assert_uint_eq(latest("b"), 2);
+	ck_assert_int_eq(stream("b", 0, 0, 0, NULL), 0);
+	expect_run(1, 2);
+}
+END_TEST
+
+START_TEST(latest_seq_zero_when_empty)
+{
+	mkconv("c1");
+	ck_assert_uint_eq(latest("c1"), 0);
+	ck_assert_int_eq(stream("c1", 0, 0, 0, NULL), 0);
+	EXPECT_NO_EVENTS();
+}
+END_TEST
+
+START_TEST(event_fields_round_trip)
+{
+	mkconv("c1");
+	store_bytes content = mmap1("text", "hello");
+	store_txn *t = wbegin();
+	struct store_event_in a = ev("user_msg", content, "req-1");
+	struct store_event_in b = ev("assistant_msg", mint(-7), NULL);
+	uint64_t seq;
+	ck_assert_int_eq(store_event_append(t, "c1", &a, &seq, NULL), 0);
+	ck_assert_int_eq(store_event_append(t, "c1", &b, &seq, NULL), 0);
+	commit(t);
+	ck_assert_int_eq(stream("c1", 0, 0, 0, NULL), 0);
+	EXPECT_SEQS(1, 2);
+	ck_assert_str_eq(E.e[0].type, "user_msg");
+	ck_assert(bytes_eq(raw(E.e[0].content, E.e[0].clen), content.ptr, content.len));
+	ck_assert_str_eq(E.e[0].eid, "req-1");
+	ck_assert_int_eq(E.e[0].inserted_at, T0);
+	ck_assert_str_eq(E.e[1].type, "assistant_msg");
+	ck_assert_uint_eq(E.e[1].eidlen, 0); /* len 0 when none */
+	store_bytes m7 = mint(-7);
+	ck_assert(bytes_eq(raw(E.e[1].content, E.e[1].clen), m7.ptr, m7.len));
+}
+END_TEST
+
+START_TEST(event_inserted_at_is_txn_clock)
+{
+	mkconv("c1");
+	NOW = T0 + 5000;
+	append_n("c1", 1, "user_msg");
+	NOW = T0 + 9000;
+	append_n("c1", 1, "user_msg");
+	ck_assert_int_eq(stream("c1", 0, 0, 0, NULL), 0);
+	ck_assert_uint_eq(E.n, 2);
+	ck_assert_int_eq(E.e[0].inserted_at, T0 + 5000);
+	ck_assert_int_eq(E.e[1].inserted_at, T0 + 9000);
+}
+END_TEST
+
+START_TEST(idempotent_append_returns_original_seq)
+{
+	mkconv("c1");
+	store_txn *t = wbegin();
+	struct store_event_in a = ev("user_msg", mstr("first"), "k1");
+	struct store_event_in b = ev("user_msg", mstr("second"), "k2");
+	struct store_event_in again = ev("assistant_msg", mstr("changed"), "k1");
+	uint64_t seq = 0;
+	int dup = -1;
+	ck_assert_int_eq(store_event_append(t, "c1", &a, &seq, &dup), 0);
+	ck_assert_uint_eq(seq, 1);
+	ck_assert_int_eq(dup, 0);
+	ck_assert_int_eq(store_event_append(t, "c1", &b, &seq, &dup), 0);
+	ck_assert_uint_eq(seq, 2);
+	ck_assert_int_eq(dup, 0);
+	/* same txn */
+	ck_assert_int_eq(store_event_append(t, "c1", &again, &seq, &dup), 0);
+	ck_assert_uint_eq(seq, 1);
+	ck_assert_int_eq(dup, 1);
+	commit(t);
+	/* a later txn; dup may be NULL */
+	t = wbegin();
+	seq = 0;
+	ck_assert_int_eq(store_event_append(t, "c1", &again, &seq, NULL), 0);
+	ck_assert_uint_eq(seq, 1);
+	dup = -1;
+	ck_assert_int_eq(store_event_append(t, "c1", &b, &seq, &dup), 0);
+	ck_assert_uint_eq(seq, 2);
+	ck_assert_int_eq(dup, 1);
+	commit(t);
+	ck_assert_uint_eq(latest("c1"), 2);
+	/* nothing of the duplicates was written: the first content stands */
+	ck_assert_int_eq(stream("c1", 0, 0, 0, NULL), 0);
+	EXPECT_SEQS(1, 2);
+	store_bytes first = mstr("first");
+	ck_assert(bytes_eq(raw(E.e[0].content, E.e[0].clen), first.ptr, first.len));
+	ck_assert_str_eq(E.e[0].type, "user_msg");
+}
+END_TEST
+
+START_TEST(event_id_scoped_to_conversation)
+{
+	mkconv("a");
+	mkconv("b");
+	store_txn *t = wbegin();
+	struct store_event_in e = ev("user_msg", mstr("x"), "same");
+	uint64_t seq;
+	int dup;
+	ck_assert_int_eq(store_event_append(t, "a", &e, &seq, &dup), 0);
+	ck_assert_int_eq(store_event_append(t, "a", &e, &seq, &dup), 0);
+	ck_assert_int_eq(dup, 1);
+	ck_assert_int_eq(store_event_append(t, "b", &e, &seq, &dup), 0);
+	ck_assert_uint_eq(seq, 1);
+	ck_assert_int_eq(dup, 0);
+	commit(t);
+	ck_assert_uint_eq(latest("b"), 1);
+}
+END_TEST
+
+START_TEST(batch_appends_in_order)
+{
+	mkconv("c1");
+	append_n("c1", 2, "user_msg");
+	struct store_event_in in[4] = {
+		ev("user_msg", mint(10), NULL), ev("assistant_msg", mint(11), "x"),
+		ev("tool_call", mint(12), NULL), ev("tool_result", mint(13), "y"),
+	};
+	uint64_t seqs[4] = { 0 };
+	int dups[4] = { -1, -1, -1, -1 };
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_events_append(t, "c1", in, 4, seqs, dups), 0);
+	commit(t);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_uint_eq(seqs[i], 3 + (uint64_t)i);
+		ck_assert_int_eq(dups[i], 0);
+	}
+	ck_assert_int_eq(stream("c1", 2, 0, 0, NULL), 0);
+	EXPECT_SEQS(3, 4, 5, 6);
+	const char *types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result" };
+	for (int i = 0; i < 4; i++) {
+		ck_assert_str_eq(E.e[i].type, types[i]);
+		ck_assert(bytes_eq(raw(E.e[i].content, E.e[i].clen), in[i].content.ptr, in[i].content.len));
+	}
+}
+END_TEST
+
+START_TEST(batch_duplicate_within_batch)
+{
+	mkconv("c1");
+	struct store_event_in in[4] = {
+		ev("user_msg", mint(1), "a"), ev("user_msg", mint(2), "b"),
+		ev("user_msg", mint(3), "a"), ev("user_msg", mint(4), NULL),
+	};
+	uint64_t seqs[4];
+	int dups[4];
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_events_append(t, "c1", in, 4, seqs, dups), 0);
+	commit(t);
+	ck_assert_uint_eq(seqs[0], 1);
+	ck_assert_uint_eq(seqs[1], 2);
+	ck_assert_uint_eq(seqs[2], 1); /* the first occurrence's seq */
+	ck_assert_uint_eq(seqs[3], 3); /* no gap left by the duplicate */
+	ck_assert_int_eq(dups[0], 0);
+	ck_assert_int_eq(dups[1], 0);
+	ck_assert_int_eq(dups[2], 1);
+	ck_assert_int_eq(dups[3], 0);
+	ck_assert_uint_eq(latest("c1"), 3);
+	ck_assert_int_eq(stream("c1", 0, 0, 0, NULL), 0);
+	EXPECT_SEQS(1, 2, 3);
+	store_bytes one = mint(1);
+	ck_assert(bytes_eq(raw(E.e[0].content, E.e[0].clen), one.ptr, one.len));
+}
+END_TEST
+
+START_TEST(batch_duplicate_across_batches)
+{
+	mkconv("c1");
+	struct store_event_in b1[2] = { ev("user_msg", mint(1), "a"), ev("user_msg", mint(2), "b") };
+	struct store_event_in b2[3] = { ev("user_msg", mint(3), "c"), ev("user_msg", mint(4), "a"),
+					ev("user_msg", mint(5), "d") };
+	uint64_t s1[2], s2[3];
+	int d2[3];
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_events_append(t, "c1", b1, 2, s1, NULL), 0);
+	commit(t);
+	t = wbegin();
+	ck_assert_int_eq(store_events_append(t, "c1", b2, 3, s2, d2), 0);
+	commit(t);
+	ck_assert_uint_eq(s2[0], 3);
+	ck_assert_uint_eq(s2[1], 1);
+	ck_assert_uint_eq(s2[2], 4);
+	ck_assert_int_eq(d2[0], 0);
+	ck_assert_int_eq(d2[1], 1);
+	ck_assert_int_eq(d2[2], 0);
+	ck_assert_uint_eq(latest("c1"), 4);
+}
+END_TEST
+
+START_TEST(batch_with_invalid_event_writes_nothing)
+{
+	mkconv("c1");
+	append_n("c1", 2, "user_msg");
+	char long_type[34];
+	memset(long_type, 'a', 33);
+	long_type[33] = 0;
+	const struct store_event_in bad[] = {
+		ev("Bad", mint(1), NULL),          /* type alphabet */
+		ev("", mint(1), NULL),             /* empty type */
+		ev(long_type, mint(1), NULL),      /* 33-byte type */
+		ev(NULL, mint(1), NULL),           /* no type */
+		ev("user_msg", raw(two_objs, sizeof two_objs), NULL),
+		ev("user_msg", raw(NULL, 0), NULL), /* no content */
+		ev("user_msg", mint(1), ""),       /* empty event_id */
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		/* the bad event last: the good ones before it must not land */
+		struct store_event_in in[3] = { ev("user_msg", mint(1), "good-1"),
+						ev("user_msg", mint(2), NULL), bad[i] };
+		uint64_t seqs[3];
+		store_txn *t = wbegin();
+		ck_assert_msg(store_events_append(t, "c1", in, 3, seqs, NULL) == STORE_E_INVAL, "bad[%zu]", i);
+		commit(t); /* INVAL leaves the txn usable, and wrote nothing */
+		ck_assert_uint_eq(latest("c1"), 2);
+	}
+	/* good-1 was never recorded: appending it now is not a duplicate */
+	store_txn *t = wbegin();
+	struct store_event_in g = ev("user_msg", mint(1), "good-1");
+	uint64_t seq;
+	int dup = -1;
+	ck_assert_int_eq(store_event_append(t, "c1", &g, &seq, &dup), 0);
+	ck_assert_uint_eq(seq, 3);
+	ck_assert_int_eq(dup, 0);
+	commit(t);
+}
+END_TEST
+
+START_TEST(event_field_limits)
+{
+	mkconv("c1");
+	char t32[33], t33[34], id200[201], id201[202];
+	memset(t32, 'z', 32);
+	t32[32] = 0;
+	memset(t33, 'z', 33);
+	t33[33] = 0;
+	memset(id200, 'k', 200);
+	id200[200] = 0;
+	memset(id201, 'k', 201);
+	id201[201] = 0;
+	store_txn *t = wbegin();
+	uint64_t seq;
+	struct store_event_in e;
+	e = ev(t32, mint(1), NULL);
+	ck_assert_int_eq(store_event_append(t, "c1", &e, &seq, NULL), 0);
+	e = ev("a_b", mint(1), id200);
+	ck_assert_int_eq(store_event_append(t, "c1", &e, &seq, NULL), 0);
+	/* event ids are any bytes but NUL, not the id alphabet */
+	e = ev("x", mint(1), "any bytes / spaces \xc3\xa9");
+	ck_assert_int_eq(store_event_append(t, "c1", &e, &seq, NULL), 0);
+	e = ev(t33, mint(1), NULL);
+	ck_assert_int_eq(store_event_append(t, "c1", &e, &seq, NULL), STORE_E_INVAL);
+	e = ev("a-b", mint(1), NULL);
+	ck_assert_int_eq(store_event_append(t, "c1", &e, &seq, NULL), STORE_E_INVAL);
+	e = ev("a1", mint(1), NULL);
+	ck_assert_int_eq(store_event_append(t, "c1", &e, &seq, NULL), STORE_E_INVAL);
+	e = ev("x", mint(1), id201);
+	ck_assert_int_eq(store_event_append(t, "c1", &e, &seq, NULL), STORE_E_INVAL);
+	commit(t);
+	ck_assert_uint_eq(latest("c1"), 3);
+	ck_assert_int_eq(stream("c1", 0, 0, 0, NULL), 0);
+	ck_assert_str_eq(E.e[0].type, t32);
+	ck_assert_uint_eq(E.e[1].eidlen, 200);
+	ck_assert_str_eq(E.e[2].eid, "any bytes / spaces \xc3\xa9");
+}
+END_TEST
+
+/* ---- stream ------------------------------------------------------------ */
+
+START_TEST(stream_after_before_exclusive)
+{
+	mkconv("c1");
+	append_n("c1", 10, "user_msg");
+	ck_assert_int_eq(stream("c1", 3, 7, 0, NULL), 0);
+	EXPECT_SEQS(4, 5, 6);
+	ck_assert_int_eq(stream("c1", 0, 0, 0, NULL), 0); /* before 0: unbounded */
+	expect_run(1, 10);
+	ck_assert_int_eq(stream("c1", 9, 0, 0, NULL), 0);
+	EXPECT_SEQS(10);
+	ck_assert_int_eq(stream("c1", 0, 2, 0, NULL), 0);
+	EXPECT_SEQS(1);
+	ck_assert_int_eq(stream("c1", 0, 1, 0, NULL), 0);
+	EXPECT_NO_EVENTS();
+	ck_assert_int_eq(stream("c1", 10, 0, 0, NULL), 0);
+	EXPECT_NO_EVENTS();
+	ck_assert_int_eq(stream("c1", 4, 5, 0, NULL), 0); /* nothing strictly between */
+	EXPECT_NO_EVENTS();
+	ck_assert_int_eq(stream("c1", 7, 3, 0, NULL), 0); /* empty range */
+	EXPECT_NO_EVENTS();
+	ck_assert_int_eq(stream("c1", 0, 100, 0, NULL), 0);
+	expect_run(1, 10);
+}
+END_TEST
+
+START_TEST(stream_after_max_is_empty)
+{
+	mkconv("c1");
+	append_n("c1", 3, "user_msg");
+	ck_assert_int_eq(stream("c1", UINT64_MAX, 0, 0, NULL), 0);
+	EXPECT_NO_EVENTS();
+	ck_assert_int_eq(stream("c1", UINT64_MAX, 0, 2, NULL), 0);
+	EXPECT_NO_EVENTS();
+	ck_assert_int_eq(stream("c1", UINT64_MAX, 0, 2, "user_msg"), 0);
+	EXPECT_NO_EVENTS();
+	ck_assert_int_eq(stream("c1", 0, UINT64_MAX, 0, NULL), 0);
+	expect_run(1, 3);
+}
+END_TEST
+
+START_TEST(stream_limit_keeps_most_recent)
+{
+	mkconv("c1");
+	append_n("c1", 10, "user_msg");
+	ck_assert_int_eq(stream("c1", 0, 0, 3, NULL), 0);
+	EXPECT_SEQS(8, 9, 10);
+	ck_assert_int_eq(stream("c1", 0, 6, 3, NULL), 0);
+	EXPECT_SEQS(3, 4, 5);
+	ck_assert_int_eq(stream("c1", 7, 0, 5, NULL), 0); /* fewer than limit in range */
+	EXPECT_SEQS(8, 9, 10);
+	ck_assert_int_eq(stream("c1", 3, 6, 3, NULL), 0);
+	EXPECT_SEQS(4, 5);
+	ck_assert_int_eq(stream("c1", 3, 7, 3, NULL), 0);
+	EXPECT_SEQS(4, 5, 6);
+	ck_assert_int_eq(stream("c1", 0, 0, 10, NULL), 0);
+	expect_run(1, 10);
+	ck_assert_int_eq(stream("c1", 0, 0, 1000, NULL), 0);
+	expect_run(1, 10);
+	ck_assert_int_eq(stream("c1", 0, 0, 1, NULL), 0);
+	EXPECT_SEQS(10);
+	ck_assert_int_eq(stream("c1", 0, 1, 1, NULL), 0);
+	EXPECT_NO_EVENTS();
+	ck_assert_int_eq(stream("c1", 0, 500, 2, NULL), 0); /* before past the end */
+	EXPECT_SEQS(9, 10);
+}
+END_TEST
+
+/* Types by seq: u a t u a t u a t u (seq 1..10). */
+static void mixed_log(const char *conv)
+{
+	static const char *const types[] = { "user_msg", "assistant_msg", "tool_result" };
+	store_txn *t = wbegin();
+	for (int i = 0; i < 10; i++) {
+		struct store_event_in e = ev(types[i % 3], mint(i + 1), NULL);
+		uint64_t seq;
+		ck_assert_int_eq(store_event_append(t, conv, &e, &seq, NULL), 0);
+	}
+	commit(t);
+}
+
+START_TEST(stream_type_filter)
+{
+	mkconv("c1");
+	mixed_log("c1");
+	ck_assert_int_eq(stream("c1", 0, 0, 0, "user_msg"), 0);
+	EXPECT_SEQS(1, 4, 7, 10);
+	for (size_t i = 0; i < E.n; i++)
+		ck_assert_str_eq(E.e[i].type, "user_msg");
+	ck_assert_int_eq(stream("c1", 0, 0, 0, "tool_result"), 0);
+	EXPECT_SEQS(3, 6, 9);
+	ck_assert_int_eq(stream("c1", 1, 7, 0, "user_msg"), 0);
+	EXPECT_SEQS(4);
+	ck_assert_int_eq(stream("c1", 0, 0, 0, "system"), 0);
+	EXPECT_NO_EVENTS();
+	ck_assert_int_eq(stream("c1", 0, 0, 0, "user"), 0); /* a prefix does not match */
+	EXPECT_NO_EVENTS();
+}
+END_TEST
+
+START_TEST(stream_type_filter_with_limit)
+{
+	mkconv("c1");
+	mixed_log("c1");
+	ck_assert_int_eq(stream("c1", 0, 0, 2, "user_msg"), 0);
+	EXPECT_SEQS(7, 10);
+	ck_assert_int_eq(stream("c1", 0, 0, 2, "assistant_msg"), 0);
+	EXPECT_SEQS(5, 8);
+	ck_assert_int_eq(stream("c1", 0, 0, 9, "tool_result"), 0);
+	EXPECT_SEQS(3, 6, 9);
+	ck_assert_int_eq(stream("c1", 4, 0, 5, "user_msg"), 0);
+	EXPECT_SEQS(7, 10);
+	ck_assert_int_eq(stream("c1", 0, 0, 1, "system"), 0);
+	EXPECT_NO_EVENTS();
+}
+END_TEST
+
+START_TEST(stream_type_filter_with_limit_and_before)
+{
+	mkconv("c1");
+	mixed_log("c1");
+	ck_assert_int_eq(stream("c1", 0, 10, 2, "user_msg"), 0); /* 10 excluded */
+	EXPECT_SEQS(4, 7);
+	ck_assert_int_eq(stream("c1", 0, 7, 1, "user_msg"), 0);
+	EXPECT_SEQS(4);
+	ck_assert_int_eq(stream("c1", 0, 9, 2, "tool_result"), 0);
+	EXPECT_SEQS(3, 6);
+	ck_assert_int_eq(stream("c1", 1, 4, 3, "user_msg"), 0);
+	EXPECT_NO_EVENTS();
+	ck_assert_int_eq(stream("c1", 1, 5, 3, "user_msg"), 0);
+	EXPECT_SEQS(4);
+	/* the top of the range is not of the type */
+	ck_assert_int_eq(stream("c1", 0, 9, 1, "assistant_msg"), 0);
+	EXPECT_SEQS(8);
+}
+END_TEST
+
+/* Page backwards with before = the oldest seq seen, until a page is empty:
+ * every event exactly once. */
+static void page_back(const char *conv, size_t limit, const char *type, const uint64_t *want, size_t nwant)
+{
+	uint64_t seen[EV_MAX];
+	size_t nseen = 0, pages = 0;
+	uint64_t before = 0;
+	for (;;) {
+		ck_assert_int_eq(stream(conv, 0, before, limit, type), 0);
+		ck_assert_uint_le(E.n, limit);
+		if (E.n == 0)
+			break;
+		ck_assert_uint_lt(++pages, 100);
+		for (size_t i = 1; i < E.n; i++)
+			ck_assert_uint_lt(E.e[i - 1].seq, E.e[i].seq); /* ascending */
+		if (before)
+			ck_assert_uint_lt(E.e[E.n - 1].seq, before);
+		/* pages come newest first; keep the whole list ascending */
+		memmove(seen + E.n, seen, nseen * sizeof seen[0]);
+		for (size_t i = 0; i < E.n; i++)
+			seen[i] = E.e[i].seq;
+		nseen += E.n;
+		before = E.e[0].seq;
+	}
+	ck_assert_uint_eq(nseen, nwant);
+	for (size_t i = 0; i < nwant; i++)
+		ck_assert_uint_eq(seen[i], want[i]);
+}
+
+START_TEST(stream_pages_backwards)
+{
+	mkconv("c1");
+	append_n("c1", 23, "user_msg");
+	uint64_t all[23];
+	for (int i = 0; i < 23; i++)
+		all[i] = (uint64_t)i + 1;
+	page_back("c1", 5, NULL, all, 23);  /* 5,5,5,5,3 */
+	page_back("c1", 1, NULL, all, 23);
+	page_back("c1", 23, NULL, all, 23); /* one full page */
+	page_back("c1", 22, NULL, all, 23); /* last page of one */
+	/* the first page exactly: a limit that divides the log */
+	mkconv("c2");
+	append_n("c2", 20, "user_msg");
+	page_back("c2", 5, NULL, all, 20);
+}
+END_TEST
+
+START_TEST(stream_pages_backwards_with_type)
+{
+	mkconv("c1");
+	mixed_log("c1");
+	mixed_log("c1"); /* 20 events: user_msg at 1,4,7,10,11,14,17,20 */
+	static const char *const types[] = { "user_msg", "assistant_msg", "tool_result" };
+	uint64_t want[3][EV_MAX];
+	size_t nwant[3] = { 0 };
+	for (uint64_t s = 1; s <= 20; s++) {
+		int k = (int)((s - 1) % 10 % 3);
+		want[k][nwant[k]++] = s;
+	}
+	for (int k = 0; k < 3; k++)
+		for (size_t limit = 1; limit <= 4; limit++)
+			page_back("c1", limit, types[k], want[k], nwant[k]);
+}
+END_TEST
+
+START_TEST(stream_callback_return_stops)
+{
+	mkconv("c1");
+	append_n("c1", 5, "user_msg");
+	/* every non-zero return is handed back unchanged */
+	const int rets[] = { 1, 2, 7, -1, STORE_E_NOTFOUND };
+	for (size_t i = 0; i < sizeof rets / sizeof rets[0]; i++) {
+		memset(&E, 0, sizeof E);
+		E.stop_after = 2;
+		E.stop_ret = rets[i];
+		struct store_range r = { 0 };
+		store_txn *t = rbegin();
+		ck_assert_int_eq(store_events_stream(t, "c1", &r, collect_ev, &E), rets[i]);
+		store_txn_abort(t);
+		EXPECT_SEQS(1, 2);
+		/* with a limit and a before too */
+		memset(&E, 0, sizeof E);
+		E.stop_after = 1;
+		E.stop_ret = rets[i];
+		r = (struct store_range){ 0, 5, 3, NULL };
+		t = rbegin();
+		ck_assert_int_eq(store_events_stream(t, "c1", &r, collect_ev, &E), rets[i]);
+		store_txn_abort(t);
+		EXPECT_SEQS(2);
+	}
+}
+END_TEST
+
+START_TEST(stream_invalid_args)
+{
+	mkconv("c1");
+	append_n("c1", 2, "user_msg");
+	ck_assert_int_eq(stream("c1", 0, 0, 0, "User"), STORE_E_INVAL);
+	ck_assert_int_eq(stream("c1", 0, 0, 0, ""), STORE_E_INVAL);
+	store_txn *t = rbegin();
+	ck_assert_int_eq(store_events_stream(t, "c1", NULL, collect_ev, &E), STORE_E_INVAL);
+	struct store_range r = { 0 };
+	ck_assert_int_eq(store_events_stream(t, "c1", &r, NULL, NULL), STORE_E_INVAL);
+	store_txn_abort(t);
+}
+END_TEST
+
+/* ---- suite ------------------------------------------------------------ */
+
+static TCase *tc_new(Suite *s, const char *name, void (*su)(void))
+{
+	TCase *tc = tcase_create(name);
+	tcase_add_checked_fixture(tc, su, teardown);
+	tcase_set_timeout(tc, 60);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
 Suite *make_conformance_suite(void)
 {
-	return suite_create("conformance");
+	Suite *s = suite_create("conformance");
+	TCase *tc = tc_new(s, "events", setup);
+	tcase_add_test(tc, seq_starts_at_one_and_increases);
+	tcase_add_test(tc, seq_is_per_conversation);
+	tcase_add_test(tc, latest_seq_zero_when_empty);
+	tcase_add_test(tc, event_fields_round_trip);
+	tcase_add_test(tc, event_inserted_at_is_txn_clock);
+	tcase_add_test(tc, idempotent_append_returns_original_seq);
+	tcase_add_test(tc, event_id_scoped_to_conversation);
+	tcase_add_test(tc, batch_appends_in_order);
+	tcase_add_test(tc, batch_duplicate_within_batch);
+	tcase_add_test(tc, batch_duplicate_across_batches);
+	tcase_add_test(tc, batch_with_invalid_event_writes_nothing);
+	tcase_add_test(tc, event_field_limits);
+
+	tc = tc_new(s, "stream", setup);
+	tcase_add_test(tc, stream_after_before_exclusive);
+	tcase_add_test(tc, stream_after_max_is_empty);
+	tcase_add_test(tc, stream_limit_keeps_most_recent);
+	tcase_add_test(tc, stream_type_filter);
+	tcase_add_test(tc, stream_type_filter_with_limit);
+	tcase_add_test(tc, stream_type_filter_with_limit_and_before);
+	tcase_add_test(tc, stream_pages_backwards);
+	tcase_add_test(tc, stream_pages_backwards_with_type);
+	tcase_add_test(tc, stream_callback_return_stops);
+	tcase_add_test(tc, stream_invalid_args);
+	(void)setup_audit;
+	(void)reopen_store;
+	(void)bytes_eq_s;
+	(void)bytes_eq_b;
+	(void)bad_blobs;
+	return s;
 }
