@@ -1181,6 +1181,19 @@ static int summary_latest(store_txn *x, uint64_t num, struct store_summary *out)
 	return err;
 }
 
+/* The greatest version among the conversation's summaries (0: none). */
+static int summary_max_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v)
+{
+	struct store_summary s;
+	uint64_t *max = arg;
+	(void)k;
+	if (summary_decode(v, &s))
+		return fail(x, STORE_E_CORRUPT);
+	if (s.version > *max)
+		*max = s.version;
+	return 0;
+}
+
 int store_summary_put(store_txn *x, const char *conv, uint64_t from_seq, uint64_t to_seq, store_bytes content,
 		      uint64_t *version)
 {
@@ -1193,13 +1206,15 @@ int store_summary_put(store_txn *x, const char *conv, uint64_t from_seq, uint64_
 		return err;
 	if (to_seq > last)
 		return STORE_E_INVAL;
-	struct store_summary prev;
-	uint64_t ver = 1;
-	err = summary_latest(x, num, &prev);
-	if (err == 0)
-		ver = prev.version + 1;
-	else if (err != STORE_E_NOTFOUND)
+	/* Versions count puts: take the greatest version, not the one of the
+	 * greatest to_seq, or a put below the latest to_seq would hand out a
+	 * version twice. Summaries are few per conversation: a scan is cheap. */
+	uint64_t ver = 0;
+	unsigned char from[8];
+	put_be64(from, num);
+	if ((err = scan_prefix(x, x->s->summaries, from, 8, summary_max_each, &ver)) != 0)
 		return err;
+	ver++;
 	msgpack_packer *pk = rec(x);
 	msgpack_pack_array(pk, 5);
 	msgpack_pack_uint64(pk, from_seq);

@@ -871,6 +871,701 @@ START_TEST(stream_invalid_args)
 }
 END_TEST
 
+/* ---- load_since ------------------------------------------------------- */
+
+static int load_since(const char *conv, struct store_summary *sum, int *has)
+{
+	memset(&E, 0, sizeof E);
+	store_txn *t = rbegin();
+	int rc = store_load_since(t, conv, sum, has, collect_ev, &E);
+	store_txn_abort(t);
+	return rc;
+}
+
+static void put_summary(const char *conv, uint64_t from, uint64_t to, store_bytes content, uint64_t want_ver)
+{
+	store_txn *t = wbegin();
+	uint64_t ver = 0;
+	ck_assert_int_eq(store_summary_put(t, conv, from, to, content, &ver), 0);
+	ck_assert_uint_eq(ver, want_ver);
+	commit(t);
+}
+
+START_TEST(load_since_without_summary)
+{
+	mkconv("c1");
+	append_n("c1", 6, "user_msg");
+	struct store_summary sum;
+	memset(&sum, 0xff, sizeof sum);
+	int has = -1;
+	ck_assert_int_eq(load_since("c1", &sum, &has), 0);
+	ck_assert_int_eq(has, 0);
+	expect_run(1, 6);
+	/* sum and has_summary may be NULL */
+	ck_assert_int_eq(load_since("c1", NULL, NULL), 0);
+	expect_run(1, 6);
+	mkconv("empty");
+	ck_assert_int_eq(load_since("empty", &sum, &has), 0);
+	ck_assert_int_eq(has, 0);
+	EXPECT_NO_EVENTS();
+}
+END_TEST
+
+START_TEST(load_since_after_latest_summary)
+{
+	mkconv("c1");
+	append_n("c1", 10, "user_msg");
+	put_summary("c1", 1, 4, mstr("s4"), 1);
+	put_summary("c1", 1, 7, mstr("s7"), 2);
+	struct store_summary sum;
+	int has = 0;
+	ck_assert_int_eq(load_since("c1", &sum, &has), 0);
+	ck_assert_int_eq(has, 1);
+	ck_assert_uint_eq(sum.to_seq, 7);
+	ck_assert_uint_eq(sum.from_seq, 1);
+	ck_assert_uint_eq(sum.version, 2);
+	ck_assert(bytes_eq_b(sum.content, mstr("s7")));
+	expect_run(8, 10);
+	/* a later summary of an earlier range does not move the cut */
+	put_summary("c1", 2, 5, mstr("s5"), 3);
+	ck_assert_int_eq(load_since("c1", &sum, &has), 0);
+	ck_assert_int_eq(has, 1);
+	ck_assert_uint_eq(sum.to_seq, 7);
+	expect_run(8, 10);
+	/* events appended after the summary are included */
+	append_n("c1", 2, "user_msg");
+	ck_assert_int_eq(load_since("c1", &sum, &has), 0);
+	expect_run(8, 12);
+}
+END_TEST
+
+START_TEST(load_since_summary_at_last_seq)
+{
+	mkconv("c1");
+	append_n("c1", 5, "user_msg");
+	put_summary("c1", 1, 5, mstr("all"), 1);
+	struct store_summary sum;
+	int has = 0;
+	ck_assert_int_eq(load_since("c1", &sum, &has), 0);
+	ck_assert_int_eq(has, 1);
+	ck_assert_uint_eq(sum.to_seq, 5);
+	EXPECT_NO_EVENTS();
+}
+END_TEST
+
+START_TEST(load_since_callback_return_stops)
+{
+	mkconv("c1");
+	append_n("c1", 6, "user_msg");
+	put_summary("c1", 1, 2, mstr("s"), 1);
+	const int rets[] = { 1, 2, 9 };
+	for (size_t i = 0; i < 3; i++) {
+		memset(&E, 0, sizeof E);
+		E.stop_after = 2;
+		E.stop_ret = rets[i];
+		store_txn *t = rbegin();
+		ck_assert_int_eq(store_load_since(t, "c1", NULL, NULL, collect_ev, &E), rets[i]);
+		store_txn_abort(t);
+		EXPECT_SEQS(3, 4);
+	}
+}
+END_TEST
+
+/* ---- summaries -------------------------------------------------------- */
+
+START_TEST(summary_latest_none_is_notfound)
+{
+	mkconv("c1");
+	append_n("c1", 3, "user_msg");
+	store_txn *t = rbegin();
+	struct store_summary sum;
+	ck_assert_int_eq(store_summary_latest(t, "c1", &sum), STORE_E_NOTFOUND);
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(summary_fields_round_trip)
+{
+	mkconv("c1");
+	append_n("c1", 9, "user_msg");
+	NOW = T0 + 42;
+	store_bytes content = mmap1("summary", "the gist");
+	put_summary("c1", 3, 9, content, 1);
+	store_txn *t = rbegin();
+	struct store_summary sum;
+	ck_assert_int_eq(store_summary_latest(t, "c1", &sum), 0);
+	ck_assert_uint_eq(sum.from_seq, 3);
+	ck_assert_uint_eq(sum.to_seq, 9);
+	ck_assert_uint_eq(sum.version, 1);
+	ck_assert_int_eq(sum.inserted_at, T0 + 42);
+	ck_assert(bytes_eq_b(sum.content, content));
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(summary_latest_is_greatest_to_seq)
+{
+	mkconv("c1");
+	append_n("c1", 10, "user_msg");
+	put_summary("c1", 1, 8, mstr("s8"), 1);
+	put_summary("c1", 1, 3, mstr("s3"), 2);
+	store_txn *t = rbegin();
+	struct store_summary sum;
+	ck_assert_int_eq(store_summary_latest(t, "c1", &sum), 0);
+	ck_assert_uint_eq(sum.to_seq, 8);
+	ck_assert(bytes_eq_b(sum.content, mstr("s8")));
+	store_txn_abort(t);
+	/* summaries are per conversation */
+	mkconv("c2");
+	append_n("c2", 2, "user_msg");
+	t = rbegin();
+	ck_assert_int_eq(store_summary_latest(t, "c2", &sum), STORE_E_NOTFOUND);
+	store_txn_abort(t);
+	put_summary("c2", 1, 1, mstr("x"), 1); /* versions count per conversation */
+}
+END_TEST
+
+START_TEST(summary_same_to_seq_replaces)
+{
+	mkconv("c1");
+	append_n("c1", 10, "user_msg");
+	put_summary("c1", 1, 5, mstr("first"), 1);
+	put_summary("c1", 2, 5, mstr("second"), 2);
+	struct store_summary sum;
+	int has;
+	ck_assert_int_eq(load_since("c1", &sum, &has), 0);
+	ck_assert_int_eq(has, 1);
+	ck_assert_uint_eq(sum.from_seq, 2);
+	ck_assert_uint_eq(sum.to_seq, 5);
+	ck_assert_uint_eq(sum.version, 2);
+	ck_assert(bytes_eq_b(sum.content, mstr("second")));
+	expect_run(6, 10);
+}
+END_TEST
+
+START_TEST(summary_versions_increment)
+{
+	mkconv("c1");
+	append_n("c1", 20, "user_msg");
+	/* every put gets the next version, whatever its to_seq */
+	put_summary("c1", 1, 5, mstr("a"), 1);
+	put_summary("c1", 1, 10, mstr("b"), 2);
+	put_summary("c1", 1, 5, mstr("c"), 3); /* replaces to_seq 5 */
+	put_summary("c1", 1, 12, mstr("d"), 4);
+	put_summary("c1", 1, 7, mstr("e"), 5);
+	put_summary("c1", 1, 12, mstr("f"), 6);
+	store_txn *t = rbegin();
+	struct store_summary sum;
+	ck_assert_int_eq(store_summary_latest(t, "c1", &sum), 0);
+	ck_assert_uint_eq(sum.version, 6);
+	ck_assert_uint_eq(sum.to_seq, 12);
+	store_txn_abort(t);
+	/* version may be NULL */
+	t = wbegin();
+	ck_assert_int_eq(store_summary_put(t, "c1", 1, 13, mstr("g"), NULL), 0);
+	commit(t);
+}
+END_TEST
+
+START_TEST(summary_put_rejects_bad_range)
+{
+	mkconv("c1");
+	append_n("c1", 5, "user_msg");
+	store_txn *t = wbegin();
+	uint64_t ver = 77;
+	ck_assert_int_eq(store_summary_put(t, "c1", 4, 3, mstr("x"), &ver), STORE_E_INVAL); /* from > to */
+	ck_assert_int_eq(store_summary_put(t, "c1", 0, 0, mstr("x"), &ver), STORE_E_INVAL); /* to 0 */
+	ck_assert_int_eq(store_summary_put(t, "c1", 1, 6, mstr("x"), &ver), STORE_E_INVAL); /* past last */
+	ck_assert_uint_eq(ver, 77);
+	ck_assert_int_eq(store_summary_put(t, "c1", 5, 5, mstr("x"), &ver), 0); /* from == to == last */
+	ck_assert_uint_eq(ver, 1);
+	commit(t);
+	mkconv("empty");
+	t = wbegin();
+	ck_assert_int_eq(store_summary_put(t, "empty", 1, 1, mstr("x"), NULL), STORE_E_INVAL);
+	commit(t);
+	t = rbegin();
+	struct store_summary sum;
+	ck_assert_int_eq(store_summary_latest(t, "empty", &sum), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_summary_latest(t, "c1", &sum), 0);
+	ck_assert_uint_eq(sum.version, 1);
+	store_txn_abort(t);
+}
+END_TEST
+
+/* ---- conversations ---------------------------------------------------- */
+
+#define CONV_MAX 64
+struct convs {
+	size_t n;
+	size_t stop_after;
+	int stop_ret;
+	char id[CONV_MAX][STORE_ID_MAX + 1];
+	int status[CONV_MAX];
+};
+static struct convs C;
+
+static int collect_conv(void *arg, const struct store_conv *c)
+{
+	struct convs *o = arg;
+	ck_assert_uint_lt(o->n, CONV_MAX);
+	ck_assert_uint_le(c->id.len, STORE_ID_MAX);
+	memcpy(o->id[o->n], c->id.ptr, c->id.len);
+	o->id[o->n][c->id.len] = 0;
+	o->status[o->n] = c->status;
+	o->n++;
+	return o->stop_after && o->n == o->stop_after ? o->stop_ret : 0;
+}
+
+static int list_convs(int status, const char *after, size_t limit, int *more)
+{
+	memset(&C, 0, sizeof C);
+	store_txn *t = rbegin();
+	int rc = store_conv_list(t, status, after, limit, collect_conv, &C, more);
+	store_txn_abort(t);
+	return rc;
+}
+
+static void expect_ids_at(int line, const char *const *want, size_t n)
+{
+	ck_assert_msg(C.n == n, "line %d: got %zu conversations, want %zu", line, C.n, n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(strcmp(C.id[i], want[i]) == 0, "line %d: [%zu] is %s, want %s", line, i, C.id[i],
+			      want[i]);
+}
+#define EXPECT_IDS(...)                                                         \
+	do {                                                                    \
+		const char *const want_[] = { __VA_ARGS__ };                    \
+		expect_ids_at(__LINE__, want_, sizeof want_ / sizeof want_[0]); \
+	} while (0)
+
+static void set_status(const char *id, int status)
+{
+	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = status };
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_put(t, id, &p), 0);
+	commit(t);
+}
+
+START_TEST(conv_create_and_get)
+{
+	store_bytes settings = mmap1("model", "m1");
+	NOW = T0 + 7;
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_create(t, "conv-1", settings), 0);
+	commit(t);
+	t = rbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "conv-1", &c), 0);
+	ck_assert(bytes_eq_s(c.id, "conv-1"));
+	ck_assert(bytes_eq_b(c.settings, settings));
+	ck_assert_uint_eq(c.fsm_state.len, 0); /* never set */
+	ck_assert_int_eq(c.status, STORE_IDLE);
+	ck_assert_int_eq(c.created_at, T0 + 7);
+	ck_assert_int_eq(c.updated_at, T0 + 7);
+	ck_assert_uint_eq(c.lease, 0);
+	ck_assert_uint_eq(c.usage.input_tokens, 0);
+	ck_assert_uint_eq(c.usage.output_tokens, 0);
+	ck_assert(c.usage.cost == 0);
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(conv_create_twice_conflicts)
+{
+	mkconv("c1");
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_create(t, "c1", mmap1("k", "v")), STORE_E_CONFLICT);
+	commit(t);
+	t = rbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert(bytes_eq_b(c.settings, mmap0())); /* the first settings stand */
+	store_txn_abort(t);
+	/* also within the creating txn */
+	t = wbegin();
+	ck_assert_int_eq(store_conv_create(t, "c2", mmap0()), 0);
+	ck_assert_int_eq(store_conv_create(t, "c2", mmap0()), STORE_E_CONFLICT);
+	commit(t);
+}
+END_TEST
+
+START_TEST(conv_create_settings_must_be_map)
+{
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_create(t, "c1", mstr("not a map")), STORE_E_INVAL);
+	ck_assert_int_eq(store_conv_create(t, "c1", mint(1)), STORE_E_INVAL);
+	ck_assert_int_eq(store_conv_create(t, "c1", raw(NULL, 0)), STORE_E_INVAL);
+	for (size_t i = 0; i < NBAD; i++)
+		ck_assert_msg(store_conv_create(t, "c1", bad_blobs[i].b) == STORE_E_INVAL, "%s", bad_blobs[i].what);
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), STORE_E_NOTFOUND);
+	commit(t);
+}
+END_TEST
+
+START_TEST(conv_put_patches_flagged_fields)
+{
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_create(t, "c1", mmap1("a", "1")), 0);
+	commit(t);
+	struct store_conv c;
+
+	NOW = T0 + 100; /* status only: settings and fsm kept */
+	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE,
+				      .settings = mmap1("ignored", "x"), .fsm_state = mstr("ignored") };
+	t = wbegin();
+	ck_assert_int_eq(store_conv_put(t, "c1", &p), 0);
+	commit(t);
+	t = rbegin();
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert_int_eq(c.status, STORE_ACTIVE);
+	ck_assert(bytes_eq_b(c.settings, mmap1("a", "1")));
+	ck_assert_uint_eq(c.fsm_state.len, 0);
+	ck_assert_int_eq(c.created_at, T0);
+	ck_assert_int_eq(c.updated_at, T0 + 100);
+	store_txn_abort(t);
+
+	NOW = T0 + 200; /* settings replace wholesale: the old key is gone */
+	p = (struct store_conv_patch){ .set = STORE_SET_SETTINGS, .settings = mmap1("b", "2"), .status = 99 };
+	t = wbegin();
+	ck_assert_int_eq(store_conv_put(t, "c1", &p), 0);
+	commit(t);
+	t = rbegin();
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert(bytes_eq_b(c.settings, mmap1("b", "2")));
+	ck_assert_int_eq(c.status, STORE_ACTIVE);
+	ck_assert_int_eq(c.updated_at, T0 + 200);
+	store_txn_abort(t);
+
+	/* fsm_state, then all three at once */
+	p = (struct store_conv_patch){ .set = STORE_SET_FSM, .fsm_state = mmap1("state", "waiting") };
+	t = wbegin();
+	ck_assert_int_eq(store_conv_put(t, "c1", &p), 0);
+	commit(t);
+	t = rbegin();
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert(bytes_eq_b(c.fsm_state, mmap1("state", "waiting")));
+	ck_assert(bytes_eq_b(c.settings, mmap1("b", "2")));
+	store_txn_abort(t);
+	p = (struct store_conv_patch){ .set = STORE_SET_SETTINGS | STORE_SET_STATUS | STORE_SET_FSM,
+				       .settings = mmap0(), .status = STORE_ENDED, .fsm_state = mint(3) };
+	t = wbegin();
+	ck_assert_int_eq(store_conv_put(t, "c1", &p), 0);
+	commit(t);
+	t = rbegin();
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert(bytes_eq_b(c.settings, mmap0()));
+	ck_assert_int_eq(c.status, STORE_ENDED);
+	ck_assert(bytes_eq_b(c.fsm_state, mint(3)));
+	ck_assert_int_eq(c.created_at, T0);
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(conv_put_keeps_lease_and_usage)
+{
+	mkconv("c1");
+	store_txn *t = wbegin();
+	uint64_t gen;
+	struct store_usage u = { 10, 20, 0.5 };
+	ck_assert_int_eq(store_lease_next(t, "c1", &gen), 0);
+	ck_assert_int_eq(store_usage_add(t, "c1", &u), 0);
+	struct store_conv_patch p = { .set = STORE_SET_SETTINGS | STORE_SET_STATUS, .settings = mmap1("x", "y"),
+				      .status = STORE_SUSPENDED };
+	ck_assert_int_eq(store_conv_put(t, "c1", &p), 0);
+	ck_assert_int_eq(store_conv_put_fsm(t, "c1", mint(1)), 0);
+	commit(t);
+	t = rbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert_uint_eq(c.lease, gen);
+	ck_assert_uint_eq(c.usage.input_tokens, 10);
+	ck_assert_uint_eq(c.usage.output_tokens, 20);
+	ck_assert(c.usage.cost == 0.5);
+	ck_assert_int_eq(c.status, STORE_SUSPENDED);
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(conv_put_creates_missing)
+{
+	NOW = T0 + 3;
+	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_put(t, "new", &p), 0);
+	p = (struct store_conv_patch){ .set = STORE_SET_SETTINGS, .settings = mmap1("k", "v") };
+	ck_assert_int_eq(store_conv_put(t, "new2", &p), 0);
+	p = (struct store_conv_patch){ .set = 0 };
+	ck_assert_int_eq(store_conv_put(t, "new3", &p), 0);
+	commit(t);
+	t = rbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "new", &c), 0);
+	ck_assert_int_eq(c.status, STORE_ACTIVE);
+	ck_assert(bytes_eq_b(c.settings, mmap0())); /* defaults to an empty map */
+	ck_assert_uint_eq(c.fsm_state.len, 0);
+	ck_assert_int_eq(c.created_at, T0 + 3);
+	ck_assert_uint_eq(c.lease, 0);
+	ck_assert_int_eq(store_conv_get(t, "new2", &c), 0);
+	ck_assert_int_eq(c.status, STORE_IDLE);
+	ck_assert(bytes_eq_b(c.settings, mmap1("k", "v")));
+	ck_assert_int_eq(store_conv_get(t, "new3", &c), 0);
+	ck_assert_int_eq(c.status, STORE_IDLE);
+	uint64_t seq = 9;
+	ck_assert_int_eq(store_event_latest_seq(t, "new", &seq), 0);
+	ck_assert_uint_eq(seq, 0);
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(conv_put_rejects_invalid_patch)
+{
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_create(t, "c1", mmap1("a", "1")), 0);
+	commit(t);
+	t = wbegin();
+	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = 4 };
+	ck_assert_int_eq(store_conv_put(t, "c1", &p), STORE_E_INVAL);
+	p.status = -1;
+	ck_assert_int_eq(store_conv_put(t, "c1", &p), STORE_E_INVAL);
+	p = (struct store_conv_patch){ .set = STORE_SET_SETTINGS | STORE_SET_STATUS, .settings = mstr("x"),
+				       .status = STORE_ENDED };
+	ck_assert_int_eq(store_conv_put(t, "c1", &p), STORE_E_INVAL);
+	for (size_t i = 0; i < NBAD; i++) {
+		p = (struct store_conv_patch){ .set = STORE_SET_FSM | STORE_SET_STATUS,
+					       .fsm_state = bad_blobs[i].b, .status = STORE_ENDED };
+		ck_assert_msg(store_conv_put(t, "c1", &p) == STORE_E_INVAL, "fsm %s", bad_blobs[i].what);
+		ck_assert_msg(store_conv_put_fsm(t, "c1", bad_blobs[i].b) == STORE_E_INVAL, "%s",
+			      bad_blobs[i].what);
+		p = (struct store_conv_patch){ .set = STORE_SET_SETTINGS, .settings = bad_blobs[i].b };
+		ck_assert_msg(store_conv_put(t, "c1", &p) == STORE_E_INVAL, "settings %s", bad_blobs[i].what);
+	}
+	/* nor does a rejected patch create a missing row */
+	p = (struct store_conv_patch){ .set = STORE_SET_STATUS, .status = 17 };
+	ck_assert_int_eq(store_conv_put(t, "missing", &p), STORE_E_INVAL);
+	ck_assert_int_eq(store_conv_put_fsm(t, "missing", raw(two_objs, 2)), STORE_E_INVAL);
+	ck_assert_int_eq(store_conv_put(t, "c1", NULL), STORE_E_INVAL);
+	commit(t);
+	t = rbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert_int_eq(c.status, STORE_IDLE);
+	ck_assert(bytes_eq_b(c.settings, mmap1("a", "1")));
+	ck_assert_uint_eq(c.fsm_state.len, 0);
+	ck_assert_int_eq(store_conv_get(t, "missing", &c), STORE_E_NOTFOUND);
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(conv_put_fsm_creates_missing_row)
+{
+	store_bytes fsm = mmap1("state", "idle");
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_put_fsm(t, "fresh", fsm), 0);
+	commit(t);
+	t = rbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "fresh", &c), 0);
+	ck_assert(bytes_eq_b(c.fsm_state, fsm));
+	ck_assert(bytes_eq_b(c.settings, mmap0()));
+	ck_assert_int_eq(c.status, STORE_IDLE);
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(conv_put_fsm_touches_only_fsm)
+{
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_create(t, "c1", mmap1("s", "1")), 0);
+	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_SUSPENDED };
+	ck_assert_int_eq(store_conv_put(t, "c1", &p), 0);
+	commit(t);
+	NOW = T0 + 50;
+	t = wbegin();
+	ck_assert_int_eq(store_conv_put_fsm(t, "c1", mint(1)), 0);
+	ck_assert_int_eq(store_conv_put_fsm(t, "c1", mint(2)), 0); /* replaces */
+	commit(t);
+	t = rbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert(bytes_eq_b(c.fsm_state, mint(2)));
+	ck_assert(bytes_eq_b(c.settings, mmap1("s", "1")));
+	ck_assert_int_eq(c.status, STORE_SUSPENDED);
+	ck_assert_int_eq(c.created_at, T0);
+	ck_assert_int_eq(c.updated_at, T0 + 50);
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(conv_list_in_id_order)
+{
+	ck_assert_int_eq(list_convs(-1, NULL, 0, NULL), 0);
+	ck_assert_uint_eq(C.n, 0);
+	mkconv("b");
+	mkconv("a");
+	mkconv("c");
+	mkconv("B");
+	mkconv("a.1");
+	int more = -1;
+	ck_assert_int_eq(list_convs(-1, NULL, 0, &more), 0);
+	EXPECT_IDS("B", "a", "a.1", "b", "c"); /* byte order */
+	ck_assert_int_eq(more, 0);
+	ck_assert_int_eq(list_convs(-1, NULL, 0, NULL), 0); /* more may be NULL */
+	ck_assert_uint_eq(C.n, 5);
+}
+END_TEST
+
+START_TEST(conv_list_status_filter)
+{
+	mkconv("a");
+	mkconv("b");
+	mkconv("c");
+	mkconv("d");
+	set_status("b", STORE_ACTIVE);
+	set_status("d", STORE_ACTIVE);
+	set_status("c", STORE_ENDED);
+	ck_assert_int_eq(list_convs(STORE_ACTIVE, NULL, 0, NULL), 0);
+	EXPECT_IDS("b", "d");
+	ck_assert_int_eq(C.status[0], STORE_ACTIVE);
+	ck_assert_int_eq(list_convs(STORE_IDLE, NULL, 0, NULL), 0);
+	EXPECT_IDS("a");
+	ck_assert_int_eq(list_convs(STORE_ENDED, NULL, 0, NULL), 0);
+	EXPECT_IDS("c");
+	ck_assert_int_eq(list_convs(STORE_SUSPENDED, NULL, 0, NULL), 0);
+	ck_assert_uint_eq(C.n, 0);
+	ck_assert_int_eq(list_convs(-1, NULL, 0, NULL), 0);
+	ck_assert_uint_eq(C.n, 4);
+	ck_assert_int_eq(list_convs(4, NULL, 0, NULL), STORE_E_INVAL);
+	ck_assert_int_eq(list_convs(-2, NULL, 0, NULL), STORE_E_INVAL);
+}
+END_TEST
+
+START_TEST(conv_list_after_cursor)
+{
+	mkconv("a");
+	mkconv("b");
+	mkconv("bb");
+	mkconv("c");
+	ck_assert_int_eq(list_convs(-1, "a", 0, NULL), 0);
+	EXPECT_IDS("b", "bb", "c");
+	ck_assert_int_eq(list_convs(-1, "b", 0, NULL), 0); /* strictly after */
+	EXPECT_IDS("bb", "c");
+	ck_assert_int_eq(list_convs(-1, "ba", 0, NULL), 0); /* a cursor that is not a conversation */
+	EXPECT_IDS("bb", "c");
+	ck_assert_int_eq(list_convs(-1, "A", 0, NULL), 0);
+	EXPECT_IDS("a", "b", "bb", "c");
+	ck_assert_int_eq(list_convs(-1, "c", 0, NULL), 0);
+	ck_assert_uint_eq(C.n, 0);
+	ck_assert_int_eq(list_convs(-1, "zzz", 0, NULL), 0);
+	ck_assert_uint_eq(C.n, 0);
+}
+END_TEST
+
+START_TEST(conv_list_limit_and_more)
+{
+	const char *ids[] = { "c1", "c2", "c3", "c4", "c5" };
+	for (int i = 0; i < 5; i++)
+		mkconv(ids[i]);
+	int more = -1;
+	ck_assert_int_eq(list_convs(-1, NULL, 2, &more), 0);
+	EXPECT_IDS("c1", "c2");
+	ck_assert_int_eq(more, 1);
+	ck_assert_int_eq(list_convs(-1, "c2", 2, &more), 0);
+	EXPECT_IDS("c3", "c4");
+	ck_assert_int_eq(more, 1);
+	ck_assert_int_eq(list_convs(-1, "c4", 2, &more), 0);
+	EXPECT_IDS("c5");
+	ck_assert_int_eq(more, 0);
+	ck_assert_int_eq(list_convs(-1, "c3", 2, &more), 0); /* exactly the rest */
+	EXPECT_IDS("c4", "c5");
+	ck_assert_int_eq(more, 0);
+	ck_assert_int_eq(list_convs(-1, NULL, 5, &more), 0);
+	ck_assert_uint_eq(C.n, 5);
+	ck_assert_int_eq(more, 0);
+	/* paging with a cursor visits every conversation exactly once */
+	char after[STORE_ID_MAX + 1] = "";
+	size_t seen = 0;
+	for (int page = 0; page < 10; page++) {
+		ck_assert_int_eq(list_convs(-1, after[0] ? after : NULL, 2, &more), 0);
+		for (size_t i = 0; i < C.n; i++)
+			ck_assert_str_eq(C.id[i], ids[seen++]);
+		if (!more)
+			break;
+		strcpy(after, C.id[C.n - 1]);
+	}
+	ck_assert_uint_eq(seen, 5);
+}
+END_TEST
+
+START_TEST(conv_list_more_counts_only_matches)
+{
+	mkconv("a");
+	mkconv("b");
+	mkconv("c");
+	mkconv("d");
+	set_status("b", STORE_ACTIVE);
+	int more = -1;
+	ck_assert_int_eq(list_convs(STORE_IDLE, NULL, 1, &more), 0);
+	EXPECT_IDS("a");
+	ck_assert_int_eq(more, 1);
+	ck_assert_int_eq(list_convs(STORE_IDLE, "c", 1, &more), 0);
+	EXPECT_IDS("d");
+	ck_assert_int_eq(more, 0);
+	/* "b" is the only active one: nothing further matches */
+	ck_assert_int_eq(list_convs(STORE_ACTIVE, NULL, 1, &more), 0);
+	EXPECT_IDS("b");
+	ck_assert_int_eq(more, 0);
+	ck_assert_int_eq(list_convs(STORE_IDLE, NULL, 3, &more), 0);
+	EXPECT_IDS("a", "c", "d");
+	ck_assert_int_eq(more, 0);
+}
+END_TEST
+
+START_TEST(conv_list_callback_return_stops)
+{
+	mkconv("a");
+	mkconv("b");
+	mkconv("c");
+	memset(&C, 0, sizeof C);
+	C.stop_after = 2;
+	C.stop_ret = 5;
+	store_txn *t = rbegin();
+	ck_assert_int_eq(store_conv_list(t, -1, NULL, 0, collect_conv, &C, NULL), 5);
+	store_txn_abort(t);
+	EXPECT_IDS("a", "b");
+}
+END_TEST
+
+/* ---- ids ---------------------------------------------------------------- */
+
+START_TEST(id_alphabet_and_length)
+{
+	char id128[STORE_ID_MAX + 1], id129[STORE_ID_MAX + 2];
+	memset(id128, 'x', STORE_ID_MAX);
+	id128[STORE_ID_MAX] = 0;
+	memset(id129, 'x', STORE_ID_MAX + 1);
+	id129[STORE_ID_MAX + 1] = 0;
+	const char *good = "AZaz09._:-";
+	ck_assert_int_eq(store_id_valid(good, strlen(good)), 1);
+	ck_assert_int_eq(store_id_valid(id128, STORE_ID_MAX), 1);
+	ck_assert_int_eq(store_id_valid("a", 1), 1);
+	ck_assert_int_eq(store_id_valid(id129, STORE_ID_MAX + 1), 0);
+	ck_assert_int_eq(store_id_valid("", 0), 0);
+	ck_assert_int_eq(store_id_valid(NULL, 0), 0);
+	const char *bad[] = { "a b", "a/b", "a\xc3\xa9", "a\n", "a,b", "a*", "a@b", "a+b", "a#" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		ck_assert_msg(store_id_valid(bad[i], strlen(bad[i])) == 0, "%s", bad[i]);
+	ck_assert_int_eq(store_id_valid("a\0b", 3), 0); /* NUL inside the length */
+	ck_assert_int_eq(store_id_valid("ab!", 2), 1);   /* only `len` bytes count */
+	/* the boundary ids work as conversation ids */
+	mkconv(id128);
+	mkconv(good);
+	ck_assert_int_eq(list_convs(-1, NULL, 0, NULL), 0);
+	ck_assert_uint_eq(C.n, 2);
+}
+END_TEST
+
 /* ---- suite ------------------------------------------------------------ */
 
 static TCase *tc_new(Suite *s, const char *name, void (*su)(void))
@@ -910,10 +1605,36 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, stream_pages_backwards_with_type);
 	tcase_add_test(tc, stream_callback_return_stops);
 	tcase_add_test(tc, stream_invalid_args);
+	tc = tc_new(s, "summaries", setup);
+	tcase_add_test(tc, load_since_without_summary);
+	tcase_add_test(tc, load_since_after_latest_summary);
+	tcase_add_test(tc, load_since_summary_at_last_seq);
+	tcase_add_test(tc, load_since_callback_return_stops);
+	tcase_add_test(tc, summary_latest_none_is_notfound);
+	tcase_add_test(tc, summary_fields_round_trip);
+	tcase_add_test(tc, summary_latest_is_greatest_to_seq);
+	tcase_add_test(tc, summary_same_to_seq_replaces);
+	tcase_add_test(tc, summary_versions_increment);
+	tcase_add_test(tc, summary_put_rejects_bad_range);
+
+	tc = tc_new(s, "conversations", setup);
+	tcase_add_test(tc, conv_create_and_get);
+	tcase_add_test(tc, conv_create_twice_conflicts);
+	tcase_add_test(tc, conv_create_settings_must_be_map);
+	tcase_add_test(tc, conv_put_patches_flagged_fields);
+	tcase_add_test(tc, conv_put_keeps_lease_and_usage);
+	tcase_add_test(tc, conv_put_creates_missing);
+	tcase_add_test(tc, conv_put_rejects_invalid_patch);
+	tcase_add_test(tc, conv_put_fsm_creates_missing_row);
+	tcase_add_test(tc, conv_put_fsm_touches_only_fsm);
+	tcase_add_test(tc, conv_list_in_id_order);
+	tcase_add_test(tc, conv_list_status_filter);
+	tcase_add_test(tc, conv_list_after_cursor);
+	tcase_add_test(tc, conv_list_limit_and_more);
+	tcase_add_test(tc, conv_list_more_counts_only_matches);
+	tcase_add_test(tc, conv_list_callback_return_stops);
+	tcase_add_test(tc, id_alphabet_and_length);
 	(void)setup_audit;
 	(void)reopen_store;
-	(void)bytes_eq_s;
-	(void)bytes_eq_b;
-	(void)bad_blobs;
 	return s;
 }
