@@ -1,0 +1,1566 @@
+/*
+ * agentctl: the command-line client of agentd's control protocol.
+ *
+ * The contract is design.md sections 5 (command line) and 6 (protocol): one
+ * command per op, readable output by default, the raw reply line with --json,
+ * `raw` to send any request. agentctl owns nothing and never touches the store:
+ * it connects, writes one request line carrying an "id", reads lines until the
+ * reply (the first JSON object with an "ok" member) and, for `watch`, goes on
+ * printing what agentd streams until agentd closes or the user interrupts.
+ *
+ * Exit status, which scripts rely on: 0 when agentd replied ok:true; 1 when it
+ * replied with an error (printed as "agentctl: CODE: message" on stderr); 2 for
+ * usage errors and for connection failures (the reason on stderr).
+ *
+ * Each command is one row of a table (struct command). The request and the
+ * help text are both built from it, so they cannot drift apart.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h> /* isfinite: a macro, no libm */
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#ifndef AGENTD_VERSION
+#define AGENTD_VERSION "unknown"
+#endif
+
+enum {
+	EXIT_OK = 0,    /* agentd replied ok:true */
+	EXIT_REPLY = 1, /* agentd replied ok:false */
+	EXIT_USAGE = 2, /* bad command line, or no usable connection */
+};
+
+#define DEFAULT_SOCKET "./agentd-data/agentd.sock"
+#define DEFAULT_TIMEOUT_MS 60000
+#define READ_CHUNK 65536
+
+/* Real numbers: requests carry 17 significant digits so agentd gets exactly the
+ * double that was parsed; readable output uses 15, which gives back the decimal
+ * a person typed (0.1 rather than 0.10000000000000001). */
+#define SEND_FLAGS (JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17))
+#define SHOW_FLAGS (JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15))
+
+/* ------------------------------------------------------------------------ */
+/* Command table                                                            */
+
+enum kind {
+	K_STR,      /* string field */
+	K_UINT,     /* non-negative integer field */
+	K_JSON,     /* any JSON value */
+	K_ENUM,     /* one of `choices` ("a|b"), matched case-insensitively */
+	K_CONST,    /* flag: sets `field` to the string `choices` */
+	K_SET_STR,  /* settings.<field>: string */
+	K_SET_LIST, /* settings.<field>: array of strings, repeatable */
+	K_SET_KV,   /* settings.<field>: object from KEY=VALUE, repeatable */
+	K_CONTENT,  /* send's TEXT: a string, or a JSON object with --json-content */
+	K_RAW,      /* raw's JSON: the whole request line */
+	K_LOCAL,    /* flag read by agentctl itself (--json-content) */
+};
+
+struct param {
+	const char *name;  /* "--after", or a positional's placeholder ("CONV") */
+	const char *field; /* the request field it fills */
+	enum kind kind;
+	const char *meta;  /* the option's argument placeholder; NULL for flags */
+	const char *choices;
+	bool required;     /* options only: positionals are always required */
+	const char *help;
+};
+
+enum {
+	CMD_WATCH = 1 << 0,    /* stream after the reply */
+	CMD_RAW = 1 << 1,      /* the request is the user's line */
+	CMD_NEED_OPT = 1 << 2, /* at least one option must be given */
+	CMD_SLOW = 1 << 3,     /* may take minutes (a model call): no default timeout */
+};
+
+struct command {
+	const char *name;
+	const char *op;
+	const char *summary; /* one line, for `agentctl --help` */
+	const char *doc;     /* what it does and what it prints */
+	const struct param *pos;
+	const struct param *opt;
+	void (*show)(const json_t *reply);
+	unsigned flags;
+	const char *example;
+};
+
+static const struct param no_params[] = {{0}};
+
+static const struct param pos_conv[] = {
+	{"CONV", "conversation", K_STR, NULL, NULL, false, "conversation id"},
+	{0},
+};
+
+static const struct param opt_create[] = {
+	{"--id", "conversation", K_STR, "ID", NULL, false,
+	 "conversation id: 1-128 of [A-Za-z0-9._:-] (generated when absent)"},
+	{"--model", "model", K_SET_STR, "M", NULL, true, "model name from the configuration (`echo` is built in)"},
+	{"--system", "system", K_SET_STR, "S", NULL, false, "system prompt"},
+	{"--tool", "tools", K_SET_LIST, "T", NULL, false, "offer tool T, by its configured name (repeatable)"},
+	{"--param", "params", K_SET_KV, "K=V", NULL, false,
+	 "model parameter; V is taken as JSON when it parses (0.2, true, [1]), else as a string (repeatable)"},
+	{0},
+};
+
+static const struct param opt_list[] = {
+	{"--status", "status", K_STR, "S", NULL, false, "only conversations with status S (active, suspended, idle, ended)"},
+	{"--limit", "limit", K_UINT, "N", NULL, false, "at most N conversations (agentd's default: 100)"},
+	{"--after", "after", K_STR, "ID", NULL, false, "start after conversation ID (the `next:` cursor of a previous page)"},
+	{0},
+};
+
+static const struct param opt_update[] = {
+	{"--model", "model", K_SET_STR, "M", NULL, false, "switch to model M"},
+	{"--system", "system", K_SET_STR, "S", NULL, false, "replace the system prompt"},
+	{"--tool", "tools", K_SET_LIST, "T", NULL, false, "the tool list becomes the tools given (repeatable)"},
+	{"--param", "params", K_SET_KV, "K=V", NULL, false, "model parameter, as for create (repeatable)"},
+	{"--end", "status", K_CONST, NULL, "ended", false, "end the conversation: later sends are refused (conflict)"},
+	{0},
+};
+
+static const struct param pos_send[] = {
+	{"CONV", "conversation", K_STR, NULL, NULL, false, "conversation id"},
+	{"TEXT", "content", K_CONTENT, NULL, NULL, false, "the message text, or - to read it from stdin"},
+	{0},
+};
+
+static const struct param opt_send[] = {
+	{"--event-id", "event_id", K_STR, "E", NULL, false,
+	 "idempotency key: sending it again returns the original seq with duplicate: true"},
+	{"--json-content", NULL, K_LOCAL, NULL, NULL, false, "TEXT is a JSON object, sent as the content unchanged"},
+	{0},
+};
+
+static const struct param opt_events[] = {
+	{"--after", "after", K_UINT, "N", NULL, false, "only events with seq > N"},
+	{"--before", "before", K_UINT, "N", NULL, false, "only events with seq < N"},
+	{"--limit", "limit", K_UINT, "N", NULL, false, "at most N events: the most recent in the range"},
+	{"--type", "type", K_STR, "T", NULL, false, "only events of type T (user_msg, assistant_msg, tool_call, ...)"},
+	{"--wait", "wait_ms", K_UINT, "MS", NULL, false,
+	 "long-poll: wait up to MS milliseconds for an event after --after (extends --timeout)"},
+	{0},
+};
+
+static const struct param opt_watch[] = {
+	{"--after", "after", K_UINT, "N", NULL, false, "start after seq N (default: the current last seq: only new events)"},
+	{0},
+};
+
+static const struct param pos_tool_call[] = {
+	{"TOOL_CALL_ID", "tool_call_id", K_STR, NULL, NULL, false, "tool call id"},
+	{0},
+};
+
+static const struct param opt_resolve[] = {
+	{"--status", "status", K_ENUM, "STATUS", "resolved|errored", false, "resolved (default) or errored"},
+	{"--result", "result", K_JSON, "JSON", NULL, false, "the result: any JSON value (quote strings: '\"yes\"')"},
+	{0},
+};
+
+static const struct param opt_tool_calls[] = {
+	{"--status", "status", K_STR, "S", NULL, false, "only calls with status S (pending, resolved, errored, expired)"},
+	{0},
+};
+
+static const struct param opt_kill[] = {
+	{"--signal", "signal", K_ENUM, "SIG", "KILL|TERM", false, "KILL (default) or TERM"},
+	{0},
+};
+
+static const struct param pos_raw[] = {
+	{"JSON", NULL, K_RAW, NULL, NULL, false, "one JSON request, or - to read it from stdin"},
+	{0},
+};
+
+static void show_ping(const json_t *reply);
+static void show_create(const json_t *reply);
+static void show_fields(const json_t *reply);
+static void show_get(const json_t *reply);
+static void show_list(const json_t *reply);
+static void show_events(const json_t *reply);
+static void show_tool_call(const json_t *reply);
+static void show_tool_calls(const json_t *reply);
+static void show_summary(const json_t *reply);
+static void show_audit(const json_t *reply);
+static void show_status(const json_t *reply);
+static void show_metrics(const json_t *reply);
+
+static const struct command commands[] = {
+	{"ping", "ping", "check that agentd answers", "Check that agentd answers. Prints: pong (agentd VERSION).",
+	 no_params, no_params, show_ping, 0, "agentctl ping"},
+	{"create", "create", "create a conversation; prints its id",
+	 "Create a conversation and print its id alone on a line, so a script can capture it.", no_params, opt_create,
+	 show_create, 0, "agentctl create --id demo --model echo --system 'Be brief.' --param temperature=0.2"},
+	{"get", "get", "show a conversation",
+	 "Show a conversation as key: value lines (nested objects flattened one level: settings.model, worker.pid):\n"
+	 "settings, status, fsm_state, last_seq, usage, times, and its live worker or null.",
+	 pos_conv, no_params, show_get, 0, "agentctl get demo"},
+	{"list", "list", "list conversations (table)",
+	 "List conversations as a table: ID STATUS MODEL LAST_SEQ WORKER UPDATED.\n"
+	 "When more remain, a last line `next: ID` gives the cursor for --after.",
+	 no_params, opt_list, show_list, 0, "agentctl list --status suspended --limit 20"},
+	{"update", "update", "change a conversation's settings, or end it",
+	 "Change a conversation's settings (agentd merges them into the current ones) or end it. Prints ok.", pos_conv,
+	 opt_update, show_fields, CMD_NEED_OPT, "agentctl update demo --model echo --system 'Answer in French.'"},
+	{"delete", "delete", "delete a conversation and everything it holds",
+	 "Delete a conversation: stop its worker and remove every row it has. Deleting a missing one is ok. Prints ok.",
+	 pos_conv, no_params, show_fields, 0, "agentctl delete demo"},
+	{"send", "send", "append a user message; prints its seq",
+	 "Append a user_msg and print `seq: N` once it is durably committed (with `duplicate: true` when --event-id\n"
+	 "was seen before: N is then the original seq). Plain TEXT is stored as {\"text\": TEXT}.",
+	 pos_send, opt_send, show_fields, 0, "agentctl send demo 'What is the weather in Paris?' --event-id msg-42"},
+	{"events", "events", "print a conversation's events",
+	 "Print events one per line: SEQ TYPE CONTENT (CONTENT as compact JSON). With --wait, block until an event\n"
+	 "after --after exists or MS milliseconds pass (long-poll).",
+	 pos_conv, opt_events, show_events, 0, "agentctl events demo --after 10 --wait 30000"},
+	{"watch", "watch", "follow a conversation live",
+	 "Follow a conversation live: print each event as it is committed (SEQ TYPE CONTENT) and each model delta\n"
+	 "while a turn streams (- delta {\"text\":...}), until interrupted (exit 0) or agentd closes (exit 0).\n"
+	 "With --json, print the reply line and every streamed line as received.",
+	 pos_conv, opt_watch, NULL, CMD_WATCH, "agentctl watch demo --after 0"},
+	{"resolve", "resolve", "settle a pending human tool call",
+	 "Settle a pending human tool call and print `seq: N` of its resolution event. A call that is not pending\n"
+	 "(already settled, or expired) is refused with `stale`.",
+	 pos_tool_call, opt_resolve, show_fields, 0, "agentctl resolve call_abc123 --result '{\"approved\":true}'"},
+	{"tool-call", "tool_call", "show a tool call",
+	 "Show a tool call as key: value lines: conversation, executor, name, status, args, result, times.",
+	 pos_tool_call, no_params, show_tool_call, 0, "agentctl tool-call call_abc123"},
+	{"tool-calls", "tool_calls", "list a conversation's tool calls (table)",
+	 "List a conversation's tool calls as a table: ID NAME EXECUTOR STATUS INSERTED ARGS.", pos_conv,
+	 opt_tool_calls, show_tool_calls, 0, "agentctl tool-calls demo --status pending"},
+	{"summary", "summary", "show the latest summary",
+	 "Show the conversation's latest summary (from_seq, to_seq, version, content), or `no summary`.", pos_conv,
+	 no_params, show_summary, 0, "agentctl summary demo"},
+	{"compact", "compact", "compact a conversation now",
+	 "Force a compaction now: the model summarizes a prefix of the log. Prints the new summary.\n"
+	 "It waits for the model without a time limit unless --timeout is given.",
+	 pos_conv, no_params, show_summary, CMD_SLOW, "agentctl compact demo"},
+	{"audit", "audit", "list recorded model calls (table)",
+	 "List the model calls recorded for a conversation (TURN MODEL LATENCY_MS SUMMARY_V USAGE INSERTED).\n"
+	 "Empty unless audit is on in agentd's configuration; --json shows the rendered contexts.",
+	 pos_conv, no_params, show_audit, 0, "agentctl audit demo"},
+	{"kill", "kill", "signal a conversation's worker",
+	 "Send a signal to the conversation's worker process (for operators and tests). Prints `pid: N`, or\n"
+	 "`pid: null` when no worker was running.",
+	 pos_conv, opt_kill, show_fields, 0, "agentctl kill demo --signal TERM"},
+	{"stop", "stop", "hibernate a conversation's worker",
+	 "Hibernate a conversation: its worker persists its state and exits; the next event revives it. Prints ok.",
+	 pos_conv, no_params, show_fields, 0, "agentctl stop demo"},
+	{"status", "status", "show agentd's status",
+	 "Show agentd's version, uptime and store (key: value lines), then its live workers as a table:\n"
+	 "CONVERSATION PID STATE SINCE_MS.",
+	 no_params, no_params, show_status, 0, "agentctl status"},
+	{"metrics", "metrics", "print agentd's metrics",
+	 "Print agentd's metrics in the Prometheus text exposition format, as agentd wrote them.", no_params,
+	 no_params, show_metrics, 0, "agentctl metrics | grep agentd_ops_total"},
+	{"shutdown", "shutdown", "stop agentd",
+	 "Stop agentd: its workers hibernate, then it exits. Prints ok once agentd has accepted the request.\n"
+	 "It waits without a time limit unless --timeout is given.",
+	 no_params, no_params, show_fields, CMD_SLOW, "agentctl shutdown"},
+	{"raw", NULL, "send any request; print the reply line as received",
+	 "Send one JSON request as is and print the reply line exactly as received (exit 1 if it is an error).\n"
+	 "The JSON is checked locally; a request spread over several lines is sent as one line.",
+	 pos_raw, no_params, NULL, CMD_RAW, "agentctl raw '{\"op\":\"events\",\"conversation\":\"demo\",\"limit\":1}'"},
+};
+
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+/* ------------------------------------------------------------------------ */
+/* Messages and small helpers                                               */
+
+struct options {
+	const char *socket;
+	bool json;
+	int64_t timeout_ms; /* 0: wait for ever */
+	bool timeout_set;   /* given on the command line */
+};
+
+static const char *cur_cmd; /* the command being run, for messages */
+static volatile sig_atomic_t interrupted;
+
+/* What a run holds on the heap. agentctl exits from deep inside (a usage error,
+ * a lost connection, the end of a watch); release_held() runs at exit and frees
+ * whatever is recorded here, so leak checkers (the test suite's ASan pass runs
+ * agentctl) stay quiet without each of those paths unwinding by hand. */
+static struct {
+	json_t *req;      /* the request being built */
+	const char **pos; /* its positional arguments */
+	char *input;      /* stdin, read for a TEXT or JSON of "-" */
+	char *key;        /* a --param key being added */
+	char *request;    /* the request line */
+	json_t *reply;
+} held;
+
+__attribute__((format(printf, 1, 0))) static void vmsg(const char *fmt, va_list ap)
+{
+	fputs("agentctl: ", stderr);
+	if (cur_cmd)
+		fprintf(stderr, "%s: ", cur_cmd);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+/* A usage error: exit 2 with a pointer to the help. Exiting from where the
+ * error is found keeps the parsers simple; release_held() frees the rest. */
+__attribute__((format(printf, 1, 2))) static _Noreturn void usage_error(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vmsg(fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "(see 'agentctl %s%s--help')\n", cur_cmd ? cur_cmd : "", cur_cmd ? " " : "");
+	exit(EXIT_USAGE);
+}
+
+/* A connection or system failure: exit 2. Not the command's fault, so the
+ * message does not name it ("agentctl: cannot connect to ..."). */
+__attribute__((format(printf, 1, 2))) static _Noreturn void fail(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	cur_cmd = NULL;
+	vmsg(fmt, ap);
+	va_end(ap);
+	exit(EXIT_USAGE);
+}
+
+__attribute__((format(printf, 1, 2))) static void warn(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vmsg(fmt, ap);
+	va_end(ap);
+}
+
+static void *must(void *p)
+{
+	if (!p)
+		fail("out of memory");
+	return p;
+}
+
+static char *xstrdup(const char *s)
+{
+	return must(strdup(s));
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Read all of stdin (for TEXT or JSON given as "-"). */
+static char *read_stdin(size_t *lenp)
+{
+	size_t len = 0, cap = 4096;
+	char *buf = held.input = must(malloc(cap));
+	for (;;) {
+		if (cap - len < 2)
+			buf = held.input = must(realloc(buf, cap *= 2));
+		size_t n = fread(buf + len, 1, cap - len - 1, stdin);
+		len += n;
+		if (n == 0) {
+			if (ferror(stdin))
+				fail("cannot read stdin: %s", strerror(errno));
+			break;
+		}
+	}
+	buf[len] = '\0';
+	*lenp = len;
+	return buf;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Building the request                                                     */
+
+/* A string field; jansson refuses invalid UTF-8, which we report as the
+ * argument's fault rather than send something agentd would reject anyway. */
+static json_t *arg_string(const struct param *p, const char *v, size_t len)
+{
+	json_t *s = json_stringn(v, len);
+	if (!s)
+		usage_error("%s: not valid UTF-8", p->name);
+	return s;
+}
+
+static json_int_t parse_uint(const struct param *p, const char *v)
+{
+	const char *c = v;
+	json_int_t n = 0;
+	if (!*c)
+		usage_error("%s: expected a non-negative integer, got ''", p->name);
+	for (; *c; c++) {
+		if (*c < '0' || *c > '9')
+			usage_error("%s: expected a non-negative integer, got '%s'", p->name, v);
+		if (n > (INT64_MAX - (*c - '0')) / 10)
+			usage_error("%s: %s is too large (the limit is %lld)", p->name, v, (long long)INT64_MAX);
+		n = n * 10 + (*c - '0');
+	}
+	return n;
+}
+
+static json_t *parse_json_arg(const struct param *p, const char *v, size_t flags)
+{
+	json_error_t e;
+	json_t *j = json_loads(v, JSON_DECODE_ANY | flags, &e);
+	if (!j)
+		usage_error("%s: invalid JSON: %s (line %d, column %d)", p->name, e.text, e.line, e.column);
+	return j;
+}
+
+static const char *pick_choice(const struct param *p, const char *v)
+{
+	static char buf[64];
+	/* Also take a signal name with its SIG prefix (SIGTERM). */
+	for (int pass = 0; pass < 2; pass++) {
+		const char *want = v;
+		if (pass == 1) {
+			if (strncasecmp(v, "SIG", 3) != 0)
+				break;
+			want = v + 3;
+		}
+		const char *c = p->choices;
+		while (*c) {
+			size_t n = strcspn(c, "|");
+			if (strlen(want) == n && strncasecmp(want, c, n) == 0 && n < sizeof buf) {
+				memcpy(buf, c, n);
+				buf[n] = '\0';
+				return buf;
+			}
+			c += n + (c[n] == '|');
+		}
+	}
+	usage_error("%s: expected one of %s, got '%s'", p->name, p->choices, v);
+}
+
+static json_t *child(json_t *parent, const char *key, json_t *(*make)(void))
+{
+	json_t *v = json_object_get(parent, key);
+	if (!v) {
+		v = must(make());
+		json_object_set_new(parent, key, v);
+	}
+	return v;
+}
+
+static json_t *settings_of(json_t *req)
+{
+	return child(req, "settings", json_object);
+}
+
+/* --param K=V: V is JSON when it parses, so numbers and booleans keep their
+ * type; anything else ("gpt-4o", "hello world") is a string. */
+static void add_kv(const struct param *p, const char *v, json_t *obj)
+{
+	const char *eq = strchr(v, '=');
+	if (!eq || eq == v)
+		usage_error("%s: expected KEY=VALUE, got '%s'", p->name, v);
+	char *key = held.key = must(strndup(v, (size_t)(eq - v)));
+	json_t *val = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
+	if (!val)
+		val = arg_string(p, eq + 1, strlen(eq + 1));
+	if (json_object_set_new(obj, key, val) < 0)
+		usage_error("%s: key '%s' is not valid UTF-8", p->name, key);
+	free(key);
+	held.key = NULL;
+}
+
+static void add_content(const struct param *p, const char *v, json_t *req, bool json_content)
+{
+	size_t len = strlen(v);
+	char *in = NULL;
+	if (strcmp(v, "-") == 0) {
+		v = in = read_stdin(&len);
+		/* `echo hi | agentctl send c -` means "hi", not "hi\n". */
+		if (!json_content && len > 0 && in[len - 1] == '\n')
+			in[--len] = '\0';
+	}
+	json_t *content;
+	if (json_content) {
+		content = parse_json_arg(p, v, 0);
+		if (!json_is_object(content)) {
+			json_decref(content);
+			usage_error("%s: --json-content needs a JSON object", p->name);
+		}
+	} else {
+		content = arg_string(p, v, len);
+	}
+	json_object_set_new(req, p->field, content);
+	free(in);
+	held.input = NULL;
+}
+
+/* raw: check the line is JSON and make it one line. A raw CR or LF can only be
+ * whitespace between tokens in valid JSON (inside strings they must be
+ * escaped), so turning them into spaces keeps the request the same. Integers
+ * past 64 bits are accepted: raw exists to send what agentctl would not. */
+static char *raw_line(const struct param *p, const char *v)
+{
+	size_t len = strlen(v);
+	char *line = held.input = strcmp(v, "-") == 0 ? read_stdin(&len) : xstrdup(v);
+	json_t *j = parse_json_arg(p, line, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL);
+	json_decref(j);
+	for (size_t i = 0; i < len; i++)
+		if (line[i] == '\n' || line[i] == '\r')
+			line[i] = ' ';
+	held.input = NULL;
+	return line;
+}
+
+static void apply(const struct param *p, const char *v, json_t *req)
+{
+	switch (p->kind) {
+	case K_STR:
+		json_object_set_new(req, p->field, arg_string(p, v, strlen(v)));
+		break;
+	case K_UINT:
+		json_object_set_new(req, p->field, must(json_integer(parse_uint(p, v))));
+		break;
+	case K_JSON:
+		json_object_set_new(req, p->field, parse_json_arg(p, v, 0));
+		break;
+	case K_ENUM:
+		json_object_set_new(req, p->field, must(json_string(pick_choice(p, v))));
+		break;
+	case K_CONST:
+		json_object_set_new(req, p->field, must(json_string(p->choices)));
+		break;
+	case K_SET_STR:
+		json_object_set_new(settings_of(req), p->field, arg_string(p, v, strlen(v)));
+		break;
+	case K_SET_LIST:
+		json_array_append_new(child(settings_of(req), p->field, json_array), arg_string(p, v, strlen(v)));
+		break;
+	case K_SET_KV:
+		add_kv(p, v, child(settings_of(req), p->field, json_object));
+		break;
+	case K_CONTENT:
+	case K_RAW:
+	case K_LOCAL:
+		break; /* handled by build_request */
+	}
+}
+
+/* Global options may come before the command or among its arguments. Returns
+ * true when argv[*i] was one (and advances *i past it and its value). */
+static bool global_option(int argc, char **argv, int *i, struct options *o)
+{
+	const char *a = argv[*i];
+	const char *val = NULL;
+	const char *name = a;
+	size_t nlen = strcspn(a, "=");
+
+	if (strcmp(a, "--json") == 0) {
+		o->json = true;
+		(*i)++;
+		return true;
+	}
+	if (strcmp(a, "-s") == 0 || strcmp(a, "--socket") == 0 || strcmp(a, "--timeout") == 0) {
+		if (*i + 1 >= argc)
+			usage_error("option %s needs an argument", a);
+		val = argv[*i + 1];
+		*i += 2;
+	} else if ((nlen == 8 && strncmp(a, "--socket", 8) == 0) || (nlen == 9 && strncmp(a, "--timeout", 9) == 0)) {
+		val = a + nlen + 1;
+		name = a[2] == 's' ? "--socket" : "--timeout";
+		(*i)++;
+	} else if (strncmp(a, "-s", 2) == 0 && a[2] != '\0' && a[2] != '-') {
+		val = a + 2; /* -sPATH */
+		name = "-s";
+		(*i)++;
+	} else {
+		return false;
+	}
+
+	if (strncmp(name, "--timeout", 9) == 0) {
+		char *end;
+		errno = 0;
+		double secs = strtod(val, &end);
+		if (!*val || *end || errno || !isfinite(secs) || secs < 0 || secs > 1e9)
+			usage_error("--timeout: expected a number of seconds (0: no limit), got '%s'", val);
+		/* Round up by hand: ceil() would pull in libm for one call. */
+		o->timeout_ms = (int64_t)(secs * 1000.0);
+		if ((double)o->timeout_ms < secs * 1000.0)
+			o->timeout_ms++;
+		o->timeout_set = true;
+	} else {
+		if (!*val)
+			usage_error("%s: the socket path is empty", name);
+		o->socket = val;
+	}
+	return true;
+}
+
+static const struct param *find_option(const struct param *opts, const char *name, size_t len)
+{
+	for (const struct param *p = opts; p->name; p++)
+		if (strlen(p->name) == len && strncmp(p->name, name, len) == 0)
+			return p;
+	return NULL;
+}
+
+static void print_command_help(const struct command *cmd, FILE *f);
+static void check_stdout(int code_if_gone);
+
+/* Parse a command's arguments into its request: a JSON object, or for raw the
+ * user's line. Exits on usage errors and on --help. */
+static char *build_request(const struct command *cmd, int argc, char **argv, struct options *o,
+			   int64_t *extra_ms)
+{
+	const char **pos = held.pos = must(calloc((size_t)argc + 1, sizeof *pos));
+	int npos = 0, want = 0, nopts = 0;
+	bool only_pos = false, json_content = false;
+	const struct param *p;
+	json_t *req = held.req = must(json_object());
+
+	for (p = cmd->pos; p->name; p++)
+		want++;
+	if (cmd->op) {
+		json_object_set_new(req, "id", must(json_integer(1)));
+		json_object_set_new(req, "op", must(json_string(cmd->op)));
+	}
+
+	for (int i = 0; i < argc;) {
+		const char *a = argv[i];
+		if (only_pos || a[0] != '-' || a[1] == '\0') {
+			pos[npos++] = a;
+			i++;
+			continue;
+		}
+		if (strcmp(a, "--") == 0) {
+			only_pos = true;
+			i++;
+			continue;
+		}
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			print_command_help(cmd, stdout);
+			check_stdout(EXIT_OK);
+			exit(EXIT_OK);
+		}
+		if (global_option(argc, argv, &i, o))
+			continue;
+		size_t nlen = strcspn(a, "=");
+		p = find_option(cmd->opt, a, nlen);
+		if (!p)
+			usage_error("unknown option '%.*s'%s", (int)nlen, a,
+				    a[1] != '-' ? " (a value starting with '-' goes after --)" : "");
+		const char *val = NULL;
+		if (p->meta) {
+			if (a[nlen] == '=')
+				val = a + nlen + 1;
+			else if (i + 1 < argc)
+				val = argv[++i];
+			else
+				usage_error("option %s needs an argument (%s)", p->name, p->meta);
+		} else if (a[nlen] == '=') {
+			usage_error("option %s takes no argument", p->name);
+		}
+		i++;
+		nopts++;
+		if (p->kind == K_LOCAL)
+			json_content = true;
+		else
+			apply(p, val, req);
+	}
+
+	if (npos < want)
+		usage_error("missing %s", cmd->pos[npos].name);
+	if (npos > want)
+		usage_error("unexpected argument '%s'", pos[want]);
+	for (p = cmd->opt; p->name; p++) {
+		bool in_settings = p->kind == K_SET_STR || p->kind == K_SET_LIST || p->kind == K_SET_KV;
+		if (p->required && !json_object_get(in_settings ? json_object_get(req, "settings") : req, p->field))
+			usage_error("%s %s is required", p->name, p->meta);
+	}
+	if ((cmd->flags & CMD_NEED_OPT) && nopts == 0)
+		usage_error("nothing to do: give at least one option");
+
+	char *line = NULL;
+	for (int k = 0; k < npos; k++) {
+		p = &cmd->pos[k];
+		if (p->kind == K_RAW)
+			line = raw_line(p, pos[k]);
+		else if (p->kind == K_CONTENT)
+			add_content(p, pos[k], req, json_content);
+		else
+			apply(p, pos[k], req);
+	}
+	if (!line)
+		line = must(json_dumps(req, SEND_FLAGS));
+
+	/* A long-poll legitimately takes up to wait_ms: the reply deadline grows by it. */
+	json_t *w = json_object_get(req, "wait_ms");
+	*extra_ms = w ? (int64_t)json_integer_value(w) : 0;
+	json_decref(req);
+	free(pos);
+	held.req = NULL;
+	held.pos = NULL;
+	return line;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Help                                                                     */
+
+static void print_main_help(FILE *f)
+{
+	fputs("usage: agentctl [-s SOCKET] [--json] [--timeout SECS] COMMAND [ARGS...]\n"
+	      "\n"
+	      "Drive agentd through its control socket: one request per command.\n"
+	      "\n"
+	      "Commands:\n",
+	      f);
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f,
+		"\n"
+		"Options (before the command or among its arguments):\n"
+		"  -s, --socket SOCKET  agentd's control socket\n"
+		"  --json               print the raw JSON reply line instead of readable output\n"
+		"  --timeout SECS       give up waiting for the reply after SECS seconds (default %d; 0: no\n"
+		"                       limit; compact and shutdown: no limit unless given)\n"
+		"  -h, --help           this help; 'agentctl COMMAND --help' describes a command\n"
+		"  --version            print agentctl's version\n"
+		"\n"
+		"Socket: -s SOCKET, else $AGENTD_SOCKET, else %s.\n"
+		"Exit status: 0 ok; 1 agentd replied with an error (\"agentctl: CODE: message\" on stderr);\n"
+		"2 usage error or no connection.\n",
+		DEFAULT_TIMEOUT_MS / 1000, DEFAULT_SOCKET);
+}
+
+static void print_params(FILE *f, const char *title, const struct param *ps)
+{
+	if (!ps->name)
+		return;
+	fprintf(f, "\n%s:\n", title);
+	for (const struct param *p = ps; p->name; p++) {
+		char left[64];
+		snprintf(left, sizeof left, "%s%s%s", p->name, p->meta ? " " : "", p->meta ? p->meta : "");
+		fprintf(f, "  %-18s %s\n", left, p->help);
+	}
+}
+
+static void print_command_help(const struct command *cmd, FILE *f)
+{
+	const struct param *p;
+	fprintf(f, "usage: agentctl [-s SOCKET] [--json] [--timeout SECS] %s", cmd->name);
+	for (p = cmd->pos; p->name; p++)
+		fprintf(f, " %s", p->name);
+	for (p = cmd->opt; p->name; p++) {
+		const char *more = (p->kind == K_SET_LIST || p->kind == K_SET_KV) ? "..." : "";
+		if (p->required)
+			fprintf(f, " %s %s", p->name, p->meta);
+		else
+			fprintf(f, " [%s%s%s]%s", p->name, p->meta ? " " : "", p->meta ? p->meta : "", more);
+	}
+	fprintf(f, "\n\n%s\n", cmd->doc);
+	print_params(f, "Arguments", cmd->pos);
+	print_params(f, "Options", cmd->opt);
+	if (cmd->op)
+		fprintf(f, "\nSends {\"op\":\"%s\", ...}: see design.md section 6.\n", cmd->op);
+	fprintf(f, "\nExample:\n  %s\n", cmd->example);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The connection                                                           */
+
+static struct conn {
+	int fd;
+	const char *path;
+	char *buf;
+	size_t off, len, cap; /* unread bytes are buf[off..len) */
+	size_t scan;          /* buf[off..scan) holds no newline */
+	bool eof;
+	int64_t deadline;     /* CLOCK_MONOTONIC ms; -1: none */
+	int64_t budget;       /* ms the deadline allowed, for the message */
+	const sigset_t *mask; /* ppoll's mask: SIGINT gets in only while we wait (watch) */
+} conn;                       /* file scope: see `held` */
+
+/* Wait until the socket is ready for `events`. -ETIMEDOUT past the deadline,
+ * -EINTR when the user interrupted a watch. */
+static int conn_wait(struct conn *c, short events)
+{
+	struct pollfd pfd = {.fd = c->fd, .events = events};
+	for (;;) {
+		struct timespec ts, *tsp = NULL;
+		if (c->deadline >= 0) {
+			int64_t left = c->deadline - now_ms();
+			if (left <= 0)
+				return -ETIMEDOUT;
+			ts.tv_sec = left / 1000;
+			ts.tv_nsec = (left % 1000) * 1000000;
+			tsp = &ts;
+		}
+		int r = ppoll(&pfd, 1, tsp, c->mask);
+		if (r > 0)
+			return 0; /* POLLHUP and POLLERR too: the read or write reports them */
+		if (r < 0 && errno == EINTR) {
+			if (interrupted)
+				return -EINTR;
+		} else if (r < 0) {
+			return -errno;
+		}
+	}
+}
+
+static int conn_open(struct conn *c, const char *path, int64_t timeout_ms)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	size_t len = strlen(path);
+
+	memset(c, 0, sizeof *c);
+	c->fd = -1;
+	c->path = path;
+	c->deadline = -1;
+	if (len >= sizeof sa.sun_path)
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, len + 1);
+
+	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->fd < 0)
+		return -errno;
+	/* A blocking connect waits while agentd's listen backlog is full; on Linux
+	 * SO_SNDTIMEO bounds that wait (connect then fails with EAGAIN). */
+	if (timeout_ms > 0) {
+		struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+		setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	}
+	if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+		return -errno;
+	/* From here on every wait goes through conn_wait, which keeps the deadline. */
+	int fl = fcntl(c->fd, F_GETFL);
+	if (fl < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Write all of p. -EPIPE when agentd closed first (its reply may still be
+ * readable: a too_large reply comes before the close). */
+static int conn_write(struct conn *c, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+		if (w > 0) {
+			p += w;
+			n -= (size_t)w;
+			continue;
+		}
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			int r = conn_wait(c, POLLOUT);
+			if (r < 0)
+				return r;
+		} else if (w < 0 && errno == EINTR) {
+			if (interrupted)
+				return -EINTR;
+		} else if (w < 0 && errno == ECONNRESET) {
+			return -EPIPE;
+		} else {
+			return w < 0 ? -errno : -EIO;
+		}
+	}
+	return 0;
+}
+
+/* The next line, without its '\n' and NUL-terminated, valid until the next
+ * call. Lines may be of any length: the buffer grows. Returns 1 with a line, 0
+ * at end of stream (a final unterminated fragment is returned as a line
+ * first), or a negative errno. */
+static int conn_read_line(struct conn *c, char **line, size_t *len)
+{
+	for (;;) {
+		char *nl = c->len > c->scan ? memchr(c->buf + c->scan, '\n', c->len - c->scan) : NULL;
+		if (nl) {
+			*line = c->buf + c->off;
+			*len = (size_t)(nl - *line);
+			*nl = '\0';
+			c->off = c->scan = (size_t)(nl - c->buf) + 1;
+			return 1;
+		}
+		c->scan = c->len;
+		if (c->eof) {
+			if (c->off == c->len)
+				return 0;
+			*line = c->buf + c->off;
+			*len = c->len - c->off;
+			c->buf[c->len] = '\0';
+			c->off = c->scan = c->len;
+			return 1;
+		}
+		if (c->off > 0) { /* the caller is done with earlier lines: reclaim them */
+			memmove(c->buf, c->buf + c->off, c->len - c->off);
+			c->len -= c->off;
+			c->scan -= c->off;
+			c->off = 0;
+		}
+		if (c->cap - c->len < READ_CHUNK / 2) {
+			size_t cap = c->cap ? c->cap * 2 : READ_CHUNK;
+			while (cap - c->len < READ_CHUNK / 2)
+				cap *= 2;
+			c->buf = must(realloc(c->buf, cap));
+			c->cap = cap;
+		}
+		/* Keep one byte spare for the terminating NUL of a final fragment. */
+		ssize_t n = read(c->fd, c->buf + c->len, c->cap - c->len - 1);
+		if (n > 0) {
+			c->len += (size_t)n;
+		} else if (n == 0 || errno == ECONNRESET) {
+			c->eof = true; /* a reset is a close too: nothing more will come */
+		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			int r = conn_wait(c, POLLIN);
+			if (r < 0)
+				return r;
+		} else if (errno == EINTR) {
+			if (interrupted)
+				return -EINTR;
+		} else {
+			return -errno;
+		}
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Readable output                                                          */
+
+/* stdout failing is not agentd's fault but the user must know: exit 2. A
+ * reader that went away (agentctl watch c | head) is not an error. */
+static void check_stdout(int code_if_gone)
+{
+	if (fflush(stdout) == 0 && !ferror(stdout))
+		return;
+	if (errno == EPIPE)
+		exit(code_if_gone);
+	fail("cannot write to stdout: %s", strerror(errno));
+}
+
+static char *dump(const json_t *v)
+{
+	return must(json_dumps(v, SHOW_FLAGS));
+}
+
+/* A string shows as itself unless it would not read as one token on one line
+ * (empty, or holding control characters): then as a JSON string. */
+static bool plain_string(const json_t *v)
+{
+	const char *s = json_string_value(v);
+	size_t n = json_string_length(v);
+	if (n == 0 || strlen(s) != n)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return false;
+	return true;
+}
+
+/* Times in the store are milliseconds since the epoch: show them in UTC. */
+static bool format_time(const json_t *v, char *buf, size_t n)
+{
+	if (!json_is_integer(v))
+		return false;
+	json_int_t ms = json_integer_value(v);
+	if (ms < 100000000000LL || ms > 32503680000000LL) /* 1973..3000: not a time otherwise */
+		return false;
+	time_t secs = (time_t)(ms / 1000);
+	struct tm tm;
+	if (!gmtime_r(&secs, &tm))
+		return false;
+	size_t k = strftime(buf, n, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (k == 0)
+		return false;
+	snprintf(buf + k, n - k, ".%03dZ", (int)(ms % 1000));
+	return true;
+}
+
+static bool is_time_key(const char *key)
+{
+	size_t n = strlen(key);
+	return n > 3 && strcmp(key + n - 3, "_at") == 0;
+}
+
+/* How a value reads in a table cell or after "key: ". */
+static char *text_of(const json_t *v, const char *null_text)
+{
+	if (!v || json_is_null(v))
+		return xstrdup(null_text);
+	if (json_is_string(v) && plain_string(v))
+		return xstrdup(json_string_value(v));
+	return dump(v);
+}
+
+/* Display width of UTF-8 text: code points, close enough for aligning. */
+static size_t width_of(const char *s)
+{
+	size_t w = 0;
+	for (; *s; s++)
+		w += ((unsigned char)*s & 0xc0) != 0x80;
+	return w;
+}
+
+struct kvlist {
+	char **key, **val;
+	size_t n, cap;
+};
+
+static void kv_add(struct kvlist *l, const char *prefix, const char *key, char *val)
+{
+	if (l->n == l->cap) {
+		l->cap = l->cap ? l->cap * 2 : 16;
+		l->key = must(realloc(l->key, l->cap * sizeof *l->key));
+		l->val = must(realloc(l->val, l->cap * sizeof *l->val));
+	}
+	size_t n = (prefix ? strlen(prefix) + 1 : 0) + strlen(key) + 1;
+	l->key[l->n] = must(malloc(n));
+	snprintf(l->key[l->n], n, "%s%s%s", prefix ? prefix : "", prefix ? "." : "", key);
+	l->val[l->n++] = val;
+}
+
+static void kv_add_json(struct kvlist *l, const char *prefix, const char *key, const json_t *v)
+{
+	char *text = text_of(v, "null");
+	char when[64];
+	if (is_time_key(key) && format_time(v, when, sizeof when)) {
+		size_t n = strlen(text) + strlen(when) + 4;
+		char *both = must(malloc(n));
+		snprintf(both, n, "%s (%s)", text, when);
+		free(text);
+		text = both;
+	}
+	kv_add(l, prefix, key, text);
+}
+
+/* Collect an object's members; objects one level down are flattened
+ * (settings.model), deeper ones shown as compact JSON. `envelope` skips the
+ * reply's own id and ok. */
+static void kv_collect(struct kvlist *l, const json_t *obj, const char *prefix, bool envelope, const char *skip)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach((json_t *)obj, k, v) {
+		if (envelope && (strcmp(k, "id") == 0 || strcmp(k, "ok") == 0))
+			continue;
+		if (skip && strcmp(k, skip) == 0)
+			continue;
+		if (!prefix && json_is_object(v) && json_object_size(v) > 0)
+			kv_collect(l, v, k, false, NULL);
+		else
+			kv_add_json(l, prefix, k, v);
+	}
+}
+
+static void kv_print(struct kvlist *l)
+{
+	size_t w = 0;
+	for (size_t i = 0; i < l->n; i++)
+		if (strlen(l->key[i]) > w)
+			w = strlen(l->key[i]);
+	for (size_t i = 0; i < l->n; i++) {
+		printf("%s:%*s %s\n", l->key[i], (int)(w - strlen(l->key[i])), "", l->val[i]);
+		free(l->key[i]);
+		free(l->val[i]);
+	}
+	free(l->key);
+	free(l->val);
+	memset(l, 0, sizeof *l);
+}
+
+static void show_object(const json_t *obj)
+{
+	struct kvlist l = {0};
+	kv_collect(&l, obj, NULL, false, NULL);
+	kv_print(&l);
+}
+
+/* Any reply: its fields as key: value, or "ok" when it has none. */
+static void show_fields(const json_t *reply)
+{
+	struct kvlist l = {0};
+	kv_collect(&l, reply, NULL, true, NULL);
+	if (l.n == 0)
+		puts("ok");
+	kv_print(&l);
+}
+
+struct column {
+	const char *header;
+	const char *path; /* dotted path into the row; "a|b": the first present */
+	bool time;
+};
+
+static const json_t *lookup(const json_t *row, const char *path)
+{
+	char buf[128];
+	const char *alt = path;
+	while (*alt) {
+		size_t n = strcspn(alt, "|");
+		if (n >= sizeof buf)
+			return NULL;
+		memcpy(buf, alt, n);
+		buf[n] = '\0';
+		const json_t *v = row;
+		for (char *save = NULL, *part = strtok_r(buf, ".", &save); part && v;
+		     part = strtok_r(NULL, ".", &save))
+			v = json_is_object(v) ? json_object_get(v, part) : NULL;
+		if (v)
+			return v;
+		alt += n + (alt[n] == '|');
+	}
+	return NULL;
+}
+
+/* A table: a header row, columns padded to their widest cell, two spaces
+ * apart, the last column unpadded. */
+static void show_table(const json_t *rows, const struct column *cols, size_t ncols)
+{
+	size_t nrows = json_array_size(rows) + 1;
+	char **cell = must(calloc(nrows * ncols, sizeof *cell));
+	size_t *w = must(calloc(ncols, sizeof *w));
+
+	for (size_t c = 0; c < ncols; c++)
+		cell[c] = xstrdup(cols[c].header);
+	for (size_t r = 1; r < nrows; r++) {
+		const json_t *row = json_array_get(rows, r - 1);
+		for (size_t c = 0; c < ncols; c++) {
+			const json_t *v = json_is_object(row) ? lookup(row, cols[c].path) : NULL;
+			char when[64];
+			if (cols[c].time && format_time(v, when, sizeof when))
+				cell[r * ncols + c] = xstrdup(when);
+			else
+				cell[r * ncols + c] = text_of(v, "-");
+		}
+	}
+	for (size_t i = 0; i < nrows * ncols; i++)
+		if (width_of(cell[i]) > w[i % ncols])
+			w[i % ncols] = width_of(cell[i]);
+	for (size_t r = 0; r < nrows; r++) {
+		for (size_t c = 0; c < ncols; c++) {
+			const char *s = cell[r * ncols + c];
+			if (c + 1 < ncols)
+				printf("%s%*s  ", s, (int)(w[c] - width_of(s)), "");
+			else
+				printf("%s\n", s);
+		}
+	}
+	for (size_t i = 0; i < nrows * ncols; i++)
+		free(cell[i]);
+	free(cell);
+	free(w);
+}
+
+#define TABLE(rows, cols) show_table(rows, cols, sizeof cols / sizeof cols[0])
+
+static void show_ping(const json_t *reply)
+{
+	const char *v = json_string_value(json_object_get(reply, "version"));
+	printf("pong (agentd %s)\n", v ? v : "?");
+}
+
+static void show_create(const json_t *reply)
+{
+	const json_t *c = json_object_get(reply, "conversation");
+	if (json_is_object(c)) /* tolerate a server that returns the record */
+		c = json_object_get(c, "id");
+	if (json_is_string(c))
+		printf("%s\n", json_string_value(c));
+	else
+		show_fields(reply);
+}
+
+static void show_member(const json_t *reply, const char *key)
+{
+	const json_t *v = json_object_get(reply, key);
+	if (json_is_object(v))
+		show_object(v);
+	else
+		show_fields(reply);
+}
+
+static void show_get(const json_t *reply)
+{
+	show_member(reply, "conversation");
+}
+
+static void show_tool_call(const json_t *reply)
+{
+	show_member(reply, "tool_call");
+}
+
+static void show_summary(const json_t *reply)
+{
+	const json_t *v = json_object_get(reply, "summary");
+	if (json_is_null(v))
+		puts("no summary");
+	else
+		show_member(reply, "summary");
+}
+
+static void show_list(const json_t *reply)
+{
+	static const struct column cols[] = {
+		{"ID", "id", false},	       {"STATUS", "status", false},  {"MODEL", "settings.model", false},
+		{"LAST_SEQ", "last_seq", false}, {"WORKER", "worker.pid", false}, {"UPDATED", "updated_at", true},
+	};
+	const json_t *rows = json_object_get(reply, "conversations");
+	if (!json_is_array(rows)) {
+		show_fields(reply);
+		return;
+	}
+	TABLE(rows, cols);
+	const json_t *next = json_object_get(reply, "next");
+	if (next && !json_is_null(next)) {
+		char *t = text_of(next, "null");
+		printf("next: %s\n", t);
+		free(t);
+	}
+}
+
+static void show_tool_calls(const json_t *reply)
+{
+	static const struct column cols[] = {
+		{"ID", "id|tool_call_id", false}, {"NAME", "name", false},	    {"EXECUTOR", "executor", false},
+		{"STATUS", "status", false},	  {"INSERTED", "inserted_at", true}, {"ARGS", "args", false},
+	};
+	const json_t *rows = json_object_get(reply, "tool_calls");
+	if (json_is_array(rows))
+		TABLE(rows, cols);
+	else
+		show_fields(reply);
+}
+
+static void show_audit(const json_t *reply)
+{
+	static const struct column cols[] = {
+		{"TURN", "turn_ref|turn", false},
+		{"MODEL", "model", false},
+		{"LATENCY_MS", "latency_ms", false},
+		{"SUMMARY_V", "summary_version", false},
+		{"USAGE", "usage", false},
+		{"INSERTED", "inserted_at", true},
+	};
+	const json_t *rows = json_object_get(reply, "model_calls");
+	if (json_is_array(rows))
+		TABLE(rows, cols);
+	else
+		show_fields(reply);
+}
+
+static void show_status(const json_t *reply)
+{
+	static const struct column cols[] = {
+		{"CONVERSATION", "conversation", false},
+		{"PID", "pid", false},
+		{"STATE", "state", false},
+		{"SINCE_MS", "since_ms", false},
+	};
+	const json_t *workers = json_object_get(reply, "workers");
+	struct kvlist l = {0};
+	kv_collect(&l, reply, NULL, true, json_is_array(workers) ? "workers" : NULL);
+	if (json_is_array(workers)) {
+		char n[32];
+		snprintf(n, sizeof n, "%zu", json_array_size(workers));
+		kv_add(&l, NULL, "workers", xstrdup(n));
+	}
+	kv_print(&l);
+	if (json_array_size(workers) > 0) {
+		putchar('\n');
+		TABLE(workers, cols);
+	}
+}
+
+static void show_metrics(const json_t *reply)
+{
+	const json_t *t = json_object_get(reply, "text");
+	if (!json_is_string(t)) {
+		show_fields(reply);
+		return;
+	}
+	size_t n = json_string_length(t);
+	fwrite(json_string_value(t), 1, n, stdout);
+	if (n > 0 && json_string_value(t)[n - 1] != '\n')
+		putchar('\n');
+}
+
+/* SEQ TYPE CONTENT: the line format of events and watch. */
+static void print_event(const json_t *ev)
+{
+	const json_t *c = json_object_get(ev, "content");
+	char *seq = text_of(json_object_get(ev, "seq"), "-");
+	char *type = text_of(json_object_get(ev, "type"), "-");
+	char *content = c ? dump(c) : xstrdup("null"); /* always JSON here, strings quoted */
+	printf("%s %s %s\n", seq, type, content);
+	free(seq);
+	free(type);
+	free(content);
+}
+
+static void show_events(const json_t *reply)
+{
+	const json_t *evs = json_object_get(reply, "events");
+	size_t i;
+	json_t *ev;
+	if (!json_is_array(evs)) {
+		show_fields(reply);
+		return;
+	}
+	json_array_foreach(evs, i, ev)
+		print_event(ev);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running a command                                                        */
+
+static json_t *parse_line(const char *line, size_t len)
+{
+	/* NULs inside strings are legal JSON; integers past 64 bits are not
+	 * jansson's, so a second try reads them as reals rather than fail. */
+	json_t *v = json_loadb(line, len, JSON_ALLOW_NUL, NULL);
+	if (!v)
+		v = json_loadb(line, len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, NULL);
+	return v;
+}
+
+static void print_line(const char *line, size_t len)
+{
+	fwrite(line, 1, len, stdout);
+	putchar('\n');
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static _Noreturn void conn_fail(const struct conn *c, const char *what, int err)
+{
+	if (err == -ETIMEDOUT)
+		fail("no reply from agentd within %.3g s (see --timeout)", (double)c->budget / 1000.0);
+	fail("%s %s: %s", what, c->path, strerror(-err));
+}
+
+static void open_or_fail(struct conn *c, const char *path, const struct options *o)
+{
+	int r = conn_open(c, path, o->timeout_ms);
+	if (r == -ENAMETOOLONG)
+		fail("socket path too long (%zu bytes; a Unix socket path holds at most %zu): %s", strlen(path),
+		     sizeof(((struct sockaddr_un *)0)->sun_path) - 1, path);
+	if (r == -EAGAIN)
+		fail("cannot connect to %s: timed out (agentd is not accepting connections)", path);
+	if (r < 0)
+		fail("cannot connect to %s: %s%s", path, strerror(-r),
+		     r == -ENOENT || r == -ECONNREFUSED ? " (is agentd running?)"
+		     : r == -EACCES			? " (the socket is mode 0600: run agentctl as agentd's user)"
+							: "");
+}
+
+/* After the watch reply: print each streamed line until agentd closes the
+ * stream or the user interrupts. Both end the watch normally. */
+static _Noreturn void stream(struct conn *c, bool raw)
+{
+	c->deadline = -1;
+	for (;;) {
+		char *line;
+		size_t len;
+		int r = conn_read_line(c, &line, &len);
+		if (r == 0 || r == -EINTR)
+			exit(EXIT_OK);
+		if (r < 0)
+			conn_fail(c, "reading from", r);
+		json_t *v = raw ? NULL : parse_line(line, len);
+		const json_t *ev = json_object_get(v, "event");
+		const json_t *delta = json_object_get(v, "delta");
+		if (json_is_object(ev)) {
+			print_event(ev);
+		} else if (delta) {
+			char *t = dump(delta);
+			printf("- delta %s\n", t);
+			free(t);
+		} else {
+			print_line(line, len);
+		}
+		json_decref(v);
+		check_stdout(EXIT_OK);
+	}
+}
+
+static int run(const struct command *cmd, const char *path, const char *request, int64_t extra_ms,
+	       const struct options *o)
+{
+	struct conn *c = &conn;
+	sigset_t block, orig;
+	bool watch = cmd->flags & CMD_WATCH;
+
+	if (watch) {
+		/* SIGINT and SIGTERM stay blocked except inside ppoll, so one that
+		 * arrives between two waits is not lost: it interrupts the next. */
+		struct sigaction sa = {.sa_handler = on_signal};
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+		sigemptyset(&block);
+		sigaddset(&block, SIGINT);
+		sigaddset(&block, SIGTERM);
+		sigprocmask(SIG_BLOCK, &block, &orig);
+	}
+	open_or_fail(c, path, o);
+	c->mask = watch ? &orig : NULL;
+	if (o->timeout_ms > 0) {
+		c->budget = o->timeout_ms + extra_ms;
+		c->deadline = now_ms() + c->budget;
+	}
+
+	size_t reqlen = strlen(request);
+	char *out = must(malloc(reqlen + 2));
+	memcpy(out, request, reqlen);
+	out[reqlen] = '\n';
+	int r = conn_write(c, out, reqlen + 1);
+	free(out);
+	if (r == -EINTR)
+		exit(EXIT_OK);
+	if (r < 0 && r != -EPIPE) /* after EPIPE agentd may still have replied: read on */
+		conn_fail(c, "writing to", r);
+
+	char *line = NULL;
+	size_t len = 0;
+	json_t *reply = NULL;
+	while (!reply) {
+		r = conn_read_line(c, &line, &len);
+		if (r == -EINTR)
+			exit(EXIT_OK);
+		if (r == 0)
+			fail("agentd closed the connection without replying");
+		if (r < 0)
+			conn_fail(c, "reading from", r);
+		reply = held.reply = parse_line(line, len);
+		if (!json_is_object(reply) || !json_object_get(reply, "ok")) {
+			warn("ignoring a line that is not a reply: %.80s%s", line, len > 80 ? "..." : "");
+			json_decref(reply);
+			reply = held.reply = NULL;
+		}
+	}
+
+	bool ok = json_is_true(json_object_get(reply, "ok"));
+	if (o->json || (cmd->flags & CMD_RAW))
+		print_line(line, len);
+	else if (ok && cmd->show)
+		cmd->show(reply);
+	if (!ok) {
+		const char *code = json_string_value(json_object_get(reply, "error"));
+		const char *msg = json_string_value(json_object_get(reply, "message"));
+		/* Exactly "agentctl: CODE: message": scripts match on it. */
+		fprintf(stderr, "agentctl: %s%s%s\n", code ? code : "error", msg ? ": " : "", msg ? msg : "");
+	}
+	check_stdout(ok ? EXIT_OK : EXIT_REPLY);
+	if (ok && watch)
+		stream(c, o->json); /* does not return */
+	json_decref(reply);
+	held.reply = NULL;
+	close(c->fd);
+	free(c->buf);
+	c->buf = NULL;
+	return ok ? EXIT_OK : EXIT_REPLY;
+}
+
+static void release_held(void)
+{
+	json_decref(held.req);
+	free(held.pos);
+	free(held.input);
+	free(held.key);
+	free(held.request);
+	json_decref(held.reply);
+	free(conn.buf);
+	memset(&held, 0, sizeof held);
+	conn.buf = NULL;
+}
+
+static const struct command *find_command(const char *name)
+{
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (strcmp(commands[i].name, name) == 0)
+			return &commands[i];
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o = {.socket = NULL, .json = false, .timeout_ms = DEFAULT_TIMEOUT_MS};
+	int i = 1;
+
+	/* A closed socket or stdout must be an error return, never a silent death. */
+	signal(SIGPIPE, SIG_IGN);
+	atexit(release_held);
+
+	while (i < argc && argv[i][0] == '-' && argv[i][1] != '\0') {
+		if (strcmp(argv[i], "--") == 0) {
+			i++;
+			break;
+		}
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+			print_main_help(stdout);
+			check_stdout(EXIT_OK);
+			return EXIT_OK;
+		}
+		if (strcmp(argv[i], "--version") == 0) {
+			printf("agentctl %s\n", AGENTD_VERSION);
+			check_stdout(EXIT_OK);
+			return EXIT_OK;
+		}
+		if (!global_option(argc, argv, &i, &o))
+			usage_error("unknown option '%s'", argv[i]);
+	}
+	if (i >= argc) {
+		fputs("usage: agentctl [-s SOCKET] [--json] [--timeout SECS] COMMAND [ARGS...]\n"
+		      "(see 'agentctl --help' for the commands)\n",
+		      stderr);
+		return EXIT_USAGE;
+	}
+
+	const char *name = argv[i++];
+	if (strcmp(name, "help") == 0) {
+		const struct command *h = i < argc ? find_command(argv[i]) : NULL;
+		if (i < argc && !h)
+			usage_error("unknown command '%s'", argv[i]);
+		if (h)
+			print_command_help(h, stdout);
+		else
+			print_main_help(stdout);
+		check_stdout(EXIT_OK);
+		return EXIT_OK;
+	}
+	const struct command *cmd = find_command(name);
+	if (!cmd)
+		usage_error("unknown command '%s'", name);
+	cur_cmd = cmd->name;
+
+	int64_t extra_ms = 0;
+	if ((cmd->flags & CMD_SLOW) && !o.timeout_set)
+		o.timeout_ms = 0;
+	char *request = held.request = build_request(cmd, argc - i, argv + i, &o, &extra_ms);
+
+	const char *path = o.socket;
+	if (!path) {
+		const char *env = getenv("AGENTD_SOCKET");
+		path = env && *env ? env : DEFAULT_SOCKET;
+	}
+	int rc = run(cmd, path, request, extra_ms, &o);
+	free(request);
+	held.request = NULL;
+	return rc;
+}

@@ -1,0 +1,754 @@
+"""harness.py: run the real agentd, its workers and agentctl for process-level tests.
+
+Process tests are plain Python 3 scripts (standard library only) run by ctest; each exits non-zero on
+failure. They import this module, start agentd in a fresh temporary directory, drive it through the real
+control socket (design.md sections 5 and 6), kill real processes and assert the invariants afterwards.
+
+    import harness
+    from harness import Agentd, wait_for
+
+    def test_send_is_answered():
+        with Agentd() as a:
+            c = a.ok({"op": "create", "settings": {"model": "echo"}})["conversation"]
+            seq = a.ok({"op": "send", "conversation": c, "content": "hi"})["seq"]
+            wait_for(lambda: len(a.events(c)) >= 2, 10, "the echo model's reply")
+            rc, out, err = a.ctl("events", c)
+            assert out.splitlines()[0] == '1 user_msg {"text":"hi"}', out
+
+    harness.main(globals())        # runs every test_* function in order; exit status 1 if any failed
+
+Binaries: $AGENTD_BIN and $AGENTCTL_BIN when set, else agentd and agentctl in $AGENTD_BUILD_DIR, else in
+build/ at the repository root (found from this file's location). A build elsewhere (the ASan build in
+build-asan/) sets AGENTD_BUILD_DIR or the two variables.
+
+Environment:
+  AGENTD_TEST_SLOW  multiplies every timeout (default 1; scripts/test.sh uses 3 under ASan). Nothing here
+                    sleeps a fixed time: waits poll a condition until a deadline, and only the deadline
+                    scales.
+  AGENTD_KEEP       when set, temporary directories (data, logs, scripts, configuration) are kept and
+                    their paths printed.
+
+API:
+  TIME_SCALE, scaled(secs)      the multiplier, and secs times it
+  wait_for(pred, timeout, what, interval=0.01, ignore=())
+                                poll pred() until it returns something truthy, and return that; past the
+                                (scaled) timeout raise AssertionError("timed out after Ns waiting for WHAT").
+                                Exceptions of the types in `ignore` count as "not yet".
+  write_config(dir, text, name="agentd.ini") -> path    an INI file (text is dedented)
+  write_script(dir, name, body) -> path                 an executable Python 3 script (body dedented)
+  proc_stat(pid) -> (state, ppid) or None; pid_alive(pid); open_fds(pid) -> {fd: target}
+  sanitizer_reports(text) -> [line]   ASan/LSan/UBSan report lines in text
+
+  Agentd(data_dir=None, config=None, extra_args=(), start=True, env=None)
+    Starts `agentd --data DIR --socket DIR/agentd.sock [--config FILE] EXTRA...` in a fresh
+    tempfile.mkdtemp() (the data directory is DIR unless data_dir is given) and waits until the socket
+    answers a ping. config is INI text (written to DIR/agentd.ini) or a pathlib.Path to an existing file.
+    With data_dir given (two instances on one directory, say), the socket is still DIR/agentd.sock.
+    stdout and stderr go to DIR/agentd.log (appended across restarts). agentd gets a new session and
+    PR_SET_PDEATHSIG, so a test killed by ctest's timeout does not leave it running. With start=False,
+    write scripts and the configuration first, then call start().
+    .dir .data_dir .socket .log_path .config_path   paths
+    .proc .pid                    the running agentd (Popen and pid)
+    .start()                      start (again) and wait for readiness; raises with the log tail if agentd exits
+    .expect_exit(timeout=10) -> rc    start agentd expecting it to exit by itself (bad configuration,
+                                  second instance on a data directory); .log() says why
+    .request(obj, timeout=10)     one request on a fresh connection -> reply dict
+    .ok(obj)                      .request, asserting ok:true -> reply dict
+    .conn(timeout=10) -> Client   a persistent connection (see Client)
+    .ctl(*args, check=True, input=None, timeout=30) -> (rc, stdout, stderr)
+                                  the real agentctl with -s SOCKET; check=True asserts rc == 0; a
+                                  sanitizer report on its stderr always fails
+    .create(model="echo", **fields) -> id; .send(conv, content, **fields) -> seq; .events(conv, **fields)
+                                  thin conveniences over .ok
+    .watch(conv, after=None) -> Client   a started watch (reply checked); recv() the streamed lines
+    .children() -> [pid]          direct children of agentd (from /proc/*/stat ppid), sorted
+    .zombies() -> [pid]           children in state Z (a short-lived one is normal: wait_for(lambda: not a.zombies()))
+    .worker_pid(conv) -> pid|None from `get`
+    .kill(sig=SIGKILL, wait=None) signal agentd; waits for exit (and reaps) by default for SIGKILL
+    .wait(timeout=10) -> rc       wait for agentd to exit
+    .stop(timeout=10, expect=0) -> rc
+                                  SIGTERM, wait; asserts the exit status is `expect` (None: any) and that
+                                  the log holds no sanitizer report
+    .check_sanitizers()           AssertionError if agentd's log holds a sanitizer report
+    .restart(**start_kw)          stop (if running), then start again on the same data directory
+    .running() -> bool
+    .log() -> str                 agentd's output so far
+    .script(name, body) -> path   write_script into DIR/scripts
+    .write_config(text) -> path   write DIR/agentd.ini and use it from the next start
+    .close()                      kill agentd if running, and every process left in the process groups of
+                                  the agentds it started; remove DIR unless AGENTD_KEEP
+    As a context manager: on a clean exit, stop() (asserting exit status 0) then close(); after an
+    exception, print the log tail, kill, close.
+
+  Client(path, timeout=10)        one connection to the socket
+    .send(obj) -> bool            one request line (json, compact); pipelining: send several, recv several
+    .raw(data: bytes) -> bool     bytes exactly as given (no newline added)
+                                  both return False instead of raising when agentd closed the connection
+                                  first (after a too_large reply, say): the reply can still be recv()'d
+    .recv(timeout=None) -> dict   the next line, parsed; AssertionError on timeout or end of stream
+    .recv_line(timeout=None) -> bytes   the next line without its newline
+    .request(obj) -> dict         send + recv
+    .closed(timeout=None) -> bool wait for agentd to close the connection (True) or the timeout (False);
+                                  lines still arriving are discarded
+    .sock                         the socket itself, for tests of misbehaving clients
+    .close(); context manager
+
+Cleanup: atexit kills any agentd still running and removes temporary directories (unless AGENTD_KEEP).
+When a test fails with an exception, the tail of each agentd log is printed to stderr.
+"""
+
+import atexit
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import traceback
+
+__all__ = [
+    "TIME_SCALE", "scaled", "wait_for", "write_config", "write_script", "proc_stat", "pid_alive",
+    "open_fds", "sanitizer_reports", "Agentd", "Client", "main", "REPO", "AGENTD_BIN", "AGENTCTL_BIN",
+]
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+_BUILD = pathlib.Path(os.environ.get("AGENTD_BUILD_DIR") or REPO / "build")
+AGENTD_BIN = os.environ.get("AGENTD_BIN") or str(_BUILD / "agentd")
+AGENTCTL_BIN = os.environ.get("AGENTCTL_BIN") or str(_BUILD / "agentctl")
+
+
+def _time_scale():
+    raw = os.environ.get("AGENTD_TEST_SLOW", "").strip()
+    if not raw:
+        return 1.0
+    try:
+        v = float(raw)
+    except ValueError:
+        raise SystemExit(f"harness: AGENTD_TEST_SLOW must be a number, got {raw!r}")
+    if not v > 0:
+        raise SystemExit(f"harness: AGENTD_TEST_SLOW must be positive, got {raw!r}")
+    return v
+
+
+TIME_SCALE = _time_scale()
+KEEP = bool(os.environ.get("AGENTD_KEEP"))
+SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
+
+
+def scaled(secs):
+    """secs times AGENTD_TEST_SLOW: every timeout in the harness goes through this."""
+    return secs * TIME_SCALE
+
+
+def wait_for(pred, timeout=10, what="a condition", interval=0.01, ignore=()):
+    """Poll pred() until it returns something truthy and return that value. Past the deadline (timeout
+    seconds, scaled) raise AssertionError naming `what`. Exceptions of the types in `ignore` count as
+    "not yet"; the last one is mentioned in the failure. The poll interval grows from `interval` to
+    at most 0.1 s, so a fast condition is seen fast and a slow one does not spin."""
+    deadline = time.monotonic() + scaled(timeout)
+    last_exc = None
+    while True:
+        try:
+            v = pred()
+            if v:
+                return v
+        except ignore as e:  # noqa: PERF203 (polling is the point)
+            last_exc = e
+        now = time.monotonic()
+        if now >= deadline:
+            msg = f"timed out after {scaled(timeout):g}s waiting for {what}"
+            if last_exc is not None:
+                msg += f" (last error: {last_exc!r})"
+            raise AssertionError(msg)
+        time.sleep(min(interval, deadline - now))
+        interval = min(interval * 1.5, 0.1)
+
+
+def write_config(directory, text, name="agentd.ini"):
+    """Write an INI configuration file (text dedented, so it can be indented in the test) and return its
+    path as a string."""
+    path = pathlib.Path(directory) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return str(path)
+
+
+def _python_shebang():
+    exe = sys.executable
+    if exe and os.path.isabs(exe) and not any(c.isspace() for c in exe) and len(exe) < 120:
+        return "#!" + exe
+    return "#!/usr/bin/env python3"
+
+
+def write_script(directory, name, body):
+    """Write an executable Python 3 script (a model or tool adapter for agentd's configuration) and return
+    its absolute path. body is dedented; the shebang is this interpreter's path (a python3), so the script
+    runs the same Python as the test."""
+    path = pathlib.Path(directory) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_python_shebang() + "\n" + textwrap.dedent(body).lstrip("\n"))
+    path.chmod(0o755)
+    return str(path.resolve())
+
+
+def proc_stat(pid):
+    """(state, ppid) of a process from /proc/PID/stat, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name is in parentheses and may itself hold spaces and ')': split after the last ')'.
+    rest = data[data.rindex(b")") + 2:].split()
+    return rest[0].decode(), int(rest[1])
+
+
+def pid_alive(pid):
+    """True while the pid exists and is not a zombie."""
+    st = proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def open_fds(pid):
+    """{fd: link target} of a process's open descriptors ('socket:[123]', '/path', 'pipe:[9]', ...)."""
+    out = {}
+    base = f"/proc/{pid}/fd"
+    for name in os.listdir(base):
+        try:
+            out[int(name)] = os.readlink(f"{base}/{name}")
+        except FileNotFoundError:
+            pass  # closed while we looked
+    return out
+
+
+# What ASan, LSan and UBSan print. Under the sanitizer build any of these fails the test (style.md): a
+# report in agentd's log (agentd's and its workers' stderr) or in agentctl's stderr is never benign.
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                     "WARNING: AddressSanitizer", "ERROR: UndefinedBehaviorSanitizer")
+
+
+def sanitizer_reports(text):
+    """The lines of text that are sanitizer reports (empty when clean)."""
+    return [ln for ln in text.splitlines() if any(m in ln for m in SANITIZER_MARKERS)]
+
+
+def _mkdtemp():
+    # The socket path must fit sun_path: fall back to /tmp when $TMPDIR is deep.
+    d = tempfile.mkdtemp(prefix="agentd-test-")
+    if len(os.path.join(d, "agentd.sock")) > SUN_PATH_MAX - 16:
+        os.rmdir(d)
+        d = tempfile.mkdtemp(prefix="agentd-test-", dir="/tmp")
+    return d
+
+
+# ----------------------------------------------------------------------------------------------------
+# Client
+
+
+class Client:
+    """One connection to agentd's control socket. Lines are JSON, one per request or reply; lines can be
+    long (up to the server's limit, 1 MiB by default, and replies can be longer)."""
+
+    def __init__(self, path, timeout=10):
+        self.path = str(path)
+        self.timeout = timeout
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(scaled(timeout))
+        try:
+            self.sock.connect(self.path)
+        except OSError:
+            self.sock.close()
+            raise
+        self._buf = bytearray()
+        self._scan = 0
+        self.eof = False
+        self.send_error = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def raw(self, data):
+        """Send bytes exactly as given. Returns True when all were written, False when agentd closed the
+        connection first (EPIPE/ECONNRESET, kept in .send_error): what it replied before closing can still
+        be read with recv()."""
+        try:
+            self.sock.sendall(bytes(data))
+            return True
+        except (BrokenPipeError, ConnectionResetError) as e:
+            self.send_error = e
+            return False
+        except socket.timeout:
+            raise AssertionError(f"agentd did not read {len(data)} bytes within {scaled(self.timeout):g}s")
+
+    def send(self, obj):
+        """Send one request: obj as compact JSON and a newline. Returns as raw() does."""
+        line = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+        return self.raw(line)
+
+    def _fill(self, deadline):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout()
+        self.sock.settimeout(left)
+        try:
+            data = self.sock.recv(1 << 16)
+        except ConnectionResetError:
+            data = b""
+        if not data:
+            self.eof = True
+        self._buf += data
+
+    def recv_line(self, timeout=None):
+        """The next line without its newline (bytes). AssertionError when none arrives in time, or when
+        agentd closes the connection first."""
+        t = scaled(self.timeout if timeout is None else timeout)
+        deadline = time.monotonic() + t
+        while True:
+            nl = self._buf.find(b"\n", self._scan)
+            if nl >= 0:
+                line = bytes(self._buf[:nl])
+                del self._buf[: nl + 1]
+                self._scan = 0
+                return line
+            self._scan = len(self._buf)
+            if self.eof:
+                tail = f" (after a partial line of {len(self._buf)} bytes)" if self._buf else ""
+                raise AssertionError(f"agentd closed the connection before a full line{tail}")
+            try:
+                self._fill(deadline)
+            except socket.timeout:
+                raise AssertionError(f"no line from agentd within {t:g}s") from None
+
+    def recv(self, timeout=None):
+        """The next line, parsed as JSON (a reply, or a streamed {"event"}/{"delta"} line)."""
+        line = self.recv_line(timeout)
+        try:
+            return json.loads(line)
+        except ValueError as e:
+            raise AssertionError(f"agentd sent a line that is not JSON ({e}): {line[:200]!r}") from None
+
+    def request(self, obj, timeout=None):
+        self.send(obj)
+        return self.recv(timeout)
+
+    def closed(self, timeout=None):
+        """Wait until agentd closes the connection: True, or False at the timeout. Anything it still sends
+        is discarded."""
+        t = scaled(self.timeout if timeout is None else timeout)
+        deadline = time.monotonic() + t
+        while not self.eof:
+            try:
+                self._fill(deadline)
+            except socket.timeout:
+                return False
+            except OSError:
+                return True
+            del self._buf[:]
+            self._scan = 0
+        return True
+
+
+# ----------------------------------------------------------------------------------------------------
+# Agentd
+
+_instances = []
+_failed = False
+
+
+def _find_prctl():
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
+# Resolved here, not in the child: importing after fork can deadlock on a lock another thread held.
+_prctl = _find_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _pdeathsig():
+    """In the child before exec: die with the test. ctest's timeout kills the Python process, and atexit
+    does not run then, so without this an agentd would outlive its test. (The signal comes when the
+    *thread* that started agentd exits: start agentd from the main thread.)"""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+class Agentd:
+    def __init__(self, data_dir=None, config=None, extra_args=(), start=True, env=None):
+        self.dir = _mkdtemp()
+        self.data_dir = str(data_dir) if data_dir is not None else self.dir
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.socket = os.path.join(self.data_dir if data_dir is None else self.dir, "agentd.sock")
+        self.log_path = os.path.join(self.dir, "agentd.log")
+        self.extra_args = list(extra_args)
+        self.env = dict(os.environ if env is None else env)
+        self.proc = None
+        self._groups = []  # every agentd started: each leads a process group (see _spawn)
+        self.config_path = None
+        self._closed = False
+        if isinstance(config, pathlib.PurePath):
+            self.config_path = str(config)
+        elif config is not None:
+            self.write_config(config)
+        _instances.append(self)
+        if start:
+            self.start()
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def command(self):
+        args = [AGENTD_BIN, "--data", self.data_dir, "--socket", self.socket]
+        if self.config_path:
+            args += ["--config", self.config_path]
+        return args + self.extra_args
+
+    def _spawn(self, note):
+        if not os.access(AGENTD_BIN, os.X_OK):
+            raise AssertionError(f"no agentd binary at {AGENTD_BIN}: build it, or set AGENTD_BIN / AGENTD_BUILD_DIR")
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- harness: starting {' '.join(self.command())}{note}\n".encode())
+            log.flush()
+            # A new session: signals sent to the test's terminal or group do not reach agentd, and
+            # cleanup can kill agentd's whole group.
+            self.proc = subprocess.Popen(
+                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.dir,
+                env=self.env, start_new_session=True, preexec_fn=_pdeathsig)
+        self._groups.append(self.proc.pid)
+
+    def start(self, timeout=10):
+        """Start agentd and wait (polling, up to timeout seconds, scaled) until the socket answers a ping.
+        Raises AssertionError with the log tail when agentd exits or never answers."""
+        assert not self.running(), "agentd is already running"
+        self._spawn("")
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"agentd exited with status {self.proc.returncode} before it was ready\n{self.log_tail()}")
+            try:
+                with Client(self.socket, timeout=timeout) as c:
+                    r = c.request({"op": "ping", "id": "harness-ready"})
+                return r.get("ok") is True
+            except (FileNotFoundError, ConnectionRefusedError):
+                return False  # not listening yet
+
+        try:
+            wait_for(ready, timeout, "agentd to answer a ping on " + self.socket)
+        except AssertionError as e:
+            if self.running():
+                self._kill_group(signal.SIGKILL)
+                self.proc.wait()
+                raise AssertionError(f"{e}\n{self.log_tail()}") from None
+            raise
+        return self
+
+    def expect_exit(self, timeout=10):
+        """Start agentd expecting it to exit by itself (a bad configuration, a second instance on the
+        same data directory, a socket path too long) and return its exit status; agentd.log holds what
+        it said (self.log()). AssertionError if it is still running after timeout seconds (scaled)."""
+        assert not self.running(), "agentd is already running"
+        self._spawn(" (expecting it to exit)")
+        try:
+            return self.proc.wait(scaled(timeout))
+        except subprocess.TimeoutExpired:
+            self._kill_group(signal.SIGKILL)
+            self.proc.wait()
+            raise AssertionError(f"agentd did not exit by itself within {scaled(timeout):g}s\n{self.log_tail()}") from None
+
+    def wait(self, timeout=10):
+        """Wait for agentd to exit; return its status (negative: killed by that signal)."""
+        assert self.proc is not None, "agentd was never started"
+        try:
+            return self.proc.wait(scaled(timeout))
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"agentd (pid {self.pid}) still running after {scaled(timeout):g}s") from None
+
+    def kill(self, sig=signal.SIGKILL, wait=None):
+        """Send sig to agentd (not to its workers). For SIGKILL (or wait=True) wait for it to exit and
+        reap it, returning its status."""
+        assert self.running(), "agentd is not running"
+        os.kill(self.pid, sig)
+        if wait is None:
+            wait = sig == signal.SIGKILL
+        return self.wait() if wait else None
+
+    def stop(self, timeout=10, expect=0):
+        """SIGTERM, then wait up to timeout seconds (scaled). Asserts the exit status is `expect` (0 by
+        default: a clean stop; None to accept any) and returns it. If agentd does not exit in time it is
+        killed and AssertionError raised."""
+        if not self.running():
+            rc = self.proc.returncode if self.proc else None
+        else:
+            os.kill(self.pid, signal.SIGTERM)
+            try:
+                rc = self.proc.wait(scaled(timeout))
+            except subprocess.TimeoutExpired:
+                self._kill_group(signal.SIGKILL)
+                self.proc.wait()
+                raise AssertionError(
+                    f"agentd did not exit within {scaled(timeout):g}s of SIGTERM\n{self.log_tail()}") from None
+        if expect is not None:
+            assert rc == expect, f"agentd exited with status {rc}, expected {expect}\n{self.log_tail()}"
+        self.check_sanitizers()
+        return rc
+
+    def check_sanitizers(self):
+        """AssertionError when agentd's log holds a sanitizer report (see SANITIZER_MARKERS). stop() and
+        main() call it; a test that SIGKILLs agentd can call it too."""
+        reports = sanitizer_reports(self.log())
+        assert not reports, "sanitizer report in agentd's log:\n" + "\n".join(reports[:5]) + "\n" + self.log_tail(80)
+
+    def restart(self, timeout=10, expect=0, **start_kw):
+        """Stop agentd if it is running (asserting `expect` as stop() does), then start it again on the
+        same data directory and socket."""
+        if self.running():
+            self.stop(timeout, expect)
+        return self.start(**start_kw)
+
+    def _kill_group(self, sig, pgid=None):
+        # agentd leads its own session (start_new_session): its group is agentd and whatever it spawned
+        # without changing group, so this catches workers too. Only for cleanup and failures.
+        try:
+            os.killpg(self.pid if pgid is None else pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close(self):
+        """Kill agentd if it is still running, then remove the temporary directory (unless AGENTD_KEEP)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.proc is not None and self.proc.poll() is None:
+            self._kill_group(signal.SIGKILL)
+            try:
+                self.proc.wait(scaled(10))
+            except subprocess.TimeoutExpired:
+                pass
+        # Workers orphaned by an agentd killed earlier (in any incarnation) should have exited on their
+        # own; tests assert that. Whatever is left goes now, so no test leaks processes into the next.
+        for pgid in self._groups:
+            self._kill_group(signal.SIGKILL, pgid)
+        if KEEP:
+            print(f"harness: kept {self.dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        if self in _instances:
+            _instances.remove(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                if self.running():
+                    self.stop()
+            else:
+                print(self.log_tail(), file=sys.stderr)
+        finally:
+            self.close()
+        return False
+
+    # -- files ---------------------------------------------------------------------------------------
+
+    def write_config(self, text):
+        """Write DIR/agentd.ini; agentd is given --config with it from the next start."""
+        self.config_path = write_config(self.dir, text)
+        return self.config_path
+
+    def script(self, name, body):
+        """Write an executable Python 3 script into DIR/scripts (see write_script) and return its path."""
+        return write_script(os.path.join(self.dir, "scripts"), name, body)
+
+    def log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines=40):
+        tail = self.log().splitlines()[-lines:]
+        return f"--- last {len(tail)} lines of {self.log_path}:\n" + "\n".join(tail)
+
+    # -- the control socket --------------------------------------------------------------------------
+
+    def conn(self, timeout=10):
+        """A persistent connection (Client)."""
+        return Client(self.socket, timeout)
+
+    def request(self, obj, timeout=10):
+        """One request on a fresh connection; the reply as a dict."""
+        with Client(self.socket, timeout) as c:
+            return c.request(obj)
+
+    def ok(self, obj, timeout=10):
+        """request(), asserting the reply is ok:true."""
+        r = self.request(obj, timeout)
+        assert r.get("ok") is True, f"request {obj} failed: {r}"
+        return r
+
+    def create(self, model="echo", **fields):
+        """Create a conversation (settings.model = model; other keyword arguments are request fields,
+        e.g. conversation="c1", settings={...} to give the settings whole). Returns its id."""
+        req = {"op": "create", "settings": {"model": model}}
+        req.update(fields)
+        return self.ok(req)["conversation"]
+
+    def send(self, conv, content, **fields):
+        """Send a user message; returns its seq."""
+        return self.ok({"op": "send", "conversation": conv, "content": content, **fields})["seq"]
+
+    def events(self, conv, **fields):
+        """The conversation's events (list of dicts); fields as in the events op (after=, limit=, ...)."""
+        return self.ok({"op": "events", "conversation": conv, **fields})["events"]
+
+    def watch(self, conv, after=None, timeout=10):
+        """Open a connection, start a watch (after=None: only new events) and assert the reply is ok.
+        Returns the Client: its recv() gives the streamed {"event": ...} and {"delta": ...} lines."""
+        c = Client(self.socket, timeout)
+        req = {"op": "watch", "conversation": conv, "id": "harness-watch"}
+        if after is not None:
+            req["after"] = after
+        r = c.request(req)
+        if r.get("ok") is not True:
+            c.close()
+            raise AssertionError(f"watch {conv} failed: {r}")
+        return c
+
+    def worker_pid(self, conv):
+        """The pid of the conversation's live worker according to `get`, or None."""
+        w = self.ok({"op": "get", "conversation": conv})["conversation"].get("worker")
+        return w["pid"] if w else None
+
+    def ctl(self, *args, check=True, input=None, timeout=30, env=None):
+        """Run the real agentctl as `agentctl -s SOCKET ARGS...`; returns (rc, stdout, stderr) as text.
+        check=True asserts rc == 0. input is text for its stdin."""
+        if not os.access(AGENTCTL_BIN, os.X_OK):
+            raise AssertionError(f"no agentctl binary at {AGENTCTL_BIN}: build it, or set AGENTCTL_BIN / AGENTD_BUILD_DIR")
+        cmd = [AGENTCTL_BIN, "-s", self.socket] + [str(a) for a in args]
+        try:
+            p = subprocess.run(cmd, input=input, capture_output=True, encoding="utf-8", errors="replace",
+                               timeout=scaled(timeout), env=self.env if env is None else env)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{' '.join(cmd)} did not finish within {scaled(timeout):g}s") from None
+        # Checked whatever `check` says: ASan exits 1 by default, which would pass for an error reply.
+        reports = sanitizer_reports(p.stderr)
+        assert not reports, f"sanitizer report from {' '.join(cmd)}:\n{p.stderr}"
+        if check:
+            assert p.returncode == 0, (
+                f"{' '.join(cmd)} exited {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}")
+        return p.returncode, p.stdout, p.stderr
+
+    # -- processes -----------------------------------------------------------------------------------
+
+    def children(self):
+        """Pids of agentd's direct children (any state), sorted, from the ppid in /proc/*/stat."""
+        if self.proc is None:
+            return []
+        me = self.pid
+        out = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            st = proc_stat(int(name))
+            if st is not None and st[1] == me:
+                out.append(int(name))
+        return sorted(out)
+
+    def zombies(self):
+        """agentd's children that exited and are not reaped yet. One can exist for an instant between a
+        worker's exit and agentd's SIGCHLD handling: assert with wait_for(lambda: not a.zombies(), ...)."""
+        return [p for p in self.children() if (proc_stat(p) or ("?",))[0] == "Z"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Cleanup and a minimal runner
+
+
+def _excepthook(tp, value, tb):
+    global _failed
+    _failed = True
+    _prev_excepthook(tp, value, tb)
+
+
+_prev_excepthook = sys.excepthook
+sys.excepthook = _excepthook
+
+
+@atexit.register
+def _cleanup():
+    for a in list(_instances):
+        if _failed and a.proc is not None:
+            print(a.log_tail(), file=sys.stderr)
+        a.close()
+
+
+def main(namespace, names=None):
+    """Run the test_* functions of `namespace` (pass globals()) in definition order, or those named on
+    the command line, each independently; report each, print tracebacks and agentd log tails for
+    failures, and exit 0 only if all passed (and there was at least one). A test whose agentd logged a
+    sanitizer report fails. Any Agentd a test leaves open is closed after it."""
+    global _failed
+    tests = [(n, f) for n, f in namespace.items() if n.startswith("test_") and callable(f)]
+    wanted = names if names is not None else sys.argv[1:]
+    if wanted:
+        unknown = set(wanted) - {n for n, _ in tests}
+        if unknown:
+            raise SystemExit(f"unknown tests: {', '.join(sorted(unknown))}")
+        tests = [(n, f) for n, f in tests if n in wanted]
+    failed = []
+    for name, fn in tests:
+        t0 = time.monotonic()
+        before = set(_instances)
+        try:
+            fn()
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            failed.append(name)
+            print(f"FAIL {name} ({time.monotonic() - t0:.2f}s)", flush=True)
+            traceback.print_exc()
+            for a in [a for a in _instances if a not in before]:
+                if a.proc is not None:
+                    print(a.log_tail(), file=sys.stderr)
+        else:
+            try:
+                for a in [a for a in _instances if a not in before]:
+                    a.check_sanitizers()
+            except AssertionError:
+                failed.append(name)
+                print(f"FAIL {name} ({time.monotonic() - t0:.2f}s)", flush=True)
+                traceback.print_exc()
+            else:
+                print(f"ok   {name} ({time.monotonic() - t0:.2f}s)", flush=True)
+        finally:
+            for a in [a for a in _instances if a not in before]:
+                a.close()
+    print(f"{len(tests) - len(failed)} passed, {len(failed)} failed" + (f": {', '.join(failed)}" if failed else ""))
+    sys.stdout.flush()
+    sys.exit(1 if failed or not tests else 0)
