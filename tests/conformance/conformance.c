@@ -1566,6 +1566,828 @@ START_TEST(id_alphabet_and_length)
 }
 END_TEST
 
+/* ---- tool call helpers ----------------------------------------------- */
+
+static struct store_tool_call_in tcin(const char *id, const char *name, int executor, store_bytes args,
+				      store_bytes prompt)
+{
+	return (struct store_tool_call_in){ id, name, executor, args, prompt };
+}
+
+static void mktc(const char *conv, const char *id)
+{
+	struct store_tool_call_in in = tcin(id, "shell", STORE_EXEC_SERVER, mmap1("cmd", "ls"), raw(NULL, 0));
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_tool_call_upsert(t, conv, &in), 0);
+	commit(t);
+}
+
+static int resolve(const char *id, int status, store_bytes result)
+{
+	store_txn *t = wbegin();
+	int rc = store_tool_call_resolve(t, id, status, result, NULL);
+	commit(t);
+	return rc;
+}
+
+static void schedule(const char *id, int64_t deadline)
+{
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_expiry_schedule(t, id, deadline), 0);
+	commit(t);
+}
+
+#define TC_MAX 32
+struct tcs {
+	size_t n;
+	size_t stop_after;
+	int stop_ret;
+	char id[TC_MAX][STORE_ID_MAX + 1];
+	char conv[TC_MAX][STORE_ID_MAX + 1];
+	int status[TC_MAX];
+	int64_t deadline[TC_MAX];
+};
+static struct tcs L;
+
+static void copy_id(char *dst, store_bytes b)
+{
+	ck_assert_uint_le(b.len, STORE_ID_MAX);
+	memcpy(dst, b.ptr, b.len);
+	dst[b.len] = 0;
+}
+
+static int collect_tc(void *arg, const struct store_tool_call *tc)
+{
+	struct tcs *o = arg;
+	ck_assert_uint_lt(o->n, TC_MAX);
+	copy_id(o->id[o->n], tc->id);
+	copy_id(o->conv[o->n], tc->conversation);
+	o->status[o->n] = tc->status;
+	o->deadline[o->n] = tc->deadline;
+	o->n++;
+	return o->stop_after && o->n == o->stop_after ? o->stop_ret : 0;
+}
+
+static int list_tcs(const char *conv, unsigned mask)
+{
+	memset(&L, 0, sizeof L);
+	store_txn *t = rbegin();
+	int rc = store_tool_calls_list(t, conv, mask, collect_tc, &L);
+	store_txn_abort(t);
+	return rc;
+}
+
+static int collect_exp(void *arg, const struct store_expiry *e)
+{
+	struct tcs *o = arg;
+	ck_assert_uint_lt(o->n, TC_MAX);
+	copy_id(o->id[o->n], e->tool_call_id);
+	copy_id(o->conv[o->n], e->conversation);
+	o->deadline[o->n] = e->deadline;
+	o->n++;
+	return o->stop_after && o->n == o->stop_after ? o->stop_ret : 0;
+}
+
+static int due(int64_t now)
+{
+	memset(&L, 0, sizeof L);
+	store_txn *t = rbegin();
+	int rc = store_expiries_due(t, now, collect_exp, &L);
+	store_txn_abort(t);
+	return rc;
+}
+
+static int earliest(int64_t *d)
+{
+	store_txn *t = rbegin();
+	int rc = store_expiry_earliest(t, d);
+	store_txn_abort(t);
+	return rc;
+}
+
+static void expect_list_at(int line, const char *const *want, size_t n)
+{
+	ck_assert_msg(L.n == n, "line %d: got %zu rows, want %zu", line, L.n, n);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(strcmp(L.id[i], want[i]) == 0, "line %d: [%zu] is %s, want %s", line, i, L.id[i],
+			      want[i]);
+}
+#define EXPECT_LIST(...)                                                         \
+	do {                                                                     \
+		const char *const want_[] = { __VA_ARGS__ };                     \
+		expect_list_at(__LINE__, want_, sizeof want_ / sizeof want_[0]); \
+	} while (0)
+
+static int noop_ev(void *arg, const struct store_event *e) { (void)arg; (void)e; return 0; }
+static int noop_conv(void *arg, const struct store_conv *c) { (void)arg; (void)c; return 0; }
+static int noop_tc(void *arg, const struct store_tool_call *tc) { (void)arg; (void)tc; return 0; }
+static int noop_mc(void *arg, const struct store_model_call *mc) { (void)arg; (void)mc; return 0; }
+
+/* ---- unknown and invalid ids --------------------------------------------- */
+
+/* Every operation taking a conversation id, on `id`, each expected to give
+ * `want`; all other arguments valid. Runs in one write txn, which every
+ * one of these errors must leave usable. */
+static void every_conv_op(store_txn *t, const char *id, int want)
+{
+	struct store_conv c;
+	struct store_usage u = { 1, 1, 0 };
+	struct store_event_in e = ev("user_msg", mint(1), "k");
+	struct store_range r = { 0 };
+	struct store_summary sum;
+	struct store_tool_call_in in = tcin("tc-new", "shell", STORE_EXEC_SERVER, mint(1), raw(NULL, 0));
+	uint64_t u64 = 0;
+	int i = 0;
+#define OP(call) ck_assert_msg((call) == want, "%s on \"%.20s\": got %d, want %d", #call, id, (call), want)
+	OP(store_conv_get(t, id, &c));
+	OP(store_conv_delete(t, id));
+	OP(store_lease_next(t, id, &u64));
+	OP(store_lease_check(t, id, 0));
+	OP(store_usage_add(t, id, &u));
+	OP(store_event_append(t, id, &e, &u64, &i));
+	OP(store_events_append(t, id, &e, 1, &u64, &i));
+	OP(store_event_latest_seq(t, id, &u64));
+	OP(store_events_stream(t, id, &r, noop_ev, NULL));
+	OP(store_summary_put(t, id, 1, 1, mint(1), &u64));
+	OP(store_summary_latest(t, id, &sum));
+	OP(store_load_since(t, id, &sum, &i, noop_ev, NULL));
+	OP(store_tool_call_upsert(t, id, &in));
+	OP(store_tool_calls_list(t, id, 0, noop_tc, NULL));
+	OP(store_model_calls_list(t, id, noop_mc, NULL));
+	OP(store_model_calls_gc(t, id, 0, &u64));
+#undef OP
+}
+
+START_TEST(unknown_conversation_is_notfound)
+{
+	mkconv("known");
+	mktc("known", "tc-1");
+	store_txn *t = wbegin();
+	every_conv_op(t, "unknown", STORE_E_NOTFOUND);
+	/* nothing was created by any of them: the txn commits clean */
+	struct store_event_in e = ev("user_msg", mint(1), NULL);
+	uint64_t seq;
+	ck_assert_int_eq(store_event_append(t, "known", &e, &seq, NULL), 0);
+	commit(t);
+	ck_assert_int_eq(list_convs(-1, NULL, 0, NULL), 0);
+	EXPECT_IDS("known");
+	t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "tc-new", &tc), STORE_E_NOTFOUND);
+	store_txn_abort(t);
+	ck_assert_uint_eq(latest("known"), 1);
+}
+END_TEST
+
+START_TEST(unknown_tool_call)
+{
+	mkconv("c1");
+	store_txn *t = wbegin();
+	struct store_tool_call tc;
+	uint32_t att = 5;
+	char conv[STORE_ID_MAX + 1] = "untouched";
+	ck_assert_int_eq(store_tool_call_get(t, "nope", &tc), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_tool_call_attempt(t, "nope", &att), STORE_E_NOTFOUND);
+	ck_assert_uint_eq(att, 5);
+	ck_assert_int_eq(store_expiry_schedule(t, "nope", T0 + 10), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_tool_call_resolve(t, "nope", STORE_TC_RESOLVED, mint(1), conv), STORE_E_STALE);
+	ck_assert_str_eq(conv, "untouched");
+	ck_assert_int_eq(store_expiry_cancel(t, "nope"), 0); /* 0 also when there was none */
+	commit(t);
+	int64_t d;
+	ck_assert_int_eq(earliest(&d), STORE_E_NOTFOUND);
+}
+END_TEST
+
+START_TEST(invalid_ids_are_inval)
+{
+	char id129[STORE_ID_MAX + 2];
+	memset(id129, 'x', STORE_ID_MAX + 1);
+	id129[STORE_ID_MAX + 1] = 0;
+	const char *bad[] = { "", id129, "a b", "a/b", "caf\xc3\xa9", "a\tb" };
+	store_txn *t = wbegin();
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		const char *id = bad[i];
+		every_conv_op(t, id, STORE_E_INVAL);
+		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+		ck_assert_msg(store_conv_create(t, id, mmap0()) == STORE_E_INVAL, "create %zu", i);
+		ck_assert_msg(store_conv_put(t, id, &p) == STORE_E_INVAL, "put %zu", i);
+		ck_assert_msg(store_conv_put_fsm(t, id, mint(1)) == STORE_E_INVAL, "put_fsm %zu", i);
+	}
+	commit(t);
+	ck_assert_int_eq(list_convs(-1, NULL, 0, NULL), 0);
+	ck_assert_uint_eq(C.n, 0);
+	/* tool call ids */
+	mkconv("c1");
+	t = wbegin();
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		const char *id = bad[i];
+		struct store_tool_call_in in = tcin(id, "shell", STORE_EXEC_SERVER, mint(1), raw(NULL, 0));
+		struct store_tool_call tc;
+		uint32_t att;
+		ck_assert_msg(store_tool_call_upsert(t, "c1", &in) == STORE_E_INVAL, "upsert %zu", i);
+		ck_assert_msg(store_tool_call_get(t, id, &tc) == STORE_E_INVAL, "get %zu", i);
+		ck_assert_msg(store_tool_call_attempt(t, id, &att) == STORE_E_INVAL, "attempt %zu", i);
+		ck_assert_msg(store_tool_call_resolve(t, id, STORE_TC_RESOLVED, mint(1), NULL) == STORE_E_INVAL,
+			      "resolve %zu", i);
+		ck_assert_msg(store_expiry_schedule(t, id, T0) == STORE_E_INVAL, "schedule %zu", i);
+		ck_assert_msg(store_expiry_cancel(t, id) == STORE_E_INVAL, "cancel %zu", i);
+	}
+	commit(t);
+	ck_assert_int_eq(list_tcs("c1", 0), 0);
+	ck_assert_uint_eq(L.n, 0);
+}
+END_TEST
+
+/* ---- lease and usage ---------------------------------------------------- */
+
+START_TEST(lease_next_increments_and_check_fences)
+{
+	mkconv("c1");
+	mkconv("c2");
+	store_txn *t = wbegin();
+	uint64_t gen = 0;
+	ck_assert_int_eq(store_lease_check(t, "c1", 0), 0); /* 0 before any worker */
+	ck_assert_int_eq(store_lease_next(t, "c1", &gen), 0);
+	ck_assert_uint_eq(gen, 1);
+	ck_assert_int_eq(store_lease_check(t, "c1", 1), 0);
+	ck_assert_int_eq(store_lease_check(t, "c1", 0), STORE_E_FENCED);
+	commit(t);
+	t = wbegin();
+	ck_assert_int_eq(store_lease_next(t, "c1", &gen), 0);
+	ck_assert_uint_eq(gen, 2);
+	commit(t);
+	t = rbegin(); /* a check reads: a read txn will do */
+	ck_assert_int_eq(store_lease_check(t, "c1", 2), 0);
+	ck_assert_int_eq(store_lease_check(t, "c1", 1), STORE_E_FENCED); /* superseded */
+	ck_assert_int_eq(store_lease_check(t, "c1", 3), STORE_E_FENCED); /* never issued */
+	ck_assert_int_eq(store_lease_check(t, "c2", 0), 0);              /* per conversation */
+	ck_assert_int_eq(store_lease_check(t, "c2", 2), STORE_E_FENCED);
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert_uint_eq(c.lease, 2);
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(lease_fenced_writer_txn_stays_usable)
+{
+	mkconv("c1");
+	store_txn *t = wbegin();
+	uint64_t gen;
+	ck_assert_int_eq(store_lease_next(t, "c1", &gen), 0);
+	ck_assert_int_eq(store_lease_next(t, "c1", &gen), 0);
+	commit(t);
+	t = wbegin();
+	ck_assert_int_eq(store_lease_check(t, "c1", gen - 1), STORE_E_FENCED);
+	struct store_event_in e = ev("user_msg", mint(1), NULL);
+	uint64_t seq;
+	ck_assert_int_eq(store_event_append(t, "c1", &e, &seq, NULL), 0);
+	commit(t);
+	ck_assert_uint_eq(latest("c1"), 1);
+}
+END_TEST
+
+START_TEST(usage_add_accumulates)
+{
+	mkconv("c1");
+	mkconv("c2");
+	store_txn *t = wbegin();
+	struct store_usage a = { 100, 20, 0.25 }, b = { 5, 7, 0.5 };
+	ck_assert_int_eq(store_usage_add(t, "c1", &a), 0);
+	ck_assert_int_eq(store_usage_add(t, "c1", &b), 0);
+	commit(t);
+	NOW = T0 + 9;
+	t = wbegin();
+	ck_assert_int_eq(store_usage_add(t, "c1", &a), 0);
+	commit(t);
+	t = rbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert_uint_eq(c.usage.input_tokens, 205);
+	ck_assert_uint_eq(c.usage.output_tokens, 47);
+	ck_assert_double_eq_tol(c.usage.cost, 1.0, 1e-12);
+	ck_assert_int_eq(store_conv_get(t, "c2", &c), 0);
+	ck_assert_uint_eq(c.usage.input_tokens, 0);
+	ck_assert(c.usage.cost == 0);
+	store_txn_abort(t);
+}
+END_TEST
+
+/* ---- tool calls -------------------------------------------------------- */
+
+START_TEST(tool_call_upsert_new_is_pending)
+{
+	mkconv("c1");
+	NOW = T0 + 11;
+	store_bytes args = mmap1("path", "/tmp");
+	store_bytes prompt = mstr("Approve?");
+	struct store_tool_call_in in = tcin("call_1", "read_file", STORE_EXEC_HUMAN, args, prompt);
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_tool_call_upsert(t, "c1", &in), 0);
+	commit(t);
+	t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "call_1", &tc), 0);
+	ck_assert(bytes_eq_s(tc.id, "call_1"));
+	ck_assert(bytes_eq_s(tc.conversation, "c1"));
+	ck_assert(bytes_eq_s(tc.name, "read_file"));
+	ck_assert_int_eq(tc.executor, STORE_EXEC_HUMAN);
+	ck_assert_int_eq(tc.status, STORE_TC_PENDING);
+	ck_assert(bytes_eq_b(tc.args, args));
+	ck_assert(bytes_eq_b(tc.prompt, prompt));
+	ck_assert_uint_eq(tc.result.len, 0);
+	ck_assert_int_eq(tc.inserted_at, T0 + 11);
+	ck_assert_int_eq(tc.resolved_at, 0);
+	ck_assert_int_eq(tc.deadline, 0);
+	ck_assert_uint_eq(tc.attempts, 0);
+	store_txn_abort(t);
+	/* no prompt: len 0 */
+	mktc("c1", "call_2");
+	t = rbegin();
+	ck_assert_int_eq(store_tool_call_get(t, "call_2", &tc), 0);
+	ck_assert_uint_eq(tc.prompt.len, 0);
+	ck_assert_int_eq(tc.executor, STORE_EXEC_SERVER);
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(tool_call_upsert_updates_fields)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	store_txn *t = wbegin();
+	uint32_t att;
+	ck_assert_int_eq(store_tool_call_attempt(t, "tc", &att), 0);
+	commit(t);
+	NOW = T0 + 500;
+	struct store_tool_call_in in = tcin("tc", "write_file", STORE_EXEC_HUMAN, mint(42), mstr("ok?"));
+	t = wbegin();
+	ck_assert_int_eq(store_tool_call_upsert(t, "c1", &in), 0);
+	commit(t);
+	t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert(bytes_eq_s(tc.name, "write_file"));
+	ck_assert_int_eq(tc.executor, STORE_EXEC_HUMAN);
+	ck_assert(bytes_eq_b(tc.args, mint(42)));
+	ck_assert(bytes_eq_b(tc.prompt, mstr("ok?")));
+	ck_assert_int_eq(tc.status, STORE_TC_PENDING);
+	ck_assert_int_eq(tc.inserted_at, T0); /* kept */
+	ck_assert_uint_eq(tc.attempts, 1);    /* kept */
+	store_txn_abort(t);
+	ck_assert_int_eq(list_tcs("c1", 0), 0);
+	EXPECT_LIST("tc"); /* still one row */
+}
+END_TEST
+
+START_TEST(tool_call_upsert_never_reopens)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	store_txn *t = wbegin();
+	uint32_t att;
+	ck_assert_int_eq(store_tool_call_attempt(t, "tc", &att), 0);
+	commit(t);
+	NOW = T0 + 10;
+	ck_assert_int_eq(resolve("tc", STORE_TC_ERRORED, mstr("boom")), 0);
+	NOW = T0 + 20;
+	struct store_tool_call_in in = tcin("tc", "shell2", STORE_EXEC_SERVER, mint(2), raw(NULL, 0));
+	t = wbegin();
+	ck_assert_int_eq(store_tool_call_upsert(t, "c1", &in), 0);
+	commit(t);
+	t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert_int_eq(tc.status, STORE_TC_ERRORED);
+	ck_assert(bytes_eq_b(tc.result, mstr("boom")));
+	ck_assert_int_eq(tc.resolved_at, T0 + 10);
+	ck_assert_uint_eq(tc.attempts, 1);
+	ck_assert(bytes_eq_s(tc.name, "shell2")); /* the descriptive fields do update */
+	store_txn_abort(t);
+	ck_assert_int_eq(list_tcs("c1", 1u << STORE_TC_PENDING), 0);
+	ck_assert_uint_eq(L.n, 0);
+	ck_assert_int_eq(resolve("tc", STORE_TC_RESOLVED, mint(1)), STORE_E_STALE);
+}
+END_TEST
+
+START_TEST(tool_call_id_of_other_conversation_conflicts)
+{
+	mkconv("c1");
+	mkconv("c2");
+	mktc("c1", "tc");
+	struct store_tool_call_in in = tcin("tc", "other", STORE_EXEC_HUMAN, mint(9), raw(NULL, 0));
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_tool_call_upsert(t, "c2", &in), STORE_E_CONFLICT);
+	commit(t);
+	t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert(bytes_eq_s(tc.conversation, "c1"));
+	ck_assert(bytes_eq_s(tc.name, "shell"));
+	store_txn_abort(t);
+	ck_assert_int_eq(list_tcs("c2", 0), 0);
+	ck_assert_uint_eq(L.n, 0);
+}
+END_TEST
+
+START_TEST(tool_call_upsert_rejects_invalid)
+{
+	mkconv("c1");
+	char name128[129], name129[130];
+	memset(name128, 'n', 128);
+	name128[128] = 0;
+	memset(name129, 'n', 129);
+	name129[129] = 0;
+	store_txn *t = wbegin();
+	struct store_tool_call_in in;
+	in = tcin("tc", "", STORE_EXEC_SERVER, mint(1), raw(NULL, 0));
+	ck_assert_int_eq(store_tool_call_upsert(t, "c1", &in), STORE_E_INVAL);
+	in = tcin("tc", NULL, STORE_EXEC_SERVER, mint(1), raw(NULL, 0));
+	ck_assert_int_eq(store_tool_call_upsert(t, "c1", &in), STORE_E_INVAL);
+	in = tcin("tc", name129, STORE_EXEC_SERVER, mint(1), raw(NULL, 0));
+	ck_assert_int_eq(store_tool_call_upsert(t, "c1", &in), STORE_E_INVAL);
+	in = tcin("tc", "x", 2, mint(1), raw(NULL, 0));
+	ck_assert_int_eq(store_tool_call_upsert(t, "c1", &in), STORE_E_INVAL);
+	in = tcin("tc", "x", -1, mint(1), raw(NULL, 0));
+	ck_assert_int_eq(store_tool_call_upsert(t, "c1", &in), STORE_E_INVAL);
+	in = tcin("tc", "x", STORE_EXEC_SERVER, raw(NULL, 0), raw(NULL, 0)); /* args required */
+	ck_assert_int_eq(store_tool_call_upsert(t, "c1", &in), STORE_E_INVAL);
+	for (size_t i = 0; i < NBAD; i++) {
+		in = tcin("tc", "x", STORE_EXEC_SERVER, bad_blobs[i].b, raw(NULL, 0));
+		ck_assert_msg(store_tool_call_upsert(t, "c1", &in) == STORE_E_INVAL, "args %s", bad_blobs[i].what);
+		in = tcin("tc", "x", STORE_EXEC_SERVER, mint(1), bad_blobs[i].b);
+		ck_assert_msg(store_tool_call_upsert(t, "c1", &in) == STORE_E_INVAL, "prompt %s", bad_blobs[i].what);
+	}
+	ck_assert_int_eq(store_tool_call_upsert(t, "c1", NULL), STORE_E_INVAL);
+	in = tcin("tc", name128, STORE_EXEC_SERVER, mint(1), raw(NULL, 0));
+	ck_assert_int_eq(store_tool_call_upsert(t, "c1", &in), 0);
+	commit(t);
+	ck_assert_int_eq(list_tcs("c1", 0), 0);
+	EXPECT_LIST("tc");
+}
+END_TEST
+
+START_TEST(tool_calls_list_by_status_mask)
+{
+	mkconv("c1");
+	mkconv("c2");
+	mktc("c1", "d");
+	mktc("c1", "b");
+	mktc("c1", "a");
+	mktc("c1", "c");
+	mktc("c1", "e");
+	mktc("c2", "aa");
+	ck_assert_int_eq(resolve("b", STORE_TC_RESOLVED, mint(1)), 0);
+	ck_assert_int_eq(resolve("c", STORE_TC_ERRORED, mint(1)), 0);
+	ck_assert_int_eq(resolve("d", STORE_TC_EXPIRED, raw(NULL, 0)), 0);
+	ck_assert_int_eq(list_tcs("c1", 0), 0); /* 0: all, in id order */
+	EXPECT_LIST("a", "b", "c", "d", "e");
+	ck_assert_int_eq(L.status[0], STORE_TC_PENDING);
+	ck_assert_int_eq(L.status[1], STORE_TC_RESOLVED);
+	ck_assert_int_eq(L.status[2], STORE_TC_ERRORED);
+	ck_assert_int_eq(L.status[3], STORE_TC_EXPIRED);
+	ck_assert_str_eq(L.conv[0], "c1");
+	ck_assert_int_eq(list_tcs("c1", 1u << STORE_TC_PENDING), 0);
+	EXPECT_LIST("a", "e");
+	ck_assert_int_eq(list_tcs("c1", 1u << STORE_TC_RESOLVED), 0);
+	EXPECT_LIST("b");
+	ck_assert_int_eq(list_tcs("c1", (1u << STORE_TC_ERRORED) | (1u << STORE_TC_EXPIRED)), 0);
+	EXPECT_LIST("c", "d");
+	ck_assert_int_eq(list_tcs("c1", 0xf), 0);
+	ck_assert_uint_eq(L.n, 5);
+	ck_assert_int_eq(list_tcs("c2", 0), 0);
+	EXPECT_LIST("aa");
+	mkconv("c3");
+	ck_assert_int_eq(list_tcs("c3", 0), 0);
+	ck_assert_uint_eq(L.n, 0);
+	/* the callback's return stops the listing and is returned */
+	memset(&L, 0, sizeof L);
+	L.stop_after = 2;
+	L.stop_ret = 3;
+	store_txn *t = rbegin();
+	ck_assert_int_eq(store_tool_calls_list(t, "c1", 0, collect_tc, &L), 3);
+	store_txn_abort(t);
+	EXPECT_LIST("a", "b");
+}
+END_TEST
+
+START_TEST(tool_call_attempt_counts)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	mktc("c1", "other");
+	store_txn *t = wbegin();
+	uint32_t att = 0;
+	ck_assert_int_eq(store_tool_call_attempt(t, "tc", &att), 0);
+	ck_assert_uint_eq(att, 1);
+	ck_assert_int_eq(store_tool_call_attempt(t, "tc", &att), 0);
+	ck_assert_uint_eq(att, 2);
+	commit(t);
+	t = wbegin();
+	ck_assert_int_eq(store_tool_call_attempt(t, "tc", &att), 0);
+	ck_assert_uint_eq(att, 3);
+	ck_assert_int_eq(store_tool_call_attempt(t, "tc", NULL), 0); /* may be NULL */
+	commit(t);
+	t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert_uint_eq(tc.attempts, 4);
+	ck_assert_int_eq(tc.status, STORE_TC_PENDING); /* counting does not settle it */
+	ck_assert_int_eq(store_tool_call_get(t, "other", &tc), 0);
+	ck_assert_uint_eq(tc.attempts, 0);
+	store_txn_abort(t);
+}
+END_TEST
+
+/* ---- resolve -------------------------------------------------------------- */
+
+START_TEST(resolve_settles_pending_call)
+{
+	char cid[STORE_ID_MAX + 1];
+	memset(cid, 'q', STORE_ID_MAX); /* the longest id fills the out-param */
+	cid[STORE_ID_MAX] = 0;
+	mkconv(cid);
+	mktc(cid, "tc");
+	NOW = T0 + 77;
+	store_bytes result = mmap1("stdout", "hello");
+	char conv[STORE_ID_MAX + 1];
+	memset(conv, 'Z', sizeof conv);
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_tool_call_resolve(t, "tc", STORE_TC_RESOLVED, result, conv), 0);
+	commit(t);
+	ck_assert_str_eq(conv, cid); /* NUL-terminated */
+	t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert_int_eq(tc.status, STORE_TC_RESOLVED);
+	ck_assert(bytes_eq_b(tc.result, result));
+	ck_assert_int_eq(tc.resolved_at, T0 + 77);
+	ck_assert_int_eq(tc.inserted_at, T0);
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(resolve_each_settled_status)
+{
+	mkconv("c1");
+	const int st[] = { STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED };
+	const char *ids[] = { "r", "e", "x" };
+	for (int i = 0; i < 3; i++) {
+		mktc("c1", ids[i]);
+		ck_assert_int_eq(resolve(ids[i], st[i], raw(NULL, 0)), 0); /* len 0: nil */
+	}
+	store_txn *t = rbegin();
+	for (int i = 0; i < 3; i++) {
+		struct store_tool_call tc;
+		ck_assert_int_eq(store_tool_call_get(t, ids[i], &tc), 0);
+		ck_assert_int_eq(tc.status, st[i]);
+	}
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(resolve_twice_is_stale)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	ck_assert_int_eq(resolve("tc", STORE_TC_RESOLVED, mstr("first")), 0);
+	NOW = T0 + 1000;
+	char conv[STORE_ID_MAX + 1] = "untouched";
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_tool_call_resolve(t, "tc", STORE_TC_ERRORED, mstr("second"), conv), STORE_E_STALE);
+	commit(t);
+	ck_assert_int_eq(resolve("tc", STORE_TC_RESOLVED, mstr("third")), STORE_E_STALE);
+	t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert_int_eq(tc.status, STORE_TC_RESOLVED);
+	ck_assert(bytes_eq_b(tc.result, mstr("first")));
+	ck_assert_int_eq(tc.resolved_at, T0);
+	store_txn_abort(t);
+	/* also twice inside one txn */
+	mktc("c1", "tc2");
+	t = wbegin();
+	ck_assert_int_eq(store_tool_call_resolve(t, "tc2", STORE_TC_RESOLVED, mint(1), NULL), 0);
+	ck_assert_int_eq(store_tool_call_resolve(t, "tc2", STORE_TC_RESOLVED, mint(2), NULL), STORE_E_STALE);
+	commit(t);
+}
+END_TEST
+
+START_TEST(resolve_rejects_invalid)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_tool_call_resolve(t, "tc", STORE_TC_PENDING, mint(1), NULL), STORE_E_INVAL);
+	ck_assert_int_eq(store_tool_call_resolve(t, "tc", 4, mint(1), NULL), STORE_E_INVAL);
+	ck_assert_int_eq(store_tool_call_resolve(t, "tc", -1, mint(1), NULL), STORE_E_INVAL);
+	for (size_t i = 0; i < NBAD; i++)
+		ck_assert_msg(store_tool_call_resolve(t, "tc", STORE_TC_RESOLVED, bad_blobs[i].b, NULL) ==
+				      STORE_E_INVAL,
+			      "%s", bad_blobs[i].what);
+	commit(t);
+	ck_assert_int_eq(list_tcs("c1", 1u << STORE_TC_PENDING), 0);
+	EXPECT_LIST("tc"); /* still pending */
+	ck_assert_int_eq(resolve("tc", STORE_TC_RESOLVED, mint(1)), 0);
+}
+END_TEST
+
+START_TEST(resolve_removes_expiry)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	mktc("c1", "keep");
+	schedule("tc", T0 + 100);
+	schedule("keep", T0 + 200);
+	ck_assert_int_eq(resolve("tc", STORE_TC_RESOLVED, mint(1)), 0);
+	int64_t d = 0;
+	ck_assert_int_eq(earliest(&d), 0);
+	ck_assert_int_eq(d, T0 + 200);
+	ck_assert_int_eq(due(INT64_MAX), 0);
+	EXPECT_LIST("keep");
+	store_txn *t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert_int_eq(tc.deadline, 0);
+	store_txn_abort(t);
+	ck_assert_int_eq(resolve("keep", STORE_TC_RESOLVED, mint(1)), 0);
+	ck_assert_int_eq(earliest(&d), STORE_E_NOTFOUND);
+}
+END_TEST
+
+START_TEST(resolve_after_expiry_is_stale)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	schedule("tc", T0 + 100);
+	NOW = T0 + 150;
+	/* the expiry fires: the owner of due expiries settles the call as expired */
+	ck_assert_int_eq(due(store_now(S)), 0);
+	EXPECT_LIST("tc");
+	char conv[STORE_ID_MAX + 1];
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_tool_call_resolve(t, "tc", STORE_TC_EXPIRED, mstr("timeout"), conv), 0);
+	commit(t);
+	ck_assert_str_eq(conv, "c1");
+	/* the late answer loses */
+	ck_assert_int_eq(resolve("tc", STORE_TC_RESOLVED, mstr("late")), STORE_E_STALE);
+	t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert_int_eq(tc.status, STORE_TC_EXPIRED);
+	ck_assert(bytes_eq_b(tc.result, mstr("timeout")));
+	store_txn_abort(t);
+	ck_assert_int_eq(due(INT64_MAX), 0);
+	ck_assert_uint_eq(L.n, 0);
+}
+END_TEST
+
+/* ---- expiries ------------------------------------------------------------- */
+
+START_TEST(expiry_schedule_and_due)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	int64_t d = 0;
+	ck_assert_int_eq(earliest(&d), STORE_E_NOTFOUND); /* none scheduled */
+	schedule("tc", T0 + 100);
+	ck_assert_int_eq(earliest(&d), 0);
+	ck_assert_int_eq(d, T0 + 100);
+	store_txn *t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert_int_eq(tc.deadline, T0 + 100);
+	store_txn_abort(t);
+	ck_assert_int_eq(due(T0 + 99), 0);
+	ck_assert_uint_eq(L.n, 0);
+	ck_assert_int_eq(due(T0 + 100), 0); /* deadline <= now */
+	EXPECT_LIST("tc");
+	ck_assert_int_eq(L.deadline[0], T0 + 100);
+	ck_assert_str_eq(L.conv[0], "c1");
+	/* listing due expiries does not remove them */
+	ck_assert_int_eq(due(T0 + 100), 0);
+	ck_assert_uint_eq(L.n, 1);
+}
+END_TEST
+
+START_TEST(expiry_reschedule_replaces)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	schedule("tc", T0 + 100);
+	schedule("tc", T0 + 50); /* earlier */
+	int64_t d;
+	ck_assert_int_eq(earliest(&d), 0);
+	ck_assert_int_eq(d, T0 + 50);
+	ck_assert_int_eq(due(INT64_MAX), 0);
+	EXPECT_LIST("tc");
+	ck_assert_int_eq(L.deadline[0], T0 + 50);
+	schedule("tc", T0 + 300); /* later */
+	ck_assert_int_eq(earliest(&d), 0);
+	ck_assert_int_eq(d, T0 + 300);
+	ck_assert_int_eq(due(T0 + 299), 0);
+	ck_assert_uint_eq(L.n, 0);
+	schedule("tc", T0 + 300); /* the same again */
+	ck_assert_int_eq(due(INT64_MAX), 0);
+	EXPECT_LIST("tc");
+	/* replaced within one txn too */
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_expiry_schedule(t, "tc", T0 + 5), 0);
+	ck_assert_int_eq(store_expiry_schedule(t, "tc", T0 + 6), 0);
+	commit(t);
+	ck_assert_int_eq(due(INT64_MAX), 0);
+	EXPECT_LIST("tc");
+	ck_assert_int_eq(L.deadline[0], T0 + 6);
+}
+END_TEST
+
+START_TEST(expiry_cancel)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	mktc("c1", "never");
+	schedule("tc", T0 + 100);
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_expiry_cancel(t, "tc"), 0);
+	ck_assert_int_eq(store_expiry_cancel(t, "tc"), 0);    /* again: none left */
+	ck_assert_int_eq(store_expiry_cancel(t, "never"), 0); /* never scheduled */
+	commit(t);
+	int64_t d;
+	ck_assert_int_eq(earliest(&d), STORE_E_NOTFOUND);
+	ck_assert_int_eq(due(INT64_MAX), 0);
+	ck_assert_uint_eq(L.n, 0);
+	t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert_int_eq(tc.deadline, 0);
+	ck_assert_int_eq(tc.status, STORE_TC_PENDING); /* cancelling does not settle */
+	store_txn_abort(t);
+	schedule("tc", T0 + 7); /* and it can be scheduled again */
+	ck_assert_int_eq(earliest(&d), 0);
+	ck_assert_int_eq(d, T0 + 7);
+}
+END_TEST
+
+START_TEST(expiries_due_order)
+{
+	mkconv("c1");
+	mkconv("c2");
+	const char *ids[] = { "t5", "t1", "t3", "t2", "t4", "t0" };
+	for (int i = 0; i < 6; i++)
+		mktc(i % 2 ? "c2" : "c1", ids[i]);
+	schedule("t5", T0 + 30);
+	schedule("t1", T0 + 10);
+	schedule("t3", T0 + 20);
+	schedule("t2", T0 + 20); /* tie with t3: id order */
+	schedule("t4", T0 + 20);
+	schedule("t0", T0 + 40);
+	ck_assert_int_eq(due(T0 + 30), 0);
+	EXPECT_LIST("t1", "t2", "t3", "t4", "t5");
+	ck_assert_int_eq(L.deadline[0], T0 + 10);
+	ck_assert_int_eq(L.deadline[3], T0 + 20);
+	ck_assert_int_eq(L.deadline[4], T0 + 30);
+	ck_assert_str_eq(L.conv[0], "c2"); /* t1 */
+	ck_assert_str_eq(L.conv[1], "c2"); /* t2 */
+	ck_assert_str_eq(L.conv[2], "c1"); /* t3 */
+	ck_assert_int_eq(due(T0 + 19), 0);
+	EXPECT_LIST("t1");
+	ck_assert_int_eq(due(T0 + 9), 0);
+	ck_assert_uint_eq(L.n, 0);
+	int64_t d;
+	ck_assert_int_eq(earliest(&d), 0);
+	ck_assert_int_eq(d, T0 + 10);
+	/* the callback's return stops the iteration and is returned */
+	memset(&L, 0, sizeof L);
+	L.stop_after = 3;
+	L.stop_ret = 4;
+	store_txn *t = rbegin();
+	ck_assert_int_eq(store_expiries_due(t, INT64_MAX, collect_exp, &L), 4);
+	store_txn_abort(t);
+	EXPECT_LIST("t1", "t2", "t3");
+}
+END_TEST
+
+START_TEST(expiry_schedule_needs_pending_call)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	ck_assert_int_eq(resolve("tc", STORE_TC_RESOLVED, mint(1)), 0);
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_expiry_schedule(t, "tc", T0 + 100), STORE_E_STALE);
+	ck_assert_int_eq(store_expiry_schedule(t, "nope", T0 + 100), STORE_E_NOTFOUND);
+	commit(t);
+	int64_t d;
+	ck_assert_int_eq(earliest(&d), STORE_E_NOTFOUND);
+	/* deadline 0 means "none" (store_tool_call.deadline): not a deadline */
+	mktc("c1", "tc2");
+	t = wbegin();
+	ck_assert_int_eq(store_expiry_schedule(t, "tc2", 0), STORE_E_INVAL);
+	commit(t);
+	ck_assert_int_eq(earliest(&d), STORE_E_NOTFOUND);
+}
+END_TEST
+
 /* ---- suite ------------------------------------------------------------ */
 
 static TCase *tc_new(Suite *s, const char *name, void (*su)(void))
@@ -1634,7 +2456,39 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, conv_list_more_counts_only_matches);
 	tcase_add_test(tc, conv_list_callback_return_stops);
 	tcase_add_test(tc, id_alphabet_and_length);
+	tc = tc_new(s, "ids", setup);
+	tcase_add_test(tc, unknown_conversation_is_notfound);
+	tcase_add_test(tc, unknown_tool_call);
+	tcase_add_test(tc, invalid_ids_are_inval);
+
+	tc = tc_new(s, "lease_usage", setup);
+	tcase_add_test(tc, lease_next_increments_and_check_fences);
+	tcase_add_test(tc, lease_fenced_writer_txn_stays_usable);
+	tcase_add_test(tc, usage_add_accumulates);
+
+	tc = tc_new(s, "tool_calls", setup);
+	tcase_add_test(tc, tool_call_upsert_new_is_pending);
+	tcase_add_test(tc, tool_call_upsert_updates_fields);
+	tcase_add_test(tc, tool_call_upsert_never_reopens);
+	tcase_add_test(tc, tool_call_id_of_other_conversation_conflicts);
+	tcase_add_test(tc, tool_call_upsert_rejects_invalid);
+	tcase_add_test(tc, tool_calls_list_by_status_mask);
+	tcase_add_test(tc, tool_call_attempt_counts);
+	tcase_add_test(tc, resolve_settles_pending_call);
+	tcase_add_test(tc, resolve_each_settled_status);
+	tcase_add_test(tc, resolve_twice_is_stale);
+	tcase_add_test(tc, resolve_rejects_invalid);
+	tcase_add_test(tc, resolve_removes_expiry);
+	tcase_add_test(tc, resolve_after_expiry_is_stale);
+
+	tc = tc_new(s, "expiries", setup);
+	tcase_add_test(tc, expiry_schedule_and_due);
+	tcase_add_test(tc, expiry_reschedule_replaces);
+	tcase_add_test(tc, expiry_cancel);
+	tcase_add_test(tc, expiries_due_order);
+	tcase_add_test(tc, expiry_schedule_needs_pending_call);
 	(void)setup_audit;
+	(void)noop_conv;
 	(void)reopen_store;
 	return s;
 }
