@@ -111,7 +111,9 @@ enum { STORE_READ = 0, STORE_WRITE = 1 };
 
 /* Begin a transaction. Errors: STORE_E_INVAL (write on a read-only store),
  * -EBUSY (a write transaction of this process is already open), -EAGAIN (no
- * free reader slot), STORE_E_FULL (the map could not grow), -errno. */
+ * free reader slot; or another process grew the map while a transaction of
+ * this process is open: end it, then retry), STORE_E_FULL (the map could not
+ * grow), -errno. */
 int store_txn_begin(store *s, int mode, store_txn **out);
 /* Commit and free. On failure nothing was written and txn is freed.
  * Errors: the poisoning error, STORE_E_FULL, -errno (-EIO, -ENOSPC). */
@@ -122,7 +124,9 @@ void store_txn_abort(store_txn *txn);
 int64_t store_txn_now(store_txn *txn);
 
 /* Callbacks receive records that live until the transaction ends; a non-zero
- * return stops the iteration and is returned by the iterating call. */
+ * return stops the iteration and is returned by the iterating call unchanged.
+ * It is the caller's value, not a store failure: it never poisons a write
+ * transaction, whatever its value. */
 
 /* ---- conversations --------------------------------------------------- */
 

@@ -88,6 +88,10 @@ static int map_err(int rc)
 	case MDB_VERSION_MISMATCH: case MDB_INCOMPATIBLE: case MDB_BAD_VALSIZE:
 		return STORE_E_CORRUPT;
 	case MDB_READERS_FULL: return -EAGAIN;
+	/* Another process grew the map while a txn of ours pins the old
+	 * mapping (store_txn_begin cannot adopt it then): retryable once that
+	 * txn ends, not an I/O failure. */
+	case MDB_MAP_RESIZED: return -EAGAIN;
 	case MDB_TXN_FULL: return STORE_E_FULL;
 	case MDB_BAD_TXN: case MDB_BAD_RSLOT: case MDB_BAD_DBI: return -EINVAL;
 	}
@@ -471,6 +475,18 @@ int store_reader_check(store *s, int *cleared)
 	return map_err(rc);
 }
 
+/* mdb_reader_list prints a header line, then one line per reader slot in
+ * use, each starting with the (right-aligned) pid; or a single
+ * "(no active readers)" line. */
+static int count_reader_line(const char *msg, void *ctx)
+{
+	while (*msg == ' ')
+		msg++;
+	if (*msg >= '0' && *msg <= '9')
+		++*(unsigned *)ctx;
+	return 0;
+}
+
 int store_stat(store *s, struct store_stat *st)
 {
 	MDB_envinfo info;
@@ -485,7 +501,10 @@ int store_stat(store *s, struct store_stat *st)
 	memset(st, 0, sizeof *st);
 	st->size_bytes = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
 	st->map_size = info.me_mapsize;
-	st->readers = info.me_numreaders;
+	/* Not me_numreaders: that is the most slots ever used (LMDB never
+	 * lowers it), while store.h promises the slots in use now. */
+	st->readers = 0;
+	mdb_reader_list(s->env, count_reader_line, &st->readers);
 	st->max_readers = info.me_maxreaders;
 	st->sync = s->opts.sync;
 	int fd;
@@ -761,7 +780,7 @@ int store_conv_list(store_txn *x, int status, const char *after, size_t limit,
 		return fail(x, map_err(rc));
 	MDB_val k, v;
 	size_t n = 0;
-	int r = 0;
+	int r = 0, from_fn = 0;
 	if (after) {
 		k.mv_size = strlen(after);
 		k.mv_data = (void *)after;
@@ -794,12 +813,17 @@ int store_conv_list(store_txn *x, int status, const char *after, size_t limit,
 			break;
 		}
 		n++;
-		if ((r = fn(arg, &conv)) != 0)
+		if ((r = fn(arg, &conv)) != 0) {
+			from_fn = 1;
 			break;
+		}
 	}
 	mdb_cursor_close(c);
+	/* Only a record we could not decode poisons the txn; the callback's
+	 * return is the caller's value, handed back as is (store.h), even when
+	 * it equals STORE_E_CORRUPT. */
 	if (r)
-		return r == STORE_E_CORRUPT ? fail(x, r) : r;
+		return r == STORE_E_CORRUPT && !from_fn ? fail(x, r) : r;
 	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
 }
 
