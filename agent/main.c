@@ -1,0 +1,922 @@
+/*
+ * main.c: agentd-worker, one conversation's runtime (design.md sections 3, 7, 8).
+ *
+ * Started by agentd with the store path, the conversation, its writer lease and
+ * the IPC socket. It opens its own store handle, reads "latest summary + events
+ * since", and decides from the log's tail what is owed: run a model turn,
+ * re-dispatch unsettled server tool calls with their same ids, or wait for a
+ * person. Every state change commits in one transaction with a lease check, so
+ * a superseded worker can never write. It exits when told to stop or when its
+ * IPC socket closes: a dead supervisor leaves no worker behind.
+ */
+#include "agent/proc.h"
+#include "agent/protocol.h"
+#include "agent/render.h"
+#include "ipc/ipc.h"
+#include "ipc/jsonmp.h"
+#include "store/store.h"
+#include "supervisor/config.h"
+
+#include <bsd/stdlib.h>
+#include <bsd/unistd.h>
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { EXIT_FENCED = 3, EXIT_CORRUPT = 4, EXIT_STORE = 5 };
+
+static struct {
+	store *st;
+	const char *conv;
+	uint64_t lease;
+	int ipc;
+	struct config cfg;
+	json_t *settings;
+	json_t *summary;     /* {from_seq,to_seq,content,version} or NULL */
+	uint64_t sum_to, sum_version;
+	json_t *events;      /* the working set: events after the summary */
+	uint64_t last_seq;
+	int64_t compacts[32];
+	int ncompact;
+	char ipcbuf[IPC_MAX];
+} W;
+
+/* ---- store plumbing -------------------------------------------------- */
+
+static void die_store(int e, const char *what) __attribute__((noreturn));
+static void die_store(int e, const char *what)
+{
+	if (e == STORE_E_FENCED || e == STORE_E_NOTFOUND) {
+		/* Another worker holds the lease, or the conversation is gone. */
+		log_warn("%s: %s: %s; exiting", W.conv, what, e == STORE_E_FENCED ? "lease superseded (fenced)" :
+			 "conversation no longer exists");
+		exit(EXIT_FENCED);
+	}
+	log_error("%s: %s: %s", W.conv, what, store_strerror(e));
+	exit(e == STORE_E_CORRUPT ? EXIT_CORRUPT : EXIT_STORE);
+}
+
+static store_txn *rbegin(void)
+{
+	store_txn *t;
+	int e = store_txn_begin(W.st, STORE_READ, &t);
+	if (e)
+		die_store(e, "read transaction");
+	return t;
+}
+
+/* A write transaction that checks the lease first: writers are serialised, so
+ * the check holds until commit. */
+static store_txn *wbegin(void)
+{
+	store_txn *t;
+	int e = store_txn_begin(W.st, STORE_WRITE, &t);
+	if (e)
+		die_store(e, "write transaction");
+	if ((e = store_lease_check(t, W.conv, W.lease))) {
+		store_txn_abort(t);
+		die_store(e, "lease check");
+	}
+	return t;
+}
+
+static void must(store_txn *t, int e, const char *what)
+{
+	if (e) {
+		store_txn_abort(t);
+		die_store(e, what);
+	}
+}
+
+static void commit(store_txn *t, const char *what)
+{
+	int e = store_txn_commit(t);
+	if (e)
+		die_store(e, what);
+}
+
+/* Pack JSON for the store; the bytes live in b until jsonmp_buf_destroy. */
+static store_bytes packed(struct jsonmp_buf *b, const json_t *v)
+{
+	jsonmp_buf_init(b);
+	if (jsonmp_pack(&b->pk, v)) {
+		msgpack_sbuffer_clear(&b->sb);
+		msgpack_pack_nil(&b->pk); /* deeper than we keep: stored as null */
+	}
+	return (store_bytes){ b->sb.data, b->sb.size };
+}
+
+static uint64_t append(store_txn *t, const char *type, json_t *content)
+{
+	struct jsonmp_buf b;
+	struct store_event_in ev = { type, packed(&b, content), NULL };
+	uint64_t seq = 0;
+	int e = store_event_append(t, W.conv, &ev, &seq, NULL);
+	jsonmp_buf_destroy(&b);
+	json_decref(content);
+	must(t, e, "append");
+	return seq;
+}
+
+/* ---- IPC ------------------------------------------------------------- */
+
+static void notify(uint64_t seq)
+{
+	struct ipc_msg m = { .type = IPC_APPENDED, .seq = seq };
+	ipc_send(W.ipc, &m);
+}
+
+static void report_state(const char *state)
+{
+	struct ipc_msg m = { .type = IPC_STATE, .text = state, .text_len = strlen(state) };
+	ipc_send(W.ipc, &m);
+	setproctitle("%s %s", W.conv, state);
+}
+
+/* Handle one message outside a turn; returns 1 when the worker must exit. */
+static int ipc_one(const struct ipc_msg *m)
+{
+	switch (m->type) {
+	case IPC_STOP:
+		return 1;
+	case IPC_COMPACT:
+		if (W.ncompact < 32)
+			W.compacts[W.ncompact++] = m->num;
+		return 0;
+	default:
+		return 0; /* wake: the caller re-reads the log anyway */
+	}
+}
+
+/* Drain the socket. Returns 1 when the worker must exit (stop, or the
+ * supervisor is gone). */
+static int ipc_drain(void)
+{
+	for (;;) {
+		struct ipc_msg m;
+		int rc = ipc_recv(W.ipc, &m, W.ipcbuf);
+		if (rc == -EAGAIN)
+			return 0;
+		if (rc <= 0)
+			return 1; /* closed: the supervisor is gone */
+		if (ipc_one(&m))
+			return 1;
+	}
+}
+
+/* ---- the working set ------------------------------------------------- */
+
+static json_t *ev_json(const struct store_event *ev)
+{
+	json_t *c = jsonmp_unpack(ev->content.ptr, ev->content.len);
+	if (!c)
+		return NULL;
+	return json_pack("{sIss#so}", "seq", (json_int_t)ev->seq, "type", (const char *)ev->type.ptr, (int)ev->type.len,
+			 "content", c);
+}
+
+static int ws_add(void *arg, const struct store_event *ev)
+{
+	(void)arg;
+	json_t *e = ev_json(ev);
+	if (!e) {
+		log_error("%s: event %llu cannot be decoded", W.conv, (unsigned long long)ev->seq);
+		return STORE_E_CORRUPT;
+	}
+	json_array_append_new(W.events, e);
+	W.last_seq = ev->seq;
+	return 0;
+}
+
+static void load_settings(store_txn *t)
+{
+	struct store_conv c;
+	int e = store_conv_get(t, W.conv, &c);
+	if (e) {
+		store_txn_abort(t);
+		die_store(e, "read conversation");
+	}
+	json_decref(W.settings);
+	W.settings = jsonmp_unpack(c.settings.ptr, c.settings.len);
+	if (!json_is_object(W.settings)) {
+		store_txn_abort(t);
+		die_store(STORE_E_CORRUPT, "conversation settings");
+	}
+}
+
+/* Revival read: the latest summary and every event after it. */
+static void load(void)
+{
+	store_txn *t = rbegin();
+	struct store_summary s;
+	int has = 0;
+	load_settings(t);
+	W.events = json_array();
+	int e = store_load_since(t, W.conv, &s, &has, ws_add, NULL);
+	if (e) {
+		store_txn_abort(t);
+		die_store(e, "load_since");
+	}
+	if (has) {
+		W.sum_to = s.to_seq;
+		W.sum_version = s.version;
+		if (!W.last_seq)
+			W.last_seq = s.to_seq;
+		json_t *content = jsonmp_unpack(s.content.ptr, s.content.len);
+		if (!content) {
+			store_txn_abort(t);
+			die_store(STORE_E_CORRUPT, "summary");
+		}
+		W.summary = json_pack("{sIsIsosI}", "from_seq", (json_int_t)s.from_seq, "to_seq", (json_int_t)s.to_seq,
+				      "content", content, "version", (json_int_t)s.version);
+	}
+	store_txn_abort(t);
+}
+
+/* Pick up events committed since (by the supervisor: sends, resolutions,
+ * expiries) and the current settings. */
+static void refresh(void)
+{
+	store_txn *t = rbegin();
+	load_settings(t);
+	struct store_range r = { .after = W.last_seq };
+	int e = store_events_stream(t, W.conv, &r, ws_add, NULL);
+	store_txn_abort(t);
+	if (e)
+		die_store(e, "read events");
+}
+
+/* ---- models ---------------------------------------------------------- */
+
+struct model_run {
+	struct model_reply final;
+	int have_final;
+	int stop;
+	char err[300];
+};
+
+static int on_model_line(void *arg, const char *line, size_t len)
+{
+	struct model_run *mr = arg;
+	char *delta = NULL;
+	struct model_reply fin = { 0 };
+	int rc = model_line_parse(line, len, &delta, &fin, mr->err, sizeof mr->err);
+	if (rc == 1) {
+		struct ipc_msg m = { .type = IPC_DELTA, .text = delta, .text_len = strlen(delta) };
+		if (m.text_len > IPC_MAX - 256)
+			m.text_len = IPC_MAX - 256; /* a live view only: the final text is whole */
+		ipc_send(W.ipc, &m);
+		free(delta);
+		return 0;
+	}
+	if (rc == 2) {
+		if (mr->have_final) {
+			model_reply_free(&fin);
+			snprintf(mr->err, sizeof mr->err, "model printed a second final line");
+			return 2;
+		}
+		mr->final = fin;
+		mr->have_final = 1;
+		return 0;
+	}
+	if (rc == 0)
+		return 0;
+	return 2; /* bad line: err says why */
+}
+
+static int on_model_watch(void *arg)
+{
+	struct model_run *mr = arg;
+	if (ipc_drain()) {
+		mr->stop = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* One attempt. 0 with mr->final, -1 with mr->err; exits when told to stop. */
+static int model_attempt(const struct model_cfg *mc, const json_t *req, struct model_run *mr, int64_t *latency)
+{
+	memset(mr, 0, sizeof *mr);
+	if (!mc->command) {
+		json_t *out = echo_model(req);
+		char *line = json_dumps(out, JSON_COMPACT);
+		json_decref(out);
+		int rc = line ? model_output_parse(line, strlen(line), &mr->final, mr->err, sizeof mr->err) : -1;
+		free(line);
+		*latency = 0;
+		return rc;
+	}
+	char **argv = NULL;
+	if (proc_split(mc->command, &argv)) {
+		snprintf(mr->err, sizeof mr->err, "model %s: cannot split its command", mc->name);
+		return -1;
+	}
+	char *input = json_dumps(req, JSON_COMPACT);
+	char env1[200];
+	snprintf(env1, sizeof env1, "AGENTD_CONVERSATION=%s", W.conv);
+	const char *env[] = { env1, NULL };
+	struct proc_opts o = {
+		.env_add = env, .input = input, .input_len = input ? strlen(input) : 0,
+		.timeout_ms = (int)mc->timeout_ms, .out_cap = W.cfg.model_out_cap, .on_line = on_model_line,
+		.arg = mr, .watch_fd = W.ipc, .on_watch = on_model_watch,
+	};
+	struct proc_result r;
+	int rc = proc_run(argv, &o, &r);
+	free(input);
+	proc_argv_free(argv);
+	*latency = r.elapsed_ms;
+	if (mr->stop || rc == -ECANCELED) {
+		proc_result_free(&r);
+		model_reply_free(&mr->final);
+		log_info("%s: stopped during a model call; the turn is re-run on revival", W.conv);
+		exit(0);
+	}
+	int ok = 0;
+	if (rc < 0 && rc != -ECANCELED && rc != 2)
+		snprintf(mr->err, sizeof mr->err, "cannot run model %s: %s", mc->name, strerror(-rc));
+	else if (rc == 2)
+		; /* err set by on_model_line */
+	else if (r.timed_out)
+		snprintf(mr->err, sizeof mr->err, "model %s timed out after %lld ms", mc->name, (long long)mc->timeout_ms);
+	else if (r.out_overflow)
+		snprintf(mr->err, sizeof mr->err, "model %s wrote more than %zu bytes", mc->name, W.cfg.model_out_cap);
+	else if (!r.exited || r.status != 0)
+		snprintf(mr->err, sizeof mr->err, "model %s %s %d: %.200s", mc->name,
+			 r.exited ? "exited with status" : "killed by signal", r.exited ? r.status : r.sig, r.err ? r.err : "");
+	else if (!mr->have_final)
+		snprintf(mr->err, sizeof mr->err, "model %s printed no final line", mc->name);
+	else
+		ok = 1;
+	proc_result_free(&r);
+	if (!ok) {
+		model_reply_free(&mr->final);
+		mr->have_final = 0;
+		return -1;
+	}
+	return 0;
+}
+
+/* Run with retries. Returns the attempts made; mr->err empty on success. */
+static int model_run(const struct model_cfg *mc, const json_t *req, struct model_run *mr, int64_t *latency)
+{
+	int attempts = 0;
+	for (int i = 0; i <= mc->retries; i++) {
+		attempts++;
+		if (model_attempt(mc, req, mr, latency) == 0) {
+			mr->err[0] = 0;
+			return attempts;
+		}
+		log_warn("%s: model attempt %d of %d failed: %s", W.conv, attempts, mc->retries + 1, mr->err);
+		if (i < mc->retries) {
+			/* Back off a little, still listening for stop. */
+			struct pollfd p = { W.ipc, POLLIN, 0 };
+			if (poll(&p, 1, 200 * (i + 1)) > 0 && ipc_drain())
+				exit(0);
+		}
+	}
+	return attempts;
+}
+
+/* ---- turns ----------------------------------------------------------- */
+
+static void mint_id(char *out, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char r[10];
+	arc4random_buf(r, sizeof r);
+	snprintf(out, n, "tc-");
+	for (int i = 0; i < 10; i++) {
+		out[3 + 2 * i] = hex[r[i] >> 4];
+		out[4 + 2 * i] = hex[r[i] & 15];
+	}
+	out[23] = 0;
+}
+
+/* A tool this conversation may use: configured and in its settings. */
+static const struct tool_cfg *conv_tool(const char *name)
+{
+	size_t i;
+	json_t *n;
+	json_array_foreach(json_object_get(W.settings, "tools"), i, n)
+		if (json_is_string(n) && !strcmp(json_string_value(n), name))
+			return config_tool(&W.cfg, name);
+	return NULL;
+}
+
+static json_t *fsm_state(const char *state, json_t *pending, uint64_t last_seq)
+{
+	return json_pack("{sssosI}", "state", state, "pending", pending ? pending : json_object(), "last_seq",
+			 (json_int_t)last_seq);
+}
+
+/* Status and fsm_state together; an ended conversation stays ended. */
+static void put_state(store_txn *t, int status, json_t *fsm)
+{
+	struct store_conv c;
+	must(t, store_conv_get(t, W.conv, &c), "read conversation");
+	struct jsonmp_buf b;
+	struct store_conv_patch p = { .set = STORE_SET_FSM, .fsm_state = packed(&b, fsm) };
+	if (c.status != STORE_ENDED) {
+		p.set |= STORE_SET_STATUS;
+		p.status = status;
+	}
+	int e = store_conv_put(t, W.conv, &p);
+	jsonmp_buf_destroy(&b);
+	json_decref(fsm);
+	must(t, e, "put state");
+}
+
+static void audit(store_txn *t, uint64_t turn_ref, const json_t *req, const char *model, const struct store_usage *u,
+		  int64_t latency)
+{
+	if (!W.cfg.audit)
+		return;
+	struct jsonmp_buf b;
+	struct store_model_call_in mc = { turn_ref, packed(&b, req), model, *u, (uint64_t)latency, W.sum_version };
+	int e = store_model_call_put(t, W.conv, &mc);
+	jsonmp_buf_destroy(&b);
+	must(t, e, "audit");
+}
+
+/* The turn's assistant_msg, its tool calls (rows, suspensions, expiries),
+ * usage, audit row, status and fsm_state: one transaction. */
+static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *req, const char *model,
+			int64_t latency)
+{
+	store_txn *t = wbegin();
+	uint64_t before = 0;
+	must(t, store_event_latest_seq(t, W.conv, &before), "latest seq");
+	uint64_t a = append(t, "assistant_msg", json_pack("{sssI}", "text", r->text, "context_seq", (json_int_t)ctx_seq));
+	json_t *pending = json_object();
+	int humans = 0, servers = 0;
+	for (size_t i = 0; i < r->ncalls; i++) {
+		struct model_call *mc = &r->calls[i];
+		char id[STORE_ID_MAX + 1];
+		struct store_tool_call old;
+		/* Keep the model's id when the store has not seen it. */
+		if (mc->id && store_tool_call_get(t, mc->id, &old) == STORE_E_NOTFOUND)
+			snprintf(id, sizeof id, "%s", mc->id);
+		else
+			mint_id(id, sizeof id);
+		const struct tool_cfg *tc = conv_tool(mc->name);
+		int human = tc && tc->executor == EXEC_HUMAN;
+		append(t, "tool_call", json_pack("{sssssOss}", "tool_call_id", id, "name", mc->name, "args", mc->args,
+						 "executor", human ? "human" : "server"));
+		struct jsonmp_buf ab, pb;
+		json_t *prompt = human ? json_string(tc->prompt) : NULL;
+		struct store_tool_call_in in = { id, mc->name, human ? STORE_EXEC_HUMAN : STORE_EXEC_SERVER,
+						 packed(&ab, mc->args), human ? packed(&pb, prompt) : (store_bytes){ 0 } };
+		int e = store_tool_call_upsert(t, W.conv, &in);
+		jsonmp_buf_destroy(&ab);
+		if (human)
+			jsonmp_buf_destroy(&pb);
+		must(t, e, "tool call row");
+		if (human) {
+			humans++;
+			append(t, "suspension", json_pack("{ssso}", "tool_call_id", id, "prompt", prompt));
+			if (tc->expires_ms > 0)
+				must(t, store_expiry_schedule(t, id, store_txn_now(t) + tc->expires_ms), "expiry");
+			json_object_set_new(pending, id, json_pack("{s:s, s:s, s:s}", "executor", "human", "name", mc->name,
+								   "prompt", tc->prompt));
+		} else {
+			servers++;
+		}
+	}
+	struct store_usage u = { r->input_tokens, r->output_tokens, r->cost };
+	must(t, store_usage_add(t, W.conv, &u), "usage");
+	audit(t, a, req, model, &u, latency);
+	uint64_t last = 0;
+	must(t, store_event_latest_seq(t, W.conv, &last), "latest seq");
+	if (humans && !servers) {
+		put_state(t, STORE_SUSPENDED, fsm_state("awaiting_input", pending, last));
+	} else {
+		json_decref(pending);
+		if (!servers && before == ctx_seq)
+			put_state(t, STORE_IDLE, fsm_state("idle", NULL, last)); /* nothing arrived meanwhile */
+	}
+	commit(t, "commit turn");
+	notify(last);
+}
+
+static void commit_error(const char *msg, int attempts, uint64_t ctx_seq)
+{
+	store_txn *t = wbegin();
+	uint64_t seq = append(t, "error", json_pack("{sssisI}", "message", msg, "attempts", attempts, "context_seq",
+						    (json_int_t)ctx_seq));
+	put_state(t, STORE_IDLE, fsm_state("idle", NULL, seq));
+	commit(t, "commit error");
+	notify(seq);
+}
+
+static void run_turn(void)
+{
+	const char *model = json_string_value(json_object_get(W.settings, "model"));
+	const struct model_cfg *mc = model ? config_model(&W.cfg, model) : NULL;
+	uint64_t ctx_seq = W.last_seq;
+	report_state("running");
+	if (!mc) {
+		char msg[200];
+		snprintf(msg, sizeof msg, "model '%s' is not in the configuration", model ? model : "(none)");
+		commit_error(msg, 0, ctx_seq);
+		return;
+	}
+	json_t *req = render_turn(W.conv, ctx_seq, W.settings, &W.cfg, W.summary, W.events);
+	struct model_run mr;
+	int64_t latency = 0;
+	int attempts = model_run(mc, req, &mr, &latency);
+	if (mr.err[0])
+		commit_error(mr.err, attempts, ctx_seq);
+	else
+		commit_turn(&mr.final, ctx_seq, req, mc->name, latency);
+	model_reply_free(&mr.final);
+	json_decref(req);
+}
+
+/* ---- tools ----------------------------------------------------------- */
+
+/* Settle a server call (if still pending) with its tool_result. */
+static void settle(const char *id, int status, json_t *result)
+{
+	store_txn *t = wbegin();
+	struct jsonmp_buf b;
+	char conv[STORE_ID_MAX + 1];
+	int e = store_tool_call_resolve(t, id, status, packed(&b, result), conv);
+	jsonmp_buf_destroy(&b);
+	if (e == STORE_E_STALE) {
+		/* Someone settled it first (an operator's resolve): theirs stands. */
+		store_txn_abort(t);
+		json_decref(result);
+		return;
+	}
+	must(t, e, "resolve");
+	uint64_t seq = append(t, "tool_result", json_pack("{sssssO}", "tool_call_id", id, "status",
+							  store_tc_status_name(status), "result", result));
+	json_decref(result);
+	commit(t, "commit tool result");
+	notify(seq);
+}
+
+static int on_tool_watch(void *arg)
+{
+	int *stop = arg;
+	if (ipc_drain()) {
+		*stop = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Dispatch one unsettled server call: count the attempt durably first, so a
+ * kill mid-run is counted, then run it with the same tool_call_id. */
+static void dispatch(const json_t *call)
+{
+	const char *id = json_string_value(json_object_get(call, "tool_call_id"));
+	const char *name = json_string_value(json_object_get(call, "name"));
+	json_t *args = json_object_get(call, "args");
+	const struct tool_cfg *tc = conv_tool(name);
+	uint32_t attempts = 0;
+	store_txn *t = wbegin();
+	struct store_tool_call row;
+	int e = store_tool_call_get(t, id, &row);
+	if (e == STORE_E_NOTFOUND) {
+		/* The row is a cache of the log: rebuild it. */
+		struct jsonmp_buf ab;
+		struct store_tool_call_in in = { id, name, STORE_EXEC_SERVER, packed(&ab, args), { 0 } };
+		e = store_tool_call_upsert(t, W.conv, &in);
+		jsonmp_buf_destroy(&ab);
+	}
+	must(t, e, "tool call row");
+	must(t, store_tool_call_attempt(t, id, &attempts), "attempt");
+	commit(t, "count attempt");
+	if (!tc) {
+		settle(id, STORE_TC_ERRORED, json_pack("{ss}", "error", "unknown tool: not configured for this conversation"));
+		return;
+	}
+	if ((int)attempts > tc->max_attempts) {
+		log_warn("%s: tool call %s interrupted %u times: settled errored", W.conv, id, attempts - 1);
+		settle(id, STORE_TC_ERRORED, json_pack("{sssi}", "error", "interrupted", "attempts", (int)attempts - 1));
+		return;
+	}
+	report_state("running");
+	setproctitle("%s tool %s", W.conv, name);
+	char **argv = NULL;
+	if (proc_split(tc->command, &argv)) {
+		settle(id, STORE_TC_ERRORED, json_pack("{ss}", "error", "the tool's command cannot be split"));
+		return;
+	}
+	char *input = tool_input_json(id, name, args, W.conv);
+	char env1[200], env2[200];
+	snprintf(env1, sizeof env1, "AGENTD_TOOL_CALL_ID=%s", id);
+	snprintf(env2, sizeof env2, "AGENTD_CONVERSATION=%s", W.conv);
+	const char *env[] = { env1, env2, NULL };
+	int stop = 0;
+	struct proc_opts o = {
+		.env_add = env, .input = input, .input_len = input ? strlen(input) : 0,
+		.timeout_ms = (int)tc->timeout_ms, .out_cap = tc->out_cap, .watch_fd = W.ipc,
+		.on_watch = on_tool_watch, .arg = &stop,
+	};
+	struct proc_result r;
+	int rc = proc_run(argv, &o, &r);
+	free(input);
+	proc_argv_free(argv);
+	if (stop || rc == -ECANCELED) {
+		proc_result_free(&r);
+		log_info("%s: stopped during tool call %s; it is re-dispatched on revival", W.conv, id);
+		exit(0);
+	}
+	if (rc < 0) {
+		settle(id, STORE_TC_ERRORED, json_pack("{ssss}", "error", "cannot run the tool", "reason", strerror(-rc)));
+	} else if (r.exited && r.status == 0 && !r.out_overflow) {
+		json_t *res = NULL;
+		if (tool_output_parse(r.out, r.out_len, &res))
+			res = json_pack("{ss}", "error", "out of memory");
+		settle(id, STORE_TC_RESOLVED, res);
+	} else {
+		json_t *res = json_pack("{ss#}", "stderr", r.err ? r.err : "", (int)r.err_len);
+		if (r.timed_out)
+			json_object_set_new(res, "error", json_sprintf("timed out after %lld ms", (long long)tc->timeout_ms));
+		else if (r.out_overflow)
+			json_object_set_new(res, "error", json_sprintf("output over %zu bytes", tc->out_cap));
+		else if (r.exited)
+			json_object_set_new(res, "exit_status", json_integer(r.status));
+		else
+			json_object_set_new(res, "signal", json_integer(r.sig));
+		settle(id, STORE_TC_ERRORED, res);
+	}
+	proc_result_free(&r);
+}
+
+/* Human calls: make sure each row is pending with its expiry, then wait. */
+static void await_people(const json_t *unsettled)
+{
+	store_txn *t = wbegin();
+	json_t *pending = json_object();
+	size_t i;
+	json_t *call;
+	json_array_foreach(unsettled, i, call) {
+		const char *id = json_string_value(json_object_get(call, "tool_call_id"));
+		const char *name = json_string_value(json_object_get(call, "name"));
+		const struct tool_cfg *tc = conv_tool(name);
+		const char *prompt = tc ? tc->prompt : "Approve?";
+		struct store_tool_call row;
+		int e = store_tool_call_get(t, id, &row);
+		if (e == STORE_E_NOTFOUND) {
+			struct jsonmp_buf ab, pb;
+			json_t *p = json_string(prompt);
+			struct store_tool_call_in in = { id, name, STORE_EXEC_HUMAN, packed(&ab, json_object_get(call, "args")),
+							 packed(&pb, p) };
+			e = store_tool_call_upsert(t, W.conv, &in);
+			jsonmp_buf_destroy(&ab);
+			jsonmp_buf_destroy(&pb);
+			json_decref(p);
+			if (!e && tc && tc->expires_ms > 0)
+				e = store_expiry_schedule(t, id, store_txn_now(t) + tc->expires_ms);
+		} else if (!e && row.status == STORE_TC_PENDING && row.deadline == 0 && tc && tc->expires_ms > 0) {
+			e = store_expiry_schedule(t, id, store_txn_now(t) + tc->expires_ms);
+		}
+		must(t, e, "pending row");
+		json_object_set_new(pending, id, json_pack("{s:s, s:s, s:s}", "executor", "human", "name", name, "prompt", prompt));
+	}
+	put_state(t, STORE_SUSPENDED, fsm_state("awaiting_input", pending, W.last_seq));
+	commit(t, "await");
+	report_state("awaiting_input");
+}
+
+/* ---- compaction ------------------------------------------------------ */
+
+/* Summarise the oldest part of the working set. The log is untouched; the
+ * next revival starts from the summary. Never past the last turn boundary,
+ * so the tail decision still sees the last turn. keep: events left after it. */
+static int compact(int keep, char *err, size_t errlen)
+{
+	struct tail tl;
+	if (tail_decide(W.events, W.sum_to, &tl)) {
+		snprintf(err, errlen, "the log's tail cannot be read");
+		return -1;
+	}
+	uint64_t to = W.last_seq > (uint64_t)keep ? W.last_seq - (uint64_t)keep : 0;
+	if (tl.marker_seq && to >= tl.marker_seq)
+		to = tl.marker_seq - 1;
+	if (!tl.marker_seq)
+		to = 0;
+	tail_free(&tl);
+	uint64_t from = W.sum_to + 1;
+	if (to < from)
+		return 0; /* nothing old enough to summarise */
+	json_t *msgs = json_array();
+	size_t i;
+	json_t *e;
+	json_array_foreach(W.events, i, e)
+		if ((uint64_t)json_integer_value(json_object_get(e, "seq")) <= to)
+			json_array_append(msgs, e);
+	const char *model = json_string_value(json_object_get(W.settings, "model"));
+	const struct model_cfg *mc = model ? config_model(&W.cfg, model) : NULL;
+	if (!mc) {
+		json_decref(msgs);
+		snprintf(err, errlen, "model '%s' is not in the configuration", model ? model : "(none)");
+		return -1;
+	}
+	report_state("compacting");
+	json_t *req = render_summarize(W.conv, W.settings, W.summary, msgs);
+	json_decref(msgs);
+	struct model_run mr;
+	int64_t latency = 0;
+	model_run(mc, req, &mr, &latency);
+	if (mr.err[0]) {
+		json_decref(req);
+		snprintf(err, errlen, "%s", mr.err);
+		return -1;
+	}
+	json_t *content = json_pack("{ss}", "text", mr.final.text);
+	store_txn *t = wbegin();
+	struct jsonmp_buf b;
+	uint64_t version = 0;
+	int rc = store_summary_put(t, W.conv, from, to, packed(&b, content), &version);
+	jsonmp_buf_destroy(&b);
+	must(t, rc, "put summary");
+	struct store_usage u = { mr.final.input_tokens, mr.final.output_tokens, mr.final.cost };
+	must(t, store_usage_add(t, W.conv, &u), "usage");
+	audit(t, (1ULL << 63) | to, req, mc->name, &u, latency);
+	commit(t, "commit summary");
+	json_decref(req);
+	model_reply_free(&mr.final);
+	/* The working set now starts after the summary. */
+	json_t *rest = json_array();
+	json_array_foreach(W.events, i, e)
+		if ((uint64_t)json_integer_value(json_object_get(e, "seq")) > to)
+			json_array_append(rest, e);
+	json_decref(W.events);
+	W.events = rest;
+	json_decref(W.summary);
+	W.summary = json_pack("{sIsIsosI}", "from_seq", (json_int_t)from, "to_seq", (json_int_t)to, "content", content,
+			      "version", (json_int_t)version);
+	W.sum_to = to;
+	W.sum_version = version;
+	log_info("%s: compacted seqs %llu-%llu into summary v%llu", W.conv, (unsigned long long)from,
+		 (unsigned long long)to, (unsigned long long)version);
+	return 0;
+}
+
+static void answer_compacts(void)
+{
+	while (W.ncompact > 0) {
+		char err[300] = "";
+		int64_t num = W.compacts[--W.ncompact];
+		int ok = compact(0, err, sizeof err) == 0;
+		struct ipc_msg m = { .type = IPC_COMPACTED, .num = num, .ok = ok, .text = err, .text_len = strlen(err) };
+		ipc_send(W.ipc, &m);
+	}
+}
+
+/* ---- the decision loop ----------------------------------------------- */
+
+static void settle_idle(void)
+{
+	store_txn *t = rbegin();
+	struct store_conv c;
+	int e = store_conv_get(t, W.conv, &c);
+	int status = c.status;
+	store_txn_abort(t);
+	if (e)
+		die_store(e, "read conversation");
+	if (status != STORE_IDLE && status != STORE_ENDED) {
+		t = wbegin();
+		put_state(t, STORE_IDLE, fsm_state("idle", NULL, W.last_seq));
+		commit(t, "idle");
+	}
+	if (W.cfg.compact_events > 0 && json_array_size(W.events) > (size_t)W.cfg.compact_events) {
+		char err[300];
+		if (compact(W.cfg.compact_keep, err, sizeof err))
+			log_warn("%s: compaction failed: %s", W.conv, err);
+	}
+	report_state("idle");
+}
+
+/* Act on the log until nothing more can be done without an event. */
+static void run(void)
+{
+	for (;;) {
+		refresh();
+		struct tail tl;
+		if (tail_decide(W.events, W.sum_to, &tl)) {
+			log_error("%s: the log's tail holds a malformed event: refusing to guess", W.conv);
+			exit(EXIT_CORRUPT);
+		}
+		if (tl.action == TAIL_TURN) {
+			tail_free(&tl);
+			run_turn();
+			continue;
+		}
+		if (tl.action == TAIL_TOOLS) {
+			size_t i;
+			json_t *call;
+			json_t *humans = json_array();
+			int ran = 0;
+			json_array_foreach(tl.unsettled, i, call) {
+				const char *ex = json_string_value(json_object_get(call, "executor"));
+				if (ex && !strcmp(ex, "human")) {
+					json_array_append(humans, call);
+				} else if (!ran) {
+					dispatch(call);
+					ran = 1;
+				}
+			}
+			tail_free(&tl);
+			if (ran) {
+				json_decref(humans);
+				continue;
+			}
+			await_people(humans);
+			json_decref(humans);
+			answer_compacts();
+			return;
+		}
+		tail_free(&tl);
+		settle_idle();
+		answer_compacts();
+		return;
+	}
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: agentd-worker --data DIR --conversation ID --lease N --ipc-fd FD [--config FILE]\n"
+		   "                     [--sync full|none] [--audit] [--log-level LEVEL]\n"
+		   "One conversation's runtime; started by agentd, not by hand.\n");
+}
+
+int main(int argc, char **argv, char **envp)
+{
+	static const struct option opts[] = {
+		{ "data", required_argument, 0, 'd' }, { "conversation", required_argument, 0, 'c' },
+		{ "lease", required_argument, 0, 'l' }, { "ipc-fd", required_argument, 0, 'f' },
+		{ "config", required_argument, 0, 'C' }, { "sync", required_argument, 0, 's' },
+		{ "audit", no_argument, 0, 'a' }, { "log-level", required_argument, 0, 'L' },
+		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+	};
+	const char *data = NULL, *config = NULL, *level = "info";
+	int c, sync = STORE_SYNC_FULL, audit_on = 0;
+	W.ipc = -1;
+	setproctitle_init(argc, argv, envp);
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': data = optarg; break;
+		case 'c': W.conv = optarg; break;
+		case 'l': W.lease = strtoull(optarg, NULL, 10); break;
+		case 'f': W.ipc = atoi(optarg); break;
+		case 'C': config = optarg; break;
+		case 's': sync = strcmp(optarg, "none") ? STORE_SYNC_FULL : STORE_SYNC_NONE; break;
+		case 'a': audit_on = 1; break;
+		case 'L': level = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!data || !W.conv || !W.lease || W.ipc < 0 || !store_id_valid(W.conv, strlen(W.conv))) {
+		usage(stderr);
+		return 2;
+	}
+	int lv = config_log_level(level);
+	log_init("agentd-worker", lv < 0 ? LOG_INFO : lv);
+	/* A tool or model that closes its stdin early must not kill us. */
+	signal(SIGPIPE, SIG_IGN);
+	config_init(&W.cfg);
+	char err[512];
+	if (config && config_load(&W.cfg, config, err, sizeof err)) {
+		log_error("%s", err);
+		return 2;
+	}
+	W.cfg.audit = audit_on;
+	W.cfg.sync = sync;
+	struct store_opts so = { .sync = sync, .audit = audit_on };
+	int e = store_open(&W.st, data, &so);
+	if (e) {
+		log_error("%s: cannot open the store in %s: %s", W.conv, data, store_strerror(e));
+		return EXIT_STORE;
+	}
+	setproctitle("%s starting", W.conv);
+	load();
+	struct ipc_msg ready = { .type = IPC_READY, .num = getpid() };
+	ipc_send(W.ipc, &ready);
+	for (;;) {
+		run();
+		/* Wait for the supervisor: wake, stop, compact, or its death. */
+		struct pollfd p = { W.ipc, POLLIN, 0 };
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			break;
+		if (ipc_drain())
+			break;
+	}
+	store_close(W.st);
+	json_decref(W.events);
+	json_decref(W.settings);
+	json_decref(W.summary);
+	config_free(&W.cfg);
+	return 0;
+}

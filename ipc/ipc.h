@@ -1,0 +1,63 @@
+/*
+ * ipc.h: supervisor <-> worker messages.
+ *
+ * A socketpair(AF_UNIX, SOCK_SEQPACKET): the kernel keeps message boundaries,
+ * so one send is one msgpack map and one recv reads it whole. This module owns
+ * that framing and nothing else does. A message is at most IPC_MAX bytes; a
+ * bigger one is refused on send (-EMSGSIZE) and truncation on receive is an
+ * error (-EPROTO).
+ *
+ * Messages (key "t" names the kind):
+ *   supervisor -> worker:  wake {seq}        new events exist up to seq
+ *                          stop              persist and exit 0 (hibernate)
+ *                          compact {req}     summarise now; answer compacted {req}
+ *   worker -> supervisor:  ready {pid}       store opened, revival decided
+ *                          state {state}     running | idle | awaiting_input
+ *                          appended {seq}    a commit made events up to seq visible
+ *                          delta {text}      streamed model output, for watchers
+ *                          compacted {req, ok, text}  answer to compact (text: summary or error)
+ */
+#ifndef AGENTD_IPC_H
+#define AGENTD_IPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define IPC_MAX 65536
+
+enum ipc_type {
+	IPC_WAKE = 1,
+	IPC_STOP,
+	IPC_COMPACT,
+	IPC_READY,
+	IPC_STATE,
+	IPC_APPENDED,
+	IPC_DELTA,
+	IPC_COMPACTED,
+};
+
+struct ipc_msg {
+	int type;          /* enum ipc_type */
+	uint64_t seq;      /* wake, appended */
+	int64_t num;       /* ready: pid; compact/compacted: request number */
+	int ok;            /* compacted */
+	const char *text;  /* state name, delta text, compacted text; not NUL-terminated */
+	size_t text_len;
+};
+
+/* A close-on-exec SOCK_SEQPACKET pair. Returns 0 or -errno. */
+int ipc_pair(int fds[2]);
+
+/* Send one message. Returns 0, -EMSGSIZE, -EAGAIN (non-blocking socket full),
+ * or -errno (-EPIPE when the peer is gone). */
+int ipc_send(int fd, const struct ipc_msg *m);
+
+/* Receive one message into buf (IPC_MAX bytes); m's text points into buf.
+ * Returns 1 for a message, 0 on end of file (peer closed), -EAGAIN when none is
+ * waiting on a non-blocking socket, -EPROTO for a malformed or truncated
+ * message, or -errno. */
+int ipc_recv(int fd, struct ipc_msg *m, char *buf);
+
+const char *ipc_type_name(int type);
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * jsonmp.h: JSON (jansson, the control and model protocols) <-> msgpack (the
+ * store's records and IPC). Content crosses the store as msgpack bytes; these
+ * convert at the edges.
+ */
+#ifndef AGENTD_JSONMP_H
+#define AGENTD_JSONMP_H
+
+#include <jansson.h>
+#include <msgpack.h>
+#include <stddef.h>
+
+#define JSONMP_MAX_DEPTH 64
+
+/* Append v as one msgpack object to pk. Integers stay integers, reals become
+ * float64. Returns 0, or -1 when nesting exceeds JSONMP_MAX_DEPTH. */
+int jsonmp_pack(msgpack_packer *pk, const json_t *v);
+
+/* Decode exactly one msgpack object into a new JSON value (a new reference),
+ * or NULL when the bytes are not one well-formed object, nest deeper than
+ * JSONMP_MAX_DEPTH, hold a non-string map key, an extension type, or a string
+ * that is not UTF-8. An empty range (len 0) decodes to JSON null. */
+json_t *jsonmp_unpack(const void *p, size_t len);
+
+/* A packer writing into a fresh buffer, for one-off encodings. */
+struct jsonmp_buf {
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+};
+void jsonmp_buf_init(struct jsonmp_buf *b);
+void jsonmp_buf_destroy(struct jsonmp_buf *b);
+
+#endif

@@ -1,0 +1,373 @@
+/* proto.c: the control protocol's request codec (see proto.h). */
+#include "ipc/proto.h"
+#include "store/store.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const op_names[OP_COUNT] = {
+	"ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve",
+	"tool_call", "tool_calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
+	"shutdown",
+};
+
+static const char *const err_codes[PERR_COUNT] = {
+	"ok", "bad_request", "unknown_op", "not_found", "conflict", "stale", "too_large", "store_full",
+	"unavailable", "internal",
+};
+
+const char *proto_op_name(int op)
+{
+	return op >= 0 && op < OP_COUNT ? op_names[op] : NULL;
+}
+
+const char *proto_err_code(int err)
+{
+	return err >= 0 && err < PERR_COUNT ? err_codes[err] : "internal";
+}
+
+int proto_err_from_store(int e)
+{
+	switch (e) {
+	case 0: return PERR_OK;
+	case STORE_E_NOTFOUND: return PERR_NOT_FOUND;
+	case STORE_E_STALE: return PERR_STALE;
+	case STORE_E_CONFLICT: return PERR_CONFLICT;
+	case STORE_E_FULL: return PERR_STORE_FULL;
+	case STORE_E_INVAL: return PERR_BAD_REQUEST;
+	}
+	return PERR_INTERNAL;
+}
+
+struct pctx {
+	json_t *o;
+	char *msg;
+	size_t msglen;
+	const struct proto_names *names;
+};
+
+static int bad(struct pctx *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int bad(struct pctx *p, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(p->msg, p->msglen, fmt, ap);
+	va_end(ap);
+	return PERR_BAD_REQUEST;
+}
+
+/* Each getter: 0 when absent (and not required) or valid, else an error. */
+static int get_id(struct pctx *p, const char *key, int required, const char **out)
+{
+	json_t *v = json_object_get(p->o, key);
+	*out = NULL;
+	if (!v)
+		return required ? bad(p, "missing field '%s'", key) : 0;
+	if (!json_is_string(v))
+		return bad(p, "'%s' must be a string", key);
+	if (!store_id_valid(json_string_value(v), json_string_length(v)))
+		return bad(p, "'%s' must be 1-%d characters of [A-Za-z0-9._:-]", key, STORE_ID_MAX);
+	*out = json_string_value(v);
+	return 0;
+}
+
+static int get_uint(struct pctx *p, const char *key, uint64_t max, int *has, uint64_t *out)
+{
+	json_t *v = json_object_get(p->o, key);
+	if (has)
+		*has = 0;
+	if (!v)
+		return 0;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
+		return bad(p, "'%s' must be an integer from 0 to %llu", key, (unsigned long long)max);
+	*out = (uint64_t)json_integer_value(v);
+	if (has)
+		*has = 1;
+	return 0;
+}
+
+static int get_enum(struct pctx *p, const char *key, const char *const *names, int n, int *out)
+{
+	json_t *v = json_object_get(p->o, key);
+	*out = -1;
+	if (!v)
+		return 0;
+	for (int i = 0; json_is_string(v) && i < n; i++)
+		if (names[i] && !strcmp(json_string_value(v), names[i])) {
+			*out = i;
+			return 0;
+		}
+	char list[256] = "";
+	for (int i = 0; i < n; i++)
+		if (names[i]) {
+			strncat(list, list[0] ? ", " : "", sizeof list - strlen(list) - 1);
+			strncat(list, names[i], sizeof list - strlen(list) - 1);
+		}
+	return bad(p, "'%s' must be one of: %s", key, list);
+}
+
+/* Only the fields an op knows are allowed: a typo is an error, not a no-op. */
+static int only(struct pctx *p, const char *const *allowed)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(p->o, k, v) {
+		int ok = !strcmp(k, "op") || !strcmp(k, "id");
+		for (size_t i = 0; !ok && allowed[i]; i++)
+			ok = !strcmp(k, allowed[i]);
+		if (!ok)
+			return bad(p, "unknown field '%s' for op '%s'", k, json_string_value(json_object_get(p->o, "op")));
+	}
+	return 0;
+}
+
+static int settings_check(struct pctx *p, json_t *s, int full)
+{
+	const char *k;
+	json_t *v;
+	if (!json_is_object(s))
+		return bad(p, "'settings' must be an object");
+	json_object_foreach(s, k, v) {
+		if (!strcmp(k, "model")) {
+			if (!json_is_string(v))
+				return bad(p, "'settings.model' must be a string");
+			if (!p->names->model_ok(p->names->arg, json_string_value(v)))
+				return bad(p, "unknown model '%s' (not in the configuration)", json_string_value(v));
+		} else if (!strcmp(k, "system")) {
+			if (!json_is_string(v))
+				return bad(p, "'settings.system' must be a string");
+		} else if (!strcmp(k, "tools")) {
+			size_t i;
+			json_t *t;
+			if (!json_is_array(v))
+				return bad(p, "'settings.tools' must be an array of tool names");
+			json_array_foreach(v, i, t) {
+				if (!json_is_string(t))
+					return bad(p, "'settings.tools' must be an array of tool names");
+				if (!p->names->tool_ok(p->names->arg, json_string_value(t)))
+					return bad(p, "unknown tool '%s' (not in the configuration)", json_string_value(t));
+			}
+		} else if (!strcmp(k, "params")) {
+			if (!json_is_object(v))
+				return bad(p, "'settings.params' must be an object");
+		} else {
+			return bad(p, "unknown settings field '%s' (model, system, tools, params)", k);
+		}
+	}
+	if (full && !json_object_get(s, "model"))
+		return bad(p, "missing field 'settings.model'");
+	return 0;
+}
+
+#define ONLY(...) do { static const char *const f_[] = { __VA_ARGS__, NULL }; if ((e = only(p, f_))) return e; } while (0)
+
+static int parse_fields(struct pctx *p, struct request *rq)
+{
+	int e;
+	uint64_t u;
+	json_t *v;
+	static const char *const conv_status[] = { "idle", "active", "suspended", "ended" };
+	static const char *const tc_status[] = { "pending", "resolved", "errored", "expired" };
+	static const char *const res_status[] = { NULL, "resolved", "errored" };
+
+	switch (rq->op) {
+	case OP_PING: case OP_STATUS: case OP_METRICS: case OP_SHUTDOWN:
+		ONLY(NULL);
+		return 0;
+	case OP_GET: case OP_DELETE: case OP_SUMMARY: case OP_COMPACT: case OP_AUDIT: case OP_STOP:
+		ONLY("conversation");
+		return get_id(p, "conversation", 1, &rq->conv);
+	case OP_CREATE:
+		ONLY("conversation", "settings");
+		if ((e = get_id(p, "conversation", 0, &rq->conv)))
+			return e;
+		if (!(rq->settings = json_object_get(p->o, "settings")))
+			return bad(p, "missing field 'settings'");
+		return settings_check(p, rq->settings, 1);
+	case OP_LIST:
+		ONLY("status", "limit", "after");
+		if ((e = get_enum(p, "status", conv_status, 4, &rq->status)) ||
+		    (e = get_uint(p, "limit", PROTO_LIST_MAX, NULL, &u)))
+			return e;
+		rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 100;
+		if (rq->limit == 0)
+			return bad(p, "'limit' must be an integer from 1 to %d", PROTO_LIST_MAX);
+		return get_id(p, "after", 0, &rq->conv);
+	case OP_UPDATE:
+		ONLY("conversation", "settings", "status");
+		if ((e = get_id(p, "conversation", 1, &rq->conv)))
+			return e;
+		if ((rq->settings = json_object_get(p->o, "settings")) && (e = settings_check(p, rq->settings, 0)))
+			return e;
+		v = json_object_get(p->o, "status");
+		if (v && (!json_is_string(v) || strcmp(json_string_value(v), "ended")))
+			return bad(p, "'status' can only be set to \"ended\"");
+		rq->status = v ? STORE_ENDED : -1;
+		return 0;
+	case OP_SEND:
+		ONLY("conversation", "content", "event_id");
+		if ((e = get_id(p, "conversation", 1, &rq->conv)))
+			return e;
+		v = json_object_get(p->o, "content");
+		if (!v)
+			return bad(p, "missing field 'content'");
+		if (json_is_string(v))
+			rq->content = json_pack("{sO}", "text", v);
+		else if (json_is_object(v))
+			rq->content = json_incref(v);
+		else
+			return bad(p, "'content' must be a string or an object");
+		if (!rq->content)
+			return PERR_INTERNAL;
+		v = json_object_get(p->o, "event_id");
+		if (v && (!json_is_string(v) || json_string_length(v) == 0 ||
+			  json_string_length(v) > STORE_EVENT_ID_MAX))
+			return bad(p, "'event_id' must be a string of 1-%d bytes", STORE_EVENT_ID_MAX);
+		rq->event_id = v ? json_string_value(v) : NULL;
+		return 0;
+	case OP_EVENTS: case OP_WATCH:
+		if (rq->op == OP_WATCH)
+			ONLY("conversation", "after");
+		else
+			ONLY("conversation", "after", "before", "limit", "type", "wait_ms");
+		if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
+		    (e = get_uint(p, "after", INT64_MAX, &rq->has_after, &rq->after)) ||
+		    (e = get_uint(p, "before", INT64_MAX, NULL, &rq->before)))
+			return e;
+		if (json_object_get(p->o, "before") && rq->before == 0)
+			return bad(p, "'before' must be at least 1");
+		if ((e = get_uint(p, "limit", PROTO_EVENTS_MAX, NULL, &u)))
+			return e;
+		rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 0;
+		if (json_object_get(p->o, "limit") && rq->limit == 0)
+			return bad(p, "'limit' must be an integer from 1 to %d", PROTO_EVENTS_MAX);
+		if ((e = get_uint(p, "wait_ms", PROTO_WAIT_MAX, NULL, &u)))
+			return e;
+		rq->wait_ms = json_object_get(p->o, "wait_ms") ? (int64_t)u : 0;
+		v = json_object_get(p->o, "type");
+		if (v) {
+			static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
+				"suspension", "resolution", "error" };
+			int t;
+			if ((e = get_enum(p, "type", types, 7, &t)))
+				return e;
+			rq->type = types[t];
+		}
+		return 0;
+	case OP_RESOLVE:
+		ONLY("tool_call_id", "status", "result");
+		if ((e = get_id(p, "tool_call_id", 1, &rq->tool_call_id)) ||
+		    (e = get_enum(p, "status", res_status, 3, &rq->status)))
+			return e;
+		if (rq->status < 0)
+			rq->status = STORE_TC_RESOLVED;
+		rq->result = json_object_get(p->o, "result");
+		return 0;
+	case OP_TOOL_CALL:
+		ONLY("tool_call_id");
+		return get_id(p, "tool_call_id", 1, &rq->tool_call_id);
+	case OP_TOOL_CALLS:
+		ONLY("conversation", "status");
+		if ((e = get_id(p, "conversation", 1, &rq->conv)))
+			return e;
+		return get_enum(p, "status", tc_status, 4, &rq->status);
+	case OP_KILL: {
+		static const char *const sigs[] = { "KILL", "TERM" };
+		int s;
+		ONLY("conversation", "signal");
+		if ((e = get_id(p, "conversation", 1, &rq->conv)) || (e = get_enum(p, "signal", sigs, 2, &s)))
+			return e;
+		rq->signal = s == 1 ? SIGTERM : SIGKILL;
+		return 0;
+	}
+	}
+	return PERR_INTERNAL;
+}
+
+int proto_parse(const char *line, size_t len, const struct proto_names *names, struct request *rq, char *msg,
+		size_t msglen)
+{
+	json_error_t je;
+	struct pctx p = { NULL, msg, msglen, names };
+	memset(rq, 0, sizeof *rq);
+	rq->status = -1;
+	rq->op = -1;
+	msg[0] = 0;
+	if (len == 0)
+		return bad(&p, "empty line: expected a JSON object");
+	rq->root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
+	if (!rq->root)
+		return bad(&p, "invalid JSON at column %d: %s", je.column, je.text);
+	if (!json_is_object(rq->root))
+		return bad(&p, "the request must be a JSON object");
+	p.o = rq->root;
+	rq->id = json_object_get(rq->root, "id");
+	json_t *op = json_object_get(rq->root, "op");
+	if (!op)
+		return bad(&p, "missing field 'op'");
+	if (!json_is_string(op))
+		return bad(&p, "'op' must be a string");
+	for (int i = 0; i < OP_COUNT; i++)
+		if (!strcmp(json_string_value(op), op_names[i]))
+			rq->op = i;
+	if (rq->op < 0) {
+		snprintf(msg, msglen, "unknown op '%.64s'", json_string_value(op));
+		return PERR_UNKNOWN_OP;
+	}
+	return parse_fields(&p, rq);
+}
+
+void proto_request_free(struct request *rq)
+{
+	json_decref(rq->content);
+	json_decref(rq->root);
+	memset(rq, 0, sizeof *rq);
+}
+
+static char *dump_line(json_t *o, size_t *len)
+{
+	char *s = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (!s)
+		return NULL;
+	size_t n = strlen(s);
+	char *r = realloc(s, n + 2);
+	if (!r) {
+		free(s);
+		return NULL;
+	}
+	r[n] = '\n';
+	r[n + 1] = 0;
+	*len = n + 1;
+	return r;
+}
+
+char *proto_error_line(json_t *id, int err, const char *msg, size_t *len)
+{
+	json_t *o = json_object();
+	if (!o)
+		return NULL;
+	if (id)
+		json_object_set(o, "id", id);
+	json_object_set_new(o, "ok", json_false());
+	json_object_set_new(o, "error", json_string(proto_err_code(err)));
+	/* The message may quote bad input: keep it valid UTF-8 for the reply. */
+	json_t *m = json_string(msg);
+	json_object_set_new(o, "message", m ? m : json_string("(message not printable)"));
+	return dump_line(o, len);
+}
+
+char *proto_ok_line(json_t *id, json_t *obj, size_t *len)
+{
+	json_t *o = obj ? obj : json_object();
+	if (!o)
+		return NULL;
+	if (id)
+		json_object_set(o, "id", id);
+	json_object_set_new(o, "ok", json_true());
+	return dump_line(o, len);
+}

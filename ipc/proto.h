@@ -1,0 +1,78 @@
+/*
+ * proto.h: the control protocol's request codec (design.md section 6).
+ *
+ * One line in, one validated request out. Everything a request carries is
+ * checked here (JSON object, op, field types and ranges, id alphabet and
+ * length, model and tool names through the caller's lookups) before anything
+ * is looked up in the store, so a bad request is `bad_request` whatever exists.
+ */
+#ifndef AGENTD_PROTO_H
+#define AGENTD_PROTO_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum proto_op {
+	OP_PING, OP_CREATE, OP_GET, OP_LIST, OP_UPDATE, OP_DELETE, OP_SEND, OP_EVENTS, OP_WATCH,
+	OP_RESOLVE, OP_TOOL_CALL, OP_TOOL_CALLS, OP_SUMMARY, OP_COMPACT, OP_AUDIT, OP_KILL, OP_STOP,
+	OP_STATUS, OP_METRICS, OP_SHUTDOWN, OP_COUNT
+};
+
+enum proto_err {
+	PERR_OK = 0, PERR_BAD_REQUEST, PERR_UNKNOWN_OP, PERR_NOT_FOUND, PERR_CONFLICT, PERR_STALE,
+	PERR_TOO_LARGE, PERR_STORE_FULL, PERR_UNAVAILABLE, PERR_INTERNAL, PERR_COUNT
+};
+
+#define PROTO_LIST_MAX 1000       /* list limit */
+#define PROTO_EVENTS_MAX 10000    /* events limit */
+#define PROTO_WAIT_MAX 3600000    /* wait_ms: one hour */
+
+struct request {
+	json_t *root;           /* owned */
+	json_t *id;             /* borrowed from root; NULL when absent */
+	int op;                 /* enum proto_op */
+	const char *conv;       /* conversation id (validated), or NULL */
+	const char *tool_call_id;
+	json_t *settings;       /* create: full; update: the patch */
+	json_t *content;        /* send: an object ({"text":...} for a string) */
+	const char *event_id;
+	int status;             /* list / tool_calls filter, update (ended), resolve; -1: none */
+	int has_after;
+	uint64_t after, before; /* before 0: unbounded */
+	size_t limit;           /* 0: default */
+	const char *type;       /* events type filter */
+	int64_t wait_ms;        /* events long-poll, 0: none */
+	json_t *result;         /* resolve (borrowed), NULL: none */
+	int signal;             /* kill: SIGKILL or SIGTERM */
+};
+
+/* The configuration's names, for validating models and tools. */
+struct proto_names {
+	int (*model_ok)(void *arg, const char *name);
+	int (*tool_ok)(void *arg, const char *name);
+	void *arg;
+};
+
+/* Parse and validate one request line (without its '\n'). On success returns
+ * PERR_OK and rq holds the request (free with proto_request_free). Otherwise
+ * returns the error code and writes a message naming what was wrong into msg;
+ * rq->id is still set when the line was a JSON object with an id, so the error
+ * reply can echo it (free rq in every case). */
+int proto_parse(const char *line, size_t len, const struct proto_names *names, struct request *rq,
+		char *msg, size_t msglen);
+void proto_request_free(struct request *rq);
+
+const char *proto_op_name(int op);
+const char *proto_err_code(int err);
+
+/* Map a store error to the protocol's code. */
+int proto_err_from_store(int store_err);
+
+/* {"id":..., "ok":false, "error":CODE, "message":MSG} as one line with '\n'.
+ * Returns a malloc'd string (length in *len) or NULL. */
+char *proto_error_line(json_t *id, int err, const char *msg, size_t *len);
+/* Add "id" and "ok":true to obj (stolen) and dump it as one line with '\n'. */
+char *proto_ok_line(json_t *id, json_t *obj, size_t *len);
+
+#endif

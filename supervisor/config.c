@@ -1,0 +1,427 @@
+/* config.c: the INI configuration and logging (see config.h). */
+#include "supervisor/config.h"
+#include "store/store.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SEC 1000
+static struct model_cfg echo_model = { "echo", NULL, 0, 0 };
+
+void config_init(struct config *c)
+{
+	memset(c, 0, sizeof *c);
+	c->data = strdup("./agentd-data");
+	c->idle_timeout_ms = 300 * SEC;
+	c->sync = STORE_SYNC_FULL;
+	c->audit_ttl_ms = 7LL * 24 * 3600 * SEC;
+	c->max_line = 1 << 20;
+	c->max_workers = 256;
+	c->restart_limit = 5;
+	c->restart_window_ms = 60 * SEC;
+	c->shutdown_timeout_ms = 10 * SEC;
+	c->compact_events = 400;
+	c->compact_keep = 20;
+	c->model_out_cap = 4 << 20;
+	c->log_level = LOG_INFO;
+}
+
+static void model_free(struct model_cfg *m)
+{
+	free(m->name);
+	free(m->command);
+}
+
+static void tool_free(struct tool_cfg *t)
+{
+	free(t->name);
+	free(t->command);
+	free(t->prompt);
+	free(t->description);
+}
+
+void config_free(struct config *c)
+{
+	for (size_t i = 0; i < c->nmodels; i++)
+		model_free(&c->models[i]);
+	for (size_t i = 0; i < c->ntools; i++)
+		tool_free(&c->tools[i]);
+	free(c->models);
+	free(c->tools);
+	free(c->path);
+	free(c->data);
+	free(c->socket);
+	free(c->worker);
+	memset(c, 0, sizeof *c);
+}
+
+const struct model_cfg *config_model(const struct config *c, const char *name)
+{
+	for (size_t i = 0; i < c->nmodels; i++)
+		if (strcmp(c->models[i].name, name) == 0)
+			return &c->models[i];
+	return strcmp(name, "echo") == 0 ? &echo_model : NULL;
+}
+
+const struct tool_cfg *config_tool(const struct config *c, const char *name)
+{
+	for (size_t i = 0; i < c->ntools; i++)
+		if (strcmp(c->tools[i].name, name) == 0)
+			return &c->tools[i];
+	return NULL;
+}
+
+int config_duration(const char *s, int64_t *ms)
+{
+	char *end;
+	errno = 0;
+	if (!s || !*s || *s == '-')
+		return -1;
+	double v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -1;
+	double mul;
+	if (!*end || strcmp(end, "s") == 0)
+		mul = 1000;
+	else if (strcmp(end, "ms") == 0)
+		mul = 1;
+	else if (strcmp(end, "m") == 0)
+		mul = 60e3;
+	else if (strcmp(end, "h") == 0)
+		mul = 3600e3;
+	else if (strcmp(end, "d") == 0)
+		mul = 86400e3;
+	else
+		return -1;
+	if (v * mul > 9e15)
+		return -1;
+	*ms = (int64_t)(v * mul + 0.5);
+	return 0;
+}
+
+int config_size(const char *s, size_t *bytes)
+{
+	char *end;
+	errno = 0;
+	if (!s || !*s || *s == '-')
+		return -1;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -1;
+	int shift = 0;
+	if (*end == 'k' || *end == 'K')
+		shift = 10;
+	else if (*end == 'm' || *end == 'M')
+		shift = 20;
+	else if (*end == 'g' || *end == 'G')
+		shift = 30;
+	else if (*end)
+		return -1;
+	if (shift && end[1] && strcmp(end + 1, "iB") && strcmp(end + 1, "b") && strcmp(end + 1, "B"))
+		return -1;
+	if (v > (SIZE_MAX >> shift))
+		return -1;
+	*bytes = (size_t)(v << shift);
+	return 0;
+}
+
+int config_log_level(const char *s)
+{
+	static const char *const names[] = { "error", "warn", "info", "debug" };
+	for (int i = 0; i < 4; i++)
+		if (strcmp(s, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+static int onoff(const char *v)
+{
+	if (!strcmp(v, "on") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "1"))
+		return 1;
+	if (!strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "0"))
+		return 0;
+	return -1;
+}
+
+static int set_str(char **dst, const char *v)
+{
+	char *s = strdup(v);
+	if (!s)
+		return -1;
+	free(*dst);
+	*dst = s;
+	return 0;
+}
+
+static int set_int(int *dst, const char *v, int min, int max)
+{
+	char *end;
+	errno = 0;
+	long n = strtol(v, &end, 10);
+	if (errno || end == v || *end || n < min || n > max)
+		return -1;
+	*dst = (int)n;
+	return 0;
+}
+
+struct loader {
+	struct config *c;
+	char *err;
+	size_t errlen;
+	int failed;
+};
+
+static int agentd_key(struct config *c, const char *k, const char *v)
+{
+	int b;
+	if (!strcmp(k, "data"))
+		return set_str(&c->data, v);
+	if (!strcmp(k, "socket"))
+		return set_str(&c->socket, v);
+	if (!strcmp(k, "worker"))
+		return set_str(&c->worker, v);
+	if (!strcmp(k, "idle_timeout"))
+		return config_duration(v, &c->idle_timeout_ms);
+	if (!strcmp(k, "sync")) {
+		if (!strcmp(v, "full"))
+			c->sync = STORE_SYNC_FULL;
+		else if (!strcmp(v, "none"))
+			c->sync = STORE_SYNC_NONE;
+		else
+			return -1;
+		return 0;
+	}
+	if (!strcmp(k, "audit"))
+		return (b = onoff(v)) < 0 ? -1 : (c->audit = b, 0);
+	if (!strcmp(k, "audit_ttl"))
+		return config_duration(v, &c->audit_ttl_ms);
+	if (!strcmp(k, "max_line"))
+		return config_size(v, &c->max_line) || c->max_line < 1024 ? -1 : 0;
+	if (!strcmp(k, "max_workers"))
+		return set_int(&c->max_workers, v, 1, 1000000);
+	if (!strcmp(k, "restart_limit"))
+		return set_int(&c->restart_limit, v, 1, 1000000);
+	if (!strcmp(k, "restart_window"))
+		return config_duration(v, &c->restart_window_ms);
+	if (!strcmp(k, "shutdown_timeout"))
+		return config_duration(v, &c->shutdown_timeout_ms);
+	if (!strcmp(k, "map_size"))
+		return config_size(v, &c->map_size);
+	if (!strcmp(k, "max_map_size"))
+		return config_size(v, &c->max_map_size);
+	if (!strcmp(k, "compact_events"))
+		return set_int(&c->compact_events, v, 0, 100000000);
+	if (!strcmp(k, "compact_keep"))
+		return set_int(&c->compact_keep, v, 1, 100000000);
+	if (!strcmp(k, "model_output_cap"))
+		return config_size(v, &c->model_out_cap);
+	if (!strcmp(k, "allow_any_uid"))
+		return (b = onoff(v)) < 0 ? -1 : (c->allow_any_uid = b, 0);
+	if (!strcmp(k, "log_level"))
+		return (b = config_log_level(v)) < 0 ? -1 : (c->log_level = b, 0);
+	return -2;
+}
+
+static int model_key(struct model_cfg *m, const char *k, const char *v)
+{
+	if (!strcmp(k, "command"))
+		return set_str(&m->command, v);
+	if (!strcmp(k, "timeout"))
+		return config_duration(v, &m->timeout_ms) || m->timeout_ms <= 0 ? -1 : 0;
+	if (!strcmp(k, "retries"))
+		return set_int(&m->retries, v, 0, 100);
+	return -2;
+}
+
+static int tool_key(struct tool_cfg *t, const char *k, const char *v)
+{
+	if (!strcmp(k, "executor")) {
+		if (!strcmp(v, "server"))
+			t->executor = EXEC_SERVER;
+		else if (!strcmp(v, "human"))
+			t->executor = EXEC_HUMAN;
+		else
+			return -1;
+		return 0;
+	}
+	if (!strcmp(k, "command"))
+		return set_str(&t->command, v);
+	if (!strcmp(k, "timeout"))
+		return config_duration(v, &t->timeout_ms) || t->timeout_ms <= 0 ? -1 : 0;
+	if (!strcmp(k, "prompt"))
+		return set_str(&t->prompt, v);
+	if (!strcmp(k, "expires"))
+		return config_duration(v, &t->expires_ms);
+	if (!strcmp(k, "description"))
+		return set_str(&t->description, v);
+	if (!strcmp(k, "max_attempts"))
+		return set_int(&t->max_attempts, v, 1, 1000);
+	if (!strcmp(k, "output_cap"))
+		return config_size(v, &t->out_cap);
+	return -2;
+}
+
+static int name_ok(const char *n)
+{
+	return *n && store_id_valid(n, strlen(n));
+}
+
+static struct model_cfg *model_get(struct config *c, const char *name)
+{
+	for (size_t i = 0; i < c->nmodels; i++)
+		if (!strcmp(c->models[i].name, name))
+			return &c->models[i];
+	struct model_cfg *m = realloc(c->models, (c->nmodels + 1) * sizeof *m);
+	if (!m)
+		return NULL;
+	c->models = m;
+	m = &c->models[c->nmodels++];
+	memset(m, 0, sizeof *m);
+	m->name = strdup(name);
+	m->timeout_ms = 120 * SEC;
+	m->retries = 2;
+	return m->name ? m : NULL;
+}
+
+static struct tool_cfg *tool_get(struct config *c, const char *name)
+{
+	for (size_t i = 0; i < c->ntools; i++)
+		if (!strcmp(c->tools[i].name, name))
+			return &c->tools[i];
+	struct tool_cfg *t = realloc(c->tools, (c->ntools + 1) * sizeof *t);
+	if (!t)
+		return NULL;
+	c->tools = t;
+	t = &c->tools[c->ntools++];
+	memset(t, 0, sizeof *t);
+	t->name = strdup(name);
+	t->timeout_ms = 30 * SEC;
+	t->expires_ms = 3600 * SEC;
+	t->max_attempts = 3;
+	t->out_cap = 1 << 20;
+	return t->name ? t : NULL;
+}
+
+static int on_key(void *arg, const char *section, const char *k, const char *v)
+{
+	struct loader *l = arg;
+	int rc;
+	if (l->failed)
+		return 1; /* the first error is the one reported */
+	if (!strcmp(section, "agentd")) {
+		rc = agentd_key(l->c, k, v);
+	} else if (!strncmp(section, "model.", 6) && name_ok(section + 6)) {
+		if (!strcmp(section + 6, "echo")) {
+			snprintf(l->err, l->errlen, "%s: [model.echo] is built in and cannot be configured",
+				 l->c->path);
+			l->failed = 1;
+			return 0;
+		}
+		struct model_cfg *m = model_get(l->c, section + 6);
+		rc = m ? model_key(m, k, v) : -1;
+	} else if (!strncmp(section, "tool.", 5) && name_ok(section + 5)) {
+		struct tool_cfg *t = tool_get(l->c, section + 5);
+		rc = t ? tool_key(t, k, v) : -1;
+	} else {
+		snprintf(l->err, l->errlen, "%s: unknown section [%s] (expected [agentd], [model.NAME] or [tool.NAME], "
+			 "NAME of [A-Za-z0-9._:-])", l->c->path, section);
+		l->failed = 1;
+		return 0;
+	}
+	if (rc == -2)
+		snprintf(l->err, l->errlen, "%s: unknown key '%s' in [%s]", l->c->path, k, section);
+	else if (rc)
+		snprintf(l->err, l->errlen, "%s: bad value '%s' for '%s' in [%s]", l->c->path, v, k, section);
+	if (rc)
+		l->failed = 1;
+	return !rc; /* inih: nonzero means the line was fine */
+}
+
+/* Checks that need the whole file: a server tool needs a command, a
+ * configured model needs a command. */
+static int validate(struct config *c, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < c->nmodels; i++)
+		if (!c->models[i].command) {
+			snprintf(err, errlen, "%s: [model.%s] needs a command", c->path, c->models[i].name);
+			return -1;
+		}
+	for (size_t i = 0; i < c->ntools; i++) {
+		struct tool_cfg *t = &c->tools[i];
+		if (t->executor == EXEC_SERVER && !t->command) {
+			snprintf(err, errlen, "%s: [tool.%s] is a server tool and needs a command", c->path, t->name);
+			return -1;
+		}
+		if (t->executor == EXEC_HUMAN && t->command) {
+			snprintf(err, errlen, "%s: [tool.%s] is a human tool: it takes no command", c->path, t->name);
+			return -1;
+		}
+		if (!t->prompt && (t->prompt = strdup("Approve?")) == NULL)
+			return -1;
+	}
+	return 0;
+}
+
+int config_load(struct config *c, const char *path, char *err, size_t errlen)
+{
+	struct loader l = { c, err, errlen, 0 };
+	if (set_str(&c->path, path))
+		return -1;
+	FILE *f = fopen(path, "re");
+	if (!f) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	int rc = ini_parse_file(f, on_key, &l);
+	fclose(f);
+	if (l.failed)
+		return -1;
+	if (rc) {
+		snprintf(err, errlen, "%s:%d: syntax error", path, rc);
+		return -1;
+	}
+	return validate(c, err, errlen);
+}
+
+/* ---- logging --------------------------------------------------------- */
+
+static const char *log_prog = "agentd";
+static int log_level = LOG_INFO;
+
+void log_init(const char *prog, int level)
+{
+	log_prog = prog;
+	log_level = level;
+}
+
+void log_msg(int level, const char *fmt, ...)
+{
+	static const char *const names[] = { "error", "warn", "info", "debug" };
+	if (level > log_level)
+		return;
+	char buf[2048];
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	int n = snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s[%d] %s: ", tm.tm_year + 1900,
+			 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, log_prog,
+			 (int)getpid(), names[level]);
+	va_list ap;
+	va_start(ap, fmt);
+	if (n > 0 && (size_t)n < sizeof buf)
+		n += vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (n >= (int)sizeof buf)
+		n = sizeof buf - 1;
+	buf[n++] = '\n';
+	/* One write per line so lines of several processes do not interleave. */
+	ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
+	(void)w;
+}

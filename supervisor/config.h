@@ -1,0 +1,88 @@
+/*
+ * config.h: the INI configuration (design.md section 7), shared by agentd
+ * and agentd-worker. Every key has a default; no file is needed to run with
+ * the built-in `echo` model. Only the configuration names commands: control
+ * clients pick models and tools by name.
+ */
+#ifndef AGENTD_CONFIG_H
+#define AGENTD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { EXEC_SERVER = 0, EXEC_HUMAN = 1 };
+
+struct model_cfg {
+	char *name;
+	char *command;       /* NULL for the built-in echo model */
+	int64_t timeout_ms;  /* default 120 s */
+	int retries;         /* default 2 */
+};
+
+struct tool_cfg {
+	char *name;
+	int executor;        /* EXEC_SERVER or EXEC_HUMAN */
+	char *command;       /* server tools */
+	int64_t timeout_ms;  /* server tools, default 30 s */
+	char *prompt;        /* human tools, default "Approve?" */
+	int64_t expires_ms;  /* human tools, 0: never (default 1 h) */
+	char *description;
+	int max_attempts;    /* server tools: dispatches before "interrupted", default 3 */
+	size_t out_cap;      /* server tools: stdout cap, default 1 MiB */
+};
+
+struct config {
+	char *path;              /* the file read, or NULL */
+	char *data;              /* ./agentd-data */
+	char *socket;            /* NULL: DATA/agentd.sock */
+	char *worker;            /* NULL: agentd-worker beside agentd */
+	int64_t idle_timeout_ms; /* 300 s */
+	int sync;                /* STORE_SYNC_FULL */
+	int audit;               /* off */
+	int64_t audit_ttl_ms;    /* 7 d */
+	size_t max_line;         /* 1 MiB */
+	int max_workers;         /* 256 */
+	int restart_limit;       /* 5 crashes ... */
+	int64_t restart_window_ms; /* ... within 60 s: stop restarting */
+	int64_t shutdown_timeout_ms; /* 10 s */
+	size_t map_size;         /* 0: the store's default */
+	size_t max_map_size;     /* 0: the store's default */
+	int compact_events;      /* working-set size that triggers compaction, 0: never; 400 */
+	int compact_keep;        /* events kept after a summary; 20 */
+	size_t model_out_cap;    /* 4 MiB */
+	int allow_any_uid;       /* peers of any uid may connect (default: same uid or root) */
+	int log_level;           /* LOG_* */
+	int ephemeral;
+	struct model_cfg *models;
+	size_t nmodels;
+	struct tool_cfg *tools;
+	size_t ntools;
+};
+
+enum { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
+
+void config_init(struct config *c);
+/* Read an INI file over the defaults. On error returns -1 with a message
+ * naming the file, line and key in err. */
+int config_load(struct config *c, const char *path, char *err, size_t errlen);
+void config_free(struct config *c);
+
+/* The named model or tool; the built-in echo model is always there. NULL if unknown. */
+const struct model_cfg *config_model(const struct config *c, const char *name);
+const struct tool_cfg *config_tool(const struct config *c, const char *name);
+
+/* "500ms", "30s", "5m", "1h", "7d", or a bare number of seconds. 0 or -1. */
+int config_duration(const char *s, int64_t *ms);
+/* "64k", "1m", "1g" (bytes, binary units) or a bare number of bytes. */
+int config_size(const char *s, size_t *bytes);
+int config_log_level(const char *s);
+
+/* Logging to stderr, one line each: time, program, level, message. */
+void log_init(const char *prog, int level);
+void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
+#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
+#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
+
+#endif

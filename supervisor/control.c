@@ -1,0 +1,605 @@
+/*
+ * control.c: the control socket (design.md section 6). Non-blocking clients
+ * with their own input and output buffers; only complete lines are parsed, at
+ * most REQS_PER_WAKEUP per client per iteration, and a client whose output
+ * queue is over OUT_CAP is not read until it drains, so a client that never
+ * reads, never sends, or hangs up mid-line stalls nobody else.
+ */
+#include "supervisor/sup.h"
+#include "ipc/jsonmp.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define REQS_PER_WAKEUP 64
+#define OUT_CAP (4u << 20)
+#define WATCH_BATCH 256
+
+/* ---- listening ------------------------------------------------------- */
+
+int control_listen(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(S.sock_path) >= sizeof sa.sun_path) {
+		log_error("socket path '%s' is %zu bytes; a Unix socket path must be under %zu: use --socket "
+			  "with a shorter path", S.sock_path, strlen(S.sock_path), sizeof sa.sun_path);
+		return -1;
+	}
+	strcpy(sa.sun_path, S.sock_path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		log_error("socket: %s", strerror(errno));
+		return -1;
+	}
+	/* We hold the single-instance lock, so a socket file left here belongs
+	 * to a dead agentd: replace it. */
+	if (unlink(S.sock_path) == 0)
+		log_info("removed a stale socket %s", S.sock_path);
+	mode_t old = umask(077); /* the socket is created 0600 */
+	int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
+	umask(old);
+	if (rc < 0 || listen(fd, 512) < 0) {
+		log_error("cannot listen on %s: %s", S.sock_path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	S.listen_fd = fd;
+	S.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	return 0;
+}
+
+static void client_new(int fd)
+{
+	struct ucred cred;
+	socklen_t len = sizeof cred;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+		close(fd);
+		return;
+	}
+	if (!S.cfg->allow_any_uid && cred.uid != 0 && cred.uid != getuid()) {
+		static const char msg[] = "{\"ok\":false,\"error\":\"unavailable\",\"message\":\"permission denied: "
+					  "only the same user or root may connect\"}\n";
+		log_warn("refused a client of uid %u (pid %d)", (unsigned)cred.uid, (int)cred.pid);
+		ssize_t w = write(fd, msg, sizeof msg - 1);
+		(void)w;
+		close(fd);
+		return;
+	}
+	struct client *c = calloc(1, sizeof *c);
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->kind = K_CLIENT;
+	c->fd = fd;
+	c->uid = cred.uid;
+	TAILQ_INIT(&c->slots);
+	if (loop_add(fd, EPOLLIN | EPOLLRDHUP, c) < 0) {
+		close(fd);
+		free(c);
+		return;
+	}
+	LIST_INSERT_HEAD(&S.clients, c, link);
+	S.nclients++;
+}
+
+void control_accept(void)
+{
+	for (int i = 0; i < 64; i++) {
+		int fd = accept4(S.listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0) {
+			client_new(fd);
+			continue;
+		}
+		if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+			return;
+		if ((errno == EMFILE || errno == ENFILE) && S.reserve_fd >= 0) {
+			/* Out of descriptors: free the spare to accept and close the
+			 * connection, so the listening socket does not stay readable
+			 * forever, then take the spare back. */
+			static int64_t last;
+			if (now_mono() - last > 1000) {
+				log_warn("out of file descriptors: refusing connections");
+				last = now_mono();
+			}
+			close(S.reserve_fd);
+			fd = accept4(S.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+			if (fd >= 0)
+				close(fd);
+			S.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			continue;
+		}
+		log_warn("accept: %s", strerror(errno));
+		return;
+	}
+}
+
+/* ---- output ---------------------------------------------------------- */
+
+static size_t out_pending(const struct client *c)
+{
+	return c->out_len - c->out_off;
+}
+
+void client_write(struct client *c, const char *p, size_t n)
+{
+	if (c->dead)
+		return;
+	if (c->out_off && c->out_off == c->out_len)
+		c->out_off = c->out_len = 0;
+	if (c->out_len + n > c->out_cap) {
+		/* Compact before growing. */
+		if (c->out_off) {
+			memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+			c->out_len -= c->out_off;
+			c->out_off = 0;
+		}
+		if (c->out_len + n > c->out_cap) {
+			size_t cap = c->out_cap ? c->out_cap : 4096;
+			while (cap < c->out_len + n)
+				cap *= 2;
+			char *b = realloc(c->out, cap);
+			if (!b) {
+				c->dead = 1;
+				return;
+			}
+			c->out = b;
+			c->out_cap = cap;
+		}
+	}
+	memcpy(c->out + c->out_len, p, n);
+	c->out_len += n;
+}
+
+static void client_events(struct client *c)
+{
+	uint32_t ev = 0;
+	/* After end of file, input events would fire forever: drop them. */
+	if (!c->eof)
+		ev |= EPOLLRDHUP;
+	if (!c->paused && !c->closing && !c->eof)
+		ev |= EPOLLIN;
+	if (out_pending(c))
+		ev |= EPOLLOUT;
+	loop_mod(c->fd, ev, c);
+}
+
+/* Move finished replies, in order, into the output buffer and write. */
+void client_flush(struct client *c)
+{
+	if (c->dead)
+		return;
+	struct slot *s;
+	while ((s = TAILQ_FIRST(&c->slots)) && s->done) {
+		client_write(c, s->line, s->len);
+		TAILQ_REMOVE(&c->slots, s, q);
+		c->nslots--;
+		free(s->line);
+		free(s);
+	}
+	while (out_pending(c)) {
+		ssize_t n = write(c->fd, c->out + c->out_off, out_pending(c));
+		if (n > 0) {
+			c->out_off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			break;
+		c->dead = 1; /* EPIPE and friends: the reader is gone */
+		return;
+	}
+	/* Done with a client that hung up (or was cut off) once every reply
+	 * it is owed has been written. */
+	if ((c->closing || c->eof) && !out_pending(c) && TAILQ_EMPTY(&c->slots) && !c->backlog && !c->watch) {
+		c->dead = 1;
+		return;
+	}
+	c->paused = out_pending(c) > OUT_CAP;
+	if (c->watch && !c->paused && out_pending(c) < OUT_CAP / 2)
+		watch_pump(c->watch);
+	client_events(c);
+}
+
+struct slot *slot_new(struct client *c)
+{
+	struct slot *s = calloc(1, sizeof *s);
+	if (!s)
+		return NULL;
+	s->c = c;
+	TAILQ_INSERT_TAIL(&c->slots, s, q);
+	c->nslots++;
+	return s;
+}
+
+void slot_done(struct slot *s, char *line, size_t len)
+{
+	if (!line) {
+		static const char oom[] = "{\"ok\":false,\"error\":\"internal\",\"message\":\"out of memory\"}\n";
+		line = strdup(oom);
+		len = line ? sizeof oom - 1 : 0;
+	}
+	s->line = line;
+	s->len = len;
+	s->done = 1;
+}
+
+void slot_error(struct slot *s, json_t *id, int err, const char *msg)
+{
+	size_t len = 0;
+	S.m.errors[err < PERR_COUNT ? err : PERR_INTERNAL]++;
+	char *line = proto_error_line(id, err, msg, &len); /* sets len: not in the same call */
+	slot_done(s, line, len);
+}
+
+void slot_ok(struct slot *s, json_t *id, json_t *obj)
+{
+	size_t len = 0;
+	char *line = proto_ok_line(id, obj, &len);
+	slot_done(s, line, len);
+}
+
+/* ---- input ----------------------------------------------------------- */
+
+static int name_model(void *arg, const char *n)
+{
+	(void)arg;
+	return config_model(S.cfg, n) != NULL;
+}
+
+static int name_tool(void *arg, const char *n)
+{
+	(void)arg;
+	return config_tool(S.cfg, n) != NULL;
+}
+
+static const struct proto_names names = { name_model, name_tool, NULL };
+
+/* One complete line: a job for the end of the iteration, or an error now. */
+static void client_line(struct client *c, const char *line, size_t len)
+{
+	if (len && line[len - 1] == '\r')
+		len--;
+	struct slot *s = slot_new(c);
+	struct job *j = calloc(1, sizeof *j);
+	if (!s || !j) {
+		free(j);
+		if (s)
+			slot_error(s, NULL, PERR_INTERNAL, "out of memory");
+		return;
+	}
+	j->slot = s;
+	j->started_us = now_us();
+	char msg[256];
+	int err = proto_parse(line, len, &names, &j->rq, msg, sizeof msg);
+	if (err == PERR_OK && S.shutting_down && j->rq.op != OP_PING && j->rq.op != OP_STATUS) {
+		err = PERR_UNAVAILABLE;
+		strcpy(msg, "agentd is shutting down");
+	}
+	if (err != PERR_OK) {
+		slot_error(s, j->rq.id, err, msg);
+		ops_count(j->rq.op, err, j->started_us);
+		proto_request_free(&j->rq);
+		free(j);
+		return;
+	}
+	TAILQ_INSERT_TAIL(&S.jobs, j, q);
+}
+
+/* Parse up to REQS_PER_WAKEUP complete lines from the input buffer. */
+static void client_parse(struct client *c)
+{
+	size_t off = 0;
+	int n = 0;
+	while (!c->closing && n < REQS_PER_WAKEUP && !c->paused) {
+		char *nl = memchr(c->in + off, '\n', c->in_len - off);
+		if (!nl)
+			break;
+		size_t len = (size_t)(nl - (c->in + off));
+		if (c->watch) {
+			off += len + 1; /* a watching client's input is ignored */
+			continue;
+		}
+		if (len > S.cfg->max_line) {
+			struct slot *s = slot_new(c);
+			if (s)
+				slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
+			c->closing = 1;
+			break;
+		}
+		client_line(c, c->in + off, len);
+		off += len + 1;
+		n++;
+	}
+	memmove(c->in, c->in + off, c->in_len - off);
+	c->in_len -= off;
+	int more = !c->closing && memchr(c->in, '\n', c->in_len) != NULL;
+	if (more != c->backlog) {
+		S.nbacklog += more ? 1 : -1;
+		c->backlog = more;
+	}
+	if (!c->closing && !memchr(c->in, '\n', c->in_len) && c->in_len > S.cfg->max_line) {
+		struct slot *s = slot_new(c);
+		if (s)
+			slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
+		c->closing = 1;
+	}
+}
+
+void control_backlog(void)
+{
+	struct client *c;
+	if (!S.nbacklog)
+		return;
+	LIST_FOREACH(c, &S.clients, link)
+		if (c->backlog && !c->dead && !c->paused)
+			client_parse(c);
+}
+
+static void client_read(struct client *c)
+{
+	for (;;) {
+		if (c->in_cap - c->in_len < 4096) {
+			size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
+			if (cap > S.cfg->max_line + 8192)
+				cap = S.cfg->max_line + 8192;
+			if (cap <= c->in_len) {
+				break; /* full: client_parse answers too_large */
+			}
+			char *b = realloc(c->in, cap);
+			if (!b) {
+				c->dead = 1;
+				return;
+			}
+			c->in = b;
+			c->in_cap = cap;
+		}
+		ssize_t n = read(c->fd, c->in + c->in_len, c->in_cap - c->in_len);
+		if (n > 0) {
+			c->in_len += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			break;
+		/* EOF or error: a line cut off mid-way is dropped; replies
+		 * owed are still written if the peer only shut down its
+		 * writing side. */
+		c->eof = 1;
+		break;
+	}
+	client_parse(c);
+}
+
+void control_io(struct client *c, uint32_t events)
+{
+	if (c->dead)
+		return;
+	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+		client_read(c);
+	if (events & (EPOLLHUP | EPOLLERR))
+		c->dead = 1;
+	if (!c->dead)
+		client_flush(c);
+}
+
+/* ---- waiters: long-polls and watches --------------------------------- */
+
+void waiter_free(struct waiter *wt)
+{
+	LIST_REMOVE(wt, link);
+	if (!wt->watch)
+		TAILQ_REMOVE(&S.polls, wt, tq);
+	else if (wt->c && wt->c->watch == wt)
+		wt->c->watch = NULL;
+	proto_request_free(&wt->rq);
+	free(wt); /* its worker record, if now unused, goes in workers_gc() */
+}
+
+json_t *event_json(const struct store_event *ev)
+{
+	json_t *content = jsonmp_unpack(ev->content.ptr, ev->content.len);
+	json_t *o = json_pack("{sIss#sosI}", "seq", (json_int_t)ev->seq, "type", (const char *)ev->type.ptr,
+			      (int)ev->type.len, "content", content ? content : json_null(), "inserted_at",
+			      (json_int_t)ev->inserted_at);
+	if (o && ev->event_id.len)
+		json_object_set_new(o, "event_id", json_stringn(ev->event_id.ptr, ev->event_id.len));
+	return o;
+}
+
+static int poll_answer(struct waiter *wt)
+{
+	uint64_t last = 0;
+	int err = 0;
+	char msg[160];
+	json_t *evs = ops_events_query(&wt->rq, &last, &err, msg, sizeof msg);
+	if (err) {
+		slot_error(wt->slot, wt->rq.id, err, msg);
+		return 1;
+	}
+	if (json_array_size(evs) == 0) {
+		json_decref(evs);
+		return 0;
+	}
+	slot_ok(wt->slot, wt->rq.id, json_pack("{soso}", "events", evs, "last_seq", json_integer((json_int_t)last)));
+	return 1;
+}
+
+struct pump_ctx {
+	struct waiter *wt;
+	size_t n;
+};
+
+static int pump_one(void *arg, const struct store_event *ev)
+{
+	struct pump_ctx *p = arg;
+	json_t *o = json_pack("{so}", "event", event_json(ev));
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (s) {
+		client_write(p->wt->c, s, strlen(s));
+		client_write(p->wt->c, "\n", 1);
+		free(s);
+	}
+	p->wt->sent = ev->seq;
+	p->n++;
+	return 0;
+}
+
+/* Stream a watcher's events after `sent`, a batch at a time while its output
+ * has room: in seq order, no gaps, read from the store (not from
+ * notifications, which only say "look"). */
+void watch_pump(struct waiter *wt)
+{
+	struct client *c = wt->c;
+	while (!c->dead && out_pending(c) < OUT_CAP / 2) {
+		store_txn *t;
+		if (store_txn_begin(S.st, STORE_READ, &t))
+			return;
+		struct pump_ctx p = { wt, 0 };
+		struct store_range r = { .after = wt->sent, .limit = 0 };
+		/* Bound the batch: before = sent + WATCH_BATCH + 1. */
+		r.before = wt->sent + WATCH_BATCH + 1;
+		int err = store_events_stream(t, wt->conv, &r, pump_one, &p);
+		store_txn_abort(t);
+		if (err == STORE_E_NOTFOUND) {
+			c->closing = 1; /* the conversation was deleted */
+			break;
+		}
+		if (err || p.n < WATCH_BATCH)
+			break;
+	}
+	if (out_pending(c))
+		client_events(c);
+}
+
+void waiters_notify(struct worker *w, uint64_t seq)
+{
+	struct waiter *wt, *next;
+	if (seq > w->seen_seq)
+		w->seen_seq = seq;
+	LIST_FOREACH_SAFE(wt, &w->waiters, link, next) {
+		if (wt->c->dead)
+			continue;
+		if (wt->watch) {
+			watch_pump(wt);
+		} else if (poll_answer(wt)) {
+			struct client *c = wt->c;
+			waiter_free(wt);
+			client_flush(c);
+		}
+	}
+}
+
+void watch_delta(struct worker *w, const char *text, size_t len)
+{
+	struct waiter *wt;
+	LIST_FOREACH(wt, &w->waiters, link) {
+		if (!wt->watch || wt->c->dead || out_pending(wt->c) > OUT_CAP / 2)
+			continue; /* deltas are a live view: a slow reader loses them, never events */
+		json_t *o = json_pack("{s{ss#}}", "delta", "text", text, (int)len);
+		char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+		json_decref(o);
+		if (s) {
+			client_write(wt->c, s, strlen(s));
+			client_write(wt->c, "\n", 1);
+			free(s);
+			client_flush(wt->c);
+		}
+	}
+}
+
+void polls_expire(int64_t now)
+{
+	struct waiter *wt, *next;
+	TAILQ_FOREACH_SAFE(wt, &S.polls, tq, next) {
+		if (wt->deadline > now)
+			continue;
+		struct client *c = wt->c;
+		uint64_t last = 0;
+		int err = 0;
+		char msg[160];
+		json_t *evs = ops_events_query(&wt->rq, &last, &err, msg, sizeof msg);
+		if (err)
+			slot_error(wt->slot, wt->rq.id, err, msg);
+		else
+			slot_ok(wt->slot, wt->rq.id,
+				json_pack("{soso}", "events", evs, "last_seq", json_integer((json_int_t)last)));
+		waiter_free(wt);
+		client_flush(c);
+	}
+}
+
+int64_t polls_next_deadline(void)
+{
+	int64_t d = 0;
+	struct waiter *wt;
+	TAILQ_FOREACH(wt, &S.polls, tq)
+		if (!d || wt->deadline < d)
+			d = wt->deadline;
+	return d;
+}
+
+/* ---- teardown -------------------------------------------------------- */
+
+static void client_free(struct client *c)
+{
+	struct worker *w;
+	/* Drop the waiters and compaction requests that point at it. */
+	RB_FOREACH(w, worker_tree, &S.workers) {
+		struct waiter *wt, *next;
+		LIST_FOREACH_SAFE(wt, &w->waiters, link, next)
+			if (wt->c == c)
+				waiter_free(wt);
+		for (struct compact_req *r = w->compacts; r; r = r->next)
+			if (r->slot && r->slot->c == c)
+				r->slot = NULL;
+	}
+	struct slot *s;
+	while ((s = TAILQ_FIRST(&c->slots))) {
+		TAILQ_REMOVE(&c->slots, s, q);
+		free(s->line);
+		free(s);
+	}
+	if (c->backlog)
+		S.nbacklog--;
+	loop_del(c->fd);
+	close(c->fd);
+	LIST_REMOVE(c, link);
+	S.nclients--;
+	free(c->in);
+	free(c->out);
+	free(c);
+}
+
+void clients_reap(void)
+{
+	struct client *c, *next;
+	LIST_FOREACH_SAFE(c, &S.clients, link, next) {
+		if (!c->dead && c->closing)
+			client_flush(c);
+		if (c->dead)
+			client_free(c);
+	}
+}
+
+void control_close_all(void)
+{
+	struct client *c, *next;
+	LIST_FOREACH_SAFE(c, &S.clients, link, next) {
+		/* One last try at what is owed; the socket is non-blocking. */
+		client_flush(c);
+		client_free(c);
+	}
+	if (S.reserve_fd >= 0)
+		close(S.reserve_fd);
+}

@@ -1,0 +1,285 @@
+/*
+ * main.c: agentd, the supervisor. Parses the command line and the
+ * configuration, takes the single-instance lock, opens the store, fires what
+ * expired while nothing ran, revives conversations that were mid-turn, and
+ * runs the loop until SIGTERM, SIGINT or the `shutdown` op.
+ */
+#include "supervisor/sup.h"
+
+#include <bsd/libutil.h>
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+struct sup S;
+
+enum { EXIT_USAGE = 2 };
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: agentd [OPTIONS]\n"
+		"Runs LLM agent conversations as supervised worker processes over an LMDB store,\n"
+		"driven through a Unix socket (see agentctl). Runs in the foreground, logs to stderr.\n"
+		"\n"
+		"  --data DIR          data directory (default ./agentd-data; created if missing)\n"
+		"  --socket PATH       control socket (default DATA/agentd.sock)\n"
+		"  --config FILE       INI configuration: models, tools, limits (none needed for\n"
+		"                      the built-in echo model)\n"
+		"  --ephemeral         keep the store on tmpfs and delete it at exit\n"
+		"  --idle-timeout DUR  stop workers idle this long (default 300s; 500ms, 30s, 5m, 1h)\n"
+		"  --sync full|none    full: every commit durable before it is acknowledged (default);\n"
+		"                      none: flushed every second (an OS crash can lose the last second)\n"
+		"  --log-level LEVEL   error, warn, info (default) or debug\n"
+		"  --worker PATH       the agentd-worker program (default: beside agentd)\n"
+		"  --max-workers N     live worker processes at most; more conversations queue\n"
+		"  --help, --version\n"
+		"\n"
+		"Command-line options override the configuration file. Exit status: 0 after a clean\n"
+		"stop, 1 on a runtime failure (another agentd holds DIR, the store cannot open),\n"
+		"2 on a usage or configuration error.\n");
+}
+
+static int rm_tree(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char p[PATH_MAX];
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+		unlink(p);
+	}
+	closedir(d);
+	return rmdir(dir);
+}
+
+static char *beside_self(const char *name)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n <= 0)
+		return strdup(name);
+	self[n] = 0;
+	char *dir = dirname(self);
+	char *p = NULL;
+	if (asprintf(&p, "%s/%s", dir, name) < 0)
+		return NULL;
+	return p;
+}
+
+static int setup_fds(void)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	/* Signals arrive as descriptor events; nothing runs in a handler. */
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	S.ep = epoll_create1(EPOLL_CLOEXEC);
+	S.sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	S.expiry_fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+	S.tick_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (S.ep < 0 || S.sig_fd < 0 || S.expiry_fd < 0 || S.tick_fd < 0) {
+		log_error("cannot create the loop's descriptors: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "data", required_argument, 0, 'd' }, { "socket", required_argument, 0, 's' },
+		{ "config", required_argument, 0, 'c' }, { "ephemeral", no_argument, 0, 'e' },
+		{ "idle-timeout", required_argument, 0, 'i' }, { "sync", required_argument, 0, 'y' },
+		{ "log-level", required_argument, 0, 'l' }, { "worker", required_argument, 0, 'w' },
+		{ "max-workers", required_argument, 0, 'm' }, { "help", no_argument, 0, 'h' },
+		{ "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
+	};
+	const char *o_data = NULL, *o_socket = NULL, *o_config = NULL, *o_idle = NULL, *o_sync = NULL,
+		   *o_level = NULL, *o_worker = NULL, *o_max = NULL;
+	int o_ephemeral = 0, c;
+	struct config cfg;
+	char err[512];
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': o_data = optarg; break;
+		case 's': o_socket = optarg; break;
+		case 'c': o_config = optarg; break;
+		case 'e': o_ephemeral = 1; break;
+		case 'i': o_idle = optarg; break;
+		case 'y': o_sync = optarg; break;
+		case 'l': o_level = optarg; break;
+		case 'w': o_worker = optarg; break;
+		case 'm': o_max = optarg; break;
+		case 'h': usage(stdout); return 0;
+		case 'V': printf("agentd %s\n", AGENTD_VERSION); return 0;
+		default: usage(stderr); return EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "agentd: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	config_init(&cfg);
+	if (o_config && config_load(&cfg, o_config, err, sizeof err)) {
+		fprintf(stderr, "agentd: %s\n", err);
+		return EXIT_USAGE;
+	}
+	if (o_data) {
+		free(cfg.data);
+		cfg.data = strdup(o_data);
+	}
+	if (o_socket) {
+		free(cfg.socket);
+		cfg.socket = strdup(o_socket);
+	}
+	if (o_worker) {
+		free(cfg.worker);
+		cfg.worker = strdup(o_worker);
+	}
+	if (o_idle && (config_duration(o_idle, &cfg.idle_timeout_ms) || cfg.idle_timeout_ms <= 0)) {
+		fprintf(stderr, "agentd: bad --idle-timeout '%s' (a duration: 500ms, 30s, 5m, 1h)\n", o_idle);
+		return EXIT_USAGE;
+	}
+	if (o_sync) {
+		if (!strcmp(o_sync, "full"))
+			cfg.sync = STORE_SYNC_FULL;
+		else if (!strcmp(o_sync, "none"))
+			cfg.sync = STORE_SYNC_NONE;
+		else {
+			fprintf(stderr, "agentd: bad --sync '%s' (full or none)\n", o_sync);
+			return EXIT_USAGE;
+		}
+	}
+	if (o_level && (cfg.log_level = config_log_level(o_level)) < 0) {
+		fprintf(stderr, "agentd: bad --log-level '%s' (error, warn, info, debug)\n", o_level);
+		return EXIT_USAGE;
+	}
+	if (o_max) {
+		char *end;
+		long n = strtol(o_max, &end, 10);
+		if (*end || n < 1 || n > 1000000) {
+			fprintf(stderr, "agentd: bad --max-workers '%s' (1 to 1000000)\n", o_max);
+			return EXIT_USAGE;
+		}
+		cfg.max_workers = (int)n;
+	}
+	cfg.ephemeral = o_ephemeral;
+	log_init("agentd", cfg.log_level);
+	S.cfg = &cfg;
+	S.listen_fd = -1;
+	S.reserve_fd = -1;
+	LIST_INIT(&S.clients);
+	TAILQ_INIT(&S.jobs);
+	TAILQ_INIT(&S.polls);
+	TAILQ_INIT(&S.queue);
+	RB_INIT(&S.workers);
+
+	/* The data directory: tmpfs for --ephemeral. */
+	if (cfg.ephemeral) {
+		const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+		if (asprintf(&S.data_dir, "%s/agentd-XXXXXX", base) < 0 || !mkdtemp(S.data_dir)) {
+			log_error("cannot create an ephemeral data directory in %s: %s", base, strerror(errno));
+			return 1;
+		}
+	} else {
+		if (mkdir(cfg.data, 0700) < 0 && errno != EEXIST) {
+			log_error("cannot create the data directory %s: %s", cfg.data, strerror(errno));
+			return 1;
+		}
+		S.data_dir = realpath(cfg.data, NULL);
+		if (!S.data_dir) {
+			log_error("data directory %s: %s", cfg.data, strerror(errno));
+			return 1;
+		}
+	}
+	if (cfg.socket)
+		S.sock_path = strdup(cfg.socket);
+	else if (asprintf(&S.sock_path, "%s/agentd.sock", cfg.ephemeral ? S.data_dir : cfg.data) < 0)
+		return 1;
+	S.worker_path = cfg.worker ? strdup(cfg.worker) : beside_self("agentd-worker");
+	if (o_config)
+		S.config_path = realpath(o_config, NULL);
+
+	/* Single instance: the pidfile lock, held until exit. */
+	char pidpath[PATH_MAX];
+	pid_t other = 0;
+	snprintf(pidpath, sizeof pidpath, "%s/agentd.pid", S.data_dir);
+	struct pidfh *pfh = pidfile_open(pidpath, 0600, &other);
+	if (!pfh) {
+		if (errno == EEXIST)
+			log_error("another agentd (pid %d) is already running on %s", (int)other, S.data_dir);
+		else
+			log_error("cannot lock %s: %s", pidpath, strerror(errno));
+		return 1;
+	}
+	pidfile_write(pfh);
+
+	struct store_opts so = { .sync = cfg.sync, .audit = cfg.audit, .map_size = cfg.map_size,
+				 .max_map_size = cfg.max_map_size };
+	int e = store_open(&S.st, S.data_dir, &so);
+	if (e) {
+		log_error("cannot open the store in %s: %s", S.data_dir, store_strerror(e));
+		pidfile_remove(pfh);
+		return 1;
+	}
+	if (cfg.sync == STORE_SYNC_NONE)
+		log_warn("sync=none: commits are flushed every second; an OS crash can lose the last second and, on "
+			 "filesystems that reorder writes, damage the store");
+	if (setup_fds() || control_listen()) {
+		store_close(S.st);
+		pidfile_remove(pfh);
+		return 1;
+	}
+	S.started_ms = now_mono();
+	S.next_sync = cfg.sync == STORE_SYNC_NONE ? S.started_ms + 1000 : 0;
+	S.next_gc = cfg.audit ? S.started_ms + 1000 : 0;
+
+	/* Deadlines that passed while nothing ran fire now; then the
+	 * conversations that were mid-turn get their workers back. */
+	int fired = expiries_fire();
+	if (fired)
+		log_info("fired %d expiry deadline(s) that passed while agentd was down", fired);
+	loop_rearm_expiry();
+	workers_start_active();
+
+	log_info("agentd %s: data %s, worker %s", AGENTD_VERSION, S.data_dir, S.worker_path);
+	printf("agentd: listening on %s\n", S.sock_path);
+	fflush(stdout);
+
+	int rc = loop_run();
+	store_close(S.st);
+	if (S.listen_fd >= 0)
+		unlink(S.sock_path);
+	pidfile_remove(pfh);
+	if (cfg.ephemeral)
+		rm_tree(S.data_dir);
+	log_info("stopped");
+	free(S.data_dir);
+	free(S.sock_path);
+	free(S.worker_path);
+	free(S.config_path);
+	config_free(&cfg);
+	return rc ? 1 : 0;
+}

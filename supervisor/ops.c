@@ -1,0 +1,879 @@
+/*
+ * ops.c: the control protocol's ops (design.md section 6), executed at the end
+ * of each loop iteration.
+ *
+ * Group commit: every write request read in one iteration, from all clients,
+ * runs in ONE write transaction, and each is acknowledged only after that
+ * commit: one flush pair for many events, still durable before any reply.
+ * Reads run in order around it: a read whose client sent a write earlier in
+ * the same batch waits for the commit (it must see that write); any other read
+ * runs at once on the committed state.
+ */
+#include "supervisor/sup.h"
+#include "ipc/jsonmp.h"
+
+#include <bsd/stdlib.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const double lat_bounds[11] = { 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10 };
+
+int ops_is_write(int op)
+{
+	return op == OP_CREATE || op == OP_UPDATE || op == OP_DELETE || op == OP_SEND || op == OP_RESOLVE;
+}
+
+void ops_count(int op, int err, int64_t started_us)
+{
+	if (op < 0 || op >= OP_COUNT)
+		return;
+	S.m.ops[op]++;
+	(void)err;
+	double secs = (double)(now_us() - started_us) / 1e6;
+	int b = 0;
+	while (b < 11 && secs > lat_bounds[b])
+		b++;
+	S.m.lat_buckets[op][b]++;
+	S.m.lat_sum[op] += secs;
+}
+
+static void job_error(struct job *j, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void job_error(struct job *j, int err, const char *fmt, ...)
+{
+	va_list ap;
+	j->err = err;
+	va_start(ap, fmt);
+	vsnprintf(j->msg, sizeof j->msg, fmt, ap);
+	va_end(ap);
+}
+
+/* A store error to a job error with a message that names the object. */
+static int job_store_error(struct job *j, int e, const char *what)
+{
+	int err = proto_err_from_store(e);
+	if (e == STORE_E_NOTFOUND)
+		job_error(j, err, "%s not found", what);
+	else if (e == STORE_E_FULL)
+		job_error(j, err, "the store is full (map size limit reached, or the disk is full)");
+	else
+		job_error(j, err, "%s: %s", what, store_strerror(e));
+	return err;
+}
+
+static int pack_json(struct jsonmp_buf *b, json_t *v)
+{
+	jsonmp_buf_init(b);
+	if (jsonmp_pack(&b->pk, v)) {
+		jsonmp_buf_destroy(b);
+		return -1;
+	}
+	return 0;
+}
+
+static json_t *mp_json(store_bytes b)
+{
+	json_t *v = jsonmp_unpack(b.ptr, b.len);
+	return v ? v : json_null();
+}
+
+/* ---- reads ----------------------------------------------------------- */
+
+static json_t *usage_json(const struct store_usage *u)
+{
+	return json_pack("{sIsIsf}", "input_tokens", (json_int_t)u->input_tokens, "output_tokens",
+			 (json_int_t)u->output_tokens, "cost", u->cost);
+}
+
+static json_t *conv_json(store_txn *t, const struct store_conv *c, int with_worker)
+{
+	char id[STORE_ID_MAX + 1];
+	uint64_t last = 0;
+	memcpy(id, c->id.ptr, c->id.len);
+	id[c->id.len] = 0;
+	store_event_latest_seq(t, id, &last);
+	json_t *o = json_pack("{ss#sososIsosIsI}", "id", (const char *)c->id.ptr, (int)c->id.len, "settings",
+			      mp_json(c->settings), "status", json_string(store_status_name(c->status)), "last_seq",
+			      (json_int_t)last, "usage", usage_json(&c->usage), "created_at", (json_int_t)c->created_at,
+			      "updated_at", (json_int_t)c->updated_at);
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "fsm_state", c->fsm_state.len ? mp_json(c->fsm_state) : json_null());
+	if (with_worker) {
+		struct worker *w = worker_find(id);
+		json_object_set_new(o, "worker", w && w->pid ? json_pack("{sIss}", "pid", (json_int_t)w->pid, "state",
+									  wstate_name(w->state)) : json_null());
+	}
+	return o;
+}
+
+static json_t *tool_call_json(const struct store_tool_call *tc)
+{
+	json_t *o = json_pack("{s:s#, s:s#, s:s, s:s, s:s#, s:o, s:I, s:I}", "id", (const char *)tc->id.ptr, (int)tc->id.len,
+			      "conversation", (const char *)tc->conversation.ptr, (int)tc->conversation.len,
+			      "executor", tc->executor == STORE_EXEC_HUMAN ? "human" : "server", "status",
+			      store_tc_status_name(tc->status), "name", (const char *)tc->name.ptr, (int)tc->name.len,
+			      "args", mp_json(tc->args), "inserted_at", (json_int_t)tc->inserted_at, "attempts",
+			      (json_int_t)tc->attempts);
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "result", tc->result.len ? mp_json(tc->result) : json_null());
+	json_object_set_new(o, "resolved_at", tc->resolved_at ? json_integer(tc->resolved_at) : json_null());
+	json_object_set_new(o, "deadline", tc->deadline ? json_integer(tc->deadline) : json_null());
+	if (tc->prompt.len)
+		json_object_set_new(o, "prompt", mp_json(tc->prompt));
+	return o;
+}
+
+static int append_json(void *arg, const struct store_event *ev)
+{
+	json_t *e = event_json(ev);
+	return e ? json_array_append_new(arg, e) : -ENOMEM;
+}
+
+json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, int *err, char *msg, size_t msglen)
+{
+	store_txn *t;
+	int e = store_txn_begin(S.st, STORE_READ, &t);
+	json_t *a = json_array();
+	if (!e)
+		e = store_event_latest_seq(t, rq->conv, last_seq);
+	if (!e) {
+		struct store_range r = { rq->after, rq->before, rq->limit, rq->type };
+		e = store_events_stream(t, rq->conv, &r, append_json, a);
+	}
+	store_txn_abort(t);
+	if (e) {
+		*err = proto_err_from_store(e);
+		snprintf(msg, msglen, e == STORE_E_NOTFOUND ? "conversation %s not found" : "%s: %s", rq->conv,
+			 store_strerror(e));
+		json_decref(a);
+		return NULL;
+	}
+	*err = 0;
+	return a;
+}
+
+static void op_get(store_txn *t, struct job *j)
+{
+	struct store_conv c;
+	int e = store_conv_get(t, j->rq.conv, &c);
+	if (e) {
+		job_store_error(j, e, "conversation");
+		return;
+	}
+	j->reply = json_pack("{so}", "conversation", conv_json(t, &c, 1));
+}
+
+struct list_ctx {
+	store_txn *t;
+	json_t *a;
+	char last[STORE_ID_MAX + 1];
+};
+
+static int list_one(void *arg, const struct store_conv *c)
+{
+	struct list_ctx *l = arg;
+	memcpy(l->last, c->id.ptr, c->id.len);
+	l->last[c->id.len] = 0;
+	return json_array_append_new(l->a, conv_json(l->t, c, 1)) ? -ENOMEM : 0;
+}
+
+static void op_list(store_txn *t, struct job *j)
+{
+	struct list_ctx l = { t, json_array(), "" };
+	int more = 0;
+	int e = store_conv_list(t, j->rq.status, j->rq.conv, j->rq.limit, list_one, &l, &more);
+	if (e) {
+		json_decref(l.a);
+		job_store_error(j, e, "list");
+		return;
+	}
+	j->reply = json_pack("{so}", "conversations", l.a);
+	if (more)
+		json_object_set_new(j->reply, "next", json_string(l.last));
+}
+
+static void op_events(struct job *j)
+{
+	uint64_t last = 0;
+	int err;
+	json_t *evs = ops_events_query(&j->rq, &last, &err, j->msg, sizeof j->msg);
+	if (err) {
+		j->err = err;
+		return;
+	}
+	if (json_array_size(evs) == 0 && j->rq.wait_ms > 0) {
+		/* Long-poll: park it on the conversation until a commit or the deadline. */
+		struct waiter *wt = calloc(1, sizeof *wt);
+		struct worker *w = worker_get(j->rq.conv);
+		if (!wt || !w) {
+			free(wt);
+			json_decref(evs);
+			job_error(j, PERR_INTERNAL, "out of memory");
+			return;
+		}
+		json_decref(evs);
+		wt->c = j->slot->c;
+		wt->slot = j->slot;
+		wt->rq = j->rq;
+		memset(&j->rq, 0, sizeof j->rq); /* the waiter owns the request now */
+		wt->deadline = now_mono() + wt->rq.wait_ms;
+		snprintf(wt->conv, sizeof wt->conv, "%s", wt->rq.conv);
+		LIST_INSERT_HEAD(&w->waiters, wt, link);
+		TAILQ_INSERT_TAIL(&S.polls, wt, tq);
+		j->slot = NULL; /* completed by the waiter */
+		return;
+	}
+	j->reply = json_pack("{soso}", "events", evs, "last_seq", json_integer((json_int_t)last));
+}
+
+static void op_watch(struct job *j)
+{
+	uint64_t last = 0;
+	store_txn *t;
+	int e = store_txn_begin(S.st, STORE_READ, &t);
+	if (!e)
+		e = store_event_latest_seq(t, j->rq.conv, &last);
+	store_txn_abort(t);
+	if (e) {
+		job_store_error(j, e, "conversation");
+		return;
+	}
+	struct client *c = j->slot->c;
+	if (c->watch) {
+		job_error(j, PERR_CONFLICT, "this connection is already watching");
+		return;
+	}
+	struct waiter *wt = calloc(1, sizeof *wt);
+	struct worker *w = worker_get(j->rq.conv);
+	if (!wt || !w) {
+		free(wt);
+		job_error(j, PERR_INTERNAL, "out of memory");
+		return;
+	}
+	wt->c = c;
+	wt->watch = 1;
+	wt->sent = j->rq.has_after ? j->rq.after : last;
+	snprintf(wt->conv, sizeof wt->conv, "%s", j->rq.conv);
+	LIST_INSERT_HEAD(&w->waiters, wt, link);
+	c->watch = wt;
+	j->reply = json_pack("{sI}", "last_seq", (json_int_t)last);
+}
+
+static void op_tool_call(store_txn *t, struct job *j)
+{
+	struct store_tool_call tc;
+	int e = store_tool_call_get(t, j->rq.tool_call_id, &tc);
+	if (e) {
+		job_store_error(j, e, "tool call");
+		return;
+	}
+	j->reply = json_pack("{so}", "tool_call", tool_call_json(&tc));
+}
+
+static int tc_one(void *arg, const struct store_tool_call *tc)
+{
+	return json_array_append_new(arg, tool_call_json(tc)) ? -ENOMEM : 0;
+}
+
+static void op_tool_calls(store_txn *t, struct job *j)
+{
+	json_t *a = json_array();
+	unsigned mask = j->rq.status >= 0 ? 1u << j->rq.status : 0;
+	int e = store_tool_calls_list(t, j->rq.conv, mask, tc_one, a);
+	if (e) {
+		json_decref(a);
+		job_store_error(j, e, "conversation");
+		return;
+	}
+	j->reply = json_pack("{so}", "tool_calls", a);
+}
+
+static json_t *summary_json(const struct store_summary *s)
+{
+	return json_pack("{sIsIsosIsI}", "from_seq", (json_int_t)s->from_seq, "to_seq", (json_int_t)s->to_seq,
+			 "content", mp_json(s->content), "version", (json_int_t)s->version, "inserted_at",
+			 (json_int_t)s->inserted_at);
+}
+
+static void op_summary(store_txn *t, struct job *j)
+{
+	struct store_summary s;
+	struct store_conv c;
+	int e = store_conv_get(t, j->rq.conv, &c);
+	if (!e)
+		e = store_summary_latest(t, j->rq.conv, &s);
+	if (e == STORE_E_NOTFOUND && store_conv_get(t, j->rq.conv, &c) == 0) {
+		j->reply = json_pack("{so}", "summary", json_null());
+		return;
+	}
+	if (e) {
+		job_store_error(j, e, "conversation");
+		return;
+	}
+	j->reply = json_pack("{so}", "summary", summary_json(&s));
+}
+
+static int mc_one(void *arg, const struct store_model_call *mc)
+{
+	json_t *o = json_pack("{sIss#sosIsIsIso}", "turn_ref", (json_int_t)mc->turn_ref, "model",
+			      (const char *)mc->model.ptr, (int)mc->model.len, "usage", usage_json(&mc->usage),
+			      "latency_ms", (json_int_t)mc->latency_ms, "summary_version", (json_int_t)mc->summary_version,
+			      "inserted_at", (json_int_t)mc->inserted_at, "rendered_context", mp_json(mc->rendered));
+	return json_array_append_new(arg, o) ? -ENOMEM : 0;
+}
+
+static void op_audit(store_txn *t, struct job *j)
+{
+	json_t *a = json_array();
+	int e = store_model_calls_list(t, j->rq.conv, mc_one, a);
+	if (e) {
+		json_decref(a);
+		job_store_error(j, e, "conversation");
+		return;
+	}
+	j->reply = json_pack("{so}", "model_calls", a);
+}
+
+static int conv_exists(struct job *j)
+{
+	store_txn *t;
+	struct store_conv c;
+	int e = store_txn_begin(S.st, STORE_READ, &t);
+	if (!e)
+		e = store_conv_get(t, j->rq.conv, &c);
+	store_txn_abort(t);
+	if (e)
+		job_store_error(j, e, "conversation");
+	return e == 0;
+}
+
+static void op_kill(struct job *j)
+{
+	if (!conv_exists(j))
+		return;
+	struct worker *w = worker_find(j->rq.conv);
+	pid_t pid = w ? w->pid : 0;
+	if (pid && worker_kill(w, j->rq.signal) != 0)
+		pid = 0;
+	j->reply = json_pack("{so}", "pid", pid ? json_integer(pid) : json_null());
+}
+
+static void op_stop(struct job *j)
+{
+	if (!conv_exists(j))
+		return;
+	struct worker *w = worker_find(j->rq.conv);
+	j->reply = json_pack("{sb}", "stopping", w && w->pid && worker_stop(w) == 0);
+}
+
+static void op_compact(struct job *j)
+{
+	if (!conv_exists(j))
+		return;
+	if (ensure_started(j->rq.conv)) {
+		job_error(j, PERR_INTERNAL, "could not start a worker for %s", j->rq.conv);
+		return;
+	}
+	struct worker *w = worker_find(j->rq.conv);
+	if (!w || worker_compact(w, j->slot, j->rq.id)) {
+		job_error(j, PERR_INTERNAL, "could not reach the worker of %s", j->rq.conv);
+		return;
+	}
+	j->slot = NULL; /* answered when the worker reports */
+}
+
+static json_t *workers_json(void)
+{
+	json_t *a = json_array();
+	struct worker *w;
+	int64_t now = now_mono();
+	RB_FOREACH(w, worker_tree, &S.workers) {
+		if (!w->pid && w->state != W_QUEUED && w->state != W_BACKOFF)
+			continue;
+		json_array_append_new(a, json_pack("{sssosssI}", "conversation", w->conv, "pid",
+						   w->pid ? json_integer(w->pid) : json_null(), "state",
+						   wstate_name(w->state), "since_ms", (json_int_t)(now - w->since)));
+	}
+	return a;
+}
+
+static void op_status(struct job *j)
+{
+	struct store_stat st = { 0 };
+	store_stat(S.st, &st);
+	j->reply = json_pack("{sssIsos{sssIsIsIsIss}}", "version", AGENTD_VERSION, "uptime_ms",
+			     (json_int_t)(now_mono() - S.started_ms), "workers", workers_json(), "store", "path",
+			     S.data_dir, "size_bytes", (json_int_t)st.size_bytes, "file_bytes",
+			     (json_int_t)st.file_bytes, "map_size", (json_int_t)st.map_size, "readers",
+			     (json_int_t)st.readers, "sync", st.sync == STORE_SYNC_NONE ? "none" : "full");
+}
+
+static void metrics_text(char **buf, size_t *len)
+{
+	FILE *f = open_memstream(buf, len);
+	if (!f)
+		return;
+	fprintf(f, "# HELP agentd_ops_total Control requests by op.\n# TYPE agentd_ops_total counter\n");
+	for (int i = 0; i < OP_COUNT; i++)
+		fprintf(f, "agentd_ops_total{op=\"%s\"} %llu\n", proto_op_name(i), (unsigned long long)S.m.ops[i]);
+	fprintf(f, "# HELP agentd_errors_total Error replies by code.\n# TYPE agentd_errors_total counter\n");
+	for (int i = 1; i < PERR_COUNT; i++)
+		fprintf(f, "agentd_errors_total{code=\"%s\"} %llu\n", proto_err_code(i),
+			(unsigned long long)S.m.errors[i]);
+	struct { const char *name, *help; uint64_t v; } counters[] = {
+		{ "agentd_worker_spawns_total", "Worker processes started.", S.m.spawns },
+		{ "agentd_worker_crashes_total", "Workers that died without being asked to.", S.m.crashes },
+		{ "agentd_worker_revivals_total", "Workers restarted after a crash.", S.m.revivals },
+		{ "agentd_expiries_fired_total", "Human tool calls expired by their deadline.", S.m.expiries_fired },
+		{ "agentd_group_commits_total", "Write transactions of the control plane.", S.m.group_commits },
+		{ "agentd_group_writes_total", "Write requests committed in them.", S.m.group_writes },
+	};
+	for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+		fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", counters[i].name, counters[i].help,
+			counters[i].name, counters[i].name, (unsigned long long)counters[i].v);
+	struct store_stat st = { 0 };
+	store_stat(S.st, &st);
+	fprintf(f, "# HELP agentd_workers_live Worker processes alive.\n# TYPE agentd_workers_live gauge\n"
+		   "agentd_workers_live %d\n", S.nlive);
+	fprintf(f, "# HELP agentd_clients Connected control clients.\n# TYPE agentd_clients gauge\n"
+		   "agentd_clients %d\n", S.nclients);
+	fprintf(f, "# HELP agentd_store_size_bytes Bytes of the store in use.\n# TYPE agentd_store_size_bytes gauge\n"
+		   "agentd_store_size_bytes %llu\n", (unsigned long long)st.size_bytes);
+	fprintf(f, "# HELP agentd_store_map_size_bytes The store's map size.\n"
+		   "# TYPE agentd_store_map_size_bytes gauge\nagentd_store_map_size_bytes %llu\n",
+		(unsigned long long)st.map_size);
+	fprintf(f, "# HELP agentd_op_duration_seconds Control request latency.\n"
+		   "# TYPE agentd_op_duration_seconds histogram\n");
+	for (int i = 0; i < OP_COUNT; i++) {
+		uint64_t cum = 0;
+		for (int b = 0; b < 12; b++) {
+			cum += S.m.lat_buckets[i][b];
+			if (b < 11)
+				fprintf(f, "agentd_op_duration_seconds_bucket{op=\"%s\",le=\"%g\"} %llu\n",
+					proto_op_name(i), lat_bounds[b], (unsigned long long)cum);
+			else
+				fprintf(f, "agentd_op_duration_seconds_bucket{op=\"%s\",le=\"+Inf\"} %llu\n",
+					proto_op_name(i), (unsigned long long)cum);
+		}
+		fprintf(f, "agentd_op_duration_seconds_sum{op=\"%s\"} %.6f\n", proto_op_name(i), S.m.lat_sum[i]);
+		fprintf(f, "agentd_op_duration_seconds_count{op=\"%s\"} %llu\n", proto_op_name(i),
+			(unsigned long long)cum);
+	}
+	fclose(f);
+}
+
+static void op_metrics(struct job *j)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	metrics_text(&buf, &len);
+	j->reply = json_pack("{ss#}", "text", buf ? buf : "", (int)len);
+	free(buf);
+}
+
+/* ---- writes (inside the group transaction) --------------------------- */
+
+static void gen_id(char *out, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char r[8];
+	arc4random_buf(r, sizeof r);
+	snprintf(out, n, "c-");
+	for (int i = 0; i < 8; i++) {
+		out[2 + 2 * i] = hex[r[i] >> 4];
+		out[3 + 2 * i] = hex[r[i] & 15];
+	}
+	out[18] = 0;
+}
+
+static int w_create(store_txn *t, struct job *j)
+{
+	char gen[20];
+	const char *id = j->rq.conv;
+	if (!id) {
+		gen_id(gen, sizeof gen);
+		id = gen;
+	}
+	struct jsonmp_buf b;
+	if (pack_json(&b, j->rq.settings)) {
+		job_error(j, PERR_BAD_REQUEST, "settings nest too deeply");
+		return 0;
+	}
+	int e = store_conv_create(t, id, (store_bytes){ b.sb.data, b.sb.size });
+	jsonmp_buf_destroy(&b);
+	if (e == STORE_E_CONFLICT)
+		job_error(j, PERR_CONFLICT, "conversation %s already exists", id);
+	else if (e)
+		return job_store_error(j, e, "create"), e;
+	else
+		j->reply = json_pack("{ss}", "conversation", id);
+	return 0;
+}
+
+static int w_update(store_txn *t, struct job *j)
+{
+	struct store_conv c;
+	int e = store_conv_get(t, j->rq.conv, &c);
+	if (e)
+		return job_store_error(j, e, "conversation"), e == STORE_E_NOTFOUND ? 0 : e;
+	if (c.status == STORE_ENDED && j->rq.settings) {
+		job_error(j, PERR_CONFLICT, "conversation %s is ended", j->rq.conv);
+		return 0;
+	}
+	struct store_conv_patch p = { 0 };
+	struct jsonmp_buf b = { 0 };
+	int have_buf = 0;
+	if (j->rq.settings) {
+		json_t *merged = jsonmp_unpack(c.settings.ptr, c.settings.len);
+		if (!json_is_object(merged)) {
+			json_decref(merged);
+			job_error(j, PERR_INTERNAL, "stored settings of %s are unreadable", j->rq.conv);
+			return 0;
+		}
+		json_object_update(merged, j->rq.settings);
+		int bad = pack_json(&b, merged);
+		json_decref(merged);
+		if (bad) {
+			job_error(j, PERR_BAD_REQUEST, "settings nest too deeply");
+			return 0;
+		}
+		have_buf = 1;
+		p.set |= STORE_SET_SETTINGS;
+		p.settings = (store_bytes){ b.sb.data, b.sb.size };
+	}
+	if (j->rq.status == STORE_ENDED) {
+		p.set |= STORE_SET_STATUS;
+		p.status = STORE_ENDED;
+	}
+	e = p.set ? store_conv_put(t, j->rq.conv, &p) : 0;
+	if (have_buf)
+		jsonmp_buf_destroy(&b);
+	if (e)
+		return job_store_error(j, e, "update"), e;
+	j->reply = json_object();
+	return 0;
+}
+
+static int w_delete(store_txn *t, struct job *j)
+{
+	struct worker *w = worker_find(j->rq.conv);
+	if (w) {
+		/* The rows go in this transaction; a worker left running would
+		 * only be fenced (its conversation is gone), but it must not
+		 * run a model or tool for a deleted conversation either. */
+		w->deleted = 1;
+		if (w->pid)
+			worker_kill(w, SIGKILL);
+	}
+	int e = store_conv_delete(t, j->rq.conv);
+	if (e && e != STORE_E_NOTFOUND)
+		return job_store_error(j, e, "delete"), e;
+	j->reply = json_pack("{sb}", "deleted", e == 0);
+	return 0;
+}
+
+static int w_send(store_txn *t, struct job *j)
+{
+	struct store_conv c;
+	int e = store_conv_get(t, j->rq.conv, &c);
+	if (e)
+		return job_store_error(j, e, "conversation"), e == STORE_E_NOTFOUND ? 0 : e;
+	if (c.status == STORE_ENDED) {
+		job_error(j, PERR_CONFLICT, "conversation %s is ended: sends are refused", j->rq.conv);
+		return 0;
+	}
+	int was_idle = c.status == STORE_IDLE;
+	struct jsonmp_buf b;
+	if (pack_json(&b, j->rq.content)) {
+		job_error(j, PERR_BAD_REQUEST, "content nests too deeply");
+		return 0;
+	}
+	struct store_event_in ev = { "user_msg", { b.sb.data, b.sb.size }, j->rq.event_id };
+	uint64_t seq;
+	int dup = 0;
+	e = store_event_append(t, j->rq.conv, &ev, &seq, &dup);
+	jsonmp_buf_destroy(&b);
+	if (!e && !dup && was_idle) {
+		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+		e = store_conv_put(t, j->rq.conv, &p);
+	}
+	if (e)
+		return job_store_error(j, e, "send"), e;
+	j->reply = json_pack("{sI}", "seq", (json_int_t)seq);
+	if (dup)
+		json_object_set_new(j->reply, "duplicate", json_true());
+	return 0;
+}
+
+static int count_pending(void *arg, const struct store_tool_call *tc)
+{
+	(void)tc;
+	(*(int *)arg)++;
+	return 0;
+}
+
+/* Settle a pending call and log it, in the caller's transaction: the
+ * resolution event, the row, the expiry and the status change together.
+ * Used by `resolve` and by fired expiries. Returns a store error. */
+int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq)
+{
+	struct jsonmp_buf rb;
+	json_t *res = result ? result : json_null();
+	if (pack_json(&rb, res))
+		return STORE_E_INVAL;
+	int e = store_tool_call_resolve(t, tool_call_id, status, (store_bytes){ rb.sb.data, rb.sb.size }, conv);
+	jsonmp_buf_destroy(&rb);
+	if (e)
+		return e;
+	json_t *content = json_pack("{sssssO}", "tool_call_id", tool_call_id, "status", store_tc_status_name(status),
+				    "result", res);
+	struct jsonmp_buf cb;
+	if (!content || pack_json(&cb, content)) {
+		json_decref(content);
+		return -ENOMEM;
+	}
+	json_decref(content);
+	struct store_event_in ev = { "resolution", { cb.sb.data, cb.sb.size }, NULL };
+	e = store_event_append(t, conv, &ev, seq, NULL);
+	jsonmp_buf_destroy(&cb);
+	if (e)
+		return e;
+	/* Every call settled: the conversation owes a turn again. */
+	int pending = 0;
+	if ((e = store_tool_calls_list(t, conv, 1u << STORE_TC_PENDING, count_pending, &pending)))
+		return e;
+	struct store_conv c;
+	if ((e = store_conv_get(t, conv, &c)))
+		return e;
+	if (pending == 0 && c.status != STORE_ENDED && c.status != STORE_ACTIVE) {
+		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+		e = store_conv_put(t, conv, &p);
+	}
+	return e;
+}
+
+struct wres {
+	char conv[STORE_ID_MAX + 1];
+	uint64_t seq;
+};
+
+static int w_resolve(store_txn *t, struct job *j, struct wres *r)
+{
+	int e = ops_settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, r->conv, &r->seq);
+	if (e == STORE_E_STALE) {
+		job_error(j, PERR_STALE, "tool call %s is not pending (unknown, already settled or expired)",
+			  j->rq.tool_call_id);
+		return 0;
+	}
+	if (e)
+		return job_store_error(j, e, "resolve"), e;
+	j->reply = json_pack("{sIss}", "seq", (json_int_t)r->seq, "conversation", r->conv);
+	return 0;
+}
+
+/* Run one write; a non-zero return is a store error that poisoned the txn. */
+static int write_one(store_txn *t, struct job *j, struct wres *r)
+{
+	switch (j->rq.op) {
+	case OP_CREATE: return w_create(t, j);
+	case OP_UPDATE: return w_update(t, j);
+	case OP_DELETE: return w_delete(t, j);
+	case OP_SEND: return w_send(t, j);
+	case OP_RESOLVE: return w_resolve(t, j, r);
+	}
+	return 0;
+}
+
+static int fatal(int e)
+{
+	return e && e != STORE_E_NOTFOUND && e != STORE_E_STALE && e != STORE_E_CONFLICT && e != STORE_E_INVAL &&
+	       e != STORE_E_FENCED;
+}
+
+/* After the commit: wake workers and waiters. */
+static void after_write(struct job *j, struct wres *r)
+{
+	struct worker *w;
+	switch (j->rq.op) {
+	case OP_SEND:
+		if (!json_object_get(j->reply, "duplicate"))
+			ensure_started(j->rq.conv);
+		if ((w = worker_find(j->rq.conv)))
+			waiters_notify(w, (uint64_t)json_integer_value(json_object_get(j->reply, "seq")));
+		break;
+	case OP_RESOLVE:
+		ensure_started(r->conv);
+		if ((w = worker_find(r->conv)))
+			waiters_notify(w, r->seq);
+		break;
+	case OP_UPDATE:
+		if (j->rq.status == STORE_ENDED && (w = worker_find(j->rq.conv)) && w->pid)
+			worker_stop(w);
+		break;
+	case OP_DELETE:
+		if ((w = worker_find(j->rq.conv))) {
+			struct waiter *wt, *next;
+			LIST_FOREACH_SAFE(wt, &w->waiters, link, next) {
+				if (wt->watch) {
+					wt->c->closing = 1;
+					client_flush(wt->c);
+				} else {
+					struct client *c = wt->c;
+					slot_error(wt->slot, wt->rq.id, PERR_NOT_FOUND, "conversation deleted");
+					waiter_free(wt);
+					client_flush(c);
+				}
+			}
+		}
+		break;
+	}
+}
+
+static void group_commit(struct job **w, struct wres *res, size_t n)
+{
+	int e = 0;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		store_txn *t;
+		e = store_txn_begin(S.st, STORE_WRITE, &t);
+		for (size_t i = 0; !e && i < n; i++) {
+			w[i]->err = 0;
+			json_decref(w[i]->reply);
+			w[i]->reply = NULL;
+			int we = write_one(t, w[i], &res[i]);
+			if (fatal(we))
+				e = we;
+		}
+		if (e) {
+			store_txn_abort(t);
+		} else {
+			e = store_txn_commit(t);
+			if (!e) {
+				S.m.group_commits++;
+				S.m.group_writes += n;
+			}
+		}
+		/* A full map: the store grows it before the next begin. */
+		if (e != STORE_E_FULL)
+			break;
+		log_warn("store full during a group commit of %zu writes: retrying after growing the map", n);
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (e) {
+			json_decref(w[i]->reply);
+			w[i]->reply = NULL;
+			if (e == STORE_E_FULL)
+				job_error(w[i], PERR_STORE_FULL,
+					  "the store is full (map size limit reached, or the disk is full)");
+			else
+				job_error(w[i], PERR_INTERNAL, "commit failed: %s", store_strerror(e));
+		} else if (!w[i]->err) {
+			after_write(w[i], &res[i]);
+		}
+	}
+	if (e)
+		log_error("group commit of %zu writes failed: %s", n, store_strerror(e));
+}
+
+/* ---- dispatch -------------------------------------------------------- */
+
+static void read_one(struct job *j)
+{
+	store_txn *t = NULL;
+	switch (j->rq.op) {
+	case OP_PING:
+		j->reply = json_pack("{ss}", "version", AGENTD_VERSION);
+		return;
+	case OP_EVENTS: op_events(j); return;
+	case OP_WATCH: op_watch(j); return;
+	case OP_KILL: op_kill(j); return;
+	case OP_STOP: op_stop(j); return;
+	case OP_COMPACT: op_compact(j); return;
+	case OP_STATUS: op_status(j); return;
+	case OP_METRICS: op_metrics(j); return;
+	case OP_SHUTDOWN:
+		j->reply = json_object();
+		loop_begin_shutdown();
+		return;
+	}
+	int e = store_txn_begin(S.st, STORE_READ, &t);
+	if (e) {
+		job_store_error(j, e, "read");
+		return;
+	}
+	switch (j->rq.op) {
+	case OP_GET: op_get(t, j); break;
+	case OP_LIST: op_list(t, j); break;
+	case OP_TOOL_CALL: op_tool_call(t, j); break;
+	case OP_TOOL_CALLS: op_tool_calls(t, j); break;
+	case OP_SUMMARY: op_summary(t, j); break;
+	case OP_AUDIT: op_audit(t, j); break;
+	}
+	store_txn_abort(t);
+}
+
+static void job_finish(struct job *j)
+{
+	if (j->slot) {
+		if (j->err)
+			slot_error(j->slot, j->rq.id, j->err, j->msg);
+		else if (j->reply)
+			slot_ok(j->slot, j->rq.id, json_incref(j->reply));
+		else
+			slot_error(j->slot, j->rq.id, PERR_INTERNAL, "out of memory");
+	}
+	ops_count(j->rq.op, j->err, j->started_us);
+	json_decref(j->reply);
+	proto_request_free(&j->rq);
+	free(j);
+}
+
+void ops_execute(void)
+{
+	struct job *j, *next;
+	size_t nw = 0, n = 0;
+	TAILQ_FOREACH(j, &S.jobs, q) {
+		n++;
+		nw += ops_is_write(j->rq.op);
+	}
+	if (!n)
+		return;
+	struct job **w = calloc(nw + 1, sizeof *w);
+	struct job **deferred = calloc(n + 1, sizeof *deferred);
+	struct wres *res = calloc(nw + 1, sizeof *res);
+	size_t iw = 0, nd = 0;
+	/* Reads that need no earlier write of their client run now, on the
+	 * committed state; writes gather for the group transaction. */
+	TAILQ_FOREACH(j, &S.jobs, q) {
+		if (ops_is_write(j->rq.op)) {
+			w[iw++] = j;
+			continue;
+		}
+		int after_write_of_client = 0;
+		for (size_t k = 0; k < iw; k++)
+			if (w[k]->slot->c == j->slot->c)
+				after_write_of_client = 1;
+		if (after_write_of_client)
+			deferred[nd++] = j;
+		else
+			read_one(j);
+	}
+	if (iw)
+		group_commit(w, res, iw);
+	for (size_t k = 0; k < nd; k++)
+		read_one(deferred[k]);
+	TAILQ_FOREACH_SAFE(j, &S.jobs, q, next) {
+		TAILQ_REMOVE(&S.jobs, j, q);
+		struct client *c = j->slot ? j->slot->c : NULL;
+		job_finish(j);
+		if (c)
+			client_flush(c);
+	}
+	free(w);
+	free(deferred);
+	free(res);
+}

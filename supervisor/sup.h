@@ -1,0 +1,219 @@
+/*
+ * sup.h: the supervisor's shared state, between its files:
+ *   loop.c     the epoll loop, signals, timers, the end-of-iteration group commit
+ *   control.c  the listening socket, client buffers, ordered replies, watchers
+ *   ops.c      one function per control-protocol op
+ *   workers.c  spawn, reap, restart policy, IPC, idle eviction, expiries
+ * One thread; nothing here is locked.
+ */
+#ifndef AGENTD_SUP_H
+#define AGENTD_SUP_H
+
+#include <bsd/sys/queue.h>
+#include <bsd/sys/tree.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ipc/proto.h"
+#include "store/store.h"
+#include "supervisor/config.h"
+
+struct client;
+struct worker;
+
+/* A reply slot: replies leave in request order even when some complete later
+ * (a long-poll, a compaction, a write waiting for the group commit). */
+struct slot {
+	TAILQ_ENTRY(slot) q;
+	struct client *c;
+	char *line;
+	size_t len;
+	int done;
+};
+
+/* A request parsed this iteration, executed at its end (after the group commit
+ * for writes, so a pipelined read sees the writes before it). */
+struct job {
+	TAILQ_ENTRY(job) q;
+	struct request rq;
+	struct slot *slot;
+	int64_t started_us;
+	/* write results, filled inside the group transaction */
+	int err;
+	char msg[160];
+	json_t *reply;  /* success fields */
+};
+
+/* A client waiting on a conversation's commits: a long-poll or a watch. */
+struct waiter {
+	LIST_ENTRY(waiter) link;      /* on its conversation's list */
+	TAILQ_ENTRY(waiter) tq;       /* long-polls: on the deadline list */
+	struct client *c;
+	struct slot *slot;            /* long-poll: the reply to complete */
+	json_t *id;
+	struct request rq;            /* long-poll: the query to re-run */
+	int64_t deadline;             /* monotonic ms, long-poll */
+	int watch;
+	uint64_t sent;                /* watch: last seq streamed */
+	char conv[STORE_ID_MAX + 1];
+};
+
+/* What an epoll event points at: the first member of each source. */
+enum { K_LISTEN = 1, K_SIGNAL, K_EXPIRY, K_TICK, K_CLIENT, K_WORKER };
+
+struct client {
+	int kind;                 /* K_CLIENT */
+	LIST_ENTRY(client) link;
+	int fd;
+	uid_t uid;
+	char *in;
+	size_t in_len, in_cap;
+	char *out;
+	size_t out_len, out_off, out_cap;
+	TAILQ_HEAD(, slot) slots;
+	int nslots;
+	struct waiter *watch;     /* streaming: the connection is a watch */
+	int closing;              /* too_large: stop reading, close once output is flushed */
+	int eof;                  /* the peer shut down its side: answer what was read, then close */
+	int dead;                 /* freed at the end of the iteration */
+	int paused;               /* output over cap: stop reading */
+	int backlog;              /* complete lines left after the per-wakeup cap */
+};
+
+enum wstate { W_NONE, W_STARTING, W_RUNNING, W_IDLE, W_AWAITING, W_STOPPING, W_QUEUED, W_BACKOFF };
+
+/* One per conversation the supervisor tracks: a live worker, one queued for a
+ * slot, one waiting out a restart backoff, or only watchers. */
+struct worker {
+	int kind;                   /* K_WORKER */
+	RB_ENTRY(worker) node;
+	TAILQ_ENTRY(worker) qlink;  /* on the max_workers queue */
+	char conv[STORE_ID_MAX + 1];
+	pid_t pid;                  /* 0: no process */
+	int ipc;                    /* -1: none */
+	int state;                  /* enum wstate */
+	uint64_t lease;
+	int64_t since;              /* monotonic ms of the last state change */
+	int64_t restart_at;         /* backoff: monotonic ms */
+	int64_t crash_times[16];    /* recent crash times, ring */
+	int ncrash;
+	int stop_sent;              /* stop requested: do not restart on exit */
+	int wake_pending;           /* an event arrived while it was stopping */
+	int deleted;                /* conversation deleted: never restart */
+	uint64_t seen_seq;          /* highest seq announced to waiters */
+	LIST_HEAD(, waiter) waiters;
+	struct compact_req *compacts;
+};
+
+struct compact_req {
+	struct compact_req *next;
+	int64_t num;
+	struct slot *slot;
+	json_t *id;
+};
+
+RB_HEAD(worker_tree, worker);
+RB_PROTOTYPE(worker_tree, worker, node, worker_cmp)
+
+struct metrics {
+	uint64_t ops[OP_COUNT];
+	uint64_t errors[PERR_COUNT];
+	uint64_t spawns, crashes, revivals, expiries_fired, group_commits, group_writes;
+	uint64_t lat_buckets[OP_COUNT][12]; /* op latency histogram, le 0.1ms..+Inf */
+	double lat_sum[OP_COUNT];
+};
+
+struct sup {
+	struct config *cfg;
+	store *st;
+	char *data_dir;
+	char *sock_path;
+	char *worker_path;
+	char *config_path;
+	int ep;
+	int listen_fd;
+	int sig_fd;
+	int expiry_fd;       /* CLOCK_REALTIME, absolute */
+	int tick_fd;         /* CLOCK_MONOTONIC: eviction, backoff, long-polls, sync */
+	int64_t started_ms;  /* monotonic */
+	int64_t next_sync;   /* sync=none: next mdb_env_sync */
+	int64_t next_gc;
+	int shutting_down;
+	int64_t shutdown_deadline;
+	int killed_all;
+	int nlive;           /* workers with a process */
+	int64_t compact_seq;
+	LIST_HEAD(, client) clients;
+	TAILQ_HEAD(, job) jobs;            /* this iteration's requests */
+	TAILQ_HEAD(, waiter) polls;        /* long-polls by insertion (deadline checked by scan) */
+	TAILQ_HEAD(, worker) queue;        /* waiting for a worker slot */
+	struct worker_tree workers;
+	struct metrics m;
+	int nclients;
+	int nbacklog;        /* clients with unparsed complete lines */
+	int reserve_fd;      /* spare descriptor, freed to refuse a connection at EMFILE */
+};
+
+extern struct sup S;
+
+int64_t now_mono(void);
+int64_t now_us(void);
+
+/* loop.c */
+int loop_run(void);
+int loop_add(int fd, uint32_t events, void *ptr);
+void loop_mod(int fd, uint32_t events, void *ptr);
+void loop_del(int fd);
+void loop_rearm_expiry(void);
+void loop_begin_shutdown(void);
+
+/* control.c */
+int control_listen(void);
+void control_accept(void);
+void control_io(struct client *c, uint32_t events);
+struct slot *slot_new(struct client *c);
+void slot_done(struct slot *s, char *line, size_t len);
+void slot_error(struct slot *s, json_t *id, int err, const char *msg);
+void slot_ok(struct slot *s, json_t *id, json_t *obj);
+void client_write(struct client *c, const char *p, size_t n);
+void client_flush(struct client *c);
+void clients_reap(void);
+void control_close_all(void);
+void control_backlog(void);
+void watch_pump(struct waiter *wt);
+void waiters_notify(struct worker *w, uint64_t seq);
+void waiter_free(struct waiter *wt);
+void polls_expire(int64_t now);
+int64_t polls_next_deadline(void);
+void watch_delta(struct worker *w, const char *text, size_t len);
+json_t *event_json(const struct store_event *ev);
+
+/* ops.c */
+void ops_execute(void);
+int ops_is_write(int op);
+void ops_count(int op, int err, int64_t started_us);
+/* Settle a pending tool call in t: row, resolution event, expiry and status
+ * together (resolve and fired expiries). conv gets its conversation. */
+int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq);
+json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, int *err, char *msg, size_t msglen);
+
+/* workers.c */
+struct worker *worker_find(const char *conv);
+struct worker *worker_get(const char *conv);
+int ensure_started(const char *conv);
+void workers_reap(void);
+void worker_ipc(struct worker *w);
+void workers_tick(int64_t now);
+int64_t workers_next_deadline(void);
+void workers_stop_all(void);
+void workers_kill_all(void);
+int worker_kill(struct worker *w, int sig);
+int worker_stop(struct worker *w);
+int worker_compact(struct worker *w, struct slot *slot, json_t *id);
+int expiries_fire(void);
+void workers_start_active(void);
+void workers_gc(void);
+const char *wstate_name(int st);
+
+#endif

@@ -1,0 +1,722 @@
+/*
+ * workers.c: one worker process per conversation that owes work.
+ *
+ * ensure_started() is the one door: send, resolve and a fired expiry all go
+ * through it. A worker that dies is reaped, the reader table is checked, and
+ * if its conversation still owes work it is restarted after a backoff; after
+ * restart_limit crashes within restart_window the conversation gets an
+ * `error` event and is left alone until its next event. Idle workers are told
+ * to stop after idle_timeout, so a conversation that owes nothing has no process.
+ */
+#include "supervisor/sup.h"
+#include "ipc/ipc.h"
+#include "ipc/jsonmp.h"
+
+#include <bsd/unistd.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BACKOFF_BASE_MS 100
+#define BACKOFF_MAX_MS 10000
+#define EXPIRY_BATCH 512
+
+static int worker_cmp(struct worker *a, struct worker *b)
+{
+	return strcmp(a->conv, b->conv);
+}
+
+RB_GENERATE(worker_tree, worker, node, worker_cmp)
+
+static const char *const wstate_names[] = {
+	[W_NONE] = "none", [W_STARTING] = "starting", [W_RUNNING] = "running", [W_IDLE] = "idle",
+	[W_AWAITING] = "awaiting_input", [W_STOPPING] = "stopping", [W_QUEUED] = "queued",
+	[W_BACKOFF] = "backoff",
+};
+
+const char *wstate_name(int st)
+{
+	return st >= 0 && st <= W_BACKOFF ? wstate_names[st] : "unknown";
+}
+
+struct worker *worker_find(const char *conv)
+{
+	struct worker key;
+	size_t n = strlen(conv);
+	if (n > STORE_ID_MAX)
+		return NULL;
+	memcpy(key.conv, conv, n + 1);
+	return RB_FIND(worker_tree, &S.workers, &key);
+}
+
+struct worker *worker_get(const char *conv)
+{
+	struct worker *w = worker_find(conv);
+	if (w || strlen(conv) > STORE_ID_MAX)
+		return w;
+	w = calloc(1, sizeof *w);
+	if (!w)
+		return NULL;
+	w->kind = K_WORKER;
+	w->ipc = -1;
+	w->state = W_NONE;
+	memcpy(w->conv, conv, strlen(conv) + 1); /* a valid id: at most STORE_ID_MAX */
+	LIST_INIT(&w->waiters);
+	RB_INSERT(worker_tree, &S.workers, w);
+	return w;
+}
+
+static void set_state(struct worker *w, int st)
+{
+	w->state = st;
+	w->since = now_mono();
+}
+
+/* Free records that track nothing any more (no process, no waiters). */
+void workers_gc(void)
+{
+	struct worker *w, *next;
+	RB_FOREACH_SAFE(w, worker_tree, &S.workers, next) {
+		if (w->pid || w->state != W_NONE || !LIST_EMPTY(&w->waiters) || w->compacts)
+			continue;
+		RB_REMOVE(worker_tree, &S.workers, w);
+		free(w);
+	}
+}
+
+static void compacts_fail(struct worker *w, const char *why)
+{
+	struct compact_req *r;
+	while ((r = w->compacts)) {
+		w->compacts = r->next;
+		if (r->slot) {
+			struct client *c = r->slot->c;
+			slot_error(r->slot, r->id, PERR_INTERNAL, why);
+			client_flush(c);
+		}
+		json_decref(r->id);
+		free(r);
+	}
+}
+
+/* ---- spawning -------------------------------------------------------- */
+
+static int take_lease(const char *conv, uint64_t *gen)
+{
+	store_txn *t;
+	int e = store_txn_begin(S.st, STORE_WRITE, &t);
+	if (e)
+		return e;
+	e = store_lease_next(t, conv, gen);
+	if (e) {
+		store_txn_abort(t);
+		return e;
+	}
+	return store_txn_commit(t);
+}
+
+/* The child between fork and exec: only async-signal-safe calls. */
+static void child_exec(int ipc, int errfd, char *const argv[])
+{
+	struct sigaction sa = { .sa_handler = SIG_DFL };
+	sigset_t none;
+	for (int s = 1; s < NSIG; s++)
+		sigaction(s, &sa, NULL); /* fails harmlessly for KILL, STOP and the RT ones glibc keeps */
+	/* Put the two descriptors the worker keeps at 3 (IPC) and 4 (exec
+	 * status, close-on-exec): first out of the way, then into place. */
+	int hi_ipc = fcntl(ipc, F_DUPFD, 10);
+	int hi_err = fcntl(errfd, F_DUPFD_CLOEXEC, 10);
+	if (hi_ipc < 0 || hi_err < 0 || dup2(hi_ipc, 3) < 0 || dup3(hi_err, 4, O_CLOEXEC) < 0)
+		_exit(127);
+	closefrom(5);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	execv(argv[0], argv);
+	int e = errno;
+	ssize_t n = write(4, &e, sizeof e);
+	(void)n;
+	_exit(127);
+}
+
+static int spawn(struct worker *w)
+{
+	uint64_t gen;
+	int e = take_lease(w->conv, &gen);
+	if (e) {
+		if (e != STORE_E_NOTFOUND)
+			log_error("%s: cannot take a writer lease: %s", w->conv, store_strerror(e));
+		return -1;
+	}
+	int sv[2], ep[2];
+	if (ipc_pair(sv) < 0) {
+		log_error("%s: socketpair: %s", w->conv, strerror(errno));
+		return -1;
+	}
+	if (pipe2(ep, O_CLOEXEC) < 0) {
+		log_error("%s: pipe2: %s", w->conv, strerror(errno));
+		close(sv[0]);
+		close(sv[1]);
+		return -1;
+	}
+	char lease[24];
+	snprintf(lease, sizeof lease, "%llu", (unsigned long long)gen);
+	char *argv[20];
+	int a = 0;
+	argv[a++] = S.worker_path;
+	argv[a++] = "--data";
+	argv[a++] = S.data_dir;
+	argv[a++] = "--conversation";
+	argv[a++] = w->conv;
+	argv[a++] = "--lease";
+	argv[a++] = lease;
+	argv[a++] = "--ipc-fd";
+	argv[a++] = "3";
+	argv[a++] = "--sync";
+	argv[a++] = S.cfg->sync == STORE_SYNC_NONE ? "none" : "full";
+	if (S.config_path) {
+		argv[a++] = "--config";
+		argv[a++] = S.config_path;
+	}
+	if (S.cfg->audit)
+		argv[a++] = "--audit";
+	argv[a++] = "--log-level";
+	argv[a++] = S.cfg->log_level == LOG_DEBUG ? "debug" : S.cfg->log_level == LOG_WARN ? "warn" :
+		    S.cfg->log_level == LOG_ERROR ? "error" : "info";
+	argv[a] = NULL;
+
+	/* Block every signal across fork so no handler-less signal hits the
+	 * child before it resets dispositions (libuv does the same). */
+	sigset_t all, old;
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &old);
+	pid_t pid = fork();
+	if (pid == 0)
+		child_exec(sv[1], ep[1], argv);
+	int fork_errno = errno;
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	close(sv[1]);
+	close(ep[1]);
+	if (pid < 0) {
+		log_error("%s: fork: %s", w->conv, strerror(fork_errno));
+		close(sv[0]);
+		close(ep[0]);
+		return -1;
+	}
+	/* Zero bytes: exec succeeded (the pipe closed on exec). This read
+	 * waits only for the exec itself. */
+	int child_errno = 0;
+	ssize_t n;
+	do
+		n = read(ep[0], &child_errno, sizeof child_errno);
+	while (n < 0 && errno == EINTR);
+	close(ep[0]);
+	if (n > 0) {
+		log_error("%s: cannot run %s: %s", w->conv, S.worker_path, strerror(child_errno));
+		waitpid(pid, NULL, 0);
+		close(sv[0]);
+		return -1;
+	}
+	fcntl(sv[0], F_SETFL, O_NONBLOCK);
+	w->pid = pid;
+	w->ipc = sv[0];
+	w->lease = gen;
+	w->stop_sent = 0;
+	w->wake_pending = 0;
+	set_state(w, W_STARTING);
+	if (loop_add(w->ipc, EPOLLIN, w) < 0)
+		log_error("%s: epoll_ctl: %s", w->conv, strerror(errno));
+	S.nlive++;
+	S.m.spawns++;
+	log_debug("%s: worker %d started (lease %llu)", w->conv, (int)pid, (unsigned long long)gen);
+	for (struct compact_req *r = w->compacts; r; r = r->next) {
+		struct ipc_msg m = { .type = IPC_COMPACT, .num = r->num };
+		ipc_send(w->ipc, &m);
+	}
+	return 0;
+}
+
+int ensure_started(const char *conv)
+{
+	struct worker *w = worker_get(conv);
+	if (!w)
+		return -1;
+	if (w->pid) {
+		if (w->state == W_STOPPING) {
+			w->wake_pending = 1; /* restarted when it exits */
+		} else {
+			struct ipc_msg m = { .type = IPC_WAKE };
+			if (ipc_send(w->ipc, &m) < 0)
+				w->wake_pending = 1;
+		}
+		return 0;
+	}
+	w->deleted = 0;
+	if (w->state == W_QUEUED || w->state == W_BACKOFF || S.shutting_down)
+		return 0;
+	if (S.nlive >= S.cfg->max_workers) {
+		set_state(w, W_QUEUED);
+		TAILQ_INSERT_TAIL(&S.queue, w, qlink);
+		log_info("%s: %d workers live (max_workers): queued for a worker", conv, S.nlive);
+		return 0;
+	}
+	if (spawn(w) == 0)
+		return 0;
+	/* Could not start (exec failure, fork failure): count it as a crash
+	 * so a broken worker binary backs off instead of spinning. */
+	set_state(w, W_BACKOFF);
+	w->restart_at = now_mono() + BACKOFF_MAX_MS;
+	return -1;
+}
+
+static void start_queued(void)
+{
+	struct worker *w;
+	while (!S.shutting_down && S.nlive < S.cfg->max_workers && (w = TAILQ_FIRST(&S.queue))) {
+		TAILQ_REMOVE(&S.queue, w, qlink);
+		set_state(w, W_NONE);
+		ensure_started(w->conv);
+	}
+}
+
+/* ---- exits ----------------------------------------------------------- */
+
+static int conv_status(const char *conv)
+{
+	store_txn *t;
+	struct store_conv c;
+	int st = -1;
+	if (store_txn_begin(S.st, STORE_READ, &t) == 0) {
+		if (store_conv_get(t, conv, &c) == 0)
+			st = c.status;
+		store_txn_abort(t);
+	}
+	return st;
+}
+
+/* Too many crashes: log an `error` event so the conversation owes nothing
+ * until its next user_msg, and stop restarting it. */
+static void give_up(struct worker *w, int crashes)
+{
+	store_txn *t;
+	uint64_t last = 0, seq;
+	char msg[200];
+	snprintf(msg, sizeof msg, "worker crashed %d times within %lld s; not restarted until the next event",
+		 crashes, (long long)(S.cfg->restart_window_ms / 1000));
+	log_error("%s: %s", w->conv, msg);
+	if (store_txn_begin(S.st, STORE_WRITE, &t))
+		return;
+	int e = store_event_latest_seq(t, w->conv, &last);
+	json_t *content = json_pack("{sssisI}", "message", msg, "attempts", crashes, "context_seq", (json_int_t)last);
+	struct jsonmp_buf b;
+	jsonmp_buf_init(&b);
+	jsonmp_pack(&b.pk, content);
+	json_decref(content);
+	struct store_event_in ev = { "error", { b.sb.data, b.sb.size }, NULL };
+	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_IDLE };
+	if (!e)
+		e = store_event_append(t, w->conv, &ev, &seq, NULL);
+	if (!e)
+		e = store_conv_put(t, w->conv, &p);
+	jsonmp_buf_destroy(&b);
+	if (!e)
+		e = store_txn_commit(t);
+	else
+		store_txn_abort(t);
+	if (e)
+		log_error("%s: cannot record the error event: %s", w->conv, store_strerror(e));
+	else
+		waiters_notify(w, seq);
+}
+
+static void on_exit_status(struct worker *w, int status)
+{
+	int clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	if (w->ipc >= 0) {
+		loop_del(w->ipc);
+		close(w->ipc);
+		w->ipc = -1;
+	}
+	if (WIFSIGNALED(status))
+		log_info("%s: worker %d killed by signal %d", w->conv, (int)w->pid, WTERMSIG(status));
+	else if (!clean)
+		log_warn("%s: worker %d exited with status %d", w->conv, (int)w->pid, WEXITSTATUS(status));
+	else
+		log_debug("%s: worker %d exited", w->conv, (int)w->pid);
+	w->pid = 0;
+	S.nlive--;
+	compacts_fail(w, "the worker exited before compacting");
+	set_state(w, W_NONE);
+	if (w->deleted || S.shutting_down)
+		return;
+	if (conv_status(w->conv) != STORE_ACTIVE)
+		return;
+	if (clean && w->stop_sent && !w->wake_pending)
+		return; /* told to stop: it revives on the next event */
+	if (clean && w->wake_pending) {
+		ensure_started(w->conv);
+		return;
+	}
+	/* It owes work and died on its own: a crash. */
+	S.m.crashes++;
+	int64_t now = now_mono();
+	w->crash_times[w->ncrash++ % 16] = now;
+	int recent = 0;
+	int n = w->ncrash < 16 ? w->ncrash : 16;
+	for (int i = 0; i < n; i++)
+		recent += now - w->crash_times[i] <= S.cfg->restart_window_ms;
+	if (recent >= S.cfg->restart_limit) {
+		w->ncrash = 0;
+		give_up(w, recent);
+		return;
+	}
+	int64_t delay = BACKOFF_BASE_MS << (recent > 7 ? 7 : recent - 1);
+	if (delay > BACKOFF_MAX_MS)
+		delay = BACKOFF_MAX_MS;
+	set_state(w, W_BACKOFF);
+	w->restart_at = now + delay;
+	log_info("%s: restarting in %lld ms (crash %d of %d allowed in %lld s)", w->conv, (long long)delay, recent,
+		 S.cfg->restart_limit, (long long)(S.cfg->restart_window_ms / 1000));
+}
+
+void workers_reap(void)
+{
+	int status;
+	pid_t pid;
+	int reaped = 0;
+	/* Signals coalesce: reap until nothing is left. */
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		struct worker *w;
+		reaped++;
+		RB_FOREACH(w, worker_tree, &S.workers)
+			if (w->pid == pid)
+				break;
+		if (w)
+			on_exit_status(w, status);
+	}
+	if (reaped) {
+		/* A worker killed inside a read transaction leaves its reader
+		 * slot taken: clear it, or freed pages are never reused. */
+		int cleared = 0;
+		store_reader_check(S.st, &cleared);
+		if (cleared)
+			log_info("cleared %d stale reader slot(s)", cleared);
+		start_queued();
+	}
+}
+
+/* ---- IPC ------------------------------------------------------------- */
+
+static void on_compacted(struct worker *w, const struct ipc_msg *m)
+{
+	struct compact_req **pp = &w->compacts, *r;
+	while ((r = *pp) && r->num != m->num)
+		pp = &r->next;
+	if (!r)
+		return;
+	*pp = r->next;
+	if (r->slot) {
+		struct client *c = r->slot->c;
+		if (m->ok) {
+			store_txn *t;
+			struct store_summary s;
+			json_t *sum = json_null();
+			if (store_txn_begin(S.st, STORE_READ, &t) == 0) {
+				if (store_summary_latest(t, w->conv, &s) == 0) {
+					json_decref(sum);
+					sum = json_pack("{sIsIsosI}", "from_seq", (json_int_t)s.from_seq, "to_seq",
+							(json_int_t)s.to_seq, "content",
+							jsonmp_unpack(s.content.ptr, s.content.len), "version",
+							(json_int_t)s.version);
+				}
+				store_txn_abort(t);
+			}
+			slot_ok(r->slot, r->id, json_pack("{so}", "summary", sum ? sum : json_null()));
+		} else {
+			char msg[300];
+			snprintf(msg, sizeof msg, "compaction failed: %.*s", (int)m->text_len, m->text ? m->text : "");
+			slot_error(r->slot, r->id, PERR_INTERNAL, msg);
+		}
+		client_flush(c);
+	}
+	json_decref(r->id);
+	free(r);
+}
+
+void worker_ipc(struct worker *w)
+{
+	static char buf[IPC_MAX];
+	for (int i = 0; w->ipc >= 0 && i < 256; i++) {
+		struct ipc_msg m;
+		int rc = ipc_recv(w->ipc, &m, buf);
+		if (rc == -EAGAIN)
+			return;
+		if (rc <= 0) {
+			/* Closed (the worker is exiting) or garbage: stop
+			 * listening; SIGCHLD does the rest. */
+			if (rc < 0 && rc != -ECONNRESET) {
+				log_error("%s: bad IPC message from worker %d: %s: killing it", w->conv, (int)w->pid,
+					  strerror(-rc));
+				kill(w->pid, SIGKILL);
+			}
+			loop_del(w->ipc);
+			close(w->ipc);
+			w->ipc = -1;
+			return;
+		}
+		switch (m.type) {
+		case IPC_READY:
+			if (w->state == W_STARTING)
+				set_state(w, W_RUNNING);
+			break;
+		case IPC_STATE:
+			if (w->state == W_STOPPING)
+				break;
+			if (m.text_len == 4 && !memcmp(m.text, "idle", 4))
+				set_state(w, W_IDLE);
+			else if (m.text_len == 14 && !memcmp(m.text, "awaiting_input", 14))
+				set_state(w, W_AWAITING);
+			else
+				set_state(w, W_RUNNING);
+			break;
+		case IPC_APPENDED:
+			waiters_notify(w, m.seq);
+			/* The commit may have scheduled an expiry (a human call). */
+			loop_rearm_expiry();
+			break;
+		case IPC_DELTA:
+			watch_delta(w, m.text, m.text_len);
+			break;
+		case IPC_COMPACTED:
+			on_compacted(w, &m);
+			break;
+		default:
+			log_warn("%s: unexpected IPC message '%s' from the worker", w->conv,
+				 ipc_type_name(m.type) ? ipc_type_name(m.type) : "?");
+		}
+	}
+}
+
+int worker_kill(struct worker *w, int sig)
+{
+	/* pid is cleared when reaped, so this never signals a recycled pid. */
+	if (!w->pid)
+		return -1;
+	return kill(w->pid, sig) < 0 ? -1 : 0;
+}
+
+int worker_stop(struct worker *w)
+{
+	if (!w->pid)
+		return -1;
+	struct ipc_msg m = { .type = IPC_STOP };
+	w->stop_sent = 1;
+	set_state(w, W_STOPPING);
+	if (w->ipc < 0 || ipc_send(w->ipc, &m) < 0)
+		return worker_kill(w, SIGTERM);
+	return 0;
+}
+
+int worker_compact(struct worker *w, struct slot *slot, json_t *id)
+{
+	struct compact_req *r = calloc(1, sizeof *r);
+	if (!r)
+		return -1;
+	r->num = ++S.compact_seq;
+	r->slot = slot;
+	r->id = json_incref(id);
+	r->next = w->compacts;
+	w->compacts = r;
+	if (w->pid && w->ipc >= 0) {
+		struct ipc_msg m = { .type = IPC_COMPACT, .num = r->num };
+		if (ipc_send(w->ipc, &m) < 0) {
+			w->compacts = r->next;
+			json_decref(r->id);
+			free(r);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* ---- timers ---------------------------------------------------------- */
+
+static int64_t evict_at(const struct worker *w)
+{
+	if (!w->pid || w->stop_sent || (w->state != W_IDLE && w->state != W_AWAITING))
+		return 0;
+	return w->since + S.cfg->idle_timeout_ms;
+}
+
+void workers_tick(int64_t now)
+{
+	struct worker *w;
+	RB_FOREACH(w, worker_tree, &S.workers) {
+		if (w->state == W_BACKOFF && now >= w->restart_at) {
+			set_state(w, W_NONE);
+			if (conv_status(w->conv) == STORE_ACTIVE) {
+				S.m.revivals++;
+				ensure_started(w->conv);
+			}
+		}
+		int64_t t = evict_at(w);
+		if (t && now >= t) {
+			log_debug("%s: worker %d idle for %lld ms: stopping it", w->conv, (int)w->pid,
+				  (long long)(now - w->since));
+			worker_stop(w);
+		}
+	}
+}
+
+int64_t workers_next_deadline(void)
+{
+	int64_t d = 0;
+	struct worker *w;
+	RB_FOREACH(w, worker_tree, &S.workers) {
+		int64_t t = w->state == W_BACKOFF ? w->restart_at : evict_at(w);
+		if (t && (!d || t < d))
+			d = t;
+	}
+	return d;
+}
+
+void workers_stop_all(void)
+{
+	struct worker *w;
+	while ((w = TAILQ_FIRST(&S.queue))) {
+		TAILQ_REMOVE(&S.queue, w, qlink);
+		set_state(w, W_NONE);
+	}
+	RB_FOREACH(w, worker_tree, &S.workers) {
+		if (w->pid)
+			worker_stop(w);
+		else if (w->state == W_BACKOFF)
+			set_state(w, W_NONE);
+	}
+}
+
+void workers_kill_all(void)
+{
+	struct worker *w;
+	RB_FOREACH(w, worker_tree, &S.workers)
+		if (w->pid)
+			worker_kill(w, SIGKILL);
+}
+
+/* ---- expiries and start-up ------------------------------------------- */
+
+struct due {
+	char id[STORE_ID_MAX + 1];
+};
+
+struct due_ctx {
+	struct due *d;
+	size_t n;
+};
+
+static int due_one(void *arg, const struct store_expiry *e)
+{
+	struct due_ctx *c = arg;
+	if (c->n == EXPIRY_BATCH)
+		return 1;
+	memcpy(c->d[c->n].id, e->tool_call_id.ptr, e->tool_call_id.len);
+	c->d[c->n].id[e->tool_call_id.len] = 0;
+	c->n++;
+	return 0;
+}
+
+/* Fire every deadline that has passed: in one transaction per batch, each
+ * still-pending call becomes `expired` with its resolution event and its
+ * expiry row gone; then its conversation is woken. */
+int expiries_fire(void)
+{
+	static struct due d[EXPIRY_BATCH];
+	int total = 0;
+	for (;;) {
+		struct due_ctx c = { d, 0 };
+		store_txn *t;
+		int64_t now = store_now(S.st);
+		if (store_txn_begin(S.st, STORE_READ, &t))
+			return total;
+		int e = store_expiries_due(t, now, due_one, &c);
+		store_txn_abort(t);
+		if ((e && e != 1) || c.n == 0)
+			return total;
+		char convs[EXPIRY_BATCH][STORE_ID_MAX + 1];
+		uint64_t seqs[EXPIRY_BATCH];
+		int fired[EXPIRY_BATCH] = { 0 };
+		if ((e = store_txn_begin(S.st, STORE_WRITE, &t)))
+			return total;
+		for (size_t i = 0; i < c.n && !e; i++) {
+			int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, convs[i], &seqs[i]);
+			if (r == 0)
+				fired[i] = 1;
+			else if (r == STORE_E_STALE)
+				r = store_expiry_cancel(t, d[i].id); /* settled already: drop the deadline */
+			if (r && r != STORE_E_STALE && r != STORE_E_NOTFOUND)
+				e = r;
+		}
+		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
+		if (e) {
+			log_error("firing %zu expiries failed: %s", c.n, store_strerror(e));
+			return total;
+		}
+		for (size_t i = 0; i < c.n; i++) {
+			if (!fired[i])
+				continue;
+			total++;
+			S.m.expiries_fired++;
+			log_info("%s: tool call %s expired", convs[i], d[i].id);
+			ensure_started(convs[i]);
+			struct worker *w = worker_find(convs[i]);
+			if (w)
+				waiters_notify(w, seqs[i]);
+		}
+		if (c.n < EXPIRY_BATCH)
+			return total;
+	}
+}
+
+static int active_one(void *arg, const struct store_conv *c)
+{
+	struct due_ctx *ctx = arg;
+	if (ctx->n == EXPIRY_BATCH)
+		return 1;
+	memcpy(ctx->d[ctx->n].id, c->id.ptr, c->id.len);
+	ctx->d[ctx->n].id[c->id.len] = 0;
+	ctx->n++;
+	return 0;
+}
+
+/* On start, every conversation left `active` was mid-turn when everything
+ * died: give it a worker (queued past max_workers). */
+void workers_start_active(void)
+{
+	static struct due d[EXPIRY_BATCH];
+	char after[STORE_ID_MAX + 1] = "";
+	int n = 0;
+	for (;;) {
+		struct due_ctx c = { d, 0 };
+		store_txn *t;
+		if (store_txn_begin(S.st, STORE_READ, &t))
+			return;
+		int e = store_conv_list(t, STORE_ACTIVE, after[0] ? after : NULL, 0, active_one, &c, NULL);
+		store_txn_abort(t);
+		if (e && e != 1)
+			log_error("listing active conversations: %s", store_strerror(e));
+		for (size_t i = 0; i < c.n; i++) {
+			ensure_started(d[i].id);
+			n++;
+		}
+		if (c.n < EXPIRY_BATCH)
+			break;
+		snprintf(after, sizeof after, "%s", d[c.n - 1].id);
+	}
+	if (n)
+		log_info("revived %d conversation(s) that were mid-turn", n);
+}
