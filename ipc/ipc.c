@@ -65,8 +65,8 @@ static int streq(const char *p, size_t n, const char *s)
 	return strlen(s) == n && memcmp(p, s, n) == 0;
 }
 
-/* Decode one message; unknown keys are skipped so either side may add some. */
-static int decode(const char *buf, size_t len, struct ipc_msg *m)
+/* Unknown keys are skipped so either side may add some. */
+int ipc_decode(const char *buf, size_t len, struct ipc_msg *m)
 {
 	struct mp r;
 	uint32_t n;
@@ -119,5 +119,5 @@ int ipc_recv(int fd, struct ipc_msg *m, char *buf)
 		return 0;
 	if (mh.msg_flags & MSG_TRUNC)
 		return -EPROTO;
-	return decode(buf, (size_t)n, m);
+	return ipc_decode(buf, (size_t)n, m);
 }

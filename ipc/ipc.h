@@ -58,6 +58,10 @@ int ipc_send(int fd, const struct ipc_msg *m);
  * message, or -errno. */
 int ipc_recv(int fd, struct ipc_msg *m, char *buf);
 
+/* Decode one message of len bytes (what ipc_recv does after reading it).
+ * Returns 1, or -EPROTO for anything malformed; text points into buf. */
+int ipc_decode(const char *buf, size_t len, struct ipc_msg *m);
+
 const char *ipc_type_name(int type);
 
 #endif

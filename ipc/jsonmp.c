@@ -88,7 +88,9 @@ static json_t *unpack_container(struct mp *m, int depth)
 		for (uint32_t i = 0; o && i < n; i++) {
 			const char *k;
 			size_t kl;
-			if (mp_str(m, &k, &kl)) {
+			/* A key with a NUL byte cannot round-trip through
+			 * jansson's C-string keys: refuse it. */
+			if (mp_str(m, &k, &kl) || memchr(k, 0, kl)) {
 				json_decref(o);
 				return NULL;
 			}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build agentd and pass every test: the Check suites (with the store
 # conformance suite) and the process-level tests, first in a normal build,
-# then again under ASan+UBSan. Usage: scripts/test.sh [--quick] (no sanitizer pass)
+# then again under ASan+UBSan, then the fuzz targets for a bounded time.
+# Usage: scripts/test.sh [--quick]   (--quick: the normal build's tests only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -18,5 +19,7 @@ run_suite build
 if [ "${1:-}" != "--quick" ]; then
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	AGENTD_TEST_SLOW=3 run_suite build-asan -DAGENTD_SANITIZE=ON
+	# Bounded fuzzing of every parser (libFuzzer, clang).
+	scripts/fuzz.sh "${AGENTD_FUZZ_SECS:-20}"
 fi
 echo "all tests passed"
