@@ -199,6 +199,8 @@ int store_conv_delete(store_txn *txn, const char *id);
 /* Writer lease. The supervisor takes a new generation for each worker it
  * spawns; the worker checks it first in each of its write transactions, and
  * since writers are serialised, a superseded worker can never write.
+ * Generations are unique across the store (never reissued, even to a
+ * conversation deleted and created again with the same id).
  * Errors: STORE_E_NOTFOUND; store_lease_check: STORE_E_FENCED. */
 int store_lease_next(store_txn *txn, const char *id, uint64_t *gen);
 int store_lease_check(store_txn *txn, const char *id, uint64_t gen);

@@ -352,13 +352,14 @@ static int del_prefix(store_txn *x, MDB_dbi dbi, uint64_t num,
 
 /* ---- open, close, sync, stat ----------------------------------------- */
 
-static int open_dbis(store *s)
+/* Open every sub-database (and the schema mark) in a transaction of the given
+ * kind. Returns an LMDB code; MDB_NOTFOUND when something is missing. */
+static int open_dbis_in(store *s, int write)
 {
 	MDB_txn *t;
-	unsigned flags = s->opts.read_only ? 0 : MDB_CREATE;
-	int rc = mdb_txn_begin(s->env, NULL, s->opts.read_only ? MDB_RDONLY : 0, &t);
+	int rc = mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, &t);
 	if (rc)
-		return map_err(rc);
+		return rc;
 	struct { const char *name; MDB_dbi *dbi; } dbs[] = {
 		{ "meta", &s->meta }, { "conv_ids", &s->conv_ids }, { "convs", &s->convs },
 		{ "events", &s->events }, { "event_ids", &s->event_ids },
@@ -367,14 +368,14 @@ static int open_dbis(store *s)
 		{ "model_calls", &s->model_calls },
 	};
 	for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
-		if ((rc = mdb_dbi_open(t, dbs[i].name, flags, dbs[i].dbi)) != 0) {
+		if ((rc = mdb_dbi_open(t, dbs[i].name, write ? MDB_CREATE : 0, dbs[i].dbi)) != 0) {
 			mdb_txn_abort(t);
-			return rc == MDB_NOTFOUND ? STORE_E_CORRUPT : map_err(rc);
+			return rc;
 		}
 	}
 	MDB_val k = { 6, "schema" }, v;
 	rc = mdb_get(t, s->meta, &k, &v);
-	if (rc == MDB_NOTFOUND && !s->opts.read_only) {
+	if (rc == MDB_NOTFOUND && write) {
 		unsigned char b[2] = { SCHEMA_VERSION }; /* positive fixint */
 		v.mv_size = 1;
 		v.mv_data = b;
@@ -386,9 +387,20 @@ static int open_dbis(store *s)
 	}
 	if (rc) {
 		mdb_txn_abort(t);
-		return map_err(rc);
+		return rc;
 	}
-	return map_err(mdb_txn_commit(t));
+	return mdb_txn_commit(t); /* a committed read txn's handles stay open */
+}
+
+/* Try a read transaction first: on an existing store, opening must not wait
+ * behind another process's write transaction (a worker's revival would stall
+ * behind any writer). Only a new store needs the write lock. */
+static int open_dbis(store *s)
+{
+	int rc = open_dbis_in(s, 0);
+	if (rc == MDB_NOTFOUND && !s->opts.read_only)
+		rc = open_dbis_in(s, 1);
+	return rc == MDB_NOTFOUND ? STORE_E_CORRUPT : map_err(rc);
 }
 
 int store_open(store **out, const char *dir, const struct store_opts *opts)
@@ -881,15 +893,28 @@ int store_conv_delete(store_txn *x, const char *id)
 int store_lease_next(store_txn *x, const char *id, uint64_t *gen)
 {
 	CHECK_WRITE(x);
-	uint64_t num;
+	uint64_t num, next = 1;
 	struct store_conv c;
+	MDB_val v;
 	if (!gen)
 		return STORE_E_INVAL;
 	int err = conv_load(x, id, &num, &c);
 	if (err)
 		return err;
-	c.lease++;
-	*gen = c.lease;
+	/* Generations come from one store-wide counter, so a worker left over
+	 * from a deleted conversation can never hold the lease of a new one
+	 * created with the same id. */
+	err = get(x, x->s->meta, "next_lease", 10, &v);
+	if (err && err != STORE_E_NOTFOUND)
+		return err;
+	if (!err && val_uint(&v, &next))
+		return fail(x, STORE_E_CORRUPT);
+	if (next <= c.lease)
+		next = c.lease + 1;
+	if ((err = put_uint(x, x->s->meta, "next_lease", 10, next + 1)) != 0)
+		return err;
+	c.lease = next;
+	*gen = next;
 	return conv_store(x, num, &c);
 }
 

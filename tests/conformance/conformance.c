@@ -1835,6 +1835,25 @@ START_TEST(lease_next_increments_and_check_fences)
 }
 END_TEST
 
+/* A worker left over from a deleted conversation must not hold the lease of
+ * a new conversation created with the same id. */
+START_TEST(lease_not_reissued_after_delete)
+{
+	mkconv("c1");
+	store_txn *t = wbegin();
+	uint64_t old = 0, gen = 0;
+	ck_assert_int_eq(store_lease_next(t, "c1", &old), 0);
+	ck_assert_int_eq(store_conv_delete(t, "c1"), 0);
+	ck_assert_int_eq(store_conv_create(t, "c1", mmap0()), 0);
+	ck_assert_int_eq(store_lease_check(t, "c1", old), STORE_E_FENCED);
+	ck_assert_int_eq(store_lease_next(t, "c1", &gen), 0);
+	ck_assert_uint_gt(gen, old);
+	ck_assert_int_eq(store_lease_check(t, "c1", old), STORE_E_FENCED);
+	ck_assert_int_eq(store_lease_check(t, "c1", gen), 0);
+	commit(t);
+}
+END_TEST
+
 START_TEST(lease_fenced_writer_txn_stays_usable)
 {
 	mkconv("c1");
@@ -3683,6 +3702,7 @@ Suite *make_conformance_suite(void)
 
 	tc = tc_new(s, "lease_usage", setup);
 	tcase_add_test(tc, lease_next_increments_and_check_fences);
+	tcase_add_test(tc, lease_not_reissued_after_delete);
 	tcase_add_test(tc, lease_fenced_writer_txn_stays_usable);
 	tcase_add_test(tc, usage_add_accumulates);
 
