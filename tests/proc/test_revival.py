@@ -1,0 +1,708 @@
+"""Revival, re-dispatch, durable expiry, restart policy, idle eviction, fencing and process hygiene
+(issue 3, "What must be shown"), with the real agentd, agentd-worker and scripted models and tools.
+
+The model and the tool are Python scripts written into the test's directory. Each appends one JSON line
+per invocation to a record file (model.log, tool.log) so a test can count model calls per turn and tool
+dispatches per tool_call_id, and each can block until a release file appears, so a test can kill a
+process mid-turn or mid-tool deterministically. The model's behaviour is chosen by the text of the last
+user message after the last turn boundary:
+
+    block NAME           record, then wait for DIR/rel/NAME, then answer "released NAME"
+    crash                kill the worker that runs it (SIGKILL to its parent)
+    tool NAME {json}     answer with one call of tool NAME with those args
+    anything else        answer "re: TEXT"
+
+and when the turn answers settled tool calls, "after ID:STATUS,...". The tool `work` records its
+tool_call_id (and its open descriptors) and, with args {"block": NAME}, waits for DIR/rel/NAME.
+"""
+import ctypes
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import harness
+from harness import Agentd, open_fds, pid_alive, scaled, wait_for
+
+PY = sys.executable or "python3"
+
+MODEL = r'''
+import json, os, sys, time
+log, d = sys.argv[1], sys.argv[2]
+req = json.load(sys.stdin)
+
+def fds():
+    out = {}
+    for n in os.listdir("/proc/self/fd"):
+        try:
+            t = os.readlink("/proc/self/fd/" + n)
+        except OSError:
+            continue
+        if not t.startswith("/proc/"):
+            out[n] = t
+    return out
+
+msgs = req.get("messages", [])
+last = -1
+for i, m in enumerate(msgs):
+    if m["type"] in ("assistant_msg", "error"):
+        last = i
+tail = msgs[last + 1:]
+rec = {"task": req["task"], "turn": req.get("turn"), "conv": req["conversation"], "pid": os.getpid(),
+       "ppid": os.getppid(), "fds": fds()}
+with open(log, "a") as f:
+    f.write(json.dumps(rec) + "\n")
+
+def answer(text, calls=()):
+    print(json.dumps({"text": text, "tool_calls": list(calls),
+                      "usage": {"input_tokens": len(msgs), "output_tokens": 1, "cost": 0}}))
+    sys.stdout.flush()
+    sys.exit(0)
+
+if req["task"] != "turn":
+    answer("summary")
+settled = [m["content"] for m in tail if m["type"] in ("tool_result", "resolution")]
+if settled:
+    answer("after " + ",".join("%s:%s" % (c["tool_call_id"], c["status"]) for c in settled))
+users = [m["content"].get("text", "") for m in tail if m["type"] == "user_msg"]
+text = users[-1] if users else ""
+cmd, _, arg = text.partition(" ")
+if cmd == "block":
+    while not os.path.exists(os.path.join(d, "rel", arg)):
+        time.sleep(0.01)
+    answer("released " + arg)
+if cmd == "crash":
+    os.kill(os.getppid(), 9)
+    time.sleep(60)  # PR_SET_PDEATHSIG ends us with the worker
+    sys.exit(1)
+if cmd == "tool":
+    name, _, args = arg.partition(" ")
+    answer("calling " + name, [{"name": name, "args": json.loads(args or "{}")}])
+answer("re: " + text)
+'''
+
+TOOL = r'''
+import json, os, sys, time
+log, d = sys.argv[1], sys.argv[2]
+req = json.load(sys.stdin)
+fds = {}
+for n in os.listdir("/proc/self/fd"):
+    try:
+        t = os.readlink("/proc/self/fd/" + n)
+    except OSError:
+        continue
+    if not t.startswith("/proc/"):
+        fds[n] = t
+with open(log, "a") as f:
+    f.write(json.dumps({"id": req["tool_call_id"], "env": os.environ.get("AGENTD_TOOL_CALL_ID"),
+                        "pid": os.getpid(), "ppid": os.getppid(), "fds": fds}) + "\n")
+blk = (req.get("args") or {}).get("block")
+if blk:
+    while not os.path.exists(os.path.join(d, "rel", blk)):
+        time.sleep(0.01)
+print(json.dumps({"done": req["tool_call_id"]}))
+'''
+
+TOOLS = ["work", "approve", "quick"]
+
+
+def setup(a, agentd_section="", quick_expires="1h"):
+    """Write the model and tool scripts and the configuration into a (not yet started) Agentd."""
+    model = a.script("model.py", MODEL)
+    tool = a.script("tool.py", TOOL)
+    os.makedirs(os.path.join(a.dir, "rel"), exist_ok=True)
+    a.model_log = os.path.join(a.dir, "model.log")
+    a.tool_log = os.path.join(a.dir, "tool.log")
+    a.write_config("[agentd]\n" + "".join(ln.strip() + "\n" for ln in agentd_section.splitlines()) + f"""
+        [model.m]
+        command = {PY} {model} {a.model_log} {a.dir}
+        timeout = 120s
+        retries = 0
+
+        [tool.work]
+        executor = server
+        command = {PY} {tool} {a.tool_log} {a.dir}
+        timeout = 120s
+
+        [tool.approve]
+        executor = human
+        prompt = Approve?
+        expires = 1h
+
+        [tool.quick]
+        executor = human
+        prompt = Quick?
+        expires = {quick_expires}
+        """.replace("\n        ", "\n"))
+    return a
+
+
+def new_conv(a, **kw):
+    return a.create(settings={"model": "m", "tools": TOOLS}, **kw)
+
+
+def release(a, name):
+    pathlib.Path(a.dir, "rel", name).touch()
+
+
+def records(path):
+    try:
+        with open(path) as f:
+            return [json.loads(ln) for ln in f if ln.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def model_calls(a, conv=None, turn=None):
+    return [r for r in records(a.model_log)
+            if (conv is None or r["conv"] == conv) and (turn is None or r["turn"] == turn)]
+
+
+def tool_calls_rec(a):
+    return records(a.tool_log)
+
+
+def types(a, c):
+    return [e["type"] for e in a.events(c)]
+
+
+def of_type(a, c, ty):
+    return [e for e in a.events(c) if e["type"] == ty]
+
+
+def conv_get(a, c):
+    return a.ok({"op": "get", "conversation": c})["conversation"]
+
+
+def worker_state(a, c):
+    w = conv_get(a, c).get("worker")
+    return w["state"] if w else None
+
+
+def last_is_answer(a, c, text=None):
+    evs = a.events(c)
+    if not evs or evs[-1]["type"] != "assistant_msg":
+        return False
+    return text is None or evs[-1]["content"]["text"] == text
+
+
+def check_log(a, c):
+    """The invariants of a conversation's log: seqs 1..N without gap or duplicate, last_seq == N, one
+    assistant_msg per context, each tool call logged once and settled at most once."""
+    evs = a.events(c)
+    seqs = [e["seq"] for e in evs]
+    assert seqs == list(range(1, len(evs) + 1)), f"seqs of {c} are not 1..N: {seqs}"
+    assert conv_get(a, c)["last_seq"] == len(evs), (conv_get(a, c)["last_seq"], len(evs))
+    ctx = [e["content"]["context_seq"] for e in evs if e["type"] == "assistant_msg"]
+    assert len(ctx) == len(set(ctx)), f"two assistant_msg for one context in {c}: {ctx}"
+    calls = [e["content"]["tool_call_id"] for e in evs if e["type"] == "tool_call"]
+    assert len(calls) == len(set(calls)), f"a tool call logged twice in {c}: {calls}"
+    settled = [e["content"]["tool_call_id"] for e in evs if e["type"] in ("tool_result", "resolution")]
+    assert len(settled) == len(set(settled)), f"a tool call settled twice in {c}: {settled}"
+    assert set(settled) <= set(calls), (settled, calls)
+    return evs
+
+
+def no_zombies(a):
+    wait_for(lambda: not a.zombies(), 10, "agentd to reap its children")
+
+
+def gone(pid, what="the process"):
+    wait_for(lambda: not pid_alive(pid), 10, f"{what} ({pid}) to exit")
+
+
+def wait_worker(a, c, state=None):
+    """The pid of c's live worker (in `state` when given)."""
+    def ok():
+        w = conv_get(a, c).get("worker")
+        return w["pid"] if w and (state is None or w["state"] == state) else None
+    return wait_for(ok, 10, f"a worker for {c}" + (f" in state {state}" if state else ""))
+
+
+def no_worker(a, c):
+    wait_for(lambda: conv_get(a, c).get("worker") is None, 10, f"{c} to have no worker")
+
+
+# ---- reading the store directly (mdb_dump): the writer lease --------------------------------------
+
+
+def _mp(b, i):
+    """Decode one msgpack value at b[i] (the subset the store writes in a conversation's head)."""
+    t = b[i]
+    if t <= 0x7F:
+        return t, i + 1
+    if 0xA0 <= t <= 0xBF:
+        n = t & 0x1F
+        return bytes(b[i + 1:i + 1 + n]).decode(), i + 1 + n
+    if t >= 0xE0:
+        return t - 256, i + 1
+    widths = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8}
+    if t in widths:
+        w = widths[t]
+        return int.from_bytes(b[i + 1:i + 1 + w], "big", signed=t >= 0xD0), i + 1 + w
+    if t in (0xD9, 0xC4):
+        n = b[i + 1]
+        return bytes(b[i + 2:i + 2 + n]).decode(), i + 2 + n
+    if t in (0xDA, 0xC5):
+        n = int.from_bytes(b[i + 1:i + 3], "big")
+        return bytes(b[i + 3:i + 3 + n]).decode(), i + 3 + n
+    raise ValueError(f"msgpack type {t:#x} not handled")
+
+
+def lease_of(a, conv):
+    """The writer lease generation stored on the conversation, read with mdb_dump while agentd runs."""
+    out = subprocess.run(["mdb_dump", "-s", "convs", a.data_dir], capture_output=True, text=True, check=True).stdout
+    body = out.split("HEADER=END\n", 1)[1].split("DATA=END", 1)[0].split("\n")
+    lines = [ln.strip() for ln in body if ln.startswith(" ")]
+    for val in lines[1::2]:
+        b = bytes.fromhex(val)
+        assert b[0] & 0xF0 == 0x90, "a conversation record is a msgpack array"
+        i = 1
+        head = []
+        for _ in range(5):  # id, status, created, updated, lease
+            v, i = _mp(b, i)
+            head.append(v)
+        if head[0] == conv:
+            return head[4]
+    raise AssertionError(f"conversation {conv} not in the convs table")
+
+
+# ---- Linux process plumbing for the fencing test --------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+SYS_pidfd_open, SYS_pidfd_getfd = 434, 438
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def steal_fd(pid, fd):
+    """A duplicate of descriptor fd of process pid (pidfd_getfd)."""
+    pfd = _libc.syscall(SYS_pidfd_open, pid, 0)
+    if pfd < 0:
+        raise OSError(ctypes.get_errno(), "pidfd_open")
+    try:
+        nfd = _libc.syscall(SYS_pidfd_getfd, pfd, fd, 0)
+        if nfd < 0:
+            raise OSError(ctypes.get_errno(), "pidfd_getfd")
+        return nfd
+    finally:
+        os.close(pfd)
+
+
+def seqpacket_fds(pid):
+    """{fd: inode} of pid's SOCK_SEQPACKET unix sockets (worker IPC), from /proc/net/unix."""
+    types_by_inode = {}
+    with open("/proc/net/unix") as f:
+        next(f)
+        for ln in f:
+            p = ln.split()
+            types_by_inode[p[6]] = p[4]
+    out = {}
+    for fd, target in open_fds(pid).items():
+        m = re.fullmatch(r"socket:\[(\d+)\]", target)
+        if m and types_by_inode.get(m.group(1)) == "0005":
+            out[fd] = m.group(1)
+    return out
+
+
+# ---- 1. kill -9 mid-model-turn --------------------------------------------------------------------
+
+
+def test_kill_mid_model_turn_reruns_the_turn():
+    with setup(Agentd(start=False)) as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, "block k1")
+        first = wait_for(lambda: model_calls(a, c), 10, "the model call")[0]
+        pid = a.ok({"op": "kill", "conversation": c})["pid"]
+        assert pid == first["ppid"], (pid, first)
+        gone(pid, "the killed worker")
+        gone(first["pid"], "its model process")
+        release(a, "k1")
+        wait_for(lambda: last_is_answer(a, c, "released k1"), 10, "the re-run turn's answer")
+        calls = model_calls(a, c, turn=1)
+        assert len(calls) == 2, calls  # the turn ran again, in a new worker
+        assert calls[1]["ppid"] != pid
+        evs = check_log(a, c)
+        assert [e["type"] for e in evs] == ["user_msg", "assistant_msg"], evs
+        assert evs[1]["content"]["context_seq"] == 1
+        wait_for(lambda: conv_get(a, c)["status"] == "idle", 10, "idle")
+        no_zombies(a)
+
+
+# ---- 2. kill -9 mid-server-tool -------------------------------------------------------------------
+
+
+def test_kill_mid_server_tool_redispatches_same_id():
+    with setup(Agentd(start=False)) as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, 'tool work {"block": "t2"}')
+        first = wait_for(lambda: tool_calls_rec(a), 10, "the tool's dispatch")[0]
+        tcid = first["id"]
+        assert first["env"] == tcid
+        wpid = a.ok({"op": "kill", "conversation": c})["pid"]
+        assert wpid == first["ppid"]
+        gone(wpid, "the killed worker")
+        gone(first["pid"], "the tool process")
+        release(a, "t2")
+        wait_for(lambda: last_is_answer(a, c), 10, "the turn after the tool")
+        recs = tool_calls_rec(a)
+        assert [r["id"] for r in recs] == [tcid, tcid], recs  # the same id, dispatched again
+        assert [r["env"] for r in recs] == [tcid, tcid]
+        assert len(model_calls(a, c, turn=1)) == 1, model_calls(a, c)  # never re-asked for that turn
+        evs = check_log(a, c)
+        assert [e["type"] for e in evs] == ["user_msg", "assistant_msg", "tool_call", "tool_result",
+                                            "assistant_msg"], evs
+        assert evs[2]["content"]["tool_call_id"] == tcid and evs[3]["content"]["tool_call_id"] == tcid
+        assert evs[3]["content"]["status"] == "resolved" and evs[3]["content"]["result"] == {"done": tcid}
+        assert evs[4]["content"]["text"] == f"after {tcid}:resolved"
+        row = a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]
+        assert row["status"] == "resolved" and row["attempts"] == 2, row
+        no_zombies(a)
+
+
+# ---- 3. kill -9 while awaiting a person, then resolve ---------------------------------------------
+
+
+def test_kill_while_awaiting_then_resolve():
+    with setup(Agentd(start=False)) as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, "tool approve {}")
+        wpid = wait_worker(a, c, "awaiting_input")
+        tcid = of_type(a, c, "suspension")[0]["content"]["tool_call_id"]
+        assert conv_get(a, c)["status"] == "suspended"
+        os.kill(wpid, signal.SIGKILL)
+        gone(wpid, "the killed worker")
+        no_worker(a, c)  # it owes nothing until someone answers: no restart
+        assert a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]["status"] == "pending"
+        r = a.ok({"op": "resolve", "tool_call_id": tcid, "result": "yes"})
+        wait_for(lambda: last_is_answer(a, c, f"after {tcid}:resolved"), 10, "the revived worker's answer")
+        evs = check_log(a, c)
+        assert [e["type"] for e in evs] == ["user_msg", "assistant_msg", "tool_call", "suspension", "resolution",
+                                            "assistant_msg"], evs
+        assert evs[4]["seq"] == r["seq"]
+        assert model_calls(a, c)[-1]["ppid"] != wpid
+        assert len(model_calls(a, c, turn=1)) == 1
+        wait_for(lambda: conv_get(a, c)["status"] == "idle", 10, "idle")
+        no_zombies(a)
+
+
+# ---- 4. an expiry that fires while no worker runs -------------------------------------------------
+
+
+def test_expiry_fires_without_a_worker():
+    expires = scaled(2.0)
+    with setup(Agentd(start=False), quick_expires=f"{expires:.3f}s") as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, "tool quick {}")
+        wpid = wait_worker(a, c, "awaiting_input")
+        tcid = of_type(a, c, "suspension")[0]["content"]["tool_call_id"]
+        row = a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]
+        assert row["status"] == "pending" and row["deadline"], row
+        assert a.ok({"op": "stop", "conversation": c})["stopping"] is True
+        gone(wpid, "the stopped worker")
+        no_worker(a, c)
+        assert a.children() == [], a.children()
+        assert not of_type(a, c, "resolution"), "the expiry fired before the worker was gone: test too slow"
+        res = wait_for(lambda: of_type(a, c, "resolution"), expires + 10, "the expiry")
+        assert len(res) == 1 and res[0]["content"] == {"tool_call_id": tcid, "status": "expired", "result": None}, res
+        assert res[0]["inserted_at"] >= row["deadline"], (res, row)
+        row = a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]
+        assert row["status"] == "expired", row
+        late = a.request({"op": "resolve", "tool_call_id": tcid, "result": "too late"})
+        assert late.get("ok") is False and late["error"] == "stale", late
+        # The expiry went through ensure_started: the conversation answers it.
+        wait_for(lambda: last_is_answer(a, c, f"after {tcid}:expired"), 10, "the turn after the expiry")
+        check_log(a, c)
+        assert len(of_type(a, c, "resolution")) == 1
+        no_zombies(a)
+
+
+# ---- 5. an expiry due while the supervisor is dead ------------------------------------------------
+
+
+def test_expiry_due_while_supervisor_dead_fires_once_on_restart():
+    expires = scaled(1.5)
+    with setup(Agentd(start=False), quick_expires=f"{expires:.3f}s") as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, "tool quick {}")
+        wpid = wait_worker(a, c, "awaiting_input")
+        tcid = of_type(a, c, "suspension")[0]["content"]["tool_call_id"]
+        deadline = a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]["deadline"]
+        a.kill(signal.SIGKILL)
+        gone(wpid, "the worker of the killed agentd")
+        assert time.time() * 1000 < deadline, "the deadline passed before agentd was killed: test too slow"
+        wait_for(lambda: time.time() * 1000 > deadline + 50, expires + 10, "the deadline to pass")
+        a.start()
+        wait_for(lambda: last_is_answer(a, c, f"after {tcid}:expired"), 10, "the turn after the expiry")
+        assert "fired 1 expiry deadline(s) that passed while agentd was down" in a.log(), a.log_tail()
+        res = of_type(a, c, "resolution")
+        assert len(res) == 1 and res[0]["content"]["status"] == "expired", res
+        assert a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]["status"] == "expired"
+        # Exactly once: another restart fires nothing again.
+        a.restart()
+        assert a.log().count("passed while agentd was down") == 1
+        assert len(of_type(a, c, "resolution")) == 1
+        assert a.request({"op": "resolve", "tool_call_id": tcid})["error"] == "stale"
+        check_log(a, c)
+        no_zombies(a)
+
+
+# ---- 6. a crash loop stops after the limit --------------------------------------------------------
+
+
+def test_crash_loop_stops_after_the_limit():
+    with setup(Agentd(start=False), "restart_limit = 3\nrestart_window = 60s") as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, "crash")
+        err = wait_for(lambda: of_type(a, c, "error"), 15, "the error event after the crash loop")
+        assert len(err) == 1 and err[0]["content"]["attempts"] == 3, err
+        assert "crashed 3 times" in err[0]["content"]["message"], err
+        assert err[0]["content"]["context_seq"] == 1, err
+        assert len(model_calls(a, c)) == 3, model_calls(a, c)  # the first run and two restarts
+        no_worker(a, c)
+        assert conv_get(a, c)["status"] == "idle"  # owes nothing: never restarted on its own
+        assert a.children() == [] and a.ok({"op": "status"})["workers"] == [], a.children()
+        assert "agentd_worker_crashes_total 3" in a.ok({"op": "metrics"})["text"]
+        assert len(model_calls(a, c)) == 3
+        # The next event revives it.
+        a.send(c, "hello")
+        wait_for(lambda: last_is_answer(a, c, "re: hello"), 10, "the answer after the crash loop")
+        evs = check_log(a, c)
+        assert [e["type"] for e in evs] == ["user_msg", "error", "user_msg", "assistant_msg"], evs
+        no_zombies(a)
+
+
+# ---- 7. idle eviction ------------------------------------------------------------------------------
+
+
+def test_idle_eviction_then_revival():
+    with setup(Agentd(start=False, extra_args=["--idle-timeout", "500ms"])) as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, "one")
+        wait_for(lambda: last_is_answer(a, c, "re: one"), 10, "the first answer")
+        wpid = wait_worker(a, c)
+        wait_for(lambda: a.children() == [], 10, "the idle worker to be evicted")
+        assert not pid_alive(wpid)
+        no_worker(a, c)
+        assert "exited with status" not in a.log() and "killed by signal" not in a.log(), a.log_tail()
+        st = conv_get(a, c)
+        assert st["status"] == "idle" and st["fsm_state"]["state"] == "idle", st
+        a.send(c, "two")
+        wait_for(lambda: last_is_answer(a, c, "re: two"), 10, "the answer of the revived worker")
+        assert model_calls(a, c)[-1]["ppid"] != wpid
+        check_log(a, c)
+        wait_for(lambda: a.children() == [], 10, "eviction again")
+        no_zombies(a)
+
+
+# ---- 8. fencing -----------------------------------------------------------------------------------
+
+
+def test_fencing_old_generation_cannot_commit():
+    subreaper = _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    held = None
+    try:
+        with setup(Agentd(start=False)) as a:
+            a.start()
+            # An idle worker: it must exit by itself when its supervisor dies.
+            ca = new_conv(a)
+            a.send(ca, "hi")
+            wait_for(lambda: last_is_answer(a, ca, "re: hi"), 10, "the idle conversation's answer")
+            wa = wait_worker(a, ca, "idle")
+            before = set(seqpacket_fds(a.pid).values())
+            # A worker blocked mid-turn whose IPC socket the test keeps open: it outlives its supervisor.
+            cb = new_conv(a)
+            a.send(cb, "block f8")
+            m1 = wait_for(lambda: model_calls(a, cb), 10, "the first model call")[0]
+            w1 = m1["ppid"]
+            lease1 = lease_of(a, cb)
+            ipc = {fd: ino for fd, ino in seqpacket_fds(a.pid).items() if ino not in before}
+            assert len(ipc) == 1, (ipc, before)
+            held = steal_fd(a.pid, next(iter(ipc)))
+            a.kill(signal.SIGKILL)
+            gone(wa, "the idle worker of the dead agentd")  # no orphans
+            assert pid_alive(w1)
+            a.start()
+            # cb was mid-turn (active): the new agentd gives it a new worker with the next lease.
+            m2 = wait_for(lambda: model_calls(a, cb)[1:], 10, "the new worker's model call")[0]
+            w2 = m2["ppid"]
+            assert w2 != w1 and m2["turn"] == m1["turn"] == 1
+            assert lease_of(a, cb) == lease1 + 1, (lease_of(a, cb), lease1)
+            assert wait_worker(a, cb) == w2
+            # Both workers now finish the same turn: only the current generation may commit.
+            release(a, "f8")
+            wait_for(lambda: last_is_answer(a, cb, "released f8"), 10, "the new worker's answer")
+            gone(w1, "the fenced worker")
+            if subreaper:
+                _, status = os.waitpid(w1, 0)
+                assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3, f"fenced worker status {status:#x}"
+            assert "lease superseded (fenced)" in a.log(), a.log_tail()
+            evs = check_log(a, cb)
+            assert [e["type"] for e in evs] == ["user_msg", "assistant_msg"], evs
+            assert pid_alive(w2) and wait_worker(a, cb) == w2
+            # The conversation goes on under the new generation.
+            a.send(cb, "more")
+            wait_for(lambda: last_is_answer(a, cb, "re: more"), 10, "the next answer")
+            check_log(a, cb)
+            a.send(ca, "again")
+            wait_for(lambda: last_is_answer(a, ca, "re: again"), 10, "the other conversation's answer")
+            check_log(a, ca)
+            no_zombies(a)
+    finally:
+        if held is not None:
+            os.close(held)
+        if subreaper:
+            _libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+            # Reap whatever was reparented to us (the orphaned workers), but nothing of anyone else.
+            for pid in (locals().get("wa"), locals().get("w1")):
+                if pid:
+                    try:
+                        os.waitpid(pid, os.WNOHANG)
+                    except ChildProcessError:
+                        pass
+
+
+# ---- 9. on start, every active conversation gets a worker -----------------------------------------
+
+
+def test_active_conversations_revived_on_start():
+    with setup(Agentd(start=False)) as a:
+        a.start()
+        convs = [new_conv(a) for _ in range(2)]
+        for i, c in enumerate(convs):
+            a.send(c, f"block s9-{i}")
+        firsts = [wait_for(lambda c=c: model_calls(a, c), 10, "the model call")[0] for c in convs]
+        a.kill(signal.SIGKILL)
+        for f in firsts:
+            gone(f["ppid"], "the worker of the killed agentd")
+            gone(f["pid"], "its model process")
+        a.start()
+        for c in convs:
+            wait_for(lambda c=c: len(model_calls(a, c)) == 2, 10, "the turn re-run after the restart")
+        for i, c in enumerate(convs):
+            release(a, f"s9-{i}")
+        for i, c in enumerate(convs):
+            wait_for(lambda c=c, i=i: last_is_answer(a, c, f"released s9-{i}"), 10, "the turn to complete")
+            evs = check_log(a, c)
+            assert [e["type"] for e in evs] == ["user_msg", "assistant_msg"], evs
+        assert "revived 2 conversation(s) that were mid-turn" in a.log(), a.log_tail()
+        no_zombies(a)
+
+
+# ---- 10. no zombies, no leaked descriptors --------------------------------------------------------
+
+
+def test_no_zombies_and_no_leaked_descriptors():
+    with setup(Agentd(start=False)) as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, 'tool work {"block": "d10"}')
+        rec = wait_for(lambda: tool_calls_rec(a), 10, "the tool")[0]
+        wpid = rec["ppid"]
+        # Other sources of descriptors in the supervisor while we look: a client, a watcher.
+        with a.conn() as idle_client, a.watch(c):
+            idle_client.request({"op": "ping"})
+            fds = open_fds(wpid)
+        release(a, "d10")
+        wait_for(lambda: last_is_answer(a, c), 10, "the turn after the tool")
+        a.send(c, "plain")
+        wait_for(lambda: last_is_answer(a, c, "re: plain"), 10, "the plain answer")
+        assert wait_worker(a, c, "idle") == wpid
+        fds_idle = open_fds(wpid)
+        for what, f in (("mid-tool", fds), ("idle", fds_idle)):
+            extra = {fd: t for fd, t in f.items() if fd > 3}
+            if what == "mid-tool":
+                # While a tool runs, the worker also holds the pipes to it and its pidfd; nothing else.
+                extra = {fd: t for fd, t in extra.items() if not t.startswith(("pipe:", "anon_inode:[pidfd]"))}
+            assert all(os.path.basename(t) in ("data.mdb", "lock.mdb") for t in extra.values()), (what, f)
+            assert not any(k in t for t in f.values() for k in ("eventpoll", "timerfd", "signalfd", "agentd.sock"))
+            assert {0, 1, 2, 3} <= set(f), (what, f)
+            assert f[3].startswith("socket:"), (what, f)
+            assert not any(t.startswith("socket:") for fd, t in f.items() if fd != 3), (what, f)
+            assert any(t.endswith("data.mdb") for t in f.values()), (what, f)
+        # What the worker's children (model and tool processes) inherited: stdin/stdout/stderr only.
+        for r in tool_calls_rec(a) + model_calls(a, c):
+            assert set(r["fds"]) == {"0", "1", "2"}, r
+            assert not any(t.endswith((".mdb", ".sock")) or t.startswith("socket:") for t in r["fds"].values()), r
+        # Kill it mid-turn once more and let it be revived, then look for zombies.
+        a.send(c, "block d10b")
+        wait_for(lambda: len(model_calls(a, c)) == 4, 10, "the blocked model call")
+        os.kill(wpid, signal.SIGKILL)
+        gone(wpid)
+        release(a, "d10b")
+        wait_for(lambda: last_is_answer(a, c, "released d10b"), 10, "the revived answer")
+        check_log(a, c)
+        no_zombies(a)
+        w = wait_worker(a, c, "idle")
+        f = open_fds(w)
+        assert all(os.path.basename(t) in ("data.mdb", "lock.mdb") for fd, t in f.items() if fd > 3), f
+
+
+# ---- 11. a second agentd on the same data directory -----------------------------------------------
+
+
+def test_second_instance_refused():
+    with setup(Agentd(start=False)) as a:
+        a.start()
+        c = new_conv(a)
+        b = Agentd(data_dir=a.data_dir, start=False)
+        try:
+            rc = b.expect_exit()
+            assert rc != 0, rc
+            assert "already running" in b.log(), b.log()
+            assert str(a.pid) in b.log(), b.log()
+        finally:
+            b.close()
+        assert a.running()
+        a.send(c, "still here")
+        wait_for(lambda: last_is_answer(a, c, "re: still here"), 10, "the first agentd's answer")
+        check_log(a, c)
+        no_zombies(a)
+
+
+# ---- 12. SIGTERM shutdown --------------------------------------------------------------------------
+
+
+def test_sigterm_hibernates_workers():
+    with setup(Agentd(start=False)) as a:
+        a.start()
+        idle, waiting, busy = new_conv(a), new_conv(a), new_conv(a)
+        a.send(idle, "x")
+        wait_for(lambda: last_is_answer(a, idle, "re: x"), 10, "an answer")
+        a.send(waiting, "tool approve {}")
+        a.send(busy, "block s12")
+        pids = [wait_worker(a, idle, "idle"), wait_worker(a, waiting, "awaiting_input")]
+        pids.append(wait_for(lambda: model_calls(a, busy), 10, "the busy model call")[0]["ppid"])
+        assert sorted(pids) == a.children(), (pids, a.children())
+        mark = len(a.log())
+        assert a.stop() == 0
+        for p in pids:
+            assert not pid_alive(p), f"worker {p} outlived agentd"
+        tail = a.log()[mark:]
+        assert "killing them" not in tail and "killed by signal" not in tail and "exited with status" not in tail, tail
+        # Hibernated: the states are on disk, and the restart resumes what was owed.
+        a.start()
+        assert conv_get(a, idle)["status"] == "idle"
+        assert conv_get(a, waiting)["status"] == "suspended"
+        assert conv_get(a, waiting)["fsm_state"]["state"] == "awaiting_input"
+        release(a, "s12")
+        wait_for(lambda: last_is_answer(a, busy, "released s12"), 10, "the interrupted turn")
+        assert conv_get(a, idle)["worker"] is None and conv_get(a, waiting)["worker"] is None
+        for c in (idle, waiting, busy):
+            check_log(a, c)
+        a.stop()
+        assert a.children() == []
+
+
+harness.main(globals())
