@@ -253,6 +253,11 @@ int ensure_started(const char *conv)
 			struct ipc_msg m = { .type = IPC_WAKE };
 			if (ipc_send(w->ipc, &m) < 0)
 				w->wake_pending = 1;
+			else if (w->state == W_IDLE || w->state == W_AWAITING)
+				/* It has work now: an idle worker that has not yet
+				 * read the wake must not be evicted as idle (its
+				 * stop would cross the wake and swallow the turn). */
+				set_state(w, W_RUNNING);
 		}
 		return 0;
 	}
@@ -356,9 +361,11 @@ static void on_exit_status(struct worker *w, int status)
 		return;
 	if (conv_status(w->conv) != STORE_ACTIVE)
 		return;
-	if (clean && w->stop_sent && !w->wake_pending)
+	if (clean && w->stop_sent == 1 && !w->wake_pending)
 		return; /* told to stop: it revives on the next event */
-	if (clean && w->wake_pending) {
+	/* Evicted (stop_sent 2) yet active: work arrived as it was told to
+	 * stop (a wake crossing the stop), and nothing else will restart it. */
+	if (clean && (w->wake_pending || w->stop_sent == 2)) {
 		ensure_started(w->conv);
 		return;
 	}
@@ -569,6 +576,7 @@ void workers_tick(int64_t now)
 			log_debug("%s: worker %d idle for %lld ms: stopping it", w->conv, (int)w->pid,
 				  (long long)(now - w->since));
 			worker_stop(w);
+			w->stop_sent = 2; /* an eviction, not an operator's stop: see on_exit_status */
 		}
 	}
 }

@@ -506,6 +506,32 @@ def test_idle_eviction_then_revival():
         no_zombies(a)
 
 
+def test_send_racing_idle_eviction_is_answered():
+    """A send wakes an idle worker, and the eviction deadline passes before the worker has told the
+    supervisor it is running again (here: frozen with SIGSTOP). The stop must not swallow the turn."""
+    idle = scaled(1.0)
+    with setup(Agentd(start=False, extra_args=["--idle-timeout", f"{int(idle * 1000)}ms"])) as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, "one")
+        wait_for(lambda: last_is_answer(a, c, "re: one"), 10, "the first answer")
+        wpid = wait_worker(a, c, "idle")
+        os.kill(wpid, signal.SIGSTOP)
+        try:
+            ws = [w for w in a.ok({"op": "status"})["workers"] if w["conversation"] == c]
+            assert ws and ws[0]["state"] == "idle", ws
+            evict_at = time.monotonic() + (idle * 1000 - ws[0]["since_ms"]) / 1000
+            a.send(c, "two")  # its wake waits in the frozen worker's socket
+            assert time.monotonic() < evict_at, "the eviction deadline passed before the send: test too slow"
+            wait_for(lambda: time.monotonic() > evict_at + 0.3, idle + 10, "the eviction deadline to pass")
+        finally:
+            os.kill(wpid, signal.SIGCONT)
+        wait_for(lambda: last_is_answer(a, c, "re: two"), 10, "the answer to the message sent at eviction time")
+        check_log(a, c)
+        wait_for(lambda: a.children() == [], 10, "the idle worker to be evicted afterwards")
+        no_zombies(a)
+
+
 # ---- 8. fencing -----------------------------------------------------------------------------------
 
 
@@ -538,7 +564,7 @@ def test_fencing_old_generation_cannot_commit():
             m2 = wait_for(lambda: model_calls(a, cb)[1:], 10, "the new worker's model call")[0]
             w2 = m2["ppid"]
             assert w2 != w1 and m2["turn"] == m1["turn"] == 1
-            assert lease_of(a, cb) == lease1 + 1, (lease_of(a, cb), lease1)
+            assert lease_of(a, cb) > lease1, (lease_of(a, cb), lease1)  # a new generation
             assert wait_worker(a, cb) == w2
             # Both workers now finish the same turn: only the current generation may commit.
             release(a, "f8")
