@@ -5,6 +5,7 @@
  * runs the loop until SIGTERM, SIGINT or the `shutdown` op.
  */
 #include "supervisor/sup.h"
+#include "supervisor/check.h"
 
 #include <bsd/libutil.h>
 #include <dirent.h>
@@ -45,6 +46,11 @@ static void usage(FILE *f)
 		"  --worker PATH       the agentd-worker program (default: beside agentd)\n"
 		"  --max-workers N     live worker processes at most; more conversations queue\n"
 		"  --help, --version\n"
+		"\n"
+		"agentd check [--data DIR]\n"
+		"  Check the store's consistency (read-only; safe while agentd runs): seqs 1..N,\n"
+		"  tool-call rows and expiries against the log, fsm_state and status against what\n"
+		"  the log owes. Exit 0 when consistent, 1 listing each problem.\n"
 		"\n"
 		"Command-line options override the configuration file. Exit status: 0 after a clean\n"
 		"stop, 1 on a runtime failure (another agentd holds DIR, the store cannot open),\n"
@@ -119,6 +125,18 @@ int main(int argc, char **argv)
 	int o_ephemeral = 0, c;
 	struct config cfg;
 	char err[512];
+
+	if (argc >= 2 && !strcmp(argv[1], "check")) {
+		const char *dir = "./agentd-data";
+		if (argc == 4 && !strcmp(argv[2], "--data"))
+			dir = argv[3];
+		else if (argc != 2) {
+			fprintf(stderr, "usage: agentd check [--data DIR]\n");
+			return EXIT_USAGE;
+		}
+		int n = check_store(dir, stdout);
+		return n == 0 ? 0 : n < 0 ? 2 : 1;
+	}
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {

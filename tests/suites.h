@@ -8,6 +8,8 @@ Suite *make_conformance_suite(void);
 Suite *make_store_mp_suite(void);
 Suite *make_proc_suite(void);
 Suite *make_protocol_suite(void);
+Suite *make_render_suite(void);
+Suite *make_consistency_suite(void);
 
 static Suite *(*const check_suites[])(void) = {
 	make_mp_suite,
@@ -15,6 +17,8 @@ static Suite *(*const check_suites[])(void) = {
 	make_store_mp_suite,
 	make_proc_suite,
 	make_protocol_suite,
+	make_render_suite,
+	make_consistency_suite,
 	0,
 };
 #endif

@@ -1,0 +1,319 @@
+/*
+ * check.c: `agentd check`, the store's consistency check.
+ *
+ * The log is the truth; everything else is derived from it or caches it. This
+ * reads a store (read-only, safe while agentd runs) and reports every place
+ * where a derived row disagrees with the log: seqs not 1..N, a tool call row
+ * without its tool_call event or the other way round, a call settled twice, a
+ * row's status against its settlement, an expiry without its pending row (or
+ * the reverse), and fsm_state or status against what the log's tail owes.
+ */
+#include "supervisor/check.h"
+#include "agent/render.h"
+#include "ipc/jsonmp.h"
+#include "store/store.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ck {
+	FILE *out;
+	store_txn *t;
+	const char *conv;
+	int problems;
+	uint64_t nevents, ncalls;
+	/* per conversation */
+	uint64_t prev_seq;
+	uint64_t last_ctx;
+	json_t *calls;    /* tool_call_id -> {"executor", "settled": n, "status"} */
+	json_t *events;   /* the working set (after the latest summary), for tail_decide */
+	uint64_t after;   /* the latest summary's to_seq */
+	json_t *expiries; /* tool_call_id -> {"deadline", "conversation"} (all conversations) */
+};
+
+static const char *str_or(const char *s, const char *d)
+{
+	return s ? s : d;
+}
+
+static void problem(struct ck *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(struct ck *c, const char *fmt, ...)
+{
+	va_list ap;
+	c->problems++;
+	fprintf(c->out, "%s: ", c->conv ? c->conv : "store");
+	va_start(ap, fmt);
+	vfprintf(c->out, fmt, ap);
+	va_end(ap);
+	fputc('\n', c->out);
+}
+
+static int on_event(void *arg, const struct store_event *ev)
+{
+	struct ck *c = arg;
+	char type[40];
+	c->nevents++;
+	if (ev->seq != c->prev_seq + 1)
+		problem(c, "seq %llu follows %llu: the log must be 1..N without a gap", (unsigned long long)ev->seq,
+			(unsigned long long)c->prev_seq);
+	c->prev_seq = ev->seq;
+	snprintf(type, sizeof type, "%.*s", (int)ev->type.len, (const char *)ev->type.ptr);
+	json_t *content = jsonmp_unpack(ev->content.ptr, ev->content.len);
+	if (!json_is_object(content)) {
+		problem(c, "seq %llu (%s): content is not a JSON object", (unsigned long long)ev->seq, type);
+		json_decref(content);
+		return 0;
+	}
+	const char *id = json_string_value(json_object_get(content, "tool_call_id"));
+	if (!strcmp(type, "tool_call")) {
+		if (!id) {
+			problem(c, "seq %llu: tool_call without tool_call_id", (unsigned long long)ev->seq);
+		} else if (json_object_get(c->calls, id)) {
+			problem(c, "seq %llu: tool_call %s appears twice", (unsigned long long)ev->seq, id);
+		} else {
+			json_object_set_new(c->calls, id, json_pack("{s:O, s:i, s:s}", "executor",
+					    json_object_get(content, "executor"), "settled", 0, "status", ""));
+		}
+	} else if (!strcmp(type, "tool_result") || !strcmp(type, "resolution")) {
+		json_t *call = id ? json_object_get(c->calls, id) : NULL;
+		if (!call) {
+			problem(c, "seq %llu: %s for tool call %s that has no tool_call event", (unsigned long long)ev->seq,
+				type, id ? id : "(none)");
+		} else {
+			json_int_t n = json_integer_value(json_object_get(call, "settled")) + 1;
+			json_object_set_new(call, "settled", json_integer(n));
+			json_object_set(call, "status", json_object_get(content, "status"));
+			if (n > 1)
+				problem(c, "tool call %s settled %lld times (seq %llu)", id, (long long)n,
+					(unsigned long long)ev->seq);
+		}
+	} else if (!strcmp(type, "assistant_msg")) {
+		json_t *cs = json_object_get(content, "context_seq");
+		uint64_t ctx = json_is_integer(cs) ? (uint64_t)json_integer_value(cs) : 0;
+		if (!json_is_integer(cs) || ctx >= ev->seq)
+			problem(c, "seq %llu: assistant_msg with a bad context_seq", (unsigned long long)ev->seq);
+		else if (c->last_ctx && ctx <= c->last_ctx)
+			problem(c, "seq %llu: a second model answer for context_seq %llu (the turn after %llu)",
+				(unsigned long long)ev->seq, (unsigned long long)ctx, (unsigned long long)c->last_ctx);
+		c->last_ctx = ctx;
+	}
+	if (ev->seq > c->after)
+		json_array_append_new(c->events, json_pack("{s:I, s:s, s:o}", "seq", (json_int_t)ev->seq, "type", type,
+							   "content", content));
+	else
+		json_decref(content);
+	return 0;
+}
+
+static int on_row(void *arg, const struct store_tool_call *tc)
+{
+	struct ck *c = arg;
+	char id[STORE_ID_MAX + 1];
+	snprintf(id, sizeof id, "%.*s", (int)tc->id.len, (const char *)tc->id.ptr);
+	c->ncalls++;
+	if (tc->conversation.len != strlen(c->conv) || memcmp(tc->conversation.ptr, c->conv, tc->conversation.len))
+		problem(c, "tool call row %s names conversation %.*s", id, (int)tc->conversation.len,
+			(const char *)tc->conversation.ptr);
+	json_t *call = json_object_get(c->calls, id);
+	if (!call) {
+		problem(c, "tool call row %s has no tool_call event in the log", id);
+		return 0;
+	}
+	json_object_set_new(call, "row", json_true());
+	const char *ex = json_string_value(json_object_get(call, "executor"));
+	const char *want = tc->executor == STORE_EXEC_HUMAN ? "human" : "server";
+	if (ex && strcmp(ex, want))
+		problem(c, "tool call %s: row executor %s, log says %s", id, want, ex);
+	int settled = (int)json_integer_value(json_object_get(call, "settled"));
+	const char *st = store_tc_status_name(tc->status);
+	if (tc->status == STORE_TC_PENDING && settled)
+		problem(c, "tool call %s: row pending but settled in the log", id);
+	if (tc->status != STORE_TC_PENDING && !settled)
+		problem(c, "tool call %s: row %s but not settled in the log", id, st);
+	const char *logged = str_or(json_string_value(json_object_get(call, "status")), "?");
+	if (settled && strcmp(st, logged))
+		problem(c, "tool call %s: row %s, log settled it %s", id, st, logged);
+	json_t *e = json_object_get(c->expiries, id);
+	if (tc->status == STORE_TC_PENDING && tc->deadline > 0) {
+		if (!e || json_integer_value(json_object_get(e, "deadline")) != tc->deadline)
+			problem(c, "tool call %s: pending with deadline %lld but no matching expiry", id,
+				(long long)tc->deadline);
+	} else if (e) {
+		problem(c, "tool call %s: an expiry is scheduled but the call is %s%s", id, st,
+			tc->deadline ? "" : " without a deadline");
+	}
+	if (e)
+		json_object_set_new(e, "seen", json_true());
+	return 0;
+}
+
+static int on_expiry(void *arg, const struct store_expiry *e)
+{
+	struct ck *c = arg;
+	char id[STORE_ID_MAX + 1];
+	snprintf(id, sizeof id, "%.*s", (int)e->tool_call_id.len, (const char *)e->tool_call_id.ptr);
+	json_object_set_new(c->expiries, id, json_pack("{s:I, s:s#}", "deadline", (json_int_t)e->deadline,
+						       "conversation", (const char *)e->conversation.ptr,
+						       (int)e->conversation.len));
+	return 0;
+}
+
+/* fsm_state and status against what the log's tail owes. */
+static void check_state(struct ck *c, const struct store_conv *conv)
+{
+	struct tail tl;
+	if (tail_decide(c->events, c->after, &tl)) {
+		problem(c, "the log's tail holds a malformed event");
+		return;
+	}
+	json_t *fsm = conv->fsm_state.len ? jsonmp_unpack(conv->fsm_state.ptr, conv->fsm_state.len) : NULL;
+	const char *fstate = json_string_value(json_object_get(fsm, "state"));
+	int humans = 0, servers = 0;
+	size_t i;
+	json_t *call;
+	json_array_foreach(tl.unsettled, i, call) {
+		const char *ex = json_string_value(json_object_get(call, "executor"));
+		if (ex && !strcmp(ex, "human"))
+			humans++;
+		else
+			servers++;
+	}
+	const char *st = store_status_name(conv->status);
+	if (conv->status == STORE_ENDED)
+		goto out; /* closed: a worker may still finish, nothing is owed */
+	if (conv->status == STORE_SUSPENDED && !humans)
+		problem(c, "status suspended but no human tool call is pending in the log");
+	if (conv->status == STORE_SUSPENDED && fstate && strcmp(fstate, "awaiting_input"))
+		problem(c, "status suspended but fsm_state is %s", fstate);
+	if (conv->status == STORE_IDLE && tl.action != TAIL_IDLE)
+		problem(c, "status idle but the log owes %s", tl.action == TAIL_TURN ? "a model turn" : "tool calls");
+	if (conv->status == STORE_IDLE && fstate && strcmp(fstate, "idle"))
+		problem(c, "status idle but fsm_state is %s", fstate);
+	if (humans && !servers && conv->status != STORE_SUSPENDED && conv->status != STORE_ENDED &&
+	    conv->status != STORE_ACTIVE)
+		problem(c, "%d human tool call(s) pending in the log but status is %s", humans, st);
+	if (fstate && !strcmp(fstate, "awaiting_input") && conv->status == STORE_SUSPENDED) {
+		json_t *pend = json_object_get(fsm, "pending");
+		json_array_foreach(tl.unsettled, i, call) {
+			const char *id = json_string_value(json_object_get(call, "tool_call_id"));
+			const char *ex = json_string_value(json_object_get(call, "executor"));
+			if (ex && !strcmp(ex, "human") && !json_object_get(pend, id))
+				problem(c, "fsm_state.pending lacks pending call %s", id);
+		}
+	}
+out:
+	json_decref(fsm);
+	tail_free(&tl);
+}
+
+static int check_conv(struct ck *c, const char *id)
+{
+	struct store_conv conv;
+	struct store_summary sum;
+	int e = store_conv_get(c->t, id, &conv);
+	if (e) {
+		problem(c, "conversation record: %s", store_strerror(e));
+		return 0;
+	}
+	json_t *settings = jsonmp_unpack(conv.settings.ptr, conv.settings.len);
+	if (!json_is_object(settings))
+		problem(c, "settings are not a JSON object");
+	json_decref(settings);
+	c->prev_seq = 0;
+	c->last_ctx = 0;
+	c->after = 0;
+	c->calls = json_object();
+	c->events = json_array();
+	uint64_t last = 0;
+	store_event_latest_seq(c->t, id, &last);
+	e = store_summary_latest(c->t, id, &sum);
+	if (e == 0) {
+		c->after = sum.to_seq;
+		if (sum.from_seq > sum.to_seq || sum.to_seq > last)
+			problem(c, "summary %llu-%llu does not fit the log (last seq %llu)", (unsigned long long)sum.from_seq,
+				(unsigned long long)sum.to_seq, (unsigned long long)last);
+	} else if (e != STORE_E_NOTFOUND) {
+		problem(c, "summary: %s", store_strerror(e));
+	}
+	struct store_range r = { 0 };
+	if ((e = store_events_stream(c->t, id, &r, on_event, c)))
+		problem(c, "events: %s", store_strerror(e));
+	if (c->prev_seq != last)
+		problem(c, "the last seq is %llu but the log ends at %llu", (unsigned long long)last,
+			(unsigned long long)c->prev_seq);
+	if ((e = store_tool_calls_list(c->t, id, 0, on_row, c)))
+		problem(c, "tool calls: %s", store_strerror(e));
+	const char *k;
+	json_t *v;
+	json_object_foreach(c->calls, k, v)
+		if (!json_object_get(v, "row"))
+			problem(c, "tool call %s is in the log but has no row", k);
+	check_state(c, &conv);
+	json_decref(c->calls);
+	json_decref(c->events);
+	return 0;
+}
+
+struct ids {
+	char (*id)[STORE_ID_MAX + 1];
+	size_t n, cap;
+};
+
+static int collect(void *arg, const struct store_conv *cv)
+{
+	struct ids *ids = arg;
+	if (ids->n == ids->cap) {
+		size_t cap = ids->cap ? ids->cap * 2 : 64;
+		void *p = realloc(ids->id, cap * sizeof *ids->id);
+		if (!p)
+			return -1;
+		ids->id = p;
+		ids->cap = cap;
+	}
+	snprintf(ids->id[ids->n++], STORE_ID_MAX + 1, "%.*s", (int)cv->id.len, (const char *)cv->id.ptr);
+	return 0;
+}
+
+int check_store(const char *dir, FILE *out)
+{
+	store *st;
+	struct store_opts so = { .read_only = 1 };
+	int e = store_open(&st, dir, &so);
+	if (e) {
+		fprintf(out, "agentd check: cannot open the store in %s: %s\n", dir, store_strerror(e));
+		return -1;
+	}
+	struct ck c = { .out = out, .expiries = json_object() };
+	struct ids ids = { 0 };
+	if ((e = store_txn_begin(st, STORE_READ, &c.t)) == 0) {
+		if ((e = store_conv_list(c.t, -1, NULL, 0, collect, &ids, NULL)))
+			problem(&c, "listing conversations: %s", store_strerror(e));
+		if ((e = store_expiries_due(c.t, INT64_MAX, on_expiry, &c)))
+			problem(&c, "listing expiries: %s", store_strerror(e));
+		for (size_t i = 0; i < ids.n; i++) {
+			c.conv = ids.id[i];
+			check_conv(&c, ids.id[i]);
+		}
+		c.conv = NULL;
+		const char *k;
+		json_t *v;
+		json_object_foreach(c.expiries, k, v)
+			if (!json_object_get(v, "seen"))
+				problem(&c, "expiry of tool call %s (conversation %s) has no pending row", k,
+					json_string_value(json_object_get(v, "conversation")));
+		store_txn_abort(c.t);
+	} else {
+		problem(&c, "read transaction: %s", store_strerror(e));
+	}
+	fprintf(out, "agentd check: %s: %zu conversations, %llu events, %llu tool calls: %s", dir, ids.n,
+		(unsigned long long)c.nevents, (unsigned long long)c.ncalls,
+		c.problems ? "" : "consistent\n");
+	if (c.problems)
+		fprintf(out, "%d problem(s)\n", c.problems);
+	free(ids.id);
+	json_decref(c.expiries);
+	store_close(st);
+	return c.problems;
+}
