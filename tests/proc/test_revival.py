@@ -100,6 +100,9 @@ for n in os.listdir("/proc/self/fd"):
 with open(log, "a") as f:
     f.write(json.dumps({"id": req["tool_call_id"], "env": os.environ.get("AGENTD_TOOL_CALL_ID"),
                         "pid": os.getpid(), "ppid": os.getppid(), "fds": fds}) + "\n")
+if (req.get("args") or {}).get("crash"):
+    os.kill(os.getppid(), 9)  # the worker running this dispatch dies
+    time.sleep(60)  # PR_SET_PDEATHSIG ends us with it
 blk = (req.get("args") or {}).get("block")
 if blk:
     while not os.path.exists(os.path.join(d, "rel", blk)):
@@ -366,6 +369,32 @@ def test_kill_mid_server_tool_redispatches_same_id():
         no_zombies(a)
 
 
+def test_tool_that_kills_its_worker_is_settled_interrupted():
+    """Every dispatch of this call kills its worker: past max_attempts (3 by default) revival settles it
+    `errored` ("interrupted") instead of looping, keeps the history whole, and the model answers."""
+    with setup(Agentd(start=False)) as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, 'tool work {"crash": true}')
+        wait_for(lambda: last_is_answer(a, c) and len(a.events(c)) > 2, 15, "the turn after the interrupted call")
+        recs = tool_calls_rec(a)
+        tcid = recs[0]["id"]
+        assert [r["id"] for r in recs] == [tcid] * 3, recs
+        assert len({r["ppid"] for r in recs}) == 3  # three workers, each killed by its dispatch
+        evs = check_log(a, c)
+        assert [e["type"] for e in evs] == ["user_msg", "assistant_msg", "tool_call", "tool_result",
+                                            "assistant_msg"], evs
+        assert evs[3]["content"]["status"] == "errored", evs[3]
+        assert evs[3]["content"]["result"]["error"] == "interrupted", evs[3]
+        assert evs[4]["content"]["text"] == f"after {tcid}:errored"
+        assert len(model_calls(a, c, turn=1)) == 1, model_calls(a, c)
+        row = a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]
+        assert row["status"] == "errored" and row["attempts"] == 4, row
+        assert not of_type(a, c, "error")  # three crashes: under the restart limit
+        wait_for(lambda: conv_get(a, c)["status"] == "idle", 10, "idle")
+        no_zombies(a)
+
+
 # ---- 3. kill -9 while awaiting a person, then resolve ---------------------------------------------
 
 
@@ -609,11 +638,21 @@ def test_active_conversations_revived_on_start():
         for i, c in enumerate(convs):
             a.send(c, f"block s9-{i}")
         firsts = [wait_for(lambda c=c: model_calls(a, c), 10, "the model call")[0] for c in convs]
+        # And one mid-tool: its call is re-dispatched, not its turn re-run.
+        ct = new_conv(a)
+        a.send(ct, 'tool work {"block": "s9-tool"}')
+        tool1 = wait_for(lambda: tool_calls_rec(a), 10, "the tool's dispatch")[0]
         a.kill(signal.SIGKILL)
-        for f in firsts:
+        for f in firsts + [tool1]:
             gone(f["ppid"], "the worker of the killed agentd")
-            gone(f["pid"], "its model process")
+            gone(f["pid"], "its model or tool process")
         a.start()
+        wait_for(lambda: len(tool_calls_rec(a)) == 2, 10, "the tool call re-dispatched after the restart")
+        assert [r["id"] for r in tool_calls_rec(a)] == [tool1["id"]] * 2
+        release(a, "s9-tool")
+        wait_for(lambda: last_is_answer(a, ct, f"after {tool1['id']}:resolved"), 10, "the tool turn to complete")
+        assert len(model_calls(a, ct, turn=1)) == 1
+        check_log(a, ct)
         for c in convs:
             wait_for(lambda c=c: len(model_calls(a, c)) == 2, 10, "the turn re-run after the restart")
         for i, c in enumerate(convs):
@@ -622,7 +661,7 @@ def test_active_conversations_revived_on_start():
             wait_for(lambda c=c, i=i: last_is_answer(a, c, f"released s9-{i}"), 10, "the turn to complete")
             evs = check_log(a, c)
             assert [e["type"] for e in evs] == ["user_msg", "assistant_msg"], evs
-        assert "revived 2 conversation(s) that were mid-turn" in a.log(), a.log_tail()
+        assert "revived 3 conversation(s) that were mid-turn" in a.log(), a.log_tail()
         no_zombies(a)
 
 
