@@ -42,7 +42,9 @@ int control_listen(void)
 	 * to a dead agentd: replace it. */
 	if (unlink(S.sock_path) == 0)
 		log_info("removed a stale socket %s", S.sock_path);
-	mode_t old = umask(077); /* the socket is created 0600 */
+	/* The socket is created 0600 (design.md section 6): bind applies the
+	 * umask to 0777, so 0177, not 077, which would leave it 0700. */
+	mode_t old = umask(0177);
 	int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
 	umask(old);
 	if (rc < 0 || listen(fd, 512) < 0) {
@@ -199,7 +201,11 @@ void client_flush(struct client *c)
 	}
 	/* Done with a client that hung up (or was cut off) once every reply
 	 * it is owed has been written. */
-	if ((c->closing || c->eof) && !out_pending(c) && TAILQ_EMPTY(&c->slots) && !c->backlog && !c->watch) {
+	/* A watch is kept open after its reader shuts down its writing side
+	 * (eof), but not once agentd ends it (closing: its conversation was
+	 * deleted), or the stream would never end. */
+	if ((c->closing || c->eof) && !out_pending(c) && TAILQ_EMPTY(&c->slots) && !c->backlog &&
+	    (!c->watch || c->closing)) {
 		c->dead = 1;
 		return;
 	}
@@ -263,8 +269,12 @@ static int name_tool(void *arg, const char *n)
 
 static const struct proto_names names = { name_model, name_tool, NULL };
 
-/* One complete line: a job for the end of the iteration, or an error now. */
-static void client_line(struct client *c, const char *line, size_t len)
+/* One complete line: a job for the end of the iteration, or an error now.
+ * Returns 1 when the line was a read queued after a write of the same client
+ * in this iteration: the client's next lines wait for the next iteration, so
+ * that read (which runs after the group commit, to see the write) does not
+ * also see writes the client pipelined after it. */
+static int client_line(struct client *c, const char *line, size_t len)
 {
 	if (len && line[len - 1] == '\r')
 		len--;
@@ -274,7 +284,7 @@ static void client_line(struct client *c, const char *line, size_t len)
 		free(j);
 		if (s)
 			slot_error(s, NULL, PERR_INTERNAL, "out of memory");
-		return;
+		return 0;
 	}
 	j->slot = s;
 	j->started_us = now_us();
@@ -289,9 +299,14 @@ static void client_line(struct client *c, const char *line, size_t len)
 		ops_count(j->rq.op, err, j->started_us);
 		proto_request_free(&j->rq);
 		free(j);
-		return;
+		return 0;
 	}
 	TAILQ_INSERT_TAIL(&S.jobs, j, q);
+	if (ops_is_write(j->rq.op)) {
+		c->batch_write = 1;
+		return 0;
+	}
+	return c->batch_write;
 }
 
 /* Parse up to REQS_PER_WAKEUP complete lines from the input buffer. */
@@ -315,9 +330,11 @@ static void client_parse(struct client *c)
 			c->closing = 1;
 			break;
 		}
-		client_line(c, c->in + off, len);
+		int barrier = client_line(c, c->in + off, len);
 		off += len + 1;
 		n++;
+		if (barrier)
+			break;
 	}
 	memmove(c->in, c->in + off, c->in_len - off);
 	c->in_len -= off;
@@ -342,6 +359,21 @@ void control_backlog(void)
 	LIST_FOREACH(c, &S.clients, link)
 		if (c->backlog && !c->dead && !c->paused)
 			client_parse(c);
+}
+
+/* Whether some client has complete lines left that it may parse now: the
+ * loop must not block in epoll_wait then, because no new input may ever
+ * come to wake it (a client that pipelined more than REQS_PER_WAKEUP
+ * requests in one write and waits for the replies). */
+int control_backlog_ready(void)
+{
+	struct client *c;
+	if (!S.nbacklog)
+		return 0;
+	LIST_FOREACH(c, &S.clients, link)
+		if (c->backlog && !c->dead && !c->paused)
+			return 1;
+	return 0;
 }
 
 static void client_read(struct client *c)
@@ -452,7 +484,11 @@ static int pump_one(void *arg, const struct store_event *ev)
 	}
 	p->wt->sent = ev->seq;
 	p->n++;
-	return 0;
+	/* Stop at the output cap, not at the end of the batch: a batch of
+	 * large events would otherwise queue many megabytes at once and hold
+	 * the loop (and every other client) while it is encoded. The rest
+	 * follows from `sent` when the reader drains (client_flush). */
+	return out_pending(p->wt->c) >= OUT_CAP / 2;
 }
 
 /* Stream a watcher's events after `sent`, a batch at a time while its output
@@ -461,6 +497,11 @@ static int pump_one(void *arg, const struct store_event *ev)
 void watch_pump(struct waiter *wt)
 {
 	struct client *c = wt->c;
+	/* Replies still owed on this connection (the watch's own, or a
+	 * long-poll pipelined before it) go first: streamed lines written now
+	 * would overtake them. client_flush pumps once they are out. */
+	if (!TAILQ_EMPTY(&c->slots))
+		return;
 	while (!c->dead && out_pending(c) < OUT_CAP / 2) {
 		store_txn *t;
 		if (store_txn_begin(S.st, STORE_READ, &t))
@@ -504,8 +545,9 @@ void watch_delta(struct worker *w, const char *text, size_t len)
 {
 	struct waiter *wt;
 	LIST_FOREACH(wt, &w->waiters, link) {
-		if (!wt->watch || wt->c->dead || out_pending(wt->c) > OUT_CAP / 2)
-			continue; /* deltas are a live view: a slow reader loses them, never events */
+		if (!wt->watch || wt->c->dead || out_pending(wt->c) > OUT_CAP / 2 || !TAILQ_EMPTY(&wt->c->slots))
+			continue; /* deltas are a live view: a slow reader loses them, never events;
+				   * nor may they overtake a reply still owed (see watch_pump) */
 		json_t *o = json_pack("{s{ss#}}", "delta", "text", text, (int)len);
 		char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 		json_decref(o);

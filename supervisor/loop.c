@@ -185,11 +185,14 @@ int loop_run(void)
 		return -1;
 	for (;;) {
 		rearm_tick();
-		int n = epoll_wait(S.ep, evs, 64, -1);
+		/* Lines left over from the per-wakeup cap are parsed every
+		 * iteration, without waiting for new input that may never come. */
+		int n = epoll_wait(S.ep, evs, 64, control_backlog_ready() ? 0 : -1);
 		if (n < 0 && errno != EINTR) {
 			log_error("epoll_wait: %s", strerror(errno));
 			return -1;
 		}
+		control_backlog();
 		for (int i = 0; i < n; i++) {
 			int *kind = evs[i].data.ptr;
 			switch (*kind) {

@@ -221,6 +221,7 @@ static void op_events(struct job *j)
 		wt->slot = j->slot;
 		wt->rq = j->rq;
 		memset(&j->rq, 0, sizeof j->rq); /* the waiter owns the request now */
+		j->rq.op = OP_EVENTS; /* still counted as an `events` in the metrics, not as op 0 (ping) */
 		wt->deadline = now_mono() + wt->rq.wait_ms;
 		snprintf(wt->conv, sizeof wt->conv, "%s", wt->rq.conv);
 		LIST_INSERT_HEAD(&w->waiters, wt, link);
@@ -839,6 +840,7 @@ void ops_execute(void)
 	TAILQ_FOREACH(j, &S.jobs, q) {
 		n++;
 		nw += ops_is_write(j->rq.op);
+		j->slot->c->batch_write = 0; /* see client_line */
 	}
 	if (!n)
 		return;

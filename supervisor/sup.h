@@ -79,6 +79,7 @@ struct client {
 	int dead;                 /* freed at the end of the iteration */
 	int paused;               /* output over cap: stop reading */
 	int backlog;              /* complete lines left after the per-wakeup cap */
+	int batch_write;          /* a write of this client is in this iteration's jobs */
 };
 
 enum wstate { W_NONE, W_STARTING, W_RUNNING, W_IDLE, W_AWAITING, W_STOPPING, W_QUEUED, W_BACKOFF };
@@ -181,6 +182,7 @@ void client_flush(struct client *c);
 void clients_reap(void);
 void control_close_all(void);
 void control_backlog(void);
+int control_backlog_ready(void);
 void watch_pump(struct waiter *wt);
 void waiters_notify(struct worker *w, uint64_t seq);
 void waiter_free(struct waiter *wt);
