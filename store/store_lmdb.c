@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -593,6 +594,18 @@ static void txn_free(store_txn *x)
 	free(x);
 }
 
+/* LMDB reports a write that ran out of disk as a short write (-EIO) or
+ * ENOSPC. When the filesystem is (nearly) full, say so: it is store_full to
+ * the caller, not a mysterious I/O error. */
+static int disk_full(store *s)
+{
+	int fd;
+	struct statvfs sv;
+	if (mdb_env_get_fd(s->env, &fd) || fstatvfs(fd, &sv))
+		return 0;
+	return (uint64_t)sv.f_bavail * sv.f_frsize < 4 * MiB;
+}
+
 int store_txn_commit(store_txn *x)
 {
 	if (!x)
@@ -603,7 +616,9 @@ int store_txn_commit(store_txn *x)
 	} else {
 		int rc = mdb_txn_commit(x->t);
 		err = map_err(rc);
-		if (err == STORE_E_FULL)
+		if (err == -EIO || err == -ENOSPC)
+			err = disk_full(x->s) ? STORE_E_FULL : err;
+		else if (err == STORE_E_FULL)
 			x->s->grow_pending = 1;
 	}
 	store *s = x->s;

@@ -486,10 +486,18 @@ void worker_ipc(struct worker *w)
 				break;
 			if (m.text_len == 4 && !memcmp(m.text, "idle", 4))
 				set_state(w, W_IDLE);
-			else if (m.text_len == 14 && !memcmp(m.text, "awaiting_input", 14))
+			else if (m.text_len == 14 && !memcmp(m.text, "awaiting_input", 14)) {
 				set_state(w, W_AWAITING);
-			else
+				/* A revived worker may schedule an expiry without
+				 * appending an event (a pending call whose tool now
+				 * expires, or whose row it rebuilt): arm the timer. */
+				loop_rearm_expiry();
+			} else
 				set_state(w, W_RUNNING);
+			/* At max_workers, a worker with nothing to do gives its
+			 * slot to a conversation queued for one. */
+			if ((w->state == W_IDLE || w->state == W_AWAITING) && !TAILQ_EMPTY(&S.queue))
+				worker_stop(w);
 			break;
 		case IPC_APPENDED:
 			waiters_notify(w, m.seq);

@@ -1,0 +1,181 @@
+"""Resource exhaustion (issue 6): the map filling up, the disk filling up, the descriptor limit, the worker
+limit, and a model writing far more than its cap. In each: a clear error to whoever asked, agentd goes on
+serving, and nothing committed is lost."""
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+
+import harness
+from harness import Agentd, wait_for
+
+SHORT_MODEL = """
+import json, sys
+json.load(sys.stdin)
+print(json.dumps({"text": "ok"}))
+"""
+
+
+def fill_until_full(a, c, size):
+    """Send messages of `size` bytes until the store refuses one; returns the acked seqs."""
+    acked = []
+    blob = "x" * size
+    for i in range(10000):
+        r = a.request({"op": "send", "conversation": c, "content": blob, "event_id": f"e{i}"})
+        if not r["ok"]:
+            assert r["error"] == "store_full", r
+            assert "full" in r["message"], r
+            return acked, i
+        acked.append((f"e{i}", r["seq"]))
+    raise AssertionError("the store never filled")
+
+
+def test_map_full_is_store_full_and_nothing_is_lost():
+    with Agentd(start=False) as a:
+        model = a.script("short.py", SHORT_MODEL)
+        cfg = f"""
+            [agentd]
+            map_size = 2m
+            max_map_size = 2m
+            [model.short]
+            command = python3 {model}
+            """
+        a.write_config(cfg)
+        a.start()
+        c = a.create(model="short")
+        acked, failed_at = fill_until_full(a, c, 60000)
+        assert len(acked) > 5, acked
+        # Reads go on, and every acknowledged send is there exactly once.
+        evs = a.events(c)
+        ids = [e.get("event_id") for e in evs if e["type"] == "user_msg"]
+        for eid, seq in acked:
+            assert ids.count(eid) == 1, eid
+        assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1))
+        assert a.ok({"op": "ping"})["version"]
+        # A retry of the refused send after the limit is raised succeeds (the map grows).
+        a.stop()
+        a.write_config(cfg.replace("max_map_size = 2m", "max_map_size = 64m"))
+        a.start()
+        r = a.ok({"op": "send", "conversation": c, "content": "x" * 60000, "event_id": f"e{failed_at}"})
+        assert "duplicate" not in r and r["seq"] == len(a.events(c)) - (len(a.events(c)) - r["seq"])
+        rc = subprocess.run([harness.AGENTD_BIN, "check", "--data", a.data_dir], capture_output=True, text=True)
+        assert rc.returncode == 0, rc.stdout
+
+
+def test_disk_full_is_store_full():
+    mnt = tempfile.mkdtemp()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", mnt], capture_output=True).returncode:
+        print("SKIP test_disk_full_is_store_full: cannot mount a small tmpfs here (needs root)")
+        return
+    try:
+        data = os.path.join(mnt, "data")
+        with Agentd(data_dir=data, start=False) as a:
+            model = a.script("short.py", SHORT_MODEL)
+            a.write_config(f"[model.short]\ncommand = python3 {model}\n")
+            a.start()
+            c = a.create(model="short")
+            acked, _ = fill_until_full(a, c, 100000)
+            evs = a.events(c)
+            got = {e.get("event_id") for e in evs}
+            assert all(eid in got for eid, _ in acked)
+            assert a.ok({"op": "ping"})
+    finally:
+        subprocess.run(["umount", "-l", mnt])
+
+
+def test_descriptor_limit_refuses_clients_and_goes_on():
+    wrapper = None
+    with Agentd(start=False) as a:
+        wrapper = a.script("limited.py", f"""
+            import os, resource, sys
+            resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
+            os.execv({harness.AGENTD_BIN!r}, [{harness.AGENTD_BIN!r}] + sys.argv[1:])
+            """)
+        saved = harness.AGENTD_BIN
+        harness.AGENTD_BIN = wrapper
+        try:
+            a.start()
+        finally:
+            harness.AGENTD_BIN = saved
+        socks = []
+        for _ in range(60):
+            s = socket.socket(socket.AF_UNIX)
+            try:
+                s.connect(a.socket)
+            except OSError:
+                s.close()
+                break
+            socks.append(s)
+        # Past the limit, connections are accepted and closed at once (not left hanging).
+        closed = 0
+        for s in socks:
+            s.settimeout(0.2)
+            try:
+                s.sendall(b'{"op":"ping"}\n')
+                if s.recv(100) == b"":
+                    closed += 1
+            except socket.timeout:
+                pass
+            except OSError:  # reset: closed by agentd before it read our request
+                closed += 1
+        assert closed > 0, "no connection was refused at the descriptor limit"
+        wait_for(lambda: "out of file descriptors" in a.log(), 5, "the log line")
+        for s in socks:
+            s.close()
+        # The loop went on: new clients are served again.
+        wait_for(lambda: a.request({"op": "ping"})["ok"], 10, "service after the limit")
+        c = a.create()
+        a.send(c, "still here")
+        wait_for(lambda: len(a.events(c)) >= 2, 10, "the echo reply")
+
+
+def test_worker_limit_queues():
+    with Agentd(start=False, extra_args=("--max-workers", "2")) as a:
+        gate = os.path.join(a.dir, "go")
+        model = a.script("gated.py", f"""
+            import json, os, sys, time
+            json.load(sys.stdin)
+            while not os.path.exists({gate!r}):
+                time.sleep(0.02)
+            print(json.dumps({{"text": "done"}}))
+            """)
+        a.write_config(f"[model.gated]\ncommand = python3 {model}\n")
+        a.start()
+        convs = [a.create(model="gated") for _ in range(4)]
+        for c in convs:
+            a.send(c, "hi")
+        def states():
+            return sorted(w["state"] for w in a.ok({"op": "status"})["workers"])
+        got = wait_for(lambda: (s := states()).count("queued") == 2 and s, 10, "two queued conversations")
+        assert sum(1 for w in a.ok({"op": "status"})["workers"] if w["pid"]) == 2, got
+        open(gate, "w").close()
+        for c in convs:
+            wait_for(lambda c=c: len(a.events(c)) >= 2, 20, f"{c} answered")
+
+
+def test_model_writing_gigabytes_is_capped():
+    with Agentd(start=False) as a:
+        model = a.script("flood.py", """
+            import json, sys
+            json.load(sys.stdin)
+            chunk = '{"delta":"' + "y" * 65000 + '"}\\n'
+            try:
+                for _ in range(32768):  # 2 GiB
+                    sys.stdout.write(chunk)
+            except BrokenPipeError:
+                pass
+            """)
+        a.write_config(f"[agentd]\nmodel_output_cap = 1m\n[model.flood]\ncommand = python3 {model}\nretries = 0\n")
+        a.start()
+        c = a.create(model="flood")
+        a.send(c, "go")
+        err = wait_for(lambda: a.events(c, type="error"), 60, "the error event")
+        assert "more than" in err[0]["content"]["message"], err
+        # agentd itself stayed small.
+        rss_kb = int([l for l in open(f"/proc/{a.pid}/status") if l.startswith("VmRSS")][0].split()[1])
+        assert rss_kb < 200 * 1024, rss_kb
+
+
+harness.main(globals())
