@@ -203,15 +203,21 @@ json_t *echo_model(const json_t *request)
 	size_t outlen = 0;
 	FILE *f = open_memstream(&out, &outlen);
 	size_t i, last_assistant = (size_t)-1;
+	json_int_t answered = 0;
 	json_t *m;
+	/* Messages queued while the last turn ran precede its assistant_msg in
+	 * the log but are after its context_seq: those are the ones to answer
+	 * (by position alone they were never echoed). */
 	json_array_foreach(msgs, i, m)
-		if (!strcmp(json_string_value(json_object_get(m, "type")), "assistant_msg"))
+		if (!strcmp(json_string_value(json_object_get(m, "type")), "assistant_msg")) {
 			last_assistant = i;
+			answered = json_integer_value(json_object_get(json_object_get(m, "content"), "context_seq"));
+		}
 	int n = 0;
 	json_array_foreach(msgs, i, m) {
 		const char *type = json_string_value(json_object_get(m, "type"));
 		json_t *c = json_object_get(m, "content");
-		if (!strcmp(type, "user_msg") && (last_assistant == (size_t)-1 || i > last_assistant)) {
+		if (!strcmp(type, "user_msg") && json_integer_value(json_object_get(m, "seq")) > answered) {
 			const char *text = json_string_value(json_object_get(c, "text"));
 			json_t *tc = text ? echo_tool_request(text) : NULL;
 			if (tc) {

@@ -1,0 +1,640 @@
+"""agentd-worker end to end (design.md sections 3, 7, 8): scripted models and tools named in the configuration,
+driven through the real agentd. One driver model script serves every test; its behaviour comes from its
+command line (fail_first=N, fail_always, sleep=S, garbage, nofinal) and from what the user sends (an object
+{"calls": [...]} asks for those tool calls; {"gate": NAME} makes the model wait for the file DIR/NAME).
+Every request a model receives is logged, with the final line it printed, so tests compare exactly what the
+worker rendered and what it recorded."""
+import json
+import os
+import signal
+import time
+
+import harness
+from harness import Agentd, wait_for, pid_alive
+
+# The driver model. Logs every request (DIR/requests.jsonl) before acting, and every final it prints
+# (DIR/finals.jsonl), one JSON object a line, tagged with the conversation and the model's argv.
+DRIVER = r'''
+import json, os, sys, time
+DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+opts = dict(a.split("=", 1) if "=" in a else (a, "1") for a in sys.argv[1:])
+req = json.load(sys.stdin)
+conv = req.get("conversation")
+def log(name, rec):
+    with open(os.path.join(DIR, name), "a") as f:
+        f.write(json.dumps(rec) + "\n")
+def count():
+    n = 0
+    with open(os.path.join(DIR, "requests.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            n += r["conv"] == conv and r["model"] == opts.get("name")
+    return n
+log("requests.jsonl", {"conv": conv, "model": opts.get("name"), "env": os.environ.get("AGENTD_CONVERSATION"),
+                       "pid": os.getpid(), "req": req})
+n = count()
+def final(text, calls=()):
+    usage = {"input_tokens": 100 + n, "output_tokens": 10 * n, "cost": 0.125}
+    out = {"text": text, "tool_calls": list(calls), "usage": usage}
+    log("finals.jsonl", {"conv": conv, "model": opts.get("name"), "final": out})
+    print(json.dumps({"delta": text[:5]}), flush=True)
+    print(json.dumps(out), flush=True)
+    sys.exit(0)
+if "sleep" in opts:
+    time.sleep(float(opts["sleep"]))
+if "fail_always" in opts or n <= int(opts.get("fail_first", 0)):
+    sys.stderr.write("model failure %d\n" % n)
+    sys.exit(3)
+if "garbage" in opts:
+    print("this is not JSON", flush=True)
+    sys.exit(0)
+if "nofinal" in opts:
+    print(json.dumps({"delta": "half an answer"}), flush=True)
+    sys.exit(0)
+msgs = req["messages"]
+if req["task"] == "summarize":
+    final("SUMMARY(%s)" % ",".join(str(m["seq"]) for m in msgs))
+# What the last turn did not see: events after its context_seq (queued messages come before it in seq).
+ctx = max([m["content"]["context_seq"] for m in msgs if m["type"] == "assistant_msg"], default=0)
+new = [m for m in msgs if m["seq"] > ctx]
+users = [m["content"] for m in new if m["type"] == "user_msg"]
+for u in users:
+    if u.get("gate"):
+        t0 = time.time()
+        while not os.path.exists(os.path.join(DIR, u["gate"])) and time.time() - t0 < 60:
+            time.sleep(0.02)
+if users and users[-1].get("calls") is not None:
+    final("calling", users[-1]["calls"])
+results = [(m["content"]["tool_call_id"], m["content"]["status"]) for m in new
+           if m["type"] in ("tool_result", "resolution")]
+final("answer: " + " + ".join(u.get("text", "?") for u in users) + (" results: %s" % results if results else ""))
+'''
+
+# A server tool driven by its args: {"sleep": S, "exit": N, "stderr": TEXT, "spew": MB, "echo": V}.
+TOOL = r'''
+import json, os, sys, time
+DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+raw = sys.stdin.read()
+d = json.loads(raw)
+rec = {"stdin": raw, "pid": os.getpid(), "pgid": os.getpgid(0),
+       "env": {k: os.environ.get(k) for k in ("AGENTD_TOOL_CALL_ID", "AGENTD_CONVERSATION")}}
+with open(os.path.join(DIR, "tools.jsonl"), "a") as f:
+    f.write(json.dumps(rec) + "\n")
+a = d["args"]
+if a.get("sleep"):
+    time.sleep(a["sleep"])
+if a.get("stderr"):
+    sys.stderr.write(a["stderr"])
+if a.get("spew"):
+    chunk = b"x" * (1 << 20)
+    for _ in range(a["spew"]):
+        sys.stdout.buffer.write(chunk)
+    sys.stdout.flush()
+if a.get("exit"):
+    sys.exit(a["exit"])
+if "echo" in a:
+    print(json.dumps({"echo": a["echo"], "id": d["tool_call_id"], "env": rec["env"]}))
+else:
+    print(json.dumps({"sum": a.get("a", 0) + a.get("b", 0)}))
+'''
+
+MODELS = {
+    "m": "",
+    "flaky": "fail_first=2",
+    "dead": "fail_always",
+    "slow": "sleep=30",
+    "garbage": "garbage",
+    "nofinal": "nofinal",
+}
+
+
+def agentd(agentd_section="", models=None, extra=""):
+    """An Agentd (not started) with the driver model under several names, the tool script, and config."""
+    a = Agentd(start=False)
+    drv = a.script("driver.py", DRIVER)
+    tool = a.script("tool.py", TOOL)
+    cfg = ["[agentd]", agentd_section]
+    for name, args in (models or MODELS).items():
+        cfg.append(f"[model.{name}]\ncommand = {drv} name={name} {args}")
+        if name == "slow":
+            cfg.append("timeout = 1s\nretries = 1")
+        elif name in ("garbage", "nofinal"):
+            cfg.append("retries = 0")
+    cfg.append(f"""
+[tool.add]
+executor = server
+command = {tool}
+description = Adds a and b.
+[tool.work]
+executor = server
+command = {tool}
+timeout = 1s
+description = Does work.
+[tool.ask]
+executor = human
+prompt = May I?
+expires = 1h
+description = Ask a person.
+[tool.hurry]
+executor = human
+prompt = Quick!
+expires = 1s
+[tool.secret]
+executor = server
+command = {tool}
+""" + extra)
+    a.write_config("\n".join(cfg))
+    a.start()
+    return a
+
+
+def jsonl(a, name):
+    try:
+        with open(os.path.join(a.dir, name)) as f:
+            return [json.loads(line) for line in f]
+    except FileNotFoundError:
+        return []
+
+
+def requests(a, conv, model=None):
+    """The requests the driver model received for conv (in order)."""
+    return [r["req"] for r in jsonl(a, "requests.jsonl") if r["conv"] == conv and (model is None or r["model"] == model)]
+
+
+def finals(a, conv):
+    return [r["final"] for r in jsonl(a, "finals.jsonl") if r["conv"] == conv]
+
+
+def types(a, c):
+    return [e["type"] for e in a.events(c)]
+
+
+def get(a, c):
+    return a.ok({"op": "get", "conversation": c})["conversation"]
+
+
+def status(a, c):
+    return get(a, c)["status"]
+
+
+def wait_idle(a, c, n_events=None, timeout=20):
+    """Wait until the conversation is idle with no live turn, (and holds n_events events)."""
+    def done():
+        g = get(a, c)
+        if g["status"] != "idle":
+            return False
+        if n_events is not None and g["last_seq"] != n_events:
+            return False
+        return True
+    wait_for(done, timeout, f"{c} idle" + (f" with {n_events} events" if n_events else ""))
+
+
+def by_type(a, c, ty):
+    return [e for e in a.events(c) if e["type"] == ty]
+
+
+def msg_view(m):
+    return (m["seq"], m["type"], m["content"])
+
+
+def call(name, id=None, **args):
+    c = {"name": name, "args": args}
+    if id is not None:
+        c["id"] = id
+    return c
+
+
+def touch(a, name):
+    with open(os.path.join(a.dir, name), "w"):
+        pass
+
+
+# ------------------------------------------------------------------------------------------------------
+# Turns
+
+
+def test_text_turn_renders_the_request():
+    with agentd() as a:
+        settings = {"model": "m", "system": "You are terse.", "tools": ["add", "ask"],
+                    "params": {"temperature": 0.5, "stop": ["\n"]}}
+        c = a.create(settings=settings)
+        w = a.watch(c)
+        assert a.send(c, "hi") == 1
+        deltas, assistant = [], None
+        deadline = time.monotonic() + harness.scaled(20)
+        while assistant is None and time.monotonic() < deadline:
+            line = w.recv(timeout=20)
+            if "delta" in line:
+                deltas.append(line["delta"]["text"])
+            elif line.get("event", {}).get("type") == "assistant_msg":
+                assistant = line["event"]
+        w.close()
+        assert assistant["content"] == {"text": "answer: hi", "context_seq": 1}, assistant
+        assert "answe" in deltas, deltas
+        wait_idle(a, c, 2)
+        reqs = requests(a, c)
+        assert len(reqs) == 1, reqs
+        r = reqs[0]
+        assert r["task"] == "turn" and r["conversation"] == c and r["turn"] == 1, r
+        assert r["system"] == "You are terse." and r["summary"] is None, r
+        assert r["messages"] == [{"seq": 1, "type": "user_msg", "content": {"text": "hi"}}], r
+        assert r["tools"] == [{"name": "add", "description": "Adds a and b.", "executor": "server"},
+                              {"name": "ask", "description": "Ask a person.", "executor": "human"}], r["tools"]
+        assert r["params"] == settings["params"], r
+        assert jsonl(a, "requests.jsonl")[0]["env"] == c  # AGENTD_CONVERSATION for models too
+        # The next turn sees every event since (no summary): the whole history.
+        a.send(c, {"text": "again", "extra": 1})
+        wait_idle(a, c, 4)
+        r = requests(a, c)[1]
+        assert [msg_view(m) for m in r["messages"]] == [
+            (1, "user_msg", {"text": "hi"}), (2, "assistant_msg", {"text": "answer: hi", "context_seq": 1}),
+            (3, "user_msg", {"text": "again", "extra": 1})], r["messages"]
+        assert r["turn"] == 3
+        assert a.events(c)[3]["content"] == {"text": "answer: again", "context_seq": 3}
+
+
+def test_queued_messages_answered_by_one_turn():
+    with agentd() as a:
+        c = a.create(settings={"model": "m"})
+        a.send(c, {"text": "first", "gate": "go"})
+        wait_for(lambda: requests(a, c), 10, "the first model call")
+        # Sent while the first turn runs: answered together by the next one.
+        a.send(c, "second")
+        a.send(c, "third")
+        touch(a, "go")
+        wait_idle(a, c, 5)
+        ev = a.events(c)
+        assert [e["type"] for e in ev] == ["user_msg"] * 3 + ["assistant_msg"] * 2, ev
+        assert ev[3]["content"] == {"text": "answer: first", "context_seq": 1}, ev[3]
+        assert ev[4]["content"] == {"text": "answer: second + third", "context_seq": 4}, ev[4]
+        reqs = requests(a, c)
+        assert len(reqs) == 2, reqs
+        assert [m["seq"] for m in reqs[1]["messages"]] == [1, 2, 3, 4]
+
+
+def test_several_tool_calls_in_one_turn():
+    with agentd() as a:
+        c = a.create(settings={"model": "m", "tools": ["add"]})
+        calls = [call("add", a=1, b=2), call("add", a=10, b=20), call("add", a=100, b=200)]
+        a.send(c, {"calls": calls})
+        wait_idle(a, c, 9)
+        ev = a.events(c)
+        assert [e["type"] for e in ev] == ["user_msg", "assistant_msg"] + ["tool_call"] * 3 + ["tool_result"] * 3 + [
+            "assistant_msg"], ev
+        ids = [e["content"]["tool_call_id"] for e in ev[2:5]]
+        assert len(set(ids)) == 3
+        assert [e["content"]["args"] for e in ev[2:5]] == [{"a": 1, "b": 2}, {"a": 10, "b": 20}, {"a": 100, "b": 200}]
+        assert all(e["content"]["executor"] == "server" and e["content"]["name"] == "add" for e in ev[2:5])
+        res = {e["content"]["tool_call_id"]: e["content"] for e in ev[5:8]}
+        assert set(res) == set(ids)
+        for i, want in zip(ids, (3, 30, 300)):
+            assert res[i]["status"] == "resolved" and res[i]["result"] == {"sum": want}, res[i]
+        # One follow-up turn, seeing every result.
+        reqs = requests(a, c)
+        assert len(reqs) == 2, reqs
+        assert [m["type"] for m in reqs[1]["messages"][-3:]] == ["tool_result"] * 3
+        assert ev[8]["content"]["context_seq"] == 8
+        rows = a.ok({"op": "tool_calls", "conversation": c})["tool_calls"]
+        assert sorted(r["id"] for r in rows) == sorted(ids) and all(r["status"] == "resolved" for r in rows), rows
+
+
+def test_server_and_human_tools_mixed():
+    with agentd() as a:
+        c = a.create(settings={"model": "m", "tools": ["add", "ask"]})
+        a.send(c, {"calls": [call("add", a=2, b=3), call("ask", q="ok?")]})
+        wait_for(lambda: status(a, c) == "suspended" and by_type(a, c, "tool_result"), 20,
+                 "suspended, with the server tool's result")
+        ev = a.events(c)
+        tc = {e["content"]["name"]: e["content"] for e in ev if e["type"] == "tool_call"}
+        assert tc["ask"]["executor"] == "human" and tc["add"]["executor"] == "server", tc
+        assert by_type(a, c, "suspension")[0]["content"] == {"tool_call_id": tc["ask"]["tool_call_id"],
+                                                             "prompt": "May I?"}
+        r = by_type(a, c, "tool_result")
+        assert len(r) == 1 and r[0]["content"]["result"] == {"sum": 5} and r[0]["content"]["status"] == "resolved"
+        g = get(a, c)
+        assert g["fsm_state"]["state"] == "awaiting_input", g
+        assert list(g["fsm_state"]["pending"]) == [tc["ask"]["tool_call_id"]], g
+        pend = a.ok({"op": "tool_calls", "conversation": c, "status": "pending"})["tool_calls"]
+        assert [p["id"] for p in pend] == [tc["ask"]["tool_call_id"]], pend
+        # No turn while a call is unsettled.
+        time.sleep(0.2)
+        assert len(requests(a, c)) == 1 and status(a, c) == "suspended"
+        a.ok({"op": "resolve", "tool_call_id": tc["ask"]["tool_call_id"], "result": "yes"})
+        wait_for(lambda: types(a, c)[-1] == "assistant_msg" and status(a, c) == "idle", 20, "the follow-up turn")
+        assert len(requests(a, c)) == 2
+        last = a.events(c)[-1]["content"]["text"]
+        assert "'resolved'" in last and tc["ask"]["tool_call_id"] in last and tc["add"]["tool_call_id"] in last, last
+
+
+def test_model_id_kept_when_unused_minted_when_reused():
+    with agentd() as a:
+        c = a.create(settings={"model": "m", "tools": ["add"]})
+        a.send(c, {"calls": [call("add", id="model-id-1", a=1, b=1), call("add", id="model-id-1", a=2, b=2)]})
+        wait_idle(a, c, 7)
+        ids = [e["content"]["tool_call_id"] for e in by_type(a, c, "tool_call")]
+        assert ids[0] == "model-id-1" and ids[1] != "model-id-1", ids  # repeated in one reply
+        a.send(c, {"calls": [call("add", id="model-id-1", a=3, b=3), call("add", id="model-id-2", a=4, b=4)]})
+        wait_idle(a, c, 14)
+        ids2 = [e["content"]["tool_call_id"] for e in by_type(a, c, "tool_call")][2:]
+        assert ids2[0] not in ("model-id-1", ids[1]) and ids2[1] == "model-id-2", ids2
+        # Another conversation cannot reuse it either: ids are unique across the store.
+        c2 = a.create(settings={"model": "m", "tools": ["add"]})
+        a.send(c2, {"calls": [call("add", id="model-id-2", a=5, b=5)]})
+        wait_idle(a, c2, 5)
+        id3 = by_type(a, c2, "tool_call")[0]["content"]["tool_call_id"]
+        assert id3 != "model-id-2", id3
+        assert a.ok({"op": "tool_call", "tool_call_id": "model-id-2"})["tool_call"]["conversation"] == c
+        assert a.ok({"op": "tool_call", "tool_call_id": id3})["tool_call"]["result"] == {"sum": 10}
+
+
+def test_unknown_tool_settled_errored():
+    with agentd() as a:
+        # "secret" is configured but not one of this conversation's tools; "nope" is not configured at all.
+        c = a.create(settings={"model": "m", "tools": ["add"]})
+        a.send(c, {"calls": [call("nope", x=1), call("secret", a=1, b=1)]})
+        wait_idle(a, c, 7)
+        res = by_type(a, c, "tool_result")
+        assert len(res) == 2 and all(r["content"]["status"] == "errored" for r in res), res
+        assert all("unknown tool" in json.dumps(r["content"]["result"]) for r in res), res
+        assert not jsonl(a, "tools.jsonl"), "a tool the conversation may not use was run"
+        assert types(a, c)[-1] == "assistant_msg" and len(requests(a, c)) == 2
+
+
+def test_human_call_expires():
+    with agentd() as a:
+        c = a.create(settings={"model": "m", "tools": ["hurry"]})
+        a.send(c, {"calls": [call("hurry")]})
+        wait_for(lambda: status(a, c) == "suspended", 10, "suspended")
+        tcid = by_type(a, c, "tool_call")[0]["content"]["tool_call_id"]
+        wait_for(lambda: by_type(a, c, "resolution"), 10, "the expiry")
+        r = by_type(a, c, "resolution")[0]["content"]
+        assert r["tool_call_id"] == tcid and r["status"] == "expired", r
+        wait_for(lambda: types(a, c)[-1] == "assistant_msg" and status(a, c) == "idle", 10, "the follow-up turn")
+        assert a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]["status"] == "expired"
+        assert a.request({"op": "resolve", "tool_call_id": tcid})["error"] == "stale"
+        assert "'expired'" in a.events(c)[-1]["content"]["text"]
+
+
+# ------------------------------------------------------------------------------------------------------
+# Model failures
+
+
+def test_model_fails_twice_then_succeeds():
+    with agentd() as a:
+        c = a.create(settings={"model": "flaky"})
+        a.send(c, "hello")
+        wait_idle(a, c, 2)
+        assert types(a, c) == ["user_msg", "assistant_msg"]
+        assert len(requests(a, c)) == 3
+        assert a.events(c)[1]["content"] == {"text": "answer: hello", "context_seq": 1}
+        # Usage is counted for the call that answered only.
+        u = get(a, c)["usage"]
+        assert (u["input_tokens"], u["output_tokens"]) == (103, 30), u
+
+
+def test_model_always_fails_then_owes_nothing():
+    with agentd() as a:
+        c = a.create(settings={"model": "dead"})
+        a.send(c, "hello")
+        wait_idle(a, c, 2)
+        ev = a.events(c)
+        assert ev[1]["type"] == "error", ev
+        e = ev[1]["content"]
+        assert e["attempts"] == 3 and e["context_seq"] == 1, e
+        assert "model failure" in e["message"] or "status 3" in e["message"], e
+        assert len(requests(a, c)) == 3
+        # Owes nothing: a stop and a restart of agentd do not run the model again.
+        a.ok({"op": "stop", "conversation": c})
+        wait_for(lambda: a.worker_pid(c) is None, 10, "the worker to stop")
+        a.restart()
+        time.sleep(0.3)
+        assert len(requests(a, c)) == 3 and get(a, c)["last_seq"] == 2
+        # A new user_msg is answered (and the model still fails: a second error, no more).
+        a.send(c, "again")
+        wait_idle(a, c, 4)
+        ev = a.events(c)
+        assert ev[3]["type"] == "error" and ev[3]["content"]["context_seq"] == 3, ev
+        assert len(requests(a, c)) == 6
+        assert [m["seq"] for m in requests(a, c)[-1]["messages"]] == [1, 2, 3]
+
+
+def test_model_timeout_retried_then_error():
+    with agentd() as a:
+        c = a.create(settings={"model": "slow"})
+        t0 = time.monotonic()
+        a.send(c, "hello")
+        wait_idle(a, c, 2)
+        e = a.events(c)[1]
+        assert e["type"] == "error" and e["content"]["attempts"] == 2, e
+        assert "timed out" in e["content"]["message"], e
+        assert len(requests(a, c)) == 2
+        assert time.monotonic() - t0 >= 2.0
+        # The sleeping models are gone with their timeouts.
+        for r in jsonl(a, "requests.jsonl"):
+            wait_for(lambda: not pid_alive(r["pid"]), 5, f"model {r['pid']} to be gone")
+
+
+def test_bad_model_output_is_an_error():
+    with agentd() as a:
+        c1 = a.create(settings={"model": "garbage"})
+        c2 = a.create(settings={"model": "nofinal"})
+        a.send(c1, "x")
+        a.send(c2, "y")
+        wait_idle(a, c1, 2)
+        wait_idle(a, c2, 2)
+        e1, e2 = a.events(c1)[1], a.events(c2)[1]
+        assert e1["type"] == "error" and e1["content"]["attempts"] == 1, e1
+        assert e2["type"] == "error" and "final" in e2["content"]["message"], e2
+        assert a.ok({"op": "ping"})
+
+
+# ------------------------------------------------------------------------------------------------------
+# Server tools
+
+
+def test_tool_nonzero_exit_errored_with_status_and_stderr():
+    with agentd() as a:
+        c = a.create(settings={"model": "m", "tools": ["add"]})
+        a.send(c, {"calls": [call("add", exit=7, stderr="x" * 10000 + "the real reason\n")]})
+        wait_idle(a, c, 5)
+        r = by_type(a, c, "tool_result")[0]["content"]
+        assert r["status"] == "errored" and r["result"]["exit_status"] == 7, r
+        assert r["result"]["stderr"].endswith("the real reason\n") and len(r["result"]["stderr"]) <= 8192, r
+        assert a.ok({"op": "tool_call", "tool_call_id": r["tool_call_id"]})["tool_call"]["status"] == "errored"
+
+
+def test_tool_timeout():
+    with agentd() as a:
+        c = a.create(settings={"model": "m", "tools": ["work"]})
+        a.send(c, {"calls": [call("work", sleep=60)]})
+        wait_idle(a, c, 5, timeout=20)
+        r = by_type(a, c, "tool_result")[0]["content"]
+        assert r["status"] == "errored" and "timed out" in r["result"]["error"], r
+        pid = jsonl(a, "tools.jsonl")[0]["pid"]
+        wait_for(lambda: not pid_alive(pid), 5, "the timed-out tool to be gone")
+
+
+def test_tool_huge_output_capped():
+    with agentd() as a:
+        c = a.create(settings={"model": "m", "tools": ["add"]})
+        a.send(c, {"calls": [call("add", spew=50)]})
+        wait_idle(a, c, 5, timeout=30)
+        r = by_type(a, c, "tool_result")[0]["content"]
+        assert r["status"] == "errored" and "output over" in r["result"]["error"], r
+        assert len(json.dumps(r)) < 100000
+        # Both still fine: another turn works on the same worker.
+        pid = a.worker_pid(c)
+        a.send(c, "still there?")
+        wait_idle(a, c, 7)
+        assert a.events(c)[-1]["content"]["text"] == "answer: still there?"
+        assert pid is None or a.worker_pid(c) in (pid, None)
+        assert a.ok({"op": "ping"})
+
+
+def test_tool_environment_and_stdin():
+    with agentd() as a:
+        c = a.create(conversation="conv.env-1", settings={"model": "m", "tools": ["add"]})
+        a.send(c, {"calls": [call("add", id="env-call-1", echo={"k": [1, 2]})]})
+        wait_idle(a, c, 5)
+        rec = jsonl(a, "tools.jsonl")[0]
+        assert rec["env"] == {"AGENTD_TOOL_CALL_ID": "env-call-1", "AGENTD_CONVERSATION": c}, rec
+        stdin = json.loads(rec["stdin"])
+        assert stdin == {"tool_call_id": "env-call-1", "name": "add", "args": {"echo": {"k": [1, 2]}},
+                         "conversation": c}, stdin
+        assert rec["stdin"].endswith("\n")
+        assert rec["pgid"] == rec["pid"], rec  # its own process group
+        r = by_type(a, c, "tool_result")[0]["content"]
+        assert r == {"tool_call_id": "env-call-1", "status": "resolved",
+                     "result": {"echo": {"k": [1, 2]}, "id": "env-call-1", "env": rec["env"]}}, r
+
+
+# ------------------------------------------------------------------------------------------------------
+# Compaction, usage, audit, stop
+
+
+def test_compaction_then_revival_reads_after_summary():
+    with agentd("compact_events = 10\ncompact_keep = 4") as a:
+        c = a.create(settings={"model": "m", "system": "sys"})
+        for i in range(6):
+            a.send(c, f"m{i}")
+            wait_idle(a, c, 2 * i + 2)
+        # 12 events > 10: the oldest part, up to last_seq - keep (never past the last turn), is summarised.
+        s = wait_for(lambda: a.ok({"op": "summary", "conversation": c})["summary"], 10, "a summary")
+        assert (s["from_seq"], s["to_seq"]) == (1, 8), s
+        assert s["content"] == {"text": "SUMMARY(1,2,3,4,5,6,7,8)"}, s
+        sreq = requests(a, c)[-1]
+        assert sreq["task"] == "summarize" and [m["seq"] for m in sreq["messages"]] == list(range(1, 9)), sreq
+        assert len(a.events(c)) == 12  # the log is untouched
+        pid = a.worker_pid(c)
+        if pid:
+            a.ok({"op": "kill", "conversation": c})
+            wait_for(lambda: not pid_alive(pid) and a.worker_pid(c) is None, 10, "the worker to die")
+        a.send(c, "after")
+        wait_idle(a, c, 14)
+        r = requests(a, c)[-1]
+        assert r["task"] == "turn" and r["summary"] is not None, r
+        assert (r["summary"]["from_seq"], r["summary"]["to_seq"], r["summary"]["content"]) == (
+            1, 8, {"text": "SUMMARY(1,2,3,4,5,6,7,8)"}), r["summary"]
+        assert [m["seq"] for m in r["messages"]] == [9, 10, 11, 12, 13], r["messages"]
+        assert r["turn"] == 13
+        assert a.events(c)[-1]["content"] == {"text": "answer: after", "context_seq": 13}
+
+
+def test_compact_op_forces_a_summary():
+    with agentd() as a:
+        c = a.create(settings={"model": "m"})
+        for i in range(2):
+            a.send(c, f"m{i}")
+            wait_idle(a, c, 2 * i + 2)
+        assert a.ok({"op": "summary", "conversation": c})["summary"] is None
+        r = a.ok({"op": "compact", "conversation": c}, timeout=30)
+        s = r["summary"]
+        assert (s["from_seq"], s["to_seq"]) == (1, 3) and s["content"] == {"text": "SUMMARY(1,2,3)"}, r
+        assert a.ok({"op": "summary", "conversation": c})["summary"]["to_seq"] == 3
+        a.send(c, "m2")
+        wait_idle(a, c, 6)
+        assert [m["seq"] for m in requests(a, c)[-1]["messages"]] == [4, 5]
+
+
+def test_usage_totals():
+    with agentd() as a:
+        c = a.create(settings={"model": "m", "tools": ["add"]})
+        a.send(c, "one")
+        wait_idle(a, c, 2)
+        a.send(c, {"calls": [call("add", a=1, b=1)]})
+        wait_idle(a, c, 7)
+
+        def total():
+            fs = finals(a, c)
+            return (sum(f["usage"]["input_tokens"] for f in fs), sum(f["usage"]["output_tokens"] for f in fs),
+                    sum(f["usage"]["cost"] for f in fs))
+
+        def usage():
+            u = get(a, c)["usage"]
+            return (u["input_tokens"], u["output_tokens"], u["cost"])
+        assert len(finals(a, c)) == 3
+        assert usage() == total() == (306, 60, 0.375), (usage(), total())
+        # A kill and revival does not count anything again; only the new call adds.
+        pid = a.worker_pid(c)
+        if pid:
+            a.ok({"op": "kill", "conversation": c})
+            wait_for(lambda: a.worker_pid(c) is None, 10, "the worker to die")
+        a.restart()
+        assert usage() == total()
+        a.send(c, "two")
+        wait_idle(a, c, 9)
+        assert len(finals(a, c)) == 4 and usage() == total() == (410, 100, 0.5), (usage(), total())
+
+
+def test_audit_on_records_each_model_call():
+    with agentd("audit = on") as a:
+        c = a.create(settings={"model": "m", "tools": ["add"], "params": {"t": 0.25}})
+        a.send(c, "one")
+        wait_idle(a, c, 2)
+        a.send(c, {"calls": [call("add", a=1, b=2)]})
+        wait_idle(a, c, 7)
+        rows = a.ok({"op": "audit", "conversation": c})["model_calls"]
+        reqs, fs = requests(a, c), finals(a, c)
+        assert len(rows) == len(reqs) == 3, rows
+        rows.sort(key=lambda r: r["turn_ref"])
+        assert [r["turn_ref"] for r in rows] == [2, 4, 7], rows
+        for row, req, f in zip(rows, reqs, fs):
+            assert row["rendered_context"] == req, (row["rendered_context"], req)
+            assert row["model"] == "m" and row["usage"] == f["usage"], row
+            assert isinstance(row["latency_ms"], int) and 0 < row["latency_ms"] < 30000, row
+            assert row["summary_version"] == 0
+        c2 = a.create(settings={"model": "echo"})
+        a.send(c2, "hi")
+        wait_idle(a, c2, 2)
+        assert len(a.ok({"op": "audit", "conversation": c2})["model_calls"]) == 1
+
+
+def test_audit_off_records_nothing():
+    with agentd() as a:
+        c = a.create(settings={"model": "m"})
+        a.send(c, "one")
+        wait_idle(a, c, 2)
+        assert a.ok({"op": "audit", "conversation": c})["model_calls"] == []
+
+
+def test_stop_mid_turn_reruns_the_turn():
+    with agentd() as a:
+        c = a.create(settings={"model": "m"})
+        a.send(c, {"text": "first", "gate": "go"})
+        wait_for(lambda: requests(a, c), 10, "the model call")
+        model_pid = jsonl(a, "requests.jsonl")[0]["pid"]
+        a.ok({"op": "stop", "conversation": c})
+        wait_for(lambda: a.worker_pid(c) is None, 10, "the worker to stop")
+        wait_for(lambda: not pid_alive(model_pid), 5, "the model to be killed with the turn")
+        assert types(a, c) == ["user_msg"] and status(a, c) == "active"
+        touch(a, "go")
+        a.send(c, "second")
+        wait_idle(a, c, 3)
+        ev = a.events(c)
+        assert ev[2]["content"] == {"text": "answer: first + second", "context_seq": 2}, ev
+        reqs = requests(a, c)
+        assert len(reqs) == 2 and [m["seq"] for m in reqs[1]["messages"]] == [1, 2], reqs
+        assert len(finals(a, c)) == 1
+
+
+harness.main(globals())
