@@ -25,6 +25,7 @@ Environment:
   AGENTD_TEST_SLOW  multiplies every timeout (default 1; scripts/test.sh uses 3 under ASan). Nothing here
                     sleeps a fixed time: waits poll a condition until a deadline, and only the deadline
                     scales.
+  AGENTD_VALGRIND   when set, agentd runs under valgrind memcheck; a report fails the test.
   AGENTD_KEEP       when set, temporary directories (data, logs, scripts, configuration) are kept and
                     their paths printed.
 
@@ -422,6 +423,13 @@ class Agentd:
 
     def command(self):
         args = [AGENTD_BIN, "--data", self.data_dir, "--socket", self.socket]
+        if os.environ.get("AGENTD_VALGRIND"):
+            # agentd under memcheck (issue 6); any error or definite leak makes it exit 99, which stop()
+            # reports. /proc/self/exe is valgrind's then, so name the worker explicitly.
+            worker = os.path.join(os.path.dirname(AGENTD_BIN), "agentd-worker")
+            args = ["valgrind", "--quiet", "--error-exitcode=99", "--leak-check=full",
+                    "--show-leak-kinds=definite", "--errors-for-leak-kinds=definite",
+                    f"--log-file={self.dir}/valgrind.%p.log"] + args + ["--worker", worker]
         if self.config_path:
             args += ["--config", self.config_path]
         return args + self.extra_args
@@ -520,6 +528,10 @@ class Agentd:
         """AssertionError when agentd's log holds a sanitizer report (see SANITIZER_MARKERS). stop() and
         main() call it; a test that SIGKILLs agentd can call it too."""
         reports = sanitizer_reports(self.log())
+        for name in sorted(os.listdir(self.dir)) if os.path.isdir(self.dir) else []:
+            if name.startswith("valgrind.") and os.path.getsize(os.path.join(self.dir, name)):
+                with open(os.path.join(self.dir, name), errors="replace") as f:
+                    reports.append(f"valgrind ({name}):\n" + f.read()[-3000:])
         assert not reports, "sanitizer report in agentd's log:\n" + "\n".join(reports[:5]) + "\n" + self.log_tail(80)
 
     def restart(self, timeout=10, expect=0, **start_kw):
