@@ -454,6 +454,30 @@ def test_expiry_fires_without_a_worker():
         no_zombies(a)
 
 
+def test_expiry_scheduled_by_a_revived_worker_fires():
+    """A pending human call without a deadline (its tool had none) gets one when a revived worker finds
+    that the tool now expires (the configuration changed): the supervisor must arm its timer to it."""
+    expires = scaled(1.0)
+    with setup(Agentd(start=False), quick_expires="0") as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, "tool quick {}")
+        wait_worker(a, c, "awaiting_input")
+        tcid = of_type(a, c, "suspension")[0]["content"]["tool_call_id"]
+        assert a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]["deadline"] is None
+        a.stop()
+        setup(a, quick_expires=f"{expires:.3f}s")
+        a.start()
+        a.send(c, "still there?")  # revives the worker: it finds the call pending and schedules its expiry
+        wait_for(lambda: a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]["deadline"], 10,
+                 "the revived worker to schedule the expiry")
+        res = wait_for(lambda: of_type(a, c, "resolution"), expires + 5, "the expiry to fire")
+        assert res[0]["content"]["status"] == "expired", res
+        wait_for(lambda: last_is_answer(a, c, f"after {tcid}:expired"), 10, "the turn after the expiry")
+        check_log(a, c)
+        no_zombies(a)
+
+
 # ---- 5. an expiry due while the supervisor is dead ------------------------------------------------
 
 
