@@ -43,6 +43,7 @@ static struct {
 	uint64_t last_seq;
 	int64_t compacts[32];
 	int ncompact;
+	int woken;           /* a wake was read since the last refresh */
 	char ipcbuf[IPC_MAX];
 } W;
 
@@ -138,6 +139,15 @@ static void report_state(const char *state)
 	setproctitle("%s %s", W.conv, state);
 }
 
+/* Tell the supervisor which process group runs for us, so that a kill of
+ * this worker takes the model or tool (and anything it forked) with it. */
+static void report_child(void *arg, pid_t pgid)
+{
+	(void)arg;
+	struct ipc_msg m = { .type = IPC_CHILD, .num = pgid };
+	ipc_send(W.ipc, &m);
+}
+
 /* Handle one message outside a turn; returns 1 when the worker must exit. */
 static int ipc_one(const struct ipc_msg *m)
 {
@@ -149,7 +159,8 @@ static int ipc_one(const struct ipc_msg *m)
 			W.compacts[W.ncompact++] = m->num;
 		return 0;
 	default:
-		return 0; /* wake: the caller re-reads the log anyway */
+		W.woken = 1; /* wake: run() re-reads the log before it waits */
+		return 0;
 	}
 }
 
@@ -324,10 +335,11 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 	struct proc_opts o = {
 		.env_add = env, .input = input, .input_len = input ? strlen(input) : 0,
 		.timeout_ms = (int)mc->timeout_ms, .out_cap = W.cfg.model_out_cap, .on_line = on_model_line,
-		.arg = mr, .watch_fd = W.ipc, .on_watch = on_model_watch,
+		.arg = mr, .watch_fd = W.ipc, .on_watch = on_model_watch, .on_start = report_child,
 	};
 	struct proc_result r;
 	int rc = proc_run(argv, &o, &r);
+	report_child(NULL, 0);
 	free(input);
 	proc_argv_free(argv);
 	*latency = r.elapsed_ms;
@@ -493,7 +505,10 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 	audit(t, a, req, model, &u, latency);
 	uint64_t last = 0;
 	must(t, store_event_latest_seq(t, W.conv, &last), "latest seq");
-	if (humans && !servers) {
+	if (humans) {
+		/* Suspended in the transaction that makes the suspension visible
+		 * (design.md section 3), even while this turn's server calls still
+		 * run: settle() makes it active again once nothing is pending. */
 		put_state(t, STORE_SUSPENDED, fsm_state("awaiting_input", pending, last));
 	} else {
 		json_decref(pending);
@@ -540,6 +555,13 @@ static void run_turn(void)
 
 /* ---- tools ----------------------------------------------------------- */
 
+static int count_pending(void *arg, const struct store_tool_call *tc)
+{
+	(void)tc;
+	(*(int *)arg)++;
+	return 0;
+}
+
 /* Settle a server call (if still pending) with its tool_result. */
 static void settle(const char *id, int status, json_t *result)
 {
@@ -558,6 +580,17 @@ static void settle(const char *id, int status, json_t *result)
 	uint64_t seq = append(t, "tool_result", json_pack("{sssssO}", "tool_call_id", id, "status",
 							  store_tc_status_name(status), "result", result));
 	json_decref(result);
+	/* A mixed turn is suspended while its human calls are pending; if they
+	 * were settled before this server call, the turn is owed now: active
+	 * (resolve leaves it suspended while a server row is pending). */
+	int pending = 0;
+	struct store_conv c;
+	must(t, store_tool_calls_list(t, W.conv, 1u << STORE_TC_PENDING, count_pending, &pending), "pending calls");
+	must(t, store_conv_get(t, W.conv, &c), "read conversation");
+	if (!pending && c.status == STORE_SUSPENDED) {
+		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+		must(t, store_conv_put(t, W.conv, &p), "put status");
+	}
 	commit(t, "commit tool result");
 	notify(seq);
 }
@@ -619,10 +652,11 @@ static void dispatch(const json_t *call)
 	struct proc_opts o = {
 		.env_add = env, .input = input, .input_len = input ? strlen(input) : 0,
 		.timeout_ms = (int)tc->timeout_ms, .out_cap = tc->out_cap, .watch_fd = W.ipc,
-		.on_watch = on_tool_watch, .arg = &stop,
+		.on_watch = on_tool_watch, .arg = &stop, .on_start = report_child,
 	};
 	struct proc_result r;
 	int rc = proc_run(argv, &o, &r);
+	report_child(NULL, 0);
 	free(input);
 	proc_argv_free(argv);
 	if (stop || rc == -ECANCELED) {
@@ -802,6 +836,7 @@ static void settle_idle(void)
 static void run(void)
 {
 	for (;;) {
+		W.woken = 0; /* this refresh sees what every wake so far announced */
 		refresh();
 		struct tail tl;
 		if (tail_decide(W.events, W.sum_to, &tl)) {
@@ -835,11 +870,18 @@ static void run(void)
 			await_people(humans);
 			json_decref(humans);
 			answer_compacts();
+			if (W.woken)
+				continue; /* read by a compaction's model call: not lost */
 			return;
 		}
 		tail_free(&tl);
 		settle_idle();
 		answer_compacts();
+		/* A wake read while compacting (the summarize call watches the
+		 * socket and consumes it) announces events this refresh missed:
+		 * waiting now would leave them unanswered until the next event. */
+		if (W.woken)
+			continue;
 		return;
 	}
 }

@@ -590,6 +590,8 @@ static int spawn(struct run *R, char *const argv[], char **envp, int p[4][2])
 #ifdef SYS_pidfd_open
 	R->pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* always close-on-exec */
 #endif
+	if (R->o->on_start)
+		R->o->on_start(R->o->arg, pid);
 	return 0;
 }
 

@@ -91,6 +91,11 @@ struct proc_opts {
 	 * when on_watch is NULL (so a zeroed proc_opts watches nothing). */
 	int watch_fd;
 	int (*on_watch)(void *arg);
+	/* Called once the command runs (exec succeeded) with its pid, which is
+	 * also its process group id; may be NULL. The worker reports it to the
+	 * supervisor, which kills the group if the worker dies first: the pdeath
+	 * signal alone would miss a grandchild. */
+	void (*on_start)(void *arg, pid_t pgid);
 };
 
 struct proc_result {

@@ -16,6 +16,7 @@
  *                          appended {seq}    a commit made events up to seq visible
  *                          delta {text}      streamed model output, for watchers
  *                          compacted {req, ok, text}  answer to compact (text: summary or error)
+ *                          child {num}       a model or tool runs as process group num (0: none)
  */
 #ifndef AGENTD_IPC_H
 #define AGENTD_IPC_H
@@ -34,6 +35,7 @@ enum ipc_type {
 	IPC_APPENDED,
 	IPC_DELTA,
 	IPC_COMPACTED,
+	IPC_CHILD,
 };
 
 struct ipc_msg {

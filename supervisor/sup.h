@@ -103,6 +103,7 @@ struct worker {
 	int wake_pending;           /* an event arrived while it was stopping */
 	int deleted;                /* conversation deleted: never restart */
 	uint64_t seen_seq;          /* highest seq announced to waiters */
+	pid_t child_pgid;           /* the model or tool running for it, 0: none */
 	LIST_HEAD(, waiter) waiters;
 	struct compact_req *compacts;
 };

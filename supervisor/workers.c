@@ -353,6 +353,14 @@ static void on_exit_status(struct worker *w, int status)
 		log_warn("%s: worker %d exited with status %d", w->conv, (int)w->pid, WEXITSTATUS(status));
 	else
 		log_debug("%s: worker %d exited", w->conv, (int)w->pid);
+	/* A model or tool still running for a dead worker would go on unseen
+	 * (its pdeath signal reaches only itself, not what it forked): kill
+	 * its whole process group. Only a group the worker announced, and
+	 * announced as still running. */
+	if (w->child_pgid > 1) {
+		kill(-w->child_pgid, SIGKILL);
+		w->child_pgid = 0;
+	}
 	w->pid = 0;
 	S.nlive--;
 	compacts_fail(w, "the worker exited before compacting");
@@ -509,6 +517,9 @@ void worker_ipc(struct worker *w)
 			break;
 		case IPC_COMPACTED:
 			on_compacted(w, &m);
+			break;
+		case IPC_CHILD:
+			w->child_pgid = m.num > 1 ? (pid_t)m.num : 0;
 			break;
 		default:
 			log_warn("%s: unexpected IPC message '%s' from the worker", w->conv,

@@ -178,4 +178,28 @@ def test_model_writing_gigabytes_is_capped():
         assert rss_kb < 200 * 1024, rss_kb
 
 
+def test_killed_worker_takes_its_tool_and_grandchildren():
+    """A tool that forked a background process: kill -9 the worker and the whole tool group goes too (the
+    pdeath signal alone reaches only the tool itself)."""
+    with Agentd(start=False) as a:
+        pids = os.path.join(a.dir, "pids")
+        tool = a.script("forker.py", f"""
+            import os, subprocess, sys, time
+            child = subprocess.Popen(["sleep", "1000"])
+            with open({pids!r}, "a") as f:
+                f.write(f"{{os.getpid()}} {{child.pid}}\\n")
+            time.sleep(1000)
+            """)
+        a.write_config(f"[tool.slow]\nexecutor = server\ncommand = python3 {tool}\n")
+        a.start()
+        c = a.create(settings={"model": "echo", "tools": ["slow"]})
+        a.send(c, "/tool slow")
+        line = wait_for(lambda: os.path.exists(pids) and open(pids).read().split(), 10, "the tool running")
+        tool_pid, grandchild = int(line[0]), int(line[1])
+        worker = a.worker_pid(c)
+        os.kill(worker, 9)
+        wait_for(lambda: not harness.pid_alive(tool_pid) and not harness.pid_alive(grandchild), 10,
+                 "the tool and its child killed with the worker")
+
+
 harness.main(globals())
