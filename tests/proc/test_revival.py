@@ -64,6 +64,9 @@ def answer(text, calls=()):
     sys.exit(0)
 
 if req["task"] != "turn":
+    if os.path.exists(os.path.join(d, "rel", "sumblock")):
+        while not os.path.exists(os.path.join(d, "rel", "sumgo")):
+            time.sleep(0.01)
     answer("summary")
 settled = [m["content"] for m in tail if m["type"] in ("tool_result", "resolution")]
 if settled:
@@ -582,6 +585,27 @@ def test_send_racing_idle_eviction_is_answered():
         wait_for(lambda: last_is_answer(a, c, "re: two"), 10, "the answer to the message sent at eviction time")
         check_log(a, c)
         wait_for(lambda: a.children() == [], 10, "the idle worker to be evicted afterwards")
+        no_zombies(a)
+
+
+def test_send_during_compaction_is_answered():
+    """A message sent while the worker compacts (after its turn, before it reports idle) wakes it; the
+    wake, read while the summarize call ran, must not be lost: the message is answered at once, not
+    after an idle eviction."""
+    with setup(Agentd(start=False), "compact_events = 2\ncompact_keep = 1") as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, "one")
+        wait_for(lambda: last_is_answer(a, c, "re: one"), 10, "the first answer")
+        release(a, "sumblock")
+        a.send(c, "two")
+        wait_for(lambda: [r for r in model_calls(a, c) if r["task"] == "summarize"], 10, "the compaction")
+        assert last_is_answer(a, c, "re: two")
+        a.send(c, "three")
+        release(a, "sumgo")
+        wait_for(lambda: a.ok({"op": "summary", "conversation": c})["summary"], 10, "the summary")
+        wait_for(lambda: last_is_answer(a, c, "re: three"), 10, "the answer to the message sent meanwhile")
+        check_log(a, c)
         no_zombies(a)
 
 
