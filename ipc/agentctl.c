@@ -220,7 +220,8 @@ static const struct command commands[] = {
 	 "Change a conversation's settings (agentd merges them into the current ones) or end it. Prints ok.", pos_conv,
 	 opt_update, show_fields, CMD_NEED_OPT, "agentctl update demo --model echo --system 'Answer in French.'"},
 	{"delete", "delete", "delete a conversation and everything it holds",
-	 "Delete a conversation: stop its worker and remove every row it has. Deleting a missing one is ok. Prints ok.",
+	 "Delete a conversation: stop its worker and remove every row it has. Deleting a missing one is ok.\n"
+	 "Prints `deleted: true`, or `deleted: false` when there was nothing to delete.",
 	 pos_conv, no_params, show_fields, 0, "agentctl delete demo"},
 	{"send", "send", "append a user message; prints its seq",
 	 "Append a user_msg and print `seq: N` once it is durably committed (with `duplicate: true` when --event-id\n"
@@ -261,7 +262,8 @@ static const struct command commands[] = {
 	 "`pid: null` when no worker was running.",
 	 pos_conv, opt_kill, show_fields, 0, "agentctl kill demo --signal TERM"},
 	{"stop", "stop", "hibernate a conversation's worker",
-	 "Hibernate a conversation: its worker persists its state and exits; the next event revives it. Prints ok.",
+	 "Hibernate a conversation: its worker persists its state and exits; the next event revives it.\n"
+	 "Prints `stopping: true`, or `stopping: false` when no worker was running.",
 	 pos_conv, no_params, show_fields, 0, "agentctl stop demo"},
 	{"status", "status", "show agentd's status",
 	 "Show agentd's version, uptime and store (key: value lines), then its live workers as a table:\n"

@@ -55,7 +55,12 @@ static void job_error(struct job *j, int err, const char *fmt, ...)
 static int job_store_error(struct job *j, int e, const char *what)
 {
 	int err = proto_err_from_store(e);
-	if (e == STORE_E_NOTFOUND)
+	/* Name what was not found (issue 4: messages name what was wrong):
+	 * "conversation 'demo' not found", not just "conversation not found". */
+	const char *id = j->rq.tool_call_id ? j->rq.tool_call_id : j->rq.conv;
+	if (e == STORE_E_NOTFOUND && id)
+		job_error(j, err, "%s '%s' not found", what, id);
+	else if (e == STORE_E_NOTFOUND)
 		job_error(j, err, "%s not found", what);
 	else if (e == STORE_E_FULL)
 		job_error(j, err, "the store is full (map size limit reached, or the disk is full)");
@@ -148,7 +153,7 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, int *err,
 	store_txn_abort(t);
 	if (e) {
 		*err = proto_err_from_store(e);
-		snprintf(msg, msglen, e == STORE_E_NOTFOUND ? "conversation %s not found" : "%s: %s", rq->conv,
+		snprintf(msg, msglen, e == STORE_E_NOTFOUND ? "conversation '%s' not found" : "%s: %s", rq->conv,
 			 store_strerror(e));
 		json_decref(a);
 		return NULL;

@@ -298,7 +298,9 @@ def test_watch_pipelined_behind_replies():
         time.sleep(scaled(0.2))
         a.send(c, "hello")
         r1 = k.recv(10)
-        assert r1["id"] == "lp" and [e["seq"] for e in r1["events"]] == [1], r1
+        # the long-poll answers with what exists when it is woken: the user_msg, and the echo reply too
+        # when the worker committed it first (a slow supervisor, under valgrind say)
+        assert r1["id"] == "lp" and [e["seq"] for e in r1["events"]] in ([1], [1, 2]), r1
         r2 = k.recv(10)
         assert r2 == {"id": "w", "ok": True, "last_seq": r2["last_seq"]}, r2
         assert [k.recv(10)["event"]["seq"] for _ in range(2)] == [1, 2]
