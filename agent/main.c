@@ -508,7 +508,8 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 	if (humans) {
 		/* Suspended in the transaction that makes the suspension visible
 		 * (design.md section 3), even while this turn's server calls still
-		 * run: settle() makes it active again once nothing is pending. */
+		 * run (resolve and expiry make it active once no person is
+		 * awaited, so a worker that dies running them is restarted). */
 		put_state(t, STORE_SUSPENDED, fsm_state("awaiting_input", pending, last));
 	} else {
 		json_decref(pending);
@@ -555,13 +556,6 @@ static void run_turn(void)
 
 /* ---- tools ----------------------------------------------------------- */
 
-static int count_pending(void *arg, const struct store_tool_call *tc)
-{
-	(void)tc;
-	(*(int *)arg)++;
-	return 0;
-}
-
 /* Settle a server call (if still pending) with its tool_result. */
 static void settle(const char *id, int status, json_t *result)
 {
@@ -580,17 +574,6 @@ static void settle(const char *id, int status, json_t *result)
 	uint64_t seq = append(t, "tool_result", json_pack("{sssssO}", "tool_call_id", id, "status",
 							  store_tc_status_name(status), "result", result));
 	json_decref(result);
-	/* A mixed turn is suspended while its human calls are pending; if they
-	 * were settled before this server call, the turn is owed now: active
-	 * (resolve leaves it suspended while a server row is pending). */
-	int pending = 0;
-	struct store_conv c;
-	must(t, store_tool_calls_list(t, W.conv, 1u << STORE_TC_PENDING, count_pending, &pending), "pending calls");
-	must(t, store_conv_get(t, W.conv, &c), "read conversation");
-	if (!pending && c.status == STORE_SUSPENDED) {
-		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
-		must(t, store_conv_put(t, W.conv, &p), "put status");
-	}
 	commit(t, "commit tool result");
 	notify(seq);
 }

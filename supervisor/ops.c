@@ -618,8 +618,12 @@ static int w_send(store_txn *t, struct job *j)
 
 static int count_pending(void *arg, const struct store_tool_call *tc)
 {
-	(void)tc;
-	(*(int *)arg)++;
+	/* Only people suspend a conversation. A mixed turn's server call still
+	 * pending is its worker's work: once the people answered, the
+	 * conversation must be active, or a worker that dies running that call
+	 * would never be restarted. */
+	if (tc->executor == STORE_EXEC_HUMAN)
+		(*(int *)arg)++;
 	return 0;
 }
 
@@ -649,7 +653,8 @@ int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *resul
 	jsonmp_buf_destroy(&cb);
 	if (e)
 		return e;
-	/* Every call settled: the conversation owes a turn again. */
+	/* Every human call settled: the conversation owes work again (a turn,
+	 * or a mixed turn's server calls). */
 	int pending = 0;
 	if ((e = store_tool_calls_list(t, conv, 1u << STORE_TC_PENDING, count_pending, &pending)))
 		return e;

@@ -70,7 +70,7 @@ results = [(m["content"]["tool_call_id"], m["content"]["status"]) for m in new
 final("answer: " + " + ".join(u.get("text", "?") for u in users) + (" results: %s" % results if results else ""))
 '''
 
-# A server tool driven by its args: {"sleep": S, "exit": N, "stderr": TEXT, "spew": MB, "echo": V}.
+# A server tool driven by its args: {"gate": FILE, "sleep": S, "exit": N, "stderr": TEXT, "spew": MB, "echo": V}.
 TOOL = r'''
 import json, os, sys, time
 DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,6 +81,10 @@ rec = {"stdin": raw, "pid": os.getpid(), "pgid": os.getpgid(0),
 with open(os.path.join(DIR, "tools.jsonl"), "a") as f:
     f.write(json.dumps(rec) + "\n")
 a = d["args"]
+if a.get("gate"):
+    t0 = time.time()
+    while not os.path.exists(os.path.join(DIR, a["gate"])) and time.time() - t0 < 60:
+        time.sleep(0.02)
 if a.get("sleep"):
     time.sleep(a["sleep"])
 if a.get("stderr"):
@@ -326,6 +330,37 @@ def test_server_and_human_tools_mixed():
         assert "'resolved'" in last and tc["ask"]["tool_call_id"] in last and tc["add"]["tool_call_id"] in last, last
 
 
+def test_mixed_turn_suspended_as_soon_as_its_suspension_is_visible():
+    """design.md section 3: a suspension visible means the call is pending and the status is suspended,
+    even while the same turn's server call still runs."""
+    with agentd() as a:
+        c = a.create(settings={"model": "m", "tools": ["add", "ask"]})
+        a.send(c, {"calls": [call("add", gate="go1", a=1, b=1), call("ask")]})
+        wait_for(lambda: by_type(a, c, "suspension"), 10, "the suspension")
+        g = get(a, c)
+        assert g["status"] == "suspended", g
+        assert not by_type(a, c, "tool_result")  # the server call is still running
+        touch(a, "go1")
+        wait_for(lambda: by_type(a, c, "tool_result"), 10, "the server result")
+        assert status(a, c) == "suspended"
+        ask = [e["content"]["tool_call_id"] for e in by_type(a, c, "tool_call") if e["content"]["name"] == "ask"][0]
+        a.ok({"op": "resolve", "tool_call_id": ask})
+        wait_idle(a, c, 8)
+        assert len(requests(a, c)) == 2
+        # The person answers first, the server call finishes later: one follow-up turn, then idle.
+        c2 = a.create(settings={"model": "m", "tools": ["add", "ask"]})
+        a.send(c2, {"calls": [call("add", gate="go2", a=1, b=1), call("ask")]})
+        wait_for(lambda: by_type(a, c2, "suspension"), 10, "the suspension")
+        ask = [e["content"]["tool_call_id"] for e in by_type(a, c2, "tool_call") if e["content"]["name"] == "ask"][0]
+        a.ok({"op": "resolve", "tool_call_id": ask})
+        time.sleep(0.2)
+        assert len(requests(a, c2)) == 1, "a turn ran before the server call was settled"
+        touch(a, "go2")
+        wait_idle(a, c2, 8)
+        assert types(a, c2)[-1] == "assistant_msg" and len(requests(a, c2)) == 2
+        assert get(a, c2)["fsm_state"]["state"] == "idle"
+
+
 def test_model_id_kept_when_unused_minted_when_reused():
     with agentd() as a:
         c = a.create(settings={"model": "m", "tools": ["add"]})
@@ -513,7 +548,7 @@ def test_tool_environment_and_stdin():
 
 
 def test_compaction_then_revival_reads_after_summary():
-    with agentd("compact_events = 10\ncompact_keep = 4") as a:
+    with agentd("compact_events = 10\ncompact_keep = 4\naudit = on") as a:
         c = a.create(settings={"model": "m", "system": "sys"})
         for i in range(6):
             a.send(c, f"m{i}")
@@ -538,6 +573,18 @@ def test_compaction_then_revival_reads_after_summary():
         assert [m["seq"] for m in r["messages"]] == [9, 10, 11, 12, 13], r["messages"]
         assert r["turn"] == 13
         assert a.events(c)[-1]["content"] == {"text": "answer: after", "context_seq": 13}
+        # The summarize call is a model call like any other: usage counted once, audited with what it was given.
+        fs = finals(a, c)
+        assert len(fs) == 8
+        u = get(a, c)["usage"]
+        assert (u["input_tokens"], u["output_tokens"], u["cost"]) == (
+            sum(f["usage"]["input_tokens"] for f in fs), sum(f["usage"]["output_tokens"] for f in fs), 1.0), u
+        rows = a.ok({"op": "audit", "conversation": c})["model_calls"]
+        assert len(rows) == 8, rows
+        assert sorted(json.dumps(r["rendered_context"], sort_keys=True) for r in rows) == sorted(
+            json.dumps(r, sort_keys=True) for r in requests(a, c))
+        last = [r for r in rows if r["rendered_context"] == requests(a, c)[-1]]
+        assert len(last) == 1 and last[0]["summary_version"] == s["version"] and last[0]["turn_ref"] == 14, last
 
 
 def test_compact_op_forces_a_summary():
