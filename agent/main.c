@@ -30,6 +30,11 @@
 
 enum { EXIT_FENCED = 3, EXIT_CORRUPT = 4, EXIT_STORE = 5 };
 
+/* Audit rows are keyed by turn_ref: a turn's assistant_msg seq, or for a
+ * summarize call this bit plus the summary's to_seq (so the two never clash;
+ * the audit op shows it as task "summarize" and the bare to_seq). */
+#define AUDIT_SUMMARY_BIT (1ULL << 62)
+
 static struct {
 	store *st;
 	const char *conv;
@@ -759,7 +764,7 @@ static int compact(int keep, char *err, size_t errlen)
 	must(t, rc, "put summary");
 	struct store_usage u = { mr.final.input_tokens, mr.final.output_tokens, mr.final.cost };
 	must(t, store_usage_add(t, W.conv, &u), "usage");
-	audit(t, (1ULL << 63) | to, req, mc->name, &u, latency);
+	audit(t, AUDIT_SUMMARY_BIT | to, req, mc->name, &u, latency);
 	commit(t, "commit summary");
 	json_decref(req);
 	model_reply_free(&mr.final);

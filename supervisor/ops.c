@@ -326,7 +326,10 @@ static void op_summary(store_txn *t, struct job *j)
 
 static int mc_one(void *arg, const struct store_model_call *mc)
 {
-	json_t *o = json_pack("{sIss#sosIsIsIso}", "turn_ref", (json_int_t)mc->turn_ref, "model",
+	/* The worker keys a summarize call's row by bit 62 + the summary's to_seq. */
+	int summary = (mc->turn_ref >> 62) & 1;
+	json_t *o = json_pack("{sssIss#sosIsIsIso}", "task", summary ? "summarize" : "turn", "turn_ref",
+			      (json_int_t)(mc->turn_ref & ~(1ULL << 62)), "model",
 			      (const char *)mc->model.ptr, (int)mc->model.len, "usage", usage_json(&mc->usage),
 			      "latency_ms", (json_int_t)mc->latency_ms, "summary_version", (json_int_t)mc->summary_version,
 			      "inserted_at", (json_int_t)mc->inserted_at, "rendered_context", mp_json(mc->rendered));

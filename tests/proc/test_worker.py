@@ -581,6 +581,8 @@ def test_compaction_then_revival_reads_after_summary():
             sum(f["usage"]["input_tokens"] for f in fs), sum(f["usage"]["output_tokens"] for f in fs), 1.0), u
         rows = a.ok({"op": "audit", "conversation": c})["model_calls"]
         assert len(rows) == 8, rows
+        summ = [r for r in rows if r["task"] == "summarize"]
+        assert len(summ) == 1 and summ[0]["turn_ref"] == 8, summ  # keyed by the summary's to_seq
         assert sorted(json.dumps(r["rendered_context"], sort_keys=True) for r in rows) == sorted(
             json.dumps(r, sort_keys=True) for r in requests(a, c))
         last = [r for r in rows if r["rendered_context"] == requests(a, c)[-1]]
