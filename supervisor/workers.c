@@ -371,9 +371,16 @@ static void on_exit_status(struct worker *w, int status)
 		return;
 	if (clean && w->stop_sent == 1 && !w->wake_pending)
 		return; /* told to stop: it revives on the next event */
-	/* Evicted (stop_sent 2) yet active: work arrived as it was told to
-	 * stop (a wake crossing the stop), and nothing else will restart it. */
+	/* Evicted or yielding its slot (stop_sent 2) yet active: work arrived
+	 * as it was told to stop (a wake crossing the stop), and nothing else
+	 * will restart it. */
 	if (clean && (w->wake_pending || w->stop_sent == 2)) {
+		if (w->stop_sent == 2 && !TAILQ_EMPTY(&S.queue)) {
+			/* It gave its slot away: wait behind those queued. */
+			set_state(w, W_QUEUED);
+			TAILQ_INSERT_TAIL(&S.queue, w, qlink);
+			return;
+		}
 		ensure_started(w->conv);
 		return;
 	}
@@ -504,8 +511,12 @@ void worker_ipc(struct worker *w)
 				set_state(w, W_RUNNING);
 			/* At max_workers, a worker with nothing to do gives its
 			 * slot to a conversation queued for one. */
-			if ((w->state == W_IDLE || w->state == W_AWAITING) && !TAILQ_EMPTY(&S.queue))
+			if ((w->state == W_IDLE || w->state == W_AWAITING) && !TAILQ_EMPTY(&S.queue)) {
 				worker_stop(w);
+				/* Not an operator's stop: if work arrived meanwhile (a
+				 * wake it read before this report), restart it on exit. */
+				w->stop_sent = 2;
+			}
 			break;
 		case IPC_APPENDED:
 			waiters_notify(w, m.seq);

@@ -609,6 +609,33 @@ def test_send_during_compaction_is_answered():
         no_zombies(a)
 
 
+def test_wake_crossing_a_yield_stop_is_answered():
+    """At max_workers, a worker that reports idle is stopped to give its slot to a queued conversation.
+    When a message for it arrived just before (its wake read while it compacted, so it is about to run
+    that turn), the stop cuts the turn short: the conversation must still get its answer."""
+    with setup(Agentd(start=False, extra_args=["--max-workers", "1"]),
+               "compact_events = 2\ncompact_keep = 1") as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, "one")
+        wait_for(lambda: last_is_answer(a, c, "re: one"), 10, "the first answer")
+        release(a, "sumblock")
+        a.send(c, "two")
+        wait_for(lambda: [r for r in model_calls(a, c) if r["task"] == "summarize"], 10, "the compaction")
+        other = new_conv(a)
+        a.send(other, "queued")
+        wait_for(lambda: [w for w in a.ok({"op": "status"})["workers"] if w["conversation"] == other
+                          and w["state"] == "queued"], 10, "the other conversation to queue for a worker")
+        a.send(c, "block y1")  # read by the compacting worker's watch
+        release(a, "sumgo")
+        wait_for(lambda: last_is_answer(a, other, "re: queued"), 10, "the queued conversation's answer")
+        release(a, "y1")
+        wait_for(lambda: last_is_answer(a, c, "released y1"), 10, "the answer to the message that crossed the stop")
+        check_log(a, c)
+        check_log(a, other)
+        no_zombies(a)
+
+
 # ---- 8. fencing -----------------------------------------------------------------------------------
 
 
