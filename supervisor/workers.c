@@ -304,6 +304,52 @@ static int conv_status(const char *conv)
 	return st;
 }
 
+struct pend_ctx {
+	char (*ids)[STORE_ID_MAX + 1];
+	size_t n, cap;
+};
+
+static int pend_server(void *arg, const struct store_tool_call *tc)
+{
+	struct pend_ctx *p = arg;
+	if (tc->executor != STORE_EXEC_SERVER || tc->id.len > STORE_ID_MAX)
+		return 0;
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 8;
+		void *ids = realloc(p->ids, cap * sizeof *p->ids);
+		if (!ids)
+			return -ENOMEM;
+		p->ids = ids;
+		p->cap = cap;
+	}
+	memcpy(p->ids[p->n], tc->id.ptr, tc->id.len);
+	p->ids[p->n++][tc->id.len] = 0;
+	return 0;
+}
+
+/* Settle a server call the crash loop interrupted: errored, with its tool_result. */
+static int settle_interrupted(store_txn *t, const char *id, int crashes)
+{
+	char conv[STORE_ID_MAX + 1];
+	struct jsonmp_buf rb, cb;
+	json_t *res = json_pack("{sssi}", "error", "interrupted", "crashes", crashes);
+	json_t *content = json_pack("{sssssO}", "tool_call_id", id, "status", "errored", "result", res);
+	jsonmp_buf_init(&rb);
+	jsonmp_pack(&rb.pk, res);
+	jsonmp_buf_init(&cb);
+	jsonmp_pack(&cb.pk, content);
+	json_decref(res);
+	json_decref(content);
+	int e = store_tool_call_resolve(t, id, STORE_TC_ERRORED, (store_bytes){ rb.sb.data, rb.sb.size }, conv);
+	struct store_event_in ev = { "tool_result", { cb.sb.data, cb.sb.size }, NULL };
+	uint64_t seq;
+	if (!e)
+		e = store_event_append(t, conv, &ev, &seq, NULL);
+	jsonmp_buf_destroy(&rb);
+	jsonmp_buf_destroy(&cb);
+	return e == STORE_E_STALE ? 0 : e;
+}
+
 /* Too many crashes: log an `error` event so the conversation owes nothing
  * until its next user_msg, and stop restarting it. */
 static void give_up(struct worker *w, int crashes)
@@ -316,7 +362,16 @@ static void give_up(struct worker *w, int crashes)
 	log_error("%s: %s", w->conv, msg);
 	if (store_txn_begin(S.st, STORE_WRITE, &t))
 		return;
-	int e = store_event_latest_seq(t, w->conv, &last);
+	/* The error ends the turn, and nothing re-dispatches a call behind it:
+	 * settle its pending server calls errored first, or their rows stay
+	 * pending forever and the next turn's model sees calls without results. */
+	struct pend_ctx pc = { 0 };
+	int e = store_tool_calls_list(t, w->conv, 1u << STORE_TC_PENDING, pend_server, &pc);
+	for (size_t i = 0; !e && i < pc.n; i++)
+		e = settle_interrupted(t, pc.ids[i], crashes);
+	free(pc.ids);
+	if (!e)
+		e = store_event_latest_seq(t, w->conv, &last);
 	json_t *content = json_pack("{sssisI}", "message", msg, "attempts", crashes, "context_seq", (json_int_t)last);
 	struct jsonmp_buf b;
 	jsonmp_buf_init(&b);

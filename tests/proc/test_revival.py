@@ -538,6 +538,32 @@ def test_crash_loop_stops_after_the_limit():
         no_zombies(a)
 
 
+def test_crash_loop_in_a_tool_settles_the_call():
+    """The crash limit reached while re-dispatching a server call: the `error` ends the turn, so the call
+    is settled `errored` before it (no row pending forever, no call without a result in the history)."""
+    with setup(Agentd(start=False), "restart_limit = 3\nrestart_window = 60s") as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, 'tool work {"crash": true}')
+        wait_for(lambda: of_type(a, c, "error"), 15, "the error event after the crash loop")
+        recs = tool_calls_rec(a)
+        tcid = recs[0]["id"]
+        assert [r["id"] for r in recs] == [tcid] * 3, recs
+        evs = check_log(a, c)
+        assert [e["type"] for e in evs] == ["user_msg", "assistant_msg", "tool_call", "tool_result", "error"], evs
+        assert evs[3]["content"]["status"] == "errored" and evs[3]["content"]["result"]["error"] == "interrupted"
+        assert evs[4]["content"]["context_seq"] == 4, evs[4]
+        assert a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]["status"] == "errored"
+        assert a.ok({"op": "tool_calls", "conversation": c, "status": "pending"})["tool_calls"] == []
+        no_worker(a, c)
+        assert conv_get(a, c)["status"] == "idle"
+        a.send(c, "hello")
+        wait_for(lambda: last_is_answer(a, c, "re: hello"), 10, "the answer after the crash loop")
+        assert len(tool_calls_rec(a)) == 3  # not dispatched again
+        check_log(a, c)
+        no_zombies(a)
+
+
 # ---- 7. idle eviction ------------------------------------------------------------------------------
 
 
@@ -559,6 +585,17 @@ def test_idle_eviction_then_revival():
         assert model_calls(a, c)[-1]["ppid"] != wpid
         check_log(a, c)
         wait_for(lambda: a.children() == [], 10, "eviction again")
+        # A worker awaiting a person is evicted too, and the answer revives it.
+        a.send(c, "tool approve {}")
+        wpid = wait_worker(a, c, "awaiting_input")
+        wait_for(lambda: a.children() == [], 10, "the awaiting worker to be evicted")
+        assert not pid_alive(wpid) and conv_get(a, c)["status"] == "suspended"
+        assert conv_get(a, c)["fsm_state"]["state"] == "awaiting_input"
+        tcid = of_type(a, c, "suspension")[0]["content"]["tool_call_id"]
+        a.ok({"op": "resolve", "tool_call_id": tcid, "result": "ok"})
+        wait_for(lambda: last_is_answer(a, c, f"after {tcid}:resolved"), 10, "the answer after the resolution")
+        check_log(a, c)
+        wait_for(lambda: a.children() == [], 10, "eviction once more")
         no_zombies(a)
 
 
