@@ -125,7 +125,10 @@ def test_descriptor_limit_refuses_clients_and_goes_on():
         for s in socks:
             s.close()
         # The loop went on: new clients are served again.
-        wait_for(lambda: a.request({"op": "ping"})["ok"], 10, "service after the limit")
+        # (agentd notices the closed sockets on its next iteration: until then a new client may still be
+        # refused, which the wait absorbs.)
+        wait_for(lambda: a.request({"op": "ping"})["ok"], 10, "service after the limit",
+                 ignore=(AssertionError, OSError))
         c = a.create()
         a.send(c, "still here")
         wait_for(lambda: len(a.events(c)) >= 2, 10, "the echo reply")
