@@ -207,4 +207,20 @@ def test_killed_worker_takes_its_tool_and_grandchildren():
                  "the tool and its child killed with the worker")
 
 
+def test_worker_exec_failure_is_reported_and_backs_off():
+    """agentd-worker missing: the exec failure comes back through the close-on-exec pipe as a clear log line,
+    the conversation waits out a backoff instead of spinning, and agentd keeps serving."""
+    with Agentd(extra_args=("--worker", "/nonexistent/agentd-worker")) as a:
+        c = a.create()
+        assert a.send(c, "hi") == 1
+        wait_for(lambda: "cannot run /nonexistent/agentd-worker: No such file or directory" in a.log(), 10,
+                 "the exec failure in the log")
+        w = wait_for(lambda: [x for x in a.ok({"op": "status"})["workers"] if x["conversation"] == c], 10,
+                     "the conversation in status")
+        assert w[0]["state"] == "backoff" and w[0]["pid"] is None, w
+        assert a.log().count("cannot run") == 1, "the spawn was retried without a backoff"
+        assert a.events(c)[0]["type"] == "user_msg"  # the acknowledged send is kept
+        assert a.zombies() == []
+
+
 harness.main(globals())
