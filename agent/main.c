@@ -14,10 +14,10 @@
 #include "agent/render.h"
 #include "ipc/ipc.h"
 #include "ipc/jsonmp.h"
+#include "ipc/proto.h"
 #include "store/store.h"
 #include "supervisor/config.h"
 
-#include <bsd/stdlib.h>
 #include <bsd/unistd.h>
 #include <errno.h>
 #include <getopt.h>
@@ -402,19 +402,6 @@ static int model_run(const struct model_cfg *mc, const json_t *req, struct model
 
 /* ---- turns ----------------------------------------------------------- */
 
-static void mint_id(char *out, size_t n)
-{
-	static const char hex[] = "0123456789abcdef";
-	unsigned char r[10];
-	arc4random_buf(r, sizeof r);
-	snprintf(out, n, "tc-");
-	for (int i = 0; i < 10; i++) {
-		out[3 + 2 * i] = hex[r[i] >> 4];
-		out[4 + 2 * i] = hex[r[i] & 15];
-	}
-	out[23] = 0;
-}
-
 /* A tool this conversation may use: configured and in its settings. */
 static const struct tool_cfg *conv_tool(const char *name)
 {
@@ -480,7 +467,7 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 		if (mc->id && store_tool_call_get(t, mc->id, &old) == STORE_E_NOTFOUND)
 			snprintf(id, sizeof id, "%s", mc->id);
 		else
-			mint_id(id, sizeof id);
+			proto_random_id(id, sizeof id, "tc-", 10);
 		const struct tool_cfg *tc = conv_tool(mc->name);
 		int human = tc && tc->executor == EXEC_HUMAN;
 		append(t, "tool_call", json_pack("{sssssOss}", "tool_call_id", id, "name", mc->name, "args", mc->args,
@@ -525,12 +512,27 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 	notify(last);
 }
 
+/* Did the log grow past what this worker last read? Asked inside the write
+ * transaction that records a state decided from that read: the supervisor
+ * commits sends, resolutions and expiries (and sets the status `active`)
+ * between the worker's read and its write, so a status written from the
+ * older view would overwrite theirs, and a worker killed then would never be
+ * restarted for the work they owe (found by tests/proc/test_chaos.py). */
+static int log_moved(store_txn *t, uint64_t seen)
+{
+	uint64_t last = 0;
+	must(t, store_event_latest_seq(t, W.conv, &last), "latest seq");
+	return last != seen;
+}
+
 static void commit_error(const char *msg, int attempts, uint64_t ctx_seq)
 {
 	store_txn *t = wbegin();
+	int moved = log_moved(t, ctx_seq); /* a message queued during the failed turn is still owed */
 	uint64_t seq = append(t, "error", json_pack("{sssisI}", "message", msg, "attempts", attempts, "context_seq",
 						    (json_int_t)ctx_seq));
-	put_state(t, STORE_IDLE, fsm_state("idle", NULL, seq));
+	if (!moved)
+		put_state(t, STORE_IDLE, fsm_state("idle", NULL, seq));
 	commit(t, "commit error");
 	notify(seq);
 }
@@ -675,9 +677,14 @@ static void dispatch(const json_t *call)
 }
 
 /* Human calls: make sure each row is pending with its expiry, then wait. */
-static void await_people(const json_t *unsettled)
+static int await_people(const json_t *unsettled)
 {
 	store_txn *t = wbegin();
+	if (log_moved(t, W.last_seq)) {
+		/* A resolution or expiry came since: decide again. */
+		store_txn_abort(t);
+		return 1;
+	}
 	json_t *pending = json_object();
 	size_t i;
 	json_t *call;
@@ -708,6 +715,7 @@ static void await_people(const json_t *unsettled)
 	put_state(t, STORE_SUSPENDED, fsm_state("awaiting_input", pending, W.last_seq));
 	commit(t, "await");
 	report_state("awaiting_input");
+	return 0;
 }
 
 /* ---- compaction ------------------------------------------------------ */
@@ -798,7 +806,7 @@ static void answer_compacts(void)
 
 /* ---- the decision loop ----------------------------------------------- */
 
-static void settle_idle(void)
+static int settle_idle(void)
 {
 	store_txn *t = rbegin();
 	struct store_conv c;
@@ -809,6 +817,11 @@ static void settle_idle(void)
 		die_store(e, "read conversation");
 	if (status != STORE_IDLE && status != STORE_ENDED) {
 		t = wbegin();
+		if (log_moved(t, W.last_seq)) {
+			/* A send came since: idle now would hide the turn it is owed. */
+			store_txn_abort(t);
+			return 1;
+		}
 		put_state(t, STORE_IDLE, fsm_state("idle", NULL, W.last_seq));
 		commit(t, "idle");
 	}
@@ -818,6 +831,7 @@ static void settle_idle(void)
 			log_warn("%s: compaction failed: %s", W.conv, err);
 	}
 	report_state("idle");
+	return 0;
 }
 
 /* Act on the log until nothing more can be done without an event. */
@@ -855,15 +869,18 @@ static void run(void)
 				json_decref(humans);
 				continue;
 			}
-			await_people(humans);
+			int again = await_people(humans);
 			json_decref(humans);
+			if (again)
+				continue;
 			answer_compacts();
 			if (W.woken)
 				continue; /* read by a compaction's model call: not lost */
 			return;
 		}
 		tail_free(&tl);
-		settle_idle();
+		if (settle_idle())
+			continue;
 		answer_compacts();
 		/* A wake read while compacting (the summarize call watches the
 		 * socket and consumes it) announces events this refresh missed:

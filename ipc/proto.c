@@ -2,6 +2,7 @@
 #include "ipc/proto.h"
 #include "store/store.h"
 
+#include <bsd/stdlib.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -28,6 +29,22 @@ const char *proto_op_name(int op)
 const char *proto_err_code(int err)
 {
 	return err >= 0 && err < PERR_COUNT ? err_codes[err] : "internal";
+}
+
+void proto_random_id(char *out, size_t size, const char *prefix, size_t nbytes)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char r[32];
+	size_t p = strlen(prefix);
+	if (nbytes > sizeof r || p + 2 * nbytes + 1 > size)
+		abort(); /* a caller's sizing mistake, not an input error */
+	arc4random_buf(r, nbytes);
+	memcpy(out, prefix, p);
+	for (size_t i = 0; i < nbytes; i++) {
+		out[p + 2 * i] = hex[r[i] >> 4];
+		out[p + 2 * i + 1] = hex[r[i] & 15];
+	}
+	out[p + 2 * nbytes] = 0;
 }
 
 int proto_err_from_store(int e)

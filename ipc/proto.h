@@ -66,6 +66,11 @@ void proto_request_free(struct request *rq);
 const char *proto_op_name(int op);
 const char *proto_err_code(int err);
 
+/* A random id: prefix then 2*nbytes hex digits (arc4random), NUL-terminated
+ * in out (size bytes; it must fit). Conversations get "c-" + 16 hex, minted
+ * tool calls "tc-" + 20 hex. */
+void proto_random_id(char *out, size_t size, const char *prefix, size_t nbytes);
+
 /* Map a store error to the protocol's code. */
 int proto_err_from_store(int store_err);
 

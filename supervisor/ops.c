@@ -12,7 +12,6 @@
 #include "supervisor/sup.h"
 #include "ipc/jsonmp.h"
 
-#include <bsd/stdlib.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -487,25 +486,12 @@ static void op_metrics(struct job *j)
 
 /* ---- writes (inside the group transaction) --------------------------- */
 
-static void gen_id(char *out, size_t n)
-{
-	static const char hex[] = "0123456789abcdef";
-	unsigned char r[8];
-	arc4random_buf(r, sizeof r);
-	snprintf(out, n, "c-");
-	for (int i = 0; i < 8; i++) {
-		out[2 + 2 * i] = hex[r[i] >> 4];
-		out[3 + 2 * i] = hex[r[i] & 15];
-	}
-	out[18] = 0;
-}
-
 static int w_create(store_txn *t, struct job *j)
 {
 	char gen[20];
 	const char *id = j->rq.conv;
 	if (!id) {
-		gen_id(gen, sizeof gen);
+		proto_random_id(gen, sizeof gen, "c-", 8);
 		id = gen;
 	}
 	struct jsonmp_buf b;
