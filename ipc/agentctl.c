@@ -1249,6 +1249,7 @@ static void show_audit(const json_t *reply)
 {
 	static const struct column cols[] = {
 		{"TURN", "turn_ref|turn", false},
+		{"TASK", "task", false},
 		{"MODEL", "model", false},
 		{"LATENCY_MS", "latency_ms", false},
 		{"SUMMARY_V", "summary_version", false},

@@ -355,8 +355,9 @@ def test_tool_summary_audit_and_worker_commands():
 
         # audit is on here: one row per model call
         head, rows = table(a.ctl("audit", c)[1])
-        assert head == ["TURN", "MODEL", "LATENCY_MS", "SUMMARY_V", "USAGE", "INSERTED"], head
-        assert len(rows) >= 3 and all(r[1] == "echo" and re.fullmatch(ISO, r[5]) for r in rows), rows
+        assert head == ["TURN", "TASK", "MODEL", "LATENCY_MS", "SUMMARY_V", "USAGE", "INSERTED"], head
+        assert len(rows) >= 3 and all(r[2] == "echo" and re.fullmatch(ISO, r[6]) for r in rows), rows
+        assert {r[1] for r in rows} == {"turn", "summarize"}, rows  # the compaction above is audited too
         raw = json.loads(a.ctl("--json", "audit", c)[1])
         assert "rendered_context" in raw["model_calls"][0], raw
 
