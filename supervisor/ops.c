@@ -147,6 +147,13 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, int *err,
 		e = store_event_latest_seq(t, rq->conv, last_seq);
 	if (!e) {
 		struct store_range r = { rq->after, rq->before, rq->limit, rq->type };
+		/* Without a limit, one reply carries at most PROTO_EVENTS_MAX
+		 * seqs (the oldest after `after`; seqs are dense): a whole long
+		 * log built as one JSON reply would stall the loop for everyone.
+		 * The client pages on with after = the last seq it got. */
+		if (!r.limit && (!r.before || r.before - r.after > PROTO_EVENTS_MAX + 1) &&
+		    r.after <= UINT64_MAX - PROTO_EVENTS_MAX - 1)
+			r.before = r.after + PROTO_EVENTS_MAX + 1;
 		e = store_events_stream(t, rq->conv, &r, append_json, a);
 	}
 	store_txn_abort(t);

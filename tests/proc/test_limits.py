@@ -223,4 +223,28 @@ def test_worker_exec_failure_is_reported_and_backs_off():
         assert a.zombies() == []
 
 
+def test_events_without_limit_are_paged():
+    """`events` without a limit answers at most 10,000 events, the oldest after `after`, so one client cannot
+    make agentd build a whole long log as one reply; paging with after = the last seq gets the rest."""
+    with Agentd(start=False) as a:
+        model = a.script("short.py", SHORT_MODEL)
+        a.write_config(f"[model.short]\ncommand = python3 {model}\n")
+        a.start()
+        c = a.create(model="short")
+        conn = a.conn()
+        n = 10050  # pipelined: group commit makes this quick; the model answers them in a few turns
+        for i in range(n):
+            conn.send({"op": "send", "conversation": c, "content": str(i)})
+        for i in range(n):
+            assert conn.recv()["ok"]
+        wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 30, "idle")
+        last = a.ok({"op": "get", "conversation": c})["conversation"]["last_seq"]
+        r = a.ok({"op": "events", "conversation": c})
+        assert len(r["events"]) == 10000 and r["events"][-1]["seq"] == 10000 and r["last_seq"] == last, len(r["events"])
+        rest = a.ok({"op": "events", "conversation": c, "after": 10000})["events"]
+        assert [e["seq"] for e in rest] == list(range(10001, last + 1))
+        tail = a.ok({"op": "events", "conversation": c, "limit": 5})["events"]
+        assert [e["seq"] for e in tail] == list(range(last - 4, last + 1))
+
+
 harness.main(globals())
