@@ -238,9 +238,11 @@ def test_watch_streams_worker_commits_and_deltas():
         e3, e4 = w.recv()["event"], w.recv()["event"]
         assert (e3["seq"], e3["type"], e3["content"]) == (3, "user_msg", {"text": "two"}), e3
         assert (e4["seq"], e4["type"]) == (4, "assistant_msg") and e4["content"]["text"] == "echo: two", e4
-        # several sends: in seq order, no gaps, nothing twice
+        # several sends: in seq order, no gaps, nothing twice (each answered before the next, so the
+        # count is exact: messages queued during a turn would be answered together)
         for i in range(10):
             a.send(c, f"m{i}")
+            wait_for(lambda: a.events(c)[-1]["type"] == "assistant_msg", 10, f"the reply to m{i}")
         seqs = []
         while len(seqs) < 20:
             seqs.append(w.recv()["event"]["seq"])
@@ -530,10 +532,15 @@ def test_shutdown():
         r = a.ok({"op": "shutdown", "id": "bye"})
         assert r == {"ok": True, "id": "bye"}, r
         # while the worker finishes, an open connection is told `unavailable` (ping still answers)
-        k.send({"op": "get", "conversation": c})
-        r = k.recv(10)
-        if r.get("ok") is False:
-            assert r["error"] == "unavailable", r
+        # (the worker stops at once, so agentd may already be gone: a closed connection is fine too)
+        if k.send({"op": "get", "conversation": c}):
+            try:
+                r = k.recv(10)
+            except AssertionError as e:
+                assert "closed the connection" in str(e), e
+                r = {}
+            if r.get("ok") is False:
+                assert r["error"] == "unavailable", r
         assert a.wait(20) == 0
         assert not os.path.exists(a.socket), "the socket file outlived agentd"
         k.close()
