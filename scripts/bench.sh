@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Build the benchmark programs (Release, -DAGENTD_BENCH=ON, in build-bench) and run them.
+# Usage: scripts/bench.sh [bench_store options]   e.g. scripts/bench.sh -q (a quick smoke run)
+# The figures and how to read them: docs/benchmarks.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh --bench
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S . -B build-bench -DAGENTD_BENCH=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build-bench -j "$jobs" --target benchmarks
+# The scratch stores go under build-bench: on the checkout's disk, not tmpfs,
+# so the durable figures pay for real flushes.
+build-bench/bench/bench_store -d build-bench "$@"
