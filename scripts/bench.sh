@@ -11,3 +11,14 @@ cmake --build build-bench -j "$jobs" --target benchmarks
 # The scratch stores go under build-bench: on the checkout's disk, not tmpfs,
 # so the durable figures pay for real flushes.
 build-bench/bench/bench_store -d build-bench "$@"
+
+# The supervisor and the control protocol (docs/benchmarks.md, "## Supervisor"
+# and "## Control protocol"): agentd's own processes beside Redis and the raw
+# limits. Each program is run on its own, every one under about three minutes;
+# -q (anywhere in the arguments) makes them quick smoke runs too.
+quick=()
+for a in "$@"; do [ "$a" = -q ] && quick=(-q); done
+build-bench/bench/bench_control -d build-bench "${quick[@]}"
+for phase in revival memory expiry; do
+	build-bench/bench/bench_supervisor -d build-bench -o "$phase" "${quick[@]}"
+done

@@ -1,0 +1,574 @@
+/*
+ * bench_control: agentd's control protocol beside Redis, in one run.
+ *
+ * Both servers run side by side on Unix sockets in one scratch directory on
+ * the disk under test: agentd with sync=full, redis-server with appendonly
+ * yes and appendfsync always (Redis's own group commit). Each figure is
+ * measured on both in every run, the order alternating, and reported as the
+ * median over the runs; ratios are the median of the per-run ratios
+ * (agentd/Redis > 1: agentd is faster).
+ *
+ *   ping          agentd `ping` vs redis-benchmark PING (PING_MBULK)
+ *   durable send  agentd `send` vs redis-benchmark SET
+ *
+ * each with 1 and 50 clients. Redis is driven by redis-benchmark itself;
+ * agentd by the closed loop here, built like redis-benchmark without
+ * pipelining: C connections in one epoll thread, each sending one request and
+ * waiting for its reply before the next. Latency is per request, from the
+ * write to the reply's arrival.
+ *
+ * Sends go to one conversation per client, with the built-in echo model, so
+ * every conversation has a live worker that answers: the workers run turns
+ * and commit them (durably, serialised with the supervisor's group commits
+ * by LMDB's writer lock) while the sends are measured. That is agentd's real
+ * work, not removed from the figure. A diagnostic row sends to conversations
+ * whose worker sits in a model call that never returns, so no turn commits:
+ * the control plane's group commit alone.
+ *
+ * One-event-per-transaction: the same event appended with the store library
+ * in this process, one durable transaction each, on the same filesystem: the
+ * most a server that commits each event on its own could give. Group commit
+ * must beat it by 3x with 50 clients.
+ *
+ * Usage: bench_control [-d DIR] [-r RUNS] [-o NAME] [-q] [-k] [-v]
+ *   -d DIR   where the scratch directory goes (default "."): the disk to measure
+ *   -r RUNS  timed runs (default 5, at most 15)
+ *   -q       quick: a tenth of the requests, 3 runs (a smoke test)
+ *   -o NAME  only the figures whose name contains NAME ("parked" for the
+ *            diagnostic row), no report (for profiling; -v prints them)
+ *   -k       keep the scratch directory (agentd's and Redis's logs are there)
+ *   -v       print every run's figures (on stderr)
+ */
+#include "bench/bench.h"
+#include "bench/ctl.h"
+#include "store/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <msgpack.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NCLIENTS_MAX 50
+
+static int nruns = 5, quick, keep, verbose;
+static const char *only; /* -o: only the figures whose name contains it */
+static char scratch[PATH_MAX], bindir[PATH_MAX];
+static struct ctl_agentd agentd;
+static pid_t redis_pid;
+static char redis_sock[PATH_MAX], redis_version[64];
+
+/* One measurement: throughput and latency percentiles. */
+struct fig {
+	double rps, p50_ms, p99_ms;
+};
+
+/* ---- Redis ----------------------------------------------------------- */
+
+static void redis_start(void)
+{
+	char dir[PATH_MAX], log[PATH_MAX];
+	ctl_path(dir, sizeof dir, "%s/redis", scratch);
+	ctl_path(redis_sock, sizeof redis_sock, "%s/redis.sock", scratch);
+	ctl_path(log, sizeof log, "%s/redis.log", scratch);
+	bench_mkdir(dir);
+	char *argv[] = { "/usr/bin/redis-server", "--port", "0", "--unixsocket", redis_sock, "--save", "",
+			 "--appendonly", "yes", "--appendfsync", "always", "--dir", dir, NULL };
+	redis_pid = ctl_spawn(argv, log);
+	/* Any connection accepted means it is listening; the benchmark's own
+	 * clients speak RESP, not this one. */
+	struct ctl_conn c;
+	if (ctl_connect(&c, redis_sock, 10000) != 0)
+		bench_fail("redis-server did not listen on %s (installed? scripts/deps.sh --bench): see %s",
+			   redis_sock, log);
+	ctl_close(&c);
+	FILE *p = popen("redis-server --version", "re");
+	char line[256] = "";
+	if (p && fgets(line, sizeof line, p)) {
+		char *v = strstr(line, "v=");
+		if (v)
+			snprintf(redis_version, sizeof redis_version, "%.*s", (int)strcspn(v + 2, " \n"), v + 2);
+	}
+	if (p)
+		pclose(p);
+}
+
+static void redis_stop(void)
+{
+	if (redis_pid > 0) {
+		kill(redis_pid, SIGTERM);
+		ctl_reap(redis_pid, 10000);
+	}
+	redis_pid = 0;
+}
+
+/* redis-benchmark -s SOCK -t TEST -n N -c C --csv, the row of `name` parsed:
+ * "test","rps","avg","min","p50","p95","p99","max". */
+static struct fig redis_bench(const char *test, const char *name, int clients, long n)
+{
+	char ns[32], cs[32], out[PATH_MAX];
+	snprintf(ns, sizeof ns, "%ld", n);
+	snprintf(cs, sizeof cs, "%d", clients);
+	ctl_path(out, sizeof out, "%s/redis-benchmark.csv", scratch);
+	unlink(out);
+	char *argv[] = { "/usr/bin/redis-benchmark", "-s", redis_sock, "-t", (char *)test, "-n", ns, "-c", cs,
+			 "--csv", NULL };
+	int st = ctl_reap(ctl_spawn(argv, out), 600000);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		bench_fail("redis-benchmark %s failed: see %s", test, out);
+	FILE *f = fopen(out, "re");
+	char line[512];
+	struct fig fg = { 0 };
+	int found = 0;
+	char want[64];
+	snprintf(want, sizeof want, "\"%s\",", name);
+	while (f && fgets(line, sizeof line, f)) {
+		double v[7];
+		if (strncmp(line, want, strlen(want)))
+			continue;
+		if (sscanf(line + strlen(want), "\"%lf\",\"%lf\",\"%lf\",\"%lf\",\"%lf\",\"%lf\",\"%lf\"", &v[0], &v[1],
+			   &v[2], &v[3], &v[4], &v[5], &v[6]) == 7) {
+			fg = (struct fig){ v[0], v[3], v[5] };
+			found = 1;
+		}
+	}
+	if (f)
+		fclose(f);
+	if (!found)
+		bench_fail("no %s row in redis-benchmark's output: see %s", name, out);
+	return fg;
+}
+
+/* ---- agentd: the closed loop ----------------------------------------- */
+
+struct lg_conn {
+	int fd;
+	int idx;
+	double sent;     /* when the outstanding request was written */
+	size_t len;
+	char buf[8192];
+};
+
+/* The request line of client `idx` into buf; returns its length. */
+typedef size_t (*line_fn)(int idx, char *buf, size_t cap);
+
+static size_t line_ping(int idx, char *buf, size_t cap)
+{
+	(void)idx;
+	return (size_t)snprintf(buf, cap, "{\"op\":\"ping\"}\n");
+}
+
+static const char *send_prefix = "b";
+
+static size_t line_send(int idx, char *buf, size_t cap)
+{
+	return (size_t)snprintf(buf, cap, "{\"op\":\"send\",\"conversation\":\"%s-%d\",\"content\":\"hello from client %d\"}\n",
+				send_prefix, idx, idx);
+}
+
+static void lg_write(struct lg_conn *c, line_fn fn)
+{
+	char line[256];
+	size_t n = fn(c->idx, line, sizeof line);
+	c->sent = bench_now();
+	for (size_t off = 0; off < n;) {
+		ssize_t w = write(c->fd, line + off, n - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			bench_die("write to agentd", -errno);
+		off += (size_t)w;
+	}
+}
+
+/* nreq requests over `clients` connections, each with one request in flight. */
+static struct fig agentd_load(int clients, long nreq, line_fn fn)
+{
+	struct lg_conn *cs = calloc((size_t)clients, sizeof *cs);
+	double *lat = malloc((size_t)nreq * sizeof *lat);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	if (!cs || !lat || ep < 0)
+		bench_fail("out of memory");
+	for (int i = 0; i < clients; i++) {
+		struct ctl_conn cc;
+		if (ctl_connect(&cc, agentd.sock, 5000))
+			bench_fail("cannot connect to agentd");
+		cs[i].fd = cc.fd;
+		cc.fd = -1;
+		ctl_close(&cc);
+		cs[i].idx = i;
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &cs[i] };
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, cs[i].fd, &ev) < 0)
+			bench_die("epoll_ctl", -errno);
+	}
+	long issued = 0, done = 0;
+	double t0 = bench_now();
+	for (int i = 0; i < clients && issued < nreq; i++, issued++)
+		lg_write(&cs[i], fn);
+	struct epoll_event evs[NCLIENTS_MAX];
+	while (done < nreq) {
+		int n = epoll_wait(ep, evs, NCLIENTS_MAX, 30000);
+		if (n == 0)
+			bench_fail("agentd stopped answering (%ld of %ld done)", done, nreq);
+		if (n < 0 && errno != EINTR)
+			bench_die("epoll_wait", -errno);
+		for (int k = 0; k < n; k++) {
+			struct lg_conn *c = evs[k].data.ptr;
+			ssize_t r = read(c->fd, c->buf + c->len, sizeof c->buf - c->len - 1);
+			if (r <= 0)
+				bench_fail("agentd closed a client connection");
+			c->len += (size_t)r;
+			char *nl;
+			while ((nl = memchr(c->buf, '\n', c->len))) {
+				double now = bench_now();
+				*nl = 0;
+				if (!strstr(c->buf, "\"ok\":true"))
+					bench_fail("error reply: %s", c->buf);
+				lat[done++] = now - c->sent;
+				size_t used = (size_t)(nl - c->buf) + 1;
+				memmove(c->buf, c->buf + used, c->len - used);
+				c->len -= used;
+				if (issued < nreq) {
+					issued++;
+					lg_write(c, fn);
+				}
+			}
+		}
+	}
+	double elapsed = bench_now() - t0;
+	struct fig fg = { (double)nreq / elapsed, ctl_pct(lat, (size_t)nreq, 50) * 1e3,
+			  ctl_pct(lat, (size_t)nreq, 99) * 1e3 };
+	for (int i = 0; i < clients; i++)
+		close(cs[i].fd);
+	close(ep);
+	free(cs);
+	free(lat);
+	return fg;
+}
+
+/* The value of one counter in the metrics op's Prometheus text. */
+static double agentd_counter(const char *name)
+{
+	struct ctl_conn c;
+	if (ctl_connect(&c, agentd.sock, 5000))
+		bench_fail("cannot connect to agentd");
+	json_t *r = ctl_ok(&c, json_pack("{ss}", "op", "metrics"), "metrics");
+	const char *text = json_string_value(json_object_get(r, "text"));
+	double v = 0;
+	char key[128];
+	snprintf(key, sizeof key, "\n%s ", name);
+	const char *p = text ? strstr(text, key) : NULL;
+	if (p)
+		v = strtod(p + strlen(key), NULL);
+	json_decref(r);
+	ctl_close(&c);
+	return v;
+}
+
+/* Sum of last_seq over the conversations PREFIX-0..n-1: events in the logs. */
+static double agentd_events(const char *prefix, int n)
+{
+	struct ctl_conn c;
+	double total = 0;
+	if (ctl_connect(&c, agentd.sock, 5000))
+		bench_fail("cannot connect to agentd");
+	for (int i = 0; i < n; i++) {
+		char id[64];
+		snprintf(id, sizeof id, "%s-%d", prefix, i);
+		json_t *r = ctl_ok(&c, json_pack("{ssss}", "op", "get", "conversation", id), "get");
+		total += (double)json_integer_value(json_object_get(json_object_get(r, "conversation"), "last_seq"));
+		json_decref(r);
+	}
+	ctl_close(&c);
+	return total;
+}
+
+/* ---- one event per transaction --------------------------------------- */
+
+/* n appends of the send's event, each in its own durable transaction, with
+ * the store library in this process (opened and closed here: nothing of it
+ * crosses the forks of this program). Returns events per second. */
+static double one_txn_rate(long n, int run)
+{
+	char dir[PATH_MAX];
+	ctl_path(dir, sizeof dir, "%s/one-txn-%d", scratch, run);
+	bench_mkdir(dir);
+	store *s;
+	struct store_opts so = { .sync = STORE_SYNC_FULL };
+	int e = store_open(&s, dir, &so);
+	if (e)
+		bench_die("store_open", e);
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 1);
+	msgpack_pack_str_with_body(&pk, "text", 4);
+	msgpack_pack_str_with_body(&pk, "hello from client 0", 19);
+	store_txn *t;
+	if ((e = store_txn_begin(s, STORE_WRITE, &t)) || (e = store_conv_create(t, "one", (store_bytes){ "\x80", 1 })) ||
+	    (e = store_txn_commit(t)))
+		bench_die("create", e);
+	struct store_event_in ev = { "user_msg", { sb.data, sb.size }, NULL };
+	double t0 = bench_now();
+	for (long i = 0; i < n; i++) {
+		uint64_t seq;
+		if ((e = store_txn_begin(s, STORE_WRITE, &t)) || (e = store_event_append(t, "one", &ev, &seq, NULL)) ||
+		    (e = store_txn_commit(t)))
+			bench_die("append", e);
+	}
+	double rate = (double)n / (bench_now() - t0);
+	msgpack_sbuffer_destroy(&sb);
+	store_close(s);
+	return rate;
+}
+
+/* ---- the report ------------------------------------------------------ */
+
+enum { T_PING1, T_PING50, T_SEND1, T_SEND50, NTESTS };
+static const struct {
+	const char *name, *redis_test, *redis_row;
+	int clients, send;
+	long n, n_redis; /* requests per run: about a second or more of each at its own speed */
+	double target;   /* minimum agentd/Redis ratio; 0: none */
+} tests[NTESTS] = {
+	{ "ping, 1 client", "ping_mbulk", "PING_MBULK", 1, 0, 20000, 20000, 1.0 },
+	{ "ping, 50 clients", "ping_mbulk", "PING_MBULK", 50, 0, 100000, 100000, 1.0 },
+	{ "durable send/SET, 1 client", "set", "SET", 1, 1, 500, 1000, 0 },
+	{ "durable send/SET, 50 clients", "set", "SET", 50, 1, 2000, 10000, 0.5 },
+};
+
+static struct fig fa[NTESTS][BENCH_MAX_RUNS], fr[NTESTS][BENCH_MAX_RUNS], fdiag[BENCH_MAX_RUNS];
+static double one_txn[BENCH_MAX_RUNS], group_size[BENCH_MAX_RUNS], turns_per_send[BENCH_MAX_RUNS];
+static double diag_group[BENCH_MAX_RUNS];
+
+static double med_field(const struct fig *f, int n, int field)
+{
+	double v[BENCH_MAX_RUNS];
+	for (int k = 0; k < n; k++)
+		v[k] = field == 0 ? f[k].rps : field == 1 ? f[k].p50_ms : f[k].p99_ms;
+	return bench_median(v, n);
+}
+
+static double med_ratio(const struct fig *a, const struct fig *b, int n, double *lo, double *hi)
+{
+	double q[BENCH_MAX_RUNS];
+	for (int k = 0; k < n; k++)
+		q[k] = b[k].rps > 0 ? a[k].rps / b[k].rps : 0;
+	bench_range(q, n, lo, hi);
+	return bench_median(q, n);
+}
+
+static long scaled(long n)
+{
+	long m = quick ? n / 10 : n;
+	return m < 50 ? 50 : m;
+}
+
+static void run_once(int run, int timed)
+{
+	for (int t = 0; t < NTESTS; t++) {
+		if (only && !strstr(tests[t].name, only))
+			continue;
+		long n = timed ? scaled(tests[t].n) : scaled(tests[t].n) / 5 + 50;
+		long nr = timed ? scaled(tests[t].n_redis) : scaled(tests[t].n_redis) / 5 + 50;
+		struct fig a, r = { 0 };
+		double c0 = 0, w0 = 0, e0 = 0;
+		int redis_first = run % 2;
+		if (redis_first)
+			r = redis_bench(tests[t].redis_test, tests[t].redis_row, tests[t].clients, nr);
+		if (t == T_SEND50) {
+			c0 = agentd_counter("agentd_group_commits_total");
+			w0 = agentd_counter("agentd_group_writes_total");
+			e0 = agentd_events("b", 50);
+		}
+		send_prefix = "b";
+		a = agentd_load(tests[t].clients, n, tests[t].send ? line_send : line_ping);
+		if (t == T_SEND50 && timed) {
+			double c1 = agentd_counter("agentd_group_commits_total");
+			double w1 = agentd_counter("agentd_group_writes_total");
+			double e1 = agentd_events("b", 50);
+			group_size[run] = c1 > c0 ? (w1 - w0) / (c1 - c0) : 0;
+			/* Each turn appends one assistant_msg: events beyond the sends are turns. */
+			turns_per_send[run] = (e1 - e0 - (double)n) / (double)n;
+		}
+		if (!redis_first)
+			r = redis_bench(tests[t].redis_test, tests[t].redis_row, tests[t].clients, nr);
+		if (timed) {
+			fa[t][run] = a;
+			fr[t][run] = r;
+			if (verbose)
+				fprintf(stderr, "run %d %-30s agentd %9.0f/s p50 %.3f p99 %.3f | redis %9.0f/s p50 %.3f p99 %.3f\n",
+					run, tests[t].name, a.rps, a.p50_ms, a.p99_ms, r.rps, r.p50_ms, r.p99_ms);
+		}
+	}
+	if (only && !strstr("send, 50 clients, workers parked", only))
+		return;
+	/* Diagnostic: the same 50-client send, to conversations whose workers
+	 * are parked in a model call, so no turn commits compete. */
+	long n = timed ? scaled(5000) : 100;
+	double c0 = agentd_counter("agentd_group_commits_total");
+	double w0 = agentd_counter("agentd_group_writes_total");
+	send_prefix = "s";
+	struct fig d = agentd_load(50, n, line_send);
+	send_prefix = "b";
+	if (timed) {
+		double c1 = agentd_counter("agentd_group_commits_total");
+		double w1 = agentd_counter("agentd_group_writes_total");
+		diag_group[run] = c1 > c0 ? (w1 - w0) / (c1 - c0) : 0;
+		fdiag[run] = d;
+	}
+	if (only) {
+		if (timed && verbose)
+			fprintf(stderr, "run %d send50 no turns %.0f/s p50 %.3f p99 %.3f (group %.1f)\n", run, d.rps,
+				d.p50_ms, d.p99_ms, diag_group[run]);
+		return;
+	}
+	double rate = one_txn_rate(timed ? scaled(400) : 50, timed ? run : 99);
+	if (timed) {
+		one_txn[run] = rate;
+		if (verbose)
+			fprintf(stderr, "run %d send50 no turns %.0f/s (group %.1f); one event per txn %.0f/s; "
+				"group %.1f sends/commit, %.2f turns/send\n", run, d.rps, diag_group[run], rate,
+				group_size[run], turns_per_send[run]);
+	}
+}
+
+static const char *verdict(double v, double target)
+{
+	return v >= target ? "PASS" : "MISS";
+}
+
+static void report(const char *machine, const char *fs, const char *load0, const char *load1)
+{
+	int n = nruns;
+	printf("\nagentd control protocol beside Redis %s, Unix sockets, median of %d runs\n", redis_version, n);
+	printf("machine: %s\nfilesystem: %s\nload average: before %s, after %s\n\n", machine, fs, load0, load1);
+	printf("%-30s %10s %8s %8s | %10s %8s %8s | %-22s %s\n", "figure", "agentd/s", "p50 ms", "p99 ms", "redis/s",
+	       "p50 ms", "p99 ms", "ratio (range)", "target");
+	for (int t = 0; t < NTESTS; t++) {
+		double lo, hi, q = med_ratio(fa[t], fr[t], n, &lo, &hi);
+		char tg[40] = "-";
+		if (tests[t].target > 0)
+			snprintf(tg, sizeof tg, ">= %.1fx %s", tests[t].target, verdict(q, tests[t].target));
+		printf("%-30s %10.0f %8.3f %8.3f | %10.0f %8.3f %8.3f | %5.2fx (%.2f-%.2f)%*s %s\n", tests[t].name,
+		       med_field(fa[t], n, 0), med_field(fa[t], n, 1), med_field(fa[t], n, 2), med_field(fr[t], n, 0),
+		       med_field(fr[t], n, 1), med_field(fr[t], n, 2), q, lo, hi, 4, "", tg);
+	}
+	/* Group commit's gain: 50-client sends over one event per transaction. */
+	double g[BENCH_MAX_RUNS], lo, hi;
+	for (int k = 0; k < n; k++)
+		g[k] = one_txn[k] > 0 ? fa[T_SEND50][k].rps / one_txn[k] : 0;
+	bench_range(g, n, &lo, &hi);
+	double gain = bench_median(g, n);
+	printf("\n%-44s %10.0f events/s\n", "one event per durable transaction (store)", bench_median(one_txn, n));
+	printf("%-44s %10.2fx (%.2f-%.2f)   target >= 3.0x %s\n", "send, 50 clients / one event per transaction", gain,
+	       lo, hi, verdict(gain, 3.0));
+	printf("%-44s %10.1f sends per group commit, %.2f echo turns per send\n", "send, 50 clients: batching",
+	       bench_median(group_size, n), bench_median(turns_per_send, n));
+	double dr[BENCH_MAX_RUNS];
+	for (int k = 0; k < n; k++)
+		dr[k] = fdiag[k].rps;
+	printf("%-44s %10.0f/s p50 %.3f ms p99 %.3f ms, %.1f sends per group commit (diagnostic, no target)\n",
+	       "send, 50 clients, workers parked (no turns)", bench_median(dr, n), med_field(fdiag, n, 1),
+	       med_field(fdiag, n, 2), bench_median(diag_group, n));
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: bench_control [-d DIR] [-r RUNS] [-o NAME] [-q] [-k] [-v]\n");
+}
+
+static void cleanup(void)
+{
+	ctl_agentd_stop(&agentd);
+	redis_stop();
+	if (!keep && scratch[0])
+		bench_rmtree(scratch);
+}
+
+int main(int argc, char **argv)
+{
+	const char *dir = ".";
+	int c, runs_set = 0;
+	while ((c = getopt(argc, argv, "d:r:o:qkvh")) != -1) {
+		switch (c) {
+		case 'd': dir = optarg; break;
+		case 'r':
+			nruns = atoi(optarg);
+			runs_set = 1;
+			break;
+		case 'o': only = optarg; break;
+		case 'q': quick = 1; break;
+		case 'k': keep = 1; break;
+		case 'v': verbose = 1; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (quick && !runs_set)
+		nruns = 3;
+	if (nruns < 1 || nruns > BENCH_MAX_RUNS) {
+		fprintf(stderr, "bench_control: -r takes 1 to %d\n", BENCH_MAX_RUNS);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	ctl_bindir(bindir, sizeof bindir);
+	char real[PATH_MAX];
+	if (!realpath(dir, real))
+		bench_die(dir, -errno);
+	ctl_path(scratch, sizeof scratch, "%s/bench-control.XXXXXX", real);
+	if (!mkdtemp(scratch))
+		bench_die(scratch, -errno);
+	atexit(cleanup);
+
+	char machine[512], fs[512], load0[128], load1[128];
+	int tmpfs;
+	bench_machine(machine, sizeof machine);
+	bench_filesystem(scratch, fs, sizeof fs, &tmpfs);
+	bench_loadavg(load0, sizeof load0);
+	if (tmpfs)
+		fprintf(stderr, "bench_control: warning: %s is a memory filesystem: the durable figures flush nothing\n",
+			scratch);
+
+	redis_start();
+	static const char config[] =
+		"; bench_control: the echo model is built in; `slow` parks a worker in a model\n"
+		"; call that never returns (the diagnostic row).\n"
+		"[model.slow]\ncommand = /bin/sleep 7200\ntimeout = 3h\nretries = 0\n";
+	ctl_agentd_start(&agentd, bindir, scratch, config, NULL);
+	struct ctl_conn cc;
+	if (ctl_connect(&cc, agentd.sock, 5000))
+		bench_fail("cannot connect to agentd");
+	for (int i = 0; i < NCLIENTS_MAX; i++) {
+		char id[32];
+		snprintf(id, sizeof id, "b-%d", i);
+		json_decref(ctl_ok(&cc, json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model",
+						  "echo"), "create"));
+		snprintf(id, sizeof id, "s-%d", i);
+		json_decref(ctl_ok(&cc, json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model",
+						  "slow"), "create"));
+	}
+	ctl_close(&cc);
+
+	fprintf(stderr, "bench_control: warm-up\n");
+	run_once(0, 0);
+	for (int run = 0; run < nruns; run++) {
+		fprintf(stderr, "bench_control: run %d of %d\n", run + 1, nruns);
+		run_once(run, 1);
+	}
+	bench_loadavg(load1, sizeof load1);
+	if (only)
+		return 0; /* a partial run, for profiling: no report */
+	report(machine, fs, load0, load1);
+	printf("\nscratch: %s%s\n", scratch, keep ? " (kept)" : "");
+	return 0;
+}

@@ -1,0 +1,96 @@
+/*
+ * ctl.h: what the process-level benchmarks (bench_control, bench_supervisor)
+ * share: running agentd and helper programs in a scratch directory, speaking
+ * the control protocol (JSON lines over a Unix socket, design.md section 6)
+ * one request at a time, latency percentiles, and a process's private memory.
+ *
+ * Every failure here ends the benchmark (bench_fail): a figure measured over
+ * a failed operation is no figure.
+ */
+#ifndef AGENTD_BENCH_CTL_H
+#define AGENTD_BENCH_CTL_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* snprintf into a path buffer; a path that does not fit ends the benchmark. */
+void ctl_path(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- processes ------------------------------------------------------- */
+
+/* The directory holding agentd, agentd-worker and agentctl: the parent of
+ * the directory of this program (build-bench/bench/X -> build-bench). */
+void ctl_bindir(char *buf, size_t len);
+
+/* fork+exec argv with stdin from /dev/null and stdout and stderr appended to
+ * logpath (NULL: inherited). Returns the pid. */
+pid_t ctl_spawn(char *const argv[], const char *logpath);
+
+/* Wait for pid up to timeout_ms, then SIGKILL it and wait. Returns the wait
+ * status. */
+int ctl_reap(pid_t pid, int timeout_ms);
+
+/* ---- agentd ---------------------------------------------------------- */
+
+struct ctl_agentd {
+	pid_t pid;
+	char data[PATH_MAX];   /* DIR/data */
+	char sock[PATH_MAX];   /* DIR/agentd.sock */
+	char config[PATH_MAX]; /* DIR/agentd.ini, when config text was given */
+	char log[PATH_MAX];    /* DIR/agentd.log: its stderr */
+};
+
+/* Start agentd from bindir on the data directory DIR/data (created if
+ * absent; it may hold a store seeded beforehand), with the configuration
+ * text `config` (NULL: none) and the extra arguments `extra` (NULL or
+ * NULL-terminated), then wait until it answers ping. */
+void ctl_agentd_start(struct ctl_agentd *a, const char *bindir, const char *dir, const char *config,
+		      const char *const *extra);
+/* The shutdown op, then wait for the exit (SIGKILL after 30 s). */
+void ctl_agentd_stop(struct ctl_agentd *a);
+
+/* ---- a synchronous control connection -------------------------------- */
+
+struct ctl_conn {
+	int fd;
+	char *buf;
+	size_t len, off, cap;
+};
+
+/* Connect (blocking), retrying for up to timeout_ms while the socket is not
+ * there yet. Returns 0, or -1 when it never became reachable. */
+int ctl_connect(struct ctl_conn *c, const char *sock, int timeout_ms);
+void ctl_close(struct ctl_conn *c);
+/* Write all of p (blocking). */
+void ctl_write(struct ctl_conn *c, const char *p, size_t n);
+/* The next line (without its '\n', NUL-terminated in place), valid until the
+ * next read on c; blocks. */
+char *ctl_read_line(struct ctl_conn *c, size_t *len);
+/* Send req (stolen) as one line and return the parsed reply (caller frees). */
+json_t *ctl_call(struct ctl_conn *c, json_t *req);
+/* ctl_call that ends the benchmark on an error reply; `what` names it. */
+json_t *ctl_ok(struct ctl_conn *c, json_t *req, const char *what);
+/* Pipeline: send the n requests (stolen) in one write, then read the n
+ * replies into out[] (caller frees each), errors included. */
+void ctl_call_many(struct ctl_conn *c, json_t **reqs, size_t n, json_t **out);
+/* Pipeline: send the n requests (stolen) in one write, then read the n
+ * replies into out[] (caller frees each); ends the benchmark on an error
+ * reply. Keep n modest (a few hundred): replies queue in agentd meanwhile. */
+void ctl_ok_many(struct ctl_conn *c, json_t **reqs, size_t n, json_t **out, const char *what);
+
+/* ---- figures --------------------------------------------------------- */
+
+/* Microseconds on CLOCK_REALTIME (the clock agentd stamps records with). */
+int64_t ctl_wall_us(void);
+/* The p-th percentile (0..100, nearest rank) of n values; sorts v in place. */
+double ctl_pct(double *v, size_t n, double p);
+/* Private memory of a process, KiB: Private_Clean + Private_Dirty from
+ * /proc/PID/smaps_rollup. -1 when unreadable. */
+long ctl_private_kib(pid_t pid);
+/* MemAvailable from /proc/meminfo, KiB. */
+long ctl_mem_available_kib(void);
+
+#endif
