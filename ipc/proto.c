@@ -185,7 +185,7 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 static int parse_fields(struct pctx *p, struct request *rq)
 {
 	int e;
-	uint64_t u;
+	uint64_t u = 0; /* GCC -O3 cannot see get_uint sets it before use */
 	json_t *v;
 	static const char *const conv_status[] = { "idle", "active", "suspended", "ended" };
 	static const char *const tc_status[] = { "pending", "resolved", "errored", "expired" };

@@ -83,7 +83,8 @@ static void client_new(int fd)
 	c->fd = fd;
 	c->uid = cred.uid;
 	TAILQ_INIT(&c->slots);
-	if (loop_add(fd, EPOLLIN | EPOLLRDHUP, c) < 0) {
+	c->events = EPOLLIN | EPOLLRDHUP;
+	if (loop_add(fd, c->events, c) < 0) {
 		close(fd);
 		free(c);
 		return;
@@ -170,7 +171,12 @@ static void client_events(struct client *c)
 		ev |= EPOLLIN;
 	if (out_pending(c))
 		ev |= EPOLLOUT;
-	loop_mod(c->fd, ev, c);
+	/* A system call per flush only when the mask changes: a ping
+	 * answered at once leaves it as it was. */
+	if (ev != c->events) {
+		loop_mod(c->fd, ev, c);
+		c->events = ev;
+	}
 }
 
 /* Move finished replies, in order, into the output buffer and write. */

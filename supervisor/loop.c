@@ -81,6 +81,9 @@ static void rearm_tick(void)
 		d = S.next_gc;
 	if (S.shutting_down && !S.killed_all && (!d || S.shutdown_deadline < d))
 		d = S.shutdown_deadline;
+	if (d == S.tick_armed)
+		return; /* already armed there: no system call */
+	S.tick_armed = d;
 	struct itimerspec its = { 0 };
 	if (d) {
 		if (d <= 0)
@@ -131,6 +134,7 @@ static void on_tick(void)
 	uint64_t n;
 	ssize_t r = read(S.tick_fd, &n, sizeof n);
 	(void)r;
+	S.tick_armed = 0; /* it fired: the next rearm must set it again */
 	int64_t now = now_mono();
 	workers_tick(now);
 	polls_expire(now);

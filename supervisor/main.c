@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -90,6 +91,14 @@ static char *beside_self(const char *name)
 
 static int setup_fds(void)
 {
+	/* Every client and every worker costs descriptors (a worker: its IPC
+	 * socket, plus a pipe while it starts): take the hard limit, not the
+	 * default soft 1024. */
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);

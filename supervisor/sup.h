@@ -79,6 +79,7 @@ struct client {
 	int dead;                 /* freed at the end of the iteration */
 	int paused;               /* output over cap: stop reading */
 	int backlog;              /* complete lines left after the per-wakeup cap */
+	uint32_t events;          /* the epoll mask registered now */
 	int batch_write;          /* a write of this client is in this iteration's jobs */
 };
 
@@ -155,6 +156,7 @@ struct sup {
 	int nclients;
 	int nbacklog;        /* clients with unparsed complete lines */
 	int reserve_fd;      /* spare descriptor, freed to refuse a connection at EMFILE */
+	int64_t tick_armed;  /* the monotonic deadline tick_fd is armed to (0: disarmed) */
 };
 
 extern struct sup S;
