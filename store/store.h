@@ -107,7 +107,12 @@ int64_t store_now(store *s);
 
 /* ---- transactions ---------------------------------------------------- */
 
-enum { STORE_READ = 0, STORE_WRITE = 1 };
+/* STORE_WRITE_LAZY: a write transaction whose commit is not flushed even
+ * under STORE_SYNC_FULL. Its changes become durable with the next flushed
+ * commit or store_sync(); an OS crash before that may lose them (a process
+ * kill never does). For state that is rebuilt anyway after such a crash:
+ * the supervisor's writer leases. */
+enum { STORE_READ = 0, STORE_WRITE = 1, STORE_WRITE_LAZY = 2 };
 
 /* Begin a transaction. Errors: STORE_E_INVAL (write on a read-only store),
  * -EBUSY (a write transaction of this process is already open), -EAGAIN (no

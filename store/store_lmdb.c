@@ -55,6 +55,7 @@ struct store_txn {
 	MDB_txn *t;
 	int write;
 	int err;     /* poisoned: the first fatal error, returned from then on */
+	int lazy;    /* STORE_WRITE_LAZY: commit without a flush */
 	int64_t now;
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
@@ -547,8 +548,11 @@ static void maybe_grow(store *s)
 
 int store_txn_begin(store *s, int mode, store_txn **out)
 {
-	if (!s || !out || (mode != STORE_READ && mode != STORE_WRITE))
+	if (!s || !out || (mode != STORE_READ && mode != STORE_WRITE && mode != STORE_WRITE_LAZY))
 		return STORE_E_INVAL;
+	int lazy = mode == STORE_WRITE_LAZY;
+	if (lazy)
+		mode = STORE_WRITE;
 	if (mode == STORE_WRITE && s->opts.read_only)
 		return STORE_E_INVAL;
 	if (mode == STORE_WRITE && s->writing)
@@ -575,6 +579,7 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 	}
 	x->s = s;
 	x->write = mode == STORE_WRITE;
+	x->lazy = lazy;
 	x->now = store_now(s);
 	msgpack_sbuffer_init(&x->buf);
 	msgpack_packer_init(&x->pk, &x->buf, msgpack_sbuffer_write);
@@ -614,7 +619,15 @@ int store_txn_commit(store_txn *x)
 	if (err) {
 		mdb_txn_abort(x->t);
 	} else {
+		/* MDB_NOSYNC is a flag of this process's handle; one thread
+		 * commits at a time here, so setting it around one commit
+		 * affects that commit only. */
+		int toggle = x->lazy && x->s->opts.sync == STORE_SYNC_FULL;
+		if (toggle)
+			mdb_env_set_flags(x->s->env, MDB_NOSYNC, 1);
 		int rc = mdb_txn_commit(x->t);
+		if (toggle)
+			mdb_env_set_flags(x->s->env, MDB_NOSYNC, 0);
 		err = map_err(rc);
 		if (err == -EIO || err == -ENOSPC)
 			err = disk_full(x->s) ? STORE_E_FULL : err;

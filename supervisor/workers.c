@@ -110,7 +110,10 @@ static void compacts_fail(struct worker *w, const char *why)
 static int take_lease(const char *conv, uint64_t *gen)
 {
 	store_txn *t;
-	int e = store_txn_begin(S.st, STORE_WRITE, &t);
+	/* Not flushed: a lease only has to outlive the processes, and after an
+	 * OS crash every worker is gone anyway. A durable flush here cost each
+	 * revival a second fsync after the send's own (docs/benchmarks.md). */
+	int e = store_txn_begin(S.st, STORE_WRITE_LAZY, &t);
 	if (e)
 		return e;
 	e = store_lease_next(t, conv, gen);

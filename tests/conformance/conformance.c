@@ -1835,6 +1835,28 @@ START_TEST(lease_next_increments_and_check_fences)
 }
 END_TEST
 
+/* A lazy write commits like any other (only its flush is deferred): visible
+ * at once, to this handle and after a store_sync. */
+START_TEST(lazy_write_commits_and_is_visible)
+{
+	mkconv("c1");
+	store_txn *t;
+	uint64_t gen = 0;
+	ck_assert_int_eq(store_txn_begin(S, STORE_WRITE_LAZY, &t), 0);
+	ck_assert_int_eq(store_lease_next(t, "c1", &gen), 0);
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	ck_assert_int_eq(store_sync(S), 0);
+	t = rbegin();
+	ck_assert_int_eq(store_lease_check(t, "c1", gen), 0);
+	store_txn_abort(t);
+	/* and the next ordinary write goes on as usual */
+	t = wbegin();
+	ck_assert_int_eq(store_lease_next(t, "c1", &gen), 0);
+	commit(t);
+	ck_assert_int_eq(store_txn_begin(S, 7, &t), STORE_E_INVAL);
+}
+END_TEST
+
 /* A worker left over from a deleted conversation must not hold the lease of
  * a new conversation created with the same id. */
 START_TEST(lease_not_reissued_after_delete)
@@ -3703,6 +3725,7 @@ Suite *make_conformance_suite(void)
 	tc = tc_new(s, "lease_usage", setup);
 	tcase_add_test(tc, lease_next_increments_and_check_fences);
 	tcase_add_test(tc, lease_not_reissued_after_delete);
+	tcase_add_test(tc, lazy_write_commits_and_is_visible);
 	tcase_add_test(tc, lease_fenced_writer_txn_stays_usable);
 	tcase_add_test(tc, usage_add_accumulates);
 
