@@ -188,7 +188,6 @@ void client_flush(struct client *c)
 	while ((s = TAILQ_FIRST(&c->slots)) && s->done) {
 		client_write(c, s->line, s->len);
 		TAILQ_REMOVE(&c->slots, s, q);
-		c->nslots--;
 		free(s->line);
 		free(s);
 	}
@@ -228,7 +227,6 @@ struct slot *slot_new(struct client *c)
 		return NULL;
 	s->c = c;
 	TAILQ_INSERT_TAIL(&c->slots, s, q);
-	c->nslots++;
 	return s;
 }
 
@@ -302,7 +300,7 @@ static int client_line(struct client *c, const char *line, size_t len)
 	}
 	if (err != PERR_OK) {
 		slot_error(s, j->rq.id, err, msg);
-		ops_count(j->rq.op, err, j->started_us);
+		ops_count(j->rq.op, j->started_us);
 		proto_request_free(&j->rq);
 		free(j);
 		return 0;

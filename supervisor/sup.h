@@ -72,7 +72,6 @@ struct client {
 	char *out;
 	size_t out_len, out_off, out_cap;
 	TAILQ_HEAD(, slot) slots;
-	int nslots;
 	struct waiter *watch;     /* streaming: the connection is a watch */
 	int closing;              /* too_large: stop reading, close once output is flushed */
 	int eof;                  /* the peer shut down its side: answer what was read, then close */
@@ -197,7 +196,7 @@ json_t *event_json(const struct store_event *ev);
 /* ops.c */
 void ops_execute(void);
 int ops_is_write(int op);
-void ops_count(int op, int err, int64_t started_us);
+void ops_count(int op, int64_t started_us);
 /* Settle a pending tool call in t: row, resolution event, expiry and status
  * together (resolve and fired expiries). conv gets its conversation. */
 int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq);
