@@ -936,12 +936,7 @@ int main(int argc, char **argv)
 	}
 	signal(SIGPIPE, SIG_IGN);
 	ctl_bindir(bindir, sizeof bindir);
-	char real[PATH_MAX];
-	if (!realpath(dir, real))
-		bench_die(dir, -errno);
-	ctl_path(scratch, sizeof scratch, "%s/bench-supervisor.XXXXXX", real);
-	if (!mkdtemp(scratch))
-		bench_die(scratch, -errno);
+	ctl_scratch(scratch, sizeof scratch, dir, "bench-supervisor");
 	atexit(cleanup);
 
 	char machine[512], fs[512], load0[128], load1[128];

@@ -30,6 +30,16 @@ void ctl_path(char *buf, size_t len, const char *fmt, ...)
 
 /* ---- processes ------------------------------------------------------- */
 
+void ctl_scratch(char *buf, size_t len, const char *dir, const char *name)
+{
+	char real[PATH_MAX];
+	if (!realpath(dir, real))
+		bench_die(dir, -errno);
+	ctl_path(buf, len, "%s/%s.XXXXXX", real, name);
+	if (!mkdtemp(buf))
+		bench_die(buf, -errno);
+}
+
 void ctl_bindir(char *buf, size_t len)
 {
 	char self[PATH_MAX];

@@ -24,6 +24,8 @@ void ctl_path(char *buf, size_t len, const char *fmt, ...) __attribute__((format
 /* The directory holding agentd, agentd-worker and agentctl: the parent of
  * the directory of this program (build-bench/bench/X -> build-bench). */
 void ctl_bindir(char *buf, size_t len);
+/* A fresh scratch directory DIR/NAME.XXXXXX (DIR made absolute) in buf; dies on failure. */
+void ctl_scratch(char *buf, size_t len, const char *dir, const char *name);
 
 /* fork+exec argv with stdin from /dev/null and stdout and stderr appended to
  * logpath (NULL: inherited). Returns the pid. */
