@@ -838,6 +838,12 @@ static int settle_idle(void)
 static void run(void)
 {
 	for (;;) {
+		if (W.woken) {
+			/* The supervisor sends no other wake until it hears
+			 * this, so it must leave before the log is read. */
+			struct ipc_msg m = { .type = IPC_WOKEN };
+			ipc_send(W.ipc, &m);
+		}
 		W.woken = 0; /* this refresh sees what every wake so far announced */
 		refresh();
 		struct tail tl;

@@ -17,6 +17,13 @@
  *                          delta {text}      streamed model output, for watchers
  *                          compacted {req, ok, text}  answer to compact (text: summary or error)
  *                          child {num}       a model or tool runs as process group num (0: none)
+ *                          woken             read the wakes sent so far and is about to re-read
+ *                                            the log: the next event needs a new wake
+ *
+ * Wakes are coalesced: after one wake the supervisor sends no other until the
+ * worker answers woken (a worker in a model call would only re-read the log
+ * once the call ends anyway). An event committed between the two is announced
+ * by a wake sent on woken, so none is missed.
  */
 #ifndef AGENTD_IPC_H
 #define AGENTD_IPC_H
@@ -36,6 +43,7 @@ enum ipc_type {
 	IPC_DELTA,
 	IPC_COMPACTED,
 	IPC_CHILD,
+	IPC_WOKEN,
 };
 
 struct ipc_msg {

@@ -446,6 +446,9 @@ static void metrics_text(char **buf, size_t *len)
 		{ "agentd_expiries_fired_total", "Human tool calls expired by their deadline.", S.m.expiries_fired },
 		{ "agentd_group_commits_total", "Write transactions of the control plane.", S.m.group_commits },
 		{ "agentd_group_writes_total", "Write requests committed in them.", S.m.group_writes },
+		{ "agentd_worker_wakes_total", "Wakes sent to workers for new events.", S.m.wakes },
+		{ "agentd_worker_wakes_coalesced_total", "New events a wake already in flight covered.",
+		  S.m.wakes_coalesced },
 	};
 	for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
 		fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", counters[i].name, counters[i].help,

@@ -101,6 +101,8 @@ struct worker {
 	int ncrash;
 	int stop_sent;              /* stop requested: do not restart on exit */
 	int wake_pending;           /* an event arrived while it was stopping */
+	int wake_sent;              /* a wake it has not answered with woken */
+	int wake_missed;            /* an event since that wake: wake again on woken */
 	int deleted;                /* conversation deleted: never restart */
 	uint64_t seen_seq;          /* highest seq announced to waiters */
 	pid_t child_pgid;           /* the model or tool running for it, 0: none */
@@ -122,6 +124,7 @@ struct metrics {
 	uint64_t ops[OP_COUNT];
 	uint64_t errors[PERR_COUNT];
 	uint64_t spawns, crashes, revivals, expiries_fired, group_commits, group_writes;
+	uint64_t wakes, wakes_coalesced;
 	uint64_t lat_buckets[OP_COUNT][12]; /* op latency histogram, le 0.1ms..+Inf */
 	double lat_sum[OP_COUNT];
 };

@@ -231,6 +231,7 @@ static int spawn(struct worker *w)
 	w->lease = gen;
 	w->stop_sent = 0;
 	w->wake_pending = 0;
+	w->wake_sent = w->wake_missed = 0;
 	set_state(w, W_STARTING);
 	if (loop_add(w->ipc, EPOLLIN, w) < 0)
 		log_error("%s: epoll_ctl: %s", w->conv, strerror(errno));
@@ -254,9 +255,19 @@ int ensure_started(const char *conv)
 			w->wake_pending = 1; /* restarted when it exits */
 		} else {
 			struct ipc_msg m = { .type = IPC_WAKE };
-			if (ipc_send(w->ipc, &m) < 0)
+			if (w->wake_sent) {
+				/* It has not re-read the log since the last wake:
+				 * it will, and its woken says whether to wake it
+				 * again. */
+				w->wake_missed = 1;
+				S.m.wakes_coalesced++;
+			} else if (ipc_send(w->ipc, &m) < 0) {
 				w->wake_pending = 1;
-			else if (w->state == W_IDLE || w->state == W_AWAITING)
+			} else {
+				w->wake_sent = 1;
+				S.m.wakes++;
+			}
+			if (!w->wake_pending && (w->state == W_IDLE || w->state == W_AWAITING))
 				/* It has work now: an idle worker that has not yet
 				 * read the wake must not be evicted as idle (its
 				 * stop would cross the wake and swallow the turn). */
@@ -589,6 +600,20 @@ void worker_ipc(struct worker *w)
 			break;
 		case IPC_CHILD:
 			w->child_pgid = m.num > 1 ? (pid_t)m.num : 0;
+			break;
+		case IPC_WOKEN:
+			/* Events committed since the last wake may be newer than
+			 * the log the worker is about to read: wake it again. */
+			if (w->wake_missed) {
+				struct ipc_msg wake = { .type = IPC_WAKE };
+				if (ipc_send(w->ipc, &wake) < 0)
+					w->wake_pending = 1;
+				else
+					S.m.wakes++;
+				w->wake_missed = 0;
+			} else {
+				w->wake_sent = 0;
+			}
 			break;
 		default:
 			log_warn("%s: unexpected IPC message '%s' from the worker", w->conv,

@@ -276,6 +276,39 @@ def test_queued_messages_answered_by_one_turn():
         assert [m["seq"] for m in reqs[1]["messages"]] == [1, 2, 3, 4]
 
 
+def metric(a, name):
+    text = a.ok({"op": "metrics"})["text"]
+    line = [l for l in text.splitlines() if l.startswith(name + " ")]
+    assert len(line) == 1, (name, text[:2000])
+    return int(line[0].split()[1])
+
+
+def test_wakes_coalesce_while_a_turn_runs():
+    """Events for a worker that has not re-read the log since its last wake need no wake of their own: one
+    wake covers them, the worker's woken brings one more, and every message is answered."""
+    with agentd() as a:
+        c = a.create(settings={"model": "m"})
+        a.send(c, {"text": "first", "gate": "go"})
+        wait_for(lambda: requests(a, c), 10, "the first model call")
+        wakes0, coalesced0 = metric(a, "agentd_worker_wakes_total"), metric(a, "agentd_worker_wakes_coalesced_total")
+        for i in range(20):
+            a.send(c, f"m{i}")
+        wakes1, coalesced1 = metric(a, "agentd_worker_wakes_total"), metric(a, "agentd_worker_wakes_coalesced_total")
+        # The model call watches the socket and reads the first wake; the other 19 ride on it.
+        assert wakes1 - wakes0 == 1, (wakes0, wakes1)
+        assert coalesced1 - coalesced0 == 19, (coalesced0, coalesced1)
+        touch(a, "go")
+        wait_idle(a, c, 23)
+        ev = a.events(c)
+        assert ev[-1]["type"] == "assistant_msg", ev[-1]
+        assert ev[-1]["content"]["text"] == "answer: " + " + ".join(f"m{i}" for i in range(20)), ev[-1]
+        # Idle again: the next event is announced by a wake of its own.
+        w = metric(a, "agentd_worker_wakes_total")
+        a.send(c, "after")
+        wait_idle(a, c, 25)
+        assert metric(a, "agentd_worker_wakes_total") == w + 1
+
+
 def test_several_tool_calls_in_one_turn():
     with agentd() as a:
         c = a.create(settings={"model": "m", "tools": ["add"]})
