@@ -438,7 +438,8 @@ void waiter_free(struct waiter *wt)
 	else if (wt->c && wt->c->watch == wt)
 		wt->c->watch = NULL;
 	proto_request_free(&wt->rq);
-	free(wt); /* its worker record, if now unused, goes in workers_gc() */
+	free(wt);
+	workers_changed(); /* its worker record, if now unused, goes in workers_gc() */
 }
 
 json_t *event_json(const struct store_event *ev)

@@ -159,6 +159,10 @@ struct sup {
 	int nbacklog;        /* clients with unparsed complete lines */
 	int reserve_fd;      /* spare descriptor, freed to refuse a connection at EMFILE */
 	int64_t tick_armed;  /* the monotonic deadline tick_fd is armed to (0: disarmed) */
+	/* What changed since workers_next_deadline() and workers_gc() last walked
+	 * every worker: they walk again only then, not on every iteration. */
+	int wdl_stale, wgc_stale;
+	int64_t wdl;         /* the cached next worker deadline */
 };
 
 extern struct sup S;
@@ -221,6 +225,7 @@ int worker_compact(struct worker *w, struct slot *slot, json_t *id);
 int expiries_fire(void);
 void workers_start_active(void);
 void workers_gc(void);
+void workers_changed(void);
 const char *wstate_name(int st);
 
 #endif

@@ -69,19 +69,31 @@ struct worker *worker_get(const char *conv)
 	memcpy(w->conv, conv, strlen(conv) + 1); /* a valid id: at most STORE_ID_MAX */
 	LIST_INIT(&w->waiters);
 	RB_INSERT(worker_tree, &S.workers, w);
+	workers_changed();
 	return w;
+}
+
+/* A worker's state, process, waiters or compactions changed: its deadline
+ * may have moved and its record may be free to go. */
+void workers_changed(void)
+{
+	S.wdl_stale = S.wgc_stale = 1;
 }
 
 static void set_state(struct worker *w, int st)
 {
 	w->state = st;
 	w->since = now_mono();
+	workers_changed();
 }
 
 /* Free records that track nothing any more (no process, no waiters). */
 void workers_gc(void)
 {
 	struct worker *w, *next;
+	if (!S.wgc_stale)
+		return;
+	S.wgc_stale = 0;
 	RB_FOREACH_SAFE(w, worker_tree, &S.workers, next) {
 		if (w->pid || w->state != W_NONE || !LIST_EMPTY(&w->waiters) || w->compacts)
 			continue;
@@ -93,6 +105,7 @@ void workers_gc(void)
 static void compacts_fail(struct worker *w, const char *why)
 {
 	struct compact_req *r;
+	workers_changed();
 	while ((r = w->compacts)) {
 		w->compacts = r->next;
 		if (r->slot) {
@@ -511,6 +524,7 @@ static void on_compacted(struct worker *w, const struct ipc_msg *m)
 	if (!r)
 		return;
 	*pp = r->next;
+	workers_changed();
 	if (r->slot) {
 		struct client *c = r->slot->c;
 		if (m->ok) {
@@ -658,6 +672,7 @@ int worker_compact(struct worker *w, struct slot *slot, json_t *id)
 			w->compacts = r->next;
 			json_decref(r->id);
 			free(r);
+			workers_changed();
 			return -1;
 		}
 	}
@@ -696,6 +711,8 @@ void workers_tick(int64_t now)
 
 int64_t workers_next_deadline(void)
 {
+	if (!S.wdl_stale)
+		return S.wdl;
 	int64_t d = 0;
 	struct worker *w;
 	RB_FOREACH(w, worker_tree, &S.workers) {
@@ -703,7 +720,8 @@ int64_t workers_next_deadline(void)
 		if (t && (!d || t < d))
 			d = t;
 	}
-	return d;
+	S.wdl_stale = 0;
+	return S.wdl = d;
 }
 
 void workers_stop_all(void)
