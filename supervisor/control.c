@@ -398,9 +398,12 @@ static void client_read(struct client *c)
 			c->in = b;
 			c->in_cap = cap;
 		}
-		ssize_t n = read(c->fd, c->in + c->in_len, c->in_cap - c->in_len);
+		size_t room = c->in_cap - c->in_len;
+		ssize_t n = read(c->fd, c->in + c->in_len, room);
 		if (n > 0) {
 			c->in_len += (size_t)n;
+			if ((size_t)n < room)
+				break; /* drained; level-triggered epoll reports the rest */
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
