@@ -107,11 +107,13 @@ int64_t store_now(store *s);
 
 /* ---- transactions ---------------------------------------------------- */
 
-/* STORE_WRITE_LAZY: a write transaction whose commit is not flushed even
- * under STORE_SYNC_FULL. Its changes become durable with the next flushed
- * commit or store_sync(); an OS crash before that may lose them (a process
- * kill never does). For state that is rebuilt anyway after such a crash:
- * the supervisor's writer leases. */
+/* STORE_WRITE_LAZY: a write transaction whose commit makes one flush
+ * instead of two under STORE_SYNC_FULL: its pages are flushed, the meta page
+ * that makes them current is written but not flushed. Its changes become
+ * durable with the next flushed commit or store_sync(); an OS crash before
+ * that may undo this commit (a process kill never does), and never damages
+ * the store. For state that is rebuilt anyway after such a crash: the
+ * supervisor's writer leases. */
 enum { STORE_READ = 0, STORE_WRITE = 1, STORE_WRITE_LAZY = 2 };
 
 /* Begin a transaction. Errors: STORE_E_INVAL (write on a read-only store),

@@ -55,7 +55,7 @@ struct store_txn {
 	MDB_txn *t;
 	int write;
 	int err;     /* poisoned: the first fatal error, returned from then on */
-	int lazy;    /* STORE_WRITE_LAZY: commit without a flush */
+	int lazy;    /* STORE_WRITE_LAZY: commit without flushing the meta page */
 	int64_t now;
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
@@ -619,15 +619,18 @@ int store_txn_commit(store_txn *x)
 	if (err) {
 		mdb_txn_abort(x->t);
 	} else {
-		/* MDB_NOSYNC is a flag of this process's handle; one thread
-		 * commits at a time here, so setting it around one commit
-		 * affects that commit only. */
+		/* MDB_NOMETASYNC, not MDB_NOSYNC: the pages are flushed before
+		 * the meta page that points at them is written, so an OS crash
+		 * can undo this commit but never leave a meta page pointing at
+		 * pages that were not written (which MDB_NOSYNC can). It is a
+		 * flag of this process's handle; one thread commits at a time
+		 * here, so setting it around one commit affects that one only. */
 		int toggle = x->lazy && x->s->opts.sync == STORE_SYNC_FULL;
 		if (toggle)
-			mdb_env_set_flags(x->s->env, MDB_NOSYNC, 1);
+			mdb_env_set_flags(x->s->env, MDB_NOMETASYNC, 1);
 		int rc = mdb_txn_commit(x->t);
 		if (toggle)
-			mdb_env_set_flags(x->s->env, MDB_NOSYNC, 0);
+			mdb_env_set_flags(x->s->env, MDB_NOMETASYNC, 0);
 		err = map_err(rc);
 		if (err == -EIO || err == -ENOSPC)
 			err = disk_full(x->s) ? STORE_E_FULL : err;

@@ -123,9 +123,11 @@ static void compacts_fail(struct worker *w, const char *why)
 static int take_lease(const char *conv, uint64_t *gen)
 {
 	store_txn *t;
-	/* Not flushed: a lease only has to outlive the processes, and after an
-	 * OS crash every worker is gone anyway. A durable flush here cost each
-	 * revival a second fsync after the send's own (docs/benchmarks.md). */
+	/* Half flushed (the meta page is not): a lease only has to outlive the
+	 * processes, and after an OS crash every worker is gone anyway. A full
+	 * flush pair here cost each revival a second pair after the send's own
+	 * (docs/benchmarks.md); no flush at all (MDB_NOSYNC) could let an OS
+	 * crash leave the store damaged. */
 	int e = store_txn_begin(S.st, STORE_WRITE_LAZY, &t);
 	if (e)
 		return e;
