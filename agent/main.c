@@ -49,11 +49,13 @@ static struct {
 	int64_t compacts[32];
 	int ncompact;
 	int woken;           /* a wake was read since the last refresh */
+	int stop;            /* told to stop while waiting to write: exit after it */
 	char ipcbuf[IPC_MAX];
 } W;
 
 /* ---- store plumbing -------------------------------------------------- */
 
+static int ipc_one(const struct ipc_msg *m);
 static void die_store(int e, const char *what) __attribute__((noreturn));
 static void die_store(int e, const char *what)
 {
@@ -76,11 +78,57 @@ static store_txn *rbegin(void)
 	return t;
 }
 
+/* Send a message the supervisor must get: wait for room rather than drop it. */
+static void ipc_send_all(const struct ipc_msg *m)
+{
+	int rc;
+	while ((rc = ipc_send(W.ipc, m)) == -EAGAIN) {
+		struct pollfd p = { W.ipc, POLLOUT, 0 };
+		poll(&p, 1, -1);
+	}
+	if (rc < 0)
+		exit(0); /* the supervisor is gone: nothing more is ours to write */
+}
+
+/* The write gate (ipc.h): ask the supervisor for our turn to write and wait
+ * for it, still taking wakes and compactions; a stop is kept until the write
+ * is done, so what the step did (a tool's result) is not thrown away. */
+static void gate_enter(void)
+{
+	struct ipc_msg m = { .type = IPC_WRITE };
+	ipc_send_all(&m);
+	for (;;) {
+		struct pollfd p = { W.ipc, POLLIN, 0 };
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			exit(0);
+		int rc;
+		while ((rc = ipc_recv(W.ipc, &m, W.ipcbuf)) == 1) {
+			if (m.type == IPC_GRANT)
+				return;
+			if (ipc_one(&m))
+				W.stop = 1;
+		}
+		if (rc != -EAGAIN)
+			exit(0); /* the supervisor is gone: nothing committed */
+	}
+}
+
+/* Done writing: give the gate back, with the last seq the commit made
+ * visible (0: none), and honour a stop that came meanwhile. */
+static void gate_leave(uint64_t seq)
+{
+	struct ipc_msg m = { .type = IPC_WRITTEN, .seq = seq };
+	ipc_send_all(&m);
+	if (W.stop)
+		exit(0);
+}
+
 /* A write transaction that checks the lease first: writers are serialised, so
  * the check holds until commit. */
 static store_txn *wbegin(void)
 {
 	store_txn *t;
+	gate_enter();
 	int e = store_txn_begin(W.st, STORE_WRITE, &t);
 	if (e)
 		die_store(e, "write transaction");
@@ -99,11 +147,21 @@ static void must(store_txn *t, int e, const char *what)
 	}
 }
 
-static void commit(store_txn *t, const char *what)
+/* Commit a write transaction; seq: the last event it appended (0: none),
+ * announced to the supervisor for watchers. */
+static void commit(store_txn *t, const char *what, uint64_t seq)
 {
 	int e = store_txn_commit(t);
 	if (e)
 		die_store(e, what);
+	gate_leave(seq);
+}
+
+/* Abort a write transaction that found nothing to write. */
+static void wabort(store_txn *t)
+{
+	store_txn_abort(t);
+	gate_leave(0);
 }
 
 /* Pack JSON for the store; the bytes live in b until jsonmp_buf_destroy. */
@@ -130,12 +188,6 @@ static uint64_t append(store_txn *t, const char *type, json_t *content)
 }
 
 /* ---- IPC ------------------------------------------------------------- */
-
-static void notify(uint64_t seq)
-{
-	struct ipc_msg m = { .type = IPC_APPENDED, .seq = seq };
-	ipc_send(W.ipc, &m);
-}
 
 static void report_state(const char *state)
 {
@@ -508,8 +560,7 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 		if (!servers && before == ctx_seq)
 			put_state(t, STORE_IDLE, fsm_state("idle", NULL, last)); /* nothing arrived meanwhile */
 	}
-	commit(t, "commit turn");
-	notify(last);
+	commit(t, "commit turn", last);
 }
 
 /* Did the log grow past what this worker last read? Asked inside the write
@@ -533,8 +584,7 @@ static void commit_error(const char *msg, int attempts, uint64_t ctx_seq)
 						    (json_int_t)ctx_seq));
 	if (!moved)
 		put_state(t, STORE_IDLE, fsm_state("idle", NULL, seq));
-	commit(t, "commit error");
-	notify(seq);
+	commit(t, "commit error", seq);
 }
 
 static void run_turn(void)
@@ -573,7 +623,7 @@ static void settle(const char *id, int status, json_t *result)
 	jsonmp_buf_destroy(&b);
 	if (e == STORE_E_STALE) {
 		/* Someone settled it first (an operator's resolve): theirs stands. */
-		store_txn_abort(t);
+		wabort(t);
 		json_decref(result);
 		return;
 	}
@@ -581,8 +631,7 @@ static void settle(const char *id, int status, json_t *result)
 	uint64_t seq = append(t, "tool_result", json_pack("{sssssO}", "tool_call_id", id, "status",
 							  store_tc_status_name(status), "result", result));
 	json_decref(result);
-	commit(t, "commit tool result");
-	notify(seq);
+	commit(t, "commit tool result", seq);
 }
 
 static int on_tool_watch(void *arg)
@@ -616,7 +665,7 @@ static void dispatch(const json_t *call)
 	}
 	must(t, e, "tool call row");
 	must(t, store_tool_call_attempt(t, id, &attempts), "attempt");
-	commit(t, "count attempt");
+	commit(t, "count attempt", 0);
 	if (!tc) {
 		settle(id, STORE_TC_ERRORED, json_pack("{ss}", "error", "unknown tool: not configured for this conversation"));
 		return;
@@ -682,7 +731,7 @@ static int await_people(const json_t *unsettled)
 	store_txn *t = wbegin();
 	if (log_moved(t, W.last_seq)) {
 		/* A resolution or expiry came since: decide again. */
-		store_txn_abort(t);
+		wabort(t);
 		return 1;
 	}
 	json_t *pending = json_object();
@@ -713,7 +762,7 @@ static int await_people(const json_t *unsettled)
 		json_object_set_new(pending, id, json_pack("{s:s, s:s, s:s}", "executor", "human", "name", name, "prompt", prompt));
 	}
 	put_state(t, STORE_SUSPENDED, fsm_state("awaiting_input", pending, W.last_seq));
-	commit(t, "await");
+	commit(t, "await", 0);
 	report_state("awaiting_input");
 	return 0;
 }
@@ -773,7 +822,7 @@ static int compact(int keep, char *err, size_t errlen)
 	struct store_usage u = { mr.final.input_tokens, mr.final.output_tokens, mr.final.cost };
 	must(t, store_usage_add(t, W.conv, &u), "usage");
 	audit(t, AUDIT_SUMMARY_BIT | to, req, mc->name, &u, latency);
-	commit(t, "commit summary");
+	commit(t, "commit summary", 0);
 	json_decref(req);
 	model_reply_free(&mr.final);
 	/* The working set now starts after the summary. */
@@ -819,11 +868,11 @@ static int settle_idle(void)
 		t = wbegin();
 		if (log_moved(t, W.last_seq)) {
 			/* A send came since: idle now would hide the turn it is owed. */
-			store_txn_abort(t);
+			wabort(t);
 			return 1;
 		}
 		put_state(t, STORE_IDLE, fsm_state("idle", NULL, W.last_seq));
-		commit(t, "idle");
+		commit(t, "idle", 0);
 	}
 	if (W.cfg.compact_events > 0 && json_array_size(W.events) > (size_t)W.cfg.compact_events) {
 		char err[300];

@@ -11,6 +11,7 @@
  *   supervisor -> worker:  wake {seq}        new events exist up to seq
  *                          stop              persist and exit 0 (hibernate)
  *                          compact {req}     summarise now; answer compacted {req}
+ *                          grant             your turn to write (answers write)
  *   worker -> supervisor:  ready {pid}       store opened, revival decided
  *                          state {state}     running | idle | awaiting_input
  *                          appended {seq}    a commit made events up to seq visible
@@ -19,11 +20,21 @@
  *                          child {num}       a model or tool runs as process group num (0: none)
  *                          woken             read the wakes sent so far and is about to re-read
  *                                            the log: the next event needs a new wake
+ *                          write             asks for its turn to write
+ *                          written {seq}     its write is committed or abandoned; seq: the last
+ *                                            event the commit made visible (0: none)
  *
  * Wakes are coalesced: after one wake the supervisor sends no other until the
  * worker answers woken (a worker in a model call would only re-read the log
  * once the call ends anyway). An event committed between the two is announced
  * by a wake sent on woken, so none is missed.
+ *
+ * The write gate: a worker asks (write) before it begins a write transaction
+ * and says written after it. The supervisor grants one worker at a time, in
+ * request order, and only between its own loop iterations, so its own
+ * commits (sends, resolutions, expiries, leases) wait behind at most one
+ * worker's, never behind a queue of them on LMDB's writer mutex. LMDB's mutex
+ * still does the locking: the gate orders writers, it does not protect data.
  */
 #ifndef AGENTD_IPC_H
 #define AGENTD_IPC_H
@@ -44,11 +55,14 @@ enum ipc_type {
 	IPC_COMPACTED,
 	IPC_CHILD,
 	IPC_WOKEN,
+	IPC_WRITE,
+	IPC_GRANT,
+	IPC_WRITTEN,
 };
 
 struct ipc_msg {
 	int type;          /* enum ipc_type */
-	uint64_t seq;      /* wake, appended */
+	uint64_t seq;      /* wake, appended, written */
 	int64_t num;       /* ready: pid; compact/compacted: request number */
 	int ok;            /* compacted */
 	const char *text;  /* state name, delta text, compacted text; not NUL-terminated */

@@ -75,6 +75,9 @@ static void rearm_tick(void)
 	int64_t p = polls_next_deadline();
 	if (p && (!d || p < d))
 		d = p;
+	int64_t g = gate_deadline();
+	if (g && (!d || g < d))
+		d = g;
 	if (S.next_sync && (!d || S.next_sync < d))
 		d = S.next_sync;
 	if (S.next_gc && (!d || S.next_gc < d))
@@ -119,7 +122,7 @@ static void gc_audit(void)
 {
 	store_txn *t;
 	uint64_t n = 0;
-	if (!S.cfg->audit || store_txn_begin(S.st, STORE_WRITE, &t))
+	if (!S.cfg->audit || sup_write_begin(STORE_WRITE, &t))
 		return;
 	if (store_model_calls_gc(t, NULL, S.cfg->audit_ttl_ms, &n) == 0 && store_txn_commit(t) == 0) {
 		if (n)
@@ -212,6 +215,7 @@ int loop_run(void)
 			}
 		}
 		ops_execute();
+		gate_pump();
 		clients_reap();
 		workers_gc();
 		if (S.shutting_down && S.nlive == 0)

@@ -221,6 +221,7 @@ int main(int argc, char **argv)
 	TAILQ_INIT(&S.jobs);
 	TAILQ_INIT(&S.polls);
 	TAILQ_INIT(&S.queue);
+	TAILQ_INIT(&S.gate_q);
 	RB_INIT(&S.workers);
 
 	/* The data directory: tmpfs for --ephemeral. */

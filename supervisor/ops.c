@@ -446,6 +446,10 @@ static void metrics_text(char **buf, size_t *len)
 		{ "agentd_expiries_fired_total", "Human tool calls expired by their deadline.", S.m.expiries_fired },
 		{ "agentd_group_commits_total", "Write transactions of the control plane.", S.m.group_commits },
 		{ "agentd_group_writes_total", "Write requests committed in them.", S.m.group_writes },
+		{ "agentd_write_gate_grants_total", "Writes granted to workers.", S.m.gate_grants },
+		{ "agentd_write_gate_waits_total", "Supervisor writes that waited for a worker's.", S.m.gate_waits },
+		{ "agentd_write_gate_revoked_total", "Grants taken back from a worker that held one too long.",
+		  S.m.gate_revoked },
 		{ "agentd_worker_wakes_total", "Wakes sent to workers for new events.", S.m.wakes },
 		{ "agentd_worker_wakes_coalesced_total", "New events a wake already in flight covered.",
 		  S.m.wakes_coalesced },
@@ -453,6 +457,12 @@ static void metrics_text(char **buf, size_t *len)
 	for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
 		fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", counters[i].name, counters[i].help,
 			counters[i].name, counters[i].name, (unsigned long long)counters[i].v);
+	fprintf(f, "# HELP agentd_write_gate_wait_seconds_total Time supervisor writes waited for a worker's.\n"
+		   "# TYPE agentd_write_gate_wait_seconds_total counter\nagentd_write_gate_wait_seconds_total %.6f\n",
+		(double)S.m.gate_wait_us / 1e6);
+	fprintf(f, "# HELP agentd_write_gate_wait_seconds_total Time supervisor writes waited for a worker's.\n"
+		   "# TYPE agentd_write_gate_wait_seconds_total counter\nagentd_write_gate_wait_seconds_total %.6f\n",
+		(double)S.m.gate_wait_us / 1e6);
 	struct store_stat st = { 0 };
 	store_stat(S.st, &st);
 	fprintf(f, "# HELP agentd_workers_live Worker processes alive.\n# TYPE agentd_workers_live gauge\n"
@@ -748,7 +758,7 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 	int e = 0;
 	for (int attempt = 0; attempt < 2; attempt++) {
 		store_txn *t;
-		e = store_txn_begin(S.st, STORE_WRITE, &t);
+		e = sup_write_begin(STORE_WRITE, &t);
 		for (size_t i = 0; !e && i < n; i++) {
 			w[i]->err = 0;
 			json_decref(w[i]->reply);

@@ -90,6 +90,8 @@ struct worker {
 	int kind;                   /* K_WORKER */
 	RB_ENTRY(worker) node;
 	TAILQ_ENTRY(worker) qlink;  /* on the max_workers queue */
+	TAILQ_ENTRY(worker) glink;  /* on the write gate's queue */
+	int gate_wait;              /* asked for the write gate, not granted yet */
 	char conv[STORE_ID_MAX + 1];
 	pid_t pid;                  /* 0: no process */
 	int ipc;                    /* -1: none */
@@ -124,7 +126,8 @@ struct metrics {
 	uint64_t ops[OP_COUNT];
 	uint64_t errors[PERR_COUNT];
 	uint64_t spawns, crashes, revivals, expiries_fired, group_commits, group_writes;
-	uint64_t wakes, wakes_coalesced;
+	uint64_t wakes, wakes_coalesced, gate_grants, gate_waits, gate_revoked;
+	int64_t gate_wait_us;
 	uint64_t lat_buckets[OP_COUNT][12]; /* op latency histogram, le 0.1ms..+Inf */
 	double lat_sum[OP_COUNT];
 };
@@ -153,6 +156,9 @@ struct sup {
 	TAILQ_HEAD(, job) jobs;            /* this iteration's requests */
 	TAILQ_HEAD(, waiter) polls;        /* long-polls by insertion (deadline checked by scan) */
 	TAILQ_HEAD(, worker) queue;        /* waiting for a worker slot */
+	TAILQ_HEAD(, worker) gate_q;       /* workers waiting for the write gate (ipc.h) */
+	struct worker *gate;               /* the worker holding it, NULL: free */
+	int64_t gate_at;                   /* monotonic ms it was granted */
 	struct worker_tree workers;
 	struct metrics m;
 	int nclients;
@@ -226,6 +232,9 @@ int expiries_fire(void);
 void workers_start_active(void);
 void workers_gc(void);
 void workers_changed(void);
+void gate_pump(void);
+int64_t gate_deadline(void);
+int sup_write_begin(int mode, store_txn **t);
 const char *wstate_name(int st);
 
 #endif

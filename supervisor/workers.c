@@ -15,6 +15,7 @@
 #include <bsd/unistd.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,9 @@
 
 #define BACKOFF_BASE_MS 100
 #define BACKOFF_MAX_MS 10000
+#define GATE_HOLD_MS 1000 /* a grant unanswered this long is revoked */
+
+static void gate_drop(struct worker *w);
 #define EXPIRY_BATCH 512
 
 static int worker_cmp(struct worker *a, struct worker *b)
@@ -128,7 +132,7 @@ static int take_lease(const char *conv, uint64_t *gen)
 	 * flush pair here cost each revival a second pair after the send's own
 	 * (docs/benchmarks.md); no flush at all (MDB_NOSYNC) could let an OS
 	 * crash leave the store damaged. */
-	int e = store_txn_begin(S.st, STORE_WRITE_LAZY, &t);
+	int e = sup_write_begin(STORE_WRITE_LAZY, &t);
 	if (e)
 		return e;
 	e = store_lease_next(t, conv, gen);
@@ -389,7 +393,7 @@ static void give_up(struct worker *w, int crashes)
 	snprintf(msg, sizeof msg, "worker crashed %d times within %lld s; not restarted until the next event",
 		 crashes, (long long)(S.cfg->restart_window_ms / 1000));
 	log_error("%s: %s", w->conv, msg);
-	if (store_txn_begin(S.st, STORE_WRITE, &t))
+	if (sup_write_begin(STORE_WRITE, &t))
 		return;
 	/* The error ends the turn, and nothing re-dispatches a call behind it:
 	 * settle its pending server calls errored first, or their rows stay
@@ -447,6 +451,7 @@ static void on_exit_status(struct worker *w, int status)
 	}
 	w->pid = 0;
 	S.nlive--;
+	gate_drop(w);
 	compacts_fail(w, "the worker exited before compacting");
 	set_state(w, W_NONE);
 	if (w->deleted || S.shutting_down)
@@ -516,6 +521,93 @@ void workers_reap(void)
 	}
 }
 
+/* ---- the write gate (ipc.h) ----------------------------------------- */
+
+/* A worker left (its socket closed, or it was reaped): it holds and awaits
+ * nothing any more. */
+static void gate_drop(struct worker *w)
+{
+	if (S.gate == w)
+		S.gate = NULL;
+	if (w->gate_wait) {
+		TAILQ_REMOVE(&S.gate_q, w, glink);
+		w->gate_wait = 0;
+	}
+}
+
+/* A grant unanswered for GATE_HOLD_MS (a stopped or hung worker, or a very
+ * slow disk) is taken back, so that one worker cannot stall every other
+ * writer. Safe: LMDB's writer mutex, not the gate, serialises the writes. */
+static int gate_revoke(int64_t now)
+{
+	if (!S.gate || now < S.gate_at + GATE_HOLD_MS)
+		return 0;
+	log_warn("%s: worker %d has held the write gate for %lld ms: taking it back", S.gate->conv,
+		 (int)S.gate->pid, (long long)(now - S.gate_at));
+	S.gate = NULL;
+	S.m.gate_revoked++;
+	return 1;
+}
+
+/* When the loop must wake to revoke a grant others wait behind (0: none). */
+int64_t gate_deadline(void)
+{
+	return S.gate && !TAILQ_EMPTY(&S.gate_q) ? S.gate_at + GATE_HOLD_MS : 0;
+}
+
+/* Between loop iterations, after the supervisor's own writes: hand the gate
+ * to the worker that asked first, if nobody holds it. */
+void gate_pump(void)
+{
+	struct worker *w;
+	if (S.gate && !TAILQ_EMPTY(&S.gate_q))
+		gate_revoke(now_mono());
+	while (!S.gate && (w = TAILQ_FIRST(&S.gate_q))) {
+		TAILQ_REMOVE(&S.gate_q, w, glink);
+		w->gate_wait = 0;
+		struct ipc_msg m = { .type = IPC_GRANT };
+		int rc = ipc_send(w->ipc, &m);
+		if (rc == 0) {
+			S.gate = w;
+			S.gate_at = now_mono();
+			S.m.gate_grants++;
+		} else if (rc != -EPIPE && rc != -ECONNRESET) {
+			/* Its queue is full, yet it waits reading it: stuck. */
+			log_error("%s: cannot grant worker %d its write: %s: killing it", w->conv, (int)w->pid,
+				  strerror(-rc));
+			worker_kill(w, SIGKILL);
+		}
+	}
+}
+
+/* Before the supervisor's own write: let the worker holding the gate finish
+ * its one commit, reading its messages meanwhile (until the grant is
+ * revoked, at worst). */
+static void gate_wait(void)
+{
+	static int busy; /* worker_ipc() never writes, but never re-enter */
+	if (busy || !S.gate)
+		return;
+	busy = 1;
+	int64_t t0 = now_us();
+	S.m.gate_waits++;
+	while (S.gate && !gate_revoke(now_mono())) {
+		int ms = (int)(S.gate_at + GATE_HOLD_MS - now_mono());
+		struct pollfd p = { S.gate->ipc, POLLIN, 0 };
+		if (poll(&p, 1, ms > 0 ? ms : 0) < 0 && errno != EINTR)
+			break;
+		worker_ipc(S.gate); /* its written clears S.gate; so does its end */
+	}
+	S.m.gate_wait_us += now_us() - t0;
+	busy = 0;
+}
+
+int sup_write_begin(int mode, store_txn **t)
+{
+	gate_wait();
+	return store_txn_begin(S.st, mode, t);
+}
+
 /* ---- IPC ------------------------------------------------------------- */
 
 static void on_compacted(struct worker *w, const struct ipc_msg *m)
@@ -574,6 +666,7 @@ void worker_ipc(struct worker *w)
 			loop_del(w->ipc);
 			close(w->ipc);
 			w->ipc = -1;
+			gate_drop(w);
 			return;
 		}
 		switch (m.type) {
@@ -616,6 +709,24 @@ void worker_ipc(struct worker *w)
 			break;
 		case IPC_CHILD:
 			w->child_pgid = m.num > 1 ? (pid_t)m.num : 0;
+			break;
+		case IPC_WRITE:
+			if (S.gate == w || w->gate_wait) {
+				log_error("%s: worker %d asked for the write gate twice: killing it", w->conv,
+					  (int)w->pid);
+				kill(w->pid, SIGKILL);
+				break;
+			}
+			w->gate_wait = 1;
+			TAILQ_INSERT_TAIL(&S.gate_q, w, glink);
+			break;
+		case IPC_WRITTEN:
+			if (S.gate == w)
+				S.gate = NULL;
+			if (m.seq) {
+				waiters_notify(w, m.seq);
+				loop_rearm_expiry(); /* the commit may have scheduled an expiry */
+			}
 			break;
 		case IPC_WOKEN:
 			/* Events committed since the last wake may be newer than
@@ -791,7 +902,7 @@ int expiries_fire(void)
 		char convs[EXPIRY_BATCH][STORE_ID_MAX + 1];
 		uint64_t seqs[EXPIRY_BATCH];
 		int fired[EXPIRY_BATCH] = { 0 };
-		if ((e = store_txn_begin(S.st, STORE_WRITE, &t)))
+		if ((e = sup_write_begin(STORE_WRITE, &t)))
 			return total;
 		for (size_t i = 0; i < c.n && !e; i++) {
 			int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, convs[i], &seqs[i]);

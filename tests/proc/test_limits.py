@@ -223,6 +223,56 @@ def test_worker_exec_failure_is_reported_and_backs_off():
         assert a.zombies() == []
 
 
+# A worker for conversation "hog" that takes the write gate and never writes (a hung worker); for "twice", one
+# that asks for it twice (a protocol error); every other conversation gets the real agentd-worker.
+GATE_WRAPPER = """
+import os, socket, struct, sys
+argv = sys.argv[1:]
+conv, fd = argv[argv.index("--conversation") + 1], int(argv[argv.index("--ipc-fd") + 1])
+if conv not in ("hog", "twice"):
+    os.execv(%(worker)r, [%(worker)r] + argv)
+s = socket.socket(fileno=fd)
+s.send(b"\\x82\\xa1t\\xa5ready\\xa3num\\xd2" + struct.pack(">i", os.getpid()))
+s.send(b"\\x81\\xa1t\\xa5write")
+if conv == "twice":
+    s.send(b"\\x81\\xa1t\\xa5write")
+while b"\\xa5grant" not in s.recv(65536):
+    pass
+while True:  # holds the grant until told to stop, or its supervisor is gone
+    m = s.recv(65536)
+    if not m or b"\\xa1t\\xa4stop" in m:
+        break
+"""
+
+
+def test_hung_worker_holding_the_write_gate_is_passed_over():
+    """The supervisor grants workers their writes one at a time (the write gate, ipc/ipc.h). A worker that takes
+    the grant and never answers holds up neither agentd's own writes (a send waits for it at most about a second)
+    nor other workers' (its grant is taken back); a worker that asks twice is killed."""
+    with Agentd(start=False) as a:
+        worker = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+        wrapper = a.script("gate_worker.py", GATE_WRAPPER % {"worker": worker})
+        a.extra_args += ["--worker", wrapper]
+        a.start()
+        hog = a.create(conversation="hog")
+        a.send(hog, "hi")
+        wait_for(lambda: "agentd_write_gate_grants_total 1\n" in a.ok({"op": "metrics"})["text"], 10,
+                 "the hung worker granted the gate")
+        c = a.create()
+        assert a.send(c, "hello") == 1  # committed despite the grant the hog holds
+        wait_for(lambda: [e["type"] for e in a.events(c)] == ["user_msg", "assistant_msg"], 15,
+                 "the other conversation's answer, written after the hog's grant was taken back")
+        assert a.events(c)[1]["content"]["text"] == "echo: hello", a.events(c)
+        assert "hog: worker" in a.log() and "has held the write gate for" in a.log(), a.log_tail()
+        text = a.ok({"op": "metrics"})["text"]
+        assert "agentd_write_gate_revoked_total 1\n" in text, text
+        assert [e["type"] for e in a.events(hog)] == ["user_msg"]  # the hog wrote nothing
+        a.send(a.create(conversation="twice"), "hi")
+        wait_for(lambda: "twice: worker" in a.log() and "asked for the write gate twice: killing it" in a.log(),
+                 10, "the protocol error in the log")
+        assert [e["type"] for e in a.events(c)] == ["user_msg", "assistant_msg"]
+
+
 def test_events_without_limit_are_paged():
     """`events` without a limit answers at most 10,000 events, the oldest after `after`, so one client cannot
     make agentd build a whole long log as one reply; paging with after = the last seq gets the rest."""

@@ -21,6 +21,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -710,6 +711,13 @@ def test_fencing_old_generation_cannot_commit():
             # Both workers now finish the same turn: only the current generation may commit.
             release(a, "f8")
             wait_for(lambda: last_is_answer(a, cb, "released f8"), 10, "the new worker's answer")
+            # The old worker asks its (dead) supervisor for the write gate: the test holds that end of its socket,
+            # so it plays the old supervisor and grants it. The gate orders writers; the lease is what fences them.
+            with socket.socket(fileno=os.dup(held)) as old_sup:
+                old_sup.settimeout(10)
+                while b"\xa1t\xa5write" not in old_sup.recv(65536):
+                    pass
+                old_sup.send(b"\x81\xa1t\xa5grant")
             gone(w1, "the fenced worker")
             if subreaper:
                 _, status = os.waitpid(w1, 0)
