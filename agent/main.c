@@ -35,6 +35,9 @@ enum { EXIT_FENCED = 3, EXIT_CORRUPT = 4, EXIT_STORE = 5 };
  * the audit op shows it as task "summarize" and the bare to_seq). */
 #define AUDIT_SUMMARY_BIT (1ULL << 62)
 
+/* How long a waiting worker keeps the store open before it lets go of it. */
+#define STORE_LINGER_MS 200
+
 static struct {
 	store *st;
 	const char *conv;
@@ -50,10 +53,34 @@ static struct {
 	int ncompact;
 	int woken;           /* a wake was read since the last refresh */
 	int stop;            /* told to stop while waiting to write: exit after it */
+	const char *data;    /* the store: closed (NULL st) while we wait */
+	struct store_opts so;
 	char ipcbuf[IPC_MAX];
 } W;
 
 /* ---- store plumbing -------------------------------------------------- */
+
+/* Let go of the store while we wait (for a model, a tool, the supervisor):
+ * the flush of every commit, anyone's, visits each process's mapping of each
+ * page it cleans, so a thousand waiting workers' maps made the supervisor's
+ * commits several times slower (docs/benchmarks.md). Opening it again costs
+ * about 0.1 ms. */
+static void store_let_go(void)
+{
+	if (W.st) {
+		store_close(W.st);
+		W.st = NULL;
+	}
+}
+
+static void store_take(void)
+{
+	int e;
+	if (!W.st && (e = store_open(&W.st, W.data, &W.so))) {
+		log_error("%s: cannot open the store in %s again: %s", W.conv, W.data, store_strerror(e));
+		exit(EXIT_STORE);
+	}
+}
 
 static int ipc_one(const struct ipc_msg *m);
 static void die_store(int e, const char *what) __attribute__((noreturn));
@@ -395,7 +422,9 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 		.arg = mr, .watch_fd = W.ipc, .on_watch = on_model_watch, .on_start = report_child,
 	};
 	struct proc_result r;
+	store_let_go();
 	int rc = proc_run(argv, &o, &r);
+	store_take();
 	report_child(NULL, 0);
 	free(input);
 	proc_argv_free(argv);
@@ -694,7 +723,9 @@ static void dispatch(const json_t *call)
 		.on_watch = on_tool_watch, .arg = &stop, .on_start = report_child,
 	};
 	struct proc_result r;
+	store_let_go();
 	int rc = proc_run(argv, &o, &r);
+	store_take();
 	report_child(NULL, 0);
 	free(input);
 	proc_argv_free(argv);
@@ -996,8 +1027,9 @@ int main(int argc, char **argv, char **envp)
 	}
 	W.cfg.audit = audit_on;
 	W.cfg.sync = sync;
-	struct store_opts so = { .sync = sync, .audit = audit_on };
-	int e = store_open(&W.st, data, &so);
+	W.data = data;
+	W.so = (struct store_opts){ .sync = sync, .audit = audit_on };
+	int e = store_open(&W.st, data, &W.so);
 	if (e) {
 		log_error("%s: cannot open the store in %s: %s", W.conv, data, store_strerror(e));
 		return EXIT_STORE;
@@ -1008,14 +1040,22 @@ int main(int argc, char **argv, char **envp)
 	ipc_send(W.ipc, &ready);
 	for (;;) {
 		run();
-		/* Wait for the supervisor: wake, stop, compact, or its death. */
+		/* Wait for the supervisor: wake, stop, compact, or its death;
+		 * past a moment (a person may take hours), without the store. */
 		struct pollfd p = { W.ipc, POLLIN, 0 };
-		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+		int n = poll(&p, 1, STORE_LINGER_MS);
+		if (n == 0) {
+			store_let_go();
+			n = poll(&p, 1, -1);
+		}
+		if (n < 0 && errno != EINTR)
 			break;
 		if (ipc_drain())
 			break;
+		store_take();
 	}
-	store_close(W.st);
+	if (W.st)
+		store_close(W.st);
 	json_decref(W.events);
 	json_decref(W.settings);
 	json_decref(W.summary);

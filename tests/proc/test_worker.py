@@ -309,6 +309,34 @@ def test_wakes_coalesce_while_a_turn_runs():
         assert metric(a, "agentd_worker_wakes_total") == w + 1
 
 
+def test_waiting_worker_lets_go_of_the_store():
+    """A worker left waiting (idle, or awaiting a person) closes the store after a moment: no mapping of it and no
+    descriptor for it, so commits need not visit its map; the next event finds the same process, which opens the
+    store again and answers."""
+    def holds_store(pid):
+        with open(f"/proc/{pid}/maps") as f:
+            mapped = "data.mdb" in f.read()
+        fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        return mapped or any(x.endswith(".mdb") for x in fds)
+    with agentd() as a:
+        c = a.create(settings={"model": "m", "tools": ["ask"]})
+        a.send(c, "hi")
+        wait_idle(a, c, 2)
+        pid = a.worker_pid(c)
+        assert pid
+        wait_for(lambda: not holds_store(pid), 10, "the idle worker letting go of the store")
+        a.send(c, {"calls": [call("ask")]})
+        wait_for(lambda: status(a, c) == "suspended", 10, "awaiting a person")
+        assert a.worker_pid(c) == pid
+        wait_for(lambda: not holds_store(pid), 10, "the waiting worker letting go of the store")
+        tc = by_type(a, c, "tool_call")[0]["content"]["tool_call_id"]
+        a.ok({"op": "resolve", "tool_call_id": tc, "result": {"yes": True}})
+        wait_idle(a, c, 8)
+        assert types(a, c)[-2:] == ["resolution", "assistant_msg"], types(a, c)
+        assert a.worker_pid(c) == pid
+        assert by_type(a, c, "assistant_msg")[-1]["content"]["text"].startswith("answer:")
+
+
 def test_several_tool_calls_in_one_turn():
     with agentd() as a:
         c = a.create(settings={"model": "m", "tools": ["add"]})
