@@ -318,7 +318,7 @@ static void client_parse(struct client *c)
 {
 	size_t off = 0;
 	int n = 0;
-	while (!c->closing && n < REQS_PER_WAKEUP && !c->paused) {
+	while (!c->closing && n < REQS_PER_WAKEUP && !c->paused && !c->barrier) {
 		char *nl = memchr(c->in + off, '\n', c->in_len - off);
 		if (!nl)
 			break;
@@ -334,11 +334,9 @@ static void client_parse(struct client *c)
 			c->closing = 1;
 			break;
 		}
-		int barrier = client_line(c, c->in + off, len);
+		c->barrier = client_line(c, c->in + off, len);
 		off += len + 1;
 		n++;
-		if (barrier)
-			break;
 	}
 	memmove(c->in, c->in + off, c->in_len - off);
 	c->in_len -= off;
@@ -361,7 +359,7 @@ void control_backlog(void)
 	if (!S.nbacklog)
 		return;
 	LIST_FOREACH(c, &S.clients, link)
-		if (c->backlog && !c->dead && !c->paused)
+		if (c->backlog && !c->dead && !c->paused && !c->barrier)
 			client_parse(c);
 }
 
@@ -375,7 +373,7 @@ int control_backlog_ready(void)
 	if (!S.nbacklog)
 		return 0;
 	LIST_FOREACH(c, &S.clients, link)
-		if (c->backlog && !c->dead && !c->paused)
+		if (c->backlog && !c->dead && !c->paused && !c->barrier)
 			return 1;
 	return 0;
 }
@@ -614,6 +612,12 @@ static void client_free(struct client *c)
 			if (r->slot && r->slot->c == c)
 				r->slot = NULL;
 	}
+	/* Its writes held for the next group commit are still committed (as
+	 * a write read before a hang-up always was), with nobody to answer. */
+	struct job *j;
+	TAILQ_FOREACH(j, &S.jobs, q)
+		if (j->slot && j->slot->c == c)
+			j->slot = NULL;
 	struct slot *s;
 	while ((s = TAILQ_FIRST(&c->slots))) {
 		TAILQ_REMOVE(&c->slots, s, q);

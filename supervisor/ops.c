@@ -803,6 +803,8 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 static void read_one(struct job *j)
 {
 	store_txn *t = NULL;
+	if (!j->slot && (j->rq.op == OP_EVENTS || j->rq.op == OP_WATCH))
+		return; /* its client hung up while the writes before it were held */
 	switch (j->rq.op) {
 	case OP_PING:
 		j->reply = json_pack("{ss}", "version", AGENTD_VERSION);
@@ -858,10 +860,18 @@ void ops_execute(void)
 	TAILQ_FOREACH(j, &S.jobs, q) {
 		n++;
 		nw += ops_is_write(j->rq.op);
-		j->slot->c->batch_write = 0; /* see client_line */
 	}
 	if (!n)
 		return;
+	/* A worker holds the write gate: committing now would wait for its
+	 * commit. Serve what needs no write and keep the writes (with the
+	 * reads queued behind them) for the iteration its `written` wakes;
+	 * the batch only grows meanwhile, and the loop never blocks. */
+	S.writes_held = nw && gate_busy();
+	if (!S.writes_held)
+		TAILQ_FOREACH(j, &S.jobs, q)
+			if (j->slot)
+				j->slot->c->batch_write = j->slot->c->barrier = 0; /* see client_line */
 	struct job **w = calloc(nw + 1, sizeof *w);
 	struct job **deferred = calloc(n + 1, sizeof *deferred);
 	struct wres *res = calloc(nw + 1, sizeof *res);
@@ -875,12 +885,29 @@ void ops_execute(void)
 		}
 		int after_write_of_client = 0;
 		for (size_t k = 0; k < iw; k++)
-			if (w[k]->slot->c == j->slot->c)
+			if (w[k]->slot && j->slot && w[k]->slot->c == j->slot->c)
 				after_write_of_client = 1;
-		if (after_write_of_client)
+		if (after_write_of_client) {
 			deferred[nd++] = j;
-		else
+		} else {
 			read_one(j);
+			j->ran = 1;
+		}
+	}
+	if (S.writes_held) {
+		TAILQ_FOREACH_SAFE(j, &S.jobs, q, next) {
+			if (!j->ran)
+				continue;
+			TAILQ_REMOVE(&S.jobs, j, q);
+			struct client *c = j->slot ? j->slot->c : NULL;
+			job_finish(j);
+			if (c)
+				client_flush(c);
+		}
+		free(w);
+		free(deferred);
+		free(res);
+		return;
 	}
 	if (iw)
 		group_commit(w, res, iw);

@@ -43,6 +43,7 @@ struct job {
 	int err;
 	char msg[160];
 	json_t *reply;  /* success fields */
+	int ran;        /* a read already answered while the writes were held */
 };
 
 /* A client waiting on a conversation's commits: a long-poll or a watch. */
@@ -79,7 +80,8 @@ struct client {
 	int paused;               /* output over cap: stop reading */
 	int backlog;              /* complete lines left after the per-wakeup cap */
 	uint32_t events;          /* the epoll mask registered now */
-	int batch_write;          /* a write of this client is in this iteration's jobs */
+	int batch_write;          /* a write of this client is in the pending jobs */
+	int barrier;              /* a read after that write is too: parse nothing more until they end */
 };
 
 enum wstate { W_NONE, W_STARTING, W_RUNNING, W_IDLE, W_AWAITING, W_STOPPING, W_QUEUED, W_BACKOFF };
@@ -159,6 +161,7 @@ struct sup {
 	TAILQ_HEAD(, worker) gate_q;       /* workers waiting for the write gate (ipc.h) */
 	struct worker *gate;               /* the worker holding it, NULL: free */
 	int64_t gate_at;                   /* monotonic ms it was granted */
+	int writes_held;                   /* this iteration's writes wait for the gate's holder */
 	struct worker_tree workers;
 	struct metrics m;
 	int nclients;
@@ -234,6 +237,7 @@ void workers_gc(void);
 void workers_changed(void);
 void gate_pump(void);
 int64_t gate_deadline(void);
+int gate_busy(void);
 int sup_write_begin(int mode, store_txn **t);
 const char *wstate_name(int st);
 

@@ -552,7 +552,13 @@ static int gate_revoke(int64_t now)
 /* When the loop must wake to revoke a grant others wait behind (0: none). */
 int64_t gate_deadline(void)
 {
-	return S.gate && !TAILQ_EMPTY(&S.gate_q) ? S.gate_at + GATE_HOLD_MS : 0;
+	return S.gate && (S.writes_held || !TAILQ_EMPTY(&S.gate_q)) ? S.gate_at + GATE_HOLD_MS : 0;
+}
+
+/* Whether a worker holds the gate now (a grant held too long is revoked). */
+int gate_busy(void)
+{
+	return S.gate && !gate_revoke(now_mono());
 }
 
 /* Between loop iterations, after the supervisor's own writes: hand the gate
