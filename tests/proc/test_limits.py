@@ -63,7 +63,7 @@ def test_map_full_is_store_full_and_nothing_is_lost():
         assert "duplicate" not in r, r
         got = [e for e in a.events(c) if e.get("event_id") == f"e{failed_at}"]
         assert len(got) == 1 and got[0]["seq"] == r["seq"], got
-        rc = subprocess.run([harness.AGENTD_BIN, "check", "--data", a.data_dir], capture_output=True, text=True)
+        rc = harness.run_agentd("check", "--data", a.data_dir, capture_output=True, text=True)
         assert rc.returncode == 0, rc.stdout
 
 
@@ -89,19 +89,15 @@ def test_disk_full_is_store_full():
 
 
 def test_descriptor_limit_refuses_clients_and_goes_on():
-    wrapper = None
     with Agentd(start=False) as a:
-        wrapper = a.script("limited.py", f"""
+        # A launcher, not a replacement binary: under AGENTD_VALGRIND it runs valgrind with the limit
+        # (which then keeps some of the 40 descriptors for itself and gives agentd the rest).
+        a.launcher = [a.script("limited.py", """
             import os, resource, sys
             resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))
-            os.execv({harness.AGENTD_BIN!r}, [{harness.AGENTD_BIN!r}] + sys.argv[1:])
-            """)
-        saved = harness.AGENTD_BIN
-        harness.AGENTD_BIN = wrapper
-        try:
-            a.start()
-        finally:
-            harness.AGENTD_BIN = saved
+            os.execvp(sys.argv[1], sys.argv[1:])
+            """)]
+        a.start()
         socks = []
         for _ in range(60):
             s = socket.socket(socket.AF_UNIX)
