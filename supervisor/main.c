@@ -222,6 +222,7 @@ int main(int argc, char **argv)
 	TAILQ_INIT(&S.polls);
 	TAILQ_INIT(&S.queue);
 	TAILQ_INIT(&S.gate_q);
+	LIST_INIT(&S.ahead);
 	RB_INIT(&S.workers);
 
 	/* The data directory: tmpfs for --ephemeral. */

@@ -616,6 +616,8 @@ static int w_send(store_txn *t, struct job *j)
 		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
 		e = store_conv_put(t, j->rq.conv, &p);
 	}
+	if (!e && !dup)
+		e = lease_ahead(t, j->rq.conv);
 	if (e)
 		return job_store_error(j, e, "send"), e;
 	j->reply = json_pack("{sI}", "seq", (json_int_t)seq);
@@ -673,7 +675,7 @@ int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *resul
 		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
 		e = store_conv_put(t, conv, &p);
 	}
-	return e;
+	return e ? e : lease_ahead(t, conv);
 }
 
 struct wres {
@@ -776,6 +778,8 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 				S.m.group_writes += n;
 			}
 		}
+		if (e)
+			leases_ahead_drop(); /* taken in a transaction that did not commit */
 		/* A full map: the store grows it before the next begin. */
 		if (e != STORE_E_FULL)
 			break;
@@ -794,6 +798,7 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 			after_write(w[i], &res[i]);
 		}
 	}
+	leases_ahead_drop();
 	if (e)
 		log_error("group commit of %zu writes failed: %s", n, store_strerror(e));
 }

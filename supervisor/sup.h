@@ -93,6 +93,8 @@ struct worker {
 	RB_ENTRY(worker) node;
 	TAILQ_ENTRY(worker) qlink;  /* on the max_workers queue */
 	TAILQ_ENTRY(worker) glink;  /* on the write gate's queue */
+	LIST_ENTRY(worker) alink;   /* on S.ahead while lease_ahead is set */
+	uint64_t lease_ahead;       /* a lease taken in this iteration's commit, for spawn() */
 	int gate_wait;              /* asked for the write gate, not granted yet */
 	char conv[STORE_ID_MAX + 1];
 	pid_t pid;                  /* 0: no process */
@@ -159,6 +161,7 @@ struct sup {
 	TAILQ_HEAD(, waiter) polls;        /* long-polls by insertion (deadline checked by scan) */
 	TAILQ_HEAD(, worker) queue;        /* waiting for a worker slot */
 	TAILQ_HEAD(, worker) gate_q;       /* workers waiting for the write gate (ipc.h) */
+	LIST_HEAD(, worker) ahead;         /* workers with a lease taken ahead (lease_ahead()) */
 	struct worker *gate;               /* the worker holding it, NULL: free */
 	int64_t gate_at;                   /* monotonic ms it was granted */
 	int writes_held;                   /* this iteration's writes wait for the gate's holder */
@@ -239,6 +242,8 @@ void gate_pump(void);
 int64_t gate_deadline(void);
 int gate_busy(void);
 int sup_write_begin(int mode, store_txn **t);
+int lease_ahead(store_txn *t, const char *conv);
+void leases_ahead_drop(void);
 const char *wstate_name(int st);
 
 #endif

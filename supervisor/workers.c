@@ -166,10 +166,48 @@ static void child_exec(int ipc, int errfd, char *const argv[])
 	_exit(127);
 }
 
+/* In the transaction that gives conv work (a send, a resolution, a fired
+ * expiry) take the lease for the worker ensure_started() will spawn after
+ * that commit, when it has none: one durable commit per revival, not two.
+ * Good only for this iteration (leases_ahead_drop), and for the newest lease
+ * of the conversation, which the last call in the transaction takes. */
+int lease_ahead(store_txn *t, const char *conv)
+{
+	struct worker *w = worker_find(conv);
+	if (w && (w->pid || w->state != W_NONE))
+		return 0;
+	if (S.shutting_down || S.nlive >= S.cfg->max_workers || (!w && !(w = worker_get(conv))))
+		return 0;
+	uint64_t gen;
+	int e = store_lease_next(t, conv, &gen);
+	if (e)
+		return e == STORE_E_NOTFOUND ? 0 : e;
+	if (!w->lease_ahead)
+		LIST_INSERT_HEAD(&S.ahead, w, alink);
+	w->lease_ahead = gen;
+	return 0;
+}
+
+/* After the commit's work is handed out, or when it was aborted. */
+void leases_ahead_drop(void)
+{
+	struct worker *w;
+	while ((w = LIST_FIRST(&S.ahead))) {
+		LIST_REMOVE(w, alink);
+		w->lease_ahead = 0;
+	}
+}
+
 static int spawn(struct worker *w)
 {
-	uint64_t gen;
-	int e = take_lease(w->conv, &gen);
+	uint64_t gen = w->lease_ahead;
+	int e = 0;
+	if (gen) {
+		LIST_REMOVE(w, alink);
+		w->lease_ahead = 0;
+	} else {
+		e = take_lease(w->conv, &gen);
+	}
 	if (e) {
 		if (e != STORE_E_NOTFOUND)
 			log_error("%s: cannot take a writer lease: %s", w->conv, store_strerror(e));
@@ -921,6 +959,7 @@ int expiries_fire(void)
 		}
 		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
 		if (e) {
+			leases_ahead_drop();
 			log_error("firing %zu expiries failed: %s", c.n, store_strerror(e));
 			return total;
 		}
@@ -935,6 +974,7 @@ int expiries_fire(void)
 			if (w)
 				waiters_notify(w, seqs[i]);
 		}
+		leases_ahead_drop();
 		if (c.n < EXPIRY_BATCH)
 			return total;
 	}

@@ -677,6 +677,36 @@ def test_wake_crossing_a_yield_stop_is_answered():
 # ---- 8. fencing -----------------------------------------------------------------------------------
 
 
+def last_txnid(a):
+    """LMDB's last committed transaction id (mdb_stat -e), read while agentd runs."""
+    out = subprocess.run(["mdb_stat", "-e", a.data_dir], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"Last transaction ID: (\d+)", out).group(1))
+
+
+def test_revival_takes_its_lease_in_the_commit_that_owes_the_work():
+    """A send (or a resolution) to a conversation without a worker commits the new writer lease with the
+    user_msg: reviving costs one commit before the fork, not two."""
+    with setup(Agentd(start=False)) as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, "hi")
+        wait_for(lambda: last_is_answer(a, c, "re: hi"), 10, "the answer")
+        w = wait_worker(a, c, "idle")
+        lease = lease_of(a, c)
+        os.kill(w, signal.SIGKILL)
+        no_worker(a, c)
+        t0 = last_txnid(a)
+        a.send(c, "block lease1")
+        # The revived worker is in its model call (which waits for a file): the send's commit, the only one
+        # since, holds the new lease.
+        wait_for(lambda: len(model_calls(a, c)) == 2, 10, "the revived worker's model call")
+        assert lease_of(a, c) == lease + 1
+        assert last_txnid(a) == t0 + 1, (t0, last_txnid(a))
+        release(a, "lease1")
+        wait_for(lambda: last_is_answer(a, c, "released lease1"), 10, "the revived answer")
+        check_log(a, c)
+
+
 def test_fencing_old_generation_cannot_commit():
     subreaper = _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     held = None
