@@ -1283,8 +1283,8 @@ static int latest_seq(store_txn *x, uint64_t num, struct conv_ent *e, uint64_t *
 	return err;
 }
 
-/* Write one validated event as seq `seq` through cursor c, or report its
- * event_id's seq. */
+/* Write one validated event as seq `seq` through cursor c (NULL: without
+ * one), or report its event_id's seq. */
 static int append_one(store_txn *x, MDB_cursor *c, uint64_t num, const struct store_event_in *ev,
 		      uint64_t *seq, int *dup)
 {
@@ -1321,7 +1321,8 @@ static int append_one(store_txn *x, MDB_cursor *c, uint64_t num, const struct st
 	 * wrote the event before), LMDB searches that leaf, not from the root.
 	 * seq is last + 1, never a key in use: were it one (a wrong cached
 	 * seq), overwriting would lose an event, so that is an error. */
-	int rc = mdb_cursor_put(c, &key, &val, MDB_NOOVERWRITE);
+	int rc = c ? mdb_cursor_put(c, &key, &val, MDB_NOOVERWRITE)
+		   : mdb_put(x->t, x->s->events, &key, &val, MDB_NOOVERWRITE);
 	if (rc)
 		return fail(x, rc == MDB_KEYEXIST ? STORE_E_CORRUPT : map_err(rc));
 	x->dirty = 1;
@@ -1339,12 +1340,18 @@ int store_events_append(store_txn *x, const char *conv, const struct store_event
 	for (size_t i = 0; i < n; i++)
 		if (!event_in_ok(&ev[i]))
 			return STORE_E_INVAL;
-	uint64_t num, last;
+	uint64_t num, last = 0;
 	struct conv_ent *e;
-	MDB_cursor *c;
+	MDB_cursor *c = NULL;
 	int err = conv_find(x, conv, &num, &e);
-	if (err || (err = cursor_take(x, CUR_EVENTS, &c)) != 0)
+	if (err)
 		return err;
+	/* One event after a known last seq needs no cursor (opening one in a
+	 * write txn allocates); several go through one, leaf to leaf. */
+	if (!e->has_last || n > 1) {
+		if ((err = cursor_take(x, CUR_EVENTS, &c)) != 0)
+			return err;
+	}
 	if (e->has_last)
 		last = e->last;
 	else
@@ -1361,7 +1368,8 @@ int store_events_append(store_txn *x, const char *conv, const struct store_event
 		if (dups)
 			dups[i] = dup;
 	}
-	cursor_give(x, CUR_EVENTS, c);
+	if (c)
+		cursor_give(x, CUR_EVENTS, c);
 	if (!err) {
 		e->last = last;
 		e->has_last = 1;
