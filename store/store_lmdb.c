@@ -1464,20 +1464,23 @@ static int tail_start(store_txn *x, MDB_cursor *c, uint64_t num, uint64_t after,
 }
 
 /* Where a range starts: after + 1, or with a limit the first of the last
- * `limit` events in range; *none when the range is empty. */
+ * `limit` events in range; *none when the range is empty. *at: the seq c
+ * was left on (the last one), 0 when c was not positioned. */
 static int range_start(store_txn *x, MDB_cursor *c, uint64_t num, const struct conv_ent *e,
-		       const struct store_range *r, const struct stream_ctx *sc, uint64_t *start, int *none)
+		       const struct store_range *r, const struct stream_ctx *sc, uint64_t *start, int *none,
+		       uint64_t *at)
 {
 	uint64_t last;
 	*start = r->after + 1;
 	*none = 0;
+	*at = 0;
 	if (!r->limit)
 		return 0;
 	int err = 0;
 	if (e && e->has_last)
 		last = e->last;
-	else
-		err = seek_last(x, c, num, &last);
+	else if ((err = seek_last(x, c, num, &last)) == 0)
+		*at = last;
 	if (err)
 		return err;
 	uint64_t hi = r->before && r->before - 1 < last ? r->before - 1 : last;
@@ -1494,6 +1497,35 @@ static int range_start(store_txn *x, MDB_cursor *c, uint64_t num, const struct c
 	return 0;
 }
 
+/* A newest page: in a read txn, collect it walking back from the last
+ * event, where seek_last left the cursor, then deliver it. The pages of a
+ * read txn stay put until it ends, so what the walk saw stays valid; in a
+ * write txn a callback's write may move them. One pass over a leaf or two,
+ * where a second search from the root costs a level more with every tenfold
+ * growth of the store. Returns 1 when done (*err set), 0 when the keys were
+ * not the dense run expected: the caller searches instead. */
+#define WALK_BACK 128
+
+static int tail_read(store_txn *x, MDB_cursor *c, uint64_t num, uint64_t start, uint64_t at,
+		     struct stream_ctx *sc, int *err)
+{
+	MDB_val k[WALK_BACK], v[WALK_BACK];
+	size_t n = (size_t)(at - start) + 1;
+	int rc = mdb_cursor_get(c, &k[n - 1], &v[n - 1], MDB_GET_CURRENT);
+	for (size_t i = n - 1; rc == 0 && i > 0; i--)
+		rc = mdb_cursor_get(c, &k[i - 1], &v[i - 1], MDB_PREV);
+	if (rc)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (k[i].mv_size != 16 || get_be64(k[i].mv_data) != num ||
+		    get_be64((const unsigned char *)k[i].mv_data + 8) != start + i)
+			return 0;
+	*err = 0;
+	for (size_t i = 0; i < n && !*err; i++)
+		*err = stream_each(x, sc, &k[i], &v[i]);
+	return 1;
+}
+
 /* e: the conversation's cache entry, or NULL. */
 static int stream(store_txn *x, uint64_t num, const struct conv_ent *e, const struct store_range *r,
 		  store_event_fn fn, void *arg)
@@ -1504,15 +1536,16 @@ static int stream(store_txn *x, uint64_t num, const struct conv_ent *e, const st
 	if (r->after == UINT64_MAX)
 		return 0;
 	MDB_cursor *c;
-	uint64_t start;
+	uint64_t start, at;
 	int none, err = cursor_take(x, CUR_EVENTS, &c);
 	if (err)
 		return err;
-	err = range_start(x, c, num, e, r, &sc, &start, &none);
+	err = range_start(x, c, num, e, r, &sc, &start, &none, &at);
 	if (!err && !none) {
 		unsigned char kb[16];
 		key2(kb, num, start);
-		err = scan(x, c, kb, 16, stream_each, &sc);
+		if (x->write || at < start || at - start >= WALK_BACK || !tail_read(x, c, num, start, at, &sc, &err))
+			err = scan(x, c, kb, 16, stream_each, &sc);
 		if (sc.past)
 			err = 0; /* reaching `before` is the normal end */
 	}
