@@ -201,6 +201,10 @@ int mp_skip(struct mp *m, const void **start, size_t *len)
 			pending += t & 0x0f;
 		} else if (t <= 0xbf) {
 			n = t & 0x1f;
+		} else if (t == 0xd9) { /* str 8: text of 32-255 bytes, common in content */
+			if (p == end)
+				return -1;
+			n = *p++;
 		} else {
 			int w = 0;        /* width of the length or count field */
 			uint64_t add = 0; /* bytes beyond the length's value (ext: the type) */
