@@ -40,11 +40,13 @@
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
 
-/* The conversations this process's write transactions used lately: id ->
- * number and last seq, so an append needs no conv_ids lookup and no search
- * for the last seq. Valid across transactions only while no other process
- * committed in between (cache_begin); an entry's generation is the store's
- * when it is current, so one increment empties the whole cache. */
+/* The conversations this process used lately: id -> number and last seq,
+ * so an append needs no conv_ids lookup and no search for the last seq, and
+ * a read no conv_ids lookup. It holds one committed state, the one after
+ * txn cache_base: a write txn carries it on only when no other process
+ * committed in between (cache_begin), a read txn uses it only when its
+ * snapshot is that state (cache_usable). An entry's generation is the
+ * store's when it is current, so one increment empties the whole cache. */
 #define CONV_CACHE 256 /* slots, a power of two */
 #define CONV_WAYS 4    /* slots an id may occupy, from its hash on */
 
@@ -867,16 +869,37 @@ static struct conv_ent *cache_add(store *s, const char *id, size_t len, uint64_t
 	return v;
 }
 
-/* A conversation's number, from its id. In a write txn through the cache:
- * *ent (may be NULL) gets the conversation's entry. */
+/* May txn use the cache? A write txn keeps it. A read txn only when the
+ * cache holds exactly its snapshot: no write txn of ours is open (it would
+ * hold uncommitted changes), and the snapshot is the committed state the
+ * cache was left at (or, the cache holding none, it takes the snapshot's). */
+static int cache_usable(store_txn *x)
+{
+	store *s = x->s;
+	if (x->write)
+		return 1;
+	if (!s->cache || s->writing)
+		return 0;
+	size_t id = mdb_txn_id(x->t); /* the snapshot's: the last committed txn */
+	if (!s->cache_ok) {
+		s->cache_gen++;
+		s->cache_base = id;
+		s->cache_ok = 1;
+	}
+	return s->cache_base == id;
+}
+
+/* A conversation's number, from its id, through the cache when txn may use
+ * it: *ent (may be NULL) then gets the conversation's entry. */
 static int conv_find(store_txn *x, const char *id, uint64_t *num, struct conv_ent **ent)
 {
 	struct conv_ent *e = NULL;
 	size_t len;
+	int cached = cache_usable(x);
 	if (ent)
 		*ent = NULL;
 	/* A cached id was validated when it was added: an exact match is valid. */
-	if (x->write && id && (len = strnlen(id, STORE_ID_MAX + 1)) <= STORE_ID_MAX &&
+	if (cached && id && (len = strnlen(id, STORE_ID_MAX + 1)) <= STORE_ID_MAX &&
 	    (e = cache_find(x->s, id, len)) != NULL) {
 		*num = e->num;
 		if (ent)
@@ -891,7 +914,7 @@ static int conv_find(store_txn *x, const char *id, uint64_t *num, struct conv_en
 		return err;
 	if (val_uint(&v, num))
 		return fail(x, STORE_E_CORRUPT);
-	if (x->write) {
+	if (cached) {
 		e = cache_add(x->s, id, strlen(id), *num);
 		if (ent)
 			*ent = e;

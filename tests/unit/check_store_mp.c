@@ -1088,8 +1088,9 @@ START_TEST(cache_other_writer_recreates)
 	ck_assert_int_eq(append1("c", "p-2", 0), 0);
 	const char *args[] = { dir, "delete", "c", ",", "append", "1", "q", "c", NULL };
 	child_run(args);
-	ck_assert_int_eq(append1("c", "p-3", 0), 0);
 	const char *want[] = { "q-1", "p-3" };
+	assert_eids("c", want, 1); /* a read sees the new one too */
+	ck_assert_int_eq(append1("c", "p-3", 0), 0);
 	assert_eids("c", want, 2);
 	/* and deleted by the other process, gone for ours too */
 	const char *del[] = { dir, "delete", "c", NULL };
@@ -1178,10 +1179,42 @@ START_TEST(cache_within_txn_and_abort)
 	ck_assert_int_eq(store_event_append(x, "c", &e6, &seq, NULL), 0);
 	ck_assert_uint_eq(seq, 1);
 	store_txn_abort(x);
+	assert_eids("c", want, 4);
 	ck_assert_int_eq(append1("c", "e7", 0), 0);
 	assert_eids("c", want, 5);
 	for (int i = 0; i < 8; i++)
 		msgpack_sbuffer_destroy(&sb[i]);
+}
+END_TEST
+
+/* A read txn beside an open write txn of the same process must not see
+ * what the write txn did (reads use the cache only at its exact snapshot). */
+START_TEST(cache_read_beside_write)
+{
+	msgpack_sbuffer sb;
+	store_txn *r, *w;
+	uint64_t seq;
+	msgpack_sbuffer_init(&sb);
+	open_store(0, 0);
+	conv_create("c");
+	ck_assert_int_eq(store_txn_begin(st, STORE_READ, &r), 0);
+	ck_assert_int_eq(store_event_latest_seq(r, "c", &seq), 0);
+	ck_assert_int_eq(store_txn_begin(st, STORE_WRITE, &w), 0);
+	ck_assert_int_eq(store_conv_create(w, "d", empty_map), 0);
+	ck_assert_int_eq(store_event_latest_seq(r, "d", &seq), STORE_E_NOTFOUND);
+	struct store_event_in e = event(&sb, "e1");
+	ck_assert_int_eq(store_event_append(w, "d", &e, &seq, NULL), 0);
+	ck_assert_int_eq(store_conv_delete(w, "c"), 0);
+	ck_assert_int_eq(store_event_latest_seq(r, "d", &seq), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_event_latest_seq(r, "c", &seq), 0);
+	store_txn_abort(r);
+	ck_assert_int_eq(store_txn_commit(w), 0);
+	ck_assert_int_eq(store_txn_begin(st, STORE_READ, &r), 0);
+	ck_assert_int_eq(store_event_latest_seq(r, "c", &seq), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_event_latest_seq(r, "d", &seq), 0);
+	ck_assert_uint_eq(seq, 1);
+	store_txn_abort(r);
+	msgpack_sbuffer_destroy(&sb);
 }
 END_TEST
 
@@ -1306,6 +1339,7 @@ Suite *make_store_mp_suite(void)
 	tcase_add_test(tc, cache_other_writer_recreates);
 	tcase_add_test(tc, cache_after_empty_commit);
 	tcase_add_test(tc, cache_within_txn_and_abort);
+	tcase_add_test(tc, cache_read_beside_write);
 	tcase_add_test(tc, cache_nested_streams);
 	tcase_add_test(tc, cache_many_conversations);
 	suite_add_tcase(s, tc);
