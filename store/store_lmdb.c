@@ -97,6 +97,11 @@ struct store_txn {
 	 * txn's survive it, for mdb_cursor_renew. */
 	MDB_cursor *cur[NCUR];
 	unsigned char bound[NCUR], busy[NCUR];
+	/* The head [type, now, nil] of the last event record packed without an
+	 * event_id: the next event of that type reuses it (now is the txn's). */
+	char head_type[33];
+	unsigned char head[48];
+	size_t head_len; /* 0: none */
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
 };
@@ -732,6 +737,7 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 	x->lazy = lazy;
 	x->err = 0;
 	x->dirty = 0;
+	x->head_len = 0;
 	x->now = store_now(s);
 	if (x->write && cache_begin(x) != 0) {
 		mdb_txn_abort(x->t);
@@ -1328,14 +1334,25 @@ static int append_one(store_txn *x, MDB_cursor *c, uint64_t num, const struct st
 	}
 	/* Content is copied into the record before the put: it may point
 	 * into a page of this txn that the put rewrites. */
-	msgpack_packer *pk = rec(x);
-	msgpack_pack_array(pk, 4);
-	pack_str(x, ev->type);
-	msgpack_pack_int64(pk, x->now);
-	if (ev->event_id)
-		pack_str(x, ev->event_id);
-	else
-		msgpack_pack_nil(pk);
+	if (!ev->event_id && x->head_len && strcmp(ev->type, x->head_type) == 0) {
+		msgpack_sbuffer_clear(&x->buf);
+		msgpack_sbuffer_write(&x->buf, (const char *)x->head, x->head_len);
+	} else {
+		msgpack_packer *pk = rec(x);
+		msgpack_pack_array(pk, 4);
+		pack_str(x, ev->type);
+		msgpack_pack_int64(pk, x->now);
+		if (ev->event_id) {
+			pack_str(x, ev->event_id);
+		} else {
+			msgpack_pack_nil(pk);
+			if (x->buf.size <= sizeof x->head) { /* always: type_ok caps it at 32 */
+				memcpy(x->head, x->buf.data, x->buf.size);
+				x->head_len = x->buf.size;
+				strcpy(x->head_type, ev->type);
+			}
+		}
+	}
 	msgpack_sbuffer_write(&x->buf, ev->content.ptr, ev->content.len);
 	unsigned char k[16];
 	key2(k, num, *seq);
