@@ -55,10 +55,10 @@ static int container(struct mp *m, int is_map, uint32_t *n)
 	return 0;
 }
 
-int mp_array(struct mp *m, uint32_t *n) { return container(m, 0, n); }
+int mp_array_any(struct mp *m, uint32_t *n) { return container(m, 0, n); }
 int mp_map(struct mp *m, uint32_t *n) { return container(m, 1, n); }
 
-int mp_str(struct mp *m, const char **s, size_t *len)
+int mp_str_any(struct mp *m, const char **s, size_t *len)
 {
 	uint64_t v;
 	if (need(m, 1))
@@ -87,7 +87,7 @@ int mp_str(struct mp *m, const char **s, size_t *len)
 	return 0;
 }
 
-int mp_int(struct mp *m, int64_t *out)
+int mp_int_any(struct mp *m, int64_t *out)
 {
 	if (need(m, 1))
 		return -1;
@@ -180,79 +180,84 @@ int mp_double(struct mp *m, double *out)
 	return 0;
 }
 
-int mp_nil(struct mp *m)
-{
-	if (need(m, 1) || *m->p != 0xc0)
-		return -1;
-	m->p++;
-	return 0;
-}
-
 /* Skip one object. Containers are counted, not recursed, so depth is bounded
- * by the pending counter rather than the C stack. */
+ * by the pending counter rather than the C stack. One loop with the lengths
+ * read in place: it runs over every record's content on every read. */
 int mp_skip(struct mp *m, const void **start, size_t *len)
 {
-	const unsigned char *s = m->p;
+	const unsigned char *s = m->p, *p = m->p, *end = m->end;
 	uint64_t pending = 1;
 	while (pending > 0) {
-		uint64_t v;
-		uint32_t n;
-		if (need(m, 1))
+		if (p == end)
 			return -1;
-		unsigned char t = *m->p;
+		unsigned t = *p++;
+		uint64_t n = 0; /* bytes after the tag and its length field */
 		pending--;
-		if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
-			m->p++;
-		} else if ((t & 0xf0) == 0x90 || t == 0xdc || t == 0xdd) {
-			if (mp_array(m, &n))
+		if (t <= 0x7f || t >= 0xe0) {
+			continue;
+		} else if (t <= 0x8f) {
+			pending += 2 * (uint64_t)(t & 0x0f);
+		} else if (t <= 0x9f) {
+			pending += t & 0x0f;
+		} else if (t <= 0xbf) {
+			n = t & 0x1f;
+		} else if (t == 0xd9) { /* str 8: text of 32-255 bytes, common in content */
+			if (p == end)
 				return -1;
-			pending += n;
-		} else if ((t & 0xf0) == 0x80 || t == 0xde || t == 0xdf) {
-			if (mp_map(m, &n))
-				return -1;
-			pending += 2 * (uint64_t)n;
-		} else if ((t & 0xe0) == 0xa0 || t == 0xd9 || t == 0xda || t == 0xdb ||
-			   t == 0xc4 || t == 0xc5 || t == 0xc6) {
-			const char *p;
-			size_t l;
-			if (mp_str(m, &p, &l))
-				return -1;
+			n = *p++;
 		} else {
-			size_t skip;
+			int w = 0;        /* width of the length or count field */
+			uint64_t add = 0; /* bytes beyond the length's value (ext: the type) */
+			int count = 0;    /* 1: array count, 2: map count */
 			switch (t) {
-			case 0xcc: case 0xd0: skip = 1; break;
-			case 0xcd: case 0xd1: skip = 2; break;
-			case 0xce: case 0xd2: case 0xca: skip = 4; break;
-			case 0xcf: case 0xd3: case 0xcb: skip = 8; break;
-			case 0xd4: skip = 2; break;  /* fixext 1: type + 1 */
-			case 0xd5: skip = 3; break;
-			case 0xd6: skip = 5; break;
-			case 0xd7: skip = 9; break;
-			case 0xd8: skip = 17; break;
-			case 0xc7: case 0xc8: case 0xc9: {
-				int w = t == 0xc7 ? 1 : t == 0xc8 ? 2 : 4;
-				if (lenfield(m, w, &v))
-					return -1;
-				if (need(m, v + 1))
-					return -1;
-				m->p += v + 1;
-				continue;
-			}
+			case 0xc0: case 0xc2: case 0xc3: continue;
+			case 0xc4: case 0xd9: w = 1; break;
+			case 0xc5: case 0xda: w = 2; break;
+			case 0xc6: case 0xdb: w = 4; break;
+			case 0xc7: w = 1; add = 1; break;
+			case 0xc8: w = 2; add = 1; break;
+			case 0xc9: w = 4; add = 1; break;
+			case 0xcc: case 0xd0: n = 1; break;
+			case 0xcd: case 0xd1: n = 2; break;
+			case 0xce: case 0xd2: case 0xca: n = 4; break;
+			case 0xcf: case 0xd3: case 0xcb: n = 8; break;
+			case 0xd4: n = 2; break;  /* fixext 1: type + 1 */
+			case 0xd5: n = 3; break;
+			case 0xd6: n = 5; break;
+			case 0xd7: n = 9; break;
+			case 0xd8: n = 17; break;
+			case 0xdc: w = 2; count = 1; break;
+			case 0xdd: w = 4; count = 1; break;
+			case 0xde: w = 2; count = 2; break;
+			case 0xdf: w = 4; count = 2; break;
 			default: return -1; /* 0xc1: never used */
 			}
-			if (need(m, 1 + skip))
-				return -1;
-			m->p += 1 + skip;
+			if (w) {
+				if ((size_t)(end - p) < (size_t)w)
+					return -1;
+				uint64_t v = 0;
+				for (int i = 0; i < w; i++)
+					v = (v << 8) | p[i];
+				p += w;
+				if (count)
+					pending += count * v;
+				else
+					n = v + add;
+			}
 		}
+		if ((uint64_t)(end - p) < n)
+			return -1;
+		p += n;
 		/* A claimed count larger than the bytes left cannot be honest:
 		 * every object takes at least one byte. */
-		if (pending > (uint64_t)(m->end - m->p))
+		if (pending > (uint64_t)(end - p))
 			return -1;
 	}
+	m->p = p;
 	if (start)
 		*start = s;
 	if (len)
-		*len = (size_t)(m->p - s);
+		*len = (size_t)(p - s);
 	return 0;
 }
 

@@ -9,8 +9,10 @@
 #ifndef AGENTD_MP_H
 #define AGENTD_MP_H
 
+#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 struct mp {
 	const unsigned char *p;
@@ -24,14 +26,76 @@ static inline void mp_init(struct mp *m, const void *p, size_t len)
 }
 
 /* Each returns 0, or -1 when the next object is missing, truncated or not of
- * the type asked for (the cursor is then unspecified). */
-int mp_array(struct mp *m, uint32_t *n);
+ * the type asked for (the cursor is then unspecified). mp_array, mp_str and
+ * mp_int are inline for the encodings records use most (a fixarray, a
+ * fixstr, a fixint or 64-bit int) and call the general reader otherwise. */
+int mp_array_any(struct mp *m, uint32_t *n);
 int mp_map(struct mp *m, uint32_t *n);
-int mp_str(struct mp *m, const char **s, size_t *len);   /* str or bin */
+int mp_str_any(struct mp *m, const char **s, size_t *len);
+int mp_int_any(struct mp *m, int64_t *v);
+
+static inline int mp_array(struct mp *m, uint32_t *n)
+{
+	if (m->p < m->end && (*m->p & 0xf0) == 0x90) {
+		*n = *m->p++ & 0x0f;
+		return 0;
+	}
+	return mp_array_any(m, n);
+}
+
+/* A str or bin. */
+static inline int mp_str(struct mp *m, const char **s, size_t *len)
+{
+	if (m->p < m->end && (*m->p & 0xe0) == 0xa0) {
+		size_t n = *m->p & 0x1f;
+		if ((size_t)(m->end - m->p) - 1 < n)
+			return -1;
+		*s = (const char *)m->p + 1;
+		*len = n;
+		m->p += 1 + n;
+		return 0;
+	}
+	return mp_str_any(m, s, len);
+}
+
+/* A big-endian u64 at p: one load, not eight. */
+static inline uint64_t mp_be64(const unsigned char *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return be64toh(v);
+}
+
+/* Any int fitting int64. */
+static inline int mp_int(struct mp *m, int64_t *v)
+{
+	if (m->p < m->end && *m->p <= 0x7f) {
+		*v = *m->p++;
+		return 0;
+	}
+	if (m->end - m->p >= 9 && *m->p == 0xcf) { /* uint 64, as timestamps are packed */
+		uint64_t u = mp_be64(m->p + 1);
+		if (u > (uint64_t)INT64_MAX)
+			return -1;
+		*v = (int64_t)u;
+		m->p += 9;
+		return 0;
+	}
+	return mp_int_any(m, v);
+}
+
 int mp_uint(struct mp *m, uint64_t *v);                  /* non-negative int */
-int mp_int(struct mp *m, int64_t *v);                    /* any int fitting int64 */
 int mp_double(struct mp *m, double *v);                  /* float32/64 or int */
-int mp_nil(struct mp *m);                                /* 0 and consumed if nil, else -1 untouched */
+
+/* 0 and consumed if nil, else -1 untouched. */
+static inline int mp_nil(struct mp *m)
+{
+	if (m->p == m->end || *m->p != 0xc0)
+		return -1;
+	m->p++;
+	return 0;
+}
+
 /* Skip one whole object (iteratively: no recursion, any depth); *start and *len (may be NULL)
  * get its bytes. */
 int mp_skip(struct mp *m, const void **start, size_t *len);

@@ -24,6 +24,7 @@
 #include "store/store.h"
 #include "store/mp.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
@@ -39,6 +40,26 @@
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
 
+/* The conversations this process used lately: id -> number and last seq,
+ * so an append needs no conv_ids lookup and no search for the last seq, and
+ * a read no conv_ids lookup. It holds one committed state, the one after
+ * txn cache_base: a write txn carries it on only when no other process
+ * committed in between (cache_begin), a read txn uses it only when its
+ * snapshot is that state (cache_usable). An entry's generation is the
+ * store's when it is current, so one increment empties the whole cache. */
+#define CONV_CACHE 256 /* slots, a power of two */
+#define CONV_WAYS 4    /* slots an id may occupy, from its hash on */
+
+struct conv_ent {
+	uint64_t num;
+	uint64_t last;     /* the conversation's last seq, when has_last */
+	uint64_t used;     /* the store's tick at the last use: the oldest is evicted */
+	uint64_t gen;      /* current when == store.cache_gen; 0: empty */
+	unsigned char len; /* of id */
+	unsigned char has_last;
+	char id[STORE_ID_MAX];
+};
+
 struct store {
 	MDB_env *env;
 	MDB_dbi meta, conv_ids, convs, events, event_ids, summaries, tool_calls,
@@ -48,7 +69,19 @@ struct store {
 	int grow_pending; /* a txn hit MDB_MAP_FULL: grow before the next begins */
 	int ntxn;         /* open transactions: the map may only be resized at 0 */
 	int writing;
+	struct conv_ent *cache; /* CONV_CACHE slots, allocated by the first write txn */
+	uint64_t cache_gen;     /* from 1; never wraps */
+	int cache_ok;           /* cache_base is set */
+	size_t cache_base;      /* the txn id whose committed state the cache holds */
+	uint64_t tick;
+	/* One ended transaction object of each kind, kept for the next begin:
+	 * no allocation per transaction, and a read one keeps its cursors for
+	 * mdb_cursor_renew. */
+	struct store_txn *spare_r, *spare_w;
 };
+
+/* Cursors a transaction keeps for the operations that run often. */
+enum { CUR_EVENTS, CUR_SUMMARIES, NCUR };
 
 struct store_txn {
 	store *s;
@@ -56,7 +89,19 @@ struct store_txn {
 	int write;
 	int err;     /* poisoned: the first fatal error, returned from then on */
 	int lazy;    /* STORE_WRITE_LAZY: commit without flushing the meta page */
+	int dirty;   /* a write succeeded: the commit takes a txn id */
 	int64_t now;
+	/* cur[i] is bound to t when bound[i]; busy[i] while an operation holds
+	 * it (a callback may call back into the store: it gets a cursor of its
+	 * own). A write txn's cursors die with it (LMDB frees them); a read
+	 * txn's survive it, for mdb_cursor_renew. */
+	MDB_cursor *cur[NCUR];
+	unsigned char bound[NCUR], busy[NCUR];
+	/* The head [type, now, nil] of the last event record packed without an
+	 * event_id: the next event of that type reuses it (now is the txn's). */
+	char head_type[33];
+	unsigned char head[48];
+	size_t head_len; /* 0: none */
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
 };
@@ -120,16 +165,13 @@ static int fail(store_txn *x, int err)
 
 static void put_be64(unsigned char *p, uint64_t v)
 {
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (unsigned char)v;
+	v = htobe64(v);
+	memcpy(p, &v, 8);
 }
 
 static uint64_t get_be64(const unsigned char *p)
 {
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v = (v << 8) | p[i];
-	return v;
+	return mp_be64(p);
 }
 
 static int64_t clock_ms(void)
@@ -220,7 +262,10 @@ static int put(store_txn *x, MDB_dbi dbi, const void *k, size_t klen, unsigned f
 	MDB_val key = { klen, (void *)k };
 	MDB_val val = { x->buf.size, x->buf.data };
 	int rc = mdb_put(x->t, dbi, &key, &val, flags);
-	return rc ? fail(x, map_err(rc)) : 0;
+	if (rc)
+		return fail(x, map_err(rc));
+	x->dirty = 1;
+	return 0;
 }
 
 static int get(store_txn *x, MDB_dbi dbi, const void *k, size_t klen, MDB_val *val)
@@ -236,7 +281,10 @@ static int del(store_txn *x, MDB_dbi dbi, const void *k, size_t klen)
 	int rc = mdb_del(x->t, dbi, &key, NULL);
 	if (rc == MDB_NOTFOUND)
 		return 0;
-	return rc ? fail(x, map_err(rc)) : 0;
+	if (rc)
+		return fail(x, map_err(rc));
+	x->dirty = 1;
+	return 0;
 }
 
 /* Optional nil-or-object: returns its bytes (len 0 for nil). */
@@ -297,9 +345,59 @@ static size_t key_str(unsigned char *k, uint64_t num, const char *s, size_t len)
 	return 8 + len;
 }
 
+/* The txn's cursor of kind i (CUR_*), bound to this txn; while an
+ * operation holds it, a new one (a callback calling back into the store
+ * must not move its caller's cursor). Hand it back with cursor_give. */
+static int cursor_take(store_txn *x, int i, MDB_cursor **c)
+{
+	MDB_dbi dbi = i == CUR_EVENTS ? x->s->events : x->s->summaries;
+	int rc;
+	if (x->busy[i]) {
+		rc = mdb_cursor_open(x->t, dbi, c);
+		return rc ? fail(x, map_err(rc)) : 0;
+	}
+	if (!x->bound[i]) {
+		/* A read txn's cursor outlives it and is renewed; a write
+		 * txn's was freed with its txn. */
+		rc = x->cur[i] ? mdb_cursor_renew(x->t, x->cur[i]) : mdb_cursor_open(x->t, dbi, &x->cur[i]);
+		if (rc)
+			return fail(x, map_err(rc));
+		x->bound[i] = 1;
+	}
+	x->busy[i] = 1;
+	*c = x->cur[i];
+	return 0;
+}
+
+static void cursor_give(store_txn *x, int i, MDB_cursor *c)
+{
+	if (c == x->cur[i])
+		x->busy[i] = 0;
+	else
+		mdb_cursor_close(c);
+}
+
 /* Iterate keys starting with the 8-byte prefix `num`, from key `from`
- * (from_len 8 means the whole prefix). The callback gets key and value. */
+ * (from_len 8 means the whole prefix), with cursor c. The callback gets key
+ * and value. */
 typedef int (*kv_fn)(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v);
+
+static int scan(store_txn *x, MDB_cursor *c, const unsigned char *from, size_t from_len, kv_fn fn,
+		void *arg)
+{
+	MDB_val k = { from_len, (void *)from }, v;
+	int r = 0, rc;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (k.mv_size < 8 || memcmp(k.mv_data, from, 8) != 0)
+			break;
+		if ((r = fn(x, arg, &k, &v)) != 0)
+			break;
+	}
+	if (r)
+		return r;
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+}
 
 static int scan_prefix(store_txn *x, MDB_dbi dbi, const unsigned char *from, size_t from_len,
 		       kv_fn fn, void *arg)
@@ -308,19 +406,9 @@ static int scan_prefix(store_txn *x, MDB_dbi dbi, const unsigned char *from, siz
 	int rc = mdb_cursor_open(x->t, dbi, &c);
 	if (rc)
 		return fail(x, map_err(rc));
-	MDB_val k = { from_len, (void *)from }, v;
-	int r = 0;
-	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
-	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-		if (k.mv_size < 8 || memcmp(k.mv_data, from, 8) != 0)
-			break;
-		if ((r = fn(x, arg, &k, &v)) != 0)
-			break;
-	}
+	int r = scan(x, c, from, from_len, fn, arg);
 	mdb_cursor_close(c);
-	if (r)
-		return r;
-	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+	return r;
 }
 
 /* Delete every key with the 8-byte prefix `num`. Re-seeks after each
@@ -345,6 +433,7 @@ static int del_prefix(store_txn *x, MDB_dbi dbi, uint64_t num,
 			rc = map_err(rc);
 			break;
 		}
+		x->dirty = 1;
 	}
 	mdb_cursor_close(c);
 	if (rc == MDB_NOTFOUND || rc == 0)
@@ -461,11 +550,16 @@ fail:
 	return map_err(rc);
 }
 
+static void txn_destroy(store_txn *x);
+
 void store_close(store *s)
 {
 	if (!s)
 		return;
+	txn_destroy(s->spare_r);
+	txn_destroy(s->spare_w);
 	mdb_env_close(s->env);
+	free(s->cache);
 	free(s);
 }
 
@@ -546,6 +640,67 @@ static void maybe_grow(store *s)
 		s->map_size = want;
 }
 
+/* A transaction object: the spare one of its kind, or a new one. */
+static store_txn *txn_obj(store *s, int write)
+{
+	store_txn **spare = write ? &s->spare_w : &s->spare_r;
+	store_txn *x = *spare;
+	if (x) {
+		*spare = NULL;
+		return x;
+	}
+	if ((x = calloc(1, sizeof *x)) != NULL) {
+		msgpack_sbuffer_init(&x->buf);
+		msgpack_packer_init(&x->pk, &x->buf, msgpack_sbuffer_write);
+	}
+	return x;
+}
+
+/* Free a transaction object whose LMDB txn has ended; NULL is accepted. */
+static void txn_destroy(store_txn *x)
+{
+	if (!x)
+		return;
+	for (int i = 0; i < NCUR; i++)
+		if (x->cur[i])
+			mdb_cursor_close(x->cur[i]); /* only a read txn's are left */
+	msgpack_sbuffer_destroy(&x->buf);
+	free(x);
+}
+
+/* A write txn begins: keep the conversation cache only if the last state it
+ * holds is the one this txn starts from, that is if no other process
+ * committed since (a write txn's id is the last committed one + 1). */
+static int cache_begin(store_txn *x)
+{
+	store *s = x->s;
+	size_t id = mdb_txn_id(x->t);
+	if (!s->cache) {
+		if (!(s->cache = calloc(CONV_CACHE, sizeof *s->cache)))
+			return -ENOMEM;
+		s->cache_gen = 1;
+	}
+	if (!s->cache_ok || s->cache_base != id - 1)
+		s->cache_gen++;
+	s->cache_ok = 0; /* until the commit says what the cache holds */
+	return 0;
+}
+
+/* A write txn ended: committed (the cache holds its state) or not (the
+ * cache may hold changes that never were: forget everything). A commit that
+ * wrote nothing takes no txn id, and the next writer, maybe another
+ * process, gets the same one. */
+static void cache_end(store_txn *x, size_t id, int committed)
+{
+	store *s = x->s;
+	if (committed) {
+		s->cache_base = x->dirty ? id : id - 1;
+		s->cache_ok = 1;
+	} else {
+		s->cache_gen++;
+	}
+}
+
 int store_txn_begin(store *s, int mode, store_txn **out)
 {
 	if (!s || !out || (mode != STORE_READ && mode != STORE_WRITE && mode != STORE_WRITE_LAZY))
@@ -558,7 +713,7 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 	if (mode == STORE_WRITE && s->writing)
 		return -EBUSY;
 	maybe_grow(s);
-	store_txn *x = calloc(1, sizeof *x);
+	store_txn *x = txn_obj(s, mode == STORE_WRITE);
 	if (!x)
 		return -ENOMEM;
 	int rc;
@@ -574,15 +729,21 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 		}
 	}
 	if (rc) {
-		free(x);
+		txn_destroy(x);
 		return map_err(rc);
 	}
 	x->s = s;
 	x->write = mode == STORE_WRITE;
 	x->lazy = lazy;
+	x->err = 0;
+	x->dirty = 0;
+	x->head_len = 0;
 	x->now = store_now(s);
-	msgpack_sbuffer_init(&x->buf);
-	msgpack_packer_init(&x->pk, &x->buf, msgpack_sbuffer_write);
+	if (x->write && cache_begin(x) != 0) {
+		mdb_txn_abort(x->t);
+		txn_destroy(x);
+		return -ENOMEM;
+	}
 	s->ntxn++;
 	if (x->write)
 		s->writing = 1;
@@ -590,13 +751,26 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 	return 0;
 }
 
+/* After the LMDB txn ended: keep the object as its kind's spare, or free it. */
 static void txn_free(store_txn *x)
 {
-	x->s->ntxn--;
+	store *s = x->s;
+	s->ntxn--;
 	if (x->write)
-		x->s->writing = 0;
-	msgpack_sbuffer_destroy(&x->buf);
-	free(x);
+		s->writing = 0;
+	for (int i = 0; i < NCUR; i++) {
+		if (x->write)
+			x->cur[i] = NULL; /* freed by LMDB with the txn */
+		x->bound[i] = x->busy[i] = 0;
+	}
+	store_txn **spare = x->write ? &s->spare_w : &s->spare_r;
+	/* A spare keeps its buffer, unless a large record grew it. */
+	if (*spare || x->buf.alloc > 64 * 1024) {
+		txn_destroy(x);
+		return;
+	}
+	msgpack_sbuffer_clear(&x->buf);
+	*spare = x;
 }
 
 /* LMDB reports a write that ran out of disk as a short write (-EIO) or
@@ -616,6 +790,7 @@ int store_txn_commit(store_txn *x)
 	if (!x)
 		return STORE_E_INVAL;
 	int err = x->err;
+	size_t id = mdb_txn_id(x->t);
 	if (err) {
 		mdb_txn_abort(x->t);
 	} else {
@@ -637,6 +812,8 @@ int store_txn_commit(store_txn *x)
 		else if (err == STORE_E_FULL)
 			x->s->grow_pending = 1;
 	}
+	if (x->write)
+		cache_end(x, id, err == 0);
 	store *s = x->s;
 	txn_free(x);
 	maybe_grow(s);
@@ -647,6 +824,8 @@ void store_txn_abort(store_txn *x)
 {
 	if (!x)
 		return;
+	if (x->write)
+		cache_end(x, 0, 0);
 	mdb_txn_abort(x->t);
 	store *s = x->s;
 	txn_free(x);
@@ -655,16 +834,106 @@ void store_txn_abort(store_txn *x)
 
 /* ---- conversations --------------------------------------------------- */
 
-/* A conversation's number, from its id. */
-static int conv_num(store_txn *x, const char *id, uint64_t *num)
+static uint32_t id_hash(const char *id, size_t len)
 {
+	uint32_t h = 2166136261u; /* FNV-1a */
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)id[i]) * 16777619u;
+	return h;
+}
+
+static struct conv_ent *cache_find(store *s, const char *id, size_t len)
+{
+	uint32_t h = id_hash(id, len);
+	for (uint32_t w = 0; w < CONV_WAYS; w++) {
+		struct conv_ent *e = &s->cache[(h + w) & (CONV_CACHE - 1)];
+		if (e->gen == s->cache_gen && e->len == len && memcmp(e->id, id, len) == 0) {
+			e->used = ++s->tick;
+			return e;
+		}
+	}
+	return NULL;
+}
+
+/* Remember a valid id's number, its last seq not known yet. */
+static struct conv_ent *cache_add(store *s, const char *id, size_t len, uint64_t num)
+{
+	uint32_t h = id_hash(id, len);
+	struct conv_ent *v = NULL;
+	for (uint32_t w = 0; w < CONV_WAYS; w++) {
+		struct conv_ent *e = &s->cache[(h + w) & (CONV_CACHE - 1)];
+		if (e->gen != s->cache_gen) {
+			v = e;
+			break;
+		}
+		if (!v || e->used < v->used)
+			v = e;
+	}
+	v->gen = s->cache_gen;
+	v->num = num;
+	v->has_last = 0;
+	v->used = ++s->tick;
+	v->len = (unsigned char)len;
+	memcpy(v->id, id, len);
+	return v;
+}
+
+/* May txn use the cache? A write txn keeps it. A read txn only when the
+ * cache holds exactly its snapshot: no write txn of ours is open (it would
+ * hold uncommitted changes), and the snapshot is the committed state the
+ * cache was left at (or, the cache holding none, it takes the snapshot's). */
+static int cache_usable(store_txn *x)
+{
+	store *s = x->s;
+	if (x->write)
+		return 1;
+	if (!s->cache || s->writing)
+		return 0;
+	size_t id = mdb_txn_id(x->t); /* the snapshot's: the last committed txn */
+	if (!s->cache_ok) {
+		s->cache_gen++;
+		s->cache_base = id;
+		s->cache_ok = 1;
+	}
+	return s->cache_base == id;
+}
+
+/* A conversation's number, from its id, through the cache when txn may use
+ * it: *ent (may be NULL) then gets the conversation's entry. */
+static int conv_find(store_txn *x, const char *id, uint64_t *num, struct conv_ent **ent)
+{
+	struct conv_ent *e = NULL;
+	size_t len;
+	int cached = cache_usable(x);
+	if (ent)
+		*ent = NULL;
+	/* A cached id was validated when it was added: an exact match is valid. */
+	if (cached && id && (len = strnlen(id, STORE_ID_MAX + 1)) <= STORE_ID_MAX &&
+	    (e = cache_find(x->s, id, len)) != NULL) {
+		*num = e->num;
+		if (ent)
+			*ent = e;
+		return 0;
+	}
 	if (!id_ok(id))
 		return STORE_E_INVAL;
 	MDB_val v;
 	int err = get(x, x->s->conv_ids, id, strlen(id), &v);
 	if (err)
 		return err;
-	return val_uint(&v, num) ? fail(x, STORE_E_CORRUPT) : 0;
+	if (val_uint(&v, num))
+		return fail(x, STORE_E_CORRUPT);
+	if (cached) {
+		e = cache_add(x->s, id, strlen(id), *num);
+		if (ent)
+			*ent = e;
+	}
+	return 0;
+}
+
+static int conv_num(store_txn *x, const char *id, uint64_t *num)
+{
+	return conv_find(x, id, num, NULL);
 }
 
 static int conv_decode(const MDB_val *v, struct store_conv *c)
@@ -740,6 +1009,7 @@ static int conv_insert(store_txn *x, const char *id, store_bytes settings, uint6
 	if ((err = put_uint(x, x->s->meta, "next_conv", 9, num + 1)) ||
 	    (err = put_uint(x, x->s->conv_ids, id, strlen(id), num)))
 		return err;
+	cache_add(x->s, id, strlen(id), num);
 	struct store_conv c = {
 		.id = { id, strlen(id) }, .settings = settings, .status = STORE_IDLE,
 		.created_at = x->now, .updated_at = x->now,
@@ -906,9 +1176,11 @@ int store_conv_delete(store_txn *x, const char *id)
 {
 	CHECK_WRITE(x);
 	uint64_t num;
-	int err = conv_num(x, id, &num);
+	struct conv_ent *e;
+	int err = conv_find(x, id, &num, &e);
 	if (err)
 		return err;
+	e->gen = 0; /* forgotten before anything is deleted */
 	unsigned char k[8];
 	put_be64(k, num);
 	if ((err = del_prefix(x, x->s->conv_tool_calls, num, del_conv_tool_call)) ||
@@ -1004,17 +1276,15 @@ static int event_in_ok(const struct store_event_in *ev)
 	return 1;
 }
 
-static int latest_seq(store_txn *x, uint64_t num, uint64_t *seq)
+/* Put cursor c on the conversation's last event; *seq gets its seq, 0 when
+ * it has none (c is then elsewhere). */
+static int seek_last(store_txn *x, MDB_cursor *c, uint64_t num, uint64_t *seq)
 {
-	MDB_cursor *c;
 	unsigned char kb[16];
-	int rc = mdb_cursor_open(x->t, x->s->events, &c);
-	if (rc)
-		return fail(x, map_err(rc));
 	key2(kb, num + 1, 0);
 	MDB_val k = { 16, kb }, v;
 	/* The first key past this conversation, then one back. */
-	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	int rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
 	if (rc == 0)
 		rc = mdb_cursor_get(c, &k, &v, MDB_PREV);
 	else if (rc == MDB_NOTFOUND)
@@ -1022,13 +1292,33 @@ static int latest_seq(store_txn *x, uint64_t num, uint64_t *seq)
 	*seq = 0;
 	if (rc == 0 && k.mv_size == 16 && get_be64(k.mv_data) == num)
 		*seq = get_be64((const unsigned char *)k.mv_data + 8);
-	mdb_cursor_close(c);
 	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
 }
 
-/* Write one validated event as seq `seq`, or report its event_id's seq. */
-static int append_one(store_txn *x, uint64_t num, const struct store_event_in *ev, uint64_t *seq,
-		      int *dup)
+/* The last seq: the cache entry's (e may be NULL) when it knows it. */
+static int latest_seq(store_txn *x, uint64_t num, struct conv_ent *e, uint64_t *seq)
+{
+	MDB_cursor *c;
+	if (e && e->has_last) {
+		*seq = e->last;
+		return 0;
+	}
+	int err = cursor_take(x, CUR_EVENTS, &c);
+	if (err)
+		return err;
+	err = seek_last(x, c, num, seq);
+	cursor_give(x, CUR_EVENTS, c);
+	if (!err && e) {
+		e->last = *seq;
+		e->has_last = 1;
+	}
+	return err;
+}
+
+/* Write one validated event as seq `seq` through cursor c (NULL: without
+ * one), or report its event_id's seq. */
+static int append_one(store_txn *x, MDB_cursor *c, uint64_t num, const struct store_event_in *ev,
+		      uint64_t *seq, int *dup)
 {
 	unsigned char ik[8 + STORE_EVENT_ID_MAX];
 	size_t il = 0;
@@ -1045,19 +1335,40 @@ static int append_one(store_txn *x, uint64_t num, const struct store_event_in *e
 		if (err != STORE_E_NOTFOUND)
 			return err;
 	}
-	msgpack_packer *pk = rec(x);
-	msgpack_pack_array(pk, 4);
-	pack_str(x, ev->type);
-	msgpack_pack_int64(pk, x->now);
-	if (ev->event_id)
-		pack_str(x, ev->event_id);
-	else
-		msgpack_pack_nil(pk);
+	/* Content is copied into the record before the put: it may point
+	 * into a page of this txn that the put rewrites. */
+	if (!ev->event_id && x->head_len && strcmp(ev->type, x->head_type) == 0) {
+		msgpack_sbuffer_clear(&x->buf);
+		msgpack_sbuffer_write(&x->buf, (const char *)x->head, x->head_len);
+	} else {
+		msgpack_packer *pk = rec(x);
+		msgpack_pack_array(pk, 4);
+		pack_str(x, ev->type);
+		msgpack_pack_int64(pk, x->now);
+		if (ev->event_id) {
+			pack_str(x, ev->event_id);
+		} else {
+			msgpack_pack_nil(pk);
+			if (x->buf.size <= sizeof x->head) { /* always: type_ok caps it at 32 */
+				memcpy(x->head, x->buf.data, x->buf.size);
+				x->head_len = x->buf.size;
+				strcpy(x->head_type, ev->type);
+			}
+		}
+	}
 	msgpack_sbuffer_write(&x->buf, ev->content.ptr, ev->content.len);
 	unsigned char k[16];
 	key2(k, num, *seq);
-	if ((err = put(x, x->s->events, k, 16, 0)) != 0)
-		return err;
+	MDB_val key = { 16, k }, val = { x->buf.size, x->buf.data };
+	/* Through a cursor already on the key's leaf (it found the last seq or
+	 * wrote the event before), LMDB searches that leaf, not from the root.
+	 * seq is last + 1, never a key in use: were it one (a wrong cached
+	 * seq), overwriting would lose an event, so that is an error. */
+	int rc = c ? mdb_cursor_put(c, &key, &val, MDB_NOOVERWRITE)
+		   : mdb_put(x->t, x->s->events, &key, &val, MDB_NOOVERWRITE);
+	if (rc)
+		return fail(x, rc == MDB_KEYEXIST ? STORE_E_CORRUPT : map_err(rc));
+	x->dirty = 1;
 	if (ev->event_id)
 		return put_uint(x, x->s->event_ids, ik, il, *seq);
 	return 0;
@@ -1072,22 +1383,41 @@ int store_events_append(store_txn *x, const char *conv, const struct store_event
 	for (size_t i = 0; i < n; i++)
 		if (!event_in_ok(&ev[i]))
 			return STORE_E_INVAL;
-	uint64_t num, last;
-	int err = conv_num(x, conv, &num);
-	if (err || (err = latest_seq(x, num, &last)))
+	uint64_t num, last = 0;
+	struct conv_ent *e;
+	MDB_cursor *c = NULL;
+	int err = conv_find(x, conv, &num, &e);
+	if (err)
 		return err;
-	for (size_t i = 0; i < n; i++) {
+	/* One event after a known last seq needs no cursor (opening one in a
+	 * write txn allocates); several go through one, leaf to leaf. */
+	if (!e->has_last || n > 1) {
+		if ((err = cursor_take(x, CUR_EVENTS, &c)) != 0)
+			return err;
+	}
+	if (e->has_last)
+		last = e->last;
+	else
+		err = seek_last(x, c, num, &last);
+	e->has_last = 0; /* until every event is written */
+	for (size_t i = 0; i < n && !err; i++) {
 		int dup;
 		uint64_t seq = last + 1;
-		if ((err = append_one(x, num, &ev[i], &seq, &dup)) != 0)
-			return err;
+		if ((err = append_one(x, c, num, &ev[i], &seq, &dup)) != 0)
+			break;
 		if (!dup)
 			last = seq;
 		seqs[i] = seq;
 		if (dups)
 			dups[i] = dup;
 	}
-	return 0;
+	if (c)
+		cursor_give(x, CUR_EVENTS, c);
+	if (!err) {
+		e->last = last;
+		e->has_last = 1;
+	}
+	return err;
 }
 
 int store_event_append(store_txn *x, const char *conv, const struct store_event_in *ev, uint64_t *seq,
@@ -1102,8 +1432,9 @@ int store_event_latest_seq(store_txn *x, const char *conv, uint64_t *seq)
 	uint64_t num;
 	if (!seq)
 		return STORE_E_INVAL;
-	int err = conv_num(x, conv, &num);
-	return err ? err : latest_seq(x, num, seq);
+	struct conv_ent *e;
+	int err = conv_find(x, conv, &num, &e);
+	return err ? err : latest_seq(x, num, e, seq);
 }
 
 static int event_decode(const MDB_val *k, const MDB_val *v, struct store_event *e)
@@ -1148,18 +1479,14 @@ static int stream_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val 
 }
 
 /* With a type filter, the first seq of the last `limit` matches in range. */
-static int tail_start(store_txn *x, uint64_t num, uint64_t after, uint64_t hi, const struct stream_ctx *sc,
-		      size_t limit, uint64_t *start)
+static int tail_start(store_txn *x, MDB_cursor *c, uint64_t num, uint64_t after, uint64_t hi,
+		      const struct stream_ctx *sc, size_t limit, uint64_t *start)
 {
-	MDB_cursor *c;
 	unsigned char kb[16];
-	int rc = mdb_cursor_open(x->t, x->s->events, &c);
-	if (rc)
-		return fail(x, map_err(rc));
 	key2(kb, num, hi);
 	MDB_val k = { 16, kb }, v;
 	size_t found = 0;
-	int err = 0;
+	int err = 0, rc;
 	*start = after + 1;
 	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_KEY); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_PREV)) {
 		struct store_event e;
@@ -1174,41 +1501,99 @@ static int tail_start(store_txn *x, uint64_t num, uint64_t after, uint64_t hi, c
 			break;
 		}
 	}
-	mdb_cursor_close(c);
 	if (err)
 		return fail(x, err);
 	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
 }
 
-static int stream(store_txn *x, uint64_t num, const struct store_range *r, store_event_fn fn, void *arg)
+/* Where a range starts: after + 1, or with a limit the first of the last
+ * `limit` events in range; *none when the range is empty. *at: the seq c
+ * was left on (the last one), 0 when c was not positioned. */
+static int range_start(store_txn *x, MDB_cursor *c, uint64_t num, const struct conv_ent *e,
+		       const struct store_range *r, const struct stream_ctx *sc, uint64_t *start, int *none,
+		       uint64_t *at)
+{
+	uint64_t last;
+	*start = r->after + 1;
+	*none = 0;
+	*at = 0;
+	if (!r->limit)
+		return 0;
+	int err = 0;
+	if (e && e->has_last)
+		last = e->last;
+	else if ((err = seek_last(x, c, num, &last)) == 0)
+		*at = last;
+	if (err)
+		return err;
+	uint64_t hi = r->before && r->before - 1 < last ? r->before - 1 : last;
+	if (hi <= r->after) {
+		*none = 1;
+		return 0;
+	}
+	if (r->type)
+		return tail_start(x, c, num, r->after, hi, sc, r->limit, start);
+	/* Seqs are dense (1..last, never deleted singly): the tail starts
+	 * `limit` back from the top of the range. */
+	if (hi - r->after > r->limit)
+		*start = hi - r->limit + 1;
+	return 0;
+}
+
+/* A newest page: in a read txn, collect it walking back from the last
+ * event, where seek_last left the cursor, then deliver it. The pages of a
+ * read txn stay put until it ends, so what the walk saw stays valid; in a
+ * write txn a callback's write may move them. One pass over a leaf or two,
+ * where a second search from the root costs a level more with every tenfold
+ * growth of the store. Returns 1 when done (*err set), 0 when the keys were
+ * not the dense run expected: the caller searches instead. */
+#define WALK_BACK 128
+
+static int tail_read(store_txn *x, MDB_cursor *c, uint64_t num, uint64_t start, uint64_t at,
+		     struct stream_ctx *sc, int *err)
+{
+	MDB_val k[WALK_BACK], v[WALK_BACK];
+	size_t n = (size_t)(at - start) + 1;
+	int rc = mdb_cursor_get(c, &k[n - 1], &v[n - 1], MDB_GET_CURRENT);
+	for (size_t i = n - 1; rc == 0 && i > 0; i--)
+		rc = mdb_cursor_get(c, &k[i - 1], &v[i - 1], MDB_PREV);
+	if (rc)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (k[i].mv_size != 16 || get_be64(k[i].mv_data) != num ||
+		    get_be64((const unsigned char *)k[i].mv_data + 8) != start + i)
+			return 0;
+	*err = 0;
+	for (size_t i = 0; i < n && !*err; i++)
+		*err = stream_each(x, sc, &k[i], &v[i]);
+	return 1;
+}
+
+/* e: the conversation's cache entry, or NULL. */
+static int stream(store_txn *x, uint64_t num, const struct conv_ent *e, const struct store_range *r,
+		  store_event_fn fn, void *arg)
 {
 	struct stream_ctx sc = { r->before, 0, r->type, r->type ? strlen(r->type) : 0, fn, arg };
 	/* Nothing is after the greatest seq; after + 1 would wrap to 0 and
 	 * stream the whole log. */
 	if (r->after == UINT64_MAX)
 		return 0;
-	uint64_t start = r->after + 1;
-	if (r->limit) {
-		uint64_t last;
-		int err = latest_seq(x, num, &last);
-		if (err)
-			return err;
-		uint64_t hi = r->before && r->before - 1 < last ? r->before - 1 : last;
-		if (hi <= r->after)
-			return 0;
-		if (!r->type) {
-			/* Seqs are dense (1..last, never deleted singly): the tail
-			 * starts `limit` back from the top of the range. */
-			if (hi - r->after > r->limit)
-				start = hi - r->limit + 1;
-		} else if ((err = tail_start(x, num, r->after, hi, &sc, r->limit, &start)) != 0) {
-			return err;
-		}
+	MDB_cursor *c;
+	uint64_t start, at;
+	int none, err = cursor_take(x, CUR_EVENTS, &c);
+	if (err)
+		return err;
+	err = range_start(x, c, num, e, r, &sc, &start, &none, &at);
+	if (!err && !none) {
+		unsigned char kb[16];
+		key2(kb, num, start);
+		if (x->write || at < start || at - start >= WALK_BACK || !tail_read(x, c, num, start, at, &sc, &err))
+			err = scan(x, c, kb, 16, stream_each, &sc);
+		if (sc.past)
+			err = 0; /* reaching `before` is the normal end */
 	}
-	unsigned char kb[16];
-	key2(kb, num, start);
-	int rc = scan_prefix(x, x->s->events, kb, 16, stream_each, &sc);
-	return sc.past ? 0 : rc; /* reaching `before` is the normal end */
+	cursor_give(x, CUR_EVENTS, c);
+	return err;
 }
 
 int store_events_stream(store_txn *x, const char *conv, const struct store_range *r, store_event_fn fn,
@@ -1218,8 +1603,9 @@ int store_events_stream(store_txn *x, const char *conv, const struct store_range
 	uint64_t num;
 	if (!r || !fn || (r->type && !type_ok(r->type)))
 		return STORE_E_INVAL;
-	int err = conv_num(x, conv, &num);
-	return err ? err : stream(x, num, r, fn, arg);
+	struct conv_ent *e;
+	int err = conv_find(x, conv, &num, &e);
+	return err ? err : stream(x, num, e, r, fn, arg);
 }
 
 /* ---- summaries ------------------------------------------------------- */
@@ -1240,24 +1626,23 @@ static int summary_latest(store_txn *x, uint64_t num, struct store_summary *out)
 {
 	MDB_cursor *c;
 	unsigned char kb[16];
-	int rc = mdb_cursor_open(x->t, x->s->summaries, &c);
-	if (rc)
-		return fail(x, map_err(rc));
+	int err = cursor_take(x, CUR_SUMMARIES, &c);
+	if (err)
+		return err;
 	key2(kb, num + 1, 0);
 	MDB_val k = { 16, kb }, v;
-	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	int rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
 	if (rc == 0)
 		rc = mdb_cursor_get(c, &k, &v, MDB_PREV);
 	else if (rc == MDB_NOTFOUND)
 		rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
-	int err;
 	if (rc == 0 && (k.mv_size != 16 || get_be64(k.mv_data) != num))
 		err = STORE_E_NOTFOUND;
 	else if (rc == 0)
 		err = summary_decode(&v, out) ? fail(x, STORE_E_CORRUPT) : 0;
 	else
 		err = rc == MDB_NOTFOUND ? STORE_E_NOTFOUND : fail(x, map_err(rc));
-	mdb_cursor_close(c);
+	cursor_give(x, CUR_SUMMARIES, c);
 	return err;
 }
 
@@ -1281,8 +1666,9 @@ int store_summary_put(store_txn *x, const char *conv, uint64_t from_seq, uint64_
 	uint64_t num, last;
 	if (to_seq == 0 || from_seq > to_seq || !content.ptr || !mp_valid_one(content.ptr, content.len))
 		return STORE_E_INVAL;
-	int err = conv_num(x, conv, &num);
-	if (err || (err = latest_seq(x, num, &last)))
+	struct conv_ent *e;
+	int err = conv_find(x, conv, &num, &e);
+	if (err || (err = latest_seq(x, num, e, &last)))
 		return err;
 	if (to_seq > last)
 		return STORE_E_INVAL;
@@ -1344,7 +1730,7 @@ int store_load_since(store_txn *x, const char *conv, struct store_summary *sum, 
 		r.after = sum->to_seq;
 	else
 		memset(sum, 0, sizeof *sum);
-	return stream(x, num, &r, fn, arg);
+	return stream(x, num, NULL, &r, fn, arg);
 }
 
 /* ---- tool calls ------------------------------------------------------ */
@@ -1767,6 +2153,7 @@ int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_
 			memcpy(kb, k.mv_data, 16);
 			if ((rc = mdb_cursor_del(c, 0)) != 0)
 				break;
+			x->dirty = 1;
 			n++;
 			k.mv_size = 16;
 			k.mv_data = kb;

@@ -35,6 +35,7 @@
  *                         replies 'o' (committed), 'f' (fenced, nothing
  *                         written) or 'e' (error); exits at EOF.
  *   list-fds              print "FD TARGET\n" for each open descriptor.
+ *   delete CONV           delete the conversation in one write transaction.
  *
  * Exit status: 0 success, 2 usage, 3 STORE_E_FULL, 4 STORE_E_STALE,
  * 5 STORE_E_FENCED, 1 any other failure (said on stderr). Holding children
@@ -342,6 +343,21 @@ static int cmd_worker(store *s, int argc, char **argv)
 	return EX_OK;
 }
 
+static int cmd_delete(store *s, int argc, char **argv)
+{
+	store_txn *x;
+	if (argc != 2)
+		return usage();
+	int err = store_txn_begin(s, STORE_WRITE, &x);
+	if (err)
+		return report("delete", err);
+	if ((err = store_conv_delete(x, argv[1])) != 0)
+		store_txn_abort(x);
+	else
+		err = store_txn_commit(x);
+	return report("delete", err);
+}
+
 static int cmd_list_fds(int argc)
 {
 	char path[300], target[PATH_MAX];
@@ -390,6 +406,8 @@ static int run(store *s, int argc, char **argv)
 		return cmd_resolve(s, argc, argv);
 	if (strcmp(cmd, "worker") == 0)
 		return cmd_worker(s, argc, argv);
+	if (strcmp(cmd, "delete") == 0)
+		return cmd_delete(s, argc, argv);
 	fprintf(stderr, "store_child: unknown command %s\n", cmd);
 	return EX_USAGE;
 }
