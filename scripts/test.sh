@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build agentd and pass every test: the Check suites (with the store
-# conformance suite) and the process-level tests, first in a normal build,
-# then again under ASan+UBSan, then the fuzz targets for a bounded time.
+# conformance suite) and the process-level tests, first in a normal build
+# (where every process test runs a second time with agentd and its workers
+# under valgrind memcheck), then again under ASan+UBSan, then the fuzz
+# targets for a bounded time. About 15 minutes on 2 cores.
 # Usage: scripts/test.sh [--quick]   (--quick: the normal build's tests only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
