@@ -14,7 +14,6 @@
  *                          grant             your turn to write (answers write)
  *   worker -> supervisor:  ready {pid}       store opened, revival decided
  *                          state {state}     running | idle | awaiting_input
- *                          appended {seq}    a commit made events up to seq visible
  *                          delta {text}      streamed model output, for watchers
  *                          compacted {req, ok, text}  answer to compact (text: summary or error)
  *                          child {num}       a model or tool runs as process group num (0: none)
@@ -50,7 +49,6 @@ enum ipc_type {
 	IPC_COMPACT,
 	IPC_READY,
 	IPC_STATE,
-	IPC_APPENDED,
 	IPC_DELTA,
 	IPC_COMPACTED,
 	IPC_CHILD,
@@ -62,7 +60,7 @@ enum ipc_type {
 
 struct ipc_msg {
 	int type;          /* enum ipc_type */
-	uint64_t seq;      /* wake, appended, written */
+	uint64_t seq;      /* wake, written */
 	int64_t num;       /* ready: pid; compact/compacted: request number */
 	int ok;            /* compacted */
 	const char *text;  /* state name, delta text, compacted text; not NUL-terminated */

@@ -740,11 +740,6 @@ void worker_ipc(struct worker *w)
 				w->stop_sent = 2;
 			}
 			break;
-		case IPC_APPENDED:
-			waiters_notify(w, m.seq);
-			/* The commit may have scheduled an expiry (a human call). */
-			loop_rearm_expiry();
-			break;
 		case IPC_DELTA:
 			watch_delta(w, m.text, m.text_len);
 			break;

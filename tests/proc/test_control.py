@@ -229,7 +229,7 @@ def test_watch_streams_worker_commits_and_deltas():
         """)
         a.restart()
         # echo: the watch starts at the current last seq; the user_msg comes from the send's commit and the
-        # assistant_msg from the worker's own commit (its IPC "appended" wakes the watcher).
+        # assistant_msg from the worker's own commit (its IPC "written" wakes the watcher).
         c = a.create(conversation="w1")
         a.send(c, "one")
         wait_for(lambda: len(a.events(c)) >= 2, 10, "the echo reply")
