@@ -232,6 +232,16 @@ static void report_child(void *arg, pid_t pgid)
 	ipc_send(W.ipc, &m);
 }
 
+/* Run a model or tool command (proc_run), without the store while it runs. */
+static int run_command(char *const argv[], const struct proc_opts *o, struct proc_result *r)
+{
+	store_let_go();
+	int rc = proc_run(argv, o, r);
+	store_take();
+	report_child(NULL, 0);
+	return rc;
+}
+
 /* Handle one message outside a turn; returns 1 when the worker must exit. */
 static int ipc_one(const struct ipc_msg *m)
 {
@@ -422,10 +432,7 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 		.arg = mr, .watch_fd = W.ipc, .on_watch = on_model_watch, .on_start = report_child,
 	};
 	struct proc_result r;
-	store_let_go();
-	int rc = proc_run(argv, &o, &r);
-	store_take();
-	report_child(NULL, 0);
+	int rc = run_command(argv, &o, &r);
 	free(input);
 	proc_argv_free(argv);
 	*latency = r.elapsed_ms;
@@ -723,10 +730,7 @@ static void dispatch(const json_t *call)
 		.on_watch = on_tool_watch, .arg = &stop, .on_start = report_child,
 	};
 	struct proc_result r;
-	store_let_go();
-	int rc = proc_run(argv, &o, &r);
-	store_take();
-	report_child(NULL, 0);
+	int rc = run_command(argv, &o, &r);
 	free(input);
 	proc_argv_free(argv);
 	if (stop || rc == -ECANCELED) {

@@ -27,9 +27,9 @@
 #define BACKOFF_BASE_MS 100
 #define BACKOFF_MAX_MS 10000
 #define GATE_HOLD_MS 1000 /* a grant unanswered this long is revoked */
+#define EXPIRY_BATCH 512
 
 static void gate_drop(struct worker *w);
-#define EXPIRY_BATCH 512
 
 static int worker_cmp(struct worker *a, struct worker *b)
 {
@@ -910,15 +910,20 @@ struct due_ctx {
 	size_t n;
 };
 
-static int due_one(void *arg, const struct store_expiry *e)
+/* Collect one id; 1 (stop listing) when the batch is full. */
+static int due_add(struct due_ctx *c, store_bytes id)
 {
-	struct due_ctx *c = arg;
 	if (c->n == EXPIRY_BATCH)
 		return 1;
-	memcpy(c->d[c->n].id, e->tool_call_id.ptr, e->tool_call_id.len);
-	c->d[c->n].id[e->tool_call_id.len] = 0;
+	memcpy(c->d[c->n].id, id.ptr, id.len);
+	c->d[c->n].id[id.len] = 0;
 	c->n++;
 	return 0;
+}
+
+static int due_one(void *arg, const struct store_expiry *e)
+{
+	return due_add(arg, e->tool_call_id);
 }
 
 /* Fire every deadline that has passed: in one transaction per batch, each
@@ -977,13 +982,7 @@ int expiries_fire(void)
 
 static int active_one(void *arg, const struct store_conv *c)
 {
-	struct due_ctx *ctx = arg;
-	if (ctx->n == EXPIRY_BATCH)
-		return 1;
-	memcpy(ctx->d[ctx->n].id, c->id.ptr, c->id.len);
-	ctx->d[ctx->n].id[c->id.len] = 0;
-	ctx->n++;
-	return 0;
+	return due_add(arg, c->id);
 }
 
 /* On start, every conversation left `active` was mid-turn when everything
