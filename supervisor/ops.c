@@ -460,9 +460,6 @@ static void metrics_text(char **buf, size_t *len)
 	fprintf(f, "# HELP agentd_write_gate_wait_seconds_total Time supervisor writes waited for a worker's.\n"
 		   "# TYPE agentd_write_gate_wait_seconds_total counter\nagentd_write_gate_wait_seconds_total %.6f\n",
 		(double)S.m.gate_wait_us / 1e6);
-	fprintf(f, "# HELP agentd_write_gate_wait_seconds_total Time supervisor writes waited for a worker's.\n"
-		   "# TYPE agentd_write_gate_wait_seconds_total counter\nagentd_write_gate_wait_seconds_total %.6f\n",
-		(double)S.m.gate_wait_us / 1e6);
 	struct store_stat st = { 0 };
 	store_stat(S.st, &st);
 	fprintf(f, "# HELP agentd_workers_live Worker processes alive.\n# TYPE agentd_workers_live gauge\n"

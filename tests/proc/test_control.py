@@ -509,10 +509,23 @@ def test_kill_stop_status_metrics():
         assert metric(a, "agentd_store_size_bytes") > 0
         assert metric(a, "agentd_op_duration_seconds_count", 'op="send"') == 3
         assert metric(a, "agentd_op_duration_seconds_bucket", 'op="send",le="+Inf"') == 3
-        # every sample line is `name{labels} number`
+        # every sample line is `name{labels} number`; each family is
+        # described once (a repeated HELP or TYPE is invalid exposition),
+        # before its samples, and no sample repeats
+        described, seen = set(), set()
         for ln in text.splitlines():
-            if ln and not ln.startswith("#"):
+            if ln.startswith("# HELP ") or ln.startswith("# TYPE "):
+                key = tuple(ln.split()[1:3])
+                assert key not in described, f"described twice: {ln}"
+                described.add(key)
+            elif ln:
                 assert re.fullmatch(r"[a-z_]+(\{[^}]*\})? [0-9.e+-]+", ln), ln
+                name = re.match(r"[a-z_]+", ln).group(0)
+                family = re.sub(r"_(bucket|sum|count)$", "", name)
+                assert ("TYPE", name) in described or ("TYPE", family) in described, f"no TYPE before {ln}"
+                sample = ln.rsplit(" ", 1)[0]
+                assert sample not in seen, f"sample twice: {ln}"
+                seen.add(sample)
 
 
 def test_shutdown():
