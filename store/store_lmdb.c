@@ -74,6 +74,8 @@ struct store {
 	int cache_ok;           /* cache_base is set */
 	size_t cache_base;      /* the txn id whose committed state the cache holds */
 	uint64_t tick;
+	unsigned psize;     /* LMDB's page size */
+	uint64_t file_seen; /* the data file is at least this long */
 	/* One ended transaction object of each kind, kept for the next begin:
 	 * no allocation per transaction, and a read one keeps its cursors for
 	 * mdb_cursor_renew. */
@@ -531,6 +533,8 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 	int fd;
 	if (mdb_env_get_fd(s->env, &fd) == 0)
 		fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+	MDB_stat ms;
+	s->psize = mdb_env_stat(s->env, &ms) == 0 ? ms.ms_psize : 4096;
 	/* Another process may have grown the map beyond our size: adopt it. */
 	MDB_envinfo info;
 	if (mdb_env_info(s->env, &info) == 0 && info.me_mapsize > s->map_size)
@@ -640,6 +644,49 @@ static void maybe_grow(store *s)
 		s->map_size = want;
 }
 
+/* Keep the data file written ahead of LMDB's last page. On ext4 (and most
+ * journalled filesystems) the fdatasync of a commit that lengthens the file
+ * must also commit the new size to the journal, which doubled its cost here
+ * (docs/design-notes.md, "Written ahead"); a commit whose pages land on
+ * blocks already written flushes only them. LMDB appends pages at the end,
+ * so without this most commits lengthen the file. Called in a write txn,
+ * under LMDB's writer lock: no other process writes pages now, none past
+ * the last committed page, and this txn's own pages are written over the
+ * zeros at its commit, whose flush takes them to disk. Best effort: a
+ * failure (a full disk) is left to LMDB's own writes to report. */
+enum { AHEAD_LOW = 256 * 1024, AHEAD_CHUNK = 2 * 1024 * 1024 };
+
+static void write_ahead(store *s)
+{
+	MDB_envinfo info;
+	int fd;
+	struct stat sb;
+	if (mdb_env_info(s->env, &info) || mdb_env_get_fd(s->env, &fd))
+		return;
+	uint64_t used = ((uint64_t)info.me_last_pgno + 1) * s->psize;
+	if (s->file_seen >= used + AHEAD_LOW)
+		return;
+	if (fstat(fd, &sb))
+		return;
+	s->file_seen = (uint64_t)sb.st_size;
+	if (s->file_seen >= used + AHEAD_LOW)
+		return;
+	uint64_t to = used + AHEAD_CHUNK;
+	if (to > s->map_size)
+		to = s->map_size;
+	static const char zeros[64 * 1024];
+	uint64_t at = s->file_seen > used ? s->file_seen : used;
+	while (at < to) {
+		size_t n = to - at < sizeof zeros ? (size_t)(to - at) : sizeof zeros;
+		ssize_t w = pwrite(fd, zeros, n, (off_t)at);
+		if (w <= 0)
+			break;
+		at += (uint64_t)w;
+	}
+	if (at > s->file_seen)
+		s->file_seen = at;
+}
+
 /* A transaction object: the spare one of its kind, or a new one. */
 static store_txn *txn_obj(store *s, int write)
 {
@@ -744,6 +791,8 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 		txn_destroy(x);
 		return -ENOMEM;
 	}
+	if (x->write)
+		write_ahead(s);
 	s->ntxn++;
 	if (x->write)
 		s->writing = 1;

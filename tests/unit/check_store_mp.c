@@ -1314,6 +1314,81 @@ START_TEST(cache_many_conversations)
 }
 END_TEST
 
+/* ---- written ahead ---------------------------------------------------- */
+
+#define AHEAD_LOW (256 * KiB)
+#define AHEAD_CHUNK (2 * MiB)
+
+/* The data file's length beyond the pages in use. */
+static uint64_t ahead(void)
+{
+	struct store_stat ss;
+	ck_assert_int_eq(store_stat(st, &ss), 0);
+	ck_assert_uint_ge(ss.file_bytes, ss.size_bytes);
+	return ss.file_bytes - ss.size_bytes;
+}
+
+/* Every write transaction keeps the data file written at least AHEAD_LOW
+ * past LMDB's last page (store_lmdb.c, write_ahead), so commits land on
+ * blocks already written. The zeros go in under the writer lock, before the
+ * transaction's own pages: two processes that take turns lengthening the
+ * file must never zero a page the other committed. 64 KiB events make each
+ * round of ten cross the low mark, so both extend it several times. */
+START_TEST(written_ahead_across_processes)
+{
+	enum { ROUNDS = 6, PER = 10, PAD = 64 * 1024 };
+	open_store(0, 0);
+	conv_create("c");
+	ck_assert_uint_ge(ahead(), AHEAD_LOW);
+	char eid[32], tag[8], n[32], pad[32];
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int i = 0; i < PER; i++) {
+			snprintf(eid, sizeof eid, "p-%d", r * PER + i + 1);
+			ck_assert_int_eq(append1("c", eid, PAD), 0);
+		}
+		snprintf(tag, sizeof tag, "q%d", r);
+		const char *args[] = { "-p", sz(pad, PAD), dir, "append", sz(n, PER), tag, "c", NULL };
+		child_run(args);
+	}
+	ck_assert_uint_ge(ahead(), AHEAD_LOW);
+	ck_assert_uint_le(ahead(), AHEAD_CHUNK + PAD + 64 * KiB);
+	/* All there, in order, intact: from this handle and from a new one. */
+	for (int pass = 0; pass < 2; pass++) {
+		struct recs rc;
+		load("c", &rc);
+		ck_assert_uint_eq(rc.n, (size_t)ROUNDS * PER * 2);
+		for (int r = 0; r < ROUNDS; r++) {
+			for (int i = 0; i < 2 * PER; i++) {
+				const struct rec *e = &rc.v[r * 2 * PER + i];
+				if (i < PER)
+					snprintf(eid, sizeof eid, "p-%d", r * PER + i + 1);
+				else
+					snprintf(eid, sizeof eid, "q%d-%d", r, i - PER + 1);
+				ck_assert_str_eq(e->eid, eid);
+				ck_assert_msg(content_is(e->content, eid, PAD), "%s: content differs", eid);
+			}
+		}
+		recs_free(&rc);
+		store_close(st);
+		st = NULL;
+		open_store(0, 0);
+	}
+}
+END_TEST
+
+/* Never past the map: LMDB could not use it, and a file longer than the map
+ * would only take disk. */
+START_TEST(written_ahead_within_the_map)
+{
+	open_store(512 * KiB, 512 * KiB);
+	conv_create("c");
+	ck_assert_int_eq(append1("c", "e-1", 0), 0);
+	struct store_stat ss;
+	ck_assert_int_eq(store_stat(st, &ss), 0);
+	ck_assert_uint_eq(ss.file_bytes, 512 * KiB);
+}
+END_TEST
+
 Suite *make_store_mp_suite(void)
 {
 	Suite *s = suite_create("store_mp");
@@ -1342,6 +1417,13 @@ Suite *make_store_mp_suite(void)
 	tcase_add_test(tc, cache_read_beside_write);
 	tcase_add_test(tc, cache_nested_streams);
 	tcase_add_test(tc, cache_many_conversations);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("written ahead");
+	tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 30 * slow_factor());
+	tcase_add_test(tc, written_ahead_across_processes);
+	tcase_add_test(tc, written_ahead_within_the_map);
 	suite_add_tcase(s, tc);
 	return s;
 }
