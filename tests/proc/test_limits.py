@@ -3,6 +3,7 @@ limit, and a model writing far more than its cap. In each: a clear error to whoe
 serving, and nothing committed is lost."""
 import json
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -218,6 +219,68 @@ def test_worker_exec_failure_is_reported_and_backs_off():
         assert a.log().count("cannot run") == 1, "the spawn was retried without a backoff"
         assert a.events(c)[0]["type"] == "user_msg"  # the acknowledged send is kept
         assert a.zombies() == []
+
+
+# The real agentd-worker for every conversation, except that conversation "lost" reaches the store through LINK
+# (its --data rewritten): a symlink to the data directory the test can take away from that worker alone.
+STORE_PATH_WRAPPER = """
+import os, sys
+argv = sys.argv[1:]
+if argv[argv.index("--conversation") + 1] == "lost":
+    argv[argv.index("--data") + 1] = %(link)r
+os.execv(%(worker)r, [%(worker)r] + argv)
+"""
+
+
+def test_worker_that_cannot_reopen_the_store_exits_and_is_revived():
+    """A worker waiting for its next event lets go of the store (agent/main.c, STORE_LINGER_MS) and opens it
+    again when the event comes. When that fails, the worker exits with status 5 (EXIT_STORE) saying why, and agentd
+    restarts it after a backoff, gives up after restart_limit crashes, serves everyone else meanwhile and loses
+    nothing it acknowledged; once the store can be opened again, the next event revives the conversation. The
+    failure is real: the worker's path to the store is taken away while it waits (as root, permissions would not
+    stop it), and agentd, which keeps its environment open, and other workers use another path."""
+    with Agentd(start=False) as a:
+        link = os.path.join(a.dir, "lost-data")
+        os.symlink(a.data_dir, link)
+        wrapper = a.script("path_worker.py", STORE_PATH_WRAPPER % {"link": link, "worker": a.worker_program()})
+        a.extra_args += ["--worker", wrapper]
+        a.write_config("[agentd]\nrestart_limit = 2\n")
+        a.start()
+        c = a.create(conversation="lost")
+        a.send(c, "hi")
+        wait_for(lambda: len(a.events(c)) == 2, 10, "the first answer")
+        pid = a.worker_pid(c)
+        wait_for(lambda: not [t for t in harness.open_fds(pid).values() if t.endswith(("/data.mdb", "/lock.mdb"))],
+                 10, "the waiting worker to let go of the store")
+        os.unlink(link)
+        assert a.send(c, "again") == 3  # committed and acknowledged by agentd
+        wait_for(lambda: f"{c}: worker {pid} exited with status 5" in a.log(), 10, "the worker's exit")
+        assert f"{c}: cannot open the store in {link} again: No such file or directory" in a.log(), a.log_tail()
+        # Restarted after a backoff; the new worker cannot open the store either, and at restart_limit agentd
+        # records why in the log and leaves the conversation until its next event.
+        err = wait_for(lambda: a.events(c, type="error"), 20, "agentd giving up on the conversation")
+        assert f"{c}: restarting in 100 ms (crash 1 of 2 allowed in 60 s)" in a.log(), a.log_tail()
+        assert "worker crashed 2 times" in err[0]["content"]["message"], err
+        exits = re.findall(rf"{c}: worker (\d+) exited with status (\d+)", a.log())
+        assert len(exits) == 2 and exits[0] == (str(pid), "5") and exits[1][0] != str(pid) and exits[1][1] == "5", exits
+        assert f"{c}: cannot open the store in {link}: No such file or directory" in a.log(), a.log_tail()
+        assert not [w for w in a.ok({"op": "status"})["workers"] if w["conversation"] == c]
+        # agentd went on serving, and every event it acknowledged is there.
+        other = a.create()
+        a.send(other, "still here")
+        wait_for(lambda: len(a.events(other)) == 2, 10, "another conversation's answer")
+        assert a.events(other)[1]["content"]["text"] == "echo: still here"
+        assert [(e["seq"], e["type"]) for e in a.events(c)] == [
+            (1, "user_msg"), (2, "assistant_msg"), (3, "user_msg"), (4, "error")], a.events(c)
+        assert [e["content"]["text"] for e in a.events(c, type="user_msg")] == ["hi", "again"]
+        # The store is reachable again: the next event revives the conversation, and its answer covers the
+        # message acknowledged while it was down too.
+        os.symlink(a.data_dir, link)
+        assert a.send(c, "back") == 5
+        wait_for(lambda: len(a.events(c)) == 6, 15, "the revived conversation's answer")
+        answer = a.events(c)[5]
+        assert answer["type"] == "assistant_msg" and answer["content"]["text"] == "echo: again\necho: back", answer
+        wait_for(lambda: not a.zombies(), 5, "no zombie workers")
 
 
 # A worker for conversation "hog" that takes the write gate and never writes (a hung worker); for "twice", one
