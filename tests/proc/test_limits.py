@@ -362,6 +362,80 @@ def test_writes_wait_for_the_gate_without_stopping_the_loop():
         assert "has held the write gate for" in a.log(), a.log_tail()
 
 
+# A worker for conversation "deaf" (its first start; later ones are the real agentd-worker, as are every other
+# conversation's) that never reads what agentd sends it. It has agentd queue compaction requests to it, one per
+# connection, until agentd's socket buffer is full: agentd then answers that request at once (could not reach the
+# worker) instead of queueing it, and its answer is written to NOTE. Only then does it ask for the write gate, and
+# it stays alive, so agentd's grant cannot be sent (EAGAIN) to a worker that is not gone.
+DEAF_WRAPPER = """
+import fcntl, json, os, select, socket, struct, sys, termios, time
+argv = sys.argv[1:]
+conv, fd = argv[argv.index("--conversation") + 1], int(argv[argv.index("--ipc-fd") + 1])
+if conv != "deaf" or os.path.exists(%(note)r + ".started"):
+    os.execv(%(worker)r, [%(worker)r] + argv)
+open(%(note)r + ".started", "w").close()
+s = socket.socket(fileno=fd)
+s.send(b"\\x82\\xa1t\\xa5ready\\xa3num\\xd2" + struct.pack(">i", os.getpid()))
+def unread():  # bytes agentd has queued to us
+    return struct.unpack("i", fcntl.ioctl(s, termios.FIONREAD, b"\\0\\0\\0\\0"))[0]
+req = json.dumps({"op": "compact", "conversation": "deaf"}).encode() + b"\\n"
+while True:
+    before = unread()
+    with socket.socket(socket.AF_UNIX) as c:
+        c.connect(%(sock)r)
+        c.sendall(req)
+        while unread() == before and not select.select([c], [], [], 0.005)[0]:
+            pass
+        if unread() == before:  # not queued to us, and answered
+            reply = c.recv(65536)
+            break
+with open(%(note)r + ".tmp", "wb") as f:
+    f.write(reply)
+os.rename(%(note)r + ".tmp", %(note)r)
+s.send(b"\\x81\\xa1t\\xa5write")
+while True:
+    time.sleep(60)
+"""
+
+
+def test_worker_that_cannot_be_granted_its_write_is_killed():
+    """When agentd cannot send a worker the grant it asked for (its socket is full: it does not read, yet it is
+    alive), it says so and kills it (supervisor/workers.c, gate_pump); the worker is reaped, the gate is not left
+    held, other conversations are served and written, and the conversation revives on its next event."""
+    with Agentd(start=False) as a:
+        note = os.path.join(a.dir, "deaf-note")
+        a.extra_args += ["--worker", a.script("deaf_worker.py", DEAF_WRAPPER % {
+            "note": note, "sock": a.socket, "worker": a.worker_program()})]
+        a.start()
+        c = a.create(conversation="deaf")
+        with a.conn() as first:
+            first.send({"op": "compact", "conversation": c})  # starts the worker; answered when it is gone
+            pid = wait_for(lambda: a.worker_pid(c), 10, "the worker")
+            wait_for(lambda: os.path.exists(note), 30, "the worker's socket buffer full")
+            with open(note) as f:
+                assert "could not reach the worker of deaf" in f.read()
+            wait_for(lambda: f"{c}: worker {pid} killed by signal 9" in a.log(), 10, "the worker killed")
+            assert f"{c}: cannot grant worker {pid} its write: Resource temporarily unavailable: killing it" in a.log(), \
+                a.log_tail()
+            assert harness.proc_stat(pid) is None  # reaped (agentd logs the exit after waitpid): no zombie
+            reply = first.recv()
+            assert not reply["ok"] and "exited before compacting" in reply["message"], reply
+        assert a.worker_pid(c) is None and not a.zombies()
+        # The gate was not left held: another conversation's worker writes its answer at once, and no grant was
+        # taken back.
+        other = a.create()
+        a.send(other, "still here")
+        wait_for(lambda: len(a.events(other)) == 2, 10, "another conversation's answer")
+        assert a.events(other)[1]["content"]["text"] == "echo: still here"
+        text = a.ok({"op": "metrics"})["text"]
+        assert "agentd_write_gate_revoked_total 0\n" in text and "has held the write gate" not in a.log(), text
+        # Its next event revives the conversation (with the real worker) and it answers.
+        assert a.send(c, "hi") == 1
+        wait_for(lambda: len(a.events(c)) == 2, 15, "the revived conversation's answer")
+        assert a.events(c)[1]["content"]["text"] == "echo: hi"
+        wait_for(lambda: not a.zombies(), 5, "no zombie workers")
+
+
 def held_after_ping(conn):
     """Whether conn has no reply waiting yet."""
     conn.sock.setblocking(False)
