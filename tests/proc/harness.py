@@ -75,6 +75,8 @@ API:
     .children() -> [pid]          direct children of agentd (from /proc/*/stat ppid), sorted
     .zombies() -> [pid]           children in state Z (a short-lived one is normal: wait_for(lambda: not a.zombies()))
     .worker_pid(conv) -> pid|None from `get`
+    .worker_program() -> path     the agentd-worker agentd runs (under AGENTD_VALGRIND_WORKERS, the memcheck
+                                  script): what a test's --worker wrapper execs for the real worker
     .kill(sig=SIGKILL, wait=None) signal agentd; waits for exit (and reaps) by default for SIGKILL
     .wait(timeout=10) -> rc       wait for agentd to exit
     .stop(timeout=10, expect=0) -> rc
@@ -500,13 +502,17 @@ class Agentd:
         if VALGRIND:
             # agentd under memcheck (issue 6); any error or definite leak makes it exit 99, which stop()
             # reports. /proc/self/exe is valgrind's then, so name the worker explicitly.
-            worker = os.path.join(os.path.dirname(AGENTD_BIN), "agentd-worker")
-            if VALGRIND_WORKERS:
-                worker = self._valgrind_worker(worker)
-            args = valgrind_prefix(f"{self.dir}/valgrind.%p.log") + args + ["--worker", worker]
+            args = valgrind_prefix(f"{self.dir}/valgrind.%p.log") + args + ["--worker", self.worker_program()]
         if self.config_path:
             args += ["--config", self.config_path]
         return self.launcher + args + self.extra_args
+
+    def worker_program(self):
+        """The agentd-worker agentd runs: the built one, or under AGENTD_VALGRIND_WORKERS the script that
+        runs it inside memcheck. A test's --worker wrapper execs this for the real worker, so that worker
+        stays under memcheck."""
+        worker = os.path.join(os.path.dirname(AGENTD_BIN), "agentd-worker")
+        return self._valgrind_worker(worker) if VALGRIND_WORKERS else worker
 
     def _valgrind_worker(self, worker):
         """A --worker program that execs agentd-worker under memcheck (same pid, same descriptors):

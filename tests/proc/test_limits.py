@@ -3,6 +3,7 @@ limit, and a model writing far more than its cap. In each: a clear error to whoe
 serving, and nothing committed is lost."""
 import json
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -220,6 +221,68 @@ def test_worker_exec_failure_is_reported_and_backs_off():
         assert a.zombies() == []
 
 
+# The real agentd-worker for every conversation, except that conversation "lost" reaches the store through LINK
+# (its --data rewritten): a symlink to the data directory the test can take away from that worker alone.
+STORE_PATH_WRAPPER = """
+import os, sys
+argv = sys.argv[1:]
+if argv[argv.index("--conversation") + 1] == "lost":
+    argv[argv.index("--data") + 1] = %(link)r
+os.execv(%(worker)r, [%(worker)r] + argv)
+"""
+
+
+def test_worker_that_cannot_reopen_the_store_exits_and_is_revived():
+    """A worker waiting for its next event lets go of the store (agent/main.c, STORE_LINGER_MS) and opens it
+    again when the event comes. When that fails, the worker exits with status 5 (EXIT_STORE) saying why, and agentd
+    restarts it after a backoff, gives up after restart_limit crashes, serves everyone else meanwhile and loses
+    nothing it acknowledged; once the store can be opened again, the next event revives the conversation. The
+    failure is real: the worker's path to the store is taken away while it waits (as root, permissions would not
+    stop it), and agentd, which keeps its environment open, and other workers use another path."""
+    with Agentd(start=False) as a:
+        link = os.path.join(a.dir, "lost-data")
+        os.symlink(a.data_dir, link)
+        wrapper = a.script("path_worker.py", STORE_PATH_WRAPPER % {"link": link, "worker": a.worker_program()})
+        a.extra_args += ["--worker", wrapper]
+        a.write_config("[agentd]\nrestart_limit = 2\n")
+        a.start()
+        c = a.create(conversation="lost")
+        a.send(c, "hi")
+        wait_for(lambda: len(a.events(c)) == 2, 10, "the first answer")
+        pid = a.worker_pid(c)
+        wait_for(lambda: not [t for t in harness.open_fds(pid).values() if t.endswith(("/data.mdb", "/lock.mdb"))],
+                 10, "the waiting worker to let go of the store")
+        os.unlink(link)
+        assert a.send(c, "again") == 3  # committed and acknowledged by agentd
+        wait_for(lambda: f"{c}: worker {pid} exited with status 5" in a.log(), 10, "the worker's exit")
+        assert f"{c}: cannot open the store in {link} again: No such file or directory" in a.log(), a.log_tail()
+        # Restarted after a backoff; the new worker cannot open the store either, and at restart_limit agentd
+        # records why in the log and leaves the conversation until its next event.
+        err = wait_for(lambda: a.events(c, type="error"), 20, "agentd giving up on the conversation")
+        assert f"{c}: restarting in 100 ms (crash 1 of 2 allowed in 60 s)" in a.log(), a.log_tail()
+        assert "worker crashed 2 times" in err[0]["content"]["message"], err
+        exits = re.findall(rf"{c}: worker (\d+) exited with status (\d+)", a.log())
+        assert len(exits) == 2 and exits[0] == (str(pid), "5") and exits[1][0] != str(pid) and exits[1][1] == "5", exits
+        assert f"{c}: cannot open the store in {link}: No such file or directory" in a.log(), a.log_tail()
+        assert not [w for w in a.ok({"op": "status"})["workers"] if w["conversation"] == c]
+        # agentd went on serving, and every event it acknowledged is there.
+        other = a.create()
+        a.send(other, "still here")
+        wait_for(lambda: len(a.events(other)) == 2, 10, "another conversation's answer")
+        assert a.events(other)[1]["content"]["text"] == "echo: still here"
+        assert [(e["seq"], e["type"]) for e in a.events(c)] == [
+            (1, "user_msg"), (2, "assistant_msg"), (3, "user_msg"), (4, "error")], a.events(c)
+        assert [e["content"]["text"] for e in a.events(c, type="user_msg")] == ["hi", "again"]
+        # The store is reachable again: the next event revives the conversation, and its answer covers the
+        # message acknowledged while it was down too.
+        os.symlink(a.data_dir, link)
+        assert a.send(c, "back") == 5
+        wait_for(lambda: len(a.events(c)) == 6, 15, "the revived conversation's answer")
+        answer = a.events(c)[5]
+        assert answer["type"] == "assistant_msg" and answer["content"]["text"] == "echo: again\necho: back", answer
+        wait_for(lambda: not a.zombies(), 5, "no zombie workers")
+
+
 # A worker for conversation "hog" that takes the write gate and never writes (a hung worker); for "twice", one
 # that asks for it twice (a protocol error); every other conversation gets the real agentd-worker.
 GATE_WRAPPER = """
@@ -297,6 +360,80 @@ def test_writes_wait_for_the_gate_without_stopping_the_loop():
         assert [e["content"]["text"] for e in r[1]["events"] if e["type"] == "user_msg"] == ["one"], r[1]
         assert [e["content"]["text"] for e in r[3]["events"] if e["type"] == "user_msg"] == ["one", "two"], r[3]
         assert "has held the write gate for" in a.log(), a.log_tail()
+
+
+# A worker for conversation "deaf" (its first start; later ones are the real agentd-worker, as are every other
+# conversation's) that never reads what agentd sends it. It has agentd queue compaction requests to it, one per
+# connection, until agentd's socket buffer is full: agentd then answers that request at once (could not reach the
+# worker) instead of queueing it, and its answer is written to NOTE. Only then does it ask for the write gate, and
+# it stays alive, so agentd's grant cannot be sent (EAGAIN) to a worker that is not gone.
+DEAF_WRAPPER = """
+import fcntl, json, os, select, socket, struct, sys, termios, time
+argv = sys.argv[1:]
+conv, fd = argv[argv.index("--conversation") + 1], int(argv[argv.index("--ipc-fd") + 1])
+if conv != "deaf" or os.path.exists(%(note)r + ".started"):
+    os.execv(%(worker)r, [%(worker)r] + argv)
+open(%(note)r + ".started", "w").close()
+s = socket.socket(fileno=fd)
+s.send(b"\\x82\\xa1t\\xa5ready\\xa3num\\xd2" + struct.pack(">i", os.getpid()))
+def unread():  # bytes agentd has queued to us
+    return struct.unpack("i", fcntl.ioctl(s, termios.FIONREAD, b"\\0\\0\\0\\0"))[0]
+req = json.dumps({"op": "compact", "conversation": "deaf"}).encode() + b"\\n"
+while True:
+    before = unread()
+    with socket.socket(socket.AF_UNIX) as c:
+        c.connect(%(sock)r)
+        c.sendall(req)
+        while unread() == before and not select.select([c], [], [], 0.005)[0]:
+            pass
+        if unread() == before:  # not queued to us, and answered
+            reply = c.recv(65536)
+            break
+with open(%(note)r + ".tmp", "wb") as f:
+    f.write(reply)
+os.rename(%(note)r + ".tmp", %(note)r)
+s.send(b"\\x81\\xa1t\\xa5write")
+while True:
+    time.sleep(60)
+"""
+
+
+def test_worker_that_cannot_be_granted_its_write_is_killed():
+    """When agentd cannot send a worker the grant it asked for (its socket is full: it does not read, yet it is
+    alive), it says so and kills it (supervisor/workers.c, gate_pump); the worker is reaped, the gate is not left
+    held, other conversations are served and written, and the conversation revives on its next event."""
+    with Agentd(start=False) as a:
+        note = os.path.join(a.dir, "deaf-note")
+        a.extra_args += ["--worker", a.script("deaf_worker.py", DEAF_WRAPPER % {
+            "note": note, "sock": a.socket, "worker": a.worker_program()})]
+        a.start()
+        c = a.create(conversation="deaf")
+        with a.conn() as first:
+            first.send({"op": "compact", "conversation": c})  # starts the worker; answered when it is gone
+            pid = wait_for(lambda: a.worker_pid(c), 10, "the worker")
+            wait_for(lambda: os.path.exists(note), 30, "the worker's socket buffer full")
+            with open(note) as f:
+                assert "could not reach the worker of deaf" in f.read()
+            wait_for(lambda: f"{c}: worker {pid} killed by signal 9" in a.log(), 10, "the worker killed")
+            assert f"{c}: cannot grant worker {pid} its write: Resource temporarily unavailable: killing it" in a.log(), \
+                a.log_tail()
+            assert harness.proc_stat(pid) is None  # reaped (agentd logs the exit after waitpid): no zombie
+            reply = first.recv()
+            assert not reply["ok"] and "exited before compacting" in reply["message"], reply
+        assert a.worker_pid(c) is None and not a.zombies()
+        # The gate was not left held: another conversation's worker writes its answer at once, and no grant was
+        # taken back.
+        other = a.create()
+        a.send(other, "still here")
+        wait_for(lambda: len(a.events(other)) == 2, 10, "another conversation's answer")
+        assert a.events(other)[1]["content"]["text"] == "echo: still here"
+        text = a.ok({"op": "metrics"})["text"]
+        assert "agentd_write_gate_revoked_total 0\n" in text and "has held the write gate" not in a.log(), text
+        # Its next event revives the conversation (with the real worker) and it answers.
+        assert a.send(c, "hi") == 1
+        wait_for(lambda: len(a.events(c)) == 2, 15, "the revived conversation's answer")
+        assert a.events(c)[1]["content"]["text"] == "echo: hi"
+        wait_for(lambda: not a.zombies(), 5, "no zombie workers")
 
 
 def held_after_ping(conn):
