@@ -274,6 +274,33 @@ static int ipc_drain(void)
 	}
 }
 
+/* Wait for go (ipc.h): the commit this worker was started for may still be
+ * in flight. Returns 1 when the worker must exit instead (stop, or the
+ * supervisor is gone). */
+static int await_go(void)
+{
+	for (;;) {
+		struct ipc_msg m;
+		struct pollfd p = { W.ipc, POLLIN, 0 };
+		if (poll(&p, 1, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return 1;
+		}
+		for (;;) {
+			int rc = ipc_recv(W.ipc, &m, W.ipcbuf);
+			if (rc == -EAGAIN)
+				break;
+			if (rc <= 0)
+				return 1;
+			if (m.type == IPC_GO)
+				return 0;
+			if (ipc_one(&m))
+				return 1;
+		}
+	}
+}
+
 /* ---- the working set ------------------------------------------------- */
 
 static json_t *ev_json(const struct store_event *ev)
@@ -1039,6 +1066,8 @@ int main(int argc, char **argv, char **envp)
 		return EXIT_STORE;
 	}
 	setproctitle("%s starting", W.conv);
+	if (await_go())
+		return 0;
 	load();
 	struct ipc_msg ready = { .type = IPC_READY, .num = getpid() };
 	ipc_send(W.ipc, &ready);

@@ -11,7 +11,7 @@ static const char *const names[] = {
 	[IPC_WAKE] = "wake", [IPC_STOP] = "stop", [IPC_COMPACT] = "compact", [IPC_READY] = "ready",
 	[IPC_STATE] = "state", [IPC_DELTA] = "delta",
 	[IPC_COMPACTED] = "compacted", [IPC_CHILD] = "child", [IPC_WOKEN] = "woken",
-	[IPC_WRITE] = "write", [IPC_GRANT] = "grant", [IPC_WRITTEN] = "written",
+	[IPC_WRITE] = "write", [IPC_GRANT] = "grant", [IPC_WRITTEN] = "written", [IPC_GO] = "go",
 };
 #define NTYPES ((int)(sizeof names / sizeof names[0]))
 

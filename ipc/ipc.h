@@ -8,7 +8,9 @@
  * error (-EPROTO).
  *
  * Messages (key "t" names the kind):
- *   supervisor -> worker:  wake {seq}        new events exist up to seq
+ *   supervisor -> worker:  go                the store holds what the worker was started for:
+ *                                            read the log (the first message, always)
+ *                          wake {seq}        new events exist up to seq
  *                          stop              persist and exit 0 (hibernate)
  *                          compact {req}     summarise now; answer compacted {req}
  *                          grant             your turn to write (answers write)
@@ -34,6 +36,11 @@
  * commits (sends, resolutions, expiries, leases) wait behind at most one
  * worker's, never behind a queue of them on LMDB's writer mutex. LMDB's mutex
  * still does the locking: the gate orders writers, it does not protect data.
+ *
+ * A worker waits for go before it reads the log: the supervisor may start it
+ * while the commit that gives it work (and its lease) is still being flushed,
+ * so that the worker's start and the flush overlap; go follows that commit.
+ * Messages before go are kept: stop ends the worker, compact is queued.
  */
 #ifndef AGENTD_IPC_H
 #define AGENTD_IPC_H
@@ -56,6 +63,7 @@ enum ipc_type {
 	IPC_WRITE,
 	IPC_GRANT,
 	IPC_WRITTEN,
+	IPC_GO,
 };
 
 struct ipc_msg {

@@ -769,7 +769,7 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		if (e) {
 			store_txn_abort(t);
 		} else {
-			e = store_txn_commit(t);
+			e = commit_spawning(t);
 			if (!e) {
 				S.m.group_commits++;
 				S.m.group_writes += n;

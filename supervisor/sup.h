@@ -95,6 +95,11 @@ struct worker {
 	TAILQ_ENTRY(worker) glink;  /* on the write gate's queue */
 	LIST_ENTRY(worker) alink;   /* on S.ahead while lease_ahead is set */
 	uint64_t lease_ahead;       /* a lease taken in this iteration's commit, for spawn() */
+	struct early {              /* forked while that commit flushes (commit_spawning) */
+		pid_t pid;          /* 0: none */
+		int ipc, ep;        /* its IPC socket, its exec-error pipe */
+		uint64_t gen;
+	} early;
 	int gate_wait;              /* asked for the write gate, not granted yet */
 	char conv[STORE_ID_MAX + 1];
 	pid_t pid;                  /* 0: no process */
@@ -244,6 +249,7 @@ int gate_busy(void);
 int sup_write_begin(int mode, store_txn **t);
 int lease_ahead(store_txn *t, const char *conv);
 void leases_ahead_drop(void);
+int commit_spawning(store_txn *t);
 const char *wstate_name(int st);
 
 #endif

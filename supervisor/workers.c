@@ -26,6 +26,7 @@
 
 #define BACKOFF_BASE_MS 100
 #define BACKOFF_MAX_MS 10000
+#define EARLY_MAX 4       /* workers forked while one commit flushes */
 #define GATE_HOLD_MS 1000 /* a grant unanswered this long is revoked */
 #define EXPIRY_BATCH 512
 
@@ -69,6 +70,7 @@ struct worker *worker_get(const char *conv)
 		return NULL;
 	w->kind = K_WORKER;
 	w->ipc = -1;
+	w->early = (struct early){ 0, -1, -1, 0 };
 	w->state = W_NONE;
 	memcpy(w->conv, conv, strlen(conv) + 1); /* a valid id: at most STORE_ID_MAX */
 	LIST_INIT(&w->waiters);
@@ -198,21 +200,11 @@ void leases_ahead_drop(void)
 	}
 }
 
-static int spawn(struct worker *w)
+/* fork+exec agentd-worker for w with lease gen, without waiting for the
+ * exec: w->early holds the child until spawn_finish. Returns 0 or -1
+ * (logged). */
+static int spawn_fork(struct worker *w, uint64_t gen)
 {
-	uint64_t gen = w->lease_ahead;
-	int e = 0;
-	if (gen) {
-		LIST_REMOVE(w, alink);
-		w->lease_ahead = 0;
-	} else {
-		e = take_lease(w->conv, &gen);
-	}
-	if (e) {
-		if (e != STORE_E_NOTFOUND)
-			log_error("%s: cannot take a writer lease: %s", w->conv, store_strerror(e));
-		return -1;
-	}
 	int sv[2], ep[2];
 	if (ipc_pair(sv) < 0) {
 		log_error("%s: socketpair: %s", w->conv, strerror(errno));
@@ -268,24 +260,34 @@ static int spawn(struct worker *w)
 		close(ep[0]);
 		return -1;
 	}
+	w->early = (struct early){ pid, sv[0], ep[0], gen };
+	return 0;
+}
+
+/* Wait for w->early's exec and make it w's live worker (not yet told go).
+ * Returns 0, or -1 when the exec failed (logged, child reaped). */
+static int spawn_finish(struct worker *w)
+{
+	struct early sp = w->early;
+	w->early = (struct early){ 0, -1, -1, 0 };
 	/* Zero bytes: exec succeeded (the pipe closed on exec). This read
 	 * waits only for the exec itself. */
 	int child_errno = 0;
 	ssize_t n;
 	do
-		n = read(ep[0], &child_errno, sizeof child_errno);
+		n = read(sp.ep, &child_errno, sizeof child_errno);
 	while (n < 0 && errno == EINTR);
-	close(ep[0]);
+	close(sp.ep);
 	if (n > 0) {
 		log_error("%s: cannot run %s: %s", w->conv, S.worker_path, strerror(child_errno));
-		waitpid(pid, NULL, 0);
-		close(sv[0]);
+		waitpid(sp.pid, NULL, 0);
+		close(sp.ipc);
 		return -1;
 	}
-	fcntl(sv[0], F_SETFL, O_NONBLOCK);
-	w->pid = pid;
-	w->ipc = sv[0];
-	w->lease = gen;
+	fcntl(sp.ipc, F_SETFL, O_NONBLOCK);
+	w->pid = sp.pid;
+	w->ipc = sp.ipc;
+	w->lease = sp.gen;
 	w->stop_sent = 0;
 	w->wake_pending = 0;
 	w->wake_sent = w->wake_missed = 0;
@@ -294,12 +296,85 @@ static int spawn(struct worker *w)
 		log_error("%s: epoll_ctl: %s", w->conv, strerror(errno));
 	S.nlive++;
 	S.m.spawns++;
-	log_debug("%s: worker %d started (lease %llu)", w->conv, (int)pid, (unsigned long long)gen);
-	for (struct compact_req *r = w->compacts; r; r = r->next) {
-		struct ipc_msg m = { .type = IPC_COMPACT, .num = r->num };
-		ipc_send(w->ipc, &m);
-	}
+	log_debug("%s: worker %d started (lease %llu)", w->conv, (int)sp.pid, (unsigned long long)sp.gen);
 	return 0;
+}
+
+/* Tell a started worker to read the log (ipc.h: go), then what it was
+ * asked before it started. */
+static void spawn_go(struct worker *w)
+{
+	struct ipc_msg m = { .type = IPC_GO };
+	ipc_send(w->ipc, &m);
+	for (struct compact_req *r = w->compacts; r; r = r->next) {
+		struct ipc_msg c = { .type = IPC_COMPACT, .num = r->num };
+		ipc_send(w->ipc, &c);
+	}
+}
+
+static int spawn(struct worker *w)
+{
+	uint64_t gen = w->lease_ahead;
+	int e = 0;
+	if (gen) {
+		LIST_REMOVE(w, alink);
+		w->lease_ahead = 0;
+	} else {
+		e = take_lease(w->conv, &gen);
+	}
+	if (e) {
+		if (e != STORE_E_NOTFOUND)
+			log_error("%s: cannot take a writer lease: %s", w->conv, store_strerror(e));
+		return -1;
+	}
+	if (spawn_fork(w, gen) || spawn_finish(w))
+		return -1;
+	spawn_go(w);
+	return 0;
+}
+
+/* Commit t, which took leases ahead (lease_ahead), starting those workers
+ * while it flushes: the worker's exec, linking and opening of the store
+ * overlap the commit's disk flush instead of following it, and it reads the
+ * log only when told go, after the commit. A commit that fails kills them
+ * before they have read anything. At most EARLY_MAX, within max_workers, so
+ * a commit reviving many conversations is not held up by their forks; the
+ * others are started by ensure_started() after the commit, as before. */
+int commit_spawning(store_txn *t)
+{
+	struct worker *w;
+	int n = 0;
+	LIST_FOREACH(w, &S.ahead, alink) {
+		if (w->pid)
+			continue;
+		if (S.nlive + n >= S.cfg->max_workers || n >= EARLY_MAX)
+			break;
+		if (spawn_fork(w, w->lease_ahead) == 0)
+			n++;
+	}
+	int e = store_txn_commit(t);
+	LIST_FOREACH(w, &S.ahead, alink) {
+		if (!w->early.pid)
+			continue;
+		if (e) {
+			kill(w->early.pid, SIGKILL);
+			waitpid(w->early.pid, NULL, 0);
+			close(w->early.ipc);
+			close(w->early.ep);
+			w->early = (struct early){ 0, -1, -1, 0 };
+			continue;
+		}
+		/* It stays on S.ahead for this iteration: ensure_started knows
+		 * by its lease that it reads the log after this commit. */
+		if (spawn_finish(w)) {
+			/* As ensure_started does when spawn fails. */
+			set_state(w, W_BACKOFF);
+			w->restart_at = now_mono() + BACKOFF_MAX_MS;
+			continue;
+		}
+		spawn_go(w);
+	}
+	return e;
 }
 
 int ensure_started(const char *conv)
@@ -308,6 +383,8 @@ int ensure_started(const char *conv)
 	if (!w)
 		return -1;
 	if (w->pid) {
+		if (w->lease_ahead && w->lease_ahead == w->lease)
+			return 0; /* started by this commit (commit_spawning): it reads the log after it */
 		if (w->state == W_STOPPING) {
 			w->wake_pending = 1; /* restarted when it exits */
 		} else {

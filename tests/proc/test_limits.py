@@ -68,6 +68,43 @@ def test_map_full_is_store_full_and_nothing_is_lost():
         assert rc.returncode == 0, rc.stdout
 
 
+def test_revival_whose_commit_fails_starts_no_worker():
+    """A send to a conversation without a worker forks its worker while the send's commit flushes
+    (supervisor/workers.c, commit_spawning); the worker waits for go before it reads anything. When that commit
+    fails (here: the disk is full, which shows at the commit's writes), the forked worker is killed and reaped at
+    once: the send is refused with store_full, no worker runs for the conversation, no zombie is left, and nothing
+    counts as a spawn or a crash."""
+    mnt = tempfile.mkdtemp()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", mnt], capture_output=True).returncode:
+        print("SKIP test_revival_whose_commit_fails_starts_no_worker: cannot mount a small tmpfs here (needs root)")
+        return
+    try:
+        with Agentd(data_dir=os.path.join(mnt, "data"), start=False) as a:
+            model = a.script("short.py", SHORT_MODEL)
+            a.write_config(f"[model.short]\ncommand = python3 {model}\n")
+            a.start()
+            c = a.create(model="short", conversation="late")  # never sent to: no worker
+            filler = a.create(model="short")
+            fill_until_full(a, filler, 100000)
+            text = a.ok({"op": "metrics"})["text"]
+            spawns = int(re.search(r"^agentd_worker_spawns_total (\d+)$", text, re.M).group(1))
+            for i in range(3):
+                r = a.request({"op": "send", "conversation": c, "content": "x" * 100000, "event_id": f"late-{i}"})
+                assert not r["ok"] and r["error"] == "store_full", r
+            assert "late: worker" not in a.log(), a.log_tail()
+            assert a.worker_pid(c) is None
+            late = [p for p in a.children() if b"late" in open(f"/proc/{p}/cmdline", "rb").read()]
+            assert late == [], late
+            wait_for(lambda: not a.zombies(), 5, "no zombie")
+            text = a.ok({"op": "metrics"})["text"]
+            assert f"agentd_worker_spawns_total {spawns}\n" in text, text
+            assert "agentd_worker_crashes_total 0\n" in text, text
+            assert a.events(c) == []
+            assert a.ok({"op": "ping"})
+    finally:
+        subprocess.run(["umount", "-l", mnt])
+
+
 def test_disk_full_is_store_full():
     mnt = tempfile.mkdtemp()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", mnt], capture_output=True).returncode:
