@@ -512,7 +512,12 @@ class Agentd:
         runs it inside memcheck. A test's --worker wrapper execs this for the real worker, so that worker
         stays under memcheck."""
         worker = os.path.join(os.path.dirname(AGENTD_BIN), "agentd-worker")
-        return self._valgrind_worker(worker) if VALGRIND_WORKERS else worker
+        if not VALGRIND_WORKERS:
+            return worker
+        # A statically linked agentd-worker hides malloc from memcheck: the build's dynamic twin is the same
+        # program (CMakeLists.txt, AGENTD_STATIC_WORKER).
+        dynamic = worker + "-dynamic"
+        return self._valgrind_worker(dynamic if os.path.exists(dynamic) else worker)
 
     def _valgrind_worker(self, worker):
         """A --worker program that execs agentd-worker under memcheck (same pid, same descriptors):
