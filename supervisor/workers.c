@@ -692,8 +692,10 @@ void gate_pump(void)
 			S.gate = w;
 			S.gate_at = now_mono();
 			S.m.gate_grants++;
-		} else if (rc != -EPIPE && rc != -ECONNRESET) {
-			/* Its queue is full, yet it waits reading it: stuck. */
+		} else {
+			/* Its queue is full, yet it waits reading it: stuck. Or
+			 * it shut its socket: exiting, or broken. Either way it
+			 * would wait for this grant forever. */
 			log_error("%s: cannot grant worker %d its write: %s: killing it", w->conv, (int)w->pid,
 				  strerror(-rc));
 			worker_kill(w, SIGKILL);

@@ -323,13 +323,18 @@ def test_worker_that_cannot_reopen_the_store_exits_and_is_revived():
 # A worker for conversation "hog" that takes the write gate and never writes (a hung worker); for "twice", one
 # that asks for it twice (a protocol error); every other conversation gets the real agentd-worker.
 GATE_WRAPPER = """
-import os, socket, struct, sys
+import os, socket, struct, sys, time
 argv = sys.argv[1:]
 conv, fd = argv[argv.index("--conversation") + 1], int(argv[argv.index("--ipc-fd") + 1])
-if conv not in ("hog", "twice"):
+if conv not in ("hog", "twice", "shut"):
     os.execv(%(worker)r, [%(worker)r] + argv)
 s = socket.socket(fileno=fd)
 s.send(b"\\x82\\xa1t\\xa5ready\\xa3num\\xd2" + struct.pack(">i", os.getpid()))
+if conv == "shut":  # shuts its socket for reading, then asks: the grant cannot reach it
+    s.shutdown(socket.SHUT_RD)
+    s.send(b"\\x81\\xa1t\\xa5write")
+    while True:
+        time.sleep(60)
 s.send(b"\\x81\\xa1t\\xa5write")
 if conv == "twice":
     s.send(b"\\x81\\xa1t\\xa5write")
@@ -368,6 +373,15 @@ def test_hung_worker_holding_the_write_gate_is_passed_over():
         wait_for(lambda: "twice: worker" in a.log() and "asked for the write gate twice: killing it" in a.log(),
                  10, "the protocol error in the log")
         assert [e["type"] for e in a.events(c)] == ["user_msg", "assistant_msg"]
+        # A live worker whose socket is shut for reading would wait for its grant forever: killed too.
+        shut = a.create(conversation="shut")
+        a.send(shut, "hi")
+        wait_for(lambda: re.search(r"shut: cannot grant worker \d+ its write: Broken pipe: killing it", a.log()), 10,
+                 "the grant that cannot be sent")
+        wait_for(lambda: re.search(r"shut: worker \d+ killed by signal 9", a.log()), 10, "the worker killed")
+        wait_for(lambda: not a.zombies(), 5, "no zombie")
+        assert a.send(c, "again") == 3
+        wait_for(lambda: len(a.events(c)) == 4, 15, "the other conversation's next answer")
 
 
 def test_writes_wait_for_the_gate_without_stopping_the_loop():
