@@ -647,8 +647,8 @@ static void maybe_grow(store *s)
 /* Keep the data file written ahead of LMDB's last page. On ext4 (and most
  * journalled filesystems) the fdatasync of a commit that lengthens the file
  * must also commit the new size to the journal, which doubled its cost here
- * (docs/design-notes.md, "Written ahead"); a commit whose pages land on
- * blocks already written flushes only them. LMDB appends pages at the end,
+ * (docs/design-notes.md, "The data file is written ahead"); a commit whose
+ * pages land on blocks already written flushes only them. LMDB appends pages at the end,
  * so without this most commits lengthen the file. Called in a write txn,
  * under LMDB's writer lock: no other process writes pages now, none past
  * the last committed page, and this txn's own pages are written over the

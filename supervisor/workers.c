@@ -353,6 +353,7 @@ int commit_spawning(store_txn *t)
 			n++;
 	}
 	int e = store_txn_commit(t);
+	int killed = 0;
 	LIST_FOREACH(w, &S.ahead, alink) {
 		if (!w->early.pid)
 			continue;
@@ -362,6 +363,7 @@ int commit_spawning(store_txn *t)
 			close(w->early.ipc);
 			close(w->early.ep);
 			w->early = (struct early){ 0, -1, -1, 0 };
+			killed = 1;
 			continue;
 		}
 		/* It stays on S.ahead for this iteration: ensure_started knows
@@ -373,6 +375,11 @@ int commit_spawning(store_txn *t)
 			continue;
 		}
 		spawn_go(w);
+	}
+	if (killed) {
+		/* One may have been killed holding a reader slot. */
+		int cleared = 0;
+		store_reader_check(S.st, &cleared);
 	}
 	return e;
 }
