@@ -310,6 +310,7 @@ static int client_line(struct client *c, const char *line, size_t len)
 		c->batch_write = 1;
 		return 0;
 	}
+	j->after_write = c->batch_write;
 	return c->batch_write;
 }
 

@@ -885,37 +885,23 @@ void ops_execute(void)
 			w[iw++] = j;
 			continue;
 		}
-		int after_write_of_client = 0;
-		for (size_t k = 0; k < iw; k++)
-			if (w[k]->slot && j->slot && w[k]->slot->c == j->slot->c)
-				after_write_of_client = 1;
-		if (after_write_of_client) {
+		if (j->after_write) {
 			deferred[nd++] = j;
 		} else {
 			read_one(j);
 			j->ran = 1;
 		}
 	}
-	if (S.writes_held) {
-		TAILQ_FOREACH_SAFE(j, &S.jobs, q, next) {
-			if (!j->ran)
-				continue;
-			TAILQ_REMOVE(&S.jobs, j, q);
-			struct client *c = j->slot ? j->slot->c : NULL;
-			job_finish(j);
-			if (c)
-				client_flush(c);
-		}
-		free(w);
-		free(deferred);
-		free(res);
-		return;
+	if (!S.writes_held) {
+		if (iw)
+			group_commit(w, res, iw);
+		for (size_t k = 0; k < nd; k++)
+			read_one(deferred[k]);
 	}
-	if (iw)
-		group_commit(w, res, iw);
-	for (size_t k = 0; k < nd; k++)
-		read_one(deferred[k]);
+	/* Held: only the reads that ran are answered; the rest wait. */
 	TAILQ_FOREACH_SAFE(j, &S.jobs, q, next) {
+		if (S.writes_held && !j->ran)
+			continue;
 		TAILQ_REMOVE(&S.jobs, j, q);
 		struct client *c = j->slot ? j->slot->c : NULL;
 		job_finish(j);

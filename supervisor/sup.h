@@ -44,6 +44,7 @@ struct job {
 	char msg[160];
 	json_t *reply;  /* success fields */
 	int ran;        /* a read already answered while the writes were held */
+	int after_write; /* a read queued behind a write of its client: runs after the commit */
 };
 
 /* A client waiting on a conversation's commits: a long-poll or a watch. */
