@@ -1389,13 +1389,21 @@ START_TEST(written_ahead_within_the_map)
 }
 END_TEST
 
-Suite *make_store_mp_suite(void)
+/* A case of this suite: its own directory per test, children reaped. */
+static TCase *mp_case(Suite *s, const char *name)
 {
-	Suite *s = suite_create("store_mp");
-	TCase *tc = tcase_create("processes");
+	TCase *tc = tcase_create(name);
 	tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 30 * slow_factor());
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+Suite *make_store_mp_suite(void)
+{
+	Suite *s = suite_create("store_mp");
+	TCase *tc = mp_case(s, "processes");
 	tcase_add_test(tc, concurrent_appenders);
 	tcase_add_test(tc, kill_inside_write_txn);
 	tcase_add_test(tc, kill_inside_read_txn);
@@ -1405,11 +1413,7 @@ Suite *make_store_mp_suite(void)
 	tcase_add_test(tc, data_fd_cloexec);
 	tcase_add_test(tc, concurrent_resolvers);
 	tcase_add_test(tc, fencing);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("writer cache");
-	tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 30 * slow_factor());
+	tc = mp_case(s, "writer cache");
 	tcase_add_test(tc, cache_other_writer_appends);
 	tcase_add_test(tc, cache_other_writer_recreates);
 	tcase_add_test(tc, cache_after_empty_commit);
@@ -1417,13 +1421,8 @@ Suite *make_store_mp_suite(void)
 	tcase_add_test(tc, cache_read_beside_write);
 	tcase_add_test(tc, cache_nested_streams);
 	tcase_add_test(tc, cache_many_conversations);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("written ahead");
-	tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 30 * slow_factor());
+	tc = mp_case(s, "written ahead");
 	tcase_add_test(tc, written_ahead_across_processes);
 	tcase_add_test(tc, written_ahead_within_the_map);
-	suite_add_tcase(s, tc);
 	return s;
 }
