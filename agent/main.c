@@ -117,27 +117,41 @@ static void ipc_send_all(const struct ipc_msg *m)
 		exit(0); /* the supervisor is gone: nothing more is ours to write */
 }
 
+/* Wait for a message of the given type, taking wakes and compactions that
+ * come first (ipc_one). A stop that comes first ends the wait (returns 1),
+ * or with keep_stop is kept in W.stop for later. Returns 1 too when the
+ * supervisor is gone. */
+static int await_msg(int type, int keep_stop)
+{
+	for (;;) {
+		struct pollfd p = { W.ipc, POLLIN, 0 };
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			return 1;
+		struct ipc_msg m;
+		int rc;
+		while ((rc = ipc_recv(W.ipc, &m, W.ipcbuf)) == 1) {
+			if (m.type == type)
+				return 0;
+			if (ipc_one(&m)) {
+				if (!keep_stop)
+					return 1;
+				W.stop = 1;
+			}
+		}
+		if (rc != -EAGAIN)
+			return 1;
+	}
+}
+
 /* The write gate (ipc.h): ask the supervisor for our turn to write and wait
- * for it, still taking wakes and compactions; a stop is kept until the write
- * is done, so what the step did (a tool's result) is not thrown away. */
+ * for it; a stop is kept until the write is done, so what the step did (a
+ * tool's result) is not thrown away. */
 static void gate_enter(void)
 {
 	struct ipc_msg m = { .type = IPC_WRITE };
 	ipc_send_all(&m);
-	for (;;) {
-		struct pollfd p = { W.ipc, POLLIN, 0 };
-		if (poll(&p, 1, -1) < 0 && errno != EINTR)
-			exit(0);
-		int rc;
-		while ((rc = ipc_recv(W.ipc, &m, W.ipcbuf)) == 1) {
-			if (m.type == IPC_GRANT)
-				return;
-			if (ipc_one(&m))
-				W.stop = 1;
-		}
-		if (rc != -EAGAIN)
-			exit(0); /* the supervisor is gone: nothing committed */
-	}
+	if (await_msg(IPC_GRANT, 1))
+		exit(0); /* the supervisor is gone: nothing committed */
 }
 
 /* Done writing: give the gate back, with the last seq the commit made
@@ -271,33 +285,6 @@ static int ipc_drain(void)
 			return 1; /* closed: the supervisor is gone */
 		if (ipc_one(&m))
 			return 1;
-	}
-}
-
-/* Wait for go (ipc.h): the commit this worker was started for may still be
- * in flight. Returns 1 when the worker must exit instead (stop, or the
- * supervisor is gone). */
-static int await_go(void)
-{
-	for (;;) {
-		struct ipc_msg m;
-		struct pollfd p = { W.ipc, POLLIN, 0 };
-		if (poll(&p, 1, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			return 1;
-		}
-		for (;;) {
-			int rc = ipc_recv(W.ipc, &m, W.ipcbuf);
-			if (rc == -EAGAIN)
-				break;
-			if (rc <= 0)
-				return 1;
-			if (m.type == IPC_GO)
-				return 0;
-			if (ipc_one(&m))
-				return 1;
-		}
 	}
 }
 
@@ -1066,7 +1053,8 @@ int main(int argc, char **argv, char **envp)
 		return EXIT_STORE;
 	}
 	setproctitle("%s starting", W.conv);
-	if (await_go())
+	/* ipc.h: the commit this worker was started for may still be in flight. */
+	if (await_msg(IPC_GO, 0))
 		return 0;
 	load();
 	struct ipc_msg ready = { .type = IPC_READY, .num = getpid() };
