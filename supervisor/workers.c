@@ -384,6 +384,19 @@ int commit_spawning(store_txn *t)
 	return e;
 }
 
+/* Tell a live worker new events exist; it answers woken before it re-reads
+ * the log. Unsent (a full or closed socket): it is woken when it restarts. */
+static void wake_send(struct worker *w)
+{
+	struct ipc_msg m = { .type = IPC_WAKE };
+	if (ipc_send(w->ipc, &m) < 0) {
+		w->wake_pending = 1;
+		return;
+	}
+	w->wake_sent = 1;
+	S.m.wakes++;
+}
+
 int ensure_started(const char *conv)
 {
 	struct worker *w = worker_get(conv);
@@ -395,18 +408,14 @@ int ensure_started(const char *conv)
 		if (w->state == W_STOPPING) {
 			w->wake_pending = 1; /* restarted when it exits */
 		} else {
-			struct ipc_msg m = { .type = IPC_WAKE };
 			if (w->wake_sent) {
 				/* It has not re-read the log since the last wake:
 				 * it will, and its woken says whether to wake it
 				 * again. */
 				w->wake_missed = 1;
 				S.m.wakes_coalesced++;
-			} else if (ipc_send(w->ipc, &m) < 0) {
-				w->wake_pending = 1;
 			} else {
-				w->wake_sent = 1;
-				S.m.wakes++;
+				wake_send(w);
 			}
 			if (!w->wake_pending && (w->state == W_IDLE || w->state == W_AWAITING))
 				/* It has work now: an idle worker that has not yet
@@ -857,11 +866,7 @@ void worker_ipc(struct worker *w)
 			/* Events committed since the last wake may be newer than
 			 * the log the worker is about to read: wake it again. */
 			if (w->wake_missed) {
-				struct ipc_msg wake = { .type = IPC_WAKE };
-				if (ipc_send(w->ipc, &wake) < 0)
-					w->wake_pending = 1;
-				else
-					S.m.wakes++;
+				wake_send(w);
 				w->wake_missed = 0;
 			} else {
 				w->wake_sent = 0;
