@@ -648,12 +648,12 @@ static void maybe_grow(store *s)
  * journalled filesystems) the fdatasync of a commit that lengthens the file
  * must also commit the new size to the journal, which doubled its cost here
  * (docs/design-notes.md, "The data file is written ahead"); a commit whose
- * pages land on blocks already written flushes only them. LMDB appends pages at the end,
- * so without this most commits lengthen the file. Called in a write txn,
- * under LMDB's writer lock: no other process writes pages now, none past
- * the last committed page, and this txn's own pages are written over the
- * zeros at its commit, whose flush takes them to disk. Best effort: a
- * failure (a full disk) is left to LMDB's own writes to report. */
+ * pages land on blocks already written flushes only them. LMDB appends pages
+ * at the end, so without this most commits lengthen the file. Called in a
+ * write txn, under LMDB's writer lock: no other process writes pages now,
+ * none past the last committed page, and this txn's own pages are written
+ * over the zeros at its commit, whose flush takes them to disk. Best effort:
+ * a failure (a full disk) is left to LMDB's own writes to report. */
 enum { AHEAD_LOW = 256 * 1024, AHEAD_CHUNK = 2 * 1024 * 1024 };
 
 static void write_ahead(store *s)
