@@ -29,9 +29,11 @@
  *           deadline (ms, as the store stamps them), and, to the microsecond,
  *           the arrival of the resolution on a `watch` of the conversation
  *           minus the deadline. Beside each, a bare timerfd (CLOCK_REALTIME,
- *           absolute) in this process re-armed to the next of the same
- *           deadlines (shifted to the future, replayed after agentd's), its
- *           lateness measured the same two ways.
+ *           absolute) re-armed to the next of the same deadlines, its
+ *           lateness measured the same two ways: on a thread of this process
+ *           while agentd fires them (alongside: the same minute of a shared
+ *           machine, the peer the targets use), and again alone afterwards
+ *           (replayed, shifted to the future, while agentd idles).
  *
  * The conversations of the revival phase are written straight into the store
  * with the store library before agentd starts (10,000 events through `send`
@@ -62,6 +64,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <msgpack.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -617,6 +620,22 @@ static void bare_timerfd(const int64_t *dl, size_t n, int64_t shift, double *lat
 	close(fd);
 }
 
+/* The bare timerfd on a thread of its own, over agentd's own deadlines
+ * while agentd fires them: the same minute of the same machine. */
+struct bare_run {
+	const int64_t *dl;
+	size_t n;
+	double *late_ms, *late_us;
+	pthread_t th;
+};
+
+static void *bare_thread(void *arg)
+{
+	struct bare_run *b = arg;
+	bare_timerfd(b->dl, b->n, 0, b->late_ms, b->late_us);
+	return NULL;
+}
+
 #define EXP_CHUNK 100
 
 /* What publishing an expiry costs at least: n durable transactions of one
@@ -799,7 +818,27 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 	say("expiry (%s): %d calls pending after %.1f s; deadlines span %.1f s, the first in %.1f s", label, n, t_create,
 	    (double)(dmax - dmin) / 1e3, (double)(dmin - now_ms) / 1e3);
 	int overlap = dmin <= now_ms + 500;
+	/* The bare timerfd alongside: from now on, over the deadlines still
+	 * ahead (all of them, unless some fired while the calls started). */
+	int64_t *dl = calloc((size_t)n, sizeof *dl);
+	double *a_ms = calloc((size_t)n, sizeof *a_ms), *a_us = calloc((size_t)n, sizeof *a_us);
+	double *b_ms = calloc((size_t)n, sizeof *b_ms), *b_us = calloc((size_t)n, sizeof *b_us);
+	double *s_ms = calloc((size_t)n, sizeof *s_ms), *s_us = calloc((size_t)n, sizeof *s_us);
+	if (!dl || !a_ms || !a_us || !b_ms || !b_us || !s_ms || !s_us)
+		bench_fail("out of memory");
+	for (int i = 0; i < n; i++)
+		dl[i] = tm[i].deadline;
+	qsort(dl, (size_t)n, sizeof *dl, cmp_i64);
+	size_t ahead = 0;
+	now_ms = ctl_wall_us() / 1000;
+	while (ahead < (size_t)n && dl[ahead] <= now_ms)
+		ahead++;
+	struct bare_run side = { dl + ahead, (size_t)n - ahead, s_ms, s_us, 0 };
+	if (side.n && pthread_create(&side.th, NULL, bare_thread, &side))
+		bench_fail("pthread_create failed");
 	int seen = expiry_watch(tm, n, dmax);
+	if (side.n)
+		pthread_join(side.th, NULL);
 	if (seen < n)
 		bench_fail("expiry: only %d of %d resolutions arrived within 30 s of the last deadline", seen, n);
 	/* The resolution events as stored. */
@@ -813,12 +852,6 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 	}
 	ctl_close(&c);
 
-	/* The bare timerfd over the same deadlines, while agentd idles. */
-	int64_t *dl = calloc((size_t)n, sizeof *dl);
-	double *a_ms = calloc((size_t)n, sizeof *a_ms), *a_us = calloc((size_t)n, sizeof *a_us);
-	double *b_ms = calloc((size_t)n, sizeof *b_ms), *b_us = calloc((size_t)n, sizeof *b_us);
-	if (!dl || !a_ms || !a_us || !b_ms || !b_us)
-		bench_fail("out of memory");
 	if (verbose) {
 		/* Every timer, for a look at when the late ones came. */
 		char csv[PATH_MAX];
@@ -834,14 +867,16 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 	}
 	int nw = 0;
 	for (int i = 0; i < n; i++) {
-		dl[i] = tm[i].deadline;
 		a_ms[i] = (double)(tm[i].store_at - tm[i].deadline);
 		if (tm[i].deadline * 1000 > tm[i].watch_us)
 			a_us[nw++] = (double)(tm[i].seen_us - tm[i].deadline * 1000);
 	}
 	if (nw == 0)
 		bench_fail("expiry: every deadline passed before its watch was in place: raise -e");
-	qsort(dl, (size_t)n, sizeof *dl, cmp_i64);
+	if (!side.n)
+		bench_fail("expiry: every deadline passed before the bare timerfd started: raise -e");
+	/* And the bare timerfd again over the same deadlines, alone, while
+	 * agentd idles. */
 	int64_t shift = ctl_wall_us() / 1000 + 1000 - dl[0];
 	say("expiry (%s): the bare timerfd replays the %.1f s of deadlines", label, (double)(dmax - dmin) / 1e3);
 	bare_timerfd(dl, (size_t)n, shift, b_ms, b_us);
@@ -852,11 +887,14 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 	bench_mkdir(cdir);
 	commit_latency(cdir, 200, clat);
 
+	size_t ns = side.n;
 	double am50 = ctl_pct(a_ms, (size_t)n, 50), am99 = ctl_pct(a_ms, (size_t)n, 99);
 	double au50 = ctl_pct(a_us, (size_t)nw, 50), au99 = ctl_pct(a_us, (size_t)nw, 99);
+	double sm50 = ctl_pct(s_ms, ns, 50), sm99 = ctl_pct(s_ms, ns, 99);
+	double su50 = ctl_pct(s_us, ns, 50), su99 = ctl_pct(s_us, ns, 99);
 	double bm50 = ctl_pct(b_ms, (size_t)n, 50), bm99 = ctl_pct(b_ms, (size_t)n, 99);
 	double bu50 = ctl_pct(b_us, (size_t)n, 50), bu99 = ctl_pct(b_us, (size_t)n, 99);
-	double amax = a_us[nw - 1], bmax = b_us[n - 1];
+	double amax = a_us[nw - 1], smax = s_us[ns - 1], bmax = b_us[n - 1];
 	printf("\n== expiry, %s: %d human-tool timers, one per conversation, workers waiting (expires = %d s)\n", label,
 	       n, expires);
 	printf("started in %.1f s (%s); deadlines spread over %.1f s, %.1f ms apart on average\n", t_create,
@@ -864,23 +902,29 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 	       n > 1 ? (double)(dmax - dmin) / (n - 1) : 0);
 	if (overlap)
 		printf("WARNING: some fired before all were started (raise -e or -i): %d deadlines derived from "
-		       "inserted_at, %d left out of the watched figure\n", derived, n - nw);
-	printf("%-46s %10s %10s %10s\n", "lateness", "p50", "p99", "max");
-	printf("%-46s %7.0f ms %7.0f ms\n", "agentd: resolution inserted_at - deadline", am50, am99);
-	printf("%-46s %7.0f ms %7.0f ms\n", "bare timerfd: floor(wake-up ms) - deadline", bm50, bm99);
-	printf("%-46s %7.3f ms %7.3f ms %7.3f ms\n", "agentd: resolution seen on a watch - deadline", au50 / 1e3,
+		       "inserted_at, %d left out of the watched figure, %zu out of the bare timerfd alongside\n",
+		       derived, n - nw, (size_t)n - ns);
+	printf("%-52s %10s %10s %10s\n", "lateness", "p50", "p99", "max");
+	printf("%-52s %7.0f ms %7.0f ms\n", "agentd: resolution inserted_at - deadline", am50, am99);
+	printf("%-52s %7.0f ms %7.0f ms\n", "bare timerfd alongside: floor(wake-up ms) - deadline", sm50, sm99);
+	printf("%-52s %7.0f ms %7.0f ms\n", "bare timerfd replayed alone: the same", bm50, bm99);
+	printf("%-52s %7.3f ms %7.3f ms %7.3f ms\n", "agentd: resolution seen on a watch - deadline", au50 / 1e3,
 	       au99 / 1e3, amax / 1e3);
-	printf("%-46s %7.3f ms %7.3f ms %7.3f ms\n", "bare timerfd: wake-up - deadline", bu50 / 1e3, bu99 / 1e3,
+	printf("%-52s %7.3f ms %7.3f ms %7.3f ms\n", "bare timerfd alongside: wake-up - deadline", su50 / 1e3,
+	       su99 / 1e3, smax / 1e3);
+	printf("%-52s %7.3f ms %7.3f ms %7.3f ms\n", "bare timerfd replayed alone: the same", bu50 / 1e3, bu99 / 1e3,
 	       bmax / 1e3);
-	printf("%-46s %7.3f ms %7.3f ms (the floor under the watched figure)\n",
+	printf("%-52s %7.3f ms %7.3f ms (the floor under the watched figure)\n",
 	       "one durable commit of one event (store, here)", SEC(ctl_pct(clat, 200, 50)), SEC(ctl_pct(clat, 200, 99)));
-	printf("targets: p50 < 1 ms: %s (stored), %s (watched); p99 <= 2x the timerfd's: %s (stored, %.0f vs %.0f ms), "
-	       "%s (watched vs wake-up, %.1fx)\n", verdict(am50 < 1), verdict(au50 < 1000), verdict(am99 <= 2 * bm99),
-	       am99, bm99, verdict(au99 <= 2 * bu99), bu99 > 0 ? au99 / bu99 : 0);
+	printf("targets: p50 < 1 ms: %s (stored), %s (watched); p99 <= 2x the timerfd's alongside: %s (stored, %.0f vs "
+	       "%.0f ms), %s (watched vs wake-up, %.1fx)\n", verdict(am50 < 1), verdict(au50 < 1000),
+	       verdict(am99 <= 2 * sm99), am99, sm99, verdict(au99 <= 2 * su99), su99 > 0 ? au99 / su99 : 0);
 	fflush(stdout);
 	free(dl);
 	free(a_ms);
 	free(a_us);
+	free(s_ms);
+	free(s_us);
 	free(b_ms);
 	free(b_us);
 	free(tm);
