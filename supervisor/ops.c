@@ -444,6 +444,7 @@ static void metrics_text(char **buf, size_t *len)
 		{ "agentd_worker_crashes_total", "Workers that died without being asked to.", S.m.crashes },
 		{ "agentd_worker_revivals_total", "Workers restarted after a crash.", S.m.revivals },
 		{ "agentd_expiries_fired_total", "Human tool calls expired by their deadline.", S.m.expiries_fired },
+		{ "agentd_expiry_commits_total", "Write transactions that fired expiries.", S.m.expiry_commits },
 		{ "agentd_group_commits_total", "Write transactions of the control plane.", S.m.group_commits },
 		{ "agentd_group_writes_total", "Write requests committed in them.", S.m.group_writes },
 		{ "agentd_write_gate_grants_total", "Writes granted to workers.", S.m.gate_grants },

@@ -135,7 +135,7 @@ RB_PROTOTYPE(worker_tree, worker, node, worker_cmp)
 struct metrics {
 	uint64_t ops[OP_COUNT];
 	uint64_t errors[PERR_COUNT];
-	uint64_t spawns, crashes, revivals, expiries_fired, group_commits, group_writes;
+	uint64_t spawns, crashes, revivals, expiries_fired, expiry_commits, group_commits, group_writes;
 	uint64_t wakes, wakes_coalesced, gate_grants, gate_waits, gate_revoked;
 	int64_t gate_wait_us;
 	uint64_t lat_buckets[OP_COUNT][12]; /* op latency histogram, le 0.1ms..+Inf */

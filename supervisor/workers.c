@@ -29,6 +29,7 @@
 #define EARLY_MAX 4       /* workers forked while one commit flushes */
 #define GATE_HOLD_MS 1000 /* a grant unanswered this long is revoked */
 #define EXPIRY_BATCH 512
+#define EXPIRY_ROUNDS 4   /* batches of expiries one wake-up fires at most (unless full) */
 
 static void gate_drop(struct worker *w);
 
@@ -1017,35 +1018,65 @@ static int due_one(void *arg, const struct store_expiry *e)
 	return due_add(arg, e->tool_call_id);
 }
 
+static int due_any(void *arg, const struct store_expiry *e)
+{
+	(void)e;
+	*(int *)arg = 1;
+	return 1;
+}
+
+/* Whether a deadline has passed (a read: cheaper than a write's begin, which
+ * may wait for the gate's holder). */
+static int expiry_due(void)
+{
+	store_txn *t;
+	int any = 0;
+	if (store_txn_begin(S.st, STORE_READ, &t))
+		return 0;
+	store_expiries_due(t, store_now(S.st), due_any, &any);
+	store_txn_abort(t);
+	return any;
+}
+
 /* Fire every deadline that has passed: in one transaction per batch, each
  * still-pending call becomes `expired` with its resolution event and its
- * expiry row gone; then its conversation is woken. */
+ * expiry row gone; then its conversation is woken. What is due is read
+ * inside the write transaction, after the wait for the write gate: every
+ * deadline that passed while a worker committed joins this batch, instead
+ * of each waiting for a commit of its own behind the next worker's. And
+ * batches follow one another while deadlines keep passing, before the gate
+ * goes to any worker (gate_pump runs after this): up to EXPIRY_ROUNDS, so
+ * that a dense run of deadlines cannot keep the loop from its clients
+ * (the timerfd, re-armed to a passed deadline, brings the loop back at
+ * once); without limit while batches come full (a backlog, as on start). */
 int expiries_fire(void)
 {
 	static struct due d[EXPIRY_BATCH];
 	int total = 0;
-	for (;;) {
+	for (int round = 0; expiry_due(); round++) {
 		struct due_ctx c = { d, 0 };
 		store_txn *t;
-		int64_t now = store_now(S.st);
-		if (store_txn_begin(S.st, STORE_READ, &t))
+		if (sup_write_begin(STORE_WRITE, &t))
 			return total;
-		int e = store_expiries_due(t, now, due_one, &c);
-		store_txn_abort(t);
-		if ((e && e != 1) || c.n == 0)
+		int e = store_expiries_due(t, store_now(S.st), due_one, &c);
+		if ((e && e != 1) || c.n == 0) {
+			store_txn_abort(t);
 			return total;
+		}
+		e = 0;
 		char convs[EXPIRY_BATCH][STORE_ID_MAX + 1];
 		uint64_t seqs[EXPIRY_BATCH];
 		int fired[EXPIRY_BATCH] = { 0 };
-		if ((e = sup_write_begin(STORE_WRITE, &t)))
-			return total;
+		size_t done = 0;
 		for (size_t i = 0; i < c.n && !e; i++) {
 			int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, convs[i], &seqs[i]);
 			if (r == 0)
 				fired[i] = 1;
 			else if (r == STORE_E_STALE)
 				r = store_expiry_cancel(t, d[i].id); /* settled already: drop the deadline */
-			if (r && r != STORE_E_STALE && r != STORE_E_NOTFOUND)
+			if (r == 0)
+				done++;
+			else if (r != STORE_E_STALE && r != STORE_E_NOTFOUND)
 				e = r;
 		}
 		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
@@ -1054,6 +1085,7 @@ int expiries_fire(void)
 			log_error("firing %zu expiries failed: %s", c.n, store_strerror(e));
 			return total;
 		}
+		S.m.expiry_commits++;
 		for (size_t i = 0; i < c.n; i++) {
 			if (!fired[i])
 				continue;
@@ -1066,9 +1098,12 @@ int expiries_fire(void)
 				waiters_notify(w, seqs[i]);
 		}
 		leases_ahead_drop();
-		if (c.n < EXPIRY_BATCH)
+		if (!done)
+			return total; /* due rows this batch could not remove: do not spin on them */
+		if (c.n < EXPIRY_BATCH && round + 1 >= EXPIRY_ROUNDS)
 			return total;
 	}
+	return total;
 }
 
 static int active_one(void *arg, const struct store_conv *c)

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import harness
 from harness import Agentd, wait_for
@@ -411,6 +412,55 @@ def test_writes_wait_for_the_gate_without_stopping_the_loop():
         assert [e["content"]["text"] for e in r[1]["events"] if e["type"] == "user_msg"] == ["one"], r[1]
         assert [e["content"]["text"] for e in r[3]["events"] if e["type"] == "user_msg"] == ["one", "two"], r[3]
         assert "has held the write gate for" in a.log(), a.log_tail()
+
+
+def test_expiries_due_while_a_worker_holds_the_gate_fire_together():
+    """A fired expiry waits for the worker holding the write gate (a second at most, above). The deadlines due are
+    read after that wait, so every one that passed meanwhile fires in the same transaction, not each in a commit
+    of its own behind the next worker's (agentd_expiry_commits_total counts the transactions)."""
+    with Agentd(start=False) as a:
+        worker = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+        a.extra_args += ["--worker", a.script("gate_worker.py", GATE_WRAPPER % {"worker": worker})]
+        expires = harness.scaled(1.5)
+        a.write_config(f"[tool.approve]\nexecutor = human\nprompt = Approve?\nexpires = {int(expires * 1000)}ms\n")
+        a.start()
+        convs, deadlines = [], []
+        for name in ("x", "y"):
+            c = a.create(conversation=name, settings={"model": "echo", "tools": ["approve"]})
+            a.send(c, '/tool approve {"what": "deploy"}')
+            calls = wait_for(lambda: [tc for tc in a.ok({"op": "tool_calls", "conversation": c})["tool_calls"]
+                                      if tc["deadline"]], 10, f"{c}'s pending call")
+            convs.append(c)
+            deadlines.append(calls[0]["deadline"])
+            time.sleep(0.2)
+        # The hog takes the gate before the first deadline; its grant is taken back a second later.
+        wait_for(lambda: time.time() * 1000 >= deadlines[0] - 500, expires + 5, "half a second before the deadline")
+        def grants():
+            return int(re.search(r"\nagentd_write_gate_grants_total (\d+)", a.ok({"op": "metrics"})["text"])[1])
+        before = grants()  # x's and y's turns; they now wait for a person and write nothing
+        a.send(a.create(conversation="hog"), "hi")
+        wait_for(lambda: grants() == before + 1, 10, "the hung worker granted the gate")
+        granted = time.time() * 1000
+        for c in convs:
+            wait_for(lambda: [e for e in a.events(c) if e["type"] == "resolution"], expires + 10, f"{c}'s expiry")
+            res = [e for e in a.events(c) if e["type"] == "resolution"]
+            assert len(res) == 1 and res[0]["content"]["status"] == "expired", res
+        text = a.ok({"op": "metrics"})["text"]
+        assert "agentd_expiries_fired_total 2\n" in text, text
+        m = re.search(r"(\d\d):(\d\d):(\d\d)\.(\d{3})Z \S+ warn: hog: worker \d+ has held the write gate", a.log())
+        assert m, a.log_tail()
+        # Both deadlines fell inside the hog's grant unless this machine was too slow to set that up (valgrind,
+        # ASan): then the expiries are only checked to have fired once each.
+        h, mi, sec, ms = (int(g) for g in m.groups())
+        day = deadlines[1] - deadlines[1] % 86400000
+        revoked = day + ((h * 60 + mi) * 60 + sec) * 1000 + ms
+        if granted < deadlines[0] and revoked > deadlines[1]:
+            assert "agentd_expiry_commits_total 1\n" in text, text
+        else:
+            print(f"note: the grant ({granted:.0f}) or its revocation ({revoked}) missed the deadlines {deadlines}")
+        for c in convs:  # each conversation answered its expiry once the gate was free
+            wait_for(lambda: a.events(c)[-1]["type"] == "assistant_msg" and len(a.events(c)) >= 5, 15,
+                     f"{c}'s turn after the expiry")
 
 
 # A worker for conversation "deaf" (its first start; later ones are the real agentd-worker, as are every other
