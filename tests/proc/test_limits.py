@@ -439,7 +439,7 @@ def test_expiries_due_while_a_worker_holds_the_gate_fire_together():
             return int(re.search(r"\nagentd_write_gate_grants_total (\d+)", a.ok({"op": "metrics"})["text"])[1])
         before = grants()  # x's and y's turns; they now wait for a person and write nothing
         a.send(a.create(conversation="hog"), "hi")
-        wait_for(lambda: grants() == before + 1, 10, "the hung worker granted the gate")
+        wait_for(lambda: grants() > before, 10, "the hung worker granted the gate")
         granted = time.time() * 1000
         for c in convs:
             wait_for(lambda: [e for e in a.events(c) if e["type"] == "resolution"], expires + 10, f"{c}'s expiry")
