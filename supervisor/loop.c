@@ -60,6 +60,8 @@ void loop_rearm_expiry(void)
 			deadline = 0;
 		store_txn_abort(t);
 	}
+	if (deadline > 0 && deadline < S.expiry_retry_at)
+		deadline = S.expiry_retry_at; /* the last attempt failed: not before its retry */
 	struct itimerspec its = { 0 };
 	if (deadline > 0) {
 		its.it_value.tv_sec = deadline / 1000;

@@ -153,6 +153,7 @@ struct sup {
 	int listen_fd;
 	int sig_fd;
 	int expiry_fd;       /* CLOCK_REALTIME, absolute */
+	int64_t expiry_retry_at; /* wall ms: no attempt to fire before (after a failed one); 0: none */
 	int tick_fd;         /* CLOCK_MONOTONIC: eviction, backoff, long-polls, sync */
 	int64_t started_ms;  /* monotonic */
 	int64_t next_sync;   /* sync=none: next mdb_env_sync */

@@ -30,6 +30,7 @@
 #define GATE_HOLD_MS 1000 /* a grant unanswered this long is revoked */
 #define EXPIRY_BATCH 512
 #define EXPIRY_ROUNDS 4   /* batches of expiries one wake-up fires at most (unless full) */
+#define EXPIRY_RETRY_MS 1000 /* after a failed attempt to fire expiries */
 
 static void gate_drop(struct worker *w);
 
@@ -1000,12 +1001,13 @@ struct due {
 struct due_ctx {
 	struct due *d;
 	size_t n;
+	size_t cap; /* 0: EXPIRY_BATCH */
 };
 
 /* Collect one id; 1 (stop listing) when the batch is full. */
 static int due_add(struct due_ctx *c, store_bytes id)
 {
-	if (c->n == EXPIRY_BATCH)
+	if (c->n == (c->cap ? c->cap : EXPIRY_BATCH))
 		return 1;
 	memcpy(c->d[c->n].id, id.ptr, id.len);
 	c->d[c->n].id[id.len] = 0;
@@ -1016,6 +1018,12 @@ static int due_add(struct due_ctx *c, store_bytes id)
 static int due_one(void *arg, const struct store_expiry *e)
 {
 	return due_add(arg, e->tool_call_id);
+}
+
+/* After a failed attempt to fire: the next one waits EXPIRY_RETRY_MS. */
+static void expiry_retry_later(void)
+{
+	S.expiry_retry_at = store_now(S.st) + EXPIRY_RETRY_MS;
 }
 
 static int due_any(void *arg, const struct store_expiry *e)
@@ -1048,16 +1056,25 @@ static int expiry_due(void)
  * goes to any worker (gate_pump runs after this): up to EXPIRY_ROUNDS, so
  * that a dense run of deadlines cannot keep the loop from its clients
  * (the timerfd, re-armed to a passed deadline, brings the loop back at
- * once); without limit while batches come full (a backlog, as on start). */
+ * once); without limit while batches come full (a backlog, as on start).
+ * A batch the store has no room for is retried in halves (and the size
+ * doubles back with each commit): deadlines are small writes, and a full
+ * store must not keep them all from firing. One
+ * that fails alone, or for another reason, is retried EXPIRY_RETRY_MS
+ * later (loop_rearm_expiry), not at once: a failing commit must not spin
+ * the loop. */
 int expiries_fire(void)
 {
 	static struct due d[EXPIRY_BATCH];
+	static size_t cap = EXPIRY_BATCH; /* halved when the store is full, doubled back after a commit */
 	int total = 0;
 	for (int round = 0; expiry_due(); round++) {
-		struct due_ctx c = { d, 0 };
+		struct due_ctx c = { d, 0, cap };
 		store_txn *t;
-		if (sup_write_begin(STORE_WRITE, &t))
+		if (sup_write_begin(STORE_WRITE, &t)) {
+			expiry_retry_later();
 			return total;
+		}
 		int e = store_expiries_due(t, store_now(S.st), due_one, &c);
 		if ((e && e != 1) || c.n == 0) {
 			store_txn_abort(t);
@@ -1082,9 +1099,19 @@ int expiries_fire(void)
 		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
 		if (e) {
 			leases_ahead_drop();
-			log_error("firing %zu expiries failed: %s", c.n, store_strerror(e));
+			if (e == STORE_E_FULL && c.n > 1) {
+				cap = c.n / 2;
+				log_warn("store full firing %zu expiries: retrying in batches of %zu", c.n, cap);
+				round--;
+				continue;
+			}
+			log_error("firing %zu expiries failed: %s: retrying in %d ms", c.n, store_strerror(e),
+				  EXPIRY_RETRY_MS);
+			expiry_retry_later();
 			return total;
 		}
+		S.expiry_retry_at = 0;
+		cap = cap < EXPIRY_BATCH / 2 ? cap * 2 : EXPIRY_BATCH;
 		S.m.expiry_commits++;
 		for (size_t i = 0; i < c.n; i++) {
 			if (!fired[i])
@@ -1098,8 +1125,13 @@ int expiries_fire(void)
 				waiters_notify(w, seqs[i]);
 		}
 		leases_ahead_drop();
-		if (!done)
-			return total; /* due rows this batch could not remove: do not spin on them */
+		if (!done) {
+			/* Due rows naming no call (a damaged store: `agentd check`
+			 * lists them) cannot be removed: do not spin on them. */
+			log_error("%zu due expiries name no tool call: retrying in %d ms", c.n, EXPIRY_RETRY_MS);
+			expiry_retry_later();
+			return total;
+		}
 		if (c.n < EXPIRY_BATCH && round + 1 >= EXPIRY_ROUNDS)
 			return total;
 	}
@@ -1119,7 +1151,7 @@ void workers_start_active(void)
 	char after[STORE_ID_MAX + 1] = "";
 	int n = 0;
 	for (;;) {
-		struct due_ctx c = { d, 0 };
+		struct due_ctx c = { d, 0, 0 };
 		store_txn *t;
 		if (store_txn_begin(S.st, STORE_READ, &t))
 			return;

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -104,6 +105,61 @@ def test_revival_whose_commit_fails_starts_no_worker():
             assert a.ok({"op": "ping"})
     finally:
         subprocess.run(["umount", "-l", mnt])
+
+
+def test_expiries_in_a_full_store_fire_in_smaller_batches_without_spinning():
+    """Deadlines that passed together fire in one transaction; when the store has no room for it, the batch is
+    retried in halves, and one that fails alone is retried a second later, never in a loop: before, a full store
+    made agentd retry the same batch without pause (thousands of failures a second) until room appeared."""
+    if harness.scaled(1) > 3:
+        print("SKIP test_expiries_in_a_full_store_fire_in_smaller_batches_without_spinning: "
+              "60 workers under valgrind take too long to set up")
+        return
+    n = 60
+    with Agentd(start=False) as a:
+        model = a.script("short.py", SHORT_MODEL)
+        expires = harness.scaled(4.0)
+        a.write_config(f"""
+            [agentd]
+            map_size = 3m
+            max_map_size = 3m
+            [model.short]
+            command = python3 {model}
+            [tool.approve]
+            executor = human
+            prompt = Approve?
+            expires = {int(expires * 1000)}ms
+            """)
+        a.start()
+        convs = [a.create(conversation=f"x{i}", settings={"model": "echo", "tools": ["approve"]}) for i in range(n)]
+        for c in convs:
+            a.send(c, '/tool approve {"what": "%s"}' % ("y" * 2000))
+        deadlines = []
+        for c in convs:
+            calls = wait_for(lambda: [tc for tc in a.ok({"op": "tool_calls", "conversation": c})["tool_calls"]
+                                      if tc["deadline"]], 20, f"{c}'s pending call")
+            deadlines.append(calls[0]["deadline"])
+        filler = a.create(model="short")
+        fill_until_full(a, filler, 20000)
+        fill_until_full(a, filler, 2000)
+        assert time.time() * 1000 < min(deadlines), "a deadline passed before the store was full: test too slow"
+        # Every deadline passes while agentd is stopped: they come due together, as after a restart.
+        a.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_for(lambda: time.time() * 1000 > max(deadlines) + 200, expires + 20, "every deadline to pass")
+        finally:
+            a.proc.send_signal(signal.SIGCONT)
+        t0 = time.time()
+        for c in convs:
+            res = wait_for(lambda: [e for e in a.events(c) if e["type"] == "resolution"], 20, f"{c}'s expiry")
+            assert len(res) == 1 and res[0]["content"]["status"] == "expired", res
+        elapsed = time.time() - t0
+        log = a.log()
+        assert f"store full firing {n} expiries: retrying in batches of {n // 2}" in log, a.log_tail()
+        failed = log.count("expiries failed")
+        assert failed <= elapsed + 2, (failed, elapsed, a.log_tail())
+        assert f"agentd_expiries_fired_total {n}\n" in a.ok({"op": "metrics"})["text"]
+        assert a.ok({"op": "ping"})
 
 
 def test_disk_full_is_store_full():
