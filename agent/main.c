@@ -1046,7 +1046,10 @@ int main(int argc, char **argv, char **envp)
 	W.cfg.audit = audit_on;
 	W.cfg.sync = sync;
 	W.data = data;
-	W.so = (struct store_opts){ .sync = sync, .audit = audit_on };
+	/* The map's limits are agentd's: a worker opening with the store's
+	 * defaults would grow the map past max_map_size. */
+	W.so = (struct store_opts){ .sync = sync, .audit = audit_on, .map_size = W.cfg.map_size,
+				    .max_map_size = W.cfg.max_map_size };
 	int e = store_open(&W.st, data, &W.so);
 	if (e) {
 		log_error("%s: cannot open the store in %s: %s", W.conv, data, store_strerror(e));
