@@ -93,7 +93,7 @@ static void die_store(int e, const char *what)
 		exit(EXIT_FENCED);
 	}
 	log_error("%s: %s: %s", W.conv, what, store_strerror(e));
-	exit(e == STORE_E_CORRUPT ? EXIT_CORRUPT : EXIT_STORE);
+	exit(e == STORE_E_CORRUPT ? EXIT_CORRUPT : e == STORE_E_FULL ? IPC_EXIT_FULL : EXIT_STORE);
 }
 
 static store_txn *rbegin(void)

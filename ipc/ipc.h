@@ -50,6 +50,11 @@
 
 #define IPC_MAX 65536
 
+/* The worker's exit status when a write found the store full: its work
+ * cannot be stored, and running it again (another model call) would not
+ * change that, so the supervisor records an error instead of restarting. */
+#define IPC_EXIT_FULL 6
+
 enum ipc_type {
 	IPC_WAKE = 1,
 	IPC_STOP,

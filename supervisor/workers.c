@@ -516,15 +516,13 @@ static int settle_interrupted(store_txn *t, const char *id, int crashes)
 	return e == STORE_E_STALE ? 0 : e;
 }
 
-/* Too many crashes: log an `error` event so the conversation owes nothing
- * until its next user_msg, and stop restarting it. */
-static void give_up(struct worker *w, int crashes)
+/* Too many crashes, or a full store: log an `error` event (msg) so the
+ * conversation owes nothing until its next user_msg, and stop restarting
+ * it. */
+static void give_up(struct worker *w, int crashes, const char *msg)
 {
 	store_txn *t;
 	uint64_t last = 0, seq;
-	char msg[200];
-	snprintf(msg, sizeof msg, "worker crashed %d times within %lld s; not restarted until the next event",
-		 crashes, (long long)(S.cfg->restart_window_ms / 1000));
 	log_error("%s: %s", w->conv, msg);
 	if (sup_write_begin(STORE_WRITE, &t))
 		return;
@@ -614,9 +612,19 @@ static void on_exit_status(struct worker *w, int status)
 	int n = w->ncrash < 16 ? w->ncrash : 16;
 	for (int i = 0; i < n; i++)
 		recent += now - w->crash_times[i] <= S.cfg->restart_window_ms;
+	char msg[200];
+	if (WIFEXITED(status) && WEXITSTATUS(status) == IPC_EXIT_FULL) {
+		/* Its turn will not fit again before someone makes room. */
+		w->ncrash = 0;
+		give_up(w, 1, "the store is full: the turn's result could not be stored; not restarted until the "
+			      "next event");
+		return;
+	}
 	if (recent >= S.cfg->restart_limit) {
 		w->ncrash = 0;
-		give_up(w, recent);
+		snprintf(msg, sizeof msg, "worker crashed %d times within %lld s; not restarted until the next event",
+			 recent, (long long)(S.cfg->restart_window_ms / 1000));
+		give_up(w, recent, msg);
 		return;
 	}
 	int64_t delay = BACKOFF_BASE_MS << (recent > 7 ? 7 : recent - 1);

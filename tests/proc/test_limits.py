@@ -182,20 +182,22 @@ print(json.dumps({"text": "z" * 2500000}))
 
 def test_workers_keep_to_max_map_size():
     """Workers open the store with agentd's map_size and max_map_size: a turn whose answer does not fit fails
-    with store full (the worker exits, is restarted with backoff, and the crash loop ends in an error event)
-    instead of growing the map past the limit. Before, workers opened with the store's defaults and grew a
-    2 MiB store to 256 MiB to hold a 2.5 MB answer."""
+    with store full instead of growing the map past the limit (before, workers opened with the store's defaults
+    and grew a 2 MiB store to 256 MiB to hold a 2.5 MB answer). The worker exits with the status that says so,
+    and agentd records the error at once instead of restarting it: a re-run would call the model again, and
+    its answer would not fit either."""
     with Agentd(start=False) as a:
         model = a.script("big.py", BIG_MODEL)
-        a.write_config(f"[agentd]\nmap_size = 2m\nmax_map_size = 2m\nrestart_limit = 2\n"
-                       f"[model.big]\ncommand = python3 {model}\n")
+        a.write_config(f"[agentd]\nmap_size = 2m\nmax_map_size = 2m\n[model.big]\ncommand = python3 {model}\n")
         a.start()
         c = a.create(model="big")
         assert a.send(c, "hi") == 1
-        err = wait_for(lambda: [e for e in a.events(c) if e["type"] == "error"], 30, "the crash loop's error event")
-        assert err[0]["content"]["attempts"] == 2, err
+        err = wait_for(lambda: [e for e in a.events(c) if e["type"] == "error"], 30, "the error event")
+        assert err[0]["content"]["attempts"] == 1 and "store is full" in err[0]["content"]["message"], err
         assert [e["type"] for e in a.events(c)] == ["user_msg", "error"], a.events(c)
-        assert "append: store full" in a.log(), a.log_tail()
+        assert a.log().count("append: store full") == 1, a.log_tail()  # one model call, no restart
+        assert "restarting in" not in a.log(), a.log_tail()
+        assert a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle"
         store = a.ok({"op": "status"})["store"]
         assert store["map_size"] == 2 << 20, store
         assert os.path.getsize(os.path.join(a.data_dir, "data.mdb")) <= 2 << 20
