@@ -612,7 +612,6 @@ static void on_exit_status(struct worker *w, int status)
 	int n = w->ncrash < 16 ? w->ncrash : 16;
 	for (int i = 0; i < n; i++)
 		recent += now - w->crash_times[i] <= S.cfg->restart_window_ms;
-	char msg[200];
 	if (WIFEXITED(status) && WEXITSTATUS(status) == IPC_EXIT_FULL) {
 		/* Its turn will not fit again before someone makes room. */
 		w->ncrash = 0;
@@ -621,6 +620,7 @@ static void on_exit_status(struct worker *w, int status)
 		return;
 	}
 	if (recent >= S.cfg->restart_limit) {
+		char msg[200];
 		w->ncrash = 0;
 		snprintf(msg, sizeof msg, "worker crashed %d times within %lld s; not restarted until the next event",
 			 recent, (long long)(S.cfg->restart_window_ms / 1000));
@@ -1067,10 +1067,9 @@ static int expiry_due(void)
  * once); without limit while batches come full (a backlog, as on start).
  * A batch the store has no room for is retried in halves (and the size
  * doubles back with each commit): deadlines are small writes, and a full
- * store must not keep them all from firing. One
- * that fails alone, or for another reason, is retried EXPIRY_RETRY_MS
- * later (loop_rearm_expiry), not at once: a failing commit must not spin
- * the loop. */
+ * store must not keep them all from firing. One that fails alone, or for
+ * another reason, is retried EXPIRY_RETRY_MS later (loop_rearm_expiry),
+ * not at once: a failing commit must not spin the loop. */
 int expiries_fire(void)
 {
 	static struct due d[EXPIRY_BATCH];
