@@ -1096,8 +1096,15 @@ int expiries_fire(void)
 			int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, convs[i], &seqs[i]);
 			if (r == 0)
 				fired[i] = 1;
-			else if (r == STORE_E_STALE)
-				r = store_expiry_cancel(t, d[i].id); /* settled already: drop the deadline */
+			else if (r == STORE_E_STALE) {
+				/* Settled already: drop the deadline. A call that
+				 * is gone (stale too) leaves a row cancel cannot
+				 * find: not done. */
+				struct store_tool_call tc;
+				r = store_tool_call_get(t, d[i].id, &tc);
+				if (r == 0)
+					r = store_expiry_cancel(t, d[i].id);
+			}
 			if (r == 0)
 				done++;
 			else if (r != STORE_E_STALE && r != STORE_E_NOTFOUND)

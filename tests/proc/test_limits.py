@@ -173,6 +173,36 @@ def test_expiries_in_a_full_store_are_retried_without_spinning():
         assert rc.returncode == 0, rc.stdout
 
 
+def test_expiry_row_without_its_call_is_retried_without_spinning():
+    """A due expiry row whose tool call row is gone (a damaged store; `agentd check` reports it) cannot be
+    removed: agentd logs it and retries a second later. Before, the batch counted as done, the timer was re-armed
+    to the passed deadline at once, and agentd spun at 100% CPU. Real deadlines behind it still fire."""
+    with Agentd(start=False) as a:
+        quick = harness.scaled(2.0)
+        a.write_config(f"[tool.approve]\nexecutor = human\nprompt = Approve?\nexpires = {int(quick * 1000)}ms\n")
+        a.start()
+        c = a.create(conversation="x", settings={"model": "echo", "tools": ["approve"]})
+        a.send(c, '/tool approve {}')
+        wait_for(lambda: a.ok({"op": "tool_calls", "conversation": c})["tool_calls"], 10, "x's pending call")
+        a.stop()
+        # An orphan row, due a second ago, written with LMDB's own tool: key deadline (8 bytes, big-endian) and
+        # tool call id, value the conversation id (msgpack "x").
+        due = int(time.time() * 1000) - 1000
+        row = " " + (due.to_bytes(8, "big") + b"tc-orphan").hex() + "\n a178\n"
+        dump = "VERSION=3\nformat=bytevalue\ndatabase=expiries\ntype=btree\nHEADER=END\n" + row + "DATA=END\n"
+        subprocess.run(["mdb_load", "-s", "expiries", a.data_dir], input=dump, text=True, check=True)
+        rc = harness.run_agentd("check", "--data", a.data_dir, capture_output=True, text=True)
+        assert rc.returncode == 1 and "tc-orphan" in rc.stdout, rc.stdout
+        a.start()
+        res = wait_for(lambda: [e for e in a.events(c) if e["type"] == "resolution"], quick + 10, "x's expiry")
+        assert res[0]["content"]["status"] == "expired", res
+        t0 = time.time()
+        time.sleep(harness.scaled(2))
+        retries = a.log().count("1 due expiries name no tool call: retrying in 1000 ms")
+        assert 1 <= retries <= (time.time() - t0) + quick + 4, (retries, a.log_tail())  # once a second
+        assert a.ok({"op": "ping"})
+
+
 BIG_MODEL = """
 import json, sys
 json.load(sys.stdin)
