@@ -12,6 +12,7 @@
 #include "agent/proc.h"
 #include "agent/protocol.h"
 #include "agent/render.h"
+#include "ipc/cmdline.h"
 #include "ipc/ipc.h"
 #include "ipc/jsonmp.h"
 #include "ipc/proto.h"
@@ -432,7 +433,7 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 		return rc;
 	}
 	char **argv = NULL;
-	if (proc_split(mc->command, &argv)) {
+	if (cmdline_split(mc->command, &argv)) {
 		snprintf(mr->err, sizeof mr->err, "model %s: cannot split its command", mc->name);
 		return -1;
 	}
@@ -448,7 +449,7 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 	struct proc_result r;
 	int rc = run_command(argv, &o, &r);
 	free(input);
-	proc_argv_free(argv);
+	cmdline_free(argv);
 	*latency = r.elapsed_ms;
 	if (mr->stop || rc == -ECANCELED) {
 		proc_result_free(&r);
@@ -728,7 +729,7 @@ static void dispatch(const json_t *call)
 	report_state("running");
 	setproctitle("%s tool %s", W.conv, name);
 	char **argv = NULL;
-	if (proc_split(tc->command, &argv)) {
+	if (cmdline_split(tc->command, &argv)) {
 		settle(id, STORE_TC_ERRORED, json_pack("{ss}", "error", "the tool's command cannot be split"));
 		return;
 	}
@@ -746,7 +747,7 @@ static void dispatch(const json_t *call)
 	struct proc_result r;
 	int rc = run_command(argv, &o, &r);
 	free(input);
-	proc_argv_free(argv);
+	cmdline_free(argv);
 	if (stop || rc == -ECANCELED) {
 		proc_result_free(&r);
 		log_info("%s: stopped during tool call %s; it is re-dispatched on revival", W.conv, id);

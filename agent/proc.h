@@ -2,7 +2,7 @@
  * proc.h: run a configured command (a model or a server tool) without a shell.
  *
  * A command line from the configuration is split like a shell would split it,
- * with no substitution of any kind (proc_split), and run in its own process
+ * with no substitution of any kind (cmdline_split, ipc/cmdline.h), and run in its own process
  * group with its stdin fed from memory and its stdout and stderr captured
  * (proc_run). Nothing here interprets what the command prints: protocol.h does.
  *
@@ -34,24 +34,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-
-/*
- * Split cmdline into words the way a POSIX shell splits a simple command,
- * without expansions: blanks (space, tab, newline) separate words; '...' is
- * literal; inside "..." a backslash escapes only \ " $ ` (and removes a
- * newline), any other backslash stays; outside quotes a backslash makes the
- * next character literal (backslash-newline is removed). Adjacent parts join
- * into one word (a'b'"c" is abc) and '' or "" is an empty word. No globbing,
- * no $VAR, no ~, no comments, no operators: * $ ~ # | ; & < > ( ) are plain
- * characters.
- *
- * Returns 0 and sets *argv to a NULL-terminated array of at least one word
- * (free it with proc_argv_free); -EINVAL when cmdline or argv is NULL, when
- * there is no word, on an unterminated quote or a trailing backslash; -ENOMEM.
- * *argv is set to NULL on error.
- */
-int proc_split(const char *cmdline, char ***argv);
-void proc_argv_free(char **argv); /* NULL is fine */
 
 #define PROC_OUT_CAP_DEFAULT ((size_t)16 << 20) /* out_cap 0 */
 #define PROC_ERR_TAIL_DEFAULT ((size_t)4096)    /* err_tail 0 */

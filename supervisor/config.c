@@ -1,5 +1,6 @@
 /* config.c: the INI configuration and logging (see config.h). */
 #include "supervisor/config.h"
+#include "ipc/cmdline.h"
 #include "store/store.h"
 
 #include <errno.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #define SEC 1000
+#define MAP_MIN ((size_t)64 << 10) /* smaller maps cannot hold LMDB's own pages */
 static struct model_cfg echo_model = { "echo", NULL, 0, 0 };
 
 void config_init(struct config *c)
@@ -81,10 +83,13 @@ int config_duration(const char *s, int64_t *ms)
 {
 	char *end;
 	errno = 0;
-	if (!s || !*s || *s == '-')
+	/* Decimal digits and a point only: strtod alone would also take
+	 * "nan", "0x10" and "1e3". */
+	size_t n = s ? strspn(s, "0123456789.") : 0;
+	if (n == 0)
 		return -1;
 	double v = strtod(s, &end);
-	if (errno || end == s || v < 0)
+	if (errno || end != s + n || !(v >= 0))
 		return -1;
 	double mul;
 	if (!*end || strcmp(end, "s") == 0)
@@ -207,14 +212,14 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 		return set_int(&c->max_workers, v, 1, 1000000);
 	if (!strcmp(k, "restart_limit"))
 		return set_int(&c->restart_limit, v, 1, 1000000);
-	if (!strcmp(k, "restart_window"))
-		return config_duration(v, &c->restart_window_ms);
+	if (!strcmp(k, "restart_window")) /* 0 would count no crash as recent */
+		return config_duration(v, &c->restart_window_ms) || c->restart_window_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "shutdown_timeout"))
 		return config_duration(v, &c->shutdown_timeout_ms);
 	if (!strcmp(k, "map_size"))
-		return config_size(v, &c->map_size);
+		return config_size(v, &c->map_size) || c->map_size < MAP_MIN ? -1 : 0;
 	if (!strcmp(k, "max_map_size"))
-		return config_size(v, &c->max_map_size);
+		return config_size(v, &c->max_map_size) || c->max_map_size < MAP_MIN ? -1 : 0;
 	if (!strcmp(k, "compact_events"))
 		return set_int(&c->compact_events, v, 0, 100000000);
 	if (!strcmp(k, "compact_keep"))
@@ -343,21 +348,45 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 	return !rc; /* inih: nonzero means the line was fine */
 }
 
-/* Checks that need the whole file: a server tool needs a command, a
- * configured model needs a command. */
+/* A command that cannot be split (an unterminated quote, a trailing
+ * backslash, no word) would fail every call: refuse it at start. */
+static int command_ok(const struct config *c, const char *kind, const char *name, const char *cmd, char *err,
+		      size_t errlen)
+{
+	char **argv;
+	int e = cmdline_split(cmd, &argv);
+	cmdline_free(argv);
+	if (e == -EINVAL)
+		snprintf(err, errlen, "%s: [%s.%s] command: an unterminated quote, a trailing backslash or no word: %s",
+			 c->path, kind, name, cmd);
+	return e == 0;
+}
+
+/* Checks that need the whole file: a server tool and a configured model
+ * need a command that splits; map_size within max_map_size. */
 static int validate(struct config *c, char *err, size_t errlen)
 {
-	for (size_t i = 0; i < c->nmodels; i++)
+	if (c->map_size && c->max_map_size && c->map_size > c->max_map_size) {
+		snprintf(err, errlen, "%s: map_size (%zu bytes) is larger than max_map_size (%zu bytes) in [agentd]",
+			 c->path, c->map_size, c->max_map_size);
+		return -1;
+	}
+	for (size_t i = 0; i < c->nmodels; i++) {
 		if (!c->models[i].command) {
 			snprintf(err, errlen, "%s: [model.%s] needs a command", c->path, c->models[i].name);
 			return -1;
 		}
+		if (!command_ok(c, "model", c->models[i].name, c->models[i].command, err, errlen))
+			return -1;
+	}
 	for (size_t i = 0; i < c->ntools; i++) {
 		struct tool_cfg *t = &c->tools[i];
 		if (t->executor == EXEC_SERVER && !t->command) {
 			snprintf(err, errlen, "%s: [tool.%s] is a server tool and needs a command", c->path, t->name);
 			return -1;
 		}
+		if (t->command && !command_ok(c, "tool", t->name, t->command, err, errlen))
+			return -1;
 		if (t->executor == EXEC_HUMAN && t->command) {
 			snprintf(err, errlen, "%s: [tool.%s] is a human tool: it takes no command", c->path, t->name);
 			return -1;

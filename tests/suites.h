@@ -10,6 +10,7 @@ Suite *make_proc_suite(void);
 Suite *make_protocol_suite(void);
 Suite *make_render_suite(void);
 Suite *make_consistency_suite(void);
+Suite *make_config_suite(void);
 
 static Suite *(*const check_suites[])(void) = {
 	make_mp_suite,
@@ -19,6 +20,7 @@ static Suite *(*const check_suites[])(void) = {
 	make_protocol_suite,
 	make_render_suite,
 	make_consistency_suite,
+	make_config_suite,
 	0,
 };
 #endif

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "agent/proc.h"
+#include "ipc/cmdline.h"
 #include "tests/suites.h"
 
 /* ------------------------------------------------------------------ helpers */
@@ -91,9 +92,9 @@ static long maxrss_kb(void)
 static int run(const char *cmdline, const struct proc_opts *o, struct proc_result *r)
 {
 	char **argv;
-	ck_assert_int_eq(proc_split(cmdline, &argv), 0);
+	ck_assert_int_eq(cmdline_split(cmdline, &argv), 0);
 	int rc = proc_run(argv, o, r);
-	proc_argv_free(argv);
+	cmdline_free(argv);
 	return rc;
 }
 
@@ -103,14 +104,14 @@ static void split_is(const char *line, const char *const *want)
 {
 	char **argv;
 	size_t i;
-	ck_assert_msg(proc_split(line, &argv) == 0, "split of [%s] failed", line);
+	ck_assert_msg(cmdline_split(line, &argv) == 0, "split of [%s] failed", line);
 	for (i = 0; want[i]; i++) {
 		ck_assert_msg(argv[i] != NULL, "[%s]: word %zu missing", line, i);
 		ck_assert_msg(strcmp(argv[i], want[i]) == 0, "[%s]: word %zu is [%s], want [%s]", line, i,
 		              argv[i], want[i]);
 	}
 	ck_assert_msg(argv[i] == NULL, "[%s]: extra word [%s]", line, argv[i]);
-	proc_argv_free(argv);
+	cmdline_free(argv);
 }
 
 #define SPLIT(line, ...) split_is(line, (const char *const[]){ __VA_ARGS__, NULL })
@@ -151,12 +152,12 @@ START_TEST(split_errors)
 	char **argv = (char **)1;
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		argv = (char **)1;
-		ck_assert_msg(proc_split(bad[i], &argv) == -EINVAL, "[%s] accepted", bad[i]);
+		ck_assert_msg(cmdline_split(bad[i], &argv) == -EINVAL, "[%s] accepted", bad[i]);
 		ck_assert_ptr_null(argv);
 	}
-	ck_assert_int_eq(proc_split(NULL, &argv), -EINVAL);
-	ck_assert_int_eq(proc_split("a", NULL), -EINVAL);
-	proc_argv_free(NULL);
+	ck_assert_int_eq(cmdline_split(NULL, &argv), -EINVAL);
+	ck_assert_int_eq(cmdline_split("a", NULL), -EINVAL);
+	cmdline_free(NULL);
 }
 END_TEST
 
@@ -167,14 +168,14 @@ START_TEST(split_many_words)
 	for (int i = 0; i < 1000; i++)
 		o += (size_t)snprintf(line + o, sizeof line - o, "w%d ", i);
 	char **argv;
-	ck_assert_int_eq(proc_split(line, &argv), 0);
+	ck_assert_int_eq(cmdline_split(line, &argv), 0);
 	int n = 0;
 	while (argv[n])
 		n++;
 	ck_assert_int_eq(n, 1000);
 	ck_assert_str_eq(argv[0], "w0");
 	ck_assert_str_eq(argv[999], "w999");
-	proc_argv_free(argv);
+	cmdline_free(argv);
 }
 END_TEST
 

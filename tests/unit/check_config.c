@@ -1,0 +1,181 @@
+/*
+ * check_config.c: the INI configuration (supervisor/config.c): every value
+ * form accepted, and every bad file refused with a message naming what is
+ * wrong, before agentd opens anything.
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "supervisor/config.h"
+#include "tests/suites.h"
+
+/* Load text as a configuration file; returns config_load's result with its
+ * message in err (the file name replaced by "F"). */
+static int load(const char *text, struct config *c, char *err, size_t errlen)
+{
+	char path[] = "/tmp/agentd-check-config-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	size_t n = strlen(text);
+	ck_assert_int_eq(write(fd, text, n), (ssize_t)n);
+	close(fd);
+	config_init(c);
+	err[0] = 0;
+	int rc = config_load(c, path, err, errlen);
+	unlink(path);
+	char *at = strstr(err, path);
+	if (at) {
+		*at = 'F';
+		memmove(at + 1, at + strlen(path), strlen(at + strlen(path)) + 1);
+	}
+	return rc;
+}
+
+START_TEST(durations)
+{
+	static const struct {
+		const char *s;
+		int64_t ms;
+	} good[] = {
+		{ "500ms", 500 }, { "30s", 30000 }, { "5m", 300000 }, { "1h", 3600000 }, { "7d", 604800000 },
+		{ "2", 2000 }, { "1.5s", 1500 }, { "0", 0 }, { "0.25", 250 },
+	};
+	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+		int64_t ms = -1;
+		ck_assert_msg(config_duration(good[i].s, &ms) == 0, "'%s' refused", good[i].s);
+		ck_assert_msg(ms == good[i].ms, "'%s': %lld ms", good[i].s, (long long)ms);
+	}
+	static const char *const bad[] = { "", "-1", "-1s", "nan", "inf", "0x10", "1e3", "5 s", " 5", "s", ".",
+		"1.2.3", "5x", "5sec", "99999999999999999999d" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		int64_t ms = 42;
+		ck_assert_msg(config_duration(bad[i], &ms) == -1, "'%s' accepted", bad[i]);
+		ck_assert_int_eq(ms, 42);
+	}
+	ck_assert_int_eq(config_duration(NULL, &(int64_t){ 0 }), -1);
+}
+END_TEST
+
+START_TEST(sizes)
+{
+	static const struct {
+		const char *s;
+		size_t bytes;
+	} good[] = {
+		{ "100", 100 }, { "64k", 65536 }, { "1m", 1 << 20 }, { "1MiB", 1 << 20 }, { "2g", (size_t)2 << 30 },
+		{ "3K", 3072 }, { "1mb", 1 << 20 },
+	};
+	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+		size_t b = 0;
+		ck_assert_msg(config_size(good[i].s, &b) == 0, "'%s' refused", good[i].s);
+		ck_assert_msg(b == good[i].bytes, "'%s': %zu", good[i].s, b);
+	}
+	static const char *const bad[] = { "", "-1", "1t", "1kx", "k", "1 k", "99999999999999999999",
+		"17179869184g" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		size_t b = 42;
+		ck_assert_msg(config_size(bad[i], &b) == -1, "'%s' accepted", bad[i]);
+		ck_assert_uint_eq(b, 42);
+	}
+}
+END_TEST
+
+START_TEST(a_good_file)
+{
+	struct config c;
+	char err[512];
+	int rc = load("; comment\n[agentd]\nidle_timeout = 90s\nmap_size = 1m\nmax_map_size = 4m\n"
+		      "restart_window = 2s\n\n[model.m]\ncommand = \"/usr/bin/env\" 'py thon' a\\ b\ntimeout = 5s\n"
+		      "retries = 0\n\n[tool.t]\ncommand = ./t\n[tool.h]\nexecutor = human\nexpires = 0\n",
+		      &c, err, sizeof err);
+	ck_assert_msg(rc == 0, "%s", err);
+	ck_assert_int_eq(c.idle_timeout_ms, 90000);
+	ck_assert_uint_eq(c.map_size, 1 << 20);
+	ck_assert_uint_eq(c.max_map_size, 4 << 20);
+	ck_assert_int_eq(c.restart_window_ms, 2000);
+	const struct model_cfg *m = config_model(&c, "m");
+	ck_assert_ptr_nonnull(m);
+	ck_assert_int_eq(m->timeout_ms, 5000);
+	ck_assert_int_eq(m->retries, 0);
+	ck_assert_ptr_nonnull(config_model(&c, "echo"));
+	ck_assert_ptr_null(config_model(&c, "nope"));
+	const struct tool_cfg *h = config_tool(&c, "h");
+	ck_assert_ptr_nonnull(h);
+	ck_assert_int_eq(h->executor, EXEC_HUMAN);
+	ck_assert_int_eq(h->expires_ms, 0);
+	ck_assert_str_eq(h->prompt, "Approve?");
+	config_free(&c);
+}
+END_TEST
+
+/* Each bad file, and the message that must name its fault. */
+static const struct {
+	const char *text;
+	const char *err;
+} bad_files[] = {
+	{ "[agentd]\nidle_timeout = nan\n", "F: bad value 'nan' for 'idle_timeout' in [agentd]" },
+	{ "[agentd]\nidle_timeout = 5 s\n", "F: bad value '5 s' for 'idle_timeout' in [agentd]" },
+	{ "[agentd]\nrestart_window = 0\n", "F: bad value '0' for 'restart_window' in [agentd]" },
+	{ "[agentd]\nmap_size = 1k\n", "F: bad value '1k' for 'map_size' in [agentd]" },
+	{ "[agentd]\nmax_map_size = 32k\n", "F: bad value '32k' for 'max_map_size' in [agentd]" },
+	{ "[agentd]\nmap_size = 2m\nmax_map_size = 1m\n",
+	  "F: map_size (2097152 bytes) is larger than max_map_size (1048576 bytes) in [agentd]" },
+	{ "[agentd]\nmax_workers = 0\n", "F: bad value '0' for 'max_workers' in [agentd]" },
+	{ "[agentd]\nmax_line = 100\n", "F: bad value '100' for 'max_line' in [agentd]" },
+	{ "[agentd]\nsync = sometimes\n", "F: bad value 'sometimes' for 'sync' in [agentd]" },
+	{ "[agentd]\nlog_level = chatty\n", "F: bad value 'chatty' for 'log_level' in [agentd]" },
+	{ "[agentd]\ncolour = on\n", "F: unknown key 'colour' in [agentd]" },
+	{ "[agent]\ndata = x\n", "F: unknown section [agent]" },
+	{ "[model.a b]\ncommand = x\n", "F: unknown section [model.a b]" },
+	{ "[model.echo]\ncommand = x\n", "F: [model.echo] is built in and cannot be configured" },
+	{ "[model.m]\ntimeout = 5s\n", "F: [model.m] needs a command" },
+	{ "[model.m]\ncommand = \"unterminated\n",
+	  "F: [model.m] command: an unterminated quote, a trailing backslash or no word: \"unterminated" },
+	{ "[model.m]\ncommand = it's\n", "F: [model.m] command: an unterminated quote" },
+	{ "[tool.t]\ncommand = ./t \\\n", "F: [tool.t] command: an unterminated quote, a trailing backslash" },
+	{ "[tool.t]\ncommand =\n", "F: [tool.t] command: an unterminated quote, a trailing backslash or no word: " },
+	{ "[tool.t]\nexecutor = server\n", "F: [tool.t] is a server tool and needs a command" },
+	{ "[tool.t]\nexecutor = human\ncommand = ./t\n", "F: [tool.t] is a human tool: it takes no command" },
+	{ "[tool.t]\nexecutor = robot\n", "F: bad value 'robot' for 'executor' in [tool.t]" },
+	{ "[agentd]\nthis line has no equals sign\n", "F:2: syntax error" },
+};
+
+START_TEST(bad_file_refused)
+{
+	struct config c;
+	char err[512];
+	int rc = load(bad_files[_i].text, &c, err, sizeof err);
+	ck_assert_msg(rc == -1, "accepted: %s", bad_files[_i].text);
+	ck_assert_msg(strncmp(err, bad_files[_i].err, strlen(bad_files[_i].err)) == 0, "for [%s]: '%s', want '%s'",
+		      bad_files[_i].text, err, bad_files[_i].err);
+	config_free(&c);
+}
+END_TEST
+
+START_TEST(missing_file)
+{
+	struct config c;
+	char err[512];
+	config_init(&c);
+	ck_assert_int_eq(config_load(&c, "/nonexistent/agentd.ini", err, sizeof err), -1);
+	ck_assert_str_eq(err, "/nonexistent/agentd.ini: No such file or directory");
+	config_free(&c);
+}
+END_TEST
+
+Suite *make_config_suite(void)
+{
+	Suite *s = suite_create("config");
+	TCase *t = tcase_create("values");
+	tcase_add_test(t, durations);
+	tcase_add_test(t, sizes);
+	tcase_add_test(t, a_good_file);
+	tcase_add_loop_test(t, bad_file_refused, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
+	tcase_add_test(t, missing_file);
+	suite_add_tcase(s, t);
+	return s;
+}
