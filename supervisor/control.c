@@ -24,6 +24,48 @@
 
 /* ---- listening ------------------------------------------------------- */
 
+/* What is at the socket path before we bind. The single-instance lock
+ * covers the data directory, not a --socket path elsewhere: only a socket
+ * nobody listens on is a dead agentd's, to be replaced. A live one (another
+ * agentd on another data directory, say) or any other file is left alone
+ * and refused. */
+static int stale_socket_clear(const struct sockaddr_un *sa)
+{
+	struct stat st;
+	if (lstat(sa->sun_path, &st) < 0) {
+		if (errno == ENOENT)
+			return 0;
+		log_error("socket path %s: %s", sa->sun_path, strerror(errno));
+		return -1;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		log_error("socket path %s exists and is not a socket: not replacing it", sa->sun_path);
+		return -1;
+	}
+	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (probe < 0) {
+		log_error("socket: %s", strerror(errno));
+		return -1;
+	}
+	int rc = connect(probe, (const struct sockaddr *)sa, sizeof *sa);
+	int err = errno;
+	close(probe);
+	if (rc < 0 && err == ECONNREFUSED) {
+		if (unlink(sa->sun_path) < 0 && errno != ENOENT) {
+			log_error("cannot remove the stale socket %s: %s", sa->sun_path, strerror(errno));
+			return -1;
+		}
+		log_info("removed a stale socket %s", sa->sun_path);
+		return 0;
+	}
+	if (rc == 0 || err == EAGAIN)
+		log_error("another process listens on %s: not replacing it (is another agentd running with this "
+			  "--socket?)", sa->sun_path);
+	else
+		log_error("socket path %s: %s: not replacing it", sa->sun_path, strerror(err));
+	return -1;
+}
+
 int control_listen(void)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -38,10 +80,10 @@ int control_listen(void)
 		log_error("socket: %s", strerror(errno));
 		return -1;
 	}
-	/* We hold the single-instance lock, so a socket file left here belongs
-	 * to a dead agentd: replace it. */
-	if (unlink(S.sock_path) == 0)
-		log_info("removed a stale socket %s", S.sock_path);
+	if (stale_socket_clear(&sa) < 0) {
+		close(fd);
+		return -1;
+	}
 	/* The socket is created 0600 (design.md section 6): bind applies the
 	 * umask to 0777, so 0177, not 077, which would leave it 0700. */
 	mode_t old = umask(0177);

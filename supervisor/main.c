@@ -256,12 +256,13 @@ int main(int argc, char **argv)
 	pid_t other = 0;
 	snprintf(pidpath, sizeof pidpath, "%s/agentd.pid", S.data_dir);
 	struct pidfh *pfh = pidfile_open(pidpath, 0600, &other);
+	int rc = 1;
 	if (!pfh) {
 		if (errno == EEXIST)
 			log_error("another agentd (pid %d) is already running on %s", (int)other, S.data_dir);
 		else
 			log_error("cannot lock %s: %s", pidpath, strerror(errno));
-		return 1;
+		goto out;
 	}
 	pidfile_write(pfh);
 
@@ -270,17 +271,13 @@ int main(int argc, char **argv)
 	int e = store_open(&S.st, S.data_dir, &so);
 	if (e) {
 		log_error("cannot open the store in %s: %s", S.data_dir, store_strerror(e));
-		pidfile_remove(pfh);
-		return 1;
+		goto unlock;
 	}
 	if (cfg.sync == STORE_SYNC_NONE)
 		log_warn("sync=none: commits are flushed every second; an OS crash can lose the last second and, on "
 			 "filesystems that reorder writes, damage the store");
-	if (setup_fds() || control_listen()) {
-		store_close(S.st);
-		pidfile_remove(pfh);
-		return 1;
-	}
+	if (setup_fds() || control_listen())
+		goto close;
 	S.started_ms = now_mono();
 	S.next_sync = cfg.sync == STORE_SYNC_NONE ? S.started_ms + 1000 : 0;
 	S.next_gc = cfg.audit ? S.started_ms + 1000 : 0;
@@ -297,18 +294,22 @@ int main(int argc, char **argv)
 	printf("agentd: listening on %s\n", S.sock_path);
 	fflush(stdout);
 
-	int rc = loop_run();
+	rc = loop_run() ? 1 : 0;
+	log_info("stopped");
+close:
 	store_close(S.st);
 	if (S.listen_fd >= 0)
 		unlink(S.sock_path);
+unlock:
 	pidfile_remove(pfh);
+out:
+	/* Also when starting failed: an ephemeral store is never left behind. */
 	if (cfg.ephemeral)
 		rm_tree(S.data_dir);
-	log_info("stopped");
 	free(S.data_dir);
 	free(S.sock_path);
 	free(S.worker_path);
 	free(S.config_path);
 	config_free(&cfg);
-	return rc ? 1 : 0;
+	return rc;
 }

@@ -990,4 +990,41 @@ def test_socket_mode_stale_file_and_long_path():
         a.close()
 
 
+def test_socket_path_that_is_not_a_dead_agentds_is_left_alone():
+    # A --socket outside the data directory is not covered by the data
+    # directory's lock: a live socket (another agentd) or a file that is no
+    # socket is refused, never deleted; an ephemeral store is removed even so.
+    a = Agentd(start=False)
+    try:
+        shared = os.path.join(a.dir, "shared.sock")
+        a.extra_args = ["--socket", shared]
+        a.socket = shared
+        a.start()
+        a.create(conversation="first")
+        b = Agentd(start=False)  # its own data directory, the same socket path
+        try:
+            b.extra_args = ["--socket", shared]
+            assert b.expect_exit() == 1
+            assert "another process listens on " + shared + ": not replacing it" in b.log(), b.log()
+            assert a.ok({"op": "status"})["store"]["path"] == os.path.realpath(a.data_dir)
+            assert a.ok({"op": "get", "conversation": "first"})
+
+            precious = os.path.join(b.dir, "precious.txt")
+            with open(precious, "w") as f:
+                f.write("keep me\n")
+            shm = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+            b.extra_args = ["--socket", precious, "--ephemeral"]
+            assert b.expect_exit() == 1
+            assert "socket path " + precious + " exists and is not a socket: not replacing it" in b.log()
+            with open(precious) as f:
+                assert f.read() == "keep me\n"
+            if shm:
+                left = {d for d in set(os.listdir("/dev/shm")) - shm if d.startswith("agentd-")}
+                assert not left, f"a failed --ephemeral start left {left} behind"
+        finally:
+            b.close()
+    finally:
+        a.close()
+
+
 harness.main(globals())
