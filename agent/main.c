@@ -50,8 +50,9 @@ static struct {
 	uint64_t sum_to, sum_version;
 	json_t *events;      /* the working set: events after the summary */
 	uint64_t last_seq;
-	int64_t compacts[32];
-	int ncompact;
+	int64_t *compacts;   /* compact requests queued, answered together */
+	size_t ncompact, compact_cap;
+	int ended;           /* status ended (as of the last read): no turn, no dispatch */
 	int woken;           /* a wake was read since the last refresh */
 	int stop;            /* told to stop while waiting to write: exit after it */
 	const char *data;    /* the store: closed (NULL st) while we wait */
@@ -264,8 +265,19 @@ static int ipc_one(const struct ipc_msg *m)
 	case IPC_STOP:
 		return 1;
 	case IPC_COMPACT:
-		if (W.ncompact < 32)
-			W.compacts[W.ncompact++] = m->num;
+		if (W.ncompact == W.compact_cap) {
+			size_t cap = W.compact_cap ? W.compact_cap * 2 : 8;
+			int64_t *n = reallocarray(W.compacts, cap, sizeof *n);
+			if (!n) {
+				struct ipc_msg r = { .type = IPC_COMPACTED, .num = m->num, .text = "out of memory",
+						     .text_len = 13 };
+				ipc_send(W.ipc, &r);
+				return 0;
+			}
+			W.compacts = n;
+			W.compact_cap = cap;
+		}
+		W.compacts[W.ncompact++] = m->num;
 		return 0;
 	default:
 		W.woken = 1; /* wake: run() re-reads the log before it waits */
@@ -321,6 +333,7 @@ static void load_settings(store_txn *t)
 		store_txn_abort(t);
 		die_store(e, "read conversation");
 	}
+	W.ended = c.status == STORE_ENDED;
 	json_decref(W.settings);
 	W.settings = jsonmp_unpack(c.settings.ptr, c.settings.len);
 	if (!json_is_object(W.settings)) {
@@ -386,20 +399,27 @@ static int on_model_line(void *arg, const char *line, size_t len)
 	char *delta = NULL;
 	struct model_reply fin = { 0 };
 	int rc = model_line_parse(line, len, &delta, &fin, mr->err, sizeof mr->err);
+	if ((rc == 1 || rc == 2) && mr->have_final) {
+		/* as model_output_parse: the final line is the last */
+		free(delta);
+		model_reply_free(&fin);
+		snprintf(mr->err, sizeof mr->err, "model printed output after its final line");
+		return 2;
+	}
 	if (rc == 1) {
 		struct ipc_msg m = { .type = IPC_DELTA, .text = delta, .text_len = strlen(delta) };
-		if (m.text_len > IPC_MAX - 256)
-			m.text_len = IPC_MAX - 256; /* a live view only: the final text is whole */
+		if (m.text_len > IPC_MAX - 256) {
+			/* A live view only (the final text is whole), cut where
+			 * a character begins: watchers get UTF-8. */
+			m.text_len = IPC_MAX - 256;
+			while (m.text_len > 0 && ((unsigned char)delta[m.text_len] & 0xC0) == 0x80)
+				m.text_len--;
+		}
 		ipc_send(W.ipc, &m);
 		free(delta);
 		return 0;
 	}
 	if (rc == 2) {
-		if (mr->have_final) {
-			model_reply_free(&fin);
-			snprintf(mr->err, sizeof mr->err, "model printed a second final line");
-			return 2;
-		}
 		mr->final = fin;
 		mr->have_final = 1;
 		return 0;
@@ -892,14 +912,21 @@ static int compact(int keep, char *err, size_t errlen)
 	return 0;
 }
 
+/* One compaction answers every request queued before it began; those that
+ * arrive during it (its model call reads IPC) get the next one. */
 static void answer_compacts(void)
 {
 	while (W.ncompact > 0) {
 		char err[300] = "";
-		int64_t num = W.compacts[--W.ncompact];
+		size_t n = W.ncompact;
 		int ok = compact(0, err, sizeof err) == 0;
-		struct ipc_msg m = { .type = IPC_COMPACTED, .num = num, .ok = ok, .text = err, .text_len = strlen(err) };
-		ipc_send(W.ipc, &m);
+		for (size_t i = 0; i < n; i++) {
+			struct ipc_msg m = { .type = IPC_COMPACTED, .num = W.compacts[i], .ok = ok, .text = err,
+					     .text_len = strlen(err) };
+			ipc_send(W.ipc, &m);
+		}
+		W.ncompact -= n;
+		memmove(W.compacts, W.compacts + n, W.ncompact * sizeof *W.compacts);
 	}
 }
 
@@ -950,12 +977,15 @@ static void run(void)
 			log_error("%s: the log's tail holds a malformed event: refusing to guess", W.conv);
 			exit(EXIT_CORRUPT);
 		}
-		if (tl.action == TAIL_TURN) {
+		/* An ended conversation is closed: what its log would still
+		 * owe (a turn, a tool to dispatch) is not done. */
+		if (W.ended && (tl.action == TAIL_TURN || tl.action == TAIL_TOOLS))
+			log_info("%s: the conversation is ended: the work its log owes is not done", W.conv);
+		else if (tl.action == TAIL_TURN) {
 			tail_free(&tl);
 			run_turn();
 			continue;
-		}
-		if (tl.action == TAIL_TOOLS) {
+		} else if (tl.action == TAIL_TOOLS) {
 			size_t i;
 			json_t *call;
 			json_t *humans = json_array();

@@ -1,5 +1,6 @@
 /* protocol.c: the model and tool process protocols (see protocol.h). */
 #include "agent/protocol.h"
+#include "ipc/jsonmp.h"
 
 #include <errno.h>
 #include <math.h>
@@ -90,6 +91,12 @@ static int call_parse(json_t *c, size_t i, struct model_call *call, char *err, s
 	}
 	if (args && !json_is_object(args)) {
 		seterr(err, errlen, "tool_calls[%zu].args must be an object, not %s", i, type_name(args));
+		return -1;
+	}
+	/* args sit one level into their tool_call event */
+	if (args && !jsonmp_fits(args, 1)) {
+		seterr(err, errlen, "tool_calls[%zu].args nest more than %d levels of objects and arrays", i,
+		       JSONMP_MAX_DEPTH);
 		return -1;
 	}
 	if (!(call->name = strdup(json_string_value(name))))
@@ -382,10 +389,12 @@ int tool_output_parse(const char *out, size_t len, json_t **result)
 		json_error_t je;
 		/* NUL is allowed: a string's length is kept, as for the text below. */
 		json_t *v = json_loadb(out, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-		if (v) {
+		/* JSON nested deeper than its event can hold is kept as text. */
+		if (v && jsonmp_fits(v, 1)) {
 			*result = v;
 			return 0;
 		}
+		json_decref(v);
 		if (json_error_code(&je) == json_error_out_of_memory)
 			return -ENOMEM;
 	}

@@ -73,7 +73,8 @@ void model_reply_free(struct model_reply *r); /* frees everything, zeroes *r; NU
 
 /*
  * A server tool's stdout as the call's result: if the whole output (surrounding
- * whitespace allowed) is one JSON value of any type, that value; otherwise the
+ * whitespace allowed) is one JSON value of any type, nested no deeper than its
+ * tool_result event can hold (jsonmp_fits at level 1), that value; otherwise the
  * text as a JSON string with one trailing "\n" (or "\r\n") removed, each
  * maximal ill-formed UTF-8 subsequence replaced by U+FFFD (empty output: "").
  * Returns 0 and a new reference in *result; -EINVAL (result NULL, or out NULL

@@ -15,6 +15,25 @@ void jsonmp_buf_destroy(struct jsonmp_buf *b)
 	msgpack_sbuffer_destroy(&b->sb);
 }
 
+int jsonmp_fits(const json_t *v, int at)
+{
+	if (at > JSONMP_MAX_DEPTH)
+		return 0;
+	const char *k;
+	size_t i;
+	json_t *e;
+	if (json_is_object(v)) {
+		json_object_foreach((json_t *)v, k, e)
+			if (!jsonmp_fits(e, at + 1))
+				return 0;
+	} else if (json_is_array(v)) {
+		json_array_foreach(v, i, e)
+			if (!jsonmp_fits(e, at + 1))
+				return 0;
+	}
+	return 1;
+}
+
 static int pack(msgpack_packer *pk, const json_t *v, int depth)
 {
 	if (depth > JSONMP_MAX_DEPTH)

@@ -16,6 +16,12 @@
  * float64. Returns 0, or -1 when nesting exceeds JSONMP_MAX_DEPTH. */
 int jsonmp_pack(msgpack_packer *pk, const json_t *v);
 
+/* Whether v, placed at nesting level `at` of a record (0: the record
+ * itself; 1: a field of it, as a tool result or a call's args sit in their
+ * event), stays within JSONMP_MAX_DEPTH: what jsonmp_pack and jsonmp_unpack
+ * accept. Check what others send before it is stored, never after. */
+int jsonmp_fits(const json_t *v, int at);
+
 /* Decode exactly one msgpack object into a new JSON value (a new reference),
  * or NULL when the bytes are not one well-formed object, nest deeper than
  * JSONMP_MAX_DEPTH, hold a non-string map key, an extension type, or a string

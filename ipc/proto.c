@@ -1,5 +1,6 @@
 /* proto.c: the control protocol's request codec (see proto.h). */
 #include "ipc/proto.h"
+#include "ipc/jsonmp.h"
 #include "store/store.h"
 
 #include <bsd/stdlib.h>
@@ -148,6 +149,8 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 	json_t *v;
 	if (!json_is_object(s))
 		return bad(p, "'settings' must be an object");
+	if (!jsonmp_fits(s, 0))
+		return bad(p, "'settings' nests more than %d levels of objects and arrays", JSONMP_MAX_DEPTH + 1);
 	json_object_foreach(s, k, v) {
 		if (!strcmp(k, "model")) {
 			if (!json_is_string(v))
@@ -238,6 +241,8 @@ static int parse_fields(struct pctx *p, struct request *rq)
 			rq->content = json_incref(v);
 		else
 			return bad(p, "'content' must be a string or an object");
+		if (!jsonmp_fits(v, 0)) /* content is its event's whole record */
+			return bad(p, "'content' nests more than %d levels of objects and arrays", JSONMP_MAX_DEPTH + 1);
 		if (!rq->content)
 			return PERR_INTERNAL;
 		v = json_object_get(p->o, "event_id");
@@ -283,6 +288,9 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		if (rq->status < 0)
 			rq->status = STORE_TC_RESOLVED;
 		rq->result = json_object_get(p->o, "result");
+		/* one level into its resolution event */
+		if (rq->result && !jsonmp_fits(rq->result, 1))
+			return bad(p, "'result' nests more than %d levels of objects and arrays", JSONMP_MAX_DEPTH);
 		return 0;
 	case OP_TOOL_CALL:
 		ONLY("tool_call_id");

@@ -637,13 +637,20 @@ static int count_pending(void *arg, const struct store_tool_call *tc)
 
 /* Settle a pending call and log it, in the caller's transaction: the
  * resolution event, the row, the expiry and the status change together.
- * Used by `resolve` and by fired expiries. Returns a store error. */
-int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq)
+ * Used by `resolve` and by fired expiries; *ended tells whether the call's
+ * conversation is ended (it then gets no worker). Returns a store error. */
+int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,
+	       int *ended)
 {
 	struct jsonmp_buf rb;
 	json_t *res = result ? result : json_null();
-	if (pack_json(&rb, res))
+	/* Before anything is written: a failure past the first write would
+	 * leave it half done in a group commit that goes on. proto refuses a
+	 * resolve's too-deep result already. */
+	if (!jsonmp_fits(res, 1))
 		return STORE_E_INVAL;
+	if (pack_json(&rb, res))
+		return -ENOMEM;
 	int e = store_tool_call_resolve(t, tool_call_id, status, (store_bytes){ rb.sb.data, rb.sb.size }, conv);
 	jsonmp_buf_destroy(&rb);
 	if (e)
@@ -651,7 +658,9 @@ int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *resul
 	json_t *content = json_pack("{sssssO}", "tool_call_id", tool_call_id, "status", store_tc_status_name(status),
 				    "result", res);
 	struct jsonmp_buf cb;
-	if (!content || pack_json(&cb, content)) {
+	if (!content)
+		return -ENOMEM;
+	if (pack_json(&cb, content)) {
 		json_decref(content);
 		return -ENOMEM;
 	}
@@ -669,21 +678,23 @@ int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *resul
 	struct store_conv c;
 	if ((e = store_conv_get(t, conv, &c)))
 		return e;
+	*ended = c.status == STORE_ENDED;
 	if (pending == 0 && c.status != STORE_ENDED && c.status != STORE_ACTIVE) {
 		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
 		e = store_conv_put(t, conv, &p);
 	}
-	return e ? e : lease_ahead(t, conv);
+	return e || *ended ? e : lease_ahead(t, conv);
 }
 
 struct wres {
 	char conv[STORE_ID_MAX + 1];
 	uint64_t seq;
+	int ended; /* the resolved call's conversation is ended: it gets no worker */
 };
 
 static int w_resolve(store_txn *t, struct job *j, struct wres *r)
 {
-	int e = ops_settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, r->conv, &r->seq);
+	int e = ops_settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, r->conv, &r->seq, &r->ended);
 	if (e == STORE_E_STALE) {
 		job_error(j, PERR_STALE, "tool call %s is not pending (unknown, already settled or expired)",
 			  j->rq.tool_call_id);
@@ -726,7 +737,8 @@ static void after_write(struct job *j, struct wres *r)
 			waiters_notify(w, (uint64_t)json_integer_value(json_object_get(j->reply, "seq")));
 		break;
 	case OP_RESOLVE:
-		ensure_started(r->conv);
+		if (!r->ended)
+			ensure_started(r->conv);
 		if ((w = worker_find(r->conv)))
 			waiters_notify(w, r->seq);
 		break;

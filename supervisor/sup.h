@@ -225,7 +225,8 @@ int ops_is_write(int op);
 void ops_count(int op, int64_t started_us);
 /* Settle a pending tool call in t: row, resolution event, expiry and status
  * together (resolve and fired expiries). conv gets its conversation. */
-int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq);
+int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,
+	       int *ended);
 json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, int *err, char *msg, size_t msglen);
 
 /* workers.c */

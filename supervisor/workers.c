@@ -1090,10 +1090,10 @@ int expiries_fire(void)
 		e = 0;
 		char convs[EXPIRY_BATCH][STORE_ID_MAX + 1];
 		uint64_t seqs[EXPIRY_BATCH];
-		int fired[EXPIRY_BATCH] = { 0 };
+		int fired[EXPIRY_BATCH] = { 0 }, ended[EXPIRY_BATCH] = { 0 };
 		size_t done = 0;
 		for (size_t i = 0; i < c.n && !e; i++) {
-			int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, convs[i], &seqs[i]);
+			int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, convs[i], &seqs[i], &ended[i]);
 			if (r == 0)
 				fired[i] = 1;
 			else if (r == STORE_E_STALE) {
@@ -1133,7 +1133,8 @@ int expiries_fire(void)
 			total++;
 			S.m.expiries_fired++;
 			log_info("%s: tool call %s expired", convs[i], d[i].id);
-			ensure_started(convs[i]);
+			if (!ended[i])
+				ensure_started(convs[i]);
 			struct worker *w = worker_find(convs[i]);
 			if (w)
 				waiters_notify(w, seqs[i]);

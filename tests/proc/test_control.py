@@ -939,6 +939,46 @@ def test_concurrent_clients_and_group_commit():
         assert metric(a, "agentd_group_commits_total") - c0 <= 3
 
 
+def test_nesting_limits_are_bad_requests_that_spoil_nothing():
+    # The store keeps JSON 65 levels of objects and arrays deep, counted from the record: a send's
+    # content is a whole event; a resolve's result sits one level into its resolution event. Deeper is
+    # bad_request before anything is looked up, and never fails a write committed beside it.
+    def nest(n):
+        return json.loads("[" * n + "]" * n)
+
+    with Agentd(config=HUMAN_TOOLS) as a:
+        c = a.create(settings={"model": "echo", "tools": ["approve"]}, conversation="deep")
+        other = a.create(conversation="bystander")
+        with a.conn() as k:
+            r = expect_error(k, {"op": "send", "conversation": c, "content": {"a": nest(65)}}, "bad_request")
+            assert r["message"] == "'content' nests more than 65 levels of objects and arrays", r
+            expect_error(k, {"op": "send", "conversation": "nobody", "content": {"a": nest(65)}}, "bad_request")
+            r = expect_error(k, {"op": "create", "settings": {"model": "echo", "params": {"p": nest(64)}}},
+                             "bad_request")
+            assert r["message"] == "'settings' nests more than 65 levels of objects and arrays", r
+            a.ok({"op": "create", "conversation": "p63", "settings": {"model": "echo", "params": {"p": nest(63)}}})
+            assert a.ok({"op": "get", "conversation": "p63"})["conversation"]["settings"]["params"]["p"] == nest(63)
+        seq = a.send(c, {"a": nest(64)})
+        assert a.events(c)[seq - 1]["content"] == {"a": nest(64)}
+        wait_for(lambda: a.events(c)[-1]["type"] == "assistant_msg", 10, "the echo's answer")
+        a.send(c, '/tool approve {"n": 1}')
+        pend = wait_for(lambda: a.ok({"op": "tool_calls", "conversation": c, "status": "pending"})["tool_calls"],
+                        10, "a pending approval")
+        with a.conn() as k:  # pipelined: one group commit for both
+            k.raw((json.dumps({"op": "send", "conversation": other, "content": "innocent", "id": 1}) + "\n" +
+                   json.dumps({"op": "resolve", "tool_call_id": pend[0]["id"], "result": nest(65), "id": 2})
+                   + "\n").encode())
+            r1, r2 = k.recv(), k.recv()
+        assert r1["ok"] is True and r1["seq"] == 1, r1
+        assert r2["ok"] is False and r2["error"] == "bad_request", r2
+        assert r2["message"] == "'result' nests more than 64 levels of objects and arrays", r2
+        assert a.events(other)[0]["content"] == {"text": "innocent"}
+        assert a.ok({"op": "tool_call", "tool_call_id": pend[0]["id"]})["tool_call"]["status"] == "pending"
+        r = a.ok({"op": "resolve", "tool_call_id": pend[0]["id"], "result": nest(64)})
+        assert a.events(c)[r["seq"] - 1]["content"]["result"] == nest(64)
+        assert a.ok({"op": "tool_call", "tool_call_id": pend[0]["id"]})["tool_call"]["result"] == nest(64)
+
+
 # ---------------------------------------------------------------------------------------------------
 # The socket file
 

@@ -51,6 +51,18 @@ if "garbage" in opts:
 if "nofinal" in opts:
     print(json.dumps({"delta": "half an answer"}), flush=True)
     sys.exit(0)
+if "after_final" in opts:
+    print(json.dumps({"text": "final"}), flush=True)
+    print(json.dumps({"delta": "after the final"}), flush=True)
+    sys.exit(0)
+if "wide" in opts:  # one delta of ~90 KB of 3-byte characters: longer than an IPC message
+    print(json.dumps({"delta": "a" + "\u20ac" * 30000}), flush=True)
+    final("after a wide delta")
+if "deepargs" in opts:  # a tool call whose args nest deepargs levels of objects
+    deep = {}
+    for _ in range(int(opts["deepargs"]) - 1):
+        deep = {"k": deep}
+    final("deep", [{"name": "add", "args": deep}])
 msgs = req["messages"]
 if req["task"] == "summarize":
     final("SUMMARY(%s)" % ",".join(str(m["seq"]) for m in msgs))
@@ -96,7 +108,9 @@ if a.get("spew"):
     sys.stdout.flush()
 if a.get("exit"):
     sys.exit(a["exit"])
-if "echo" in a:
+if "nest" in a:  # JSON arrays nested that deep, as the tool's whole output
+    print("[" * a["nest"] + "]" * a["nest"])
+elif "echo" in a:
     print(json.dumps({"echo": a["echo"], "id": d["tool_call_id"], "env": rec["env"]}))
 else:
     print(json.dumps({"sum": a.get("a", 0) + a.get("b", 0)}))
@@ -109,6 +123,10 @@ MODELS = {
     "slow": "sleep=30",
     "garbage": "garbage",
     "nofinal": "nofinal",
+    "late": "after_final",
+    "wide": "wide",
+    "deep64": "deepargs=64",
+    "deep65": "deepargs=65",
 }
 
 
@@ -122,7 +140,7 @@ def agentd(agentd_section="", models=None, extra=""):
         cfg.append(f"[model.{name}]\ncommand = {drv} name={name} {args}")
         if name == "slow":
             cfg.append("timeout = 1s\nretries = 1")
-        elif name in ("garbage", "nofinal"):
+        elif name in ("garbage", "nofinal", "late", "deep65"):
             cfg.append("retries = 0")
     cfg.append(f"""
 [tool.add]
@@ -746,5 +764,147 @@ def test_stop_mid_turn_reruns_the_turn():
         assert len(reqs) == 2 and [m["seq"] for m in reqs[1]["messages"]] == [1, 2], reqs
         assert len(finals(a, c)) == 1
 
+
+
+# ------------------------------------------------------------------------------------------------------
+# What the store cannot hold as JSON, and output past the protocol
+
+
+def nested(n):
+    return json.loads("[" * n + "]" * n)
+
+
+def test_deep_tool_output_is_kept_as_text():
+    # 64 levels fit a tool_result (its result sits one level in); 65 do not, and are kept as the text
+    # the tool printed. Before, they were stored as a null event that wedged the conversation.
+    with agentd() as a:
+        c = a.create(settings={"model": "m", "tools": ["add"]})
+        a.send(c, {"calls": [call("add", nest=64), call("add", nest=65)]})
+        wait_idle(a, c, 7)
+        res = {e["content"]["tool_call_id"]: e["content"] for e in by_type(a, c, "tool_result")}
+        calls = [e["content"]["tool_call_id"] for e in by_type(a, c, "tool_call")]
+        assert res[calls[0]]["status"] == "resolved" and res[calls[0]]["result"] == nested(64), res
+        assert res[calls[1]]["status"] == "resolved" and res[calls[1]]["result"] == "[" * 65 + "]" * 65, res
+        tc = a.ok({"op": "tool_call", "tool_call_id": calls[1]})["tool_call"]
+        assert tc["result"] == "[" * 65 + "]" * 65, tc
+        assert types(a, c)[-1] == "assistant_msg"
+        a.send(c, "still here")
+        wait_idle(a, c, 9)
+        assert a.events(c)[-1]["content"]["text"] == "answer: still here"
+        assert "malformed" not in a.log()
+
+
+def test_deep_model_args_fail_the_attempt():
+    with agentd() as a:
+        ok = a.create(settings={"model": "deep64", "tools": ["add"]})
+        bad = a.create(settings={"model": "deep65", "tools": ["add"]})
+        a.send(ok, "x")
+        a.send(bad, "x")
+        wait_for(lambda: by_type(a, ok, "tool_result"), 20, "the 64-deep call's result")
+        args = by_type(a, ok, "tool_call")[0]["content"]["args"]
+        depth = 0
+        while args:
+            args, depth = args["k"], depth + 1
+        assert depth == 63, depth  # 64 objects: args and 63 inside
+        wait_idle(a, bad, 2)
+        e = a.events(bad)[1]
+        assert e["type"] == "error" and e["content"]["attempts"] == 1, e
+        assert "tool_calls[0].args nest more than 64 levels of objects and arrays" in e["content"]["message"], e
+        assert not by_type(a, bad, "tool_call")
+
+
+def test_output_after_the_final_line_fails_the_attempt():
+    with agentd() as a:
+        c = a.create(settings={"model": "late"})
+        a.send(c, "x")
+        wait_idle(a, c, 2)
+        e = a.events(c)[1]
+        assert e["type"] == "error" and "output after its final line" in e["content"]["message"], e
+
+
+def test_a_delta_longer_than_a_message_reaches_watchers_cut_at_a_character():
+    with agentd() as a:
+        c = a.create(settings={"model": "wide"})
+        w = a.watch(c)
+        a.send(c, "x")
+        deltas = []
+        while True:
+            line = w.recv(timeout=20)
+            if "delta" in line:
+                deltas.append(line["delta"]["text"])
+            elif line["event"]["type"] == "assistant_msg":
+                break
+        w.close()
+        wide = [d for d in deltas if len(d) > 1000]
+        assert len(wide) == 1, [len(d) for d in deltas]
+        assert wide[0].startswith("a\u20ac") and set(wide[0][1:]) == {"\u20ac"}, wide[0][:10]
+        assert 20000 < len(wide[0]) < 30001, len(wide[0])
+        assert a.events(c)[1]["content"]["text"] == "after a wide delta"
+
+
+def test_compacts_queued_during_a_turn_are_answered_by_one_compaction():
+    # Any number (there was a silent cap of 32), all answered by the one compaction after the turn.
+    with agentd() as a:
+        c = a.create(settings={"model": "m"})
+        a.send(c, "one")
+        wait_idle(a, c, 2)
+        a.send(c, {"text": "two", "gate": "go"})
+        wait_for(lambda: len(requests(a, c)) == 2, 10, "the gated turn")
+        clients = []
+        for i in range(40):
+            k = a.conn(timeout=30)
+            k.send({"op": "compact", "conversation": c, "id": i})
+            clients.append(k)
+        wait_for(lambda: metric(a, 'agentd_ops_total{op="compact"}') >= 40, 10, "40 compacts received")
+        touch(a, "go")
+        for i, k in enumerate(clients):
+            r = k.recv(timeout=30)
+            assert r["ok"] is True and r["id"] == i and r["summary"]["to_seq"] == 3, r
+            k.close()
+        summarize = [r for r in requests(a, c) if r["task"] == "summarize"]
+        assert len(summarize) == 1, len(summarize)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Ended conversations
+
+
+def test_an_ended_conversation_runs_no_more_turns():
+    # Ending is closing: the turn in flight is stopped and not re-run, a resolution or an expiry is
+    # recorded but starts nothing, and an agentd restart revives nothing.
+    with agentd() as a:
+        mid = a.create(settings={"model": "m"})
+        a.send(mid, {"text": "hi", "gate": "go"})
+        wait_for(lambda: requests(a, mid), 10, "the model call")
+        model_pid = jsonl(a, "requests.jsonl")[-1]["pid"]
+        a.ok({"op": "update", "conversation": mid, "status": "ended"})
+        wait_for(lambda: a.worker_pid(mid) is None, 10, "the worker to stop")
+        wait_for(lambda: not pid_alive(model_pid), 5, "the model to be killed")
+
+        sus = a.create(settings={"model": "m", "tools": ["ask", "hurry"]})
+        a.send(sus, {"calls": [call("ask", id="end-ask"), call("hurry", id="end-hurry")]})
+        wait_for(lambda: status(a, sus) == "suspended", 10, "suspended")
+        a.ok({"op": "update", "conversation": sus, "status": "ended"})
+        wait_for(lambda: a.worker_pid(sus) is None, 10, "the worker to stop")
+        assert a.request({"op": "send", "conversation": sus, "content": "x"})["error"] == "conflict"
+        r = a.ok({"op": "resolve", "tool_call_id": "end-ask", "result": "yes"})
+        assert a.worker_pid(sus) is None  # no worker started for it
+        wait_for(lambda: len(by_type(a, sus, "resolution")) == 2, 10, "the expiry of end-hurry")
+        assert [e["content"]["status"] for e in by_type(a, sus, "resolution")] == ["resolved", "expired"]
+        assert by_type(a, sus, "resolution")[0]["seq"] == r["seq"]
+        time.sleep(harness.scaled(0.5))  # what a turn would take; none may run
+        assert a.worker_pid(sus) is None and types(a, sus)[-1] == "resolution", types(a, sus)
+
+        a.stop()
+        touch(a, "go")
+        a.start()
+        time.sleep(harness.scaled(0.5))  # what a revival would take; nothing may start
+        for c, ty in ((mid, ["user_msg"]), (sus, ["user_msg", "assistant_msg", "tool_call", "suspension",
+                                                  "tool_call", "suspension", "resolution", "resolution"])):
+            g = get(a, c)
+            assert g["status"] == "ended" and g["worker"] is None, g
+            assert types(a, c) == ty, types(a, c)
+        assert len(requests(a, mid)) == 1 and len(requests(a, sus)) == 1
+        assert not a.children()
 
 harness.main(globals())

@@ -331,6 +331,57 @@ START_TEST(tool_output_json)
 }
 END_TEST
 
+/* JSON a tool_result cannot hold (its result sits one level in, and the
+ * store keeps 65 levels) is kept as the text printed, never lost to null. */
+START_TEST(tool_output_too_deep_is_text)
+{
+	char buf[300];
+	for (int n = 63; n <= 66; n++) {
+		memset(buf, '[', (size_t)n);
+		memset(buf + n, ']', (size_t)n);
+		buf[2 * n] = '\n';
+		json_t *v = tool(buf, (size_t)(2 * n + 1));
+		if (n <= 64) {
+			ck_assert_msg(json_is_array(v), "%d levels not kept as JSON", n);
+		} else {
+			ck_assert_msg(json_is_string(v), "%d levels not kept as text", n);
+			ck_assert_uint_eq(json_string_length(v), (size_t)(2 * n));
+			ck_assert(memcmp(json_string_value(v), buf, (size_t)(2 * n)) == 0);
+		}
+		json_decref(v);
+	}
+}
+END_TEST
+
+/* A model's tool call args sit one level into their tool_call event. */
+START_TEST(line_args_too_deep)
+{
+	char line[600], err[300];
+	for (int n = 64; n <= 65; n++) {
+		/* {"text":"","tool_calls":[{"name":"t","args":{"k":{"k":...{}}}}]}: args is n objects deep */
+		size_t o = (size_t)snprintf(line, sizeof line, "{\"text\":\"\",\"tool_calls\":[{\"name\":\"t\",\"args\":");
+		for (int i = 1; i < n; i++)
+			o += (size_t)snprintf(line + o, sizeof line - o, "{\"k\":");
+		o += (size_t)snprintf(line + o, sizeof line - o, "{}");
+		for (int i = 1; i < n; i++)
+			line[o++] = '}';
+		o += (size_t)snprintf(line + o, sizeof line - o, "}]}");
+		char *delta = NULL;
+		struct model_reply r = { 0 };
+		int rc = model_line_parse(line, o, &delta, &r, err, sizeof err);
+		if (n == 64) {
+			ck_assert_msg(rc == 2, "%d: %s", n, err);
+			ck_assert_uint_eq(r.ncalls, 1);
+		} else {
+			ck_assert_int_eq(rc, -1);
+			ck_assert_str_eq(err, "tool_calls[0].args nest more than 64 levels of objects and arrays");
+		}
+		model_reply_free(&r);
+		free(delta);
+	}
+}
+END_TEST
+
 START_TEST(tool_output_text)
 {
 	tool_text_is(S("sunny, 21C\n"), S("sunny, 21C"));
@@ -447,6 +498,7 @@ Suite *make_protocol_suite(void)
 	tcase_add_test(model, line_ids);
 	tcase_add_test(model, line_errors);
 	tcase_add_test(model, line_huge);
+	tcase_add_test(model, line_args_too_deep);
 	tcase_add_test(model, output_deltas_then_final);
 	tcase_add_test(model, output_errors);
 	suite_add_tcase(s, model);
@@ -454,6 +506,7 @@ Suite *make_protocol_suite(void)
 	tcase_set_timeout(tl, 30 * slow());
 	tcase_add_test(tl, tool_output_json);
 	tcase_add_test(tl, tool_output_text);
+	tcase_add_test(tl, tool_output_too_deep_is_text);
 	tcase_add_test(tl, tool_output_bad_utf8);
 	tcase_add_test(tl, tool_output_invalid_args);
 	tcase_add_test(tl, tool_output_huge);
