@@ -394,9 +394,9 @@ int tool_output_parse(const char *out, size_t len, json_t **result)
 			*result = v;
 			return 0;
 		}
-		json_decref(v);
-		if (json_error_code(&je) == json_error_out_of_memory)
+		if (!v && json_error_code(&je) == json_error_out_of_memory)
 			return -ENOMEM;
+		json_decref(v);
 	}
 	if (len && out[len - 1] == '\n') {
 		len--;
