@@ -285,8 +285,8 @@ static int ipc_one(const struct ipc_msg *m)
 	}
 }
 
-/* Drain the socket. Returns 1 when the worker must exit (stop, or the
- * supervisor is gone). */
+/* Drain the socket. Returns non-zero when the worker must exit: 1 when told
+ * to stop, 2 when the supervisor is gone. */
 static int ipc_drain(void)
 {
 	for (;;) {
@@ -295,7 +295,7 @@ static int ipc_drain(void)
 		if (rc == -EAGAIN)
 			return 0;
 		if (rc <= 0)
-			return 1; /* closed: the supervisor is gone */
+			return 2; /* closed: the supervisor is gone */
 		if (ipc_one(&m))
 			return 1;
 	}
@@ -1105,8 +1105,15 @@ int main(int argc, char **argv, char **envp)
 		}
 		if (n < 0 && errno != EINTR)
 			break;
-		if (ipc_drain())
+		int d = ipc_drain();
+		if (d) {
+			/* A compact asked for before the stop is still done. */
+			if (d == 1 && W.ncompact) {
+				store_take();
+				answer_compacts();
+			}
 			break;
+		}
 		store_take();
 	}
 	if (W.st)

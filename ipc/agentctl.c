@@ -1402,6 +1402,38 @@ static _Noreturn void stream(struct conn *c, bool raw)
 	}
 }
 
+/* Send one request line and read its reply (held, for the exit paths). */
+static json_t *exchange(struct conn *c, const char *request, char **line, size_t *len)
+{
+	size_t reqlen = strlen(request);
+	char *out = must(malloc(reqlen + 2));
+	memcpy(out, request, reqlen);
+	out[reqlen] = '\n';
+	int r = conn_write(c, out, reqlen + 1);
+	free(out);
+	if (r == -EINTR)
+		exit(EXIT_OK);
+	if (r < 0 && r != -EPIPE) /* after EPIPE agentd may still have replied: read on */
+		conn_fail(c, "writing to", r);
+	json_t *reply = NULL;
+	while (!reply) {
+		r = conn_read_line(c, line, len);
+		if (r == -EINTR)
+			exit(EXIT_OK);
+		if (r == 0)
+			fail("agentd closed the connection without replying");
+		if (r < 0)
+			conn_fail(c, "reading from", r);
+		reply = held.reply = parse_line(*line, *len);
+		if (!json_is_object(reply) || !json_object_get(reply, "ok")) {
+			warn("ignoring a line that is not a reply: %.80s%s", *line, *len > 80 ? "..." : "");
+			json_decref(reply);
+			reply = held.reply = NULL;
+		}
+	}
+	return reply;
+}
+
 static int run(const struct command *cmd, const char *path, const char *request, int64_t extra_ms,
 	       const struct options *o)
 {
@@ -1428,41 +1460,29 @@ static int run(const struct command *cmd, const char *path, const char *request,
 		c->deadline = now_ms() + c->budget;
 	}
 
-	size_t reqlen = strlen(request);
-	char *out = must(malloc(reqlen + 2));
-	memcpy(out, request, reqlen);
-	out[reqlen] = '\n';
-	int r = conn_write(c, out, reqlen + 1);
-	free(out);
-	if (r == -EINTR)
-		exit(EXIT_OK);
-	if (r < 0 && r != -EPIPE) /* after EPIPE agentd may still have replied: read on */
-		conn_fail(c, "writing to", r);
-
 	char *line = NULL;
 	size_t len = 0;
-	json_t *reply = NULL;
-	while (!reply) {
-		r = conn_read_line(c, &line, &len);
-		if (r == -EINTR)
-			exit(EXIT_OK);
-		if (r == 0)
-			fail("agentd closed the connection without replying");
-		if (r < 0)
-			conn_fail(c, "reading from", r);
-		reply = held.reply = parse_line(line, len);
-		if (!json_is_object(reply) || !json_object_get(reply, "ok")) {
-			warn("ignoring a line that is not a reply: %.80s%s", line, len > 80 ? "..." : "");
-			json_decref(reply);
-			reply = held.reply = NULL;
-		}
-	}
-
+	json_t *reply = exchange(c, request, &line, &len);
 	bool ok = json_is_true(json_object_get(reply, "ok"));
 	if (o->json || (cmd->flags & CMD_RAW))
 		print_line(line, len);
 	else if (ok && cmd->show)
 		cmd->show(reply);
+	/* A long log comes in pages (next_after): readable output shows it
+	 * all; --json prints the one reply, next_after included. */
+	while (ok && cmd->show == show_events && !o->json && json_integer_value(json_object_get(reply, "next_after")) > 0) {
+		json_t *rq = must(json_loads(request, 0, NULL));
+		json_object_set(rq, "after", json_object_get(reply, "next_after"));
+		json_object_del(rq, "wait_ms"); /* the wait was met by the first page */
+		char *next = must(json_dumps(rq, JSON_COMPACT));
+		json_decref(rq);
+		json_decref(reply);
+		reply = exchange(c, next, &line, &len);
+		free(next);
+		ok = json_is_true(json_object_get(reply, "ok"));
+		if (ok)
+			cmd->show(reply);
+	}
 	if (!ok) {
 		const char *code = json_string_value(json_object_get(reply, "error"));
 		const char *msg = json_string_value(json_object_get(reply, "message"));

@@ -370,7 +370,8 @@ static void client_parse(struct client *c)
 			off += len + 1; /* a watching client's input is ignored */
 			continue;
 		}
-		if (len > S.cfg->max_line) {
+		/* The limit is on the line: a '\r' before the '\n' is not part of it. */
+		if (len - (len && c->in[off + len - 1] == '\r') > S.cfg->max_line) {
 			struct slot *s = slot_new(c);
 			if (s)
 				slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
@@ -388,7 +389,8 @@ static void client_parse(struct client *c)
 		S.nbacklog += more ? 1 : -1;
 		c->backlog = more;
 	}
-	if (!c->closing && !memchr(c->in, '\n', c->in_len) && c->in_len > S.cfg->max_line) {
+	if (!c->closing && !memchr(c->in, '\n', c->in_len) &&
+	    c->in_len - (c->in_len && c->in[c->in_len - 1] == '\r') > S.cfg->max_line) {
 		struct slot *s = slot_new(c);
 		if (s)
 			slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
@@ -499,19 +501,19 @@ json_t *event_json(const struct store_event *ev)
 
 static int poll_answer(struct waiter *wt)
 {
-	uint64_t last = 0;
+	uint64_t last = 0, next;
 	int err = 0;
 	char msg[160];
-	json_t *evs = ops_events_query(&wt->rq, &last, &err, msg, sizeof msg);
+	json_t *evs = ops_events_query(&wt->rq, &last, &next, &err, msg, sizeof msg);
 	if (err) {
 		slot_error(wt->slot, wt->rq.id, err, msg);
 		return 1;
 	}
-	if (json_array_size(evs) == 0) {
+	if (json_array_size(evs) == 0 && !next) {
 		json_decref(evs);
 		return 0;
 	}
-	slot_ok(wt->slot, wt->rq.id, json_pack("{soso}", "events", evs, "last_seq", json_integer((json_int_t)last)));
+	slot_ok(wt->slot, wt->rq.id, ops_events_reply(evs, last, next));
 	return 1;
 }
 
@@ -616,15 +618,14 @@ void polls_expire(int64_t now)
 		if (wt->deadline > now)
 			continue;
 		struct client *c = wt->c;
-		uint64_t last = 0;
+		uint64_t last = 0, after;
 		int err = 0;
 		char msg[160];
-		json_t *evs = ops_events_query(&wt->rq, &last, &err, msg, sizeof msg);
+		json_t *evs = ops_events_query(&wt->rq, &last, &after, &err, msg, sizeof msg);
 		if (err)
 			slot_error(wt->slot, wt->rq.id, err, msg);
 		else
-			slot_ok(wt->slot, wt->rq.id,
-				json_pack("{soso}", "events", evs, "last_seq", json_integer((json_int_t)last)));
+			slot_ok(wt->slot, wt->rq.id, ops_events_reply(evs, last, after));
 		waiter_free(wt);
 		client_flush(c);
 	}
@@ -689,10 +690,47 @@ void clients_reap(void)
 	}
 }
 
+/* At exit, every request read gets an answer: a long-poll still parked,
+ * and each complete line not parsed yet (pipelined behind the per-wakeup
+ * cap or a barrier), is answered `unavailable`, in order. */
+static void answer_unavailable(struct client *c)
+{
+	static const char msg[] = "agentd is shutting down";
+	size_t off = 0;
+	char *nl;
+	if (c->watch || c->closing)
+		return;
+	while ((nl = memchr(c->in + off, '\n', c->in_len - off))) {
+		size_t len = (size_t)(nl - (c->in + off));
+		len -= len && c->in[off + len - 1] == '\r';
+		struct slot *s = slot_new(c);
+		if (!s)
+			break;
+		if (len > S.cfg->max_line) {
+			slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
+			break;
+		}
+		struct request rq;
+		char why[256];
+		memset(&rq, 0, sizeof rq);
+		int err = proto_parse(c->in + off, len, &names, &rq, why, sizeof why);
+		slot_error(s, rq.id, err != PERR_OK ? err : PERR_UNAVAILABLE, err != PERR_OK ? why : msg);
+		proto_request_free(&rq);
+		off = (size_t)(nl - c->in) + 1;
+	}
+	c->in_len = 0;
+}
+
 void control_close_all(void)
 {
 	struct client *c, *next;
+	struct waiter *wt, *wn;
+	TAILQ_FOREACH_SAFE(wt, &S.polls, tq, wn) {
+		slot_error(wt->slot, wt->rq.id, PERR_UNAVAILABLE, "agentd is shutting down");
+		waiter_free(wt);
+	}
 	LIST_FOREACH_SAFE(c, &S.clients, link, next) {
+		answer_unavailable(c);
 		/* One last try at what is owed; the socket is non-blocking. */
 		client_flush(c);
 		client_free(c);

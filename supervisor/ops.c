@@ -137,22 +137,28 @@ static int append_json(void *arg, const struct store_event *ev)
 	return e ? json_array_append_new(arg, e) : -ENOMEM;
 }
 
-json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, int *err, char *msg, size_t msglen)
+json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t *next, int *err, char *msg,
+			 size_t msglen)
 {
 	store_txn *t;
 	int e = store_txn_begin(S.st, STORE_READ, &t);
 	json_t *a = json_array();
+	*next = 0;
 	if (!e)
 		e = store_event_latest_seq(t, rq->conv, last_seq);
 	if (!e) {
 		struct store_range r = { rq->after, rq->before, rq->limit, rq->type };
-		/* Without a limit, one reply carries at most PROTO_EVENTS_MAX
+		/* Without a limit, one reply covers at most PROTO_EVENTS_MAX
 		 * seqs (the oldest after `after`; seqs are dense): a whole long
 		 * log built as one JSON reply would stall the loop for everyone.
-		 * The client pages on with after = the last seq it got. */
-		if (!r.limit && (!r.before || r.before - r.after > PROTO_EVENTS_MAX + 1) &&
-		    r.after <= UINT64_MAX - PROTO_EVENTS_MAX - 1)
+		 * When seqs are left past that, *next is the last one covered:
+		 * the client pages on with after = next (next_after). */
+		if (!r.limit && (!r.before || (r.before > r.after && r.before - r.after > PROTO_EVENTS_MAX + 1)) &&
+		    r.after <= UINT64_MAX - PROTO_EVENTS_MAX - 1) {
 			r.before = r.after + PROTO_EVENTS_MAX + 1;
+			if (*last_seq >= r.before)
+				*next = r.before - 1;
+		}
 		e = store_events_stream(t, rq->conv, &r, append_json, a);
 	}
 	store_txn_abort(t);
@@ -207,16 +213,26 @@ static void op_list(store_txn *t, struct job *j)
 		json_object_set_new(j->reply, "next", json_string(l.last));
 }
 
+/* The reply to `events`: next_after (an extension) when a capped reply left
+ * seqs unread. */
+json_t *ops_events_reply(json_t *evs, uint64_t last, uint64_t next)
+{
+	json_t *o = json_pack("{soso}", "events", evs, "last_seq", json_integer((json_int_t)last));
+	if (o && next)
+		json_object_set_new(o, "next_after", json_integer((json_int_t)next));
+	return o;
+}
+
 static void op_events(struct job *j)
 {
-	uint64_t last = 0;
+	uint64_t last = 0, next;
 	int err;
-	json_t *evs = ops_events_query(&j->rq, &last, &err, j->msg, sizeof j->msg);
+	json_t *evs = ops_events_query(&j->rq, &last, &next, &err, j->msg, sizeof j->msg);
 	if (err) {
 		j->err = err;
 		return;
 	}
-	if (json_array_size(evs) == 0 && j->rq.wait_ms > 0) {
+	if (json_array_size(evs) == 0 && !next && j->rq.wait_ms > 0) {
 		/* Long-poll: park it on the conversation until a commit or the deadline. */
 		struct waiter *wt = calloc(1, sizeof *wt);
 		struct worker *w = worker_get(j->rq.conv);
@@ -239,7 +255,7 @@ static void op_events(struct job *j)
 		j->slot = NULL; /* completed by the waiter */
 		return;
 	}
-	j->reply = json_pack("{soso}", "events", evs, "last_seq", json_integer((json_int_t)last));
+	j->reply = ops_events_reply(evs, last, next);
 }
 
 static void op_watch(struct job *j)

@@ -227,7 +227,9 @@ void ops_count(int op, int64_t started_us);
  * together (resolve and fired expiries). conv gets its conversation. */
 int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,
 	       int *ended);
-json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, int *err, char *msg, size_t msglen);
+json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t *next, int *err, char *msg,
+			 size_t msglen);
+json_t *ops_events_reply(json_t *evs, uint64_t last, uint64_t next);
 
 /* workers.c */
 struct worker *worker_find(const char *conv);

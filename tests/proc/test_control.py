@@ -979,6 +979,111 @@ def test_nesting_limits_are_bad_requests_that_spoil_nothing():
         assert a.ok({"op": "tool_call", "tool_call_id": pend[0]["id"]})["tool_call"]["result"] == nest(64)
 
 
+def test_events_ranges_pages_and_agentctl_prints_a_long_log_whole():
+    with Agentd() as a:
+        c = a.create(conversation="big")
+        for i in range(3):
+            a.send(c, f"m{i}")
+            wait_for(lambda: len(a.events(c)) >= 2 * (i + 1), 10, "the echo's answer")
+        # after and before are exclusive: before <= after + 1 is empty, also without a limit (an
+        # unsigned wrap made it 10,000 seqs past `before`) and as a long-poll, which waits
+        assert a.ok({"op": "events", "conversation": c, "after": 5, "before": 3})["events"] == []
+        assert a.ok({"op": "events", "conversation": c, "after": 5, "before": 6})["events"] == []
+        t0 = time.monotonic()
+        r = a.ok({"op": "events", "conversation": c, "after": 5, "before": 2, "wait_ms": 300})
+        assert r["events"] == [] and time.monotonic() - t0 >= 0.29, r
+
+        with a.conn(timeout=60) as k:  # 11,000 more sends, pipelined
+            for _ in range(11):
+                k.raw(b"".join(json.dumps({"op": "send", "conversation": c, "content": "x"}).encode() + b"\n"
+                               for _ in range(1000)))
+                for _ in range(1000):
+                    assert k.recv(30)["ok"] is True
+        a.ok({"op": "update", "conversation": c, "status": "ended"})  # no more turns: a stable log
+        wait_for(lambda: a.worker_pid(c) is None, 20, "the worker to stop")
+        last = a.ok({"op": "get", "conversation": c})["conversation"]["last_seq"]
+        assert last > 11000, last
+        # a reply covers 10,000 seqs at most; next_after says where to go on
+        r = a.ok({"op": "events", "conversation": c})
+        assert [e["seq"] for e in r["events"]] == list(range(1, 10001)) and r["next_after"] == 10000, \
+            (len(r["events"]), r.get("next_after"))
+        r2 = a.ok({"op": "events", "conversation": c, "after": 10000, "wait_ms": 5000})
+        assert [e["seq"] for e in r2["events"]] == list(range(10001, last + 1)) and "next_after" not in r2
+        # with a type filter a page may hold none of that type, and still says where to go on
+        r3 = a.ok({"op": "events", "conversation": c, "type": "error"})
+        assert r3["events"] == [] and r3["next_after"] == 10000, r3
+        assert "next_after" not in a.ok({"op": "events", "conversation": c, "limit": 10000})
+        # agentctl pages on: the whole log, in order
+        rc, out, err = a.ctl("events", c, timeout=60)
+        seqs = [int(line.split()[0]) for line in out.splitlines()]
+        assert seqs == list(range(1, last + 1)) and err == "", (len(seqs), err)
+        rc, out, err = a.ctl("events", c, "--after", str(last - 2), timeout=60)
+        assert [int(line.split()[0]) for line in out.splitlines()] == [last - 1, last], out
+
+
+def test_shutdown_answers_every_request_it_read():
+    a = Agentd(config="[agentd]\nmax_line = 1k\n")
+    try:
+        c = a.create(conversation="s")
+        lp = a.conn()
+        lp.send({"op": "events", "conversation": c, "after": 0, "wait_ms": 60000, "id": "lp"})
+        wait_for(lambda: metric(a, "agentd_ops_total", 'op="events"') >= 1, 10, "the long-poll parked")
+        k = a.conn()
+        # 100 pings, shutdown, 100 gets, an empty line, then a line over the limit, in one write
+        k.raw(b"".join(json.dumps({"op": "ping", "id": i}).encode() + b"\n" for i in range(100))
+              + json.dumps({"op": "shutdown", "id": "sd"}).encode() + b"\n"
+              + b"".join(json.dumps({"op": "get", "conversation": "s", "id": 1000 + i}).encode() + b"\r\n"
+                         for i in range(100))
+              + b"\n" + b"x" * 2000 + b"\n")
+        got = [k.recv(10) for _ in range(203)]
+        assert a.wait(20) == 0
+        assert [g["id"] for g in got[:101]] == list(range(100)) + ["sd"] and all(g["ok"] for g in got[:101])
+        gets = got[101:201]
+        assert [g["id"] for g in gets] == list(range(1000, 1100)), [g.get("id") for g in gets]
+        for g in gets:  # served before the shutdown took effect, or refused after
+            assert g["ok"] is True or g["error"] == "unavailable", g
+        assert gets[-1]["error"] == "unavailable", gets[-1]
+        assert got[201]["error"] == "bad_request" and got[202]["error"] == "too_large", got[201:]
+        r = lp.recv(10)
+        assert r["id"] == "lp" and r["error"] == "unavailable", r
+    finally:
+        a.close()
+
+
+def test_a_crlf_line_of_exactly_max_line_is_accepted():
+    with Agentd(config="[agentd]\nmax_line = 1k\n") as a:
+        a.create(conversation="m")
+        prefix, suffix = b'{"op":"send","conversation":"m","content":"', b'"}'
+        line = prefix + b"x" * (1024 - len(prefix) - len(suffix)) + suffix
+        with a.conn() as k:
+            k.raw(line + b"\r\n")
+            assert k.recv()["ok"] is True
+            k.raw(line[:-1] + b"xx\r\n")  # one byte over
+            assert k.recv()["error"] == "too_large"
+        with a.conn() as k:  # the same, arriving in pieces: the \r waits for its \n
+            k.raw(line + b"\r")
+            time.sleep(scaled(0.1))
+            k.raw(b"\n")
+            assert k.recv()["ok"] is True
+
+
+def test_compact_pipelined_before_stop_is_done_first():
+    with Agentd() as a:
+        c = a.create(conversation="cs")
+        for i in range(3):
+            a.send(c, f"m{i}")
+            wait_for(lambda: len(a.events(c)) >= 2 * (i + 1), 10, "the echo's answer")
+        wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["worker"]["state"] == "idle", 10,
+                 "an idle worker")
+        with a.conn(timeout=30) as k:
+            k.send({"op": "compact", "conversation": c, "id": 1})
+            k.send({"op": "stop", "conversation": c, "id": 2})
+            r1, r2 = k.recv(20), k.recv(20)
+        assert r1["ok"] is True and r1["summary"]["to_seq"] == 5, r1
+        assert r2["ok"] is True, r2
+        wait_for(lambda: a.worker_pid(c) is None, 10, "the worker to stop")
+
+
 # ---------------------------------------------------------------------------------------------------
 # The socket file
 
