@@ -1121,6 +1121,7 @@ int main(int argc, char **argv, char **envp)
 	json_decref(W.events);
 	json_decref(W.settings);
 	json_decref(W.summary);
+	free(W.compacts);
 	config_free(&W.cfg);
 	return 0;
 }
