@@ -95,7 +95,29 @@ static void die_store(int e, const char *what)
 		exit(EXIT_FENCED);
 	}
 	log_error("%s: %s: %s", W.conv, what, store_strerror(e));
+	struct store_stat st;
+	if (e == STORE_E_FULL && W.st && store_stat(W.st, &st) == 0 && st.map_size < st.max_map_size) {
+		/* The map grows before this handle's next transaction, and a
+		 * new worker reserves room again: a restart, not a dead end. */
+		log_warn("%s: the map (%llu bytes) may still grow: exiting to be restarted", W.conv,
+			 (unsigned long long)st.map_size);
+		exit(EXIT_STORE);
+	}
 	exit(e == STORE_E_CORRUPT ? EXIT_CORRUPT : e == STORE_E_FULL ? IPC_EXIT_FULL : EXIT_STORE);
+}
+
+/* About the bytes v takes in the store (its compact JSON). */
+static size_t json_size(const json_t *v)
+{
+	return v ? json_dumpb(v, NULL, 0, JSON_COMPACT) : 0;
+}
+
+/* Room for a write of about `bytes` before its transaction: the map grows
+ * by itself only by halves, and a large turn or result would otherwise meet
+ * a full map that could still grow (store_reserve). */
+static void reserve(size_t bytes)
+{
+	store_reserve(W.st, bytes); /* no system call unless the map grows */
 }
 
 static store_txn *rbegin(void)
@@ -356,6 +378,13 @@ static void load(void)
 		die_store(e, "load_since");
 	}
 	if (has) {
+		uint64_t last = 0;
+		if ((e = store_event_latest_seq(t, W.conv, &last)) == 0 && last < s.to_seq)
+			e = STORE_E_CORRUPT; /* a summary past the log: nothing read from here is sound */
+		if (e) {
+			store_txn_abort(t);
+			die_store(e, "summary");
+		}
 		W.sum_to = s.to_seq;
 		W.sum_version = s.version;
 		if (!W.last_seq)
@@ -576,6 +605,10 @@ static void audit(store_txn *t, uint64_t turn_ref, const json_t *req, const char
 static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *req, const char *model,
 			int64_t latency)
 {
+	size_t bytes = strlen(r->text) + (W.cfg.audit ? json_size(req) : 0);
+	for (size_t i = 0; i < r->ncalls; i++)
+		bytes += 2 * json_size(r->calls[i].args); /* in the tool_call event and the call's row */
+	reserve(bytes);
 	store_txn *t = wbegin();
 	uint64_t before = 0;
 	must(t, store_event_latest_seq(t, W.conv, &before), "latest seq");
@@ -687,6 +720,7 @@ static void run_turn(void)
 /* Settle a server call (if still pending) with its tool_result. */
 static void settle(const char *id, int status, json_t *result)
 {
+	reserve(2 * json_size(result)); /* in the tool_result event and the call's row */
 	store_txn *t = wbegin();
 	struct jsonmp_buf b;
 	char conv[STORE_ID_MAX + 1];
@@ -883,6 +917,7 @@ static int compact(int keep, char *err, size_t errlen)
 		return -1;
 	}
 	json_t *content = json_pack("{ss}", "text", mr.final.text);
+	reserve(strlen(mr.final.text) + (W.cfg.audit ? json_size(req) : 0));
 	store_txn *t = wbegin();
 	struct jsonmp_buf b;
 	uint64_t version = 0;

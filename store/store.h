@@ -96,11 +96,21 @@ struct store_stat {
 	uint64_t size_bytes;  /* bytes of the data file in use (last page) */
 	uint64_t file_bytes;  /* size of the data file */
 	uint64_t map_size;
+	uint64_t max_map_size; /* what map_size may grow to */
 	unsigned readers;     /* reader slots in use */
 	unsigned max_readers;
 	int sync;
 };
 int store_stat(store *s, struct store_stat *st);
+
+/* Before a write transaction of about `bytes`, with no transaction of this
+ * handle open: grow the map (within max_map_size) until that much room is
+ * left twice over, so the transaction does not meet a full map. The map also
+ * grows by itself before a write transaction once the data passes three
+ * quarters of it; this is for a transaction larger than the last quarter.
+ * Returns 0, or STORE_E_FULL when even max_map_size leaves less room (the
+ * transaction may still fit), -EBUSY with a transaction open. */
+int store_reserve(store *s, size_t bytes);
 
 /* The milliseconds clock the store stamps records with. */
 int64_t store_now(store *s);
@@ -345,6 +355,12 @@ int store_tool_call_resolve(store_txn *txn, const char *id, int status, store_by
 int store_expiry_schedule(store_txn *txn, const char *tool_call_id, int64_t deadline_ms);
 /* Remove the call's deadline; 0 also when there was none. */
 int store_expiry_cancel(store_txn *txn, const char *tool_call_id);
+/* Remove the deadline row (deadline_ms, tool_call_id) itself, reading no
+ * tool call: for a row store_expiries_due gave whose call cannot be expired
+ * (settled or gone, or its records unreadable: a damaged store, which
+ * `agentd check` lists). The call's record is left as it is. 0 also when
+ * there was no such row. Errors: STORE_E_INVAL. */
+int store_expiry_drop(store_txn *txn, int64_t deadline_ms, const char *tool_call_id);
 /* Deadlines <= now_ms, earliest first (ties in tool call id order). */
 struct store_expiry {
 	int64_t deadline;

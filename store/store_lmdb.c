@@ -613,6 +613,7 @@ int store_stat(store *s, struct store_stat *st)
 	memset(st, 0, sizeof *st);
 	st->size_bytes = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
 	st->map_size = info.me_mapsize;
+	st->max_map_size = s->opts.max_map_size;
 	/* Not me_numreaders: that is the most slots ever used (LMDB never
 	 * lowers it), while store.h promises the slots in use now. */
 	st->readers = 0;
@@ -628,11 +629,22 @@ int store_stat(store *s, struct store_stat *st)
 
 /* ---- transactions ---------------------------------------------------- */
 
-/* Grow the map after a txn ran out of room. Only possible with no txn of
- * this process open; other processes adopt the size on MDB_MAP_RESIZED. */
-static void maybe_grow(store *s)
+/* Grow the map after a txn ran out of room, or before a write txn once the
+ * data passes three quarters of it: every process grows its own map ahead of
+ * need, since a process whose map is smaller than another's fails with
+ * MDB_MAP_FULL where that one would not, and only a transaction larger than
+ * the last quarter meets a full map. Only possible with no txn of this
+ * process open; a process that finds the data past its map adopts the
+ * larger size (MDB_MAP_RESIZED, store_txn_begin). */
+static void maybe_grow(store *s, int write)
 {
-	if (!s->grow_pending || s->ntxn > 0)
+	if (s->ntxn > 0)
+		return;
+	MDB_envinfo info;
+	if (!s->grow_pending && write && s->map_size < s->opts.max_map_size && mdb_env_info(s->env, &info) == 0 &&
+	    ((uint64_t)info.me_last_pgno + 1) * s->psize > s->map_size / 4 * 3)
+		s->grow_pending = 1;
+	if (!s->grow_pending)
 		return;
 	s->grow_pending = 0;
 	if (s->map_size >= s->opts.max_map_size)
@@ -642,6 +654,24 @@ static void maybe_grow(store *s)
 		want = s->opts.max_map_size;
 	if (mdb_env_set_mapsize(s->env, want) == 0)
 		s->map_size = want;
+}
+
+int store_reserve(store *s, size_t bytes)
+{
+	MDB_envinfo info;
+	if (!s)
+		return STORE_E_INVAL;
+	if (s->ntxn > 0)
+		return -EBUSY;
+	if (s->opts.read_only || mdb_env_info(s->env, &info))
+		return 0;
+	uint64_t used = ((uint64_t)info.me_last_pgno + 1) * s->psize, need = used + 2 * (uint64_t)bytes;
+	size_t want = s->map_size;
+	while (want < need && want < s->opts.max_map_size)
+		want = want > s->opts.max_map_size / 2 ? s->opts.max_map_size : want * 2;
+	if (want > s->map_size && mdb_env_set_mapsize(s->env, want) == 0)
+		s->map_size = want;
+	return s->map_size >= need ? 0 : STORE_E_FULL;
 }
 
 /* Keep the data file written ahead of LMDB's last page. On ext4 (and most
@@ -759,7 +789,7 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 		return STORE_E_INVAL;
 	if (mode == STORE_WRITE && s->writing)
 		return -EBUSY;
-	maybe_grow(s);
+	maybe_grow(s, mode == STORE_WRITE);
 	store_txn *x = txn_obj(s, mode == STORE_WRITE);
 	if (!x)
 		return -ENOMEM;
@@ -865,7 +895,7 @@ int store_txn_commit(store_txn *x)
 		cache_end(x, id, err == 0);
 	store *s = x->s;
 	txn_free(x);
-	maybe_grow(s);
+	maybe_grow(s, 0);
 	return err;
 }
 
@@ -878,7 +908,7 @@ void store_txn_abort(store_txn *x)
 	mdb_txn_abort(x->t);
 	store *s = x->s;
 	txn_free(x);
-	maybe_grow(s);
+	maybe_grow(s, 0);
 }
 
 /* ---- conversations --------------------------------------------------- */
@@ -1055,6 +1085,24 @@ static int conv_insert(store_txn *x, const char *id, store_bytes settings, uint6
 		return err;
 	if (!err && val_uint(&v, &num))
 		return fail(x, STORE_E_CORRUPT);
+	/* A number in use (next_conv lost or behind: a damaged store) is never
+	 * taken over: the next one after the greatest in use is. */
+	unsigned char k[8];
+	put_be64(k, num);
+	if ((err = get(x, x->s->convs, k, 8, &v)) != STORE_E_NOTFOUND) {
+		if (err)
+			return err;
+		MDB_cursor *c;
+		MDB_val ck, cv;
+		int rc = mdb_cursor_open(x->t, x->s->convs, &c);
+		if (rc)
+			return fail(x, map_err(rc));
+		rc = mdb_cursor_get(c, &ck, &cv, MDB_LAST);
+		mdb_cursor_close(c);
+		if (rc || ck.mv_size != 8)
+			return fail(x, rc ? map_err(rc) : STORE_E_CORRUPT);
+		num = get_be64(ck.mv_data) + 1;
+	}
 	if ((err = put_uint(x, x->s->meta, "next_conv", 9, num + 1)) ||
 	    (err = put_uint(x, x->s->conv_ids, id, strlen(id), num)))
 		return err;
@@ -2034,6 +2082,16 @@ int store_expiry_cancel(store_txn *x, const char *id)
 	if ((err = tc_store(x, &r)) != 0)
 		return err;
 	return expiry_del(x, &old);
+}
+
+int store_expiry_drop(store_txn *x, int64_t deadline, const char *id)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || deadline <= 0)
+		return STORE_E_INVAL;
+	unsigned char ek[8 + STORE_ID_MAX];
+	size_t el = key_str(ek, (uint64_t)deadline, id, strlen(id));
+	return del(x, x->s->expiries, ek, el);
 }
 
 int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)

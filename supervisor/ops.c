@@ -783,17 +783,21 @@ static void after_write(struct job *j, struct wres *r)
 
 static void group_commit(struct job **w, struct wres *res, size_t n)
 {
-	int e = 0;
-	for (int attempt = 0; attempt < 2; attempt++) {
+	int e = 0, grown = 0;
+	size_t left = n;
+	for (;;) {
 		store_txn *t;
+		size_t bad = n;
 		e = sup_write_begin(STORE_WRITE, &t);
 		for (size_t i = 0; !e && i < n; i++) {
+			if (w[i]->excluded)
+				continue;
 			w[i]->err = 0;
 			json_decref(w[i]->reply);
 			w[i]->reply = NULL;
 			int we = write_one(t, w[i], &res[i]);
 			if (fatal(we))
-				e = we;
+				e = we, bad = i;
 		}
 		if (e) {
 			store_txn_abort(t);
@@ -806,12 +810,31 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		}
 		if (e)
 			leases_ahead_drop(); /* taken in a transaction that did not commit */
-		/* A full map: the store grows it before the next begin. */
-		if (e != STORE_E_FULL)
+		if (e == STORE_E_CORRUPT && bad < n) {
+			/* One write met a damaged record (`agentd check` names
+			 * it): it fails alone, with the error it set; the
+			 * others are retried without it. */
+			w[bad]->excluded = 1;
+			if (!w[bad]->err)
+				job_store_error(w[bad], e, proto_op_name(w[bad]->rq.op));
+			left--;
+			log_error("a %s of %s met a damaged record: refused; %zu other write(s) retried without it",
+				  proto_op_name(w[bad]->rq.op), w[bad]->rq.conv ? w[bad]->rq.conv : w[bad]->rq.tool_call_id,
+				  left);
+			if (left)
+				continue;
+			e = 0;
 			break;
-		log_warn("store full during a group commit of %zu writes: retrying after growing the map", n);
+		}
+		/* A full map: the store grows it before the next begin. */
+		if (e != STORE_E_FULL || grown)
+			break;
+		grown = 1;
+		log_warn("store full during a group commit of %zu writes: retrying after growing the map", left);
 	}
 	for (size_t i = 0; i < n; i++) {
+		if (w[i]->excluded)
+			continue; /* its error is set */
 		if (e) {
 			json_decref(w[i]->reply);
 			w[i]->reply = NULL;

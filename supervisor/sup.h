@@ -45,6 +45,7 @@ struct job {
 	json_t *reply;  /* success fields */
 	int ran;        /* a read already answered while the writes were held */
 	int after_write; /* a read queued behind a write of its client: runs after the commit */
+	int excluded;   /* a write that met a damaged record: failed alone, left out of the retry */
 };
 
 /* A client waiting on a conversation's commits: a long-poll or a watch. */

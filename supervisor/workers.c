@@ -1004,6 +1004,7 @@ void workers_kill_all(void)
 
 struct due {
 	char id[STORE_ID_MAX + 1];
+	int64_t deadline;
 };
 
 struct due_ctx {
@@ -1025,7 +1026,32 @@ static int due_add(struct due_ctx *c, store_bytes id)
 
 static int due_one(void *arg, const struct store_expiry *e)
 {
-	return due_add(arg, e->tool_call_id);
+	struct due_ctx *c = arg;
+	int r = due_add(c, e->tool_call_id);
+	if (r == 0)
+		c->d[c->n - 1].deadline = e->deadline;
+	return r;
+}
+
+/* A due row whose call's records cannot be read (a damaged store): its
+ * deadline row goes, in a transaction of its own, so that it neither fails
+ * the batch of the others nor comes due again at once. `agentd check` names
+ * the damage; the call's record keeps its deadline. */
+static int expiry_drop_damaged(const struct due *d, int why)
+{
+	store_txn *t = NULL;
+	int e = sup_write_begin(STORE_WRITE, &t);
+	if (!e) {
+		e = store_expiry_drop(t, d->deadline, d->id);
+		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
+	}
+	if (e)
+		log_error("tool call %s: its records cannot be read (%s) and its deadline could not be dropped: %s",
+			  d->id, store_strerror(why), store_strerror(e));
+	else
+		log_error("tool call %s: its records cannot be read (%s; see agentd check): its deadline is dropped",
+			  d->id, store_strerror(why));
+	return e;
 }
 
 /* After a failed attempt to fire: the next one waits EXPIRY_RETRY_MS. */
@@ -1091,28 +1117,32 @@ int expiries_fire(void)
 		char convs[EXPIRY_BATCH][STORE_ID_MAX + 1];
 		uint64_t seqs[EXPIRY_BATCH];
 		int fired[EXPIRY_BATCH] = { 0 }, ended[EXPIRY_BATCH] = { 0 };
-		size_t done = 0;
+		size_t bad = c.n;
 		for (size_t i = 0; i < c.n && !e; i++) {
 			int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, convs[i], &seqs[i], &ended[i]);
-			if (r == 0)
+			if (r == 0) {
 				fired[i] = 1;
-			else if (r == STORE_E_STALE) {
-				/* Settled already: drop the deadline. A call that
-				 * is gone (stale too) leaves a row cancel cannot
-				 * find: not done. */
-				struct store_tool_call tc;
-				r = store_tool_call_get(t, d[i].id, &tc);
-				if (r == 0)
-					r = store_expiry_cancel(t, d[i].id);
+			} else if (r == STORE_E_STALE) {
+				/* Settled already, or gone: only a damaged store
+				 * keeps its row (resolve removes it). The row goes. */
+				if ((r = store_expiry_drop(t, d[i].deadline, d[i].id)) == 0)
+					log_warn("tool call %s: dropped a deadline row for a call that is settled or gone",
+						 d[i].id);
 			}
-			if (r == 0)
-				done++;
-			else if (r != STORE_E_STALE && r != STORE_E_NOTFOUND)
-				e = r;
+			if (r)
+				e = r, bad = i;
 		}
 		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
 		if (e) {
 			leases_ahead_drop();
+			if ((e == STORE_E_CORRUPT || e == STORE_E_NOTFOUND) && bad < c.n) {
+				if (expiry_drop_damaged(&d[bad], e)) {
+					expiry_retry_later();
+					return total;
+				}
+				round--; /* the others again, without it */
+				continue;
+			}
 			if (e == STORE_E_FULL && c.n > 1) {
 				cap = c.n / 2;
 				log_warn("store full firing %zu expiries: retrying in batches of %zu", c.n, cap);
@@ -1140,13 +1170,6 @@ int expiries_fire(void)
 				waiters_notify(w, seqs[i]);
 		}
 		leases_ahead_drop();
-		if (!done) {
-			/* Due rows naming no call (a damaged store: `agentd check`
-			 * lists them) cannot be removed: do not spin on them. */
-			log_error("%zu due expiries name no tool call: retrying in %d ms", c.n, EXPIRY_RETRY_MS);
-			expiry_retry_later();
-			return total;
-		}
 		if (c.n < EXPIRY_BATCH && round + 1 >= EXPIRY_ROUNDS)
 			return total;
 	}

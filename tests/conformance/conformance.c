@@ -2376,6 +2376,40 @@ START_TEST(expiry_cancel)
 }
 END_TEST
 
+/* The row alone goes, by its key; the call's record is not read or changed. */
+START_TEST(expiry_drop)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	mktc("c1", "other");
+	schedule("tc", T0 + 100);
+	schedule("other", T0 + 50);
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_expiry_drop(t, T0 + 99, "tc"), 0); /* not its key: nothing goes */
+	ck_assert_int_eq(store_expiry_drop(t, T0 + 100, "nope"), 0);
+	ck_assert_int_eq(store_expiry_drop(t, 0, "tc"), STORE_E_INVAL);
+	ck_assert_int_eq(store_expiry_drop(t, T0 + 100, "a b"), STORE_E_INVAL);
+	commit(t);
+	ck_assert_int_eq(due(INT64_MAX), 0);
+	EXPECT_LIST("other", "tc");
+	t = wbegin();
+	ck_assert_int_eq(store_expiry_drop(t, T0 + 100, "tc"), 0);
+	ck_assert_int_eq(store_expiry_drop(t, T0 + 100, "tc"), 0); /* again: none left */
+	commit(t);
+	ck_assert_int_eq(due(INT64_MAX), 0);
+	EXPECT_LIST("other");
+	t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert_int_eq(tc.deadline, T0 + 100); /* the record keeps its deadline */
+	ck_assert_int_eq(tc.status, STORE_TC_PENDING);
+	store_txn_abort(t);
+	t = rbegin();
+	ck_assert_int_eq(store_expiry_drop(t, T0 + 50, "other"), STORE_E_INVAL); /* a write */
+	store_txn_abort(t);
+}
+END_TEST
+
 START_TEST(expiries_due_order)
 {
 	mkconv("c1");
@@ -3424,6 +3458,29 @@ START_TEST(map_full_grows_for_retry)
 }
 END_TEST
 
+START_TEST(reserve_grows_ahead)
+{
+	OPTS.map_size = (size_t)1 << 20;
+	OPTS.max_map_size = (size_t)16 << 20;
+	reopen_store();
+	mkconv("c1");
+	ck_assert_int_eq(store_reserve(S, (size_t)3 << 20), 0);
+	struct store_stat st;
+	ck_assert_int_eq(store_stat(S, &st), 0);
+	ck_assert_uint_ge(st.map_size, (size_t)6 << 20);
+	ck_assert_uint_eq(st.max_map_size, (size_t)16 << 20);
+	ck_assert_int_eq(append_big("c1", (size_t)3 << 20), 0); /* at once: no full map */
+	ck_assert_int_eq(store_reserve(S, (size_t)100 << 20), STORE_E_FULL);
+	ck_assert_int_eq(store_stat(S, &st), 0);
+	ck_assert_uint_eq(st.map_size, (size_t)16 << 20); /* grown as far as allowed */
+	store_txn *t = rbegin();
+	ck_assert_int_eq(store_reserve(S, 1), -EBUSY);
+	store_txn_abort(t);
+	ck_assert_int_eq(store_reserve(S, 1), 0);
+	ck_assert_int_eq(store_reserve(NULL, 1), STORE_E_INVAL);
+}
+END_TEST
+
 /* ---- more edges --------------------------------------------------------- */
 
 static int conv_cb_ret;
@@ -3748,6 +3805,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, expiry_schedule_and_due);
 	tcase_add_test(tc, expiry_reschedule_replaces);
 	tcase_add_test(tc, expiry_cancel);
+	tcase_add_test(tc, expiry_drop);
 	tcase_add_test(tc, expiries_due_order);
 	tcase_add_test(tc, expiry_schedule_needs_pending_call);
 	tc = tc_new(s, "delete", setup);
@@ -3790,6 +3848,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, stat_and_reader_check);
 	tcase_add_test(tc, map_full_without_growth_loses_nothing);
 	tcase_add_test(tc, map_full_grows_for_retry);
+	tcase_add_test(tc, reserve_grows_ahead);
 	tc = tc_new(s, "edges", setup);
 	tcase_add_test(tc, callback_return_never_poisons_write_txn);
 	tcase_add_test(tc, poisoned_txn_fails_every_later_operation);
