@@ -210,8 +210,8 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 		return config_size(v, &c->max_line) || c->max_line < 1024 ? -1 : 0;
 	if (!strcmp(k, "max_workers"))
 		return set_int(&c->max_workers, v, 1, 1000000);
-	if (!strcmp(k, "restart_limit"))
-		return set_int(&c->restart_limit, v, 1, 1000000);
+	if (!strcmp(k, "restart_limit")) /* crash times are kept for the last 16 (sup.h) */
+		return set_int(&c->restart_limit, v, 1, 16);
 	if (!strcmp(k, "restart_window")) /* 0 would count no crash as recent */
 		return config_duration(v, &c->restart_window_ms) || c->restart_window_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "shutdown_timeout"))

@@ -594,9 +594,7 @@ static int w_delete(store_txn *t, struct job *j)
 		/* The rows go in this transaction; a worker left running would
 		 * only be fenced (its conversation is gone), but it must not
 		 * run a model or tool for a deleted conversation either. */
-		w->deleted = 1;
-		if (w->pid)
-			worker_kill(w, SIGKILL);
+		worker_deleted(w);
 	}
 	int e = store_conv_delete(t, j->rq.conv);
 	if (e && e != STORE_E_NOTFOUND)

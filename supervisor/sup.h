@@ -117,6 +117,7 @@ struct worker {
 	int wake_sent;              /* a wake it has not answered with woken */
 	int wake_missed;            /* an event since that wake: wake again on woken */
 	int deleted;                /* conversation deleted: never restart */
+	int recreated;              /* created again while its old worker was being killed */
 	uint64_t seen_seq;          /* highest seq announced to waiters */
 	pid_t child_pgid;           /* the model or tool running for it, 0: none */
 	LIST_HEAD(, waiter) waiters;
@@ -236,6 +237,7 @@ json_t *ops_events_reply(json_t *evs, uint64_t last, uint64_t next);
 struct worker *worker_find(const char *conv);
 struct worker *worker_get(const char *conv);
 int ensure_started(const char *conv);
+void worker_deleted(struct worker *w);
 void workers_reap(void);
 void worker_ipc(struct worker *w);
 void workers_tick(int64_t now);

@@ -325,8 +325,9 @@ static int spawn(struct worker *w)
 		e = take_lease(w->conv, &gen);
 	}
 	if (e) {
-		if (e != STORE_E_NOTFOUND)
-			log_error("%s: cannot take a writer lease: %s", w->conv, store_strerror(e));
+		if (e == STORE_E_NOTFOUND)
+			return 1; /* deleted meanwhile: nothing to start */
+		log_error("%s: cannot take a writer lease: %s", w->conv, store_strerror(e));
 		return -1;
 	}
 	if (spawn_fork(w, gen) || spawn_finish(w))
@@ -399,12 +400,60 @@ static void wake_send(struct worker *w)
 	S.m.wakes++;
 }
 
+/* A conversation was queued at max_workers: a worker with nothing to do
+ * (idle, or waiting for a person, who may take hours) gives its slot, one
+ * per conversation queued beyond those already giving theirs. */
+static void yield_slot(void)
+{
+	struct worker *w, *pick = NULL;
+	int queued = 0, yielding = 0;
+	TAILQ_FOREACH(w, &S.queue, qlink)
+		queued++;
+	RB_FOREACH(w, worker_tree, &S.workers) {
+		if (w->pid && w->state == W_STOPPING && w->stop_sent == 2)
+			yielding++;
+		else if (w->pid && (w->state == W_IDLE || w->state == W_AWAITING) && !w->wake_pending &&
+			 !w->wake_sent && (!pick || w->since < pick->since))
+			pick = w; /* the one idle longest */
+	}
+	if (pick && yielding < queued) {
+		worker_stop(pick);
+		pick->stop_sent = 2; /* not an operator's stop: see on_exit_status */
+	}
+}
+
+/* Its conversation is being deleted (ops.c, in the delete's transaction):
+ * kill its worker, and take it off the queue or out of backoff, so nothing
+ * starts for it. */
+void worker_deleted(struct worker *w)
+{
+	w->deleted = 1;
+	w->recreated = 0;
+	if (w->state == W_QUEUED) {
+		TAILQ_REMOVE(&S.queue, w, qlink);
+		set_state(w, W_NONE);
+	} else if (w->state == W_BACKOFF) {
+		set_state(w, W_NONE);
+	}
+	w->ncrash = 0;
+	if (w->pid)
+		worker_kill(w, SIGKILL);
+}
+
 int ensure_started(const char *conv)
 {
 	struct worker *w = worker_get(conv);
 	if (!w)
 		return -1;
 	if (w->pid) {
+		if (w->deleted) {
+			/* Its worker is being killed for a delete, and the
+			 * conversation exists again (created in the same
+			 * iteration): a new worker starts once that one is
+			 * reaped. */
+			w->recreated = 1;
+			return 0;
+		}
 		if (w->lease_ahead && w->lease_ahead == w->lease)
 			return 0; /* started by this commit (commit_spawning): it reads the log after it */
 		if (w->state == W_STOPPING) {
@@ -434,10 +483,12 @@ int ensure_started(const char *conv)
 		set_state(w, W_QUEUED);
 		TAILQ_INSERT_TAIL(&S.queue, w, qlink);
 		log_info("%s: %d workers live (max_workers): queued for a worker", conv, S.nlive);
+		yield_slot();
 		return 0;
 	}
-	if (spawn(w) == 0)
-		return 0;
+	int r = spawn(w);
+	if (r >= 0)
+		return 0; /* started, or its conversation is gone */
 	/* Could not start (exec failure, fork failure): count it as a crash
 	 * so a broken worker binary backs off instead of spinning. */
 	set_state(w, W_BACKOFF);
@@ -585,7 +636,15 @@ static void on_exit_status(struct worker *w, int status)
 	gate_drop(w);
 	compacts_fail(w, "the worker exited before compacting");
 	set_state(w, W_NONE);
-	if (w->deleted || S.shutting_down)
+	if (w->deleted) {
+		w->deleted = 0;
+		if (w->recreated && !S.shutting_down) {
+			w->recreated = 0;
+			ensure_started(w->conv);
+		}
+		return;
+	}
+	if (S.shutting_down)
 		return;
 	if (conv_status(w->conv) != STORE_ACTIVE)
 		return;

@@ -344,6 +344,73 @@ def test_worker_limit_queues():
             wait_for(lambda c=c: len(a.events(c)) >= 2, 20, f"{c} answered")
 
 
+def test_a_worker_with_nothing_to_do_gives_its_slot_to_a_queued_conversation():
+    # Before, a conversation queued at max_workers waited for an idle worker's idle_timeout (300 s by
+    # default), or for as long as a person took to answer one that was awaiting input.
+    with Agentd(start=False, extra_args=("--max-workers", "1")) as a:
+        a.write_config("[tool.ask]\nexecutor = human\nexpires = 0\n")
+        a.start()
+        workers = lambda: [(w["conversation"], w["state"]) for w in a.ok({"op": "status"})["workers"] if w["pid"]]
+        idle = a.create()
+        a.send(idle, "one")
+        wait_for(lambda: workers() == [(idle, "idle")], 10, "an idle worker")
+        asking = a.create(settings={"model": "echo", "tools": ["ask"]})
+        a.send(asking, "/tool ask")  # queued; the idle worker gives its slot
+        wait_for(lambda: workers() == [(asking, "awaiting_input")], 10, "the queued conversation started")
+        late = a.create()
+        a.send(late, "two")  # queued; the awaiting worker gives its slot
+        wait_for(lambda: len(a.events(late)) == 2, 10, "the second queued conversation answered")
+        assert a.events(idle)[-1]["type"] == "assistant_msg" and len(a.events(idle)) == 2
+        call = a.ok({"op": "tool_calls", "conversation": asking})["tool_calls"][0]
+        a.ok({"op": "resolve", "tool_call_id": call["id"], "result": "fine"})  # revives it, in turn
+        wait_for(lambda: a.events(asking)[-1]["type"] == "assistant_msg", 10, "the resolved conversation answered")
+        assert "crash" not in a.log()
+
+
+def test_deleting_a_queued_or_live_conversation_leaves_nothing_behind():
+    # A queued conversation deleted stayed on the queue, then sat in backoff (10 s): created again, it was
+    # answered only after that. Deleted, created and sent to in one iteration while its old worker lived,
+    # its message was never answered (the reaped worker was not replaced).
+    with Agentd(start=False, extra_args=("--max-workers", "1")) as a:
+        gate = os.path.join(a.dir, "go")
+        model = a.script("gated.py", f"""
+            import json, os, sys, time
+            json.load(sys.stdin)
+            while not os.path.exists({gate!r}):
+                time.sleep(0.02)
+            print(json.dumps({{"text": "done"}}))
+            """)
+        a.write_config(f"[model.gated]\ncommand = python3 {model}\n")
+        a.start()
+        busy = a.create(model="gated")
+        a.send(busy, "hold")
+        wait_for(lambda: a.worker_pid(busy), 10, "the busy worker")
+        a.create(conversation="qb")
+        a.send("qb", "queued")
+        states = lambda: {w["conversation"]: w["state"] for w in a.ok({"op": "status"})["workers"]}
+        wait_for(lambda: states().get("qb") == "queued", 10, "qb queued")
+        a.ok({"op": "delete", "conversation": "qb"})
+        assert "qb" not in states(), states()
+        open(gate, "w").close()
+        wait_for(lambda: len(a.events(busy)) == 2, 10, "the busy conversation answered")
+        a.create(conversation="qb")
+        t0 = time.monotonic()
+        a.send("qb", "again")
+        wait_for(lambda: len(a.events("qb")) == 2, 10, "the re-created qb answered")
+        assert time.monotonic() - t0 < harness.scaled(3), time.monotonic() - t0
+        for i in range(3):  # qb now has a live worker
+            assert a.worker_pid("qb")
+            with a.conn() as k:
+                reqs = [{"op": "delete", "conversation": "qb"},
+                        {"op": "create", "conversation": "qb", "settings": {"model": "echo"}},
+                        {"op": "send", "conversation": "qb", "content": f"round {i}"}]
+                k.raw(b"".join(json.dumps(r).encode() + b"\n" for r in reqs))
+                assert all(k.recv()["ok"] for _ in reqs)
+            wait_for(lambda: len(a.events("qb")) == 2, 10, f"round {i} answered")
+            assert a.events("qb")[1]["content"]["text"] == f"echo: round {i}", a.events("qb")
+        assert "crash" not in a.log() and "backoff" not in a.log()
+
+
 def test_model_writing_gigabytes_is_capped():
     with Agentd(start=False) as a:
         model = a.script("flood.py", """

@@ -125,6 +125,7 @@ static const struct {
 	{ "[agentd]\nmap_size = 2m\nmax_map_size = 1m\n",
 	  "F: map_size (2097152 bytes) is larger than max_map_size (1048576 bytes) in [agentd]" },
 	{ "[agentd]\nmax_workers = 0\n", "F: bad value '0' for 'max_workers' in [agentd]" },
+	{ "[agentd]\nrestart_limit = 17\n", "F: bad value '17' for 'restart_limit' in [agentd]" },
 	{ "[agentd]\nmax_line = 100\n", "F: bad value '100' for 'max_line' in [agentd]" },
 	{ "[agentd]\nsync = sometimes\n", "F: bad value 'sometimes' for 'sync' in [agentd]" },
 	{ "[agentd]\nlog_level = chatty\n", "F: bad value 'chatty' for 'log_level' in [agentd]" },
