@@ -204,7 +204,9 @@ int store_conv_put_fsm(store_txn *txn, const char *id, store_bytes fsm_state);
 /* Conversations in id order, strictly after `after` (NULL: from the start),
  * with status == `status` (-1: any), at most `limit` (0: no limit) of them.
  * *more (may be NULL) is set to 1 when further matches exist past the last.
- * Errors: STORE_E_INVAL, STORE_E_CORRUPT, the callback's return. */
+ * Errors: STORE_E_INVAL, the callback's return, STORE_E_CORRUPT when a
+ * conversation's record cannot be decoded (a damaged store): it is passed
+ * over, every other one is still listed, and the error comes at the end. */
 typedef int (*store_conv_fn)(void *arg, const struct store_conv *c);
 int store_conv_list(store_txn *txn, int status, const char *after, size_t limit,
 		    store_conv_fn fn, void *arg, int *more);

@@ -1190,7 +1190,7 @@ int store_conv_list(store_txn *x, int status, const char *after, size_t limit,
 		return fail(x, map_err(rc));
 	MDB_val k, v;
 	size_t n = 0;
-	int r = 0, from_fn = 0;
+	int r = 0, from_fn = 0, damaged = 0;
 	if (after) {
 		k.mv_size = strlen(after);
 		k.mv_data = (void *)after;
@@ -1205,15 +1205,19 @@ int store_conv_list(store_txn *x, int status, const char *after, size_t limit,
 		unsigned char kb[8];
 		MDB_val cv;
 		struct store_conv conv;
+		/* A record that cannot be read is passed over: the others are
+		 * listed, and STORE_E_CORRUPT says so at the end. */
 		if (val_uint(&v, &num)) {
-			r = STORE_E_CORRUPT;
-			break;
+			damaged = 1;
+			continue;
 		}
 		put_be64(kb, num);
 		if ((r = get(x, x->s->convs, kb, 8, &cv)) != 0 || (r = conv_decode(&cv, &conv)) != 0) {
-			if (r == STORE_E_NOTFOUND)
-				r = STORE_E_CORRUPT;
-			break;
+			if (r != STORE_E_NOTFOUND && r != STORE_E_CORRUPT)
+				break;
+			r = 0;
+			damaged = 1;
+			continue;
 		}
 		if (status != -1 && conv.status != status)
 			continue;
@@ -1234,7 +1238,9 @@ int store_conv_list(store_txn *x, int status, const char *after, size_t limit,
 	 * it equals STORE_E_CORRUPT. */
 	if (r)
 		return r == STORE_E_CORRUPT && !from_fn ? fail(x, r) : r;
-	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+	if (rc != 0 && rc != MDB_NOTFOUND)
+		return fail(x, map_err(rc));
+	return damaged ? STORE_E_CORRUPT : 0; /* read only: the txn goes on */
 }
 
 /* Deleting a tool call also removes its expiry and its row. */

@@ -203,6 +203,10 @@ static void op_list(store_txn *t, struct job *j)
 	struct list_ctx l = { t, json_array(), "" };
 	int more = 0;
 	int e = store_conv_list(t, j->rq.status, j->rq.conv, j->rq.limit, list_one, &l, &more);
+	if (e == STORE_E_CORRUPT) { /* the others are listed: serve them */
+		log_error("list: a conversation record cannot be decoded (see agentd check)");
+		e = 0;
+	}
 	if (e) {
 		json_decref(l.a);
 		job_store_error(j, e, "list");

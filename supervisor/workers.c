@@ -1255,7 +1255,8 @@ void workers_start_active(void)
 		int e = store_conv_list(t, STORE_ACTIVE, after[0] ? after : NULL, 0, active_one, &c, NULL);
 		store_txn_abort(t);
 		if (e && e != 1)
-			log_error("listing active conversations: %s", store_strerror(e));
+			log_error("listing active conversations: %s%s", store_strerror(e),
+				  e == STORE_E_CORRUPT ? " (a record passed over: see agentd check)" : "");
 		for (size_t i = 0; i < c.n; i++) {
 			ensure_started(d[i].id);
 			n++;

@@ -130,6 +130,38 @@ def test_a_summary_past_the_log_stops_its_worker_loudly():
         assert cpu_seconds(a.pid) - cpu0 < 0.25 * (time.monotonic() - w0), "agentd spins"
 
 
+def test_list_and_the_start_pass_over_a_damaged_record():
+    # Before, one undecodable conversation record failed `list` for the whole store, and at start every
+    # active conversation listed after it was left without a worker.
+    with Agentd(start=False) as a:
+        gate = os.path.join(a.dir, "go")
+        model = a.script("gated.py", f"""
+            import json, os, sys, time
+            json.load(sys.stdin)
+            while not os.path.exists({gate!r}):
+                time.sleep(0.02)
+            print(json.dumps({{"text": "done"}}))
+            """)
+        a.write_config(f"[model.gated]\ncommand = python3 {model}\n")
+        a.start()
+        for c in ("a", "b"):
+            a.create(conversation=c)
+        a.create(conversation="zz", model="gated")
+        a.send("zz", "mid-turn")
+        wait_for(lambda: a.worker_pid("zz"), 10, "zz's worker")
+        a.kill()  # mid-turn: zz stays active
+        damage_conv(a.data_dir, "b")
+        open(gate, "w").close()
+        a.start()
+        wait_for(lambda: len(a.events("zz")) == 2, 20, "zz revived and answered")
+        r = a.ok({"op": "list"})
+        assert [c["id"] for c in r["conversations"]] == ["a", "zz"], r
+        assert "list: a conversation record cannot be decoded (see agentd check)" in a.log()
+        assert "a record passed over" in a.log()
+        rc = check(a.data_dir)
+        assert rc.returncode == 1 and "corrupt record" in rc.stdout, rc.stdout
+
+
 def test_create_never_takes_a_number_in_use():
     # With meta's next_conv behind the conversations (damage), create took conversation a's number: the new
     # conversation got a's log and overwrote its record.
