@@ -55,6 +55,7 @@ static struct {
 	int ended;           /* status ended (as of the last read): no turn, no dispatch */
 	int woken;           /* a wake was read since the last refresh */
 	int stop;            /* told to stop while waiting to write: exit after it */
+	int compacting;      /* answering compacts on the way out (stop_now) */
 	const char *data;    /* the store: closed (NULL st) while we wait */
 	struct store_opts so;
 	char ipcbuf[IPC_MAX];
@@ -178,14 +179,29 @@ static void gate_enter(void)
 		exit(0); /* the supervisor is gone: nothing committed */
 }
 
+static void answer_compacts(void);
+
+/* Told to stop, between steps: compacts asked for before the stop are still
+ * done (replies come in the order asked), then exit. */
+static void stop_now(void) __attribute__((noreturn));
+static void stop_now(void)
+{
+	if (W.ncompact && !W.compacting) {
+		W.compacting = 1; /* its own writes must not stop it halfway */
+		store_take();
+		answer_compacts();
+	}
+	exit(0);
+}
+
 /* Done writing: give the gate back, with the last seq the commit made
  * visible (0: none), and honour a stop that came meanwhile. */
 static void gate_leave(uint64_t seq)
 {
 	struct ipc_msg m = { .type = IPC_WRITTEN, .seq = seq };
 	ipc_send_all(&m);
-	if (W.stop)
-		exit(0);
+	if (W.stop && !W.compacting)
+		stop_now();
 }
 
 /* A write transaction that checks the lease first: writers are serialised, so
@@ -1141,14 +1157,13 @@ int main(int argc, char **argv, char **envp)
 		if (n < 0 && errno != EINTR)
 			break;
 		int d = ipc_drain();
-		if (d) {
-			/* A compact asked for before the stop is still done. */
-			if (d == 1 && W.ncompact) {
-				store_take();
-				answer_compacts();
-			}
-			break;
+		if (d == 1 && W.ncompact) { /* as stop_now, then the clean exit below */
+			W.compacting = 1;
+			store_take();
+			answer_compacts();
 		}
+		if (d)
+			break;
 		store_take();
 	}
 	if (W.st)

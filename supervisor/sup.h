@@ -118,6 +118,7 @@ struct worker {
 	int wake_missed;            /* an event since that wake: wake again on woken */
 	int deleted;                /* conversation deleted: never restart */
 	int recreated;              /* created again while its old worker was being killed */
+	int reaped;                 /* in on_exit_status: its pid is no longer its own */
 	uint64_t seen_seq;          /* highest seq announced to waiters */
 	pid_t child_pgid;           /* the model or tool running for it, 0: none */
 	LIST_HEAD(, waiter) waiters;

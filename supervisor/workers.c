@@ -612,6 +612,12 @@ static void give_up(struct worker *w, int crashes, const char *msg)
 static void on_exit_status(struct worker *w, int status)
 {
 	int clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	/* What it said just before it exited (a compaction's answer, its last
+	 * commit's seq) may still be unread: SIGCHLD can be handled first. */
+	w->reaped = 1;
+	if (w->ipc >= 0)
+		worker_ipc(w);
+	w->reaped = 0;
 	if (w->ipc >= 0) {
 		loop_del(w->ipc);
 		close(w->ipc);
@@ -869,7 +875,7 @@ void worker_ipc(struct worker *w)
 			if (rc < 0 && rc != -ECONNRESET) {
 				log_error("%s: bad IPC message from worker %d: %s: killing it", w->conv, (int)w->pid,
 					  strerror(-rc));
-				kill(w->pid, SIGKILL);
+				worker_kill(w, SIGKILL);
 			}
 			loop_del(w->ipc);
 			close(w->ipc);
@@ -877,6 +883,10 @@ void worker_ipc(struct worker *w)
 			gate_drop(w);
 			return;
 		}
+		/* Drained after its exit: only what it reported counts (answers,
+		 * commits, its child), not what it asked for. */
+		if (w->reaped && (m.type == IPC_WRITE || m.type == IPC_STATE || m.type == IPC_READY))
+			continue;
 		switch (m.type) {
 		case IPC_READY:
 			if (w->state == W_STARTING)
@@ -917,7 +927,7 @@ void worker_ipc(struct worker *w)
 			if (S.gate == w || w->gate_wait) {
 				log_error("%s: worker %d asked for the write gate twice: killing it", w->conv,
 					  (int)w->pid);
-				kill(w->pid, SIGKILL);
+				worker_kill(w, SIGKILL);
 				break;
 			}
 			w->gate_wait = 1;
@@ -950,8 +960,9 @@ void worker_ipc(struct worker *w)
 
 int worker_kill(struct worker *w, int sig)
 {
-	/* pid is cleared when reaped, so this never signals a recycled pid. */
-	if (!w->pid)
+	/* pid is cleared when reaped (and marked reaped while its last words
+	 * are read), so this never signals a recycled pid. */
+	if (!w->pid || w->reaped)
 		return -1;
 	return kill(w->pid, sig) < 0 ? -1 : 0;
 }
