@@ -270,8 +270,12 @@ static uint64_t append(store_txn *t, const char *type, json_t *content)
 
 /* ---- IPC ------------------------------------------------------------- */
 
+static const char *reported = "running"; /* the last state reported, bar "compacting" */
+
 static void report_state(const char *state)
 {
+	if (strcmp(state, "compacting"))
+		reported = state;
 	struct ipc_msg m = { .type = IPC_STATE, .text = state, .text_len = strlen(state) };
 	ipc_send(W.ipc, &m);
 	setproctitle("%s %s", W.conv, state);
@@ -327,15 +331,16 @@ static int ipc_one(const struct ipc_msg *m)
  * to stop, 2 when the supervisor is gone. */
 static int ipc_drain(void)
 {
+	int stop = 0;
 	for (;;) {
 		struct ipc_msg m;
 		int rc = ipc_recv(W.ipc, &m, W.ipcbuf);
 		if (rc == -EAGAIN)
-			return 0;
+			return stop;
 		if (rc <= 0)
 			return 2; /* closed: the supervisor is gone */
 		if (ipc_one(&m))
-			return 1;
+			stop = 1; /* read on: a compact queued behind it is still answered */
 	}
 }
 
@@ -978,6 +983,9 @@ static void answer_compacts(void)
 		}
 		W.ncompact -= n;
 		memmove(W.compacts, W.compacts + n, W.ncompact * sizeof *W.compacts);
+		/* compact() said "compacting": say again what it is now (idle,
+		 * awaiting_input), or it would never be evicted. */
+		report_state(reported);
 	}
 }
 

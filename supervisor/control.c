@@ -353,7 +353,9 @@ static int client_line(struct client *c, const char *line, size_t len)
 		return 0;
 	}
 	j->after_write = c->batch_write;
-	return c->batch_write;
+	/* Lines after a watch wait for it: once it runs, the connection's
+	 * input is ignored (protocol.md); if it fails, they are served. */
+	return c->batch_write || j->rq.op == OP_WATCH;
 }
 
 /* Parse up to REQS_PER_WAKEUP complete lines from the input buffer. */

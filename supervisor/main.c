@@ -59,6 +59,44 @@ static void usage(FILE *f)
 		"2 on a usage or configuration error.\n");
 }
 
+/* Copy the configuration file to DIR/agentd.ini.running (written whole,
+ * then renamed into place) and check that it loads as agentd's did. The
+ * path, or NULL after logging why. */
+static char *config_snapshot(const char *src, const char *dir)
+{
+	char *path = NULL, *tmp = NULL;
+	FILE *in = fopen(src, "re"), *out = NULL;
+	char buf[8192], err[512];
+	size_t n;
+	int ok = in && asprintf(&path, "%s/agentd.ini.running", dir) >= 0 && asprintf(&tmp, "%s.tmp", path) >= 0 &&
+		 (out = fopen(tmp, "we")) != NULL;
+	while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
+		ok = fwrite(buf, 1, n, out) == n;
+	ok = ok && !ferror(in);
+	if (out && fclose(out))
+		ok = 0;
+	if (in)
+		fclose(in);
+	ok = ok && rename(tmp, path) == 0;
+	if (!ok)
+		log_error("cannot copy the configuration %s into %s: %s", src, dir, strerror(errno));
+	struct config c;
+	config_init(&c);
+	if (ok && config_load(&c, path, err, sizeof err)) {
+		log_error("the configuration changed while agentd read it: %s", err);
+		ok = 0;
+	}
+	config_free(&c);
+	if (tmp)
+		unlink(tmp);
+	free(tmp);
+	if (!ok) {
+		free(path);
+		return NULL;
+	}
+	return path;
+}
+
 static int rm_tree(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -249,8 +287,6 @@ int main(int argc, char **argv)
 	else if (asprintf(&S.sock_path, "%s/agentd.sock", cfg.ephemeral ? S.data_dir : cfg.data) < 0)
 		return 1;
 	S.worker_path = cfg.worker ? strdup(cfg.worker) : beside_self("agentd-worker");
-	if (o_config)
-		S.config_path = realpath(o_config, NULL);
 
 	/* Single instance: the pidfile lock, held until exit. */
 	char pidpath[PATH_MAX];
@@ -266,6 +302,11 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	pidfile_write(pfh);
+	/* Workers read the configuration too, at every start: give them the
+	 * file as agentd read it, not as it may be edited later (it is read
+	 * at start only: operations.md). */
+	if (o_config && !(S.config_path = config_snapshot(o_config, S.data_dir)))
+		goto unlock;
 
 	struct store_opts so = { .sync = cfg.sync, .audit = cfg.audit, .map_size = cfg.map_size,
 				 .max_map_size = cfg.max_map_size };
@@ -281,7 +322,7 @@ int main(int argc, char **argv)
 		goto close;
 	S.started_ms = now_mono();
 	S.next_sync = cfg.sync == STORE_SYNC_NONE ? S.started_ms + 1000 : 0;
-	S.next_gc = cfg.audit ? S.started_ms + 1000 : 0;
+	S.next_gc = S.started_ms + 1000;
 
 	/* Deadlines that passed while nothing ran fire now; then the
 	 * conversations that were mid-turn get their workers back. */

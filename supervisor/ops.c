@@ -364,7 +364,9 @@ static int mc_one(void *arg, const struct store_model_call *mc)
 static void op_audit(store_txn *t, struct job *j)
 {
 	json_t *a = json_array();
-	int e = store_model_calls_list(t, j->rq.conv, mc_one, a);
+	/* design.md: empty unless audit is on (rows kept from when it was
+	 * on are removed by their TTL). */
+	int e = S.cfg->audit ? store_model_calls_list(t, j->rq.conv, mc_one, a) : store_conv_get(t, j->rq.conv, &(struct store_conv){ 0 });
 	if (e) {
 		json_decref(a);
 		job_store_error(j, e, "conversation");
@@ -769,8 +771,13 @@ static void after_write(struct job *j, struct wres *r)
 			struct waiter *wt, *next;
 			LIST_FOREACH_SAFE(wt, &w->waiters, link, next) {
 				if (wt->watch) {
-					wt->c->closing = 1;
-					client_flush(wt->c);
+					/* Off the record, which a conversation created
+					 * again with this id would reuse: the stream
+					 * ends with what was sent of the deleted one. */
+					struct client *c = wt->c;
+					c->closing = 1;
+					waiter_free(wt);
+					client_flush(c);
 				} else {
 					struct client *c = wt->c;
 					slot_error(wt->slot, wt->rq.id, PERR_NOT_FOUND, "conversation deleted");

@@ -640,8 +640,16 @@ static void on_exit_status(struct worker *w, int status)
 	w->pid = 0;
 	S.nlive--;
 	gate_drop(w);
-	compacts_fail(w, "the worker exited before compacting");
 	set_state(w, W_NONE);
+	if (w->compacts && clean && !w->deleted && !S.shutting_down) {
+		/* Asked of a worker that was stopping: a new one does it (it
+		 * is sent the compacts when it starts), and whatever else the
+		 * conversation owes. */
+		w->recreated = 0;
+		ensure_started(w->conv);
+		return;
+	}
+	compacts_fail(w, "the worker exited before compacting");
 	if (w->deleted) {
 		w->deleted = 0;
 		if (w->recreated && !S.shutting_down) {

@@ -1084,6 +1084,51 @@ def test_compact_pipelined_before_stop_is_done_first():
         wait_for(lambda: a.worker_pid(c) is None, 10, "the worker to stop")
 
 
+def test_input_after_a_watch_is_ignored_and_a_deleted_watch_gets_no_new_conversation():
+    with Agentd() as a:
+        c = a.create(conversation="wp")
+        k = a.conn()
+        # requests written with the watch, in one write: ignored (protocol.md), not executed
+        k.raw((json.dumps({"op": "watch", "conversation": c, "id": "w"}) + "\n" +
+               json.dumps({"op": "send", "conversation": c, "content": "smuggled", "id": "s"}) + "\n" +
+               json.dumps({"op": "ping", "id": "p"}) + "\n").encode())
+        assert k.recv(5) == {"id": "w", "ok": True, "last_seq": 0}
+        a.send(c, "real")
+        first = k.recv(5)
+        assert first == {"event": {"seq": 1, "type": "user_msg", "content": {"text": "real"},
+                                   "inserted_at": first["event"]["inserted_at"]}}, first
+        assert [e["content"] for e in a.events(c)][0] == {"text": "real"}
+        # a failed watch leaves the connection serving
+        with a.conn() as k2:
+            k2.raw((json.dumps({"op": "watch", "conversation": "nobody", "id": 1}) + "\n" +
+                    json.dumps({"op": "ping", "id": 2}) + "\n").encode())
+            assert k2.recv()["error"] == "not_found" and k2.recv()["id"] == 2
+        k.close()
+        # A slow watcher of a deleted conversation: its stream ends with the deleted one's events, never
+        # the events of a conversation created again with the same id (it stayed on the reused record).
+        d = a.create(conversation="dr")
+        for i in range(4):
+            a.send(d, "x" * 900_000)
+            wait_for(lambda: a.ok({"op": "get", "conversation": d})["conversation"]["last_seq"] >= 2 * (i + 1),
+                     20, "the echo")
+        w = a.watch(d, after=0)  # not read yet: its output backs up
+        time.sleep(scaled(0.3))
+        a.ok({"op": "delete", "conversation": d})
+        a.create(conversation="dr")
+        for i in range(5):
+            a.send(d, f"NEW{i}")
+        wait_for(lambda: a.ok({"op": "get", "conversation": d})["conversation"]["last_seq"] >= 10, 20, "echoes")
+        got = []
+        while True:
+            try:
+                line = w.recv(5)
+            except AssertionError:
+                break  # closed
+            got.append(line["event"])
+        w.close()
+        assert got and not any("NEW" in json.dumps(e["content"]) for e in got), [e["seq"] for e in got]
+
+
 # ---------------------------------------------------------------------------------------------------
 # The socket file
 

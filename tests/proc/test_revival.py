@@ -922,4 +922,33 @@ def test_sigterm_hibernates_workers():
         assert a.children() == []
 
 
+
+def test_workers_get_the_configuration_agentd_read_and_old_audit_rows_expire():
+    # Workers read the configuration file at every start: an edit on disk (or a typo) changed or broke every
+    # revival although agentd reads it at start only. They now read agentd's copy in the data directory.
+    with Agentd(start=False) as a:
+        answer = "import json, sys\njson.load(sys.stdin)\nprint(json.dumps({'text': %r}))\n"
+        old, new = a.script("old.py", answer % "old"), a.script("new.py", answer % "new")
+        a.write_config(f"[agentd]\naudit = on\naudit_ttl = 1s\n[model.m]\ncommand = python3 {old}\n")
+        a.start()
+        c = a.create(model="m")
+        a.send(c, "one")
+        wait_for(lambda: len(a.events(c)) == 2, 10, "the first answer")
+        assert len(a.ok({"op": "audit", "conversation": c})["model_calls"]) == 1
+        a.ok({"op": "stop", "conversation": c})
+        wait_for(lambda: a.worker_pid(c) is None, 10, "the worker stopped")
+        a.write_config(f"[agentd]\naudit = on\n[model.m]\ncommand = python3 {new}\ntypo = 1\n")
+        a.send(c, "two")
+        wait_for(lambda: len(a.events(c)) == 4, 10, "the second answer")
+        assert a.events(c)[-1]["content"]["text"] == "old", a.events(c)[-1]
+        assert os.path.exists(os.path.join(a.data_dir, "agentd.ini.running"))
+        a.stop()
+        # audit turned off: the rows kept from when it was on are not served, and expire by their TTL
+        a.write_config(f"[agentd]\naudit_ttl = 1s\n[model.m]\ncommand = python3 {old}\n")
+        a.start()
+        assert a.ok({"op": "audit", "conversation": c})["model_calls"] == []
+        wait_for(lambda: "audit: removed 2 model_calls rows" in a.log(), 10, "the old rows removed")
+
+harness.main(globals())
+
 harness.main(globals())

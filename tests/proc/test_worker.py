@@ -865,6 +865,23 @@ def test_compacts_queued_during_a_turn_are_answered_by_one_compaction():
         assert len(summarize) == 1, len(summarize)
 
 
+def test_compact_crossing_a_stop_is_answered_and_the_worker_is_evicted_after():
+    # A compact that reached a worker as it stopped was refused "the worker exited before compacting";
+    # a worker that answered a compact op stayed "running" and was never evicted.
+    with agentd(agentd_section="idle_timeout = 500ms\ncompact_events = 0") as a:
+        c = a.create(settings={"model": "m"})
+        for i in range(3):
+            a.send(c, f"m{i}")
+            wait_idle(a, c, 2 * (i + 1))
+            wait_for(lambda: (get(a, c)["worker"] or {}).get("state") == "idle", 10, "an idle worker")
+            with a.conn(timeout=30) as k:
+                k.send({"op": "stop", "conversation": c, "id": "s"})
+                k.send({"op": "compact", "conversation": c, "id": "c"})
+                r1, r2 = k.recv(10), k.recv(30)
+            assert r1["ok"] is True, r1
+            assert r2["ok"] is True and r2["summary"]["to_seq"] == 2 * i + 1, r2
+            wait_for(lambda: a.worker_pid(c) is None, 10, "the worker evicted after its compaction")
+
 # ------------------------------------------------------------------------------------------------------
 # Ended conversations
 
