@@ -87,6 +87,7 @@ API:
     .running() -> bool
     .log() -> str                 agentd's output so far
     .script(name, body) -> path   write_script into DIR/scripts
+    .gated_model(name="gated", gate="go") -> gate path   configure a model that answers "done" once DIR/GATE exists
     .write_config(text) -> path   write DIR/agentd.ini and use it from the next start
     .close()                      kill agentd if running, and every process left in the process groups of
                                   the agentds it started; remove DIR unless AGENTD_KEEP
@@ -693,6 +694,20 @@ class Agentd:
     def script(self, name, body):
         """Write an executable Python 3 script into DIR/scripts (see write_script) and return its path."""
         return write_script(os.path.join(self.dir, "scripts"), name, body)
+
+    def gated_model(self, name="gated", gate="go"):
+        """Configure (write_config) a model NAME that waits for the file DIR/GATE before answering "done";
+        returns the gate's path. The caller creates the file to let every call through."""
+        path = os.path.join(self.dir, gate)
+        model = self.script(name + ".py", f"""
+            import json, os, sys, time
+            json.load(sys.stdin)
+            while not os.path.exists({path!r}):
+                time.sleep(0.02)
+            print(json.dumps({{"text": "done"}}))
+            """)
+        self.write_config(f"[model.{name}]\ncommand = python3 {model}\n")
+        return path
 
     def log(self):
         try:

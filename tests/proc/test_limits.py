@@ -322,15 +322,7 @@ def test_descriptor_limit_refuses_clients_and_goes_on():
 
 def test_worker_limit_queues():
     with Agentd(start=False, extra_args=("--max-workers", "2")) as a:
-        gate = os.path.join(a.dir, "go")
-        model = a.script("gated.py", f"""
-            import json, os, sys, time
-            json.load(sys.stdin)
-            while not os.path.exists({gate!r}):
-                time.sleep(0.02)
-            print(json.dumps({{"text": "done"}}))
-            """)
-        a.write_config(f"[model.gated]\ncommand = python3 {model}\n")
+        gate = a.gated_model()
         a.start()
         convs = [a.create(model="gated") for _ in range(4)]
         for c in convs:
@@ -372,15 +364,7 @@ def test_deleting_a_queued_or_live_conversation_leaves_nothing_behind():
     # answered only after that. Deleted, created and sent to in one iteration while its old worker lived,
     # its message was never answered (the reaped worker was not replaced).
     with Agentd(start=False, extra_args=("--max-workers", "1")) as a:
-        gate = os.path.join(a.dir, "go")
-        model = a.script("gated.py", f"""
-            import json, os, sys, time
-            json.load(sys.stdin)
-            while not os.path.exists({gate!r}):
-                time.sleep(0.02)
-            print(json.dumps({{"text": "done"}}))
-            """)
-        a.write_config(f"[model.gated]\ncommand = python3 {model}\n")
+        gate = a.gated_model()
         a.start()
         busy = a.create(model="gated")
         a.send(busy, "hold")

@@ -134,15 +134,7 @@ def test_list_and_the_start_pass_over_a_damaged_record():
     # Before, one undecodable conversation record failed `list` for the whole store, and at start every
     # active conversation listed after it was left without a worker.
     with Agentd(start=False) as a:
-        gate = os.path.join(a.dir, "go")
-        model = a.script("gated.py", f"""
-            import json, os, sys, time
-            json.load(sys.stdin)
-            while not os.path.exists({gate!r}):
-                time.sleep(0.02)
-            print(json.dumps({{"text": "done"}}))
-            """)
-        a.write_config(f"[model.gated]\ncommand = python3 {model}\n")
+        gate = a.gated_model()
         a.start()
         for c in ("a", "b"):
             a.create(conversation=c)
