@@ -828,7 +828,9 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 				job_store_error(w[bad], e, proto_op_name(w[bad]->rq.op));
 			left--;
 			log_error("a %s of %s met a damaged record: refused; %zu other write(s) retried without it",
-				  proto_op_name(w[bad]->rq.op), w[bad]->rq.conv ? w[bad]->rq.conv : w[bad]->rq.tool_call_id,
+				  proto_op_name(w[bad]->rq.op),
+				  w[bad]->rq.conv ? w[bad]->rq.conv
+						  : w[bad]->rq.tool_call_id ? w[bad]->rq.tool_call_id : "a new conversation",
 				  left);
 			if (left)
 				continue;
