@@ -211,6 +211,13 @@ typedef int (*store_conv_fn)(void *arg, const struct store_conv *c);
 int store_conv_list(store_txn *txn, int status, const char *after, size_t limit,
 		    store_conv_fn fn, void *arg, int *more);
 
+/* The id of every conversation, in id order, without reading their records:
+ * what `agentd check` walks so that a record that cannot be decoded is named
+ * (store_conv_get on its id says STORE_E_CORRUPT). The id is not
+ * NUL-terminated. Errors: STORE_E_INVAL (no fn), the callback's return. */
+typedef int (*store_conv_id_fn)(void *arg, const char *id, size_t len);
+int store_conv_ids(store_txn *txn, store_conv_id_fn fn, void *arg);
+
 /* Delete every row of the conversation (events, event ids, summaries, tool
  * calls and their expiries, audit rows). Errors: STORE_E_NOTFOUND. */
 int store_conv_delete(store_txn *txn, const char *id);

@@ -1243,6 +1243,27 @@ int store_conv_list(store_txn *x, int status, const char *after, size_t limit,
 	return damaged ? STORE_E_CORRUPT : 0; /* read only: the txn goes on */
 }
 
+int store_conv_ids(store_txn *x, store_conv_id_fn fn, void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->conv_ids, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	int r = 0;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && r == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+		r = fn(arg, k.mv_data, k.mv_size);
+	mdb_cursor_close(c);
+	if (r)
+		return r;
+	if (rc != MDB_NOTFOUND)
+		return fail(x, map_err(rc));
+	return 0;
+}
+
 /* Deleting a tool call also removes its expiry and its row. */
 static int del_conv_tool_call(store_txn *x, const MDB_val *k, const MDB_val *v)
 {

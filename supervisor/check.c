@@ -13,10 +13,12 @@
 #include "ipc/jsonmp.h"
 #include "store/store.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 struct ck {
 	FILE *out;
@@ -238,8 +240,18 @@ static int check_conv(struct ck *c, const char *id)
 		problem(c, "summary: %s", store_strerror(e));
 	}
 	struct store_range r = { 0 };
-	if ((e = store_events_stream(c->t, id, &r, on_event, c)))
-		problem(c, "events: %s", store_strerror(e));
+	while ((e = store_events_stream(c->t, id, &r, on_event, c))) {
+		/* The stream stops at a record it cannot decode; name it, then go
+		 * on past it (each retry starts further on, so this ends). */
+		uint64_t bad = c->prev_seq + 1;
+		problem(c, "events: the record of seq %llu (or the first after it): %s", (unsigned long long)bad,
+			store_strerror(e));
+		if (e != STORE_E_CORRUPT || bad <= r.after)
+			break;
+		r.after = c->prev_seq = bad;
+		if (bad >= last)
+			break;
+	}
 	if (c->prev_seq != last)
 		problem(c, "the last seq is %llu but the log ends at %llu", (unsigned long long)last,
 			(unsigned long long)c->prev_seq);
@@ -261,7 +273,7 @@ struct ids {
 	size_t n, cap;
 };
 
-static int collect(void *arg, const struct store_conv *cv)
+static int collect(void *arg, const char *id, size_t len)
 {
 	struct ids *ids = arg;
 	if (ids->n == ids->cap) {
@@ -272,7 +284,7 @@ static int collect(void *arg, const struct store_conv *cv)
 		ids->id = p;
 		ids->cap = cap;
 	}
-	snprintf(ids->id[ids->n++], STORE_ID_MAX + 1, "%.*s", (int)cv->id.len, (const char *)cv->id.ptr);
+	snprintf(ids->id[ids->n++], STORE_ID_MAX + 1, "%.*s", (int)len, id);
 	return 0;
 }
 
@@ -282,13 +294,21 @@ int check_store(const char *dir, FILE *out)
 	struct store_opts so = { .read_only = 1 };
 	int e = store_open(&st, dir, &so);
 	if (e) {
-		fprintf(out, "agentd check: cannot open the store in %s: %s\n", dir, store_strerror(e));
+		struct stat sb;
+		if (e == -ENOENT && stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode))
+			fprintf(out, "agentd check: cannot open the store in %s: there is no store there (no data.mdb)\n",
+				dir);
+		else if (e == STORE_E_CORRUPT)
+			fprintf(out, "agentd check: cannot open the store in %s: its data.mdb is not an agentd store of "
+				     "this version, or is damaged\n", dir);
+		else
+			fprintf(out, "agentd check: cannot open the store in %s: %s\n", dir, store_strerror(e));
 		return -1;
 	}
 	struct ck c = { .out = out, .expiries = json_object() };
 	struct ids ids = { 0 };
 	if ((e = store_txn_begin(st, STORE_READ, &c.t)) == 0) {
-		if ((e = store_conv_list(c.t, -1, NULL, 0, collect, &ids, NULL)))
+		if ((e = store_conv_ids(c.t, collect, &ids)))
 			problem(&c, "listing conversations: %s", store_strerror(e));
 		if ((e = store_expiries_due(c.t, INT64_MAX, on_expiry, &c)))
 			problem(&c, "listing expiries: %s", store_strerror(e));

@@ -312,7 +312,11 @@ int main(int argc, char **argv)
 				 .max_map_size = cfg.max_map_size };
 	int e = store_open(&S.st, S.data_dir, &so);
 	if (e) {
-		log_error("cannot open the store in %s: %s", S.data_dir, store_strerror(e));
+		if (e == STORE_E_CORRUPT)
+			log_error("cannot open the store in %s: its data.mdb is not an agentd store of this version, or "
+				  "is damaged", S.data_dir);
+		else
+			log_error("cannot open the store in %s: %s", S.data_dir, store_strerror(e));
 		goto unlock;
 	}
 	if (cfg.sync == STORE_SYNC_NONE)

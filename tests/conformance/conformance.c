@@ -1468,6 +1468,47 @@ START_TEST(conv_list_after_cursor)
 }
 END_TEST
 
+static int collect_id(void *arg, const char *id, size_t len)
+{
+	struct convs *o = arg;
+	ck_assert_uint_lt(o->n, sizeof o->id / sizeof o->id[0]);
+	ck_assert_uint_le(len, STORE_ID_MAX);
+	memcpy(o->id[o->n], id, len);
+	o->id[o->n][len] = 0;
+	o->n++;
+	return o->stop_after && o->n == o->stop_after ? o->stop_ret : 0;
+}
+
+/* Every id, in the order store_conv_list gives them; the callback's return
+ * stops the walk and is handed back. */
+START_TEST(conv_ids_in_id_order)
+{
+	store_txn *t = rbegin();
+	memset(&C, 0, sizeof C);
+	ck_assert_int_eq(store_conv_ids(t, collect_id, &C), 0);
+	ck_assert_uint_eq(C.n, 0);
+	ck_assert_int_eq(store_conv_ids(t, NULL, NULL), STORE_E_INVAL);
+	store_txn_abort(t);
+	mkconv("b");
+	mkconv("a");
+	mkconv("B");
+	mkconv("a.1");
+	t = wbegin();
+	ck_assert_int_eq(store_conv_delete(t, "b"), 0);
+	commit(t);
+	t = rbegin();
+	memset(&C, 0, sizeof C);
+	ck_assert_int_eq(store_conv_ids(t, collect_id, &C), 0);
+	EXPECT_IDS("B", "a", "a.1");
+	memset(&C, 0, sizeof C);
+	C.stop_after = 2;
+	C.stop_ret = 7;
+	ck_assert_int_eq(store_conv_ids(t, collect_id, &C), 7);
+	EXPECT_IDS("B", "a");
+	store_txn_abort(t);
+}
+END_TEST
+
 START_TEST(conv_list_limit_and_more)
 {
 	const char *ids[] = { "c1", "c2", "c3", "c4", "c5" };
@@ -3771,6 +3812,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, conv_list_status_filter);
 	tcase_add_test(tc, conv_list_after_cursor);
 	tcase_add_test(tc, conv_list_limit_and_more);
+	tcase_add_test(tc, conv_ids_in_id_order);
 	tcase_add_test(tc, conv_list_more_counts_only_matches);
 	tcase_add_test(tc, conv_list_callback_return_stops);
 	tcase_add_test(tc, id_alphabet_and_length);

@@ -154,6 +154,43 @@ def test_list_and_the_start_pass_over_a_damaged_record():
         assert rc.returncode == 1 and "corrupt record" in rc.stdout, rc.stdout
 
 
+def test_check_names_what_it_cannot_read_and_goes_on():
+    # Before, a damaged conversation record was "store: listing conversations: corrupt record" (which one?),
+    # and an undecodable event ended the check of its log with "events: corrupt record" and a false gap.
+    with Agentd() as a:
+        for c in ("a", "b", "c"):
+            a.create(conversation=c)
+            a.send(c, "one")
+            wait_for(lambda: len(a.events(c)) >= 2, 10, f"{c}'s answer")
+            a.send(c, "two")
+            wait_for(lambda: len(a.events(c)) >= 4, 10, f"{c}'s second answer")
+        a.stop()
+        damage_conv(a.data_dir, "b")
+        # events key (conversation number, seq); seq 2 of c gets a value that is no event record
+        db_put(a.data_dir, "events", conv_key(a.data_dir, "c") + (2).to_bytes(8, "big").hex(), "a178")
+        rc = check(a.data_dir)
+        out = rc.stdout
+        assert rc.returncode == 1, out
+        assert "b: conversation record: corrupt record" in out, out
+        assert "c: events: the record of seq 2 (or the first after it): corrupt record" in out, out
+        assert "follows" not in out and "log ends at" not in out, out  # seqs 3 and 4 were read after it
+        assert "3 conversations, 7 events" in out and "2 problem(s)" in out, out
+
+
+def test_a_store_that_is_not_one_is_named_at_start_and_by_check():
+    with Agentd(start=False) as a:
+        os.makedirs(a.data_dir, exist_ok=True)
+        rc = check(a.data_dir)
+        assert rc.returncode == 2 and "there is no store there (no data.mdb)" in rc.stdout, rc.stdout
+        with open(os.path.join(a.data_dir, "data.mdb"), "wb") as f:
+            f.write(b"not an LMDB file" * 512)
+        rc = check(a.data_dir)
+        assert rc.returncode == 2 and "its data.mdb is not an agentd store of this version, or is damaged" \
+            in rc.stdout, rc.stdout
+        assert a.expect_exit() != 0
+        assert "its data.mdb is not an agentd store of this version, or is damaged" in a.log(), a.log()
+
+
 def test_create_never_takes_a_number_in_use():
     # With meta's next_conv behind the conversations (damage), create took conversation a's number: the new
     # conversation got a's log and overwrote its record.
