@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { EXIT_FENCED = 3, EXIT_CORRUPT = 4, EXIT_STORE = 5 };
+enum { EXIT_FENCED = IPC_EXIT_GONE, EXIT_CORRUPT = 4, EXIT_STORE = 5 };
 
 /* Audit rows are keyed by turn_ref: a turn's assistant_msg seq, or for a
  * summarize call this bit plus the summary's to_seq (so the two never clash;
@@ -90,9 +90,12 @@ static void die_store(int e, const char *what) __attribute__((noreturn));
 static void die_store(int e, const char *what)
 {
 	if (e == STORE_E_FENCED || e == STORE_E_NOTFOUND) {
-		/* Another worker holds the lease, or the conversation is gone. */
-		log_warn("%s: %s: %s; exiting", W.conv, what, e == STORE_E_FENCED ? "lease superseded (fenced)" :
-			 "conversation no longer exists");
+		/* Another worker holds the lease, or the conversation is gone
+		 * (deleted as this worker started or ran: nothing is wrong). */
+		if (e == STORE_E_FENCED)
+			log_warn("%s: %s: lease superseded (fenced); exiting", W.conv, what);
+		else
+			log_info("%s: %s: the conversation was deleted; exiting", W.conv, what);
 		exit(EXIT_FENCED);
 	}
 	log_error("%s: %s: %s", W.conv, what, store_strerror(e));

@@ -54,6 +54,8 @@
  * cannot be stored, and running it again (another model call) would not
  * change that, so the supervisor records an error instead of restarting. */
 #define IPC_EXIT_FULL 6
+/* Its lease was superseded (fenced), or its conversation is gone (deleted). */
+#define IPC_EXIT_GONE 3
 
 enum ipc_type {
 	IPC_WAKE = 1,

@@ -435,6 +435,12 @@ void worker_deleted(struct worker *w)
 	} else if (w->state == W_BACKOFF) {
 		set_state(w, W_NONE);
 	}
+	if (w->lease_ahead) {
+		/* A send in the same transaction took a lease for a worker
+		 * this commit would start: it would find nothing to read. */
+		LIST_REMOVE(w, alink);
+		w->lease_ahead = 0;
+	}
 	w->ncrash = 0;
 	if (w->pid)
 		worker_kill(w, SIGKILL);
@@ -625,6 +631,8 @@ static void on_exit_status(struct worker *w, int status)
 	}
 	if (WIFSIGNALED(status))
 		log_info("%s: worker %d killed by signal %d", w->conv, (int)w->pid, WTERMSIG(status));
+	else if (!clean && w->deleted && WEXITSTATUS(status) == IPC_EXIT_GONE)
+		log_info("%s: worker %d exited: its conversation was deleted", w->conv, (int)w->pid);
 	else if (!clean)
 		log_warn("%s: worker %d exited with status %d", w->conv, (int)w->pid, WEXITSTATUS(status));
 	else

@@ -395,6 +395,35 @@ def test_deleting_a_queued_or_live_conversation_leaves_nothing_behind():
         assert "crash" not in a.log() and "backoff" not in a.log()
 
 
+def test_a_send_and_a_delete_together_start_no_worker():
+    # The send took a lease for a worker started during its commit's flush; the delete in the same commit
+    # left it on the list, so a worker was forked for a conversation already gone: it logged "conversation no
+    # longer exists" and agentd "worker exited with status 3", two warnings for nothing.
+    with Agentd() as a:
+        def spawns():
+            m = a.ok({"op": "metrics"})["text"]
+            return int([l for l in m.splitlines() if l.startswith("agentd_worker_spawns_total")][0].split()[1])
+        for i in range(3):
+            c = a.create()
+            before, kids = spawns(), a.children()
+            with a.conn() as k:
+                k.raw(b"".join(json.dumps(r).encode() + b"\n" for r in
+                               ({"op": "send", "conversation": c, "content": "x"}, {"op": "delete", "conversation": c})))
+                assert k.recv()["ok"] and k.recv()["ok"]
+            assert spawns() == before, (before, spawns())
+            assert a.children() == kids, (kids, a.children())
+            # Created again and sent to in one commit with the delete: that send is answered.
+            a.create(conversation=c)
+            with a.conn() as k:
+                reqs = ({"op": "send", "conversation": c, "content": "x"}, {"op": "delete", "conversation": c},
+                        {"op": "create", "conversation": c, "settings": {"model": "echo"}},
+                        {"op": "send", "conversation": c, "content": "again"})
+                k.raw(b"".join(json.dumps(r).encode() + b"\n" for r in reqs))
+                assert all(k.recv()["ok"] for _ in reqs)
+            wait_for(lambda: len(a.events(c)) == 2, 10, "the re-created conversation answered")
+        assert " warn: " not in a.log() and " error: " not in a.log(), a.log_tail()
+
+
 def test_model_writing_gigabytes_is_capped():
     with Agentd(start=False) as a:
         model = a.script("flood.py", """
