@@ -1528,6 +1528,13 @@ int main(int argc, char **argv)
 
 	/* A closed socket or stdout must be an error return, never a silent death. */
 	signal(SIGPIPE, SIG_IGN);
+	/* Started with 0, 1 or 2 closed (`agentctl ping >&-`), the socket would
+	 * take that number and the reply would be written back into it. Hold
+	 * each closed one with /dev/null opened read-only: output written there
+	 * fails (EBADF), and check_stdout says so. */
+	for (int fd = 0; fd <= 2; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDONLY) != fd)
+			return EXIT_USAGE;
 	atexit(release_held);
 
 	while (i < argc && argv[i][0] == '-' && argv[i][1] != '\0') {

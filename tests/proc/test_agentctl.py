@@ -444,6 +444,17 @@ def test_json_and_raw():
         rc, out, _ = a.ctl("raw", '{"op":"watch","conversation":"j","after":0}', timeout=10)
         assert out.count("\n") == 1 and json.loads(out)["ok"] is True, out
 
+        # Started with stdout closed, the socket took descriptor 1 and the reply was written back into it:
+        # exit 0, nothing said. Now writing the reply fails, and says so.
+        p = subprocess.run([AGENTCTL_BIN, "-s", a.socket, "--json", "ping"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, encoding="utf-8", env=a.env, timeout=30,
+                           preexec_fn=lambda: os.close(1))
+        assert p.returncode == 2 and p.stderr == "agentctl: cannot write to stdout: Bad file descriptor\n", p
+        # with stdin closed too, raw still sends its argument
+        p = subprocess.run([AGENTCTL_BIN, "-s", a.socket, "raw", '{"op":"ping"}'], capture_output=True,
+                           encoding="utf-8", env=a.env, timeout=30, preexec_fn=lambda: os.close(0))
+        assert p.returncode == 0 and json.loads(p.stdout)["ok"] is True, p
+
 
 def test_watch_follows_live():
     with Agentd() as a:
