@@ -1107,6 +1107,8 @@ int main(int argc, char **argv, char **envp)
 	const char *data = NULL, *config = NULL, *level = "info";
 	int c, sync = STORE_SYNC_FULL, audit_on = 0;
 	W.ipc = -1;
+	if (ipc_stdio_guard())
+		return EXIT_FAILURE;
 	setproctitle_init(argc, argv, envp);
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {

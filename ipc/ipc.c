@@ -3,9 +3,11 @@
 #include "store/mp.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <msgpack.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 static const char *const names[] = {
 	[IPC_WAKE] = "wake", [IPC_STOP] = "stop", [IPC_COMPACT] = "compact", [IPC_READY] = "ready",
@@ -121,4 +123,21 @@ int ipc_recv(int fd, struct ipc_msg *m, char *buf)
 	if (mh.msg_flags & MSG_TRUNC)
 		return -EPROTO;
 	return ipc_decode(buf, (size_t)n, m);
+}
+
+int ipc_stdio_guard(void)
+{
+	for (int fd = 0; fd <= 2; fd++) {
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		int n = open("/dev/null", O_RDWR); /* the lowest free number: fd */
+		if (n < 0)
+			return -1;
+		if (n != fd) {
+			close(n);
+			errno = EBADF;
+			return -1;
+		}
+	}
+	return 0;
 }

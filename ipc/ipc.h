@@ -101,4 +101,11 @@ int ipc_decode(const char *buf, size_t len, struct ipc_msg *m);
 
 const char *ipc_type_name(int type);
 
+/* Open /dev/null on any of descriptors 0, 1 and 2 that is closed, before
+ * anything else is opened: started with them closed, the store's files or a
+ * socket would take those numbers, and log lines written to "stderr" would
+ * land in the data file or the lock file. Returns 0, or -1 (errno) when
+ * /dev/null cannot be opened. agentd and agentd-worker call it first. */
+int ipc_stdio_guard(void);
+
 #endif

@@ -6,6 +6,7 @@
  */
 #include "supervisor/sup.h"
 #include "supervisor/check.h"
+#include "ipc/ipc.h"
 
 #include <bsd/libutil.h>
 #include <dirent.h>
@@ -174,6 +175,8 @@ int main(int argc, char **argv)
 	struct config cfg;
 	char err[512];
 
+	if (ipc_stdio_guard())
+		return EXIT_FAILURE; /* no stderr to say it on */
 	if (argc >= 2 && !strcmp(argv[1], "check")) {
 		const char *dir = "./agentd-data";
 		if (argc == 4 && !strcmp(argv[2], "--data"))

@@ -191,6 +191,34 @@ def test_a_store_that_is_not_one_is_named_at_start_and_by_check():
         assert "its data.mdb is not an agentd store of this version, or is damaged" in a.log(), a.log()
 
 
+def test_started_with_standard_descriptors_closed():
+    # Started with 0, 1 and 2 closed, agentd's pid file, lock.mdb and data.mdb took those numbers: its
+    # "listening" line went into lock.mdb (the worker could not open the store, the send was never
+    # answered, `agentd check` called the store damaged) and its log lines to "stderr" into data.mdb.
+    if harness.VALGRIND:
+        return  # valgrind keeps descriptors of its own; the plain run covers agentd
+    with Agentd(start=False) as a:
+        a.launcher = [a.script("closed.py", """
+            import os, sys
+            for fd in (0, 1, 2):
+                os.close(fd)
+            os.execvp(sys.argv[1], sys.argv[1:])
+            """)]
+        a.start()
+        for fd in (0, 1, 2):
+            assert os.readlink(f"/proc/{a.pid}/fd/{fd}") == "/dev/null", fd
+        c = a.create()
+        a.send(c, "hi")
+        wait_for(lambda: len(a.events(c)) == 2, 10, "the answer")
+        pid = a.worker_pid(c)
+        assert pid and all(os.readlink(f"/proc/{pid}/fd/{fd}") == "/dev/null" for fd in (0, 1, 2))
+        rc = check(a.data_dir)
+        assert rc.returncode == 0 and "consistent" in rc.stdout, rc.stdout
+        a.stop()
+        rc = check(a.data_dir)
+        assert rc.returncode == 0 and "1 conversations, 2 events" in rc.stdout, rc.stdout
+
+
 def test_create_never_takes_a_number_in_use():
     # With meta's next_conv behind the conversations (damage), create took conversation a's number: the new
     # conversation got a's log and overwrote its record.
