@@ -145,7 +145,14 @@ static int setup_fds(void)
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGHUP);
-	/* Signals arrive as descriptor events; nothing runs in a handler. */
+	/* Signals arrive as descriptor events; nothing runs in a handler. A
+	 * signal ignored is discarded before any signalfd sees it, and an
+	 * ignored SIGCHLD also reaps the children behind our back (no exit
+	 * would ever be noticed): what the parent ignored is not inherited. */
+	struct sigaction dfl = { .sa_handler = SIG_DFL };
+	for (int s = 1; s < NSIG; s++)
+		if (sigismember(&set, s) == 1)
+			sigaction(s, &dfl, NULL);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	S.ep = epoll_create1(EPOLL_CLOEXEC);

@@ -869,6 +869,30 @@ def test_no_zombies_and_no_leaked_descriptors():
 # ---- 11. a second agentd on the same data directory -----------------------------------------------
 
 
+def test_signals_the_parent_ignored_are_not_inherited():
+    # Started by a parent that ignored SIGCHLD (kept across exec), agentd's workers were reaped by the
+    # kernel: a worker killed was never noticed or replaced (its conversation kept a dead pid). With SIGTERM
+    # ignored, a stop request was discarded before the signalfd saw it.
+    with Agentd(start=False) as a:
+        a.launcher = [a.script("ignoring.py", """
+            import os, signal, sys
+            for s in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(s, signal.SIG_IGN)
+            os.execvp(sys.argv[1], sys.argv[1:])
+            """)]
+        a.start()
+        c = a.create()
+        a.send(c, "hi")
+        wait_for(lambda: len(a.events(c)) == 2, 10, "the answer")
+        pid = a.worker_pid(c)
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: a.worker_pid(c) != pid, 10, "the killed worker noticed")
+        a.send(c, "again")
+        wait_for(lambda: len(a.events(c)) == 4, 10, "the second answer")
+        assert not a.zombies()
+        a.stop()  # SIGTERM, exit 0
+
+
 def test_second_instance_refused():
     with setup(Agentd(start=False)) as a:
         a.start()
