@@ -184,6 +184,11 @@ int main(int argc, char **argv)
 
 	if (ipc_stdio_guard())
 		return EXIT_FAILURE; /* no stderr to say it on */
+	/* The umask may take from group and others, never from the owner: with
+	 * 0277 the data directory was created unwritable and the store files
+	 * read-only, so agentd could not lock its pid file nor a worker open
+	 * the store. */
+	umask(umask(0) & 077);
 	if (argc >= 2 && !strcmp(argv[1], "check")) {
 		const char *dir = "./agentd-data";
 		if (argc == 4 && !strcmp(argv[2], "--data"))
