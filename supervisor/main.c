@@ -287,8 +287,17 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	} else {
+		struct stat sb;
+		if (!cfg.data[0]) {
+			log_error("the data directory is an empty path");
+			return 1;
+		}
 		if (mkdir(cfg.data, 0700) < 0 && errno != EEXIST) {
 			log_error("cannot create the data directory %s: %s", cfg.data, strerror(errno));
+			return 1;
+		}
+		if (stat(cfg.data, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+			log_error("the data directory %s is not a directory", cfg.data);
 			return 1;
 		}
 		S.data_dir = realpath(cfg.data, NULL);

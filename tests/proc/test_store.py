@@ -239,6 +239,19 @@ def test_a_umask_never_takes_the_owners_access():
         wait_for(lambda: len(a.events(c)) == 2, 10, "the answer")
 
 
+def test_a_data_path_that_is_no_directory_is_named():
+    # Before: "cannot lock DIR/agentd.pid: Not a directory" and "cannot create the data directory : ...".
+    with Agentd(start=False) as a:
+        f = os.path.join(a.dir, "afile")
+        open(f, "w").close()
+        for path, said in ((f, f"the data directory {f} is not a directory"),
+                           ("", "the data directory is an empty path")):
+            r = harness.run_agentd("--data", path, "--socket", os.path.join(a.dir, "x.sock"),
+                                   capture_output=True, text=True, timeout=10)
+            assert r.returncode == 1 and said in r.stderr, (path, r.returncode, r.stderr)
+        assert os.path.getsize(f) == 0
+
+
 def test_create_never_takes_a_number_in_use():
     # With meta's next_conv behind the conversations (damage), create took conversation a's number: the new
     # conversation got a's log and overwrote its record.
