@@ -279,37 +279,42 @@ int main(int argc, char **argv)
 	LIST_INIT(&S.ahead);
 	RB_INIT(&S.workers);
 
+	int rc = 1;
 	/* The data directory: tmpfs for --ephemeral. */
 	if (cfg.ephemeral) {
 		const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-		if (asprintf(&S.data_dir, "%s/agentd-XXXXXX", base) < 0 || !mkdtemp(S.data_dir)) {
+		if (asprintf(&S.data_dir, "%s/agentd-XXXXXX", base) < 0)
+			S.data_dir = NULL;
+		if (!S.data_dir || !mkdtemp(S.data_dir)) {
 			log_error("cannot create an ephemeral data directory in %s: %s", base, strerror(errno));
-			return 1;
+			free(S.data_dir);
+			S.data_dir = NULL; /* nothing to remove */
+			goto out;
 		}
 	} else {
 		struct stat sb;
 		if (!cfg.data[0]) {
 			log_error("the data directory is an empty path");
-			return 1;
+			goto out;
 		}
 		if (mkdir(cfg.data, 0700) < 0 && errno != EEXIST) {
 			log_error("cannot create the data directory %s: %s", cfg.data, strerror(errno));
-			return 1;
+			goto out;
 		}
 		if (stat(cfg.data, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
 			log_error("the data directory %s is not a directory", cfg.data);
-			return 1;
+			goto out;
 		}
 		S.data_dir = realpath(cfg.data, NULL);
 		if (!S.data_dir) {
 			log_error("data directory %s: %s", cfg.data, strerror(errno));
-			return 1;
+			goto out;
 		}
 	}
 	if (cfg.socket)
 		S.sock_path = strdup(cfg.socket);
 	else if (asprintf(&S.sock_path, "%s/agentd.sock", cfg.ephemeral ? S.data_dir : cfg.data) < 0)
-		return 1;
+		goto out;
 	S.worker_path = cfg.worker ? strdup(cfg.worker) : beside_self("agentd-worker");
 
 	/* Single instance: the pidfile lock, held until exit. */
@@ -317,7 +322,6 @@ int main(int argc, char **argv)
 	pid_t other = 0;
 	snprintf(pidpath, sizeof pidpath, "%s/agentd.pid", S.data_dir);
 	struct pidfh *pfh = pidfile_open(pidpath, 0600, &other);
-	int rc = 1;
 	if (!pfh) {
 		if (errno == EEXIST)
 			log_error("another agentd (pid %d) is already running on %s", (int)other, S.data_dir);
@@ -374,7 +378,7 @@ unlock:
 	pidfile_remove(pfh);
 out:
 	/* Also when starting failed: an ephemeral store is never left behind. */
-	if (cfg.ephemeral)
+	if (cfg.ephemeral && S.data_dir)
 		rm_tree(S.data_dir);
 	free(S.data_dir);
 	free(S.sock_path);
