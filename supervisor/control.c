@@ -398,6 +398,18 @@ static void client_parse(struct client *c)
 			slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
 		c->closing = 1;
 	}
+	/* The peer ended its side with a line it never terminated: that is
+	 * not a request (it is not executed, whatever it holds) but it is not
+	 * silence either. Once every complete line before it has its reply
+	 * slot, it gets one error, in order. */
+	if (c->eof && c->in_len && !c->closing && !c->paused && !c->barrier && !c->watch &&
+	    !memchr(c->in, '\n', c->in_len)) {
+		struct slot *s = slot_new(c);
+		if (s)
+			slot_error(s, NULL, PERR_BAD_REQUEST, "the connection ended inside a line: a request must end "
+							   "in a newline; not executed");
+		c->in_len = 0;
+	}
 }
 
 void control_backlog(void)
@@ -455,9 +467,9 @@ static void client_read(struct client *c)
 			continue;
 		if (n < 0 && errno == EAGAIN)
 			break;
-		/* EOF or error: a line cut off mid-way is dropped; replies
-		 * owed are still written if the peer only shut down its
-		 * writing side. */
+		/* EOF or error: a line cut off mid-way is answered with an
+		 * error, not executed (client_parse); replies owed are still
+		 * written if the peer only shut down its writing side. */
 		c->eof = 1;
 		break;
 	}

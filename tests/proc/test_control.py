@@ -1217,5 +1217,33 @@ def test_socket_path_that_is_not_a_dead_agentds_is_left_alone():
     finally:
         a.close()
 
+def test_a_connection_ended_inside_a_line_gets_an_error_not_an_execution():
+    # A client that wrote its last request without the newline and shut its side (printf '...' | socat,
+    # nc -N) got nothing at all: the line was dropped in silence.
+    with Agentd() as a:
+        c = a.create()
+        def exchange(data):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(a.socket)
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            s.settimeout(scaled(10))
+            out = b""
+            while True:
+                d = s.recv(65536)
+                if not d:
+                    break
+                out += d
+            s.close()
+            return [json.loads(l) for l in out.splitlines()]
+        r = exchange(b'{"op":"ping","id":1}\n{"op":"send","conversation":"' + c.encode() + b'","content":"x"}')
+        assert r[0]["id"] == 1 and r[0]["ok"] is True, r
+        assert len(r) == 2 and r[1]["error"] == "bad_request" and "ended inside a line" in r[1]["message"], r
+        assert a.events(c) == [], a.events(c)  # not executed
+        # terminated, the same request is served, and a half-closed connection still gets its replies
+        r = exchange(b'{"op":"send","conversation":"' + c.encode() + b'","content":"x"}\n')
+        assert r == [{"seq": 1, "ok": True}], r
+
+
 
 harness.main(globals())
