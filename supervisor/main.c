@@ -41,7 +41,7 @@ static void usage(FILE *f)
 		"  --config FILE       INI configuration: models, tools, limits (none needed for\n"
 		"                      the built-in echo model)\n"
 		"  --ephemeral         keep the store on tmpfs and delete it at exit\n"
-		"  --idle-timeout DUR  stop workers idle this long (default 300s; 500ms, 30s, 5m, 1h)\n"
+		"  --idle-timeout DUR  stop workers idle this long (default 300s; 500ms, 30s, 5m, 1h; 0: at once)\n"
 		"  --sync full|none    full: every commit durable before it is acknowledged (default);\n"
 		"                      none: flushed every second (an OS crash can lose the last second)\n"
 		"  --log-level LEVEL   error, warn, info (default) or debug\n"
@@ -239,7 +239,7 @@ int main(int argc, char **argv)
 		free(cfg.worker);
 		cfg.worker = strdup(o_worker);
 	}
-	if (o_idle && (config_duration(o_idle, &cfg.idle_timeout_ms) || cfg.idle_timeout_ms <= 0)) {
+	if (o_idle && (config_duration(o_idle, &cfg.idle_timeout_ms) || cfg.idle_timeout_ms < 0)) {
 		fprintf(stderr, "agentd: bad --idle-timeout '%s' (a duration: 500ms, 30s, 5m, 1h)\n", o_idle);
 		return EXIT_USAGE;
 	}

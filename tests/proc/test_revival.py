@@ -600,6 +600,19 @@ def test_idle_eviction_then_revival():
         no_zombies(a)
 
 
+def test_idle_timeout_zero_stops_workers_as_soon_as_they_are_idle():
+    # The file took idle_timeout = 0 and the command line refused it ("bad --idle-timeout"); both take it
+    # now, meaning at once: nothing owed, no process.
+    with Agentd(extra_args=["--idle-timeout", "0"]) as a:
+        c = a.create()
+        for i in range(3):
+            a.send(c, f"m{i}")
+            wait_for(lambda: len(a.events(c)) == 2 * (i + 1), 10, f"answer {i}")
+            wait_for(lambda: a.children() == [], 10, "the worker stopped")
+        assert "exited with status" not in a.log() and "crash" not in a.log(), a.log_tail()
+        no_zombies(a)
+
+
 def test_send_racing_idle_eviction_is_answered():
     """A send wakes an idle worker, and the eviction deadline passes before the worker has told the
     supervisor it is running again (here: frozen with SIGSTOP). The stop must not swallow the turn."""
