@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -1130,6 +1131,11 @@ int main(int argc, char **argv, char **envp)
 	}
 	int lv = config_log_level(level);
 	log_init("agentd-worker", lv < 0 ? LOG_INFO : lv);
+	struct stat ipc_st;
+	if (fstat(W.ipc, &ipc_st) < 0 || !S_ISSOCK(ipc_st.st_mode)) {
+		fprintf(stderr, "agentd-worker: --ipc-fd %d is not a socket: agentd starts workers, not people\n", W.ipc);
+		return 2;
+	}
 	/* A tool or model that closes its stdin early must not kill us. */
 	signal(SIGPIPE, SIG_IGN);
 	config_init(&W.cfg);

@@ -576,6 +576,17 @@ while True:  # holds the grant until told to stop, or its supervisor is gone
 """
 
 
+def test_a_worker_run_by_hand_says_it_is_agentds_to_start():
+    # Given a descriptor that is no socket (stdout, or one not open), it exited 0 without a word.
+    worker = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+    with Agentd() as a:
+        for fd in ("1", "99"):
+            p = subprocess.run([worker, "--data", a.data_dir, "--conversation", "c", "--lease", "1", "--ipc-fd", fd],
+                               capture_output=True, text=True, timeout=30)
+            assert p.returncode == 2 and f"--ipc-fd {fd} is not a socket" in p.stderr, (fd, p)
+        assert a.ok({"op": "ping"})
+
+
 def test_hung_worker_holding_the_write_gate_is_passed_over():
     """The supervisor grants workers their writes one at a time (the write gate, ipc/ipc.h). A worker that takes
     the grant and never answers holds up neither agentd's own writes (a send waits for it at most about a second)
