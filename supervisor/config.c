@@ -407,10 +407,18 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return -1;
 	}
+	errno = 0;
 	int rc = ini_parse_file(f, on_key, &l);
+	/* A read that fails (a directory: EISDIR; an I/O error) looks like the
+	 * end of the file to the parser: the settings so far are not all. */
+	int rerr = ferror(f) ? (errno ? errno : EIO) : 0;
 	fclose(f);
 	if (l.failed)
 		return -1;
+	if (rerr) {
+		snprintf(err, errlen, "%s: cannot be read: %s", path, strerror(rerr));
+		return -1;
+	}
 	if (rc) {
 		snprintf(err, errlen, "%s:%d: syntax error", path, rc);
 		return -1;

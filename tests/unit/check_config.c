@@ -168,6 +168,19 @@ START_TEST(missing_file)
 }
 END_TEST
 
+/* A directory opens, then every read fails: it looked like an empty file and
+ * agentd went on to fail copying it (exit 1, not a configuration error). */
+START_TEST(directory_refused)
+{
+	struct config c;
+	char err[512];
+	config_init(&c);
+	ck_assert_int_eq(config_load(&c, "/tmp", err, sizeof err), -1);
+	ck_assert_str_eq(err, "/tmp: cannot be read: Is a directory");
+	config_free(&c);
+}
+END_TEST
+
 Suite *make_config_suite(void)
 {
 	Suite *s = suite_create("config");
@@ -177,6 +190,7 @@ Suite *make_config_suite(void)
 	tcase_add_test(t, a_good_file);
 	tcase_add_loop_test(t, bad_file_refused, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
 	tcase_add_test(t, missing_file);
+	tcase_add_test(t, directory_refused);
 	suite_add_tcase(s, t);
 	return s;
 }
