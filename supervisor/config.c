@@ -180,7 +180,32 @@ struct loader {
 	char *err;
 	size_t errlen;
 	int failed;
+	char **seen; /* "section\x1fkey" of every key set so far */
+	size_t nseen;
 };
+
+/* Whether section's key was set before (a second value would silently win:
+ * two values for one key are a mistake, refused like a typo). -1: no memory. */
+static int seen_before(struct loader *l, const char *section, const char *k)
+{
+	char *sk;
+	if (asprintf(&sk, "%s\x1f%s", section, k) < 0)
+		return -1;
+	for (size_t i = 0; i < l->nseen; i++) {
+		if (!strcmp(l->seen[i], sk)) {
+			free(sk);
+			return 1;
+		}
+	}
+	char **p = realloc(l->seen, (l->nseen + 1) * sizeof *p);
+	if (!p) {
+		free(sk);
+		return -1;
+	}
+	l->seen = p;
+	l->seen[l->nseen++] = sk;
+	return 0;
+}
 
 static int agentd_key(struct config *c, const char *k, const char *v)
 {
@@ -319,6 +344,15 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 	int rc;
 	if (l->failed)
 		return 1; /* the first error is the one reported */
+	int dup = seen_before(l, section, k);
+	if (dup) {
+		if (dup > 0)
+			snprintf(l->err, l->errlen, "%s: '%s' is set twice in [%s]", l->c->path, k, section);
+		else
+			snprintf(l->err, l->errlen, "%s: out of memory", l->c->path);
+		l->failed = 1;
+		return 0;
+	}
 	if (!strcmp(section, "agentd")) {
 		rc = agentd_key(l->c, k, v);
 	} else if (!strncmp(section, "model.", 6) && name_ok(section + 6)) {
@@ -399,7 +433,7 @@ static int validate(struct config *c, char *err, size_t errlen)
 
 int config_load(struct config *c, const char *path, char *err, size_t errlen)
 {
-	struct loader l = { c, err, errlen, 0 };
+	struct loader l = { c, err, errlen, 0, NULL, 0 };
 	if (set_str(&c->path, path))
 		return -1;
 	FILE *f = fopen(path, "re");
@@ -413,6 +447,9 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 	 * end of the file to the parser: the settings so far are not all. */
 	int rerr = ferror(f) ? (errno ? errno : EIO) : 0;
 	fclose(f);
+	for (size_t i = 0; i < l.nseen; i++)
+		free(l.seen[i]);
+	free(l.seen);
 	if (l.failed)
 		return -1;
 	if (rerr) {

@@ -143,6 +143,8 @@ static const struct {
 	{ "[tool.t]\nexecutor = human\ncommand = ./t\n", "F: [tool.t] is a human tool: it takes no command" },
 	{ "[tool.t]\nexecutor = robot\n", "F: bad value 'robot' for 'executor' in [tool.t]" },
 	{ "[agentd]\nthis line has no equals sign\n", "F:2: syntax error" },
+	{ "[agentd]\nmax_workers = 3\nmax_workers = 4\n", "F: 'max_workers' is set twice in [agentd]" },
+	{ "[model.m]\ncommand = a\n[tool.t]\ncommand = t\n[model.m]\ncommand = b\n", "F: 'command' is set twice in [model.m]" },
 };
 
 START_TEST(bad_file_refused)
