@@ -441,6 +441,25 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return -1;
 	}
+	/* libinih reads lines into a buffer of INI_MAX_LINE bytes: a longer
+	 * line comes out as two, the rest a line of its own (a syntax error
+	 * one line down, or a key that was never written). Refuse it first. */
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	for (int no = 1; (n = getline(&line, &cap, f)) >= 0; no++) {
+		if (n && line[n - 1] == '\n')
+			n--;
+		if (n > INI_MAX_LINE - 1) {
+			snprintf(err, errlen, "%s:%d: a line of %zd bytes: at most %d fit (a long command can live in a "
+					      "script)", path, no, n, INI_MAX_LINE - 1);
+			free(line);
+			fclose(f);
+			return -1;
+		}
+	}
+	free(line);
+	rewind(f);
 	errno = 0;
 	int rc = ini_parse_file(f, on_key, &l);
 	/* A read that fails (a directory: EISDIR; an I/O error) looks like the

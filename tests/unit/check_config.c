@@ -144,6 +144,10 @@ static const struct {
 	{ "[tool.t]\nexecutor = robot\n", "F: bad value 'robot' for 'executor' in [tool.t]" },
 	{ "[agentd]\nthis line has no equals sign\n", "F:2: syntax error" },
 	{ "[agentd]\nmax_workers = 3\nmax_workers = 4\n", "F: 'max_workers' is set twice in [agentd]" },
+	{ "[tool.t]\ncommand = x\ndescription = "
+	  "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
+	  "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789\n",
+	  "F:3: a line of 214 bytes: at most 199 fit" },
 	{ "[model.m]\ncommand = a\n[tool.t]\ncommand = t\n[model.m]\ncommand = b\n", "F: 'command' is set twice in [model.m]" },
 };
 
