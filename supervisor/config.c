@@ -249,8 +249,8 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 		return set_int(&c->compact_events, v, 0, 100000000);
 	if (!strcmp(k, "compact_keep"))
 		return set_int(&c->compact_keep, v, 1, 100000000);
-	if (!strcmp(k, "model_output_cap"))
-		return config_size(v, &c->model_out_cap);
+	if (!strcmp(k, "model_output_cap")) /* under 1k no final line fits: every attempt would fail */
+		return config_size(v, &c->model_out_cap) || c->model_out_cap < 1024 ? -1 : 0;
 	if (!strcmp(k, "allow_any_uid"))
 		return (b = onoff(v)) < 0 ? -1 : (c->allow_any_uid = b, 0);
 	if (!strcmp(k, "log_level"))
@@ -293,7 +293,7 @@ static int tool_key(struct tool_cfg *t, const char *k, const char *v)
 	if (!strcmp(k, "max_attempts"))
 		return set_int(&t->max_attempts, v, 1, 1000);
 	if (!strcmp(k, "output_cap"))
-		return config_size(v, &t->out_cap);
+		return config_size(v, &t->out_cap) || t->out_cap < 1024 ? -1 : 0;
 	return -2;
 }
 

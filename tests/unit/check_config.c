@@ -144,6 +144,8 @@ static const struct {
 	{ "[tool.t]\nexecutor = robot\n", "F: bad value 'robot' for 'executor' in [tool.t]" },
 	{ "[agentd]\nthis line has no equals sign\n", "F:2: syntax error" },
 	{ "[agentd]\nmax_workers = 3\nmax_workers = 4\n", "F: 'max_workers' is set twice in [agentd]" },
+	{ "[agentd]\nmodel_output_cap = 0\n", "F: bad value '0' for 'model_output_cap' in [agentd]" },
+	{ "[tool.t]\ncommand = x\noutput_cap = 1023\n", "F: bad value '1023' for 'output_cap' in [tool.t]" },
 	{ "[tool.t]\ncommand = x\ndescription = "
 	  "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
 	  "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789\n",
