@@ -39,6 +39,22 @@ void ops_count(int op, int64_t started_us)
 	S.m.lat_sum[op] += secs;
 }
 
+/* Deadlines fire late by a disk flush when all is well, by the downtime after
+ * a restart: the buckets reach from one to the other. */
+static const double late_bounds[11] = { 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 10, 60, 3600 };
+
+void ops_expiry_late(int64_t at_us, int64_t deadline_ms)
+{
+	double secs = (double)(at_us - deadline_ms * 1000) / 1e6;
+	if (secs < 0)
+		secs = 0;
+	int b = 0;
+	while (b < 11 && secs > late_bounds[b])
+		b++;
+	S.m.late_buckets[b]++;
+	S.m.late_sum += secs;
+}
+
 static void job_error(struct job *j, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void job_error(struct job *j, int err, const char *fmt, ...)
 {
@@ -511,6 +527,19 @@ static void metrics_text(char **buf, size_t *len)
 		fprintf(f, "agentd_op_duration_seconds_count{op=\"%s\"} %llu\n", proto_op_name(i),
 			(unsigned long long)cum);
 	}
+	fprintf(f, "# HELP agentd_expiry_lateness_seconds How long after its deadline an expired call was "
+		   "settled (its transaction's start).\n# TYPE agentd_expiry_lateness_seconds histogram\n");
+	uint64_t cum = 0;
+	for (int b = 0; b < 12; b++) {
+		cum += S.m.late_buckets[b];
+		if (b < 11)
+			fprintf(f, "agentd_expiry_lateness_seconds_bucket{le=\"%g\"} %llu\n", late_bounds[b],
+				(unsigned long long)cum);
+		else
+			fprintf(f, "agentd_expiry_lateness_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+	}
+	fprintf(f, "agentd_expiry_lateness_seconds_sum %.6f\nagentd_expiry_lateness_seconds_count %llu\n",
+		S.m.late_sum, (unsigned long long)cum);
 	fclose(f);
 }
 

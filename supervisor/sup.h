@@ -143,6 +143,8 @@ struct metrics {
 	int64_t gate_wait_us;
 	uint64_t lat_buckets[OP_COUNT][12]; /* op latency histogram, le 0.1ms..+Inf */
 	double lat_sum[OP_COUNT];
+	uint64_t late_buckets[12]; /* expiry lateness histogram (ops_expiry_late), le 1ms..+Inf */
+	double late_sum;
 };
 
 struct sup {
@@ -191,6 +193,9 @@ extern struct sup S;
 
 int64_t now_mono(void);
 int64_t now_us(void);
+/* An expiry fired at realtime at_us for a deadline of deadline_ms: counted
+ * in agentd_expiry_lateness_seconds. */
+void ops_expiry_late(int64_t at_us, int64_t deadline_ms);
 
 /* loop.c */
 int loop_run(void);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1194,6 +1195,9 @@ int expiries_fire(void)
 			expiry_retry_later();
 			return total;
 		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		int64_t at_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 		int e = store_expiries_due(t, store_now(S.st), due_one, &c);
 		if ((e && e != 1) || c.n == 0) {
 			store_txn_abort(t);
@@ -1248,6 +1252,7 @@ int expiries_fire(void)
 				continue;
 			total++;
 			S.m.expiries_fired++;
+			ops_expiry_late(at_us, d[i].deadline);
 			log_info("%s: tool call %s expired", convs[i], d[i].id);
 			if (!ended[i])
 				ensure_started(convs[i]);

@@ -447,6 +447,9 @@ def test_expiry_fires_without_a_worker():
         res = wait_for(lambda: of_type(a, c, "resolution"), expires + 10, "the expiry")
         assert len(res) == 1 and res[0]["content"] == {"tool_call_id": tcid, "status": "expired", "result": None}, res
         assert res[0]["inserted_at"] >= row["deadline"], (res, row)
+        text = a.ok({"op": "metrics"})["text"]
+        assert "agentd_expiry_lateness_seconds_count 1\n" in text, text
+        assert 'agentd_expiry_lateness_seconds_bucket{le="60"} 1\n' in text, text
         row = a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]
         assert row["status"] == "expired", row
         late = a.request({"op": "resolve", "tool_call_id": tcid, "result": "too late"})
@@ -501,6 +504,11 @@ def test_expiry_due_while_supervisor_dead_fires_once_on_restart():
         a.start()
         wait_for(lambda: last_is_answer(a, c, f"after {tcid}:expired"), 10, "the turn after the expiry")
         assert "fired 1 expiry deadline(s) that passed while agentd was down" in a.log(), a.log_tail()
+        # Its lateness counts the downtime: at least the 50 ms waited past the deadline.
+        text = a.ok({"op": "metrics"})["text"]
+        assert 'agentd_expiry_lateness_seconds_bucket{le="0.05"} 0\n' in text, text
+        assert 'agentd_expiry_lateness_seconds_bucket{le="3600"} 1\n' in text, text
+        assert "agentd_expiry_lateness_seconds_count 1\n" in text, text
         res = of_type(a, c, "resolution")
         assert len(res) == 1 and res[0]["content"]["status"] == "expired", res
         assert a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]["status"] == "expired"
