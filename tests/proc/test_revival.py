@@ -995,5 +995,3 @@ def test_workers_get_the_configuration_agentd_read_and_old_audit_rows_expire():
         wait_for(lambda: "audit: removed 2 model_calls rows" in a.log(), 10, "the old rows removed")
 
 harness.main(globals())
-
-harness.main(globals())
