@@ -386,7 +386,21 @@ static void client_parse(struct client *c)
 	}
 	memmove(c->in, c->in + off, c->in_len - off);
 	c->in_len -= off;
-	int more = !c->closing && memchr(c->in, '\n', c->in_len) != NULL;
+	/* The peer ended its side with a line it never terminated: that is
+	 * not a request (it is not executed, whatever it holds) but it is not
+	 * silence either. Once every complete line before it has its reply
+	 * slot, it gets one error, in order; until then it counts as backlog,
+	 * so that it is come back to when a barrier or a pause ends. */
+	int cut = c->eof && c->in_len && !c->watch && !memchr(c->in, '\n', c->in_len);
+	if (cut && !c->closing && !c->paused && !c->barrier) {
+		struct slot *s = slot_new(c);
+		if (s)
+			slot_error(s, NULL, PERR_BAD_REQUEST, "the connection ended inside a line: a request must end "
+							   "in a newline; not executed");
+		c->in_len = 0;
+		cut = 0;
+	}
+	int more = !c->closing && (cut || memchr(c->in, '\n', c->in_len) != NULL);
 	if (more != c->backlog) {
 		S.nbacklog += more ? 1 : -1;
 		c->backlog = more;
@@ -397,18 +411,6 @@ static void client_parse(struct client *c)
 		if (s)
 			slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
 		c->closing = 1;
-	}
-	/* The peer ended its side with a line it never terminated: that is
-	 * not a request (it is not executed, whatever it holds) but it is not
-	 * silence either. Once every complete line before it has its reply
-	 * slot, it gets one error, in order. */
-	if (c->eof && c->in_len && !c->closing && !c->paused && !c->barrier && !c->watch &&
-	    !memchr(c->in, '\n', c->in_len)) {
-		struct slot *s = slot_new(c);
-		if (s)
-			slot_error(s, NULL, PERR_BAD_REQUEST, "the connection ended inside a line: a request must end "
-							   "in a newline; not executed");
-		c->in_len = 0;
 	}
 }
 

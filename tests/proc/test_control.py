@@ -1240,6 +1240,11 @@ def test_a_connection_ended_inside_a_line_gets_an_error_not_an_execution():
         assert r[0]["id"] == 1 and r[0]["ok"] is True, r
         assert len(r) == 2 and r[1]["error"] == "bad_request" and "ended inside a line" in r[1]["message"], r
         assert a.events(c) == [], a.events(c)  # not executed
+        # behind a write and a read of it (which holds the lines after it until the commit), the same
+        r = exchange(b'{"op":"create","conversation":"w2","settings":{"model":"echo"},"id":2}\n'
+                     b'{"op":"get","conversation":"w2","id":3}\n{"op":"ping"')
+        assert [x.get("id") for x in r[:2]] == [2, 3] and r[0]["ok"] and r[1]["ok"], r
+        assert len(r) == 3 and r[2]["error"] == "bad_request" and "ended inside a line" in r[2]["message"], r
         # terminated, the same request is served, and a half-closed connection still gets its replies
         r = exchange(b'{"op":"send","conversation":"' + c.encode() + b'","content":"x"}\n')
         assert r == [{"seq": 1, "ok": True}], r
