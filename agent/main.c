@@ -25,9 +25,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
-#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum { EXIT_FENCED = IPC_EXIT_GONE, EXIT_CORRUPT = 4, EXIT_STORE = 5 };

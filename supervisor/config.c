@@ -444,21 +444,18 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 	/* libinih reads lines into a buffer of INI_MAX_LINE bytes: a longer
 	 * line comes out as two, the rest a line of its own (a syntax error
 	 * one line down, or a key that was never written). Refuse it first. */
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
-	for (int no = 1; (n = getline(&line, &cap, f)) >= 0; no++) {
-		if (n && line[n - 1] == '\n')
-			n--;
-		if (n > INI_MAX_LINE - 1) {
-			snprintf(err, errlen, "%s:%d: a line of %zd bytes: at most %d fit (a long command can live in a "
-					      "script)", path, no, n, INI_MAX_LINE - 1);
-			free(line);
+	int ch, no = 1, len = 0;
+	while ((ch = getc(f)) != EOF) {
+		if (ch == '\n') {
+			no++;
+			len = 0;
+		} else if (++len > INI_MAX_LINE - 1) { /* counted, not kept: /dev/zero ends here too */
+			snprintf(err, errlen, "%s:%d: a line over %d bytes (a long command can live in a script)", path,
+				 no, INI_MAX_LINE - 1);
 			fclose(f);
 			return -1;
 		}
 	}
-	free(line);
 	rewind(f);
 	errno = 0;
 	int rc = ini_parse_file(f, on_key, &l);

@@ -20,9 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BACKOFF_BASE_MS 100

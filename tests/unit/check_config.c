@@ -149,7 +149,7 @@ static const struct {
 	{ "[tool.t]\ncommand = x\ndescription = "
 	  "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
 	  "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789\n",
-	  "F:3: a line of 214 bytes: at most 199 fit" },
+	  "F:3: a line over 199 bytes" },
 	{ "[model.m]\ncommand = a\n[tool.t]\ncommand = t\n[model.m]\ncommand = b\n", "F: 'command' is set twice in [model.m]" },
 };
 
