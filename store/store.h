@@ -267,6 +267,12 @@ int store_events_append(store_txn *txn, const char *conv, const struct store_eve
 /* The last seq, 0 for an empty log. Errors: STORE_E_NOTFOUND. */
 int store_event_latest_seq(store_txn *txn, const char *conv, uint64_t *seq);
 
+/* The seq of the event appended with event_id (len bytes, 1-200, no NUL), as
+ * the idempotency index holds it: what a repeated append would answer.
+ * Errors: STORE_E_NOTFOUND (conversation, or no such event_id), STORE_E_INVAL,
+ * STORE_E_CORRUPT. */
+int store_event_id_seq(store_txn *txn, const char *conv, const char *event_id, size_t len, uint64_t *seq);
+
 /* Events with after < seq < before (before 0: unbounded), only of `type` when
  * non-NULL; limit > 0 keeps the most recent `limit` of them. Delivered in
  * ascending seq order. Errors: STORE_E_NOTFOUND, STORE_E_CORRUPT, the callback's. */

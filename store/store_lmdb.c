@@ -1561,6 +1561,24 @@ int store_event_latest_seq(store_txn *x, const char *conv, uint64_t *seq)
 	return err ? err : latest_seq(x, num, e, seq);
 }
 
+int store_event_id_seq(store_txn *x, const char *conv, const char *event_id, size_t len, uint64_t *seq)
+{
+	CHECK_TXN(x);
+	if (!seq || !event_id || len == 0 || len > STORE_EVENT_ID_MAX || memchr(event_id, 0, len))
+		return STORE_E_INVAL;
+	uint64_t num;
+	struct conv_ent *e;
+	int err = conv_find(x, conv, &num, &e);
+	if (err)
+		return err;
+	unsigned char ik[8 + STORE_EVENT_ID_MAX];
+	size_t il = key_str(ik, num, event_id, len);
+	MDB_val v;
+	if ((err = get(x, x->s->event_ids, ik, il, &v)))
+		return err;
+	return val_uint(&v, seq) ? fail(x, STORE_E_CORRUPT) : 0;
+}
+
 static int event_decode(const MDB_val *k, const MDB_val *v, struct store_event *e)
 {
 	struct mp m;

@@ -6,7 +6,8 @@
  * where a derived row disagrees with the log: seqs not 1..N, a tool call row
  * without its tool_call event or the other way round, a call settled twice, a
  * row's status against its settlement, an expiry without its pending row (or
- * the reverse), and fsm_state or status against what the log's tail owes.
+ * the reverse), an event_id the idempotency index does not send back to its
+ * event, and fsm_state or status against what the log's tail owes.
  */
 #include "supervisor/check.h"
 #include "agent/render.h"
@@ -62,6 +63,19 @@ static int on_event(void *arg, const struct store_event *ev)
 			(unsigned long long)c->prev_seq);
 	c->prev_seq = ev->seq;
 	snprintf(type, sizeof type, "%.*s", (int)ev->type.len, (const char *)ev->type.ptr);
+	if (ev->event_id.len) {
+		/* The idempotency index must send a repeated event_id to this
+		 * event: anything else would append a retried send twice. */
+		uint64_t at = 0;
+		int e = store_event_id_seq(c->t, c->conv, (const char *)ev->event_id.ptr, ev->event_id.len, &at);
+		if (e)
+			problem(c, "seq %llu: its event_id %.*s is not in the idempotency index (%s)",
+				(unsigned long long)ev->seq, (int)ev->event_id.len, (const char *)ev->event_id.ptr,
+				store_strerror(e));
+		else if (at != ev->seq)
+			problem(c, "seq %llu: its event_id %.*s is indexed to seq %llu", (unsigned long long)ev->seq,
+				(int)ev->event_id.len, (const char *)ev->event_id.ptr, (unsigned long long)at);
+	}
 	json_t *content = jsonmp_unpack(ev->content.ptr, ev->content.len);
 	if (!json_is_object(content)) {
 		problem(c, "seq %llu (%s): content is not a JSON object", (unsigned long long)ev->seq, type);

@@ -476,6 +476,46 @@ START_TEST(event_id_scoped_to_conversation)
 }
 END_TEST
 
+/* What the idempotency index answers for an event_id: its event's seq, for
+ * its conversation only, and nothing once the conversation is deleted. */
+START_TEST(event_id_seq_lookup)
+{
+	mkconv("a");
+	mkconv("b");
+	store_txn *t = wbegin();
+	struct store_event_in e1 = ev("user_msg", mstr("x"), "first"), e2 = ev("user_msg", mstr("y"), NULL),
+			      e3 = ev("user_msg", mstr("z"), "third");
+	uint64_t seq;
+	ck_assert_int_eq(store_event_append(t, "a", &e1, &seq, NULL), 0);
+	ck_assert_int_eq(store_event_append(t, "a", &e2, &seq, NULL), 0);
+	ck_assert_int_eq(store_event_append(t, "a", &e3, &seq, NULL), 0);
+	ck_assert_int_eq(store_event_append(t, "a", &e1, &seq, NULL), 0); /* a duplicate changes nothing */
+	commit(t);
+	t = rbegin();
+	ck_assert_int_eq(store_event_id_seq(t, "a", "first", 5, &seq), 0);
+	ck_assert_uint_eq(seq, 1);
+	ck_assert_int_eq(store_event_id_seq(t, "a", "third", 5, &seq), 0);
+	ck_assert_uint_eq(seq, 3);
+	ck_assert_int_eq(store_event_id_seq(t, "a", "firstX", 5, &seq), 0); /* len bytes only */
+	ck_assert_uint_eq(seq, 1);
+	ck_assert_int_eq(store_event_id_seq(t, "a", "other", 5, &seq), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_event_id_seq(t, "b", "first", 5, &seq), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_event_id_seq(t, "nope", "first", 5, &seq), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_event_id_seq(t, "a", "first", 0, &seq), STORE_E_INVAL);
+	ck_assert_int_eq(store_event_id_seq(t, "a", "fi\0st", 5, &seq), STORE_E_INVAL);
+	ck_assert_int_eq(store_event_id_seq(t, "a", "first", 5, NULL), STORE_E_INVAL);
+	char longid[STORE_EVENT_ID_MAX + 1];
+	memset(longid, 'x', sizeof longid);
+	ck_assert_int_eq(store_event_id_seq(t, "a", longid, sizeof longid, &seq), STORE_E_INVAL);
+	store_txn_abort(t);
+	t = wbegin();
+	ck_assert_int_eq(store_conv_delete(t, "a"), 0);
+	ck_assert_int_eq(store_conv_create(t, "a", mmap0()), 0);
+	ck_assert_int_eq(store_event_id_seq(t, "a", "first", 5, &seq), STORE_E_NOTFOUND);
+	commit(t);
+}
+END_TEST
+
 START_TEST(batch_appends_in_order)
 {
 	mkconv("c1");
@@ -3769,6 +3809,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, event_inserted_at_is_txn_clock);
 	tcase_add_test(tc, idempotent_append_returns_original_seq);
 	tcase_add_test(tc, event_id_scoped_to_conversation);
+	tcase_add_test(tc, event_id_seq_lookup);
 	tcase_add_test(tc, batch_appends_in_order);
 	tcase_add_test(tc, batch_duplicate_within_batch);
 	tcase_add_test(tc, batch_duplicate_across_batches);

@@ -177,6 +177,23 @@ def test_check_names_what_it_cannot_read_and_goes_on():
         assert "3 conversations, 7 events" in out and "2 problem(s)" in out, out
 
 
+def test_check_verifies_the_idempotency_index():
+    # A damaged event_ids row would let a retried send be appended a second time (or answer another event's
+    # seq); `agentd check` did not look at the index at all.
+    with Agentd() as a:
+        a.create(conversation="i")
+        assert a.send("i", "one", event_id="e-1") == 1
+        wait_for(lambda: len(a.events("i")) == 2, 10, "the answer")
+        assert a.send("i", "two", event_id="e-2") == 3
+        wait_for(lambda: len(a.events("i")) == 4, 10, "the second answer")
+        a.stop()
+        assert check(a.data_dir).returncode == 0
+        # event_ids key (conversation number, event_id); value the seq (msgpack)
+        db_put(a.data_dir, "event_ids", conv_key(a.data_dir, "i") + b"e-2".hex(), "01")
+        rc = check(a.data_dir)
+        assert rc.returncode == 1 and "i: seq 3: its event_id e-2 is indexed to seq 1" in rc.stdout, rc.stdout
+
+
 def test_a_store_that_is_not_one_is_named_at_start_and_by_check():
     with Agentd(start=False) as a:
         os.makedirs(a.data_dir, exist_ok=True)
