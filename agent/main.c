@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 enum { EXIT_FENCED = IPC_EXIT_GONE, EXIT_CORRUPT = 4, EXIT_STORE = 5 };
@@ -87,6 +88,15 @@ static void store_take(void)
 }
 
 static int ipc_one(const struct ipc_msg *m);
+
+/* Whether the data directory's filesystem is (nearly) out of space: then a
+ * full store is the disk's, and a larger map would not help a new worker. */
+static int disk_full(void)
+{
+	struct statvfs fs;
+	return statvfs(W.data, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < 4u << 20;
+}
+
 static void die_store(int e, const char *what) __attribute__((noreturn));
 static void die_store(int e, const char *what)
 {
@@ -101,7 +111,8 @@ static void die_store(int e, const char *what)
 	}
 	log_error("%s: %s: %s", W.conv, what, store_strerror(e));
 	struct store_stat st;
-	if (e == STORE_E_FULL && W.st && store_stat(W.st, &st) == 0 && st.map_size < st.max_map_size) {
+	if (e == STORE_E_FULL && W.st && store_stat(W.st, &st) == 0 && st.map_size < st.max_map_size &&
+	    !disk_full()) {
 		/* The map grows before this handle's next transaction, and a
 		 * new worker reserves room again: a restart, not a dead end. */
 		log_warn("%s: the map (%llu bytes) may still grow: exiting to be restarted", W.conv,

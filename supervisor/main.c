@@ -62,7 +62,8 @@ static void usage(FILE *f)
 
 /* Copy the configuration file to DIR/agentd.ini.running (written whole,
  * then renamed into place) and check that it loads as agentd's did. The
- * path, or NULL after logging why. */
+ * path; the file's own path when the copy cannot be written (a full disk);
+ * NULL, after logging why, when the copy does not load. */
 static char *config_snapshot(const char *src, const char *dir)
 {
 	char *path = NULL, *tmp = NULL;
@@ -79,8 +80,19 @@ static char *config_snapshot(const char *src, const char *dir)
 	if (in)
 		fclose(in);
 	ok = ok && rename(tmp, path) == 0;
-	if (!ok)
-		log_error("cannot copy the configuration %s into %s: %s", src, dir, strerror(errno));
+	if (!ok) {
+		/* A full disk must not keep agentd from starting (reads go on,
+		 * and deletes make room): the workers read the file itself. */
+		int e = errno;
+		if (tmp)
+			unlink(tmp);
+		free(tmp);
+		free(path);
+		path = realpath(src, NULL);
+		log_warn("cannot copy the configuration %s into %s: %s; workers will read %s itself, so an edit to "
+			 "it reaches every worker started from now on", src, dir, strerror(e), path ? path : src);
+		return path;
+	}
 	struct config c;
 	config_init(&c);
 	if (ok && config_load(&c, path, err, sizeof err)) {

@@ -275,6 +275,85 @@ def test_disk_full_is_store_full():
         subprocess.run(["umount", "-l", mnt])
 
 
+class SmallDisk:
+    """A 3 MiB tmpfs, unmounted on exit; None when it cannot be mounted (not root): the test skips."""
+    def __enter__(self):
+        self.mnt = tempfile.mkdtemp(prefix="agentd-small-disk-")
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", self.mnt], capture_output=True).returncode:
+            os.rmdir(self.mnt)
+            self.mnt = None
+        return self.mnt
+
+    def __exit__(self, *exc):
+        if self.mnt:
+            subprocess.run(["umount", "-l", self.mnt])
+            os.rmdir(self.mnt)
+        return False
+
+
+def fill_disk(a, conv):
+    for size, tag in ((100000, "f"), (1000, "g")):
+        for i in range(2000):
+            r = a.request({"op": "send", "conversation": conv, "content": "x" * size, "event_id": f"{tag}{i}"})
+            if not r["ok"]:
+                assert r["error"] == "store_full", r
+                break
+
+
+def test_a_turn_that_meets_a_full_disk_is_not_rerun():
+    # The store full on a full disk (not at max_map_size) was taken for a map that could still grow: the
+    # worker was restarted, and every restart called the model again for the same turn (5 calls, then the
+    # crash limit). With under 4 MiB free the full store is the disk's: the error is recorded at once.
+    with SmallDisk() as mnt:
+        if not mnt:
+            print("SKIP test_a_turn_that_meets_a_full_disk_is_not_rerun: cannot mount a small tmpfs (needs root)")
+            return
+        with Agentd(data_dir=os.path.join(mnt, "data"), start=False) as a:
+            rec, gate = os.path.join(a.dir, "model.rec"), os.path.join(a.dir, "gate")
+            m = a.script("m.py", f"""
+                import json, os, sys, time
+                req = json.load(sys.stdin)
+                while not os.path.exists({gate!r}):
+                    time.sleep(0.02)
+                open({rec!r}, "a").write(req["conversation"] + " turn " + str(req["turn"]) + "\\n")
+                print(json.dumps({{"text": "y" * 200000}}))
+                """)
+            a.write_config(f"[model.m]\ncommand = python3 {m}\n")
+            a.start()
+            c = a.create(model="m", conversation="c")
+            assert a.send(c, "hi") == 1  # its model waits for the gate
+            fill_disk(a, a.create(conversation="filler"))
+            open(gate, "w").close()
+            # (the error event itself may not fit either: then agentd logs that it cannot record it)
+            wait_for(lambda: "c: commit turn: store full" in a.log(), 20, "the turn's commit to fail")
+            time.sleep(harness.scaled(2))  # a restart would call the model again within this
+            assert open(rec).read().splitlines() == ["c turn 1"], open(rec).read()
+            assert "restarting in" not in a.log(), a.log_tail()
+            assert a.ok({"op": "ping"})
+            a.stop(expect=None)
+
+
+def test_agentd_starts_on_a_full_disk():
+    # The copy of the configuration for workers (agentd.ini.running) could not be written, and agentd refused
+    # to start: on a full disk nothing could be read either. Now the workers read the file itself (warned).
+    with SmallDisk() as mnt:
+        if not mnt:
+            print("SKIP test_agentd_starts_on_a_full_disk: cannot mount a small tmpfs (needs root)")
+            return
+        with Agentd(data_dir=os.path.join(mnt, "data"), start=False) as a:
+            a.write_config("[agentd]\nidle_timeout = 300s\n")
+            a.start()
+            c = a.create(conversation="c")
+            assert a.send(c, "kept") == 1
+            wait_for(lambda: len(a.events(c)) >= 2, 10, "the echo")
+            fill_disk(a, a.create(conversation="filler"))
+            a.kill(signal.SIGKILL)
+            a.start()
+            assert "workers will read" in a.log() and "itself" in a.log(), a.log_tail()
+            assert a.events(c)[0]["content"] == {"text": "kept"}
+            a.stop(expect=None)
+
+
 def test_descriptor_limit_refuses_clients_and_goes_on():
     with Agentd(start=False) as a:
         # A launcher, not a replacement binary: under AGENTD_VALGRIND it runs valgrind with the limit
