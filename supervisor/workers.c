@@ -159,8 +159,15 @@ static void child_exec(int ipc, int errfd, char *const argv[])
 	 * status, close-on-exec): first out of the way, then into place. */
 	int hi_ipc = fcntl(ipc, F_DUPFD, 10);
 	int hi_err = fcntl(errfd, F_DUPFD_CLOEXEC, 10);
-	if (hi_ipc < 0 || hi_err < 0 || dup2(hi_ipc, 3) < 0 || dup3(hi_err, 4, O_CLOEXEC) < 0)
+	if (hi_ipc < 0 || hi_err < 0 || dup2(hi_ipc, 3) < 0 || dup3(hi_err, 4, O_CLOEXEC) < 0) {
+		/* Out of descriptors (agentd at its limit): say so as an exec
+		 * failure does, so agentd backs off and retries with the reason
+		 * logged, instead of counting a crash of a worker that never ran. */
+		int e = errno;
+		ssize_t w = write(hi_err >= 0 ? hi_err : errfd, &e, sizeof e);
+		(void)w;
 		_exit(127);
+	}
 	closefrom(5);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);

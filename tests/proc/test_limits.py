@@ -354,6 +354,33 @@ def test_agentd_starts_on_a_full_disk():
             a.stop(expect=None)
 
 
+def test_spawns_short_of_descriptors_back_off_and_are_not_crashes():
+    # At its open-files limit agentd forked workers whose child could not place its descriptors: they exited
+    # 127 unexplained, were counted as crashes, and after five the conversation got a permanent "worker
+    # crashed" error although no worker had run. Now the child reports the errno as an exec failure does:
+    # logged, backed off, retried, and every conversation is answered once descriptors are free.
+    if harness.VALGRIND:
+        return  # valgrind needs descriptors of its own under this limit; the plain run covers agentd
+    with Agentd(start=False) as a:
+        a.launcher = [a.script("limited30.py", """
+            import os, resource, sys
+            resource.setrlimit(resource.RLIMIT_NOFILE, (30, 30))
+            os.execvp(sys.argv[1], sys.argv[1:])
+            """)]
+        a.write_config("[agentd]\nidle_timeout = 2s\n")
+        a.start()
+        convs = [a.create(conversation=f"c{i}") for i in range(20)]
+        for c in convs:
+            assert a.send(c, "hi") == 1
+        def answered():
+            return all(len(a.events(c)) >= 2 for c in convs)
+        wait_for(answered, 60, "every conversation to be answered")
+        for c in convs:
+            assert [(e["type"], e["content"].get("text")) for e in a.events(c)] == \
+                [("user_msg", "hi"), ("assistant_msg", "echo: hi")], (c, a.events(c))
+        assert "crashed" not in a.log(), a.log_tail()
+
+
 def test_descriptor_limit_refuses_clients_and_goes_on():
     with Agentd(start=False) as a:
         # A launcher, not a replacement binary: under AGENTD_VALGRIND it runs valgrind with the limit
