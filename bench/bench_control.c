@@ -291,6 +291,33 @@ static double agentd_events(const char *prefix, int n)
 	return total;
 }
 
+/* Wait until the conversations PREFIX-0..n-1 have answered everything they
+ * were sent (status idle): the turns a row's sends left queued would
+ * otherwise commit during the next row and be counted against it. */
+static void agentd_settle(const char *prefix, int n)
+{
+	struct ctl_conn c;
+	if (ctl_connect(&c, agentd.sock, 5000))
+		bench_fail("cannot connect to agentd");
+	int64_t until = ctl_wall_us() + 60 * 1000000LL;
+	for (int i = 0; i < n;) {
+		char id[64];
+		snprintf(id, sizeof id, "%s-%d", prefix, i);
+		json_t *r = ctl_ok(&c, json_pack("{ssss}", "op", "get", "conversation", id), "get");
+		const char *st = json_string_value(json_object_get(json_object_get(r, "conversation"), "status"));
+		int idle = st && strcmp(st, "idle") == 0;
+		json_decref(r);
+		if (idle) {
+			i++;
+			continue;
+		}
+		if (ctl_wall_us() > until)
+			bench_fail("%s has not answered its sends after 60 s", id);
+		usleep(2000);
+	}
+	ctl_close(&c);
+}
+
 /* ---- one event per transaction --------------------------------------- */
 
 /* n appends of the send's event, each in its own durable transaction, with
@@ -337,17 +364,20 @@ enum { T_PING1, T_PING50, T_SEND1, T_SEND50, NTESTS };
 static const struct {
 	const char *name, *redis_test, *redis_row;
 	int clients, send;
-	long n, n_redis; /* requests per run: about a second or more of each at its own speed */
+	long n, n_redis; /* requests per run: 0.3-1 s of each at its own speed, long enough for
+			 * the 50-client send to reach its steady state (every worker queued
+			 * for the write gate has had its turn several times) */
 	double target;   /* minimum agentd/Redis ratio; 0: none */
 } tests[NTESTS] = {
 	{ "ping, 1 client", "ping_mbulk", "PING_MBULK", 1, 0, 20000, 20000, 1.0 },
-	{ "ping, 50 clients", "ping_mbulk", "PING_MBULK", 50, 0, 100000, 100000, 1.0 },
-	{ "durable send/SET, 1 client", "set", "SET", 1, 1, 500, 1000, 0 },
-	{ "durable send/SET, 50 clients", "set", "SET", 50, 1, 2000, 10000, 0.5 },
+	{ "ping, 50 clients", "ping_mbulk", "PING_MBULK", 50, 0, 150000, 100000, 1.0 },
+	{ "durable send/SET, 1 client", "set", "SET", 1, 1, 1500, 5000, 0 },
+	{ "durable send/SET, 50 clients", "set", "SET", 50, 1, 20000, 60000, 0.5 },
 };
 
 static struct fig fa[NTESTS][BENCH_MAX_RUNS], fr[NTESTS][BENCH_MAX_RUNS], fdiag[BENCH_MAX_RUNS];
 static double one_txn[BENCH_MAX_RUNS], group_size[BENCH_MAX_RUNS], turns_per_send[BENCH_MAX_RUNS];
+static double grants_per_group[BENCH_MAX_RUNS];
 static double diag_group[BENCH_MAX_RUNS];
 
 static double med_field(const struct fig *f, int n, int field)
@@ -381,13 +411,16 @@ static void run_once(int run, int timed)
 		long n = timed ? scaled(tests[t].n) : scaled(tests[t].n) / 5 + 50;
 		long nr = timed ? scaled(tests[t].n_redis) : scaled(tests[t].n_redis) / 5 + 50;
 		struct fig a, r = { 0 };
-		double c0 = 0, w0 = 0, e0 = 0;
+		double c0 = 0, w0 = 0, e0 = 0, g0 = 0;
 		int redis_first = run % 2;
 		if (redis_first)
 			r = redis_bench(tests[t].redis_test, tests[t].redis_row, tests[t].clients, nr);
+		if (tests[t].send)
+			agentd_settle("b", 50);
 		if (t == T_SEND50) {
 			c0 = agentd_counter("agentd_group_commits_total");
 			w0 = agentd_counter("agentd_group_writes_total");
+			g0 = agentd_counter("agentd_write_gate_grants_total");
 			e0 = agentd_events("b", 50);
 		}
 		send_prefix = "b";
@@ -395,8 +428,10 @@ static void run_once(int run, int timed)
 		if (t == T_SEND50 && timed) {
 			double c1 = agentd_counter("agentd_group_commits_total");
 			double w1 = agentd_counter("agentd_group_writes_total");
+			double g1 = agentd_counter("agentd_write_gate_grants_total");
 			double e1 = agentd_events("b", 50);
 			group_size[run] = c1 > c0 ? (w1 - w0) / (c1 - c0) : 0;
+			grants_per_group[run] = c1 > c0 ? (g1 - g0) / (c1 - c0) : 0;
 			/* Each turn appends one assistant_msg: events beyond the sends are turns. */
 			turns_per_send[run] = (e1 - e0 - (double)n) / (double)n;
 		}
@@ -408,13 +443,17 @@ static void run_once(int run, int timed)
 			if (verbose)
 				fprintf(stderr, "run %d %-30s agentd %9.0f/s p50 %.3f p99 %.3f | redis %9.0f/s p50 %.3f p99 %.3f\n",
 					run, tests[t].name, a.rps, a.p50_ms, a.p99_ms, r.rps, r.p50_ms, r.p99_ms);
+			if (verbose && t == T_SEND50)
+				fprintf(stderr, "run %d   %.1f sends and %.2f worker writes per group commit, %.3f turns per send\n",
+					run, group_size[run], grants_per_group[run], turns_per_send[run]);
 		}
 	}
 	if (only && !strstr("send, 50 clients, workers parked", only))
 		return;
 	/* Diagnostic: the same 50-client send, to conversations whose workers
 	 * are parked in a model call, so no turn commits compete. */
-	long n = timed ? scaled(5000) : 100;
+	long n = timed ? scaled(20000) : 100;
+	agentd_settle("b", 50);
 	double c0 = agentd_counter("agentd_group_commits_total");
 	double w0 = agentd_counter("agentd_group_writes_total");
 	send_prefix = "s";
