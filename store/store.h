@@ -273,6 +273,13 @@ int store_event_latest_seq(store_txn *txn, const char *conv, uint64_t *seq);
  * STORE_E_CORRUPT. */
 int store_event_id_seq(store_txn *txn, const char *conv, const char *event_id, size_t len, uint64_t *seq);
 
+/* Every row of the conversation's idempotency index, in event_id byte order:
+ * the event_id (len bytes) and the seq it answers. Errors: STORE_E_NOTFOUND
+ * (conversation), STORE_E_CORRUPT (a row whose seq is unreadable), the
+ * callback's. */
+int store_event_ids_each(store_txn *txn, const char *conv,
+			 int (*fn)(void *arg, const char *event_id, size_t len, uint64_t seq), void *arg);
+
 /* Events with after < seq < before (before 0: unbounded), only of `type` when
  * non-NULL; limit > 0 keeps the most recent `limit` of them. Delivered in
  * ascending seq order. Errors: STORE_E_NOTFOUND, STORE_E_CORRUPT, the callback's. */
@@ -353,6 +360,11 @@ int store_tool_call_get(store_txn *txn, const char *id, struct store_tool_call *
  * (1 << status) is in `mask` (0: all). Errors: STORE_E_NOTFOUND. */
 int store_tool_calls_list(store_txn *txn, const char *conv, unsigned mask,
 			  int (*fn)(void *arg, const struct store_tool_call *tc), void *arg);
+/* Every tool call row of the store, whatever its conversation, in id order
+ * (for consistency checks: a row whose conversation or index entry is gone is
+ * delivered too). Errors: STORE_E_CORRUPT (an undecodable row, after the rows
+ * before it), the callback's. */
+int store_tool_calls_each(store_txn *txn, int (*fn)(void *arg, const struct store_tool_call *tc), void *arg);
 /* Count one more dispatch; *attempts gets the new count. Errors: STORE_E_NOTFOUND. */
 int store_tool_call_attempt(store_txn *txn, const char *id, uint32_t *attempts);
 /* Settle a call if and only if it is pending: status is resolved, errored or

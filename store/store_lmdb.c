@@ -1579,6 +1579,36 @@ int store_event_id_seq(store_txn *x, const char *conv, const char *event_id, siz
 	return val_uint(&v, seq) ? fail(x, STORE_E_CORRUPT) : 0;
 }
 
+struct eid_ctx {
+	int (*fn)(void *, const char *, size_t, uint64_t);
+	void *arg;
+};
+
+static int eid_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v)
+{
+	struct eid_ctx *c = arg;
+	uint64_t seq;
+	if (k->mv_size <= 8 || val_uint(v, &seq))
+		return fail(x, STORE_E_CORRUPT);
+	return c->fn(c->arg, (const char *)k->mv_data + 8, k->mv_size - 8, seq);
+}
+
+int store_event_ids_each(store_txn *x, const char *conv,
+			 int (*fn)(void *arg, const char *event_id, size_t len, uint64_t seq), void *arg)
+{
+	CHECK_TXN(x);
+	uint64_t num;
+	if (!fn)
+		return STORE_E_INVAL;
+	int err = conv_num(x, conv, &num);
+	if (err)
+		return err;
+	unsigned char k[8];
+	put_be64(k, num);
+	struct eid_ctx c = { fn, arg };
+	return scan_prefix(x, x->s->event_ids, k, 8, eid_each, &c);
+}
+
 static int event_decode(const MDB_val *k, const MDB_val *v, struct store_event *e)
 {
 	struct mp m;
@@ -2028,6 +2058,31 @@ int store_tool_calls_list(store_txn *x, const char *conv, unsigned mask,
 	put_be64(k, num);
 	struct tcl_ctx c = { mask, fn, arg };
 	return scan_prefix(x, x->s->conv_tool_calls, k, 8, tcl_each, &c);
+}
+
+int store_tool_calls_each(store_txn *x, int (*fn)(void *arg, const struct store_tool_call *tc), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	MDB_cursor *c;
+	MDB_val k, v;
+	int r = 0, rc = mdb_cursor_open(x->t, x->s->tool_calls, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct tc_rec tr;
+		if (tc_decode(&k, &v, &tr)) {
+			r = fail(x, STORE_E_CORRUPT);
+			break;
+		}
+		if ((r = fn(arg, &tr.tc)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (r)
+		return r;
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
 }
 
 int store_tool_call_attempt(store_txn *x, const char *id, uint32_t *attempts)

@@ -7,7 +7,9 @@
  * without its tool_call event or the other way round, a call settled twice, a
  * row's status against its settlement, an expiry without its pending row (or
  * the reverse), an event_id the idempotency index does not send back to its
- * event, and fsm_state or status against what the log's tail owes.
+ * event or an index row that leads to no such event, a tool call row that no
+ * conversation's index reaches, and fsm_state or status against what the
+ * log's tail owes.
  */
 #include "supervisor/check.h"
 #include "agent/render.h"
@@ -34,6 +36,8 @@ struct ck {
 	json_t *events;   /* the working set (after the latest summary), for tail_decide */
 	uint64_t after;   /* the latest summary's to_seq */
 	json_t *expiries; /* tool_call_id -> {"deadline", "conversation"} (all conversations) */
+	json_t *eids;     /* event_id -> seq, of the conversation's events */
+	json_t *rows;     /* tool_call_id -> true: rows reached through their conversation's index */
 };
 
 static const char *str_or(const char *s, const char *d)
@@ -75,6 +79,9 @@ static int on_event(void *arg, const struct store_event *ev)
 		else if (at != ev->seq)
 			problem(c, "seq %llu: its event_id %.*s is indexed to seq %llu", (unsigned long long)ev->seq,
 				(int)ev->event_id.len, (const char *)ev->event_id.ptr, (unsigned long long)at);
+		char eid[STORE_EVENT_ID_MAX + 1];
+		snprintf(eid, sizeof eid, "%.*s", (int)ev->event_id.len, (const char *)ev->event_id.ptr);
+		json_object_set_new(c->eids, eid, json_integer((json_int_t)ev->seq));
 	}
 	json_t *content = jsonmp_unpack(ev->content.ptr, ev->content.len);
 	if (!json_is_object(content)) {
@@ -129,6 +136,7 @@ static int on_row(void *arg, const struct store_tool_call *tc)
 	char id[STORE_ID_MAX + 1];
 	snprintf(id, sizeof id, "%.*s", (int)tc->id.len, (const char *)tc->id.ptr);
 	c->ncalls++;
+	json_object_set_new(c->rows, id, json_true());
 	if (tc->conversation.len != strlen(c->conv) || memcmp(tc->conversation.ptr, c->conv, tc->conversation.len))
 		problem(c, "tool call row %s names conversation %.*s", id, (int)tc->conversation.len,
 			(const char *)tc->conversation.ptr);
@@ -162,6 +170,34 @@ static int on_row(void *arg, const struct store_tool_call *tc)
 	}
 	if (e)
 		json_object_set_new(e, "seen", json_true());
+	return 0;
+}
+
+/* An idempotency index row must lead to an event that carries its event_id
+ * (one that leads to another seq was named from that event's side). */
+static int on_eid(void *arg, const char *id, size_t len, uint64_t seq)
+{
+	struct ck *c = arg;
+	char eid[STORE_EVENT_ID_MAX + 1];
+	snprintf(eid, sizeof eid, "%.*s", (int)len, id);
+	if (!json_object_get(c->eids, eid))
+		problem(c, "the idempotency index sends event_id %s to seq %llu, which holds no event with it", eid,
+			(unsigned long long)seq);
+	return 0;
+}
+
+/* A tool call row no conversation's index reaches (its conversation is gone,
+ * or the index lost it): found only by walking every row. */
+static int on_any_row(void *arg, const struct store_tool_call *tc)
+{
+	struct ck *c = arg;
+	char id[STORE_ID_MAX + 1];
+	snprintf(id, sizeof id, "%.*s", (int)tc->id.len, (const char *)tc->id.ptr);
+	if (json_object_get(c->rows, id))
+		return 0;
+	c->ncalls++;
+	problem(c, "tool call row %s (conversation %.*s) is not in any conversation's index", id,
+		(int)tc->conversation.len, (const char *)tc->conversation.ptr);
 	return 0;
 }
 
@@ -242,6 +278,7 @@ static int check_conv(struct ck *c, const char *id)
 	c->after = 0;
 	c->calls = json_object();
 	c->events = json_array();
+	c->eids = json_object();
 	uint64_t last = 0;
 	store_event_latest_seq(c->t, id, &last);
 	e = store_summary_latest(c->t, id, &sum);
@@ -269,6 +306,8 @@ static int check_conv(struct ck *c, const char *id)
 	if (c->prev_seq != last)
 		problem(c, "the last seq is %llu but the log ends at %llu", (unsigned long long)last,
 			(unsigned long long)c->prev_seq);
+	if ((e = store_event_ids_each(c->t, id, on_eid, c)))
+		problem(c, "idempotency index: %s", store_strerror(e));
 	if ((e = store_tool_calls_list(c->t, id, 0, on_row, c)))
 		problem(c, "tool calls: %s", store_strerror(e));
 	const char *k;
@@ -279,6 +318,7 @@ static int check_conv(struct ck *c, const char *id)
 	check_state(c, &conv);
 	json_decref(c->calls);
 	json_decref(c->events);
+	json_decref(c->eids);
 	return 0;
 }
 
@@ -319,7 +359,7 @@ int check_store(const char *dir, FILE *out)
 			fprintf(out, "agentd check: cannot open the store in %s: %s\n", dir, store_strerror(e));
 		return -1;
 	}
-	struct ck c = { .out = out, .expiries = json_object() };
+	struct ck c = { .out = out, .expiries = json_object(), .rows = json_object() };
 	struct ids ids = { 0 };
 	if ((e = store_txn_begin(st, STORE_READ, &c.t)) == 0) {
 		if ((e = store_conv_ids(c.t, collect, &ids)))
@@ -331,6 +371,8 @@ int check_store(const char *dir, FILE *out)
 			check_conv(&c, ids.id[i]);
 		}
 		c.conv = NULL;
+		if ((e = store_tool_calls_each(c.t, on_any_row, &c)))
+			problem(&c, "tool call rows: %s", store_strerror(e));
 		const char *k;
 		json_t *v;
 		json_object_foreach(c.expiries, k, v)
@@ -348,6 +390,7 @@ int check_store(const char *dir, FILE *out)
 		fprintf(out, "%d problem(s)\n", c.problems);
 	free(ids.id);
 	json_decref(c.expiries);
+	json_decref(c.rows);
 	store_close(st);
 	return c.problems;
 }

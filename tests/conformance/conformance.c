@@ -516,6 +516,74 @@ START_TEST(event_id_seq_lookup)
 }
 END_TEST
 
+/* The idempotency index row by row: each event_id of the conversation with
+ * its seq, in byte order; a duplicate adds no row; the callback stops it. */
+struct eids {
+	char id[8][STORE_EVENT_ID_MAX + 1];
+	uint64_t seq[8];
+	size_t n, stop_after;
+	int stop_ret;
+};
+
+static int collect_eid(void *arg, const char *id, size_t len, uint64_t seq)
+{
+	struct eids *o = arg;
+	ck_assert_uint_lt(o->n, 8);
+	ck_assert_uint_le(len, STORE_EVENT_ID_MAX);
+	memcpy(o->id[o->n], id, len);
+	o->id[o->n][len] = 0;
+	o->seq[o->n++] = seq;
+	return o->stop_after && o->n == o->stop_after ? o->stop_ret : 0;
+}
+
+START_TEST(event_ids_each_lists_the_index)
+{
+	mkconv("a");
+	mkconv("b");
+	mkconv("c");
+	store_txn *t = wbegin();
+	struct store_event_in e1 = ev("user_msg", mstr("x"), "zeta"), e2 = ev("user_msg", mstr("y"), NULL),
+			      e3 = ev("user_msg", mstr("z"), "alpha"), e4 = ev("user_msg", mstr("w"), "beta");
+	uint64_t seq;
+	ck_assert_int_eq(store_event_append(t, "a", &e1, &seq, NULL), 0);
+	ck_assert_int_eq(store_event_append(t, "a", &e2, &seq, NULL), 0);
+	ck_assert_int_eq(store_event_append(t, "a", &e3, &seq, NULL), 0);
+	ck_assert_int_eq(store_event_append(t, "a", &e1, &seq, NULL), 0); /* a duplicate: no new row */
+	ck_assert_int_eq(store_event_append(t, "b", &e4, &seq, NULL), 0);
+	commit(t);
+	struct eids o = { 0 };
+	t = rbegin();
+	ck_assert_int_eq(store_event_ids_each(t, "a", collect_eid, &o), 0);
+	ck_assert_uint_eq(o.n, 2);
+	ck_assert_str_eq(o.id[0], "alpha");
+	ck_assert_uint_eq(o.seq[0], 3);
+	ck_assert_str_eq(o.id[1], "zeta");
+	ck_assert_uint_eq(o.seq[1], 1);
+	memset(&o, 0, sizeof o);
+	ck_assert_int_eq(store_event_ids_each(t, "b", collect_eid, &o), 0);
+	ck_assert_uint_eq(o.n, 1);
+	ck_assert_str_eq(o.id[0], "beta");
+	memset(&o, 0, sizeof o);
+	ck_assert_int_eq(store_event_ids_each(t, "c", collect_eid, &o), 0);
+	ck_assert_uint_eq(o.n, 0);
+	ck_assert_int_eq(store_event_ids_each(t, "nope", collect_eid, &o), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_event_ids_each(t, "a", NULL, &o), STORE_E_INVAL);
+	memset(&o, 0, sizeof o);
+	o.stop_after = 1;
+	o.stop_ret = 7;
+	ck_assert_int_eq(store_event_ids_each(t, "a", collect_eid, &o), 7);
+	ck_assert_uint_eq(o.n, 1);
+	store_txn_abort(t);
+	t = wbegin();
+	ck_assert_int_eq(store_conv_delete(t, "a"), 0);
+	ck_assert_int_eq(store_conv_create(t, "a", mmap0()), 0);
+	memset(&o, 0, sizeof o);
+	ck_assert_int_eq(store_event_ids_each(t, "a", collect_eid, &o), 0); /* gone with the conversation */
+	ck_assert_uint_eq(o.n, 0);
+	commit(t);
+}
+END_TEST
+
 START_TEST(batch_appends_in_order)
 {
 	mkconv("c1");
@@ -1768,6 +1836,11 @@ static void expect_list_at(int line, const char *const *want, size_t n)
 static int noop_ev(void *arg, const struct store_event *e) { (void)arg; (void)e; return 0; }
 static int noop_tc(void *arg, const struct store_tool_call *tc) { (void)arg; (void)tc; return 0; }
 static int noop_mc(void *arg, const struct store_model_call *mc) { (void)arg; (void)mc; return 0; }
+static int noop_eid(void *arg, const char *id, size_t len, uint64_t seq)
+{
+	(void)arg, (void)id, (void)len, (void)seq;
+	return 0;
+}
 
 /* ---- unknown and invalid ids --------------------------------------------- */
 
@@ -1793,6 +1866,7 @@ static void every_conv_op(store_txn *t, const char *id, int want)
 	OP(store_event_append(t, id, &e, &u64, &i));
 	OP(store_events_append(t, id, &e, 1, &u64, &i));
 	OP(store_event_latest_seq(t, id, &u64));
+	OP(store_event_ids_each(t, id, noop_eid, NULL));
 	OP(store_events_stream(t, id, &r, noop_ev, NULL));
 	OP(store_summary_put(t, id, 1, 1, mint(1), &u64));
 	OP(store_summary_latest(t, id, &sum));
@@ -2196,6 +2270,43 @@ START_TEST(tool_calls_list_by_status_mask)
 	ck_assert_int_eq(store_tool_calls_list(t, "c1", 0, collect_tc, &L), 3);
 	store_txn_abort(t);
 	EXPECT_LIST("a", "b");
+}
+END_TEST
+
+/* Every row of the store, across conversations, in id order; the rows of a
+ * deleted conversation go with it; the callback stops the walk. */
+START_TEST(tool_calls_each_walks_every_row)
+{
+	mkconv("c1");
+	mkconv("c2");
+	mktc("c1", "m");
+	mktc("c2", "b");
+	mktc("c1", "a");
+	mktc("c2", "z");
+	ck_assert_int_eq(resolve("b", STORE_TC_RESOLVED, mint(1)), 0);
+	memset(&L, 0, sizeof L);
+	store_txn *t = rbegin();
+	ck_assert_int_eq(store_tool_calls_each(t, collect_tc, &L), 0);
+	EXPECT_LIST("a", "b", "m", "z");
+	ck_assert_str_eq(L.conv[0], "c1");
+	ck_assert_str_eq(L.conv[1], "c2");
+	ck_assert_int_eq(L.status[1], STORE_TC_RESOLVED);
+	ck_assert_int_eq(L.status[2], STORE_TC_PENDING);
+	memset(&L, 0, sizeof L);
+	L.stop_after = 2;
+	L.stop_ret = 5;
+	ck_assert_int_eq(store_tool_calls_each(t, collect_tc, &L), 5);
+	EXPECT_LIST("a", "b");
+	ck_assert_int_eq(store_tool_calls_each(t, NULL, &L), STORE_E_INVAL);
+	store_txn_abort(t);
+	t = wbegin();
+	ck_assert_int_eq(store_conv_delete(t, "c2"), 0);
+	commit(t);
+	memset(&L, 0, sizeof L);
+	t = rbegin();
+	ck_assert_int_eq(store_tool_calls_each(t, collect_tc, &L), 0);
+	EXPECT_LIST("a", "m");
+	store_txn_abort(t);
 }
 END_TEST
 
@@ -3810,6 +3921,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, idempotent_append_returns_original_seq);
 	tcase_add_test(tc, event_id_scoped_to_conversation);
 	tcase_add_test(tc, event_id_seq_lookup);
+	tcase_add_test(tc, event_ids_each_lists_the_index);
 	tcase_add_test(tc, batch_appends_in_order);
 	tcase_add_test(tc, batch_duplicate_within_batch);
 	tcase_add_test(tc, batch_duplicate_across_batches);
@@ -3876,6 +3988,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, tool_call_id_of_other_conversation_conflicts);
 	tcase_add_test(tc, tool_call_upsert_rejects_invalid);
 	tcase_add_test(tc, tool_calls_list_by_status_mask);
+	tcase_add_test(tc, tool_calls_each_walks_every_row);
 	tcase_add_test(tc, tool_call_attempt_counts);
 	tcase_add_test(tc, resolve_settles_pending_call);
 	tcase_add_test(tc, resolve_each_settled_status);

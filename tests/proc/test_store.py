@@ -194,6 +194,30 @@ def test_check_verifies_the_idempotency_index():
         assert rc.returncode == 1 and "i: seq 3: its event_id e-2 is indexed to seq 1" in rc.stdout, rc.stdout
 
 
+def test_check_finds_index_rows_and_tool_call_rows_that_lead_nowhere():
+    # `agentd check` went from the log to the index and to the rows, never back: an index row naming a seq
+    # without its event_id, and a tool call row left behind by a deleted conversation, went unreported.
+    with Agentd(start=False) as a:
+        calls = suspended(a, ["t"])
+        row = db_get(a.data_dir, "tool_calls", calls["t"].encode().hex())
+        a.start()
+        a.create(conversation="i")
+        assert a.send("i", "one", event_id="e-1") == 1
+        wait_for(lambda: len(a.events("i")) == 2, 10, "the answer")
+        a.ok({"op": "delete", "conversation": "t"})
+        a.stop()
+        assert check(a.data_dir).returncode == 0
+        # event_ids key (conversation number, event_id) -> seq 2, the answer, which has no event_id
+        db_put(a.data_dir, "event_ids", conv_key(a.data_dir, "i") + b"ghost".hex(), "02")
+        db_put(a.data_dir, "tool_calls", calls["t"].encode().hex(), row)
+        rc = check(a.data_dir)
+        out = rc.stdout
+        assert rc.returncode == 1, out
+        assert "i: the idempotency index sends event_id ghost to seq 2, which holds no event with it" in out, out
+        assert f"store: tool call row {calls['t']} (conversation t) is not in any conversation's index" in out, out
+        assert "2 problem(s)" in out, out
+
+
 def test_a_store_that_is_not_one_is_named_at_start_and_by_check():
     with Agentd(start=False) as a:
         os.makedirs(a.data_dir, exist_ok=True)
