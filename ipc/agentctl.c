@@ -254,7 +254,7 @@ static const struct command commands[] = {
 	 "It waits for the model without a time limit unless --timeout is given.",
 	 pos_conv, no_params, show_summary, CMD_SLOW, "agentctl compact demo"},
 	{"audit", "audit", "list recorded model calls (table)",
-	 "List the model calls recorded for a conversation (TURN MODEL LATENCY_MS SUMMARY_V USAGE INSERTED).\n"
+	 "List the model calls recorded for a conversation (TURN TASK MODEL LATENCY_MS SUMMARY_V USAGE INSERTED).\n"
 	 "Empty unless audit is on in agentd's configuration; --json shows the rendered contexts.",
 	 pos_conv, no_params, show_audit, 0, "agentctl audit demo"},
 	{"kill", "kill", "signal a conversation's worker",
@@ -519,7 +519,12 @@ static char *raw_line(const struct param *p, const char *v)
 {
 	size_t len = strlen(v);
 	char *line = held.input = strcmp(v, "-") == 0 ? read_stdin(&len) : xstrdup(v);
-	json_t *j = parse_json_arg(p, line, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL);
+	json_error_t e;
+	json_t *j = json_loads(line, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &e);
+	/* A number even a double cannot hold stops the check there: pass it on
+	 * (agentd answers it), as the integers past 64 bits. */
+	if (!j && json_error_code(&e) != json_error_numeric_overflow)
+		usage_error("%s: invalid JSON: %s (line %d, column %d)", p->name, e.text, e.line, e.column);
 	json_decref(j);
 	for (size_t i = 0; i < len; i++)
 		if (line[i] == '\n' || line[i] == '\r')
@@ -576,6 +581,8 @@ static bool global_option(int argc, char **argv, int *i, struct options *o)
 		(*i)++;
 		return true;
 	}
+	if (strncmp(a, "--json=", 7) == 0)
+		usage_error("option --json takes no value");
 	if (strcmp(a, "-s") == 0 || strcmp(a, "--socket") == 0 || strcmp(a, "--timeout") == 0) {
 		if (*i + 1 >= argc)
 			usage_error("option %s needs an argument", a);
@@ -655,6 +662,11 @@ static char *build_request(const struct command *cmd, int argc, char **argv, str
 		}
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			print_command_help(cmd, stdout);
+			check_stdout(EXIT_OK);
+			exit(EXIT_OK);
+		}
+		if (strcmp(a, "--version") == 0) {
+			printf("agentctl %s\n", AGENTD_VERSION);
 			check_stdout(EXIT_OK);
 			exit(EXIT_OK);
 		}
@@ -1328,6 +1340,18 @@ static void show_events(const json_t *reply)
 /* ------------------------------------------------------------------------ */
 /* Running a command                                                        */
 
+/* Milliseconds as seconds for a message: "60", "1.5", "3660". */
+static const char *secs_text(int64_t ms)
+{
+	static char buf[48];
+	int n = snprintf(buf, sizeof buf, "%lld.%03lld", (long long)(ms / 1000), (long long)(ms % 1000));
+	while (n > 0 && buf[n - 1] == '0')
+		buf[--n] = '\0';
+	if (n > 0 && buf[n - 1] == '.')
+		buf[--n] = '\0';
+	return buf;
+}
+
 static json_t *parse_line(const char *line, size_t len)
 {
 	/* NULs inside strings are legal JSON; integers past 64 bits are not
@@ -1344,16 +1368,23 @@ static void print_line(const char *line, size_t len)
 	putchar('\n');
 }
 
+/* While a watch writes (signals let in, see stream), a signal ends it at
+ * once: a write to a reader that stopped reading may never return, and one
+ * that returns part of its bytes is simply retried by stdio. */
+static volatile sig_atomic_t in_output;
+
 static void on_signal(int sig)
 {
 	(void)sig;
+	if (in_output)
+		_exit(EXIT_OK);
 	interrupted = 1;
 }
 
 static _Noreturn void conn_fail(const struct conn *c, const char *what, int err)
 {
 	if (err == -ETIMEDOUT)
-		fail("no reply from agentd within %.3g s (see --timeout)", (double)c->budget / 1000.0);
+		fail("no reply from agentd within %s s (see --timeout)", secs_text(c->budget));
 	fail("%s %s: %s", what, c->path, strerror(-err));
 }
 
@@ -1385,6 +1416,11 @@ static _Noreturn void stream(struct conn *c, bool raw)
 			exit(EXIT_OK);
 		if (r < 0)
 			conn_fail(c, "reading from", r);
+		/* Writing may block on a reader that does not read: SIGINT and
+		 * SIGTERM get in meanwhile (they interrupt the write). */
+		sigset_t blocked;
+		in_output = 1;
+		sigprocmask(SIG_SETMASK, c->mask, &blocked);
 		json_t *v = raw ? NULL : parse_line(line, len);
 		const json_t *ev = json_object_get(v, "event");
 		const json_t *delta = json_object_get(v, "delta");
@@ -1399,6 +1435,8 @@ static _Noreturn void stream(struct conn *c, bool raw)
 		}
 		json_decref(v);
 		check_stdout(EXIT_OK);
+		sigprocmask(SIG_SETMASK, &blocked, NULL);
+		in_output = 0;
 	}
 }
 

@@ -164,6 +164,13 @@ static int set_str(char **dst, const char *v)
 	return 0;
 }
 
+/* A path: never empty (an empty socket path would bind an abstract socket,
+ * an empty data path means nothing). */
+static int set_path(char **dst, const char *v)
+{
+	return *v ? set_str(dst, v) : -1;
+}
+
 static int set_int(int *dst, const char *v, int min, int max)
 {
 	char *end;
@@ -211,11 +218,11 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 {
 	int b;
 	if (!strcmp(k, "data"))
-		return set_str(&c->data, v);
+		return set_path(&c->data, v);
 	if (!strcmp(k, "socket"))
-		return set_str(&c->socket, v);
+		return set_path(&c->socket, v);
 	if (!strcmp(k, "worker"))
-		return set_str(&c->worker, v);
+		return set_path(&c->worker, v);
 	if (!strcmp(k, "idle_timeout"))
 		return config_duration(v, &c->idle_timeout_ms);
 	if (!strcmp(k, "sync")) {

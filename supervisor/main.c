@@ -203,9 +203,19 @@ int main(int argc, char **argv)
 	umask(umask(0) & 077);
 	if (argc >= 2 && !strcmp(argv[1], "check")) {
 		const char *dir = "./agentd-data";
+		if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+			printf("usage: agentd check [--data DIR]\n\nCheck the store in DIR (default ./agentd-data) "
+			       "read-only, safe while agentd runs.\nExit status: 0 consistent; 1 problems, one line "
+			       "each; 2 no store to read, or a usage error.\n");
+			return 0;
+		}
 		if (argc == 4 && !strcmp(argv[2], "--data"))
 			dir = argv[3];
-		else if (argc != 2) {
+		else if (argc == 3 && !strncmp(argv[2], "--data=", 7))
+			dir = argv[2] + 7;
+		else if (argc != 2)
+			dir = NULL;
+		if (!dir || !*dir) {
 			fprintf(stderr, "usage: agentd check [--data DIR]\n");
 			return EXIT_USAGE;
 		}
@@ -237,6 +247,12 @@ int main(int argc, char **argv)
 	config_init(&cfg);
 	if (o_config && config_load(&cfg, o_config, err, sizeof err)) {
 		fprintf(stderr, "agentd: %s\n", err);
+		return EXIT_USAGE;
+	}
+	if ((o_data && !*o_data) || (o_socket && !*o_socket) || (o_worker && !*o_worker)) {
+		fprintf(stderr, "agentd: --%s is an empty path\n", o_data && !*o_data ? "data" :
+			o_socket && !*o_socket ? "socket" : "worker");
+		config_free(&cfg);
 		return EXIT_USAGE;
 	}
 	if (o_data) {

@@ -600,6 +600,10 @@ def test_socket_resolution_and_connection_errors():
         t0 = time.monotonic()
         rc, out, err = agentctl("-s", path, "--timeout", "0.2", "events", "x", "--wait", "500", env=env)
         assert rc == 2 and time.monotonic() - t0 >= 0.65, (rc, err, time.monotonic() - t0)
+        # the budget in the message to the millisecond, never rounded to three digits (was "1.23 s";
+        # past 1000 s it printed "3.66e+03 s")
+        rc, out, err = agentctl("-s", path, "--timeout", "1.2345", "ping", env=env)
+        assert rc == 2 and re.search(r"within 1\.23[45] s \(see --timeout\)", err), (rc, err)
         for cs in held:
             cs.close()
         srv.close()
@@ -623,6 +627,85 @@ def test_socket_resolution_and_connection_errors():
         a.stop()
     finally:
         a.close()
+
+
+def test_command_line_corners():
+    # Found by review: each was documented one way and did another.
+    d = harness._mkdtemp()
+    try:
+        # an empty --socket bound an abstract socket (no file, no mode 0600) and agentd ran on it;
+        # an empty --data was exit 1, a runtime failure; both are usage errors now, as in the file
+        for opt in ("--socket", "--data", "--worker"):
+            p = harness.run_agentd(opt, "", capture_output=True, text=True, cwd=d, timeout=scaled(5))
+            assert p.returncode == 2 and f"agentd: {opt} is an empty path" in p.stderr, (opt, p)
+        cfg = os.path.join(d, "a.ini")
+        with open(cfg, "w") as f:
+            f.write("[agentd]\nsocket =\n")
+        p = harness.run_agentd("--config", cfg, "--data", os.path.join(d, "data"), capture_output=True,
+                               text=True, cwd=d, timeout=scaled(5))
+        assert p.returncode == 2 and "bad value '' for 'socket' in [agentd]" in p.stderr, p
+        os.unlink(cfg)
+        assert os.listdir(d) == [], os.listdir(d)
+        # agentd check: --data=DIR as agentd's own options take it, and --help on stdout, status 0
+        p = harness.run_agentd("check", f"--data={d}", capture_output=True, text=True)
+        assert p.returncode == 2 and "there is no store there (no data.mdb)" in p.stdout, p
+        p = harness.run_agentd("check", "--help", capture_output=True, text=True)
+        assert p.returncode == 0 and p.stdout.startswith("usage: agentd check [--data DIR]"), p
+        p = harness.run_agentd("check", "--data=", capture_output=True, text=True)
+        assert p.returncode == 2 and "usage: agentd check" in p.stderr, p
+    finally:
+        os.rmdir(d)
+    with Agentd() as a:
+        env = ctl_env(a)
+        # --version among a command's arguments, as the global options are
+        rc, out, err = agentctl("-s", a.socket, "ping", "--version", env=env)
+        assert rc == 0 and re.fullmatch(r"agentctl \S+\n", out), (rc, out, err)
+        # --json takes no value: said so, not "unknown option"
+        rc, out, err = agentctl("-s", a.socket, "list", "--json=1", env=env)
+        assert rc == 2 and "agentctl: list: option --json takes no value" in err, (rc, err)
+        # raw passes on a number no double holds (it was refused locally as "real number overflow")
+        a.create(conversation="j")
+        big = "1" + "0" * 400
+        rc, out, err = agentctl("-s", a.socket, "raw", '{"op":"events","conversation":"j","after":%s}' % big,
+                                env=env)
+        assert rc == 1 and json.loads(out)["error"] == "bad_request", (rc, out, err)
+        rc, out, err = agentctl("-s", a.socket, "raw", '{"op":"ping",', env=env)
+        assert rc == 2 and "invalid JSON" in err, (rc, err)
+        # audit's help names the columns it prints
+        rc, out, err = agentctl("audit", "--help")
+        assert rc == 0 and "(TURN TASK MODEL LATENCY_MS SUMMARY_V USAGE INSERTED)" in out, out
+
+
+def test_watch_ends_on_a_signal_while_its_reader_does_not_read():
+    # agentctl.md: watch exits 0 "also when interrupted by SIGINT/SIGTERM". With its output pipe full,
+    # a signal interrupted the write after part of it, stdio wrote the rest, and agentctl blocked for
+    # ever: only SIGKILL ended it.
+    with Agentd() as a:
+        a.create(conversation="b")
+        a.send("b", "y" * 200000)
+        wait_for(lambda: len(a.events("b")) >= 2, 10, "the echo reply")
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            r, w = os.pipe()
+            p = subprocess.Popen([AGENTCTL_BIN, "-s", a.socket, "watch", "b", "--after", "0"], stdout=w,
+                                 stderr=subprocess.PIPE, text=True)
+            os.close(w)
+            try:
+                # the pipe (64 KiB) fills: agentctl blocks writing the first event
+                wait_for(lambda: (harness.proc_stat(p.pid) or ("?",))[0] == "S", 10, "agentctl blocked on its output")
+                time.sleep(scaled(0.3))
+                assert p.poll() is None
+                p.send_signal(sig)
+                try:
+                    rc = p.wait(scaled(5))
+                except subprocess.TimeoutExpired:
+                    raise AssertionError(f"agentctl watch ignored {sig.name} while its output was blocked")
+                assert rc == 0 and p.stderr.read() == "", rc
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                p.stderr.close()
+                os.close(r)
 
 
 harness.main(globals())
