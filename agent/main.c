@@ -273,6 +273,13 @@ static store_bytes packed(struct jsonmp_buf *b, const json_t *v)
 
 static uint64_t append(store_txn *t, const char *type, json_t *content)
 {
+	if (!content) {
+		/* A content that could not be built (out of memory): stored, it
+		 * would be a null event the log's tail can never get past. */
+		store_txn_abort(t);
+		log_error("%s: cannot build the %s event's content: out of memory", W.conv, type);
+		exit(EXIT_STORE);
+	}
 	struct jsonmp_buf b;
 	struct store_event_in ev = { type, packed(&b, content), NULL };
 	uint64_t seq = 0;
@@ -528,7 +535,7 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 	const char *env[] = { env1, NULL };
 	struct proc_opts o = {
 		.env_add = env, .input = input, .input_len = input ? strlen(input) : 0,
-		.timeout_ms = (int)mc->timeout_ms, .out_cap = W.cfg.model_out_cap, .on_line = on_model_line,
+		.timeout_ms = mc->timeout_ms, .out_cap = W.cfg.model_out_cap, .on_line = on_model_line,
 		.arg = mr, .watch_fd = W.ipc, .on_watch = on_model_watch, .on_start = report_child,
 	};
 	struct proc_result r;
@@ -720,8 +727,9 @@ static void commit_error(const char *msg, int attempts, uint64_t ctx_seq)
 {
 	store_txn *t = wbegin();
 	int moved = log_moved(t, ctx_seq); /* a message queued during the failed turn is still owed */
-	uint64_t seq = append(t, "error", json_pack("{sssisI}", "message", msg, "attempts", attempts, "context_seq",
-						    (json_int_t)ctx_seq));
+	/* msg may quote a model's stderr, cut anywhere: not always UTF-8. */
+	uint64_t seq = append(t, "error", json_pack("{sosisI}", "message", json_text(msg, strlen(msg)), "attempts",
+						    attempts, "context_seq", (json_int_t)ctx_seq));
 	if (!moved)
 		put_state(t, STORE_IDLE, fsm_state("idle", NULL, seq));
 	commit(t, "commit error", seq);
@@ -831,7 +839,7 @@ static void dispatch(const json_t *call)
 	int stop = 0;
 	struct proc_opts o = {
 		.env_add = env, .input = input, .input_len = input ? strlen(input) : 0,
-		.timeout_ms = (int)tc->timeout_ms, .out_cap = tc->out_cap, .watch_fd = W.ipc,
+		.timeout_ms = tc->timeout_ms, .out_cap = tc->out_cap, .watch_fd = W.ipc,
 		.on_watch = on_tool_watch, .arg = &stop, .on_start = report_child,
 	};
 	struct proc_result r;
@@ -851,7 +859,9 @@ static void dispatch(const json_t *call)
 			res = json_pack("{ss}", "error", "out of memory");
 		settle(id, STORE_TC_RESOLVED, res);
 	} else {
-		json_t *res = json_pack("{ss#}", "stderr", r.err ? r.err : "", (int)r.err_len);
+		/* The tail of stderr: any bytes, cut anywhere (json_pack refused
+		 * what was not UTF-8, and the result was stored as null). */
+		json_t *res = json_pack("{so}", "stderr", json_text(r.err ? r.err : "", r.err_len));
 		if (r.timed_out)
 			json_object_set_new(res, "error", json_sprintf("timed out after %lld ms", (long long)tc->timeout_ms));
 		else if (r.out_overflow)

@@ -50,7 +50,7 @@ struct proc_opts {
 	size_t input_len;
 	/* <= 0: no limit. At the deadline (monotonic, from the fork) the process
 	 * group is SIGKILLed and timed_out is set. */
-	int timeout_ms;
+	int64_t timeout_ms;
 	/* Most stdout bytes kept (0: PROC_OUT_CAP_DEFAULT). One byte more and the
 	 * group is SIGKILLed, out_overflow set and out holds the first out_cap. */
 	size_t out_cap;

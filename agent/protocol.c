@@ -85,6 +85,12 @@ static int call_parse(json_t *c, size_t i, struct model_call *call, char *err, s
 		       json_is_string(name) ? "empty" : type_name(name));
 		return -1;
 	}
+	/* The store keeps names of 1-128 bytes: a longer one made every
+	 * attempt to record the turn fail, and the worker crash for ever. */
+	if (json_string_length(name) > TOOL_NAME_MAX) {
+		seterr(err, errlen, "tool_calls[%zu].name must be at most %d bytes", i, TOOL_NAME_MAX);
+		return -1;
+	}
 	if (id && !json_is_string(id)) {
 		seterr(err, errlen, "tool_calls[%zu].id must be a string, not %s", i, type_name(id));
 		return -1;
@@ -350,8 +356,7 @@ static size_t utf8_seq(const unsigned char *s, size_t n, int *ok)
 	return need;
 }
 
-/* The text with ill-formed UTF-8 replaced, as a JSON string. */
-static json_t *text_string(const char *text, size_t len)
+json_t *json_text(const char *text, size_t len)
 {
 	static const char fffd[] = "\xEF\xBF\xBD";
 	const unsigned char *s = (const unsigned char *)text;
@@ -403,7 +408,7 @@ int tool_output_parse(const char *out, size_t len, json_t **result)
 		if (len && out[len - 1] == '\r')
 			len--;
 	}
-	*result = text_string(len ? out : "", len);
+	*result = json_text(len ? out : "", len);
 	return *result ? 0 : -ENOMEM;
 }
 

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define TOOL_NAME_MAX 128 /* bytes of a tool call's name, as the store keeps them */
+
 struct model_call {
 	/* The model's id, or NULL: absent, null, not a valid tool call id
 	 * (1-128 chars of [A-Za-z0-9._:-]) or repeating an earlier call's id in
@@ -54,9 +56,9 @@ struct model_reply {
  *  -1   anything else, with a specific message in err
  * *delta and *final are written only on the return that names them.
  * Types: delta and text strings; tool_calls an array of objects; name a
- * non-empty string; id a string; args an object; usage an object whose
- * input_tokens and output_tokens are non-negative integers and cost a
- * non-negative number.
+ * non-empty string of at most TOOL_NAME_MAX bytes; id a string; args
+ * an object; usage an object whose input_tokens and output_tokens are
+ * non-negative integers and cost a non-negative number.
  */
 int model_line_parse(const char *line, size_t len, char **delta, struct model_reply *final,
                      char *err, size_t errlen);
@@ -81,6 +83,14 @@ void model_reply_free(struct model_reply *r); /* frees everything, zeroes *r; NU
  * with len > 0); -ENOMEM.
  */
 int tool_output_parse(const char *out, size_t len, json_t **result);
+
+/*
+ * Bytes as a JSON string (NUL bytes kept), each maximal ill-formed UTF-8
+ * subsequence replaced by U+FFFD: for text from outside (a process's stderr,
+ * a tail of it cut anywhere, a message quoting it) that must be stored. NULL:
+ * out of memory.
+ */
+json_t *json_text(const char *text, size_t len);
 
 /*
  * A server tool's stdin: {"tool_call_id", "name", "args", "conversation"} as

@@ -231,7 +231,10 @@ int store_conv_delete(store_txn *txn, const char *id);
 int store_lease_next(store_txn *txn, const char *id, uint64_t *gen);
 int store_lease_check(store_txn *txn, const char *id, uint64_t gen);
 
-/* Add a model call's usage to the conversation's running totals. */
+/* Add a model call's usage to the conversation's running totals. They
+ * saturate: tokens at INT64_MAX (what a JSON integer holds), the cost at
+ * DBL_MAX (a sum past it is never infinite). Errors: STORE_E_NOTFOUND,
+ * STORE_E_INVAL (a negative or NaN cost). */
 int store_usage_add(store_txn *txn, const char *id, const struct store_usage *u);
 
 /* ---- events ---------------------------------------------------------- */

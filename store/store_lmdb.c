@@ -26,6 +26,8 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <fcntl.h>
 #include <lmdb.h>
 #include <msgpack.h>
@@ -1356,6 +1358,11 @@ int store_lease_check(store_txn *x, const char *id, uint64_t gen)
 	return c.lease == gen ? 0 : STORE_E_FENCED;
 }
 
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > (uint64_t)INT64_MAX || b > (uint64_t)INT64_MAX - a ? (uint64_t)INT64_MAX : a + b;
+}
+
 int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
 {
 	CHECK_WRITE(x);
@@ -1366,9 +1373,14 @@ int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
 	int err = conv_load(x, id, &num, &c);
 	if (err)
 		return err;
-	c.usage.input_tokens += u->input_tokens;
-	c.usage.output_tokens += u->output_tokens;
+	/* Saturating: the totals stay what JSON's integers and finite numbers
+	 * can show (an infinite cost made the record unreadable as JSON, and
+	 * get and list failed on it). */
+	c.usage.input_tokens = sat_add(c.usage.input_tokens, u->input_tokens);
+	c.usage.output_tokens = sat_add(c.usage.output_tokens, u->output_tokens);
 	c.usage.cost += u->cost;
+	if (!isfinite(c.usage.cost))
+		c.usage.cost = DBL_MAX;
 	c.updated_at = x->now;
 	return conv_store(x, num, &c);
 }

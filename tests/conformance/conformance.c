@@ -10,8 +10,10 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <ftw.h>
 #include <limits.h>
+#include <math.h>
 #include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2075,6 +2077,30 @@ START_TEST(usage_add_accumulates)
 }
 END_TEST
 
+/* Totals saturate where JSON can still show them: tokens at INT64_MAX, the
+ * cost at DBL_MAX, never infinite; a NaN or negative cost is refused. */
+START_TEST(usage_add_saturates)
+{
+	mkconv("c1");
+	store_txn *t = wbegin();
+	struct store_usage big = { (uint64_t)INT64_MAX - 1, UINT64_MAX, 1e308 }, one = { 1, 1, 1e308 };
+	ck_assert_int_eq(store_usage_add(t, "c1", &big), 0);
+	ck_assert_int_eq(store_usage_add(t, "c1", &one), 0);
+	ck_assert_int_eq(store_usage_add(t, "c1", &one), 0);
+	struct store_usage nan_cost = { 0, 0, NAN }, neg = { 0, 0, -1 };
+	ck_assert_int_eq(store_usage_add(t, "c1", &nan_cost), STORE_E_INVAL);
+	ck_assert_int_eq(store_usage_add(t, "c1", &neg), STORE_E_INVAL);
+	commit(t);
+	t = rbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert_uint_eq(c.usage.input_tokens, (uint64_t)INT64_MAX);
+	ck_assert_uint_eq(c.usage.output_tokens, (uint64_t)INT64_MAX);
+	ck_assert(c.usage.cost == DBL_MAX);
+	store_txn_abort(t);
+}
+END_TEST
+
 /* ---- tool calls -------------------------------------------------------- */
 
 START_TEST(tool_call_upsert_new_is_pending)
@@ -3980,6 +4006,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, lazy_write_commits_and_is_visible);
 	tcase_add_test(tc, lease_fenced_writer_txn_stays_usable);
 	tcase_add_test(tc, usage_add_accumulates);
+	tcase_add_test(tc, usage_add_saturates);
 
 	tc = tc_new(s, "tool_calls", setup);
 	tcase_add_test(tc, tool_call_upsert_new_is_pending);

@@ -44,7 +44,14 @@ if "sleep" in opts:
     time.sleep(float(opts["sleep"]))
 if "fail_always" in opts or n <= int(opts.get("fail_first", 0)):
     sys.stderr.write("model failure %d\n" % n)
+    if "stderr_hex" in opts:  # bytes that are not UTF-8, or a text the message cuts mid-character
+        sys.stderr.flush()
+        sys.stderr.buffer.write(bytes.fromhex(opts["stderr_hex"]) * int(opts.get("stderr_times", "1")))
     sys.exit(3)
+if "huge_usage" in opts:  # totals past what JSON can show, after two turns
+    print(json.dumps({"text": "expensive", "usage": {"input_tokens": 2**63 - 1, "output_tokens": 2**63 - 1,
+                                                     "cost": 1e308}}), flush=True)
+    sys.exit(0)
 if "garbage" in opts:
     print("this is not JSON", flush=True)
     sys.exit(0)
@@ -101,6 +108,9 @@ if a.get("sleep"):
     time.sleep(a["sleep"])
 if a.get("stderr"):
     sys.stderr.write(a["stderr"])
+if a.get("stderr_hex"):
+    sys.stderr.flush()
+    sys.stderr.buffer.write(bytes.fromhex(a["stderr_hex"]))
 if a.get("spew"):
     chunk = b"x" * (1 << 20)
     for _ in range(a["spew"]):
@@ -140,6 +150,8 @@ def agentd(agentd_section="", models=None, extra=""):
         cfg.append(f"[model.{name}]\ncommand = {drv} name={name} {args}")
         if name == "slow":
             cfg.append("timeout = 1s\nretries = 1")
+        elif name == "patient":  # past 2^31 ms: was cast to int, and wrapped to about 1 s
+            cfg.append("timeout = 4294968.296\nretries = 0")
         elif name in ("garbage", "nofinal", "late", "deep65"):
             cfg.append("retries = 0")
     cfg.append(f"""
@@ -164,6 +176,10 @@ expires = 1s
 [tool.secret]
 executor = server
 command = {tool}
+[tool.patient]
+executor = server
+command = {tool}
+timeout = 4294968.296
 """ + extra)
     a.write_config("\n".join(cfg))
     a.start()
@@ -575,6 +591,79 @@ def test_tool_nonzero_exit_errored_with_status_and_stderr():
         assert r["status"] == "errored" and r["result"]["exit_status"] == 7, r
         assert r["result"]["stderr"].endswith("the real reason\n") and len(r["result"]["stderr"]) <= 8192, r
         assert a.ok({"op": "tool_call", "tool_call_id": r["tool_call_id"]})["tool_call"]["status"] == "errored"
+
+
+def test_text_from_outside_that_is_not_utf8_is_kept_readable():
+    # A tool's stderr tail, or a model's error quoting its stderr, cut mid-character or not UTF-8 at all:
+    # json_pack refused it, the event was stored as null, and the log's tail could never be got past (every
+    # revival exited "the log's tail holds a malformed event", then the crash limit, for good).
+    models = {"m": "", "bad": "fail_always stderr_hex=ff20fe", "cut": "fail_always stderr_hex=e282ac stderr_times=300"}
+    with agentd(models=models) as a:
+        c = a.create(settings={"model": "m", "tools": ["add"]})
+        a.send(c, {"calls": [call("add", exit=3, stderr_hex="626164ff20fe"), call("add", exit=2, stderr="\u20ac" * 5001)]})
+        wait_idle(a, c, 7)
+        res = {r["content"]["tool_call_id"]: r["content"] for r in by_type(a, c, "tool_result")}
+        first, second = (res[i] for i in sorted(res, key=lambda i: [e["content"].get("tool_call_id")
+                                                                     for e in by_type(a, c, "tool_call")].index(i)))
+        assert first["status"] == "errored" and first["result"]["stderr"] == "bad\ufffd \ufffd", first
+        tail = second["result"]["stderr"]  # the last 4 KiB, cut inside a character at its start
+        assert second["status"] == "errored" and tail.strip("\u20ac") == "\ufffd", tail[:10]
+        assert types(a, c)[-1] == "assistant_msg", types(a, c)  # the turn after the results ran
+        for m in ("bad", "cut"):
+            d = a.create(settings={"model": m})
+            a.send(d, "one")
+            wait_idle(a, d, 2)
+            err = a.events(d)[1]["content"]
+            assert err["attempts"] >= 1 and "\ufffd" in err["message"], err
+            a.send(d, "two")  # the conversation goes on: a second error, not a crash loop
+            wait_idle(a, d, 4)
+            assert types(a, d) == ["user_msg", "error", "user_msg", "error"], types(a, d)
+        assert "malformed" not in a.log() and "crashed" not in a.log(), a.log()
+
+
+def test_a_tool_call_name_the_store_cannot_keep_is_a_failed_attempt():
+    # A name over 128 bytes passed the model protocol's check and failed the turn's commit: the worker exited,
+    # was restarted, called the model again (billed each time), and ended in the crash limit.
+    with agentd(models={"m": ""}) as a:
+        c = a.create(settings={"model": "m", "tools": ["add"]})
+        a.send(c, {"calls": [call("x" * 129)]})
+        wait_idle(a, c, 2)
+        err = a.events(c)[1]
+        assert err["type"] == "error" and "name must be at most 128 bytes" in err["content"]["message"], err
+        assert len(requests(a, c)) == err["content"]["attempts"], (len(requests(a, c)), err)
+        a.send(c, {"calls": [call("y" * 128)]})  # 128 bytes: kept, settled as an unknown tool
+        wait_idle(a, c, 7)
+        r = by_type(a, c, "tool_result")[0]["content"]
+        assert r["status"] == "errored" and "unknown tool" in json.dumps(r["result"]), r
+        assert "exited with status" not in a.log() and "crashed" not in a.log(), a.log()
+
+
+def test_usage_totals_saturate():
+    # Two turns of usage {2^63-1 tokens, cost 1e308} made the cost infinite (get and list then failed with
+    # "internal: out of memory": JSON has no infinity) and the tokens wrap to -2.
+    with agentd(models={"rich": "huge_usage"}) as a:
+        c = a.create(settings={"model": "rich"})
+        a.send(c, "one")
+        wait_idle(a, c, 2)
+        a.send(c, "two")
+        wait_idle(a, c, 4)
+        u = get(a, c)["usage"]
+        assert u == {"input_tokens": 2**63 - 1, "output_tokens": 2**63 - 1, "cost": 1.7976931348623157e308}, u
+        assert [x["id"] for x in a.ok({"op": "list"})["conversations"]] == [c]
+
+
+def test_timeouts_past_24_days_are_honoured():
+    # A timeout over 2^31 ms was cast to int: 4294968.296 s became about 1 s, and the call was killed.
+    with agentd(models={"m": "", "patient": "sleep=1.5"}) as a:
+        c = a.create(settings={"model": "patient"})
+        a.send(c, "take your time")
+        wait_idle(a, c, 2, timeout=30)
+        assert a.events(c)[1]["type"] == "assistant_msg", a.events(c)
+        d = a.create(settings={"model": "m", "tools": ["patient"]})
+        a.send(d, {"calls": [call("patient", sleep=1.5, a=1, b=2)]})
+        wait_idle(a, d, 5, timeout=30)
+        r = by_type(a, d, "tool_result")[0]["content"]
+        assert r["status"] == "resolved" and r["result"] == {"sum": 3}, r
 
 
 def test_tool_timeout():

@@ -137,6 +137,10 @@ START_TEST(line_ids)
 }
 END_TEST
 
+#define N16 "nnnnnnnnnnnnnnnn"
+#define N128 N16 N16 N16 N16 N16 N16 N16 N16
+#define N129 N128 "n"
+
 START_TEST(line_errors)
 {
 	static const struct {
@@ -169,6 +173,7 @@ START_TEST(line_errors)
 		{ "{\"tool_calls\":[{\"name\":null}]}", "tool_calls[0] has no name" },
 		{ "{\"tool_calls\":[{\"name\":5}]}", "tool_calls[0].name must be a non-empty string, not an integer" },
 		{ "{\"tool_calls\":[{\"name\":\"\"}]}", "tool_calls[0].name must be a non-empty string, not empty" },
+		{ "{\"tool_calls\":[{\"name\":\"" N129 "\"}]}", "tool_calls[0].name must be at most 128 bytes" },
 		{ "{\"tool_calls\":[{\"name\":\"a\",\"args\":[1]}]}", "tool_calls[0].args must be an object" },
 		{ "{\"tool_calls\":[{\"name\":\"a\",\"args\":\"{}\"}]}", "tool_calls[0].args must be an object, not a string" },
 		{ "{\"tool_calls\":[{\"name\":\"a\",\"id\":7}]}", "tool_calls[0].id must be a string" },
@@ -190,6 +195,11 @@ START_TEST(line_errors)
 		ck_assert_ptr_eq(d, (char *)1);
 		ck_assert_ptr_eq(f.text, (char *)2);
 	}
+	/* 128 bytes is the longest name the store keeps */
+	struct model_reply ok = { 0 };
+	ck_assert_int_eq(model_line_parse(S("{\"tool_calls\":[{\"name\":\"" N128 "\"}]}"), NULL, &ok, NULL, 0), 2);
+	ck_assert_uint_eq(strlen(ok.calls[0].name), 128);
+	model_reply_free(&ok);
 	/* A short buffer truncates the message, still terminated; none is fine too. */
 	char tiny[8];
 	ck_assert_int_eq(model_line_parse(S("{\"delta\":5}"), NULL, NULL, tiny, sizeof tiny), -1);
@@ -424,6 +434,33 @@ START_TEST(tool_output_bad_utf8)
 }
 END_TEST
 
+/* Text from outside (a stderr tail cut anywhere): valid UTF-8 kept as is, NUL
+ * included, every ill-formed part one U+FFFD. */
+START_TEST(json_text_replaces_ill_formed)
+{
+	static const struct {
+		const char *in;
+		size_t len;
+		const char *want;
+		size_t want_len;
+	} cases[] = {
+		{ S("plain"), S("plain") },
+		{ S("bad \xff\xfe bytes"), S("bad " FFFD FFFD " bytes") },
+		{ S("\x82\xac\xe2\x82\xac"), S(FFFD FFFD "\xe2\x82\xac") }, /* a tail cut inside a character */
+		{ S("\xe2\x82"), S(FFFD) },                                  /* cut at the end */
+		{ S("a\0b"), S("a\0b") },
+		{ S(""), S("") },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		json_t *v = json_text(cases[i].in, cases[i].len);
+		ck_assert_ptr_nonnull(v);
+		ck_assert_uint_eq(json_string_length(v), cases[i].want_len);
+		ck_assert(memcmp(json_string_value(v), cases[i].want, cases[i].want_len) == 0);
+		json_decref(v);
+	}
+}
+END_TEST
+
 START_TEST(tool_output_invalid_args)
 {
 	json_t *v = (json_t *)1;
@@ -508,6 +545,7 @@ Suite *make_protocol_suite(void)
 	tcase_add_test(tl, tool_output_text);
 	tcase_add_test(tl, tool_output_too_deep_is_text);
 	tcase_add_test(tl, tool_output_bad_utf8);
+	tcase_add_test(tl, json_text_replaces_ill_formed);
 	tcase_add_test(tl, tool_output_invalid_args);
 	tcase_add_test(tl, tool_output_huge);
 	tcase_add_test(tl, tool_input);
