@@ -70,16 +70,18 @@ int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 				json_array_append(t->settled, c);
 			}
 		}
-		json_array_foreach(t->calls, i, e) {
-			size_t k;
-			json_t *s;
-			int done = 0;
-			json_array_foreach(t->settled, k, s)
-				if (!strcmp(call_id(s), call_id(e)))
-					done = 1;
-			if (!done)
+		/* By id, through a hash: comparing every call with every
+		 * settlement made a reply of 1,000 calls take seconds per
+		 * step (and a step per call). */
+		json_t *done = json_object();
+		if (!done)
+			goto bad;
+		json_array_foreach(t->settled, i, e)
+			json_object_set(done, call_id(e), json_true());
+		json_array_foreach(t->calls, i, e)
+			if (!json_object_get(done, call_id(e)))
 				json_array_append(t->unsettled, e);
-		}
+		json_decref(done);
 		turn_had_calls = json_array_size(t->calls) > 0;
 	}
 	if (json_array_size(t->unsettled)) {
