@@ -178,6 +178,13 @@ static int setup_fds(void)
 	return 0;
 }
 
+/* A usage or configuration error after the configuration was read. */
+static int usage_exit(struct config *c)
+{
+	config_free(c);
+	return EXIT_USAGE;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -247,13 +254,12 @@ int main(int argc, char **argv)
 	config_init(&cfg);
 	if (o_config && config_load(&cfg, o_config, err, sizeof err)) {
 		fprintf(stderr, "agentd: %s\n", err);
-		return EXIT_USAGE;
+		return usage_exit(&cfg);
 	}
 	if ((o_data && !*o_data) || (o_socket && !*o_socket) || (o_worker && !*o_worker)) {
 		fprintf(stderr, "agentd: --%s is an empty path\n", o_data && !*o_data ? "data" :
 			o_socket && !*o_socket ? "socket" : "worker");
-		config_free(&cfg);
-		return EXIT_USAGE;
+		return usage_exit(&cfg);
 	}
 	if (o_data) {
 		free(cfg.data);
@@ -269,7 +275,7 @@ int main(int argc, char **argv)
 	}
 	if (o_idle && (config_duration(o_idle, &cfg.idle_timeout_ms) || cfg.idle_timeout_ms < 0)) {
 		fprintf(stderr, "agentd: bad --idle-timeout '%s' (a duration: 500ms, 30s, 5m, 1h)\n", o_idle);
-		return EXIT_USAGE;
+		return usage_exit(&cfg);
 	}
 	if (o_sync) {
 		if (!strcmp(o_sync, "full"))
@@ -278,19 +284,19 @@ int main(int argc, char **argv)
 			cfg.sync = STORE_SYNC_NONE;
 		else {
 			fprintf(stderr, "agentd: bad --sync '%s' (full or none)\n", o_sync);
-			return EXIT_USAGE;
+			return usage_exit(&cfg);
 		}
 	}
 	if (o_level && (cfg.log_level = config_log_level(o_level)) < 0) {
 		fprintf(stderr, "agentd: bad --log-level '%s' (error, warn, info, debug)\n", o_level);
-		return EXIT_USAGE;
+		return usage_exit(&cfg);
 	}
 	if (o_max) {
 		char *end;
 		long n = strtol(o_max, &end, 10);
 		if (*end || n < 1 || n > 1000000) {
 			fprintf(stderr, "agentd: bad --max-workers '%s' (1 to 1000000)\n", o_max);
-			return EXIT_USAGE;
+			return usage_exit(&cfg);
 		}
 		cfg.max_workers = (int)n;
 	}
