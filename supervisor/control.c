@@ -85,8 +85,10 @@ int control_listen(void)
 		return -1;
 	}
 	/* The socket is created 0600 (design.md section 6): bind applies the
-	 * umask to 0777, so 0177, not 077, which would leave it 0700. */
-	mode_t old = umask(0177);
+	 * umask to 0777, so 0177, not 077, which would leave it 0700. With
+	 * allow_any_uid it is 0666: the peer check would let others in, the
+	 * mode would not. */
+	mode_t old = umask(S.cfg->allow_any_uid ? 0111 : 0177);
 	int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
 	umask(old);
 	if (rc < 0 || listen(fd, 512) < 0) {
@@ -96,7 +98,22 @@ int control_listen(void)
 	}
 	S.listen_fd = fd;
 	S.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (lstat(S.sock_path, &st) == 0) {
+		S.sock_dev = st.st_dev;
+		S.sock_ino = st.st_ino;
+	}
 	return 0;
+}
+
+/* Remove the socket file at exit, only if it is still the one we bound: the
+ * path may have been removed and taken by another agentd meanwhile. */
+void control_unlink(void)
+{
+	struct stat st;
+	if (lstat(S.sock_path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == S.sock_dev &&
+	    st.st_ino == S.sock_ino)
+		unlink(S.sock_path);
 }
 
 static void client_new(int fd)

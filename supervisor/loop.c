@@ -181,7 +181,7 @@ void loop_begin_shutdown(void)
 		loop_del(S.listen_fd);
 		close(S.listen_fd);
 		S.listen_fd = -1;
-		unlink(S.sock_path);
+		control_unlink();
 	}
 	workers_stop_all();
 }

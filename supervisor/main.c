@@ -11,6 +11,7 @@
 #include <bsd/libutil.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
@@ -70,8 +71,16 @@ static char *config_snapshot(const char *src, const char *dir)
 	FILE *in = fopen(src, "re"), *out = NULL;
 	char buf[8192], err[512];
 	size_t n;
-	int ok = in && asprintf(&path, "%s/agentd.ini.running", dir) >= 0 && asprintf(&tmp, "%s.tmp", path) >= 0 &&
-		 (out = fopen(tmp, "we")) != NULL;
+	int fd = -1;
+	int ok = in && asprintf(&path, "%s/agentd.ini.running", dir) >= 0 && asprintf(&tmp, "%s.tmp", path) >= 0;
+	/* A new file of the owner's alone (the file may hold credentials, and
+	 * what it says is what workers run), never through a link. */
+	if (ok && unlink(tmp) < 0 && errno != ENOENT)
+		ok = 0;
+	ok = ok && (fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) >= 0 &&
+	     (out = fdopen(fd, "w")) != NULL;
+	if (fd >= 0 && !out)
+		close(fd);
 	while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
 		ok = fwrite(buf, 1, n, out) == n;
 	ok = ok && !ferror(in);
@@ -339,6 +348,20 @@ int main(int argc, char **argv)
 			log_error("the data directory %s is not a directory", cfg.data);
 			goto out;
 		}
+		/* Whoever can write the directory can change what agentd runs
+		 * (the configuration copy workers read) and what it writes
+		 * through (a link planted under a store file's name). */
+		if (sb.st_uid != geteuid()) {
+			log_error("the data directory %s belongs to uid %u, not to agentd's %u: refusing it",
+				  cfg.data, (unsigned)sb.st_uid, (unsigned)geteuid());
+			goto out;
+		}
+		if (sb.st_mode & (S_IWGRP | S_IWOTH)) {
+			log_error("the data directory %s is writable by %s (mode %04o): refusing it (chmod 700 %s)",
+				  cfg.data, sb.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(sb.st_mode & 07777),
+				  cfg.data);
+			goto out;
+		}
 		S.data_dir = realpath(cfg.data, NULL);
 		if (!S.data_dir) {
 			log_error("data directory %s: %s", cfg.data, strerror(errno));
@@ -407,7 +430,7 @@ int main(int argc, char **argv)
 close:
 	store_close(S.st);
 	if (S.listen_fd >= 0)
-		unlink(S.sock_path);
+		control_unlink();
 unlock:
 	pidfile_remove(pfh);
 out:

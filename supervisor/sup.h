@@ -152,6 +152,8 @@ struct sup {
 	store *st;
 	char *data_dir;
 	char *sock_path;
+	dev_t sock_dev;                    /* the socket file we bound (control_unlink) */
+	ino_t sock_ino;
 	char *worker_path;
 	char *config_path;
 	int ep;
@@ -207,6 +209,7 @@ void loop_begin_shutdown(void);
 
 /* control.c */
 int control_listen(void);
+void control_unlink(void);
 void control_accept(void);
 void control_io(struct client *c, uint32_t events);
 struct slot *slot_new(struct client *c);
