@@ -128,6 +128,7 @@ static void client_new(int fd)
 		static const char msg[] = "{\"ok\":false,\"error\":\"unavailable\",\"message\":\"permission denied: "
 					  "only the same user or root may connect\"}\n";
 		log_warn("refused a client of uid %u (pid %d)", (unsigned)cred.uid, (int)cred.pid);
+		S.m.errors[PERR_UNAVAILABLE]++;
 		ssize_t w = write(fd, msg, sizeof msg - 1);
 		(void)w;
 		close(fd);
@@ -141,6 +142,7 @@ static void client_new(int fd)
 	c->kind = K_CLIENT;
 	c->fd = fd;
 	c->uid = cred.uid;
+	c->pid = cred.pid;
 	TAILQ_INIT(&c->slots);
 	c->events = EPOLLIN | EPOLLRDHUP;
 	if (loop_add(fd, c->events, c) < 0) {
@@ -285,6 +287,7 @@ struct slot *slot_new(struct client *c)
 	if (!s)
 		return NULL;
 	s->c = c;
+	s->op = -1;
 	TAILQ_INSERT_TAIL(&c->slots, s, q);
 	return s;
 }
@@ -299,6 +302,12 @@ void slot_done(struct slot *s, char *line, size_t len)
 	s->line = line;
 	s->len = len;
 	s->done = 1;
+	/* The op's latency runs to its reply, also a reply made later (a
+	 * long-poll's, a compaction's). */
+	if (s->op >= 0) {
+		ops_observe(s->op, s->started_us);
+		s->op = -1;
+	}
 }
 
 void slot_error(struct slot *s, json_t *id, int err, const char *msg)
@@ -353,13 +362,15 @@ static int client_line(struct client *c, const char *line, size_t len)
 	j->started_us = now_us();
 	char msg[256];
 	int err = proto_parse(line, len, &names, &j->rq, msg, sizeof msg);
+	ops_count(j->rq.op);
+	s->op = j->rq.op;
+	s->started_us = j->started_us;
 	if (err == PERR_OK && S.shutting_down && j->rq.op != OP_PING && j->rq.op != OP_STATUS) {
 		err = PERR_UNAVAILABLE;
 		strcpy(msg, "agentd is shutting down");
 	}
 	if (err != PERR_OK) {
-		slot_error(s, j->rq.id, err, msg);
-		ops_count(j->rq.op, j->started_us);
+		slot_error(s, j->rq.id, err, msg); /* timed there */
 		proto_request_free(&j->rq);
 		free(j);
 		return 0;

@@ -26,11 +26,16 @@ int ops_is_write(int op)
 	return op == OP_CREATE || op == OP_UPDATE || op == OP_DELETE || op == OP_SEND || op == OP_RESOLVE;
 }
 
-void ops_count(int op, int64_t started_us)
+void ops_count(int op)
+{
+	if (op >= 0 && op < OP_COUNT)
+		S.m.ops[op]++; /* errors are counted by code where the reply is made */
+}
+
+void ops_observe(int op, int64_t started_us)
 {
 	if (op < 0 || op >= OP_COUNT)
 		return;
-	S.m.ops[op]++; /* errors are counted by code where the reply is made */
 	double secs = (double)(now_us() - started_us) / 1e6;
 	int b = 0;
 	while (b < 11 && secs > lat_bounds[b])
@@ -273,6 +278,7 @@ static void op_events(struct job *j)
 		LIST_INSERT_HEAD(&w->waiters, wt, link);
 		TAILQ_INSERT_TAIL(&S.polls, wt, tq);
 		j->slot = NULL; /* completed by the waiter */
+		j->parked = 1;
 		return;
 	}
 	j->reply = ops_events_reply(evs, last, next);
@@ -437,6 +443,7 @@ static void op_compact(struct job *j)
 		return;
 	}
 	j->slot = NULL; /* answered when the worker reports */
+	j->parked = 1;
 }
 
 static json_t *workers_json(void)
@@ -505,7 +512,8 @@ static void metrics_text(char **buf, size_t *len)
 		   "agentd_workers_live %d\n", S.nlive);
 	fprintf(f, "# HELP agentd_clients Connected control clients.\n# TYPE agentd_clients gauge\n"
 		   "agentd_clients %d\n", S.nclients);
-	fprintf(f, "# HELP agentd_store_size_bytes Bytes of the store in use.\n# TYPE agentd_store_size_bytes gauge\n"
+	fprintf(f, "# HELP agentd_store_size_bytes Bytes of the data file up to its last page written (a "
+		   "high-water mark).\n# TYPE agentd_store_size_bytes gauge\n"
 		   "agentd_store_size_bytes %llu\n", (unsigned long long)st.size_bytes);
 	fprintf(f, "# HELP agentd_store_map_size_bytes The store's map size.\n"
 		   "# TYPE agentd_store_map_size_bytes gauge\nagentd_store_map_size_bytes %llu\n",
@@ -866,11 +874,15 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 			e = 0;
 			break;
 		}
-		/* A full map: the store grows it before the next begin. */
-		if (e != STORE_E_FULL || grown)
+		/* A full map: the store doubles it before the next begin, up to
+		 * max_map_size (a large send may need several doublings; once
+		 * there, or on a full disk, no retry helps). */
+		struct store_stat st;
+		if (e != STORE_E_FULL || grown >= 64 || store_stat(S.st, &st) || st.map_size >= st.max_map_size)
 			break;
-		grown = 1;
-		log_warn("store full during a group commit of %zu writes: retrying after growing the map", left);
+		if (!grown++)
+			log_info("the map is full during a group commit of %zu writes: growing it from %llu bytes", left,
+				 (unsigned long long)st.map_size);
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (w[i]->excluded)
@@ -888,8 +900,22 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		}
 	}
 	leases_ahead_drop();
-	if (e)
+	if (e == STORE_E_FULL) {
+		/* Clients retrying into a full store: one line a second. */
+		static int64_t last;
+		static unsigned more;
+		int64_t now = now_mono();
+		if (last && now - last < 1000) {
+			more++;
+		} else {
+			log_error("group commit of %zu writes failed: the store is full (map at max_map_size, or the "
+				  "disk is full); %u more failed so since the last such line", n, more);
+			last = now;
+			more = 0;
+		}
+	} else if (e) {
 		log_error("group commit of %zu writes failed: %s", n, store_strerror(e));
+	}
 }
 
 /* ---- dispatch -------------------------------------------------------- */
@@ -912,6 +938,13 @@ static void read_one(struct job *j)
 	case OP_METRICS: op_metrics(j); return;
 	case OP_SHUTDOWN:
 		j->reply = json_object();
+		if (!S.shutting_down) {
+			if (j->slot)
+				log_info("shutdown asked by a client (pid %d, uid %u): shutting down", (int)j->slot->c->pid,
+					 (unsigned)j->slot->c->uid);
+			else
+				log_info("shutdown asked: shutting down");
+		}
 		loop_begin_shutdown();
 		return;
 	}
@@ -941,7 +974,8 @@ static void job_finish(struct job *j)
 		else
 			slot_error(j->slot, j->rq.id, PERR_INTERNAL, "out of memory");
 	}
-	ops_count(j->rq.op, j->started_us);
+	if (!j->slot && !j->parked)
+		ops_observe(j->rq.op, j->started_us); /* its client left; one with a slot is timed at its reply */
 	json_decref(j->reply);
 	proto_request_free(&j->rq);
 	free(j);

@@ -30,6 +30,8 @@ struct slot {
 	char *line;
 	size_t len;
 	int done;
+	int op;             /* counted in the metrics when answered; -1: not (yet) an op */
+	int64_t started_us; /* when its line was parsed */
 };
 
 /* A request parsed this iteration, executed at its end (after the group commit
@@ -46,6 +48,7 @@ struct job {
 	int ran;        /* a read already answered while the writes were held */
 	int after_write; /* a read queued behind a write of its client: runs after the commit */
 	int excluded;   /* a write that met a damaged record: failed alone, left out of the retry */
+	int parked;     /* its slot is answered later (a long-poll, a compact): counted then */
 };
 
 /* A client waiting on a conversation's commits: a long-poll or a watch. */
@@ -70,6 +73,7 @@ struct client {
 	LIST_ENTRY(client) link;
 	int fd;
 	uid_t uid;
+	pid_t pid;                /* the peer's, at connect (SO_PEERCRED) */
 	char *in;
 	size_t in_len, in_cap;
 	char *out;
@@ -113,6 +117,7 @@ struct worker {
 	int64_t crash_times[16];    /* recent crash times, ring */
 	int ncrash;
 	int stop_sent;              /* stop requested: do not restart on exit */
+	int asked_kill;             /* agentd signalled it (kill op, delete, shutdown): not a crash */
 	int wake_pending;           /* an event arrived while it was stopping */
 	int wake_sent;              /* a wake it has not answered with woken */
 	int wake_missed;            /* an event since that wake: wake again on woken */
@@ -233,7 +238,8 @@ json_t *event_json(const struct store_event *ev);
 /* ops.c */
 void ops_execute(void);
 int ops_is_write(int op);
-void ops_count(int op, int64_t started_us);
+void ops_count(int op);
+void ops_observe(int op, int64_t started_us);
 /* Settle a pending tool call in t: row, resolution event, expiry and status
  * together (resolve and fired expiries). conv gets its conversation. */
 int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,

@@ -296,6 +296,7 @@ static int spawn_finish(struct worker *w)
 	}
 	fcntl(sp.ipc, F_SETFL, O_NONBLOCK);
 	w->pid = sp.pid;
+	w->asked_kill = 0;
 	w->ipc = sp.ipc;
 	w->lease = sp.gen;
 	w->stop_sent = 0;
@@ -637,8 +638,13 @@ static void on_exit_status(struct worker *w, int status)
 		close(w->ipc);
 		w->ipc = -1;
 	}
+	/* Died on its own (not told to by agentd, an operator's kill op, a
+	 * delete or the shutdown): worth a warning, and a crash to count
+	 * even when it owed nothing (an OOM kill of an idle worker). */
+	int unasked = !clean && !w->asked_kill && !w->deleted && !S.shutting_down;
 	if (WIFSIGNALED(status))
-		log_info("%s: worker %d killed by signal %d", w->conv, (int)w->pid, WTERMSIG(status));
+		log_msg(unasked ? LOG_WARN : LOG_INFO, "%s: worker %d killed by signal %d", w->conv, (int)w->pid,
+			WTERMSIG(status));
 	else if (!clean && w->deleted && WEXITSTATUS(status) == IPC_EXIT_GONE)
 		log_info("%s: worker %d exited: its conversation was deleted", w->conv, (int)w->pid);
 	else if (!clean)
@@ -676,8 +682,10 @@ static void on_exit_status(struct worker *w, int status)
 	}
 	if (S.shutting_down)
 		return;
-	if (conv_status(w->conv) != STORE_ACTIVE)
+	if (conv_status(w->conv) != STORE_ACTIVE) {
+		S.m.crashes += unasked;
 		return;
+	}
 	if (clean && w->stop_sent == 1 && !w->wake_pending)
 		return; /* told to stop: it revives on the next event */
 	/* Evicted or yielding its slot (stop_sent 2) yet active: work arrived
@@ -988,7 +996,10 @@ int worker_kill(struct worker *w, int sig)
 	 * are read), so this never signals a recycled pid. */
 	if (!w->pid || w->reaped)
 		return -1;
-	return kill(w->pid, sig) < 0 ? -1 : 0;
+	if (kill(w->pid, sig) < 0)
+		return -1;
+	w->asked_kill = 1;
+	return 0;
 }
 
 int worker_stop(struct worker *w)

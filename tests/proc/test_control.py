@@ -1251,4 +1251,75 @@ def test_a_connection_ended_inside_a_line_gets_an_error_not_an_execution():
 
 
 
+# ---------------------------------------------------------------------------------------------------
+# What an operator sees (found by a review of the metrics, status and logs)
+
+
+def test_deaths_agentd_did_not_ask_for_are_warned_and_counted():
+    # A worker killed by a signal was an `info` line whoever sent it (invisible at --log-level warn), and one
+    # that owed nothing (an OOM kill of an idle worker) was not counted as a crash.
+    with Agentd(extra_args=["--log-level", "warn"]) as a:
+        c = a.create(conversation="idle1")
+        a.send(c, "hi")
+        wait_for(lambda: len(a.events(c)) == 2 and (conv(a, c).get("worker") or {}).get("state") == "idle", 10,
+                 "an idle worker")
+        pid = a.worker_pid(c)
+        crashes = metric(a, "agentd_worker_crashes_total")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: f"idle1: worker {pid} killed by signal 9" in a.log(), 10, "the death logged")
+        assert f"warn: idle1: worker {pid} killed by signal 9" in a.log(), a.log()
+        assert metric(a, "agentd_worker_crashes_total") == crashes + 1
+        # one agentd was asked to kill: info, filtered out here
+        a.send(c, "again")
+        wait_for(lambda: len(a.events(c)) == 4, 10, "the answer")
+        pid = a.worker_pid(c)
+        a.ok({"op": "kill", "conversation": c})
+        wait_for(lambda: not pid_alive(pid), 10, "the killed worker gone")
+        time.sleep(scaled(0.2))
+        assert f"worker {pid} killed" not in a.log(), a.log()
+
+
+def test_a_shutdown_op_is_logged_with_its_client():
+    with Agentd() as a:
+        a.ok({"op": "shutdown"})
+        assert a.wait(timeout=10) == 0
+        assert re.search(r"info: shutdown asked by a client \(pid \d+, uid \d+\): shutting down", a.log()), a.log()
+
+
+def test_a_long_poll_is_timed_to_its_reply():
+    # agentd_op_duration_seconds stopped timing a long-poll when it was parked: a 700 ms wait showed 26 us.
+    with Agentd() as a:
+        c = a.create(conversation="lp")
+        before = metric(a, "agentd_op_duration_seconds_sum", 'op="events"')
+        r = a.ok({"op": "events", "conversation": c, "after": 0, "wait_ms": 700})
+        assert r["events"] == []
+        took = metric(a, "agentd_op_duration_seconds_sum", 'op="events"') - before
+        assert took >= 0.6, took
+
+
+def test_the_map_grows_as_often_as_a_write_needs():
+    # A group commit grew the map once, then refused: with map_size 64k a 600 KB send was store_full although
+    # max_map_size allowed 64 GiB. And each refused write logged a false "retrying after growing the map".
+    with Agentd(config="[agentd]\nmap_size = 64k\n") as a:
+        c = a.create(conversation="big")
+        seq = a.ok({"op": "send", "conversation": c, "content": "z" * 600000})["seq"]
+        assert a.events(c)[0]["seq"] == seq and len(a.events(c)[0]["content"]["text"]) == 600000
+        assert a.log().count("the map is full during a group commit of 1 writes: growing it from") == 1, a.log()
+    with Agentd(config="[agentd]\nmap_size = 64k\nmax_map_size = 256k\n") as a:
+        c = a.create(conversation="full")
+        refused = 0
+        for _ in range(400):
+            r = a.request({"op": "send", "conversation": c, "content": "y" * 2000})
+            if not r.get("ok"):
+                assert r["error"] == "store_full", r
+                refused += 1
+                if refused == 5:
+                    break
+        assert refused == 5
+        log = a.log()
+        assert "retrying" not in log, log
+        # five refusals within a second: one line
+        assert log.count("failed: the store is full (map at max_map_size, or the disk is full)") == 1, log
+
+
 harness.main(globals())

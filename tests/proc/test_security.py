@@ -93,6 +93,8 @@ def test_the_socket_lets_other_uids_in_only_when_configured():
         out = as_nobody_ping(a.socket)
         assert '"unavailable"' in out and "pong" not in out, out
         assert "refused a client of uid 65534" in a.log(), a.log()
+        text = a.ok({"op": "metrics"})["text"]
+        assert 'agentd_errors_total{code="unavailable"} 1\n' in text, text  # the refusal is counted
     # allow_any_uid = on: the socket was still 0600, so the setting did nothing on its own
     with Agentd(start=False, config="[agentd]\nallow_any_uid = on\n") as a:
         traversable(a)
