@@ -26,10 +26,10 @@
 
 #include <endian.h>
 #include <errno.h>
-#include <float.h>
-#include <math.h>
 #include <fcntl.h>
+#include <float.h>
 #include <lmdb.h>
+#include <math.h>
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
