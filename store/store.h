@@ -97,6 +97,8 @@ struct store_stat {
 	uint64_t file_bytes;  /* size of the data file */
 	uint64_t map_size;
 	uint64_t max_map_size; /* what map_size may grow to */
+	int map_full;         /* the last write met a full map, which this handle's next write
+			       * transaction grows (within max_map_size): a retry may fit */
 	unsigned readers;     /* reader slots in use */
 	unsigned max_readers;
 	int sync;

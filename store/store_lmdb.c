@@ -601,6 +601,8 @@ static int count_reader_line(const char *msg, void *ctx)
 	return 0;
 }
 
+static int disk_full(store *s);
+
 int store_stat(store *s, struct store_stat *st)
 {
 	MDB_envinfo info;
@@ -616,6 +618,7 @@ int store_stat(store *s, struct store_stat *st)
 	st->size_bytes = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
 	st->map_size = info.me_mapsize;
 	st->max_map_size = s->opts.max_map_size;
+	st->map_full = s->grow_pending && s->map_size < s->opts.max_map_size && !disk_full(s);
 	/* Not me_numreaders: that is the most slots ever used (LMDB never
 	 * lowers it), while store.h promises the slots in use now. */
 	st->readers = 0;
@@ -630,6 +633,19 @@ int store_stat(store *s, struct store_stat *st)
 }
 
 /* ---- transactions ---------------------------------------------------- */
+
+/* Map a larger size. LMDB unmaps the old map first: if the new mapping
+ * fails (no address space: RLIMIT_AS, valgrind), the handle is left with
+ * no map at all, so map the old size again. */
+static int map_resize(store *s, size_t want)
+{
+	if (mdb_env_set_mapsize(s->env, want) == 0) {
+		s->map_size = want;
+		return 0;
+	}
+	mdb_env_set_mapsize(s->env, s->map_size);
+	return -1;
+}
 
 /* Grow the map after a txn ran out of room, or before a write txn once the
  * data passes three quarters of it: every process grows its own map ahead of
@@ -649,13 +665,14 @@ static void maybe_grow(store *s, int write)
 	if (!s->grow_pending)
 		return;
 	s->grow_pending = 0;
-	if (s->map_size >= s->opts.max_map_size)
+	/* A full disk also fails a commit with "full": a larger map would
+	 * not help it. */
+	if (s->map_size >= s->opts.max_map_size || disk_full(s))
 		return;
 	size_t want = s->map_size * 2;
 	if (want > s->opts.max_map_size || want < s->map_size)
 		want = s->opts.max_map_size;
-	if (mdb_env_set_mapsize(s->env, want) == 0)
-		s->map_size = want;
+	map_resize(s, want);
 }
 
 int store_reserve(store *s, size_t bytes)
@@ -671,8 +688,8 @@ int store_reserve(store *s, size_t bytes)
 	size_t want = s->map_size;
 	while (want < need && want < s->opts.max_map_size)
 		want = want > s->opts.max_map_size / 2 ? s->opts.max_map_size : want * 2;
-	if (want > s->map_size && mdb_env_set_mapsize(s->env, want) == 0)
-		s->map_size = want;
+	if (want > s->map_size)
+		map_resize(s, want);
 	return s->map_size >= need ? 0 : STORE_E_FULL;
 }
 

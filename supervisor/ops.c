@@ -834,6 +834,9 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 	for (;;) {
 		store_txn *t;
 		size_t bad = n;
+		struct store_stat st0, st;
+		if (store_stat(S.st, &st0))
+			st0.map_size = 0;
 		e = sup_write_begin(STORE_WRITE, &t);
 		for (size_t i = 0; !e && i < n; i++) {
 			if (w[i]->excluded)
@@ -874,15 +877,15 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 			e = 0;
 			break;
 		}
-		/* A full map: the store doubles it before the next begin, up to
-		 * max_map_size (a large send may need several doublings; once
-		 * there, or on a full disk, no retry helps). */
-		struct store_stat st;
-		if (e != STORE_E_FULL || grown >= 64 || store_stat(S.st, &st) || st.map_size >= st.max_map_size)
+		/* A full map: the store doubled it, or does before the next
+		 * begin, up to max_map_size; a large send may need several
+		 * doublings. A full disk, or a map at its maximum: no retry. */
+		if (e != STORE_E_FULL || grown >= 64 || store_stat(S.st, &st) ||
+		    !(st.map_full || st.map_size > st0.map_size))
 			break;
 		if (!grown++)
 			log_info("the map is full during a group commit of %zu writes: growing it from %llu bytes", left,
-				 (unsigned long long)st.map_size);
+				 (unsigned long long)st0.map_size);
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (w[i]->excluded)

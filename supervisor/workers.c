@@ -662,6 +662,13 @@ static void on_exit_status(struct worker *w, int status)
 	w->pid = 0;
 	S.nlive--;
 	gate_drop(w);
+	/* It may have committed and died before saying so (`written`): its
+	 * events and any deadline it scheduled would wait for the next commit
+	 * of someone else. Watchers and long-polls read the store; the timer
+	 * is armed from it. */
+	if (!LIST_EMPTY(&w->waiters))
+		waiters_notify(w, 0);
+	loop_rearm_expiry();
 	set_state(w, W_NONE);
 	if (w->compacts && clean && !w->deleted && !S.shutting_down) {
 		/* Asked of a worker that was stopping: a new one does it (it
@@ -968,10 +975,12 @@ void worker_ipc(struct worker *w)
 		case IPC_WRITTEN:
 			if (S.gate == w)
 				S.gate = NULL;
-			if (m.seq) {
+			if (m.seq)
 				waiters_notify(w, m.seq);
-				loop_rearm_expiry(); /* the commit may have scheduled an expiry */
-			}
+			/* The commit may have scheduled an expiry, also one that
+			 * appended no event (seq 0: a deadline added to a pending
+			 * call by a revived worker). */
+			loop_rearm_expiry();
 			break;
 		case IPC_WOKEN:
 			/* Events committed since the last wake may be newer than

@@ -20,6 +20,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -993,5 +994,44 @@ def test_workers_get_the_configuration_agentd_read_and_old_audit_rows_expire():
         a.start()
         assert a.ok({"op": "audit", "conversation": c})["model_calls"] == []
         wait_for(lambda: "audit: removed 2 model_calls rows" in a.log(), 10, "the old rows removed")
+
+def test_a_deadline_whose_worker_died_before_announcing_it_still_fires():
+    # A worker that committed a turn suspending on a human call, with its deadline, and was killed before it
+    # told agentd (`written`): nothing re-armed the expiry timer, and the call stayed pending past its deadline
+    # until some other commit came along. gdb kills the worker at that instant (the window is microseconds).
+    if harness.VALGRIND or not shutil.which("gdb"):
+        print("SKIP test_a_deadline_whose_worker_died_before_announcing_it_still_fires: needs gdb, not valgrind")
+        return
+    with Agentd(start=False) as a:
+        real = a.worker_program()
+        wrap = os.path.join(a.dir, "wrap.sh")
+        with open(wrap, "w") as f:
+            f.write(f"""#!/bin/sh
+if [ -e {a.dir}/arm ]; then
+  rm -f {a.dir}/arm
+  exec gdb -q -batch -nx -ex 'set startup-with-shell off' -ex 'break gate_leave if seq > 0' -ex run \\
+    -ex 'signal SIGKILL' --args {real} "$@" >>{a.dir}/gdb.log 2>&1
+fi
+exec {real} "$@"
+""")
+        os.chmod(wrap, 0o755)
+        a.write_config(f"[agentd]\nworker = {wrap}\n[tool.approve]\nexecutor = human\nprompt = Approve?\n"
+                       f"expires = 3s\n")
+        a.start()
+        c = a.create(settings={"model": "echo", "tools": ["approve"]})
+        open(os.path.join(a.dir, "arm"), "w").close()
+        a.send(c, "/tool approve {}")
+        wait_for(lambda: any(e["type"] == "suspension" for e in a.events(c)), 30, "the suspension committed")
+        wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["worker"] is None, 30,
+                 "the worker killed before its written")
+        with open(os.path.join(a.dir, "gdb.log")) as f:
+            assert "gate_leave" in f.read(), "gdb did not stop the worker where the test needs it"
+        row = a.ok({"op": "tool_calls", "conversation": c})["tool_calls"][0]
+        assert row["status"] == "pending" and row["deadline"], row
+        # nothing else happens in this agentd: only the timer can settle it
+        wait_for(lambda: any(e["type"] == "resolution" for e in a.events(c)),
+                 max(0.0, row["deadline"] / 1000 - time.time()) + 5, "the expiry at its deadline")
+        assert a.ok({"op": "tool_call", "tool_call_id": row["id"]})["tool_call"]["status"] == "expired"
+
 
 harness.main(globals())
