@@ -71,7 +71,7 @@ struct store_opts {
 	int sync;               /* enum store_sync */
 	int read_only;          /* open without writing (tools, checks) */
 	int audit;              /* store_model_call_put writes only when set */
-	size_t map_size;        /* initial map size; 0: 256 MiB */
+	size_t map_size;        /* initial map size; 0: 256 MiB, or max_map_size if smaller */
 	size_t max_map_size;    /* growth limit on STORE_E_FULL; 0: 64 GiB; == map_size: no growth */
 	unsigned max_readers;   /* reader slots; 0: 1024 */
 	int64_t (*clock)(void *arg); /* ms since the epoch; NULL: CLOCK_REALTIME */

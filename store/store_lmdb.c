@@ -507,8 +507,9 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 		return -ENOMEM;
 	if (opts)
 		s->opts = *opts;
-	if (!s->opts.map_size)
-		s->opts.map_size = 256 * MiB;
+	if (!s->opts.map_size) /* the default, or all that max_map_size allows */
+		s->opts.map_size = s->opts.max_map_size && s->opts.max_map_size < 256 * MiB ? s->opts.max_map_size
+											     : 256 * MiB;
 	if (!s->opts.max_map_size)
 		s->opts.max_map_size = 64 * GiB;
 	if (s->opts.max_map_size < s->opts.map_size)

@@ -9,11 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define SEC 1000
 #define MAP_MIN ((size_t)64 << 10) /* smaller maps cannot hold LMDB's own pages */
+#define MAX_MAP_DEFAULT ((size_t)64 << 30) /* the store's default max_map_size */
+#define CAP_MAX ((size_t)1 << 30) /* line and output caps: a larger one is a typo, not a plan */
 static struct model_cfg echo_model = { "echo", NULL, 0, 0 };
 
 void config_init(struct config *c)
@@ -107,6 +110,8 @@ int config_duration(const char *s, int64_t *ms)
 	if (v * mul > 9e15)
 		return -1;
 	*ms = (int64_t)(v * mul + 0.5);
+	if (*ms == 0 && v > 0)
+		*ms = 1; /* a positive duration is never 0, which means "never" or "at once" to some keys */
 	return 0;
 }
 
@@ -189,6 +194,10 @@ struct loader {
 	int failed;
 	char **seen; /* "section\x1fkey" of every key set so far */
 	size_t nseen;
+	int nkeys;     /* keys handed to on_key so far */
+	int fail_key;  /* the one that failed (1-based), 0: none */
+	int *keyline;  /* the file's line of each key, in order (prescan) */
+	int nkeyline;
 };
 
 /* Whether section's key was set before (a second value would silently win:
@@ -239,7 +248,7 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 	if (!strcmp(k, "audit_ttl"))
 		return config_duration(v, &c->audit_ttl_ms);
 	if (!strcmp(k, "max_line"))
-		return config_size(v, &c->max_line) || c->max_line < 1024 ? -1 : 0;
+		return config_size(v, &c->max_line) || c->max_line < 1024 || c->max_line > CAP_MAX ? -1 : 0;
 	if (!strcmp(k, "max_workers"))
 		return set_int(&c->max_workers, v, 1, 1000000);
 	if (!strcmp(k, "restart_limit")) /* crash times are kept for the last 16 (sup.h) */
@@ -257,7 +266,7 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 	if (!strcmp(k, "compact_keep"))
 		return set_int(&c->compact_keep, v, 1, 100000000);
 	if (!strcmp(k, "model_output_cap")) /* under 1k no final line fits: every attempt would fail */
-		return config_size(v, &c->model_out_cap) || c->model_out_cap < 1024 ? -1 : 0;
+		return config_size(v, &c->model_out_cap) || c->model_out_cap < 1024 || c->model_out_cap > CAP_MAX ? -1 : 0;
 	if (!strcmp(k, "allow_any_uid"))
 		return (b = onoff(v)) < 0 ? -1 : (c->allow_any_uid = b, 0);
 	if (!strcmp(k, "log_level"))
@@ -300,7 +309,7 @@ static int tool_key(struct tool_cfg *t, const char *k, const char *v)
 	if (!strcmp(k, "max_attempts"))
 		return set_int(&t->max_attempts, v, 1, 1000);
 	if (!strcmp(k, "output_cap"))
-		return config_size(v, &t->out_cap) || t->out_cap < 1024 ? -1 : 0;
+		return config_size(v, &t->out_cap) || t->out_cap < 1024 || t->out_cap > CAP_MAX ? -1 : 0;
 	return -2;
 }
 
@@ -351,6 +360,7 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 	int rc;
 	if (l->failed)
 		return 1; /* the first error is the one reported */
+	l->nkeys++;
 	int dup = seen_before(l, section, k);
 	if (dup) {
 		if (dup > 0)
@@ -358,6 +368,7 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 		else
 			snprintf(l->err, l->errlen, "%s: out of memory", l->c->path);
 		l->failed = 1;
+		l->fail_key = l->nkeys;
 		return 0;
 	}
 	if (!strcmp(section, "agentd")) {
@@ -367,6 +378,7 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 			snprintf(l->err, l->errlen, "%s: [model.echo] is built in and cannot be configured",
 				 l->c->path);
 			l->failed = 1;
+			l->fail_key = l->nkeys;
 			return 0;
 		}
 		struct model_cfg *m = model_get(l->c, section + 6);
@@ -378,14 +390,17 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 		snprintf(l->err, l->errlen, "%s: unknown section [%s] (expected [agentd], [model.NAME] or [tool.NAME], "
 			 "NAME of [A-Za-z0-9._:-])", l->c->path, section);
 		l->failed = 1;
+		l->fail_key = l->nkeys;
 		return 0;
 	}
 	if (rc == -2)
 		snprintf(l->err, l->errlen, "%s: unknown key '%s' in [%s]", l->c->path, k, section);
 	else if (rc)
 		snprintf(l->err, l->errlen, "%s: bad value '%s' for '%s' in [%s]", l->c->path, v, k, section);
-	if (rc)
+	if (rc) {
 		l->failed = 1;
+		l->fail_key = l->nkeys;
+	}
 	return !rc; /* inih: nonzero means the line was fine */
 }
 
@@ -407,9 +422,17 @@ static int command_ok(const struct config *c, const char *kind, const char *name
  * need a command that splits; map_size within max_map_size. */
 static int validate(struct config *c, char *err, size_t errlen)
 {
-	if (c->map_size && c->max_map_size && c->map_size > c->max_map_size) {
-		snprintf(err, errlen, "%s: map_size (%zu bytes) is larger than max_map_size (%zu bytes) in [agentd]",
-			 c->path, c->map_size, c->max_map_size);
+	size_t max = c->max_map_size ? c->max_map_size : MAX_MAP_DEFAULT;
+	if (c->map_size && c->map_size > max) {
+		snprintf(err, errlen, "%s: map_size (%zu bytes) is larger than max_map_size (%zu bytes%s) in [agentd]",
+			 c->path, c->map_size, max, c->max_map_size ? "" : ", its default");
+		return -1;
+	}
+	if (c->compact_events > 0 && c->compact_keep >= c->compact_events) {
+		/* Each compaction would leave as many events as start the next:
+		 * a summary call after every turn. */
+		snprintf(err, errlen, "%s: compact_keep (%d) must be under compact_events (%d) in [agentd]", c->path,
+			 c->compact_keep, c->compact_events);
 		return -1;
 	}
 	for (size_t i = 0; i < c->nmodels; i++) {
@@ -438,9 +461,123 @@ static int validate(struct config *c, char *err, size_t errlen)
 	return 0;
 }
 
+/* What the parser will not say, from a first pass over the file: its lines
+ * fit libinih's buffer, none is indented (libinih takes an indented line as
+ * the continuation of the one above: "set twice", or a value with a line of
+ * another key in it), every section named is one agentd knows, and on which
+ * line each key stands (for messages). Lines are counted, not kept, so
+ * /dev/zero ends too. 0, or -1 with err set. */
+struct prescan {
+	int *keyline;
+	int nkey, capkey;
+	char (*sect)[INI_MAX_LINE]; /* section names, in order */
+	int *sectline;
+	int nsect, capsect;
+};
+
+static int prescan_line(struct prescan *p, const char *path, int no, const char *ln, char *err, size_t errlen)
+{
+	const char *t = ln + strspn(ln, " \t\r");
+	if (!*t || *t == ';' || *t == '#')
+		return 0;
+	if (t != ln) {
+		snprintf(err, errlen, "%s:%d: an indented line (it would continue the value above): remove the indentation",
+			 path, no);
+		return -1;
+	}
+	if (*t == '[') {
+		const char *e = strchr(t, ']');
+		if (!e)
+			return 0; /* the parser's syntax error */
+		if (p->nsect == p->capsect) {
+			int cap = p->capsect ? 2 * p->capsect : 16;
+			void *a = realloc(p->sect, (size_t)cap * sizeof *p->sect);
+			if (a)
+				p->sect = a;
+			void *b = a ? realloc(p->sectline, (size_t)cap * sizeof *p->sectline) : NULL;
+			if (!b) {
+				snprintf(err, errlen, "%s: out of memory", path);
+				return -1;
+			}
+			p->sectline = b;
+			p->capsect = cap;
+		}
+		const char *n = t + 1 + strspn(t + 1, " \t");
+		size_t len = (size_t)(e - n);
+		while (len && (n[len - 1] == ' ' || n[len - 1] == '\t'))
+			len--;
+		snprintf(p->sect[p->nsect], INI_MAX_LINE, "%.*s", (int)len, n);
+		p->sectline[p->nsect++] = no;
+		return 0;
+	}
+	if (!strpbrk(t, "=:"))
+		return 0; /* the parser's syntax error */
+	if (p->nkey == p->capkey) {
+		int cap = p->capkey ? 2 * p->capkey : 64;
+		void *a = realloc(p->keyline, (size_t)cap * sizeof *p->keyline);
+		if (!a) {
+			snprintf(err, errlen, "%s: out of memory", path);
+			return -1;
+		}
+		p->keyline = a;
+		p->capkey = cap;
+	}
+	p->keyline[p->nkey++] = no;
+	return 0;
+}
+
+static int prescan(FILE *f, const char *path, struct prescan *p, char *err, size_t errlen)
+{
+	char ln[INI_MAX_LINE];
+	int ch, no = 1, len = 0;
+	for (;;) {
+		ch = getc(f);
+		if (ch == '\n' || ch == EOF) {
+			ln[len] = 0;
+			if (prescan_line(p, path, no, ln, err, errlen))
+				return -1;
+			if (ch == EOF)
+				return 0;
+			no++;
+			len = 0;
+		} else if (len >= INI_MAX_LINE - 1) {
+			snprintf(err, errlen, "%s:%d: a line over %d bytes (a long command can live in a script)", path,
+				 no, INI_MAX_LINE - 1);
+			return -1;
+		} else {
+			ln[len++] = ch ? (char)ch : ' ';
+		}
+	}
+}
+
+/* A section that holds no key never reaches on_key: an unknown name, or a
+ * model or tool that would silently not exist. */
+static int sections_ok(const struct config *c, const struct prescan *p, const char *path, char *err,
+		       size_t errlen)
+{
+	for (int i = 0; i < p->nsect; i++) {
+		const char *n = p->sect[i];
+		if (!strcmp(n, "agentd") || (!strncmp(n, "model.", 6) && config_model(c, n + 6)) ||
+		    (!strncmp(n, "tool.", 5) && config_tool(c, n + 5)))
+			continue;
+		if ((!strncmp(n, "model.", 6) && name_ok(n + 6) && strcmp(n + 6, "echo")) ||
+		    (!strncmp(n, "tool.", 5) && name_ok(n + 5)))
+			snprintf(err, errlen, "%s:%d: [%s] is empty: a %s needs a command%s", path, p->sectline[i], n,
+				 n[0] == 'm' ? "model" : "server tool", n[0] == 'm' ? "" : " (or executor = human)");
+		else
+			snprintf(err, errlen, "%s:%d: unknown section [%s] (expected [agentd], [model.NAME] or [tool.NAME], "
+				 "NAME of [A-Za-z0-9._:-])", path, p->sectline[i], n);
+		return -1;
+	}
+	return 0;
+}
+
 int config_load(struct config *c, const char *path, char *err, size_t errlen)
 {
-	struct loader l = { c, err, errlen, 0, NULL, 0 };
+	struct loader l = { c, err, errlen, 0, NULL, 0, 0, 0, NULL, 0 };
+	struct prescan p = { 0 };
+	struct stat sb;
+	int rc = -1;
 	if (set_str(&c->path, path))
 		return -1;
 	FILE *f = fopen(path, "re");
@@ -448,42 +585,49 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return -1;
 	}
-	/* libinih reads lines into a buffer of INI_MAX_LINE bytes: a longer
-	 * line comes out as two, the rest a line of its own (a syntax error
-	 * one line down, or a key that was never written). Refuse it first. */
-	int ch, no = 1, len = 0;
-	while ((ch = getc(f)) != EOF) {
-		if (ch == '\n') {
-			no++;
-			len = 0;
-		} else if (++len > INI_MAX_LINE - 1) { /* counted, not kept: /dev/zero ends here too */
-			snprintf(err, errlen, "%s:%d: a line over %d bytes (a long command can live in a script)", path,
-				 no, INI_MAX_LINE - 1);
-			fclose(f);
-			return -1;
-		}
+	/* Read twice (the pass below, then the parser) and copied for the
+	 * workers: a pipe or a device would give each reader something else. */
+	if (fstat(fileno(f), &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file (agentd reads it twice and copies it for its workers)",
+			 path);
+		goto out;
 	}
+	if (prescan(f, path, &p, err, errlen))
+		goto out;
 	rewind(f);
 	errno = 0;
-	int rc = ini_parse_file(f, on_key, &l);
+	l.keyline = p.keyline;
+	l.nkeyline = p.nkey;
+	int prc = ini_parse_file(f, on_key, &l);
 	/* A read that fails (a directory: EISDIR; an I/O error) looks like the
 	 * end of the file to the parser: the settings so far are not all. */
 	int rerr = ferror(f) ? (errno ? errno : EIO) : 0;
+	if (l.failed) {
+		/* "PATH: message" becomes "PATH:LINE: message". */
+		size_t pl = strlen(path);
+		if (l.fail_key > 0 && l.fail_key <= p.nkey && !strncmp(err, path, pl) && err[pl] == ':') {
+			char *rest = strdup(err + pl);
+			if (rest) {
+				snprintf(err, errlen, "%s:%d%s", path, p.keyline[l.fail_key - 1], rest);
+				free(rest);
+			}
+		}
+	} else if (rerr) {
+		snprintf(err, errlen, "%s: cannot be read: %s", path, strerror(rerr));
+	} else if (prc) {
+		snprintf(err, errlen, "%s:%d: syntax error", path, prc);
+	} else if (!sections_ok(c, &p, path, err, errlen)) {
+		rc = validate(c, err, errlen);
+	}
+out:
 	fclose(f);
 	for (size_t i = 0; i < l.nseen; i++)
 		free(l.seen[i]);
 	free(l.seen);
-	if (l.failed)
-		return -1;
-	if (rerr) {
-		snprintf(err, errlen, "%s: cannot be read: %s", path, strerror(rerr));
-		return -1;
-	}
-	if (rc) {
-		snprintf(err, errlen, "%s:%d: syntax error", path, rc);
-		return -1;
-	}
-	return validate(c, err, errlen);
+	free(p.keyline);
+	free(p.sect);
+	free(p.sectline);
+	return rc;
 }
 
 /* ---- logging --------------------------------------------------------- */

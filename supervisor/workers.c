@@ -726,8 +726,13 @@ static void on_exit_status(struct worker *w, int status)
 	if (recent >= S.cfg->restart_limit) {
 		char msg[200];
 		w->ncrash = 0;
-		snprintf(msg, sizeof msg, "worker crashed %d times within %lld s; not restarted until the next event",
-			 recent, (long long)(S.cfg->restart_window_ms / 1000));
+		int64_t win = S.cfg->restart_window_ms;
+		if (win % 1000)
+			snprintf(msg, sizeof msg, "worker crashed %d times within %lld ms; not restarted until the next "
+				 "event", recent, (long long)win);
+		else
+			snprintf(msg, sizeof msg, "worker crashed %d times within %lld s; not restarted until the next "
+				 "event", recent, (long long)(win / 1000));
 		give_up(w, recent, msg);
 		return;
 	}

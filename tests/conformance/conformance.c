@@ -3655,6 +3655,25 @@ START_TEST(map_full_without_growth_loses_nothing)
 }
 END_TEST
 
+/* max_map_size alone, smaller than the default map: the map starts there
+ * (the default 256 MiB map used to raise the maximum to itself). */
+START_TEST(max_map_size_alone_bounds_the_map)
+{
+	OPTS.map_size = 0;
+	OPTS.max_map_size = (size_t)1 << 20;
+	reopen_store();
+	struct store_stat st;
+	ck_assert_int_eq(store_stat(S, &st), 0);
+	ck_assert_uint_eq(st.map_size, (size_t)1 << 20);
+	ck_assert_uint_eq(st.max_map_size, (size_t)1 << 20);
+	mkconv("c1");
+	int rc = 0;
+	for (int i = 0; i < 64 && rc == 0; i++)
+		rc = append_big("c1", 64 << 10);
+	ck_assert_int_eq(rc, STORE_E_FULL); /* within 1 MiB, not 256 */
+}
+END_TEST
+
 START_TEST(map_full_grows_for_retry)
 {
 	OPTS.map_size = (size_t)1 << 20;
@@ -4079,6 +4098,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, stat_and_reader_check);
 	tcase_add_test(tc, map_full_without_growth_loses_nothing);
 	tcase_add_test(tc, map_full_grows_for_retry);
+	tcase_add_test(tc, max_map_size_alone_bounds_the_map);
 	tcase_add_test(tc, reserve_grows_ahead);
 	tc = tc_new(s, "edges", setup);
 	tcase_add_test(tc, callback_return_never_poisons_write_txn);

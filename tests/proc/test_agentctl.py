@@ -708,4 +708,29 @@ def test_watch_ends_on_a_signal_while_its_reader_does_not_read():
                 os.close(r)
 
 
+def test_a_configuration_that_is_not_a_regular_file_is_refused():
+    # A pipe (--config <(gen)) was read by the line check, then found empty by the parser: agentd ran on the
+    # defaults while its workers got the real text; with one writer it hung re-reading the path for its copy.
+    d = harness._mkdtemp()
+    try:
+        fifo = os.path.join(d, "cfg")
+        os.mkfifo(fifo)
+
+        def writer():
+            with open(fifo, "w") as f:
+                f.write("[model.m]\ncommand = /bin/true\n")
+
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        p = harness.run_agentd("--config", fifo, "--data", os.path.join(d, "data"), capture_output=True, text=True,
+                               cwd=d, timeout=scaled(10))
+        assert p.returncode == 2 and f"agentd: {fifo}: not a regular file" in p.stderr, p
+        assert not os.path.exists(os.path.join(d, "data"))
+        t.join(scaled(5))
+    finally:
+        for n in os.listdir(d):
+            os.unlink(os.path.join(d, n))
+        os.rmdir(d)
+
+
 harness.main(globals())

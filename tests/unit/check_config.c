@@ -42,7 +42,7 @@ START_TEST(durations)
 		int64_t ms;
 	} good[] = {
 		{ "500ms", 500 }, { "30s", 30000 }, { "5m", 300000 }, { "1h", 3600000 }, { "7d", 604800000 },
-		{ "2", 2000 }, { "1.5s", 1500 }, { "0", 0 }, { "0.25", 250 },
+		{ "2", 2000 }, { "1.5s", 1500 }, { "0", 0 }, { "0.25", 250 }, { "0.4ms", 1 }, { "0.0001", 1 },
 	};
 	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
 		int64_t ms = -1;
@@ -117,22 +117,22 @@ static const struct {
 	const char *text;
 	const char *err;
 } bad_files[] = {
-	{ "[agentd]\nidle_timeout = nan\n", "F: bad value 'nan' for 'idle_timeout' in [agentd]" },
-	{ "[agentd]\nidle_timeout = 5 s\n", "F: bad value '5 s' for 'idle_timeout' in [agentd]" },
-	{ "[agentd]\nrestart_window = 0\n", "F: bad value '0' for 'restart_window' in [agentd]" },
-	{ "[agentd]\nmap_size = 1k\n", "F: bad value '1k' for 'map_size' in [agentd]" },
-	{ "[agentd]\nmax_map_size = 32k\n", "F: bad value '32k' for 'max_map_size' in [agentd]" },
+	{ "[agentd]\nidle_timeout = nan\n", "F:2: bad value 'nan' for 'idle_timeout' in [agentd]" },
+	{ "[agentd]\nidle_timeout = 5 s\n", "F:2: bad value '5 s' for 'idle_timeout' in [agentd]" },
+	{ "[agentd]\nrestart_window = 0\n", "F:2: bad value '0' for 'restart_window' in [agentd]" },
+	{ "[agentd]\nmap_size = 1k\n", "F:2: bad value '1k' for 'map_size' in [agentd]" },
+	{ "[agentd]\nmax_map_size = 32k\n", "F:2: bad value '32k' for 'max_map_size' in [agentd]" },
 	{ "[agentd]\nmap_size = 2m\nmax_map_size = 1m\n",
 	  "F: map_size (2097152 bytes) is larger than max_map_size (1048576 bytes) in [agentd]" },
-	{ "[agentd]\nmax_workers = 0\n", "F: bad value '0' for 'max_workers' in [agentd]" },
-	{ "[agentd]\nrestart_limit = 17\n", "F: bad value '17' for 'restart_limit' in [agentd]" },
-	{ "[agentd]\nmax_line = 100\n", "F: bad value '100' for 'max_line' in [agentd]" },
-	{ "[agentd]\nsync = sometimes\n", "F: bad value 'sometimes' for 'sync' in [agentd]" },
-	{ "[agentd]\nlog_level = chatty\n", "F: bad value 'chatty' for 'log_level' in [agentd]" },
-	{ "[agentd]\ncolour = on\n", "F: unknown key 'colour' in [agentd]" },
-	{ "[agent]\ndata = x\n", "F: unknown section [agent]" },
-	{ "[model.a b]\ncommand = x\n", "F: unknown section [model.a b]" },
-	{ "[model.echo]\ncommand = x\n", "F: [model.echo] is built in and cannot be configured" },
+	{ "[agentd]\nmax_workers = 0\n", "F:2: bad value '0' for 'max_workers' in [agentd]" },
+	{ "[agentd]\nrestart_limit = 17\n", "F:2: bad value '17' for 'restart_limit' in [agentd]" },
+	{ "[agentd]\nmax_line = 100\n", "F:2: bad value '100' for 'max_line' in [agentd]" },
+	{ "[agentd]\nsync = sometimes\n", "F:2: bad value 'sometimes' for 'sync' in [agentd]" },
+	{ "[agentd]\nlog_level = chatty\n", "F:2: bad value 'chatty' for 'log_level' in [agentd]" },
+	{ "[agentd]\ncolour = on\n", "F:2: unknown key 'colour' in [agentd]" },
+	{ "[agent]\ndata = x\n", "F:2: unknown section [agent]" },
+	{ "[model.a b]\ncommand = x\n", "F:2: unknown section [model.a b]" },
+	{ "[model.echo]\ncommand = x\n", "F:2: [model.echo] is built in and cannot be configured" },
 	{ "[model.m]\ntimeout = 5s\n", "F: [model.m] needs a command" },
 	{ "[model.m]\ncommand = \"unterminated\n",
 	  "F: [model.m] command: an unterminated quote, a trailing backslash or no word: \"unterminated" },
@@ -141,16 +141,28 @@ static const struct {
 	{ "[tool.t]\ncommand =\n", "F: [tool.t] command: an unterminated quote, a trailing backslash or no word: " },
 	{ "[tool.t]\nexecutor = server\n", "F: [tool.t] is a server tool and needs a command" },
 	{ "[tool.t]\nexecutor = human\ncommand = ./t\n", "F: [tool.t] is a human tool: it takes no command" },
-	{ "[tool.t]\nexecutor = robot\n", "F: bad value 'robot' for 'executor' in [tool.t]" },
+	{ "[tool.t]\nexecutor = robot\n", "F:2: bad value 'robot' for 'executor' in [tool.t]" },
 	{ "[agentd]\nthis line has no equals sign\n", "F:2: syntax error" },
-	{ "[agentd]\nmax_workers = 3\nmax_workers = 4\n", "F: 'max_workers' is set twice in [agentd]" },
-	{ "[agentd]\nmodel_output_cap = 0\n", "F: bad value '0' for 'model_output_cap' in [agentd]" },
-	{ "[tool.t]\ncommand = x\noutput_cap = 1023\n", "F: bad value '1023' for 'output_cap' in [tool.t]" },
+	{ "[agentd]\n  idle_timeout = 5s\n  sync = full\n", "F:2: an indented line (it would continue the value above)" },
+	{ "[bogus section]\n", "F:1: unknown section [bogus section]" },
+	{ "[agentd]\n[model.m]\n", "F:2: [model.m] is empty: a model needs a command" },
+	{ "[tool.approve]\n", "F:1: [tool.approve] is empty: a server tool needs a command (or executor = human)" },
+	{ "[agentd]\nmap_size = 128g\n",
+	  "F: map_size (137438953472 bytes) is larger than max_map_size (68719476736 bytes, its default) in [agentd]" },
+	{ "[agentd]\ncompact_events = 3\ncompact_keep = 10\n",
+	  "F: compact_keep (10) must be under compact_events (3) in [agentd]" },
+	{ "[agentd]\nmax_line = 2g\n", "F:2: bad value '2g' for 'max_line' in [agentd]" },
+	{ "[agentd]\nmodel_output_cap = 9000000000g\n", "F:2: bad value '9000000000g' for 'model_output_cap'" },
+	{ "[agentd]\nsync = full\n\n; a comment\n[tool.t]\ncommand = x\noutput_cap = 2g\n",
+	  "F:7: bad value '2g' for 'output_cap' in [tool.t]" },
+	{ "[agentd]\nmax_workers = 3\nmax_workers = 4\n", "F:3: 'max_workers' is set twice in [agentd]" },
+	{ "[agentd]\nmodel_output_cap = 0\n", "F:2: bad value '0' for 'model_output_cap' in [agentd]" },
+	{ "[tool.t]\ncommand = x\noutput_cap = 1023\n", "F:3: bad value '1023' for 'output_cap' in [tool.t]" },
 	{ "[tool.t]\ncommand = x\ndescription = "
 	  "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
 	  "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789\n",
 	  "F:3: a line over 199 bytes" },
-	{ "[model.m]\ncommand = a\n[tool.t]\ncommand = t\n[model.m]\ncommand = b\n", "F: 'command' is set twice in [model.m]" },
+	{ "[model.m]\ncommand = a\n[tool.t]\ncommand = t\n[model.m]\ncommand = b\n", "F:6: 'command' is set twice in [model.m]" },
 };
 
 START_TEST(bad_file_refused)
