@@ -77,7 +77,10 @@ int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 		if (!done)
 			goto bad;
 		json_array_foreach(t->settled, i, e)
-			json_object_set(done, call_id(e), json_true());
+			if (json_object_set_nocheck(done, call_id(e), json_true())) {
+				json_decref(done); /* out of memory: never take a settled call for unsettled */
+				goto bad;
+			}
 		json_array_foreach(t->calls, i, e)
 			if (!json_object_get(done, call_id(e)))
 				json_array_append(t->unsettled, e);

@@ -33,6 +33,7 @@
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -69,6 +70,7 @@ struct store {
 	struct store_opts opts;
 	size_t map_size;
 	int grow_pending; /* a txn hit MDB_MAP_FULL: grow before the next begins */
+	int unmapped;     /* a remap failed and LMDB left no map: every txn fails (-ENOMEM) */
 	int ntxn;         /* open transactions: the map may only be resized at 0 */
 	int writing;
 	struct conv_ent *cache; /* CONV_CACHE slots, allocated by the first write txn */
@@ -635,16 +637,23 @@ int store_stat(store *s, struct store_stat *st)
 
 /* ---- transactions ---------------------------------------------------- */
 
-/* Map a larger size. LMDB unmaps the old map first: if the new mapping
- * fails (no address space: RLIMIT_AS, valgrind), the handle is left with
- * no map at all, so map the old size again. */
+/* Map a larger size. LMDB unmaps the old map before it maps the new one,
+ * and if that fails (no address space: RLIMIT_AS, valgrind) it leaves the
+ * handle with no map at all, which it cannot restore. So first see that
+ * the address space is there (a reservation, no memory); should LMDB fail
+ * anyway, every transaction of this handle fails from then on, rather than
+ * touching pages that are gone. */
 static int map_resize(store *s, size_t want)
 {
+	void *p = mmap(NULL, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return -1;
+	munmap(p, want);
 	if (mdb_env_set_mapsize(s->env, want) == 0) {
 		s->map_size = want;
 		return 0;
 	}
-	mdb_env_set_mapsize(s->env, s->map_size);
+	s->unmapped = 1;
 	return -1;
 }
 
@@ -810,6 +819,8 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 	if (mode == STORE_WRITE && s->writing)
 		return -EBUSY;
 	maybe_grow(s, mode == STORE_WRITE);
+	if (s->unmapped)
+		return -ENOMEM;
 	store_txn *x = txn_obj(s, mode == STORE_WRITE);
 	if (!x)
 		return -ENOMEM;
@@ -906,10 +917,10 @@ int store_txn_commit(store_txn *x)
 		if (toggle)
 			mdb_env_set_flags(x->s->env, MDB_NOMETASYNC, 0);
 		err = map_err(rc);
-		if (err == -EIO || err == -ENOSPC)
+		if (err == -EIO)
 			err = disk_full(x->s) ? STORE_E_FULL : err;
-		else if (err == STORE_E_FULL)
-			x->s->grow_pending = 1;
+		else if (rc == MDB_MAP_FULL)
+			x->s->grow_pending = 1; /* not for ENOSPC: a larger map would not help a full disk */
 	}
 	if (x->write)
 		cache_end(x, id, err == 0);

@@ -3,6 +3,7 @@
 #include "ipc/cmdline.h"
 #include "store/store.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <ini.h>
 #include <stdarg.h>
@@ -475,9 +476,21 @@ struct prescan {
 	int nsect, capsect;
 };
 
+/* Where libinih's find_chars_or_comment stops: at one of chars, or at a ';'
+ * after whitespace (an inline comment), or at the end. */
+static const char *ini_find(const char *t, const char *chars)
+{
+	int was_space = 0;
+	for (; *t && !strchr(chars, *t) && !(was_space && *t == ';'); t++)
+		was_space = isspace((unsigned char)*t);
+	return t;
+}
+
 static int prescan_line(struct prescan *p, const char *path, int no, const char *ln, char *err, size_t errlen)
 {
-	const char *t = ln + strspn(ln, " \t\r");
+	const char *t = ln;
+	while (isspace((unsigned char)*t))
+		t++;
 	if (!*t || *t == ';' || *t == '#')
 		return 0;
 	if (t != ln) {
@@ -486,9 +499,17 @@ static int prescan_line(struct prescan *p, const char *path, int no, const char 
 		return -1;
 	}
 	if (*t == '[') {
-		const char *e = strchr(t, ']');
-		if (!e)
+		const char *e = ini_find(t + 1, "]");
+		if (*e != ']')
 			return 0; /* the parser's syntax error */
+		const char *after = e + 1;
+		while (isspace((unsigned char)*after))
+			after++;
+		if (*after && *after != ';' && *after != '#') {
+			snprintf(err, errlen, "%s:%d: text after the section header: '%s' (a key goes on a line of its own)",
+				 path, no, after);
+			return -1;
+		}
 		if (p->nsect == p->capsect) {
 			int cap = p->capsect ? 2 * p->capsect : 16;
 			void *a = realloc(p->sect, (size_t)cap * sizeof *p->sect);
@@ -502,16 +523,19 @@ static int prescan_line(struct prescan *p, const char *path, int no, const char 
 			p->sectline = b;
 			p->capsect = cap;
 		}
-		const char *n = t + 1 + strspn(t + 1, " \t");
+		const char *n = t + 1;
+		while (isspace((unsigned char)*n))
+			n++;
 		size_t len = (size_t)(e - n);
-		while (len && (n[len - 1] == ' ' || n[len - 1] == '\t'))
+		while (len && isspace((unsigned char)n[len - 1]))
 			len--;
 		snprintf(p->sect[p->nsect], INI_MAX_LINE, "%.*s", (int)len, n);
 		p->sectline[p->nsect++] = no;
 		return 0;
 	}
-	if (!strpbrk(t, "=:"))
-		return 0; /* the parser's syntax error */
+	const char *k = ini_find(t, "=:");
+	if (*k != '=' && *k != ':')
+		return 0; /* no key: the parser's syntax error */
 	if (p->nkey == p->capkey) {
 		int cap = p->capkey ? 2 * p->capkey : 64;
 		void *a = realloc(p->keyline, (size_t)cap * sizeof *p->keyline);
@@ -526,26 +550,34 @@ static int prescan_line(struct prescan *p, const char *path, int no, const char 
 	return 0;
 }
 
+/* libinih reads a line with fgets into INI_MAX_LINE bytes: the longest it
+ * takes whole, its newline included, is INI_MAX_LINE - 2 bytes (a '\r'
+ * counted). It sees a line up to a NUL, and skips a UTF-8 BOM first. */
 static int prescan(FILE *f, const char *path, struct prescan *p, char *err, size_t errlen)
 {
 	char ln[INI_MAX_LINE];
-	int ch, no = 1, len = 0;
+	int ch, no = 1, len = 0, cut = 0;
 	for (;;) {
 		ch = getc(f);
 		if (ch == '\n' || ch == EOF) {
-			ln[len] = 0;
-			if (prescan_line(p, path, no, ln, err, errlen))
+			ln[cut ? cut - 1 : len] = 0;
+			const char *t = ln;
+			if (no == 1 && !strncmp(t, "\xEF\xBB\xBF", 3))
+				t += 3;
+			if (prescan_line(p, path, no, t, err, errlen))
 				return -1;
 			if (ch == EOF)
 				return 0;
 			no++;
-			len = 0;
-		} else if (len >= INI_MAX_LINE - 1) {
+			len = cut = 0;
+		} else if (len >= INI_MAX_LINE - 2) {
 			snprintf(err, errlen, "%s:%d: a line over %d bytes (a long command can live in a script)", path,
-				 no, INI_MAX_LINE - 1);
+				 no, INI_MAX_LINE - 2);
 			return -1;
 		} else {
-			ln[len++] = ch ? (char)ch : ' ';
+			if (!ch && !cut)
+				cut = len + 1; /* the parser's line ends here */
+			ln[len++] = (char)ch;
 		}
 	}
 }
@@ -557,6 +589,11 @@ static int sections_ok(const struct config *c, const struct prescan *p, const ch
 {
 	for (int i = 0; i < p->nsect; i++) {
 		const char *n = p->sect[i];
+		if (!strcmp(n, "model.echo")) {
+			snprintf(err, errlen, "%s:%d: [model.echo] is built in and cannot be configured", path,
+				 p->sectline[i]);
+			return -1;
+		}
 		if (!strcmp(n, "agentd") || (!strncmp(n, "model.", 6) && config_model(c, n + 6)) ||
 		    (!strncmp(n, "tool.", 5) && config_tool(c, n + 5)))
 			continue;
@@ -602,13 +639,16 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 	/* A read that fails (a directory: EISDIR; an I/O error) looks like the
 	 * end of the file to the parser: the settings so far are not all. */
 	int rerr = ferror(f) ? (errno ? errno : EIO) : 0;
-	if (l.failed) {
+	int fail_line = l.failed && l.fail_key > 0 && l.fail_key <= p.nkey ? p.keyline[l.fail_key - 1] : 0;
+	if (l.failed && prc > 0 && fail_line && prc < fail_line) {
+		snprintf(err, errlen, "%s:%d: syntax error", path, prc); /* the first fault comes first */
+	} else if (l.failed) {
 		/* "PATH: message" becomes "PATH:LINE: message". */
 		size_t pl = strlen(path);
-		if (l.fail_key > 0 && l.fail_key <= p.nkey && !strncmp(err, path, pl) && err[pl] == ':') {
+		if (fail_line && !strncmp(err, path, pl) && err[pl] == ':') {
 			char *rest = strdup(err + pl);
 			if (rest) {
-				snprintf(err, errlen, "%s:%d%s", path, p.keyline[l.fail_key - 1], rest);
+				snprintf(err, errlen, "%s:%d%s", path, fail_line, rest);
 				free(rest);
 			}
 		}

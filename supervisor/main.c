@@ -344,7 +344,11 @@ int main(int argc, char **argv)
 			log_error("cannot create the data directory %s: %s", cfg.data, strerror(errno));
 			goto out;
 		}
-		if (stat(cfg.data, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+		if (stat(cfg.data, &sb) < 0) {
+			log_error("data directory %s: %s", cfg.data, strerror(errno)); /* a dangling link, say */
+			goto out;
+		}
+		if (!S_ISDIR(sb.st_mode)) {
 			log_error("the data directory %s is not a directory", cfg.data);
 			goto out;
 		}

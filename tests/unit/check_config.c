@@ -144,6 +144,15 @@ static const struct {
 	{ "[tool.t]\nexecutor = robot\n", "F:2: bad value 'robot' for 'executor' in [tool.t]" },
 	{ "[agentd]\nthis line has no equals sign\n", "F:2: syntax error" },
 	{ "[agentd]\n  idle_timeout = 5s\n  sync = full\n", "F:2: an indented line (it would continue the value above)" },
+	{ "[agentd]\nsync = full\n\vmax_workers = 0\n", "F:3: an indented line" },
+	{ "[agentd] max_workers = 0\n", "F:1: text after the section header: 'max_workers = 0'" },
+	{ "\xEF\xBB\xBF[bogus]\n", "F:1: unknown section [bogus]" },
+	{ "[model.echo]\n", "F:1: [model.echo] is built in and cannot be configured" },
+	{ "[agentd]\nsync ;= full\nmax_workers = 0\n", "F:2: syntax error" },
+	{ "[tool.t]\ncommand = x\ndescription = "
+	  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\njunk\n",
+	  "F:4: syntax error" }, /* a line of 198 bytes is whole: the lines after it keep their numbers */
 	{ "[bogus section]\n", "F:1: unknown section [bogus section]" },
 	{ "[agentd]\n[model.m]\n", "F:2: [model.m] is empty: a model needs a command" },
 	{ "[tool.approve]\n", "F:1: [tool.approve] is empty: a server tool needs a command (or executor = human)" },
@@ -161,7 +170,7 @@ static const struct {
 	{ "[tool.t]\ncommand = x\ndescription = "
 	  "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789"
 	  "0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789\n",
-	  "F:3: a line over 199 bytes" },
+	  "F:3: a line over 198 bytes" },
 	{ "[model.m]\ncommand = a\n[tool.t]\ncommand = t\n[model.m]\ncommand = b\n", "F:6: 'command' is set twice in [model.m]" },
 };
 
