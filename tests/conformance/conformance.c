@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "store/store.h"
@@ -3674,6 +3676,49 @@ START_TEST(max_map_size_alone_bounds_the_map)
 }
 END_TEST
 
+/* A map that cannot grow for want of address space (ulimit -v) is refused
+ * as full, and the handle keeps working: LMDB unmaps the old map before it
+ * maps the new one and cannot restore it, so the store must not let it try.
+ * In a child, whose limit dies with it; not under a sanitizer, whose shadow
+ * memory needs the address space. */
+START_TEST(a_map_without_address_space_to_grow_stays_usable)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	return;
+#endif
+	OPTS.map_size = (size_t)64 << 20;
+	OPTS.max_map_size = (size_t)1 << 30;
+	reopen_store();
+	mkconv("c1");
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		long pages = 0;
+		FILE *f = fopen("/proc/self/statm", "r");
+		if (!f || fscanf(f, "%ld", &pages) != 1)
+			_exit(3);
+		fclose(f);
+		struct rlimit rl = { 0 };
+		rl.rlim_cur = rl.rlim_max = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)32 << 20);
+		if (setrlimit(RLIMIT_AS, &rl))
+			_exit(4);
+		if (store_reserve(S, (size_t)100 << 20) != STORE_E_FULL)
+			_exit(5);
+		store_txn *t;
+		if (store_txn_begin(S, STORE_READ, &t))
+			_exit(6);
+		uint64_t seq;
+		int rc = store_event_latest_seq(t, "c1", &seq); /* touches the map: it is still there */
+		store_txn_abort(t);
+		_exit(rc ? 7 : 0);
+	}
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s %d",
+		      WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+}
+END_TEST
+
 START_TEST(map_full_grows_for_retry)
 {
 	OPTS.map_size = (size_t)1 << 20;
@@ -4098,6 +4143,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, stat_and_reader_check);
 	tcase_add_test(tc, map_full_without_growth_loses_nothing);
 	tcase_add_test(tc, map_full_grows_for_retry);
+	tcase_add_test(tc, a_map_without_address_space_to_grow_stays_usable);
 	tcase_add_test(tc, max_map_size_alone_bounds_the_map);
 	tcase_add_test(tc, reserve_grows_ahead);
 	tc = tc_new(s, "edges", setup);
