@@ -417,6 +417,21 @@ static int scan_prefix(store_txn *x, MDB_dbi dbi, const unsigned char *from, siz
 	return r;
 }
 
+/* Every row of sub-database dbi under the conversation's number, in key
+ * order. Errors: STORE_E_NOTFOUND (conversation), the callback's. */
+static int conv_num(store_txn *x, const char *id, uint64_t *num);
+
+static int conv_scan(store_txn *x, const char *conv, MDB_dbi dbi, kv_fn fn, void *arg)
+{
+	uint64_t num;
+	int err = conv_num(x, conv, &num);
+	if (err)
+		return err;
+	unsigned char k[8];
+	put_be64(k, num);
+	return scan_prefix(x, dbi, k, 8, fn, arg);
+}
+
 /* Delete every key with the 8-byte prefix `num`. Re-seeks after each
  * delete rather than trusting a cursor's position after mdb_cursor_del. */
 static int del_prefix(store_txn *x, MDB_dbi dbi, uint64_t num,
@@ -1638,16 +1653,10 @@ int store_event_ids_each(store_txn *x, const char *conv,
 			 int (*fn)(void *arg, const char *event_id, size_t len, uint64_t seq), void *arg)
 {
 	CHECK_TXN(x);
-	uint64_t num;
 	if (!fn)
 		return STORE_E_INVAL;
-	int err = conv_num(x, conv, &num);
-	if (err)
-		return err;
-	unsigned char k[8];
-	put_be64(k, num);
 	struct eid_ctx c = { fn, arg };
-	return scan_prefix(x, x->s->event_ids, k, 8, eid_each, &c);
+	return conv_scan(x, conv, x->s->event_ids, eid_each, &c);
 }
 
 static int event_decode(const MDB_val *k, const MDB_val *v, struct store_event *e)
@@ -2089,16 +2098,10 @@ int store_tool_calls_list(store_txn *x, const char *conv, unsigned mask,
 			  int (*fn)(void *arg, const struct store_tool_call *tc), void *arg)
 {
 	CHECK_TXN(x);
-	uint64_t num;
 	if (!fn)
 		return STORE_E_INVAL;
-	int err = conv_num(x, conv, &num);
-	if (err)
-		return err;
-	unsigned char k[8];
-	put_be64(k, num);
 	struct tcl_ctx c = { mask, fn, arg };
-	return scan_prefix(x, x->s->conv_tool_calls, k, 8, tcl_each, &c);
+	return conv_scan(x, conv, x->s->conv_tool_calls, tcl_each, &c);
 }
 
 int store_tool_calls_each(store_txn *x, int (*fn)(void *arg, const struct store_tool_call *tc), void *arg)
@@ -2354,16 +2357,10 @@ int store_model_calls_list(store_txn *x, const char *conv, int (*fn)(void *, con
 			   void *arg)
 {
 	CHECK_TXN(x);
-	uint64_t num;
 	if (!fn)
 		return STORE_E_INVAL;
-	int err = conv_num(x, conv, &num);
-	if (err)
-		return err;
-	unsigned char k[8];
-	put_be64(k, num);
 	struct mcl_ctx c = { fn, arg };
-	return scan_prefix(x, x->s->model_calls, k, 8, mcl_each, &c);
+	return conv_scan(x, conv, x->s->model_calls, mcl_each, &c);
 }
 
 int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_t *removed)
