@@ -104,6 +104,9 @@ struct store_stat {
 	int sync;
 };
 int store_stat(store *s, struct store_stat *st);
+/* This handle's map size now, as store_stat's map_size, without its system
+ * calls (for a check on every write). */
+size_t store_map_size(store *s);
 
 /* Before a write transaction of about `bytes`, with no transaction of this
  * handle open: grow the map (within max_map_size) until that much room is

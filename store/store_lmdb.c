@@ -619,6 +619,11 @@ static int count_reader_line(const char *msg, void *ctx)
 	return 0;
 }
 
+size_t store_map_size(store *s)
+{
+	return s ? s->map_size : 0;
+}
+
 static int disk_full(store *s);
 
 int store_stat(store *s, struct store_stat *st)

@@ -834,9 +834,8 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 	for (;;) {
 		store_txn *t;
 		size_t bad = n;
-		struct store_stat st0, st;
-		if (store_stat(S.st, &st0))
-			st0.map_size = 0;
+		struct store_stat st;
+		size_t map0 = store_map_size(S.st); /* store_stat lists the readers: too dear for every commit */
 		e = sup_write_begin(STORE_WRITE, &t);
 		for (size_t i = 0; !e && i < n; i++) {
 			if (w[i]->excluded)
@@ -881,11 +880,11 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		 * begin, up to max_map_size; a large send may need several
 		 * doublings. A full disk, or a map at its maximum: no retry. */
 		if (e != STORE_E_FULL || grown >= 64 || store_stat(S.st, &st) ||
-		    !(st.map_full || st.map_size > st0.map_size))
+		    !(st.map_full || st.map_size > map0))
 			break;
 		if (!grown++)
-			log_info("the map is full during a group commit of %zu writes: growing it from %llu bytes", left,
-				 (unsigned long long)st0.map_size);
+			log_info("the map is full during a group commit of %zu writes: growing it from %zu bytes", left,
+				 map0);
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (w[i]->excluded)

@@ -3653,6 +3653,7 @@ START_TEST(map_full_without_growth_loses_nothing)
 	struct store_stat st;
 	ck_assert_int_eq(store_stat(S, &st), 0);
 	ck_assert_uint_eq(st.map_size, (size_t)1 << 20);
+	ck_assert_uint_eq(store_map_size(S), st.map_size);
 	ck_assert_int_eq(st.map_full, 0); /* at its maximum: no retry can fit */
 }
 END_TEST
@@ -3734,6 +3735,7 @@ START_TEST(map_full_grows_for_retry)
 		struct store_stat sf;
 		ck_assert_int_eq(store_stat(S, &sf), 0);
 		ck_assert(sf.map_full || sf.map_size > st0.map_size); /* a retry may fit */
+		ck_assert_uint_eq(store_map_size(S), sf.map_size);
 		tries++;
 	}
 	ck_assert_int_eq(rc, 0);
