@@ -426,9 +426,13 @@ class Chaos:
     def unsettled(self):
         busy = []
         for c in self.convs:
-            g = self.a.ok({"op": "get", "conversation": c})["conversation"]
+            # Three reads, not one: an expiry committed between a `get` that saw `suspended` and a
+            # `tool_calls` that saw nothing pending looked settled (seen in CI under valgrind). Any commit
+            # in between moves last_seq, so the two gets must agree.
+            g0 = self.a.ok({"op": "get", "conversation": c})["conversation"]
             pend = self.a.ok({"op": "tool_calls", "conversation": c, "status": "pending"})["tool_calls"]
-            if g["status"] == "active" or pend:
+            g = self.a.ok({"op": "get", "conversation": c})["conversation"]
+            if g["status"] == "active" or pend or g0["last_seq"] != g["last_seq"] or g0["status"] == "active":
                 busy.append(f"{c}: {g['status']}, pending {[p['id'] for p in pend]}")
         return busy
 
