@@ -195,10 +195,7 @@ struct loader {
 	int failed;
 	char **seen; /* "section\x1fkey" of every key set so far */
 	size_t nseen;
-	int nkeys;     /* keys handed to on_key so far */
-	int fail_key;  /* the one that failed (1-based), 0: none */
-	int *keyline;  /* the file's line of each key, in order (prescan) */
-	int nkeyline;
+	int nkeys;     /* keys handed to on_key up to the first that failed (its number then) */
 };
 
 /* Whether section's key was set before (a second value would silently win:
@@ -369,7 +366,6 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 		else
 			snprintf(l->err, l->errlen, "%s: out of memory", l->c->path);
 		l->failed = 1;
-		l->fail_key = l->nkeys;
 		return 0;
 	}
 	if (!strcmp(section, "agentd")) {
@@ -379,7 +375,6 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 			snprintf(l->err, l->errlen, "%s: [model.echo] is built in and cannot be configured",
 				 l->c->path);
 			l->failed = 1;
-			l->fail_key = l->nkeys;
 			return 0;
 		}
 		struct model_cfg *m = model_get(l->c, section + 6);
@@ -391,17 +386,14 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 		snprintf(l->err, l->errlen, "%s: unknown section [%s] (expected [agentd], [model.NAME] or [tool.NAME], "
 			 "NAME of [A-Za-z0-9._:-])", l->c->path, section);
 		l->failed = 1;
-		l->fail_key = l->nkeys;
 		return 0;
 	}
 	if (rc == -2)
 		snprintf(l->err, l->errlen, "%s: unknown key '%s' in [%s]", l->c->path, k, section);
 	else if (rc)
 		snprintf(l->err, l->errlen, "%s: bad value '%s' for '%s' in [%s]", l->c->path, v, k, section);
-	if (rc) {
+	if (rc)
 		l->failed = 1;
-		l->fail_key = l->nkeys;
-	}
 	return !rc; /* inih: nonzero means the line was fine */
 }
 
@@ -466,8 +458,8 @@ static int validate(struct config *c, char *err, size_t errlen)
  * fit libinih's buffer, none is indented (libinih takes an indented line as
  * the continuation of the one above: "set twice", or a value with a line of
  * another key in it), every section named is one agentd knows, and on which
- * line each key stands (for messages). Lines are counted, not kept, so
- * /dev/zero ends too. 0, or -1 with err set. */
+ * line each key stands (for messages). A line longer than the buffer ends
+ * the pass, so /dev/zero ends too. */
 struct prescan {
 	int *keyline;
 	int nkey, capkey;
@@ -597,7 +589,7 @@ static int sections_ok(const struct config *c, const struct prescan *p, const ch
 		if (!strcmp(n, "agentd") || (!strncmp(n, "model.", 6) && config_model(c, n + 6)) ||
 		    (!strncmp(n, "tool.", 5) && config_tool(c, n + 5)))
 			continue;
-		if ((!strncmp(n, "model.", 6) && name_ok(n + 6) && strcmp(n + 6, "echo")) ||
+		if ((!strncmp(n, "model.", 6) && name_ok(n + 6)) ||
 		    (!strncmp(n, "tool.", 5) && name_ok(n + 5)))
 			snprintf(err, errlen, "%s:%d: [%s] is empty: a %s needs a command%s", path, p->sectline[i], n,
 				 n[0] == 'm' ? "model" : "server tool", n[0] == 'm' ? "" : " (or executor = human)");
@@ -611,7 +603,7 @@ static int sections_ok(const struct config *c, const struct prescan *p, const ch
 
 int config_load(struct config *c, const char *path, char *err, size_t errlen)
 {
-	struct loader l = { c, err, errlen, 0, NULL, 0, 0, 0, NULL, 0 };
+	struct loader l = { c, err, errlen, 0, NULL, 0, 0 };
 	struct prescan p = { 0 };
 	struct stat sb;
 	int rc = -1;
@@ -633,13 +625,11 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 		goto out;
 	rewind(f);
 	errno = 0;
-	l.keyline = p.keyline;
-	l.nkeyline = p.nkey;
 	int prc = ini_parse_file(f, on_key, &l);
 	/* A read that fails (a directory: EISDIR; an I/O error) looks like the
 	 * end of the file to the parser: the settings so far are not all. */
 	int rerr = ferror(f) ? (errno ? errno : EIO) : 0;
-	int fail_line = l.failed && l.fail_key > 0 && l.fail_key <= p.nkey ? p.keyline[l.fail_key - 1] : 0;
+	int fail_line = l.failed && l.nkeys > 0 && l.nkeys <= p.nkey ? p.keyline[l.nkeys - 1] : 0;
 	if (l.failed && prc > 0 && fail_line && prc < fail_line) {
 		snprintf(err, errlen, "%s:%d: syntax error", path, prc); /* the first fault comes first */
 	} else if (l.failed) {
