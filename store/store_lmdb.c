@@ -384,8 +384,8 @@ static void cursor_give(store_txn *x, int i, MDB_cursor *c)
 }
 
 /* Iterate keys starting with the 8-byte prefix `num`, from key `from`
- * (from_len 8 means the whole prefix), with cursor c. The callback gets key
- * and value. */
+ * (from_len 8 means the whole prefix), with cursor c; from_len 0: every key
+ * of the table. The callback gets key and value. */
 typedef int (*kv_fn)(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v);
 
 static int scan(store_txn *x, MDB_cursor *c, const unsigned char *from, size_t from_len, kv_fn fn,
@@ -393,9 +393,9 @@ static int scan(store_txn *x, MDB_cursor *c, const unsigned char *from, size_t f
 {
 	MDB_val k = { from_len, (void *)from }, v;
 	int r = 0, rc;
-	for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0;
+	for (rc = mdb_cursor_get(c, &k, &v, from_len ? MDB_SET_RANGE : MDB_FIRST); rc == 0;
 	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-		if (k.mv_size < 8 || memcmp(k.mv_data, from, 8) != 0)
+		if (from_len && (k.mv_size < 8 || memcmp(k.mv_data, from, 8) != 0))
 			break;
 		if ((r = fn(x, arg, &k, &v)) != 0)
 			break;
@@ -417,10 +417,10 @@ static int scan_prefix(store_txn *x, MDB_dbi dbi, const unsigned char *from, siz
 	return r;
 }
 
-/* Every row of sub-database dbi under the conversation's number, in key
- * order. Errors: STORE_E_NOTFOUND (conversation), the callback's. */
 static int conv_num(store_txn *x, const char *id, uint64_t *num);
 
+/* Every row of sub-database dbi under the conversation's number, in key
+ * order. Errors: STORE_E_NOTFOUND (conversation), the callback's. */
 static int conv_scan(store_txn *x, const char *conv, MDB_dbi dbi, kv_fn fn, void *arg)
 {
 	uint64_t num;
@@ -2109,29 +2109,23 @@ int store_tool_calls_list(store_txn *x, const char *conv, unsigned mask,
 	return conv_scan(x, conv, x->s->conv_tool_calls, tcl_each, &c);
 }
 
+/* A tool_calls row itself, for store_tool_calls_each. */
+static int tce_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v)
+{
+	struct tcl_ctx *c = arg;
+	struct tc_rec r;
+	if (tc_decode(k, v, &r))
+		return fail(x, STORE_E_CORRUPT);
+	return c->fn(c->arg, &r.tc);
+}
+
 int store_tool_calls_each(store_txn *x, int (*fn)(void *arg, const struct store_tool_call *tc), void *arg)
 {
 	CHECK_TXN(x);
 	if (!fn)
 		return STORE_E_INVAL;
-	MDB_cursor *c;
-	MDB_val k, v;
-	int r = 0, rc = mdb_cursor_open(x->t, x->s->tool_calls, &c);
-	if (rc)
-		return fail(x, map_err(rc));
-	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-		struct tc_rec tr;
-		if (tc_decode(&k, &v, &tr)) {
-			r = fail(x, STORE_E_CORRUPT);
-			break;
-		}
-		if ((r = fn(arg, &tr.tc)) != 0)
-			break;
-	}
-	mdb_cursor_close(c);
-	if (r)
-		return r;
-	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+	struct tcl_ctx c = { 0, fn, arg };
+	return scan_prefix(x, x->s->tool_calls, NULL, 0, tce_each, &c);
 }
 
 int store_tool_call_attempt(store_txn *x, const char *id, uint32_t *attempts)
