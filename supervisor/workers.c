@@ -727,12 +727,9 @@ static void on_exit_status(struct worker *w, int status)
 		char msg[200];
 		w->ncrash = 0;
 		int64_t win = S.cfg->restart_window_ms;
-		if (win % 1000)
-			snprintf(msg, sizeof msg, "worker crashed %d times within %lld ms; not restarted until the next "
-				 "event", recent, (long long)win);
-		else
-			snprintf(msg, sizeof msg, "worker crashed %d times within %lld s; not restarted until the next "
-				 "event", recent, (long long)(win / 1000));
+		int ms = win % 1000 != 0; /* a sub-second window said "within 0 s" */
+		snprintf(msg, sizeof msg, "worker crashed %d times within %lld %s; not restarted until the next event",
+			 recent, (long long)(ms ? win : win / 1000), ms ? "ms" : "s");
 		give_up(w, recent, msg);
 		return;
 	}

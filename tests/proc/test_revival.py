@@ -548,6 +548,17 @@ def test_crash_loop_stops_after_the_limit():
         no_zombies(a)
 
 
+def test_crash_limit_message_names_a_window_of_milliseconds():
+    # A window that is not whole seconds was printed in whole seconds ("within 0 s" for 500ms).
+    with setup(Agentd(start=False), "restart_limit = 2\nrestart_window = 60500ms") as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, "crash")
+        err = wait_for(lambda: of_type(a, c, "error"), 15, "the error event after the crash loop")
+        assert err[0]["content"]["message"] == ("worker crashed 2 times within 60500 ms; not restarted until the "
+                                                "next event"), err
+
+
 def test_crash_loop_in_a_tool_settles_the_call():
     """The crash limit reached while re-dispatching a server call: the `error` ends the turn, so the call
     is settled `errored` before it (no row pending forever, no call without a result in the history)."""
