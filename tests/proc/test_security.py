@@ -65,6 +65,16 @@ def test_a_data_directory_others_may_write_or_own_is_refused():
         assert a.ok({"op": "ping"})
 
 
+def test_a_data_directory_that_is_a_dangling_link_is_named():
+    # The owner and mode checks read a struct stat that a failed stat() had left uninitialised.
+    with Agentd(start=False) as a:
+        link = os.path.join(a.dir, "data-link")
+        os.symlink(os.path.join(a.dir, "nowhere", "data"), link)
+        r = harness.run_agentd("--data", link, "--socket", a.socket, capture_output=True, text=True,
+                               timeout=harness.scaled(10))
+        assert r.returncode == 1 and f"data directory {link}: No such file or directory" in r.stderr, r
+
+
 def test_the_configuration_copy_is_the_owners_alone():
     # agentd.ini.running (what workers run from; it may hold credentials) followed the umask: 0644 under
     # 022, 0666 under 000, readable and writable by others.
