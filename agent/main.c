@@ -12,12 +12,12 @@
 #include "agent/proc.h"
 #include "agent/protocol.h"
 #include "agent/render.h"
-#include "ipc/cmdline.h"
+#include "common/cmdline.h"
 #include "ipc/ipc.h"
-#include "ipc/jsonmp.h"
+#include "common/jsonmp.h"
 #include "ipc/proto.h"
 #include "store/store.h"
-#include "supervisor/config.h"
+#include "common/config.h"
 
 #include <bsd/unistd.h>
 #include <errno.h>
@@ -666,7 +666,7 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 		if (mc->id && store_tool_call_get(t, mc->id, &old) == STORE_E_NOTFOUND)
 			snprintf(id, sizeof id, "%s", mc->id);
 		else
-			proto_random_id(id, sizeof id, "tc-", 10);
+			id_random(id, sizeof id, "tc-", 10);
 		const struct tool_cfg *tc = conv_tool(mc->name);
 		int human = tc && tc->executor == EXEC_HUMAN;
 		append(t, "tool_call", json_pack("{sssssOss}", "tool_call_id", id, "name", mc->name, "args", mc->args,

@@ -2,7 +2,7 @@
  * proc.h: run a configured command (a model or a server tool) without a shell.
  *
  * A command line from the configuration is split like a shell would split it,
- * with no substitution of any kind (cmdline_split, ipc/cmdline.h), and run in its own process
+ * with no substitution of any kind (cmdline_split, common/cmdline.h), and run in its own process
  * group with its stdin fed from memory and its stdout and stderr captured
  * (proc_run). Nothing here interprets what the command prints: protocol.h does.
  *

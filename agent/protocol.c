@@ -1,6 +1,6 @@
 /* protocol.c: the model and tool process protocols (see protocol.h). */
 #include "agent/protocol.h"
-#include "ipc/jsonmp.h"
+#include "common/jsonmp.h"
 
 #include <errno.h>
 #include <math.h>

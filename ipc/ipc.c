@@ -1,6 +1,6 @@
 /* ipc.c: the supervisor <-> worker framing (see ipc.h). */
 #include "ipc/ipc.h"
-#include "store/mp.h"
+#include "common/mp.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,9 +1,8 @@
 /* proto.c: the control protocol's request codec (see proto.h). */
 #include "ipc/proto.h"
-#include "ipc/jsonmp.h"
-#include "store/store.h"
+#include "common/jsonmp.h"
+#include "common/id.h"
 
-#include <bsd/stdlib.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -32,35 +31,6 @@ const char *proto_err_code(int err)
 	return err >= 0 && err < PERR_COUNT ? err_codes[err] : "internal";
 }
 
-void proto_random_id(char *out, size_t size, const char *prefix, size_t nbytes)
-{
-	static const char hex[] = "0123456789abcdef";
-	unsigned char r[32];
-	size_t p = strlen(prefix);
-	if (nbytes > sizeof r || p + 2 * nbytes + 1 > size)
-		abort(); /* a caller's sizing mistake, not an input error */
-	arc4random_buf(r, nbytes);
-	memcpy(out, prefix, p);
-	for (size_t i = 0; i < nbytes; i++) {
-		out[p + 2 * i] = hex[r[i] >> 4];
-		out[p + 2 * i + 1] = hex[r[i] & 15];
-	}
-	out[p + 2 * nbytes] = 0;
-}
-
-int proto_err_from_store(int e)
-{
-	switch (e) {
-	case 0: return PERR_OK;
-	case STORE_E_NOTFOUND: return PERR_NOT_FOUND;
-	case STORE_E_STALE: return PERR_STALE;
-	case STORE_E_CONFLICT: return PERR_CONFLICT;
-	case STORE_E_FULL: return PERR_STORE_FULL;
-	case STORE_E_INVAL: return PERR_BAD_REQUEST;
-	}
-	return PERR_INTERNAL;
-}
-
 struct pctx {
 	json_t *o;
 	char *msg;
@@ -87,8 +57,8 @@ static int get_id(struct pctx *p, const char *key, int required, const char **ou
 		return required ? bad(p, "missing field '%s'", key) : 0;
 	if (!json_is_string(v))
 		return bad(p, "'%s' must be a string", key);
-	if (!store_id_valid(json_string_value(v), json_string_length(v)))
-		return bad(p, "'%s' must be 1-%d characters of [A-Za-z0-9._:-]", key, STORE_ID_MAX);
+	if (!id_valid(json_string_value(v), json_string_length(v)))
+		return bad(p, "'%s' must be 1-%d characters of [A-Za-z0-9._:-]", key, ID_MAX);
 	*out = json_string_value(v);
 	return 0;
 }
@@ -226,7 +196,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		v = json_object_get(p->o, "status");
 		if (v && (!json_is_string(v) || strcmp(json_string_value(v), "ended")))
 			return bad(p, "'status' can only be set to \"ended\"");
-		rq->status = v ? STORE_ENDED : -1;
+		rq->status = v ? PROTO_ENDED : -1;
 		return 0;
 	case OP_SEND:
 		ONLY("conversation", "content", "event_id");
@@ -247,8 +217,8 @@ static int parse_fields(struct pctx *p, struct request *rq)
 			return PERR_INTERNAL;
 		v = json_object_get(p->o, "event_id");
 		if (v && (!json_is_string(v) || json_string_length(v) == 0 ||
-			  json_string_length(v) > STORE_EVENT_ID_MAX))
-			return bad(p, "'event_id' must be a string of 1-%d bytes", STORE_EVENT_ID_MAX);
+			  json_string_length(v) > EVENT_ID_MAX))
+			return bad(p, "'event_id' must be a string of 1-%d bytes", EVENT_ID_MAX);
 		rq->event_id = v ? json_string_value(v) : NULL;
 		return 0;
 	case OP_EVENTS: case OP_WATCH:
@@ -286,7 +256,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		    (e = get_enum(p, "status", res_status, 3, &rq->status)))
 			return e;
 		if (rq->status < 0)
-			rq->status = STORE_TC_RESOLVED;
+			rq->status = PROTO_TC_RESOLVED;
 		rq->result = json_object_get(p->o, "result");
 		/* one level into its resolution event */
 		if (rq->result && !jsonmp_fits(rq->result, 1))

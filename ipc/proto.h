@@ -24,6 +24,11 @@ enum proto_err {
 	PERR_TOO_LARGE, PERR_STORE_FULL, PERR_UNAVAILABLE, PERR_INTERNAL, PERR_COUNT
 };
 
+/* The statuses a request names, in the protocol's order: the same values
+ * as the store's (the supervisor checks that at compile time). */
+enum proto_conv_status { PROTO_IDLE = 0, PROTO_ACTIVE, PROTO_SUSPENDED, PROTO_ENDED };
+enum proto_tc_status { PROTO_TC_PENDING = 0, PROTO_TC_RESOLVED, PROTO_TC_ERRORED, PROTO_TC_EXPIRED };
+
 #define PROTO_LIST_MAX 1000       /* list limit */
 #define PROTO_EVENTS_MAX 10000    /* events limit */
 #define PROTO_WAIT_MAX 3600000    /* wait_ms: one hour */
@@ -65,14 +70,6 @@ void proto_request_free(struct request *rq);
 
 const char *proto_op_name(int op);
 const char *proto_err_code(int err);
-
-/* A random id: prefix then 2*nbytes hex digits (arc4random), NUL-terminated
- * in out (size bytes; it must fit). Conversations get "c-" + 16 hex, minted
- * tool calls "tc-" + 20 hex. */
-void proto_random_id(char *out, size_t size, const char *prefix, size_t nbytes);
-
-/* Map a store error to the protocol's code. */
-int proto_err_from_store(int store_err);
 
 /* {"id":..., "ok":false, "error":CODE, "message":MSG} as one line with '\n'.
  * Returns a malloc'd string (length in *len) or NULL. */

@@ -38,6 +38,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/id.h"
+
 typedef struct store store;
 typedef struct store_txn store_txn;
 
@@ -63,8 +65,8 @@ typedef struct store_bytes {
 } store_bytes;
 
 enum store_sync {
-	STORE_SYNC_FULL = 0, /* every commit is durable before it returns */
-	STORE_SYNC_NONE = 1, /* commits are not flushed; call store_sync() periodically */
+	STORE_SYNC_FULL = SYNC_FULL, /* every commit is durable before it returns */
+	STORE_SYNC_NONE = SYNC_NONE, /* commits are not flushed; call store_sync() periodically */
 };
 
 struct store_opts {
@@ -179,8 +181,8 @@ struct store_conv {
 };
 
 /* Conversation and tool call ids: 1-128 bytes of [A-Za-z0-9._:-]. Returns 1 if valid. */
-#define STORE_ID_MAX 128
-#define STORE_EVENT_ID_MAX 200
+#define STORE_ID_MAX ID_MAX             /* common/id.h */
+#define STORE_EVENT_ID_MAX EVENT_ID_MAX
 int store_id_valid(const char *id, size_t len);
 
 /* Create a conversation with the given settings (one msgpack map), status idle.
@@ -329,7 +331,7 @@ int store_load_since(store_txn *txn, const char *conv, struct store_summary *sum
 /* ---- tool calls ------------------------------------------------------ */
 
 enum store_tc_status { STORE_TC_PENDING = 0, STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED };
-enum store_executor { STORE_EXEC_SERVER = 0, STORE_EXEC_HUMAN = 1 };
+enum store_executor { STORE_EXEC_SERVER = EXEC_SERVER, STORE_EXEC_HUMAN = EXEC_HUMAN };
 const char *store_tc_status_name(int status);
 int store_tc_status_parse(const char *name, size_t len);
 

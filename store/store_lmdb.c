@@ -22,7 +22,7 @@
  *                                                    summary_version, inserted_at, rendered]
  */
 #include "store/store.h"
-#include "store/mp.h"
+#include "common/mp.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -199,15 +199,7 @@ int64_t store_txn_now(store_txn *x)
 
 int store_id_valid(const char *id, size_t len)
 {
-	if (!id || len == 0 || len > STORE_ID_MAX)
-		return 0;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)id[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '_' || c == ':' || c == '-'))
-			return 0;
-	}
-	return 1;
+	return id_valid(id, len);
 }
 
 static int id_ok(const char *id)

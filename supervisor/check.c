@@ -12,8 +12,8 @@
  * log's tail owes.
  */
 #include "supervisor/check.h"
-#include "agent/render.h"
-#include "ipc/jsonmp.h"
+#include "conv/conv.h"
+#include "common/jsonmp.h"
 #include "store/store.h"
 
 #include <errno.h>

@@ -6,7 +6,7 @@
  * reads, never sends, or hangs up mid-line stalls nobody else.
  */
 #include "supervisor/sup.h"
-#include "ipc/jsonmp.h"
+#include "common/jsonmp.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,7 +10,7 @@
  * runs at once on the committed state.
  */
 #include "supervisor/sup.h"
-#include "ipc/jsonmp.h"
+#include "common/jsonmp.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -60,6 +60,27 @@ void ops_expiry_late(int64_t at_us, int64_t deadline_ms)
 	S.m.late_sum += secs;
 }
 
+/* A store error as the protocol's code. */
+static int perr_from_store(int e)
+{
+	switch (e) {
+	case 0: return PERR_OK;
+	case STORE_E_NOTFOUND: return PERR_NOT_FOUND;
+	case STORE_E_STALE: return PERR_STALE;
+	case STORE_E_CONFLICT: return PERR_CONFLICT;
+	case STORE_E_FULL: return PERR_STORE_FULL;
+	case STORE_E_INVAL: return PERR_BAD_REQUEST;
+	}
+	return PERR_INTERNAL;
+}
+
+_Static_assert((int)PROTO_ENDED == (int)STORE_ENDED && (int)PROTO_SUSPENDED == (int)STORE_SUSPENDED && (int)PROTO_IDLE == (int)STORE_IDLE &&
+		       (int)PROTO_ACTIVE == (int)STORE_ACTIVE,
+	       "the codec's conversation statuses are the store's");
+_Static_assert((int)PROTO_TC_PENDING == (int)STORE_TC_PENDING && (int)PROTO_TC_RESOLVED == (int)STORE_TC_RESOLVED &&
+		       (int)PROTO_TC_ERRORED == (int)STORE_TC_ERRORED && (int)PROTO_TC_EXPIRED == (int)STORE_TC_EXPIRED,
+	       "the codec's tool call statuses are the store's");
+
 static void job_error(struct job *j, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void job_error(struct job *j, int err, const char *fmt, ...)
 {
@@ -73,7 +94,7 @@ static void job_error(struct job *j, int err, const char *fmt, ...)
 /* A store error to a job error with a message that names the object. */
 static int job_store_error(struct job *j, int e, const char *what)
 {
-	int err = proto_err_from_store(e);
+	int err = perr_from_store(e);
 	/* Name what was not found (issue 4: messages name what was wrong):
 	 * "conversation 'demo' not found", not just "conversation not found". */
 	const char *id = j->rq.tool_call_id ? j->rq.tool_call_id : j->rq.conv;
@@ -184,7 +205,7 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t 
 	}
 	store_txn_abort(t);
 	if (e) {
-		*err = proto_err_from_store(e);
+		*err = perr_from_store(e);
 		snprintf(msg, msglen, e == STORE_E_NOTFOUND ? "conversation '%s' not found" : "%s: %s", rq->conv,
 			 store_strerror(e));
 		json_decref(a);
@@ -567,7 +588,7 @@ static int w_create(store_txn *t, struct job *j)
 	char gen[20];
 	const char *id = j->rq.conv;
 	if (!id) {
-		proto_random_id(gen, sizeof gen, "c-", 8);
+		id_random(gen, sizeof gen, "c-", 8);
 		id = gen;
 	}
 	struct jsonmp_buf b;

@@ -17,7 +17,7 @@
 
 #include "ipc/proto.h"
 #include "store/store.h"
-#include "supervisor/config.h"
+#include "common/config.h"
 
 struct client;
 struct worker;

@@ -10,7 +10,7 @@
  */
 #include "supervisor/sup.h"
 #include "ipc/ipc.h"
-#include "ipc/jsonmp.h"
+#include "common/jsonmp.h"
 
 #include <bsd/unistd.h>
 #include <errno.h>

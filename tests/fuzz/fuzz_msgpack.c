@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ipc/jsonmp.h"
-#include "store/mp.h"
+#include "common/jsonmp.h"
+#include "common/mp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /*
- * check_config.c: the INI configuration (supervisor/config.c): every value
+ * check_config.c: the INI configuration (common/config.c): every value
  * form accepted, and every bad file refused with a message naming what is
  * wrong, before agentd opens anything.
  */
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "supervisor/config.h"
+#include "common/config.h"
 #include "tests/suites.h"
 
 /* Load text as a configuration file; returns config_load's result with its

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ipc/jsonmp.h"
+#include "common/jsonmp.h"
 #include "store/store.h"
 #include "supervisor/check.h"
 #include "tests/suites.h"

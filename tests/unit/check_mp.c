@@ -3,7 +3,7 @@
 #include <msgpack.h>
 #include <string.h>
 
-#include "store/mp.h"
+#include "common/mp.h"
 #include "tests/suites.h"
 
 static msgpack_sbuffer sb;

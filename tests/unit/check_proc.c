@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "agent/proc.h"
-#include "ipc/cmdline.h"
+#include "common/cmdline.h"
 #include "tests/suites.h"
 
 /* ------------------------------------------------------------------ helpers */

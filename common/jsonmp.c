@@ -1,6 +1,6 @@
 /* jsonmp.c: JSON <-> msgpack (see jsonmp.h). */
-#include "ipc/jsonmp.h"
-#include "store/mp.h"
+#include "common/jsonmp.h"
+#include "common/mp.h"
 
 #include <string.h>
 

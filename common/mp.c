@@ -1,5 +1,5 @@
 /* mp.c: the in-place msgpack reader (see mp.h). */
-#include "store/mp.h"
+#include "common/mp.h"
 
 #include <string.h>
 

@@ -10,7 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { EXEC_SERVER = 0, EXEC_HUMAN = 1 };
+#include "common/id.h"
+#include "common/log.h"
+
+
 
 struct model_cfg {
 	char *name;
@@ -37,7 +40,7 @@ struct config {
 	char *socket;            /* NULL: DATA/agentd.sock */
 	char *worker;            /* NULL: agentd-worker beside agentd */
 	int64_t idle_timeout_ms; /* 300 s */
-	int sync;                /* STORE_SYNC_FULL */
+	int sync;                /* SYNC_FULL */
 	int audit;               /* off */
 	int64_t audit_ttl_ms;    /* 7 d */
 	size_t max_line;         /* 1 MiB */
@@ -59,8 +62,6 @@ struct config {
 	size_t ntools;
 };
 
-enum { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
-
 void config_init(struct config *c);
 /* Read an INI file over the defaults. On error returns -1 with a message
  * naming the file, line and key in err. */
@@ -76,13 +77,5 @@ int config_duration(const char *s, int64_t *ms);
 /* "64k", "1m", "1g" (bytes, binary units) or a bare number of bytes. */
 int config_size(const char *s, size_t *bytes);
 int config_log_level(const char *s);
-
-/* Logging to stderr, one line each: time, program, level, message. */
-void log_init(const char *prog, int level);
-void log_msg(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
-#define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
-#define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
-#define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 
 #endif

@@ -1,5 +1,5 @@
 /* cmdline.c: splitting a configured command line into words (see cmdline.h). */
-#include "ipc/cmdline.h"
+#include "common/cmdline.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,0 +1,105 @@
+/* tail.c: what a conversation's log owes (see conv.h). */
+#include "conv/conv.h"
+
+#include <string.h>
+
+static const char *ev_type(const json_t *e)
+{
+	return json_string_value(json_object_get(e, "type"));
+}
+
+static uint64_t ev_seq(const json_t *e)
+{
+	return (uint64_t)json_integer_value(json_object_get(e, "seq"));
+}
+
+static const char *call_id(const json_t *content)
+{
+	return json_string_value(json_object_get(content, "tool_call_id"));
+}
+
+void tail_free(struct tail *t)
+{
+	json_decref(t->calls);
+	json_decref(t->unsettled);
+	json_decref(t->settled);
+	memset(t, 0, sizeof *t);
+}
+
+int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
+{
+	size_t i, marker = (size_t)-1;
+	json_t *e;
+	memset(t, 0, sizeof *t);
+	t->ctx_seq = base_ctx;
+	t->calls = json_array();
+	t->unsettled = json_array();
+	t->settled = json_array();
+	if (!json_is_array(events) || !t->calls || !t->unsettled || !t->settled)
+		goto bad;
+	/* The last turn boundary: an assistant_msg or an error. */
+	json_array_foreach(events, i, e) {
+		const char *ty = ev_type(e);
+		if (!ty || !json_is_integer(json_object_get(e, "seq")) || !json_is_object(json_object_get(e, "content")))
+			goto bad;
+		if (!strcmp(ty, "assistant_msg") || !strcmp(ty, "error")) {
+			json_t *cs = json_object_get(json_object_get(e, "content"), "context_seq");
+			if (!json_is_integer(cs) || json_integer_value(cs) < 0)
+				goto bad;
+			marker = i;
+			t->ctx_seq = (uint64_t)json_integer_value(cs);
+			t->marker_seq = ev_seq(e);
+		}
+	}
+	int turn_had_calls = 0;
+	if (marker != (size_t)-1 && !strcmp(ev_type(json_array_get(events, marker)), "assistant_msg")) {
+		/* Its tool calls, and what settled them, follow it. */
+		for (i = marker + 1; i < json_array_size(events); i++) {
+			json_t *ev = json_array_get(events, i);
+			json_t *c = json_object_get(ev, "content");
+			const char *ty = ev_type(ev);
+			if (!strcmp(ty, "tool_call")) {
+				if (!call_id(c) || !json_is_string(json_object_get(c, "name")))
+					goto bad;
+				json_array_append(t->calls, c);
+			} else if (!strcmp(ty, "tool_result") || !strcmp(ty, "resolution")) {
+				if (!call_id(c))
+					goto bad;
+				json_array_append(t->settled, c);
+			}
+		}
+		/* By id, through a hash: comparing every call with every
+		 * settlement made a reply of 1,000 calls take seconds per
+		 * step (and a step per call). */
+		json_t *done = json_object();
+		if (!done)
+			goto bad;
+		json_array_foreach(t->settled, i, e)
+			if (json_object_set_nocheck(done, call_id(e), json_true())) {
+				json_decref(done); /* out of memory: never take a settled call for unsettled */
+				goto bad;
+			}
+		json_array_foreach(t->calls, i, e)
+			if (!json_object_get(done, call_id(e)))
+				json_array_append(t->unsettled, e);
+		json_decref(done);
+		turn_had_calls = json_array_size(t->calls) > 0;
+	}
+	if (json_array_size(t->unsettled)) {
+		t->action = TAIL_TOOLS;
+		return 0;
+	}
+	/* Owed: the last turn's calls all settled (their results need an
+	 * answer), or a user_msg came after the last turn's context. */
+	if (turn_had_calls) {
+		t->action = TAIL_TURN;
+		return 0;
+	}
+	json_array_foreach(events, i, e)
+		if (!strcmp(ev_type(e), "user_msg") && ev_seq(e) > t->ctx_seq)
+			t->action = TAIL_TURN;
+	return 0;
+bad:
+	tail_free(t);
+	return -1;
+}
