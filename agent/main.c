@@ -9,6 +9,7 @@
  * a superseded worker can never write. It exits when told to stop or when its
  * IPC socket closes: a dead supervisor leaves no worker behind.
  */
+#include "agent/model.h"
 #include "agent/proc.h"
 #include "agent/protocol.h"
 #include "agent/render.h"
@@ -462,8 +463,23 @@ struct model_run {
 	struct model_reply final;
 	int have_final;
 	int stop;
-	char err[300];
+	char err[512];
+	json_t *audit; /* the audit row's rendered_context when not the request (HTTP kinds) */
 };
+
+/* A model's streamed text to watchers. */
+static void send_delta(const char *text, size_t len)
+{
+	struct ipc_msg m = { .type = IPC_DELTA, .text = text, .text_len = len };
+	if (m.text_len > IPC_MAX - 256) {
+		/* A live view only (the final text is whole), cut where
+		 * a character begins: watchers get UTF-8. */
+		m.text_len = IPC_MAX - 256;
+		while (m.text_len > 0 && ((unsigned char)text[m.text_len] & 0xC0) == 0x80)
+			m.text_len--;
+	}
+	ipc_send(W.ipc, &m);
+}
 
 static int on_model_line(void *arg, const char *line, size_t len)
 {
@@ -479,15 +495,7 @@ static int on_model_line(void *arg, const char *line, size_t len)
 		return 2;
 	}
 	if (rc == 1) {
-		struct ipc_msg m = { .type = IPC_DELTA, .text = delta, .text_len = strlen(delta) };
-		if (m.text_len > IPC_MAX - 256) {
-			/* A live view only (the final text is whole), cut where
-			 * a character begins: watchers get UTF-8. */
-			m.text_len = IPC_MAX - 256;
-			while (m.text_len > 0 && ((unsigned char)delta[m.text_len] & 0xC0) == 0x80)
-				m.text_len--;
-		}
-		ipc_send(W.ipc, &m);
+		send_delta(delta, strlen(delta));
 		free(delta);
 		return 0;
 	}
@@ -574,9 +582,49 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 	return 0;
 }
 
+static void on_http_delta(void *arg, const char *text, size_t len)
+{
+	(void)arg;
+	send_delta(text, len);
+}
+
+/* A kind openai or anthropic model (model.h): retries are its own, each
+ * attempt in the audit row (mr->audit) and the log. */
+static int model_run_http(const struct model_cfg *mc, const json_t *req, struct model_run *mr, int64_t *latency)
+{
+	static int inited;
+	memset(mr, 0, sizeof *mr);
+	if (!inited && model_http_init()) {
+		snprintf(mr->err, sizeof mr->err, "model %s: cannot initialise libcurl", mc->name);
+		return 0;
+	}
+	inited = 1;
+	struct model_hooks h = { on_http_delta, W.ipc, on_model_watch, mr };
+	struct model_outcome oc;
+	store_let_go(); /* as for a command: no store held while we wait */
+	int rc = model_http_run(mc, req, &h, &mr->final, &oc);
+	store_take();
+	if (rc == -ECANCELED || mr->stop) {
+		model_outcome_free(&oc);
+		model_reply_free(&mr->final);
+		log_info("%s: stopped during a model call; the turn is re-run on revival", W.conv);
+		exit(0);
+	}
+	if (rc)
+		snprintf(mr->err, sizeof mr->err, "%s", oc.err);
+	else
+		mr->have_final = 1;
+	*latency = oc.latency_ms;
+	mr->audit = model_outcome_json(&oc);
+	model_outcome_free(&oc);
+	return oc.attempts;
+}
+
 /* Run with retries. Returns the attempts made; mr->err empty on success. */
 static int model_run(const struct model_cfg *mc, const json_t *req, struct model_run *mr, int64_t *latency)
 {
+	if (mc->kind != MODEL_EXEC)
+		return model_run_http(mc, req, mr, latency);
 	int attempts = 0;
 	for (int i = 0; i <= mc->retries; i++) {
 		attempts++;
@@ -723,7 +771,8 @@ static int log_moved(store_txn *t, uint64_t seen)
 	return last != seen;
 }
 
-static void commit_error(const char *msg, int attempts, uint64_t ctx_seq)
+static void commit_error_audit(const char *msg, int attempts, uint64_t ctx_seq, const json_t *rendered,
+			       const char *model)
 {
 	store_txn *t = wbegin();
 	int moved = log_moved(t, ctx_seq); /* a message queued during the failed turn is still owed */
@@ -732,7 +781,14 @@ static void commit_error(const char *msg, int attempts, uint64_t ctx_seq)
 						    attempts, "context_seq", (json_int_t)ctx_seq));
 	if (!moved)
 		put_state(t, STORE_IDLE, fsm_state("idle", NULL, seq));
+	if (rendered) /* the failed attempts, keyed by the error event */
+		audit(t, seq, rendered, model, &(struct store_usage){ 0 }, 0);
 	commit(t, "commit error", seq);
+}
+
+static void commit_error(const char *msg, int attempts, uint64_t ctx_seq)
+{
+	commit_error_audit(msg, attempts, ctx_seq, NULL, NULL);
 }
 
 static void run_turn(void)
@@ -752,10 +808,11 @@ static void run_turn(void)
 	int64_t latency = 0;
 	int attempts = model_run(mc, req, &mr, &latency);
 	if (mr.err[0])
-		commit_error(mr.err, attempts, ctx_seq);
+		commit_error_audit(mr.err, attempts, ctx_seq, mr.audit, mc->name);
 	else
-		commit_turn(&mr.final, ctx_seq, req, mc->name, latency);
+		commit_turn(&mr.final, ctx_seq, mr.audit ? mr.audit : req, mc->name, latency);
 	model_reply_free(&mr.final);
+	json_decref(mr.audit);
 	json_decref(req);
 }
 
@@ -959,8 +1016,13 @@ static int compact(int keep, char *err, size_t errlen)
 	model_run(mc, req, &mr, &latency);
 	if (mr.err[0]) {
 		json_decref(req);
+		json_decref(mr.audit);
 		snprintf(err, errlen, "%s", mr.err);
 		return -1;
+	}
+	if (mr.audit) { /* what an HTTP model was sent, and its attempts */
+		json_decref(req);
+		req = mr.audit;
 	}
 	json_t *content = json_pack("{ss}", "text", mr.final.text);
 	reserve(strlen(mr.final.text) + (W.cfg.audit ? json_size(req) : 0));
@@ -998,7 +1060,7 @@ static int compact(int keep, char *err, size_t errlen)
 static void answer_compacts(void)
 {
 	while (W.ncompact > 0) {
-		char err[300] = "";
+		char err[512] = "";
 		size_t n = W.ncompact;
 		int ok = compact(0, err, sizeof err) == 0;
 		for (size_t i = 0; i < n; i++) {
@@ -1036,7 +1098,7 @@ static int settle_idle(void)
 		commit(t, "idle", 0);
 	}
 	if (W.cfg.compact_events > 0 && json_array_size(W.events) > (size_t)W.cfg.compact_events) {
-		char err[300];
+		char err[512];
 		if (compact(W.cfg.compact_keep, err, sizeof err))
 			log_warn("%s: compaction failed: %s", W.conv, err);
 	}

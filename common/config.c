@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@
 #define MAP_MIN ((size_t)64 << 10) /* smaller maps cannot hold LMDB's own pages */
 #define MAX_MAP_DEFAULT ((size_t)64 << 30) /* the store's default max_map_size */
 #define CAP_MAX ((size_t)1 << 30) /* line and output caps: a larger one is a typo, not a plan */
-static struct model_cfg echo_model = { "echo", NULL, 0, 0 };
+static struct model_cfg echo_model = { .name = "echo" };
 
 void config_init(struct config *c)
 {
@@ -42,6 +43,10 @@ static void model_free(struct model_cfg *m)
 {
 	free(m->name);
 	free(m->command);
+	free(m->base_url);
+	free(m->model);
+	free(m->api_key_env);
+	free(m->params);
 }
 
 static void tool_free(struct tool_cfg *t)
@@ -272,6 +277,87 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 	return -2;
 }
 
+/* ---- the built-in HTTP model clients' keys (docs/models.md) ---------- */
+
+const char *config_model_kind_name(int kind)
+{
+	return kind == MODEL_OPENAI ? "openai" : kind == MODEL_ANTHROPIC ? "anthropic" : "exec";
+}
+
+static int model_http_key(struct model_cfg *m, const char *k, const char *v)
+{
+	if (!strcmp(k, "kind")) {
+		if (!strcmp(v, "exec"))
+			m->kind = MODEL_EXEC;
+		else if (!strcmp(v, "openai"))
+			m->kind = MODEL_OPENAI;
+		else if (!strcmp(v, "anthropic"))
+			m->kind = MODEL_ANTHROPIC;
+		else
+			return -1;
+		return 0;
+	}
+	if (!strcmp(k, "base_url")) {
+		/* libcurl would take other schemes (file://, ftp://) too. */
+		if (strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
+			return -1;
+		return set_str(&m->base_url, v);
+	}
+	if (!strcmp(k, "model"))
+		return *v ? set_str(&m->model, v) : -1;
+	if (!strcmp(k, "api_key_env")) {
+		for (const char *p = v; *p; p++)
+			if (!isalnum((unsigned char)*p) && *p != '_')
+				return -1;
+		return *v ? set_str(&m->api_key_env, v) : -1;
+	}
+	if (!strcmp(k, "connect_timeout"))
+		return config_duration(v, &m->connect_timeout_ms) || m->connect_timeout_ms <= 0 ? -1 : 0;
+	if (!strcmp(k, "max_tokens"))
+		return set_int(&m->max_tokens, v, 1, 100000000);
+	if (!strcmp(k, "params")) {
+		json_t *o = json_loads(v, JSON_REJECT_DUPLICATES, NULL);
+		int ok = json_is_object(o);
+		json_decref(o);
+		return ok ? set_str(&m->params, v) : -1;
+	}
+	if (!strcmp(k, "backoff"))
+		return config_duration(v, &m->backoff_ms) || m->backoff_ms <= 0 ? -1 : 0;
+	if (!strcmp(k, "backoff_max"))
+		return config_duration(v, &m->backoff_max_ms) || m->backoff_max_ms <= 0 ? -1 : 0;
+	return -2;
+}
+
+/* The whole section read: an HTTP kind needs its model and takes no
+ * command; defaults that depend on the kind. */
+static int model_http_validate(const char *path, struct model_cfg *m, char *err, size_t errlen)
+{
+	if (m->kind == MODEL_EXEC)
+		return 0;
+	const char *kind = config_model_kind_name(m->kind);
+	if (m->command) {
+		snprintf(err, errlen, "%s: [model.%s] is kind %s: it takes no command", path, m->name, kind);
+		return -1;
+	}
+	if (!m->model) {
+		snprintf(err, errlen, "%s: [model.%s] is kind %s and needs model (the API's model name)", path, m->name,
+			 kind);
+		return -1;
+	}
+	if (m->backoff_max_ms < m->backoff_ms) {
+		snprintf(err, errlen, "%s: [model.%s] backoff_max is shorter than backoff", path, m->name);
+		return -1;
+	}
+	int anth = m->kind == MODEL_ANTHROPIC;
+	if (!m->base_url && set_str(&m->base_url, anth ? "https://api.anthropic.com/v1" : "https://api.openai.com/v1"))
+		return -1;
+	if (!m->api_key_env && set_str(&m->api_key_env, anth ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY"))
+		return -1;
+	if (anth && !m->max_tokens)
+		m->max_tokens = 4096; /* the Messages API requires it */
+	return 0;
+}
+
 static int model_key(struct model_cfg *m, const char *k, const char *v)
 {
 	if (!strcmp(k, "command"))
@@ -280,7 +366,7 @@ static int model_key(struct model_cfg *m, const char *k, const char *v)
 		return config_duration(v, &m->timeout_ms) || m->timeout_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "retries"))
 		return set_int(&m->retries, v, 0, 100);
-	return -2;
+	return model_http_key(m, k, v);
 }
 
 static int tool_key(struct tool_cfg *t, const char *k, const char *v)
@@ -330,6 +416,9 @@ static struct model_cfg *model_get(struct config *c, const char *name)
 	m->name = strdup(name);
 	m->timeout_ms = 120 * SEC;
 	m->retries = 2;
+	m->connect_timeout_ms = 10 * SEC;
+	m->backoff_ms = 500;
+	m->backoff_max_ms = 30 * SEC;
 	return m->name ? m : NULL;
 }
 
@@ -429,8 +518,13 @@ static int validate(struct config *c, char *err, size_t errlen)
 		return -1;
 	}
 	for (size_t i = 0; i < c->nmodels; i++) {
+		if (model_http_validate(c->path, &c->models[i], err, errlen))
+			return -1;
+		if (c->models[i].kind != MODEL_EXEC)
+			continue;
 		if (!c->models[i].command) {
-			snprintf(err, errlen, "%s: [model.%s] needs a command", c->path, c->models[i].name);
+			snprintf(err, errlen, "%s: [model.%s] needs a command (or kind = openai or anthropic)", c->path,
+				 c->models[i].name);
 			return -1;
 		}
 		if (!command_ok(c, "model", c->models[i].name, c->models[i].command, err, errlen))

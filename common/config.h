@@ -20,7 +20,22 @@ struct model_cfg {
 	char *command;       /* NULL for the built-in echo model */
 	int64_t timeout_ms;  /* default 120 s */
 	int retries;         /* default 2 */
+	/* The built-in HTTP clients (kind openai or anthropic; docs/models.md). */
+	int kind;                   /* enum model_kind */
+	char *base_url;             /* default per kind */
+	char *model;                /* the API's model name: required for the HTTP kinds */
+	char *api_key_env;          /* the variable holding the key; default per kind */
+	int64_t connect_timeout_ms; /* default 10 s */
+	int max_tokens;             /* 0: openai sends none; anthropic's default 4096 */
+	char *params;               /* a JSON object merged into every request body, or NULL */
+	int64_t backoff_ms;         /* the first retry's delay before jitter, default 500 ms */
+	int64_t backoff_max_ms;     /* the longest computed delay, default 30 s */
 };
+
+/* MODEL_EXEC: a command speaking the model process protocol (or, with no
+ * command, the built-in echo model). */
+enum model_kind { MODEL_EXEC = 0, MODEL_OPENAI, MODEL_ANTHROPIC };
+const char *config_model_kind_name(int kind);
 
 struct tool_cfg {
 	char *name;

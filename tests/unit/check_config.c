@@ -133,7 +133,7 @@ static const struct {
 	{ "[agent]\ndata = x\n", "F:2: unknown section [agent]" },
 	{ "[model.a b]\ncommand = x\n", "F:2: unknown section [model.a b]" },
 	{ "[model.echo]\ncommand = x\n", "F:2: [model.echo] is built in and cannot be configured" },
-	{ "[model.m]\ntimeout = 5s\n", "F: [model.m] needs a command" },
+	{ "[model.m]\ntimeout = 5s\n", "F: [model.m] needs a command (or kind = openai or anthropic)" },
 	{ "[model.m]\ncommand = \"unterminated\n",
 	  "F: [model.m] command: an unterminated quote, a trailing backslash or no word: \"unterminated" },
 	{ "[model.m]\ncommand = it's\n", "F: [model.m] command: an unterminated quote" },

@@ -1,0 +1,128 @@
+/*
+ * model.h: the built-in HTTP model clients, kinds `openai` (any
+ * OpenAI-compatible chat completions server) and `anthropic` (the Messages
+ * API); docs/models.md. The worker gives them the same request an exec model
+ * reads on stdin (render.h) and gets the same struct model_reply back.
+ *
+ * Rendering keeps each API's rules (model_transcript): a tool result right
+ * after the assistant message that called it, each call answered once,
+ * messages that arrived while a turn ran or a call awaited a person placed
+ * after that turn's results (by the assistant_msg's context_seq).
+ *
+ * Retries: 429, 408, 5xx, a stream error event the API marks as transient,
+ * a timeout, a connection failure or a response cut mid-stream are retried
+ * up to `retries` times with exponential backoff and jitter, never sooner
+ * than Retry-After; any other status ends at once, quoting the server's
+ * message.
+ */
+#ifndef AGENTD_MODEL_H
+#define AGENTD_MODEL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent/protocol.h"
+#include "agent/sse.h"
+#include "common/config.h"
+
+struct model_hooks {
+	/* Streamed text, as it arrives (a retried attempt streams again). */
+	void (*on_delta)(void *arg, const char *text, size_t len);
+	int watch_fd;               /* -1: none */
+	int (*on_watch)(void *arg); /* watch_fd readable; non-zero: stop now */
+	void *arg;
+};
+
+/* What one attempt did, for the audit and the log. */
+struct model_attempt {
+	long status;          /* HTTP status, 0: none */
+	int64_t elapsed_ms;
+	int64_t retry_after_ms; /* -1: none given */
+	int64_t wait_ms;      /* waited after it before the next attempt */
+	char error[300];      /* "" for the attempt that succeeded */
+};
+
+struct model_outcome {
+	int attempts;
+	struct model_attempt att[101]; /* retries are at most 100 */
+	json_t *body;         /* the request body sent (owned) */
+	char url[512];
+	int64_t latency_ms;   /* the successful attempt's */
+	char err[400];        /* why the call failed: the last attempt's error */
+};
+
+/* Once per process (libcurl). */
+int model_http_init(void);
+
+/*
+ * One model call for a kind openai or anthropic model: render req (render.h's
+ * turn or summarize request), POST, stream, retry. Returns 0 with *out filled
+ * (model_reply_free it); -1 with oc->err; -ECANCELED when on_watch asked to
+ * stop. Free oc with model_outcome_free either way.
+ */
+int model_http_run(const struct model_cfg *mc, const json_t *req, const struct model_hooks *h,
+		   struct model_reply *out, struct model_outcome *oc);
+void model_outcome_free(struct model_outcome *oc);
+/* The audit row's rendered_context: {"url", "body", "attempts": [...]}. */
+json_t *model_outcome_json(const struct model_outcome *oc);
+
+/*
+ * The API-neutral transcript of a request's messages, in the order the APIs
+ * accept: [{"role":"user","text"}, {"role":"assistant","text","calls":[{id,
+ * name,args}]}, {"role":"tool","id","name","status","result"}]. Every call
+ * gets exactly one tool item right after its assistant item (a call with no
+ * result yet: status "missing"); a result whose call is not in the
+ * transcript (summarised away) becomes a user note.
+ */
+json_t *model_transcript(const json_t *req);
+/* The system text: the request's system prompt and its summary, if any. */
+char *model_system_text(const json_t *req);
+/* The instruction appended to a summarize request. */
+extern const char model_summarize_prompt[];
+/* A tool result's content as text for the APIs. */
+char *model_result_text(const json_t *tool_item);
+
+/* ---- between model.c and the two APIs -------------------------------- */
+
+struct stream_call {
+	int index;       /* the API's index of the call (or content block) */
+	char *id, *name;
+	char *args;      /* JSON text, as streamed */
+	size_t alen;
+};
+
+struct stream {
+	const struct model_hooks *h;
+	char *text;
+	size_t tlen, tcap;
+	struct stream_call *calls;
+	size_t ncalls;
+	uint64_t in_tok, out_tok;
+	int done;            /* the stream's end marker was seen */
+	int failed;          /* an error inside the stream: err says it */
+	int transient;       /* ... and it may pass */
+	char err[300];
+};
+
+int stream_text(struct stream *s, const char *p, size_t n);
+struct stream_call *stream_call_at(struct stream *s, int index);
+int stream_append(char **buf, size_t *len, const char *p, size_t n);
+
+/* settings.params and the configured params merged into an API body,
+ * never over the keys is_owned names. */
+void model_merge_params(json_t *body, const struct model_cfg *mc, const json_t *req, int (*is_owned)(const char *));
+/* A summarize request's one user text: the transcript and the instruction. */
+json_t *model_summary_text(const json_t *transcript);
+
+struct model_api {
+	const char *path; /* appended to base_url */
+	json_t *(*body)(const struct model_cfg *mc, const json_t *req);
+	/* Its headers into out (at most 4), given the key (NULL: the
+	 * variable is unset); returns how many. */
+	size_t (*headers)(const char *key, char out[][600]);
+	int (*event)(struct stream *s, const char *type, const char *data, size_t len);
+};
+extern const struct model_api model_api_openai, model_api_anthropic;
+
+#endif

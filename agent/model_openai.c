@@ -1,0 +1,231 @@
+/* model_openai.c: kind openai, the chat completions API (POST
+ * {base_url}/chat/completions, streamed); see model.h. */
+#include "agent/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Keys the client owns: params never override them. */
+static int owned(const char *k)
+{
+	static const char *const keys[] = { "model", "messages", "stream", "stream_options", "tools", NULL };
+	for (const char *const *p = keys; *p; p++)
+		if (!strcmp(k, *p))
+			return 1;
+	return 0;
+}
+
+/* The configured params, then the conversation's (settings.params). */
+void model_merge_params(json_t *body, const struct model_cfg *mc, const json_t *req, int (*is_owned)(const char *))
+{
+	json_t *cfg = mc->params ? json_loads(mc->params, 0, NULL) : NULL;
+	const json_t *srcs[2] = { cfg, json_object_get(req, "params") };
+	for (int i = 0; i < 2; i++) {
+		const char *k;
+		json_t *v;
+		if (!json_is_object(srcs[i]))
+			continue;
+		json_object_foreach((json_t *)srcs[i], k, v)
+			if (!is_owned(k))
+				json_object_set(body, k, v);
+	}
+	json_decref(cfg);
+}
+
+/* A summarize request: the events as one text to summarise. */
+json_t *model_summary_text(const json_t *transcript)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return NULL;
+	fputs("The conversation so far:\n", f);
+	size_t i;
+	json_t *it;
+	json_array_foreach(transcript, i, it) {
+		const char *role = json_string_value(json_object_get(it, "role"));
+		if (!strcmp(role, "tool")) {
+			char *r = model_result_text(it);
+			fprintf(f, "\n[result of %s (%s): %s]", json_string_value(json_object_get(it, "name")),
+				json_string_value(json_object_get(it, "id")), r ? r : "null");
+			free(r);
+			continue;
+		}
+		fprintf(f, "\n%s: %s", role, json_string_value(json_object_get(it, "text")));
+		size_t j;
+		json_t *c;
+		json_array_foreach(json_object_get(it, "calls"), j, c) {
+			char *a = json_dumps(json_object_get(c, "args"), JSON_COMPACT);
+			fprintf(f, "\n[call %s (%s) with %s]", json_string_value(json_object_get(c, "name")),
+				json_string_value(json_object_get(c, "id")), a ? a : "{}");
+			free(a);
+		}
+	}
+	fprintf(f, "\n\n%s", model_summarize_prompt);
+	fclose(f);
+	json_t *s = json_stringn(buf, len);
+	free(buf);
+	return s;
+}
+
+static int summarize(const json_t *req)
+{
+	const char *t = json_string_value(json_object_get(req, "task"));
+	return t && !strcmp(t, "summarize");
+}
+
+static json_t *tool_schema(const json_t *tool)
+{
+	json_t *p = json_object_get(tool, "parameters");
+	if (json_is_object(p))
+		return json_incref(p);
+	return json_pack("{sss{}}", "type", "object", "properties");
+}
+
+static json_t *body(const struct model_cfg *mc, const json_t *req)
+{
+	json_t *tr = model_transcript(req);
+	json_t *msgs = json_array();
+	char *sys = model_system_text(req);
+	if (sys && *sys)
+		json_array_append_new(msgs, json_pack("{ssss}", "role", "system", "content", sys));
+	free(sys);
+	if (summarize(req)) {
+		json_array_append_new(msgs, json_pack("{ssso}", "role", "user", "content", model_summary_text(tr)));
+	} else {
+		size_t i;
+		json_t *it;
+		json_array_foreach(tr, i, it) {
+			const char *role = json_string_value(json_object_get(it, "role"));
+			if (!strcmp(role, "user")) {
+				json_array_append_new(msgs, json_pack("{sssO}", "role", "user", "content",
+								      json_object_get(it, "text")));
+			} else if (!strcmp(role, "assistant")) {
+				json_t *calls = json_object_get(it, "calls");
+				const char *text = json_string_value(json_object_get(it, "text"));
+				json_t *m = json_pack("{ss}", "role", "assistant");
+				/* content may be null only with tool_calls */
+				json_object_set_new(m, "content",
+						    *text || !json_array_size(calls) ? json_string(text) : json_null());
+				if (json_array_size(calls)) {
+					json_t *tc = json_array();
+					size_t j;
+					json_t *c;
+					json_array_foreach(calls, j, c) {
+						char *a = json_dumps(json_object_get(c, "args"), JSON_COMPACT);
+						json_array_append_new(tc, json_pack("{sOsss{sOss}}", "id", json_object_get(c, "id"),
+										    "type", "function", "function", "name",
+										    json_object_get(c, "name"), "arguments",
+										    a ? a : "{}"));
+						free(a);
+					}
+					json_object_set_new(m, "tool_calls", tc);
+				}
+				json_array_append_new(msgs, m);
+			} else {
+				char *r = model_result_text(it);
+				json_array_append_new(msgs, json_pack("{sssOss}", "role", "tool", "tool_call_id",
+								      json_object_get(it, "id"), "content", r ? r : "null"));
+				free(r);
+			}
+		}
+	}
+	json_decref(tr);
+	json_t *b = json_pack("{sssos{sb}sb}", "model", mc->model, "messages", msgs, "stream_options", "include_usage",
+			      1, "stream", 1);
+	if (mc->max_tokens)
+		json_object_set_new(b, "max_tokens", json_integer(mc->max_tokens));
+	json_t *tools = json_object_get(req, "tools");
+	if (!summarize(req) && json_array_size(tools)) {
+		json_t *ts = json_array();
+		size_t i;
+		json_t *t;
+		json_array_foreach(tools, i, t) {
+			const char *d = json_string_value(json_object_get(t, "description"));
+			json_t *fn = json_pack("{sOso}", "name", json_object_get(t, "name"), "parameters", tool_schema(t));
+			if (d && *d)
+				json_object_set_new(fn, "description", json_string(d));
+			json_array_append_new(ts, json_pack("{ssso}", "type", "function", "function", fn));
+		}
+		json_object_set_new(b, "tools", ts);
+	}
+	model_merge_params(b, mc, req, owned);
+	return b;
+}
+
+static size_t headers(const char *key, char out[][600])
+{
+	if (!key)
+		return 0; /* local servers (llama.cpp, Ollama, vLLM) often need none */
+	snprintf(out[0], sizeof out[0], "Authorization: Bearer %s", key);
+	return 1;
+}
+
+static int event(struct stream *s, const char *type, const char *data, size_t len)
+{
+	(void)type;
+	if (len == 6 && !memcmp(data, "[DONE]", 6)) {
+		s->done = 1;
+		return 0;
+	}
+	json_t *j = json_loadb(data, len, 0, NULL);
+	if (!json_is_object(j)) {
+		json_decref(j);
+		snprintf(s->err, sizeof s->err, "the stream held an event that is not a JSON object: %.80s", data);
+		s->failed = 1;
+		s->transient = 1;
+		return 0;
+	}
+	json_t *err = json_object_get(j, "error");
+	if (err) {
+		const char *m = json_string_value(json_object_get(err, "message"));
+		snprintf(s->err, sizeof s->err, "error in the stream: %s", m ? m : "(no message)");
+		s->failed = 1;
+		s->transient = 1;
+		json_decref(j);
+		return 0;
+	}
+	json_t *u = json_object_get(j, "usage");
+	if (json_is_object(u)) {
+		s->in_tok = (uint64_t)json_integer_value(json_object_get(u, "prompt_tokens"));
+		s->out_tok = (uint64_t)json_integer_value(json_object_get(u, "completion_tokens"));
+	}
+	size_t i;
+	json_t *ch;
+	int rc = 0;
+	json_array_foreach(json_object_get(j, "choices"), i, ch) {
+		json_t *d = json_object_get(ch, "delta");
+		const char *text = json_string_value(json_object_get(d, "content"));
+		if (text && (rc = stream_text(s, text, strlen(text))))
+			break;
+		size_t k;
+		json_t *tc;
+		json_array_foreach(json_object_get(d, "tool_calls"), k, tc) {
+			json_t *ix = json_object_get(tc, "index");
+			struct stream_call *c = stream_call_at(s, json_is_integer(ix) ? (int)json_integer_value(ix) : (int)k);
+			if (!c) {
+				rc = -1;
+				break;
+			}
+			const char *id = json_string_value(json_object_get(tc, "id"));
+			json_t *fn = json_object_get(tc, "function");
+			const char *name = json_string_value(json_object_get(fn, "name"));
+			const char *args = json_string_value(json_object_get(fn, "arguments"));
+			if (id && !c->id)
+				c->id = strdup(id);
+			size_t nl = c->name ? strlen(c->name) : 0;
+			if (name && stream_append(&c->name, &nl, name, strlen(name)))
+				rc = -1;
+			if (args && stream_append(&c->args, &c->alen, args, strlen(args)))
+				rc = -1;
+		}
+		if (rc)
+			break;
+	}
+	json_decref(j);
+	return rc;
+}
+
+const struct model_api model_api_openai = { "/chat/completions", body, headers, event };

@@ -1,0 +1,233 @@
+"""The built-in `openai` model kind against a fake chat completions server (fake_openai.py) that refuses what
+the real API refuses: the real agentd and workers, a real HTTP exchange with SSE streaming, real tools."""
+
+import json
+import os
+import signal
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Agentd, wait_for, scaled, REPO  # noqa: E402
+from fake_openai import FakeOpenAI  # noqa: E402
+
+CALC = os.path.join(REPO, "scripts", "tools", "calc.py")
+
+
+def config(fake, extra="", model_extra=""):
+    return f"""
+        [agentd]
+        audit = on
+        {extra}
+        [model.gpt]
+        kind = openai
+        base_url = {fake.url}
+        model = gpt-fake
+        api_key_env = FAKE_OPENAI_KEY
+        backoff = 50ms
+        {model_extra}
+        [tool.calc]
+        command = python3 {CALC} --journal JOURNAL
+        description = Evaluate arithmetic: {{"expr": "1+2"}}
+        [tool.approve]
+        executor = human
+        prompt = Go ahead?
+        """
+
+
+def agentd(fake, **kw):
+    a = Agentd(start=False, env=dict(os.environ, FAKE_OPENAI_KEY="sk-test"))
+    a.write_config(config(fake, **kw).replace("JOURNAL", os.path.join(a.dir, "journal")))
+    a.start()
+    return a
+
+
+def assistant_texts(a, c):
+    return [e["content"]["text"] for e in a.events(c, type="assistant_msg")]
+
+
+def test_plain_turn_streams_deltas_to_watchers():
+    with FakeOpenAI() as fake, agentd(fake) as a:
+        text = "Hello, wörld — streamed in pieces ✓ and more"
+        fake.script = [{"text": text, "usage": {"input": 12, "output": 7}}]
+        c = a.create(model="gpt", settings={"model": "gpt", "system": "Be brief."})
+        w = a.watch(c)
+        a.send(c, "hi there")
+        deltas, got = [], None
+        while got is None:
+            line = w.recv(timeout=scaled(20))
+            if "delta" in line:
+                deltas.append(line["delta"]["text"])
+            elif line.get("event", {}).get("type") == "assistant_msg":
+                got = line["event"]["content"]["text"]
+        w.close()
+        assert got == text, got
+        assert "".join(deltas) == text and len(deltas) > 3, deltas
+        r = fake.requests[0]
+        assert r.headers["Authorization"] == "Bearer sk-test"
+        assert r.body["model"] == "gpt-fake" and r.body["stream"] is True, r.body
+        assert r.body["messages"] == [{"role": "system", "content": "Be brief."},
+                                      {"role": "user", "content": "hi there"}], r.body["messages"]
+        assert [t["function"]["name"] for t in r.body.get("tools", [])] == [], r.body  # none in settings
+        usage = a.ok({"op": "get", "conversation": c})["conversation"]["usage"]
+        assert (usage["input_tokens"], usage["output_tokens"]) == (12, 7), usage
+        rows = a.ok({"op": "audit", "conversation": c})["model_calls"]
+        assert len(rows) == 1 and rows[0]["rendered_context"]["body"]["model"] == "gpt-fake", rows
+        assert [x["status"] for x in rows[0]["rendered_context"]["attempts"]] == [200], rows
+
+
+def test_tool_round_trip_and_parallel_calls():
+    with FakeOpenAI() as fake, agentd(fake) as a:
+        fake.script = [
+            {"text": "", "tool_calls": [{"name": "calc", "arguments": '{"expr": "6*7"}'}]},
+            {"text": "it is 42"},
+            {"text": "both:", "tool_calls": [{"name": "calc", "arguments": '{"expr": "1+1"}'},
+                                             {"name": "calc", "arguments": '{"expr": "2+2"}'}]},
+            {"text": "2 and 4"},
+        ]
+        c = a.create(settings={"model": "gpt", "tools": ["calc"]})
+        a.send(c, "what is 6*7?")
+        wait_for(lambda: "it is 42" in assistant_texts(a, c), 30, "the answer after the tool")
+        results = a.events(c, type="tool_result")
+        assert len(results) == 1 and results[0]["content"]["status"] == "resolved", results
+        second = fake.requests[1].body["messages"]
+        assert [m["role"] for m in second] == ["user", "assistant", "tool"], second
+        call = second[1]["tool_calls"][0]
+        assert second[1]["content"] is None and call["function"]["name"] == "calc", second
+        assert json.loads(call["function"]["arguments"]) == {"expr": "6*7"}, call
+        assert second[2]["tool_call_id"] == call["id"] == results[0]["content"]["tool_call_id"], second
+        assert "42" in second[2]["content"], second
+        tools = fake.requests[0].body["tools"]
+        assert tools[0]["function"]["name"] == "calc" and "parameters" in tools[0]["function"], tools
+
+        a.send(c, "now 1+1 and 2+2 at once")
+        wait_for(lambda: "2 and 4" in assistant_texts(a, c), 30, "the answer after two parallel calls")
+        calls = a.events(c, type="tool_call")
+        assert len(calls) == 3 and [x["content"]["args"] for x in calls[1:]] == [{"expr": "1+1"}, {"expr": "2+2"}]
+        fourth = fake.requests[3].body["messages"]
+        assert [m["role"] for m in fourth] == ["user", "assistant", "tool", "assistant", "user", "assistant",
+                                               "tool", "tool"], fourth
+        assert {m["tool_call_id"] for m in fourth[6:]} == {t["id"] for t in fourth[5]["tool_calls"]}, fourth
+        assert len(fake.requests) == 4
+
+
+def test_approval_with_a_message_arriving_meanwhile():
+    with FakeOpenAI() as fake, agentd(fake) as a:
+        fake.script = [{"text": "asking", "tool_calls": [{"name": "approve", "arguments": '{"what": "deploy"}'}]},
+                       {"text": "deployed; and noted"}]
+        c = a.create(settings={"model": "gpt", "tools": ["approve"]})
+        a.send(c, "deploy please")
+        call = wait_for(lambda: a.events(c, type="suspension"), 30, "the approval request")[0]["content"]
+        a.send(c, "also, tell me when done")   # arrives while the call awaits a person
+        a.ok({"op": "resolve", "tool_call_id": call["tool_call_id"], "result": {"approved": True}})
+        wait_for(lambda: "deployed; and noted" in assistant_texts(a, c), 30, "the turn after the approval")
+        msgs = fake.requests[1].body["messages"]
+        # The tool result directly follows its call; the message sent meanwhile comes after it.
+        assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "user"], msgs
+        assert msgs[2]["tool_call_id"] == call["tool_call_id"] and "approved" in msgs[2]["content"], msgs
+        assert msgs[3]["content"] == "also, tell me when done", msgs
+        assert not a.events(c, type="error"), a.events(c)
+
+
+def test_message_sent_while_a_turn_runs_follows_that_turn():
+    with FakeOpenAI() as fake, agentd(fake) as a:
+        fake.script = [{"text": "first answer", "delay": 1.0}, {"text": "second answer"}]
+        c = a.create(settings={"model": "gpt"})
+        a.send(c, "one")
+        wait_for(lambda: fake.requests, 20, "the first request")
+        a.send(c, "two")  # the first turn is still waiting for its answer
+        wait_for(lambda: "second answer" in assistant_texts(a, c), 30, "the second turn")
+        first = a.events(c, type="assistant_msg")[0]["content"]
+        assert first["context_seq"] == 1, first
+        msgs = fake.requests[1].body["messages"]
+        assert [(m["role"], m["content"]) for m in msgs] == [("user", "one"), ("assistant", "first answer"),
+                                                              ("user", "two")], msgs
+
+
+def test_retry_after_is_honoured_and_each_attempt_audited():
+    with FakeOpenAI() as fake, agentd(fake, model_extra="retries = 4") as a:
+        fake.script = [{"status": 429, "retry_after": "1"}, {"status": 503},
+                       {"text": "partial answer that is cut", "cut": 3}, {"text": "finally"}]
+        c = a.create(settings={"model": "gpt"})
+        a.send(c, "hi")
+        wait_for(lambda: "finally" in assistant_texts(a, c), 30, "the answer after the retries")
+        t = [r.t for r in fake.requests]
+        assert len(t) == 4, [r.status for r in fake.requests]
+        assert t[1] - t[0] >= 1.0, f"retried {t[1] - t[0]:.3f} s after a Retry-After of 1 s"
+        rows = a.ok({"op": "audit", "conversation": c})["model_calls"]
+        att = rows[0]["rendered_context"]["attempts"]
+        assert [x["status"] for x in att] == [429, 503, 200, 200], att
+        assert att[0]["retry_after_ms"] == 1000 and att[0]["wait_ms"] >= 1000, att
+        assert "cut mid-stream" in att[2]["error"], att
+        assert "error" not in att[3], att
+        assert not a.events(c, type="error")
+        assert "retrying" in a.log()
+
+
+def test_bad_request_is_not_retried_and_quoted():
+    with FakeOpenAI() as fake, agentd(fake, model_extra="retries = 3") as a:
+        msg = "Invalid 'messages[1].content': string too long. Expected a maximum length of 10, got 11."
+        fake.script = [{"status": 400, "message": msg}]
+        c = a.create(settings={"model": "gpt"})
+        a.send(c, "hi")
+        err = wait_for(lambda: a.events(c, type="error"), 20, "the error event")[0]["content"]
+        assert err["attempts"] == 1 and msg in err["message"] and "HTTP 400" in err["message"], err
+        assert len(fake.requests) == 1
+        rows = a.ok({"op": "audit", "conversation": c})["model_calls"]
+        assert rows and rows[0]["rendered_context"]["attempts"][0]["status"] == 400, rows
+        # A wrong key: 401, not retried either, with the server's words.
+        fake.key = "sk-other"
+        a.send(c, "again")
+        wait_for(lambda: len(a.events(c, type="error")) == 2, 20, "the second error")
+        err = a.events(c, type="error")[1]["content"]
+        assert err["attempts"] == 1 and "HTTP 401" in err["message"] and "Incorrect API key" in err["message"], err
+
+
+def test_unanswered_retries_end_in_an_error_event():
+    with FakeOpenAI() as fake, agentd(fake, model_extra="retries = 2") as a:
+        fake.script = [{"status": 500}, {"status": 502}, {"status": 500, "message": "still broken"}]
+        c = a.create(settings={"model": "gpt"})
+        a.send(c, "hi")
+        err = wait_for(lambda: a.events(c, type="error"), 30, "the error event")[0]["content"]
+        assert err["attempts"] == 3 and "still broken" in err["message"], err
+        assert len(fake.requests) == 3
+
+
+def test_kill_mid_stream_reruns_the_turn_without_double_usage():
+    with FakeOpenAI() as fake, agentd(fake) as a:
+        hold = threading.Event()
+        fake.script = [{"text": "this answer is never finished " * 4, "hold": hold, "usage": {"input": 100, "output": 50}},
+                       {"text": "the whole answer", "usage": {"input": 11, "output": 3}}]
+        c = a.create(settings={"model": "gpt"})
+        w = a.watch(c)
+        a.send(c, "hi")
+        while "delta" not in w.recv(timeout=scaled(20)):
+            pass  # the first answer is streaming
+        pid = a.worker_pid(c)
+        os.kill(pid, signal.SIGKILL)
+        try:
+            wait_for(lambda: "the whole answer" in assistant_texts(a, c), 40, "the re-run turn")
+        finally:
+            hold.set()
+            w.close()
+        assert len(a.events(c, type="assistant_msg")) == 1
+        usage = a.ok({"op": "get", "conversation": c})["conversation"]["usage"]
+        assert (usage["input_tokens"], usage["output_tokens"]) == (11, 3), usage
+        assert len(fake.requests) == 2 and fake.requests[1].body == fake.requests[0].body
+
+
+def test_bad_configuration_is_refused():
+    with FakeOpenAI() as fake:
+        for section, why in [("kind = openai\n", "needs model"),
+                             ("kind = openai\nmodel = m\ncommand = /bin/true\n", "takes no command"),
+                             ("kind = gemini\nmodel = m\n", "bad value"),
+                             ("kind = openai\nmodel = m\nbase_url = file:///etc/passwd\n", "bad value"),
+                             ("kind = openai\nmodel = m\nparams = [1]\n", "bad value")]:
+            a = Agentd(start=False)
+            a.write_config("[model.m]\n" + section)
+            assert a.expect_exit() == 2 and why in a.log(), (section, a.log())
+            a.close()
+
+
+harness.main(globals())
