@@ -1,0 +1,187 @@
+/* The HTTP model clients' pure parts: the SSE parser fed in every cut
+ * (agent/sse.c), Retry-After (agent/http.c), and the transcript order the
+ * APIs accept (agent/model.c). */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/http.h"
+#include "agent/model.h"
+#include "agent/sse.h"
+#include "tests/suites.h"
+
+struct got {
+	char buf[2048];
+	int n;
+};
+
+static int collect(void *arg, const char *type, const char *data, size_t len)
+{
+	struct got *g = arg;
+	size_t l = strlen(g->buf);
+	snprintf(g->buf + l, sizeof g->buf - l, "[%s|%.*s]", type, (int)len, data);
+	g->n++;
+	return 0;
+}
+
+static const char STREAM[] = ": keep-alive\r\n"
+			     "event: delta\r\n"
+			     "data: {\"a\":\r\n"
+			     "data:  1}\r\n"
+			     "\r\n"
+			     "data:x\n"
+			     "id: 7\n"
+			     "retry: 100\n"
+			     "\n"
+			     "data: caf\xc3\xa9\r"
+			     "\r"
+			     "event: ignored without data\n"
+			     "\n"
+			     "data\n"
+			     "\n"
+			     "data: [DONE]\n\n"
+			     "data: not dispatched (no blank line)\n";
+static const char WANT[] = "[delta|{\"a\":\n 1}][|x][|caf\xc3\xa9][|][|[DONE]]";
+
+/* Every way of cutting the stream in two, and byte by byte: the same events. */
+START_TEST(test_sse_any_cut)
+{
+	size_t n = strlen(STREAM);
+	for (size_t cut = 0; cut <= n; cut++) {
+		struct sse s;
+		struct got g = { "", 0 };
+		sse_init(&s);
+		ck_assert_int_eq(sse_feed(&s, STREAM, cut, collect, &g), 0);
+		ck_assert_int_eq(sse_feed(&s, STREAM + cut, n - cut, collect, &g), 0);
+		ck_assert_msg(!strcmp(g.buf, WANT), "cut at %zu: %s", cut, g.buf);
+		sse_free(&s);
+	}
+	struct sse s;
+	struct got g = { "", 0 };
+	sse_init(&s);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(sse_feed(&s, STREAM + i, 1, collect, &g), 0);
+	ck_assert_str_eq(g.buf, WANT);
+	sse_free(&s);
+}
+END_TEST
+
+static int stop_at_first(void *arg, const char *type, const char *data, size_t len)
+{
+	(void)arg, (void)type, (void)data, (void)len;
+	return 42;
+}
+
+START_TEST(test_sse_stop_and_limit)
+{
+	struct sse s;
+	sse_init(&s);
+	ck_assert_int_eq(sse_feed(&s, "data: a\n\ndata: b\n\n", 18, stop_at_first, NULL), 42);
+	sse_free(&s);
+	sse_init(&s);
+	size_t big = SSE_EVENT_MAX / 2 + 10;
+	char *line = malloc(big + 8);
+	memcpy(line, "data: ", 6);
+	memset(line + 6, 'x', big);
+	line[6 + big] = '\n';
+	ck_assert_int_eq(sse_feed(&s, line, big + 7, collect, &(struct got){ "", 0 }), 0);
+	ck_assert_int_eq(sse_feed(&s, line, big + 7, collect, &(struct got){ "", 0 }), -E2BIG);
+	free(line);
+	sse_free(&s);
+}
+END_TEST
+
+START_TEST(test_retry_after)
+{
+	int64_t now = 1784000000000LL; /* 2026-07-14 */
+	ck_assert_int_eq(http_retry_after_ms("3", now), 3000);
+	ck_assert_int_eq(http_retry_after_ms(" 0\r\n", now), 0);
+	ck_assert_int_eq(http_retry_after_ms("1.5", now), -1);
+	ck_assert_int_eq(http_retry_after_ms("soon", now), -1);
+	ck_assert_int_eq(http_retry_after_ms("3x", now), -1);
+	/* An HTTP-date 10 s after now, and one in the past. */
+	ck_assert_int_eq(http_retry_after_ms("Tue, 14 Jul 2026 03:33:30 GMT", 1784000000000LL), 10000);
+	ck_assert_int_eq(http_retry_after_ms("Wed, 21 Oct 2015 07:28:00 GMT", now), 0);
+}
+END_TEST
+
+static json_t *req_of(const char *events)
+{
+	json_error_t je;
+	json_t *e = json_loads(events, 0, &je);
+	ck_assert_msg(e != NULL, "%s", je.text);
+	return json_pack("{ssso}", "task", "turn", "messages", e);
+}
+
+static void ck_roles(const json_t *tr, const char *want)
+{
+	char buf[512] = "";
+	size_t i;
+	json_t *it;
+	json_array_foreach(tr, i, it) {
+		const char *r = json_string_value(json_object_get(it, "role"));
+		const char *t = json_string_value(json_object_get(it, "text"));
+		const char *id = json_string_value(json_object_get(it, "id"));
+		size_t l = strlen(buf);
+		snprintf(buf + l, sizeof buf - l, "%s%s:%s", i ? " " : "", r, t ? t : id);
+	}
+	ck_assert_str_eq(buf, want);
+}
+
+START_TEST(test_transcript_order)
+{
+	/* u2 arrived while the turn of context 1 ran; u6 while t1 awaited a
+	 * person; t2 was answered twice (a second resolution is ignored). */
+	json_t *rq = req_of("["
+			    "{\"seq\":1,\"type\":\"user_msg\",\"content\":{\"text\":\"u1\"}},"
+			    "{\"seq\":2,\"type\":\"user_msg\",\"content\":{\"text\":\"u2\"}},"
+			    "{\"seq\":3,\"type\":\"assistant_msg\",\"content\":{\"text\":\"a3\",\"context_seq\":1}},"
+			    "{\"seq\":4,\"type\":\"tool_call\",\"content\":{\"tool_call_id\":\"t1\",\"name\":\"x\",\"args\":{}}},"
+			    "{\"seq\":5,\"type\":\"tool_call\",\"content\":{\"tool_call_id\":\"t2\",\"name\":\"x\",\"args\":{}}},"
+			    "{\"seq\":6,\"type\":\"user_msg\",\"content\":{\"text\":\"u6\"}},"
+			    "{\"seq\":7,\"type\":\"tool_result\",\"content\":{\"tool_call_id\":\"t2\",\"status\":\"resolved\",\"result\":1}},"
+			    "{\"seq\":8,\"type\":\"resolution\",\"content\":{\"tool_call_id\":\"t2\",\"status\":\"resolved\",\"result\":2}},"
+			    "{\"seq\":9,\"type\":\"resolution\",\"content\":{\"tool_call_id\":\"t1\",\"status\":\"expired\",\"result\":null}},"
+			    "{\"seq\":10,\"type\":\"assistant_msg\",\"content\":{\"text\":\"a10\",\"context_seq\":9}},"
+			    "{\"seq\":11,\"type\":\"user_msg\",\"content\":{\"text\":\"u11\"}}"
+			    "]");
+	json_t *tr = model_transcript(rq);
+	ck_roles(tr, "user:u1 assistant:a3 tool:t2 tool:t1 user:u2 user:u6 assistant:a10 user:u11");
+	char *r = model_result_text(json_array_get(tr, 2));
+	ck_assert_str_eq(r, "1");
+	free(r);
+	r = model_result_text(json_array_get(tr, 3));
+	ck_assert_str_eq(r, "{\"status\":\"expired\",\"result\":null}");
+	free(r);
+	json_decref(tr);
+	json_decref(rq);
+
+	/* A call with no result yet is answered "missing"; a result whose call
+	 * was summarised away becomes a note. */
+	rq = req_of("["
+		    "{\"seq\":5,\"type\":\"tool_result\",\"content\":{\"tool_call_id\":\"old\",\"status\":\"resolved\",\"result\":\"r\"}},"
+		    "{\"seq\":6,\"type\":\"user_msg\",\"content\":{\"text\":\"u6\"}},"
+		    "{\"seq\":7,\"type\":\"assistant_msg\",\"content\":{\"text\":\"\",\"context_seq\":6}},"
+		    "{\"seq\":8,\"type\":\"tool_call\",\"content\":{\"tool_call_id\":\"t8\",\"name\":\"x\",\"args\":{}}}"
+		    "]");
+	tr = model_transcript(rq);
+	ck_roles(tr, "user:[result of tool call old: r] user:u6 assistant: tool:t8");
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(tr, 3), "status")), "missing");
+	json_decref(tr);
+	json_decref(rq);
+}
+END_TEST
+
+Suite *make_model_suite(void)
+{
+	Suite *s = suite_create("model");
+	TCase *tc = tcase_create("model");
+	tcase_add_test(tc, test_sse_any_cut);
+	tcase_add_test(tc, test_sse_stop_and_limit);
+	tcase_add_test(tc, test_retry_after);
+	tcase_add_test(tc, test_transcript_order);
+	suite_add_tcase(s, tc);
+	return s;
+}
