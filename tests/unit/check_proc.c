@@ -120,8 +120,8 @@ START_TEST(split_words)
 {
 	SPLIT("ls", "ls");
 	SPLIT("  a b\tc\n d  ", "a", "b", "c", "d");
-	SPLIT("/usr/bin/env python3 scripts/models/openai_compat.py --model gpt-4o-mini", "/usr/bin/env",
-	      "python3", "scripts/models/openai_compat.py", "--model", "gpt-4o-mini");
+	SPLIT("/usr/bin/env python3 scripts/models/example.py --model gpt-4o-mini", "/usr/bin/env",
+	      "python3", "scripts/models/example.py", "--model", "gpt-4o-mini");
 	/* No substitution, globbing, comments or operators: all literal. */
 	SPLIT("echo $HOME ~ *.c #x a|b ; & > <", "echo", "$HOME", "~", "*.c", "#x", "a|b", ";", "&", ">", "<");
 }
