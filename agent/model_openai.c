@@ -196,6 +196,9 @@ static int event(struct stream *s, const char *type, const char *data, size_t le
 	json_t *ch;
 	int rc = 0;
 	json_array_foreach(json_object_get(j, "choices"), i, ch) {
+		json_t *ix = json_object_get(ch, "index");
+		if (json_is_integer(ix) && json_integer_value(ix) != 0)
+			continue; /* params asked for several choices: the first is the answer */
 		json_t *d = json_object_get(ch, "delta");
 		const char *text = json_string_value(json_object_get(d, "content"));
 		if (text && (rc = stream_text(s, text, strlen(text))))
@@ -203,8 +206,8 @@ static int event(struct stream *s, const char *type, const char *data, size_t le
 		size_t k;
 		json_t *tc;
 		json_array_foreach(json_object_get(d, "tool_calls"), k, tc) {
-			json_t *ix = json_object_get(tc, "index");
-			struct stream_call *c = stream_call_at(s, json_is_integer(ix) ? (int)json_integer_value(ix) : (int)k);
+			json_t *tix = json_object_get(tc, "index");
+			struct stream_call *c = stream_call_at(s, json_is_integer(tix) ? (int)json_integer_value(tix) : (int)k);
 			if (!c) {
 				rc = -1;
 				break;

@@ -230,4 +230,60 @@ def test_bad_configuration_is_refused():
             a.close()
 
 
+def test_timeout_connection_refused_and_a_stop_mid_call():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    with FakeOpenAI() as fake, agentd(fake, model_extra=f"""timeout = 1s
+        retries = 1
+        [model.gone]
+        kind = openai
+        base_url = http://127.0.0.1:{dead}/v1
+        model = m
+        retries = 1
+        backoff = 50ms""") as a:
+        fake.script = [{"text": "too slow", "delay": 3}, {"text": "quick"}]
+        c = a.create(settings={"model": "gpt"})
+        a.send(c, "hi")
+        wait_for(lambda: "quick" in assistant_texts(a, c), 30, "the answer after a timeout")
+        att = a.ok({"op": "audit", "conversation": c})["model_calls"][0]["rendered_context"]["attempts"]
+        assert "timed out" in att[0]["error"] and att[0]["status"] == 0, att
+
+        g = a.create(settings={"model": "gone"})
+        a.send(g, "hi")
+        err = wait_for(lambda: a.events(g, type="error"), 20, "the error event")[0]["content"]
+        assert err["attempts"] == 2 and "cannot reach http://127.0.0.1:" in err["message"], err
+
+        fake.script = [{"text": "never sent", "delay": 30}]
+        a.send(c, "a slow one")
+        wait_for(lambda: len(fake.requests) == 3, 20, "the slow request")
+        pid = a.worker_pid(c)
+        a.ok({"op": "stop", "conversation": c})
+        wait_for(lambda: not harness.pid_alive(pid), 5, "the worker to leave mid-call")
+
+
+def test_summary_of_tool_calls_and_the_turn_after_it():
+    with FakeOpenAI() as fake, agentd(fake, extra="compact_events = 0") as a:
+        fake.script = [{"tool_calls": [{"name": "calc", "arguments": '{"expr": "5+5"}'}]}, {"text": "ten"},
+                       {"text": "noted"}, {"text": "SUMMARY: 5+5 is ten"}, {"text": "after the summary"}]
+        c = a.create(settings={"model": "gpt", "tools": ["calc"], "system": "Sys."})
+        a.send(c, "5+5?")
+        wait_for(lambda: "ten" in assistant_texts(a, c), 30, "the first answer")
+        a.send(c, "remember it")
+        wait_for(lambda: "noted" in assistant_texts(a, c), 30, "the second answer")
+        summ = a.ok({"op": "compact", "conversation": c})["summary"]
+        assert summ and summ["content"]["text"] == "SUMMARY: 5+5 is ten", summ
+        body = fake.requests[3].body
+        assert "tools" not in body and [m["role"] for m in body["messages"]] == ["user"], body
+        assert "[call calc" in body["messages"][0]["content"] and "Summarize" in body["messages"][0]["content"]
+        a.send(c, "and now?")
+        wait_for(lambda: "after the summary" in assistant_texts(a, c), 30, "the turn after the summary")
+        msgs = fake.requests[4].body["messages"]
+        assert msgs[0]["role"] == "system" and msgs[0]["content"].startswith("Sys.") and \
+            "SUMMARY: 5+5 is ten" in msgs[0]["content"], msgs
+        assert msgs[-1] == {"role": "user", "content": "and now?"}, msgs
+
+
 harness.main(globals())
