@@ -465,6 +465,8 @@ struct model_run {
 	int stop;
 	char err[512];
 	json_t *audit; /* the audit row's rendered_context when not the request (HTTP kinds) */
+	json_t *attempts; /* HTTP kinds: agentd-model's attempts */
+	int failed;       /* HTTP kinds: agentd-model said the call failed */
 };
 
 /* A model's streamed text to watchers. */
@@ -582,42 +584,121 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 	return 0;
 }
 
-static void on_http_delta(void *arg, const char *text, size_t len)
+/* agentd-model, beside this program (model.h). */
+static const char *model_helper(void)
 {
-	(void)arg;
-	send_delta(text, len);
+	static char path[4096];
+	if (!path[0]) {
+		ssize_t n = readlink("/proc/self/exe", path, sizeof path - 16);
+		char *slash = n > 0 ? memrchr(path, '/', (size_t)n) : NULL;
+		if (!slash)
+			return "agentd-model";
+		strcpy(slash + 1, "agentd-model");
+	}
+	return path;
 }
 
-/* A kind openai or anthropic model (model.h): retries are its own, each
- * attempt in the audit row (mr->audit) and the log. */
-static int model_run_http(const struct model_cfg *mc, const json_t *req, struct model_run *mr, int64_t *latency)
+/* The helper's lines: attempts and a failure are its own; the rest is the
+ * model process protocol. */
+static int on_http_line(void *arg, const char *line, size_t len)
 {
-	static int inited;
-	memset(mr, 0, sizeof *mr);
-	if (!inited && model_http_init()) {
-		snprintf(mr->err, sizeof mr->err, "model %s: cannot initialise libcurl", mc->name);
+	struct model_run *mr = arg;
+	json_t *j = json_loadb(line, len, 0, NULL);
+	json_t *att = json_object_get(j, "attempts");
+	if (json_is_array(att)) {
+		json_decref(mr->attempts);
+		mr->attempts = json_incref(att);
+	}
+	const char *failed = json_string_value(json_object_get(j, "failed"));
+	if (failed) {
+		snprintf(mr->err, sizeof mr->err, "%s", failed);
+		mr->failed = 1;
+		json_decref(j);
 		return 0;
 	}
-	inited = 1;
-	struct model_hooks h = { on_http_delta, W.ipc, on_model_watch, mr };
-	struct model_outcome oc;
-	store_let_go(); /* as for a command: no store held while we wait */
-	int rc = model_http_run(mc, req, &h, &mr->final, &oc);
-	store_take();
-	if (rc == -ECANCELED || mr->stop) {
-		model_outcome_free(&oc);
+	json_decref(j);
+	return on_model_line(arg, line, len);
+}
+
+/* A kind openai or anthropic model: one run of agentd-model, which makes
+ * the attempts (model.h); each is in the audit row (mr->audit) and the log. */
+static int model_run_http(const struct model_cfg *mc, const json_t *req, struct model_run *mr, int64_t *latency)
+{
+	memset(mr, 0, sizeof *mr);
+	if (!W.cfg.path) {
+		snprintf(mr->err, sizeof mr->err, "model %s: no configuration file to give agentd-model", mc->name);
+		return 1;
+	}
+	char *argv[] = { (char *)model_helper(), "--config", W.cfg.path, "--model", mc->name, NULL };
+	char *input = json_dumps(req, JSON_COMPACT);
+	char env1[200];
+	snprintf(env1, sizeof env1, "AGENTD_CONVERSATION=%s", W.conv);
+	const char *env[] = { env1, NULL };
+	struct proc_opts o = {
+		.env_add = env, .input = input, .input_len = input ? strlen(input) : 0,
+		.timeout_ms = model_call_budget(mc), .out_cap = W.cfg.model_out_cap, .on_line = on_http_line,
+		.arg = mr, .watch_fd = W.ipc, .on_watch = on_model_watch, .on_start = report_child,
+	};
+	struct proc_result r;
+	int rc = run_command(argv, &o, &r);
+	free(input);
+	*latency = r.elapsed_ms;
+	if (mr->stop || rc == -ECANCELED) {
+		proc_result_free(&r);
 		model_reply_free(&mr->final);
+		json_decref(mr->attempts);
 		log_info("%s: stopped during a model call; the turn is re-run on revival", W.conv);
 		exit(0);
 	}
-	if (rc)
-		snprintf(mr->err, sizeof mr->err, "%s", oc.err);
-	else
-		mr->have_final = 1;
-	*latency = oc.latency_ms;
-	mr->audit = model_outcome_json(&oc);
-	model_outcome_free(&oc);
-	return oc.attempts;
+	int attempts = mr->attempts ? (int)json_array_size(mr->attempts) : 1;
+	if (mr->failed)
+		; /* err holds the helper's message */
+	else if (rc < 0)
+		snprintf(mr->err, sizeof mr->err, "cannot run %s: %s", argv[0], strerror(-rc));
+	else if (rc == 2)
+		; /* err set by on_model_line */
+	else if (r.timed_out)
+		snprintf(mr->err, sizeof mr->err, "model %s: no answer within %lld ms", mc->name,
+			 (long long)model_call_budget(mc));
+	else if (r.out_overflow)
+		snprintf(mr->err, sizeof mr->err, "model %s wrote more than %zu bytes", mc->name, W.cfg.model_out_cap);
+	else if (!r.exited || r.status != 0)
+		snprintf(mr->err, sizeof mr->err, "%s %s %d: %.200s", argv[0], r.exited ? "exited with status" : "killed by signal",
+			 r.exited ? r.status : r.sig, r.err ? r.err : "");
+	else if (!mr->have_final)
+		snprintf(mr->err, sizeof mr->err, "%s printed no final line", argv[0]);
+	proc_result_free(&r);
+	if (mr->err[0]) {
+		model_reply_free(&mr->final);
+		mr->have_final = 0;
+	} else if (mr->attempts) {
+		/* the latency of the attempt that answered */
+		json_t *last = json_array_get(mr->attempts, json_array_size(mr->attempts) - 1);
+		*latency = json_integer_value(json_object_get(last, "elapsed_ms"));
+	}
+	size_t i;
+	json_t *a;
+	json_array_foreach(mr->attempts, i, a) {
+		const char *e = json_string_value(json_object_get(a, "error"));
+		if (!e)
+			continue;
+		json_int_t wait = json_integer_value(json_object_get(a, "wait_ms"));
+		if (wait > 0)
+			log_warn("%s: model %s attempt %zu of %d failed: %s; retrying in %lld ms", W.conv, mc->name, i + 1,
+				 mc->retries + 1, e, (long long)wait);
+		else
+			log_warn("%s: model %s attempt %zu of %d failed: %s", W.conv, mc->name, i + 1, mc->retries + 1, e);
+	}
+	/* The audit row: what was sent (rendered here as the helper did) and
+	 * every attempt. */
+	char url[512];
+	model_url(mc, url, sizeof url);
+	json_t *body = model_api_of(mc)->body(mc, req);
+	mr->audit = json_pack("{sssoso}", "url", url, "body", body ? body : json_null(), "attempts",
+			      mr->attempts ? json_incref(mr->attempts) : json_array());
+	json_decref(mr->attempts);
+	mr->attempts = NULL;
+	return attempts;
 }
 
 /* Run with retries. Returns the attempts made; mr->err empty on success. */

@@ -1,17 +1,13 @@
 /* model.c: what the HTTP model clients share: the transcript, streaming,
  * retries (see model.h). */
 #include "agent/model.h"
-#include "agent/http.h"
 #include "common/jsonmp.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
 /* snprintf whose cut is intended (messages quoting the server). */
 static void seterr(char *dst, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -26,11 +22,6 @@ static void seterr(char *dst, size_t n, const char *fmt, ...)
 const char model_summarize_prompt[] =
 	"Summarize the conversation above in a few sentences, keeping every fact, decision and open question a "
 	"later turn would need.";
-
-int model_http_init(void)
-{
-	return http_global_init();
-}
 
 /* ---- the transcript -------------------------------------------------- */
 
@@ -250,7 +241,7 @@ struct stream_call *stream_call_at(struct stream *s, int index)
 	return c;
 }
 
-static void stream_free(struct stream *s)
+void stream_free(struct stream *s)
 {
 	free(s->text);
 	for (size_t i = 0; i < s->ncalls; i++) {
@@ -275,7 +266,7 @@ static int id_ok(const char *id)
 }
 
 /* The finished stream as a reply. */
-static int stream_reply(struct stream *s, struct model_reply *r, char *err, size_t errlen)
+int stream_reply(struct stream *s, struct model_reply *r, char *err, size_t errlen)
 {
 	memset(r, 0, sizeof *r);
 	r->text = s->text ? s->text : strdup("");
@@ -325,213 +316,16 @@ static int stream_reply(struct stream *s, struct model_reply *r, char *err, size
 	return 0;
 }
 
-/* ---- errors ---------------------------------------------------------- */
+/* ---- what the worker and the helper share ---------------------------- */
 
-/* The server's message from an error body: both APIs put it in
- * error.message; otherwise the body's start. */
-static void server_message(const char *body, size_t len, char *out, size_t outlen)
+const struct model_api *model_api_of(const struct model_cfg *mc)
 {
-	json_t *j = body ? json_loadb(body, len, 0, NULL) : NULL;
-	json_t *e = json_object_get(j, "error");
-	const char *msg = json_string_value(json_object_get(e, "message"));
-	if (!msg)
-		msg = json_string_value(e); /* some compatible servers: {"error": "text"} */
-	if (msg)
-		snprintf(out, outlen, "%s", msg);
-	else if (body && len)
-		snprintf(out, outlen, "%.*s", (int)(len < 300 ? len : 300), body);
-	else
-		snprintf(out, outlen, "(no message)");
-	json_decref(j);
+	return mc->kind == MODEL_ANTHROPIC ? &model_api_anthropic : &model_api_openai;
 }
 
-/* ---- the call -------------------------------------------------------- */
-
-struct feed {
-	struct sse sse;
-	struct stream st;
-	const struct model_api *api;
-	const struct model_hooks *h;
-};
-
-static int feed_event(void *arg, const char *type, const char *data, size_t len)
+void model_url(const struct model_cfg *mc, char *buf, size_t len)
 {
-	struct feed *f = arg;
-	if (f->st.done || f->st.failed)
-		return 0; /* nothing after the end counts */
-	return f->api->event(&f->st, type, data, len);
-}
-
-static int on_data(void *arg, const char *p, size_t n)
-{
-	struct feed *f = arg;
-	int e = sse_feed(&f->sse, p, n, feed_event, f);
-	if (e == -E2BIG) {
-		snprintf(f->st.err, sizeof f->st.err, "an event of the stream is over %u bytes", SSE_EVENT_MAX);
-		f->st.failed = 1;
-	}
-	return e;
-}
-
-static int on_watch(void *arg)
-{
-	struct feed *f = arg;
-	return f->h && f->h->on_watch ? f->h->on_watch(f->h->arg) : 0;
-}
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Wait ms, still watching; non-zero when told to stop. */
-static int backoff_wait(const struct model_hooks *h, int64_t ms)
-{
-	int64_t end = mono_ms() + ms;
-	for (;;) {
-		int64_t left = end - mono_ms();
-		if (left <= 0)
-			return 0;
-		struct pollfd p = { h && h->watch_fd >= 0 ? h->watch_fd : -1, POLLIN, 0 };
-		int n = poll(&p, 1, (int)(left > 1000 ? 1000 : left));
-		if (n > 0 && h->on_watch && h->on_watch(h->arg))
-			return 1;
-	}
-}
-
-static int64_t jittered(const struct model_cfg *mc, int retry)
-{
-	int64_t d = mc->backoff_ms;
-	for (int i = 0; i < retry && d < mc->backoff_max_ms; i++)
-		d *= 2;
-	if (d > mc->backoff_max_ms)
-		d = mc->backoff_max_ms;
-	uint32_t r = 0;
-	if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r)
-		r = (uint32_t)mono_ms() * 2654435761u;
-	/* "Equal jitter": half fixed, half random, so workers that failed
-	 * together do not come back together. */
-	return d / 2 + (int64_t)((double)r / 4294967296.0 * (double)(d / 2 + 1));
-}
-
-static int retryable_status(long s)
-{
-	return s == 408 || s == 409 || s == 429 || s >= 500;
-}
-
-int model_http_run(const struct model_cfg *mc, const json_t *req, const struct model_hooks *h,
-		   struct model_reply *out, struct model_outcome *oc)
-{
-	memset(oc, 0, sizeof *oc);
-	memset(out, 0, sizeof *out);
-	const struct model_api *api = mc->kind == MODEL_ANTHROPIC ? &model_api_anthropic : &model_api_openai;
-	seterr(oc->url, sizeof oc->url, "%s%s%s", mc->base_url,
-		 mc->base_url[strlen(mc->base_url) - 1] == '/' ? api->path + 1 : api->path, "");
-	oc->body = api->body(mc, req);
-	char *body = oc->body ? json_dumps(oc->body, JSON_COMPACT) : NULL;
-	if (!body) {
-		seterr(oc->err, sizeof oc->err, "model %s: cannot render the request: out of memory", mc->name);
-		return -1;
-	}
-	const char *key = mc->api_key_env ? getenv(mc->api_key_env) : NULL;
-	if (key && !*key)
-		key = NULL;
-	char hbuf[4][600];
-	size_t nh = api->headers(key, hbuf);
-	const char *hdrs[5];
-	for (size_t i = 0; i < nh; i++)
-		hdrs[i] = hbuf[i];
-	hdrs[nh] = NULL;
-	int rc = -1;
-	for (int i = 0; i <= mc->retries; i++) {
-		struct model_attempt *a = &oc->att[oc->attempts++];
-		struct feed f = { .api = api, .h = h };
-		sse_init(&f.sse);
-		f.st.h = h;
-		struct http_req rq = { oc->url, body, strlen(body), hdrs, mc->timeout_ms, mc->connect_timeout_ms,
-				       on_data, h ? h->watch_fd : -1, on_watch, &f };
-		struct http_resp resp;
-		int e = http_post(&rq, &resp);
-		a->status = resp.status;
-		a->elapsed_ms = resp.elapsed_ms;
-		a->retry_after_ms = resp.retry_after_ms;
-		int transient = 0;
-		if (e == -ECANCELED) {
-			http_resp_free(&resp);
-			sse_free(&f.sse);
-			stream_free(&f.st);
-			rc = -ECANCELED;
-			break;
-		}
-		char msg[300];
-		if (f.st.failed) {
-			/* An error the stream itself carried (or one too big). */
-			seterr(a->error, sizeof a->error, "%s", f.st.err);
-			transient = f.st.transient;
-		} else if (e == -EIO && resp.status >= 200 && resp.status < 300) {
-			seterr(a->error, sizeof a->error, "the response was cut mid-stream: %s", resp.err);
-			transient = 1;
-		} else if (e) {
-			seterr(a->error, sizeof a->error, "cannot reach %s: %s", oc->url,
-				 e == -EIO ? resp.err : strerror(-e));
-			transient = 1;
-		} else if (resp.status < 200 || resp.status >= 300) {
-			server_message(resp.body, resp.body_len, msg, sizeof msg);
-			seterr(a->error, sizeof a->error, "HTTP %ld: %s", resp.status, msg);
-			transient = retryable_status(resp.status);
-		} else if (!f.st.done) {
-			seterr(a->error, sizeof a->error, "the response ended before the stream's end");
-			transient = 1;
-		} else if (stream_reply(&f.st, out, a->error, sizeof a->error) == 0) {
-			oc->latency_ms = resp.elapsed_ms;
-			rc = 0;
-		}
-		http_resp_free(&resp);
-		sse_free(&f.sse);
-		stream_free(&f.st);
-		if (rc == 0)
-			break;
-		seterr(oc->err, sizeof oc->err, "model %s: %s", mc->name, a->error);
-		if (!transient || i == mc->retries) {
-			log_warn("model %s: attempt %d of %d failed%s: %s", mc->name, oc->attempts, mc->retries + 1,
-				 transient ? "" : " (not retried)", a->error);
-			break;
-		}
-		int64_t wait = jittered(mc, i);
-		if (a->retry_after_ms > wait)
-			wait = a->retry_after_ms;
-		a->wait_ms = wait;
-		log_warn("model %s: attempt %d of %d failed: %s; retrying in %lld ms", mc->name, oc->attempts,
-			 mc->retries + 1, a->error, (long long)wait);
-		if (backoff_wait(h, wait)) {
-			rc = -ECANCELED;
-			break;
-		}
-	}
-	free(body);
-	return rc;
-}
-
-void model_outcome_free(struct model_outcome *oc)
-{
-	json_decref(oc->body);
-	oc->body = NULL;
-}
-
-json_t *model_outcome_json(const struct model_outcome *oc)
-{
-	json_t *a = json_array();
-	for (int i = 0; i < oc->attempts; i++) {
-		const struct model_attempt *t = &oc->att[i];
-		json_t *o = json_pack("{sisIsI}", "status", (int)t->status, "elapsed_ms", (json_int_t)t->elapsed_ms,
-				      "wait_ms", (json_int_t)t->wait_ms);
-		if (t->retry_after_ms >= 0)
-			json_object_set_new(o, "retry_after_ms", json_integer(t->retry_after_ms));
-		if (t->error[0])
-			json_object_set_new(o, "error", json_text(t->error, strlen(t->error)));
-		json_array_append_new(a, o);
-	}
-	return json_pack("{sssOso}", "url", oc->url, "body", oc->body ? oc->body : json_null(), "attempts", a);
+	const char *path = model_api_of(mc)->path;
+	size_t n = strlen(mc->base_url);
+	seterr(buf, len, "%s%s", mc->base_url, n && mc->base_url[n - 1] == '/' ? path + 1 : path);
 }

@@ -26,6 +26,8 @@
 #include "agent/sse.h"
 #include "common/config.h"
 
+struct model_api;
+
 struct model_hooks {
 	/* Streamed text, as it arrives (a retried attempt streams again). */
 	void (*on_delta)(void *arg, const char *text, size_t len);
@@ -52,6 +54,16 @@ struct model_outcome {
 	char err[400];        /* why the call failed: the last attempt's error */
 };
 
+/* ---- agentd-model, the helper that makes the call (model_http.c) ------
+ *
+ * The worker stays statically linked and quick to start: libcurl and its
+ * TLS stack load only in the helper, `agentd-model --config FILE --model
+ * NAME`, which the worker runs beside itself for each call, as an exec
+ * model's command, reading the same request on stdin. It prints {"delta"}
+ * lines, then either a final {"text", "tool_calls", "usage", "attempts"}
+ * line or {"failed": "message", "attempts"}, and exits 0; attempts is
+ * model_attempts_json's array. */
+
 /* Once per process (libcurl). */
 int model_http_init(void);
 
@@ -64,8 +76,27 @@ int model_http_init(void);
 int model_http_run(const struct model_cfg *mc, const json_t *req, const struct model_hooks *h,
 		   struct model_reply *out, struct model_outcome *oc);
 void model_outcome_free(struct model_outcome *oc);
-/* The audit row's rendered_context: {"url", "body", "attempts": [...]}. */
-json_t *model_outcome_json(const struct model_outcome *oc);
+/* Each attempt: [{"status", "elapsed_ms", "wait_ms", "retry_after_ms"?, "error"?}]. */
+json_t *model_attempts_json(const struct model_outcome *oc);
+
+/* The longest Retry-After a call waits for: max(backoff_max, 60 s). A
+ * server asking for more ends the call (the worker bounds the helper's run
+ * by model_call_budget). */
+static inline int64_t model_retry_after_max(const struct model_cfg *mc)
+{
+	return mc->backoff_max_ms > 60000 ? mc->backoff_max_ms : 60000;
+}
+
+/* The longest a whole call may take with its retries and waits. */
+static inline int64_t model_call_budget(const struct model_cfg *mc)
+{
+	return (int64_t)(mc->retries + 1) * (mc->timeout_ms + mc->connect_timeout_ms) +
+	       (int64_t)mc->retries * model_retry_after_max(mc) + 10000;
+}
+
+/* The API of a model's kind, and the URL it posts to. */
+const struct model_api *model_api_of(const struct model_cfg *mc);
+void model_url(const struct model_cfg *mc, char *buf, size_t len);
 
 /*
  * The API-neutral transcript of a request's messages, in the order the APIs
@@ -106,6 +137,9 @@ struct stream {
 };
 
 int stream_text(struct stream *s, const char *p, size_t n);
+/* The finished stream as a reply (the text moves); -1 with err. */
+int stream_reply(struct stream *s, struct model_reply *r, char *err, size_t errlen);
+void stream_free(struct stream *s);
 struct stream_call *stream_call_at(struct stream *s, int index);
 int stream_append(char **buf, size_t *len, const char *p, size_t n);
 

@@ -192,6 +192,13 @@ def test_unanswered_retries_end_in_an_error_event():
         err = wait_for(lambda: a.events(c, type="error"), 30, "the error event")[0]["content"]
         assert err["attempts"] == 3 and "still broken" in err["message"], err
         assert len(fake.requests) == 3
+        # A Retry-After past what the call may wait (max(backoff_max, 60 s)) is not waited for early.
+        fake.script = [{"status": 429, "retry_after": "3600"}]
+        a.send(c, "again")
+        wait_for(lambda: len(a.events(c, type="error")) == 2, 20, "the second error")
+        err = a.events(c, type="error")[1]["content"]
+        assert err["attempts"] == 1 and "asks to retry after 3600 s, over 60 s" in err["message"], err
+        assert len(fake.requests) == 4
 
 
 def test_kill_mid_stream_reruns_the_turn_without_double_usage():
