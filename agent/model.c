@@ -89,6 +89,43 @@ static void close_turn(json_t *out, json_t *open, json_t *held)
 	json_array_clear(held);
 }
 
+/* With no tools offered (a summary, or tools since removed from the
+ * conversation or the configuration), calls and results are told as text:
+ * the APIs refuse tool blocks without tool definitions. */
+static void flatten(json_t *out)
+{
+	size_t i;
+	json_t *it;
+	json_array_foreach(out, i, it) {
+		const char *role = json_string_value(json_object_get(it, "role"));
+		if (!strcmp(role, "assistant") && json_array_size(json_object_get(it, "calls"))) {
+			json_t *text = json_string(json_string_value(json_object_get(it, "text")));
+			size_t j;
+			json_t *c;
+			json_array_foreach(json_object_get(it, "calls"), j, c) {
+				char *a = json_dumps(json_object_get(c, "args"), JSON_COMPACT);
+				json_t *t = json_sprintf("%s%s[called %s (%s) with %s]", json_string_value(text),
+							 json_string_length(text) ? "\n" : "",
+							 json_string_value(json_object_get(c, "name")),
+							 json_string_value(json_object_get(c, "id")), a ? a : "{}");
+				free(a);
+				if (t) {
+					json_decref(text);
+					text = t;
+				}
+			}
+			json_object_set_new(it, "text", text);
+			json_object_set_new(it, "calls", json_array());
+		} else if (!strcmp(role, "tool")) {
+			char *r = model_result_text(it);
+			json_t *t = json_sprintf("[result of %s (%s): %s]", json_string_value(json_object_get(it, "name")),
+						 json_string_value(json_object_get(it, "id")), r ? r : "null");
+			free(r);
+			json_array_set_new(out, i, json_pack("{ssso}", "role", "user", "text", t ? t : json_string("")));
+		}
+	}
+}
+
 json_t *model_transcript(const json_t *req)
 {
 	const json_t *evs = json_object_get(req, "messages");
@@ -176,6 +213,8 @@ json_t *model_transcript(const json_t *req)
 	json_decref(answered);
 	json_decref(held);
 	free(next_ctx);
+	if (!json_array_size(json_object_get(req, "tools")))
+		flatten(out);
 	return out;
 }
 

@@ -160,4 +160,23 @@ def test_the_fake_refuses_what_the_api_refuses():
         assert status == 200
 
 
+def test_tools_removed_from_the_configuration_are_told_as_text():
+    with FakeAnthropic(key="sk-ant-test") as fake, agentd(fake) as a:
+        fake.script = [{"tool_calls": [{"name": "calc", "arguments": '{"expr": "2+2"}'}]}, {"text": "four"},
+                       {"text": "still here"}]
+        c = a.create(settings={"model": "claude", "tools": ["calc"]})
+        a.send(c, "2+2?")
+        wait_for(lambda: "four" in texts(a, c), 30, "the answer")
+        cfg = open(a.config_path).read()
+        a.stop()
+        a.write_config(cfg.split("[tool.calc]")[0])  # calc is gone
+        a.start()
+        a.send(c, "and now?")
+        wait_for(lambda: "still here" in texts(a, c), 30, "the turn without the tool")
+        body = fake.requests[2].body
+        assert "tools" not in body, body
+        flat = json.dumps(body["messages"])
+        assert "tool_use" not in flat and "[called calc" in flat and "[result of calc" in flat, flat
+
+
 harness.main(globals())

@@ -284,7 +284,7 @@ def test_summary_of_tool_calls_and_the_turn_after_it():
         assert summ and summ["content"]["text"] == "SUMMARY: 5+5 is ten", summ
         body = fake.requests[3].body
         assert "tools" not in body and [m["role"] for m in body["messages"]] == ["user"], body
-        assert "[call calc" in body["messages"][0]["content"] and "Summarize" in body["messages"][0]["content"]
+        assert "[called calc" in body["messages"][0]["content"] and "Summarize" in body["messages"][0]["content"]
         a.send(c, "and now?")
         wait_for(lambda: "after the summary" in assistant_texts(a, c), 30, "the turn after the summary")
         msgs = fake.requests[4].body["messages"]

@@ -112,7 +112,7 @@ static json_t *req_of(const char *events)
 	json_error_t je;
 	json_t *e = json_loads(events, 0, &je);
 	ck_assert_msg(e != NULL, "%s", je.text);
-	return json_pack("{ssso}", "task", "turn", "messages", e);
+	return json_pack("{sssos[{ss}]}", "task", "turn", "messages", e, "tools", "name", "x");
 }
 
 static void ck_roles(const json_t *tr, const char *want)
@@ -169,6 +169,20 @@ START_TEST(test_transcript_order)
 	tr = model_transcript(rq);
 	ck_roles(tr, "user:[result of tool call old: r] user:u6 assistant: tool:t8");
 	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(tr, 3), "status")), "missing");
+	json_decref(tr);
+	json_decref(rq);
+
+	/* No tools offered: calls and results become text. */
+	rq = req_of("["
+		    "{\"seq\":1,\"type\":\"user_msg\",\"content\":{\"text\":\"u1\"}},"
+		    "{\"seq\":2,\"type\":\"assistant_msg\",\"content\":{\"text\":\"a2\",\"context_seq\":1}},"
+		    "{\"seq\":3,\"type\":\"tool_call\",\"content\":{\"tool_call_id\":\"t3\",\"name\":\"x\",\"args\":{\"k\":1}}},"
+		    "{\"seq\":4,\"type\":\"tool_result\",\"content\":{\"tool_call_id\":\"t3\",\"status\":\"resolved\",\"result\":\"ok\"}}"
+		    "]");
+	json_object_set_new(rq, "tools", json_array());
+	tr = model_transcript(rq);
+	ck_roles(tr, "user:u1 assistant:a2\n[called x (t3) with {\"k\":1}] user:[result of x (t3): ok]");
+	ck_assert_int_eq(json_array_size(json_object_get(json_array_get(tr, 1), "calls")), 0);
 	json_decref(tr);
 	json_decref(rq);
 }
