@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/text.h"
+
 #define TOOL_NAME_MAX 128 /* bytes of a tool call's name, as the store keeps them */
 
 struct model_call {
@@ -83,14 +85,6 @@ void model_reply_free(struct model_reply *r); /* frees everything, zeroes *r; NU
  * with len > 0); -ENOMEM.
  */
 int tool_output_parse(const char *out, size_t len, json_t **result);
-
-/*
- * Bytes as a JSON string (NUL bytes kept), each maximal ill-formed UTF-8
- * subsequence replaced by U+FFFD: for text from outside (a process's stderr,
- * a tail of it cut anywhere, a message quoting it) that must be stored. NULL:
- * out of memory.
- */
-json_t *json_text(const char *text, size_t len);
 
 /*
  * A server tool's stdin: {"tool_call_id", "name", "args", "conversation"} as

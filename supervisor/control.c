@@ -6,6 +6,7 @@
  * reads, never sends, or hangs up mid-line stalls nobody else.
  */
 #include "supervisor/sup.h"
+#include "conv/conv.h"
 #include "supervisor/metrics.h"
 #include "common/jsonmp.h"
 
@@ -534,17 +535,6 @@ void waiter_free(struct waiter *wt)
 	workers_changed(); /* its worker record, if now unused, goes in workers_gc() */
 }
 
-json_t *event_json(const struct store_event *ev)
-{
-	json_t *content = jsonmp_unpack(ev->content.ptr, ev->content.len);
-	json_t *o = json_pack("{sIss#sosI}", "seq", (json_int_t)ev->seq, "type", (const char *)ev->type.ptr,
-			      (int)ev->type.len, "content", content ? content : json_null(), "inserted_at",
-			      (json_int_t)ev->inserted_at);
-	if (o && ev->event_id.len)
-		json_object_set_new(o, "event_id", json_stringn(ev->event_id.ptr, ev->event_id.len));
-	return o;
-}
-
 static int poll_answer(struct waiter *wt)
 {
 	uint64_t last = 0, next;
@@ -571,7 +561,7 @@ struct pump_ctx {
 static int pump_one(void *arg, const struct store_event *ev)
 {
 	struct pump_ctx *p = arg;
-	json_t *o = json_pack("{so}", "event", event_json(ev));
+	json_t *o = json_pack("{so}", "event", conv_event_json(ev));
 	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	if (s) {

@@ -10,6 +10,7 @@
  * runs at once on the committed state.
  */
 #include "supervisor/sup.h"
+#include "conv/conv.h"
 #include "supervisor/metrics.h"
 #include "common/jsonmp.h"
 
@@ -135,7 +136,7 @@ static json_t *tool_call_json(const struct store_tool_call *tc)
 
 static int append_json(void *arg, const struct store_event *ev)
 {
-	json_t *e = event_json(ev);
+	json_t *e = conv_event_json(ev);
 	return e ? json_array_append_new(arg, e) : -ENOMEM;
 }
 
@@ -588,65 +589,12 @@ static int w_send(store_txn *t, struct job *j, struct wres *r)
 	return 0;
 }
 
-static int count_pending(void *arg, const struct store_tool_call *tc)
-{
-	/* Only people suspend a conversation. A mixed turn's server call still
-	 * pending is its worker's work: once the people answered, the
-	 * conversation must be active, or a worker that dies running that call
-	 * would never be restarted. */
-	if (tc->executor == STORE_EXEC_HUMAN)
-		(*(int *)arg)++;
-	return 0;
-}
-
-/* Settle a pending call and log it, in the caller's transaction: the
- * resolution event, the row, the expiry and the status change together.
- * Used by `resolve` and by fired expiries; *ended tells whether the call's
- * conversation is ended (it then gets no worker). Returns a store error. */
 int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,
 	       int *ended)
 {
-	struct jsonmp_buf rb;
-	json_t *res = result ? result : json_null();
-	/* Before anything is written: a failure past the first write would
-	 * leave it half done in a group commit that goes on. proto refuses a
-	 * resolve's too-deep result already. */
-	if (!jsonmp_fits(res, 1))
-		return STORE_E_INVAL;
-	if (pack_json(&rb, res))
-		return -ENOMEM;
-	int e = store_tool_call_resolve(t, tool_call_id, status, (store_bytes){ rb.sb.data, rb.sb.size }, conv);
-	jsonmp_buf_destroy(&rb);
-	if (e)
-		return e;
-	json_t *content = json_pack("{sssssO}", "tool_call_id", tool_call_id, "status", store_tc_status_name(status),
-				    "result", res);
-	struct jsonmp_buf cb;
-	if (!content)
-		return -ENOMEM;
-	if (pack_json(&cb, content)) {
-		json_decref(content);
-		return -ENOMEM;
-	}
-	json_decref(content);
-	struct store_event_in ev = { "resolution", { cb.sb.data, cb.sb.size }, NULL };
-	e = store_event_append(t, conv, &ev, seq, NULL);
-	jsonmp_buf_destroy(&cb);
-	if (e)
-		return e;
-	/* Every human call settled: the conversation owes work again (a turn,
-	 * or a mixed turn's server calls). */
-	int pending = 0;
-	if ((e = store_tool_calls_list(t, conv, 1u << STORE_TC_PENDING, count_pending, &pending)))
-		return e;
-	struct store_conv c;
-	if ((e = store_conv_get(t, conv, &c)))
-		return e;
-	*ended = c.status == STORE_ENDED;
-	if (pending == 0 && c.status != STORE_ENDED && c.status != STORE_ACTIVE) {
-		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
-		e = store_conv_put(t, conv, &p);
-	}
+	int e = conv_settle(t, tool_call_id, status, "resolution", result, conv, seq);
+	if (!e)
+		e = conv_after_resolution(t, conv, ended);
 	return e || *ended ? e : lease_ahead(t, conv);
 }
 

@@ -213,7 +213,6 @@ void waiter_free(struct waiter *wt);
 void polls_expire(int64_t now);
 int64_t polls_next_deadline(void);
 void watch_delta(struct worker *w, const char *text, size_t len);
-json_t *event_json(const struct store_event *ev);
 
 /* ops.c */
 void ops_execute(void);

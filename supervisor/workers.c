@@ -9,6 +9,7 @@
  * to stop after idle_timeout, so a conversation that owes nothing has no process.
  */
 #include "supervisor/sup.h"
+#include "conv/conv.h"
 #include "supervisor/metrics.h"
 #include "ipc/ipc.h"
 #include "common/jsonmp.h"
@@ -563,23 +564,9 @@ static int pend_server(void *arg, const struct store_tool_call *tc)
 /* Settle a server call the crash loop interrupted: errored, with its tool_result. */
 static int settle_interrupted(store_txn *t, const char *id, int crashes)
 {
-	char conv[STORE_ID_MAX + 1];
-	struct jsonmp_buf rb, cb;
 	json_t *res = json_pack("{sssi}", "error", "interrupted", "crashes", crashes);
-	json_t *content = json_pack("{sssssO}", "tool_call_id", id, "status", "errored", "result", res);
-	jsonmp_buf_init(&rb);
-	jsonmp_pack(&rb.pk, res);
-	jsonmp_buf_init(&cb);
-	jsonmp_pack(&cb.pk, content);
+	int e = res ? conv_settle(t, id, STORE_TC_ERRORED, "tool_result", res, NULL, NULL) : -ENOMEM;
 	json_decref(res);
-	json_decref(content);
-	int e = store_tool_call_resolve(t, id, STORE_TC_ERRORED, (store_bytes){ rb.sb.data, rb.sb.size }, conv);
-	struct store_event_in ev = { "tool_result", { cb.sb.data, cb.sb.size }, NULL };
-	uint64_t seq;
-	if (!e)
-		e = store_event_append(t, conv, &ev, &seq, NULL);
-	jsonmp_buf_destroy(&rb);
-	jsonmp_buf_destroy(&cb);
 	return e == STORE_E_STALE ? 0 : e;
 }
 
@@ -603,18 +590,11 @@ static void give_up(struct worker *w, int crashes, const char *msg)
 	free(pc.ids);
 	if (!e)
 		e = store_event_latest_seq(t, w->conv, &last);
-	json_t *content = json_pack("{sssisI}", "message", msg, "attempts", crashes, "context_seq", (json_int_t)last);
-	struct jsonmp_buf b;
-	jsonmp_buf_init(&b);
-	jsonmp_pack(&b.pk, content);
-	json_decref(content);
-	struct store_event_in ev = { "error", { b.sb.data, b.sb.size }, NULL };
 	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_IDLE };
 	if (!e)
-		e = store_event_append(t, w->conv, &ev, &seq, NULL);
+		e = conv_error_append(t, w->conv, msg, strlen(msg), crashes, last, &seq);
 	if (!e)
 		e = store_conv_put(t, w->conv, &p);
-	jsonmp_buf_destroy(&b);
 	if (!e)
 		e = store_txn_commit(t);
 	else
