@@ -1,5 +1,5 @@
 /*
- * The store's multi-process rules (design.md section 2), with real processes.
+ * The store's multi-process rules (docs/architecture.md, "The store"), with real processes.
  *
  * Every other process is tests/store_child (STORE_CHILD), fork+exec'd so that
  * it opens its own environment: a forked copy of the test never touches the
@@ -857,7 +857,7 @@ START_TEST(map_resized_while_txn_open)
 	 * be moved under it), but the code then falls through map_err, which has
 	 * no case for MDB_MAP_RESIZED and turns it into -EIO: a caller sees a
 	 * disk failure where it should see a retryable "end your open transaction
-	 * first" (the design says MDB_MAP_RESIZED is handled). */
+	 * first" (docs/architecture.md: MDB_MAP_RESIZED is handled). */
 	ck_assert_msg(werr != -EIO && werr != 0,
 		      "begin beside a pre-growth read txn returned %d (%s): MDB_MAP_RESIZED leaks out as an "
 		      "I/O error",
