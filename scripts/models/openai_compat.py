@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A model adapter for OpenAI-compatible chat-completions APIs (agentd model protocol, design.md section 8).
+"""A model adapter for OpenAI-compatible chat-completions APIs (agentd's model protocol, docs/configuration.md).
 
 Configure it as a model:
 

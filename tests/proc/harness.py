@@ -2,7 +2,7 @@
 
 Process tests are plain Python 3 scripts (standard library only) run by ctest; each exits non-zero on
 failure. They import this module, start agentd in a fresh temporary directory, drive it through the real
-control socket (design.md sections 5 and 6), kill real processes and assert the invariants afterwards.
+control socket (docs/protocol.md), kill real processes and assert the invariants afterwards.
 
     import harness
     from harness import Agentd, wait_for
