@@ -1,5 +1,5 @@
 /*
- * main.c: agentd-worker, one conversation's runtime (design.md sections 3, 7, 8).
+ * main.c: agentd-worker, one conversation's runtime (docs/protocol.md "Semantics", docs/configuration.md).
  *
  * Started by agentd with the store path, the conversation, its writer lease and
  * the IPC socket. It opens its own store handle, reads "latest summary + events
@@ -68,7 +68,7 @@ static struct {
 /* Let go of the store while we wait (for a model, a tool, the supervisor):
  * the flush of every commit, anyone's, visits each process's mapping of each
  * page it cleans, so a thousand waiting workers' maps made the supervisor's
- * commits several times slower (docs/benchmarks.md). Opening it again costs
+ * commits several times slower (docs/architecture.md, "A waiting worker lets go of the store"). Opening it again costs
  * about 0.1 ms. */
 static void store_let_go(void)
 {
@@ -692,7 +692,7 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 	must(t, store_event_latest_seq(t, W.conv, &last), "latest seq");
 	if (humans) {
 		/* Suspended in the transaction that makes the suspension visible
-		 * (design.md section 3), even while this turn's server calls still
+		 * (docs/protocol.md, "Semantics"), even while this turn's server calls still
 		 * run (resolve and expiry make it active once no person is
 		 * awaited, so a worker that dies running them is restarted). */
 		put_state(t, STORE_SUSPENDED, conv_fsm_state("awaiting_input", pending, last));

@@ -54,7 +54,7 @@ static int is_blank(const char *p, size_t len)
 	return 1;
 }
 
-/* design.md section 6: 1-128 chars of [A-Za-z0-9._:-]. */
+/* docs/protocol.md: 1-128 chars of [A-Za-z0-9._:-]. */
 static int tool_call_id_valid(const char *s, size_t len)
 {
 	if (len == 0 || len > TOOL_CALL_ID_MAX)

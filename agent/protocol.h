@@ -1,6 +1,6 @@
 /*
  * protocol.h: what model and server-tool processes print, and what a tool reads
- * (design.md section 8). Pure functions over bytes and jansson values: no I/O.
+ * (docs/configuration.md). Pure functions over bytes and jansson values: no I/O.
  *
  * A model prints JSON lines on stdout: any number of {"delta":"text"}, then one
  * final {"text", "tool_calls":[{"id"?, "name", "args"}], "usage":{"input_tokens",
@@ -34,7 +34,7 @@ struct model_call {
 	/* The model's id, or NULL: absent, null, not a valid tool call id
 	 * (1-128 chars of [A-Za-z0-9._:-]) or repeating an earlier call's id in
 	 * the same reply. The caller keeps it if the store has not seen it, and
-	 * otherwise mints one (design.md section 3). */
+	 * otherwise mints one (docs/protocol.md, "Semantics"). */
 	char *id;
 	char *name;   /* non-empty */
 	json_t *args; /* an object, owned (absent or null: {}) */

@@ -1,5 +1,5 @@
 /*
- * control.c: the control socket (design.md section 6). Non-blocking clients
+ * control.c: the control socket (docs/protocol.md, "Framing"). Non-blocking clients
  * with their own input and output buffers; only complete lines are parsed, at
  * most REQS_PER_WAKEUP per client per iteration, and a client whose output
  * queue is over OUT_CAP is not read until it drains, so a client that never
@@ -86,7 +86,7 @@ int control_listen(void)
 		close(fd);
 		return -1;
 	}
-	/* The socket is created 0600 (design.md section 6): bind applies the
+	/* The socket is created 0600 (docs/protocol.md, "Framing"): bind applies the
 	 * umask to 0777, so 0177, not 077, which would leave it 0700. With
 	 * allow_any_uid it is 0666: the peer check would let others in, the
 	 * mode would not. */

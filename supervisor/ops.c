@@ -1,5 +1,5 @@
 /*
- * ops.c: the control protocol's ops (design.md section 6), executed at the end
+ * ops.c: the control protocol's ops (docs/protocol.md), executed at the end
  * of each loop iteration.
  *
  * Group commit: every write request read in one iteration, from all clients,
@@ -56,7 +56,7 @@ static void job_error(struct job *j, int err, const char *fmt, ...)
 static int job_store_error(struct job *j, int e, const char *what)
 {
 	int err = perr_from_store(e);
-	/* Name what was not found (issue 4: messages name what was wrong):
+	/* Name what was not found (messages name what was wrong):
 	 * "conversation 'demo' not found", not just "conversation not found". */
 	const char *id = j->rq.tool_call_id ? j->rq.tool_call_id : j->rq.conv;
 	if (e == STORE_E_NOTFOUND && id)
@@ -364,7 +364,7 @@ static int mc_one(void *arg, const struct store_model_call *mc)
 static void op_audit(store_txn *t, struct job *j)
 {
 	json_t *a = json_array();
-	/* design.md: empty unless audit is on (rows kept from when it was
+	/* docs/protocol.md (audit): empty unless audit is on (rows kept from when it was
 	 * on are removed by their TTL). */
 	int e = S.cfg->audit ? store_model_calls_list(t, j->rq.conv, mc_one, a) : store_conv_get(t, j->rq.conv, &(struct store_conv){ 0 });
 	if (e) {

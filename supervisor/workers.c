@@ -137,7 +137,7 @@ static int take_lease(const char *conv, uint64_t *gen)
 	/* Half flushed (the meta page is not): a lease only has to outlive the
 	 * processes, and after an OS crash every worker is gone anyway. A full
 	 * flush pair here cost each revival a second pair after the send's own
-	 * (docs/benchmarks.md); no flush at all (MDB_NOSYNC) could let an OS
+	 * (docs/architecture.md, "Lease ahead"); no flush at all (MDB_NOSYNC) could let an OS
 	 * crash leave the store damaged. */
 	int e = sup_write_begin(STORE_WRITE_LAZY, &t);
 	if (e)

@@ -501,7 +501,7 @@ class Agentd:
     def command(self):
         args = [AGENTD_BIN, "--data", self.data_dir, "--socket", self.socket]
         if VALGRIND:
-            # agentd under memcheck (issue 6); any error or definite leak makes it exit 99, which stop()
+            # agentd under memcheck; any error or definite leak makes it exit 99, which stop()
             # reports. /proc/self/exe is valgrind's then, so name the worker explicitly.
             args = valgrind_prefix(f"{self.dir}/valgrind.%p.log") + args + ["--worker", self.worker_program()]
         if self.config_path:
