@@ -1,5 +1,5 @@
 /*
- * main.c: agentd-worker, one conversation's runtime (design.md sections 3, 7, 8).
+ * main.c: agentd-worker, one conversation's runtime (docs/protocol.md "Semantics", docs/configuration.md).
  *
  * Started by agentd with the store path, the conversation, its writer lease and
  * the IPC socket. It opens its own store handle, reads "latest summary + events
@@ -69,7 +69,7 @@ static struct {
 /* Let go of the store while we wait (for a model, a tool, the supervisor):
  * the flush of every commit, anyone's, visits each process's mapping of each
  * page it cleans, so a thousand waiting workers' maps made the supervisor's
- * commits several times slower (docs/benchmarks.md). Opening it again costs
+ * commits several times slower (docs/architecture.md, "A waiting worker lets go of the store"). Opening it again costs
  * about 0.1 ms. */
 static void store_let_go(void)
 {
@@ -737,12 +737,6 @@ static const struct tool_cfg *conv_tool(const char *name)
 	return NULL;
 }
 
-static json_t *fsm_state(const char *state, json_t *pending, uint64_t last_seq)
-{
-	return json_pack("{sssosI}", "state", state, "pending", pending ? pending : json_object(), "last_seq",
-			 (json_int_t)last_seq);
-}
-
 /* Status and fsm_state together; an ended conversation stays ended. */
 static void put_state(store_txn *t, int status, json_t *fsm)
 {
@@ -827,14 +821,14 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 	must(t, store_event_latest_seq(t, W.conv, &last), "latest seq");
 	if (humans) {
 		/* Suspended in the transaction that makes the suspension visible
-		 * (design.md section 3), even while this turn's server calls still
+		 * (docs/protocol.md, "Semantics"), even while this turn's server calls still
 		 * run (resolve and expiry make it active once no person is
 		 * awaited, so a worker that dies running them is restarted). */
-		put_state(t, STORE_SUSPENDED, fsm_state("awaiting_input", pending, last));
+		put_state(t, STORE_SUSPENDED, conv_fsm_state("awaiting_input", pending, last));
 	} else {
 		json_decref(pending);
 		if (!servers && before == ctx_seq)
-			put_state(t, STORE_IDLE, fsm_state("idle", NULL, last)); /* nothing arrived meanwhile */
+			put_state(t, STORE_IDLE, conv_fsm_state("idle", NULL, last)); /* nothing arrived meanwhile */
 	}
 	commit(t, "commit turn", last);
 }
@@ -858,10 +852,10 @@ static void commit_error_audit(const char *msg, int attempts, uint64_t ctx_seq, 
 	store_txn *t = wbegin();
 	int moved = log_moved(t, ctx_seq); /* a message queued during the failed turn is still owed */
 	/* msg may quote a model's stderr, cut anywhere: not always UTF-8. */
-	uint64_t seq = append(t, "error", json_pack("{sosisI}", "message", json_text(msg, strlen(msg)), "attempts",
-						    attempts, "context_seq", (json_int_t)ctx_seq));
+	uint64_t seq = 0;
+	must(t, conv_error_append(t, W.conv, msg, strlen(msg), attempts, ctx_seq, &seq), "append");
 	if (!moved)
-		put_state(t, STORE_IDLE, fsm_state("idle", NULL, seq));
+		put_state(t, STORE_IDLE, conv_fsm_state("idle", NULL, seq));
 	if (rendered) /* the failed attempts, keyed by the error event */
 		audit(t, seq, rendered, model, &(struct store_usage){ 0 }, 0);
 	commit(t, "commit error", seq);
@@ -904,20 +898,15 @@ static void settle(const char *id, int status, json_t *result)
 {
 	reserve(2 * json_size(result)); /* in the tool_result event and the call's row */
 	store_txn *t = wbegin();
-	struct jsonmp_buf b;
-	char conv[STORE_ID_MAX + 1];
-	int e = store_tool_call_resolve(t, id, status, packed(&b, result), conv);
-	jsonmp_buf_destroy(&b);
+	uint64_t seq = 0;
+	int e = result ? conv_settle(t, id, status, "tool_result", result, NULL, &seq) : -ENOMEM;
+	json_decref(result);
 	if (e == STORE_E_STALE) {
 		/* Someone settled it first (an operator's resolve): theirs stands. */
 		wabort(t);
-		json_decref(result);
 		return;
 	}
-	must(t, e, "resolve");
-	uint64_t seq = append(t, "tool_result", json_pack("{sssssO}", "tool_call_id", id, "status",
-							  store_tc_status_name(status), "result", result));
-	json_decref(result);
+	must(t, e, "settle");
 	commit(t, "commit tool result", seq);
 }
 
@@ -1049,7 +1038,7 @@ static int await_people(const json_t *unsettled)
 		must(t, e, "pending row");
 		json_object_set_new(pending, id, json_pack("{s:s, s:s, s:s}", "executor", "human", "name", name, "prompt", prompt));
 	}
-	put_state(t, STORE_SUSPENDED, fsm_state("awaiting_input", pending, W.last_seq));
+	put_state(t, STORE_SUSPENDED, conv_fsm_state("awaiting_input", pending, W.last_seq));
 	commit(t, "await", 0);
 	report_state("awaiting_input");
 	return 0;
@@ -1175,7 +1164,7 @@ static int settle_idle(void)
 			wabort(t);
 			return 1;
 		}
-		put_state(t, STORE_IDLE, fsm_state("idle", NULL, W.last_seq));
+		put_state(t, STORE_IDLE, conv_fsm_state("idle", NULL, W.last_seq));
 		commit(t, "idle", 0);
 	}
 	if (W.cfg.compact_events > 0 && json_array_size(W.events) > (size_t)W.cfg.compact_events) {

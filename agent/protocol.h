@@ -1,6 +1,6 @@
 /*
  * protocol.h: what model and server-tool processes print, and what a tool reads
- * (design.md section 8). Pure functions over bytes and jansson values: no I/O.
+ * (docs/configuration.md). Pure functions over bytes and jansson values: no I/O.
  *
  * A model prints JSON lines on stdout: any number of {"delta":"text"}, then one
  * final {"text", "tool_calls":[{"id"?, "name", "args"}], "usage":{"input_tokens",
@@ -26,13 +26,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/text.h"
+
 #define TOOL_NAME_MAX 128 /* bytes of a tool call's name, as the store keeps them */
 
 struct model_call {
 	/* The model's id, or NULL: absent, null, not a valid tool call id
 	 * (1-128 chars of [A-Za-z0-9._:-]) or repeating an earlier call's id in
 	 * the same reply. The caller keeps it if the store has not seen it, and
-	 * otherwise mints one (design.md section 3). */
+	 * otherwise mints one (docs/protocol.md, "Semantics"). */
 	char *id;
 	char *name;   /* non-empty */
 	json_t *args; /* an object, owned (absent or null: {}) */
@@ -83,14 +85,6 @@ void model_reply_free(struct model_reply *r); /* frees everything, zeroes *r; NU
  * with len > 0); -ENOMEM.
  */
 int tool_output_parse(const char *out, size_t len, json_t **result);
-
-/*
- * Bytes as a JSON string (NUL bytes kept), each maximal ill-formed UTF-8
- * subsequence replaced by U+FFFD: for text from outside (a process's stderr,
- * a tail of it cut anywhere, a message quoting it) that must be stored. NULL:
- * out of memory.
- */
-json_t *json_text(const char *text, size_t len);
 
 /*
  * A server tool's stdin: {"tool_call_id", "name", "args", "conversation"} as

@@ -14,7 +14,7 @@
 #include "common/config.h"
 #include "conv/conv.h"
 
-/* The model's stdin for a turn (design.md section 8). summary: the summary
+/* The model's stdin for a turn (docs/configuration.md, "The model process protocol"). summary: the summary
  * object or NULL. Returns a new reference. */
 json_t *render_turn(const char *conv, uint64_t ctx_seq, const json_t *settings, const struct config *cfg,
 		    const json_t *summary, const json_t *events);

@@ -1,7 +1,7 @@
 /*
  * agentctl: the command-line client of agentd's control protocol.
  *
- * The contract is design.md sections 5 (command line) and 6 (protocol): one
+ * The contract is docs/agentctl.md (command line) and docs/protocol.md (protocol): one
  * command per op, readable output by default, the raw reply line with --json,
  * `raw` to send any request. agentctl owns nothing and never touches the store:
  * it connects, writes one request line carrying an "id", reads lines until the
@@ -789,7 +789,7 @@ static void print_command_help(const struct command *cmd, FILE *f)
 	print_params(f, "Arguments", cmd->pos);
 	print_params(f, "Options", cmd->opt);
 	if (cmd->op)
-		fprintf(f, "\nSends {\"op\":\"%s\", ...}: see design.md section 6.\n", cmd->op);
+		fprintf(f, "\nSends {\"op\":\"%s\", ...}: see docs/protocol.md.\n", cmd->op);
 	fprintf(f, "\nExample:\n  %s\n", cmd->example);
 }
 

@@ -1,7 +1,7 @@
 /*
  * ctl.h: what the process-level benchmarks (bench_control, bench_supervisor)
  * share: running agentd and helper programs in a scratch directory, speaking
- * the control protocol (JSON lines over a Unix socket, design.md section 6)
+ * the control protocol (JSON lines over a Unix socket, docs/protocol.md)
  * one request at a time, latency percentiles, and a process's private memory.
  *
  * Every failure here ends the benchmark (bench_fail): a figure measured over

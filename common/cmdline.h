@@ -1,6 +1,6 @@
 /*
  * cmdline.h: a command line from the configuration, split into words. Only
- * the configuration names commands (design.md section 7); agentd checks at
+ * the configuration names commands (docs/configuration.md); agentd checks at
  * start that each one splits, and agentd-worker splits it again to run it.
  */
 #ifndef AGENTD_CMDLINE_H

@@ -1,5 +1,5 @@
 /*
- * config.h: the INI configuration (design.md section 7), shared by agentd
+ * config.h: the INI configuration (docs/configuration.md), shared by agentd
  * and agentd-worker. Every key has a default; no file is needed to run with
  * the built-in `echo` model. Only the configuration names commands: control
  * clients pick models and tools by name.

@@ -12,6 +12,8 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "store/store.h"
+
 enum tail_action {
 	TAIL_IDLE = 0,  /* nothing owed */
 	TAIL_TURN,      /* run a model turn */
@@ -32,5 +34,51 @@ struct tail {
  * when an event is malformed (a record we cannot trust: the caller stops). */
 int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t);
 void tail_free(struct tail *t);
+
+/* ---- records ---------------------------------------------------------- */
+
+/* An event as the protocol shows it: {seq, type, content, inserted_at,
+ * event_id?}. NULL when out of memory (content that cannot be decoded is
+ * shown as null: `agentd check` names it). */
+json_t *conv_event_json(const struct store_event *ev);
+
+/* The fsm_state a conversation records: {state, pending, last_seq}; pending
+ * (stolen; NULL: {}) maps each awaited tool_call_id to its call. */
+json_t *conv_fsm_state(const char *state, json_t *pending, uint64_t last_seq);
+
+/* v as one msgpack object in b (jsonmp_buf_init'ed here; destroy it after,
+ * also on error). 0, or -ENOMEM. */
+struct jsonmp_buf;
+int conv_pack(struct jsonmp_buf *b, const json_t *v);
+
+/* ---- rules that write ------------------------------------------------- *
+ * Each runs inside the caller's write transaction t and composes with the
+ * rest of it. Errors: STORE_E_STALE and STORE_E_INVAL leave t usable (nothing
+ * written); -ENOMEM and any other store error poison it (abort).            */
+
+/* Settle the pending tool call id: its row gets status (enum
+ * store_tc_status) and result (NULL: null), and the log the event that
+ * records it, of type event_type: "tool_result" for a server call's own
+ * outcome (ran, failed, interrupted), "resolution" for an answer from
+ * outside (a person, an operator, an expiry). Its content is {tool_call_id,
+ * status, result}. conv (STORE_ID_MAX + 1 bytes) gets the call's
+ * conversation, *seq the event's seq (either may be NULL).
+ * Errors: STORE_E_STALE (unknown or not pending: nothing written),
+ * STORE_E_INVAL (result nests deeper than an event can hold). */
+int conv_settle(store_txn *t, const char *id, int status, const char *event_type, const json_t *result,
+		char *conv, uint64_t *seq);
+
+/* After a resolution of one of conv's calls: once no person is awaited any
+ * more (no human call pending), the conversation owes work (a turn, or a
+ * mixed turn's server calls) and becomes active, unless it is ended or
+ * already active. *ended says whether it is ended (it then gets no worker). */
+int conv_after_resolution(store_txn *t, const char *conv, int *ended);
+
+/* Record an error that ends a turn: an `error` event {message, attempts,
+ * context_seq} (message: bytes from anywhere, kept readable by json_text's
+ * rules), its seq in *seq. The tail treats it as the turn's end: nothing is
+ * owed until the next event after context_seq. */
+int conv_error_append(store_txn *t, const char *conv, const char *msg, size_t len, int attempts,
+		      uint64_t ctx_seq, uint64_t *seq);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * proto.h: the control protocol's request codec (design.md section 6).
+ * proto.h: the control protocol's request codec (docs/protocol.md).
  *
  * One line in, one validated request out. Everything a request carries is
  * checked here (JSON object, op, field types and ranges, id alphabet and

@@ -12,8 +12,8 @@ cmake --build build-bench -j "$jobs" --target benchmarks
 # so the durable figures pay for real flushes.
 build-bench/bench/bench_store -d build-bench "$@"
 
-# The supervisor and the control protocol (docs/benchmarks.md, "## Supervisor"
-# and "## Control protocol"): agentd's own processes beside Redis and the raw
+# The supervisor and the control protocol (docs/benchmarks.md, "bench_control"
+# and "bench_supervisor"): agentd's own processes beside Redis and the raw
 # limits. Each program is run on its own, every one under about three minutes;
 # -q (anywhere in the arguments) makes them quick smoke runs too.
 quick=()

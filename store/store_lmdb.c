@@ -1,7 +1,7 @@
 /*
  * store_lmdb.c: the store (store.h) over LMDB.
  *
- * Layout (design.md section 2): named sub-databases, fixed-width big-endian
+ * Layout (docs/architecture.md, "The store"): named sub-databases, fixed-width big-endian
  * integer keys where order matters, msgpack values. Records are msgpack arrays
  * whose variable-size objects (content, args, results) come last, so a reader
  * hands out pointers into the map without decoding them.
@@ -718,7 +718,7 @@ int store_reserve(store *s, size_t bytes)
 /* Keep the data file written ahead of LMDB's last page. On ext4 (and most
  * journalled filesystems) the fdatasync of a commit that lengthens the file
  * must also commit the new size to the journal, which doubled its cost here
- * (docs/design-notes.md, "The data file is written ahead"); a commit whose
+ * (docs/architecture.md, "The data file written ahead"); a commit whose
  * pages land on blocks already written flushes only them. LMDB appends pages
  * at the end, so without this most commits lengthen the file. Called in a
  * write txn, under LMDB's writer lock: no other process writes pages now,

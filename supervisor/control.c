@@ -1,11 +1,13 @@
 /*
- * control.c: the control socket (design.md section 6). Non-blocking clients
+ * control.c: the control socket (docs/protocol.md, "Framing"). Non-blocking clients
  * with their own input and output buffers; only complete lines are parsed, at
  * most REQS_PER_WAKEUP per client per iteration, and a client whose output
  * queue is over OUT_CAP is not read until it drains, so a client that never
  * reads, never sends, or hangs up mid-line stalls nobody else.
  */
 #include "supervisor/sup.h"
+#include "conv/conv.h"
+#include "supervisor/metrics.h"
 #include "common/jsonmp.h"
 
 #include <errno.h>
@@ -84,7 +86,7 @@ int control_listen(void)
 		close(fd);
 		return -1;
 	}
-	/* The socket is created 0600 (design.md section 6): bind applies the
+	/* The socket is created 0600 (docs/protocol.md, "Framing"): bind applies the
 	 * umask to 0777, so 0177, not 077, which would leave it 0700. With
 	 * allow_any_uid it is 0666: the peer check would let others in, the
 	 * mode would not. */
@@ -128,7 +130,7 @@ static void client_new(int fd)
 		static const char msg[] = "{\"ok\":false,\"error\":\"unavailable\",\"message\":\"permission denied: "
 					  "only the same user or root may connect\"}\n";
 		log_warn("refused a client of uid %u (pid %d)", (unsigned)cred.uid, (int)cred.pid);
-		S.m.errors[PERR_UNAVAILABLE]++;
+		metrics_error(PERR_UNAVAILABLE);
 		ssize_t w = write(fd, msg, sizeof msg - 1);
 		(void)w;
 		close(fd);
@@ -139,13 +141,13 @@ static void client_new(int fd)
 		close(fd);
 		return;
 	}
-	c->kind = K_CLIENT;
+	c->lw.fn = control_on_io;
 	c->fd = fd;
 	c->uid = cred.uid;
 	c->pid = cred.pid;
 	TAILQ_INIT(&c->slots);
 	c->events = EPOLLIN | EPOLLRDHUP;
-	if (loop_add(fd, c->events, c) < 0) {
+	if (loop_add(fd, c->events, &c->lw) < 0) {
 		close(fd);
 		free(c);
 		return;
@@ -169,9 +171,9 @@ void control_accept(void)
 			 * connection, so the listening socket does not stay readable
 			 * forever, then take the spare back. */
 			static int64_t last;
-			if (now_mono() - last > 1000) {
+			if (loop_now_ms() - last > 1000) {
 				log_warn("out of file descriptors: refusing connections");
-				last = now_mono();
+				last = loop_now_ms();
 			}
 			close(S.reserve_fd);
 			fd = accept4(S.listen_fd, NULL, NULL, SOCK_CLOEXEC);
@@ -235,7 +237,7 @@ static void client_events(struct client *c)
 	/* A system call per flush only when the mask changes: a ping
 	 * answered at once leaves it as it was. */
 	if (ev != c->events) {
-		loop_mod(c->fd, ev, c);
+		loop_mod(c->fd, ev, &c->lw);
 		c->events = ev;
 	}
 }
@@ -305,7 +307,7 @@ void slot_done(struct slot *s, char *line, size_t len)
 	/* The op's latency runs to its reply, also a reply made later (a
 	 * long-poll's, a compaction's). */
 	if (s->op >= 0) {
-		ops_observe(s->op, s->started_us);
+		metrics_op_latency(s->op, s->started_us);
 		s->op = -1;
 	}
 }
@@ -313,7 +315,7 @@ void slot_done(struct slot *s, char *line, size_t len)
 void slot_error(struct slot *s, json_t *id, int err, const char *msg)
 {
 	size_t len = 0;
-	S.m.errors[err < PERR_COUNT ? err : PERR_INTERNAL]++;
+	metrics_error(err);
 	char *line = proto_error_line(id, err, msg, &len); /* sets len: not in the same call */
 	slot_done(s, line, len);
 }
@@ -359,10 +361,10 @@ static int client_line(struct client *c, const char *line, size_t len)
 		return 0;
 	}
 	j->slot = s;
-	j->started_us = now_us();
+	j->started_us = loop_now_us();
 	char msg[256];
 	int err = proto_parse(line, len, &names, &j->rq, msg, sizeof msg);
-	ops_count(j->rq.op);
+	metrics_op(j->rq.op);
 	s->op = j->rq.op;
 	s->started_us = j->started_us;
 	if (err == PERR_OK && S.shutting_down && j->rq.op != OP_PING && j->rq.op != OP_STATUS) {
@@ -506,8 +508,9 @@ static void client_read(struct client *c)
 	client_parse(c);
 }
 
-void control_io(struct client *c, uint32_t events)
+void control_on_io(struct loop_watch *lw, uint32_t events)
 {
+	struct client *c = container_of(lw, struct client, lw);
 	if (c->dead)
 		return;
 	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
@@ -530,17 +533,6 @@ void waiter_free(struct waiter *wt)
 	proto_request_free(&wt->rq);
 	free(wt);
 	workers_changed(); /* its worker record, if now unused, goes in workers_gc() */
-}
-
-json_t *event_json(const struct store_event *ev)
-{
-	json_t *content = jsonmp_unpack(ev->content.ptr, ev->content.len);
-	json_t *o = json_pack("{sIss#sosI}", "seq", (json_int_t)ev->seq, "type", (const char *)ev->type.ptr,
-			      (int)ev->type.len, "content", content ? content : json_null(), "inserted_at",
-			      (json_int_t)ev->inserted_at);
-	if (o && ev->event_id.len)
-		json_object_set_new(o, "event_id", json_stringn(ev->event_id.ptr, ev->event_id.len));
-	return o;
 }
 
 static int poll_answer(struct waiter *wt)
@@ -569,7 +561,7 @@ struct pump_ctx {
 static int pump_one(void *arg, const struct store_event *ev)
 {
 	struct pump_ctx *p = arg;
-	json_t *o = json_pack("{so}", "event", event_json(ev));
+	json_t *o = json_pack("{so}", "event", conv_event_json(ev));
 	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	if (s) {

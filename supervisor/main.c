@@ -176,11 +176,10 @@ static int setup_fds(void)
 			sigaction(s, &dfl, NULL);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	S.ep = epoll_create1(EPOLL_CLOEXEC);
 	S.sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 	S.expiry_fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
 	S.tick_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (S.ep < 0 || S.sig_fd < 0 || S.expiry_fd < 0 || S.tick_fd < 0) {
+	if (loop_open() < 0 || S.sig_fd < 0 || S.expiry_fd < 0 || S.tick_fd < 0) {
 		log_error("cannot create the loop's descriptors: %s", strerror(errno));
 		return -1;
 	}
@@ -413,7 +412,7 @@ int main(int argc, char **argv)
 			 "filesystems that reorder writes, damage the store");
 	if (setup_fds() || control_listen())
 		goto close;
-	S.started_ms = now_mono();
+	S.started_ms = loop_now_ms();
 	S.next_sync = cfg.sync == STORE_SYNC_NONE ? S.started_ms + 1000 : 0;
 	S.next_gc = S.started_ms + 1000;
 
@@ -422,14 +421,14 @@ int main(int argc, char **argv)
 	int fired = expiries_fire();
 	if (fired)
 		log_info("fired %d expiry deadline(s) that passed while agentd was down", fired);
-	loop_rearm_expiry();
+	server_rearm_expiry();
 	workers_start_active();
 
 	log_info("agentd %s: data %s, worker %s", AGENTD_VERSION, S.data_dir, S.worker_path);
 	printf("agentd: listening on %s\n", S.sock_path);
 	fflush(stdout);
 
-	rc = loop_run() ? 1 : 0;
+	rc = server_run() ? 1 : 0;
 	log_info("stopped");
 close:
 	store_close(S.st);

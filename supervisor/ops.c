@@ -1,5 +1,5 @@
 /*
- * ops.c: the control protocol's ops (design.md section 6), executed at the end
+ * ops.c: the control protocol's ops (docs/protocol.md), executed at the end
  * of each loop iteration.
  *
  * Group commit: every write request read in one iteration, from all clients,
@@ -10,6 +10,8 @@
  * runs at once on the committed state.
  */
 #include "supervisor/sup.h"
+#include "conv/conv.h"
+#include "supervisor/metrics.h"
 #include "common/jsonmp.h"
 
 #include <errno.h>
@@ -18,47 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static const double lat_bounds[11] = { 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10 };
-
-int ops_is_write(int op)
-{
-	return op == OP_CREATE || op == OP_UPDATE || op == OP_DELETE || op == OP_SEND || op == OP_RESOLVE;
-}
-
-void ops_count(int op)
-{
-	if (op >= 0 && op < OP_COUNT)
-		S.m.ops[op]++; /* errors are counted by code where the reply is made */
-}
-
-void ops_observe(int op, int64_t started_us)
-{
-	if (op < 0 || op >= OP_COUNT)
-		return;
-	double secs = (double)(now_us() - started_us) / 1e6;
-	int b = 0;
-	while (b < 11 && secs > lat_bounds[b])
-		b++;
-	S.m.lat_buckets[op][b]++;
-	S.m.lat_sum[op] += secs;
-}
-
-/* Deadlines fire late by a disk flush when all is well, by the downtime after
- * a restart: the buckets reach from one to the other. */
-static const double late_bounds[11] = { 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 10, 60, 3600 };
-
-void ops_expiry_late(int64_t at_us, int64_t deadline_ms)
-{
-	double secs = (double)(at_us - deadline_ms * 1000) / 1e6;
-	if (secs < 0)
-		secs = 0;
-	int b = 0;
-	while (b < 11 && secs > late_bounds[b])
-		b++;
-	S.m.late_buckets[b]++;
-	S.m.late_sum += secs;
-}
 
 /* A store error as the protocol's code. */
 static int perr_from_store(int e)
@@ -95,7 +56,7 @@ static void job_error(struct job *j, int err, const char *fmt, ...)
 static int job_store_error(struct job *j, int e, const char *what)
 {
 	int err = perr_from_store(e);
-	/* Name what was not found (issue 4: messages name what was wrong):
+	/* Name what was not found (messages name what was wrong):
 	 * "conversation 'demo' not found", not just "conversation not found". */
 	const char *id = j->rq.tool_call_id ? j->rq.tool_call_id : j->rq.conv;
 	if (e == STORE_E_NOTFOUND && id)
@@ -175,7 +136,7 @@ static json_t *tool_call_json(const struct store_tool_call *tc)
 
 static int append_json(void *arg, const struct store_event *ev)
 {
-	json_t *e = event_json(ev);
+	json_t *e = conv_event_json(ev);
 	return e ? json_array_append_new(arg, e) : -ENOMEM;
 }
 
@@ -269,7 +230,7 @@ json_t *ops_events_reply(json_t *evs, uint64_t last, uint64_t next)
 	return o;
 }
 
-static void op_events(struct job *j)
+static void op_events(store_txn *t, struct job *j)
 {
 	uint64_t last = 0, next;
 	int err;
@@ -294,7 +255,7 @@ static void op_events(struct job *j)
 		wt->rq = j->rq;
 		memset(&j->rq, 0, sizeof j->rq); /* the waiter owns the request now */
 		j->rq.op = OP_EVENTS; /* still counted as an `events` in the metrics, not as op 0 (ping) */
-		wt->deadline = now_mono() + wt->rq.wait_ms;
+		wt->deadline = loop_now_ms() + wt->rq.wait_ms;
 		snprintf(wt->conv, sizeof wt->conv, "%s", wt->rq.conv);
 		LIST_INSERT_HEAD(&w->waiters, wt, link);
 		TAILQ_INSERT_TAIL(&S.polls, wt, tq);
@@ -305,14 +266,10 @@ static void op_events(struct job *j)
 	j->reply = ops_events_reply(evs, last, next);
 }
 
-static void op_watch(struct job *j)
+static void op_watch(store_txn *t, struct job *j)
 {
 	uint64_t last = 0;
-	store_txn *t;
-	int e = store_txn_begin(S.st, STORE_READ, &t);
-	if (!e)
-		e = store_event_latest_seq(t, j->rq.conv, &last);
-	store_txn_abort(t);
+	int e = store_event_latest_seq(t, j->rq.conv, &last);
 	if (e) {
 		job_store_error(j, e, "conversation");
 		return;
@@ -407,7 +364,7 @@ static int mc_one(void *arg, const struct store_model_call *mc)
 static void op_audit(store_txn *t, struct job *j)
 {
 	json_t *a = json_array();
-	/* design.md: empty unless audit is on (rows kept from when it was
+	/* docs/protocol.md (audit): empty unless audit is on (rows kept from when it was
 	 * on are removed by their TTL). */
 	int e = S.cfg->audit ? store_model_calls_list(t, j->rq.conv, mc_one, a) : store_conv_get(t, j->rq.conv, &(struct store_conv){ 0 });
 	if (e) {
@@ -431,7 +388,7 @@ static int conv_exists(struct job *j)
 	return e == 0;
 }
 
-static void op_kill(struct job *j)
+static void op_kill(store_txn *t, struct job *j)
 {
 	if (!conv_exists(j))
 		return;
@@ -442,7 +399,7 @@ static void op_kill(struct job *j)
 	j->reply = json_pack("{so}", "pid", pid ? json_integer(pid) : json_null());
 }
 
-static void op_stop(struct job *j)
+static void op_stop(store_txn *t, struct job *j)
 {
 	if (!conv_exists(j))
 		return;
@@ -450,7 +407,7 @@ static void op_stop(struct job *j)
 	j->reply = json_pack("{sb}", "stopping", w && w->pid && worker_stop(w) == 0);
 }
 
-static void op_compact(struct job *j)
+static void op_compact(store_txn *t, struct job *j)
 {
 	if (!conv_exists(j))
 		return;
@@ -471,7 +428,7 @@ static json_t *workers_json(void)
 {
 	json_t *a = json_array();
 	struct worker *w;
-	int64_t now = now_mono();
+	int64_t now = loop_now_ms();
 	RB_FOREACH(w, worker_tree, &S.workers) {
 		if (!w->pid && w->state != W_QUEUED && w->state != W_BACKOFF)
 			continue;
@@ -482,108 +439,38 @@ static json_t *workers_json(void)
 	return a;
 }
 
-static void op_status(struct job *j)
+static void op_status(store_txn *t, struct job *j)
 {
 	struct store_stat st = { 0 };
 	store_stat(S.st, &st);
 	j->reply = json_pack("{sssIsos{sssIsIsIsIss}}", "version", AGENTD_VERSION, "uptime_ms",
-			     (json_int_t)(now_mono() - S.started_ms), "workers", workers_json(), "store", "path",
+			     (json_int_t)(loop_now_ms() - S.started_ms), "workers", workers_json(), "store", "path",
 			     S.data_dir, "size_bytes", (json_int_t)st.size_bytes, "file_bytes",
 			     (json_int_t)st.file_bytes, "map_size", (json_int_t)st.map_size, "readers",
 			     (json_int_t)st.readers, "sync", st.sync == STORE_SYNC_NONE ? "none" : "full");
 }
 
-static void metrics_text(char **buf, size_t *len)
+static void op_metrics(store_txn *t, struct job *j)
 {
-	FILE *f = open_memstream(buf, len);
-	if (!f)
-		return;
-	fprintf(f, "# HELP agentd_ops_total Control requests by op.\n# TYPE agentd_ops_total counter\n");
-	for (int i = 0; i < OP_COUNT; i++)
-		fprintf(f, "agentd_ops_total{op=\"%s\"} %llu\n", proto_op_name(i), (unsigned long long)S.m.ops[i]);
-	fprintf(f, "# HELP agentd_errors_total Error replies by code.\n# TYPE agentd_errors_total counter\n");
-	for (int i = 1; i < PERR_COUNT; i++)
-		fprintf(f, "agentd_errors_total{code=\"%s\"} %llu\n", proto_err_code(i),
-			(unsigned long long)S.m.errors[i]);
-	struct { const char *name, *help; uint64_t v; } counters[] = {
-		{ "agentd_worker_spawns_total", "Worker processes started.", S.m.spawns },
-		{ "agentd_worker_crashes_total", "Workers that died without being asked to.", S.m.crashes },
-		{ "agentd_worker_revivals_total", "Workers restarted after a crash.", S.m.revivals },
-		{ "agentd_expiries_fired_total", "Human tool calls expired by their deadline.", S.m.expiries_fired },
-		{ "agentd_expiry_commits_total", "Write transactions that fired expiries.", S.m.expiry_commits },
-		{ "agentd_group_commits_total", "Write transactions of the control plane.", S.m.group_commits },
-		{ "agentd_group_writes_total", "Write requests committed in them.", S.m.group_writes },
-		{ "agentd_write_gate_grants_total", "Writes granted to workers.", S.m.gate_grants },
-		{ "agentd_write_gate_waits_total", "Supervisor writes that waited for a worker's.", S.m.gate_waits },
-		{ "agentd_write_gate_revoked_total", "Grants taken back from a worker that held one too long.",
-		  S.m.gate_revoked },
-		{ "agentd_worker_wakes_total", "Wakes sent to workers for new events.", S.m.wakes },
-		{ "agentd_worker_wakes_coalesced_total", "New events a wake already in flight covered.",
-		  S.m.wakes_coalesced },
-	};
-	for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
-		fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", counters[i].name, counters[i].help,
-			counters[i].name, counters[i].name, (unsigned long long)counters[i].v);
-	fprintf(f, "# HELP agentd_write_gate_wait_seconds_total Time supervisor writes waited for a worker's.\n"
-		   "# TYPE agentd_write_gate_wait_seconds_total counter\nagentd_write_gate_wait_seconds_total %.6f\n",
-		(double)S.m.gate_wait_us / 1e6);
 	struct store_stat st = { 0 };
 	store_stat(S.st, &st);
-	fprintf(f, "# HELP agentd_workers_live Worker processes alive.\n# TYPE agentd_workers_live gauge\n"
-		   "agentd_workers_live %d\n", S.nlive);
-	fprintf(f, "# HELP agentd_clients Connected control clients.\n# TYPE agentd_clients gauge\n"
-		   "agentd_clients %d\n", S.nclients);
-	fprintf(f, "# HELP agentd_store_size_bytes Bytes of the data file up to its last page written (a "
-		   "high-water mark).\n# TYPE agentd_store_size_bytes gauge\n"
-		   "agentd_store_size_bytes %llu\n", (unsigned long long)st.size_bytes);
-	fprintf(f, "# HELP agentd_store_map_size_bytes The store's map size.\n"
-		   "# TYPE agentd_store_map_size_bytes gauge\nagentd_store_map_size_bytes %llu\n",
-		(unsigned long long)st.map_size);
-	fprintf(f, "# HELP agentd_op_duration_seconds Control request latency.\n"
-		   "# TYPE agentd_op_duration_seconds histogram\n");
-	for (int i = 0; i < OP_COUNT; i++) {
-		uint64_t cum = 0;
-		for (int b = 0; b < 12; b++) {
-			cum += S.m.lat_buckets[i][b];
-			if (b < 11)
-				fprintf(f, "agentd_op_duration_seconds_bucket{op=\"%s\",le=\"%g\"} %llu\n",
-					proto_op_name(i), lat_bounds[b], (unsigned long long)cum);
-			else
-				fprintf(f, "agentd_op_duration_seconds_bucket{op=\"%s\",le=\"+Inf\"} %llu\n",
-					proto_op_name(i), (unsigned long long)cum);
-		}
-		fprintf(f, "agentd_op_duration_seconds_sum{op=\"%s\"} %.6f\n", proto_op_name(i), S.m.lat_sum[i]);
-		fprintf(f, "agentd_op_duration_seconds_count{op=\"%s\"} %llu\n", proto_op_name(i),
-			(unsigned long long)cum);
-	}
-	fprintf(f, "# HELP agentd_expiry_lateness_seconds How long after its deadline an expired call was "
-		   "settled (its transaction's start).\n# TYPE agentd_expiry_lateness_seconds histogram\n");
-	uint64_t cum = 0;
-	for (int b = 0; b < 12; b++) {
-		cum += S.m.late_buckets[b];
-		if (b < 11)
-			fprintf(f, "agentd_expiry_lateness_seconds_bucket{le=\"%g\"} %llu\n", late_bounds[b],
-				(unsigned long long)cum);
-		else
-			fprintf(f, "agentd_expiry_lateness_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
-	}
-	fprintf(f, "agentd_expiry_lateness_seconds_sum %.6f\nagentd_expiry_lateness_seconds_count %llu\n",
-		S.m.late_sum, (unsigned long long)cum);
-	fclose(f);
-}
-
-static void op_metrics(struct job *j)
-{
-	char *buf = NULL;
+	struct metrics_gauges g = { S.nlive, S.nclients, st.size_bytes, st.map_size };
 	size_t len = 0;
-	metrics_text(&buf, &len);
+	char *buf = metrics_text(&g, &len);
 	j->reply = json_pack("{ss#}", "text", buf ? buf : "", (int)len);
 	free(buf);
 }
 
 /* ---- writes (inside the group transaction) --------------------------- */
 
-static int w_create(store_txn *t, struct job *j)
+/* What a write leaves for its after step. */
+struct wres {
+	char conv[STORE_ID_MAX + 1];
+	uint64_t seq;
+	int ended; /* the resolved call's conversation is ended: it gets no worker */
+};
+
+static int w_create(store_txn *t, struct job *j, struct wres *r)
 {
 	char gen[20];
 	const char *id = j->rq.conv;
@@ -607,7 +494,7 @@ static int w_create(store_txn *t, struct job *j)
 	return 0;
 }
 
-static int w_update(store_txn *t, struct job *j)
+static int w_update(store_txn *t, struct job *j, struct wres *r)
 {
 	struct store_conv c;
 	int e = store_conv_get(t, j->rq.conv, &c);
@@ -651,7 +538,7 @@ static int w_update(store_txn *t, struct job *j)
 	return 0;
 }
 
-static int w_delete(store_txn *t, struct job *j)
+static int w_delete(store_txn *t, struct job *j, struct wres *r)
 {
 	struct worker *w = worker_find(j->rq.conv);
 	if (w) {
@@ -667,7 +554,7 @@ static int w_delete(store_txn *t, struct job *j)
 	return 0;
 }
 
-static int w_send(store_txn *t, struct job *j)
+static int w_send(store_txn *t, struct job *j, struct wres *r)
 {
 	struct store_conv c;
 	int e = store_conv_get(t, j->rq.conv, &c);
@@ -702,73 +589,14 @@ static int w_send(store_txn *t, struct job *j)
 	return 0;
 }
 
-static int count_pending(void *arg, const struct store_tool_call *tc)
-{
-	/* Only people suspend a conversation. A mixed turn's server call still
-	 * pending is its worker's work: once the people answered, the
-	 * conversation must be active, or a worker that dies running that call
-	 * would never be restarted. */
-	if (tc->executor == STORE_EXEC_HUMAN)
-		(*(int *)arg)++;
-	return 0;
-}
-
-/* Settle a pending call and log it, in the caller's transaction: the
- * resolution event, the row, the expiry and the status change together.
- * Used by `resolve` and by fired expiries; *ended tells whether the call's
- * conversation is ended (it then gets no worker). Returns a store error. */
 int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,
 	       int *ended)
 {
-	struct jsonmp_buf rb;
-	json_t *res = result ? result : json_null();
-	/* Before anything is written: a failure past the first write would
-	 * leave it half done in a group commit that goes on. proto refuses a
-	 * resolve's too-deep result already. */
-	if (!jsonmp_fits(res, 1))
-		return STORE_E_INVAL;
-	if (pack_json(&rb, res))
-		return -ENOMEM;
-	int e = store_tool_call_resolve(t, tool_call_id, status, (store_bytes){ rb.sb.data, rb.sb.size }, conv);
-	jsonmp_buf_destroy(&rb);
-	if (e)
-		return e;
-	json_t *content = json_pack("{sssssO}", "tool_call_id", tool_call_id, "status", store_tc_status_name(status),
-				    "result", res);
-	struct jsonmp_buf cb;
-	if (!content)
-		return -ENOMEM;
-	if (pack_json(&cb, content)) {
-		json_decref(content);
-		return -ENOMEM;
-	}
-	json_decref(content);
-	struct store_event_in ev = { "resolution", { cb.sb.data, cb.sb.size }, NULL };
-	e = store_event_append(t, conv, &ev, seq, NULL);
-	jsonmp_buf_destroy(&cb);
-	if (e)
-		return e;
-	/* Every human call settled: the conversation owes work again (a turn,
-	 * or a mixed turn's server calls). */
-	int pending = 0;
-	if ((e = store_tool_calls_list(t, conv, 1u << STORE_TC_PENDING, count_pending, &pending)))
-		return e;
-	struct store_conv c;
-	if ((e = store_conv_get(t, conv, &c)))
-		return e;
-	*ended = c.status == STORE_ENDED;
-	if (pending == 0 && c.status != STORE_ENDED && c.status != STORE_ACTIVE) {
-		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
-		e = store_conv_put(t, conv, &p);
-	}
+	int e = conv_settle(t, tool_call_id, status, "resolution", result, conv, seq);
+	if (!e)
+		e = conv_after_resolution(t, conv, ended);
 	return e || *ended ? e : lease_ahead(t, conv);
 }
-
-struct wres {
-	char conv[STORE_ID_MAX + 1];
-	uint64_t seq;
-	int ended; /* the resolved call's conversation is ended: it gets no worker */
-};
 
 static int w_resolve(store_txn *t, struct job *j, struct wres *r)
 {
@@ -785,17 +613,6 @@ static int w_resolve(store_txn *t, struct job *j, struct wres *r)
 }
 
 /* Run one write; a non-zero return is a store error that poisoned the txn. */
-static int write_one(store_txn *t, struct job *j, struct wres *r)
-{
-	switch (j->rq.op) {
-	case OP_CREATE: return w_create(t, j);
-	case OP_UPDATE: return w_update(t, j);
-	case OP_DELETE: return w_delete(t, j);
-	case OP_SEND: return w_send(t, j);
-	case OP_RESOLVE: return w_resolve(t, j, r);
-	}
-	return 0;
-}
 
 static int fatal(int e)
 {
@@ -804,48 +621,118 @@ static int fatal(int e)
 }
 
 /* After the commit: wake workers and waiters. */
-static void after_write(struct job *j, struct wres *r)
+static void after_send(struct job *j, struct wres *r)
 {
 	struct worker *w;
-	switch (j->rq.op) {
-	case OP_SEND:
-		if (!json_object_get(j->reply, "duplicate"))
-			ensure_started(j->rq.conv);
-		if ((w = worker_find(j->rq.conv)))
-			waiters_notify(w, (uint64_t)json_integer_value(json_object_get(j->reply, "seq")));
-		break;
-	case OP_RESOLVE:
-		if (!r->ended)
-			ensure_started(r->conv);
-		if ((w = worker_find(r->conv)))
-			waiters_notify(w, r->seq);
-		break;
-	case OP_UPDATE:
-		if (j->rq.status == STORE_ENDED && (w = worker_find(j->rq.conv)) && w->pid)
-			worker_stop(w);
-		break;
-	case OP_DELETE:
-		if ((w = worker_find(j->rq.conv))) {
-			struct waiter *wt, *next;
-			LIST_FOREACH_SAFE(wt, &w->waiters, link, next) {
-				if (wt->watch) {
-					/* Off the record, which a conversation created
-					 * again with this id would reuse: the stream
-					 * ends with what was sent of the deleted one. */
-					struct client *c = wt->c;
-					c->closing = 1;
-					waiter_free(wt);
-					client_flush(c);
-				} else {
-					struct client *c = wt->c;
-					slot_error(wt->slot, wt->rq.id, PERR_NOT_FOUND, "conversation deleted");
-					waiter_free(wt);
-					client_flush(c);
-				}
-			}
-		}
-		break;
+	if (!json_object_get(j->reply, "duplicate"))
+		ensure_started(j->rq.conv);
+	if ((w = worker_find(j->rq.conv)))
+		waiters_notify(w, (uint64_t)json_integer_value(json_object_get(j->reply, "seq")));
+}
+
+static void after_resolve(struct job *j, struct wres *r)
+{
+	struct worker *w;
+	if (!r->ended)
+		ensure_started(r->conv);
+	if ((w = worker_find(r->conv)))
+		waiters_notify(w, r->seq);
+}
+
+static void after_update(struct job *j, struct wres *r)
+{
+	struct worker *w;
+	if (j->rq.status == STORE_ENDED && (w = worker_find(j->rq.conv)) && w->pid)
+		worker_stop(w);
+}
+
+static void after_delete(struct job *j, struct wres *r)
+{
+	struct worker *w = worker_find(j->rq.conv);
+	struct waiter *wt, *next;
+	if (!w)
+		return;
+	LIST_FOREACH_SAFE(wt, &w->waiters, link, next) {
+		struct client *c = wt->c;
+		if (wt->watch)
+			/* Off the record, which a conversation created again
+			 * with this id would reuse: the stream ends with what
+			 * was sent of the deleted one. */
+			c->closing = 1;
+		else
+			slot_error(wt->slot, wt->rq.id, PERR_NOT_FOUND, "conversation deleted");
+		waiter_free(wt);
+		client_flush(c);
 	}
+}
+
+static void op_ping(store_txn *t, struct job *j)
+{
+	j->reply = json_pack("{ss}", "version", AGENTD_VERSION);
+}
+
+static void op_shutdown(store_txn *t, struct job *j)
+{
+	j->reply = json_object();
+	if (!S.shutting_down) {
+		if (j->slot)
+			log_info("shutdown asked by a client (pid %d, uid %u): shutting down", (int)j->slot->c->pid,
+				 (unsigned)j->slot->c->uid);
+		else
+			log_info("shutdown asked: shutting down");
+	}
+	server_begin_shutdown();
+}
+
+/* The op table: one row per op, as Redis has its command table. A read runs
+ * with a read transaction when OPF_TXN says so (else t is NULL); a write runs
+ * inside the iteration's group transaction, and its after step once that
+ * committed. Adding an op: its codec case (ipc/proto.c), a row and its
+ * handlers here. */
+enum { OPF_WRITE = 1, OPF_TXN = 2 };
+struct op {
+	int flags;
+	void (*read)(store_txn *t, struct job *j);
+	int (*write)(store_txn *t, struct job *j, struct wres *r);
+	void (*after)(struct job *j, struct wres *r);
+};
+static const struct op op_table[OP_COUNT] = {
+	[OP_PING] = { 0, op_ping, NULL, NULL },
+	[OP_CREATE] = { OPF_WRITE, NULL, w_create, NULL },
+	[OP_GET] = { OPF_TXN, op_get, NULL, NULL },
+	[OP_LIST] = { OPF_TXN, op_list, NULL, NULL },
+	[OP_UPDATE] = { OPF_WRITE, NULL, w_update, after_update },
+	[OP_DELETE] = { OPF_WRITE, NULL, w_delete, after_delete },
+	[OP_SEND] = { OPF_WRITE, NULL, w_send, after_send },
+	[OP_EVENTS] = { 0, op_events, NULL, NULL },
+	[OP_WATCH] = { OPF_TXN, op_watch, NULL, NULL },
+	[OP_RESOLVE] = { OPF_WRITE, NULL, w_resolve, after_resolve },
+	[OP_TOOL_CALL] = { OPF_TXN, op_tool_call, NULL, NULL },
+	[OP_TOOL_CALLS] = { OPF_TXN, op_tool_calls, NULL, NULL },
+	[OP_SUMMARY] = { OPF_TXN, op_summary, NULL, NULL },
+	[OP_COMPACT] = { 0, op_compact, NULL, NULL },
+	[OP_AUDIT] = { OPF_TXN, op_audit, NULL, NULL },
+	[OP_KILL] = { 0, op_kill, NULL, NULL },
+	[OP_STOP] = { 0, op_stop, NULL, NULL },
+	[OP_STATUS] = { 0, op_status, NULL, NULL },
+	[OP_METRICS] = { 0, op_metrics, NULL, NULL },
+	[OP_SHUTDOWN] = { 0, op_shutdown, NULL, NULL },
+};
+
+int ops_is_write(int op)
+{
+	return op >= 0 && op < OP_COUNT && (op_table[op].flags & OPF_WRITE);
+}
+
+static int write_one(store_txn *t, struct job *j, struct wres *r)
+{
+	return op_table[j->rq.op].write(t, j, r);
+}
+
+static void after_write(struct job *j, struct wres *r)
+{
+	if (op_table[j->rq.op].after)
+		op_table[j->rq.op].after(j, r);
 }
 
 static void group_commit(struct job **w, struct wres *res, size_t n)
@@ -873,8 +760,8 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		} else {
 			e = commit_spawning(t);
 			if (!e) {
-				S.m.group_commits++;
-				S.m.group_writes += n;
+				metrics_add(M_GROUP_COMMITS, 1);
+				metrics_add(M_GROUP_WRITES, n);
 			}
 		}
 		if (e)
@@ -927,7 +814,7 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		/* Clients retrying into a full store: one line a second. */
 		static int64_t last;
 		static unsigned more;
-		int64_t now = now_mono();
+		int64_t now = loop_now_ms();
 		if (last && now - last < 1000) {
 			more++;
 		} else {
@@ -945,46 +832,20 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 
 static void read_one(struct job *j)
 {
+	const struct op *op = &op_table[j->rq.op];
 	store_txn *t = NULL;
 	if (!j->slot && (j->rq.op == OP_EVENTS || j->rq.op == OP_WATCH))
 		return; /* its client hung up while the writes before it were held */
-	switch (j->rq.op) {
-	case OP_PING:
-		j->reply = json_pack("{ss}", "version", AGENTD_VERSION);
-		return;
-	case OP_EVENTS: op_events(j); return;
-	case OP_WATCH: op_watch(j); return;
-	case OP_KILL: op_kill(j); return;
-	case OP_STOP: op_stop(j); return;
-	case OP_COMPACT: op_compact(j); return;
-	case OP_STATUS: op_status(j); return;
-	case OP_METRICS: op_metrics(j); return;
-	case OP_SHUTDOWN:
-		j->reply = json_object();
-		if (!S.shutting_down) {
-			if (j->slot)
-				log_info("shutdown asked by a client (pid %d, uid %u): shutting down", (int)j->slot->c->pid,
-					 (unsigned)j->slot->c->uid);
-			else
-				log_info("shutdown asked: shutting down");
+	if (op->flags & OPF_TXN) {
+		int e = store_txn_begin(S.st, STORE_READ, &t);
+		if (e) {
+			job_store_error(j, e, "read");
+			return;
 		}
-		loop_begin_shutdown();
-		return;
 	}
-	int e = store_txn_begin(S.st, STORE_READ, &t);
-	if (e) {
-		job_store_error(j, e, "read");
-		return;
-	}
-	switch (j->rq.op) {
-	case OP_GET: op_get(t, j); break;
-	case OP_LIST: op_list(t, j); break;
-	case OP_TOOL_CALL: op_tool_call(t, j); break;
-	case OP_TOOL_CALLS: op_tool_calls(t, j); break;
-	case OP_SUMMARY: op_summary(t, j); break;
-	case OP_AUDIT: op_audit(t, j); break;
-	}
-	store_txn_abort(t);
+	op->read(t, j);
+	if (t)
+		store_txn_abort(t);
 }
 
 static void job_finish(struct job *j)
@@ -998,7 +859,7 @@ static void job_finish(struct job *j)
 			slot_error(j->slot, j->rq.id, PERR_INTERNAL, "out of memory");
 	}
 	if (!j->slot && !j->parked)
-		ops_observe(j->rq.op, j->started_us); /* its client left; one with a slot is timed at its reply */
+		metrics_op_latency(j->rq.op, j->started_us); /* its client left; one with a slot is timed at its reply */
 	json_decref(j->reply);
 	proto_request_free(&j->rq);
 	free(j);

@@ -1,6 +1,6 @@
 /*
  * sup.h: the supervisor's shared state, between its files:
- *   loop.c     the epoll loop, signals, timers, the end-of-iteration group commit
+ *   server.c   signals, timers, what runs around each wait of the loop (loop.h)
  *   control.c  the listening socket, client buffers, ordered replies, watchers
  *   ops.c      one function per control-protocol op
  *   workers.c  spawn, reap, restart policy, IPC, idle eviction, expiries
@@ -12,15 +12,20 @@
 #include <bsd/sys/queue.h>
 #include <bsd/sys/tree.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "ipc/proto.h"
 #include "store/store.h"
 #include "common/config.h"
+#include "supervisor/loop.h"
 
 struct client;
 struct worker;
+
+/* The record that embeds member m at p. */
+#define container_of(p, type, m) ((type *)(void *)((char *)(p)-offsetof(type, m)))
 
 /* A reply slot: replies leave in request order even when some complete later
  * (a long-poll, a compaction, a write waiting for the group commit). */
@@ -65,11 +70,8 @@ struct waiter {
 	char conv[STORE_ID_MAX + 1];
 };
 
-/* What an epoll event points at: the first member of each source. */
-enum { K_LISTEN = 1, K_SIGNAL, K_EXPIRY, K_TICK, K_CLIENT, K_WORKER };
-
 struct client {
-	int kind;                 /* K_CLIENT */
+	struct loop_watch lw;     /* control_on_io */
 	LIST_ENTRY(client) link;
 	int fd;
 	uid_t uid;
@@ -95,7 +97,7 @@ enum wstate { W_NONE, W_STARTING, W_RUNNING, W_IDLE, W_AWAITING, W_STOPPING, W_Q
 /* One per conversation the supervisor tracks: a live worker, one queued for a
  * slot, one waiting out a restart backoff, or only watchers. */
 struct worker {
-	int kind;                   /* K_WORKER */
+	struct loop_watch lw;       /* worker_on_io */
 	RB_ENTRY(worker) node;
 	TAILQ_ENTRY(worker) qlink;  /* on the max_workers queue */
 	TAILQ_ENTRY(worker) glink;  /* on the write gate's queue */
@@ -140,18 +142,6 @@ struct compact_req {
 RB_HEAD(worker_tree, worker);
 RB_PROTOTYPE(worker_tree, worker, node, worker_cmp)
 
-struct metrics {
-	uint64_t ops[OP_COUNT];
-	uint64_t errors[PERR_COUNT];
-	uint64_t spawns, crashes, revivals, expiries_fired, expiry_commits, group_commits, group_writes;
-	uint64_t wakes, wakes_coalesced, gate_grants, gate_waits, gate_revoked;
-	int64_t gate_wait_us;
-	uint64_t lat_buckets[OP_COUNT][12]; /* op latency histogram, le 0.1ms..+Inf */
-	double lat_sum[OP_COUNT];
-	uint64_t late_buckets[12]; /* expiry lateness histogram (ops_expiry_late), le 1ms..+Inf */
-	double late_sum;
-};
-
 struct sup {
 	struct config *cfg;
 	store *st;
@@ -161,7 +151,6 @@ struct sup {
 	ino_t sock_ino;
 	char *worker_path;
 	char *config_path;
-	int ep;
 	int listen_fd;
 	int sig_fd;
 	int expiry_fd;       /* CLOCK_REALTIME, absolute */
@@ -185,7 +174,6 @@ struct sup {
 	int64_t gate_at;                   /* monotonic ms it was granted */
 	int writes_held;                   /* this iteration's writes wait for the gate's holder */
 	struct worker_tree workers;
-	struct metrics m;
 	int nclients;
 	int nbacklog;        /* clients with unparsed complete lines */
 	int reserve_fd;      /* spare descriptor, freed to refuse a connection at EMFILE */
@@ -198,25 +186,17 @@ struct sup {
 
 extern struct sup S;
 
-int64_t now_mono(void);
-int64_t now_us(void);
-/* An expiry fired at realtime at_us for a deadline of deadline_ms: counted
- * in agentd_expiry_lateness_seconds. */
-void ops_expiry_late(int64_t at_us, int64_t deadline_ms);
 
-/* loop.c */
-int loop_run(void);
-int loop_add(int fd, uint32_t events, void *ptr);
-void loop_mod(int fd, uint32_t events, void *ptr);
-void loop_del(int fd);
-void loop_rearm_expiry(void);
-void loop_begin_shutdown(void);
+/* server.c */
+int server_run(void);
+void server_rearm_expiry(void);
+void server_begin_shutdown(void);
 
 /* control.c */
 int control_listen(void);
 void control_unlink(void);
 void control_accept(void);
-void control_io(struct client *c, uint32_t events);
+void control_on_io(struct loop_watch *lw, uint32_t events);
 struct slot *slot_new(struct client *c);
 void slot_done(struct slot *s, char *line, size_t len);
 void slot_error(struct slot *s, json_t *id, int err, const char *msg);
@@ -233,13 +213,10 @@ void waiter_free(struct waiter *wt);
 void polls_expire(int64_t now);
 int64_t polls_next_deadline(void);
 void watch_delta(struct worker *w, const char *text, size_t len);
-json_t *event_json(const struct store_event *ev);
 
 /* ops.c */
 void ops_execute(void);
 int ops_is_write(int op);
-void ops_count(int op);
-void ops_observe(int op, int64_t started_us);
 /* Settle a pending tool call in t: row, resolution event, expiry and status
  * together (resolve and fired expiries). conv gets its conversation. */
 int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,
@@ -255,6 +232,7 @@ int ensure_started(const char *conv);
 void worker_deleted(struct worker *w);
 void workers_reap(void);
 void worker_ipc(struct worker *w);
+void worker_on_io(struct loop_watch *lw, uint32_t events);
 void workers_tick(int64_t now);
 int64_t workers_next_deadline(void);
 void workers_stop_all(void);

@@ -9,6 +9,8 @@
  * to stop after idle_timeout, so a conversation that owes nothing has no process.
  */
 #include "supervisor/sup.h"
+#include "conv/conv.h"
+#include "supervisor/metrics.h"
 #include "ipc/ipc.h"
 #include "common/jsonmp.h"
 
@@ -71,7 +73,7 @@ struct worker *worker_get(const char *conv)
 	w = calloc(1, sizeof *w);
 	if (!w)
 		return NULL;
-	w->kind = K_WORKER;
+	w->lw.fn = worker_on_io;
 	w->ipc = -1;
 	w->early = (struct early){ 0, -1, -1, 0 };
 	w->state = W_NONE;
@@ -92,7 +94,7 @@ void workers_changed(void)
 static void set_state(struct worker *w, int st)
 {
 	w->state = st;
-	w->since = now_mono();
+	w->since = loop_now_ms();
 	workers_changed();
 }
 
@@ -135,7 +137,7 @@ static int take_lease(const char *conv, uint64_t *gen)
 	/* Half flushed (the meta page is not): a lease only has to outlive the
 	 * processes, and after an OS crash every worker is gone anyway. A full
 	 * flush pair here cost each revival a second pair after the send's own
-	 * (docs/benchmarks.md); no flush at all (MDB_NOSYNC) could let an OS
+	 * (docs/architecture.md, "Lease ahead"); no flush at all (MDB_NOSYNC) could let an OS
 	 * crash leave the store damaged. */
 	int e = sup_write_begin(STORE_WRITE_LAZY, &t);
 	if (e)
@@ -303,10 +305,10 @@ static int spawn_finish(struct worker *w)
 	w->wake_pending = 0;
 	w->wake_sent = w->wake_missed = 0;
 	set_state(w, W_STARTING);
-	if (loop_add(w->ipc, EPOLLIN, w) < 0)
+	if (loop_add(w->ipc, EPOLLIN, &w->lw) < 0)
 		log_error("%s: epoll_ctl: %s", w->conv, strerror(errno));
 	S.nlive++;
-	S.m.spawns++;
+	metrics_add(M_SPAWNS, 1);
 	log_debug("%s: worker %d started (lease %llu)", w->conv, (int)sp.pid, (unsigned long long)sp.gen);
 	return 0;
 }
@@ -383,7 +385,7 @@ int commit_spawning(store_txn *t)
 		if (spawn_finish(w)) {
 			/* As ensure_started does when spawn fails. */
 			set_state(w, W_BACKOFF);
-			w->restart_at = now_mono() + BACKOFF_MAX_MS;
+			w->restart_at = loop_now_ms() + BACKOFF_MAX_MS;
 			continue;
 		}
 		spawn_go(w);
@@ -406,7 +408,7 @@ static void wake_send(struct worker *w)
 		return;
 	}
 	w->wake_sent = 1;
-	S.m.wakes++;
+	metrics_add(M_WAKES, 1);
 }
 
 /* A conversation was queued at max_workers: a worker with nothing to do
@@ -479,7 +481,7 @@ int ensure_started(const char *conv)
 				 * it will, and its woken says whether to wake it
 				 * again. */
 				w->wake_missed = 1;
-				S.m.wakes_coalesced++;
+				metrics_add(M_WAKES_COALESCED, 1);
 			} else {
 				wake_send(w);
 			}
@@ -507,7 +509,7 @@ int ensure_started(const char *conv)
 	/* Could not start (exec failure, fork failure): count it as a crash
 	 * so a broken worker binary backs off instead of spinning. */
 	set_state(w, W_BACKOFF);
-	w->restart_at = now_mono() + BACKOFF_MAX_MS;
+	w->restart_at = loop_now_ms() + BACKOFF_MAX_MS;
 	return -1;
 }
 
@@ -562,23 +564,9 @@ static int pend_server(void *arg, const struct store_tool_call *tc)
 /* Settle a server call the crash loop interrupted: errored, with its tool_result. */
 static int settle_interrupted(store_txn *t, const char *id, int crashes)
 {
-	char conv[STORE_ID_MAX + 1];
-	struct jsonmp_buf rb, cb;
 	json_t *res = json_pack("{sssi}", "error", "interrupted", "crashes", crashes);
-	json_t *content = json_pack("{sssssO}", "tool_call_id", id, "status", "errored", "result", res);
-	jsonmp_buf_init(&rb);
-	jsonmp_pack(&rb.pk, res);
-	jsonmp_buf_init(&cb);
-	jsonmp_pack(&cb.pk, content);
+	int e = res ? conv_settle(t, id, STORE_TC_ERRORED, "tool_result", res, NULL, NULL) : -ENOMEM;
 	json_decref(res);
-	json_decref(content);
-	int e = store_tool_call_resolve(t, id, STORE_TC_ERRORED, (store_bytes){ rb.sb.data, rb.sb.size }, conv);
-	struct store_event_in ev = { "tool_result", { cb.sb.data, cb.sb.size }, NULL };
-	uint64_t seq;
-	if (!e)
-		e = store_event_append(t, conv, &ev, &seq, NULL);
-	jsonmp_buf_destroy(&rb);
-	jsonmp_buf_destroy(&cb);
 	return e == STORE_E_STALE ? 0 : e;
 }
 
@@ -602,18 +590,11 @@ static void give_up(struct worker *w, int crashes, const char *msg)
 	free(pc.ids);
 	if (!e)
 		e = store_event_latest_seq(t, w->conv, &last);
-	json_t *content = json_pack("{sssisI}", "message", msg, "attempts", crashes, "context_seq", (json_int_t)last);
-	struct jsonmp_buf b;
-	jsonmp_buf_init(&b);
-	jsonmp_pack(&b.pk, content);
-	json_decref(content);
-	struct store_event_in ev = { "error", { b.sb.data, b.sb.size }, NULL };
 	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_IDLE };
 	if (!e)
-		e = store_event_append(t, w->conv, &ev, &seq, NULL);
+		e = conv_error_append(t, w->conv, msg, strlen(msg), crashes, last, &seq);
 	if (!e)
 		e = store_conv_put(t, w->conv, &p);
-	jsonmp_buf_destroy(&b);
 	if (!e)
 		e = store_txn_commit(t);
 	else
@@ -668,7 +649,7 @@ static void on_exit_status(struct worker *w, int status)
 	 * is armed from it. */
 	if (!LIST_EMPTY(&w->waiters))
 		waiters_notify(w, 0);
-	loop_rearm_expiry();
+	server_rearm_expiry();
 	set_state(w, W_NONE);
 	if (w->compacts && clean && !w->deleted && !S.shutting_down) {
 		/* Asked of a worker that was stopping: a new one does it (it
@@ -690,7 +671,7 @@ static void on_exit_status(struct worker *w, int status)
 	if (S.shutting_down)
 		return;
 	if (conv_status(w->conv) != STORE_ACTIVE) {
-		S.m.crashes += unasked;
+		metrics_add(M_CRASHES, (uint64_t)unasked);
 		return;
 	}
 	if (clean && w->stop_sent == 1 && !w->wake_pending)
@@ -709,8 +690,8 @@ static void on_exit_status(struct worker *w, int status)
 		return;
 	}
 	/* It owes work and died on its own: a crash. */
-	S.m.crashes++;
-	int64_t now = now_mono();
+	metrics_add(M_CRASHES, 1);
+	int64_t now = loop_now_ms();
 	w->crash_times[w->ncrash++ % 16] = now;
 	int recent = 0;
 	int n = w->ncrash < 16 ? w->ncrash : 16;
@@ -792,7 +773,7 @@ static int gate_revoke(int64_t now)
 	log_warn("%s: worker %d has held the write gate for %lld ms: taking it back", S.gate->conv,
 		 (int)S.gate->pid, (long long)(now - S.gate_at));
 	S.gate = NULL;
-	S.m.gate_revoked++;
+	metrics_add(M_GATE_REVOKED, 1);
 	return 1;
 }
 
@@ -805,7 +786,7 @@ int64_t gate_deadline(void)
 /* Whether a worker holds the gate now (a grant held too long is revoked). */
 int gate_busy(void)
 {
-	return S.gate && !gate_revoke(now_mono());
+	return S.gate && !gate_revoke(loop_now_ms());
 }
 
 /* Between loop iterations, after the supervisor's own writes: hand the gate
@@ -814,7 +795,7 @@ void gate_pump(void)
 {
 	struct worker *w;
 	if (S.gate && !TAILQ_EMPTY(&S.gate_q))
-		gate_revoke(now_mono());
+		gate_revoke(loop_now_ms());
 	while (!S.gate && (w = TAILQ_FIRST(&S.gate_q))) {
 		TAILQ_REMOVE(&S.gate_q, w, glink);
 		w->gate_wait = 0;
@@ -822,8 +803,8 @@ void gate_pump(void)
 		int rc = ipc_send(w->ipc, &m);
 		if (rc == 0) {
 			S.gate = w;
-			S.gate_at = now_mono();
-			S.m.gate_grants++;
+			S.gate_at = loop_now_ms();
+			metrics_add(M_GATE_GRANTS, 1);
 		} else {
 			/* Its queue is full, yet it waits reading it: stuck. Or
 			 * it shut its socket: exiting, or broken. Either way it
@@ -844,16 +825,16 @@ static void gate_wait(void)
 	if (busy || !S.gate)
 		return;
 	busy = 1;
-	int64_t t0 = now_us();
-	S.m.gate_waits++;
-	while (S.gate && !gate_revoke(now_mono())) {
-		int ms = (int)(S.gate_at + GATE_HOLD_MS - now_mono());
+	int64_t t0 = loop_now_us();
+	metrics_add(M_GATE_WAITS, 1);
+	while (S.gate && !gate_revoke(loop_now_ms())) {
+		int ms = (int)(S.gate_at + GATE_HOLD_MS - loop_now_ms());
 		struct pollfd p = { S.gate->ipc, POLLIN, 0 };
 		if (poll(&p, 1, ms > 0 ? ms : 0) < 0 && errno != EINTR)
 			break;
 		worker_ipc(S.gate); /* its written clears S.gate; so does its end */
 	}
-	S.m.gate_wait_us += now_us() - t0;
+	metrics_gate_wait(loop_now_us() - t0);
 	busy = 0;
 }
 
@@ -943,7 +924,7 @@ void worker_ipc(struct worker *w)
 				/* A revived worker may schedule an expiry without
 				 * appending an event (a pending call whose tool now
 				 * expires, or whose row it rebuilt): arm the timer. */
-				loop_rearm_expiry();
+				server_rearm_expiry();
 			} else
 				set_state(w, W_RUNNING);
 			/* At max_workers, a worker with nothing to do gives its
@@ -982,7 +963,7 @@ void worker_ipc(struct worker *w)
 			/* The commit may have scheduled an expiry, also one that
 			 * appended no event (seq 0: a deadline added to a pending
 			 * call by a revived worker). */
-			loop_rearm_expiry();
+			server_rearm_expiry();
 			break;
 		case IPC_WOKEN:
 			/* Events committed since the last wake may be newer than
@@ -999,6 +980,11 @@ void worker_ipc(struct worker *w)
 				 ipc_type_name(m.type) ? ipc_type_name(m.type) : "?");
 		}
 	}
+}
+
+void worker_on_io(struct loop_watch *lw, uint32_t events)
+{
+	worker_ipc(container_of(lw, struct worker, lw));
 }
 
 int worker_kill(struct worker *w, int sig)
@@ -1064,7 +1050,7 @@ void workers_tick(int64_t now)
 		if (w->state == W_BACKOFF && now >= w->restart_at) {
 			set_state(w, W_NONE);
 			if (conv_status(w->conv) == STORE_ACTIVE) {
-				S.m.revivals++;
+				metrics_add(M_REVIVALS, 1);
 				ensure_started(w->conv);
 			}
 		}
@@ -1210,7 +1196,7 @@ static int expiry_due(void)
  * A batch the store has no room for is retried in halves (and the size
  * doubles back with each commit): deadlines are small writes, and a full
  * store must not keep them all from firing. One that fails alone, or for
- * another reason, is retried EXPIRY_RETRY_MS later (loop_rearm_expiry),
+ * another reason, is retried EXPIRY_RETRY_MS later (server_rearm_expiry),
  * not at once: a failing commit must not spin the loop. */
 int expiries_fire(void)
 {
@@ -1275,13 +1261,13 @@ int expiries_fire(void)
 		}
 		S.expiry_retry_at = 0;
 		cap = cap < EXPIRY_BATCH / 2 ? cap * 2 : EXPIRY_BATCH;
-		S.m.expiry_commits++;
+		metrics_add(M_EXPIRY_COMMITS, 1);
 		for (size_t i = 0; i < c.n; i++) {
 			if (!fired[i])
 				continue;
 			total++;
-			S.m.expiries_fired++;
-			ops_expiry_late(at_us, d[i].deadline);
+			metrics_add(M_EXPIRIES_FIRED, 1);
+			metrics_expiry_late(at_us, d[i].deadline);
 			log_info("%s: tool call %s expired", convs[i], d[i].id);
 			if (!ended[i])
 				ensure_started(convs[i]);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An example server tool for agentd (design.md section 8): evaluates arithmetic, idempotently.
+"""An example server tool for agentd (docs/configuration.md, "The server tool protocol"): evaluates arithmetic, idempotently.
 
     [tool.calc]
     executor = server

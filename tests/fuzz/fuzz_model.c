@@ -1,4 +1,4 @@
-/* libFuzzer target: the model and tool output parsers (design.md section 8). */
+/* libFuzzer target: the model and tool output parsers (docs/configuration.md). */
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>

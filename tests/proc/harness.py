@@ -2,7 +2,7 @@
 
 Process tests are plain Python 3 scripts (standard library only) run by ctest; each exits non-zero on
 failure. They import this module, start agentd in a fresh temporary directory, drive it through the real
-control socket (design.md sections 5 and 6), kill real processes and assert the invariants afterwards.
+control socket (docs/protocol.md), kill real processes and assert the invariants afterwards.
 
     import harness
     from harness import Agentd, wait_for
@@ -501,7 +501,7 @@ class Agentd:
     def command(self):
         args = [AGENTD_BIN, "--data", self.data_dir, "--socket", self.socket]
         if VALGRIND:
-            # agentd under memcheck (issue 6); any error or definite leak makes it exit 99, which stop()
+            # agentd under memcheck; any error or definite leak makes it exit 99, which stop()
             # reports. /proc/self/exe is valgrind's then, so name the worker explicitly.
             args = valgrind_prefix(f"{self.dir}/valgrind.%p.log") + args + ["--worker", self.worker_program()]
         if self.config_path:

@@ -1,4 +1,4 @@
-"""The real agentctl against the real agentd (design.md section 5, docs/agentctl.md): the output and exit
+"""The real agentctl against the real agentd (docs/agentctl.md): the output and exit
 status of every command (0 ok; 1 an error reply, `agentctl: CODE: message` on stderr; 2 usage errors and no
 server), --json and raw printing the reply line exactly, watch following live until SIGINT, --help, and
 where the socket comes from."""

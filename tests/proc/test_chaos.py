@@ -1,6 +1,6 @@
 """Chaos: many conversations driven concurrently while workers, model and tool processes and the
-supervisor itself are SIGKILLed at random, then every invariant of design.md checked from the log and the
-records (issue 6, "Chaos suite").
+supervisor itself are SIGKILLed at random, then every invariant of docs/protocol.md ("Semantics") checked
+from the log and the records (docs/testing.md, "Chaos").
 
 A real agentd runs with a scripted model and tool (Python scripts written into the test's directory and
 named in its configuration). Client threads send to CONVS conversations through the control socket, each

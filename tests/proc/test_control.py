@@ -1,4 +1,4 @@
-"""The control protocol through the real socket (design.md section 6; issue 4, "What must be shown"):
+"""The control protocol through the real socket (docs/protocol.md):
 every op, pipelining with ids of every JSON type, bad input of every kind (each answered with the right
 code, the connection still serving), too_large, misbehaving clients that must stall nobody, concurrent
 clients and group commit, watch and long-poll woken by a worker's commits, and the socket file itself."""

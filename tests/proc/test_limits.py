@@ -1,4 +1,4 @@
-"""Resource exhaustion (issue 6): the map filling up, the disk filling up, the descriptor limit, the worker
+"""Resource exhaustion: the map filling up, the disk filling up, the descriptor limit, the worker
 limit, and a model writing far more than its cap. In each: a clear error to whoever asked, agentd goes on
 serving, and nothing committed is lost."""
 import json

@@ -1,5 +1,5 @@
 """Revival, re-dispatch, durable expiry, restart policy, idle eviction, fencing and process hygiene
-(issue 3, "What must be shown"), with the real agentd, agentd-worker and scripted models and tools.
+with the real agentd, agentd-worker and scripted models and tools.
 
 The model and the tool are Python scripts written into the test's directory. Each appends one JSON line
 per invocation to a record file (model.log, tool.log) so a test can count model calls per turn and tool

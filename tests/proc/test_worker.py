@@ -1,9 +1,9 @@
-"""agentd-worker end to end (design.md sections 3, 7, 8): scripted models and tools named in the configuration,
-driven through the real agentd. One driver model script serves every test; its behaviour comes from its
-command line (fail_first=N, fail_always, sleep=S, garbage, nofinal) and from what the user sends (an object
-{"calls": [...]} asks for those tool calls; {"gate": NAME} makes the model wait for the file DIR/NAME).
-Every request a model receives is logged, with the final line it printed, so tests compare exactly what the
-worker rendered and what it recorded."""
+"""agentd-worker end to end (docs/protocol.md "Semantics", docs/configuration.md): scripted models and tools
+named in the configuration, driven through the real agentd. One driver model script serves every test; its
+behaviour comes from its command line (fail_first=N, fail_always, sleep=S, garbage, nofinal) and from what the
+user sends (an object {"calls": [...]} asks for those tool calls; {"gate": NAME} makes the model wait for the
+file DIR/NAME). Every request a model receives is logged, with the final line it printed, so tests compare
+exactly what the worker rendered and what it recorded."""
 import json
 import os
 import signal
@@ -426,8 +426,8 @@ def test_server_and_human_tools_mixed():
 
 
 def test_mixed_turn_suspended_as_soon_as_its_suspension_is_visible():
-    """design.md section 3: a suspension visible means the call is pending and the status is suspended,
-    even while the same turn's server call still runs."""
+    """docs/protocol.md, "Semantics": a suspension visible means the call is pending and the status is
+    suspended, even while the same turn's server call still runs."""
     with agentd() as a:
         c = a.create(settings={"model": "m", "tools": ["add", "ask"]})
         a.send(c, {"calls": [call("add", gate="go1", a=1, b=1), call("ask")]})

@@ -1,6 +1,6 @@
-/* The worker's pure logic (agent/render.c): what the log's tail owes for every
- * dangling shape (design.md section 3), the model's input (section 8), and the
- * built-in echo model. */
+/* The worker's pure logic: what the log's tail owes for every dangling shape
+ * (conv/tail.c; docs/protocol.md, "Semantics"), the model's input
+ * (agent/render.c; docs/configuration.md), and the built-in echo model. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>

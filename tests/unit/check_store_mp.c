@@ -1,5 +1,5 @@
 /*
- * The store's multi-process rules (design.md section 2), with real processes.
+ * The store's multi-process rules (docs/architecture.md, "The store"), with real processes.
  *
  * Every other process is tests/store_child (STORE_CHILD), fork+exec'd so that
  * it opens its own environment: a forked copy of the test never touches the
@@ -852,12 +852,11 @@ START_TEST(map_resized_while_txn_open)
 	ck_assert_str_eq(r.v[MORE].eid, "mine-1");
 	recs_free(&r);
 
-	/* STORE BUG (store_lmdb.c, store_txn_begin and map_err): the retry on
-	 * MDB_MAP_RESIZED is skipped while a txn is open (rightly: the map cannot
-	 * be moved under it), but the code then falls through map_err, which has
-	 * no case for MDB_MAP_RESIZED and turns it into -EIO: a caller sees a
-	 * disk failure where it should see a retryable "end your open transaction
-	 * first" (the design says MDB_MAP_RESIZED is handled). */
+	/* With a txn open the map cannot be moved under it, so the begin cannot
+	 * adopt the grown map: it must say so as a retryable error ("end your
+	 * open transaction first", store.h: -EAGAIN), never as -EIO, which a
+	 * caller would take for a disk failure (docs/architecture.md: another
+	 * process's growth of the map is handled). */
 	ck_assert_msg(werr != -EIO && werr != 0,
 		      "begin beside a pre-growth read txn returned %d (%s): MDB_MAP_RESIZED leaks out as an "
 		      "I/O error",

@@ -1,0 +1,52 @@
+/*
+ * loop.h: the supervisor's event loop, one thread over epoll. It knows
+ * nobody: a module registers a descriptor with a watch (a callback it embeds
+ * in its own record), and the loop calls it back with the ready events. It
+ * never names a module, reads the store or decides anything; what runs
+ * around each wait is the caller's (loop_hooks), as Redis's ae.c has its
+ * beforesleep.
+ *
+ * Caveats:
+ *  - A callback may loop_del its own descriptor, or another's, but must not
+ *    free a record whose watch may still be delivered in this iteration:
+ *    mark it and free it at the iteration's end (the end hook).
+ *  - Descriptors are level-triggered: a callback that leaves input unread is
+ *    called again after the next wait.
+ */
+#ifndef AGENTD_LOOP_H
+#define AGENTD_LOOP_H
+
+#include <stdint.h>
+
+/* Embed in the record a descriptor belongs to; fn gets it back with the
+ * epoll events (EPOLLIN, EPOLLOUT, EPOLLHUP, ...). */
+struct loop_watch {
+	void (*fn)(struct loop_watch *w, uint32_t events);
+};
+
+/* What the caller runs around each wait. Any may be NULL. */
+struct loop_hooks {
+	int (*before_wait)(void *arg);  /* 1: work is left, do not block in the wait */
+	void (*after_wait)(void *arg);  /* before the ready watches are called */
+	int (*end)(void *arg);          /* after them, the iteration's end: 1 stops the loop */
+	void *arg;
+};
+
+/* Create the epoll instance (close-on-exec). 0 or -errno. */
+int loop_open(void);
+void loop_close(void);
+
+/* Register, change or remove fd. 0 or -errno (loop_del ignores errors: the
+ * descriptor may already be closed). */
+int loop_add(int fd, uint32_t events, struct loop_watch *w);
+int loop_mod(int fd, uint32_t events, struct loop_watch *w);
+void loop_del(int fd);
+
+/* Run until the end hook returns 1 (0), or epoll fails (-errno, logged). */
+int loop_run(const struct loop_hooks *h);
+
+/* CLOCK_MONOTONIC in milliseconds and in microseconds. */
+int64_t loop_now_ms(void);
+int64_t loop_now_us(void);
+
+#endif

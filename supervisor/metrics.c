@@ -1,0 +1,151 @@
+/* metrics.c: the supervisor's counters and histograms (see metrics.h). */
+#include "supervisor/metrics.h"
+#include "ipc/proto.h"
+#include "supervisor/loop.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static struct {
+	uint64_t c[M_COUNT];
+	uint64_t ops[OP_COUNT];
+	uint64_t errors[PERR_COUNT];
+	int64_t gate_wait_us;
+	uint64_t lat_buckets[OP_COUNT][12]; /* op latency histogram, le 0.1ms..+Inf */
+	double lat_sum[OP_COUNT];
+	uint64_t late_buckets[12]; /* expiry lateness histogram, le 1ms..+Inf */
+	double late_sum;
+} m;
+
+void metrics_add(enum metric c, uint64_t n)
+{
+	m.c[c] += n;
+}
+
+void metrics_error(int err)
+{
+	m.errors[err >= 0 && err < PERR_COUNT ? err : PERR_INTERNAL]++;
+}
+
+void metrics_gate_wait(int64_t us)
+{
+	m.gate_wait_us += us;
+}
+
+static const double lat_bounds[11] = { 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10 };
+
+void metrics_op(int op)
+{
+	if (op >= 0 && op < OP_COUNT)
+		m.ops[op]++; /* errors are counted by code where the reply is made */
+}
+
+void metrics_op_latency(int op, int64_t started_us)
+{
+	if (op < 0 || op >= OP_COUNT)
+		return;
+	double secs = (double)(loop_now_us() - started_us) / 1e6;
+	int b = 0;
+	while (b < 11 && secs > lat_bounds[b])
+		b++;
+	m.lat_buckets[op][b]++;
+	m.lat_sum[op] += secs;
+}
+
+/* Deadlines fire late by a disk flush when all is well, by the downtime after
+ * a restart: the buckets reach from one to the other. */
+static const double late_bounds[11] = { 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 10, 60, 3600 };
+
+void metrics_expiry_late(int64_t at_us, int64_t deadline_ms)
+{
+	double secs = (double)(at_us - deadline_ms * 1000) / 1e6;
+	if (secs < 0)
+		secs = 0;
+	int b = 0;
+	while (b < 11 && secs > late_bounds[b])
+		b++;
+	m.late_buckets[b]++;
+	m.late_sum += secs;
+}
+
+char *metrics_text(const struct metrics_gauges *g, size_t *len)
+{
+	char *buf = NULL;
+	FILE *f = open_memstream(&buf, len);
+	if (!f)
+		return NULL;
+	fprintf(f, "# HELP agentd_ops_total Control requests by op.\n# TYPE agentd_ops_total counter\n");
+	for (int i = 0; i < OP_COUNT; i++)
+		fprintf(f, "agentd_ops_total{op=\"%s\"} %llu\n", proto_op_name(i), (unsigned long long)m.ops[i]);
+	fprintf(f, "# HELP agentd_errors_total Error replies by code.\n# TYPE agentd_errors_total counter\n");
+	for (int i = 1; i < PERR_COUNT; i++)
+		fprintf(f, "agentd_errors_total{code=\"%s\"} %llu\n", proto_err_code(i),
+			(unsigned long long)m.errors[i]);
+	struct { const char *name, *help; uint64_t v; } counters[] = {
+		{ "agentd_worker_spawns_total", "Worker processes started.", m.c[M_SPAWNS] },
+		{ "agentd_worker_crashes_total", "Workers that died without being asked to.", m.c[M_CRASHES] },
+		{ "agentd_worker_revivals_total", "Workers restarted after a crash.", m.c[M_REVIVALS] },
+		{ "agentd_expiries_fired_total", "Human tool calls expired by their deadline.", m.c[M_EXPIRIES_FIRED] },
+		{ "agentd_expiry_commits_total", "Write transactions that fired expiries.", m.c[M_EXPIRY_COMMITS] },
+		{ "agentd_group_commits_total", "Write transactions of the control plane.", m.c[M_GROUP_COMMITS] },
+		{ "agentd_group_writes_total", "Write requests committed in them.", m.c[M_GROUP_WRITES] },
+		{ "agentd_write_gate_grants_total", "Writes granted to workers.", m.c[M_GATE_GRANTS] },
+		{ "agentd_write_gate_waits_total", "Supervisor writes that waited for a worker's.", m.c[M_GATE_WAITS] },
+		{ "agentd_write_gate_revoked_total", "Grants taken back from a worker that held one too long.",
+		  m.c[M_GATE_REVOKED] },
+		{ "agentd_worker_wakes_total", "Wakes sent to workers for new events.", m.c[M_WAKES] },
+		{ "agentd_worker_wakes_coalesced_total", "New events a wake already in flight covered.",
+		  m.c[M_WAKES_COALESCED] },
+	};
+	for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+		fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", counters[i].name, counters[i].help,
+			counters[i].name, counters[i].name, (unsigned long long)counters[i].v);
+	fprintf(f, "# HELP agentd_write_gate_wait_seconds_total Time supervisor writes waited for a worker's.\n"
+		   "# TYPE agentd_write_gate_wait_seconds_total counter\nagentd_write_gate_wait_seconds_total %.6f\n",
+		(double)m.gate_wait_us / 1e6);
+	fprintf(f, "# HELP agentd_workers_live Worker processes alive.\n# TYPE agentd_workers_live gauge\n"
+		   "agentd_workers_live %d\n", g->workers_live);
+	fprintf(f, "# HELP agentd_clients Connected control clients.\n# TYPE agentd_clients gauge\n"
+		   "agentd_clients %d\n", g->clients);
+	fprintf(f, "# HELP agentd_store_size_bytes Bytes of the data file up to its last page written (a "
+		   "high-water mark).\n# TYPE agentd_store_size_bytes gauge\n"
+		   "agentd_store_size_bytes %llu\n", (unsigned long long)g->store_size);
+	fprintf(f, "# HELP agentd_store_map_size_bytes The store's map size.\n"
+		   "# TYPE agentd_store_map_size_bytes gauge\nagentd_store_map_size_bytes %llu\n",
+		(unsigned long long)g->map_size);
+	fprintf(f, "# HELP agentd_op_duration_seconds Control request latency.\n"
+		   "# TYPE agentd_op_duration_seconds histogram\n");
+	for (int i = 0; i < OP_COUNT; i++) {
+		uint64_t cum = 0;
+		for (int b = 0; b < 12; b++) {
+			cum += m.lat_buckets[i][b];
+			if (b < 11)
+				fprintf(f, "agentd_op_duration_seconds_bucket{op=\"%s\",le=\"%g\"} %llu\n",
+					proto_op_name(i), lat_bounds[b], (unsigned long long)cum);
+			else
+				fprintf(f, "agentd_op_duration_seconds_bucket{op=\"%s\",le=\"+Inf\"} %llu\n",
+					proto_op_name(i), (unsigned long long)cum);
+		}
+		fprintf(f, "agentd_op_duration_seconds_sum{op=\"%s\"} %.6f\n", proto_op_name(i), m.lat_sum[i]);
+		fprintf(f, "agentd_op_duration_seconds_count{op=\"%s\"} %llu\n", proto_op_name(i),
+			(unsigned long long)cum);
+	}
+	fprintf(f, "# HELP agentd_expiry_lateness_seconds How long after its deadline an expired call was "
+		   "settled (its transaction's start).\n# TYPE agentd_expiry_lateness_seconds histogram\n");
+	uint64_t cum = 0;
+	for (int b = 0; b < 12; b++) {
+		cum += m.late_buckets[b];
+		if (b < 11)
+			fprintf(f, "agentd_expiry_lateness_seconds_bucket{le=\"%g\"} %llu\n", late_bounds[b],
+				(unsigned long long)cum);
+		else
+			fprintf(f, "agentd_expiry_lateness_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+	}
+	fprintf(f, "agentd_expiry_lateness_seconds_sum %.6f\nagentd_expiry_lateness_seconds_count %llu\n",
+		m.late_sum, (unsigned long long)cum);
+	if (fclose(f)) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
