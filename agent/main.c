@@ -702,7 +702,7 @@ static int model_run_http(const struct model_cfg *mc, const json_t *req, struct 
 }
 
 /* Run with retries. Returns the attempts made; mr->err empty on success. */
-static int model_run(const struct model_cfg *mc, const json_t *req, struct model_run *mr, int64_t *latency)
+static int model_run_attempts(const struct model_cfg *mc, const json_t *req, struct model_run *mr, int64_t *latency)
 {
 	if (mc->kind != MODEL_EXEC)
 		return model_run_http(mc, req, mr, latency);
@@ -722,6 +722,15 @@ static int model_run(const struct model_cfg *mc, const json_t *req, struct model
 		}
 	}
 	return attempts;
+}
+
+/* model_run_attempts, and its attempts told to the supervisor's metrics. */
+static int model_run(const struct model_cfg *mc, const json_t *req, struct model_run *mr, int64_t *latency)
+{
+	int n = model_run_attempts(mc, req, mr, latency);
+	struct ipc_msg m = { .type = IPC_MODEL, .num = n, .ok = !mr->err[0] };
+	ipc_send(W.ipc, &m);
+	return n;
 }
 
 /* ---- turns ----------------------------------------------------------- */

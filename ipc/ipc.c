@@ -14,6 +14,7 @@ static const char *const names[] = {
 	[IPC_STATE] = "state", [IPC_DELTA] = "delta",
 	[IPC_COMPACTED] = "compacted", [IPC_CHILD] = "child", [IPC_WOKEN] = "woken",
 	[IPC_WRITE] = "write", [IPC_GRANT] = "grant", [IPC_WRITTEN] = "written", [IPC_GO] = "go",
+	[IPC_MODEL] = "model",
 };
 #define NTYPES ((int)(sizeof names / sizeof names[0]))
 

@@ -71,13 +71,14 @@ enum ipc_type {
 	IPC_GRANT,
 	IPC_WRITTEN,
 	IPC_GO,
+	IPC_MODEL,
 };
 
 struct ipc_msg {
 	int type;          /* enum ipc_type */
 	uint64_t seq;      /* wake, written */
-	int64_t num;       /* ready: pid; compact/compacted: request number */
-	int ok;            /* compacted */
+	int64_t num;       /* ready: pid; compact/compacted: request number; model: attempts */
+	int ok;            /* compacted; model: the call answered */
 	const char *text;  /* state name, delta text, compacted text; not NUL-terminated */
 	size_t text_len;
 };

@@ -96,6 +96,12 @@ char *metrics_text(const struct metrics_gauges *g, size_t *len)
 		{ "agentd_worker_wakes_total", "Wakes sent to workers for new events.", m.c[M_WAKES] },
 		{ "agentd_worker_wakes_coalesced_total", "New events a wake already in flight covered.",
 		  m.c[M_WAKES_COALESCED] },
+		{ "agentd_model_calls_total", "Model calls (turns and summaries) that ended.", m.c[M_MODEL_CALLS] },
+		{ "agentd_model_attempts_total", "Their attempts, retries included.", m.c[M_MODEL_ATTEMPTS] },
+		{ "agentd_model_attempt_failures_total", "Attempts that failed (retried or not).",
+		  m.c[M_MODEL_ATTEMPT_FAILURES] },
+		{ "agentd_model_call_failures_total", "Model calls that failed after their attempts.",
+		  m.c[M_MODEL_CALL_FAILURES] },
 	};
 	for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
 		fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", counters[i].name, counters[i].help,

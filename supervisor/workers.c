@@ -939,6 +939,15 @@ void worker_ipc(struct worker *w)
 		case IPC_DELTA:
 			watch_delta(w, m.text, m.text_len);
 			break;
+		case IPC_MODEL: /* a model call ended: its attempts, for the metrics */
+			if (m.num > 0 && m.num <= 1000) {
+				metrics_add(M_MODEL_CALLS, 1);
+				metrics_add(M_MODEL_ATTEMPTS, (uint64_t)m.num);
+				metrics_add(M_MODEL_ATTEMPT_FAILURES, (uint64_t)m.num - (m.ok ? 1 : 0));
+				if (!m.ok)
+					metrics_add(M_MODEL_CALL_FAILURES, 1);
+			}
+			break;
 		case IPC_COMPACTED:
 			on_compacted(w, &m);
 			break;

@@ -43,6 +43,12 @@ def agentd(fake, **kw):
     return a
 
 
+def metric(a, name):
+    lines = [x for x in a.ok({"op": "metrics"})["text"].splitlines() if x.startswith(name + " ")]
+    assert len(lines) == 1, name
+    return int(lines[0].split()[1])
+
+
 def assistant_texts(a, c):
     return [e["content"]["text"] for e in a.events(c, type="assistant_msg")]
 
@@ -163,6 +169,8 @@ def test_retry_after_is_honoured_and_each_attempt_audited():
         assert "error" not in att[3], att
         assert not a.events(c, type="error")
         assert "retrying" in a.log()
+        assert [metric(a, "agentd_model_" + n + "_total") for n in
+                ("calls", "attempts", "attempt_failures", "call_failures")] == [1, 4, 3, 0]
 
 
 def test_bad_request_is_not_retried_and_quoted():
@@ -192,6 +200,8 @@ def test_unanswered_retries_end_in_an_error_event():
         err = wait_for(lambda: a.events(c, type="error"), 30, "the error event")[0]["content"]
         assert err["attempts"] == 3 and "still broken" in err["message"], err
         assert len(fake.requests) == 3
+        assert [metric(a, "agentd_model_" + n + "_total") for n in
+                ("calls", "attempts", "attempt_failures", "call_failures")] == [1, 3, 3, 1]
         # A Retry-After past what the call may wait (max(backoff_max, 60 s)) is not waited for early.
         fake.script = [{"status": 429, "retry_after": "3600"}]
         a.send(c, "again")
