@@ -651,7 +651,7 @@ static int model_run_http(const struct model_cfg *mc, const json_t *req, struct 
 		exit(0);
 	}
 	int attempts = mr->attempts ? (int)json_array_size(mr->attempts) : 1;
-	if (mr->failed)
+	if (mr->failed && rc == 0 && r.exited && r.status == 0)
 		; /* err holds the helper's message */
 	else if (rc < 0)
 		snprintf(mr->err, sizeof mr->err, "cannot run %s: %s", argv[0], strerror(-rc));

@@ -4,7 +4,9 @@ the real API refuses: the real agentd and workers, a real HTTP exchange with SSE
 import json
 import os
 import signal
+import subprocess
 import sys
+import textwrap
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -301,6 +303,22 @@ def test_summary_of_tool_calls_and_the_turn_after_it():
         assert msgs[0]["role"] == "system" and msgs[0]["content"].startswith("Sys.") and \
             "SUMMARY: 5+5 is ten" in msgs[0]["content"], msgs
         assert msgs[-1] == {"role": "user", "content": "and now?"}, msgs
+
+
+def test_agentd_model_refuses_bad_use():
+    helper = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-model")
+    with FakeOpenAI() as fake:
+        a = Agentd(start=False)
+        text = textwrap.dedent(config(fake)).replace("JOURNAL", a.dir)
+        path = a.write_config(text + "[model.cmd]\ncommand = /bin/true\n")
+        for args, stdin, want in [([], "{}", "--config and --model are required"),
+                                  (["--config", path, "--model", "cmd"], "{}", "not a model of kind openai"),
+                                  (["--config", path, "--model", "gpt"], "[1", "not a JSON object"),
+                                  (["--config", "/nonexistent.ini", "--model", "gpt"], "{}", "nonexistent.ini")]:
+            p = subprocess.run([helper, *args], input=stdin, capture_output=True, text=True, timeout=30)
+            assert p.returncode == 2 and want in p.stderr and not p.stdout, (args, p)
+        assert not fake.requests
+        a.close()
 
 
 harness.main(globals())
