@@ -5,7 +5,8 @@ service does (subclasses: validate(headers, body) -> None or (status, error JSON
 a Record (time.monotonic() at arrival, headers, body, the status answered). The answer comes from .script, a
 list of steps consumed one per request (when it is empty, .default(body) makes one):
 
-  {"status": 429, "retry_after": "2"}   an error status with the API's error JSON (retry_after: the header)
+  {"status": 429, "retry_after": "2"}   an error status with the API's error JSON (retry_after: the header,
+                                        or a function that makes it when the answer is sent)
   {"status": 400, "message": "..."}     the same, with that message
   {"text": "...", "tool_calls": [{"name", "arguments" (JSON text), "id"?}], "usage": {"input", "output"}}
                                         a streamed answer; options:
@@ -126,7 +127,8 @@ class FakeAPI:
         status = step.get("status", 200)
         rec.status = status
         if status != 200:
-            extra = [("Retry-After", step["retry_after"])] if "retry_after" in step else []
+            ra = step.get("retry_after")
+            extra = [("Retry-After", ra() if callable(ra) else ra)] if ra is not None else []
             return self._send_json(h, status, self.error_json(status, step.get("message")), extra)
         self._stream(h, step, body)
 

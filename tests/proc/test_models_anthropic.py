@@ -2,9 +2,11 @@
 real API refuses (alternating roles, tool_result pairing and placement, the system prompt's place): the real
 agentd and workers, a real HTTP exchange with SSE streaming, real tools."""
 
+import email.utils
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -104,8 +106,10 @@ def test_parallel_tool_calls_and_a_message_during_an_approval():
 
 def test_overload_and_stream_errors_are_retried_bad_requests_are_not():
     with FakeAnthropic(key="sk-ant-test") as fake, agentd(fake, "retries = 3") as a:
+        # Retry-After as an HTTP-date two seconds ahead (whole seconds: at least one second's wait).
+        date = lambda: email.utils.formatdate(time.time() + 2, usegmt=True)  # noqa: E731
         fake.script = [{"status": 529}, {"text": "half an answer", "stream_error": "overloaded_error"},
-                       {"status": 429, "retry_after": "1"}, {"text": "at last"}]
+                       {"status": 429, "retry_after": date}, {"text": "at last"}]
         c = a.create(settings={"model": "claude"})
         a.send(c, "hi")
         wait_for(lambda: "at last" in texts(a, c), 30, "the answer after the retries")
