@@ -147,6 +147,7 @@ json_t *model_transcript(const json_t *req)
 	json_t *answered = json_object();
 	json_t *held = json_array();  /* user_msgs to place after the open turn's results */
 	json_t *assistant = NULL;     /* the last assistant item, while its tool_calls follow */
+	json_t *empty = json_object(); /* args of a call that has none */
 	for (size_t i = 0; i < n; i++) {
 		const json_t *e = json_array_get(evs, i);
 		const char *t = type_of(e);
@@ -175,7 +176,7 @@ json_t *model_transcript(const json_t *req)
 				continue;
 			json_array_append_new(json_object_get(assistant, "calls"),
 					      json_pack("{sssssO}", "id", id, "name", name, "args",
-							json_is_object(args) ? args : json_object()));
+							json_is_object(args) ? args : empty));
 			json_object_set_new(open, id, json_string(name));
 			/* The last call of the turn: held messages wait for results. */
 		} else if (!strcmp(t, "tool_result") || !strcmp(t, "resolution")) {
@@ -212,6 +213,7 @@ json_t *model_transcript(const json_t *req)
 	json_decref(open);
 	json_decref(answered);
 	json_decref(held);
+	json_decref(empty);
 	free(next_ctx);
 	if (!json_array_size(json_object_get(req, "tools")))
 		flatten(out);

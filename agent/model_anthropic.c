@@ -160,6 +160,12 @@ static int event(struct stream *s, const char *type, const char *data, size_t le
 			if (!c)
 				rc = -1;
 			else {
+				/* A block started again at its index starts over. */
+				free(c->id);
+				free(c->name);
+				free(c->args);
+				c->args = NULL;
+				c->alen = 0;
 				c->id = id ? strdup(id) : NULL;
 				c->name = name ? strdup(name) : NULL;
 				if (json_object_size(in)) {

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(proto ipc msgpack model records)
+[ ${#targets[@]} -eq 0 ] && targets=(proto ipc msgpack model records stream)
 CC=clang cmake -S . -B build-fuzz -DAGENTD_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j "$(nproc 2>/dev/null || echo 2)" --target "${targets[@]/#/fuzz_}" >/dev/null
 mkdir -p build-fuzz/artifacts

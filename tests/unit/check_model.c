@@ -188,6 +188,41 @@ START_TEST(test_transcript_order)
 }
 END_TEST
 
+/* Found by fuzz_stream: a block started twice at one index, and a call with
+ * no args in the log. */
+START_TEST(test_fuzz_regressions)
+{
+	struct stream st;
+	memset(&st, 0, sizeof st);
+	const char *a = "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\","
+			"\"id\":\"t1\",\"name\":\"one\",\"input\":{}}}";
+	const char *b = "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\","
+			"\"id\":\"t2\",\"name\":\"two\",\"input\":{\"k\":1}}}";
+	ck_assert_int_eq(model_api_anthropic.event(&st, "", a, strlen(a)), 0);
+	ck_assert_int_eq(model_api_anthropic.event(&st, "", b, strlen(b)), 0);
+	struct model_reply r;
+	char err[300];
+	ck_assert_int_eq(stream_reply(&st, &r, err, sizeof err), 0);
+	ck_assert_uint_eq(r.ncalls, 1);
+	ck_assert_str_eq(r.calls[0].id, "t2");
+	ck_assert_str_eq(r.calls[0].name, "two");
+	ck_assert_int_eq(json_integer_value(json_object_get(r.calls[0].args, "k")), 1);
+	model_reply_free(&r);
+	stream_free(&st);
+
+	json_t *rq = req_of("["
+			    "{\"seq\":1,\"type\":\"user_msg\",\"content\":{\"text\":\"u\"}},"
+			    "{\"seq\":2,\"type\":\"assistant_msg\",\"content\":{\"text\":\"\",\"context_seq\":1}},"
+			    "{\"seq\":3,\"type\":\"tool_call\",\"content\":{\"tool_call_id\":\"t3\",\"name\":\"x\"}}"
+			    "]");
+	json_t *tr = model_transcript(rq);
+	json_t *call = json_array_get(json_object_get(json_array_get(tr, 1), "calls"), 0);
+	ck_assert(json_is_object(json_object_get(call, "args")) && json_object_size(json_object_get(call, "args")) == 0);
+	json_decref(tr);
+	json_decref(rq);
+}
+END_TEST
+
 Suite *make_model_suite(void)
 {
 	Suite *s = suite_create("model");
@@ -196,6 +231,7 @@ Suite *make_model_suite(void)
 	tcase_add_test(tc, test_sse_stop_and_limit);
 	tcase_add_test(tc, test_retry_after);
 	tcase_add_test(tc, test_transcript_order);
+	tcase_add_test(tc, test_fuzz_regressions);
 	suite_add_tcase(s, tc);
 	return s;
 }
