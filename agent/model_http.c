@@ -54,11 +54,15 @@ struct feed {
 	struct stream st;
 	const struct model_api *api;
 	const struct model_hooks *h;
+	size_t events;   /* events dispatched */
+	char head[201];  /* the body's first bytes, to quote one that is not a stream */
+	size_t hlen;
 };
 
 static int feed_event(void *arg, const char *type, const char *data, size_t len)
 {
 	struct feed *f = arg;
+	f->events++;
 	if (f->st.done || f->st.failed)
 		return 0; /* nothing after the end counts */
 	return f->api->event(&f->st, type, data, len);
@@ -67,6 +71,9 @@ static int feed_event(void *arg, const char *type, const char *data, size_t len)
 static int on_data(void *arg, const char *p, size_t n)
 {
 	struct feed *f = arg;
+	size_t keep = n < sizeof f->head - 1 - f->hlen ? n : sizeof f->head - 1 - f->hlen;
+	memcpy(f->head + f->hlen, p, keep);
+	f->hlen += keep;
 	int e = sse_feed(&f->sse, p, n, feed_event, f);
 	if (e == -E2BIG) {
 		snprintf(f->st.err, sizeof f->st.err, "an event of the stream is over %u bytes", SSE_EVENT_MAX);
@@ -182,6 +189,11 @@ int model_http_run(const struct model_cfg *mc, const json_t *req, const struct m
 			server_message(resp.body, resp.body_len, msg, sizeof msg);
 			seterr(a->error, sizeof a->error, "HTTP %ld: %s", resp.status, msg);
 			transient = retryable_status(resp.status);
+		} else if (!f.st.done && !f.events && f.hlen && f.head[0] == '{') {
+			/* A server that ignored "stream": true; asking again would
+			 * get the same. */
+			seterr(a->error, sizeof a->error, "the server answered without streaming (not an event stream): %.*s",
+			       (int)f.hlen, f.head);
 		} else if (!f.st.done) {
 			seterr(a->error, sizeof a->error, "the response ended before the stream's end");
 			transient = 1;

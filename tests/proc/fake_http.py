@@ -14,6 +14,7 @@ list of steps consumed one per request (when it is empty, .default(body) makes o
     "cut": n          send n SSE events, then close the connection mid-body (no terminating chunk)
     "hold": Event     send half the events, then wait for the Event (a test kills the worker meanwhile)
                       and close the connection
+  {"json_body": {...}}                  200 with that JSON, not a stream (a server that ignores "stream")
 
 Streams are HTTP/1.1 chunked, written with chunk boundaries at arbitrary places (splitting lines, CRLF
 pairs and UTF-8 characters), CRLF line ends on odd events, comment lines (keep-alives), and JSON spread over
@@ -126,6 +127,8 @@ class FakeAPI:
             time.sleep(step["delay"])
         status = step.get("status", 200)
         rec.status = status
+        if "json_body" in step:  # a server that does not stream
+            return self._send_json(h, 200, step["json_body"])
         if status != 200:
             ra = step.get("retry_after")
             extra = [("Retry-After", ra() if callable(ra) else ra)] if ra is not None else []

@@ -186,11 +186,18 @@ def test_bad_request_is_not_retried_and_quoted():
         assert len(fake.requests) == 1
         rows = a.ok({"op": "audit", "conversation": c})["model_calls"]
         assert rows and rows[0]["rendered_context"]["attempts"][0]["status"] == 400, rows
+        # A server that ignores "stream": said so, not retried.
+        fake.script = [{"json_body": {"object": "chat.completion", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "unstreamed"}, "finish_reason": "stop"}]}}]
+        a.send(c, "stream please")
+        wait_for(lambda: len(a.events(c, type="error")) == 2, 20, "the error for a non-stream")
+        err = a.events(c, type="error")[1]["content"]
+        assert err["attempts"] == 1 and "without streaming" in err["message"] and "unstreamed" in err["message"], err
         # A wrong key: 401, not retried either, with the server's words.
         fake.key = "sk-other"
         a.send(c, "again")
-        wait_for(lambda: len(a.events(c, type="error")) == 2, 20, "the second error")
-        err = a.events(c, type="error")[1]["content"]
+        wait_for(lambda: len(a.events(c, type="error")) == 3, 20, "the third error")
+        err = a.events(c, type="error")[2]["content"]
         assert err["attempts"] == 1 and "HTTP 401" in err["message"] and "Incorrect API key" in err["message"], err
 
 
