@@ -11,6 +11,8 @@ Suite *make_protocol_suite(void);
 Suite *make_render_suite(void);
 Suite *make_consistency_suite(void);
 Suite *make_config_suite(void);
+Suite *make_lifecycle_suite(void);
+Suite *make_loop_suite(void);
 
 static Suite *(*const check_suites[])(void) = {
 	make_mp_suite,
@@ -21,6 +23,8 @@ static Suite *(*const check_suites[])(void) = {
 	make_render_suite,
 	make_consistency_suite,
 	make_config_suite,
+	make_lifecycle_suite,
+	make_loop_suite,
 	0,
 };
 #endif
