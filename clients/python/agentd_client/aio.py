@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
+import select
+import socket
 import time
 from typing import Optional, Union
 
@@ -35,6 +38,26 @@ async def _readline(reader: asyncio.StreamReader) -> Optional[bytes]:
     except (ConnectionResetError, BrokenPipeError):
         return None
     return line[:-1]
+
+
+def _peer_closed(writer: asyncio.StreamWriter) -> bool:
+    """Whether agentd closed the connection and the loop has not noticed yet (it learns of an EOF only
+    when it next polls: after a restart while the loop was busy, at_eof() is still False)."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return False
+    r, _, _ = select.select([sock.fileno()], [], [], 0)
+    if not r:
+        return False
+    dup = socket.socket(fileno=os.dup(sock.fileno()))
+    try:
+        return dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        dup.close()
 
 
 class AsyncClient(_Ops):
@@ -96,7 +119,8 @@ class AsyncClient(_Ops):
     async def _attempt(self, call: _Call):
         # A connection agentd closed while idle shows as EOF already received: replace it before a
         # request that must not be sent twice goes out on it.
-        if self._reader is not None and (self._reader.at_eof() or self._writer.is_closing()):
+        if self._reader is not None and (self._reader.at_eof() or self._writer.is_closing()
+                                         or _peer_closed(self._writer)):
             self._drop()
         if self._reader is None:
             self._reader, self._writer = await _open(self.socket_path, self.timeout)
