@@ -9,55 +9,125 @@ import os
 import select
 import socket
 import time
-from typing import Optional, Union
+from typing import List, Optional, Union
 
 from ._ops import NO_LIMIT, _Call, _Ops, decode, encode, socket_path, watch_item
 from .errors import AgentdConnectionError, AgentdError, AgentdTimeout, TooLarge, Unavailable, error_from_reply
 from .types import Delta, Event
 
-_LIMIT = 1 << 30  # replies can be long (an events page, an audit): the reader's line limit
+
+class _Conn(asyncio.Protocol):
+    """One connection: a line buffer that stays readable after the connection failed (asyncio's
+    StreamReader hides buffered data once it has an error: agentd's too_large reply to a request it
+    stopped reading would be lost), and a readline that a cancellation (a timeout) leaves intact."""
+
+    def __init__(self):
+        self.transport: Optional[asyncio.Transport] = None
+        self.buf = bytearray()
+        self.scan = 0
+        self.lost = False  # no more data will come (EOF, error, closed)
+        self.error: Optional[BaseException] = None
+        self._paused = False
+        self._waiters: List[asyncio.Future] = []
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.buf += data
+        self._wake()
+
+    def eof_received(self):
+        self.lost = True
+        self._wake()
+        return False  # close the transport
+
+    def connection_lost(self, exc):
+        self.lost = True
+        self.error = exc
+        self._wake()
+
+    def pause_writing(self):
+        self._paused = True
+
+    def resume_writing(self):
+        self._paused = False
+        self._wake()
+
+    def _wake(self):
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    async def _wait(self):
+        w = asyncio.get_running_loop().create_future()
+        self._waiters.append(w)
+        await w
+
+    # -- for the client
+    async def write(self, data: bytes):
+        if self.lost or self.transport.is_closing():
+            raise ConnectionResetError(str(self.error or "the connection is closed"))
+        self.transport.write(data)
+        while self._paused and not self.lost:
+            await self._wait()
+        if self.lost and self.error is not None:
+            raise self.error if isinstance(self.error, OSError) else ConnectionResetError(str(self.error))
+
+    async def readline(self) -> Optional[bytes]:
+        """The next line without its newline; None when no more will come."""
+        while True:
+            nl = self.buf.find(b"\n", self.scan)
+            if nl >= 0:
+                line = bytes(self.buf[:nl])
+                del self.buf[:nl + 1]
+                self.scan = 0
+                return line
+            self.scan = len(self.buf)
+            if self.lost:
+                return None
+            await self._wait()
+
+    def peer_closed(self) -> bool:
+        """Whether agentd closed the connection, even when the loop has not noticed yet (it learns of an
+        EOF only when it next polls: after a restart while the loop was busy, say)."""
+        if self.lost or self.transport.is_closing():
+            return True
+        sock = self.transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        r, _, _ = select.select([sock.fileno()], [], [], 0)
+        if not r:
+            return False
+        dup = socket.socket(fileno=os.dup(sock.fileno()))
+        try:
+            return dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        finally:
+            dup.close()
+
+    def close(self):
+        if self.transport is not None:
+            self.transport.close()
+        self.lost = True
+        self._wake()
 
 
-async def _open(path: str, timeout: float):
+async def _open(path: str, timeout: float) -> _Conn:
+    loop = asyncio.get_running_loop()
     try:
-        return await asyncio.wait_for(asyncio.open_unix_connection(path, limit=_LIMIT), timeout)
+        _, conn = await asyncio.wait_for(loop.create_unix_connection(_Conn, path), timeout)
+        return conn
     except asyncio.TimeoutError:
         raise AgentdTimeout(f"cannot connect to {path}: timed out") from None
     except OSError as e:
         hint = " (is agentd running?)" if e.errno in (errno.ENOENT, errno.ECONNREFUSED) else ""
         raise AgentdConnectionError(f"cannot connect to {path}: {e.strerror or e}{hint}") from None
-
-
-async def _readline(reader: asyncio.StreamReader) -> Optional[bytes]:
-    """The next line without its newline; None at end of stream (a partial last line is dropped: agentd
-    never sends one)."""
-    try:
-        line = await reader.readuntil(b"\n")
-    except asyncio.IncompleteReadError:
-        return None
-    except (ConnectionResetError, BrokenPipeError):
-        return None
-    return line[:-1]
-
-
-def _peer_closed(writer: asyncio.StreamWriter) -> bool:
-    """Whether agentd closed the connection and the loop has not noticed yet (it learns of an EOF only
-    when it next polls: after a restart while the loop was busy, at_eof() is still False)."""
-    sock = writer.get_extra_info("socket")
-    if sock is None:
-        return False
-    r, _, _ = select.select([sock.fileno()], [], [], 0)
-    if not r:
-        return False
-    dup = socket.socket(fileno=os.dup(sock.fileno()))
-    try:
-        return dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-    finally:
-        dup.close()
 
 
 class AsyncClient(_Ops):
@@ -68,8 +138,7 @@ class AsyncClient(_Ops):
         self.socket_path = socket_path(socket)
         self.timeout = timeout
         self.retry_for = retry_for
-        self._reader: Optional[asyncio.StreamReader] = None
-        self._writer: Optional[asyncio.StreamWriter] = None
+        self._conn: Optional[_Conn] = None
         self._lock: Optional[asyncio.Lock] = None
         self._next_id = 0
         self._reached = False
@@ -83,20 +152,12 @@ class AsyncClient(_Ops):
 
     async def close(self):
         """Close the connection (the next request opens a new one)."""
-        w = self._writer
-        self._reader = self._writer = None
-        if w is not None:
-            w.close()
-            try:
-                await w.wait_closed()
-            except OSError:
-                pass
+        self._drop()
 
     def _drop(self):
-        w = self._writer
-        self._reader = self._writer = None
-        if w is not None:
-            w.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     async def _run(self, call: _Call):
         if self._lock is None:
@@ -117,35 +178,41 @@ class AsyncClient(_Ops):
                     pause = min(pause * 2, 1.0)
 
     async def _attempt(self, call: _Call):
-        # A connection agentd closed while idle shows as EOF already received: replace it before a
-        # request that must not be sent twice goes out on it.
-        if self._reader is not None and (self._reader.at_eof() or self._writer.is_closing()
-                                         or _peer_closed(self._writer)):
+        # A connection agentd closed while idle is replaced before a request that must not be sent
+        # twice goes out on it.
+        if self._conn is not None and self._conn.peer_closed():
             self._drop()
-        if self._reader is None:
-            self._reader, self._writer = await _open(self.socket_path, self.timeout)
-        reader, writer = self._reader, self._writer
+        if self._conn is None:
+            self._conn = await _open(self.socket_path, self.timeout)
+        conn = self._conn
         self._next_id += 1
         req_id = self._next_id
         data = encode(call.op, call.fields, req_id)
+        # A request over max_line: agentd answers too_large and closes the connection while the rest
+        # is still being written. The write fails then, but the reply is there to read.
+        send_error = None
         try:
-            writer.write(data)
-            await writer.drain()
-        except OSError as e:
-            self._drop()
-            raise AgentdConnectionError(f"connection to agentd lost while sending: {e}", call.op, True) from None
-        limit = None if call.timeout == NO_LIMIT else self.timeout + (call.timeout or 0)
-        try:
-            line = await asyncio.wait_for(_readline(reader), limit)
+            await asyncio.wait_for(conn.write(data), self.timeout)
         except asyncio.TimeoutError:
-            self._drop()
-            raise AgentdTimeout(f"no reply from agentd within {limit:g} s", call.op, True) from None
+            self._drop()  # agentd stopped reading: part of the line may be in, the connection is unusable
+            raise AgentdTimeout(f"agentd did not take the request within {self.timeout:g} s", call.op, True) from None
         except OSError as e:
-            self._drop()
-            raise AgentdConnectionError(f"connection to agentd lost: {e}", call.op, True) from None
+            send_error = e
+        if send_error is not None:
+            limit = 1.0
+        else:
+            limit = None if call.timeout == NO_LIMIT else self.timeout + (call.timeout or 0)
+        try:
+            line = await asyncio.wait_for(conn.readline(), limit)
+        except asyncio.TimeoutError:
+            line = None
+            if send_error is None:
+                self._drop()
+                raise AgentdTimeout(f"no reply from agentd within {limit:g} s", call.op, True) from None
         if line is None:
             self._drop()
-            raise AgentdConnectionError("agentd closed the connection before replying", call.op, True)
+            why = f"connection to agentd lost: {send_error}" if send_error else "agentd closed the connection before replying"
+            raise AgentdConnectionError(why, call.op, True)
         try:
             reply = decode(line, call.op, req_id)
         except AgentdError:
@@ -156,7 +223,7 @@ class AsyncClient(_Ops):
             return call.parse(reply)
         err = error_from_reply(reply, call.op)
         if isinstance(err, (TooLarge, Unavailable)):
-            self._drop()
+            self._drop()  # agentd closes the connection after too_large; unavailable: it is going away
         raise err
 
     async def watch(self, conversation: str, *, after: Optional[int] = None) -> "AsyncWatch":
@@ -168,23 +235,25 @@ class AsyncClient(_Ops):
 
 
 class AsyncWatch:
-    """The async iterator over a watch stream; as Watch (.last_seq, next(timeout), close())."""
+    """The async iterator over a watch stream; as Watch (.last_seq, next(timeout), events(), aclose())."""
 
     def __init__(self, conversation: str):
         self.conversation = conversation
         self.last_seq = 0
-        self._reader = self._writer = None
+        self._conn: Optional[_Conn] = None
 
     async def _start(self, path: str, after: Optional[int], timeout: float):
         fields = {"conversation": self.conversation}
         if after is not None:
             fields["after"] = after
         data = encode("watch", fields, 1)
-        self._reader, self._writer = await _open(path, timeout)
+        self._conn = await _open(path, timeout)
         try:
-            self._writer.write(data)
-            await self._writer.drain()
-            line = await asyncio.wait_for(_readline(self._reader), timeout)
+            try:
+                await self._conn.write(data)
+            except OSError:
+                pass  # a refusal may still be there to read
+            line = await asyncio.wait_for(self._conn.readline(), timeout)
             if line is None:
                 raise AgentdConnectionError("agentd closed the connection before replying", "watch", True)
             reply = decode(line, "watch", 1)
@@ -193,12 +262,9 @@ class AsyncWatch:
         except asyncio.TimeoutError:
             await self.aclose()
             raise AgentdTimeout(f"no reply from agentd within {timeout:g} s", "watch", True) from None
-        except AgentdError:
+        except BaseException:
             await self.aclose()
             raise
-        except OSError as e:
-            await self.aclose()
-            raise AgentdConnectionError(f"connection to agentd lost: {e}", "watch", True) from None
         self.last_seq = reply.get("last_seq", 0)
 
     def __aiter__(self):
@@ -212,35 +278,26 @@ class AsyncWatch:
 
     async def next(self, timeout: Optional[float] = None) -> Union[Event, Delta, None]:
         """The next Event or Delta; None when the stream ended; AgentdTimeout when nothing came within
-        timeout seconds (the watch goes on)."""
+        timeout seconds (the watch goes on, and a line that was arriving is still delivered next)."""
         while True:
-            if self._reader is None:
+            if self._conn is None:
                 return None
             try:
-                # shield: a timeout must not cancel readuntil halfway and lose buffered bytes
-                line = await asyncio.wait_for(asyncio.shield(self._pending()), timeout)
+                line = await asyncio.wait_for(self._conn.readline(), timeout)
             except asyncio.TimeoutError:
                 raise AgentdTimeout(f"nothing from the watch within {timeout:g} s", "watch", False) from None
-            self._read_task = None
             if line is None:
                 await self.aclose()
                 return None
             item = watch_item(line)
             if item is None:
-                continue
+                continue  # a kind of line this client does not know
             if isinstance(item, Event):
                 self.last_seq = item.seq
             return item
 
-    def _pending(self):
-        # The read in progress survives a timeout: the next call waits for the same line.
-        task = getattr(self, "_read_task", None)
-        if task is None:
-            task = self._read_task = asyncio.ensure_future(_readline(self._reader))
-        return task
-
     async def events(self, timeout: Optional[float] = None):
-        """Async-iterate over the events only (deltas skipped)."""
+        """Async-iterate over the events only (deltas skipped); timeout as in next()."""
         while True:
             item = await self.next(timeout)
             if item is None:
@@ -249,18 +306,10 @@ class AsyncWatch:
                 yield item
 
     async def aclose(self):
-        task = getattr(self, "_read_task", None)
-        self._read_task = None
-        if task is not None and not task.done():
-            task.cancel()
-        w = self._writer
-        self._reader = self._writer = None
-        if w is not None:
-            w.close()
-            try:
-                await w.wait_closed()
-            except OSError:
-                pass
+        """End the watch (close its connection)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     async def __aenter__(self):
         return self

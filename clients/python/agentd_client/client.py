@@ -59,8 +59,8 @@ class _Conn:
         self.buf += data  # unsolicited bytes: kept, and the reply check will refuse them
         return False
 
-    def send(self, data: bytes):
-        self.sock.settimeout(None)
+    def send(self, data: bytes, timeout: Optional[float]):
+        self.sock.settimeout(timeout)
         self.sock.sendall(data)
 
     def readline(self, deadline: float) -> Optional[bytes]:
@@ -154,27 +154,37 @@ class Client(_Ops):
         self._next_id += 1
         req_id = self._next_id
         data = encode(call.op, call.fields, req_id)
+        # A request over max_line: agentd answers too_large and closes the connection while the rest
+        # is still being written. The write fails then, but the reply is there to read.
+        send_error = None
         try:
-            conn.send(data)
+            conn.send(data, self.timeout)
+        except socket.timeout:
+            self._drop()  # agentd stopped reading: part of the line may be in, the connection is unusable
+            raise AgentdTimeout(f"agentd did not take the request within {self.timeout:g} s", call.op, True) from None
         except OSError as e:
-            self._drop()
-            raise AgentdConnectionError(f"connection to agentd lost while sending: {e}", call.op, True) from None
-        if call.timeout == NO_LIMIT:
+            send_error = e
+        if send_error is not None:
+            deadline = time.monotonic() + 1.0
+        elif call.timeout == NO_LIMIT:
             deadline = NO_LIMIT
         else:
             deadline = time.monotonic() + self.timeout + (call.timeout or 0)
         try:
             line = conn.readline(deadline)
         except socket.timeout:
-            self._drop()
-            raise AgentdTimeout(f"no reply from agentd within {self.timeout + (call.timeout or 0):g} s",
-                                call.op, True) from None
+            line = None
+            if send_error is None:
+                self._drop()
+                raise AgentdTimeout(f"no reply from agentd within {self.timeout + (call.timeout or 0):g} s",
+                                    call.op, True) from None
         except OSError as e:
-            self._drop()
-            raise AgentdConnectionError(f"connection to agentd lost: {e}", call.op, True) from None
+            line = None
+            send_error = send_error or e
         if line is None:
             self._drop()
-            raise AgentdConnectionError("agentd closed the connection before replying", call.op, True)
+            why = f"connection to agentd lost: {send_error}" if send_error else "agentd closed the connection before replying"
+            raise AgentdConnectionError(why, call.op, True)
         try:
             reply = decode(line, call.op, req_id)
         except AgentdError:
@@ -209,7 +219,12 @@ class Watch:
         data = encode("watch", fields, 1)
         self._conn = _Conn(path, timeout)
         try:
-            self._conn.send(data)
+            try:
+                self._conn.send(data, timeout)
+            except socket.timeout:
+                raise
+            except OSError:
+                pass  # a refusal may still be there to read
             line = self._conn.readline(time.monotonic() + timeout)
             if line is None:
                 raise AgentdConnectionError("agentd closed the connection before replying", "watch", True)

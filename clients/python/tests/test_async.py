@@ -94,6 +94,9 @@ def test_errors_awaited(start_agentd):
                 await c.send(conv, {"x": {1}})
             with pytest.raises(TooLarge):
                 await c.send(conv, "x" * 2000)
+            with pytest.raises(TooLarge):  # still being written when agentd closes: not retried
+                await c.send(conv, "x" * (4 << 20))
+            assert c.retries == 0
             with pytest.raises(NotFound):
                 await c.watch("none")
             assert (await c.events(conv)).events == []  # nothing written, and a new connection works

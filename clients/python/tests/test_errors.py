@@ -101,7 +101,13 @@ def test_too_large_writes_nothing_and_the_client_reconnects(start_agentd):
             c.send(conv, "x" * 2000)
         assert ei.value.code == "too_large"
         assert c.events(conv).events == []  # a new connection: agentd closed the old one
+        # Far over the socket's buffer: agentd answers and closes while the client is still writing.
+        # The write fails, the reply is read anyway, and the send is not retried.
+        with pytest.raises(TooLarge):
+            c.send(conv, "x" * (4 << 20))
+        assert c.retries == 0
         assert c.send(conv, "small").seq == 1
+        assert [e.content for e in c.events(conv).events][:1] == [{"text": "small"}]
 
 
 def test_store_full_writes_nothing(start_agentd):

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from agentd_client import AgentdConnectionError, Client, Conflict
+from agentd_client import AgentdConnectionError, AgentdTimeout, Client, Conflict
 from conftest import outq, scaled, wait_for
 
 
@@ -80,4 +80,24 @@ def test_a_connection_agentd_closed_is_replaced_before_sending(agentd):
     agentd.restart()
     assert c.create("echo", conversation="fresh") == "fresh"
     assert c.retries == 0
+    c.close()
+
+
+def test_a_timeout_is_not_retried_and_a_cut_request_is_never_executed(agentd):
+    c = Client(agentd.socket, timeout=0.3)
+    conv = c.create("echo")
+    os.kill(agentd.pid, signal.SIGSTOP)
+    try:
+        # agentd reads nothing: the big request fills the socket and the write times out, half sent
+        with pytest.raises(AgentdTimeout, match="did not take the request within 0.3 s") as ei:
+            c.send(conv, "x" * (4 << 20))
+        assert ei.value.sent is True and c.retries == 0
+        with pytest.raises(AgentdTimeout, match="no reply from agentd within 0.3 s"):
+            c.get(conv)  # a small request is written, its reply does not come
+        assert c.retries == 0
+    finally:
+        os.kill(agentd.pid, signal.SIGCONT)
+    c.timeout = scaled(10)
+    assert c.get(conv).last_seq == 0  # the cut line was never executed
+    assert c.events(conv).events == []
     c.close()
