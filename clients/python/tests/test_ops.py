@@ -105,7 +105,7 @@ def test_tool_calls_resolve_summary_compact_audit(start_agentd):
         assert (tc.conversation, tc.executor, tc.name, tc.status, tc.args, tc.prompt) == (
             conv, "human", "approve", "pending", {"amount": 120}, "Approve the payment?")
         assert tc.deadline > tc.inserted_at and tc.result is None and tc.resolved_at is None
-        assert c.get(conv).status == "suspended"
+        wait_for(lambda: c.get(conv).status == "suspended", 10, "the conversation suspended")
         r = c.resolve(tc.id, {"approved": True})
         assert isinstance(r, Resolution) and r.conversation == conv and r.seq == 5
         done = c.tool_call(tc.id)
