@@ -157,3 +157,24 @@ def test_socket_path_order(agentd, monkeypatch, tmp_path):
     assert socket_path("/x/y.sock") == "/x/y.sock"
     with pytest.raises(ValueError, match="longer than 107 bytes"):
         Client("/" + "x" * 107)
+
+
+def test_one_client_shared_by_threads(agentd):
+    import threading
+    with Client(agentd.socket) as c:
+        conv = c.create("echo")
+        results = {}
+
+        def worker(n):
+            results[n] = [c.send(conv, f"t{n}-{i}").seq for i in range(8)]
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        seqs = [s for r in results.values() for s in r]
+        assert len(seqs) == 32 and len(set(seqs)) == 32
+        assert all(r == sorted(r) for r in results.values())
+        texts = [e.content["text"] for e in c.events(conv, type="user_msg").events]
+        assert sorted(texts) == sorted(f"t{n}-{i}" for n in range(4) for i in range(8))
