@@ -69,6 +69,18 @@ def decode(line: bytes, op: str, req_id: Optional[int]) -> dict:
     return reply
 
 
+def finish(call: "_Call", reply: dict):
+    """The result of an ok reply, or the exception of an error reply raised. A reply that lacks what the op
+    promises (a different agentd) is AgentdError, not a KeyError from deep inside."""
+    from .errors import AgentdError, error_from_reply
+    if not reply["ok"]:
+        raise error_from_reply(reply, call.op)
+    try:
+        return call.parse(reply)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise AgentdError(f"unexpected reply ({type(e).__name__}: {e}): {str(reply)[:200]}", None, call.op) from None
+
+
 def _opt(**kw) -> Dict[str, Any]:
     return {k: v for k, v in kw.items() if v is not None}
 

@@ -11,7 +11,7 @@ import socket
 import time
 from typing import List, Optional, Union
 
-from ._ops import NO_LIMIT, _Call, _Ops, decode, encode, socket_path, watch_item
+from ._ops import NO_LIMIT, _Call, _Ops, decode, encode, finish, socket_path, watch_item
 from .errors import AgentdConnectionError, AgentdError, AgentdTimeout, TooLarge, Unavailable, error_from_reply
 from .types import Delta, Event
 
@@ -167,7 +167,15 @@ class AsyncClient(_Ops):
             pause = 0.02
             while True:
                 try:
-                    return await self._attempt(call)
+                    try:
+                        return await self._attempt(call)
+                    except AgentdError:
+                        raise
+                    except BaseException:
+                        # interrupted mid-request (KeyboardInterrupt, a cancelled task): the reply may
+                        # still come, and must not be taken for the next request's
+                        self._drop()
+                        raise
                 except (AgentdConnectionError, Unavailable) as e:
                     retry = (call.idempotent and self._reached and self.retry_for > 0
                              and not isinstance(e, AgentdTimeout) and time.monotonic() < give_up)
@@ -219,12 +227,9 @@ class AsyncClient(_Ops):
             self._drop()
             raise
         self._reached = True
-        if reply["ok"]:
-            return call.parse(reply)
-        err = error_from_reply(reply, call.op)
-        if isinstance(err, (TooLarge, Unavailable)):
+        if reply["ok"] is False and reply.get("error") in (TooLarge.code, Unavailable.code):
             self._drop()  # agentd closes the connection after too_large; unavailable: it is going away
-        raise err
+        return finish(call, reply)
 
     async def watch(self, conversation: str, *, after: Optional[int] = None) -> "AsyncWatch":
         """Follow the conversation: an AsyncWatch (`async for item in w`: Event and Delta) on a

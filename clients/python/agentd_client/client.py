@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Optional, Union
 
-from ._ops import NO_LIMIT, _Call, _Ops, decode, encode, socket_path, watch_item
+from ._ops import NO_LIMIT, _Call, _Ops, decode, encode, finish, socket_path, watch_item
 from .errors import AgentdConnectionError, AgentdError, AgentdTimeout, TooLarge, Unavailable, error_from_reply
 from .types import Delta, Event
 
@@ -96,7 +96,7 @@ class Client(_Ops):
     """A client of agentd's control socket.
 
     socket: the socket path; else $AGENTD_SOCKET; else ./agentd-data/agentd.sock.
-    timeout: seconds to wait for a reply (events' wait_ms is added; compact and shutdown wait without a
+    timeout: seconds to wait for agentd to take a request and for its reply (events' wait_ms is added; compact and shutdown wait without a
       limit); AgentdTimeout past it.
     retry_for: after a lost connection (agentd restarted, killed, the connection closed), the ops safe to
       repeat (reads and send) reconnect and are sent again, with growing pauses, for up to this many
@@ -135,7 +135,15 @@ class Client(_Ops):
             pause = 0.02
             while True:
                 try:
-                    return self._attempt(call)
+                    try:
+                        return self._attempt(call)
+                    except AgentdError:
+                        raise
+                    except BaseException:
+                        # interrupted mid-request (KeyboardInterrupt, a cancelled task): the reply may
+                        # still come, and must not be taken for the next request's
+                        self._drop()
+                        raise
                 except (AgentdConnectionError, Unavailable) as e:
                     retry = (call.idempotent and self._reached and self.retry_for > 0
                              and not isinstance(e, AgentdTimeout) and time.monotonic() < give_up)
@@ -191,12 +199,9 @@ class Client(_Ops):
             self._drop()
             raise
         self._reached = True
-        if reply["ok"]:
-            return call.parse(reply)
-        err = error_from_reply(reply, call.op)
-        if isinstance(err, (TooLarge, Unavailable)):
+        if reply["ok"] is False and reply.get("error") in (TooLarge.code, Unavailable.code):
             self._drop()  # agentd closes the connection after too_large; unavailable: it is going away
-        raise err
+        return finish(call, reply)
 
     def watch(self, conversation: str, *, after: Optional[int] = None) -> "Watch":
         """Follow the conversation: a Watch (an iterator of Event and Delta) on a connection of its own.

@@ -165,3 +165,15 @@ def test_async_reconnects_after_a_restart(agentd):
         await c.close()
 
     run(main())
+
+
+def test_a_cancelled_request_does_not_leave_its_reply_for_the_next(agentd):
+    async def main():
+        async with AsyncClient(agentd.socket) as c:
+            conv = await c.create("echo")
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(c.events(conv, after=0, wait_ms=60000), 0.2)
+            assert (await c.send(conv, "hi")).seq == 1  # answers the abandoned long-poll too
+            assert c.retries == 0
+
+    run(main())

@@ -202,3 +202,31 @@ def damage_conv(data, conv):
     dump = ("VERSION=3\nformat=bytevalue\ndatabase=convs\ntype=btree\nHEADER=END\n"
             f" {n.to_bytes(8, 'big').hex()}\n a178\nDATA=END\n")
     subprocess.run(["mdb_load", "-s", "convs", data], input=dump, text=True, check=True)
+
+
+def test_a_reply_without_the_promised_fields_is_an_agentd_error(tmp_path):
+    path = str(tmp_path / "odd.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen()
+
+    def answer():
+        conn, _ = srv.accept()
+        with conn, conn.makefile("rb") as f:
+            f.readline()
+            conn.sendall(b'{"id":1,"ok":true}\n')  # ping without "version"
+            f.readline()
+            conn.sendall(b'{"id":99,"ok":true,"version":"x"}\n')  # another request's id
+
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    try:
+        c = Client(path, timeout=scaled(10))
+        with pytest.raises(AgentdError, match=r"unexpected reply \(KeyError: 'version'\)") as ei:
+            c.ping()
+        assert type(ei.value) is AgentdError and ei.value.code is None
+        with pytest.raises(AgentdConnectionError, match="reply for request 99 while waiting for 2"):
+            c.create("echo")  # not retried: create is not idempotent
+        t.join(scaled(10))
+    finally:
+        srv.close()

@@ -103,3 +103,29 @@ def test_a_timeout_is_not_retried_and_a_cut_request_is_never_executed(agentd):
     assert c.get(conv).last_seq == 0  # the cut line was never executed
     assert c.events(conv).events == []
     c.close()
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_an_interrupted_request_does_not_leave_its_reply_for_the_next(agentd):
+    # Ctrl-C during a long-poll: the late reply must not be read as the next request's.
+    c = Client(agentd.socket)
+    conv = c.create("echo")
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(Interrupted):
+            c.events(conv, after=0, wait_ms=60000)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    # this send commits seq 1, which answers the abandoned long-poll too (on the old connection)
+    assert c.send(conv, "hi").seq == 1
+    assert c.retries == 0
+    c.close()
