@@ -12,7 +12,8 @@ import time
 from typing import List, Optional, Union
 
 from ._ops import NO_LIMIT, _Call, _Ops, decode, encode, finish, socket_path, watch_item
-from .errors import AgentdConnectionError, AgentdError, AgentdTimeout, TooLarge, Unavailable, error_from_reply
+from .errors import (AgentdConnectionError, AgentdError, AgentdTimeout, NotFound, TooLarge, Unavailable,
+                     error_from_reply)
 from .types import Delta, Event
 
 
@@ -231,31 +232,46 @@ class AsyncClient(_Ops):
             self._drop()  # agentd closes the connection after too_large; unavailable: it is going away
         return finish(call, reply)
 
-    async def watch(self, conversation: str, *, after: Optional[int] = None) -> "AsyncWatch":
+    async def watch(self, conversation: str, *, after: Optional[int] = None, resume: bool = False) -> "AsyncWatch":
         """Follow the conversation: an AsyncWatch (`async for item in w`: Event and Delta) on a
         connection of its own; as Client.watch."""
-        w = AsyncWatch(conversation)
-        await w._start(self.socket_path, after, self.timeout)
+        w = AsyncWatch(conversation, self.socket_path, self.timeout, resume, self.retry_for)
+        await w._start(after)
         return w
 
 
 class AsyncWatch:
-    """The async iterator over a watch stream; as Watch (.last_seq, next(timeout), events(), aclose())."""
+    """The async iterator over a watch stream; as Watch (.last_seq, .resumes, next(timeout), events(),
+    resume), aclose() to end it."""
 
-    def __init__(self, conversation: str):
+    def __init__(self, conversation: str, path: str, timeout: float, resume: bool = False,
+                 retry_for: float = 30.0):
         self.conversation = conversation
         self.last_seq = 0
+        self.resumes = 0
+        self._path = path
+        self._timeout = timeout
+        self._resume = resume
+        self._retry_for = retry_for
         self._conn: Optional[_Conn] = None
+        self._closed = False
+        self._pos = 0
 
-    async def _start(self, path: str, after: Optional[int], timeout: float):
+    async def _start(self, after: Optional[int]):
+        reply = await self._open(after)
+        self.last_seq = reply.get("last_seq", 0)
+        self._pos = self.last_seq if after is None else after
+
+    async def _open(self, after: Optional[int]) -> dict:
         fields = {"conversation": self.conversation}
         if after is not None:
             fields["after"] = after
         data = encode("watch", fields, 1)
-        self._conn = await _open(path, timeout)
+        timeout = self._timeout
+        self._conn = await _open(self._path, timeout)
         try:
             try:
-                await self._conn.write(data)
+                await asyncio.wait_for(self._conn.write(data), timeout)
             except OSError:
                 pass  # a refusal may still be there to read
             line = await asyncio.wait_for(self._conn.readline(), timeout)
@@ -264,13 +280,29 @@ class AsyncWatch:
             reply = decode(line, "watch", 1)
             if not reply["ok"]:
                 raise error_from_reply(reply, "watch")
+            return reply
         except asyncio.TimeoutError:
-            await self.aclose()
+            self._drop()
             raise AgentdTimeout(f"no reply from agentd within {timeout:g} s", "watch", True) from None
         except BaseException:
-            await self.aclose()
+            self._drop()
             raise
-        self.last_seq = reply.get("last_seq", 0)
+
+    async def _reopen(self) -> bool:
+        give_up = time.monotonic() + self._retry_for
+        pause = 0.02
+        while True:
+            try:
+                await self._open(self._pos)
+                self.resumes += 1
+                return True
+            except NotFound:
+                return False
+            except (AgentdConnectionError, Unavailable):
+                if self._closed or time.monotonic() >= give_up:
+                    raise
+            await asyncio.sleep(min(pause, max(0.0, give_up - time.monotonic())))
+            pause = min(pause * 2, 1.0)
 
     def __aiter__(self):
         return self
@@ -292,13 +324,16 @@ class AsyncWatch:
             except asyncio.TimeoutError:
                 raise AgentdTimeout(f"nothing from the watch within {timeout:g} s", "watch", False) from None
             if line is None:
-                await self.aclose()
+                self._drop()
+                if self._resume and not self._closed and await self._reopen():
+                    continue
+                self._closed = True
                 return None
             item = watch_item(line)
             if item is None:
                 continue  # a kind of line this client does not know
             if isinstance(item, Event):
-                self.last_seq = item.seq
+                self.last_seq = self._pos = item.seq
             return item
 
     async def events(self, timeout: Optional[float] = None):
@@ -310,11 +345,15 @@ class AsyncWatch:
             if isinstance(item, Event):
                 yield item
 
-    async def aclose(self):
-        """End the watch (close its connection)."""
+    def _drop(self):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    async def aclose(self):
+        """End the watch (close its connection)."""
+        self._closed = True
+        self._drop()
 
     async def __aenter__(self):
         return self

@@ -11,7 +11,8 @@ import time
 from typing import Optional, Union
 
 from ._ops import NO_LIMIT, _Call, _Ops, decode, encode, finish, socket_path, watch_item
-from .errors import AgentdConnectionError, AgentdError, AgentdTimeout, TooLarge, Unavailable, error_from_reply
+from .errors import (AgentdConnectionError, AgentdError, AgentdTimeout, NotFound, TooLarge, Unavailable,
+                     error_from_reply)
 from .types import Delta, Event
 
 
@@ -203,26 +204,45 @@ class Client(_Ops):
             self._drop()  # agentd closes the connection after too_large; unavailable: it is going away
         return finish(call, reply)
 
-    def watch(self, conversation: str, *, after: Optional[int] = None) -> "Watch":
+    def watch(self, conversation: str, *, after: Optional[int] = None, resume: bool = False) -> "Watch":
         """Follow the conversation: a Watch (an iterator of Event and Delta) on a connection of its own.
         after=None: only events committed from now; after=0: the whole log first, then live, with no
         gap. Errors of the request (NotFound, ...) are raised here. Iteration ends when agentd closes
-        the stream (shutdown, the conversation deleted)."""
-        return Watch(self.socket_path, conversation, after, self.timeout)
+        the stream (shutdown, the conversation deleted); with resume=True the stream is opened again
+        after a lost connection (for up to retry_for seconds) and ends only with the conversation."""
+        return Watch(self.socket_path, conversation, after, self.timeout, resume, self.retry_for)
 
 
 class Watch:
     """An iterator over a watch stream: yields Event (every event, in seq order, no gaps) and Delta (a
     model's streamed text, a preview). .last_seq is the conversation's last seq when the watch started,
-    then the seq of the last event yielded. Close it (or use `with`) to end the watch."""
+    then the seq of the last event yielded. Close it (or use `with`) to end the watch.
 
-    def __init__(self, path: str, conversation: str, after: Optional[int], timeout: float):
+    With resume=True a stream that ends (agentd restarted, the connection lost) is opened again after the
+    last event yielded, retrying for up to retry_for seconds: no event is missed or repeated. It ends
+    only when the conversation is gone (deleted), or raises AgentdConnectionError when agentd stays away."""
+
+    def __init__(self, path: str, conversation: str, after: Optional[int], timeout: float,
+                 resume: bool = False, retry_for: float = 30.0):
         self.conversation = conversation
-        fields = {"conversation": conversation}
+        self.resumes = 0  # streams opened again after one ended
+        self._path = path
+        self._timeout = timeout
+        self._resume = resume
+        self._retry_for = retry_for
+        self._conn: Optional[_Conn] = None
+        self._closed = False
+        reply = self._open(after)
+        self.last_seq: int = reply.get("last_seq", 0)
+        self._pos = self.last_seq if after is None else after  # the seq a resumed stream starts after
+
+    def _open(self, after: Optional[int]) -> dict:
+        fields = {"conversation": self.conversation}
         if after is not None:
             fields["after"] = after
         data = encode("watch", fields, 1)
-        self._conn = _Conn(path, timeout)
+        timeout = self._timeout
+        self._conn = _Conn(self._path, timeout)
         try:
             try:
                 self._conn.send(data, timeout)
@@ -236,18 +256,35 @@ class Watch:
             reply = decode(line, "watch", 1)
             if not reply["ok"]:
                 raise error_from_reply(reply, "watch")
+            return reply
         except socket.timeout:
-            self.close()
+            self._drop()
             raise AgentdTimeout(f"no reply from agentd within {timeout:g} s", "watch", True) from None
         except OSError as e:
-            self.close()
+            self._drop()
             if isinstance(e, AgentdError):
                 raise
             raise AgentdConnectionError(f"connection to agentd lost: {e}", "watch", True) from None
         except BaseException:
-            self.close()
+            self._drop()
             raise
-        self.last_seq: int = reply.get("last_seq", 0)
+
+    def _reopen(self) -> bool:
+        """Open the stream again after self._pos: True, or False when the conversation is gone."""
+        give_up = time.monotonic() + self._retry_for
+        pause = 0.02
+        while True:
+            try:
+                self._open(self._pos)
+                self.resumes += 1
+                return True
+            except NotFound:
+                return False
+            except (AgentdConnectionError, Unavailable):
+                if self._closed or time.monotonic() >= give_up:
+                    raise
+            time.sleep(min(pause, max(0.0, give_up - time.monotonic())))
+            pause = min(pause * 2, 1.0)
 
     def __iter__(self):
         return self
@@ -272,13 +309,16 @@ class Watch:
             except OSError:
                 line = None
             if line is None:
-                self.close()
+                self._drop()
+                if self._resume and not self._closed and self._reopen():
+                    continue
+                self._closed = True
                 return None
             item = watch_item(line)
             if item is None:
                 continue  # a kind of line this client does not know
             if isinstance(item, Event):
-                self.last_seq = item.seq
+                self.last_seq = self._pos = item.seq
             return item
 
     def events(self, timeout: Optional[float] = None):
@@ -290,10 +330,15 @@ class Watch:
             if isinstance(item, Event):
                 yield item
 
-    def close(self):
+    def _drop(self):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def close(self):
+        """End the watch."""
+        self._closed = True
+        self._drop()
 
     def __enter__(self):
         return self

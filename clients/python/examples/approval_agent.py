@@ -15,7 +15,7 @@ and start agentd with it: `agentd --config agentd.ini` (socket ./agentd-data/age
 The agent opens a conversation that may use approve_payment and asks for a payment. With the built-in
 echo model the message `/tool approve_payment {"amount": N}` makes the model call the tool; a real model
 decides by itself. The conversation is then suspended on the call: the agent prints its id and waits
-(holding no resources: agentd keeps the call durably, across restarts) until a person answers:
+(agentd keeps the call durably; the agent's watch resumes if agentd restarts) until a person answers:
 
     agentctl resolve TOOL_CALL_ID --result '{"approved": true}'          # approve
     agentctl resolve TOOL_CALL_ID --status errored --result '"no"'        # deny
@@ -35,8 +35,9 @@ def run(client, amount, model="echo"):
                          system="Ask approve_payment before paying anything.")
     print(f"conversation: {conv}", flush=True)
     decision = None  # the resolution event's content once a person (or the expiry) settled the call
-    # Watch from seq 0 before sending: every event is seen, none can slip between two calls.
-    with client.watch(conv, after=0) as events:
+    # Watch from seq 0 before sending: every event is seen, none can slip between two calls. resume:
+    # if agentd restarts meanwhile, the watch reconnects and goes on after the last event it gave.
+    with client.watch(conv, after=0, resume=True) as events:
         client.send(conv, "/tool approve_payment " + json.dumps({"amount": amount}))
         for item in events:
             if isinstance(item, Delta):
@@ -53,7 +54,7 @@ def run(client, amount, model="echo"):
             elif item.type == "error":
                 raise RuntimeError(f"the model failed: {content['message']}")
         else:
-            raise RuntimeError("agentd ended the watch (shutdown, or the conversation was deleted)")
+            raise RuntimeError(f"conversation {conv} was deleted")
     result = decision["result"]
     approved = decision["status"] == "resolved" and isinstance(result, dict) and result.get("approved") is True
     print(f"paying {amount}" if approved else "not paying", flush=True)

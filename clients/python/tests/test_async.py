@@ -177,3 +177,18 @@ def test_a_cancelled_request_does_not_leave_its_reply_for_the_next(agentd):
             assert c.retries == 0
 
     run(main())
+
+
+def test_async_resumed_watch_goes_on_across_an_agentd_restart(agentd):
+    async def main():
+        async with AsyncClient(agentd.socket) as c:
+            conv = await c.create("echo")
+            w = await c.watch(conv, resume=True)
+            agentd.restart()  # blocks the loop; the watch finds its stream ended when it next reads
+            await c.send(conv, "two")
+            got = [await w.next(scaled(10)) for _ in range(2)]
+            assert [(e.seq, e.type) for e in got] == [(1, "user_msg"), (2, "assistant_msg")] and w.resumes == 1
+            await c.delete(conv)
+            assert await w.next(scaled(10)) is None
+
+    run(main())

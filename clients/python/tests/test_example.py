@@ -34,7 +34,7 @@ def read_until(p, prefix):
     raise AssertionError(f"the example ended without '{prefix}': {lines}\n{p.stderr.read()}")
 
 
-@pytest.mark.parametrize("answer", ["approve", "deny"])
+@pytest.mark.parametrize("answer", ["approve", "deny", "approve after an agentd restart"])
 def test_the_agent_waits_for_the_person(start_agentd, answer):
     a = start_agentd(CONFIG.format(expires="1h"))
     p = start_example(a, "--amount", "120")
@@ -47,7 +47,10 @@ def test_the_agent_waits_for_the_person(start_agentd, answer):
             pending = c.tool_calls(conv, status="pending")
             assert [(t.id, t.name, t.args) for t in pending] == [(tc_id, "approve_payment", {"amount": 120})]
             assert p.poll() is None  # still waiting
-            if answer == "approve":
+            if answer.endswith("restart"):
+                a.restart()
+                assert p.poll() is None
+            if answer.startswith("approve"):
                 c.resolve(tc_id, {"approved": True})
             else:
                 c.resolve(tc_id, "no", status="errored")
@@ -56,7 +59,7 @@ def test_the_agent_waits_for_the_person(start_agentd, answer):
         if p.poll() is None:
             p.kill()
             p.wait()
-    if answer == "approve":
+    if answer.startswith("approve"):
         assert out.splitlines() == ['decision: resolved {"approved": true}',
                                     f'model: {tc_id} resolved: {{"approved":true}}', "paying 120"], (out, err)
         assert p.returncode == 0

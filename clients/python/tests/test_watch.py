@@ -36,3 +36,21 @@ def test_watch_yields_events_and_deltas_until_the_stream_ends(start_agentd):
         seen = [item for item in w]
         assert seen == []
         assert w.next() is None
+
+
+def test_a_resumed_watch_goes_on_across_an_agentd_restart(agentd):
+    with Client(agentd.socket) as c:
+        conv = c.create("echo")
+        c.send(conv, "one")
+        plain = c.watch(conv)
+        w = c.watch(conv, after=1, resume=True)
+        assert w.next(scaled(10)).seq == 2  # the echo, replayed or live
+        agentd.restart()
+        c.send(conv, "two")  # committed while no watch is connected
+        # a plain watch ends with the stream (after the echo, if it started before the echo was in)
+        assert [e.seq for e in plain] in ([], [2])
+        got = [w.next(scaled(10)) for _ in range(2)]
+        assert [(e.seq, e.type) for e in got] == [(3, "user_msg"), (4, "assistant_msg")]
+        assert got[0].content == {"text": "two"} and w.resumes == 1 and w.last_seq == 4
+        c.delete(conv)  # the conversation gone: the resumed watch ends too
+        assert w.next(scaled(10)) is None and w.next() is None
