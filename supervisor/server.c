@@ -8,6 +8,7 @@
  */
 #include "supervisor/sup.h"
 #include "supervisor/loop.h"
+#include "supervisor/notify.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -56,6 +57,7 @@ static void rearm_tick(void)
 		d = S.next_gc;
 	if (S.shutting_down && !S.killed_all && (!d || S.shutdown_deadline < d))
 		d = S.shutdown_deadline;
+	d = notify_deadline(d); /* the systemd watchdog's next ping */
 	if (d == S.tick_armed)
 		return; /* already armed there: no system call */
 	S.tick_armed = d;
@@ -117,6 +119,7 @@ static void on_tick(struct loop_watch *lw, uint32_t events)
 	(void)r;
 	S.tick_armed = 0; /* it fired: the next rearm must set it again */
 	int64_t now = loop_now_ms();
+	notify_tick(now);
 	workers_tick(now);
 	polls_expire(now);
 	if (S.next_sync && now >= S.next_sync) {
@@ -152,6 +155,7 @@ void server_begin_shutdown(void)
 	if (S.shutting_down)
 		return;
 	S.shutting_down = 1;
+	notify_stopping();
 	S.shutdown_deadline = loop_now_ms() + S.cfg->shutdown_timeout_ms;
 	if (S.listen_fd >= 0) {
 		loop_del(S.listen_fd);
