@@ -200,6 +200,9 @@ def test_the_staged_agentd_runs_the_staged_worker():
     s = stage()
     harness.AGENTD_BIN, saved = f"{s}/bin/agentd", harness.AGENTD_BIN
     harness.AGENTCTL_BIN, saved_ctl = f"{s}/bin/agentctl", harness.AGENTCTL_BIN
+    # The installed worker is the static one, which memcheck cannot follow (docs/operations.md): under
+    # AGENTD_VALGRIND only agentd runs in memcheck here.
+    harness.VALGRIND_WORKERS, saved_vw = False, harness.VALGRIND_WORKERS
     try:
         with Agentd(config=open(f"{s}/etc/agentd/agentd.ini").read()) as a:
             assert f"config {a.config_path}" in a.log() or f"config {os.path.realpath(a.config_path)}" in a.log()
@@ -213,7 +216,7 @@ def test_the_staged_agentd_runs_the_staged_worker():
                 pid = wait_for(lambda: a.worker_pid(c), 10, "a live worker")
                 assert os.readlink(f"/proc/{pid}/exe") == f"{s}/bin/agentd-worker"
     finally:
-        harness.AGENTD_BIN, harness.AGENTCTL_BIN = saved, saved_ctl
+        harness.AGENTD_BIN, harness.AGENTCTL_BIN, harness.VALGRIND_WORKERS = saved, saved_ctl, saved_vw
 
 
 def test_cpack_builds_a_deb():
