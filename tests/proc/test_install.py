@@ -7,6 +7,7 @@ Needs cmake, man-db and groff-base, dpkg-dev (scripts/deps.sh); systemd-analyze 
 when present, and its step is skipped, saying so, when it is not."""
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -210,11 +211,24 @@ def test_the_staged_agentd_runs_the_staged_worker():
             a.ctl("send", c, "hello")
             wait_for(lambda: len(a.events(c)) >= 2, 10, "the echo reply")
             assert a.events(c)[1]["content"]["text"] == "echo: hello"
+            a.send(c, "/tool approve")
             if not harness.VALGRIND:
                 # No --worker given: agentd ran the agentd-worker installed beside it.
-                a.send(c, "/tool approve")
                 pid = wait_for(lambda: a.worker_pid(c), 10, "a live worker")
                 assert os.readlink(f"/proc/{pid}/exe") == f"{s}/bin/agentd-worker"
+            pending = wait_for(lambda: a.ctl("-q", "pending")[1].split(), 10, "the pending approval")
+            # The installed completion, as bash runs it on TAB (the installed agentctl first on PATH).
+            def complete(*words):
+                script = (f"source {s}/share/bash-completion/completions/agentctl\n"
+                          f"COMP_WORDS=({' '.join(shlex.quote(w) for w in words)}); "
+                          f"COMP_CWORD={len(words) - 1}; _agentctl; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+                env = dict(os.environ, PATH=f"{s}/bin:" + os.environ["PATH"])
+                return sorted(run("bash", "-c", script, env=env).stdout.split())
+            assert complete("agentctl", "pen") == ["pending"]
+            assert complete("agentctl", "tool-c") == ["tool-call", "tool-calls"]
+            assert complete("agentctl", "approve", "--c") == ["--comment"]
+            assert complete("agentctl", "-s", a.socket, "approve", "") == pending
+            assert complete("agentctl", "-s", a.socket, "get", "") == [c]
     finally:
         harness.AGENTD_BIN, harness.AGENTCTL_BIN, harness.VALGRIND_WORKERS = saved, saved_ctl, saved_vw
 
