@@ -342,6 +342,8 @@ static struct {
 	char *key;        /* a --param key being added */
 	char *request;    /* the request line */
 	json_t *reply;
+	json_t *page;     /* pending: the list reply being walked */
+	char *after;      /* pending: the next page's cursor */
 } held;
 
 __attribute__((format(printf, 1, 0))) static void vmsg(const char *fmt, va_list ap)
@@ -1714,7 +1716,8 @@ static json_t *pending_ask(struct conn *c, json_t *rq, bool not_found_ok)
 	free(req);
 	if (json_is_true(json_object_get(reply, "ok")))
 		return reply;
-	if (!not_found_ok || strcmp(json_string_value(json_object_get(reply, "error")) ?: "", "not_found") != 0)
+	const char *code = json_string_value(json_object_get(reply, "error"));
+	if (!not_found_ok || !code || strcmp(code, "not_found") != 0)
 		print_reply_error(reply);
 	json_decref(reply);
 	held.reply = NULL;
@@ -1734,23 +1737,22 @@ static int run_pending(const struct sockets *ss, const struct options *o)
 		c->deadline = now_ms() + c->budget;
 	}
 	json_t *all = held.req = must(json_array());
-	char *after = NULL;
 	int rc = EXIT_OK;
 	for (;;) {
 		json_t *rq = must(json_pack("{sisssssi}", "id", 1, "op", "list", "status", "suspended", "limit", 1000));
-		if (after)
-			json_object_set_new(rq, "after", must(json_string(after)));
-		free(after);
-		after = NULL;
-		json_t *page = pending_ask(c, rq, false);
+		if (held.after)
+			json_object_set_new(rq, "after", must(json_string(held.after)));
+		free(held.after);
+		held.after = NULL;
+		json_t *page = held.page = pending_ask(c, rq, false);
 		if (!page) {
 			rc = EXIT_REPLY;
 			break;
 		}
-		held.reply = NULL; /* ours now: the next exchange replaces held.reply */
+		held.reply = NULL; /* held.page now: the next exchange replaces held.reply */
 		const json_t *next = json_object_get(page, "next");
 		if (json_is_string(next))
-			after = xstrdup(json_string_value(next));
+			held.after = xstrdup(json_string_value(next));
 		size_t i;
 		json_t *conv;
 		json_array_foreach(json_object_get(page, "conversations"), i, conv) {
@@ -1766,7 +1768,8 @@ static int run_pending(const struct sockets *ss, const struct options *o)
 			held.reply = NULL;
 		}
 		json_decref(page);
-		if (!after)
+		held.page = NULL;
+		if (!held.after)
 			break;
 	}
 	if (rc == EXIT_OK) {
@@ -1782,7 +1785,6 @@ static int run_pending(const struct sockets *ss, const struct options *o)
 		}
 		json_decref(out);
 	}
-	free(after);
 	json_decref(all);
 	held.req = NULL;
 	check_stdout(rc);
@@ -1798,6 +1800,8 @@ static void release_held(void)
 	free(held.key);
 	free(held.request);
 	json_decref(held.reply);
+	json_decref(held.page);
+	free(held.after);
 	free(conn.buf);
 	memset(&held, 0, sizeof held);
 	conn.buf = NULL;
