@@ -9,6 +9,7 @@
 #include "ipc/ipc.h"
 #include "store/store.h"
 #include "supervisor/check.h"
+#include "supervisor/notify.h"
 #include "supervisor/server.h"
 
 #include <bsd/libutil.h>
@@ -244,7 +245,8 @@ int main(int argc, char **argv)
 	}
 	config_init(&cfg);
 	if (o_config && config_load(&cfg, o_config, err, sizeof err)) {
-		fprintf(stderr, "agentd: %s\n", err);
+		/* "agentd.ini: No such file or directory" alone does not say which file that was. */
+		fprintf(stderr, "agentd: %s%s\n", access(o_config, R_OK) ? "cannot read the configuration file: " : "", err);
 		return usage_exit(&cfg);
 	}
 	if ((o_data && !*o_data) || (o_socket && !*o_socket) || (o_worker && !*o_worker)) {
@@ -294,7 +296,7 @@ int main(int argc, char **argv)
 	cfg.ephemeral = o_ephemeral;
 	log_init("agentd", cfg.log_level);
 
-	int rc = 1;
+	int rc = 1, made_dir = 0, served = 0;
 	/* The data directory: tmpfs for --ephemeral. */
 	if (cfg.ephemeral) {
 		const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
@@ -312,7 +314,9 @@ int main(int argc, char **argv)
 			log_error("the data directory is an empty path");
 			goto out;
 		}
-		if (mkdir(cfg.data, 0700) < 0 && errno != EEXIST) {
+		if (mkdir(cfg.data, 0700) == 0)
+			made_dir = 1;
+		else if (errno != EEXIST) {
 			log_error("cannot create the data directory %s: %s", cfg.data, strerror(errno));
 			goto out;
 		}
@@ -387,9 +391,14 @@ int main(int argc, char **argv)
 	struct server_opts so_ = { &cfg, S.st, S.data_dir, S.sock_path, S.worker_path, S.config_path };
 	if (server_open(&so_))
 		goto close;
-	log_info("agentd %s: data %s, worker %s", AGENTD_VERSION, S.data_dir, S.worker_path);
+	char *cfg_real = o_config ? realpath(o_config, NULL) : NULL;
+	log_info("agentd %s: data %s, worker %s, config %s", AGENTD_VERSION, S.data_dir, S.worker_path,
+		 cfg_real ? cfg_real : o_config ? o_config : "none (built-in defaults)");
+	free(cfg_real);
 	printf("agentd: listening on %s\n", S.sock_path);
 	fflush(stdout);
+	notify_ready(S.sock_path);
+	served = 1;
 
 	rc = server_run() ? 1 : 0;
 	log_info("stopped");
@@ -399,9 +408,13 @@ close:
 unlock:
 	pidfile_remove(pfh);
 out:
-	/* Also when starting failed: an ephemeral store is never left behind. */
-	if (cfg.ephemeral && S.data_dir)
+	/* Also when starting failed: an ephemeral store is never left behind,
+	 * and neither is a data directory this failed start created (a socket
+	 * in use, say): it holds nothing but the empty store just made. */
+	if ((cfg.ephemeral || (made_dir && !served)) && S.data_dir)
 		rm_tree(S.data_dir);
+	else if (made_dir && !served)
+		rmdir(cfg.data);
 	free(S.data_dir);
 	free(S.sock_path);
 	free(S.worker_path);

@@ -5,6 +5,7 @@
 #include "supervisor/expiry.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
+#include "supervisor/notify.h"
 #include "supervisor/ops.h"
 #include "supervisor/waiters.h"
 #include "supervisor/workers.h"
@@ -44,6 +45,7 @@ static void begin_shutdown(void)
 		return;
 	SV.shutting_down = 1;
 	SV.shutdown_deadline = loop_now_ms() + SV.o->cfg->shutdown_timeout_ms;
+	notify_stopping();
 	control_stop_listening();
 	control_refuse();
 	workers_stop_all();
@@ -99,6 +101,7 @@ static void rearm_tick(void)
 	d = earliest(d, SV.next_gc);
 	if (SV.shutting_down && !SV.killed_all)
 		d = earliest(d, SV.shutdown_deadline);
+	d = notify_deadline(d); /* the systemd watchdog's next ping */
 	if (d == SV.tick_armed)
 		return; /* already armed there: no system call */
 	SV.tick_armed = d;
@@ -131,6 +134,7 @@ static void on_tick(struct loop_watch *lw, uint32_t events)
 	(void)r;
 	SV.tick_armed = 0; /* it fired: the next rearm must set it again */
 	int64_t now = loop_now_ms();
+	notify_tick(now);
 	workers_tick(now);
 	waiters_expire(now);
 	if (SV.next_sync && now >= SV.next_sync) {
