@@ -45,7 +45,13 @@ enum {
 	EXIT_USAGE = 2, /* bad command line, or no usable connection */
 };
 
+/* Where agentctl looks when neither -s nor $AGENTD_SOCKET says: scripts/run.sh's
+ * agentd, seen from the directory it runs in, then the installed service's
+ * (packaging/agentd.service). */
 #define DEFAULT_SOCKET "./agentd-data/agentd.sock"
+#ifndef AGENTD_RUN_SOCKET
+#define AGENTD_RUN_SOCKET "/run/agentd/agentd.sock"
+#endif
 #define DEFAULT_TIMEOUT_MS 60000
 #define READ_CHUNK 65536
 
@@ -70,6 +76,7 @@ enum kind {
 	K_CONTENT,  /* send's TEXT: a string, or a JSON object with --json-content */
 	K_RAW,      /* raw's JSON: the whole request line */
 	K_LOCAL,    /* flag read by agentctl itself (--json-content) */
+	K_RES_STR,  /* result.<field>: string (approve and deny's --comment) */
 };
 
 struct param {
@@ -87,6 +94,7 @@ enum {
 	CMD_RAW = 1 << 1,      /* the request is the user's line */
 	CMD_NEED_OPT = 1 << 2, /* at least one option must be given */
 	CMD_SLOW = 1 << 3,     /* may take minutes (a model call): no default timeout */
+	CMD_PENDING = 1 << 4,  /* agentctl's own: several requests (see run_pending) */
 };
 
 struct command {
@@ -99,6 +107,8 @@ struct command {
 	void (*show)(const json_t *reply);
 	unsigned flags;
 	const char *example;
+	const char *fixed; /* JSON object merged into the request first, or NULL */
+	const char *ids;   /* -q prints this: "FIELD", or "ARRAY/FIELD" for each row; NULL: nothing */
 };
 
 static const struct param no_params[] = {{0}};
@@ -174,6 +184,11 @@ static const struct param opt_resolve[] = {
 	{0},
 };
 
+static const struct param opt_decide[] = {
+	{"--comment", "comment", K_RES_STR, "TEXT", NULL, false, "a note kept with the decision (result.comment)"},
+	{0},
+};
+
 static const struct param opt_tool_calls[] = {
 	{"--status", "status", K_STR, "S", NULL, false, "only calls with status S (pending, resolved, errored, expired)"},
 	{0},
@@ -201,85 +216,103 @@ static void show_summary(const json_t *reply);
 static void show_audit(const json_t *reply);
 static void show_status(const json_t *reply);
 static void show_metrics(const json_t *reply);
+static void show_pending(const json_t *reply);
 
 static const struct command commands[] = {
 	{"ping", "ping", "check that agentd answers", "Check that agentd answers. Prints: pong (agentd VERSION).",
-	 no_params, no_params, show_ping, 0, "agentctl ping"},
+	 no_params, no_params, show_ping, 0, "agentctl ping", NULL, NULL},
 	{"create", "create", "create a conversation; prints its id",
 	 "Create a conversation and print its id alone on a line, so a script can capture it.", no_params, opt_create,
-	 show_create, 0, "agentctl create --id demo --model echo --system 'Be brief.' --param temperature=0.2"},
+	 show_create, 0, "agentctl create --id demo --model echo --system 'Be brief.' --param temperature=0.2", NULL, "conversation"},
 	{"get", "get", "show a conversation",
 	 "Show a conversation as key: value lines (nested objects flattened one level: settings.model, worker.pid):\n"
 	 "settings, status, fsm_state, last_seq, usage, times, and its live worker or null.",
-	 pos_conv, no_params, show_get, 0, "agentctl get demo"},
+	 pos_conv, no_params, show_get, 0, "agentctl get demo", NULL, NULL},
 	{"list", "list", "list conversations (table)",
 	 "List conversations as a table: ID STATUS MODEL LAST_SEQ WORKER UPDATED.\n"
 	 "When more remain, a last line `next: ID` gives the cursor for --after.",
-	 no_params, opt_list, show_list, 0, "agentctl list --status suspended --limit 20"},
+	 no_params, opt_list, show_list, 0, "agentctl list --status suspended --limit 20", NULL, "conversations/id"},
 	{"update", "update", "change a conversation's settings, or end it",
 	 "Change a conversation's settings (agentd merges them into the current ones) or end it. Prints ok.", pos_conv,
-	 opt_update, show_fields, CMD_NEED_OPT, "agentctl update demo --model echo --system 'Answer in French.'"},
+	 opt_update, show_fields, CMD_NEED_OPT, "agentctl update demo --model echo --system 'Answer in French.'", NULL, NULL},
 	{"delete", "delete", "delete a conversation and everything it holds",
 	 "Delete a conversation: stop its worker and remove every row it has. Deleting a missing one is ok.\n"
 	 "Prints `deleted: true`, or `deleted: false` when there was nothing to delete.",
-	 pos_conv, no_params, show_fields, 0, "agentctl delete demo"},
+	 pos_conv, no_params, show_fields, 0, "agentctl delete demo", NULL, NULL},
 	{"send", "send", "append a user message; prints its seq",
 	 "Append a user_msg and print `seq: N` once it is durably committed (with `duplicate: true` when --event-id\n"
 	 "was seen before: N is then the original seq). Plain TEXT is stored as {\"text\": TEXT}.",
-	 pos_send, opt_send, show_fields, 0, "agentctl send demo 'What is the weather in Paris?' --event-id msg-42"},
+	 pos_send, opt_send, show_fields, 0, "agentctl send demo 'What is the weather in Paris?' --event-id msg-42", NULL, "seq"},
 	{"events", "events", "print a conversation's events",
 	 "Print events one per line: SEQ TYPE CONTENT (CONTENT as compact JSON). With --wait, block until an event\n"
 	 "after --after exists or MS milliseconds pass (long-poll).",
-	 pos_conv, opt_events, show_events, 0, "agentctl events demo --after 10 --wait 30000"},
+	 pos_conv, opt_events, show_events, 0, "agentctl events demo --after 10 --wait 30000", NULL, "events/seq"},
 	{"watch", "watch", "follow a conversation live",
 	 "Follow a conversation live: print each event as it is committed (SEQ TYPE CONTENT) and each model delta\n"
 	 "while a turn streams (- delta {\"text\":...}), until interrupted (exit 0) or agentd closes (exit 0).\n"
 	 "With --json, print the reply line and every streamed line as received.",
-	 pos_conv, opt_watch, NULL, CMD_WATCH, "agentctl watch demo --after 0"},
+	 pos_conv, opt_watch, NULL, CMD_WATCH, "agentctl watch demo --after 0", NULL, NULL},
 	{"resolve", "resolve", "settle a pending human tool call",
 	 "Settle a pending human tool call and print `seq: N` of its resolution event. A call that is not pending\n"
 	 "(already settled, or expired) is refused with `stale`.",
-	 pos_tool_call, opt_resolve, show_fields, 0, "agentctl resolve call_abc123 --result '{\"approved\":true}'"},
+	 pos_tool_call, opt_resolve, show_fields, 0, "agentctl resolve call_abc123 --result '{\"approved\":true}'", NULL, "seq"},
+	{"approve", "resolve", "approve a pending human tool call",
+	 "Settle a pending human tool call as approved: resolve it with the result {\"approved\": true} (and\n"
+	 "\"comment\": TEXT with --comment). Prints `seq: N` of the resolution event; `stale` when it is not pending.",
+	 pos_tool_call, opt_decide, show_fields, 0, "agentctl approve call_abc123 --comment 'within budget'",
+	 "{\"status\":\"resolved\",\"result\":{\"approved\":true}}", "seq"},
+	{"deny", "resolve", "deny a pending human tool call",
+	 "Settle a pending human tool call as denied: resolve it with the result {\"approved\": false} (and\n"
+	 "\"comment\": TEXT with --comment). Prints `seq: N` of the resolution event; `stale` when it is not pending.",
+	 pos_tool_call, opt_decide, show_fields, 0, "agentctl deny call_abc123 --comment 'over the limit'",
+	 "{\"status\":\"resolved\",\"result\":{\"approved\":false}}", "seq"},
+	{"pending", "list", "list pending approvals across all conversations (table)",
+	 "List every pending human tool call of every conversation as a table:\n"
+	 "ID CONVERSATION NAME DEADLINE PROMPT ARGS (DEADLINE in UTC; - when it never expires).\n"
+	 "agentctl asks agentd for the suspended conversations (list), then for each one's pending calls\n"
+	 "(tool_calls); with --json it prints one line {\"ok\":true,\"tool_calls\":[...]} it assembled.",
+	 no_params, no_params, show_pending, CMD_PENDING, "agentctl pending",
+	 NULL, "tool_calls/id"},
 	{"tool-call", "tool_call", "show a tool call",
 	 "Show a tool call as key: value lines: conversation, executor, name, status, args, result, times.",
-	 pos_tool_call, no_params, show_tool_call, 0, "agentctl tool-call call_abc123"},
+	 pos_tool_call, no_params, show_tool_call, 0, "agentctl tool-call call_abc123", NULL, NULL},
 	{"tool-calls", "tool_calls", "list a conversation's tool calls (table)",
 	 "List a conversation's tool calls as a table: ID NAME EXECUTOR STATUS INSERTED ARGS.", pos_conv,
-	 opt_tool_calls, show_tool_calls, 0, "agentctl tool-calls demo --status pending"},
+	 opt_tool_calls, show_tool_calls, 0, "agentctl tool-calls demo --status pending", NULL, "tool_calls/id"},
 	{"summary", "summary", "show the latest summary",
 	 "Show the conversation's latest summary (from_seq, to_seq, version, content), or `no summary`.", pos_conv,
-	 no_params, show_summary, 0, "agentctl summary demo"},
+	 no_params, show_summary, 0, "agentctl summary demo", NULL, NULL},
 	{"compact", "compact", "compact a conversation now",
 	 "Force a compaction now: the model summarizes a prefix of the log. Prints the new summary.\n"
 	 "It waits for the model without a time limit unless --timeout is given.",
-	 pos_conv, no_params, show_summary, CMD_SLOW, "agentctl compact demo"},
+	 pos_conv, no_params, show_summary, CMD_SLOW, "agentctl compact demo", NULL, NULL},
 	{"audit", "audit", "list recorded model calls (table)",
 	 "List the model calls recorded for a conversation (TURN TASK MODEL LATENCY_MS SUMMARY_V USAGE INSERTED).\n"
 	 "Empty unless audit is on in agentd's configuration; --json shows the rendered contexts.",
-	 pos_conv, no_params, show_audit, 0, "agentctl audit demo"},
+	 pos_conv, no_params, show_audit, 0, "agentctl audit demo", NULL, NULL},
 	{"kill", "kill", "signal a conversation's worker",
 	 "Send a signal to the conversation's worker process (for operators and tests). Prints `pid: N`, or\n"
 	 "`pid: null` when no worker was running.",
-	 pos_conv, opt_kill, show_fields, 0, "agentctl kill demo --signal TERM"},
+	 pos_conv, opt_kill, show_fields, 0, "agentctl kill demo --signal TERM", NULL, NULL},
 	{"stop", "stop", "hibernate a conversation's worker",
 	 "Hibernate a conversation: its worker persists its state and exits; the next event revives it.\n"
 	 "Prints `stopping: true`, or `stopping: false` when no worker was running.",
-	 pos_conv, no_params, show_fields, 0, "agentctl stop demo"},
+	 pos_conv, no_params, show_fields, 0, "agentctl stop demo", NULL, NULL},
 	{"status", "status", "show agentd's status",
 	 "Show agentd's version, uptime and store (key: value lines), then its live workers as a table:\n"
 	 "CONVERSATION PID STATE SINCE_MS.",
-	 no_params, no_params, show_status, 0, "agentctl status"},
+	 no_params, no_params, show_status, 0, "agentctl status", NULL, "workers/conversation"},
 	{"metrics", "metrics", "print agentd's metrics",
 	 "Print agentd's metrics in the Prometheus text exposition format, as agentd wrote them.", no_params,
-	 no_params, show_metrics, 0, "agentctl metrics | grep agentd_ops_total"},
+	 no_params, show_metrics, 0, "agentctl metrics | grep agentd_ops_total", NULL, NULL},
 	{"shutdown", "shutdown", "stop agentd",
 	 "Stop agentd: its workers hibernate, then it exits. Prints ok once agentd has accepted the request.\n"
 	 "It waits without a time limit unless --timeout is given.",
-	 no_params, no_params, show_fields, CMD_SLOW, "agentctl shutdown"},
+	 no_params, no_params, show_fields, CMD_SLOW, "agentctl shutdown", NULL, NULL},
 	{"raw", NULL, "send any request; print the reply line as received",
 	 "Send one JSON request as is and print the reply line exactly as received (exit 1 if it is an error).\n"
 	 "The JSON is checked locally; a request spread over several lines is sent as one line.",
-	 pos_raw, no_params, NULL, CMD_RAW, "agentctl raw '{\"op\":\"events\",\"conversation\":\"demo\",\"limit\":1}'"},
+	 pos_raw, no_params, NULL, CMD_RAW, "agentctl raw '{\"op\":\"events\",\"conversation\":\"demo\",\"limit\":1}'", NULL, NULL},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -290,6 +323,7 @@ static const struct command commands[] = {
 struct options {
 	const char *socket;
 	bool json;
+	bool quiet;         /* -q: ids only (struct command's ids) */
 	int64_t timeout_ms; /* 0: wait for ever */
 	bool timeout_set;   /* given on the command line */
 };
@@ -308,6 +342,8 @@ static struct {
 	char *key;        /* a --param key being added */
 	char *request;    /* the request line */
 	json_t *reply;
+	json_t *page;     /* pending: the list reply being walked */
+	char *after;      /* pending: the next page's cursor */
 } held;
 
 __attribute__((format(printf, 1, 0))) static void vmsg(const char *fmt, va_list ap)
@@ -560,6 +596,9 @@ static void apply(const struct param *p, const char *v, json_t *req)
 	case K_SET_KV:
 		add_kv(p, v, child(settings_of(req), p->field, json_object));
 		break;
+	case K_RES_STR:
+		json_object_set_new(child(req, "result", json_object), p->field, arg_string(p, v, strlen(v)));
+		break;
 	case K_CONTENT:
 	case K_RAW:
 	case K_LOCAL:
@@ -583,6 +622,11 @@ static bool global_option(int argc, char **argv, int *i, struct options *o)
 	}
 	if (strncmp(a, "--json=", 7) == 0)
 		usage_error("option --json takes no value");
+	if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+		o->quiet = true;
+		(*i)++;
+		return true;
+	}
 	if (strcmp(a, "-s") == 0 || strcmp(a, "--socket") == 0 || strcmp(a, "--timeout") == 0) {
 		if (*i + 1 >= argc)
 			usage_error("option %s needs an argument", a);
@@ -646,6 +690,11 @@ static char *build_request(const struct command *cmd, int argc, char **argv, str
 	if (cmd->op) {
 		json_object_set_new(req, "id", must(json_integer(1)));
 		json_object_set_new(req, "op", must(json_string(cmd->op)));
+	}
+	if (cmd->fixed) { /* approve, deny: what the verb means, before the options add to it */
+		json_t *f = must(json_loads(cmd->fixed, 0, NULL));
+		json_object_update(req, f);
+		json_decref(f);
 	}
 
 	for (int i = 0; i < argc;) {
@@ -736,7 +785,7 @@ static char *build_request(const struct command *cmd, int argc, char **argv, str
 
 static void print_main_help(FILE *f)
 {
-	fputs("usage: agentctl [-s SOCKET] [--json] [--timeout SECS] COMMAND [ARGS...]\n"
+	fputs("usage: agentctl [-s SOCKET] [--json] [-q] [--timeout SECS] COMMAND [ARGS...]\n"
 	      "\n"
 	      "Drive agentd through its control socket: one request per command.\n"
 	      "\n"
@@ -749,15 +798,19 @@ static void print_main_help(FILE *f)
 		"Options (before the command or among its arguments):\n"
 		"  -s, --socket SOCKET  agentd's control socket\n"
 		"  --json               print the raw JSON reply line instead of readable output\n"
+		"  -q, --quiet          print only ids, one a line, for scripts (list: conversations;\n"
+		"                       pending, tool-calls: tool calls; create: the id; send, resolve,\n"
+		"                       approve, deny: the seq; other commands: nothing)\n"
 		"  --timeout SECS       give up waiting for the reply after SECS seconds (default %d; 0: no\n"
 		"                       limit; compact and shutdown: no limit unless given)\n"
 		"  -h, --help           this help; 'agentctl COMMAND --help' describes a command\n"
 		"  --version            print agentctl's version\n"
 		"\n"
-		"Socket: -s SOCKET, else $AGENTD_SOCKET, else %s.\n"
+		"Socket: -s SOCKET, else $AGENTD_SOCKET, else %s if it exists, else\n"
+		"%s (the installed service's).\n"
 		"Exit status: 0 ok; 1 agentd replied with an error (\"agentctl: CODE: message\" on stderr);\n"
 		"2 usage error or no connection.\n",
-		DEFAULT_TIMEOUT_MS / 1000, DEFAULT_SOCKET);
+		DEFAULT_TIMEOUT_MS / 1000, DEFAULT_SOCKET, AGENTD_RUN_SOCKET);
 }
 
 static void print_params(FILE *f, const char *title, const struct param *ps)
@@ -775,7 +828,7 @@ static void print_params(FILE *f, const char *title, const struct param *ps)
 static void print_command_help(const struct command *cmd, FILE *f)
 {
 	const struct param *p;
-	fprintf(f, "usage: agentctl [-s SOCKET] [--json] [--timeout SECS] %s", cmd->name);
+	fprintf(f, "usage: agentctl [-s SOCKET] [--json] [-q] [--timeout SECS] %s", cmd->name);
 	for (p = cmd->pos; p->name; p++)
 		fprintf(f, " %s", p->name);
 	for (p = cmd->opt; p->name; p++) {
@@ -788,7 +841,10 @@ static void print_command_help(const struct command *cmd, FILE *f)
 	fprintf(f, "\n\n%s\n", cmd->doc);
 	print_params(f, "Arguments", cmd->pos);
 	print_params(f, "Options", cmd->opt);
-	if (cmd->op)
+	if (cmd->flags & CMD_PENDING)
+		fprintf(f, "\nSends {\"op\":\"list\",\"status\":\"suspended\"} and {\"op\":\"tool_calls\",\"status\":\"pending\"}:\n"
+			   "see docs/protocol.md.\n");
+	else if (cmd->op)
 		fprintf(f, "\nSends {\"op\":\"%s\", ...}: see docs/protocol.md.\n", cmd->op);
 	fprintf(f, "\nExample:\n  %s\n", cmd->example);
 }
@@ -1005,7 +1061,7 @@ static bool format_time(const json_t *v, char *buf, size_t n)
 static bool is_time_key(const char *key)
 {
 	size_t n = strlen(key);
-	return n > 3 && strcmp(key + n - 3, "_at") == 0;
+	return (n > 3 && strcmp(key + n - 3, "_at") == 0) || strcmp(key, "deadline") == 0;
 }
 
 /* How a value reads in a table cell or after "key: ". */
@@ -1311,6 +1367,19 @@ static void show_metrics(const json_t *reply)
 		putchar('\n');
 }
 
+static void show_pending(const json_t *reply)
+{
+	static const struct column cols[] = {
+		{"ID", "id", false},	       {"CONVERSATION", "conversation", false}, {"NAME", "name", false},
+		{"DEADLINE", "deadline", true}, {"PROMPT", "prompt", false},		 {"ARGS", "args", false},
+	};
+	const json_t *rows = json_object_get(reply, "tool_calls");
+	if (json_array_size(rows) == 0)
+		puts("no pending approvals");
+	else
+		TABLE(rows, cols);
+}
+
 /* SEQ TYPE CONTENT: the line format of events and watch. */
 static void print_event(const json_t *ev)
 {
@@ -1388,7 +1457,43 @@ static _Noreturn void conn_fail(const struct conn *c, const char *what, int err)
 	fail("%s %s: %s", what, c->path, strerror(-err));
 }
 
-static void open_or_fail(struct conn *c, const char *path, const struct options *o)
+/* Where agentd may be listening, in the order tried: -s, else
+ * $AGENTD_SOCKET, else the defaults (DEFAULT_SOCKET, AGENTD_RUN_SOCKET). */
+struct sockets {
+	const char *path[2];
+	int n;
+	const char *from; /* "-s", "$AGENTD_SOCKET", or NULL for the defaults */
+};
+
+static void open_one(struct conn *c, const char *path, const struct options *o);
+
+/* The defaults: the first that accepts a connection. A path with nothing
+ * there, or only a dead agentd's socket file, is passed over; any other
+ * failure (a permission, a full backlog) is that agentd's and is reported. */
+static void open_or_fail(struct conn *c, const struct sockets *ss, const struct options *o)
+{
+	if (ss->n == 1) {
+		open_one(c, ss->path[0], o);
+		return;
+	}
+	int err[2];
+	for (int k = 0; k < ss->n; k++) {
+		err[k] = conn_open(c, ss->path[k], o->timeout_ms);
+		if (err[k] == 0)
+			return;
+		if (c->fd >= 0)
+			close(c->fd);
+		c->fd = -1;
+		if (err[k] != -ENOENT && err[k] != -ECONNREFUSED) {
+			open_one(c, ss->path[k], o); /* says why, and exits */
+			return;
+		}
+	}
+	fail("cannot connect to agentd: tried %s (%s) and %s (%s); is agentd running? Give its socket with -s "
+	     "SOCKET or $AGENTD_SOCKET", ss->path[0], strerror(-err[0]), ss->path[1], strerror(-err[1]));
+}
+
+static void open_one(struct conn *c, const char *path, const struct options *o)
 {
 	int r = conn_open(c, path, o->timeout_ms);
 	if (r == -ENAMETOOLONG)
@@ -1412,8 +1517,15 @@ static _Noreturn void stream(struct conn *c, bool raw)
 		char *line;
 		size_t len;
 		int r = conn_read_line(c, &line, &len);
-		if (r == 0 || r == -EINTR)
+		if (r == -EINTR)
 			exit(EXIT_OK);
+		if (r == 0) {
+			/* Not the user's doing: say so, or a script cannot tell this
+			 * end from a quiet conversation. */
+			check_stdout(EXIT_OK);
+			warn("agentd ended the watch (it stopped, or the conversation was deleted)");
+			exit(EXIT_OK);
+		}
 		if (r < 0)
 			conn_fail(c, "reading from", r);
 		/* Writing may block on a reader that does not read: SIGINT and
@@ -1472,7 +1584,11 @@ static json_t *exchange(struct conn *c, const char *request, char **line, size_t
 	return reply;
 }
 
-static int run(const struct command *cmd, const char *path, const char *request, int64_t extra_ms,
+static void print_ids(const json_t *reply, const char *spec);
+static void print_reply_error(const json_t *reply);
+static void word_after(const struct command *cmd, const char *request, const json_t *reply);
+
+static int run(const struct command *cmd, const struct sockets *ss, const char *request, int64_t extra_ms,
 	       const struct options *o)
 {
 	struct conn *c = &conn;
@@ -1491,7 +1607,7 @@ static int run(const struct command *cmd, const char *path, const char *request,
 		sigaddset(&block, SIGTERM);
 		sigprocmask(SIG_BLOCK, &block, &orig);
 	}
-	open_or_fail(c, path, o);
+	open_or_fail(c, ss, o);
 	c->mask = watch ? &orig : NULL;
 	if (o->timeout_ms > 0) {
 		c->budget = o->timeout_ms + extra_ms;
@@ -1504,6 +1620,8 @@ static int run(const struct command *cmd, const char *path, const char *request,
 	bool ok = json_is_true(json_object_get(reply, "ok"));
 	if (o->json || (cmd->flags & CMD_RAW))
 		print_line(line, len);
+	else if (ok && o->quiet)
+		print_ids(reply, cmd->ids);
 	else if (ok && cmd->show)
 		cmd->show(reply);
 	/* A long log comes in pages (next_after): readable output shows it
@@ -1518,15 +1636,15 @@ static int run(const struct command *cmd, const char *path, const char *request,
 		reply = exchange(c, next, &line, &len);
 		free(next);
 		ok = json_is_true(json_object_get(reply, "ok"));
-		if (ok)
+		if (ok && o->quiet)
+			print_ids(reply, cmd->ids);
+		else if (ok)
 			cmd->show(reply);
 	}
-	if (!ok) {
-		const char *code = json_string_value(json_object_get(reply, "error"));
-		const char *msg = json_string_value(json_object_get(reply, "message"));
-		/* Exactly "agentctl: CODE: message": scripts match on it. */
-		fprintf(stderr, "agentctl: %s%s%s\n", code ? code : "error", msg ? ": " : "", msg ? msg : "");
-	}
+	if (ok)
+		word_after(cmd, request, reply);
+	if (!ok)
+		print_reply_error(reply);
 	check_stdout(ok ? EXIT_OK : EXIT_REPLY);
 	if (ok && watch)
 		stream(c, o->json); /* does not return */
@@ -1538,6 +1656,142 @@ static int run(const struct command *cmd, const char *path, const char *request,
 	return ok ? EXIT_OK : EXIT_REPLY;
 }
 
+/* -q: the ids a script wants, one a line. spec "FIELD" prints that member;
+ * "ARRAY/FIELD" prints FIELD of each row of ARRAY. */
+static void print_ids(const json_t *reply, const char *spec)
+{
+	char arr[64];
+	const char *slash = spec ? strchr(spec, '/') : NULL;
+	if (!spec)
+		return;
+	if (!slash) {
+		const json_t *v = json_object_get(reply, spec);
+		if (v && !json_is_null(v)) {
+			char *t = text_of(v, "null");
+			puts(t);
+			free(t);
+		}
+		return;
+	}
+	snprintf(arr, sizeof arr, "%.*s", (int)(slash - spec), spec);
+	size_t i;
+	json_t *row;
+	json_array_foreach(json_object_get(reply, arr), i, row) {
+		char *t = text_of(json_object_get(row, slash + 1), "-");
+		puts(t);
+		free(t);
+	}
+}
+
+/* A long-poll that timed out is a success with nothing in it: say so on
+ * stderr, so a person sees the wait ended and a script's stdout stays empty. */
+static void word_after(const struct command *cmd, const char *request, const json_t *reply)
+{
+	if (cmd->show != show_events || json_array_size(json_object_get(reply, "events")) > 0)
+		return;
+	json_t *rq = json_loads(request, 0, NULL);
+	const json_t *w = json_object_get(rq, "wait_ms");
+	if (w && json_integer_value(w) > 0)
+		warn("no event after seq %lld within %s s", (long long)json_integer_value(json_object_get(rq, "after")),
+		     secs_text(json_integer_value(w)));
+	json_decref(rq);
+}
+
+static void print_reply_error(const json_t *reply)
+{
+	const char *code = json_string_value(json_object_get(reply, "error"));
+	const char *msg = json_string_value(json_object_get(reply, "message"));
+	/* Exactly "agentctl: CODE: message": scripts match on it. */
+	fprintf(stderr, "agentctl: %s%s%s\n", code ? code : "error", msg ? ": " : "", msg ? msg : "");
+}
+
+/* One request of pending's; the reply (held), or NULL after printing its
+ * error when it is not ok (not_found too, when not_found_ok is unset). */
+static json_t *pending_ask(struct conn *c, json_t *rq, bool not_found_ok)
+{
+	char *req = must(json_dumps(rq, SEND_FLAGS)), *line;
+	size_t len;
+	json_decref(rq);
+	json_t *reply = exchange(c, req, &line, &len);
+	free(req);
+	if (json_is_true(json_object_get(reply, "ok")))
+		return reply;
+	const char *code = json_string_value(json_object_get(reply, "error"));
+	if (!not_found_ok || !code || strcmp(code, "not_found") != 0)
+		print_reply_error(reply);
+	json_decref(reply);
+	held.reply = NULL;
+	return NULL;
+}
+
+/* pending: no op lists pending calls across conversations, so agentctl asks
+ * for the suspended conversations (a conversation with a pending human call
+ * is suspended until it is settled), page by page, and for each one's pending
+ * calls, on one connection. A conversation deleted in between is skipped. */
+static int run_pending(const struct sockets *ss, const struct options *o)
+{
+	struct conn *c = &conn;
+	open_or_fail(c, ss, o);
+	if (o->timeout_ms > 0) {
+		c->budget = o->timeout_ms;
+		c->deadline = now_ms() + c->budget;
+	}
+	json_t *all = held.req = must(json_array());
+	int rc = EXIT_OK;
+	for (;;) {
+		json_t *rq = must(json_pack("{sisssssi}", "id", 1, "op", "list", "status", "suspended", "limit", 1000));
+		if (held.after)
+			json_object_set_new(rq, "after", must(json_string(held.after)));
+		free(held.after);
+		held.after = NULL;
+		json_t *page = held.page = pending_ask(c, rq, false);
+		if (!page) {
+			rc = EXIT_REPLY;
+			break;
+		}
+		held.reply = NULL; /* held.page now: the next exchange replaces held.reply */
+		const json_t *next = json_object_get(page, "next");
+		if (json_is_string(next))
+			held.after = xstrdup(json_string_value(next));
+		size_t i;
+		json_t *conv;
+		json_array_foreach(json_object_get(page, "conversations"), i, conv) {
+			const json_t *id = json_object_get(conv, "id");
+			if (!json_is_string(id))
+				continue;
+			json_t *r = pending_ask(c, must(json_pack("{sisssOss}", "id", 2, "op", "tool_calls", "conversation",
+								  id, "status", "pending")), true);
+			if (!r)
+				continue;
+			json_array_extend(all, json_object_get(r, "tool_calls"));
+			json_decref(r);
+			held.reply = NULL;
+		}
+		json_decref(page);
+		held.page = NULL;
+		if (!held.after)
+			break;
+	}
+	if (rc == EXIT_OK) {
+		json_t *out = must(json_pack("{sbsO}", "ok", 1, "tool_calls", all));
+		if (o->json) {
+			char *t = must(json_dumps(out, SEND_FLAGS));
+			puts(t);
+			free(t);
+		} else if (o->quiet) {
+			print_ids(out, "tool_calls/id");
+		} else {
+			show_pending(out);
+		}
+		json_decref(out);
+	}
+	json_decref(all);
+	held.req = NULL;
+	check_stdout(rc);
+	close(c->fd);
+	return rc;
+}
+
 static void release_held(void)
 {
 	json_decref(held.req);
@@ -1546,6 +1800,8 @@ static void release_held(void)
 	free(held.key);
 	free(held.request);
 	json_decref(held.reply);
+	json_decref(held.page);
+	free(held.after);
 	free(conn.buf);
 	memset(&held, 0, sizeof held);
 	conn.buf = NULL;
@@ -1557,6 +1813,59 @@ static const struct command *find_command(const char *name)
 		if (strcmp(commands[i].name, name) == 0)
 			return &commands[i];
 	return NULL;
+}
+
+/* Edit distance (insertions, deletions, substitutions, and swaps of two
+ * neighbours: "tool-clals"), capped: only small ones matter. */
+static size_t distance(const char *a, const char *b)
+{
+	size_t n = strlen(a), m = strlen(b);
+	if (n > 32 || m > 32)
+		return 99;
+	size_t d[33][33];
+	for (size_t i = 0; i <= n; i++)
+		d[i][0] = i;
+	for (size_t j = 0; j <= m; j++)
+		d[0][j] = j;
+	for (size_t i = 1; i <= n; i++)
+		for (size_t j = 1; j <= m; j++) {
+			size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+			if (d[i - 1][j] + 1 < best)
+				best = d[i - 1][j] + 1;
+			if (d[i][j - 1] + 1 < best)
+				best = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+				best = d[i - 2][j - 2] + 1;
+			d[i][j] = best;
+		}
+	return d[n][m];
+}
+
+/* "unknown command 'x'", with the nearest command when one is near: within
+ * two edits (one for names of three letters or less), or the only command
+ * the name begins. */
+static _Noreturn void unknown_command(const char *name)
+{
+	const char *best = NULL, *prefix = NULL;
+	size_t bd = 99, nprefix = 0, len = strlen(name);
+	for (size_t i = 0; i < NCOMMANDS; i++) {
+		size_t d = distance(name, commands[i].name);
+		if (d < bd) {
+			bd = d;
+			best = commands[i].name;
+		}
+		if (len >= 2 && strncmp(commands[i].name, name, len) == 0) {
+			prefix = commands[i].name;
+			nprefix++;
+		}
+	}
+	if (nprefix == 1)
+		best = prefix; /* "pend" is pending, not send */
+	else if (bd > (len <= 3 ? 1u : 2u))
+		best = NULL;
+	if (best)
+		usage_error("unknown command '%s'; did you mean '%s'?", name, best);
+	usage_error("unknown command '%s'", name);
 }
 
 int main(int argc, char **argv)
@@ -1594,7 +1903,7 @@ int main(int argc, char **argv)
 			usage_error("unknown option '%s'", argv[i]);
 	}
 	if (i >= argc) {
-		fputs("usage: agentctl [-s SOCKET] [--json] [--timeout SECS] COMMAND [ARGS...]\n"
+		fputs("usage: agentctl [-s SOCKET] [--json] [-q] [--timeout SECS] COMMAND [ARGS...]\n"
 		      "(see 'agentctl --help' for the commands)\n",
 		      stderr);
 		return EXIT_USAGE;
@@ -1604,7 +1913,7 @@ int main(int argc, char **argv)
 	if (strcmp(name, "help") == 0) {
 		const struct command *h = i < argc ? find_command(argv[i]) : NULL;
 		if (i < argc && !h)
-			usage_error("unknown command '%s'", argv[i]);
+			unknown_command(argv[i]);
 		if (h)
 			print_command_help(h, stdout);
 		else
@@ -1614,7 +1923,7 @@ int main(int argc, char **argv)
 	}
 	const struct command *cmd = find_command(name);
 	if (!cmd)
-		usage_error("unknown command '%s'", name);
+		unknown_command(name);
 	cur_cmd = cmd->name;
 
 	int64_t extra_ms = 0;
@@ -1622,12 +1931,15 @@ int main(int argc, char **argv)
 		o.timeout_ms = 0;
 	char *request = held.request = build_request(cmd, argc - i, argv + i, &o, &extra_ms);
 
-	const char *path = o.socket;
-	if (!path) {
-		const char *env = getenv("AGENTD_SOCKET");
-		path = env && *env ? env : DEFAULT_SOCKET;
+	struct sockets ss = {.path = {o.socket}, .n = 1, .from = "-s"};
+	const char *env = getenv("AGENTD_SOCKET");
+	if (!o.socket && env && *env) {
+		ss.path[0] = env;
+		ss.from = "$AGENTD_SOCKET";
+	} else if (!o.socket) {
+		ss = (struct sockets){.path = {DEFAULT_SOCKET, AGENTD_RUN_SOCKET}, .n = 2, .from = NULL};
 	}
-	int rc = run(cmd, path, request, extra_ms, &o);
+	int rc = (cmd->flags & CMD_PENDING) ? run_pending(&ss, &o) : run(cmd, &ss, request, extra_ms, &o);
 	free(request);
 	held.request = NULL;
 	return rc;

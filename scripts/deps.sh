@@ -3,7 +3,10 @@
 # Usage: scripts/deps.sh [--bench]   (--bench adds SQLite and Redis, used only by benchmarks)
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config liblmdb-dev lmdb-utils libmsgpack-dev check libbsd-dev
-      libjansson-dev libinih-dev libcurl4-openssl-dev clang python3 procps valgrind gdb)
+      libjansson-dev libinih-dev libcurl4-openssl-dev clang python3 python3-pytest procps valgrind gdb
+      libsystemd-dev systemd man-db groff-base dpkg-dev)
+# libsystemd-dev: sd_notify (supervisor/notify.c). systemd (systemd-analyze), man-db and
+# groff-base (man --warnings), dpkg-dev (cpack's dpkg-shlibdeps): tests/proc/test_install.py.
 [ "${1:-}" = "--bench" ] && pkgs+=(libsqlite3-dev redis-server redis-tools)
 missing=()
 for p in "${pkgs[@]}"; do

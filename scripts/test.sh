@@ -3,25 +3,54 @@
 # conformance suite) and the process-level tests, first in a normal build
 # (where every process test runs a second time with agentd and its workers
 # under valgrind memcheck), then again under ASan+UBSan, then the fuzz
-# targets for a bounded time. About 15 minutes on 2 cores.
-# Usage: scripts/test.sh [--quick]   (--quick: the normal build's tests only)
+# targets for a bounded time. Each stage says what it runs and how long it
+# took; docs/testing.md ("Time") gives the time of each stage.
+# Usage: scripts/test.sh [--quick|--dry-run]   (--quick: the normal build's tests only;
+#        --dry-run: print the stages and their commands, run nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+dry=""
+[ "${1:-}" = "--dry-run" ] && dry=1
+[ -n "$dry" ] || scripts/deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
+start=$SECONDS
+times=()
 
-run_suite() { # build dir, extra cmake args...
+stage() { # name, command...: run it, then say how long it took
+	local name=$1 t0=$SECONDS; shift
+	echo "test.sh: == $name: $*" >&2
+	[ -n "$dry" ] || "$@"
+	local t=$((SECONDS - t0))
+	times+=("$(printf '%-48s %4dm%02ds' "$name" $((t / 60)) $((t % 60)))")
+	echo "test.sh: == $name: done in $((t / 60))m$((t % 60))s" >&2
+}
+
+build() { # dir, extra cmake args...
 	local dir=$1; shift
 	cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 	cmake --build "$dir" -j "$jobs"
-	(cd "$dir" && ctest --output-on-failure -j 1)
+}
+tests() { # dir, ctest args...
+	local dir=$1; shift
+	(cd "$dir" && ctest --output-on-failure -j 1 "$@")
 }
 
-run_suite build
+stage "build (normal)" build build
+stage "Check suites and process tests" tests build -E '^valgrind_'
+stage "process tests under valgrind" tests build -R '^valgrind_'
 if [ "${1:-}" != "--quick" ]; then
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	AGENTD_TEST_SLOW=3 run_suite build-asan -DAGENTD_SANITIZE=ON
+	stage "build (ASan+UBSan)" build build-asan -DAGENTD_SANITIZE=ON
+	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+	AGENTD_TEST_SLOW=3 stage "Check suites and process tests under ASan+UBSan" tests build-asan
+	unset ASAN_OPTIONS UBSAN_OPTIONS
 	# Bounded fuzzing of every parser (libFuzzer, clang).
-	scripts/fuzz.sh "${AGENTD_FUZZ_SECS:-20}"
+	stage "fuzzing (${AGENTD_FUZZ_SECS:-20} s per target)" scripts/fuzz.sh "${AGENTD_FUZZ_SECS:-20}"
 fi
-echo "all tests passed"
+echo "test.sh: time per stage:" >&2
+printf '  %s\n' "${times[@]}" >&2
+t=$((SECONDS - start))
+if [ -n "$dry" ]; then
+	echo "dry run: nothing was run"
+else
+	echo "all tests passed in $((t / 60))m$((t % 60))s"
+fi

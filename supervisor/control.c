@@ -1,17 +1,13 @@
-/*
- * control.c: the control socket (docs/protocol.md, "Framing"). Non-blocking clients
- * with their own input and output buffers; only complete lines are parsed, at
- * most REQS_PER_WAKEUP per client per iteration, and a client whose output
- * queue is over OUT_CAP is not read until it drains, so a client that never
- * reads, never sends, or hangs up mid-line stalls nobody else.
- */
-#include "supervisor/sup.h"
-#include "conv/conv.h"
+/* control.c: the control socket, its clients and ordered replies (see control.h). */
+#include "supervisor/control.h"
+#include "common/log.h"
+#include "supervisor/loop.h"
 #include "supervisor/metrics.h"
-#include "common/jsonmp.h"
 
+#include <bsd/sys/queue.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -20,9 +16,57 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define REQS_PER_WAKEUP 64
-#define OUT_CAP (4u << 20)
-#define WATCH_BATCH 256
+#define container_of(p, type, m) ((type *)(void *)((char *)(p)-offsetof(type, m)))
+
+/* A reply slot: replies leave in request order even when some complete later. */
+struct slot {
+	TAILQ_ENTRY(slot) q;
+	struct client *c;
+	char *line;
+	size_t len;
+	int done;
+	int op;             /* counted in the metrics when answered; -1: not (yet) an op */
+	int64_t started_us; /* when its line was parsed */
+};
+
+struct client {
+	struct loop_watch lw;     /* on_client_io */
+	LIST_ENTRY(client) link;
+	int fd;
+	uid_t uid;
+	pid_t pid;                /* the peer's, at connect (SO_PEERCRED) */
+	char *in;
+	size_t in_len, in_cap;
+	char *out;
+	size_t out_len, out_off, out_cap;
+	TAILQ_HEAD(, slot) slots;
+	void *watch;              /* streaming: the connection is a watch (waiters.c's) */
+	int closing;              /* too_large: stop reading, close once output is flushed */
+	int eof;                  /* the peer shut down its side: answer what was read, then close */
+	int dead;                 /* freed at the end of the iteration */
+	int paused;               /* output over cap: stop reading */
+	int backlog;              /* complete lines left after the per-wakeup cap */
+	uint32_t events;          /* the epoll mask registered now */
+	int batch_write;          /* a write of this client is in the pending jobs */
+	int barrier;              /* a read after that write is too: parse nothing more until they end */
+};
+
+static void on_listen(struct loop_watch *lw, uint32_t events);
+
+static struct {
+	const struct config *cfg;
+	const struct control_hooks *h;
+	struct loop_watch lw;   /* on_listen */
+	int listen_fd;
+	char *path;
+	dev_t dev;              /* the socket file we bound (control_unlink) */
+	ino_t ino;
+	int reserve_fd;         /* spare descriptor, freed to refuse a connection at EMFILE */
+	int refusing;           /* shutting down: only ping and status are served */
+	LIST_HEAD(, client) clients;
+	int nclients;
+	int nbacklog;           /* clients with unparsed complete lines */
+} C = { .lw = { on_listen }, .listen_fd = -1, .reserve_fd = -1, .clients = LIST_HEAD_INITIALIZER(C.clients) };
 
 /* ---- listening ------------------------------------------------------- */
 
@@ -68,15 +112,21 @@ static int stale_socket_clear(const struct sockaddr_un *sa)
 	return -1;
 }
 
-int control_listen(void)
+int control_listen(const struct config *cfg, const char *path, const struct control_hooks *hooks)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(S.sock_path) >= sizeof sa.sun_path) {
-		log_error("socket path '%s' is %zu bytes; a Unix socket path must be under %zu: use --socket "
-			  "with a shorter path", S.sock_path, strlen(S.sock_path), sizeof sa.sun_path);
+	C.cfg = cfg;
+	C.h = hooks;
+	if (!(C.path = strdup(path))) {
+		log_error("out of memory");
 		return -1;
 	}
-	strcpy(sa.sun_path, S.sock_path);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(C.path) >= sizeof sa.sun_path) {
+		log_error("socket path '%s' is %zu bytes; a Unix socket path must be under %zu: use --socket "
+			  "with a shorter path", C.path, strlen(C.path), sizeof sa.sun_path);
+		return -1;
+	}
+	strcpy(sa.sun_path, C.path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		log_error("socket: %s", strerror(errno));
@@ -90,20 +140,25 @@ int control_listen(void)
 	 * umask to 0777, so 0177, not 077, which would leave it 0700. With
 	 * allow_any_uid it is 0666: the peer check would let others in, the
 	 * mode would not. */
-	mode_t old = umask(S.cfg->allow_any_uid ? 0111 : 0177);
+	mode_t old = umask(C.cfg->allow_any_uid ? 0111 : 0177);
 	int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
 	umask(old);
 	if (rc < 0 || listen(fd, 512) < 0) {
-		log_error("cannot listen on %s: %s", S.sock_path, strerror(errno));
+		log_error("cannot listen on %s: %s", C.path, strerror(errno));
 		close(fd);
 		return -1;
 	}
-	S.listen_fd = fd;
-	S.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (loop_add(fd, EPOLLIN, &C.lw) < 0) {
+		log_error("epoll_ctl: %s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	C.listen_fd = fd;
+	C.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	struct stat st;
-	if (lstat(S.sock_path, &st) == 0) {
-		S.sock_dev = st.st_dev;
-		S.sock_ino = st.st_ino;
+	if (lstat(C.path, &st) == 0) {
+		C.dev = st.st_dev;
+		C.ino = st.st_ino;
 	}
 	return 0;
 }
@@ -113,10 +168,34 @@ int control_listen(void)
 void control_unlink(void)
 {
 	struct stat st;
-	if (lstat(S.sock_path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == S.sock_dev &&
-	    st.st_ino == S.sock_ino)
-		unlink(S.sock_path);
+	if (!C.path)
+		return;
+	if (lstat(C.path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == C.dev &&
+	    st.st_ino == C.ino)
+		unlink(C.path);
 }
+
+void control_stop_listening(void)
+{
+	if (C.listen_fd < 0)
+		return;
+	loop_del(C.listen_fd);
+	close(C.listen_fd);
+	C.listen_fd = -1;
+	control_unlink();
+}
+
+void control_refuse(void)
+{
+	C.refusing = 1;
+}
+
+int control_nclients(void)
+{
+	return C.nclients;
+}
+
+static void on_client_io(struct loop_watch *lw, uint32_t events);
 
 static void client_new(int fd)
 {
@@ -126,7 +205,7 @@ static void client_new(int fd)
 		close(fd);
 		return;
 	}
-	if (!S.cfg->allow_any_uid && cred.uid != 0 && cred.uid != getuid()) {
+	if (!C.cfg->allow_any_uid && cred.uid != 0 && cred.uid != getuid()) {
 		static const char msg[] = "{\"ok\":false,\"error\":\"unavailable\",\"message\":\"permission denied: "
 					  "only the same user or root may connect\"}\n";
 		log_warn("refused a client of uid %u (pid %d)", (unsigned)cred.uid, (int)cred.pid);
@@ -141,7 +220,7 @@ static void client_new(int fd)
 		close(fd);
 		return;
 	}
-	c->lw.fn = control_on_io;
+	c->lw.fn = on_client_io;
 	c->fd = fd;
 	c->uid = cred.uid;
 	c->pid = cred.pid;
@@ -152,21 +231,23 @@ static void client_new(int fd)
 		free(c);
 		return;
 	}
-	LIST_INSERT_HEAD(&S.clients, c, link);
-	S.nclients++;
+	LIST_INSERT_HEAD(&C.clients, c, link);
+	C.nclients++;
 }
 
-void control_accept(void)
+static void on_listen(struct loop_watch *lw, uint32_t events)
 {
+	if (C.listen_fd < 0)
+		return;
 	for (int i = 0; i < 64; i++) {
-		int fd = accept4(S.listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = accept4(C.listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd >= 0) {
 			client_new(fd);
 			continue;
 		}
 		if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
 			return;
-		if ((errno == EMFILE || errno == ENFILE) && S.reserve_fd >= 0) {
+		if ((errno == EMFILE || errno == ENFILE) && C.reserve_fd >= 0) {
 			/* Out of descriptors: free the spare to accept and close the
 			 * connection, so the listening socket does not stay readable
 			 * forever, then take the spare back. */
@@ -175,11 +256,11 @@ void control_accept(void)
 				log_warn("out of file descriptors: refusing connections");
 				last = loop_now_ms();
 			}
-			close(S.reserve_fd);
-			fd = accept4(S.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+			close(C.reserve_fd);
+			fd = accept4(C.listen_fd, NULL, NULL, SOCK_CLOEXEC);
 			if (fd >= 0)
 				close(fd);
-			S.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			C.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 			continue;
 		}
 		log_warn("accept: %s", strerror(errno));
@@ -192,6 +273,56 @@ void control_accept(void)
 static size_t out_pending(const struct client *c)
 {
 	return c->out_len - c->out_off;
+}
+
+size_t control_out_pending(const struct client *c)
+{
+	return out_pending(c);
+}
+
+int control_dead(const struct client *c)
+{
+	return c->dead;
+}
+
+int control_owes(const struct client *c)
+{
+	return !TAILQ_EMPTY(&c->slots);
+}
+
+void control_end(struct client *c)
+{
+	c->closing = 1;
+}
+
+void control_batch_done(struct client *c)
+{
+	c->batch_write = c->barrier = 0;
+}
+
+void *control_watch(const struct client *c)
+{
+	return c->watch;
+}
+
+void control_set_watch(struct client *c, void *watch)
+{
+	c->watch = watch;
+}
+
+uid_t control_uid(const struct client *c)
+{
+	return c->uid;
+}
+
+pid_t control_pid(const struct client *c)
+{
+	return c->pid;
+}
+
+struct client *slot_client(const struct slot *s)
+{
+	return s->c;
 }
 
 void client_write(struct client *c, const char *p, size_t n)
@@ -224,7 +355,7 @@ void client_write(struct client *c, const char *p, size_t n)
 	c->out_len += n;
 }
 
-static void client_events(struct client *c)
+void control_want_write(struct client *c)
 {
 	uint32_t ev = 0;
 	/* After end of file, input events would fire forever: drop them. */
@@ -277,10 +408,10 @@ void client_flush(struct client *c)
 		c->dead = 1;
 		return;
 	}
-	c->paused = out_pending(c) > OUT_CAP;
-	if (c->watch && !c->paused && out_pending(c) < OUT_CAP / 2)
-		watch_pump(c->watch);
-	client_events(c);
+	c->paused = out_pending(c) > CONTROL_OUT_CAP;
+	if (c->watch && !c->paused && out_pending(c) < CONTROL_OUT_CAP / 2)
+		C.h->drained(c);
+	control_want_write(c);
 }
 
 struct slot *slot_new(struct client *c)
@@ -294,7 +425,7 @@ struct slot *slot_new(struct client *c)
 	return s;
 }
 
-void slot_done(struct slot *s, char *line, size_t len)
+static void slot_done(struct slot *s, char *line, size_t len)
 {
 	if (!line) {
 		static const char oom[] = "{\"ok\":false,\"error\":\"internal\",\"message\":\"out of memory\"}\n";
@@ -332,13 +463,13 @@ void slot_ok(struct slot *s, json_t *id, json_t *obj)
 static int name_model(void *arg, const char *n)
 {
 	(void)arg;
-	return config_model(S.cfg, n) != NULL;
+	return config_model(C.cfg, n) != NULL;
 }
 
 static int name_tool(void *arg, const char *n)
 {
 	(void)arg;
-	return config_tool(S.cfg, n) != NULL;
+	return config_tool(C.cfg, n) != NULL;
 }
 
 static const struct proto_names names = { name_model, name_tool, NULL };
@@ -350,50 +481,48 @@ static const struct proto_names names = { name_model, name_tool, NULL };
  * also see writes the client pipelined after it. */
 static int client_line(struct client *c, const char *line, size_t len)
 {
+	struct request rq;
+	char msg[256];
 	if (len && line[len - 1] == '\r')
 		len--;
 	struct slot *s = slot_new(c);
-	struct job *j = calloc(1, sizeof *j);
-	if (!s || !j) {
-		free(j);
-		if (s)
-			slot_error(s, NULL, PERR_INTERNAL, "out of memory");
+	if (!s)
 		return 0;
-	}
-	j->slot = s;
-	j->started_us = loop_now_us();
-	char msg[256];
-	int err = proto_parse(line, len, &names, &j->rq, msg, sizeof msg);
-	metrics_op(j->rq.op);
-	s->op = j->rq.op;
-	s->started_us = j->started_us;
-	if (err == PERR_OK && S.shutting_down && j->rq.op != OP_PING && j->rq.op != OP_STATUS) {
+	int64_t started_us = loop_now_us();
+	int err = proto_parse(line, len, &names, &rq, msg, sizeof msg);
+	metrics_op(rq.op);
+	s->op = rq.op;
+	s->started_us = started_us;
+	if (err == PERR_OK && C.refusing && rq.op != OP_PING && rq.op != OP_STATUS) {
 		err = PERR_UNAVAILABLE;
 		strcpy(msg, "agentd is shutting down");
 	}
 	if (err != PERR_OK) {
-		slot_error(s, j->rq.id, err, msg); /* timed there */
-		proto_request_free(&j->rq);
-		free(j);
+		slot_error(s, rq.id, err, msg); /* timed there */
+		proto_request_free(&rq);
 		return 0;
 	}
-	TAILQ_INSERT_TAIL(&S.jobs, j, q);
-	if (ops_is_write(j->rq.op)) {
+	int op = rq.op, write = C.h->is_write(op);
+	if (C.h->request(c, s, &rq, started_us, write ? 0 : c->batch_write)) {
+		proto_request_free(&rq);
+		slot_error(s, NULL, PERR_INTERNAL, "out of memory");
+		return 0;
+	}
+	if (write) {
 		c->batch_write = 1;
 		return 0;
 	}
-	j->after_write = c->batch_write;
 	/* Lines after a watch wait for it: once it runs, the connection's
 	 * input is ignored (protocol.md); if it fails, they are served. */
-	return c->batch_write || j->rq.op == OP_WATCH;
+	return c->batch_write || op == OP_WATCH;
 }
 
-/* Parse up to REQS_PER_WAKEUP complete lines from the input buffer. */
+/* Parse up to CONTROL_REQS_PER_WAKEUP complete lines from the input buffer. */
 static void client_parse(struct client *c)
 {
 	size_t off = 0;
 	int n = 0;
-	while (!c->closing && n < REQS_PER_WAKEUP && !c->paused && !c->barrier) {
+	while (!c->closing && n < CONTROL_REQS_PER_WAKEUP && !c->paused && !c->barrier) {
 		char *nl = memchr(c->in + off, '\n', c->in_len - off);
 		if (!nl)
 			break;
@@ -403,7 +532,7 @@ static void client_parse(struct client *c)
 			continue;
 		}
 		/* The limit is on the line: a '\r' before the '\n' is not part of it. */
-		if (len - (len && c->in[off + len - 1] == '\r') > S.cfg->max_line) {
+		if (len - (len && c->in[off + len - 1] == '\r') > C.cfg->max_line) {
 			struct slot *s = slot_new(c);
 			if (s)
 				slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
@@ -432,11 +561,11 @@ static void client_parse(struct client *c)
 	}
 	int more = !c->closing && (cut || memchr(c->in, '\n', c->in_len) != NULL);
 	if (more != c->backlog) {
-		S.nbacklog += more ? 1 : -1;
+		C.nbacklog += more ? 1 : -1;
 		c->backlog = more;
 	}
 	if (!c->closing && !memchr(c->in, '\n', c->in_len) &&
-	    c->in_len - (c->in_len && c->in[c->in_len - 1] == '\r') > S.cfg->max_line) {
+	    c->in_len - (c->in_len && c->in[c->in_len - 1] == '\r') > C.cfg->max_line) {
 		struct slot *s = slot_new(c);
 		if (s)
 			slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
@@ -447,23 +576,23 @@ static void client_parse(struct client *c)
 void control_backlog(void)
 {
 	struct client *c;
-	if (!S.nbacklog)
+	if (!C.nbacklog)
 		return;
-	LIST_FOREACH(c, &S.clients, link)
+	LIST_FOREACH(c, &C.clients, link)
 		if (c->backlog && !c->dead && !c->paused && !c->barrier)
 			client_parse(c);
 }
 
 /* Whether some client has complete lines left that it may parse now: the
  * loop must not block in epoll_wait then, because no new input may ever
- * come to wake it (a client that pipelined more than REQS_PER_WAKEUP
+ * come to wake it (a client that pipelined more than CONTROL_REQS_PER_WAKEUP
  * requests in one write and waits for the replies). */
 int control_backlog_ready(void)
 {
 	struct client *c;
-	if (!S.nbacklog)
+	if (!C.nbacklog)
 		return 0;
-	LIST_FOREACH(c, &S.clients, link)
+	LIST_FOREACH(c, &C.clients, link)
 		if (c->backlog && !c->dead && !c->paused && !c->barrier)
 			return 1;
 	return 0;
@@ -474,8 +603,8 @@ static void client_read(struct client *c)
 	for (;;) {
 		if (c->in_cap - c->in_len < 4096) {
 			size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
-			if (cap > S.cfg->max_line + 8192)
-				cap = S.cfg->max_line + 8192;
+			if (cap > C.cfg->max_line + 8192)
+				cap = C.cfg->max_line + 8192;
 			if (cap <= c->in_len) {
 				break; /* full: client_parse answers too_large */
 			}
@@ -508,7 +637,7 @@ static void client_read(struct client *c)
 	client_parse(c);
 }
 
-void control_on_io(struct loop_watch *lw, uint32_t events)
+static void on_client_io(struct loop_watch *lw, uint32_t events)
 {
 	struct client *c = container_of(lw, struct client, lw);
 	if (c->dead)
@@ -521,183 +650,14 @@ void control_on_io(struct loop_watch *lw, uint32_t events)
 		client_flush(c);
 }
 
-/* ---- waiters: long-polls and watches --------------------------------- */
-
-void waiter_free(struct waiter *wt)
-{
-	LIST_REMOVE(wt, link);
-	if (!wt->watch)
-		TAILQ_REMOVE(&S.polls, wt, tq);
-	else if (wt->c && wt->c->watch == wt)
-		wt->c->watch = NULL;
-	proto_request_free(&wt->rq);
-	free(wt);
-	workers_changed(); /* its worker record, if now unused, goes in workers_gc() */
-}
-
-static int poll_answer(struct waiter *wt)
-{
-	uint64_t last = 0, next;
-	int err = 0;
-	char msg[160];
-	json_t *evs = ops_events_query(&wt->rq, &last, &next, &err, msg, sizeof msg);
-	if (err) {
-		slot_error(wt->slot, wt->rq.id, err, msg);
-		return 1;
-	}
-	if (json_array_size(evs) == 0 && !next) {
-		json_decref(evs);
-		return 0;
-	}
-	slot_ok(wt->slot, wt->rq.id, ops_events_reply(evs, last, next));
-	return 1;
-}
-
-struct pump_ctx {
-	struct waiter *wt;
-	size_t n;
-};
-
-static int pump_one(void *arg, const struct store_event *ev)
-{
-	struct pump_ctx *p = arg;
-	json_t *o = json_pack("{so}", "event", conv_event_json(ev));
-	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	json_decref(o);
-	if (s) {
-		client_write(p->wt->c, s, strlen(s));
-		client_write(p->wt->c, "\n", 1);
-		free(s);
-	}
-	p->wt->sent = ev->seq;
-	p->n++;
-	/* Stop at the output cap, not at the end of the batch: a batch of
-	 * large events would otherwise queue many megabytes at once and hold
-	 * the loop (and every other client) while it is encoded. The rest
-	 * follows from `sent` when the reader drains (client_flush). */
-	return out_pending(p->wt->c) >= OUT_CAP / 2;
-}
-
-/* Stream a watcher's events after `sent`, a batch at a time while its output
- * has room: in seq order, no gaps, read from the store (not from
- * notifications, which only say "look"). */
-void watch_pump(struct waiter *wt)
-{
-	struct client *c = wt->c;
-	/* Replies still owed on this connection (the watch's own, or a
-	 * long-poll pipelined before it) go first: streamed lines written now
-	 * would overtake them. client_flush pumps once they are out. */
-	if (!TAILQ_EMPTY(&c->slots))
-		return;
-	while (!c->dead && out_pending(c) < OUT_CAP / 2) {
-		store_txn *t;
-		if (store_txn_begin(S.st, STORE_READ, &t))
-			return;
-		struct pump_ctx p = { wt, 0 };
-		struct store_range r = { .after = wt->sent, .limit = 0 };
-		/* Bound the batch: before = sent + WATCH_BATCH + 1. */
-		r.before = wt->sent + WATCH_BATCH + 1;
-		int err = store_events_stream(t, wt->conv, &r, pump_one, &p);
-		store_txn_abort(t);
-		if (err == STORE_E_NOTFOUND) {
-			c->closing = 1; /* the conversation was deleted */
-			break;
-		}
-		if (err || p.n < WATCH_BATCH)
-			break;
-	}
-	if (out_pending(c))
-		client_events(c);
-}
-
-void waiters_notify(struct worker *w, uint64_t seq)
-{
-	struct waiter *wt, *next;
-	if (seq > w->seen_seq)
-		w->seen_seq = seq;
-	LIST_FOREACH_SAFE(wt, &w->waiters, link, next) {
-		if (wt->c->dead)
-			continue;
-		if (wt->watch) {
-			watch_pump(wt);
-		} else if (poll_answer(wt)) {
-			struct client *c = wt->c;
-			waiter_free(wt);
-			client_flush(c);
-		}
-	}
-}
-
-void watch_delta(struct worker *w, const char *text, size_t len)
-{
-	struct waiter *wt;
-	LIST_FOREACH(wt, &w->waiters, link) {
-		if (!wt->watch || wt->c->dead || out_pending(wt->c) > OUT_CAP / 2 || !TAILQ_EMPTY(&wt->c->slots))
-			continue; /* deltas are a live view: a slow reader loses them, never events;
-				   * nor may they overtake a reply still owed (see watch_pump) */
-		json_t *o = json_pack("{s{ss#}}", "delta", "text", text, (int)len);
-		char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-		json_decref(o);
-		if (s) {
-			client_write(wt->c, s, strlen(s));
-			client_write(wt->c, "\n", 1);
-			free(s);
-			client_flush(wt->c);
-		}
-	}
-}
-
-void polls_expire(int64_t now)
-{
-	struct waiter *wt, *next;
-	TAILQ_FOREACH_SAFE(wt, &S.polls, tq, next) {
-		if (wt->deadline > now)
-			continue;
-		struct client *c = wt->c;
-		uint64_t last = 0, after;
-		int err = 0;
-		char msg[160];
-		json_t *evs = ops_events_query(&wt->rq, &last, &after, &err, msg, sizeof msg);
-		if (err)
-			slot_error(wt->slot, wt->rq.id, err, msg);
-		else
-			slot_ok(wt->slot, wt->rq.id, ops_events_reply(evs, last, after));
-		waiter_free(wt);
-		client_flush(c);
-	}
-}
-
-int64_t polls_next_deadline(void)
-{
-	int64_t d = 0;
-	struct waiter *wt;
-	TAILQ_FOREACH(wt, &S.polls, tq)
-		if (!d || wt->deadline < d)
-			d = wt->deadline;
-	return d;
-}
-
 /* ---- teardown -------------------------------------------------------- */
 
 static void client_free(struct client *c)
 {
-	struct worker *w;
-	/* Drop the waiters and compaction requests that point at it. */
-	RB_FOREACH(w, worker_tree, &S.workers) {
-		struct waiter *wt, *next;
-		LIST_FOREACH_SAFE(wt, &w->waiters, link, next)
-			if (wt->c == c)
-				waiter_free(wt);
-		for (struct compact_req *r = w->compacts; r; r = r->next)
-			if (r->slot && r->slot->c == c)
-				r->slot = NULL;
-	}
-	/* Its writes held for the next group commit are still committed (as
-	 * a write read before a hang-up always was), with nobody to answer. */
-	struct job *j;
-	TAILQ_FOREACH(j, &S.jobs, q)
-		if (j->slot && j->slot->c == c)
-			j->slot = NULL;
+	/* Drop what points at it: its waiters, its compactions, its jobs
+	 * (writes held for the next group commit are still committed, as a
+	 * write read before a hang-up always was, with nobody to answer). */
+	C.h->gone(c);
 	struct slot *s;
 	while ((s = TAILQ_FIRST(&c->slots))) {
 		TAILQ_REMOVE(&c->slots, s, q);
@@ -705,20 +665,20 @@ static void client_free(struct client *c)
 		free(s);
 	}
 	if (c->backlog)
-		S.nbacklog--;
+		C.nbacklog--;
 	loop_del(c->fd);
 	close(c->fd);
 	LIST_REMOVE(c, link);
-	S.nclients--;
+	C.nclients--;
 	free(c->in);
 	free(c->out);
 	free(c);
 }
 
-void clients_reap(void)
+void control_reap(void)
 {
 	struct client *c, *next;
-	LIST_FOREACH_SAFE(c, &S.clients, link, next) {
+	LIST_FOREACH_SAFE(c, &C.clients, link, next) {
 		if (!c->dead && c->closing)
 			client_flush(c);
 		if (c->dead)
@@ -742,7 +702,7 @@ static void answer_unavailable(struct client *c)
 		struct slot *s = slot_new(c);
 		if (!s)
 			break;
-		if (len > S.cfg->max_line) {
+		if (len > C.cfg->max_line) {
 			slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
 			break;
 		}
@@ -760,17 +720,12 @@ static void answer_unavailable(struct client *c)
 void control_close_all(void)
 {
 	struct client *c, *next;
-	struct waiter *wt, *wn;
-	TAILQ_FOREACH_SAFE(wt, &S.polls, tq, wn) {
-		slot_error(wt->slot, wt->rq.id, PERR_UNAVAILABLE, "agentd is shutting down");
-		waiter_free(wt);
-	}
-	LIST_FOREACH_SAFE(c, &S.clients, link, next) {
+	LIST_FOREACH_SAFE(c, &C.clients, link, next) {
 		answer_unavailable(c);
 		/* One last try at what is owed; the socket is non-blocking. */
 		client_flush(c);
 		client_free(c);
 	}
-	if (S.reserve_fd >= 0)
-		close(S.reserve_fd);
+	if (C.reserve_fd >= 0)
+		close(C.reserve_fd);
 }

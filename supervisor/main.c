@@ -4,9 +4,13 @@
  * expired while nothing ran, revives conversations that were mid-turn, and
  * runs the loop until SIGTERM, SIGINT or the `shutdown` op.
  */
-#include "supervisor/sup.h"
-#include "supervisor/check.h"
+#include "common/config.h"
+#include "common/log.h"
 #include "ipc/ipc.h"
+#include "store/store.h"
+#include "supervisor/check.h"
+#include "supervisor/notify.h"
+#include "supervisor/server.h"
 
 #include <bsd/libutil.h>
 #include <dirent.h>
@@ -19,14 +23,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
-struct sup S;
+/* What main opens and must close. */
+static struct {
+	store *st;
+	char *data_dir;
+	char *sock_path;
+	char *worker_path;
+	char *config_path;
+} S;
 
 enum { EXIT_USAGE = 2 };
 
@@ -150,40 +158,16 @@ static char *beside_self(const char *name)
 	return p;
 }
 
-static int setup_fds(void)
+/* Every client and every worker costs descriptors (a worker: its IPC
+ * socket, plus a pipe while it starts): take the hard limit, not the
+ * default soft 1024. */
+static void raise_fd_limit(void)
 {
-	/* Every client and every worker costs descriptors (a worker: its IPC
-	 * socket, plus a pipe while it starts): take the hard limit, not the
-	 * default soft 1024. */
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGCHLD);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	/* Signals arrive as descriptor events; nothing runs in a handler. A
-	 * signal ignored is discarded before any signalfd sees it, and an
-	 * ignored SIGCHLD also reaps the children behind our back (no exit
-	 * would ever be noticed): what the parent ignored is not inherited. */
-	struct sigaction dfl = { .sa_handler = SIG_DFL };
-	for (int s = 1; s < NSIG; s++)
-		if (sigismember(&set, s) == 1)
-			sigaction(s, &dfl, NULL);
-	sigprocmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	S.sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-	S.expiry_fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
-	S.tick_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (loop_open() < 0 || S.sig_fd < 0 || S.expiry_fd < 0 || S.tick_fd < 0) {
-		log_error("cannot create the loop's descriptors: %s", strerror(errno));
-		return -1;
-	}
-	return 0;
 }
 
 /* A usage or configuration error after the configuration was read. */
@@ -261,7 +245,8 @@ int main(int argc, char **argv)
 	}
 	config_init(&cfg);
 	if (o_config && config_load(&cfg, o_config, err, sizeof err)) {
-		fprintf(stderr, "agentd: %s\n", err);
+		/* "agentd.ini: No such file or directory" alone does not say which file that was. */
+		fprintf(stderr, "agentd: %s%s\n", access(o_config, R_OK) ? "cannot read the configuration file: " : "", err);
 		return usage_exit(&cfg);
 	}
 	if ((o_data && !*o_data) || (o_socket && !*o_socket) || (o_worker && !*o_worker)) {
@@ -310,18 +295,8 @@ int main(int argc, char **argv)
 	}
 	cfg.ephemeral = o_ephemeral;
 	log_init("agentd", cfg.log_level);
-	S.cfg = &cfg;
-	S.listen_fd = -1;
-	S.reserve_fd = -1;
-	LIST_INIT(&S.clients);
-	TAILQ_INIT(&S.jobs);
-	TAILQ_INIT(&S.polls);
-	TAILQ_INIT(&S.queue);
-	TAILQ_INIT(&S.gate_q);
-	LIST_INIT(&S.ahead);
-	RB_INIT(&S.workers);
 
-	int rc = 1;
+	int rc = 1, made_dir = 0, served = 0;
 	/* The data directory: tmpfs for --ephemeral. */
 	if (cfg.ephemeral) {
 		const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
@@ -339,7 +314,9 @@ int main(int argc, char **argv)
 			log_error("the data directory is an empty path");
 			goto out;
 		}
-		if (mkdir(cfg.data, 0700) < 0 && errno != EEXIST) {
+		if (mkdir(cfg.data, 0700) == 0)
+			made_dir = 1;
+		else if (errno != EEXIST) {
 			log_error("cannot create the data directory %s: %s", cfg.data, strerror(errno));
 			goto out;
 		}
@@ -410,36 +387,34 @@ int main(int argc, char **argv)
 	if (cfg.sync == STORE_SYNC_NONE)
 		log_warn("sync=none: commits are flushed every second; an OS crash can lose the last second and, on "
 			 "filesystems that reorder writes, damage the store");
-	if (setup_fds() || control_listen())
+	raise_fd_limit();
+	struct server_opts so_ = { &cfg, S.st, S.data_dir, S.sock_path, S.worker_path, S.config_path };
+	if (server_open(&so_))
 		goto close;
-	S.started_ms = loop_now_ms();
-	S.next_sync = cfg.sync == STORE_SYNC_NONE ? S.started_ms + 1000 : 0;
-	S.next_gc = S.started_ms + 1000;
-
-	/* Deadlines that passed while nothing ran fire now; then the
-	 * conversations that were mid-turn get their workers back. */
-	int fired = expiries_fire();
-	if (fired)
-		log_info("fired %d expiry deadline(s) that passed while agentd was down", fired);
-	server_rearm_expiry();
-	workers_start_active();
-
-	log_info("agentd %s: data %s, worker %s", AGENTD_VERSION, S.data_dir, S.worker_path);
+	char *cfg_real = o_config ? realpath(o_config, NULL) : NULL;
+	log_info("agentd %s: data %s, worker %s, config %s", AGENTD_VERSION, S.data_dir, S.worker_path,
+		 cfg_real ? cfg_real : o_config ? o_config : "none (built-in defaults)");
+	free(cfg_real);
 	printf("agentd: listening on %s\n", S.sock_path);
 	fflush(stdout);
+	notify_ready(S.sock_path);
+	served = 1;
 
 	rc = server_run() ? 1 : 0;
 	log_info("stopped");
 close:
+	server_close();
 	store_close(S.st);
-	if (S.listen_fd >= 0)
-		control_unlink();
 unlock:
 	pidfile_remove(pfh);
 out:
-	/* Also when starting failed: an ephemeral store is never left behind. */
-	if (cfg.ephemeral && S.data_dir)
+	/* Also when starting failed: an ephemeral store is never left behind,
+	 * and neither is a data directory this failed start created (a socket
+	 * in use, say): it holds nothing but the empty store just made. */
+	if ((cfg.ephemeral || (made_dir && !served)) && S.data_dir)
 		rm_tree(S.data_dir);
+	else if (made_dir && !served)
+		rmdir(cfg.data);
 	free(S.data_dir);
 	free(S.sock_path);
 	free(S.worker_path);

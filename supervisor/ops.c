@@ -9,17 +9,73 @@
  * the same batch waits for the commit (it must see that write); any other read
  * runs at once on the committed state.
  */
-#include "supervisor/sup.h"
-#include "conv/conv.h"
-#include "supervisor/metrics.h"
+#include "supervisor/ops.h"
 #include "common/jsonmp.h"
+#include "common/log.h"
+#include "conv/conv.h"
+#include "supervisor/control.h"
+#include "supervisor/gate.h"
+#include "supervisor/loop.h"
+#include "supervisor/metrics.h"
+#include "supervisor/waiters.h"
+#include "supervisor/workers.h"
 
+#include <bsd/sys/queue.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* A request parsed this iteration, executed at its end (after the group
+ * commit for writes, so a pipelined read sees the writes before it). */
+struct job {
+	TAILQ_ENTRY(job) q;
+	struct request rq;
+	struct slot *slot;       /* NULL: its client went, or it is answered later */
+	int64_t started_us;
+	/* write results, filled inside the group transaction */
+	int err;
+	char msg[160];
+	json_t *reply;   /* success fields */
+	int ran;         /* a read already answered while the writes were held */
+	int after_write; /* a read queued behind a write of its client: runs after the commit */
+	int excluded;    /* a write that met a damaged record: failed alone, left out of the retry */
+	int parked;      /* its slot is answered later (a long-poll, a compact): counted then */
+};
+
+static struct {
+	const struct ops_env *env;
+	TAILQ_HEAD(, job) jobs; /* this iteration's requests */
+} O = { .jobs = TAILQ_HEAD_INITIALIZER(O.jobs) };
+
+void ops_init(const struct ops_env *env)
+{
+	O.env = env;
+}
+
+int ops_request(struct client *c, struct slot *s, struct request *rq, int64_t started_us, int after_write)
+{
+	struct job *j = calloc(1, sizeof *j);
+	if (!j)
+		return -ENOMEM;
+	j->rq = *rq;
+	memset(rq, 0, sizeof *rq);
+	j->slot = s;
+	j->started_us = started_us;
+	j->after_write = after_write;
+	TAILQ_INSERT_TAIL(&O.jobs, j, q);
+	return 0;
+}
+
+void ops_client_gone(struct client *c)
+{
+	struct job *j;
+	TAILQ_FOREACH(j, &O.jobs, q)
+		if (j->slot && slot_client(j->slot) == c)
+			j->slot = NULL;
+}
 
 /* A store error as the protocol's code. */
 static int perr_from_store(int e)
@@ -108,11 +164,8 @@ static json_t *conv_json(store_txn *t, const struct store_conv *c, int with_work
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "fsm_state", c->fsm_state.len ? mp_json(c->fsm_state) : json_null());
-	if (with_worker) {
-		struct worker *w = worker_find(id);
-		json_object_set_new(o, "worker", w && w->pid ? json_pack("{sIss}", "pid", (json_int_t)w->pid, "state",
-									  wstate_name(w->state)) : json_null());
-	}
+	if (with_worker)
+		json_object_set_new(o, "worker", workers_conv_json(id));
 	return o;
 }
 
@@ -144,7 +197,7 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t 
 			 size_t msglen)
 {
 	store_txn *t;
-	int e = store_txn_begin(S.st, STORE_READ, &t);
+	int e = store_txn_begin(O.env->st, STORE_READ, &t);
 	json_t *a = json_array();
 	*next = 0;
 	if (!e)
@@ -241,24 +294,11 @@ static void op_events(store_txn *t, struct job *j)
 	}
 	if (json_array_size(evs) == 0 && !next && j->rq.wait_ms > 0) {
 		/* Long-poll: park it on the conversation until a commit or the deadline. */
-		struct waiter *wt = calloc(1, sizeof *wt);
-		struct worker *w = worker_get(j->rq.conv);
-		if (!wt || !w) {
-			free(wt);
-			json_decref(evs);
+		json_decref(evs);
+		if (waiters_poll(slot_client(j->slot), j->slot, &j->rq, loop_now_ms() + j->rq.wait_ms)) {
 			job_error(j, PERR_INTERNAL, "out of memory");
 			return;
 		}
-		json_decref(evs);
-		wt->c = j->slot->c;
-		wt->slot = j->slot;
-		wt->rq = j->rq;
-		memset(&j->rq, 0, sizeof j->rq); /* the waiter owns the request now */
-		j->rq.op = OP_EVENTS; /* still counted as an `events` in the metrics, not as op 0 (ping) */
-		wt->deadline = loop_now_ms() + wt->rq.wait_ms;
-		snprintf(wt->conv, sizeof wt->conv, "%s", wt->rq.conv);
-		LIST_INSERT_HEAD(&w->waiters, wt, link);
-		TAILQ_INSERT_TAIL(&S.polls, wt, tq);
 		j->slot = NULL; /* completed by the waiter */
 		j->parked = 1;
 		return;
@@ -274,24 +314,15 @@ static void op_watch(store_txn *t, struct job *j)
 		job_store_error(j, e, "conversation");
 		return;
 	}
-	struct client *c = j->slot->c;
-	if (c->watch) {
+	int e2 = waiters_watch(slot_client(j->slot), j->rq.conv, j->rq.has_after ? j->rq.after : last);
+	if (e2 == -EEXIST) {
 		job_error(j, PERR_CONFLICT, "this connection is already watching");
 		return;
 	}
-	struct waiter *wt = calloc(1, sizeof *wt);
-	struct worker *w = worker_get(j->rq.conv);
-	if (!wt || !w) {
-		free(wt);
+	if (e2) {
 		job_error(j, PERR_INTERNAL, "out of memory");
 		return;
 	}
-	wt->c = c;
-	wt->watch = 1;
-	wt->sent = j->rq.has_after ? j->rq.after : last;
-	snprintf(wt->conv, sizeof wt->conv, "%s", j->rq.conv);
-	LIST_INSERT_HEAD(&w->waiters, wt, link);
-	c->watch = wt;
 	j->reply = json_pack("{sI}", "last_seq", (json_int_t)last);
 }
 
@@ -366,7 +397,7 @@ static void op_audit(store_txn *t, struct job *j)
 	json_t *a = json_array();
 	/* docs/protocol.md (audit): empty unless audit is on (rows kept from when it was
 	 * on are removed by their TTL). */
-	int e = S.cfg->audit ? store_model_calls_list(t, j->rq.conv, mc_one, a) : store_conv_get(t, j->rq.conv, &(struct store_conv){ 0 });
+	int e = O.env->cfg->audit ? store_model_calls_list(t, j->rq.conv, mc_one, a) : store_conv_get(t, j->rq.conv, &(struct store_conv){ 0 });
 	if (e) {
 		json_decref(a);
 		job_store_error(j, e, "conversation");
@@ -379,7 +410,7 @@ static int conv_exists(struct job *j)
 {
 	store_txn *t;
 	struct store_conv c;
-	int e = store_txn_begin(S.st, STORE_READ, &t);
+	int e = store_txn_begin(O.env->st, STORE_READ, &t);
 	if (!e)
 		e = store_conv_get(t, j->rq.conv, &c);
 	store_txn_abort(t);
@@ -392,31 +423,32 @@ static void op_kill(store_txn *t, struct job *j)
 {
 	if (!conv_exists(j))
 		return;
-	struct worker *w = worker_find(j->rq.conv);
-	pid_t pid = w ? w->pid : 0;
-	if (pid && worker_kill(w, j->rq.signal) != 0)
-		pid = 0;
-	j->reply = json_pack("{so}", "pid", pid ? json_integer(pid) : json_null());
+	json_t *worker = workers_conv_json(j->rq.conv);
+	json_t *pid = json_incref(json_object_get(worker, "pid"));
+	json_decref(worker);
+	if (pid && workers_kill(j->rq.conv, j->rq.signal) != 0) {
+		json_decref(pid);
+		pid = NULL;
+	}
+	j->reply = json_pack("{so}", "pid", pid ? pid : json_null());
 }
 
 static void op_stop(store_txn *t, struct job *j)
 {
 	if (!conv_exists(j))
 		return;
-	struct worker *w = worker_find(j->rq.conv);
-	j->reply = json_pack("{sb}", "stopping", w && w->pid && worker_stop(w) == 0);
+	j->reply = json_pack("{sb}", "stopping", workers_stop(j->rq.conv) == 0);
 }
 
 static void op_compact(store_txn *t, struct job *j)
 {
 	if (!conv_exists(j))
 		return;
-	if (ensure_started(j->rq.conv)) {
+	if (workers_wake(j->rq.conv)) {
 		job_error(j, PERR_INTERNAL, "could not start a worker for %s", j->rq.conv);
 		return;
 	}
-	struct worker *w = worker_find(j->rq.conv);
-	if (!w || worker_compact(w, j->slot, j->rq.id)) {
+	if (workers_compact(j->rq.conv, j->slot, j->rq.id)) {
 		job_error(j, PERR_INTERNAL, "could not reach the worker of %s", j->rq.conv);
 		return;
 	}
@@ -424,28 +456,13 @@ static void op_compact(store_txn *t, struct job *j)
 	j->parked = 1;
 }
 
-static json_t *workers_json(void)
-{
-	json_t *a = json_array();
-	struct worker *w;
-	int64_t now = loop_now_ms();
-	RB_FOREACH(w, worker_tree, &S.workers) {
-		if (!w->pid && w->state != W_QUEUED && w->state != W_BACKOFF)
-			continue;
-		json_array_append_new(a, json_pack("{sssosssI}", "conversation", w->conv, "pid",
-						   w->pid ? json_integer(w->pid) : json_null(), "state",
-						   wstate_name(w->state), "since_ms", (json_int_t)(now - w->since)));
-	}
-	return a;
-}
-
 static void op_status(store_txn *t, struct job *j)
 {
 	struct store_stat st = { 0 };
-	store_stat(S.st, &st);
+	store_stat(O.env->st, &st);
 	j->reply = json_pack("{sssIsos{sssIsIsIsIss}}", "version", AGENTD_VERSION, "uptime_ms",
-			     (json_int_t)(loop_now_ms() - S.started_ms), "workers", workers_json(), "store", "path",
-			     S.data_dir, "size_bytes", (json_int_t)st.size_bytes, "file_bytes",
+			     (json_int_t)(loop_now_ms() - O.env->started_ms), "workers", workers_json(), "store", "path",
+			     O.env->data_dir, "size_bytes", (json_int_t)st.size_bytes, "file_bytes",
 			     (json_int_t)st.file_bytes, "map_size", (json_int_t)st.map_size, "readers",
 			     (json_int_t)st.readers, "sync", st.sync == STORE_SYNC_NONE ? "none" : "full");
 }
@@ -453,8 +470,8 @@ static void op_status(store_txn *t, struct job *j)
 static void op_metrics(store_txn *t, struct job *j)
 {
 	struct store_stat st = { 0 };
-	store_stat(S.st, &st);
-	struct metrics_gauges g = { S.nlive, S.nclients, st.size_bytes, st.map_size };
+	store_stat(O.env->st, &st);
+	struct metrics_gauges g = { workers_live(), control_nclients(), st.size_bytes, st.map_size };
 	size_t len = 0;
 	char *buf = metrics_text(&g, &len);
 	j->reply = json_pack("{ss#}", "text", buf ? buf : "", (int)len);
@@ -540,13 +557,10 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 
 static int w_delete(store_txn *t, struct job *j, struct wres *r)
 {
-	struct worker *w = worker_find(j->rq.conv);
-	if (w) {
-		/* The rows go in this transaction; a worker left running would
-		 * only be fenced (its conversation is gone), but it must not
-		 * run a model or tool for a deleted conversation either. */
-		worker_deleted(w);
-	}
+	/* The rows go in this transaction; a worker left running would only
+	 * be fenced (its conversation is gone), but it must not run a model or
+	 * tool for a deleted conversation either. */
+	workers_deleted(j->rq.conv);
 	int e = store_conv_delete(t, j->rq.conv);
 	if (e && e != STORE_E_NOTFOUND)
 		return job_store_error(j, e, "delete"), e;
@@ -623,47 +637,27 @@ static int fatal(int e)
 /* After the commit: wake workers and waiters. */
 static void after_send(struct job *j, struct wres *r)
 {
-	struct worker *w;
 	if (!json_object_get(j->reply, "duplicate"))
-		ensure_started(j->rq.conv);
-	if ((w = worker_find(j->rq.conv)))
-		waiters_notify(w, (uint64_t)json_integer_value(json_object_get(j->reply, "seq")));
+		workers_wake(j->rq.conv);
+	waiters_notify(j->rq.conv);
 }
 
 static void after_resolve(struct job *j, struct wres *r)
 {
-	struct worker *w;
 	if (!r->ended)
-		ensure_started(r->conv);
-	if ((w = worker_find(r->conv)))
-		waiters_notify(w, r->seq);
+		workers_wake(r->conv);
+	waiters_notify(r->conv);
 }
 
 static void after_update(struct job *j, struct wres *r)
 {
-	struct worker *w;
-	if (j->rq.status == STORE_ENDED && (w = worker_find(j->rq.conv)) && w->pid)
-		worker_stop(w);
+	if (j->rq.status == STORE_ENDED)
+		workers_stop(j->rq.conv);
 }
 
 static void after_delete(struct job *j, struct wres *r)
 {
-	struct worker *w = worker_find(j->rq.conv);
-	struct waiter *wt, *next;
-	if (!w)
-		return;
-	LIST_FOREACH_SAFE(wt, &w->waiters, link, next) {
-		struct client *c = wt->c;
-		if (wt->watch)
-			/* Off the record, which a conversation created again
-			 * with this id would reuse: the stream ends with what
-			 * was sent of the deleted one. */
-			c->closing = 1;
-		else
-			slot_error(wt->slot, wt->rq.id, PERR_NOT_FOUND, "conversation deleted");
-		waiter_free(wt);
-		client_flush(c);
-	}
+	waiters_deleted(j->rq.conv);
 }
 
 static void op_ping(store_txn *t, struct job *j)
@@ -674,14 +668,7 @@ static void op_ping(store_txn *t, struct job *j)
 static void op_shutdown(store_txn *t, struct job *j)
 {
 	j->reply = json_object();
-	if (!S.shutting_down) {
-		if (j->slot)
-			log_info("shutdown asked by a client (pid %d, uid %u): shutting down", (int)j->slot->c->pid,
-				 (unsigned)j->slot->c->uid);
-		else
-			log_info("shutdown asked: shutting down");
-	}
-	server_begin_shutdown();
+	O.env->shutdown(j->slot ? slot_client(j->slot) : NULL);
 }
 
 /* The op table: one row per op, as Redis has its command table. A read runs
@@ -743,8 +730,8 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		store_txn *t;
 		size_t bad = n;
 		struct store_stat st;
-		size_t map0 = store_map_size(S.st); /* store_stat lists the readers: too dear for every commit */
-		e = sup_write_begin(STORE_WRITE, &t);
+		size_t map0 = store_map_size(O.env->st); /* store_stat lists the readers: too dear for every commit */
+		e = gate_write_begin(STORE_WRITE, &t);
 		for (size_t i = 0; !e && i < n; i++) {
 			if (w[i]->excluded)
 				continue;
@@ -787,7 +774,7 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		/* A full map: the store doubled it, or does before the next
 		 * begin, up to max_map_size; a large send may need several
 		 * doublings. A full disk, or a map at its maximum: no retry. */
-		if (e != STORE_E_FULL || grown >= 64 || store_stat(S.st, &st) ||
+		if (e != STORE_E_FULL || grown >= 64 || store_stat(O.env->st, &st) ||
 		    !(st.map_full || st.map_size > map0))
 			break;
 		if (!grown++)
@@ -837,7 +824,7 @@ static void read_one(struct job *j)
 	if (!j->slot && (j->rq.op == OP_EVENTS || j->rq.op == OP_WATCH))
 		return; /* its client hung up while the writes before it were held */
 	if (op->flags & OPF_TXN) {
-		int e = store_txn_begin(S.st, STORE_READ, &t);
+		int e = store_txn_begin(O.env->st, STORE_READ, &t);
 		if (e) {
 			job_store_error(j, e, "read");
 			return;
@@ -869,7 +856,7 @@ void ops_execute(void)
 {
 	struct job *j, *next;
 	size_t nw = 0, n = 0;
-	TAILQ_FOREACH(j, &S.jobs, q) {
+	TAILQ_FOREACH(j, &O.jobs, q) {
 		n++;
 		nw += ops_is_write(j->rq.op);
 	}
@@ -879,18 +866,19 @@ void ops_execute(void)
 	 * commit. Serve what needs no write and keep the writes (with the
 	 * reads queued behind them) for the iteration its `written` wakes;
 	 * the batch only grows meanwhile, and the loop never blocks. */
-	S.writes_held = nw && gate_busy();
-	if (!S.writes_held)
-		TAILQ_FOREACH(j, &S.jobs, q)
+	int held = nw && gate_busy();
+	gate_hold_writes(held);
+	if (!held)
+		TAILQ_FOREACH(j, &O.jobs, q)
 			if (j->slot)
-				j->slot->c->batch_write = j->slot->c->barrier = 0; /* see client_line */
+				control_batch_done(slot_client(j->slot)); /* see client_line */
 	struct job **w = calloc(nw + 1, sizeof *w);
 	struct job **deferred = calloc(n + 1, sizeof *deferred);
 	struct wres *res = calloc(nw + 1, sizeof *res);
 	size_t iw = 0, nd = 0;
 	/* Reads that need no earlier write of their client run now, on the
 	 * committed state; writes gather for the group transaction. */
-	TAILQ_FOREACH(j, &S.jobs, q) {
+	TAILQ_FOREACH(j, &O.jobs, q) {
 		if (ops_is_write(j->rq.op)) {
 			w[iw++] = j;
 			continue;
@@ -902,18 +890,18 @@ void ops_execute(void)
 			j->ran = 1;
 		}
 	}
-	if (!S.writes_held) {
+	if (!held) {
 		if (iw)
 			group_commit(w, res, iw);
 		for (size_t k = 0; k < nd; k++)
 			read_one(deferred[k]);
 	}
 	/* Held: only the reads that ran are answered; the rest wait. */
-	TAILQ_FOREACH_SAFE(j, &S.jobs, q, next) {
-		if (S.writes_held && !j->ran)
+	TAILQ_FOREACH_SAFE(j, &O.jobs, q, next) {
+		if (held && !j->ran)
 			continue;
-		TAILQ_REMOVE(&S.jobs, j, q);
-		struct client *c = j->slot ? j->slot->c : NULL;
+		TAILQ_REMOVE(&O.jobs, j, q);
+		struct client *c = j->slot ? slot_client(j->slot) : NULL;
 		job_finish(j);
 		if (c)
 			client_flush(c);

@@ -1,13 +1,14 @@
-/*
- * server.c: what wires the supervisor's modules to its loop: the signalfd,
- * the two timerfds (expiry deadlines, and the tick for everything else that
- * waits: eviction, backoff, long-polls, sync, audit GC, shutdown), and the
- * work around each wait: control lines left from the per-wakeup cap before
- * it, and after the ready descriptors the iteration's requests (the writes
- * among them in one group commit), the write gate, and freeing what died.
- */
-#include "supervisor/sup.h"
+/* server.c: the supervisor's wiring (see server.h). */
+#include "supervisor/server.h"
+#include "common/log.h"
+#include "supervisor/control.h"
+#include "supervisor/expiry.h"
+#include "supervisor/gate.h"
 #include "supervisor/loop.h"
+#include "supervisor/notify.h"
+#include "supervisor/ops.h"
+#include "supervisor/waiters.h"
+#include "supervisor/workers.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -18,76 +19,66 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Arm the realtime timerfd to the earliest durable deadline. Absolute and
- * CLOCK_REALTIME, because deadlines are wall-clock; TFD_TIMER_CANCEL_ON_SET
- * wakes us when the clock is set, and we simply re-arm. */
-void server_rearm_expiry(void)
+static void on_signal(struct loop_watch *lw, uint32_t events);
+static void on_tick(struct loop_watch *lw, uint32_t events);
+
+static struct {
+	const struct server_opts *o;
+	int sig_fd;
+	int tick_fd;             /* CLOCK_MONOTONIC, absolute */
+	int64_t tick_armed;      /* the deadline tick_fd is armed to (0: disarmed) */
+	int64_t next_sync;       /* sync=none: the next store_sync */
+	int64_t next_gc;         /* the next audit TTL sweep */
+	int shutting_down;
+	int64_t shutdown_deadline;
+	int killed_all;
+	struct loop_watch w_signal, w_tick;
+	struct ops_env ops;
+	struct workers_env workers;
+} SV = { .sig_fd = -1, .tick_fd = -1, .w_signal = { on_signal }, .w_tick = { on_tick } };
+
+/* ---- shutdown ----------------------------------------------------------- */
+
+static void begin_shutdown(void)
 {
-	store_txn *t;
-	int64_t deadline = 0;
-	if (store_txn_begin(S.st, STORE_READ, &t) == 0) {
-		if (store_expiry_earliest(t, &deadline) != 0)
-			deadline = 0;
-		store_txn_abort(t);
-	}
-	if (deadline > 0 && deadline < S.expiry_retry_at)
-		deadline = S.expiry_retry_at; /* the last attempt failed: not before its retry */
-	struct itimerspec its = { 0 };
-	if (deadline > 0) {
-		its.it_value.tv_sec = deadline / 1000;
-		its.it_value.tv_nsec = (deadline % 1000) * 1000000;
-	}
-	if (timerfd_settime(S.expiry_fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &its, NULL) < 0)
-		log_error("timerfd_settime(expiry): %s", strerror(errno));
+	if (SV.shutting_down)
+		return;
+	SV.shutting_down = 1;
+	SV.shutdown_deadline = loop_now_ms() + SV.o->cfg->shutdown_timeout_ms;
+	notify_stopping();
+	control_stop_listening();
+	control_refuse();
+	workers_stop_all();
 }
 
-static void rearm_tick(void)
+/* The shutdown op. */
+static void shutdown_asked(struct client *by)
 {
-	int64_t d = workers_next_deadline();
-	int64_t p = polls_next_deadline();
-	if (p && (!d || p < d))
-		d = p;
-	int64_t g = gate_deadline();
-	if (g && (!d || g < d))
-		d = g;
-	if (S.next_sync && (!d || S.next_sync < d))
-		d = S.next_sync;
-	if (S.next_gc && (!d || S.next_gc < d))
-		d = S.next_gc;
-	if (S.shutting_down && !S.killed_all && (!d || S.shutdown_deadline < d))
-		d = S.shutdown_deadline;
-	if (d == S.tick_armed)
-		return; /* already armed there: no system call */
-	S.tick_armed = d;
-	struct itimerspec its = { 0 };
-	if (d) {
-		if (d <= 0)
-			d = 1;
-		its.it_value.tv_sec = d / 1000;
-		its.it_value.tv_nsec = (d % 1000) * 1000000;
+	if (!SV.shutting_down) {
+		if (by)
+			log_info("shutdown asked by a client (pid %d, uid %u): shutting down", (int)control_pid(by),
+				 (unsigned)control_uid(by));
+		else
+			log_info("shutdown asked: shutting down");
 	}
-	timerfd_settime(S.tick_fd, TFD_TIMER_ABSTIME, &its, NULL);
+	begin_shutdown();
 }
 
-static void on_listen(struct loop_watch *lw, uint32_t events)
-{
-	if (S.listen_fd >= 0)
-		control_accept();
-}
+/* ---- signals and the tick ---------------------------------------------- */
 
 static void on_signal(struct loop_watch *lw, uint32_t events)
 {
 	struct signalfd_siginfo si;
-	while (read(S.sig_fd, &si, sizeof si) == sizeof si) {
+	while (read(SV.sig_fd, &si, sizeof si) == sizeof si) {
 		switch (si.ssi_signo) {
 		case SIGCHLD:
 			workers_reap();
 			break;
 		case SIGTERM:
 		case SIGINT:
-			if (!S.shutting_down)
+			if (!SV.shutting_down)
 				log_info("%s: shutting down", strsignal((int)si.ssi_signo));
-			server_begin_shutdown();
+			begin_shutdown();
 			break;
 		case SIGHUP:
 			log_info("SIGHUP: configuration is read at start only; restart agentd to apply changes");
@@ -96,13 +87,39 @@ static void on_signal(struct loop_watch *lw, uint32_t events)
 	}
 }
 
+static int64_t earliest(int64_t a, int64_t b)
+{
+	return b && (!a || b < a) ? b : a;
+}
+
+static void rearm_tick(void)
+{
+	int64_t d = workers_next_deadline();
+	d = earliest(d, waiters_next_deadline());
+	d = earliest(d, gate_deadline());
+	d = earliest(d, SV.next_sync);
+	d = earliest(d, SV.next_gc);
+	if (SV.shutting_down && !SV.killed_all)
+		d = earliest(d, SV.shutdown_deadline);
+	d = notify_deadline(d); /* the systemd watchdog's next ping */
+	if (d == SV.tick_armed)
+		return; /* already armed there: no system call */
+	SV.tick_armed = d;
+	struct itimerspec its = { 0 };
+	if (d) {
+		its.it_value.tv_sec = d / 1000;
+		its.it_value.tv_nsec = (d % 1000) * 1000000;
+	}
+	timerfd_settime(SV.tick_fd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
 static void gc_audit(void)
 {
 	store_txn *t;
 	uint64_t n = 0;
-	if (sup_write_begin(STORE_WRITE, &t)) /* also with audit off: rows from when it was on go too */
+	if (gate_write_begin(STORE_WRITE, &t)) /* also with audit off: rows from when it was on go too */
 		return;
-	if (store_model_calls_gc(t, NULL, S.cfg->audit_ttl_ms, &n) == 0 && store_txn_commit(t) == 0) {
+	if (store_model_calls_gc(t, NULL, SV.o->cfg->audit_ttl_ms, &n) == 0 && store_txn_commit(t) == 0) {
 		if (n)
 			log_info("audit: removed %llu model_calls rows older than the TTL", (unsigned long long)n);
 	} else {
@@ -113,57 +130,43 @@ static void gc_audit(void)
 static void on_tick(struct loop_watch *lw, uint32_t events)
 {
 	uint64_t n;
-	ssize_t r = read(S.tick_fd, &n, sizeof n);
+	ssize_t r = read(SV.tick_fd, &n, sizeof n);
 	(void)r;
-	S.tick_armed = 0; /* it fired: the next rearm must set it again */
+	SV.tick_armed = 0; /* it fired: the next rearm must set it again */
 	int64_t now = loop_now_ms();
+	notify_tick(now);
 	workers_tick(now);
-	polls_expire(now);
-	if (S.next_sync && now >= S.next_sync) {
-		int err = store_sync(S.st);
+	waiters_expire(now);
+	if (SV.next_sync && now >= SV.next_sync) {
+		int err = store_sync(SV.o->st);
 		if (err)
 			log_error("sync: %s", store_strerror(err));
-		S.next_sync = now + 1000;
+		SV.next_sync = now + 1000;
 	}
-	if (S.next_gc && now >= S.next_gc) {
+	if (SV.next_gc && now >= SV.next_gc) {
 		gc_audit();
-		S.next_gc = now + 3600 * 1000;
+		SV.next_gc = now + 3600 * 1000;
 	}
-	if (S.shutting_down && !S.killed_all && now >= S.shutdown_deadline) {
+	if (SV.shutting_down && !SV.killed_all && now >= SV.shutdown_deadline) {
 		log_warn("shutdown: workers still running after %lld ms: killing them",
-			 (long long)S.cfg->shutdown_timeout_ms);
+			 (long long)SV.o->cfg->shutdown_timeout_ms);
 		workers_kill_all();
-		S.killed_all = 1;
+		SV.killed_all = 1;
 	}
 }
 
-static void on_expiry(struct loop_watch *lw, uint32_t events)
+/* ---- the hooks between modules ------------------------------------------ */
+
+static void client_gone(struct client *c)
 {
-	uint64_t n;
-	/* ECANCELED: the clock was set. Either way, fire what is due and re-arm. */
-	if (read(S.expiry_fd, &n, sizeof n) < 0 && errno == ECANCELED)
-		log_info("the realtime clock changed: re-checking expiry deadlines");
-	expiries_fire();
-	server_rearm_expiry();
+	waiters_client_gone(c);
+	workers_client_gone(c);
+	ops_client_gone(c);
 }
 
-void server_begin_shutdown(void)
-{
-	if (S.shutting_down)
-		return;
-	S.shutting_down = 1;
-	S.shutdown_deadline = loop_now_ms() + S.cfg->shutdown_timeout_ms;
-	if (S.listen_fd >= 0) {
-		loop_del(S.listen_fd);
-		close(S.listen_fd);
-		S.listen_fd = -1;
-		control_unlink();
-	}
-	workers_stop_all();
-}
+static const struct control_hooks control_hooks = { ops_request, ops_is_write, waiters_drained, client_gone };
 
-static struct loop_watch w_signal = { on_signal }, w_tick = { on_tick }, w_expiry = { on_expiry },
-			 w_listen = { on_listen };
+/* ---- one loop iteration -------------------------------------------------- */
 
 static int before_wait(void *arg)
 {
@@ -182,24 +185,88 @@ static int iteration_end(void *arg)
 {
 	ops_execute();
 	gate_pump();
-	clients_reap();
+	control_reap();
 	workers_gc();
-	return S.shutting_down && S.nlive == 0;
+	return SV.shutting_down && workers_live() == 0;
+}
+
+/* ---- open, run, close ----------------------------------------------------- */
+
+/* Signals arrive as descriptor events; nothing runs in a handler. */
+static int signals_open(void)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	/* A signal ignored is discarded before any signalfd sees it, and an
+	 * ignored SIGCHLD also reaps the children behind our back (no exit
+	 * would ever be noticed): what the parent ignored is not inherited. */
+	struct sigaction dfl = { .sa_handler = SIG_DFL };
+	for (int s = 1; s < NSIG; s++)
+		if (sigismember(&set, s) == 1)
+			sigaction(s, &dfl, NULL);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	SV.sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	SV.tick_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (SV.sig_fd < 0 || SV.tick_fd < 0)
+		return -errno;
+	int e = loop_add(SV.sig_fd, EPOLLIN, &SV.w_signal);
+	return e ? e : loop_add(SV.tick_fd, EPOLLIN, &SV.w_tick);
+}
+
+int server_open(const struct server_opts *o)
+{
+	int e;
+	SV.o = o;
+	if ((e = loop_open()) || (e = signals_open()) || (e = expiry_open(o->st))) {
+		log_error("cannot create the loop's descriptors: %s", strerror(-e));
+		return -1;
+	}
+	int64_t now = loop_now_ms();
+	SV.ops = (struct ops_env){ o->cfg, o->st, o->data_dir, now, shutdown_asked };
+	SV.workers = (struct workers_env){ o->cfg, o->st, o->data_dir, o->worker_path, o->config_path,
+					   { waiters_notify, waiters_delta, expiry_rearm } };
+	ops_init(&SV.ops);
+	workers_init(&SV.workers);
+	waiters_init(o->st, ops_events_query, ops_events_reply);
+	if (control_listen(o->cfg, o->sock_path, &control_hooks))
+		return -1;
+	SV.next_sync = o->cfg->sync == STORE_SYNC_NONE ? now + 1000 : 0;
+	SV.next_gc = now + 1000;
+	/* Deadlines that passed while nothing ran fire now; then the
+	 * conversations that were mid-turn get their workers back. */
+	int fired = expiry_fire();
+	if (fired)
+		log_info("fired %d expiry deadline(s) that passed while agentd was down", fired);
+	expiry_rearm();
+	workers_start_active();
+	return 0;
 }
 
 int server_run(void)
 {
 	static const struct loop_hooks hooks = { before_wait, after_wait, iteration_end, NULL };
-	int e;
-	if ((e = loop_add(S.sig_fd, EPOLLIN, &w_signal)) || (e = loop_add(S.expiry_fd, EPOLLIN, &w_expiry)) ||
-	    (e = loop_add(S.tick_fd, EPOLLIN, &w_tick)) || (e = loop_add(S.listen_fd, EPOLLIN, &w_listen))) {
-		log_error("epoll_ctl: %s", strerror(-e));
-		return e;
-	}
-	e = loop_run(&hooks);
+	int e = loop_run(&hooks);
+	waiters_shutdown();
 	control_close_all();
-	int se = store_sync(S.st);
+	int se = store_sync(SV.o->st);
 	if (se)
 		log_error("final sync: %s", store_strerror(se));
 	return e;
+}
+
+void server_close(void)
+{
+	control_stop_listening();
+	expiry_close();
+	if (SV.sig_fd >= 0)
+		close(SV.sig_fd);
+	if (SV.tick_fd >= 0)
+		close(SV.tick_fd);
+	SV.sig_fd = SV.tick_fd = -1;
+	loop_close();
 }

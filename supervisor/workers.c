@@ -1,24 +1,22 @@
-/*
- * workers.c: one worker process per conversation that owes work.
- *
- * ensure_started() is the one door: send, resolve and a fired expiry all go
- * through it. A worker that dies is reaped, the reader table is checked, and
- * if its conversation still owes work it is restarted after a backoff; after
- * restart_limit crashes within restart_window the conversation gets an
- * `error` event and is left alone until its next event. Idle workers are told
- * to stop after idle_timeout, so a conversation that owes nothing has no process.
- */
-#include "supervisor/sup.h"
-#include "conv/conv.h"
-#include "supervisor/metrics.h"
-#include "ipc/ipc.h"
+/* workers.c: worker processes, one per conversation that owes work (see workers.h). */
+#include "supervisor/workers.h"
 #include "common/jsonmp.h"
+#include "common/log.h"
+#include "conv/conv.h"
+#include "ipc/ipc.h"
+#include "supervisor/control.h"
+#include "supervisor/gate.h"
+#include "supervisor/lifecycle.h"
+#include "supervisor/loop.h"
+#include "supervisor/metrics.h"
 
+#include <bsd/sys/queue.h>
+#include <bsd/sys/tree.h>
 #include <bsd/unistd.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,15 +25,70 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BACKOFF_BASE_MS 100
-#define BACKOFF_MAX_MS 10000
 #define EARLY_MAX 4       /* workers forked while one commit flushes */
-#define GATE_HOLD_MS 1000 /* a grant unanswered this long is revoked */
-#define EXPIRY_BATCH 512
-#define EXPIRY_ROUNDS 4   /* batches of expiries one wake-up fires at most (unless full) */
-#define EXPIRY_RETRY_MS 1000 /* after a failed attempt to fire expiries */
+#define ACTIVE_BATCH 512  /* conversations listed per read transaction at start */
 
-static void gate_drop(struct worker *w);
+#define container_of(p, type, m) ((type *)(void *)((char *)(p)-offsetof(type, m)))
+
+/* A compaction asked of a worker, answered when it reports. */
+struct compact_req {
+	struct compact_req *next;
+	int64_t num;
+	struct slot *slot; /* NULL: its client went */
+	json_t *id;
+};
+
+/* One per conversation the supervisor tracks: a live worker, one queued for
+ * a slot, or one waiting out a restart backoff. */
+struct worker {
+	struct loop_watch lw;       /* on_worker_io */
+	RB_ENTRY(worker) node;
+	TAILQ_ENTRY(worker) qlink;  /* on the max_workers queue */
+	LIST_ENTRY(worker) alink;   /* on W.ahead while lease_ahead is set */
+	struct gate_member gm;      /* on the write gate's queue */
+	uint64_t lease_ahead;       /* a lease taken in this iteration's commit, for spawn() */
+	struct early {              /* forked while that commit flushes (commit_spawning) */
+		pid_t pid;          /* 0: none */
+		int ipc, ep;        /* its IPC socket, its exec-error pipe */
+		uint64_t gen;
+	} early;
+	char conv[STORE_ID_MAX + 1];
+	pid_t pid;                  /* 0: no process */
+	int ipc;                    /* -1: none */
+	struct lifecycle lc;        /* its state and what the table keeps (lifecycle.h) */
+	uint64_t lease;             /* the live process's writer lease */
+	int asked_kill;             /* agentd signalled it (kill op, delete, shutdown): not a crash */
+	int reaped;                 /* in on_exit_status: its pid is no longer its own */
+	pid_t child_pgid;           /* the model or tool running for it, 0: none */
+	struct compact_req *compacts;
+};
+
+static int worker_cmp(struct worker *a, struct worker *b);
+RB_HEAD(worker_tree, worker);
+RB_PROTOTYPE(worker_tree, worker, node, worker_cmp)
+
+static struct {
+	const struct workers_env *env;
+	const struct config *cfg;
+	store *st;
+	struct worker_tree tree;
+	TAILQ_HEAD(, worker) queue;  /* waiting for a worker slot */
+	LIST_HEAD(, worker) ahead;   /* with a lease taken ahead (lease_ahead()) */
+	int nlive;                   /* workers with a process */
+	int shutting_down;
+	int64_t compact_seq;
+	/* What changed since workers_next_deadline() and workers_gc() last
+	 * walked every worker: they walk again only then. */
+	int wdl_stale, wgc_stale;
+	int64_t wdl;                 /* the cached next deadline */
+} W = { .tree = RB_INITIALIZER(&W.tree), .queue = TAILQ_HEAD_INITIALIZER(W.queue),
+	.ahead = LIST_HEAD_INITIALIZER(W.ahead) };
+
+static void worker_ipc(struct worker *w);
+static void on_worker_io(struct loop_watch *lw, uint32_t events);
+static int worker_stop(struct worker *w);
+static void workers_changed(void);
+static int worker_kill(struct worker *w, int sig);
 
 static int worker_cmp(struct worker *a, struct worker *b)
 {
@@ -44,28 +97,17 @@ static int worker_cmp(struct worker *a, struct worker *b)
 
 RB_GENERATE(worker_tree, worker, node, worker_cmp)
 
-static const char *const wstate_names[] = {
-	[W_NONE] = "none", [W_STARTING] = "starting", [W_RUNNING] = "running", [W_IDLE] = "idle",
-	[W_AWAITING] = "awaiting_input", [W_STOPPING] = "stopping", [W_QUEUED] = "queued",
-	[W_BACKOFF] = "backoff",
-};
-
-const char *wstate_name(int st)
-{
-	return st >= 0 && st <= W_BACKOFF ? wstate_names[st] : "unknown";
-}
-
-struct worker *worker_find(const char *conv)
+static struct worker *worker_find(const char *conv)
 {
 	struct worker key;
 	size_t n = strlen(conv);
 	if (n > STORE_ID_MAX)
 		return NULL;
 	memcpy(key.conv, conv, n + 1);
-	return RB_FIND(worker_tree, &S.workers, &key);
+	return RB_FIND(worker_tree, &W.tree, &key);
 }
 
-struct worker *worker_get(const char *conv)
+static struct worker *worker_get(const char *conv)
 {
 	struct worker *w = worker_find(conv);
 	if (w || strlen(conv) > STORE_ID_MAX)
@@ -73,28 +115,31 @@ struct worker *worker_get(const char *conv)
 	w = calloc(1, sizeof *w);
 	if (!w)
 		return NULL;
-	w->lw.fn = worker_on_io;
+	w->lw.fn = on_worker_io;
 	w->ipc = -1;
 	w->early = (struct early){ 0, -1, -1, 0 };
-	w->state = W_NONE;
+	lifecycle_init(&w->lc);
 	memcpy(w->conv, conv, strlen(conv) + 1); /* a valid id: at most STORE_ID_MAX */
-	LIST_INIT(&w->waiters);
-	RB_INSERT(worker_tree, &S.workers, w);
+	RB_INSERT(worker_tree, &W.tree, w);
 	workers_changed();
 	return w;
 }
 
 /* A worker's state, process, waiters or compactions changed: its deadline
  * may have moved and its record may be free to go. */
-void workers_changed(void)
+static void workers_changed(void)
 {
-	S.wdl_stale = S.wgc_stale = 1;
+	W.wdl_stale = W.wgc_stale = 1;
 }
 
-static void set_state(struct worker *w, int st)
+static struct lifecycle_fx fx;
+
+/* Every change of a worker's state goes through the table (lifecycle.c). */
+static void worker_event(struct worker *w, int ev, const void *arg)
 {
-	w->state = st;
-	w->since = loop_now_ms();
+	fx.restart_limit = W.cfg->restart_limit;
+	fx.restart_window_ms = W.cfg->restart_window_ms;
+	lifecycle_event(&w->lc, w, &fx, ev, arg);
 	workers_changed();
 }
 
@@ -102,13 +147,13 @@ static void set_state(struct worker *w, int st)
 void workers_gc(void)
 {
 	struct worker *w, *next;
-	if (!S.wgc_stale)
+	if (!W.wgc_stale)
 		return;
-	S.wgc_stale = 0;
-	RB_FOREACH_SAFE(w, worker_tree, &S.workers, next) {
-		if (w->pid || w->state != W_NONE || !LIST_EMPTY(&w->waiters) || w->compacts)
+	W.wgc_stale = 0;
+	RB_FOREACH_SAFE(w, worker_tree, &W.tree, next) {
+		if (w->pid || w->lc.state != W_NONE || w->compacts)
 			continue;
-		RB_REMOVE(worker_tree, &S.workers, w);
+		RB_REMOVE(worker_tree, &W.tree, w);
 		free(w);
 	}
 }
@@ -120,7 +165,7 @@ static void compacts_fail(struct worker *w, const char *why)
 	while ((r = w->compacts)) {
 		w->compacts = r->next;
 		if (r->slot) {
-			struct client *c = r->slot->c;
+			struct client *c = slot_client(r->slot);
 			slot_error(r->slot, r->id, PERR_INTERNAL, why);
 			client_flush(c);
 		}
@@ -139,7 +184,7 @@ static int take_lease(const char *conv, uint64_t *gen)
 	 * flush pair here cost each revival a second pair after the send's own
 	 * (docs/architecture.md, "Lease ahead"); no flush at all (MDB_NOSYNC) could let an OS
 	 * crash leave the store damaged. */
-	int e = sup_write_begin(STORE_WRITE_LAZY, &t);
+	int e = gate_write_begin(STORE_WRITE_LAZY, &t);
 	if (e)
 		return e;
 	e = store_lease_next(t, conv, gen);
@@ -181,23 +226,23 @@ static void child_exec(int ipc, int errfd, char *const argv[])
 }
 
 /* In the transaction that gives conv work (a send, a resolution, a fired
- * expiry) take the lease for the worker ensure_started() will spawn after
+ * expiry) take the lease for the worker workers_wake() will spawn after
  * that commit, when it has none: one durable commit per revival, not two.
  * Good only for this iteration (leases_ahead_drop), and for the newest lease
  * of the conversation, which the last call in the transaction takes. */
 int lease_ahead(store_txn *t, const char *conv)
 {
 	struct worker *w = worker_find(conv);
-	if (w && (w->pid || w->state != W_NONE))
+	if (w && (w->pid || w->lc.state != W_NONE))
 		return 0;
-	if (S.shutting_down || S.nlive >= S.cfg->max_workers || (!w && !(w = worker_get(conv))))
+	if (W.shutting_down || W.nlive >= W.cfg->max_workers || (!w && !(w = worker_get(conv))))
 		return 0;
 	uint64_t gen;
 	int e = store_lease_next(t, conv, &gen);
 	if (e)
 		return e == STORE_E_NOTFOUND ? 0 : e;
 	if (!w->lease_ahead)
-		LIST_INSERT_HEAD(&S.ahead, w, alink);
+		LIST_INSERT_HEAD(&W.ahead, w, alink);
 	w->lease_ahead = gen;
 	return 0;
 }
@@ -206,7 +251,7 @@ int lease_ahead(store_txn *t, const char *conv)
 void leases_ahead_drop(void)
 {
 	struct worker *w;
-	while ((w = LIST_FIRST(&S.ahead))) {
+	while ((w = LIST_FIRST(&W.ahead))) {
 		LIST_REMOVE(w, alink);
 		w->lease_ahead = 0;
 	}
@@ -232,9 +277,9 @@ static int spawn_fork(struct worker *w, uint64_t gen)
 	snprintf(lease, sizeof lease, "%llu", (unsigned long long)gen);
 	char *argv[20];
 	int a = 0;
-	argv[a++] = S.worker_path;
+	argv[a++] = (char *)W.env->worker_path; /* execv takes char *const[]; it writes none */
 	argv[a++] = "--data";
-	argv[a++] = S.data_dir;
+	argv[a++] = (char *)W.env->data_dir;
 	argv[a++] = "--conversation";
 	argv[a++] = w->conv;
 	argv[a++] = "--lease";
@@ -242,16 +287,16 @@ static int spawn_fork(struct worker *w, uint64_t gen)
 	argv[a++] = "--ipc-fd";
 	argv[a++] = "3";
 	argv[a++] = "--sync";
-	argv[a++] = S.cfg->sync == STORE_SYNC_NONE ? "none" : "full";
-	if (S.config_path) {
+	argv[a++] = W.cfg->sync == STORE_SYNC_NONE ? "none" : "full";
+	if (W.env->config_path) {
 		argv[a++] = "--config";
-		argv[a++] = S.config_path;
+		argv[a++] = (char *)W.env->config_path;
 	}
-	if (S.cfg->audit)
+	if (W.cfg->audit)
 		argv[a++] = "--audit";
 	argv[a++] = "--log-level";
-	argv[a++] = S.cfg->log_level == LOG_DEBUG ? "debug" : S.cfg->log_level == LOG_WARN ? "warn" :
-		    S.cfg->log_level == LOG_ERROR ? "error" : "info";
+	argv[a++] = W.cfg->log_level == LOG_DEBUG ? "debug" : W.cfg->log_level == LOG_WARN ? "warn" :
+		    W.cfg->log_level == LOG_ERROR ? "error" : "info";
 	argv[a] = NULL;
 
 	/* Block every signal across fork so no handler-less signal hits the
@@ -291,7 +336,7 @@ static int spawn_finish(struct worker *w)
 	while (n < 0 && errno == EINTR);
 	close(sp.ep);
 	if (n > 0) {
-		log_error("%s: cannot run %s: %s", w->conv, S.worker_path, strerror(child_errno));
+		log_error("%s: cannot run %s: %s", w->conv, W.env->worker_path, strerror(child_errno));
 		waitpid(sp.pid, NULL, 0);
 		close(sp.ipc);
 		return -1;
@@ -301,14 +346,10 @@ static int spawn_finish(struct worker *w)
 	w->asked_kill = 0;
 	w->ipc = sp.ipc;
 	w->lease = sp.gen;
-	w->stop_sent = 0;
-	w->wake_pending = 0;
-	w->wake_sent = w->wake_missed = 0;
-	set_state(w, W_STARTING);
+	worker_event(w, E_SPAWNED, NULL);
 	if (loop_add(w->ipc, EPOLLIN, &w->lw) < 0)
 		log_error("%s: epoll_ctl: %s", w->conv, strerror(errno));
-	S.nlive++;
-	metrics_add(M_SPAWNS, 1);
+	W.nlive++;
 	log_debug("%s: worker %d started (lease %llu)", w->conv, (int)sp.pid, (unsigned long long)sp.gen);
 	return 0;
 }
@@ -341,8 +382,10 @@ static int spawn(struct worker *w)
 		log_error("%s: cannot take a writer lease: %s", w->conv, store_strerror(e));
 		return -1;
 	}
-	if (spawn_fork(w, gen) || spawn_finish(w))
+	if (spawn_fork(w, gen) || spawn_finish(w)) {
+		worker_event(w, E_SPAWN_FAILED, NULL);
 		return -1;
+	}
 	spawn_go(w);
 	return 0;
 }
@@ -353,22 +396,22 @@ static int spawn(struct worker *w)
  * log only when told go, after the commit. A commit that fails kills them
  * before they have read anything. At most EARLY_MAX, within max_workers, so
  * a commit reviving many conversations is not held up by their forks; the
- * others are started by ensure_started() after the commit, as before. */
+ * others are started by workers_wake() after the commit, as before. */
 int commit_spawning(store_txn *t)
 {
 	struct worker *w;
 	int n = 0;
-	LIST_FOREACH(w, &S.ahead, alink) {
+	LIST_FOREACH(w, &W.ahead, alink) {
 		if (w->pid)
 			continue;
-		if (S.nlive + n >= S.cfg->max_workers || n >= EARLY_MAX)
+		if (W.nlive + n >= W.cfg->max_workers || n >= EARLY_MAX)
 			break;
 		if (spawn_fork(w, w->lease_ahead) == 0)
 			n++;
 	}
 	int e = store_txn_commit(t);
 	int killed = 0;
-	LIST_FOREACH(w, &S.ahead, alink) {
+	LIST_FOREACH(w, &W.ahead, alink) {
 		if (!w->early.pid)
 			continue;
 		if (e) {
@@ -380,12 +423,10 @@ int commit_spawning(store_txn *t)
 			killed = 1;
 			continue;
 		}
-		/* It stays on S.ahead for this iteration: ensure_started knows
+		/* It stays on W.ahead for this iteration: workers_wake knows
 		 * by its lease that it reads the log after this commit. */
 		if (spawn_finish(w)) {
-			/* As ensure_started does when spawn fails. */
-			set_state(w, W_BACKOFF);
-			w->restart_at = loop_now_ms() + BACKOFF_MAX_MS;
+			worker_event(w, E_SPAWN_FAILED, NULL);
 			continue;
 		}
 		spawn_go(w);
@@ -393,22 +434,20 @@ int commit_spawning(store_txn *t)
 	if (killed) {
 		/* One may have been killed holding a reader slot. */
 		int cleared = 0;
-		store_reader_check(S.st, &cleared);
+		store_reader_check(W.st, &cleared);
 	}
 	return e;
 }
 
 /* Tell a live worker new events exist; it answers woken before it re-reads
- * the log. Unsent (a full or closed socket): it is woken when it restarts. */
-static void wake_send(struct worker *w)
+ * the log. -1 when unsent (a full or closed socket). */
+static int wake_send(struct worker *w)
 {
 	struct ipc_msg m = { .type = IPC_WAKE };
-	if (ipc_send(w->ipc, &m) < 0) {
-		w->wake_pending = 1;
-		return;
-	}
-	w->wake_sent = 1;
+	if (ipc_send(w->ipc, &m) < 0)
+		return -1;
 	metrics_add(M_WAKES, 1);
+	return 0;
 }
 
 /* A conversation was queued at max_workers: a worker with nothing to do
@@ -418,108 +457,51 @@ static void yield_slot(void)
 {
 	struct worker *w, *pick = NULL;
 	int queued = 0, yielding = 0;
-	TAILQ_FOREACH(w, &S.queue, qlink)
+	TAILQ_FOREACH(w, &W.queue, qlink)
 		queued++;
-	RB_FOREACH(w, worker_tree, &S.workers) {
-		if (w->pid && w->state == W_STOPPING && w->stop_sent == 2)
+	RB_FOREACH(w, worker_tree, &W.tree) {
+		if (w->pid && w->lc.state == W_EVICTING)
 			yielding++;
-		else if (w->pid && (w->state == W_IDLE || w->state == W_AWAITING) && !w->wake_pending &&
-			 !w->wake_sent && (!pick || w->since < pick->since))
+		else if (w->pid && (w->lc.state == W_IDLE || w->lc.state == W_AWAITING) && !w->lc.wake_pending &&
+			 !w->lc.wake_sent && (!pick || w->lc.since < pick->lc.since))
 			pick = w; /* the one idle longest */
 	}
-	if (pick && yielding < queued) {
-		worker_stop(pick);
-		pick->stop_sent = 2; /* not an operator's stop: see on_exit_status */
-	}
+	if (pick && yielding < queued)
+		worker_event(pick, E_EVICT, NULL);
 }
 
 /* Its conversation is being deleted (ops.c, in the delete's transaction):
  * kill its worker, and take it off the queue or out of backoff, so nothing
  * starts for it. */
-void worker_deleted(struct worker *w)
+static void worker_deleted(struct worker *w)
 {
-	w->deleted = 1;
-	w->recreated = 0;
-	if (w->state == W_QUEUED) {
-		TAILQ_REMOVE(&S.queue, w, qlink);
-		set_state(w, W_NONE);
-	} else if (w->state == W_BACKOFF) {
-		set_state(w, W_NONE);
-	}
 	if (w->lease_ahead) {
 		/* A send in the same transaction took a lease for a worker
 		 * this commit would start: it would find nothing to read. */
 		LIST_REMOVE(w, alink);
 		w->lease_ahead = 0;
 	}
-	w->ncrash = 0;
-	if (w->pid)
-		worker_kill(w, SIGKILL);
+	w->lc.ncrash = 0;
+	worker_event(w, E_DELETE, NULL);
 }
 
-int ensure_started(const char *conv)
+int workers_wake(const char *conv)
 {
 	struct worker *w = worker_get(conv);
 	if (!w)
 		return -1;
-	if (w->pid) {
-		if (w->deleted) {
-			/* Its worker is being killed for a delete, and the
-			 * conversation exists again (created in the same
-			 * iteration): a new worker starts once that one is
-			 * reaped. */
-			w->recreated = 1;
-			return 0;
-		}
-		if (w->lease_ahead && w->lease_ahead == w->lease)
-			return 0; /* started by this commit (commit_spawning): it reads the log after it */
-		if (w->state == W_STOPPING) {
-			w->wake_pending = 1; /* restarted when it exits */
-		} else {
-			if (w->wake_sent) {
-				/* It has not re-read the log since the last wake:
-				 * it will, and its woken says whether to wake it
-				 * again. */
-				w->wake_missed = 1;
-				metrics_add(M_WAKES_COALESCED, 1);
-			} else {
-				wake_send(w);
-			}
-			if (!w->wake_pending && (w->state == W_IDLE || w->state == W_AWAITING))
-				/* It has work now: an idle worker that has not yet
-				 * read the wake must not be evicted as idle (its
-				 * stop would cross the wake and swallow the turn). */
-				set_state(w, W_RUNNING);
-		}
-		return 0;
-	}
-	w->deleted = 0;
-	if (w->state == W_QUEUED || w->state == W_BACKOFF || S.shutting_down)
-		return 0;
-	if (S.nlive >= S.cfg->max_workers) {
-		set_state(w, W_QUEUED);
-		TAILQ_INSERT_TAIL(&S.queue, w, qlink);
-		log_info("%s: %d workers live (max_workers): queued for a worker", conv, S.nlive);
-		yield_slot();
-		return 0;
-	}
-	int r = spawn(w);
-	if (r >= 0)
-		return 0; /* started, or its conversation is gone */
-	/* Could not start (exec failure, fork failure): count it as a crash
-	 * so a broken worker binary backs off instead of spinning. */
-	set_state(w, W_BACKOFF);
-	w->restart_at = loop_now_ms() + BACKOFF_MAX_MS;
-	return -1;
+	int was = w->lc.state;
+	worker_event(w, E_WORK, NULL);
+	/* Could not start (exec or fork failure): it backs off as a crash would. */
+	return was == W_NONE && w->lc.state == W_BACKOFF ? -1 : 0;
 }
 
 static void start_queued(void)
 {
 	struct worker *w;
-	while (!S.shutting_down && S.nlive < S.cfg->max_workers && (w = TAILQ_FIRST(&S.queue))) {
-		TAILQ_REMOVE(&S.queue, w, qlink);
-		set_state(w, W_NONE);
-		ensure_started(w->conv);
+	while (!W.shutting_down && W.nlive < W.cfg->max_workers && (w = TAILQ_FIRST(&W.queue))) {
+		TAILQ_REMOVE(&W.queue, w, qlink);
+		worker_event(w, E_SLOT, NULL);
 	}
 }
 
@@ -530,7 +512,7 @@ static int conv_status(const char *conv)
 	store_txn *t;
 	struct store_conv c;
 	int st = -1;
-	if (store_txn_begin(S.st, STORE_READ, &t) == 0) {
+	if (store_txn_begin(W.st, STORE_READ, &t) == 0) {
 		if (store_conv_get(t, conv, &c) == 0)
 			st = c.status;
 		store_txn_abort(t);
@@ -573,12 +555,13 @@ static int settle_interrupted(store_txn *t, const char *id, int crashes)
 /* Too many crashes, or a full store: log an `error` event (msg) so the
  * conversation owes nothing until its next user_msg, and stop restarting
  * it. */
-static void give_up(struct worker *w, int crashes, const char *msg)
+static void give_up(void *owner, int crashes, const char *msg)
 {
+	struct worker *w = owner;
 	store_txn *t;
 	uint64_t last = 0, seq;
 	log_error("%s: %s", w->conv, msg);
-	if (sup_write_begin(STORE_WRITE, &t))
+	if (gate_write_begin(STORE_WRITE, &t))
 		return;
 	/* The error ends the turn, and nothing re-dispatches a call behind it:
 	 * settle its pending server calls errored first, or their rows stay
@@ -602,12 +585,12 @@ static void give_up(struct worker *w, int crashes, const char *msg)
 	if (e)
 		log_error("%s: cannot record the error event: %s", w->conv, store_strerror(e));
 	else
-		waiters_notify(w, seq);
+		W.env->hooks.committed(w->conv);
 }
 
-static void on_exit_status(struct worker *w, int status)
+/* Its last words, then what a dead process leaves behind. */
+static void exit_cleanup(struct worker *w)
 {
-	int clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
 	/* What it said just before it exited (a compaction's answer, its last
 	 * commit's seq) may still be unread: SIGCHLD can be handled first. */
 	w->reaped = 1;
@@ -619,19 +602,6 @@ static void on_exit_status(struct worker *w, int status)
 		close(w->ipc);
 		w->ipc = -1;
 	}
-	/* Died on its own (not told to by agentd, an operator's kill op, a
-	 * delete or the shutdown): worth a warning, and a crash to count
-	 * even when it owed nothing (an OOM kill of an idle worker). */
-	int unasked = !clean && !w->asked_kill && !w->deleted && !S.shutting_down;
-	if (WIFSIGNALED(status))
-		log_msg(unasked ? LOG_WARN : LOG_INFO, "%s: worker %d killed by signal %d", w->conv, (int)w->pid,
-			WTERMSIG(status));
-	else if (!clean && w->deleted && WEXITSTATUS(status) == IPC_EXIT_GONE)
-		log_info("%s: worker %d exited: its conversation was deleted", w->conv, (int)w->pid);
-	else if (!clean)
-		log_warn("%s: worker %d exited with status %d", w->conv, (int)w->pid, WEXITSTATUS(status));
-	else
-		log_debug("%s: worker %d exited", w->conv, (int)w->pid);
 	/* A model or tool still running for a dead worker would go on unseen
 	 * (its pdeath signal reaches only itself, not what it forked): kill
 	 * its whole process group. Only a group the worker announced, and
@@ -641,86 +611,44 @@ static void on_exit_status(struct worker *w, int status)
 		w->child_pgid = 0;
 	}
 	w->pid = 0;
-	S.nlive--;
-	gate_drop(w);
+	W.nlive--;
+	gate_drop(&w->gm);
 	/* It may have committed and died before saying so (`written`): its
 	 * events and any deadline it scheduled would wait for the next commit
 	 * of someone else. Watchers and long-polls read the store; the timer
 	 * is armed from it. */
-	if (!LIST_EMPTY(&w->waiters))
-		waiters_notify(w, 0);
-	server_rearm_expiry();
-	set_state(w, W_NONE);
-	if (w->compacts && clean && !w->deleted && !S.shutting_down) {
-		/* Asked of a worker that was stopping: a new one does it (it
-		 * is sent the compacts when it starts), and whatever else the
-		 * conversation owes. */
-		w->recreated = 0;
-		ensure_started(w->conv);
-		return;
-	}
-	compacts_fail(w, "the worker exited before compacting");
-	if (w->deleted) {
-		w->deleted = 0;
-		if (w->recreated && !S.shutting_down) {
-			w->recreated = 0;
-			ensure_started(w->conv);
-		}
-		return;
-	}
-	if (S.shutting_down)
-		return;
-	if (conv_status(w->conv) != STORE_ACTIVE) {
-		metrics_add(M_CRASHES, (uint64_t)unasked);
-		return;
-	}
-	if (clean && w->stop_sent == 1 && !w->wake_pending)
-		return; /* told to stop: it revives on the next event */
-	/* Evicted or yielding its slot (stop_sent 2) yet active: work arrived
-	 * as it was told to stop (a wake crossing the stop), and nothing else
-	 * will restart it. */
-	if (clean && (w->wake_pending || w->stop_sent == 2)) {
-		if (w->stop_sent == 2 && !TAILQ_EMPTY(&S.queue)) {
-			/* It gave its slot away: wait behind those queued. */
-			set_state(w, W_QUEUED);
-			TAILQ_INSERT_TAIL(&S.queue, w, qlink);
-			return;
-		}
-		ensure_started(w->conv);
-		return;
-	}
-	/* It owes work and died on its own: a crash. */
-	metrics_add(M_CRASHES, 1);
-	int64_t now = loop_now_ms();
-	w->crash_times[w->ncrash++ % 16] = now;
-	int recent = 0;
-	int n = w->ncrash < 16 ? w->ncrash : 16;
-	for (int i = 0; i < n; i++)
-		recent += now - w->crash_times[i] <= S.cfg->restart_window_ms;
-	if (WIFEXITED(status) && WEXITSTATUS(status) == IPC_EXIT_FULL) {
-		/* Its turn will not fit again before someone makes room. */
-		w->ncrash = 0;
-		give_up(w, 1, "the store is full: the turn's result could not be stored; not restarted until the "
-			      "next event");
-		return;
-	}
-	if (recent >= S.cfg->restart_limit) {
-		char msg[200];
-		w->ncrash = 0;
-		int64_t win = S.cfg->restart_window_ms;
-		int ms = win % 1000 != 0; /* a sub-second window said "within 0 s" */
-		snprintf(msg, sizeof msg, "worker crashed %d times within %lld %s; not restarted until the next event",
-			 recent, (long long)(ms ? win : win / 1000), ms ? "ms" : "s");
-		give_up(w, recent, msg);
-		return;
-	}
-	int64_t delay = BACKOFF_BASE_MS << (recent > 7 ? 7 : recent - 1);
-	if (delay > BACKOFF_MAX_MS)
-		delay = BACKOFF_MAX_MS;
-	set_state(w, W_BACKOFF);
-	w->restart_at = now + delay;
-	log_info("%s: restarting in %lld ms (crash %d of %d allowed in %lld s)", w->conv, (long long)delay, recent,
-		 S.cfg->restart_limit, (long long)(S.cfg->restart_window_ms / 1000));
+	W.env->hooks.committed(w->conv);
+	W.env->hooks.rearm_expiry();
+}
+
+static void on_exit_status(struct worker *w, int status)
+{
+	int clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	int deleting = w->lc.state == W_DELETING || w->lc.state == W_RECREATING;
+	/* Died on its own (not told to by agentd, an operator's kill op, a
+	 * delete or the shutdown): worth a warning, and a crash to count
+	 * even when it owed nothing (an OOM kill of an idle worker). */
+	struct lifecycle_exit x = {
+		.clean = clean,
+		.unasked = !clean && !w->asked_kill && !deleting && !W.shutting_down,
+		.store_full = WIFEXITED(status) && WEXITSTATUS(status) == IPC_EXIT_FULL,
+		.compacts = w->compacts && clean && !deleting && !W.shutting_down,
+	};
+	if (WIFSIGNALED(status))
+		log_msg(x.unasked ? LOG_WARN : LOG_INFO, "%s: worker %d killed by signal %d", w->conv, (int)w->pid,
+			WTERMSIG(status));
+	else if (!clean && deleting && WEXITSTATUS(status) == IPC_EXIT_GONE)
+		log_info("%s: worker %d exited: its conversation was deleted", w->conv, (int)w->pid);
+	else if (!clean)
+		log_warn("%s: worker %d exited with status %d", w->conv, (int)w->pid, WEXITSTATUS(status));
+	else
+		log_debug("%s: worker %d exited", w->conv, (int)w->pid);
+	exit_cleanup(w);
+	/* Compactions asked of it are answered by the next worker when one
+	 * starts at once (lifecycle.c), else they fail now. */
+	if (!x.compacts)
+		compacts_fail(w, "the worker exited before compacting");
+	worker_event(w, E_EXIT, &x);
 }
 
 void workers_reap(void)
@@ -732,7 +660,7 @@ void workers_reap(void)
 	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
 		struct worker *w;
 		reaped++;
-		RB_FOREACH(w, worker_tree, &S.workers)
+		RB_FOREACH(w, worker_tree, &W.tree)
 			if (w->pid == pid)
 				break;
 		if (w)
@@ -742,106 +670,11 @@ void workers_reap(void)
 		/* A worker killed inside a read transaction leaves its reader
 		 * slot taken: clear it, or freed pages are never reused. */
 		int cleared = 0;
-		store_reader_check(S.st, &cleared);
+		store_reader_check(W.st, &cleared);
 		if (cleared)
 			log_info("cleared %d stale reader slot(s)", cleared);
 		start_queued();
 	}
-}
-
-/* ---- the write gate (ipc.h) ----------------------------------------- */
-
-/* A worker left (its socket closed, or it was reaped): it holds and awaits
- * nothing any more. */
-static void gate_drop(struct worker *w)
-{
-	if (S.gate == w)
-		S.gate = NULL;
-	if (w->gate_wait) {
-		TAILQ_REMOVE(&S.gate_q, w, glink);
-		w->gate_wait = 0;
-	}
-}
-
-/* A grant unanswered for GATE_HOLD_MS (a stopped or hung worker, or a very
- * slow disk) is taken back, so that one worker cannot stall every other
- * writer. Safe: LMDB's writer mutex, not the gate, serialises the writes. */
-static int gate_revoke(int64_t now)
-{
-	if (!S.gate || now < S.gate_at + GATE_HOLD_MS)
-		return 0;
-	log_warn("%s: worker %d has held the write gate for %lld ms: taking it back", S.gate->conv,
-		 (int)S.gate->pid, (long long)(now - S.gate_at));
-	S.gate = NULL;
-	metrics_add(M_GATE_REVOKED, 1);
-	return 1;
-}
-
-/* When the loop must wake to revoke a grant others wait behind (0: none). */
-int64_t gate_deadline(void)
-{
-	return S.gate && (S.writes_held || !TAILQ_EMPTY(&S.gate_q)) ? S.gate_at + GATE_HOLD_MS : 0;
-}
-
-/* Whether a worker holds the gate now (a grant held too long is revoked). */
-int gate_busy(void)
-{
-	return S.gate && !gate_revoke(loop_now_ms());
-}
-
-/* Between loop iterations, after the supervisor's own writes: hand the gate
- * to the worker that asked first, if nobody holds it. */
-void gate_pump(void)
-{
-	struct worker *w;
-	if (S.gate && !TAILQ_EMPTY(&S.gate_q))
-		gate_revoke(loop_now_ms());
-	while (!S.gate && (w = TAILQ_FIRST(&S.gate_q))) {
-		TAILQ_REMOVE(&S.gate_q, w, glink);
-		w->gate_wait = 0;
-		struct ipc_msg m = { .type = IPC_GRANT };
-		int rc = ipc_send(w->ipc, &m);
-		if (rc == 0) {
-			S.gate = w;
-			S.gate_at = loop_now_ms();
-			metrics_add(M_GATE_GRANTS, 1);
-		} else {
-			/* Its queue is full, yet it waits reading it: stuck. Or
-			 * it shut its socket: exiting, or broken. Either way it
-			 * would wait for this grant forever. */
-			log_error("%s: cannot grant worker %d its write: %s: killing it", w->conv, (int)w->pid,
-				  strerror(-rc));
-			worker_kill(w, SIGKILL);
-		}
-	}
-}
-
-/* Before the supervisor's own write: let the worker holding the gate finish
- * its one commit, reading its messages meanwhile (until the grant is
- * revoked, at worst). */
-static void gate_wait(void)
-{
-	static int busy; /* worker_ipc() never writes, but never re-enter */
-	if (busy || !S.gate)
-		return;
-	busy = 1;
-	int64_t t0 = loop_now_us();
-	metrics_add(M_GATE_WAITS, 1);
-	while (S.gate && !gate_revoke(loop_now_ms())) {
-		int ms = (int)(S.gate_at + GATE_HOLD_MS - loop_now_ms());
-		struct pollfd p = { S.gate->ipc, POLLIN, 0 };
-		if (poll(&p, 1, ms > 0 ? ms : 0) < 0 && errno != EINTR)
-			break;
-		worker_ipc(S.gate); /* its written clears S.gate; so does its end */
-	}
-	metrics_gate_wait(loop_now_us() - t0);
-	busy = 0;
-}
-
-int sup_write_begin(int mode, store_txn **t)
-{
-	gate_wait();
-	return store_txn_begin(S.st, mode, t);
 }
 
 /* ---- IPC ------------------------------------------------------------- */
@@ -856,12 +689,12 @@ static void on_compacted(struct worker *w, const struct ipc_msg *m)
 	*pp = r->next;
 	workers_changed();
 	if (r->slot) {
-		struct client *c = r->slot->c;
+		struct client *c = slot_client(r->slot);
 		if (m->ok) {
 			store_txn *t;
 			struct store_summary s;
 			json_t *sum = json_null();
-			if (store_txn_begin(S.st, STORE_READ, &t) == 0) {
+			if (store_txn_begin(W.st, STORE_READ, &t) == 0) {
 				if (store_summary_latest(t, w->conv, &s) == 0) {
 					json_decref(sum);
 					sum = json_pack("{sIsIsosI}", "from_seq", (json_int_t)s.from_seq, "to_seq",
@@ -883,7 +716,7 @@ static void on_compacted(struct worker *w, const struct ipc_msg *m)
 	free(r);
 }
 
-void worker_ipc(struct worker *w)
+static void worker_ipc(struct worker *w)
 {
 	static char buf[IPC_MAX];
 	for (int i = 0; w->ipc >= 0 && i < 256; i++) {
@@ -902,7 +735,7 @@ void worker_ipc(struct worker *w)
 			loop_del(w->ipc);
 			close(w->ipc);
 			w->ipc = -1;
-			gate_drop(w);
+			gate_drop(&w->gm);
 			return;
 		}
 		/* Drained after its exit: only what it reported counts (answers,
@@ -911,33 +744,18 @@ void worker_ipc(struct worker *w)
 			continue;
 		switch (m.type) {
 		case IPC_READY:
-			if (w->state == W_STARTING)
-				set_state(w, W_RUNNING);
+			worker_event(w, E_READY, NULL);
 			break;
 		case IPC_STATE:
-			if (w->state == W_STOPPING)
-				break;
 			if (m.text_len == 4 && !memcmp(m.text, "idle", 4))
-				set_state(w, W_IDLE);
-			else if (m.text_len == 14 && !memcmp(m.text, "awaiting_input", 14)) {
-				set_state(w, W_AWAITING);
-				/* A revived worker may schedule an expiry without
-				 * appending an event (a pending call whose tool now
-				 * expires, or whose row it rebuilt): arm the timer. */
-				server_rearm_expiry();
-			} else
-				set_state(w, W_RUNNING);
-			/* At max_workers, a worker with nothing to do gives its
-			 * slot to a conversation queued for one. */
-			if ((w->state == W_IDLE || w->state == W_AWAITING) && !TAILQ_EMPTY(&S.queue)) {
-				worker_stop(w);
-				/* Not an operator's stop: if work arrived meanwhile (a
-				 * wake it read before this report), restart it on exit. */
-				w->stop_sent = 2;
-			}
+				worker_event(w, E_IDLE, NULL);
+			else if (m.text_len == 14 && !memcmp(m.text, "awaiting_input", 14))
+				worker_event(w, E_AWAITING, NULL);
+			else
+				worker_event(w, E_RUNNING, NULL);
 			break;
 		case IPC_DELTA:
-			watch_delta(w, m.text, m.text_len);
+			W.env->hooks.delta(w->conv, m.text, m.text_len);
 			break;
 		case IPC_MODEL: /* a model call ended: its attempts, for the metrics */
 			if (m.num > 0 && m.num <= 1000) {
@@ -955,33 +773,30 @@ void worker_ipc(struct worker *w)
 			w->child_pgid = m.num > 1 ? (pid_t)m.num : 0;
 			break;
 		case IPC_WRITE:
-			if (S.gate == w || w->gate_wait) {
+			if (gate_ask(&w->gm)) {
 				log_error("%s: worker %d asked for the write gate twice: killing it", w->conv,
 					  (int)w->pid);
 				worker_kill(w, SIGKILL);
-				break;
 			}
-			w->gate_wait = 1;
-			TAILQ_INSERT_TAIL(&S.gate_q, w, glink);
 			break;
 		case IPC_WRITTEN:
-			if (S.gate == w)
-				S.gate = NULL;
+			gate_release(&w->gm);
 			if (m.seq)
-				waiters_notify(w, m.seq);
+				W.env->hooks.committed(w->conv);
 			/* The commit may have scheduled an expiry, also one that
 			 * appended no event (seq 0: a deadline added to a pending
 			 * call by a revived worker). */
-			server_rearm_expiry();
+			W.env->hooks.rearm_expiry();
 			break;
 		case IPC_WOKEN:
 			/* Events committed since the last wake may be newer than
 			 * the log the worker is about to read: wake it again. */
-			if (w->wake_missed) {
-				wake_send(w);
-				w->wake_missed = 0;
+			if (w->lc.wake_missed) {
+				if (wake_send(w))
+					w->lc.wake_pending = 1; /* it is woken when it restarts */
+				w->lc.wake_missed = 0;
 			} else {
-				w->wake_sent = 0;
+				w->lc.wake_sent = 0;
 			}
 			break;
 		default:
@@ -991,12 +806,12 @@ void worker_ipc(struct worker *w)
 	}
 }
 
-void worker_on_io(struct loop_watch *lw, uint32_t events)
+static void on_worker_io(struct loop_watch *lw, uint32_t events)
 {
 	worker_ipc(container_of(lw, struct worker, lw));
 }
 
-int worker_kill(struct worker *w, int sig)
+static int worker_kill(struct worker *w, int sig)
 {
 	/* pid is cleared when reaped (and marked reaped while its last words
 	 * are read), so this never signals a recycled pid. */
@@ -1008,24 +823,28 @@ int worker_kill(struct worker *w, int sig)
 	return 0;
 }
 
-int worker_stop(struct worker *w)
+static int worker_stop(struct worker *w)
 {
 	if (!w->pid)
 		return -1;
-	struct ipc_msg m = { .type = IPC_STOP };
-	w->stop_sent = 1;
-	set_state(w, W_STOPPING);
-	if (w->ipc < 0 || ipc_send(w->ipc, &m) < 0)
-		return worker_kill(w, SIGTERM);
+	worker_event(w, E_STOP, NULL);
 	return 0;
 }
 
-int worker_compact(struct worker *w, struct slot *slot, json_t *id)
+/* Ask the process to stop; SIGTERM when it cannot be told. */
+static void stop_send(struct worker *w)
+{
+	struct ipc_msg m = { .type = IPC_STOP };
+	if (w->ipc < 0 || ipc_send(w->ipc, &m) < 0)
+		worker_kill(w, SIGTERM);
+}
+
+static int worker_compact(struct worker *w, struct slot *slot, json_t *id)
 {
 	struct compact_req *r = calloc(1, sizeof *r);
 	if (!r)
 		return -1;
-	r->num = ++S.compact_seq;
+	r->num = ++W.compact_seq;
 	r->slot = slot;
 	r->id = json_incref(id);
 	r->next = w->compacts;
@@ -1047,266 +866,85 @@ int worker_compact(struct worker *w, struct slot *slot, json_t *id)
 
 static int64_t evict_at(const struct worker *w)
 {
-	if (!w->pid || w->stop_sent || (w->state != W_IDLE && w->state != W_AWAITING))
+	if (!w->pid || (w->lc.state != W_IDLE && w->lc.state != W_AWAITING))
 		return 0;
-	return w->since + S.cfg->idle_timeout_ms;
+	return w->lc.since + W.cfg->idle_timeout_ms;
 }
 
 void workers_tick(int64_t now)
 {
 	struct worker *w;
-	RB_FOREACH(w, worker_tree, &S.workers) {
-		if (w->state == W_BACKOFF && now >= w->restart_at) {
-			set_state(w, W_NONE);
-			if (conv_status(w->conv) == STORE_ACTIVE) {
-				metrics_add(M_REVIVALS, 1);
-				ensure_started(w->conv);
-			}
-		}
+	RB_FOREACH(w, worker_tree, &W.tree) {
+		if (w->lc.state == W_BACKOFF && now >= w->lc.restart_at)
+			worker_event(w, E_TIMER, NULL);
 		int64_t t = evict_at(w);
 		if (t && now >= t) {
 			log_debug("%s: worker %d idle for %lld ms: stopping it", w->conv, (int)w->pid,
-				  (long long)(now - w->since));
-			worker_stop(w);
-			w->stop_sent = 2; /* an eviction, not an operator's stop: see on_exit_status */
+				  (long long)(now - w->lc.since));
+			worker_event(w, E_EVICT, NULL);
 		}
 	}
 }
 
 int64_t workers_next_deadline(void)
 {
-	if (!S.wdl_stale)
-		return S.wdl;
+	if (!W.wdl_stale)
+		return W.wdl;
 	int64_t d = 0;
 	struct worker *w;
-	RB_FOREACH(w, worker_tree, &S.workers) {
-		int64_t t = w->state == W_BACKOFF ? w->restart_at : evict_at(w);
+	RB_FOREACH(w, worker_tree, &W.tree) {
+		int64_t t = w->lc.state == W_BACKOFF ? w->lc.restart_at : evict_at(w);
 		if (t && (!d || t < d))
 			d = t;
 	}
-	S.wdl_stale = 0;
-	return S.wdl = d;
+	W.wdl_stale = 0;
+	return W.wdl = d;
 }
 
 void workers_stop_all(void)
 {
-	struct worker *w;
-	while ((w = TAILQ_FIRST(&S.queue))) {
-		TAILQ_REMOVE(&S.queue, w, qlink);
-		set_state(w, W_NONE);
-	}
-	RB_FOREACH(w, worker_tree, &S.workers) {
-		if (w->pid)
-			worker_stop(w);
-		else if (w->state == W_BACKOFF)
-			set_state(w, W_NONE);
-	}
+	W.shutting_down = 1;
+	struct worker *w, *next;
+	TAILQ_FOREACH_SAFE(w, &W.queue, qlink, next)
+		worker_event(w, E_SHUTDOWN, NULL);
+	RB_FOREACH(w, worker_tree, &W.tree)
+		worker_event(w, E_SHUTDOWN, NULL);
 }
 
 void workers_kill_all(void)
 {
 	struct worker *w;
-	RB_FOREACH(w, worker_tree, &S.workers)
+	RB_FOREACH(w, worker_tree, &W.tree)
 		if (w->pid)
 			worker_kill(w, SIGKILL);
 }
 
-/* ---- expiries and start-up ------------------------------------------- */
+/* ---- start-up ------------------------------------------------------ */
 
-struct due {
-	char id[STORE_ID_MAX + 1];
-	int64_t deadline;
-};
-
-struct due_ctx {
-	struct due *d;
+struct active_ctx {
+	char (*ids)[STORE_ID_MAX + 1];
 	size_t n;
-	size_t cap; /* 0: EXPIRY_BATCH */
 };
-
-/* Collect one id; 1 (stop listing) when the batch is full. */
-static int due_add(struct due_ctx *c, store_bytes id)
-{
-	if (c->n == (c->cap ? c->cap : EXPIRY_BATCH))
-		return 1;
-	memcpy(c->d[c->n].id, id.ptr, id.len);
-	c->d[c->n].id[id.len] = 0;
-	c->n++;
-	return 0;
-}
-
-static int due_one(void *arg, const struct store_expiry *e)
-{
-	struct due_ctx *c = arg;
-	int r = due_add(c, e->tool_call_id);
-	if (r == 0)
-		c->d[c->n - 1].deadline = e->deadline;
-	return r;
-}
-
-/* A due row whose call's records cannot be read (a damaged store): its
- * deadline row goes, in a transaction of its own, so that it neither fails
- * the batch of the others nor comes due again at once. `agentd check` names
- * the damage; the call's record keeps its deadline. */
-static int expiry_drop_damaged(const struct due *d, int why)
-{
-	store_txn *t = NULL;
-	int e = sup_write_begin(STORE_WRITE, &t);
-	if (!e) {
-		e = store_expiry_drop(t, d->deadline, d->id);
-		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
-	}
-	if (e)
-		log_error("tool call %s: its records cannot be read (%s) and its deadline could not be dropped: %s",
-			  d->id, store_strerror(why), store_strerror(e));
-	else
-		log_error("tool call %s: its records cannot be read (%s; see agentd check): its deadline is dropped",
-			  d->id, store_strerror(why));
-	return e;
-}
-
-/* After a failed attempt to fire: the next one waits EXPIRY_RETRY_MS. */
-static void expiry_retry_later(void)
-{
-	S.expiry_retry_at = store_now(S.st) + EXPIRY_RETRY_MS;
-}
-
-static int due_any(void *arg, const struct store_expiry *e)
-{
-	(void)e;
-	*(int *)arg = 1;
-	return 1;
-}
-
-/* Whether a deadline has passed (a read: cheaper than a write's begin, which
- * may wait for the gate's holder). */
-static int expiry_due(void)
-{
-	store_txn *t;
-	int any = 0;
-	if (store_txn_begin(S.st, STORE_READ, &t))
-		return 0;
-	store_expiries_due(t, store_now(S.st), due_any, &any);
-	store_txn_abort(t);
-	return any;
-}
-
-/* Fire every deadline that has passed: in one transaction per batch, each
- * still-pending call becomes `expired` with its resolution event and its
- * expiry row gone; then its conversation is woken. What is due is read
- * inside the write transaction, after the wait for the write gate: every
- * deadline that passed while a worker committed joins this batch, instead
- * of each waiting for a commit of its own behind the next worker's. And
- * batches follow one another while deadlines keep passing, before the gate
- * goes to any worker (gate_pump runs after this): up to EXPIRY_ROUNDS, so
- * that a dense run of deadlines cannot keep the loop from its clients
- * (the timerfd, re-armed to a passed deadline, brings the loop back at
- * once); without limit while batches come full (a backlog, as on start).
- * A batch the store has no room for is retried in halves (and the size
- * doubles back with each commit): deadlines are small writes, and a full
- * store must not keep them all from firing. One that fails alone, or for
- * another reason, is retried EXPIRY_RETRY_MS later (server_rearm_expiry),
- * not at once: a failing commit must not spin the loop. */
-int expiries_fire(void)
-{
-	static struct due d[EXPIRY_BATCH];
-	static size_t cap = EXPIRY_BATCH; /* halved when the store is full, doubled back after a commit */
-	int total = 0;
-	for (int round = 0; expiry_due(); round++) {
-		struct due_ctx c = { d, 0, cap };
-		store_txn *t;
-		if (sup_write_begin(STORE_WRITE, &t)) {
-			expiry_retry_later();
-			return total;
-		}
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		int64_t at_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-		int e = store_expiries_due(t, store_now(S.st), due_one, &c);
-		if ((e && e != 1) || c.n == 0) {
-			store_txn_abort(t);
-			return total;
-		}
-		e = 0;
-		char convs[EXPIRY_BATCH][STORE_ID_MAX + 1];
-		uint64_t seqs[EXPIRY_BATCH];
-		int fired[EXPIRY_BATCH] = { 0 }, ended[EXPIRY_BATCH] = { 0 };
-		size_t bad = c.n;
-		for (size_t i = 0; i < c.n && !e; i++) {
-			int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, convs[i], &seqs[i], &ended[i]);
-			if (r == 0) {
-				fired[i] = 1;
-			} else if (r == STORE_E_STALE) {
-				/* Settled already, or gone: only a damaged store
-				 * keeps its row (resolve removes it). The row goes. */
-				if ((r = store_expiry_drop(t, d[i].deadline, d[i].id)) == 0)
-					log_warn("tool call %s: dropped a deadline row for a call that is settled or gone",
-						 d[i].id);
-			}
-			if (r)
-				e = r, bad = i;
-		}
-		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
-		if (e) {
-			leases_ahead_drop();
-			if ((e == STORE_E_CORRUPT || e == STORE_E_NOTFOUND) && bad < c.n) {
-				if (expiry_drop_damaged(&d[bad], e)) {
-					expiry_retry_later();
-					return total;
-				}
-				round--; /* the others again, without it */
-				continue;
-			}
-			if (e == STORE_E_FULL && c.n > 1) {
-				cap = c.n / 2;
-				log_warn("store full firing %zu expiries: retrying in batches of %zu", c.n, cap);
-				round--;
-				continue;
-			}
-			log_error("firing %zu expiries failed: %s: retrying in %d ms", c.n, store_strerror(e),
-				  EXPIRY_RETRY_MS);
-			expiry_retry_later();
-			return total;
-		}
-		S.expiry_retry_at = 0;
-		cap = cap < EXPIRY_BATCH / 2 ? cap * 2 : EXPIRY_BATCH;
-		metrics_add(M_EXPIRY_COMMITS, 1);
-		for (size_t i = 0; i < c.n; i++) {
-			if (!fired[i])
-				continue;
-			total++;
-			metrics_add(M_EXPIRIES_FIRED, 1);
-			metrics_expiry_late(at_us, d[i].deadline);
-			log_info("%s: tool call %s expired", convs[i], d[i].id);
-			if (!ended[i])
-				ensure_started(convs[i]);
-			struct worker *w = worker_find(convs[i]);
-			if (w)
-				waiters_notify(w, seqs[i]);
-		}
-		leases_ahead_drop();
-		if (c.n < EXPIRY_BATCH && round + 1 >= EXPIRY_ROUNDS)
-			return total;
-	}
-	return total;
-}
 
 static int active_one(void *arg, const struct store_conv *c)
 {
-	return due_add(arg, c->id);
+	struct active_ctx *a = arg;
+	if (a->n == ACTIVE_BATCH)
+		return 1;
+	memcpy(a->ids[a->n], c->id.ptr, c->id.len);
+	a->ids[a->n++][c->id.len] = 0;
+	return 0;
 }
 
-/* On start, every conversation left `active` was mid-turn when everything
- * died: give it a worker (queued past max_workers). */
 void workers_start_active(void)
 {
-	static struct due d[EXPIRY_BATCH];
+	static char ids[ACTIVE_BATCH][STORE_ID_MAX + 1];
 	char after[STORE_ID_MAX + 1] = "";
 	int n = 0;
 	for (;;) {
-		struct due_ctx c = { d, 0, 0 };
+		struct active_ctx c = { ids, 0 };
 		store_txn *t;
-		if (store_txn_begin(S.st, STORE_READ, &t))
+		if (store_txn_begin(W.st, STORE_READ, &t))
 			return;
 		int e = store_conv_list(t, STORE_ACTIVE, after[0] ? after : NULL, 0, active_one, &c, NULL);
 		store_txn_abort(t);
@@ -1314,13 +952,205 @@ void workers_start_active(void)
 			log_error("listing active conversations: %s%s", store_strerror(e),
 				  e == STORE_E_CORRUPT ? " (a record passed over: see agentd check)" : "");
 		for (size_t i = 0; i < c.n; i++) {
-			ensure_started(d[i].id);
+			workers_wake(ids[i]);
 			n++;
 		}
-		if (c.n < EXPIRY_BATCH)
+		if (c.n < ACTIVE_BATCH)
 			break;
-		snprintf(after, sizeof after, "%s", d[c.n - 1].id);
+		snprintf(after, sizeof after, "%s", ids[c.n - 1]);
 	}
 	if (n)
 		log_info("revived %d conversation(s) that were mid-turn", n);
 }
+
+/* ---- by conversation: what the ops ask ---------------------------------- */
+
+int workers_kill(const char *conv, int sig)
+{
+	struct worker *w = worker_find(conv);
+	if (!w || !w->pid)
+		return -ESRCH;
+	return worker_kill(w, sig) ? -errno : 0;
+}
+
+int workers_stop(const char *conv)
+{
+	struct worker *w = worker_find(conv);
+	return w && w->pid && worker_stop(w) == 0 ? 0 : -ESRCH;
+}
+
+int workers_compact(const char *conv, struct slot *s, json_t *id)
+{
+	struct worker *w = worker_find(conv);
+	return w ? worker_compact(w, s, id) : -1;
+}
+
+void workers_deleted(const char *conv)
+{
+	struct worker *w = worker_find(conv);
+	if (w)
+		worker_deleted(w);
+}
+
+void workers_client_gone(struct client *c)
+{
+	struct worker *w;
+	RB_FOREACH(w, worker_tree, &W.tree)
+		for (struct compact_req *r = w->compacts; r; r = r->next)
+			if (r->slot && slot_client(r->slot) == c)
+				r->slot = NULL;
+}
+
+json_t *workers_conv_json(const char *conv)
+{
+	struct worker *w = worker_find(conv);
+	return w && w->pid ? json_pack("{sIss}", "pid", (json_int_t)w->pid, "state", lifecycle_state_name(w->lc.state))
+			   : json_null();
+}
+
+json_t *workers_json(void)
+{
+	json_t *a = json_array();
+	struct worker *w;
+	int64_t now = loop_now_ms();
+	RB_FOREACH(w, worker_tree, &W.tree) {
+		if (!w->pid && w->lc.state != W_QUEUED && w->lc.state != W_BACKOFF)
+			continue;
+		json_array_append_new(a, json_pack("{sssosssI}", "conversation", w->conv, "pid",
+						   w->pid ? json_integer(w->pid) : json_null(), "state",
+						   lifecycle_state_name(w->lc.state), "since_ms",
+						   (json_int_t)(now - w->lc.since)));
+	}
+	return a;
+}
+
+int workers_live(void)
+{
+	return W.nlive;
+}
+
+/* ---- the gate's view of a worker (gate.h) -------------------------------- */
+
+static int gm_grant(struct gate_member *m)
+{
+	struct ipc_msg msg = { .type = IPC_GRANT };
+	return ipc_send(container_of(m, struct worker, gm)->ipc, &msg);
+}
+
+static void gm_refused(struct gate_member *m, int err)
+{
+	struct worker *w = container_of(m, struct worker, gm);
+	log_error("%s: cannot grant worker %d its write: %s: killing it", w->conv, (int)w->pid, strerror(-err));
+	worker_kill(w, SIGKILL);
+}
+
+static void gm_drain(struct gate_member *m)
+{
+	worker_ipc(container_of(m, struct worker, gm));
+}
+
+static int gm_fd(struct gate_member *m)
+{
+	return container_of(m, struct worker, gm)->ipc;
+}
+
+static const char *gm_name(struct gate_member *m)
+{
+	return container_of(m, struct worker, gm)->conv;
+}
+
+static pid_t gm_pid(struct gate_member *m)
+{
+	return container_of(m, struct worker, gm)->pid;
+}
+
+static const struct gate_hooks gate_hooks = { gm_grant, gm_refused, gm_drain, gm_fd, gm_name, gm_pid };
+
+void workers_init(const struct workers_env *env)
+{
+	W.env = env;
+	W.cfg = env->cfg;
+	W.st = env->st;
+	gate_init(env->st, &gate_hooks);
+}
+
+/* ---- the lifecycle's effects (lifecycle.h) ----------------------------- */
+
+static int fx_shutting_down(void)
+{
+	return W.shutting_down;
+}
+
+static int fx_slot_free(void)
+{
+	return W.nlive < W.cfg->max_workers;
+}
+
+static int fx_queue_empty(void)
+{
+	return TAILQ_EMPTY(&W.queue);
+}
+
+static void fx_queue_push(void *o)
+{
+	TAILQ_INSERT_TAIL(&W.queue, (struct worker *)o, qlink);
+}
+
+static void fx_queue_remove(void *o)
+{
+	TAILQ_REMOVE(&W.queue, (struct worker *)o, qlink);
+}
+
+static int fx_spawn(void *o)
+{
+	return spawn(o);
+}
+
+static int fx_started_by_commit(void *o)
+{
+	struct worker *w = o;
+	return w->lease_ahead && w->lease_ahead == w->lease;
+}
+
+static int fx_wake(void *o)
+{
+	return wake_send(o);
+}
+
+static void fx_stop(void *o)
+{
+	stop_send(o);
+}
+
+static void fx_kill(void *o)
+{
+	worker_kill(o, SIGKILL);
+}
+
+static int fx_conv_active(void *o)
+{
+	return conv_status(((struct worker *)o)->conv) == STORE_ACTIVE;
+}
+
+static void fx_count(int metric)
+{
+	metrics_add((enum metric)metric, 1);
+}
+
+static void fx_rearm_expiry(void)
+{
+	W.env->hooks.rearm_expiry();
+}
+
+static const char *fx_name(void *o)
+{
+	return ((struct worker *)o)->conv;
+}
+
+static struct lifecycle_fx fx = {
+	.now = loop_now_ms, .shutting_down = fx_shutting_down, .slot_free = fx_slot_free,
+	.queue_empty = fx_queue_empty, .queue_push = fx_queue_push, .queue_remove = fx_queue_remove,
+	.yield_slot = yield_slot, .spawn = fx_spawn, .started_by_commit = fx_started_by_commit, .wake = fx_wake,
+	.stop = fx_stop, .kill = fx_kill, .rearm_expiry = fx_rearm_expiry, .conv_active = fx_conv_active,
+	.count = fx_count, .give_up = give_up, .name = fx_name,
+};

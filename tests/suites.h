@@ -12,6 +12,8 @@ Suite *make_render_suite(void);
 Suite *make_consistency_suite(void);
 Suite *make_config_suite(void);
 Suite *make_model_suite(void);
+Suite *make_lifecycle_suite(void);
+Suite *make_loop_suite(void);
 
 static Suite *(*const check_suites[])(void) = {
 	make_mp_suite,
@@ -23,6 +25,8 @@ static Suite *(*const check_suites[])(void) = {
 	make_consistency_suite,
 	make_config_suite,
 	make_model_suite,
+	make_lifecycle_suite,
+	make_loop_suite,
 	0,
 };
 #endif

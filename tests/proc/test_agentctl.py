@@ -17,7 +17,7 @@ from harness import AGENTCTL_BIN, Agentd, scaled, wait_for, pid_alive, sanitizer
 
 COMMANDS = ["ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve",
             "tool-call", "tool-calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
-            "shutdown", "raw"]
+            "shutdown", "raw", "approve", "deny", "pending"]
 
 TOOLS = """
 [tool.approve]
@@ -150,7 +150,7 @@ def test_help_version_and_usage_errors():
         assert agentctl("help")[1] == out
         for c in COMMANDS:
             rc, h, err = a.ctl(c, "--help")
-            assert h.startswith("usage: agentctl [-s SOCKET] [--json] [--timeout SECS] " + c), (c, h)
+            assert h.startswith("usage: agentctl [-s SOCKET] [--json] [-q] [--timeout SECS] " + c), (c, h)
             assert "Example:\n  agentctl " + c in h, (c, h)
             assert agentctl("help", c)[1] == h
             assert agentctl(c, "-h")[1] == h
@@ -548,8 +548,10 @@ def test_socket_resolution_and_connection_errors():
         # elsewhere, no socket there: status 2, naming the default path
         rc, out, err = agentctl("ping", env=env, cwd="/")
         assert rc == 2 and out == "", (rc, out)
-        assert err == ("agentctl: cannot connect to ./agentd-data/agentd.sock: No such file or directory "
-                       "(is agentd running?)\n"), err
+        assert err == ("agentctl: cannot connect to agentd: tried ./agentd-data/agentd.sock (No such file or "
+                       "directory) and /run/agentd/agentd.sock (No such file or directory); is agentd running? "
+                       "Give its socket with -s SOCKET or $AGENTD_SOCKET\n") or not os.path.exists(
+                           "/run/agentd/agentd.sock"), err
         # $AGENTD_SOCKET, over the default
         rc, out, err = agentctl("ping", env=ctl_env(a, AGENTD_SOCKET=a.socket), cwd="/")
         assert rc == 0, (rc, out, err)

@@ -846,7 +846,7 @@ while True:
 
 def test_worker_that_cannot_be_granted_its_write_is_killed():
     """When agentd cannot send a worker the grant it asked for (its socket is full: it does not read, yet it is
-    alive), it says so and kills it (supervisor/workers.c, gate_pump); the worker is reaped, the gate is not left
+    alive), it says so and kills it (supervisor/gate.c, gate_pump); the worker is reaped, the gate is not left
     held, other conversations are served and written, and the conversation revives on its next event."""
     with Agentd(start=False) as a:
         note = os.path.join(a.dir, "deaf-note")

@@ -455,7 +455,7 @@ def test_expiry_fires_without_a_worker():
         assert row["status"] == "expired", row
         late = a.request({"op": "resolve", "tool_call_id": tcid, "result": "too late"})
         assert late.get("ok") is False and late["error"] == "stale", late
-        # The expiry went through ensure_started: the conversation answers it.
+        # The expiry went through workers_wake: the conversation answers it.
         wait_for(lambda: last_is_answer(a, c, f"after {tcid}:expired"), 10, "the turn after the expiry")
         check_log(a, c)
         assert len(of_type(a, c, "resolution")) == 1

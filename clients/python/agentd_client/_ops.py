@@ -1,0 +1,250 @@
+"""What the sync and asyncio clients share: the socket path, request encoding, reply parsing, and the
+methods themselves (one per op). Each method builds a _Call and returns self._run(call): the sync
+client's _run returns the result, the asyncio client's returns a coroutine, so one definition serves both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from typing import Any, Callable, Dict, Optional
+
+from .errors import AgentdConnectionError, BadRequest
+from .types import (Conversation, ConversationPage, Event, EventPage, ModelCall, Resolution, SendResult,
+                    Status, Summary, ToolCall, _build)
+
+DEFAULT_SOCKET = "./agentd-data/agentd.sock"
+SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
+NO_LIMIT = math.inf
+
+# The ops that are safe to repeat: reads, and send (agentd answers a repeated event_id with the original
+# seq). After a lost connection these are sent again; the others raise AgentdConnectionError with .sent.
+IDEMPOTENT = frozenset({"ping", "get", "list", "events", "tool_call", "tool_calls", "summary", "audit",
+                        "status", "metrics", "send"})
+
+
+def socket_path(path: Optional[str] = None) -> str:
+    """The socket to use: path when given, else $AGENTD_SOCKET when set and not empty, else agentd's
+    default, ./agentd-data/agentd.sock (relative to the current directory)."""
+    if path is None:
+        path = os.environ.get("AGENTD_SOCKET") or DEFAULT_SOCKET
+    path = os.fspath(path)
+    if not path:
+        raise ValueError("the socket path is empty")
+    if len(os.fsencode(path)) > SUN_PATH_MAX:
+        raise ValueError(f"the socket path is longer than {SUN_PATH_MAX} bytes: {path}")
+    return path
+
+
+def new_event_id() -> str:
+    """A fresh event id for send: 'py-' and 32 hex digits."""
+    return "py-" + uuid.uuid4().hex
+
+
+def encode(op: str, fields: Dict[str, Any], req_id: int) -> bytes:
+    """The request line. A value that is not JSON (a set, NaN, a lone surrogate) is BadRequest here,
+    before anything is sent."""
+    req = {"op": op, **fields, "id": req_id}
+    try:
+        text = json.dumps(req, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8") + b"\n"
+    except (TypeError, ValueError) as e:  # UnicodeEncodeError is a ValueError
+        raise BadRequest(f"the request cannot be encoded as JSON: {e}", "bad_request", op) from None
+
+
+def decode(line: bytes, op: str, req_id: Optional[int]) -> dict:
+    """A reply line as a dict; AgentdConnectionError for one that is not a reply to req_id (the
+    connection cannot be trusted after that)."""
+    try:
+        reply = json.loads(line)
+    except ValueError as e:
+        raise AgentdConnectionError(f"agentd sent a line that is not JSON ({e}): {line[:200]!r}", op, True) from None
+    if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+        raise AgentdConnectionError(f"agentd sent a line that is not a reply: {line[:200]!r}", op, True)
+    # A refusal at connect time (the peer's uid) comes without an id: it is still this request's answer.
+    if req_id is not None and reply.get("id") != req_id and not (reply["ok"] is False and "id" not in reply):
+        raise AgentdConnectionError(f"reply for request {reply.get('id')!r} while waiting for {req_id}", op, True)
+    return reply
+
+
+def finish(call: "_Call", reply: dict):
+    """The result of an ok reply, or the exception of an error reply raised. A reply that lacks what the op
+    promises (a different agentd) is AgentdError, not a KeyError from deep inside."""
+    from .errors import AgentdError, error_from_reply
+    if not reply["ok"]:
+        raise error_from_reply(reply, call.op)
+    try:
+        return call.parse(reply)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise AgentdError(f"unexpected reply ({type(e).__name__}: {e}): {str(reply)[:200]}", None, call.op) from None
+
+
+def _opt(**kw) -> Dict[str, Any]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+class _Call:
+    __slots__ = ("op", "fields", "parse", "idempotent", "timeout")
+
+    def __init__(self, op: str, fields: Dict[str, Any], parse: Callable[[dict], Any],
+                 timeout: Optional[float] = None):
+        self.op = op
+        self.fields = fields
+        self.parse = parse
+        self.idempotent = op in IDEMPOTENT
+        self.timeout = timeout  # None: the client's; NO_LIMIT: none; else extra seconds on top
+
+
+def _page(reply):
+    return ConversationPage([_build(Conversation, c) for c in reply["conversations"]], reply.get("next"))
+
+
+def _events(reply):
+    return EventPage([_build(Event, e) for e in reply["events"]], reply["last_seq"], reply.get("next_after"))
+
+
+class _Ops:
+    """One method per op of the control protocol (docs/protocol.md). Optional arguments left None are
+    not sent (agentd's default applies)."""
+
+    def _run(self, call: _Call):  # pragma: no cover - provided by the clients
+        raise NotImplementedError
+
+    def request(self, op: str, **fields):
+        """Any request, for ops or fields this client has no method for: the reply as a dict
+        (ok:true), or the error raised. Not retried after a lost connection unless op is a read or send."""
+        return self._run(_Call(op, fields, lambda r: r))
+
+    def ping(self):
+        """agentd's version (a string)."""
+        return self._run(_Call("ping", {}, lambda r: r["version"]))
+
+    def create(self, model: str, *, conversation: Optional[str] = None, system: Optional[str] = None,
+               tools: Optional[list] = None, params: Optional[dict] = None):
+        """Create a conversation with settings {model, system, tools, params}; returns its id (generated
+        by agentd as c- and 16 hex digits when conversation is not given). Conflict when it exists;
+        BadRequest for an unknown model or tool."""
+        settings = {"model": model, **_opt(system=system, tools=tools, params=params)}
+        return self._run(_Call("create", _opt(conversation=conversation, settings=settings),
+                               lambda r: r["conversation"]))
+
+    def get(self, conversation: str):
+        """The conversation (Conversation). NotFound when there is none."""
+        return self._run(_Call("get", {"conversation": conversation},
+                               lambda r: _build(Conversation, r["conversation"])))
+
+    def list(self, *, status: Optional[str] = None, limit: Optional[int] = None, after: Optional[str] = None):
+        """One page of conversations in id order (ConversationPage): status filters (idle, active,
+        suspended, ended), limit 1-1000 (agentd's default 100), after is the previous page's .next."""
+        return self._run(_Call("list", _opt(status=status, limit=limit, after=after), _page))
+
+    def update(self, conversation: str, *, model: Optional[str] = None, system: Optional[str] = None,
+               tools: Optional[list] = None, params: Optional[dict] = None, end: bool = False):
+        """Merge the given settings into the conversation's, and/or end it (end=True: later sends are
+        Conflict). Returns None."""
+        settings = _opt(model=model, system=system, tools=tools, params=params)
+        fields = {"conversation": conversation}
+        if settings:
+            fields["settings"] = settings
+        if end:
+            fields["status"] = "ended"
+        return self._run(_Call("update", fields, lambda r: None))
+
+    def delete(self, conversation: str):
+        """Remove the conversation and everything of it; True, or False when it did not exist."""
+        return self._run(_Call("delete", {"conversation": conversation}, lambda r: r["deleted"]))
+
+    def send(self, conversation: str, content, *, event_id: Optional[str] = None):
+        """Append a user message (content: a string, stored as {"text": ...}, or a dict); returns
+        SendResult(seq, duplicate, event_id) once it is durably committed. Idempotent: an event_id is
+        generated when not given, and after a lost connection the client reconnects and sends again with
+        the same one, so the message is in the log once (duplicate=True then says the first attempt had
+        landed). Conflict when the conversation is ended."""
+        eid = new_event_id() if event_id is None else event_id
+        return self._run(_Call("send", {"conversation": conversation, "content": content, "event_id": eid},
+                               lambda r: SendResult(r["seq"], bool(r.get("duplicate", False)), eid)))
+
+    def events(self, conversation: str, *, after: Optional[int] = None, before: Optional[int] = None,
+               limit: Optional[int] = None, type: Optional[str] = None, wait_ms: Optional[int] = None):
+        """Events of the log (EventPage). after/before are exclusive seq bounds, limit keeps the most
+        recent ones in range (1-10000), type filters, wait_ms long-polls: the reply comes as soon as an
+        event after `after` exists, or with no events when wait_ms passes (the client's timeout is
+        extended by wait_ms)."""
+        extra = (wait_ms or 0) / 1000.0
+        return self._run(_Call("events", _opt(conversation=conversation, after=after, before=before,
+                                              limit=limit, type=type, wait_ms=wait_ms), _events, extra))
+
+    def resolve(self, tool_call_id: str, result: Any = None, *, status: Optional[str] = None):
+        """Settle a pending human tool call with result (any JSON value); status is resolved (agentd's
+        default) or errored. Returns Resolution(seq, conversation). Stale when the call is not pending."""
+        fields = _opt(tool_call_id=tool_call_id, status=status)
+        if result is not None:
+            fields["result"] = result
+        return self._run(_Call("resolve", fields, lambda r: Resolution(r["seq"], r.get("conversation"))))
+
+    def tool_call(self, tool_call_id: str):
+        """One tool call (ToolCall). NotFound when there is none."""
+        return self._run(_Call("tool_call", {"tool_call_id": tool_call_id},
+                               lambda r: _build(ToolCall, r["tool_call"])))
+
+    def tool_calls(self, conversation: str, *, status: Optional[str] = None):
+        """The conversation's tool calls in id order (a list of ToolCall); status filters (pending,
+        resolved, errored, expired)."""
+        return self._run(_Call("tool_calls", _opt(conversation=conversation, status=status),
+                               lambda r: [_build(ToolCall, t) for t in r["tool_calls"]]))
+
+    def summary(self, conversation: str):
+        """The latest Summary, or None."""
+        return self._run(_Call("summary", {"conversation": conversation},
+                               lambda r: _build(Summary, r["summary"])))
+
+    def compact(self, conversation: str):
+        """Compact now and return the latest Summary (None when the log is too short). Waits for the
+        model with no time limit."""
+        return self._run(_Call("compact", {"conversation": conversation},
+                               lambda r: _build(Summary, r["summary"]), NO_LIMIT))
+
+    def audit(self, conversation: str):
+        """The recorded model calls (a list of ModelCall); empty unless audit is on."""
+        return self._run(_Call("audit", {"conversation": conversation},
+                               lambda r: [_build(ModelCall, m) for m in r["model_calls"]]))
+
+    def kill(self, conversation: str, *, signal: Optional[str] = None):
+        """Signal the conversation's worker (signal KILL, agentd's default, or TERM); the pid signalled,
+        or None when no worker ran."""
+        return self._run(_Call("kill", _opt(conversation=conversation, signal=signal), lambda r: r["pid"]))
+
+    def stop(self, conversation: str):
+        """Hibernate the conversation's worker: True when one was told to, False when none ran."""
+        return self._run(_Call("stop", {"conversation": conversation}, lambda r: r["stopping"]))
+
+    def status(self):
+        """agentd's Status: version, uptime, workers, store."""
+        return self._run(_Call("status", {}, lambda r: _build(Status, {k: v for k, v in r.items()
+                                                                         if k not in ("ok", "id")})))
+
+    def metrics(self):
+        """The Prometheus text exposition (a string)."""
+        return self._run(_Call("metrics", {}, lambda r: r["text"]))
+
+    def shutdown(self):
+        """Stop agentd (workers hibernate first). Returns None once agentd acknowledged it."""
+        return self._run(_Call("shutdown", {}, lambda r: None, NO_LIMIT))
+
+
+def watch_item(line: bytes):
+    """A streamed watch line as Event or Delta; None for a line of a kind this client does not know."""
+    from .types import Delta
+    try:
+        obj = json.loads(line)
+    except ValueError as e:
+        raise AgentdConnectionError(f"agentd sent a watch line that is not JSON ({e}): {line[:200]!r}",
+                                    "watch", True) from None
+    if isinstance(obj, dict):
+        if isinstance(obj.get("event"), dict):
+            return _build(Event, obj["event"])
+        if isinstance(obj.get("delta"), dict):
+            return Delta(obj["delta"].get("text", ""))
+    return None

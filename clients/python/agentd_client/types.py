@@ -1,0 +1,196 @@
+"""Typed results: dataclasses built from agentd's replies.
+
+Each class lists the fields docs/protocol.md documents. A field agentd omits is None; fields a newer
+agentd adds that a class does not know are kept in .extra (a dict) rather than dropped. JSON values that
+are free-form (settings, content, args, result, fsm_state) stay plain Python values (dict, list, str...).
+Times (`*_at`, `deadline`) are milliseconds since the Unix epoch, as agentd gives them.
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+def _build(cls, obj):
+    """cls from the dict obj: known fields by name (nested dataclasses converted by each class's
+    _nested map), the rest into .extra."""
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        raise TypeError(f"expected an object for {cls.__name__}, got {type(obj).__name__}")
+    names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+    nested = getattr(cls, "_nested", {})
+    kw = {}
+    extra = {}
+    for k, v in obj.items():
+        if k in names:
+            conv = nested.get(k)
+            if conv is not None and v is not None:
+                v = [_build(conv[0], x) for x in v] if isinstance(conv, list) else _build(conv, v)
+            kw[k] = v
+        else:
+            extra[k] = v
+    return cls(**kw, extra=extra)
+
+
+@dataclass
+class Usage:
+    input_tokens: Optional[int] = None
+    output_tokens: Optional[int] = None
+    cost: Optional[float] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Worker:
+    """A conversation's live worker, as `get` shows it."""
+    pid: Optional[int] = None
+    state: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Conversation:
+    """`get`, and each item of `list`. status: idle, active, suspended or ended. fsm_state is null
+    before a worker first ran; worker is None when none runs."""
+    id: str = ""
+    settings: Dict[str, Any] = field(default_factory=dict)
+    status: Optional[str] = None
+    fsm_state: Any = None
+    last_seq: Optional[int] = None
+    usage: Optional[Usage] = None
+    created_at: Optional[int] = None
+    updated_at: Optional[int] = None
+    worker: Optional[Worker] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+    _nested = {"usage": Usage, "worker": Worker}
+
+
+@dataclass
+class ConversationPage:
+    """`list`: conversations in id order; next is the cursor (`after=`) of the next page, None at the end."""
+    conversations: List[Conversation]
+    next: Optional[str] = None
+
+
+@dataclass
+class SendResult:
+    """`send`: the seq of the user message. duplicate is True when agentd had already seen event_id
+    (seq is then the original's): after the client retried a send whose first reply was lost, this is
+    how the first attempt's success shows. event_id is the one used (generated when not given)."""
+    seq: int
+    duplicate: bool
+    event_id: str
+
+
+@dataclass
+class Event:
+    """One event of a conversation's log (`events`, `watch`). type: user_msg, assistant_msg, tool_call,
+    tool_result, suspension, resolution, error. event_id is set on events sent with one."""
+    seq: int = 0
+    type: str = ""
+    content: Any = None
+    inserted_at: Optional[int] = None
+    event_id: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class EventPage:
+    """`events`. next_after is set when a reply without limit stopped at 10,000 seqs: ask again with
+    after=next_after."""
+    events: List[Event]
+    last_seq: int
+    next_after: Optional[int] = None
+
+
+@dataclass
+class Delta:
+    """A streamed piece of a model's answer during `watch` (a preview: a slow reader may miss some; the
+    assistant_msg event that follows holds the whole text)."""
+    text: str
+
+
+@dataclass
+class Resolution:
+    """`resolve`: the seq of the resolution event and the conversation it is in."""
+    seq: int
+    conversation: Optional[str] = None
+
+
+@dataclass
+class ToolCall:
+    """`tool_call`, and each item of `tool_calls`. executor: server or human; status: pending, resolved,
+    errored, expired. deadline: when a pending human call expires (ms), or None. prompt: human tools."""
+    id: str = ""
+    conversation: Optional[str] = None
+    executor: Optional[str] = None
+    name: Optional[str] = None
+    status: Optional[str] = None
+    args: Any = None
+    result: Any = None
+    inserted_at: Optional[int] = None
+    resolved_at: Optional[int] = None
+    deadline: Optional[int] = None
+    attempts: Optional[int] = None
+    prompt: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Summary:
+    """`summary`, `compact`: the events from_seq..to_seq summarised into content."""
+    from_seq: Optional[int] = None
+    to_seq: Optional[int] = None
+    content: Any = None
+    version: Optional[int] = None
+    inserted_at: Optional[int] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class ModelCall:
+    """One row of `audit`. task: turn or summarize; turn_ref: the turn's assistant_msg seq (for a
+    summarize call, the summary's to_seq)."""
+    task: Optional[str] = None
+    turn_ref: Optional[int] = None
+    model: Optional[str] = None
+    usage: Optional[Usage] = None
+    latency_ms: Optional[int] = None
+    summary_version: Optional[int] = None
+    inserted_at: Optional[int] = None
+    rendered_context: Any = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+    _nested = {"usage": Usage}
+
+
+@dataclass
+class WorkerStatus:
+    """A worker in `status`: state starting, running, idle, awaiting_input, stopping, queued or backoff."""
+    conversation: Optional[str] = None
+    pid: Optional[int] = None
+    state: Optional[str] = None
+    since_ms: Optional[int] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class StoreStatus:
+    path: Optional[str] = None
+    size_bytes: Optional[int] = None
+    file_bytes: Optional[int] = None
+    map_size: Optional[int] = None
+    readers: Optional[int] = None
+    sync: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Status:
+    """`status`."""
+    version: Optional[str] = None
+    uptime_ms: Optional[int] = None
+    workers: List[WorkerStatus] = field(default_factory=list)
+    store: Optional[StoreStatus] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+    _nested = {"workers": [WorkerStatus], "store": StoreStatus}

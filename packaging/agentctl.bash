@@ -1,0 +1,69 @@
+# bash completion for agentctl(1): commands, their options, and conversation
+# and tool call ids asked of agentd itself (agentctl -q list / pending).
+_agentctl()
+{
+	local cur prev words cword
+	if declare -F _init_completion >/dev/null; then
+		_init_completion || return
+	else
+		cur=${COMP_WORDS[COMP_CWORD]}
+		prev=${COMP_WORDS[COMP_CWORD-1]}
+		words=("${COMP_WORDS[@]}")
+		cword=$COMP_CWORD
+	fi
+	local global="-s --socket --json -q --quiet --timeout -h --help --version"
+	local commands="ping create get list update delete send events watch resolve approve deny pending tool-call tool-calls summary compact audit kill stop status metrics shutdown raw help"
+	case $prev in
+	-s | --socket)
+		COMPREPLY=($(compgen -f -- "$cur"))
+		return
+		;;
+	--timeout | --after | --before | --limit | --wait | --id | --system | --param | --event-id | --comment | --result)
+		return
+		;;
+	esac
+	# The command is the first word that is not an option or an option's value.
+	local i cmd="" sock=()
+	for ((i = 1; i < cword; i++)); do
+		case ${words[i]} in
+		-s | --socket) sock=(-s "${words[i+1]}"); ((i++)) ;;
+		--timeout) ((i++)) ;;
+		-*) ;;
+		*) cmd=${words[i]}; break ;;
+		esac
+	done
+	if [[ -z $cmd ]]; then
+		COMPREPLY=($(compgen -W "$commands $global" -- "$cur"))
+		return
+	fi
+	local opts=""
+	case $cmd in
+	create) opts="--id --model --system --tool --param" ;;
+	list) opts="--status --limit --after" ;;
+	update) opts="--model --system --tool --param --end" ;;
+	send) opts="--event-id --json-content" ;;
+	events) opts="--after --before --limit --type --wait" ;;
+	watch) opts="--after" ;;
+	resolve) opts="--status --result" ;;
+	approve | deny) opts="--comment" ;;
+	tool-calls) opts="--status" ;;
+	kill) opts="--signal" ;;
+	help) COMPREPLY=($(compgen -W "$commands" -- "$cur")); return ;;
+	esac
+	case $prev in
+	--status) COMPREPLY=($(compgen -W "active suspended idle ended pending resolved errored expired" -- "$cur")); return ;;
+	--signal) COMPREPLY=($(compgen -W "KILL TERM" -- "$cur")); return ;;
+	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error" -- "$cur")); return ;;
+	esac
+	if [[ $cur == -* ]]; then
+		COMPREPLY=($(compgen -W "$opts $global" -- "$cur"))
+		return
+	fi
+	case $cmd in
+	get | update | delete | send | events | watch | tool-calls | summary | compact | audit | kill | stop)
+		COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q list 2>/dev/null)" -- "$cur")) ;;
+	resolve | approve | deny | tool-call)
+		COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q pending 2>/dev/null)" -- "$cur")) ;;
+	esac
+}
+complete -F _agentctl agentctl

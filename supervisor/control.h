@@ -1,0 +1,89 @@
+/*
+ * control.h: the control socket (docs/protocol.md, "Framing"): the listening
+ * socket, its clients with their own input and output buffers, and replies
+ * that leave in request order even when some are made later (a long-poll, a
+ * compaction, a write waiting for the group commit). Only complete lines are
+ * parsed, at most CONTROL_REQS_PER_WAKEUP per client per iteration, and a
+ * client whose output queue is over CONTROL_OUT_CAP is not read until it
+ * drains, so a client that never reads, never sends, or hangs up mid-line
+ * stalls nobody else.
+ *
+ * What a request means is not this module's business: each parsed request
+ * goes up through control_hooks.request with the slot its reply fills.
+ *
+ * Caveats:
+ *  - A client is never freed inside a callback: it is marked dead and freed
+ *    by control_reap at the iteration's end (control_hooks.gone first).
+ *  - A slot belongs to its client: fill it once (slot_ok or slot_error),
+ *    then client_flush the client.
+ */
+#ifndef AGENTD_CONTROL_H
+#define AGENTD_CONTROL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/config.h"
+#include "ipc/proto.h"
+
+#define CONTROL_REQS_PER_WAKEUP 64
+#define CONTROL_OUT_CAP (4u << 20)
+
+struct client;
+struct slot;
+
+struct control_hooks {
+	/* A valid request, its reply to be put in s. rq is moved to the
+	 * callee (zeroed here). 0, or -ENOMEM (answered internal). */
+	int (*request)(struct client *c, struct slot *s, struct request *rq, int64_t started_us, int after_write);
+	int (*is_write)(int op);                /* the op is a write: it joins the group commit */
+	void (*drained)(struct client *c);      /* its output drained below half the cap */
+	void (*gone)(struct client *c);         /* about to be freed: drop what points at it */
+};
+
+/* Bind and listen on path (created 0600, or 0666 with allow_any_uid); a
+ * stale socket of a dead agentd is replaced, anything else refused. 0 or -1
+ * (logged). cfg is kept. */
+int control_listen(const struct config *cfg, const char *path, const struct control_hooks *hooks);
+/* Stop listening and remove the socket file if it is still ours. */
+void control_stop_listening(void);
+/* Remove the socket file if it is still the one bound. */
+void control_unlink(void);
+/* Refuse every request but ping and status from now on (shutdown). */
+void control_refuse(void);
+
+/* Lines left over from the per-wakeup cap: parse them (after_wait), and
+ * whether any client has such lines it may parse now (the loop must not
+ * block then: no new input may ever come to wake it). */
+void control_backlog(void);
+int control_backlog_ready(void);
+/* At the iteration's end: flush clients closing, free the dead. */
+void control_reap(void);
+/* At exit: every line read gets an answer (unavailable), then every client goes. */
+void control_close_all(void);
+int control_nclients(void);
+
+/* ---- one client -------------------------------------------------------- */
+struct slot *slot_new(struct client *c);
+void slot_ok(struct slot *s, json_t *id, json_t *obj);           /* obj stolen */
+void slot_error(struct slot *s, json_t *id, int err, const char *msg);
+struct client *slot_client(const struct slot *s);
+
+void client_write(struct client *c, const char *p, size_t n);
+/* Write the replies that are done, in order, and what else is queued. */
+void client_flush(struct client *c);
+
+size_t control_out_pending(const struct client *c);
+int control_dead(const struct client *c);
+int control_owes(const struct client *c);         /* replies still owed */
+void control_end(struct client *c);               /* close once its output is out */
+void control_want_write(struct client *c);        /* queued output: wait for writability */
+void control_batch_done(struct client *c);        /* its writes of this iteration committed */
+void *control_watch(const struct client *c);      /* what waiters keep for a watching client */
+void control_set_watch(struct client *c, void *watch);
+uid_t control_uid(const struct client *c);
+pid_t control_pid(const struct client *c);
+
+#endif

@@ -1,0 +1,253 @@
+/* expiry.c: human tool calls' deadlines (see expiry.h). */
+#include "supervisor/expiry.h"
+#include "common/log.h"
+#include "supervisor/gate.h"
+#include "supervisor/loop.h"
+#include "supervisor/metrics.h"
+#include "supervisor/ops.h"
+#include "supervisor/waiters.h"
+#include "supervisor/workers.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPIRY_BATCH 512
+#define EXPIRY_ROUNDS 4      /* batches one wake-up fires at most (unless full) */
+#define EXPIRY_RETRY_MS 1000 /* after a failed attempt to fire */
+
+static void on_timer(struct loop_watch *lw, uint32_t events);
+
+static struct {
+	store *st;
+	int fd;            /* CLOCK_REALTIME, absolute */
+	int64_t retry_at;  /* wall ms: no attempt to fire before (after a failed one); 0: none */
+	struct loop_watch lw;
+} X = { .fd = -1, .lw = { on_timer } };
+
+int expiry_open(store *st)
+{
+	X.st = st;
+	X.fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (X.fd < 0)
+		return -errno;
+	return loop_add(X.fd, EPOLLIN, &X.lw);
+}
+
+void expiry_close(void)
+{
+	if (X.fd >= 0)
+		close(X.fd);
+	X.fd = -1;
+}
+
+void expiry_rearm(void)
+{
+	store_txn *t;
+	int64_t deadline = 0;
+	if (store_txn_begin(X.st, STORE_READ, &t) == 0) {
+		if (store_expiry_earliest(t, &deadline) != 0)
+			deadline = 0;
+		store_txn_abort(t);
+	}
+	if (deadline > 0 && deadline < X.retry_at)
+		deadline = X.retry_at; /* the last attempt failed: not before its retry */
+	struct itimerspec its = { 0 };
+	if (deadline > 0) {
+		its.it_value.tv_sec = deadline / 1000;
+		its.it_value.tv_nsec = (deadline % 1000) * 1000000;
+	}
+	if (timerfd_settime(X.fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &its, NULL) < 0)
+		log_error("timerfd_settime(expiry): %s", strerror(errno));
+}
+
+static void on_timer(struct loop_watch *lw, uint32_t events)
+{
+	uint64_t n;
+	/* ECANCELED: the clock was set. Either way, fire what is due and re-arm. */
+	if (read(X.fd, &n, sizeof n) < 0 && errno == ECANCELED)
+		log_info("the realtime clock changed: re-checking expiry deadlines");
+	expiry_fire();
+	expiry_rearm();
+}
+
+struct due {
+	char id[STORE_ID_MAX + 1];
+	int64_t deadline;
+};
+
+struct due_ctx {
+	struct due *d;
+	size_t n;
+	size_t cap; /* 0: EXPIRY_BATCH */
+};
+
+/* Collect one id; 1 (stop listing) when the batch is full. */
+static int due_add(struct due_ctx *c, store_bytes id)
+{
+	if (c->n == (c->cap ? c->cap : EXPIRY_BATCH))
+		return 1;
+	memcpy(c->d[c->n].id, id.ptr, id.len);
+	c->d[c->n].id[id.len] = 0;
+	c->n++;
+	return 0;
+}
+
+static int due_one(void *arg, const struct store_expiry *e)
+{
+	struct due_ctx *c = arg;
+	int r = due_add(c, e->tool_call_id);
+	if (r == 0)
+		c->d[c->n - 1].deadline = e->deadline;
+	return r;
+}
+
+/* A due row whose call's records cannot be read (a damaged store): its
+ * deadline row goes, in a transaction of its own, so that it neither fails
+ * the batch of the others nor comes due again at once. `agentd check` names
+ * the damage; the call's record keeps its deadline. */
+static int expiry_drop_damaged(const struct due *d, int why)
+{
+	store_txn *t = NULL;
+	int e = gate_write_begin(STORE_WRITE, &t);
+	if (!e) {
+		e = store_expiry_drop(t, d->deadline, d->id);
+		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
+	}
+	if (e)
+		log_error("tool call %s: its records cannot be read (%s) and its deadline could not be dropped: %s",
+			  d->id, store_strerror(why), store_strerror(e));
+	else
+		log_error("tool call %s: its records cannot be read (%s; see agentd check): its deadline is dropped",
+			  d->id, store_strerror(why));
+	return e;
+}
+
+/* After a failed attempt to fire: the next one waits EXPIRY_RETRY_MS. */
+static void expiry_retry_later(void)
+{
+	X.retry_at = store_now(X.st) + EXPIRY_RETRY_MS;
+}
+
+static int due_any(void *arg, const struct store_expiry *e)
+{
+	(void)e;
+	*(int *)arg = 1;
+	return 1;
+}
+
+/* Whether a deadline has passed (a read: cheaper than a write's begin, which
+ * may wait for the gate's holder). */
+static int expiry_due(void)
+{
+	store_txn *t;
+	int any = 0;
+	if (store_txn_begin(X.st, STORE_READ, &t))
+		return 0;
+	store_expiries_due(t, store_now(X.st), due_any, &any);
+	store_txn_abort(t);
+	return any;
+}
+
+/* Fire every deadline that has passed: in one transaction per batch, each
+ * still-pending call becomes `expired` with its resolution event and its
+ * expiry row gone; then its conversation is woken. What is due is read
+ * inside the write transaction, after the wait for the write gate: every
+ * deadline that passed while a worker committed joins this batch, instead
+ * of each waiting for a commit of its own behind the next worker's. And
+ * batches follow one another while deadlines keep passing, before the gate
+ * goes to any worker (gate_pump runs after this): up to EXPIRY_ROUNDS, so
+ * that a dense run of deadlines cannot keep the loop from its clients
+ * (the timerfd, re-armed to a passed deadline, brings the loop back at
+ * once); without limit while batches come full (a backlog, as on start).
+ * A batch the store has no room for is retried in halves (and the size
+ * doubles back with each commit): deadlines are small writes, and a full
+ * store must not keep them all from firing. One that fails alone, or for
+ * another reason, is retried EXPIRY_RETRY_MS later (expiry_rearm),
+ * not at once: a failing commit must not spin the loop. */
+int expiry_fire(void)
+{
+	static struct due d[EXPIRY_BATCH];
+	static size_t cap = EXPIRY_BATCH; /* halved when the store is full, doubled back after a commit */
+	int total = 0;
+	for (int round = 0; expiry_due(); round++) {
+		struct due_ctx c = { d, 0, cap };
+		store_txn *t;
+		if (gate_write_begin(STORE_WRITE, &t)) {
+			expiry_retry_later();
+			return total;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		int64_t at_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+		int e = store_expiries_due(t, store_now(X.st), due_one, &c);
+		if ((e && e != 1) || c.n == 0) {
+			store_txn_abort(t);
+			return total;
+		}
+		e = 0;
+		char convs[EXPIRY_BATCH][STORE_ID_MAX + 1];
+		uint64_t seqs[EXPIRY_BATCH];
+		int fired[EXPIRY_BATCH] = { 0 }, ended[EXPIRY_BATCH] = { 0 };
+		size_t bad = c.n;
+		for (size_t i = 0; i < c.n && !e; i++) {
+			int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, convs[i], &seqs[i], &ended[i]);
+			if (r == 0) {
+				fired[i] = 1;
+			} else if (r == STORE_E_STALE) {
+				/* Settled already, or gone: only a damaged store
+				 * keeps its row (resolve removes it). The row goes. */
+				if ((r = store_expiry_drop(t, d[i].deadline, d[i].id)) == 0)
+					log_warn("tool call %s: dropped a deadline row for a call that is settled or gone",
+						 d[i].id);
+			}
+			if (r)
+				e = r, bad = i;
+		}
+		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
+		if (e) {
+			leases_ahead_drop();
+			if ((e == STORE_E_CORRUPT || e == STORE_E_NOTFOUND) && bad < c.n) {
+				if (expiry_drop_damaged(&d[bad], e)) {
+					expiry_retry_later();
+					return total;
+				}
+				round--; /* the others again, without it */
+				continue;
+			}
+			if (e == STORE_E_FULL && c.n > 1) {
+				cap = c.n / 2;
+				log_warn("store full firing %zu expiries: retrying in batches of %zu", c.n, cap);
+				round--;
+				continue;
+			}
+			log_error("firing %zu expiries failed: %s: retrying in %d ms", c.n, store_strerror(e),
+				  EXPIRY_RETRY_MS);
+			expiry_retry_later();
+			return total;
+		}
+		X.retry_at = 0;
+		cap = cap < EXPIRY_BATCH / 2 ? cap * 2 : EXPIRY_BATCH;
+		metrics_add(M_EXPIRY_COMMITS, 1);
+		for (size_t i = 0; i < c.n; i++) {
+			if (!fired[i])
+				continue;
+			total++;
+			metrics_add(M_EXPIRIES_FIRED, 1);
+			metrics_expiry_late(at_us, d[i].deadline);
+			log_info("%s: tool call %s expired", convs[i], d[i].id);
+			if (!ended[i])
+				workers_wake(convs[i]);
+			waiters_notify(convs[i]);
+		}
+		leases_ahead_drop();
+		if (c.n < EXPIRY_BATCH && round + 1 >= EXPIRY_ROUNDS)
+			return total;
+	}
+	return total;
+}
+

@@ -1,0 +1,23 @@
+/*
+ * expiry.h: durable deadlines of human tool calls, fired on time. A realtime
+ * timerfd (absolute, CLOCK_REALTIME since deadlines are wall-clock;
+ * TFD_TIMER_CANCEL_ON_SET wakes it when the clock is set) is armed to the
+ * earliest deadline in the store; when it fires, every call past its
+ * deadline is settled `expired` with its resolution event, in batches of one
+ * transaction each, and its conversation is woken.
+ */
+#ifndef AGENTD_EXPIRY_H
+#define AGENTD_EXPIRY_H
+
+#include "store/store.h"
+
+/* Create the timerfd and register it with the loop. 0 or -errno. */
+int expiry_open(store *st);
+void expiry_close(void);
+/* Re-arm the timer to the earliest deadline (after a commit that may have
+ * scheduled one). */
+void expiry_rearm(void);
+/* Fire every deadline that has passed; how many fired. */
+int expiry_fire(void);
+
+#endif

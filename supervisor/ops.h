@@ -1,0 +1,52 @@
+/*
+ * ops.h: the control protocol's ops: the op table (one row per op, as Redis
+ * has its command table), their handlers, and each iteration's execution:
+ * reads on the committed state, every write of the iteration in one group
+ * transaction (one durable commit for all of them), then the reads queued
+ * behind a write of their own client, and replies in request order.
+ */
+#ifndef AGENTD_OPS_H
+#define AGENTD_OPS_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "ipc/proto.h"
+#include "store/store.h"
+
+struct client;
+struct slot;
+
+struct ops_env {
+	const struct config *cfg;
+	store *st;
+	const char *data_dir;      /* shown by status */
+	int64_t started_ms;        /* monotonic: status's uptime */
+	void (*shutdown)(struct client *by); /* the shutdown op (by: its client, or NULL) */
+};
+
+void ops_init(const struct ops_env *env);
+
+/* A parsed request for this iteration (control_hooks.request): rq is moved
+ * in. after_write: a read behind a write of its client, run after the
+ * commit. 0 or -ENOMEM. */
+int ops_request(struct client *c, struct slot *s, struct request *rq, int64_t started_us, int after_write);
+int ops_is_write(int op);
+/* c goes: its requests still queued are done with nobody to answer. */
+void ops_client_gone(struct client *c);
+/* At the iteration's end: execute what was read. */
+void ops_execute(void);
+
+/* Settle a pending tool call in t as a resolution from outside (resolve,
+ * expiry): row, event, status and the lease of the worker it wakes, all in
+ * t. conv gets its conversation, *ended whether it is ended. */
+int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,
+	       int *ended);
+
+/* The `events` query and reply, shared with long-polls (waiters.h). */
+json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t *next, int *err, char *msg,
+			 size_t msglen);
+json_t *ops_events_reply(json_t *evs, uint64_t last, uint64_t next);
+
+#endif

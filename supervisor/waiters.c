@@ -1,0 +1,339 @@
+/* waiters.c: long-polls and watches, keyed by conversation (see waiters.h). */
+#include "supervisor/waiters.h"
+#include "conv/conv.h"
+#include "supervisor/control.h"
+
+#include <bsd/sys/queue.h>
+#include <bsd/sys/tree.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WATCH_BATCH 256 /* events read per store transaction while a watch streams */
+
+struct waiter {
+	LIST_ENTRY(waiter) link;  /* on its conversation's list */
+	TAILQ_ENTRY(waiter) tq;   /* long-polls: on the deadline list */
+	struct wconv *wc;
+	struct client *c;
+	struct slot *slot;        /* long-poll: the reply to complete */
+	struct request rq;        /* long-poll: the query to re-run */
+	int64_t deadline;         /* long-poll: monotonic ms */
+	int watch;
+	uint64_t sent;            /* watch: last seq streamed */
+};
+
+/* The waiters of one conversation. */
+struct wconv {
+	RB_ENTRY(wconv) node;
+	LIST_HEAD(, waiter) list;
+	char conv[STORE_ID_MAX + 1];
+};
+
+static int wconv_cmp(struct wconv *a, struct wconv *b)
+{
+	return strcmp(a->conv, b->conv);
+}
+
+RB_HEAD(wconv_tree, wconv);
+RB_PROTOTYPE(wconv_tree, wconv, node, wconv_cmp)
+RB_GENERATE(wconv_tree, wconv, node, wconv_cmp)
+
+static struct {
+	store *st;
+	waiters_query_fn *query;
+	waiters_reply_fn *reply;
+	struct wconv_tree convs;
+	TAILQ_HEAD(, waiter) polls; /* by insertion (deadlines checked by scan) */
+} WT = { .convs = RB_INITIALIZER(&WT.convs), .polls = TAILQ_HEAD_INITIALIZER(WT.polls) };
+
+void waiters_init(store *st, waiters_query_fn *query, waiters_reply_fn *reply)
+{
+	WT.st = st;
+	WT.query = query;
+	WT.reply = reply;
+}
+
+static struct wconv *wconv_find(const char *conv)
+{
+	struct wconv key;
+	size_t n = strlen(conv);
+	if (n > STORE_ID_MAX)
+		return NULL;
+	memcpy(key.conv, conv, n + 1);
+	return RB_FIND(wconv_tree, &WT.convs, &key);
+}
+
+static struct wconv *wconv_get(const char *conv)
+{
+	struct wconv *wc = wconv_find(conv);
+	if (wc || strlen(conv) > STORE_ID_MAX)
+		return wc;
+	if (!(wc = calloc(1, sizeof *wc)))
+		return NULL;
+	memcpy(wc->conv, conv, strlen(conv) + 1);
+	LIST_INIT(&wc->list);
+	RB_INSERT(wconv_tree, &WT.convs, wc);
+	return wc;
+}
+
+static struct waiter *waiter_new(const char *conv)
+{
+	struct waiter *wt = calloc(1, sizeof *wt);
+	struct wconv *wc = wt ? wconv_get(conv) : NULL;
+	if (!wc) {
+		free(wt);
+		return NULL;
+	}
+	wt->wc = wc;
+	LIST_INSERT_HEAD(&wc->list, wt, link);
+	return wt;
+}
+
+static void waiter_free(struct waiter *wt)
+{
+	struct wconv *wc = wt->wc;
+	LIST_REMOVE(wt, link);
+	if (LIST_EMPTY(&wc->list)) {
+		RB_REMOVE(wconv_tree, &WT.convs, wc);
+		free(wc);
+	}
+	if (!wt->watch)
+		TAILQ_REMOVE(&WT.polls, wt, tq);
+	else if (control_watch(wt->c) == wt)
+		control_set_watch(wt->c, NULL);
+	proto_request_free(&wt->rq);
+	free(wt);
+}
+
+int waiters_poll(struct client *c, struct slot *s, struct request *rq, int64_t deadline)
+{
+	struct waiter *wt = waiter_new(rq->conv);
+	if (!wt)
+		return -ENOMEM;
+	wt->c = c;
+	wt->slot = s;
+	wt->rq = *rq;
+	memset(rq, 0, sizeof *rq); /* the waiter owns the request now */
+	rq->op = OP_EVENTS;        /* still counted as an `events` in the metrics */
+	wt->deadline = deadline;
+	TAILQ_INSERT_TAIL(&WT.polls, wt, tq);
+	return 0;
+}
+
+int waiters_watch(struct client *c, const char *conv, uint64_t after)
+{
+	if (control_watch(c))
+		return -EEXIST;
+	struct waiter *wt = waiter_new(conv);
+	if (!wt)
+		return -ENOMEM;
+	wt->c = c;
+	wt->watch = 1;
+	wt->sent = after;
+	control_set_watch(c, wt);
+	return 0;
+}
+
+int waiters_watching(const struct client *c)
+{
+	return control_watch(c) != NULL;
+}
+
+/* Answer a long-poll if its query has something now. 1: answered. */
+static int poll_answer(struct waiter *wt)
+{
+	uint64_t last = 0, next;
+	int err = 0;
+	char msg[160];
+	json_t *evs = WT.query(&wt->rq, &last, &next, &err, msg, sizeof msg);
+	if (err) {
+		slot_error(wt->slot, wt->rq.id, err, msg);
+		return 1;
+	}
+	if (json_array_size(evs) == 0 && !next) {
+		json_decref(evs);
+		return 0;
+	}
+	slot_ok(wt->slot, wt->rq.id, WT.reply(evs, last, next));
+	return 1;
+}
+
+static void line_write(struct client *c, json_t *o)
+{
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (s) {
+		client_write(c, s, strlen(s));
+		client_write(c, "\n", 1);
+		free(s);
+	}
+}
+
+struct pump_ctx {
+	struct waiter *wt;
+	size_t n;
+};
+
+static int pump_one(void *arg, const struct store_event *ev)
+{
+	struct pump_ctx *p = arg;
+	line_write(p->wt->c, json_pack("{so}", "event", conv_event_json(ev)));
+	p->wt->sent = ev->seq;
+	p->n++;
+	/* Stop at half the output cap, not at the end of the batch: a batch of
+	 * large events would otherwise queue many megabytes at once and hold
+	 * the loop (and every other client) while it is encoded. The rest
+	 * follows from `sent` when the reader drains. */
+	return control_out_pending(p->wt->c) >= CONTROL_OUT_CAP / 2;
+}
+
+/* Stream a watch's events after `sent`, a batch at a time while its output
+ * has room. */
+static void watch_pump(struct waiter *wt)
+{
+	struct client *c = wt->c;
+	/* Replies still owed on this connection (the watch's own, or a
+	 * long-poll pipelined before it) go first: streamed lines written now
+	 * would overtake them. Drained, the connection pumps again. */
+	if (control_owes(c))
+		return;
+	while (!control_dead(c) && control_out_pending(c) < CONTROL_OUT_CAP / 2) {
+		store_txn *t;
+		if (store_txn_begin(WT.st, STORE_READ, &t))
+			return;
+		struct pump_ctx p = { wt, 0 };
+		struct store_range r = { .after = wt->sent, .before = wt->sent + WATCH_BATCH + 1, .limit = 0 };
+		int err = store_events_stream(t, wt->wc->conv, &r, pump_one, &p);
+		store_txn_abort(t);
+		if (err == STORE_E_NOTFOUND) {
+			control_end(c); /* the conversation was deleted */
+			break;
+		}
+		if (err || p.n < WATCH_BATCH)
+			break;
+	}
+	control_want_write(c);
+}
+
+void waiters_drained(struct client *c)
+{
+	struct waiter *wt = control_watch(c);
+	if (wt)
+		watch_pump(wt);
+}
+
+void waiters_notify(const char *conv)
+{
+	struct wconv *wc = wconv_find(conv);
+	struct waiter *wt, *next;
+	if (!wc)
+		return;
+	/* Answering the last long-poll frees wc: stop with it. */
+	for (wt = LIST_FIRST(&wc->list); wt; wt = next) {
+		next = LIST_NEXT(wt, link);
+		int last = next == NULL;
+		if (control_dead(wt->c))
+			continue;
+		if (wt->watch) {
+			watch_pump(wt);
+		} else if (poll_answer(wt)) {
+			struct client *c = wt->c;
+			waiter_free(wt);
+			client_flush(c);
+		}
+		if (last)
+			break;
+	}
+}
+
+void waiters_delta(const char *conv, const char *text, size_t len)
+{
+	struct wconv *wc = wconv_find(conv);
+	struct waiter *wt;
+	if (!wc)
+		return;
+	LIST_FOREACH(wt, &wc->list, link) {
+		if (!wt->watch || control_dead(wt->c) || control_out_pending(wt->c) > CONTROL_OUT_CAP / 2 ||
+		    control_owes(wt->c))
+			continue; /* deltas are a live view: a slow reader loses them, never events;
+				   * nor may they overtake a reply still owed (see watch_pump) */
+		line_write(wt->c, json_pack("{s{ss#}}", "delta", "text", text, (int)len));
+		client_flush(wt->c);
+	}
+}
+
+void waiters_deleted(const char *conv)
+{
+	struct wconv *wc = wconv_find(conv);
+	while (wc && !LIST_EMPTY(&wc->list)) {
+		struct waiter *wt = LIST_FIRST(&wc->list);
+		struct client *c = wt->c;
+		int last = LIST_NEXT(wt, link) == NULL;
+		if (wt->watch)
+			/* The stream ends with what was sent of the deleted
+			 * conversation, not with one created again by its id. */
+			control_end(c);
+		else
+			slot_error(wt->slot, wt->rq.id, PERR_NOT_FOUND, "conversation deleted");
+		waiter_free(wt); /* frees wc with its last waiter */
+		client_flush(c);
+		if (last)
+			break;
+	}
+}
+
+void waiters_client_gone(struct client *c)
+{
+	struct waiter *wt, *next;
+	struct wconv *wc, *wn;
+	RB_FOREACH_SAFE(wc, wconv_tree, &WT.convs, wn) {
+		for (wt = LIST_FIRST(&wc->list); wt; wt = next) {
+			next = LIST_NEXT(wt, link);
+			int last = next == NULL;
+			if (wt->c == c)
+				waiter_free(wt);
+			if (last)
+				break;
+		}
+	}
+}
+
+void waiters_expire(int64_t now)
+{
+	struct waiter *wt, *next;
+	TAILQ_FOREACH_SAFE(wt, &WT.polls, tq, next) {
+		if (wt->deadline > now)
+			continue;
+		struct client *c = wt->c;
+		uint64_t last = 0, after;
+		int err = 0;
+		char msg[160];
+		json_t *evs = WT.query(&wt->rq, &last, &after, &err, msg, sizeof msg);
+		if (err)
+			slot_error(wt->slot, wt->rq.id, err, msg);
+		else
+			slot_ok(wt->slot, wt->rq.id, WT.reply(evs, last, after));
+		waiter_free(wt);
+		client_flush(c);
+	}
+}
+
+int64_t waiters_next_deadline(void)
+{
+	int64_t d = 0;
+	struct waiter *wt;
+	TAILQ_FOREACH(wt, &WT.polls, tq)
+		if (!d || wt->deadline < d)
+			d = wt->deadline;
+	return d;
+}
+
+void waiters_shutdown(void)
+{
+	struct waiter *wt, *next;
+	TAILQ_FOREACH_SAFE(wt, &WT.polls, tq, next) {
+		slot_error(wt->slot, wt->rq.id, PERR_UNAVAILABLE, "agentd is shutting down");
+		waiter_free(wt);
+	}
+}

@@ -1,0 +1,66 @@
+/*
+ * waiters.h: clients that wait on a conversation's commits: long-polls (an
+ * `events` with wait_ms and nothing to return yet) and watches (a connection
+ * that streams a conversation). Kept apart from everything else, keyed by
+ * the conversation they wait for, as Redis keeps its blocked clients:
+ * nothing else holds them, and a notification only says "look": what a
+ * waiter gets is read from the store, in seq order, with no gaps.
+ *
+ * Caveats:
+ *  - waiters_init before anything else here; the query and reply functions
+ *    build a long-poll's answer exactly as an `events` request's.
+ *  - A client's waiters go with it: call waiters_client_gone before freeing it.
+ */
+#ifndef AGENTD_WAITERS_H
+#define AGENTD_WAITERS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ipc/proto.h"
+#include "store/store.h"
+
+struct client;
+struct slot;
+
+/* An `events` query: the events (a new array) or NULL with *err (enum
+ * proto_err) and msg set; *last the conversation's last seq, *next the
+ * next page's `after` (0: none). */
+typedef json_t *waiters_query_fn(const struct request *rq, uint64_t *last, uint64_t *next, int *err, char *msg,
+				 size_t msglen);
+/* The reply object for events evs (stolen). */
+typedef json_t *waiters_reply_fn(json_t *evs, uint64_t last, uint64_t next);
+
+void waiters_init(store *st, waiters_query_fn *query, waiters_reply_fn *reply);
+
+/* Park a long-poll: slot s of client c is answered at the first commit to
+ * rq->conv that gives it events, or at deadline (monotonic ms) with what
+ * there is. Takes rq (its fields are moved out; free it as usual). 0 or
+ * -ENOMEM (nothing parked). */
+int waiters_poll(struct client *c, struct slot *s, struct request *rq, int64_t deadline);
+/* Make c a watch of conv, streaming from after after. 0, -EEXIST (c watches
+ * already), -ENOMEM. */
+int waiters_watch(struct client *c, const char *conv, uint64_t after);
+/* Whether c is a watch (its input is then ignored). */
+int waiters_watching(const struct client *c);
+
+/* conv has new commits (or may have: a worker died without saying). */
+void waiters_notify(const char *conv);
+/* A streamed model delta for conv's watches: a live view, dropped for a slow
+ * reader and never ahead of a reply still owed. */
+void waiters_delta(const char *conv, const char *text, size_t len);
+/* conv was deleted: its watches end, its long-polls are answered not_found. */
+void waiters_deleted(const char *conv);
+/* c's output drained: its watch streams on. */
+void waiters_drained(struct client *c);
+void waiters_client_gone(struct client *c);
+
+/* Answer the long-polls whose deadline passed (now: monotonic ms); the
+ * earliest deadline left (0: none). */
+void waiters_expire(int64_t now);
+int64_t waiters_next_deadline(void);
+/* At shutdown: every parked long-poll is answered unavailable. */
+void waiters_shutdown(void);
+
+#endif

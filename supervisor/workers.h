@@ -1,0 +1,89 @@
+/*
+ * workers.h: one worker process per conversation that owes work.
+ *
+ * workers_wake() is the one door: a send, a resolution, a fired expiry and a
+ * revival all go through it. A worker that dies is reaped, the reader table
+ * is checked, and its lifecycle (lifecycle.h) decides: restart after a
+ * backoff, give up after restart_limit crashes within restart_window (an
+ * `error` event, so the conversation owes nothing until its next event), or
+ * leave it stopped. Idle workers are told to stop after idle_timeout, so a
+ * conversation that owes nothing has no process.
+ *
+ * Workers report up only through workers_hooks.
+ */
+#ifndef AGENTD_WORKERS_H
+#define AGENTD_WORKERS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "store/store.h"
+
+struct client;
+struct slot;
+
+struct workers_hooks {
+	void (*committed)(const char *conv);                         /* its log may have grown */
+	void (*delta)(const char *conv, const char *text, size_t len); /* a model's streamed text */
+	void (*rearm_expiry)(void);                                  /* a deadline may have been scheduled */
+};
+
+struct workers_env {
+	const struct config *cfg;
+	store *st;
+	const char *data_dir;    /* passed to each worker */
+	const char *worker_path; /* the agentd-worker binary */
+	const char *config_path; /* the configuration copy workers read, or NULL */
+	struct workers_hooks hooks;
+};
+
+/* Keep env (and what it points at) for the process's life; sets up the
+ * write gate (gate.h) for the workers. */
+void workers_init(const struct workers_env *env);
+
+/* conv owes work: wake its worker, or start one (queued past max_workers,
+ * or backing off). 0, or -1 when a worker could not be started (it backs
+ * off as after a crash) or out of memory. */
+int workers_wake(const char *conv);
+/* Signal conv's worker: 0, -ESRCH (no process), -errno. Not a crash. */
+int workers_kill(const char *conv, int sig);
+/* Ask conv's worker to stop (it revives on the next event): 0, -ESRCH. */
+int workers_stop(const char *conv);
+/* Ask conv's worker (workers_wake it first) to compact now, or the next
+ * worker when this one is stopping; s is answered with the summary or the
+ * failure. 0, or -1 (s not taken: no worker record, or its socket is full). */
+int workers_compact(const char *conv, struct slot *s, json_t *id);
+/* conv was deleted (in the transaction that deletes it): kill its worker,
+ * take it off the queue or out of backoff, so nothing starts for it. */
+void workers_deleted(const char *conv);
+/* c goes: compactions it asked for are answered to nobody. */
+void workers_client_gone(struct client *c);
+
+/* In the transaction that gives conv work, take the lease for the worker
+ * workers_wake() will spawn after that commit, when it has none: one durable
+ * commit per revival, not two. Good for this iteration only. 0 or a store error. */
+int lease_ahead(store_txn *t, const char *conv);
+void leases_ahead_drop(void);
+/* Commit t, starting the workers it took leases for while it flushes. */
+int commit_spawning(store_txn *t);
+
+/* The `worker` field of `get` ({pid, state}, or null) and `status`'s list. */
+json_t *workers_conv_json(const char *conv);
+json_t *workers_json(void);
+int workers_live(void);
+
+/* The loop's parts: SIGCHLD, the tick, the deadline it must wake at (0:
+ * none), freeing records that track nothing, and shutdown. */
+void workers_reap(void);
+void workers_tick(int64_t now);
+int64_t workers_next_deadline(void);
+void workers_gc(void);
+void workers_stop_all(void);
+void workers_kill_all(void);
+/* On start: every conversation left active was mid-turn when everything
+ * died: give it a worker. */
+void workers_start_active(void);
+
+#endif
