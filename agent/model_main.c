@@ -82,6 +82,7 @@ int main(int argc, char **argv)
 	config_init(&cfg);
 	if (config_load(&cfg, config, err, sizeof err)) {
 		fprintf(stderr, "agentd-model: %s\n", err);
+		config_free(&cfg);
 		return 2;
 	}
 	const struct model_cfg *mc = config_model(&cfg, name);
@@ -100,6 +101,8 @@ int main(int argc, char **argv)
 	}
 	if (model_http_init()) {
 		fprintf(stderr, "agentd-model: cannot initialise libcurl\n");
+		json_decref(req);
+		config_free(&cfg);
 		return 2;
 	}
 	struct model_hooks h = { on_delta, -1, NULL, NULL };
