@@ -9,11 +9,12 @@
  * messages that arrived while a turn ran or a call awaited a person placed
  * after that turn's results (by the assistant_msg's context_seq).
  *
- * Retries: 429, 408, 5xx, a stream error event the API marks as transient,
- * a timeout, a connection failure or a response cut mid-stream are retried
- * up to `retries` times with exponential backoff and jitter, never sooner
- * than Retry-After; any other status ends at once, quoting the server's
- * message.
+ * Retries: 408, 409, 429, 5xx, a stream error event the API marks as
+ * transient, a timeout, a connection failure or a response cut mid-stream
+ * are retried up to `retries` times with exponential backoff and jitter,
+ * never sooner than Retry-After (a longer one than model_retry_after_max
+ * ends the call); any other status ends at once, quoting the server's
+ * message. The calls run in agentd-model (below), not in the worker.
  */
 #ifndef AGENTD_MODEL_H
 #define AGENTD_MODEL_H
