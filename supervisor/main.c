@@ -170,14 +170,88 @@ static void raise_fd_limit(void)
 	}
 }
 
-/* A usage or configuration error after the configuration was read. */
-static int usage_exit(struct config *c)
+/* `agentd check [--data DIR]`. */
+static int check_main(int argc, char **argv)
 {
-	config_free(c);
-	return EXIT_USAGE;
+	const char *dir = "./agentd-data";
+	if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+		printf("usage: agentd check [--data DIR]\n\nCheck the store in DIR (default ./agentd-data) "
+		       "read-only, safe while agentd runs.\nExit status: 0 consistent; 1 problems, one line "
+		       "each; 2 no store to read, or a usage error.\n");
+		return 0;
+	}
+	if (argc == 4 && !strcmp(argv[2], "--data"))
+		dir = argv[3];
+	else if (argc == 3 && !strncmp(argv[2], "--data=", 7))
+		dir = argv[2] + 7;
+	else if (argc != 2)
+		dir = NULL;
+	if (!dir || !*dir) {
+		fprintf(stderr, "usage: agentd check [--data DIR]\n");
+		return EXIT_USAGE;
+	}
+	int n = check_store(dir, stdout);
+	return n == 0 ? 0 : n < 0 ? 2 : 1;
 }
 
-int main(int argc, char **argv)
+/* The command line over the configuration file it names. Returns -1 to go
+ * on, or the status to exit with (0 after --help or --version). */
+/* Command-line options given, each over the configuration's value. */
+struct options {
+	const char *data, *socket, *worker, *idle, *sync, *level, *max;
+};
+
+/* 0, or -1 with the reason on stderr. */
+static int options_apply(struct config *cfg, const struct options *o)
+{
+	if ((o->data && !*o->data) || (o->socket && !*o->socket) || (o->worker && !*o->worker)) {
+		fprintf(stderr, "agentd: --%s is an empty path\n", o->data && !*o->data ? "data" :
+			o->socket && !*o->socket ? "socket" : "worker");
+		return -1;
+	}
+	if (o->data) {
+		free(cfg->data);
+		cfg->data = strdup(o->data);
+	}
+	if (o->socket) {
+		free(cfg->socket);
+		cfg->socket = strdup(o->socket);
+	}
+	if (o->worker) {
+		free(cfg->worker);
+		cfg->worker = strdup(o->worker);
+	}
+	if (o->idle && (config_duration(o->idle, &cfg->idle_timeout_ms) || cfg->idle_timeout_ms < 0)) {
+		fprintf(stderr, "agentd: bad --idle-timeout '%s' (a duration: 500ms, 30s, 5m, 1h)\n", o->idle);
+		return -1;
+	}
+	if (o->sync) {
+		if (!strcmp(o->sync, "full"))
+			cfg->sync = STORE_SYNC_FULL;
+		else if (!strcmp(o->sync, "none"))
+			cfg->sync = STORE_SYNC_NONE;
+		else {
+			fprintf(stderr, "agentd: bad --sync '%s' (full or none)\n", o->sync);
+			return -1;
+		}
+	}
+	if (o->level && (cfg->log_level = config_log_level(o->level)) < 0) {
+		fprintf(stderr, "agentd: bad --log-level '%s' (error, warn, info, debug)\n", o->level);
+		return -1;
+	}
+	if (o->max) {
+		char *end;
+		long n = strtol(o->max, &end, 10);
+		if (*end || n < 1 || n > 1000000) {
+			fprintf(stderr, "agentd: bad --max-workers '%s' (1 to 1000000)\n", o->max);
+			return -1;
+		}
+		cfg->max_workers = (int)n;
+	}
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct config *cfg, const char **config_file)
 {
 	static const struct option opts[] = {
 		{ "data", required_argument, 0, 'd' }, { "socket", required_argument, 0, 's' },
@@ -190,37 +264,7 @@ int main(int argc, char **argv)
 	const char *o_data = NULL, *o_socket = NULL, *o_config = NULL, *o_idle = NULL, *o_sync = NULL,
 		   *o_level = NULL, *o_worker = NULL, *o_max = NULL;
 	int o_ephemeral = 0, c;
-	struct config cfg;
 	char err[512];
-
-	if (ipc_stdio_guard())
-		return EXIT_FAILURE; /* no stderr to say it on */
-	/* The umask may take from group and others, never from the owner: with
-	 * 0277 the data directory was created unwritable and the store files
-	 * read-only, so agentd could not lock its pid file nor a worker open
-	 * the store. */
-	umask(umask(0) & 077);
-	if (argc >= 2 && !strcmp(argv[1], "check")) {
-		const char *dir = "./agentd-data";
-		if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
-			printf("usage: agentd check [--data DIR]\n\nCheck the store in DIR (default ./agentd-data) "
-			       "read-only, safe while agentd runs.\nExit status: 0 consistent; 1 problems, one line "
-			       "each; 2 no store to read, or a usage error.\n");
-			return 0;
-		}
-		if (argc == 4 && !strcmp(argv[2], "--data"))
-			dir = argv[3];
-		else if (argc == 3 && !strncmp(argv[2], "--data=", 7))
-			dir = argv[2] + 7;
-		else if (argc != 2)
-			dir = NULL;
-		if (!dir || !*dir) {
-			fprintf(stderr, "usage: agentd check [--data DIR]\n");
-			return EXIT_USAGE;
-		}
-		int n = check_store(dir, stdout);
-		return n == 0 ? 0 : n < 0 ? 2 : 1;
-	}
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
@@ -243,62 +287,25 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_USAGE;
 	}
-	config_init(&cfg);
-	if (o_config && config_load(&cfg, o_config, err, sizeof err)) {
+	if (o_config && config_load(cfg, o_config, err, sizeof err)) {
 		/* "agentd.ini: No such file or directory" alone does not say which file that was. */
 		fprintf(stderr, "agentd: %s%s\n", access(o_config, R_OK) ? "cannot read the configuration file: " : "", err);
-		return usage_exit(&cfg);
+		return EXIT_USAGE;
 	}
-	if ((o_data && !*o_data) || (o_socket && !*o_socket) || (o_worker && !*o_worker)) {
-		fprintf(stderr, "agentd: --%s is an empty path\n", o_data && !*o_data ? "data" :
-			o_socket && !*o_socket ? "socket" : "worker");
-		return usage_exit(&cfg);
-	}
-	if (o_data) {
-		free(cfg.data);
-		cfg.data = strdup(o_data);
-	}
-	if (o_socket) {
-		free(cfg.socket);
-		cfg.socket = strdup(o_socket);
-	}
-	if (o_worker) {
-		free(cfg.worker);
-		cfg.worker = strdup(o_worker);
-	}
-	if (o_idle && (config_duration(o_idle, &cfg.idle_timeout_ms) || cfg.idle_timeout_ms < 0)) {
-		fprintf(stderr, "agentd: bad --idle-timeout '%s' (a duration: 500ms, 30s, 5m, 1h)\n", o_idle);
-		return usage_exit(&cfg);
-	}
-	if (o_sync) {
-		if (!strcmp(o_sync, "full"))
-			cfg.sync = STORE_SYNC_FULL;
-		else if (!strcmp(o_sync, "none"))
-			cfg.sync = STORE_SYNC_NONE;
-		else {
-			fprintf(stderr, "agentd: bad --sync '%s' (full or none)\n", o_sync);
-			return usage_exit(&cfg);
-		}
-	}
-	if (o_level && (cfg.log_level = config_log_level(o_level)) < 0) {
-		fprintf(stderr, "agentd: bad --log-level '%s' (error, warn, info, debug)\n", o_level);
-		return usage_exit(&cfg);
-	}
-	if (o_max) {
-		char *end;
-		long n = strtol(o_max, &end, 10);
-		if (*end || n < 1 || n > 1000000) {
-			fprintf(stderr, "agentd: bad --max-workers '%s' (1 to 1000000)\n", o_max);
-			return usage_exit(&cfg);
-		}
-		cfg.max_workers = (int)n;
-	}
-	cfg.ephemeral = o_ephemeral;
-	log_init("agentd", cfg.log_level);
+	struct options o = { o_data, o_socket, o_worker, o_idle, o_sync, o_level, o_max };
+	if (options_apply(cfg, &o))
+		return EXIT_USAGE;
+	cfg->ephemeral = o_ephemeral;
+	*config_file = o_config;
+	return -1;
+}
 
-	int rc = 1, made_dir = 0, served = 0;
-	/* The data directory: tmpfs for --ephemeral. */
-	if (cfg.ephemeral) {
+/* The data directory (tmpfs for --ephemeral) into S.data_dir, made or
+ * checked: ours and writable by us alone. *made: this start created it.
+ * 0 or -1 (logged). */
+static int data_dir_open(const struct config *cfg, int *made)
+{
+	if (cfg->ephemeral) {
 		const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
 		if (asprintf(&S.data_dir, "%s/agentd-XXXXXX", base) < 0)
 			S.data_dir = NULL;
@@ -306,54 +313,56 @@ int main(int argc, char **argv)
 			log_error("cannot create an ephemeral data directory in %s: %s", base, strerror(errno));
 			free(S.data_dir);
 			S.data_dir = NULL; /* nothing to remove */
-			goto out;
+			return -1;
 		}
 	} else {
 		struct stat sb;
-		if (!cfg.data[0]) {
+		if (!cfg->data[0]) {
 			log_error("the data directory is an empty path");
-			goto out;
+			return -1;
 		}
-		if (mkdir(cfg.data, 0700) == 0)
-			made_dir = 1;
+		if (mkdir(cfg->data, 0700) == 0)
+			*made = 1;
 		else if (errno != EEXIST) {
-			log_error("cannot create the data directory %s: %s", cfg.data, strerror(errno));
-			goto out;
+			log_error("cannot create the data directory %s: %s", cfg->data, strerror(errno));
+			return -1;
 		}
-		if (stat(cfg.data, &sb) < 0) {
-			log_error("data directory %s: %s", cfg.data, strerror(errno)); /* a dangling link, say */
-			goto out;
+		if (stat(cfg->data, &sb) < 0) {
+			log_error("data directory %s: %s", cfg->data, strerror(errno)); /* a dangling link, say */
+			return -1;
 		}
 		if (!S_ISDIR(sb.st_mode)) {
-			log_error("the data directory %s is not a directory", cfg.data);
-			goto out;
+			log_error("the data directory %s is not a directory", cfg->data);
+			return -1;
 		}
 		/* Whoever can write the directory can change what agentd runs
 		 * (the configuration copy workers read) and what it writes
 		 * through (a link planted under a store file's name). */
 		if (sb.st_uid != geteuid()) {
 			log_error("the data directory %s belongs to uid %u, not to agentd's %u: refusing it",
-				  cfg.data, (unsigned)sb.st_uid, (unsigned)geteuid());
-			goto out;
+				  cfg->data, (unsigned)sb.st_uid, (unsigned)geteuid());
+			return -1;
 		}
 		if (sb.st_mode & (S_IWGRP | S_IWOTH)) {
 			log_error("the data directory %s is writable by %s (mode %04o): refusing it (chmod 700 %s)",
-				  cfg.data, sb.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(sb.st_mode & 07777),
-				  cfg.data);
-			goto out;
+				  cfg->data, sb.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(sb.st_mode & 07777),
+				  cfg->data);
+			return -1;
 		}
-		S.data_dir = realpath(cfg.data, NULL);
+		S.data_dir = realpath(cfg->data, NULL);
 		if (!S.data_dir) {
-			log_error("data directory %s: %s", cfg.data, strerror(errno));
-			goto out;
+			log_error("data directory %s: %s", cfg->data, strerror(errno));
+			return -1;
 		}
 	}
-	if (cfg.socket)
-		S.sock_path = strdup(cfg.socket);
-	else if (asprintf(&S.sock_path, "%s/agentd.sock", cfg.ephemeral ? S.data_dir : cfg.data) < 0)
-		goto out;
-	S.worker_path = cfg.worker ? strdup(cfg.worker) : beside_self("agentd-worker");
+	return 0;
+}
 
+/* Lock the data directory, open the store and serve until shut down.
+ * *served: the socket listened. Returns the exit status. */
+static int run_locked(const struct config *cfg, const char *o_config, int *served)
+{
+	int rc = 1;
 	/* Single instance: the pidfile lock, held until exit. */
 	char pidpath[PATH_MAX];
 	pid_t other = 0;
@@ -364,7 +373,7 @@ int main(int argc, char **argv)
 			log_error("another agentd (pid %d) is already running on %s", (int)other, S.data_dir);
 		else
 			log_error("cannot lock %s: %s", pidpath, strerror(errno));
-		goto out;
+		return 1;
 	}
 	pidfile_write(pfh);
 	/* Workers read the configuration too, at every start: give them the
@@ -373,8 +382,8 @@ int main(int argc, char **argv)
 	if (o_config && !(S.config_path = config_snapshot(o_config, S.data_dir)))
 		goto unlock;
 
-	struct store_opts so = { .sync = cfg.sync, .audit = cfg.audit, .map_size = cfg.map_size,
-				 .max_map_size = cfg.max_map_size };
+	struct store_opts so = { .sync = cfg->sync, .audit = cfg->audit, .map_size = cfg->map_size,
+				 .max_map_size = cfg->max_map_size };
 	int e = store_open(&S.st, S.data_dir, &so);
 	if (e) {
 		if (e == STORE_E_CORRUPT)
@@ -384,11 +393,11 @@ int main(int argc, char **argv)
 			log_error("cannot open the store in %s: %s", S.data_dir, store_strerror(e));
 		goto unlock;
 	}
-	if (cfg.sync == STORE_SYNC_NONE)
+	if (cfg->sync == STORE_SYNC_NONE)
 		log_warn("sync=none: commits are flushed every second; an OS crash can lose the last second and, on "
 			 "filesystems that reorder writes, damage the store");
 	raise_fd_limit();
-	struct server_opts so_ = { &cfg, S.st, S.data_dir, S.sock_path, S.worker_path, S.config_path };
+	struct server_opts so_ = { cfg, S.st, S.data_dir, S.sock_path, S.worker_path, S.config_path };
 	if (server_open(&so_))
 		goto close;
 	char *cfg_real = o_config ? realpath(o_config, NULL) : NULL;
@@ -398,7 +407,7 @@ int main(int argc, char **argv)
 	printf("agentd: listening on %s\n", S.sock_path);
 	fflush(stdout);
 	notify_ready(S.sock_path);
-	served = 1;
+	*served = 1;
 
 	rc = server_run() ? 1 : 0;
 	log_info("stopped");
@@ -407,6 +416,40 @@ close:
 	store_close(S.st);
 unlock:
 	pidfile_remove(pfh);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct config cfg;
+	const char *o_config = NULL;
+	if (ipc_stdio_guard())
+		return EXIT_FAILURE; /* no stderr to say it on */
+	/* The umask may take from group and others, never from the owner: with
+	 * 0277 the data directory was created unwritable and the store files
+	 * read-only, so agentd could not lock its pid file nor a worker open
+	 * the store. */
+	umask(umask(0) & 077);
+	if (argc >= 2 && !strcmp(argv[1], "check"))
+		return check_main(argc, argv);
+	config_init(&cfg);
+	int rc = parse_args(argc, argv, &cfg, &o_config);
+	if (rc >= 0) {
+		config_free(&cfg);
+		return rc;
+	}
+	log_init("agentd", cfg.log_level);
+	rc = 1;
+	int made_dir = 0, served = 0;
+	if (data_dir_open(&cfg, &made_dir))
+		goto out;
+	if (cfg.socket)
+		S.sock_path = strdup(cfg.socket);
+	else if (asprintf(&S.sock_path, "%s/agentd.sock", cfg.ephemeral ? S.data_dir : cfg.data) < 0)
+		goto out;
+	S.worker_path = cfg.worker ? strdup(cfg.worker) : beside_self("agentd-worker");
+
+	rc = run_locked(&cfg, o_config, &served);
 out:
 	/* Also when starting failed: an ephemeral store is never left behind,
 	 * and neither is a data directory this failed start created (a socket
