@@ -9,6 +9,7 @@
  * a superseded worker can never write. It exits when told to stop or when its
  * IPC socket closes: a dead supervisor leaves no worker behind.
  */
+#include "agent/isolate.h"
 #include "agent/proc.h"
 #include "agent/protocol.h"
 #include "agent/render.h"
@@ -534,7 +535,7 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 	snprintf(env1, sizeof env1, "AGENTD_CONVERSATION=%s", W.conv);
 	const char *env[] = { env1, NULL };
 	struct proc_opts o = {
-		.env_add = env, .input = input, .input_len = input ? strlen(input) : 0,
+		.env_add = env, .iso = &mc->iso, .input = input, .input_len = input ? strlen(input) : 0,
 		.timeout_ms = mc->timeout_ms, .out_cap = W.cfg.model_out_cap, .on_line = on_model_line,
 		.arg = mr, .watch_fd = W.ipc, .on_watch = on_model_watch, .on_start = report_child,
 	};
@@ -827,7 +828,7 @@ static void dispatch(const json_t *call)
 	const char *env[] = { env1, env2, NULL };
 	int stop = 0;
 	struct proc_opts o = {
-		.env_add = env, .input = input, .input_len = input ? strlen(input) : 0,
+		.env_add = env, .iso = &tc->iso, .input = input, .input_len = input ? strlen(input) : 0,
 		.timeout_ms = tc->timeout_ms, .out_cap = tc->out_cap, .watch_fd = W.ipc,
 		.on_watch = on_tool_watch, .arg = &stop, .on_start = report_child,
 	};
@@ -841,7 +842,12 @@ static void dispatch(const json_t *call)
 		exit(0);
 	}
 	if (rc < 0) {
-		settle(id, STORE_TC_ERRORED, json_pack("{ssss}", "error", "cannot run the tool", "reason", strerror(-rc)));
+		json_t *res = json_pack("{ssss}", "error", "cannot run the tool", "reason", strerror(-rc));
+		if (rc == -EPERM && (tc->iso.user || tc->iso.group))
+			json_object_set_new(res, "error", json_sprintf("cannot run the tool as %s%s%s (agentd is not root?)",
+								       tc->iso.user ? "user " : "group ",
+								       tc->iso.user ? tc->iso.user : tc->iso.group, ""));
+		settle(id, STORE_TC_ERRORED, res);
 	} else if (r.exited && r.status == 0 && !r.out_overflow) {
 		json_t *res = NULL;
 		if (tool_output_parse(r.out, r.out_len, &res))
@@ -859,6 +865,10 @@ static void dispatch(const json_t *call)
 			json_object_set_new(res, "exit_status", json_integer(r.status));
 		else
 			json_object_set_new(res, "signal", json_integer(r.sig));
+		char why[200];
+		if (!r.timed_out && !r.out_overflow &&
+		    isolate_explain(&tc->iso, r.exited, r.status, r.signaled, r.sig, why, sizeof why))
+			json_object_set_new(res, "error", json_string(why));
 		settle(id, STORE_TC_ERRORED, res);
 	}
 	proc_result_free(&r);
