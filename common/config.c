@@ -426,8 +426,8 @@ static int mcp_key(struct tool_cfg *t, const char *k, const char *v)
 		return config_duration(v, &m->start_timeout_ms) || m->start_timeout_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "url"))
 		return -3;
-	if (!strcmp(k, "executor") || !strcmp(k, "prompt") || !strcmp(k, "expires"))
-		return -2;
+	if (!strcmp(k, "executor") || !strcmp(k, "prompt") || !strcmp(k, "expires") || !strcmp(k, "description"))
+		return -2; /* each tool has the server's own description */
 	return tool_key(t, k, v);
 }
 

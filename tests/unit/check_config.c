@@ -192,6 +192,7 @@ static const struct {
 	{ "[mcp.s]\ncommand = x\nurl = http://h/mcp\n",
 	  "F:3: [mcp.s] url: the streamable HTTP transport is not supported; run the server over stdio with command" },
 	{ "[mcp.s]\ncommand = x\nexecutor = human\n", "F:3: unknown key 'executor' in [mcp.s]" },
+	{ "[mcp.s]\ncommand = x\ndescription = d\n", "F:3: unknown key 'description' in [mcp.s]" },
 	{ "[mcp.s]\ncommand = x\nprefix = a b\n", "F:3: bad value 'a b' for 'prefix' in [mcp.s]" },
 	{ "[tool.s]\ncommand = x\n[mcp.s]\ncommand = y\n",
 	  "F:4: [mcp.s] and [tool.s] share a name: a tool's name is unique" },
