@@ -744,8 +744,17 @@ static int on_tool_watch(void *arg);
  * turn), in place of the servers' names. */
 static void offer_mcp(json_t *req)
 {
-	int stop = 0;
+	int stop = 0, any = 0;
 	struct mcp_watch w = { W.ipc, on_tool_watch, &stop, report_child };
+	size_t i;
+	json_t *t;
+	json_array_foreach(json_object_get(req, "tools"), i, t) {
+		const char *name = json_string_value(json_object_get(t, "name"));
+		const struct tool_cfg *tc = name ? config_tool(&W.cfg, name) : NULL;
+		any |= tc && tc->mcp;
+	}
+	if (!any)
+		return; /* the common case keeps the store open: no server to wait for */
 	store_let_go();
 	mcp_offer(W.mcp, json_object_get(req, "tools"), &w);
 	store_take();
