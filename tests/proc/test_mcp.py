@@ -103,6 +103,9 @@ timeout = 60s
 max_attempts = 3
 [mcp.paged]
 command = python3 {paged}
+[mcp.nobody]
+command = node {SERVER}
+user = nobody
 [mcp.future]
 command = python3 {paged} 2099-01-01
 [mcp.mute]
@@ -198,6 +201,11 @@ def test_calls_and_results():
         assert r["result"]["error"].startswith("MCP error -32602: Input validation error"), r
         r = call(a, c, "ev__no-such-tool", {})
         assert r["status"] == "errored" and "Tool no-such-tool not found" in r["result"]["error"], r
+        # Items that are not text come as the server sent them.
+        r = call(a, c, "ev__get-tiny-image")
+        assert r["status"] == "resolved", r
+        assert [i["type"] for i in r["result"]["content"]] == ["text", "image", "text"], r
+        assert r["result"]["content"][1]["mimeType"] == "image/png" and r["result"]["content"][1]["data"], r
         # The server's environment is the minimal one plus its allowlist.
         r = call(a, c, "ev__get-env")
         env = json.loads(r["result"]["text"])
@@ -214,6 +222,33 @@ def test_calls_and_results():
         r = call(a, c, "ev")
         assert r["status"] == "errored" and "ev is an MCP server: call one of its tools, ev__<tool>" == \
             r["result"]["error"], r
+        idle(a, c)
+
+
+def others_can_read(path):
+    """Whether a user that is neither owner nor group can read path (every directory above searchable)."""
+    p = os.path.abspath(path)
+    if not os.stat(p).st_mode & 0o004:
+        return False
+    while p != "/":
+        p = os.path.dirname(p)
+        if not os.stat(p).st_mode & 0o001:
+            return False
+    return True
+
+
+def test_server_as_another_user():
+    if os.geteuid() != 0 or not others_can_read(SERVER):
+        print("skipped: needs root and a server file that nobody can read")
+        return
+    with start() as a:
+        c = a.create(settings={"model": "echo", "tools": ["nobody"]})
+        r = call(a, c, "nobody__get-sum", {"a": 1, "b": 2})
+        assert r["status"] == "resolved" and r["result"]["text"] == "The sum of 1 and 2 is 3.", r
+        pid = servers(a)[0]
+        with open(f"/proc/{pid}/status") as f:
+            uids = [line.split()[1:] for line in f if line.startswith(("Uid:", "Gid:"))]
+        assert uids == [["65534"] * 4, [uids[1][0]] * 4] and uids[1][0] != "0", uids
         idle(a, c)
 
 
