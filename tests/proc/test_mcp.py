@@ -136,8 +136,9 @@ def idle(a, c):
     wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 30, "idle")
 
 
-def servers(a, needle=str(SERVER)):
-    """Pids of the server processes (node running server-everything) under agentd."""
+def servers(a, needle=str(SERVER), program=b"node"):
+    """Pids of the live server processes (node running server-everything; or another program whose
+    arguments hold needle)."""
     out = []
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -146,7 +147,7 @@ def servers(a, needle=str(SERVER)):
                     argv = f.read().split(b"\0")
             except OSError:
                 continue
-            if argv and argv[0].endswith(b"node") and needle.encode() in argv:
+            if argv and argv[0].endswith(program) and any(needle.encode() in x for x in argv):
                 st = harness.proc_stat(int(name))
                 if st and st[0] != "Z":
                     out.append(int(name))
@@ -308,7 +309,9 @@ def test_server_killed_mid_call():
         # A death between calls is noticed at the next use, which starts it again.
         pid2 = servers(a)[0]
         os.kill(pid2, signal.SIGKILL)
-        wait_for(lambda: pid2 not in servers(a), 10, "the server's death")
+        # Gone, and so is the recorder in front of it (else the next call may meet its death mid-call).
+        wait_for(lambda: pid2 not in servers(a) and not servers(a, "sent_slow.jsonl", b"python3"), 10,
+                 "the server's death")
         r = call(a, c, "slow__get-sum", {"a": 5, "b": 6})
         assert r["status"] == "resolved" and r["result"]["text"] == "The sum of 5 and 6 is 11.", r
         assert started(a, "slow") == 3
