@@ -162,8 +162,12 @@ def test_killed_at_limits():
         assert r["result"]["error"] == "killed at its CPU time limit (rlimit_cpu = 1 s)", r
         assert r["result"]["signal"] == signal.SIGXCPU, r
         r = call(a, c, "hog_files", {"what": "files"})
-        assert r["status"] == "errored" and "rlimit_nofile = 64" in r["result"]["error"], r
-        assert "Too many open files" in r["result"]["stderr"], r
+        if harness.VALGRIND_WORKERS:
+            # valgrind keeps RLIMIT_NOFILE to itself: a worker under it cannot pass that limit on.
+            assert r["status"] == "resolved" and r["result"] == "opened 200", r
+        else:
+            assert r["status"] == "errored" and "rlimit_nofile = 64" in r["result"]["error"], r
+            assert "Too many open files" in r["result"]["stderr"], r
         wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 10, "idle")
 
 
