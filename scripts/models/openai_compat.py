@@ -70,7 +70,9 @@ def to_chat(req):
 def to_tools(req):
     return [{"type": "function", "function": {
         "name": t["name"], "description": t.get("description", ""),
-        "parameters": {"type": "object", "additionalProperties": True}}} for t in req.get("tools", [])]
+        # An MCP server's tools come with their JSON Schema; agentd's own tools take any object.
+        "parameters": t.get("input_schema") or {"type": "object", "additionalProperties": True}}}
+        for t in req.get("tools", [])]
 
 
 def call(args, req):
