@@ -426,8 +426,12 @@ static int mcp_key(struct tool_cfg *t, const char *k, const char *v)
 		return config_duration(v, &m->start_timeout_ms) || m->start_timeout_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "url"))
 		return -3;
-	if (!strcmp(k, "executor") || !strcmp(k, "prompt") || !strcmp(k, "expires") || !strcmp(k, "description"))
-		return -2; /* each tool has the server's own description */
+	/* A server tool's keys that mean nothing here: each tool has the
+	 * server's own description, and a server is no human. */
+	static const char *const not_here[] = { "executor", "prompt", "expires", "description" };
+	for (size_t i = 0; i < sizeof not_here / sizeof *not_here; i++)
+		if (!strcmp(k, not_here[i]))
+			return -2;
 	return tool_key(t, k, v);
 }
 
