@@ -100,7 +100,7 @@ static json_t *body(const struct model_cfg *mc, const json_t *req)
 		size_t i;
 		json_t *t;
 		json_array_foreach(tools, i, t) {
-			json_t *p = json_object_get(t, "parameters");
+			json_t *p = json_object_get(t, "input_schema"); /* an MCP tool's (mcp.h) */
 			const char *d = json_string_value(json_object_get(t, "description"));
 			json_t *o = json_pack("{sOso}", "name", json_object_get(t, "name"), "input_schema",
 					      json_is_object(p) ? json_incref(p) : json_pack("{sss{}}", "type", "object",

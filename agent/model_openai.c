@@ -78,7 +78,7 @@ static int summarize(const json_t *req)
 
 static json_t *tool_schema(const json_t *tool)
 {
-	json_t *p = json_object_get(tool, "parameters");
+	json_t *p = json_object_get(tool, "input_schema"); /* an MCP tool's (mcp.h) */
 	if (json_is_object(p))
 		return json_incref(p);
 	return json_pack("{sss{}}", "type", "object", "properties");

@@ -204,7 +204,8 @@ def test_the_configuration_page_has_every_key():
     src = open(REPO / "common/config.c").read()
     page = f"{stage()}/share/man/man5/agentd.ini.5"
     for funcs, section in ((("agentd_key",), "[agentd]"), (("model_key", "model_http_key"), "[model.NAME]"),
-                           (("tool_key",), "[tool.NAME]")):
+                           (("tool_key",), "[tool.NAME]"), (("mcp_key",), "[mcp.NAME]"),
+                           (("iso_key",), "ISOLATION KEYS")):
         keys = set()
         for func in funcs:
             body = re.search(rf"^static int {func}\(.*?^}}", src, re.S | re.M).group(0)

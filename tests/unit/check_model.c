@@ -223,6 +223,33 @@ START_TEST(test_fuzz_regressions)
 }
 END_TEST
 
+/* An MCP tool's input_schema (mcp.h) is the function's parameters (openai)
+ * and the tool's input_schema (anthropic); other tools get an open object. */
+START_TEST(test_tool_schemas)
+{
+	json_error_t je;
+	json_t *req = json_loads("{\"task\":\"turn\",\"messages\":[{\"seq\":1,\"type\":\"user_msg\",\"content\":"
+				 "{\"text\":\"hi\"}}],\"tools\":[{\"name\":\"m_echo\",\"description\":\"d\",\"input_schema\":"
+				 "{\"type\":\"object\",\"required\":[\"message\"]}},{\"name\":\"calc\"}]}", 0, &je);
+	ck_assert_msg(req != NULL, "%s", je.text);
+	struct model_cfg mc = { .name = "m", .model = "m", .base_url = "http://x/v1", .kind = MODEL_OPENAI };
+	json_t *b = model_api_of(&mc)->body(&mc, req);
+	json_t *fn = json_object_get(json_array_get(json_object_get(b, "tools"), 0), "function");
+	ck_assert_str_eq(json_string_value(json_array_get(json_object_get(json_object_get(fn, "parameters"), "required"), 0)),
+			 "message");
+	fn = json_object_get(json_array_get(json_object_get(b, "tools"), 1), "function");
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(fn, "parameters"), "type")), "object");
+	json_decref(b);
+	mc.kind = MODEL_ANTHROPIC;
+	mc.max_tokens = 10;
+	b = model_api_of(&mc)->body(&mc, req);
+	json_t *t = json_array_get(json_object_get(b, "tools"), 0);
+	ck_assert(json_object_get(json_object_get(t, "input_schema"), "required") != NULL);
+	json_decref(b);
+	json_decref(req);
+}
+END_TEST
+
 Suite *make_model_suite(void)
 {
 	Suite *s = suite_create("model");
@@ -232,6 +259,7 @@ Suite *make_model_suite(void)
 	tcase_add_test(tc, test_retry_after);
 	tcase_add_test(tc, test_transcript_order);
 	tcase_add_test(tc, test_fuzz_regressions);
+	tcase_add_test(tc, test_tool_schemas);
 	suite_add_tcase(s, tc);
 	return s;
 }
