@@ -51,7 +51,9 @@ static void common_headers(struct MHD_Response *r)
 {
 	MHD_add_response_header(r, "Content-Security-Policy", CSP);
 	MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-	MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+	/* same-origin, not no-referrer: under no-referrer browsers send
+	 * "Origin: null" on POSTs, and the CSRF check needs the real one. */
+	MHD_add_response_header(r, "Referrer-Policy", "same-origin");
 	MHD_add_response_header(r, "X-Frame-Options", "DENY");
 	MHD_add_response_header(r, "Cache-Control", "no-store");
 }
@@ -649,7 +651,7 @@ static enum MHD_Result route(struct MHD_Connection *c, const char *url, const ch
 
 	/* The only routes open without credentials: the login form, and
 	 * what signs in. */
-	if (!strcmp(url, "/login.css") && get)
+	if ((!strcmp(url, "/login.css") || !strcmp(url, "/favicon.svg")) && get)
 		return send_asset(c, url);
 	if (!strcmp(url, "/login") && get) {
 		const char *once = arg(c, "once");
