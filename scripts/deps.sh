@@ -1,20 +1,33 @@
 #!/usr/bin/env bash
 # Install agentd's build and test dependencies from Debian packages when any is missing.
 # Usage: scripts/deps.sh [--bench]   (--bench adds SQLite and Redis, used only by benchmarks)
+# Also installs tests/web's npm packages (puppeteer-core, for the browser test) into tests/web/node_modules.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config liblmdb-dev lmdb-utils libmsgpack-dev check libbsd-dev
       libjansson-dev libinih-dev clang python3 python3-pytest procps valgrind gdb
-      libsystemd-dev systemd man-db groff-base dpkg-dev)
+      libsystemd-dev systemd man-db groff-base dpkg-dev libmicrohttpd-dev chromium)
 # libsystemd-dev: sd_notify (supervisor/notify.c). systemd (systemd-analyze), man-db and
 # groff-base (man --warnings), dpkg-dev (cpack's dpkg-shlibdeps): tests/proc/test_install.py.
+# libmicrohttpd-dev: agentd-web; chromium: its browser test (tests/proc/test_web_browser.py).
+# Node.js for the browser test: Debian's, unless one is installed already (another packaging of it,
+# such as NodeSource's, conflicts with Debian's npm package).
+command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
 [ "${1:-}" = "--bench" ] && pkgs+=(libsqlite3-dev redis-server redis-tools)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-echo "deps: installing ${missing[*]}" >&2
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "deps: installing ${missing[*]}" >&2
+	sudo=""
+	[ "$(id -u)" -ne 0 ] && sudo="sudo"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The versions package-lock.json pins, from the npm registry; again only when the lock file changed.
+web="$(cd "$(dirname "$0")/.." && pwd)/tests/web"
+if ! cmp -s "$web/package-lock.json" "$web/node_modules/.agentd-installed-lock" 2>/dev/null; then
+	echo "deps: installing tests/web's npm packages" >&2
+	(cd "$web" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+	cp "$web/package-lock.json" "$web/node_modules/.agentd-installed-lock"
+fi
