@@ -65,7 +65,7 @@ static int read_line(struct ctl_watch *w, int timeout_ms, int extra_fd, size_t *
 	long long deadline = mono_ms() + timeout_ms;
 	size_t scanned = 0;
 	for (;;) {
-		char *p = memchr(w->buf + scanned, '\n', w->len - scanned);
+		char *p = w->len > scanned ? memchr(w->buf + scanned, '\n', w->len - scanned) : NULL;
 		if (p) {
 			*nl = (size_t)(p - w->buf);
 			return 1;

@@ -271,7 +271,8 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 	}
 	for (size_t i = 0; i < n; i++)
 		v[i] = json_array_get(out, i);
-	qsort(v, n, sizeof *v, pending_cmp);
+	if (n) /* qsort(NULL, 0, ...) is undefined */
+		qsort(v, n, sizeof *v, pending_cmp);
 	json_t *sorted = json_array();
 	for (size_t i = 0; i < n; i++)
 		json_array_append(sorted, v[i]);
@@ -546,7 +547,7 @@ static int form_value(const char *body, size_t len, const char *key, char *out, 
 				int ch = body[p];
 				if (ch == '+')
 					ch = ' ';
-				else if (ch == '%' && p + 2 < end + 1 && hexval(body[p + 1]) >= 0 && hexval(body[p + 2]) >= 0) {
+				else if (ch == '%' && p + 2 < end && hexval(body[p + 1]) >= 0 && hexval(body[p + 2]) >= 0) {
 					ch = hexval(body[p + 1]) * 16 + hexval(body[p + 2]);
 					p += 2;
 				}

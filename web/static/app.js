@@ -87,7 +87,9 @@ function cardSetStatus(card, state, text) {
   card.node.classList.add(state);
   card.state = state;
   card.status.textContent = text;
-  for (const b of card.node.querySelectorAll('button, input, textarea')) if (!b.classList.contains('dismiss')) b.disabled = true;
+  for (const b of card.node.querySelectorAll('button, input, textarea')) b.disabled = true;
+  // Said, then out of the way: a minute later the card goes.
+  if ((state === 'expired' || state === 'stale') && !card.leaving) card.leaving = setTimeout(() => removeCard(card), 60000);
 }
 
 async function decide(card, decision) {
