@@ -302,6 +302,10 @@ def test_bad_start_up():
             assert w.get("/api/status")[0] == 200
         finally:
             w.stop()
+        rc, out, err = run("--help")
+        assert rc == 0 and out.startswith("usage: agentd-web") and "--token-file" in out and err == "", (out, err)
+        rc, out, err = run("--bogus")
+        assert rc == 2 and "usage: agentd-web" in err, err
         rc, out, err = run("--version")
         assert rc == 0 and re.fullmatch(r"agentd-web \d+\.\d+\.\d+\n", out), out
 

@@ -38,8 +38,12 @@ function fmtLeft(ms) {
 
 function json(v, indent) { return JSON.stringify(v, null, indent); }
 
-// A value readable as is: strings without quotes, the rest as indented JSON.
-function readable(v) { return typeof v === 'string' ? v : json(v, 2); }
+// A value readable as is: strings without quotes, short values as one line of JSON, the rest indented.
+function readable(v) {
+  if (typeof v === 'string') return v;
+  const line = json(v);
+  return line === undefined || line.length <= 60 ? String(line) : json(v, 2);
+}
 
 function banner(msg, signIn) {
   const b = document.getElementById('banner');
