@@ -157,6 +157,32 @@ def test_csrf_and_who_decided():
         assert res["by"]["name"] == "Bo" and res["result"] == {"approved": True}, res
 
 
+def test_behind_a_proxy():
+    """--origin, --secure-cookie and --user-header, as behind the nginx of docs/web.md."""
+    with Agentd(config=TOOLS) as a, AgentdWeb(a, ["--origin", "https://approvals.example.com", "--secure-cookie",
+                                                  "--user-header", "X-Remote-User"]) as w:
+        proxy = {"Host": "approvals.example.com", "Origin": "https://approvals.example.com"}
+        st, h, _ = w.post("/login", urllib.parse.urlencode({"token": w.token}),
+                          dict(proxy, **{"Content-Type": "application/x-www-form-urlencoded"}))
+        assert st == 303 and h["Set-Cookie"].endswith("; HttpOnly; SameSite=Strict; Secure"), (st, dict(h))
+        ck = h["Set-Cookie"].split(";")[0]
+        st, _, b = w.get("/api/session", dict(proxy, Cookie=ck, **{"X-Remote-User": "bob"}), token=False)
+        s = json.loads(b)
+        assert st == 200 and s["by"] == "bob" and s["name_from_proxy"] is True, s
+        c = a.ok({"op": "create", "settings": {"model": "echo", "tools": ["approve"]}})["conversation"]
+        tc = ask(a, c)
+        good = dict(proxy, Cookie=ck, **{"X-CSRF-Token": s["csrf"], "X-Remote-User": "bob"})
+        st, _, b = w.post("/api/resolve", json.dumps({"tool_call_id": tc, "decision": "approve"}),
+                          dict(good, Origin="http://127.0.0.1:8080"))
+        assert st == 403, (st, b)  # not an origin this agentd-web serves
+        st, _, b = w.post("/api/resolve", json.dumps({"tool_call_id": tc, "decision": "approve"}), good)
+        assert st == 200, (st, b)
+        res = [e for e in a.events(c) if e["seq"] == json.loads(b)["seq"]][0]["content"]
+        assert res["by"] == {"uid": os.getuid(), "name": "bob"}, res
+        # another Host than the origins': refused
+        assert w.get("/api/status", {"Host": "other.example.com"})[0] == 403
+
+
 def test_pending_list_and_routes():
     with Agentd(config=TOOLS) as a, AgentdWeb(a) as w:
         st, _, b = w.get("/api/pending")
