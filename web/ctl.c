@@ -149,6 +149,113 @@ int ctl_request(const char *path, json_t *req, int timeout_ms, json_t **reply)
 	return e;
 }
 
+/* The requests as one buffer of lines. */
+static char *lines_of(json_t *reqs, size_t *len)
+{
+	size_t i, n = 0, cap = 0;
+	json_t *r;
+	char *buf = NULL;
+	json_array_foreach(reqs, i, r) {
+		char *l = json_dumps(r, JSON_COMPACT);
+		size_t ll = l ? strlen(l) : 0;
+		if (l && n + ll + 1 > cap) {
+			size_t nc = (n + ll + 1) * 2;
+			char *b = realloc(buf, nc);
+			if (!b) {
+				free(l);
+				l = NULL;
+			} else {
+				buf = b;
+				cap = nc;
+			}
+		}
+		if (!l) {
+			free(buf);
+			return NULL;
+		}
+		memcpy(buf + n, l, ll);
+		buf[n + ll] = '\n';
+		n += ll + 1;
+		free(l);
+	}
+	*len = n;
+	return buf ? buf : calloc(1, 1);
+}
+
+int ctl_pipeline(const char *path, json_t *reqs, int timeout_ms, json_t **replies)
+{
+	struct ctl_watch w = { .fd = -1 };
+	size_t len, off = 0, want = json_array_size(reqs);
+	long long deadline = mono_ms() + timeout_ms;
+	int e = 0;
+	char *out = lines_of(reqs, &len);
+	*replies = json_array();
+	if (!out || !*replies) {
+		e = -ENOMEM;
+		goto fail;
+	}
+	if ((w.fd = ctl_connect(path)) < 0) {
+		e = w.fd;
+		goto fail;
+	}
+	while (json_array_size(*replies) < want) {
+		size_t nl;
+		/* Whole lines already read first; then wait for more input, or
+		 * room to send the rest. */
+		char *p = w.len ? memchr(w.buf, '\n', w.len) : NULL;
+		if (p) {
+			nl = (size_t)(p - w.buf);
+			json_t *r = json_loadb(w.buf, nl, 0, NULL);
+			if (!json_is_object(r)) {
+				json_decref(r);
+				e = -EPROTO;
+				goto fail;
+			}
+			json_array_append_new(*replies, r);
+			memmove(w.buf, w.buf + nl + 1, w.len - nl - 1);
+			w.len -= nl + 1;
+			continue;
+		}
+		struct pollfd pf = { w.fd, (short)(POLLIN | (off < len ? POLLOUT : 0)), 0 };
+		long long left = deadline - mono_ms();
+		if (left <= 0) {
+			e = -ETIMEDOUT;
+			goto fail;
+		}
+		if (poll(&pf, 1, (int)left) < 0 && errno != EINTR) {
+			e = -errno;
+			goto fail;
+		}
+		if (off < len && (pf.revents & POLLOUT)) {
+			ssize_t n = send(w.fd, out + off, len - off, MSG_NOSIGNAL);
+			if (n > 0)
+				off += (size_t)n;
+			else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+				e = -errno;
+				goto fail;
+			}
+		}
+		if (pf.revents & (POLLIN | POLLHUP | POLLERR)) {
+			/* read_line with no wait: takes what is there, 0 when nothing */
+			e = read_line(&w, 0, -1, &nl);
+			if (e < 0) {
+				e = e == -ECONNRESET ? -EPROTO : e;
+				goto fail;
+			}
+			e = 0;
+		}
+	}
+	free(out);
+	ctl_watch_close(&w);
+	return 0;
+fail:
+	free(out);
+	ctl_watch_close(&w);
+	json_decref(*replies);
+	*replies = NULL;
+	return e;
+}
+
 int ctl_watch_open(const char *path, const char *conv, long long after, int timeout_ms, struct ctl_watch *w,
 		   json_t **reply)
 {

@@ -25,6 +25,13 @@
  * reply that is not a JSON object line), -EMSGSIZE (over CTL_REPLY_MAX). */
 int ctl_request(const char *path, json_t *req, int timeout_ms, json_t **reply);
 
+/* Send every request in reqs (an array of objects, borrowed) on one
+ * connection, pipelined (agentd answers in request order), reading replies
+ * while sending so that neither side's buffer fills up waiting for the
+ * other. Returns 0 with *replies an array of as many reply objects, in
+ * request order (the caller decrefs), or -errno as ctl_request. */
+int ctl_pipeline(const char *path, json_t *reqs, int timeout_ms, json_t **replies);
+
 /* A started watch: the connection, and what was read past the first reply. */
 struct ctl_watch {
 	int fd;

@@ -216,14 +216,14 @@ static int pending_cmp(const void *a, const void *b)
 
 /* Every pending human call: the protocol lists them per conversation, and
  * only suspended conversations have any (a person's pending call is what
- * suspends one), so this pages through those. */
+ * suspends one), so this pages through those, then asks for their pending
+ * calls all at once (pipelined on one connection). */
 static enum MHD_Result api_pending(struct MHD_Connection *c)
 {
 	enum MHD_Result ret;
-	json_t *out = json_array(), *after = NULL;
-	size_t scanned = 0;
+	json_t *reqs = json_array(), *after = NULL, *replies = NULL;
 	int truncated = 0;
-	if (!out)
+	if (!reqs)
 		return MHD_NO;
 	for (;;) {
 		json_t *req = json_pack("{sssssi}", "op", "list", "status", "suspended", "limit", 1000);
@@ -233,51 +233,50 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 		json_decref(after);
 		after = NULL;
 		if (!page) {
-			json_decref(out);
+			json_decref(reqs);
 			return ret;
 		}
 		size_t i;
 		json_t *conv;
-		json_array_foreach(json_object_get(page, "conversations"), i, conv) {
-			json_t *tr = json_pack("{sssOss}", "op", "tool_calls", "conversation",
-					       json_object_get(conv, "id"), "status", "pending");
-			json_t *reply = NULL;
-			int e = tr ? ctl_request(CFG->socket, tr, CTL_TIMEOUT_MS, &reply) : -ENOMEM;
-			json_decref(tr);
-			/* A conversation deleted meanwhile is simply not listed. */
-			size_t k;
-			json_t *tc;
-			json_array_foreach(e ? NULL : json_object_get(reply, "tool_calls"), k, tc)
-				if (!strcmp(json_string_value(json_object_get(tc, "executor")) ?: "", "human"))
-					json_array_append(out, tc);
-			json_decref(reply);
-			scanned++;
-		}
+		json_array_foreach(json_object_get(page, "conversations"), i, conv)
+			json_array_append_new(reqs, json_pack("{sssOss}", "op", "tool_calls", "conversation",
+							      json_object_get(conv, "id"), "status", "pending"));
 		after = json_incref(json_object_get(page, "next"));
 		json_decref(page);
 		if (!after)
 			break;
-		if (scanned >= PENDING_CONVS_MAX) {
+		if (json_array_size(reqs) >= PENDING_CONVS_MAX) {
 			truncated = 1;
 			json_decref(after);
 			break;
 		}
 	}
-	size_t n = json_array_size(out);
+	int e = ctl_pipeline(CFG->socket, reqs, CTL_TIMEOUT_MS, &replies);
+	json_decref(reqs);
+	if (e)
+		return send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
+	size_t n = 0, i, k;
+	json_t *r, *tc;
+	json_array_foreach(replies, i, r) /* a conversation deleted meanwhile (not_found) is simply not listed */
+		json_array_foreach(json_object_get(r, "tool_calls"), k, tc)
+			n += !strcmp(json_string_value(json_object_get(tc, "executor")) ?: "", "human");
 	json_t **v = n ? malloc(n * sizeof *v) : NULL;
 	if (n && !v) {
-		json_decref(out);
+		json_decref(replies);
 		return MHD_NO;
 	}
-	for (size_t i = 0; i < n; i++)
-		v[i] = json_array_get(out, i);
+	n = 0;
+	json_array_foreach(replies, i, r)
+		json_array_foreach(json_object_get(r, "tool_calls"), k, tc)
+			if (!strcmp(json_string_value(json_object_get(tc, "executor")) ?: "", "human"))
+				v[n++] = tc;
 	if (n) /* qsort(NULL, 0, ...) is undefined */
 		qsort(v, n, sizeof *v, pending_cmp);
 	json_t *sorted = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append(sorted, v[i]);
+	for (size_t j = 0; sorted && j < n; j++)
+		json_array_append(sorted, v[j]);
 	free(v);
-	json_decref(out);
+	json_decref(replies);
 	return send_json(c, 200, json_pack("{sosIsb}", "pending", sorted, "now", (json_int_t)now_ms(), "truncated",
 					   truncated));
 }
