@@ -42,8 +42,9 @@ class AgentdWeb:
         e = dict(os.environ if env is None else env)
         if env is None:
             e.pop("AGENTD_WEB_TOKEN", None)
-        self.proc = subprocess.Popen(cmd, stdout=open(self.out_path, "wb"), stderr=open(self.err_path, "wb"),
-                                     env=e, start_new_session=True, preexec_fn=harness._pdeathsig)
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=e, start_new_session=True,
+                                         preexec_fn=harness._pdeathsig)
         m = wait_for(lambda: self._links(), 10, "agentd-web's login link")
         self.base = re.search(r"listening on (http://\S+)", self.output()).group(1)
         self.link = m[-1]
