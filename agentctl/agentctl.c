@@ -187,6 +187,7 @@ static const struct param opt_resolve[] = {
 
 static const struct param opt_decide[] = {
 	{"--comment", "comment", K_RES_STR, "TEXT", NULL, false, "a note kept with the decision (result.comment)"},
+	{"--by", "by", K_STR, "NAME", NULL, false, "who decides, recorded with your uid in the resolution event"},
 	{0},
 };
 

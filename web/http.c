@@ -478,8 +478,9 @@ static void by_name(struct MHD_Connection *c, const struct who *w, char *out, si
 }
 
 /* {"tool_call_id", "decision": "approve"|"deny", "comment"?, "result"?}:
- * approve settles it resolved, deny errored; the result is the one given, or
- * {"approved": true|false, "comment"?}. */
+ * settled resolved (as agentctl approve and deny do: a denial is an answer,
+ * not a failure) with the result given, or {"approved": true|false,
+ * "comment"?}. */
 static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, const struct who *w)
 {
 	json_t *b = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, NULL);
@@ -514,8 +515,8 @@ static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, con
 	}
 	char name[AUTH_NAME_MAX + 1];
 	by_name(c, w, name, sizeof name);
-	json_t *req = json_pack("{sssssssoss}", "op", "resolve", "tool_call_id", tc, "status",
-				approve ? "resolved" : "errored", "result", result, "by", name);
+	json_t *req = json_pack("{sssssssoss}", "op", "resolve", "tool_call_id", tc, "status", "resolved", "result",
+				result, "by", name);
 	json_decref(b);
 	json_t *r = agentd(c, req, &ret);
 	if (!r)

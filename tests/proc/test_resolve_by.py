@@ -43,6 +43,11 @@ def test_agentctl_resolve_records_the_uid_and_name():
         tc = ask(a, c)
         a.ctl("resolve", tc, "--status", "errored", "--by", "Zoë <ops>")
         assert resolution(a, c, tc)["by"] == {"uid": os.getuid(), "name": "Zoë <ops>"}
+        tc = ask(a, c)
+        a.ctl("deny", tc, "--comment", "no", "--by", "ops")
+        assert resolution(a, c, tc) == {"tool_call_id": tc, "status": "resolved",
+                                        "result": {"approved": False, "comment": "no"},
+                                        "by": {"uid": os.getuid(), "name": "ops"}}
         # over the protocol directly: a client cannot claim another uid
         tc = ask(a, c)
         bad = a.request({"op": "resolve", "tool_call_id": tc, "by": {"uid": 0}})

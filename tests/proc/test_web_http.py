@@ -133,7 +133,7 @@ def test_csrf_and_who_decided():
                           token=True)
         assert st == 200, (st, b)
         res = [e for e in a.events(c) if e["seq"] == json.loads(b)["seq"]][0]["content"]
-        assert res["status"] == "errored" and res["result"] == {"why": "no"} and res["by"] == {
+        assert res["status"] == "resolved" and res["result"] == {"why": "no"} and res["by"] == {
             "uid": os.getuid(), "name": "agentd-web (token)"}, res
         # bad bodies: a clear 400, nothing decided
         tc = ask(a, c)

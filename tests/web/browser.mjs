@@ -159,7 +159,7 @@ try {
     await page.click(`${sel} button.deny`);
     await waitText(page, `${sel} .card-status`, 'Denied by');
     const res = resolutions(c1, id);
-    assert(res.length === 1 && res[0].content.status === 'errored', JSON.stringify(res));
+    assert(res.length === 1 && res[0].content.status === 'resolved', JSON.stringify(res));
     assert(JSON.stringify(res[0].content.result) === '{"approved":false,"comment":"too much"}', JSON.stringify(res[0].content));
   });
 
