@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install agentd's build and test dependencies from Debian packages when any is missing.
 # Usage: scripts/deps.sh [--bench]   (--bench adds SQLite and Redis, used only by benchmarks)
-# Also installs tests/web's npm packages (puppeteer-core, for the browser test) into tests/web/node_modules.
+# Also installs the npm packages tests/mcp and tests/web pin (their node_modules, git-ignored).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config liblmdb-dev lmdb-utils libmsgpack-dev check libbsd-dev
       libjansson-dev libinih-dev clang python3 python3-pytest procps valgrind gdb
