@@ -508,6 +508,12 @@ static int exec_simple(PGconn *c, const char *cmd)
 	return err;
 }
 
+static void notice_quiet(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
 static int conn_open(store *s, struct pgconn **out)
 {
 	struct pgconn *pc = calloc(1, sizeof *pc);
@@ -518,6 +524,9 @@ static int conn_open(store *s, struct pgconn **out)
 		conn_close(pc);
 		return -ECONNREFUSED;
 	}
+	/* Server notices (client_min_messages is warning) are not for a
+	 * library to print on its caller's stderr. */
+	PQsetNoticeProcessor(pc->c, notice_quiet, NULL);
 	/* libpq marks its socket close-on-exec already; a worker's children
 	 * must never inherit a connection, so make sure. */
 	int fd = PQsocket(pc->c);
@@ -789,6 +798,30 @@ static void txn_end(store_txn *x, int ok_conn)
 	free(x);
 }
 
+/* BEGIN on the txn's connection, after measuring the store for a quota. */
+static int txn_start(store_txn *x, int lazy)
+{
+	store *s = x->s;
+	int err = 0;
+	if (x->write && s->quota) {
+		/* As LMDB's map: grow after a write met the limit, or ahead
+		 * once the data passes three quarters of it. */
+		err = store_size(x->pc->c, &x->base);
+		if (!err && (s->grow_pending || x->base > s->map_size / 4 * 3) && s->map_size < s->opts.max_map_size)
+			limit_grow(s, s->map_size * 2);
+		if (!err)
+			s->grow_pending = 0;
+	}
+	/* A read txn's snapshot is taken by its first statement: take it now,
+	 * as LMDB's is taken at begin. */
+	if (!err)
+		err = exec_simple(x->pc->c, !x->write ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
+				  : lazy && s->opts.sync == STORE_SYNC_FULL
+					  ? "BEGIN; SET LOCAL synchronous_commit = off"
+					  : "BEGIN");
+	return err;
+}
+
 int store_txn_begin(store *s, int mode, store_txn **out)
 {
 	if (!s || !out || (mode != STORE_READ && mode != STORE_WRITE && mode != STORE_WRITE_LAZY))
@@ -811,21 +844,19 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 		free(x);
 		return err;
 	}
-	if (write && s->quota) {
-		/* As LMDB's map: grow after a write met the limit, or ahead
-		 * once the data passes three quarters of it. */
-		err = store_size(x->pc->c, &x->base);
-		if (!err && (s->grow_pending || x->base > s->map_size / 4 * 3) && s->map_size < s->opts.max_map_size)
-			limit_grow(s, s->map_size * 2);
-		s->grow_pending = 0;
+	err = txn_start(x, lazy);
+	if (err && PQstatus(x->pc->c) == CONNECTION_BAD) {
+		/* A spare whose server went away (a restart, a failover, an
+		 * idle timeout) is found dead only by using it: nothing of the
+		 * txn ran, so it starts again on a new connection, and the other
+		 * spares, likely dead too, go. */
+		conn_close(x->pc);
+		x->pc = NULL;
+		while (s->nspare)
+			conn_close(s->spare[--s->nspare]);
+		if ((err = conn_open(s, &x->pc)) == 0)
+			err = txn_start(x, lazy);
 	}
-	/* A read txn's snapshot is taken by its first statement: take it now,
-	 * as LMDB's is taken at begin. */
-	if (!err)
-		err = exec_simple(x->pc->c, !write ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
-				  : lazy && s->opts.sync == STORE_SYNC_FULL
-					  ? "BEGIN; SET LOCAL synchronous_commit = off"
-					  : "BEGIN");
 	if (err) {
 		conn_close(x->pc);
 		free(x);

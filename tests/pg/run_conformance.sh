@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # conformance_pg: check_all's conformance suite against the PostgreSQL store,
-# in a cluster started here and stopped by its pid on every way out.
+# then its store_pg suite's server tests, in a cluster started here and
+# stopped by its pid on every way out.
 # Usage: tests/pg/run_conformance.sh path/to/check_all
 set -euo pipefail
 check_all=$1
@@ -14,4 +15,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 prefix=$("$here/cluster.sh" start "$dir")
 psql -X -q "$prefix dbname=postgres" -c "CREATE DATABASE conformance" >/dev/null
-AGENTD_TEST_STORE=pg AGENTD_TEST_PG="$prefix" CK_RUN_SUITE=conformance "$check_all"
+export AGENTD_TEST_STORE=pg AGENTD_TEST_PG="$prefix"
+CK_RUN_SUITE=conformance "$check_all"
+CK_RUN_SUITE=store_pg "$check_all" # what the PostgreSQL store adds, with the server
