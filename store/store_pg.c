@@ -60,7 +60,7 @@
 enum {
 	Q_CONV_GET, Q_CONV_LOCK, Q_CONV_INSERT, Q_CONV_UPDATE, Q_CONV_LIST, Q_CONV_IDS, Q_CONV_DELETE,
 	Q_LEASE_NEXT, Q_LEASE_GET, Q_LEASE_LOCK, Q_USAGE_SET, Q_LAST_SEQ,
-	Q_EVENT_DUP, Q_EVENT_INSERT, Q_LAST_SEQ_SET, Q_EVENT_ID_SEQ, Q_EVENT_IDS,
+	Q_EVENT_DUP, Q_EVENT_INSERT, Q_EVENT_ID_SEQ, Q_EVENT_IDS,
 	Q_STREAM, Q_STREAM_TAIL,
 	Q_SUMMARY_PUT, Q_SUMMARY_LATEST,
 	Q_TC_UPSERT, Q_TC_GET, Q_TC_LOCK, Q_TC_LIST, Q_TC_EACH, Q_TC_ATTEMPT, Q_TC_RESOLVE,
@@ -99,9 +99,12 @@ static const char *const sql[NQ] = {
 			"updated_at = $5::int8 WHERE id = $1::text",
 	[Q_LAST_SEQ] = "SELECT last_seq FROM convs WHERE id = $1::text",
 	[Q_EVENT_DUP] = "SELECT seq FROM events WHERE conv = $1::text AND event_id = $2::bytea",
-	[Q_EVENT_INSERT] = "INSERT INTO events (conv, seq, type, inserted_at, event_id, content) "
-			   "VALUES ($1::text, $2::int8, $3::text, $4::int8, $5::bytea, $6::bytea)",
-	[Q_LAST_SEQ_SET] = "UPDATE convs SET last_seq = $2::int8 WHERE id = $1::text",
+	/* One round trip per event: the insert, or nothing for a repeated
+	 * event_id (then Q_EVENT_DUP says its seq), and last_seq follows. */
+	[Q_EVENT_INSERT] = "WITH i AS (INSERT INTO events (conv, seq, type, inserted_at, event_id, content) "
+			   "VALUES ($1::text, $2::int8, $3::text, $4::int8, $5::bytea, $6::bytea) "
+			   "ON CONFLICT (conv, event_id) WHERE event_id IS NOT NULL DO NOTHING RETURNING seq) "
+			   "UPDATE convs SET last_seq = i.seq FROM i WHERE convs.id = $1::text RETURNING i.seq",
 	[Q_EVENT_ID_SEQ] = "SELECT e.seq FROM convs c LEFT JOIN events e ON e.conv = c.id "
 			   "AND e.event_id = $2::bytea WHERE c.id = $1::text",
 	[Q_EVENT_IDS] = "SELECT event_id, seq FROM events WHERE conv = $1::text AND event_id IS NOT NULL "
@@ -251,7 +254,9 @@ static int sqlstate_err(const PGresult *r, PGconn *c)
 		return -ETIMEDOUT; /* statement_timeout */
 	if (strncmp(st, "08", 2) == 0 || strncmp(st, "57P", 3) == 0)
 		return -ECONNRESET;
-	if (strncmp(st, "XX", 2) == 0)
+	/* Every insert the store makes names its conflict (ON CONFLICT): a
+	 * unique violation is a row the store's own records say is absent. */
+	if (strncmp(st, "XX", 2) == 0 || strcmp(st, "23505") == 0)
 		return STORE_E_CORRUPT;
 	return -EIO;
 }
@@ -1168,43 +1173,36 @@ int store_events_append(store_txn *x, const char *conv, const struct store_event
 	int err = conv_load(x, conv, NULL, &last);
 	if (err)
 		return err;
-	uint64_t first = last;
 	for (size_t i = 0; i < n; i++) {
 		struct args a = { 0 };
 		PGresult *r;
-		if (ev[i].event_id) {
-			a_str(&a, conv);
-			a_bin(&a, ev[i].event_id, strlen(ev[i].event_id));
-			if (!(r = run(x, Q_EVENT_DUP, &a, &err)))
-				return err;
-			if (PQntuples(r) == 1) {
-				seqs[i] = (uint64_t)g_i64(r, 0, 0);
-				if (dups)
-					dups[i] = 1;
-				continue;
-			}
-		}
 		if ((err = quota(x, ev[i].content.len)) != 0)
 			return err;
-		memset(&a, 0, sizeof a);
 		a_str(&a, conv);
 		a_i64(&a, (int64_t)(last + 1));
 		a_str(&a, ev[i].type);
 		a_i64(&a, x->now);
 		a_str(&a, ev[i].event_id);
 		a_bytes(&a, ev[i].content, 0);
-		if (!run(x, Q_EVENT_INSERT, &a, &err))
+		if (!(r = run(x, Q_EVENT_INSERT, &a, &err)))
 			return err;
-		seqs[i] = ++last;
-		if (dups)
-			dups[i] = 0;
-	}
-	if (last != first) {
-		struct args a = { 0 };
+		if (PQntuples(r) == 1) {
+			seqs[i] = ++last;
+			if (dups)
+				dups[i] = 0;
+			continue;
+		}
+		/* A repeated event_id (the conversation is locked: it stays so). */
+		memset(&a, 0, sizeof a);
 		a_str(&a, conv);
-		a_i64(&a, (int64_t)last);
-		if (!run(x, Q_LAST_SEQ_SET, &a, &err))
+		a_bin(&a, ev[i].event_id, strlen(ev[i].event_id));
+		if (!(r = run(x, Q_EVENT_DUP, &a, &err)))
 			return err;
+		if (PQntuples(r) != 1)
+			return fail(x, STORE_E_CORRUPT);
+		seqs[i] = (uint64_t)g_i64(r, 0, 0);
+		if (dups)
+			dups[i] = 1;
 	}
 	return 0;
 }
