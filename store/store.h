@@ -62,11 +62,14 @@
  *    it. STORE_WRITE_LAZY is synchronous_commit off for that transaction: a
  *    server crash may undo it, a client's kill never does.
  *  - map_size and max_map_size: with max_map_size given, a quota on the bytes
- *    of the store's tables (indexes and TOAST included), measured at each
- *    write transaction's begin, plus what the transaction writes: passing it
- *    is STORE_E_FULL, and the quota grows as LMDB's map does (doubling within
- *    max_map_size before the next write transaction; store_reserve grows it
- *    ahead). Without max_map_size there is no quota: the server's disk is the
+ *    of the store's tables (indexes and TOAST included) plus what the write
+ *    transaction writes: passing it is STORE_E_FULL. The size is measured at
+ *    a write transaction's begin once this handle's estimate (the last
+ *    measure plus its own commits since) passes half the quota, or when the
+ *    last measure is a second old: other processes' writes of the last second
+ *    may pass it by that much. The quota grows as LMDB's map does
+ *    (doubling within max_map_size before the next write transaction;
+ *    store_reserve grows it ahead). Without max_map_size there is no quota: the server's disk is the
  *    limit, and map_size only reports the default. store_map_size() is the
  *    quota now. Event content is stored uncompressed (as on LMDB).
  *  - store_stat: size_bytes is the bytes of the store's tables, file_bytes

@@ -203,6 +203,8 @@ static const char schema_v1[] =
 
 /* ---- handles --------------------------------------------------------- */
 
+_Static_assert(NQ <= 64, "struct pgconn.prepared has a bit per statement");
+
 struct pgconn {
 	PGconn *c;
 	uint64_t prepared; /* bit q: statement q is prepared on this connection */
@@ -215,6 +217,8 @@ struct store {
 	int quota;        /* max_map_size was given: map_size is enforced */
 	size_t map_size;  /* the limit in force, growing to max_map_size */
 	int grow_pending; /* a write met the limit: grow before the next begins */
+	uint64_t size_est;  /* the store's bytes when last measured, plus what this handle wrote since */
+	int64_t measured;   /* CLOCK_MONOTONIC ms of that measure; 0: never */
 	int ntxn;
 	int writing;
 	unsigned readers;
@@ -428,6 +432,13 @@ static int quota(store_txn *x, size_t bytes)
 }
 
 /* ---- small helpers (as store_lmdb.c's) ------------------------------- */
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static int64_t clock_ms(void)
 {
@@ -775,6 +786,8 @@ int store_reserve(store *s, size_t bytes)
 	conn_give(s, pc);
 	if (err)
 		return err;
+	s->size_est = used;
+	s->measured = mono_ms();
 	uint64_t need = used + 2 * (uint64_t)bytes;
 	size_t want = s->map_size;
 	while (want < need && want < s->opts.max_map_size)
@@ -809,13 +822,21 @@ static int txn_start(store_txn *x, int lazy)
 	store *s = x->s;
 	int err = 0;
 	if (x->write && s->quota) {
+		/* The size is measured (a query) when this handle's estimate is
+		 * near the quota, or a second old (other processes write too):
+		 * far below its quota, a write txn does not pay for it. */
+		int64_t t = mono_ms();
+		if (!s->measured || t - s->measured >= 1000 || s->size_est > s->map_size / 2 || s->grow_pending) {
+			if ((err = store_size(x->pc->c, &s->size_est)) != 0)
+				return err;
+			s->measured = t;
+		}
+		x->base = s->size_est;
 		/* As LMDB's map: grow after a write met the limit, or ahead
 		 * once the data passes three quarters of it. */
-		err = store_size(x->pc->c, &x->base);
-		if (!err && (s->grow_pending || x->base > s->map_size / 4 * 3) && s->map_size < s->opts.max_map_size)
+		if ((s->grow_pending || x->base > s->map_size / 4 * 3) && s->map_size < s->opts.max_map_size)
 			limit_grow(s, s->map_size * 2);
-		if (!err)
-			s->grow_pending = 0;
+		s->grow_pending = 0;
 	}
 	/* A read txn's snapshot is taken by its first statement: take it now,
 	 * as LMDB's is taken at begin. */
@@ -892,6 +913,8 @@ int store_txn_commit(store_txn *x)
 		else if (strcmp(PQcmdStatus(r), "COMMIT") != 0)
 			err = -EIO; /* the server had aborted it */
 		PQclear(r);
+		if (!err)
+			x->s->size_est += x->written;
 	}
 	txn_end(x, PQstatus(c) == CONNECTION_OK);
 	return err;
