@@ -46,9 +46,12 @@
  *    conversations run side by side. store_lease_check in a write transaction
  *    takes that lock, so a store_lease_next elsewhere waits for the checked
  *    transaction to end, and the superseded writer's next check is fenced.
- *    Tool-call rows are locked the same way by resolve, attempt and the
- *    expiry calls. Two transactions locking rows in opposite orders deadlock:
- *    the server aborts one, which fails -EAGAIN: abort it and retry.
+ *    Resolve, attempt and the expiry calls lock the tool call's conversation
+ *    first, then the call's row, so a resolver and that conversation's
+ *    worker queue rather than deadlock. Transactions that lock several
+ *    conversations in opposite orders do deadlock: the server aborts one,
+ *    which fails -EAGAIN (abort it and retry); taking them in id order
+ *    avoids it.
  *  - What a read returns points into the transaction's result sets and stays
  *    valid until the transaction ends, in a write transaction too.
  *  - A server error poisons the transaction, read or write (PostgreSQL has

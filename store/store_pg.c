@@ -63,7 +63,7 @@ enum {
 	Q_EVENT_DUP, Q_EVENT_INSERT, Q_EVENT_ID_SEQ, Q_EVENT_IDS,
 	Q_STREAM, Q_STREAM_TAIL,
 	Q_SUMMARY_PUT, Q_SUMMARY_LATEST,
-	Q_TC_UPSERT, Q_TC_GET, Q_TC_LOCK, Q_TC_LIST, Q_TC_EACH, Q_TC_ATTEMPT, Q_TC_RESOLVE,
+	Q_TC_UPSERT, Q_TC_GET, Q_TC_LOCK, Q_TC_CONV_LOCK, Q_TC_LIST, Q_TC_EACH, Q_TC_ATTEMPT, Q_TC_RESOLVE,
 	Q_EXP_SCHEDULE, Q_EXP_CANCEL, Q_EXP_DROP, Q_EXP_DUE, Q_EXP_EARLIEST,
 	Q_MC_PUT, Q_MC_LIST, Q_MC_GC,
 	NQ
@@ -129,6 +129,8 @@ static const char *const sql[NQ] = {
 			"RETURNING 1",
 	[Q_TC_GET] = "SELECT " TC_COLS " FROM tool_calls WHERE id = $1::text",
 	[Q_TC_LOCK] = "SELECT status, deadline, conv FROM tool_calls WHERE id = $1::text FOR UPDATE",
+	[Q_TC_CONV_LOCK] = "SELECT c.id FROM tool_calls t JOIN convs c ON c.id = t.conv WHERE t.id = $1::text "
+			   "FOR UPDATE OF c",
 	[Q_TC_LIST] = "SELECT " TC_COLS " FROM tool_calls WHERE conv = $1::text "
 		      "AND ($2::int8 = 0 OR ((1::int8 << status::int) & $2::int8) <> 0) ORDER BY id",
 	[Q_TC_EACH] = "SELECT " TC_COLS " FROM tool_calls ORDER BY id",
@@ -1445,6 +1447,17 @@ static int tc_row(const PGresult *r, int row, struct store_tool_call *tc)
 	return 0;
 }
 
+/* Lock the conversation of tool call `id` (none: nothing), before the call's
+ * own row: every writer takes a conversation's row before its tool calls',
+ * so a resolver and that conversation's worker cannot deadlock. */
+static int tc_conv_lock(store_txn *x, const char *id)
+{
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	return run(x, Q_TC_CONV_LOCK, &a, &err) ? 0 : err;
+}
+
 int store_tool_call_upsert(store_txn *x, const char *conv, const struct store_tool_call_in *in)
 {
 	CHECK_WRITE(x);
@@ -1532,7 +1545,9 @@ int store_tool_call_attempt(store_txn *x, const char *id, uint32_t *attempts)
 	if (!id_ok(id))
 		return STORE_E_INVAL;
 	struct args a = { 0 };
-	int err;
+	int err = tc_conv_lock(x, id);
+	if (err)
+		return err;
 	a_str(&a, id);
 	PGresult *r = run(x, Q_TC_ATTEMPT, &a, &err);
 	if (!r)
@@ -1550,7 +1565,7 @@ int store_tool_call_resolve(store_txn *x, const char *id, int status, store_byte
 	if (!id_ok(id) || status < STORE_TC_RESOLVED || status > STORE_TC_EXPIRED || !opt_mp_ok(result))
 		return STORE_E_INVAL;
 	int err;
-	if ((err = quota(x, result.len)) != 0)
+	if ((err = quota(x, result.len)) != 0 || (err = tc_conv_lock(x, id)) != 0)
 		return err;
 	struct args a = { 0 };
 	a_str(&a, id);
@@ -1580,7 +1595,9 @@ int store_expiry_schedule(store_txn *x, const char *id, int64_t deadline)
 	if (!id_ok(id) || deadline <= 0)
 		return STORE_E_INVAL;
 	struct args a = { 0 };
-	int err;
+	int err = tc_conv_lock(x, id);
+	if (err)
+		return err;
 	a_str(&a, id);
 	PGresult *r = run(x, Q_TC_LOCK, &a, &err);
 	if (!r)
@@ -1606,7 +1623,9 @@ int store_expiry_cancel(store_txn *x, const char *id)
 	if (!id_ok(id))
 		return STORE_E_INVAL;
 	struct args a = { 0 };
-	int err;
+	int err = tc_conv_lock(x, id);
+	if (err)
+		return err;
 	a_str(&a, id);
 	PGresult *r = run(x, Q_TC_LOCK, &a, &err);
 	if (!r)

@@ -275,6 +275,61 @@ START_TEST(lease_check_holds_the_row_until_commit)
 }
 END_TEST
 
+/* A resolver (another process) and the conversation's worker touch the same
+ * tool call: the worker holds the conversation and then counts an attempt
+ * on the call, the resolver waits for the conversation before the call, so
+ * both succeed in turn instead of deadlocking (one would fail -EAGAIN). */
+START_TEST(resolver_and_worker_queue_without_deadlock)
+{
+	store *s = open_ok();
+	conv_create(s, "c");
+	store_txn *x;
+	struct store_tool_call_in tc = { "tc", "approve", STORE_EXEC_HUMAN, { "\x80", 1 }, { 0 } };
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_tool_call_upsert(x, "c", &tc), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_lease_check(x, "c", 0), 0); /* the worker holds its conversation */
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		store *s2 = NULL;
+		store_txn *y;
+		char conv[STORE_ID_MAX + 1];
+		if (store_open(&s2, target, NULL) || store_txn_begin(s2, STORE_WRITE, &y))
+			_exit(1);
+		int err = store_tool_call_resolve(y, "tc", STORE_TC_RESOLVED, (store_bytes){ 0 }, conv);
+		if (err)
+			_exit(err == -EAGAIN ? 3 : 2);
+		if (store_txn_commit(y) || strcmp(conv, "c") != 0)
+			_exit(4);
+		store_close(s2);
+		_exit(0);
+	}
+	int64_t dl = deadline_in(10000);
+	while (lock_waiters() < 1) {
+		ck_assert_msg(mono_ms() < dl, "the resolver never waited");
+		usleep(10000);
+	}
+	uint32_t att = 0;
+	ck_assert_int_eq(store_tool_call_attempt(x, "tc", &att), 0);
+	ck_assert_uint_eq(att, 1);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "resolver exited %d",
+		      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	struct store_tool_call got;
+	ck_assert_int_eq(store_txn_begin(s, STORE_READ, &x), 0);
+	ck_assert_int_eq(store_tool_call_get(x, "tc", &got), 0);
+	ck_assert_int_eq(got.status, STORE_TC_RESOLVED);
+	ck_assert_uint_eq(got.attempts, 1);
+	store_txn_abort(x);
+	store_close(s);
+}
+END_TEST
+
 #define NPROC 4
 #define NAPPEND 40
 
@@ -370,6 +425,7 @@ Suite *make_store_pg_suite(void)
 		tcase_add_test(tc, newer_schema_is_refused);
 		tcase_add_test(tc, read_only_open_creates_nothing);
 		tcase_add_test(tc, lease_check_holds_the_row_until_commit);
+		tcase_add_test(tc, resolver_and_worker_queue_without_deadlock);
 		tcase_add_test(tc, concurrent_appenders_get_gapless_seqs);
 		tcase_add_test(tc, lost_connection_fails_the_txn_not_the_handle);
 		suite_add_tcase(s, tc);
