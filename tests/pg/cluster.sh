@@ -36,6 +36,8 @@ start)
 	dir=$(cd "$dir" && pwd)
 	if [ "$(id -u)" -eq 0 ]; then
 		chmod 755 "$dir"
+		setpriv --reuid=nobody --regid=nogroup --clear-groups -- test -x "$dir" ||
+			{ echo "cluster.sh: $dir must be reachable by the user nobody (a directory under /tmp is)" >&2; exit 1; }
 		chown nobody:nogroup "$dir/data" "$dir/sock"
 		touch "$dir/log"
 		chown nobody:nogroup "$dir/log"
