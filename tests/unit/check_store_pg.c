@@ -2,7 +2,8 @@
  * What the PostgreSQL store promises beyond the conformance suite (which
  * runs unchanged on it): the choice of backend by target, the schema
  * version check, row locks serialising writers of one conversation across
- * processes (lease fencing), concurrent appenders, and a lost connection.
+ * processes (lease fencing, resolvers behind workers), a killed writer,
+ * concurrent appenders, and a lost connection.
  *
  * The "server" tests need the throwaway cluster of tests/pg/cluster.sh,
  * named by AGENTD_TEST_PG (the conninfo prefix it printed), with a database
@@ -15,6 +16,7 @@
 #include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -330,6 +332,51 @@ START_TEST(resolver_and_worker_queue_without_deadlock)
 }
 END_TEST
 
+/* A writer killed (SIGKILL) inside its transaction, holding the
+ * conversation's row: the server sees its connection close, aborts the
+ * transaction and releases the row, so the next writer goes on at once and
+ * nothing of the dead transaction remains. */
+START_TEST(killed_writer_releases_the_row)
+{
+	store *s = open_ok();
+	conv_create(s, "c");
+	int p[2];
+	ck_assert_int_eq(pipe(p), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		store *s2 = NULL;
+		store_txn *y;
+		uint64_t seq;
+		close(p[0]);
+		if (store_open(&s2, target, NULL) || store_txn_begin(s2, STORE_WRITE, &y) ||
+		    store_lease_check(y, "c", 0) || append(y, "c", "doomed", &seq))
+			_exit(1);
+		(void)!write(p[1], "w", 1);
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	char b;
+	ck_assert_int_eq(read(p[0], &b, 1), 1); /* it holds the row, inside its transaction */
+	close(p[0]);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	store_txn *x;
+	uint64_t gen, seq;
+	int64_t t0 = mono_ms();
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_lease_next(x, "c", &gen), 0);
+	ck_assert_int_eq(append(x, "c", "next", &seq), 0);
+	ck_assert_uint_eq(seq, 1); /* the dead writer's event is gone */
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	ck_assert_msg(mono_ms() < t0 + 5000, "the row was held %lld ms after the kill", (long long)(mono_ms() - t0));
+	ck_assert_uint_eq(latest(s, "c"), 1);
+	store_close(s);
+}
+END_TEST
+
 #define NPROC 4
 #define NAPPEND 40
 
@@ -426,6 +473,7 @@ Suite *make_store_pg_suite(void)
 		tcase_add_test(tc, read_only_open_creates_nothing);
 		tcase_add_test(tc, lease_check_holds_the_row_until_commit);
 		tcase_add_test(tc, resolver_and_worker_queue_without_deadlock);
+		tcase_add_test(tc, killed_writer_releases_the_row);
 		tcase_add_test(tc, concurrent_appenders_get_gapless_seqs);
 		tcase_add_test(tc, lost_connection_fails_the_txn_not_the_handle);
 		suite_add_tcase(s, tc);
