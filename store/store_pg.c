@@ -94,7 +94,7 @@ static const char *const sql[NQ] = {
 	[Q_LEASE_NEXT] = "UPDATE convs SET lease = GREATEST(nextval('lease_seq'), lease + 1) "
 			 "WHERE id = $1::text RETURNING lease",
 	[Q_LEASE_GET] = "SELECT lease FROM convs WHERE id = $1::text",
-	[Q_LEASE_LOCK] = "SELECT lease FROM convs WHERE id = $1::text FOR UPDATE",
+	[Q_LEASE_LOCK] = "SELECT lease, last_seq FROM convs WHERE id = $1::text FOR UPDATE",
 	[Q_USAGE_SET] = "UPDATE convs SET in_tok = $2::int8, out_tok = $3::int8, cost = $4::float8, "
 			"updated_at = $5::int8 WHERE id = $1::text",
 	[Q_LAST_SEQ] = "SELECT last_seq FROM convs WHERE id = $1::text",
@@ -239,6 +239,12 @@ struct store_txn {
 	uint64_t written; /* bytes this txn wrote, counted against the quota */
 	PGresult **res;   /* every result, cleared when the txn ends */
 	size_t nres, cap;
+	/* A write txn holds the row lock of conversation `held` (held_ok),
+	 * whose last seq is held_last: its next operations on it need not
+	 * ask again (the lock keeps both as they are but for this txn). */
+	int held_ok;
+	uint64_t held_last;
+	char held[STORE_ID_MAX + 1];
 };
 
 /* ---- errors ---------------------------------------------------------- */
@@ -951,12 +957,24 @@ static int conv_row(const PGresult *r, int row, struct store_conv *c)
 	return 0;
 }
 
+static void held_set(store_txn *x, const char *id, uint64_t last)
+{
+	strcpy(x->held, id); /* id_ok: at most STORE_ID_MAX bytes */
+	x->held_last = last;
+	x->held_ok = 1;
+}
+
 /* Load a conversation; in a write txn its row is locked until the end.
  * *last (may be NULL) gets its last seq (write txns only). */
 static int conv_load(store_txn *x, const char *id, struct store_conv *c, uint64_t *last)
 {
 	if (!id_ok(id))
 		return STORE_E_INVAL;
+	if (!c && x->write && x->held_ok && strcmp(x->held, id) == 0) {
+		if (last)
+			*last = x->held_last;
+		return 0;
+	}
 	struct args a = { 0 };
 	int err;
 	a_str(&a, id);
@@ -965,6 +983,8 @@ static int conv_load(store_txn *x, const char *id, struct store_conv *c, uint64_
 		return err;
 	if (PQntuples(r) == 0)
 		return STORE_E_NOTFOUND;
+	if (x->write)
+		held_set(x, id, (uint64_t)g_i64(r, 0, 10));
 	if (last)
 		*last = x->write ? (uint64_t)g_i64(r, 0, 10) : 0;
 	struct store_conv tmp;
@@ -1115,6 +1135,7 @@ int store_conv_delete(store_txn *x, const char *id)
 	int err = conv_exists(x, id);
 	if (err)
 		return err;
+	x->held_ok = 0; /* the row goes */
 	struct args a = { 0 };
 	a_str(&a, id);
 	return run(x, Q_CONV_DELETE, &a, &err) ? 0 : err;
@@ -1152,6 +1173,8 @@ int store_lease_check(store_txn *x, const char *id, uint64_t gen)
 		return err;
 	if (PQntuples(r) == 0)
 		return STORE_E_NOTFOUND;
+	if (x->write)
+		held_set(x, id, (uint64_t)g_i64(r, 0, 1));
 	return (uint64_t)g_i64(r, 0, 0) == gen ? 0 : STORE_E_FENCED;
 }
 
@@ -1213,6 +1236,7 @@ int store_events_append(store_txn *x, const char *conv, const struct store_event
 			return err;
 		if (PQntuples(r) == 1) {
 			seqs[i] = ++last;
+			x->held_last = last; /* conv_load left conv held */
 			if (dups)
 				dups[i] = 0;
 			continue;
