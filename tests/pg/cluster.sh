@@ -4,7 +4,7 @@
 # for the superuser "agentd". As root, the cluster runs as the unprivileged
 # user "nobody" (PostgreSQL refuses root); DIR is made traversable for it.
 #
-#   tests/pg/cluster.sh start DIR   prints the conninfo prefix: host=DIR/sock user=agentd
+#   tests/pg/cluster.sh start DIR   prints the conninfo prefix: host=DIR/sock port=5432 user=agentd
 #   tests/pg/cluster.sh stop DIR    stops the server by the pid in its pid file
 #
 # Settings favour speed over durability (fsync off): the data is thrown away.
@@ -45,11 +45,11 @@ start)
 	chmod 700 "$dir/data"
 	as_owner "$bindir/initdb" -D "$dir/data" -U agentd --auth=trust --no-sync -E UTF8 --locale=C >"$dir/initdb.log" 2>&1 ||
 		{ cat "$dir/initdb.log" >&2; exit 1; }
-	as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 -o "-c listen_addresses='' \
+	as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 -o "-c listen_addresses='' -c port=5432 \
 		-c unix_socket_directories='$dir/sock' -c fsync=off -c synchronous_commit=off \
 		-c full_page_writes=off -c max_connections=200 -c shared_buffers=32MB" start >/dev/null ||
 		{ cat "$dir/log" >&2; exit 1; }
-	echo "host=$dir/sock user=agentd"
+	echo "host=$dir/sock port=5432 user=agentd" # the port names the socket file, whatever PGPORT says
 	;;
 stop)
 	pidfile="$dir/data/postmaster.pid"
