@@ -74,7 +74,8 @@
  *    (doubling within max_map_size before the next write transaction;
  *    store_reserve grows it ahead). Without max_map_size there is no quota: the server's disk is the
  *    limit, and map_size only reports the default. store_map_size() is the
- *    quota now. Event content is stored uncompressed (as on LMDB).
+ *    quota now. Event content is stored uncompressed (as on LMDB). A record
+ *    of 1 GiB or more is STORE_E_FULL (PostgreSQL's limit for a value).
  *  - store_stat: size_bytes is the bytes of the store's tables, file_bytes
  *    the whole database's (pg_database_size); readers counts this handle's
  *    open read transactions and max_readers bounds them (store_txn_begin

@@ -429,10 +429,14 @@ static PGresult *run(store_txn *x, int q, const struct args *a, int *err)
 	return r;
 }
 
-/* Count bytes against the quota, when there is one. */
+/* Count bytes against the quota, when there is one. A record past 1 GiB
+ * is full on PostgreSQL whatever the quota: no value or message may be that
+ * large (and a length must fit libpq's int). */
 static int quota(store_txn *x, size_t bytes)
 {
 	store *s = x->s;
+	if (bytes >= ((size_t)1 << 30))
+		return fail(x, STORE_E_FULL);
 	x->written += bytes + ROW_OVERHEAD;
 	if (s->quota && x->base + x->written > s->map_size)
 		return fail(x, STORE_E_FULL);
