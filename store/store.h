@@ -56,10 +56,11 @@
  *    valid until the transaction ends, in a write transaction too.
  *  - A server error poisons the transaction, read or write (PostgreSQL has
  *    aborted it): every later operation and the commit return it. Disk full
- *    is STORE_E_FULL; deadlock, serialisation failure or too many connections
- *    -EAGAIN; a lost connection -ECONNRESET (a begin retries once on a new
- *    connection); no server -ECONNREFUSED; a statement timeout -ETIMEDOUT;
- *    anything else -EIO.
+ *    is STORE_E_FULL; a deadlock or serialisation failure -EAGAIN; a lost
+ *    connection -ECONNRESET (a begin retries once on a new connection); no
+ *    server, or one refusing the connection (too many clients, bad
+ *    credentials) -ECONNREFUSED; a statement timeout -ETIMEDOUT; anything
+ *    else -EIO.
  *  - STORE_SYNC_NONE is synchronous_commit off for the handle's sessions, and
  *    store_sync() one synchronous commit, which flushes every commit before
  *    it. STORE_WRITE_LAZY is synchronous_commit off for that transaction: a
@@ -72,9 +73,9 @@
  *    last measure is a second old: other processes' writes of the last second
  *    may pass it by that much. The quota grows as LMDB's map does
  *    (doubling within max_map_size before the next write transaction;
- *    store_reserve grows it ahead). Without max_map_size there is no quota: the server's disk is the
- *    limit, and map_size only reports the default. store_map_size() is the
- *    quota now. Event content is stored uncompressed (as on LMDB). A record
+ *    store_reserve grows it ahead). Without max_map_size there is no quota:
+ *    the server's disk is the limit, and map_size only reports the default.
+ *    store_map_size() is the quota now. Event content is stored uncompressed (as on LMDB). A record
  *    of 1 GiB or more is STORE_E_FULL (PostgreSQL's limit for a value).
  *  - store_stat: size_bytes is the bytes of the store's tables, file_bytes
  *    the whole database's (pg_database_size); readers counts this handle's
