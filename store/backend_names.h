@@ -1,0 +1,52 @@
+/*
+ * backend_names.h: included by a backend before store/store.h, with
+ * STORE_BACKEND_NAME(n) defined to its prefix (e.g. lmdb_store_##n): the
+ * backend's file then defines store_open, store_txn_begin, ... under its own
+ * names, and store.h declares them so. store_stat and store_sync are also
+ * type names (struct store_stat, enum store_sync): a backend names those two
+ * functions PREFIX_store_stat and PREFIX_store_sync itself, declared in
+ * store/backend.h.
+ */
+#define store_open STORE_BACKEND_NAME(open)
+#define store_close STORE_BACKEND_NAME(close)
+#define store_reader_check STORE_BACKEND_NAME(reader_check)
+#define store_map_size STORE_BACKEND_NAME(map_size)
+#define store_reserve STORE_BACKEND_NAME(reserve)
+#define store_now STORE_BACKEND_NAME(now)
+#define store_txn_begin STORE_BACKEND_NAME(txn_begin)
+#define store_txn_commit STORE_BACKEND_NAME(txn_commit)
+#define store_txn_abort STORE_BACKEND_NAME(txn_abort)
+#define store_txn_now STORE_BACKEND_NAME(txn_now)
+#define store_conv_create STORE_BACKEND_NAME(conv_create)
+#define store_conv_get STORE_BACKEND_NAME(conv_get)
+#define store_conv_put STORE_BACKEND_NAME(conv_put)
+#define store_conv_put_fsm STORE_BACKEND_NAME(conv_put_fsm)
+#define store_conv_list STORE_BACKEND_NAME(conv_list)
+#define store_conv_ids STORE_BACKEND_NAME(conv_ids)
+#define store_conv_delete STORE_BACKEND_NAME(conv_delete)
+#define store_lease_next STORE_BACKEND_NAME(lease_next)
+#define store_lease_check STORE_BACKEND_NAME(lease_check)
+#define store_usage_add STORE_BACKEND_NAME(usage_add)
+#define store_event_append STORE_BACKEND_NAME(event_append)
+#define store_events_append STORE_BACKEND_NAME(events_append)
+#define store_event_latest_seq STORE_BACKEND_NAME(event_latest_seq)
+#define store_event_id_seq STORE_BACKEND_NAME(event_id_seq)
+#define store_event_ids_each STORE_BACKEND_NAME(event_ids_each)
+#define store_events_stream STORE_BACKEND_NAME(events_stream)
+#define store_summary_put STORE_BACKEND_NAME(summary_put)
+#define store_summary_latest STORE_BACKEND_NAME(summary_latest)
+#define store_load_since STORE_BACKEND_NAME(load_since)
+#define store_tool_call_upsert STORE_BACKEND_NAME(tool_call_upsert)
+#define store_tool_call_get STORE_BACKEND_NAME(tool_call_get)
+#define store_tool_calls_list STORE_BACKEND_NAME(tool_calls_list)
+#define store_tool_calls_each STORE_BACKEND_NAME(tool_calls_each)
+#define store_tool_call_attempt STORE_BACKEND_NAME(tool_call_attempt)
+#define store_tool_call_resolve STORE_BACKEND_NAME(tool_call_resolve)
+#define store_expiry_schedule STORE_BACKEND_NAME(expiry_schedule)
+#define store_expiry_cancel STORE_BACKEND_NAME(expiry_cancel)
+#define store_expiry_drop STORE_BACKEND_NAME(expiry_drop)
+#define store_expiries_due STORE_BACKEND_NAME(expiries_due)
+#define store_expiry_earliest STORE_BACKEND_NAME(expiry_earliest)
+#define store_model_call_put STORE_BACKEND_NAME(model_call_put)
+#define store_model_calls_list STORE_BACKEND_NAME(model_calls_list)
+#define store_model_calls_gc STORE_BACKEND_NAME(model_calls_gc)
