@@ -14,9 +14,11 @@
    is stopped again), and hold every acknowledged event with the seq and content it was acknowledged with.
 
 Usage: crashsim.py [--must-fail] [--images N]
+  --images N    distinct crash images to check (default 500; AGENTD_CRASHSIM_IMAGES)
   --must-fail   run agentd with AGENTD_TEST_ACK_EARLY=1 (a group commit replies before its meta page is
-                flushed) and succeed only if the simulator reports lost acknowledged writes
-Environment: AGENTD_CRASHSIM_SEED (the seed; printed either way), AGENTD_CRASHSIM_IMAGES (default 500),
+                flushed) and succeed only if the simulator reports lost acknowledged writes (it stops once
+                they showed and 50 distinct images were checked)
+Environment: AGENTD_CRASHSIM_SEED (the seed; printed either way), AGENTD_CRASHSIM_IMAGES,
 AGENTD_CRASHSIM_SHIM (the shim's path; default build/tests/libcrashsim_shim.so), AGENTD_BUILD_DIR,
 AGENTD_KEEP (keep the trace and the first failing image).
 """
@@ -81,17 +83,23 @@ class Acks:
         self.fd = os.open(trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self.count = 0
 
-    def ack(self, kind, conv, seq, etype, eid, content):
+    def _put(self, rest):
         with self.lock:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
             try:
-                n = os.fstat(self.fd).st_size // REC
-                line = f"{n} ACK {os.getpid()} {kind} {conv} {seq} {etype} {eid or '-'} {content_hash(content)}"
+                line = f"{os.fstat(self.fd).st_size // REC} {rest}"
                 assert len(line) < REC, line
                 os.write(self.fd, (line.ljust(REC - 1) + "\n").encode())
-                self.count += 1
             finally:
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def ack(self, kind, conv, seq, etype, eid, content):
+        self._put(f"ACK {os.getpid()} {kind} {conv} {seq} {etype} {eid or '-'} {content_hash(content)}")
+        self.count += 1
+
+    def ready(self):
+        """agentd answered a ping: its store exists (crash points start here)."""
+        self._put(f"READY {os.getpid()}")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -131,6 +139,7 @@ def run_workload(work, must_fail):
     a.write_config(config_text(a))
     acks = Acks(trace)
     a.start()
+    acks.ready()
 
     def create(tools=()):
         r = a.ok({"op": "create", "settings": {"model": "m", "tools": list(tools)}})
@@ -181,8 +190,10 @@ def run_workload(work, must_fail):
         t.join()
     # A power cut is not a clean stop: agentd is killed, started again (start-up recovery commits), and
     # the clients go on.
+    pids = [a.pid]
     a.kill(signal.SIGKILL)
     a.start()
+    pids.append(a.pid)
     ts = senders(convs, 12, "b")
     r = a.ok({"op": "send", "conversation": tool_conv, "content": {"text": "after the restart"}})
     acks.ack("send", tool_conv, r["seq"], "user_msg", None, {"text": "after the restart"})
@@ -203,7 +214,7 @@ def run_workload(work, must_fail):
     with open(cfg, "w") as f:
         f.write(text)
     a.close()
-    return trace, cfg, acks.count
+    return trace, cfg, acks.count, pids
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -216,6 +227,7 @@ class Trace:
         self.flushes = []  # (begin, end, kind, scope)
         self.acks = []  # (seq, kind, conv, evseq, type, eid, hash)
         self.n = 0
+        self.ready = None  # the first READY record: agentd's first start has made its store
         with open(path + ".data", "rb") as f:
             self.side = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(f.fileno()).st_size else b""
         fb = {}
@@ -235,7 +247,7 @@ class Trace:
                     raise AssertionError(f"write {seq}: its data is missing from the trace's data file")
                 if seq % 16 == 0 and ln <= 16384 and fnv(data) != h:  # a sample: FNV in Python is slow
                     raise AssertionError(f"write {seq}: its data does not match its hash")
-                self.writes[seq] = {"off": off, "len": ln, "data": data, "dsync": ds, "end": None, "ret": None}
+                self.writes[seq] = {"pid": int(rec[2]), "off": off, "len": ln, "data": data, "dsync": ds, "end": None, "ret": None}
             elif kind == "WE":
                 w = self.writes[int(rec[3])]
                 w["end"], w["ret"] = seq, int(rec[4])
@@ -247,6 +259,8 @@ class Trace:
                     self.flushes.append((b, seq, fb[b][0], fb[b][1]))
             elif kind == "ACK":
                 self.acks.append((seq, rec[3], rec[4], int(rec[5]), rec[6], rec[7], rec[8]))
+            elif kind == "READY":
+                self.ready = i if self.ready is None else self.ready
             elif kind == "XX":
                 raise AssertionError(f"the trace holds something the simulator cannot model: {' '.join(rec)}")
         self.n = len(raw) // REC
@@ -436,7 +450,7 @@ def main():
     ok = False
     try:
         t0 = time.monotonic()
-        trace, cfg, nacks = run_workload(work, args.must_fail)
+        trace, cfg, nacks, agentd_pids = run_workload(work, args.must_fail)
         t1 = time.monotonic()
         tr = Trace(trace)
         tr.prepare()
@@ -445,38 +459,35 @@ def main():
               f"{len(tr.flushes)} flushes, {nacks} acknowledgements{' (AGENTD_TEST_ACK_EARLY=1)' if args.must_fail else ''}",
               flush=True)
         assert tr.writes and tr.flushes and tr.acks, "the trace recorded nothing: is the shim loaded?"
+        # What the workload must have exercised, or the replay proves less than it says.
+        writers = {w["pid"] for w in tr.writes.values()}
+        workers = writers - set(agentd_pids)
+        seen = {a[4] for a in tr.acks if a[1] == "seen"}
+        print(f"crashsim: writes by the two agentds {[sum(w['pid'] == p for w in tr.writes.values()) for p in agentd_pids]},"
+              f" by {len(workers)} worker process(es) {sum(w['pid'] in workers for w in tr.writes.values())};"
+              f" {sum(w['dsync'] for w in tr.writes.values())} through an O_DSYNC descriptor;"
+              f" acknowledged events seen by long-poll: {sorted(seen)}", flush=True)
+        assert all(p in writers for p in agentd_pids), "an agentd (before or after the restart) wrote nothing"
+        assert workers, "no worker committed a turn"
+        assert {"tool_result", "resolution"} <= seen, "no server tool result or no expiry was acknowledged"
         rng = random.Random(seed)
-        # Crash points: from the first completed flush of data.mdb on (before it agentd has answered nothing
-        # and the store may not exist yet) to the trace's end. Half uniform, half just after an
-        # acknowledgement (where acknowledging too early shows).
-        lo = tr.first_flush + 1
+        # Crash points: from agentd's first readiness on (before it, agentd's first start is still making
+        # its store and has answered nothing: docs/durability.md) to the trace's end. Half uniform, half just after an
+        # acknowledgement (where acknowledging too early shows). Points are drawn until args.images distinct
+        # images were checked (many points leave the same image: nothing pending after a flush), or 20 times
+        # as many points were drawn; with --must-fail, once lost writes showed in 50 distinct images or more.
+        assert tr.ready is not None, "no READY record in the trace"
+        lo = tr.ready + 1
         ack_points = [a[0] + 1 for a in tr.acks if a[0] + 1 >= lo]
-        points = []
-        for i in range(args.images):
-            if i % 2 and ack_points:
-                points.append(rng.choice(ack_points) + (rng.randrange(3) if rng.random() < 0.3 else 0))
-            else:
-                points.append(rng.randrange(lo, tr.n + 1))
-        points = [min(p, tr.n) for p in points]
-        seeds = [rng.random() for _ in points]
-        cache = {}
-        cache_lock = threading.Lock()
+        cache = {}  # image hash -> Future of (problems, events)
+        points = []  # (crash point, image hash)
         failures = []
         lost_total = []
-        torn_total = [0]
+        torn_total = 0
+        slots = threading.Semaphore(4)  # images built and not yet checked: each is a few MiB
 
-        def one(idx):
-            c = points[idx]
-            img, torn = build_image(tr, c, random.Random(seeds[idx]))
-            with cache_lock:
-                torn_total[0] += torn
-            key = hashlib.sha1(img).hexdigest()
-            with cache_lock:
-                fut = cache.get(key)
-                mine = fut is None
-                if mine:
-                    fut = cache[key] = concurrent.futures.Future()
-            if mine:
+        def check(idx, img):
+            try:
                 d = os.path.join(shm, f"img{idx}")
                 os.makedirs(d)
                 with open(os.path.join(d, "data.mdb"), "wb") as f:
@@ -485,31 +496,70 @@ def main():
                     res = check_image(d, cfg, convs)
                 except Exception as e:  # noqa: BLE001 - reported as the image's problem
                     res = ([f"checking it raised {e!r}"], {})
-                fut.set_result(res)
                 if res[0] and harness.KEEP:
                     print(f"crashsim: kept failing image {d}", file=sys.stderr)
                 else:
                     shutil.rmtree(d, ignore_errors=True)
-            problems, events = fut.result()
+                return res
+            finally:
+                slots.release()
+
+        def lost_in(c, key):
+            if not cache[key].done():
+                return None
+            problems, events = cache[key].result()
             present = {k[0] for k in events if k[1] == 0}
-            return c, problems, lost_acks(tr, c, events, present) if not problems else []
+            return [] if problems else lost_acks(tr, c, events, present)
 
         t2 = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(2) as ex:
-            for c, problems, lost in ex.map(one, range(len(points))):
-                if problems:
-                    failures.append((c, problems))
+            i = 0
+            unseen = []  # --must-fail: points whose image is still being checked
+            found = False
+            while len(cache) < args.images and i < 20 * args.images:
+                if args.must_fail:
+                    left = []
+                    for c, k in unseen:
+                        r = lost_in(c, k)
+                        found = found or bool(r)
+                        if r is None:
+                            left.append((c, k))
+                    unseen = left
+                    if found and len(cache) >= 50:
+                        break
+                if i % 2 and ack_points:
+                    c = rng.choice(ack_points) + (rng.randrange(3) if rng.random() < 0.3 else 0)
+                else:
+                    c = rng.randrange(lo, tr.n + 1)
+                c = min(c, tr.n)
+                img, torn = build_image(tr, c, random.Random(rng.random()))
+                key = hashlib.sha1(img).hexdigest()
+                if key not in cache:
+                    torn_total += torn
+                    slots.acquire()
+                    cache[key] = ex.submit(check, i, img)
+                points.append((c, key))
+                unseen.append((c, key))
+                i += 1
+        for c, key in points:
+            problems = cache[key].result()[0]
+            if problems:
+                failures.append((c, problems))
+            else:
+                lost = lost_in(c, key)
                 if lost:
                     lost_total.append((c, lost))
         t3 = time.monotonic()
-        print(f"crashsim: {len(points)} crash images ({len(cache)} distinct, {torn_total[0]} torn writes) checked "
-              f"in {t3 - t2:.1f}s; seed {seed}", flush=True)
+        print(f"crashsim: {len(cache)} distinct crash images ({torn_total} torn writes among them) from "
+              f"{len(points)} crash points, checked in {t3 - t2:.1f}s; seed {seed}", flush=True)
+        if not args.must_fail and len(cache) < args.images:
+            failures.append((None, [f"only {len(cache)} distinct images from {len(points)} crash points"]))
         for c, problems in failures[:5]:
             print(f"crashsim: image at crash point {c}: " + "; ".join(problems), flush=True)
         for c, lost in lost_total[:5]:
             print(f"crashsim: image at crash point {c} lost {len(lost)} acknowledged write(s): " + "; ".join(lost[:3]),
                   flush=True)
-        print(f"crashsim: {len(failures)} damaged images, {len(lost_total)} images with lost acknowledged writes",
+        print(f"crashsim: {len(failures)} damaged images, {len(lost_total)} crash points with lost acknowledged writes",
               flush=True)
         if args.must_fail:
             ok = bool(lost_total)

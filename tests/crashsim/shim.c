@@ -25,7 +25,8 @@
  *   SEQ XX PID WHAT                            something the simulator cannot
  *                                             model (a writable mapping of the
  *                                             file): the replayer refuses the trace
- *   SEQ ACK PID CONV SEQ EVENT_ID              written by the test's client
+ *   SEQ ACK PID KIND CONV SEQ TYPE EVENT_ID HASH  written by the test's client after a reply
+ *   SEQ READY PID                              written by the test's client once agentd answered
  *
  * A write's begin record is appended before the system call and its end
  * record after it returns, before control goes back to the caller: whatever
@@ -133,8 +134,9 @@ static int active(void) { return trace_fd >= 0; }
 
 static int tracked(int fd) { return active() && fd >= 0 && fd < MAXFD && fdkind[fd]; }
 
-/* Append one record; called with mu held and the trace flocked. fmt gets the
- * sequence number first. */
+/* The next record's sequence number: its position in the trace. Called with
+ * mu held and the trace flocked, so no other record comes between this and
+ * the put() that appends it. */
 static long long next_seq(void)
 {
 	struct stat st;
