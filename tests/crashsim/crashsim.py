@@ -13,11 +13,13 @@
    512-byte sectors). Each image must open in LMDB (mdb_stat), pass `agentd check`, let agentd start (it
    is stopped again), and hold every acknowledged event with the seq and content it was acknowledged with.
 
-Usage: crashsim.py [--must-fail] [--images N]
+Usage: crashsim.py [--must-fail | --sync none] [--images N]
   --images N    distinct crash images to check (default 500; AGENTD_CRASHSIM_IMAGES)
   --must-fail   run agentd with AGENTD_TEST_ACK_EARLY=1 (a group commit replies before its meta page is
                 flushed) and succeed only if the simulator reports lost acknowledged writes (it stops once
                 they showed and 50 distinct images were checked)
+  --sync none   run agentd with sync = none (MDB_NOSYNC) and succeed only if the simulator reports damaged
+                images (the same early stop): the image checks can fail too
 Environment: AGENTD_CRASHSIM_SEED (the seed; printed either way), AGENTD_CRASHSIM_IMAGES,
 AGENTD_CRASHSIM_SHIM (the shim's path; default build/tests/libcrashsim_shim.so), AGENTD_BUILD_DIR,
 AGENTD_KEEP (keep the trace and the first failing image).
@@ -111,10 +113,12 @@ def worker_program():
     return dyn if os.path.exists(dyn) else os.path.join(BUILD, "agentd-worker")
 
 
-def config_text(a):
+def config_text(a, sync="full"):
     model = a.script("model.py", MODEL)
     tool = a.script("tool.py", TOOL)
     return f"""
+[agentd]
+sync = {sync}
 [model.m]
 command = {model}
 [tool.add]
@@ -128,7 +132,7 @@ expires = 1s
 """
 
 
-def run_workload(work, must_fail):
+def run_workload(work, must_fail, sync="full"):
     trace = os.path.join(work, "trace")
     a = Agentd(start=False, extra_args=["--worker", worker_program()])
     env = dict(os.environ, LD_PRELOAD=SHIM, AGENTD_CRASHSIM_TRACE=trace, AGENTD_CRASHSIM_DIR=a.data_dir)
@@ -136,7 +140,7 @@ def run_workload(work, must_fail):
     if must_fail:
         env["AGENTD_TEST_ACK_EARLY"] = "1"
     a.env = env
-    a.write_config(config_text(a))
+    a.write_config(config_text(a, sync))
     acks = Acks(trace)
     a.start()
     acks.ready()
@@ -438,6 +442,8 @@ def lost_acks(tr, c, events, present_convs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--must-fail", action="store_true")
+    ap.add_argument("--sync", default="full", choices=("full", "none"),
+                    help="agentd's sync setting; none is expected to fail (docs/durability.md)")
     ap.add_argument("--images", type=int, default=int(os.environ.get("AGENTD_CRASHSIM_IMAGES", "500")))
     args = ap.parse_args()
     seed = int(os.environ.get("AGENTD_CRASHSIM_SEED") or random.SystemRandom().randrange(1, 2**31))
@@ -450,7 +456,7 @@ def main():
     ok = False
     try:
         t0 = time.monotonic()
-        trace, cfg, nacks, agentd_pids = run_workload(work, args.must_fail)
+        trace, cfg, nacks, agentd_pids = run_workload(work, args.must_fail, args.sync)
         t1 = time.monotonic()
         tr = Trace(trace)
         tr.prepare()
@@ -478,6 +484,9 @@ def main():
         # as many points were drawn; with --must-fail, once lost writes showed in 50 distinct images or more.
         assert tr.ready is not None, "no READY record in the trace"
         lo = tr.ready + 1
+        # What a run that must fail expects to see; it stops drawing once that showed (and 50 distinct
+        # images were checked).
+        expect = "lost" if args.must_fail else "damaged" if args.sync == "none" else None
         ack_points = [a[0] + 1 for a in tr.acks if a[0] + 1 >= lo]
         cache = {}  # image hash -> Future of (problems, events)
         points = []  # (crash point, image hash)
@@ -517,13 +526,15 @@ def main():
             unseen = []  # --must-fail: points whose image is still being checked
             found = False
             while len(cache) < args.images and i < 20 * args.images:
-                if args.must_fail:
+                if expect:
                     left = []
                     for c, k in unseen:
-                        r = lost_in(c, k)
-                        found = found or bool(r)
-                        if r is None:
+                        if not cache[k].done():
                             left.append((c, k))
+                        elif expect == "damaged":
+                            found = found or bool(cache[k].result()[0])
+                        else:
+                            found = found or bool(lost_in(c, k))
                     unseen = left
                     if found and len(cache) >= 50:
                         break
@@ -552,7 +563,7 @@ def main():
         t3 = time.monotonic()
         print(f"crashsim: {len(cache)} distinct crash images ({torn_total} torn writes among them) from "
               f"{len(points)} crash points, checked in {t3 - t2:.1f}s; seed {seed}", flush=True)
-        if not args.must_fail and len(cache) < args.images:
+        if not expect and len(cache) < args.images:
             failures.append((None, [f"only {len(cache)} distinct images from {len(points)} crash points"]))
         for c, problems in failures[:5]:
             print(f"crashsim: image at crash point {c}: " + "; ".join(problems), flush=True)
@@ -561,10 +572,14 @@ def main():
                   flush=True)
         print(f"crashsim: {len(failures)} damaged images, {len(lost_total)} crash points with lost acknowledged writes",
               flush=True)
-        if args.must_fail:
+        if expect == "lost":
             ok = bool(lost_total)
             print("crashsim: " + ("as expected, acknowledging early lost acknowledged writes" if ok else
                                   "FAILED: acknowledging early lost nothing: the simulator proves nothing"))
+        elif expect == "damaged":
+            ok = bool(failures)
+            print("crashsim: " + ("as expected, sync = none left damaged images" if ok else
+                                  "FAILED: sync = none damaged nothing: the image checks prove nothing"))
         else:
             ok = not failures and not lost_total
         return 0 if ok else 1
