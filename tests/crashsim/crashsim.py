@@ -26,6 +26,7 @@ AGENTD_KEEP (keep the trace and the first failing image).
 """
 
 import argparse
+import bisect
 import concurrent.futures
 import fcntl
 import hashlib
@@ -45,7 +46,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "proc"))
 import harness  # noqa: E402
-from harness import Agentd, Client, wait_for  # noqa: E402
+from harness import Agentd, Client  # noqa: E402
 
 REC = 160
 SECTOR = 512
@@ -281,7 +282,6 @@ class Trace:
             e = by_begin[i][1]
             suffix[i] = e if suffix[i + 1] is None else min(e, suffix[i + 1])
         begins = [f[0] for f in by_begin]
-        import bisect
         for s in self.order:
             w = self.writes[s]
             d = None
@@ -291,7 +291,6 @@ class Trace:
                 if w["dsync"]:
                     d = w["end"] if d is None else min(d, w["end"])
             w["durable"] = d
-        self.first_flush = min((f[1] for f in self.flushes), default=self.n)
 
 
 def fnv(data):
