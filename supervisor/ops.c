@@ -750,7 +750,10 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		size_t bad = n;
 		struct store_stat st;
 		size_t map0 = store_map_size(O.env->st); /* store_stat lists the readers: too dear for every commit */
-		e = gate_write_begin(STORE_WRITE, &t);
+		/* AGENTD_TEST_ACK_EARLY (test-only, docs/testing.md): reply
+		 * before the meta page is flushed, so the power-loss simulator
+		 * (tests/crashsim/) must report lost acknowledged sends. */
+		e = gate_write_begin(getenv("AGENTD_TEST_ACK_EARLY") ? STORE_WRITE_LAZY : STORE_WRITE, &t);
 		for (size_t i = 0; !e && i < n; i++) {
 			if (w[i]->excluded)
 				continue;
