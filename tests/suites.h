@@ -13,6 +13,7 @@ Suite *make_consistency_suite(void);
 Suite *make_config_suite(void);
 Suite *make_lifecycle_suite(void);
 Suite *make_loop_suite(void);
+Suite *make_durable_suite(void);
 
 static Suite *(*const check_suites[])(void) = {
 	make_mp_suite,
@@ -25,6 +26,7 @@ static Suite *(*const check_suites[])(void) = {
 	make_config_suite,
 	make_lifecycle_suite,
 	make_loop_suite,
+	make_durable_suite,
 	0,
 };
 #endif
