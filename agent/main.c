@@ -9,6 +9,8 @@
  * a superseded worker can never write. It exits when told to stop or when its
  * IPC socket closes: a dead supervisor leaves no worker behind.
  */
+#include "agent/isolate.h"
+#include "agent/mcp.h"
 #include "agent/proc.h"
 #include "agent/protocol.h"
 #include "agent/render.h"
@@ -47,6 +49,7 @@ static struct {
 	uint64_t lease;
 	int ipc;
 	struct config cfg;
+	mcp_set *mcp;        /* the MCP servers this worker started (mcp.h) */
 	json_t *settings;
 	json_t *summary;     /* {from_seq,to_seq,content,version} or NULL */
 	uint64_t sum_to, sum_version;
@@ -537,7 +540,7 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 	snprintf(env1, sizeof env1, "AGENTD_CONVERSATION=%s", W.conv);
 	const char *env[] = { env1, NULL };
 	struct proc_opts o = {
-		.env_add = env, .input = input, .input_len = input ? strlen(input) : 0,
+		.env_add = env, .iso = &mc->iso, .input = input, .input_len = input ? strlen(input) : 0,
 		.timeout_ms = mc->timeout_ms, .out_cap = W.cfg.model_out_cap, .on_line = on_model_line,
 		.arg = mr, .watch_fd = W.ipc, .on_watch = on_model_watch, .on_start = report_child,
 	};
@@ -608,6 +611,12 @@ static const struct tool_cfg *conv_tool(const char *name)
 	json_array_foreach(json_object_get(W.settings, "tools"), i, n)
 		if (json_is_string(n) && !strcmp(json_string_value(n), name))
 			return config_tool(&W.cfg, name);
+	/* PREFIX+tool: a tool of an MCP server the conversation offers. */
+	json_array_foreach(json_object_get(W.settings, "tools"), i, n) {
+		const struct tool_cfg *tc = json_is_string(n) ? config_tool(&W.cfg, json_string_value(n)) : NULL;
+		if (mcp_tool_name(tc, name))
+			return tc;
+	}
 	return NULL;
 }
 
@@ -732,6 +741,33 @@ static void commit_error(const char *msg, int attempts, uint64_t ctx_seq)
 	commit(t, "commit error", seq);
 }
 
+static int on_tool_watch(void *arg);
+
+/* The tools of the MCP servers the turn offers (started at their first
+ * turn), in place of the servers' names. */
+static void offer_mcp(json_t *req)
+{
+	int stop = 0, any = 0;
+	struct mcp_watch w = { W.ipc, on_tool_watch, &stop, report_child };
+	size_t i;
+	json_t *t;
+	json_array_foreach(json_object_get(req, "tools"), i, t) {
+		const char *name = json_string_value(json_object_get(t, "name"));
+		const struct tool_cfg *tc = name ? config_tool(&W.cfg, name) : NULL;
+		any |= tc && tc->mcp;
+	}
+	if (!any)
+		return; /* the common case keeps the store open: no server to wait for */
+	store_let_go();
+	mcp_offer(W.mcp, json_object_get(req, "tools"), &w);
+	store_take();
+	if (stop) {
+		json_decref(req);
+		log_info("%s: stopped while starting an MCP server; the turn is run on revival", W.conv);
+		exit(0);
+	}
+}
+
 static void run_turn(void)
 {
 	const char *model = json_string_value(json_object_get(W.settings, "model"));
@@ -745,6 +781,7 @@ static void run_turn(void)
 		return;
 	}
 	json_t *req = render_turn(W.conv, ctx_seq, W.settings, &W.cfg, W.summary, W.events);
+	offer_mcp(req);
 	struct model_run mr;
 	int64_t latency = 0;
 	int attempts = model_run(mc, req, &mr, &latency);
@@ -785,6 +822,32 @@ static int on_tool_watch(void *arg)
 	return 0;
 }
 
+/* A call of an MCP server's tool (mcp.h): tools/call on the server this
+ * worker keeps, the same settle and stop rules as a command's. */
+static void dispatch_mcp(const char *id, const char *name, json_t *args, const struct tool_cfg *tc)
+{
+	const char *tool = mcp_tool_name(tc, name);
+	if (!tool) {
+		settle(id, STORE_TC_ERRORED, json_pack("{so}", "error", json_sprintf("%s is an MCP server: call one of its "
+									    "tools, %s<tool>", name, tc->mcp->prefix)));
+		return;
+	}
+	int stop = 0, is_error = 1;
+	struct mcp_watch w = { W.ipc, on_tool_watch, &stop, report_child };
+	json_t *res = NULL;
+	store_let_go();
+	int rc = mcp_call(W.mcp, tc, tool, args, &w, &res, &is_error);
+	store_take();
+	if (stop || rc == -ECANCELED) {
+		json_decref(res);
+		log_info("%s: stopped during tool call %s; it is re-dispatched on revival", W.conv, id);
+		exit(0);
+	}
+	if (rc < 0)
+		res = json_pack("{ssss}", "error", "cannot call the MCP tool", "reason", strerror(-rc));
+	settle(id, is_error ? STORE_TC_ERRORED : STORE_TC_RESOLVED, res);
+}
+
 /* Dispatch one unsettled server call: count the attempt durably first, so a
  * kill mid-run is counted, then run it with the same tool_call_id. */
 static void dispatch(const json_t *call)
@@ -823,6 +886,10 @@ static void dispatch(const json_t *call)
 	}
 	report_state("running");
 	setproctitle("%s tool %s", W.conv, name);
+	if (tc->mcp) {
+		dispatch_mcp(id, name, args, tc);
+		return;
+	}
 	char **argv = NULL;
 	if (cmdline_split(tc->command, &argv)) {
 		settle(id, STORE_TC_ERRORED, json_pack("{ss}", "error", "the tool's command cannot be split"));
@@ -835,7 +902,7 @@ static void dispatch(const json_t *call)
 	const char *env[] = { env1, env2, NULL };
 	int stop = 0;
 	struct proc_opts o = {
-		.env_add = env, .input = input, .input_len = input ? strlen(input) : 0,
+		.env_add = env, .iso = &tc->iso, .input = input, .input_len = input ? strlen(input) : 0,
 		.timeout_ms = tc->timeout_ms, .out_cap = tc->out_cap, .watch_fd = W.ipc,
 		.on_watch = on_tool_watch, .arg = &stop, .on_start = report_child,
 	};
@@ -849,7 +916,12 @@ static void dispatch(const json_t *call)
 		exit(0);
 	}
 	if (rc < 0) {
-		settle(id, STORE_TC_ERRORED, json_pack("{ssss}", "error", "cannot run the tool", "reason", strerror(-rc)));
+		json_t *res = json_pack("{ssss}", "error", "cannot run the tool", "reason", strerror(-rc));
+		if (rc == -EPERM && (tc->iso.user || tc->iso.group))
+			json_object_set_new(res, "error", json_sprintf("cannot run the tool as %s%s%s (agentd is not root?)",
+								       tc->iso.user ? "user " : "group ",
+								       tc->iso.user ? tc->iso.user : tc->iso.group, ""));
+		settle(id, STORE_TC_ERRORED, res);
 	} else if (r.exited && r.status == 0 && !r.out_overflow) {
 		json_t *res = NULL;
 		if (tool_output_parse(r.out, r.out_len, &res))
@@ -867,6 +939,10 @@ static void dispatch(const json_t *call)
 			json_object_set_new(res, "exit_status", json_integer(r.status));
 		else
 			json_object_set_new(res, "signal", json_integer(r.sig));
+		char why[200];
+		if (!r.timed_out && !r.out_overflow &&
+		    isolate_explain(&tc->iso, r.exited, r.status, r.signaled, r.sig, why, sizeof why))
+			json_object_set_new(res, "error", json_string(why));
 		settle(id, STORE_TC_ERRORED, res);
 	}
 	proc_result_free(&r);
@@ -1107,6 +1183,15 @@ static void run(void)
 	}
 }
 
+/* At every exit (the worker exits from many places): each MCP server is
+ * shut down as the stdio transport says (stdin closed, then signals), so a
+ * call it was told is cancelled is read, and nothing it forked stays. */
+static void mcp_end(void)
+{
+	mcp_set_free(W.mcp);
+	W.mcp = NULL;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: agentd-worker --data DIR --conversation ID --lease N --ipc-fd FD [--config FILE]\n"
@@ -1164,6 +1249,10 @@ int main(int argc, char **argv, char **envp)
 	}
 	W.cfg.audit = audit_on;
 	W.cfg.sync = sync;
+	if (!(W.mcp = mcp_set_new(&W.cfg, W.conv)) || atexit(mcp_end)) {
+		log_error("%s: out of memory", W.conv);
+		return EXIT_STORE;
+	}
 	W.data = data;
 	/* The map's limits are agentd's: a worker opening with the store's
 	 * defaults would grow the map past max_map_size. */
@@ -1209,6 +1298,7 @@ int main(int argc, char **argv, char **envp)
 	json_decref(W.settings);
 	json_decref(W.summary);
 	free(W.compacts);
+	mcp_end();
 	config_free(&W.cfg);
 	return 0;
 }

@@ -1,5 +1,6 @@
 /* proc.c: running model and tool commands (see proc.h). */
 #include "agent/proc.h"
+#include "agent/isolate.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,57 +20,14 @@ extern char **environ;
 #define DRAIN_MS 500   /* after the child exited or was killed: how long to wait for the pipes' EOF */
 #define NOPIDFD_TICK 10 /* without pidfd_open: how often to look for the child's exit */
 
-/* ------------------------------------------------------------- environment */
-
-static int same_key(const char *a, const char *b)
-{
-	while (*a && *a == *b && *a != '=')
-		a++, b++;
-	return (*a == '=' || !*a) && (*b == '=' || !*b);
-}
-
-/* *envp: NULL (use environ as is) or a new array of borrowed strings: environ
- * minus every variable env_add names, then env_add (the last of duplicates). */
-static int env_build(const char *const *add, char ***envp)
-{
-	*envp = NULL;
-	if (!add)
-		return 0;
-	size_t na = 0, ne = 0, k = 0;
-	for (; add[na]; na++) {
-		const char *eq = strchr(add[na], '=');
-		if (!eq || eq == add[na])
-			return -EINVAL;
-	}
-	for (; environ && environ[ne]; ne++)
-		;
-	char **e = calloc(ne + na + 1, sizeof *e);
-	if (!e)
-		return -ENOMEM;
-	for (size_t i = 0; i < ne; i++) {
-		size_t j = 0;
-		while (j < na && !same_key(environ[i], add[j]))
-			j++;
-		if (j == na)
-			e[k++] = environ[i];
-	}
-	for (size_t i = 0; i < na; i++) {
-		size_t j = i + 1;
-		while (j < na && !same_key(add[i], add[j]))
-			j++;
-		if (j == na)
-			e[k++] = (char *)add[i];
-	}
-	*envp = e;
-	return 0;
-}
-
 /* ------------------------------------------------------------------- child */
 
 /* Between fork and exec: only async-signal-safe calls. On failure the errno
  * goes to the parent through exfd (close-on-exec: EOF there means exec worked). */
-_Noreturn static void child_exec(char *const argv[], char **envp, int fds[4], pid_t parent)
+_Noreturn static void child_exec(char *const argv[], char **envp, int fds[4], pid_t parent,
+				 const struct isolate_cfg *iso)
 {
+	int e;
 	/* Own process group, so one kill(-pgid) reaches everything the command
 	 * forks. The parent does the same, whichever runs first. */
 	if (setpgid(0, 0) < 0)
@@ -94,6 +52,20 @@ _Noreturn static void child_exec(char *const argv[], char **envp, int fds[4], pi
 		for (int fd = 3; fd < fds[3]; fd++)
 			close(fd);
 	closefrom(fds[3] + 1);
+	/* Limits and credentials once only our descriptors are left (a low
+	 * rlimit_nofile must not meet the worker's). A credential change
+	 * clears the pdeath signal: set it again, and check again that the
+	 * worker did not die in between. */
+	if ((e = isolate_child(iso)) < 0) {
+		errno = -e;
+		goto fail;
+	}
+	if (iso && (iso->uid >= 0 || iso->gid >= 0)) {
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+			goto fail;
+		if (getppid() != parent)
+			_exit(127);
+	}
 	/* Handlers and ignored signals would survive into the command (SIG_IGN
 	 * does across exec: a tool with SIGPIPE ignored never stops on a closed
 	 * pipe), and so would the worker's mask (it blocks what its signalfd
@@ -108,12 +80,9 @@ _Noreturn static void child_exec(char *const argv[], char **envp, int fds[4], pi
 	sigemptyset(&none);
 	if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
 		goto fail;
-	if (envp)
-		execvpe(argv[0], argv, envp);
-	else
-		execvp(argv[0], argv);
-fail:;
-	int e = errno;
+	execvpe(argv[0], argv, envp);
+fail:
+	e = errno;
 	while (write(fds[3], &e, sizeof e) < 0 && errno == EINTR)
 		;
 	_exit(127);
@@ -432,12 +401,15 @@ static int make_pipes(int p[4][2])
 	return 0;
 }
 
-/* Fork and exec; on success R->pid is a running command. */
-static int spawn(struct run *R, char *const argv[], char **envp, int p[4][2])
+/* Fork and exec; on success *pid is a running command and its group, *pidfd
+ * a pidfd for it or -1. Closes the child's ends of the pipes. */
+static int spawn_child(char *const argv[], char **envp, int p[4][2], const struct isolate_cfg *iso, pid_t *pidp,
+		       int *pidfd)
 {
 	int fds[4] = { p[0][0], p[1][1], p[2][1], p[3][1] };
 	sigset_t all, saved;
 	pid_t parent = getpid();
+	*pidfd = -1;
 	/* Block every signal across fork: a handler of the worker must not run in
 	 * the child (it would act on a copy of the worker's state), and a signal
 	 * arriving before the child reset its dispositions stays pending until
@@ -446,12 +418,12 @@ static int spawn(struct run *R, char *const argv[], char **envp, int p[4][2])
 	pthread_sigmask(SIG_SETMASK, &all, &saved);
 	pid_t pid = fork();
 	if (pid == 0)
-		child_exec(argv, envp, fds, parent);
+		child_exec(argv, envp, fds, parent, iso);
 	int e = errno;
 	pthread_sigmask(SIG_SETMASK, &saved, NULL);
 	if (pid < 0)
 		return -e;
-	R->pid = R->r->pid = pid;
+	*pidp = pid;
 	(void)setpgid(pid, pid); /* EACCES once it exec'd: it did so itself */
 	for (int i = 0; i < 4; i++)
 		close_fd(&p[i][i == 0 ? 0 : 1]);
@@ -466,8 +438,18 @@ static int spawn(struct run *R, char *const argv[], char **envp, int p[4][2])
 		return n == (ssize_t)sizeof err && err > 0 ? -err : -EIO;
 	}
 #ifdef SYS_pidfd_open
-	R->pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* always close-on-exec */
+	*pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* always close-on-exec */
 #endif
+	return 0;
+}
+
+static int spawn(struct run *R, char *const argv[], char **envp, int p[4][2])
+{
+	pid_t pid = 0;
+	int e = spawn_child(argv, envp, p, R->o->iso, &pid, &R->pidfd);
+	R->pid = R->r->pid = pid;
+	if (e < 0)
+		return e;
 	if (R->o->on_start)
 		R->o->on_start(R->o->arg, pid);
 	return 0;
@@ -479,7 +461,7 @@ static int run_start(struct run *R, char *const argv[])
 	int p[4][2] = { { -1, -1 }, { -1, -1 }, { -1, -1 }, { -1, -1 } };
 	char **envp = NULL;
 	int err;
-	if ((err = env_build(o->env_add, &envp)) < 0)
+	if ((err = isolate_env(o->iso, o->env_add, &envp)) < 0)
 		return err;
 	if ((err = make_pipes(p)) < 0 || (err = spawn(R, argv, envp, p)) < 0)
 		goto fail;
@@ -573,4 +555,69 @@ void proc_result_free(struct proc_result *r)
 	free(r->out);
 	free(r->err);
 	memset(r, 0, sizeof *r);
+}
+
+int proc_spawn(char *const argv[], const struct proc_opts *o, struct proc_child *c)
+{
+	int p[4][2] = { { -1, -1 }, { -1, -1 }, { -1, -1 }, { -1, -1 } };
+	char **envp = NULL;
+	int err;
+	if (!c)
+		return -EINVAL;
+	*c = (struct proc_child){ .in_fd = -1, .out_fd = -1, .err_fd = -1, .pidfd = -1 };
+	if (!argv || !argv[0] || !o)
+		return -EINVAL;
+	if ((err = isolate_env(o->iso, o->env_add, &envp)) < 0)
+		return err;
+	if ((err = make_pipes(p)) < 0 || (err = spawn_child(argv, envp, p, o->iso, &c->pid, &c->pidfd)) < 0) {
+		c->pid = 0;
+		goto fail;
+	}
+	free(envp);
+	close_fd(&p[3][0]);
+	c->in_fd = p[0][1];
+	c->out_fd = p[1][0];
+	c->err_fd = p[2][0];
+	return 0;
+fail:
+	free(envp);
+	for (int i = 0; i < 4; i++) {
+		close_fd(&p[i][0]);
+		close_fd(&p[i][1]);
+	}
+	return err;
+}
+
+int proc_child_exited(const struct proc_child *c, int *exited, int *status, int *signaled, int *sig)
+{
+	siginfo_t si;
+	si.si_pid = 0;
+	if (!c || c->pid <= 0)
+		return -EINVAL;
+	if (waitid(P_PID, (id_t)c->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0)
+		return -errno;
+	if (si.si_pid != c->pid)
+		return 0;
+	*exited = si.si_code == CLD_EXITED;
+	*signaled = !*exited;
+	*status = *exited ? si.si_status : 0;
+	*sig = *exited ? 0 : si.si_status;
+	return 1;
+}
+
+void proc_child_end(struct proc_child *c)
+{
+	if (!c || c->pid <= 0)
+		return;
+	close_fd(&c->in_fd);
+	close_fd(&c->out_fd);
+	close_fd(&c->err_fd);
+	siginfo_t si;
+	/* The group is killed while the child's pid still holds its id
+	 * (a zombie or alive): after the reap the id may be someone else's. */
+	kill(-c->pid, SIGKILL);
+	while (waitid(P_PID, (id_t)c->pid, &si, WEXITED) < 0 && errno == EINTR)
+		;
+	close_fd(&c->pidfd);
+	c->pid = 0;
 }

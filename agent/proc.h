@@ -35,14 +35,21 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "common/config.h"
+
 #define PROC_OUT_CAP_DEFAULT ((size_t)16 << 20) /* out_cap 0 */
 #define PROC_ERR_TAIL_DEFAULT ((size_t)4096)    /* err_tail 0 */
 
 struct proc_opts {
-	/* NULL-terminated "K=V" strings added to the environment, replacing a
-	 * variable of the same name; may be NULL. PATH search uses the caller's
-	 * PATH, not one given here. */
+	/* The environment is minimal (isolate.h): PATH, HOME, LANG, AGENTD_*,
+	 * what iso->env allows or sets, then env_add: NULL-terminated "K=V"
+	 * strings replacing a variable of the same name; may be NULL. PATH
+	 * search uses the caller's PATH, not one given here. */
 	const char *const *env_add;
+	/* Environment, limits and user of the command (isolate.h); NULL: the
+	 * minimal environment, the caller's user, the caller's limits. Must
+	 * outlive the call. */
+	const struct isolate_cfg *iso;
 	/* Written to the child's stdin as it accepts it, then stdin is closed
 	 * (at once when input_len is 0). A child that exits or closes stdin
 	 * without reading it all is not an error. */
@@ -117,5 +124,30 @@ struct proc_result {
  */
 int proc_run(char *const argv[], const struct proc_opts *o, struct proc_result *r);
 void proc_result_free(struct proc_result *r); /* frees out and err, zeroes r */
+
+/*
+ * A long-lived command with pipes (an MCP server): the same clean process as
+ * proc_run's (own group, pdeath signal, environment, isolation), but the
+ * caller talks to it. Only env_add and iso of o are used.
+ */
+struct proc_child {
+	pid_t pid;    /* also its process group id; 0: none */
+	int in_fd;    /* its stdin, our end: non-blocking, close-on-exec */
+	int out_fd;   /* its stdout, our end: non-blocking */
+	int err_fd;   /* its stderr, our end: non-blocking */
+	int pidfd;    /* readable once it exited; -1 without pidfd_open */
+};
+
+/* Start argv. Returns 0 with c filled, or as proc_run before the start
+ * (-ENOENT, -EACCES, -EPERM from a user change, -EINVAL, -ENOMEM, ...) with
+ * c->pid 0 and every descriptor -1. Writing to a child that exited raises
+ * SIGPIPE: the caller ignores it (the worker does). */
+int proc_spawn(char *const argv[], const struct proc_opts *o, struct proc_child *c);
+/* 1 when the child exited (not reaped: its status in the out-parameters),
+ * 0 while it runs, -errno. */
+int proc_child_exited(const struct proc_child *c, int *exited, int *status, int *signaled, int *sig);
+/* Close our ends, SIGKILL its group, reap it; c->pid becomes 0. NULL or an
+ * ended child is fine. */
+void proc_child_end(struct proc_child *c);
 
 #endif

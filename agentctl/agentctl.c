@@ -181,11 +181,13 @@ static const struct param pos_tool_call[] = {
 static const struct param opt_resolve[] = {
 	{"--status", "status", K_ENUM, "STATUS", "resolved|errored", false, "resolved (default) or errored"},
 	{"--result", "result", K_JSON, "JSON", NULL, false, "the result: any JSON value (quote strings: '\"yes\"')"},
+	{"--by", "by", K_STR, "NAME", NULL, false, "who decides, recorded with your uid in the resolution event"},
 	{0},
 };
 
 static const struct param opt_decide[] = {
 	{"--comment", "comment", K_RES_STR, "TEXT", NULL, false, "a note kept with the decision (result.comment)"},
+	{"--by", "by", K_STR, "NAME", NULL, false, "who decides, recorded with your uid in the resolution event"},
 	{0},
 };
 

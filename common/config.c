@@ -5,7 +5,9 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <ini.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,7 @@
 #define MAP_MIN ((size_t)64 << 10) /* smaller maps cannot hold LMDB's own pages */
 #define MAX_MAP_DEFAULT ((size_t)64 << 30) /* the store's default max_map_size */
 #define CAP_MAX ((size_t)1 << 30) /* line and output caps: a larger one is a typo, not a plan */
-static struct model_cfg echo_model = { "echo", NULL, 0, 0 };
+static struct model_cfg echo_model = { .name = "echo", .iso = { .uid = -1, .gid = -1 } };
 
 void config_init(struct config *c)
 {
@@ -38,14 +40,36 @@ void config_init(struct config *c)
 	c->log_level = LOG_INFO;
 }
 
+static void iso_free(struct isolate_cfg *i)
+{
+	for (size_t k = 0; i->env && i->env[k]; k++)
+		free(i->env[k]);
+	free(i->env);
+	free(i->user);
+	free(i->group);
+}
+
+static void mcp_free(struct mcp_cfg *m)
+{
+	if (!m)
+		return;
+	free(m->command);
+	free(m->args);
+	free(m->prefix);
+	free(m);
+}
+
 static void model_free(struct model_cfg *m)
 {
+	iso_free(&m->iso);
 	free(m->name);
 	free(m->command);
 }
 
 static void tool_free(struct tool_cfg *t)
 {
+	iso_free(&t->iso);
+	mcp_free(t->mcp);
 	free(t->name);
 	free(t->command);
 	free(t->prompt);
@@ -272,6 +296,82 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 	return -2;
 }
 
+/* An environment variable's name: what a shell would take. */
+static int env_name_ok(const char *s, size_t n)
+{
+	if (!n || isdigit((unsigned char)s[0]))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && s[i] != '_')
+			return 0;
+	return 1;
+}
+
+/* env = KEY KEY=VALUE ...: words split as a command line (quotes for a value
+ * with spaces). */
+static int set_env(struct isolate_cfg *i, const char *v)
+{
+	char **w = NULL;
+	if (cmdline_split(v, &w))
+		return -1;
+	for (size_t k = 0; w[k]; k++) {
+		const char *eq = strchr(w[k], '=');
+		if (!env_name_ok(w[k], eq ? (size_t)(eq - w[k]) : strlen(w[k]))) {
+			cmdline_free(w);
+			return -1;
+		}
+	}
+	/* cmdline_split's array is one allocation: copy into ours. */
+	size_t n = 0;
+	while (w[n])
+		n++;
+	char **e = calloc(n + 1, sizeof *e);
+	for (size_t k = 0; e && k < n; k++)
+		if (!(e[k] = strdup(w[k]))) {
+			for (size_t j = 0; j < k; j++)
+				free(e[j]);
+			free(e);
+			e = NULL;
+		}
+	cmdline_free(w);
+	if (!e)
+		return -1;
+	i->env = e;
+	return 0;
+}
+
+static int set_long(long *dst, const char *v, long min, long max)
+{
+	int n;
+	if (set_int(&n, v, (int)min, (int)max))
+		return -1;
+	*dst = n;
+	return 0;
+}
+
+/* The isolation keys, in [model.NAME], [tool.NAME] and [mcp.NAME]. */
+static int iso_key(struct isolate_cfg *i, const char *k, const char *v)
+{
+	int64_t ms;
+	if (!strcmp(k, "env"))
+		return set_env(i, v);
+	if (!strcmp(k, "user"))
+		return *v ? set_str(&i->user, v) : -1;
+	if (!strcmp(k, "group"))
+		return *v ? set_str(&i->group, v) : -1;
+	if (!strcmp(k, "rlimit_as")) /* under 1 MiB not even a shell starts */
+		return config_size(v, &i->rlimit_as) || i->rlimit_as < ((size_t)1 << 20) ? -1 : 0;
+	if (!strcmp(k, "rlimit_cpu")) { /* the kernel counts whole seconds: round up */
+		if (config_duration(v, &ms) || ms <= 0 || ms > 365LL * 86400 * SEC)
+			return -1;
+		i->rlimit_cpu = (long)((ms + SEC - 1) / SEC);
+		return 0;
+	}
+	if (!strcmp(k, "rlimit_nofile")) /* 0, 1 and 2 at least, and a few for the program itself */
+		return set_long(&i->rlimit_nofile, v, 8, 1 << 20);
+	return -2;
+}
+
 static int model_key(struct model_cfg *m, const char *k, const char *v)
 {
 	if (!strcmp(k, "command"))
@@ -280,7 +380,7 @@ static int model_key(struct model_cfg *m, const char *k, const char *v)
 		return config_duration(v, &m->timeout_ms) || m->timeout_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "retries"))
 		return set_int(&m->retries, v, 0, 100);
-	return -2;
+	return iso_key(&m->iso, k, v);
 }
 
 static int tool_key(struct tool_cfg *t, const char *k, const char *v)
@@ -308,7 +408,31 @@ static int tool_key(struct tool_cfg *t, const char *k, const char *v)
 		return set_int(&t->max_attempts, v, 1, 1000);
 	if (!strcmp(k, "output_cap"))
 		return config_size(v, &t->out_cap) || t->out_cap < 1024 || t->out_cap > CAP_MAX ? -1 : 0;
-	return -2;
+	return iso_key(&t->iso, k, v);
+}
+
+/* [mcp.NAME]: its own keys, then those it shares with a server tool. */
+static int mcp_key(struct tool_cfg *t, const char *k, const char *v)
+{
+	struct mcp_cfg *m = t->mcp;
+	if (!strcmp(k, "command"))
+		return set_str(&m->command, v);
+	if (!strcmp(k, "args"))
+		return set_str(&m->args, v);
+	if (!strcmp(k, "prefix")) /* what models may call: no space, no quote */
+		return strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-") != strlen(v) ||
+		       strlen(v) > 64 ? -1 : set_str(&m->prefix, v);
+	if (!strcmp(k, "start_timeout"))
+		return config_duration(v, &m->start_timeout_ms) || m->start_timeout_ms <= 0 ? -1 : 0;
+	if (!strcmp(k, "url"))
+		return -3;
+	/* A server tool's keys that mean nothing here: each tool has the
+	 * server's own description, and a server is no human. */
+	static const char *const not_here[] = { "executor", "prompt", "expires", "description" };
+	for (size_t i = 0; i < sizeof not_here / sizeof *not_here; i++)
+		if (!strcmp(k, not_here[i]))
+			return -2;
+	return tool_key(t, k, v);
 }
 
 static int name_ok(const char *n)
@@ -330,6 +454,7 @@ static struct model_cfg *model_get(struct config *c, const char *name)
 	m->name = strdup(name);
 	m->timeout_ms = 120 * SEC;
 	m->retries = 2;
+	m->iso.uid = m->iso.gid = -1;
 	return m->name ? m : NULL;
 }
 
@@ -349,6 +474,7 @@ static struct tool_cfg *tool_get(struct config *c, const char *name)
 	t->expires_ms = 3600 * SEC;
 	t->max_attempts = 3;
 	t->out_cap = 1 << 20;
+	t->iso.uid = t->iso.gid = -1;
 	return t->name ? t : NULL;
 }
 
@@ -379,12 +505,31 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 		}
 		struct model_cfg *m = model_get(l->c, section + 6);
 		rc = m ? model_key(m, k, v) : -1;
-	} else if (!strncmp(section, "tool.", 5) && name_ok(section + 5)) {
-		struct tool_cfg *t = tool_get(l->c, section + 5);
-		rc = t ? tool_key(t, k, v) : -1;
+	} else if ((!strncmp(section, "tool.", 5) && name_ok(section + 5)) ||
+		   (!strncmp(section, "mcp.", 4) && name_ok(section + 4))) {
+		int is_mcp = section[0] == 'm';
+		const char *name = section + (is_mcp ? 4 : 5);
+		const struct tool_cfg *old = config_tool(l->c, name);
+		if (old && !old->mcp != !is_mcp) {
+			/* One name, one tool: a conversation names either. */
+			snprintf(l->err, l->errlen, "%s: [%s] and [%s.%s] share a name: a tool's name is unique", l->c->path,
+				 section, is_mcp ? "tool" : "mcp", name);
+			l->failed = 1;
+			return 0;
+		}
+		struct tool_cfg *t = tool_get(l->c, name);
+		if (t && is_mcp && !t->mcp && (t->mcp = calloc(1, sizeof *t->mcp)))
+			t->mcp->start_timeout_ms = 20 * SEC;
+		rc = !t || (is_mcp && !t->mcp) ? -1 : is_mcp ? mcp_key(t, k, v) : tool_key(t, k, v);
+		if (rc == -3) {
+			snprintf(l->err, l->errlen, "%s: [%s] url: the streamable HTTP transport is not supported; "
+				 "run the server over stdio with command", l->c->path, section);
+			l->failed = 1;
+			return 0;
+		}
 	} else {
-		snprintf(l->err, l->errlen, "%s: unknown section [%s] (expected [agentd], [model.NAME] or [tool.NAME], "
-			 "NAME of [A-Za-z0-9._:-])", l->c->path, section);
+		snprintf(l->err, l->errlen, "%s: unknown section [%s] (expected [agentd], [model.NAME], [tool.NAME] or "
+			 "[mcp.NAME], NAME of [A-Za-z0-9._:-])", l->c->path, section);
 		l->failed = 1;
 		return 0;
 	}
@@ -411,6 +556,70 @@ static int command_ok(const struct config *c, const char *kind, const char *name
 	return e == 0;
 }
 
+/* A name in /etc/passwd or /etc/group, read as files (fgetpwent): NSS
+ * would need glibc's shared modules in the statically linked worker.
+ * Returns 0 with *id (and the user's group in *gid), -1 if not found. */
+static int lookup_id(const char *file, const char *name, long *id, long *gid)
+{
+	FILE *f = fopen(file, "re");
+	int rc = -1;
+	if (!f)
+		return -1;
+	if (gid) {
+		struct passwd *pw;
+		while (rc && (pw = fgetpwent(f)))
+			if (!strcmp(pw->pw_name, name))
+				*id = (long)pw->pw_uid, *gid = (long)pw->pw_gid, rc = 0;
+	} else {
+		struct group *gr;
+		while (rc && (gr = fgetgrent(f)))
+			if (!strcmp(gr->gr_name, name))
+				*id = (long)gr->gr_gid, rc = 0;
+	}
+	fclose(f);
+	return rc;
+}
+
+/* user and group names to ids, once at load: a name that does not resolve
+ * would fail every call. A user alone runs in that user's group. */
+static int iso_resolve(const struct config *c, const char *kind, const char *name, struct isolate_cfg *i, char *err,
+		       size_t errlen)
+{
+	i->uid = i->gid = -1;
+	if (i->user) {
+		if (lookup_id("/etc/passwd", i->user, &i->uid, &i->gid)) {
+			snprintf(err, errlen, "%s: [%s.%s] user: no user named '%s' in /etc/passwd", c->path, kind, name,
+				 i->user);
+			return -1;
+		}
+	}
+	if (i->group && lookup_id("/etc/group", i->group, &i->gid, NULL)) {
+		snprintf(err, errlen, "%s: [%s.%s] group: no group named '%s' in /etc/group", c->path, kind, name,
+			 i->group);
+		return -1;
+	}
+	return 0;
+}
+
+static int mcp_validate(const struct config *c, struct tool_cfg *t, char *err, size_t errlen)
+{
+	struct mcp_cfg *m = t->mcp;
+	if (!m->command) {
+		snprintf(err, errlen, "%s: [mcp.%s] needs a command", c->path, t->name);
+		return -1;
+	}
+	if (!command_ok(c, "mcp", t->name, m->command, err, errlen))
+		return -1;
+	if (m->args && !command_ok(c, "mcp", t->name, m->args, err, errlen))
+		return -1;
+	if (!m->prefix && asprintf(&m->prefix, "%s__", t->name) < 0) {
+		m->prefix = NULL;
+		snprintf(err, errlen, "%s: out of memory", c->path);
+		return -1;
+	}
+	return iso_resolve(c, "mcp", t->name, &t->iso, err, errlen);
+}
+
 /* Checks that need the whole file: a server tool and a configured model
  * need a command that splits; map_size within max_map_size. */
 static int validate(struct config *c, char *err, size_t errlen)
@@ -435,9 +644,24 @@ static int validate(struct config *c, char *err, size_t errlen)
 		}
 		if (!command_ok(c, "model", c->models[i].name, c->models[i].command, err, errlen))
 			return -1;
+		if (iso_resolve(c, "model", c->models[i].name, &c->models[i].iso, err, errlen))
+			return -1;
 	}
 	for (size_t i = 0; i < c->ntools; i++) {
 		struct tool_cfg *t = &c->tools[i];
+		if (t->mcp) {
+			if (mcp_validate(c, t, err, errlen))
+				return -1;
+			continue;
+		}
+		if (iso_resolve(c, "tool", t->name, &t->iso, err, errlen))
+			return -1;
+		if (t->executor == EXEC_HUMAN && (t->iso.env || t->iso.user || t->iso.group || t->iso.rlimit_as ||
+						  t->iso.rlimit_cpu || t->iso.rlimit_nofile)) {
+			snprintf(err, errlen, "%s: [tool.%s] is a human tool: no process runs, so env, user, group and "
+				 "rlimit_* do not apply", c->path, t->name);
+			return -1;
+		}
 		if (t->executor == EXEC_SERVER && !t->command) {
 			snprintf(err, errlen, "%s: [tool.%s] is a server tool and needs a command", c->path, t->name);
 			return -1;
@@ -587,15 +811,17 @@ static int sections_ok(const struct config *c, const struct prescan *p, const ch
 			return -1;
 		}
 		if (!strcmp(n, "agentd") || (!strncmp(n, "model.", 6) && config_model(c, n + 6)) ||
-		    (!strncmp(n, "tool.", 5) && config_tool(c, n + 5)))
+		    (!strncmp(n, "tool.", 5) && config_tool(c, n + 5)) ||
+		    (!strncmp(n, "mcp.", 4) && config_tool(c, n + 4)))
 			continue;
 		if ((!strncmp(n, "model.", 6) && name_ok(n + 6)) ||
-		    (!strncmp(n, "tool.", 5) && name_ok(n + 5)))
-			snprintf(err, errlen, "%s:%d: [%s] is empty: a %s needs a command%s", path, p->sectline[i], n,
-				 n[0] == 'm' ? "model" : "server tool", n[0] == 'm' ? "" : " (or executor = human)");
+		    (!strncmp(n, "tool.", 5) && name_ok(n + 5)) || (!strncmp(n, "mcp.", 4) && name_ok(n + 4)))
+			snprintf(err, errlen, "%s:%d: [%s] is empty: a%s needs a command%s", path, p->sectline[i], n,
+				 n[0] == 't' ? " server tool" : n[1] == 'o' ? " model" : "n MCP server",
+				 n[0] == 't' ? " (or executor = human)" : "");
 		else
-			snprintf(err, errlen, "%s:%d: unknown section [%s] (expected [agentd], [model.NAME] or [tool.NAME], "
-				 "NAME of [A-Za-z0-9._:-])", path, p->sectline[i], n);
+			snprintf(err, errlen, "%s:%d: unknown section [%s] (expected [agentd], [model.NAME], [tool.NAME] or "
+				 "[mcp.NAME], NAME of [A-Za-z0-9._:-])", path, p->sectline[i], n);
 		return -1;
 	}
 	return 0;

@@ -13,13 +13,37 @@
 #include "common/id.h"
 #include "common/log.h"
 
+/* ---- isolation and MCP servers (docs/tools.md) ------------------------- */
 
+/* How a model, tool or MCP server process runs; agent/isolate.h applies it.
+ * Zeroed (uid and gid -1 after config_load) means: the minimal environment,
+ * agentd's user, no limits. */
+struct isolate_cfg {
+	char **env;            /* NULL-terminated or NULL: "KEY" passes the worker's value
+				* of KEY (when set), "KEY=VALUE" sets it */
+	char *user, *group;    /* as configured, NULL: agentd's */
+	long uid, gid;         /* resolved at load, -1: unchanged (user alone: its group) */
+	size_t rlimit_as;      /* bytes of address space, 0: no limit */
+	long rlimit_cpu;       /* CPU seconds, 0: no limit */
+	long rlimit_nofile;    /* open descriptors, 0: no limit */
+};
+
+/* [mcp.NAME]: a Model Context Protocol server over stdio. It is also a
+ * tool_cfg named NAME (mcp non-NULL), so a conversation offers it with
+ * tools = NAME and the supervisor checks that name like any tool's. */
+struct mcp_cfg {
+	char *command;            /* a command line, split as a tool's */
+	char *args;               /* more words appended, or NULL */
+	char *prefix;             /* of the names models see: default "NAME__" */
+	int64_t start_timeout_ms; /* initialize and tools/list, default 20 s */
+};
 
 struct model_cfg {
 	char *name;
 	char *command;       /* NULL for the built-in echo model */
 	int64_t timeout_ms;  /* default 120 s */
 	int retries;         /* default 2 */
+	struct isolate_cfg iso;
 };
 
 struct tool_cfg {
@@ -32,6 +56,8 @@ struct tool_cfg {
 	char *description;
 	int max_attempts;    /* server tools: dispatches before "interrupted", default 3 */
 	size_t out_cap;      /* server tools: stdout cap, default 1 MiB */
+	struct isolate_cfg iso;
+	struct mcp_cfg *mcp; /* an [mcp.NAME] server (executor EXEC_SERVER, no command) */
 };
 
 struct config {

@@ -67,6 +67,10 @@ int conv_pack(struct jsonmp_buf *b, const json_t *v);
  * STORE_E_INVAL (result nests deeper than an event can hold). */
 int conv_settle(store_txn *t, const char *id, int status, const char *event_type, const json_t *result,
 		char *conv, uint64_t *seq);
+/* conv_settle with by added to the event's content when not NULL: who
+ * decided ({"uid", "name"?}, for `resolve`). */
+int conv_settle_by(store_txn *t, const char *id, int status, const char *event_type, const json_t *result,
+		   const json_t *by, char *conv, uint64_t *seq);
 
 /* After a resolution of one of conv's calls: once no person is awaited any
  * more (no human call pending), the conversation owes work (a turn, or a

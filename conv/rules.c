@@ -47,6 +47,12 @@ static int append(store_txn *t, const char *conv, const char *type, const json_t
 int conv_settle(store_txn *t, const char *id, int status, const char *event_type, const json_t *result,
 		char *conv, uint64_t *seq)
 {
+	return conv_settle_by(t, id, status, event_type, result, NULL, conv, seq);
+}
+
+int conv_settle_by(store_txn *t, const char *id, int status, const char *event_type, const json_t *result,
+		   const json_t *by, char *conv, uint64_t *seq)
+{
 	char own[STORE_ID_MAX + 1];
 	const json_t *res = result ? result : json_null();
 	struct jsonmp_buf rb;
@@ -65,8 +71,10 @@ int conv_settle(store_txn *t, const char *id, int status, const char *event_type
 		return e;
 	json_t *content = json_pack("{sssssO}", "tool_call_id", id, "status", store_tc_status_name(status),
 				    "result", (json_t *)res);
-	if (!content)
+	if (!content || (by && json_object_set(content, "by", (json_t *)by))) {
+		json_decref(content);
 		return -ENOMEM;
+	}
 	e = append(t, conv, event_type, content, seq);
 	json_decref(content);
 	return e;

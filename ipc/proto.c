@@ -63,6 +63,23 @@ static int get_id(struct pctx *p, const char *key, int required, const char **ou
 	return 0;
 }
 
+/* resolve's by: a name for the audit trail, printable (no control
+ * characters: it is shown in terminals and pages) and short. */
+static int get_by(struct pctx *p, const char **out)
+{
+	json_t *v = json_object_get(p->o, "by");
+	*out = NULL;
+	if (!v)
+		return 0;
+	if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > PROTO_BY_MAX)
+		return bad(p, "'by' must be a string of 1-%d bytes", PROTO_BY_MAX);
+	for (const unsigned char *s = (const unsigned char *)json_string_value(v); *s; s++)
+		if (*s < 0x20 || *s == 0x7f)
+			return bad(p, "'by' must not hold control characters");
+	*out = json_string_value(v);
+	return 0;
+}
+
 static int get_uint(struct pctx *p, const char *key, uint64_t max, int *has, uint64_t *out)
 {
 	json_t *v = json_object_get(p->o, key);
@@ -251,7 +268,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		}
 		return 0;
 	case OP_RESOLVE:
-		ONLY("tool_call_id", "status", "result");
+		ONLY("tool_call_id", "status", "result", "by");
 		if ((e = get_id(p, "tool_call_id", 1, &rq->tool_call_id)) ||
 		    (e = get_enum(p, "status", res_status, 3, &rq->status)))
 			return e;
@@ -261,7 +278,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		/* one level into its resolution event */
 		if (rq->result && !jsonmp_fits(rq->result, 1))
 			return bad(p, "'result' nests more than %d levels of objects and arrays", JSONMP_MAX_DEPTH);
-		return 0;
+		return get_by(p, &rq->by);
 	case OP_TOOL_CALL:
 		ONLY("tool_call_id");
 		return get_id(p, "tool_call_id", 1, &rq->tool_call_id);

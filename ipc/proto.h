@@ -32,6 +32,7 @@ enum proto_tc_status { PROTO_TC_PENDING = 0, PROTO_TC_RESOLVED, PROTO_TC_ERRORED
 #define PROTO_LIST_MAX 1000       /* list limit */
 #define PROTO_EVENTS_MAX 10000    /* events limit */
 #define PROTO_WAIT_MAX 3600000    /* wait_ms: one hour */
+#define PROTO_BY_MAX 128          /* resolve's by: bytes */
 
 struct request {
 	json_t *root;           /* owned */
@@ -49,6 +50,7 @@ struct request {
 	const char *type;       /* events type filter */
 	int64_t wait_ms;        /* events long-poll, 0: none */
 	json_t *result;         /* resolve (borrowed), NULL: none */
+	const char *by;         /* resolve: who decided (PROTO_BY_MAX bytes at most), NULL: not given */
 	int signal;             /* kill: SIGKILL or SIGTERM */
 };
 

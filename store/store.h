@@ -31,6 +31,68 @@
  *    object and never interprets it.
  *  - Times are milliseconds since the Unix epoch, read once per transaction from
  *    the store's clock (store_opts.clock, CLOCK_REALTIME by default).
+ *
+ * Two backends keep this contract, chosen by store_open's target: an LMDB
+ * directory (the default; what the notes above describe), or a PostgreSQL
+ * database (store_pg.c). On PostgreSQL:
+ *  - Each open transaction has a connection of its own (a read beside a write
+ *    needs two); a handle keeps up to two idle ones for the next transactions.
+ *    A read transaction is REPEATABLE READ READ ONLY with its snapshot taken at
+ *    begin, so it sees what LMDB's would. One write transaction at a time per
+ *    handle (-EBUSY), as on LMDB.
+ *  - Writers of one conversation serialise, across processes and machines:
+ *    every write operation that concerns a conversation first locks its row
+ *    (SELECT ... FOR UPDATE) until the transaction ends; writers of different
+ *    conversations run side by side. store_lease_check in a write transaction
+ *    takes that lock, so a store_lease_next elsewhere waits for the checked
+ *    transaction to end, and the superseded writer's next check is fenced.
+ *    Resolve, attempt and the expiry calls lock the tool call's conversation
+ *    first, then the call's row, so a resolver and that conversation's
+ *    worker queue rather than deadlock. Transactions that lock several
+ *    conversations in opposite orders do deadlock: the server aborts one,
+ *    which fails -EAGAIN (abort it and retry); taking them in id order
+ *    avoids it.
+ *  - What a read returns points into the transaction's result sets and stays
+ *    valid until the transaction ends, in a write transaction too.
+ *  - A server error poisons the transaction, read or write (PostgreSQL has
+ *    aborted it): every later operation and the commit return it. Disk full
+ *    is STORE_E_FULL; a deadlock or serialisation failure -EAGAIN; a lost
+ *    connection -ECONNRESET (a begin retries once on a new connection); no
+ *    server, or one refusing the connection (too many clients, bad
+ *    credentials) -ECONNREFUSED; a statement timeout -ETIMEDOUT; anything
+ *    else -EIO.
+ *  - STORE_SYNC_NONE is synchronous_commit off for the handle's sessions, and
+ *    store_sync() one synchronous commit, which flushes every commit before
+ *    it. STORE_WRITE_LAZY is synchronous_commit off for that transaction: a
+ *    server crash may undo it, a client's kill never does.
+ *  - map_size and max_map_size: with max_map_size given, a quota on the bytes
+ *    of the store's tables (indexes and TOAST included) plus what the write
+ *    transaction writes: passing it is STORE_E_FULL. The size is measured at
+ *    a write transaction's begin once this handle's estimate (the last
+ *    measure plus its own commits since) passes half the quota, or when the
+ *    last measure is a second old: other processes' writes of the last second
+ *    may pass it by that much. The quota grows as LMDB's map does
+ *    (doubling within max_map_size before the next write transaction;
+ *    store_reserve grows it ahead). Without max_map_size there is no quota:
+ *    the server's disk is the limit, and map_size only reports the default.
+ *    store_map_size() is the quota now. Event content is stored uncompressed (as on LMDB). A record
+ *    of 1 GiB or more is STORE_E_FULL (PostgreSQL's limit for a value).
+ *  - store_stat: size_bytes is the bytes of the store's tables, file_bytes
+ *    the whole database's (pg_database_size); readers counts this handle's
+ *    open read transactions and max_readers bounds them (store_txn_begin
+ *    -EAGAIN past it: each holds a connection); map_full as on LMDB under a
+ *    quota, else 0.
+ *  - store_reader_check() does nothing and returns 0 (cleared: 0): a dead
+ *    process's connections end with it, and the server aborts its
+ *    transactions and releases their locks.
+ *  - The tables live in the connection's current schema (search_path), so
+ *    one database may hold several stores. store_open creates them when
+ *    absent (not when read_only: a database without them is STORE_E_CORRUPT,
+ *    not an agentd store) and refuses a newer schema version with
+ *    STORE_E_CORRUPT and a line on stderr naming both versions.
+ *  - Timestamps come from the client's clock (store_opts.clock), not the
+ *    server's: machines sharing a database must keep their clocks in step.
+ *  - Never use a handle after fork() either: its connections would be shared.
  */
 #ifndef AGENTD_STORE_H
 #define AGENTD_STORE_H
@@ -80,12 +142,18 @@ struct store_opts {
 	void *clock_arg;
 };
 
-/* Open (creating when absent, unless read_only) the store in directory `dir`,
- * which must exist. opts may be NULL for defaults. The data file's descriptor
- * is close-on-exec.
+/* Open (creating when absent, unless read_only) the store at `target`: a
+ * PostgreSQL connection string (a postgresql:// or postgres:// URI, or a
+ * libpq key=value string starting with host= or dbname=) opens the
+ * PostgreSQL backend; anything else is an LMDB directory, which must exist.
+ * opts may be NULL for defaults. The data file's descriptor (the
+ * connections' sockets) is close-on-exec. A program built without
+ * PostgreSQL (the statically linked worker) refuses a PostgreSQL target with
+ * -EPROTONOSUPPORT.
  * Errors: STORE_E_INVAL, STORE_E_CORRUPT (not an agentd store, or a newer
- * schema), -errno. On success *out is owned by the caller: store_close(). */
-int store_open(store **out, const char *dir, const struct store_opts *opts);
+ * schema), -ECONNREFUSED (no PostgreSQL server, or it refused us), -errno.
+ * On success *out is owned by the caller: store_close(). */
+int store_open(store **out, const char *target, const struct store_opts *opts);
 void store_close(store *s);
 
 /* Flush commits made under STORE_SYNC_NONE to disk. */
@@ -148,6 +216,8 @@ enum { STORE_READ = 0, STORE_WRITE = 1, STORE_WRITE_LAZY = 2 };
  * up to id N is durable" is a frontier: a read that saw id N shows nothing
  * an OS crash can take back once N is behind it. */
 uint64_t store_txn_id(store_txn *txn);
+/* (PostgreSQL: every id is 0 and store_flush does nothing: its commits are
+ * durable when they return.) */
 /* The id of the last committed transaction, of any process. Like
  * store_flush, it may run in another thread while the others use s. */
 uint64_t store_last_id(store *s);

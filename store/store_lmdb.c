@@ -21,7 +21,12 @@
  *   model_calls     num, turn_ref                -> [model, in, out, cost, latency,
  *                                                    summary_version, inserted_at, rendered]
  */
+/* This file defines the backend's functions (store/backend.h) under
+ * lmdb_store_*; store/store.c dispatches to them. */
+#define STORE_BACKEND_NAME(n) lmdb_store_##n
+#include "store/backend_names.h"
 #include "store/store.h"
+#include "store/backend.h"
 #include "common/mp.h"
 
 #include <endian.h>
@@ -64,6 +69,7 @@ struct conv_ent {
 };
 
 struct store {
+	const struct store_vt *vt; /* store_lmdb_vt: first, for store/store.c */
 	MDB_env *env;
 	MDB_dbi meta, conv_ids, convs, events, event_ids, summaries, tool_calls,
 		conv_tool_calls, expiries, model_calls;
@@ -91,6 +97,7 @@ struct store {
 enum { CUR_EVENTS, CUR_SUMMARIES, NCUR };
 
 struct store_txn {
+	const struct store_vt *vt; /* first, for store/store.c */
 	store *s;
 	MDB_txn *t;
 	int write;
@@ -515,6 +522,7 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 	store *s = calloc(1, sizeof *s);
 	if (!s)
 		return -ENOMEM;
+	s->vt = &store_lmdb_vt;
 	if (opts)
 		s->opts = *opts;
 	if (!s->opts.map_size) /* the default, or all that max_map_size allows */
@@ -583,7 +591,7 @@ void store_close(store *s)
 	free(s);
 }
 
-int store_sync(store *s)
+int lmdb_store_sync(store *s)
 {
 	if (!s)
 		return STORE_E_INVAL;
@@ -647,7 +655,7 @@ size_t store_map_size(store *s)
 
 static int disk_full(store *s);
 
-int store_stat(store *s, struct store_stat *st)
+int lmdb_store_stat(store *s, struct store_stat *st)
 {
 	MDB_envinfo info;
 	MDB_stat ms;
@@ -797,6 +805,7 @@ static store_txn *txn_obj(store *s, int write)
 		return x;
 	}
 	if ((x = calloc(1, sizeof *x)) != NULL) {
+		x->vt = &store_lmdb_vt;
 		msgpack_sbuffer_init(&x->buf);
 		msgpack_packer_init(&x->pk, &x->buf, msgpack_sbuffer_write);
 	}
@@ -2436,3 +2445,11 @@ int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_
 		*removed = n;
 	return 0;
 }
+
+/* ---- the backend's table (store/store.c) -------------------------------- */
+
+#define LMDB_ENTRY(name, params, args) .name = lmdb_store_##name,
+const struct store_vt store_lmdb_vt = {
+	STORE_VT_INIT(lmdb, "lmdb"),
+	STORE_TXN_FUNCS(LMDB_ENTRY)
+};

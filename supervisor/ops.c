@@ -36,6 +36,7 @@ struct job {
 	struct request rq;
 	struct slot *slot;       /* NULL: its client went, or it is answered later */
 	int64_t started_us;
+	uid_t peer_uid;          /* its client's (SO_PEERCRED): resolve records it */
 	/* write results, filled inside the group transaction */
 	int err;
 	char msg[160];
@@ -66,6 +67,7 @@ int ops_request(struct client *c, struct slot *s, struct request *rq, int64_t st
 	memset(rq, 0, sizeof *rq);
 	j->slot = s;
 	j->started_us = started_us;
+	j->peer_uid = control_uid(c);
 	j->after_write = after_write;
 	TAILQ_INSERT_TAIL(&O.jobs, j, q);
 	return 0;
@@ -607,18 +609,35 @@ static int w_send(store_txn *t, struct job *j, struct wres *r)
 	return 0;
 }
 
-int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,
-	       int *ended)
+/* Settle and log a call, then revive its conversation when no person is
+ * awaited any more; by (NULL: none) records who decided. */
+static int settle(store_txn *t, const char *tool_call_id, int status, json_t *result, const json_t *by, char *conv,
+		  uint64_t *seq, int *ended)
 {
-	int e = conv_settle(t, tool_call_id, status, "resolution", result, conv, seq);
+	int e = conv_settle_by(t, tool_call_id, status, "resolution", result, by, conv, seq);
 	if (!e)
 		e = conv_after_resolution(t, conv, ended);
 	return e || *ended ? e : lease_ahead(t, conv);
 }
 
+int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,
+	       int *ended)
+{
+	return settle(t, tool_call_id, status, result, NULL, conv, seq, ended);
+}
+
 static int w_resolve(store_txn *t, struct job *j, struct wres *r)
 {
-	int e = ops_settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, r->conv, &r->seq, &r->ended);
+	/* Who decided, for the audit trail: the peer's uid always (it cannot be
+	 * forged), and the name a client such as agentd-web gives for its user. */
+	json_t *by = json_pack("{sI}", "uid", (json_int_t)j->peer_uid);
+	if (!by || (j->rq.by && json_object_set_new(by, "name", json_string(j->rq.by)))) {
+		json_decref(by);
+		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written yet */
+		return 0;
+	}
+	int e = settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, by, r->conv, &r->seq, &r->ended);
+	json_decref(by);
 	if (e == STORE_E_STALE) {
 		job_error(j, PERR_STALE, "tool call %s is not pending (unknown, already settled or expired)",
 			  j->rq.tool_call_id);

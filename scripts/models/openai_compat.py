@@ -7,9 +7,11 @@ Configure it as a model:
     command = /usr/bin/env python3 scripts/models/openai_compat.py --model gpt-4o-mini
     timeout = 120s
     retries = 2
+    env = OPENAI_API_KEY OPENAI_BASE_URL
 
 Environment: OPENAI_API_KEY (sent as a bearer token when set), OPENAI_BASE_URL (default
-https://api.openai.com/v1), OPENAI_MODEL (when --model is not given). agentd passes its own environment on.
+https://api.openai.com/v1), OPENAI_MODEL (when --model is not given). agentd passes on only the variables the
+model's `env` key names (docs/tools.md, "Isolation").
 
 Reads one JSON request on stdin ({"task": "turn" | "summarize", "system", "summary", "messages", "tools",
 "params"}), calls POST {base}/chat/completions with stream=true, prints {"delta": "..."} lines as text
@@ -68,7 +70,9 @@ def to_chat(req):
 def to_tools(req):
     return [{"type": "function", "function": {
         "name": t["name"], "description": t.get("description", ""),
-        "parameters": {"type": "object", "additionalProperties": True}}} for t in req.get("tools", [])]
+        # An MCP server's tools come with their JSON Schema; agentd's own tools take any object.
+        "parameters": t.get("input_schema") or {"type": "object", "additionalProperties": True}}}
+        for t in req.get("tools", [])]
 
 
 def call(args, req):

@@ -6,6 +6,9 @@
  * Each test runs in its own fork (Check's fork mode); the checked fixture
  * opens a fresh store in a fresh mkdtemp() directory inside that fork, so no
  * environment ever crosses a fork. Time comes from a fake clock the tests set.
+ * With AGENTD_TEST_STORE=pg every store directory stands for a fresh
+ * PostgreSQL database of its own (target.h): the same tests, unchanged,
+ * run against the PostgreSQL backend.
  */
 #include <check.h>
 #include <errno.h>
@@ -24,6 +27,7 @@
 #include <time.h>
 
 #include "store/store.h"
+#include "tests/conformance/target.h"
 #include "tests/suites.h"
 
 /* ---- fixture --------------------------------------------------------- */
@@ -50,6 +54,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 
 static void rm_dir(void)
 {
+	conf_target_cleanup();
 	if (dir[0])
 		nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	dir[0] = 0;
@@ -996,6 +1001,13 @@ static int load_since(const char *conv, struct store_summary *sum, int *has)
 	memset(&E, 0, sizeof E);
 	store_txn *t = rbegin();
 	int rc = store_load_since(t, conv, sum, has, collect_ev, &E);
+	/* The summary's content lives until the txn ends (store.h): the tests
+	 * look at it after, so they get a copy. */
+	if (rc == 0 && sum && sum->content.len) {
+		B();
+		msgpack_sbuffer_write(pool[npool - 1], sum->content.ptr, sum->content.len);
+		sum->content = built();
+	}
 	store_txn_abort(t);
 	return rc;
 }
@@ -3680,6 +3692,8 @@ END_TEST
 /* A map that cannot grow for want of address space (ulimit -v) is refused
  * as full, and the handle keeps working: LMDB unmaps the old map before it
  * maps the new one and cannot restore it, so the store must not let it try.
+ * PostgreSQL's limit is a quota that needs no address space: there the
+ * reservation succeeds, and the handle keeps working all the same.
  * In a child, whose limit dies with it; not under a sanitizer, whose shadow
  * memory needs the address space. */
 START_TEST(a_map_without_address_space_to_grow_stays_usable)
@@ -3691,6 +3705,7 @@ START_TEST(a_map_without_address_space_to_grow_stays_usable)
 	OPTS.max_map_size = (size_t)1 << 30;
 	reopen_store();
 	mkconv("c1");
+	int want = strcmp(conf_backend(), "pg") == 0 ? 0 : STORE_E_FULL;
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -3703,7 +3718,7 @@ START_TEST(a_map_without_address_space_to_grow_stays_usable)
 		rl.rlim_cur = rl.rlim_max = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)32 << 20);
 		if (setrlimit(RLIMIT_AS, &rl))
 			_exit(4);
-		if (store_reserve(S, (size_t)100 << 20) != STORE_E_FULL)
+		if (store_reserve(S, (size_t)100 << 20) != want)
 			_exit(5);
 		store_txn *t;
 		if (store_txn_begin(S, STORE_READ, &t))

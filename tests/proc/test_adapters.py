@@ -58,6 +58,7 @@ def test_openai_adapter_round_trip():
             a.write_config(f"""
                 [model.gpt]
                 command = python3 {ADAPTER} --model fake-model
+                env = OPENAI_BASE_URL OPENAI_API_KEY
                 timeout = 20s
                 retries = 0
                 [tool.calc]
@@ -104,6 +105,7 @@ def test_adapter_http_error_fails_the_attempt():
             a.write_config(f"""
                 [model.gpt]
                 command = python3 {ADAPTER} --model m
+                env = OPENAI_BASE_URL OPENAI_API_KEY
                 retries = 1
                 """)
             a.start()

@@ -396,7 +396,8 @@ def test_tool_calls_and_resolve():
         r = a.ok({"op": "resolve", "tool_call_id": tc["id"], "result": {"approved": True}})
         res = [e for e in a.events(c) if e["seq"] == r["seq"]][0]
         assert res["type"] == "resolution" and res["content"] == {"tool_call_id": tc["id"], "status": "resolved",
-                                                                  "result": {"approved": True}}, res
+                                                                  "result": {"approved": True},
+                                                                  "by": {"uid": os.getuid()}}, res
         stale = a.request({"op": "resolve", "tool_call_id": tc["id"]})
         assert stale["ok"] is False and stale["error"] == "stale", stale
         one = a.ok({"op": "tool_call", "tool_call_id": tc["id"]})["tool_call"]

@@ -202,7 +202,8 @@ def test_the_configuration_page_has_every_key():
     # The keys agentd reads (common/config.c, one function per section) against agentd.ini(5)'s sections.
     src = open(REPO / "common/config.c").read()
     page = f"{stage()}/share/man/man5/agentd.ini.5"
-    for func, section in (("agentd_key", "[agentd]"), ("model_key", "[model.NAME]"), ("tool_key", "[tool.NAME]")):
+    for func, section in (("agentd_key", "[agentd]"), ("model_key", "[model.NAME]"), ("tool_key", "[tool.NAME]"),
+                          ("mcp_key", "[mcp.NAME]"), ("iso_key", "ISOLATION KEYS")):
         body = re.search(rf"^static int {func}\(.*?^}}", src, re.S | re.M).group(0)
         keys = set(re.findall(r'strcmp\(k, "([a-z_]+)"\)', body))
         documented = set(re.findall(r"^\.TP\n\.BR? ([a-z_]+)\b", man_sections(page, {section}), re.M))

@@ -119,7 +119,7 @@ def test_expiries_in_a_full_store_are_retried_without_spinning():
     n = 60
     with Agentd(start=False) as a:
         model = a.script("short.py", SHORT_MODEL)
-        expires = harness.scaled(4.0)
+        expires = harness.scaled(8.0)  # room for 60 creates, 60 sends and the fill on a loaded machine
         cfg = f"""
             [agentd]
             map_size = 3m

@@ -112,6 +112,48 @@ START_TEST(a_good_file)
 }
 END_TEST
 
+/* Isolation keys in tools and models; an [mcp.NAME] server is a tool named NAME. */
+START_TEST(isolation_and_mcp)
+{
+	struct config c;
+	char err[512];
+	int rc = load("[model.m]\ncommand = m\nenv = OPENAI_API_KEY\nuser = nobody\n"
+		      "[tool.t]\ncommand = t\nenv = A 'B=two words'\nuser = nobody\ngroup = root\nrlimit_as = 64m\n"
+		      "rlimit_cpu = 1500ms\nrlimit_nofile = 64\n"
+		      "[mcp.fs]\ncommand = node srv.js\nargs = stdio '/a b'\ntimeout = 5s\nstart_timeout = 3s\n"
+		      "env = TOKEN\nmax_attempts = 2\n[mcp.ev]\ncommand = x\nprefix = e_\n",
+		      &c, err, sizeof err);
+	ck_assert_msg(rc == 0, "%s", err);
+	const struct model_cfg *m = config_model(&c, "m");
+	ck_assert_str_eq(m->iso.env[0], "OPENAI_API_KEY");
+	ck_assert_ptr_null(m->iso.env[1]);
+	ck_assert_int_eq(m->iso.uid, 65534);
+	ck_assert_int_eq(m->iso.gid, 65534);
+	const struct tool_cfg *t = config_tool(&c, "t");
+	ck_assert_str_eq(t->iso.env[1], "B=two words");
+	ck_assert_int_eq(t->iso.uid, 65534);
+	ck_assert_int_eq(t->iso.gid, 0);
+	ck_assert_uint_eq(t->iso.rlimit_as, 64 << 20);
+	ck_assert_int_eq(t->iso.rlimit_cpu, 2); /* whole seconds, rounded up */
+	ck_assert_int_eq(t->iso.rlimit_nofile, 64);
+	ck_assert_ptr_null(t->mcp);
+	const struct tool_cfg *fs = config_tool(&c, "fs");
+	ck_assert_ptr_nonnull(fs->mcp);
+	ck_assert_int_eq(fs->executor, EXEC_SERVER);
+	ck_assert_ptr_null(fs->command);
+	ck_assert_str_eq(fs->mcp->command, "node srv.js");
+	ck_assert_str_eq(fs->mcp->args, "stdio '/a b'");
+	ck_assert_str_eq(fs->mcp->prefix, "fs__");
+	ck_assert_int_eq(fs->timeout_ms, 5000);
+	ck_assert_int_eq(fs->mcp->start_timeout_ms, 3000);
+	ck_assert_int_eq(fs->max_attempts, 2);
+	ck_assert_int_eq(fs->iso.uid, -1);
+	ck_assert_str_eq(config_tool(&c, "ev")->mcp->prefix, "e_");
+	ck_assert_int_eq(config_tool(&c, "ev")->mcp->start_timeout_ms, 20000);
+	config_free(&c);
+}
+END_TEST
+
 /* Each bad file, and the message that must name its fault. */
 static const struct {
 	const char *text;
@@ -133,6 +175,30 @@ static const struct {
 	{ "[agent]\ndata = x\n", "F:2: unknown section [agent]" },
 	{ "[model.a b]\ncommand = x\n", "F:2: unknown section [model.a b]" },
 	{ "[model.echo]\ncommand = x\n", "F:2: [model.echo] is built in and cannot be configured" },
+	{ "[tool.t]\ncommand = x\nenv = 1BAD\n", "F:3: bad value '1BAD' for 'env' in [tool.t]" },
+	{ "[tool.t]\ncommand = x\nenv = A-B=1\n", "F:3: bad value 'A-B=1' for 'env' in [tool.t]" },
+	{ "[tool.t]\ncommand = x\nenv = 'A\n", "F:3: bad value ''A' for 'env' in [tool.t]" },
+	{ "[tool.t]\ncommand = x\nuser = no-such-user-here\n",
+	  "F: [tool.t] user: no user named 'no-such-user-here' in /etc/passwd" },
+	{ "[model.m]\ncommand = x\ngroup = no-such-group\n",
+	  "F: [model.m] group: no group named 'no-such-group' in /etc/group" },
+	{ "[tool.t]\ncommand = x\nrlimit_as = 1k\n", "F:3: bad value '1k' for 'rlimit_as' in [tool.t]" },
+	{ "[tool.t]\ncommand = x\nrlimit_cpu = 0\n", "F:3: bad value '0' for 'rlimit_cpu' in [tool.t]" },
+	{ "[tool.t]\ncommand = x\nrlimit_nofile = 2\n", "F:3: bad value '2' for 'rlimit_nofile' in [tool.t]" },
+	{ "[tool.h]\nexecutor = human\nuser = nobody\n",
+	  "F: [tool.h] is a human tool: no process runs, so env, user, group and rlimit_* do not apply" },
+	{ "[mcp.s]\nargs = x\n", "F: [mcp.s] needs a command" },
+	{ "[mcp.s]\n", "F:1: [mcp.s] is empty: an MCP server needs a command" },
+	{ "[mcp.s]\ncommand = x\nurl = http://h/mcp\n",
+	  "F:3: [mcp.s] url: the streamable HTTP transport is not supported; run the server over stdio with command" },
+	{ "[mcp.s]\ncommand = x\nexecutor = human\n", "F:3: unknown key 'executor' in [mcp.s]" },
+	{ "[mcp.s]\ncommand = x\ndescription = d\n", "F:3: unknown key 'description' in [mcp.s]" },
+	{ "[mcp.s]\ncommand = x\nprefix = a b\n", "F:3: bad value 'a b' for 'prefix' in [mcp.s]" },
+	{ "[tool.s]\ncommand = x\n[mcp.s]\ncommand = y\n",
+	  "F:4: [mcp.s] and [tool.s] share a name: a tool's name is unique" },
+	{ "[mcp.s]\ncommand = y\n[tool.s]\ncommand = x\n",
+	  "F:4: [tool.s] and [mcp.s] share a name: a tool's name is unique" },
+	{ "[mcp.s x]\ncommand = y\n", "F:2: unknown section [mcp.s x] (expected [agentd], [model.NAME], [tool.NAME] or [mcp.NAME]" },
 	{ "[model.m]\ntimeout = 5s\n", "F: [model.m] needs a command" },
 	{ "[model.m]\ncommand = \"unterminated\n",
 	  "F: [model.m] command: an unterminated quote, a trailing backslash or no word: \"unterminated" },
@@ -217,6 +283,7 @@ Suite *make_config_suite(void)
 	tcase_add_test(t, durations);
 	tcase_add_test(t, sizes);
 	tcase_add_test(t, a_good_file);
+	tcase_add_test(t, isolation_and_mcp);
 	tcase_add_loop_test(t, bad_file_refused, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
 	tcase_add_test(t, missing_file);
 	tcase_add_test(t, directory_refused);

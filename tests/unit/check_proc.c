@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/isolate.h"
 #include "agent/proc.h"
 #include "common/cmdline.h"
 #include "tests/suites.h"
@@ -304,10 +305,50 @@ START_TEST(run_env)
 	ck_assert(r.exited && r.status == 0);
 	ck_assert_str_eq(r.out, "twice|new|kept\n1\n");
 	proc_result_free(&r);
-	/* Without env_add the environment passes as is. */
+	/* Without env_add the AGENTD_* variables still pass. */
 	ck_assert_int_eq(run("sh -c 'echo \"$AGENTD_T_OVER\"'", NULL, &r), 0);
 	ck_assert_str_eq(r.out, "old\n");
 	proc_result_free(&r);
+}
+END_TEST
+
+/* The environment is minimal (isolate.h): PATH, HOME, LANG, AGENTD_*, then
+ * what env allows (a name: the caller's value) or sets (KEY=VALUE). */
+START_TEST(run_env_minimal)
+{
+	struct proc_result r;
+	setenv("T_SECRET", "s3cret", 1);
+	setenv("T_ALLOWED", "yes", 1);
+	setenv("LANG", "C.UTF-8", 1);
+	unsetenv("T_UNSET");
+	ck_assert_int_eq(run("sh -c 'echo \"${T_SECRET-unset}|$LANG|${PATH:+path}\"'", NULL, &r), 0);
+	ck_assert_str_eq(r.out, "unset|C.UTF-8|path\n");
+	proc_result_free(&r);
+	char *allow[] = { "T_ALLOWED", "T_UNSET", "T_SET=given value", "LANG=fr_FR.UTF-8", NULL };
+	struct isolate_cfg iso = { .env = allow, .uid = -1, .gid = -1 };
+	const char *const add[] = { "T_SET=added", NULL };
+	struct proc_opts o = { .iso = &iso, .env_add = add };
+	ck_assert_int_eq(run("sh -c 'echo \"${T_SECRET-unset}|$T_ALLOWED|${T_UNSET-unset}|$T_SET|$LANG\"'",
+	                     &o, &r), 0);
+	ck_assert_str_eq(r.out, "unset|yes|unset|added|fr_FR.UTF-8\n");
+	proc_result_free(&r);
+}
+END_TEST
+
+/* Limits reach the command: its own view of them (ulimit) shows them. */
+START_TEST(run_rlimits)
+{
+	struct proc_result r;
+	struct isolate_cfg iso = { .rlimit_as = (size_t)256 << 20, .rlimit_cpu = 7, .rlimit_nofile = 40,
+				   .uid = -1, .gid = -1 };
+	struct proc_opts o = { .iso = &iso };
+	ck_assert_int_eq(run("sh -c 'ulimit -v; ulimit -t; ulimit -n'", &o, &r), 0);
+	ck_assert_str_eq(r.out, "262144\n7\n40\n");
+	proc_result_free(&r);
+	char why[200];
+	ck_assert_int_eq(isolate_explain(&iso, 0, 0, 1, SIGXCPU, why, sizeof why), 1);
+	ck_assert_str_eq(why, "killed at its CPU time limit (rlimit_cpu = 7 s)");
+	ck_assert_int_eq(isolate_explain(NULL, 0, 0, 1, SIGXCPU, why, sizeof why), 0);
 }
 END_TEST
 
@@ -722,6 +763,8 @@ Suite *make_proc_suite(void)
 	tcase_add_test(tc, run_invalid);
 	tcase_add_test(tc, run_stdin_cat);
 	tcase_add_test(tc, run_env);
+	tcase_add_test(tc, run_env_minimal);
+	tcase_add_test(tc, run_rlimits);
 	tcase_add_test(tc, run_stdin_unread);
 	tcase_add_test(tc, run_timeout_kills_group);
 	tcase_add_test(tc, run_exit_kills_leftovers);

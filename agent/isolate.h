@@ -1,0 +1,53 @@
+/*
+ * isolate.h: what a model, tool or MCP server process may see and do
+ * (struct isolate_cfg, common/config.h; docs/tools.md "Isolation").
+ *
+ * Every process the worker starts gets a minimal environment, never the
+ * worker's whole one: PATH, HOME, LANG and every AGENTD_* variable of the
+ * worker, then what the configuration's `env` allows or sets, then what the
+ * caller adds (AGENTD_TOOL_CALL_ID, AGENTD_CONVERSATION). Between fork and
+ * exec the child lowers its limits (setrlimit) and, when a user or group is
+ * configured, drops to it: setgroups, then setgid, then setuid (after setuid
+ * the process could no longer change its groups).
+ *
+ * Caveats:
+ *  - isolate_child is for the child between fork and exec: it only makes
+ *    system calls (async-signal-safe) and reads iso, allocated before fork.
+ *  - A credential change clears PR_SET_PDEATHSIG: the caller sets it again
+ *    after isolate_child (proc.c does).
+ *  - Dropping to another user needs root (CAP_SETUID, CAP_SETGID): otherwise
+ *    isolate_child returns -EPERM and the command does not run.
+ */
+#ifndef AGENTD_ISOLATE_H
+#define AGENTD_ISOLATE_H
+
+#include <stddef.h>
+
+#include "common/config.h"
+
+/* PATH when the worker has none (a supervisor started with env -i). */
+#define ISOLATE_PATH_DEFAULT "/usr/local/bin:/usr/bin:/bin"
+
+/*
+ * The child's environment: a new NULL-terminated array (free the array
+ * only: its strings are borrowed from environ, iso and add, which must
+ * outlive it). iso may be NULL (the minimal environment); add is NULL or
+ * NULL-terminated "K=V" strings. Later sources replace a variable of the
+ * same name. Returns 0, -EINVAL (an add entry without '=' or with an empty
+ * name) or -ENOMEM.
+ */
+int isolate_env(const struct isolate_cfg *iso, const char *const *add, char ***envp);
+
+/* In the child: limits, then groups, group and user. 0 or -errno. iso may be NULL. */
+int isolate_child(const struct isolate_cfg *iso);
+
+/*
+ * Why a process that failed may have met its limits, for the error result
+ * ("killed at its CPU time limit (rlimit_cpu = 2 s)"), written to buf; 0 if
+ * none applies (no limit configured that explains this end). signaled/sig
+ * and exited/status as proc_result has them.
+ */
+int isolate_explain(const struct isolate_cfg *iso, int exited, int status, int signaled, int sig, char *buf,
+		    size_t len);
+
+#endif

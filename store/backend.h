@@ -1,0 +1,119 @@
+/*
+ * backend.h: how a store backend plugs in behind store.h (store/store.c
+ * dispatches). Not a contract for anything above the store.
+ *
+ * A backend's store and store_txn objects begin with a pointer to its table
+ * (struct store_hdr), so store.c finds the backend of any handle. The
+ * functions store.c dispatches per backend are listed once here; a backend
+ * defines them under its own prefix and exports its table.
+ */
+#ifndef AGENTD_STORE_BACKEND_H
+#define AGENTD_STORE_BACKEND_H
+
+#include "store/store.h"
+
+/* Every transaction operation that returns int with the txn first. */
+#define STORE_TXN_FUNCS(X) \
+	X(txn_commit, (store_txn *x), (x)) \
+	X(conv_create, (store_txn *x, const char *id, store_bytes settings), (x, id, settings)) \
+	X(conv_get, (store_txn *x, const char *id, struct store_conv *out), (x, id, out)) \
+	X(conv_put, (store_txn *x, const char *id, const struct store_conv_patch *p), (x, id, p)) \
+	X(conv_put_fsm, (store_txn *x, const char *id, store_bytes fsm_state), (x, id, fsm_state)) \
+	X(conv_list, (store_txn *x, int status, const char *after, size_t limit, store_conv_fn fn, void *arg, \
+		      int *more), (x, status, after, limit, fn, arg, more)) \
+	X(conv_ids, (store_txn *x, store_conv_id_fn fn, void *arg), (x, fn, arg)) \
+	X(conv_delete, (store_txn *x, const char *id), (x, id)) \
+	X(lease_next, (store_txn *x, const char *id, uint64_t *gen), (x, id, gen)) \
+	X(lease_check, (store_txn *x, const char *id, uint64_t gen), (x, id, gen)) \
+	X(usage_add, (store_txn *x, const char *id, const struct store_usage *u), (x, id, u)) \
+	X(event_append, (store_txn *x, const char *conv, const struct store_event_in *ev, uint64_t *seq, \
+			 int *dup), (x, conv, ev, seq, dup)) \
+	X(events_append, (store_txn *x, const char *conv, const struct store_event_in *ev, size_t n, \
+			  uint64_t *seqs, int *dups), (x, conv, ev, n, seqs, dups)) \
+	X(event_latest_seq, (store_txn *x, const char *conv, uint64_t *seq), (x, conv, seq)) \
+	X(event_id_seq, (store_txn *x, const char *conv, const char *event_id, size_t len, uint64_t *seq), \
+	  (x, conv, event_id, len, seq)) \
+	X(event_ids_each, (store_txn *x, const char *conv, \
+			   int (*fn)(void *arg, const char *event_id, size_t len, uint64_t seq), void *arg), \
+	  (x, conv, fn, arg)) \
+	X(events_stream, (store_txn *x, const char *conv, const struct store_range *r, store_event_fn fn, \
+			  void *arg), (x, conv, r, fn, arg)) \
+	X(summary_put, (store_txn *x, const char *conv, uint64_t from_seq, uint64_t to_seq, \
+			store_bytes content, uint64_t *version), (x, conv, from_seq, to_seq, content, version)) \
+	X(summary_latest, (store_txn *x, const char *conv, struct store_summary *out), (x, conv, out)) \
+	X(load_since, (store_txn *x, const char *conv, struct store_summary *sum, int *has_summary, \
+		       store_event_fn fn, void *arg), (x, conv, sum, has_summary, fn, arg)) \
+	X(tool_call_upsert, (store_txn *x, const char *conv, const struct store_tool_call_in *tc), (x, conv, tc)) \
+	X(tool_call_get, (store_txn *x, const char *id, struct store_tool_call *out), (x, id, out)) \
+	X(tool_calls_list, (store_txn *x, const char *conv, unsigned mask, \
+			    int (*fn)(void *arg, const struct store_tool_call *tc), void *arg), \
+	  (x, conv, mask, fn, arg)) \
+	X(tool_calls_each, (store_txn *x, int (*fn)(void *arg, const struct store_tool_call *tc), void *arg), \
+	  (x, fn, arg)) \
+	X(tool_call_attempt, (store_txn *x, const char *id, uint32_t *attempts), (x, id, attempts)) \
+	X(tool_call_resolve, (store_txn *x, const char *id, int status, store_bytes result, char *conv), \
+	  (x, id, status, result, conv)) \
+	X(expiry_schedule, (store_txn *x, const char *tool_call_id, int64_t deadline_ms), \
+	  (x, tool_call_id, deadline_ms)) \
+	X(expiry_cancel, (store_txn *x, const char *tool_call_id), (x, tool_call_id)) \
+	X(expiry_drop, (store_txn *x, int64_t deadline_ms, const char *tool_call_id), \
+	  (x, deadline_ms, tool_call_id)) \
+	X(expiries_due, (store_txn *x, int64_t now_ms, int (*fn)(void *arg, const struct store_expiry *e), \
+			 void *arg), (x, now_ms, fn, arg)) \
+	X(expiry_earliest, (store_txn *x, int64_t *deadline_ms), (x, deadline_ms)) \
+	X(model_call_put, (store_txn *x, const char *conv, const struct store_model_call_in *mc), (x, conv, mc)) \
+	X(model_calls_list, (store_txn *x, const char *conv, \
+			     int (*fn)(void *arg, const struct store_model_call *mc), void *arg), (x, conv, fn, arg)) \
+	X(model_calls_gc, (store_txn *x, const char *conv, int64_t ttl_ms, uint64_t *removed), \
+	  (x, conv, ttl_ms, removed))
+
+#define STORE_VT_FIELD(name, params, args) int (*name) params;
+
+struct store_vt {
+	const char *name; /* "lmdb", "postgresql" */
+	int (*open)(store **out, const char *target, const struct store_opts *opts);
+	void (*close)(store *s);
+	int (*sync)(store *s);
+	int (*reader_check)(store *s, int *cleared);
+	int (*stat)(store *s, struct store_stat *st);
+	size_t (*map_size)(store *s);
+	int (*reserve)(store *s, size_t bytes);
+	int64_t (*now)(store *s);
+	int (*txn_begin)(store *s, int mode, store_txn **out);
+	void (*txn_abort)(store_txn *x);
+	int64_t (*txn_now)(store_txn *x);
+	uint64_t (*txn_id)(store_txn *x);
+	uint64_t (*last_id)(store *s);
+	int (*flush)(store *s);
+	STORE_TXN_FUNCS(STORE_VT_FIELD)
+};
+
+/* What every backend's store and store_txn begin with. */
+struct store_hdr {
+	const struct store_vt *vt;
+};
+
+/* A backend defines its functions as PREFIX_store_* (store/backend_names.h
+ * renames them in its file) and fills its table with STORE_VT_INIT and
+ * STORE_TXN_FUNCS. */
+#define STORE_VT_INIT(prefix, label) \
+	.name = label, .open = prefix##_store_open, .close = prefix##_store_close, .sync = prefix##_store_sync, \
+	.reader_check = prefix##_store_reader_check, .stat = prefix##_store_stat, \
+	.map_size = prefix##_store_map_size, .reserve = prefix##_store_reserve, .now = prefix##_store_now, \
+	.txn_begin = prefix##_store_txn_begin, .txn_abort = prefix##_store_txn_abort, \
+	.txn_now = prefix##_store_txn_now, .txn_id = prefix##_store_txn_id, .last_id = prefix##_store_last_id, \
+	.flush = prefix##_store_flush
+
+int lmdb_store_stat(store *s, struct store_stat *st);
+int lmdb_store_sync(store *s);
+int pg_store_stat(store *s, struct store_stat *st);
+int pg_store_sync(store *s);
+
+extern const struct store_vt store_lmdb_vt;
+extern const struct store_vt store_pg_vt;
+
+/* Is target one for the PostgreSQL backend: a postgresql:// or postgres://
+ * URI, or a libpq key=value conninfo starting with host= or dbname=? */
+int store_target_is_pg(const char *target);
+
+#endif

@@ -1,0 +1,1817 @@
+/*
+ * store_pg.c: the store (store.h) over PostgreSQL, through libpq.
+ *
+ * Tables (created by store_open in the connection's current schema, version
+ * in schema_version; see docs/scale-out.md, "The PostgreSQL store"):
+ *
+ *   convs        id -> status, created_at, updated_at, lease, in_tok, out_tok,
+ *                      cost, last_seq, settings, fsm
+ *   events       (conv, seq) -> type, inserted_at, event_id, content
+ *                (unique (conv, event_id) where event_id is not null: the
+ *                idempotency index)
+ *   summaries    (conv, to_seq) -> from_seq, version, inserted_at, content
+ *   tool_calls   id -> conv, name, executor, status, inserted_at, resolved_at,
+ *                      deadline, attempts, args, prompt, result
+ *   expiries     (deadline, tool_call_id) -> conv
+ *   model_calls  (conv, turn_ref) -> model, in_tok, out_tok, cost, latency,
+ *                      summary_version, inserted_at, rendered
+ *   lease_seq    the sequence writer generations come from
+ *
+ * Content is msgpack in bytea columns; integers are bigint (uint64 values
+ * bit-cast, turn_ref mapped so its order is kept); ids are text COLLATE "C"
+ * (byte order, as LMDB's keys).
+ *
+ * Each open transaction has a connection of its own (a read beside a write
+ * needs two); ended transactions hand theirs back to a few spares. A read
+ * transaction is REPEATABLE READ READ ONLY, its snapshot taken at begin. A
+ * write transaction is READ COMMITTED and takes row locks: every write that
+ * concerns a conversation locks its convs row first (SELECT ... FOR UPDATE),
+ * so two writers of one conversation serialise, and store_lease_check holds
+ * the row until the commit: a lease_next waits for it, and the writer it
+ * supersedes sees the new generation in its next transaction. Every query
+ * asks for binary results, kept on the transaction until it ends: what a
+ * read returns points into them.
+ */
+#define STORE_BACKEND_NAME(n) pg_store_##n
+#include "store/backend_names.h"
+#include "store/store.h"
+#include "store/backend.h"
+#include "common/mp.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <libpq-fe.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SCHEMA_VERSION 1
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+#define NSPARE 2          /* idle connections a handle keeps */
+#define ROW_OVERHEAD 64   /* bytes counted per row written against the quota */
+
+/* ---- statements ------------------------------------------------------ */
+
+enum {
+	Q_CONV_GET, Q_CONV_LOCK, Q_CONV_INSERT, Q_CONV_UPDATE, Q_CONV_LIST, Q_CONV_IDS, Q_CONV_DELETE,
+	Q_LEASE_NEXT, Q_LEASE_GET, Q_LEASE_LOCK, Q_USAGE_SET, Q_LAST_SEQ,
+	Q_EVENT_DUP, Q_EVENT_INSERT, Q_EVENT_ID_SEQ, Q_EVENT_IDS,
+	Q_STREAM, Q_STREAM_TAIL,
+	Q_SUMMARY_PUT, Q_SUMMARY_LATEST,
+	Q_TC_UPSERT, Q_TC_GET, Q_TC_LOCK, Q_TC_CONV_LOCK, Q_TC_LIST, Q_TC_EACH, Q_TC_ATTEMPT, Q_TC_RESOLVE,
+	Q_EXP_SCHEDULE, Q_EXP_CANCEL, Q_EXP_DROP, Q_EXP_DUE, Q_EXP_EARLIEST,
+	Q_MC_PUT, Q_MC_LIST, Q_MC_GC,
+	NQ
+};
+
+#define CONV_COLS "id, status, created_at, updated_at, lease, in_tok, out_tok, cost, settings, fsm"
+#define EV_COLS "seq, type, inserted_at, event_id, content"
+#define TC_COLS "id, conv, name, executor, status, inserted_at, resolved_at, deadline, attempts, args, prompt, result"
+#define MC_COLS "turn_ref, model, in_tok, out_tok, cost, latency, summary_version, inserted_at, rendered"
+
+static const char *const sql[NQ] = {
+	[Q_CONV_GET] = "SELECT " CONV_COLS " FROM convs WHERE id = $1::text",
+	[Q_CONV_LOCK] = "SELECT " CONV_COLS ", last_seq FROM convs WHERE id = $1::text FOR UPDATE",
+	[Q_CONV_INSERT] = "INSERT INTO convs (id, status, created_at, updated_at, settings) "
+			  "VALUES ($1::text, 0, $2::int8, $2::int8, $3::bytea) ON CONFLICT (id) DO NOTHING RETURNING 1",
+	[Q_CONV_UPDATE] = "UPDATE convs SET settings = $2::bytea, status = $3::int8, fsm = $4::bytea, "
+			  "updated_at = $5::int8 WHERE id = $1::text",
+	[Q_CONV_LIST] = "SELECT " CONV_COLS " FROM convs WHERE ($1::text IS NULL OR id > $1::text) "
+			"AND ($2::int8 < 0 OR status = $2::int8) ORDER BY id LIMIT $3::int8",
+	[Q_CONV_IDS] = "SELECT id FROM convs ORDER BY id",
+	[Q_CONV_DELETE] = "WITH e AS (DELETE FROM events WHERE conv = $1::text), "
+			  "s AS (DELETE FROM summaries WHERE conv = $1::text), "
+			  "x AS (DELETE FROM expiries USING tool_calls t WHERE t.conv = $1::text "
+			  "AND expiries.tool_call_id = t.id AND expiries.deadline = t.deadline), "
+			  "t AS (DELETE FROM tool_calls WHERE conv = $1::text), "
+			  "m AS (DELETE FROM model_calls WHERE conv = $1::text) "
+			  "DELETE FROM convs WHERE id = $1::text RETURNING 1",
+	[Q_LEASE_NEXT] = "UPDATE convs SET lease = GREATEST(nextval('lease_seq'), lease + 1) "
+			 "WHERE id = $1::text RETURNING lease",
+	[Q_LEASE_GET] = "SELECT lease FROM convs WHERE id = $1::text",
+	[Q_LEASE_LOCK] = "SELECT lease, last_seq FROM convs WHERE id = $1::text FOR UPDATE",
+	[Q_USAGE_SET] = "UPDATE convs SET in_tok = $2::int8, out_tok = $3::int8, cost = $4::float8, "
+			"updated_at = $5::int8 WHERE id = $1::text",
+	[Q_LAST_SEQ] = "SELECT last_seq FROM convs WHERE id = $1::text",
+	[Q_EVENT_DUP] = "SELECT seq FROM events WHERE conv = $1::text AND event_id = $2::bytea",
+	/* One round trip per event: the insert, or nothing for a repeated
+	 * event_id (then Q_EVENT_DUP says its seq), and last_seq follows. */
+	[Q_EVENT_INSERT] = "WITH i AS (INSERT INTO events (conv, seq, type, inserted_at, event_id, content) "
+			   "VALUES ($1::text, $2::int8, $3::text, $4::int8, $5::bytea, $6::bytea) "
+			   "ON CONFLICT (conv, event_id) WHERE event_id IS NOT NULL DO NOTHING RETURNING seq) "
+			   "UPDATE convs SET last_seq = i.seq FROM i WHERE convs.id = $1::text RETURNING i.seq",
+	[Q_EVENT_ID_SEQ] = "SELECT e.seq FROM convs c LEFT JOIN events e ON e.conv = c.id "
+			   "AND e.event_id = $2::bytea WHERE c.id = $1::text",
+	[Q_EVENT_IDS] = "SELECT event_id, seq FROM events WHERE conv = $1::text AND event_id IS NOT NULL "
+			"ORDER BY event_id",
+	[Q_STREAM] = "SELECT " EV_COLS " FROM events WHERE conv = $1::text AND seq > $2::int8 AND seq < $3::int8 "
+		     "AND ($4::text IS NULL OR type = $4::text) ORDER BY seq",
+	[Q_STREAM_TAIL] = "SELECT * FROM (SELECT " EV_COLS " FROM events WHERE conv = $1::text AND seq > $2::int8 "
+			  "AND seq < $3::int8 AND ($4::text IS NULL OR type = $4::text) ORDER BY seq DESC "
+			  "LIMIT $5::int8) t ORDER BY seq",
+	[Q_SUMMARY_PUT] = "INSERT INTO summaries (conv, to_seq, from_seq, version, inserted_at, content) "
+			  "SELECT $1::text, $2::int8, $3::int8, coalesce(max(version), 0) + 1, $4::int8, $5::bytea "
+			  "FROM summaries WHERE conv = $1::text ON CONFLICT (conv, to_seq) DO UPDATE SET "
+			  "from_seq = EXCLUDED.from_seq, version = EXCLUDED.version, "
+			  "inserted_at = EXCLUDED.inserted_at, content = EXCLUDED.content RETURNING version",
+	[Q_SUMMARY_LATEST] = "SELECT s.from_seq, s.to_seq, s.version, s.inserted_at, s.content FROM convs c "
+			     "LEFT JOIN LATERAL (SELECT * FROM summaries WHERE conv = c.id ORDER BY to_seq DESC "
+			     "LIMIT 1) s ON true WHERE c.id = $1::text",
+	[Q_TC_UPSERT] = "INSERT INTO tool_calls (id, conv, name, executor, status, inserted_at, args, prompt) "
+			"VALUES ($1::text, $2::text, $3::bytea, $4::int8, 0, $5::int8, $6::bytea, $7::bytea) "
+			"ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, executor = EXCLUDED.executor, "
+			"args = EXCLUDED.args, prompt = EXCLUDED.prompt WHERE tool_calls.conv = EXCLUDED.conv "
+			"RETURNING 1",
+	[Q_TC_GET] = "SELECT " TC_COLS " FROM tool_calls WHERE id = $1::text",
+	[Q_TC_LOCK] = "SELECT status, deadline, conv FROM tool_calls WHERE id = $1::text FOR UPDATE",
+	[Q_TC_CONV_LOCK] = "SELECT c.id FROM tool_calls t JOIN convs c ON c.id = t.conv WHERE t.id = $1::text "
+			   "FOR UPDATE OF c",
+	[Q_TC_LIST] = "SELECT " TC_COLS " FROM tool_calls WHERE conv = $1::text "
+		      "AND ($2::int8 = 0 OR ((1::int8 << status::int) & $2::int8) <> 0) ORDER BY id",
+	[Q_TC_EACH] = "SELECT " TC_COLS " FROM tool_calls ORDER BY id",
+	[Q_TC_ATTEMPT] = "UPDATE tool_calls SET attempts = LEAST(attempts + 1, 4294967295) WHERE id = $1::text "
+			 "RETURNING attempts",
+	[Q_TC_RESOLVE] = "WITH old AS (SELECT id, conv, deadline FROM tool_calls WHERE id = $1::text AND status = 0 "
+			 "FOR UPDATE), "
+			 "u AS (UPDATE tool_calls t SET status = $2::int8, result = $3::bytea, resolved_at = $4::int8, "
+			 "deadline = 0 FROM old WHERE t.id = old.id RETURNING 1), "
+			 "d AS (DELETE FROM expiries e USING old WHERE old.deadline > 0 AND e.deadline = old.deadline "
+			 "AND e.tool_call_id = old.id) SELECT conv FROM old",
+	[Q_EXP_SCHEDULE] = "WITH d AS (DELETE FROM expiries WHERE deadline = $3::int8 AND tool_call_id = $1::text), "
+			   "u AS (UPDATE tool_calls SET deadline = $2::int8 WHERE id = $1::text) "
+			   "INSERT INTO expiries (deadline, tool_call_id, conv) VALUES ($2::int8, $1::text, $4::text) "
+			   "ON CONFLICT (deadline, tool_call_id) DO UPDATE SET conv = EXCLUDED.conv",
+	[Q_EXP_CANCEL] = "WITH d AS (DELETE FROM expiries WHERE deadline = $2::int8 AND tool_call_id = $1::text) "
+			 "UPDATE tool_calls SET deadline = 0 WHERE id = $1::text",
+	[Q_EXP_DROP] = "DELETE FROM expiries WHERE deadline = $1::int8 AND tool_call_id = $2::text",
+	[Q_EXP_DUE] = "SELECT deadline, tool_call_id, conv FROM expiries WHERE deadline <= $1::int8 "
+		      "ORDER BY deadline, tool_call_id",
+	[Q_EXP_EARLIEST] = "SELECT deadline FROM expiries ORDER BY deadline LIMIT 1",
+	[Q_MC_PUT] = "INSERT INTO model_calls (conv, turn_ref, model, in_tok, out_tok, cost, latency, "
+		     "summary_version, inserted_at, rendered) VALUES ($1::text, $2::int8, $3::bytea, $4::int8, "
+		     "$5::int8, $6::float8, $7::int8, $8::int8, $9::int8, $10::bytea) ON CONFLICT (conv, turn_ref) "
+		     "DO UPDATE SET model = EXCLUDED.model, in_tok = EXCLUDED.in_tok, out_tok = EXCLUDED.out_tok, "
+		     "cost = EXCLUDED.cost, latency = EXCLUDED.latency, summary_version = EXCLUDED.summary_version, "
+		     "inserted_at = EXCLUDED.inserted_at, rendered = EXCLUDED.rendered",
+	[Q_MC_LIST] = "SELECT " MC_COLS " FROM model_calls WHERE conv = $1::text ORDER BY turn_ref",
+	[Q_MC_GC] = "DELETE FROM model_calls WHERE ($1::text IS NULL OR conv = $1::text) AND inserted_at < $2::int8",
+};
+
+/* Schema version 1, created in one transaction under an advisory lock (two
+ * processes opening a new store at once create it once). */
+static const char schema_v1[] =
+	"CREATE TABLE schema_version (version bigint NOT NULL);"
+	"CREATE SEQUENCE lease_seq;"
+	"CREATE TABLE convs (id text COLLATE \"C\" PRIMARY KEY, status bigint NOT NULL,"
+	" created_at bigint NOT NULL, updated_at bigint NOT NULL, lease bigint NOT NULL DEFAULT 0,"
+	" in_tok bigint NOT NULL DEFAULT 0, out_tok bigint NOT NULL DEFAULT 0,"
+	" cost float8 NOT NULL DEFAULT 0, last_seq bigint NOT NULL DEFAULT 0,"
+	" settings bytea NOT NULL, fsm bytea);"
+	"CREATE TABLE events (conv text COLLATE \"C\" NOT NULL, seq bigint NOT NULL,"
+	" type text COLLATE \"C\" NOT NULL, inserted_at bigint NOT NULL, event_id bytea,"
+	" content bytea NOT NULL, PRIMARY KEY (conv, seq));"
+	/* Stored as written: a read hands out the bytes without
+	 * decompressing, and the quota (max_map_size) sees what was written. */
+	"ALTER TABLE events ALTER COLUMN content SET STORAGE EXTERNAL;"
+	"CREATE UNIQUE INDEX events_event_id ON events (conv, event_id) WHERE event_id IS NOT NULL;"
+	"CREATE TABLE summaries (conv text COLLATE \"C\" NOT NULL, to_seq bigint NOT NULL,"
+	" from_seq bigint NOT NULL, version bigint NOT NULL, inserted_at bigint NOT NULL,"
+	" content bytea NOT NULL, PRIMARY KEY (conv, to_seq));"
+	"CREATE TABLE tool_calls (id text COLLATE \"C\" PRIMARY KEY, conv text COLLATE \"C\" NOT NULL,"
+	" name bytea NOT NULL, executor bigint NOT NULL, status bigint NOT NULL,"
+	" inserted_at bigint NOT NULL, resolved_at bigint NOT NULL DEFAULT 0,"
+	" deadline bigint NOT NULL DEFAULT 0, attempts bigint NOT NULL DEFAULT 0,"
+	" args bytea NOT NULL, prompt bytea, result bytea);"
+	"CREATE INDEX tool_calls_conv ON tool_calls (conv, id);"
+	"CREATE TABLE expiries (deadline bigint NOT NULL, tool_call_id text COLLATE \"C\" NOT NULL,"
+	" conv text COLLATE \"C\" NOT NULL, PRIMARY KEY (deadline, tool_call_id));"
+	"CREATE TABLE model_calls (conv text COLLATE \"C\" NOT NULL, turn_ref bigint NOT NULL,"
+	" model bytea NOT NULL, in_tok bigint NOT NULL, out_tok bigint NOT NULL, cost float8 NOT NULL,"
+	" latency bigint NOT NULL, summary_version bigint NOT NULL, inserted_at bigint NOT NULL,"
+	" rendered bytea NOT NULL, PRIMARY KEY (conv, turn_ref));"
+	"INSERT INTO schema_version VALUES (1);";
+
+#define SCHEMA_LOCK "SELECT pg_advisory_xact_lock(7270018)"
+
+/* The bytes of this schema's tables, their indexes and TOAST included. */
+#define SIZE_SQL \
+	"SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::int8 FROM pg_class c " \
+	"WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'"
+
+/* ---- handles --------------------------------------------------------- */
+
+_Static_assert(NQ <= 64, "struct pgconn.prepared has a bit per statement");
+
+struct pgconn {
+	PGconn *c;
+	uint64_t prepared; /* bit q: statement q is prepared on this connection */
+};
+
+struct store {
+	const struct store_vt *vt; /* store_pg_vt: first, for store/store.c */
+	char *conninfo;
+	struct store_opts opts;
+	int quota;        /* max_map_size was given: map_size is enforced */
+	size_t map_size;  /* the limit in force, growing to max_map_size */
+	int grow_pending; /* a write met the limit: grow before the next begins */
+	uint64_t size_est;  /* the store's bytes when last measured, plus what this handle wrote since */
+	int64_t measured;   /* CLOCK_MONOTONIC ms of that measure; 0: never */
+	int ntxn;
+	int writing;
+	unsigned readers;
+	struct pgconn *spare[NSPARE];
+	int nspare;
+};
+
+struct store_txn {
+	const struct store_vt *vt; /* first, for store/store.c */
+	store *s;
+	struct pgconn *pc;
+	int write;
+	int err; /* poisoned: the first fatal error, returned from then on */
+	int64_t now;
+	uint64_t base;    /* with a quota: the store's bytes when the txn began */
+	uint64_t written; /* bytes this txn wrote, counted against the quota */
+	PGresult **res;   /* every result, cleared when the txn ends */
+	size_t nres, cap;
+	/* A write txn holds the row lock of conversation `held` (held_ok),
+	 * whose last seq is held_last: its next operations on it need not
+	 * ask again (the lock keeps both as they are but for this txn). */
+	int held_ok;
+	uint64_t held_last;
+	char held[STORE_ID_MAX + 1];
+};
+
+/* ---- errors ---------------------------------------------------------- */
+
+/* A server error as a store code, from its SQLSTATE. */
+static int sqlstate_err(const PGresult *r, PGconn *c)
+{
+	const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	if (!st)
+		return PQstatus(c) == CONNECTION_BAD ? -ECONNRESET : -EIO;
+	if (strcmp(st, "53100") == 0 || strcmp(st, "54000") == 0)
+		return STORE_E_FULL; /* disk full; a value past PostgreSQL's limits */
+	if (strcmp(st, "53200") == 0)
+		return -ENOMEM;
+	if (strcmp(st, "53300") == 0 || strcmp(st, "40001") == 0 || strcmp(st, "40P01") == 0 ||
+	    strcmp(st, "55P03") == 0)
+		return -EAGAIN; /* too many connections, serialisation failure, deadlock, lock timeout */
+	if (strcmp(st, "57014") == 0)
+		return -ETIMEDOUT; /* statement_timeout */
+	if (strncmp(st, "08", 2) == 0 || strncmp(st, "57P", 3) == 0)
+		return -ECONNRESET;
+	/* Every insert the store makes names its conflict (ON CONFLICT): a
+	 * unique violation is a row the store's own records say is absent. */
+	if (strncmp(st, "XX", 2) == 0 || strcmp(st, "23505") == 0)
+		return STORE_E_CORRUPT;
+	return -EIO;
+}
+
+/* Record an error: as LMDB's, fatal ones poison a write txn. */
+static int fail(store_txn *x, int err)
+{
+	if (err == STORE_E_FULL && x->s->quota)
+		x->s->grow_pending = 1;
+	if (x->write && err != 0 && err != STORE_E_NOTFOUND && err != STORE_E_STALE &&
+	    err != STORE_E_CONFLICT && err != STORE_E_FENCED && err != STORE_E_INVAL && !x->err)
+		x->err = err;
+	return err;
+}
+
+#define CHECK_TXN(x) do { if (!(x)) return STORE_E_INVAL; if ((x)->err) return (x)->err; } while (0)
+#define CHECK_WRITE(x) do { CHECK_TXN(x); if (!(x)->write) return STORE_E_INVAL; } while (0)
+
+/* ---- parameters and results ------------------------------------------ */
+
+#define MAXP 10
+
+struct args {
+	int n;
+	const char *v[MAXP];
+	int len[MAXP];
+	int fmt[MAXP];
+	uint64_t num[MAXP]; /* big-endian integers and doubles */
+};
+
+static void a_bin(struct args *a, const void *p, size_t len)
+{
+	a->v[a->n] = p ? p : "";
+	a->len[a->n] = (int)len;
+	a->fmt[a->n++] = 1;
+}
+
+static void a_str(struct args *a, const char *s)
+{
+	if (s)
+		a_bin(a, s, strlen(s));
+	else {
+		a->v[a->n] = NULL;
+		a->len[a->n] = 0;
+		a->fmt[a->n++] = 1;
+	}
+}
+
+/* A byte string; len 0 is SQL NULL when nullable. */
+static void a_bytes(struct args *a, store_bytes b, int nullable)
+{
+	if (b.len == 0 && nullable) {
+		a->v[a->n] = NULL;
+		a->len[a->n] = 0;
+		a->fmt[a->n++] = 1;
+	} else {
+		a_bin(a, b.ptr, b.len);
+	}
+}
+
+static void a_i64(struct args *a, int64_t v)
+{
+	a->num[a->n] = htobe64((uint64_t)v);
+	a_bin(a, &a->num[a->n], 8);
+}
+
+static void a_f64(struct args *a, double d)
+{
+	uint64_t u;
+	memcpy(&u, &d, 8);
+	a->num[a->n] = htobe64(u);
+	a_bin(a, &a->num[a->n], 8);
+}
+
+static void a_null(struct args *a)
+{
+	a->v[a->n] = NULL;
+	a->len[a->n] = 0;
+	a->fmt[a->n++] = 1;
+}
+
+static int64_t g_i64(const PGresult *r, int row, int col)
+{
+	if (PQgetisnull(r, row, col) || PQgetlength(r, row, col) != 8)
+		return 0;
+	return (int64_t)mp_be64((const unsigned char *)PQgetvalue(r, row, col));
+}
+
+static double g_f64(const PGresult *r, int row, int col)
+{
+	uint64_t u = (uint64_t)g_i64(r, row, col);
+	double d;
+	memcpy(&d, &u, 8);
+	return d;
+}
+
+static store_bytes g_bytes(const PGresult *r, int row, int col)
+{
+	if (PQgetisnull(r, row, col))
+		return (store_bytes){ NULL, 0 };
+	return (store_bytes){ PQgetvalue(r, row, col), (size_t)PQgetlength(r, row, col) };
+}
+
+/* turn_ref keeps its order as a bigint: the top bit flipped. */
+static int64_t ref_key(uint64_t v) { return (int64_t)(v ^ ((uint64_t)1 << 63)); }
+static uint64_t ref_val(int64_t k) { return (uint64_t)k ^ ((uint64_t)1 << 63); }
+
+/* Keep a result on the txn (cleared when it ends). */
+static int keep(store_txn *x, PGresult *r)
+{
+	if (x->nres == x->cap) {
+		size_t cap = x->cap ? x->cap * 2 : 16;
+		PGresult **n = realloc(x->res, cap * sizeof *n);
+		if (!n) {
+			PQclear(r);
+			return -ENOMEM;
+		}
+		x->res = n;
+		x->cap = cap;
+	}
+	x->res[x->nres++] = r;
+	return 0;
+}
+
+/* Run statement q (prepared on the txn's connection at its first use) with
+ * binary parameters and results. Returns the result, kept on the txn, or
+ * NULL with *err set: a server error poisons the txn, read or write, since
+ * PostgreSQL aborts the transaction. */
+static PGresult *run(store_txn *x, int q, const struct args *a, int *err)
+{
+	PGconn *c = x->pc->c;
+	char name[8];
+	snprintf(name, sizeof name, "s%d", q);
+	if (!(x->pc->prepared & ((uint64_t)1 << q))) {
+		PGresult *p = PQprepare(c, name, sql[q], 0, NULL);
+		if (PQresultStatus(p) != PGRES_COMMAND_OK) {
+			*err = sqlstate_err(p, c);
+			PQclear(p);
+			x->err = x->err ? x->err : *err;
+			return NULL;
+		}
+		PQclear(p);
+		x->pc->prepared |= (uint64_t)1 << q;
+	}
+	PGresult *r = PQexecPrepared(c, name, a ? a->n : 0, a ? a->v : NULL, a ? a->len : NULL,
+				     a ? a->fmt : NULL, 1);
+	ExecStatusType st = PQresultStatus(r);
+	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+		*err = sqlstate_err(r, c);
+		PQclear(r);
+		x->err = x->err ? x->err : *err;
+		return NULL;
+	}
+	if ((*err = keep(x, r)) != 0) {
+		x->err = x->err ? x->err : *err;
+		return NULL;
+	}
+	return r;
+}
+
+/* Count bytes against the quota, when there is one. A record past 1 GiB
+ * is full on PostgreSQL whatever the quota: no value or message may be that
+ * large (and a length must fit libpq's int). */
+static int quota(store_txn *x, size_t bytes)
+{
+	store *s = x->s;
+	if (bytes >= ((size_t)1 << 30))
+		return fail(x, STORE_E_FULL);
+	x->written += bytes + ROW_OVERHEAD;
+	if (s->quota && x->base + x->written > s->map_size)
+		return fail(x, STORE_E_FULL);
+	return 0;
+}
+
+/* ---- small helpers (as store_lmdb.c's) ------------------------------- */
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t clock_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t store_now(store *s)
+{
+	return s->opts.clock ? s->opts.clock(s->opts.clock_arg) : clock_ms();
+}
+
+int64_t store_txn_now(store_txn *x)
+{
+	return x->now;
+}
+
+/* PostgreSQL commits are durable when they return (synchronous_commit):
+ * there is no frontier to wait for. Every id is 0, which every frontier
+ * covers, and a flush has nothing to do. */
+uint64_t store_txn_id(store_txn *x)
+{
+	(void)x;
+	return 0;
+}
+
+uint64_t store_last_id(store *s)
+{
+	(void)s;
+	return 0;
+}
+
+int store_flush(store *s)
+{
+	return s ? 0 : STORE_E_INVAL;
+}
+
+static int id_ok(const char *id)
+{
+	return id && store_id_valid(id, strnlen(id, STORE_ID_MAX + 1));
+}
+
+static int opt_mp_ok(store_bytes b)
+{
+	return b.len == 0 || (b.ptr && mp_valid_one(b.ptr, b.len));
+}
+
+static int settings_ok(store_bytes b)
+{
+	struct mp m;
+	uint32_t n;
+	if (!b.ptr || !mp_valid_one(b.ptr, b.len))
+		return 0;
+	mp_init(&m, b.ptr, b.len);
+	return mp_map(&m, &n) == 0;
+}
+
+static int type_ok(const char *t)
+{
+	if (!t)
+		return 0;
+	size_t n = strnlen(t, 33);
+	if (n == 0 || n > 32)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((t[i] >= 'a' && t[i] <= 'z') || t[i] == '_'))
+			return 0;
+	return 1;
+}
+
+static int event_in_ok(const struct store_event_in *ev)
+{
+	if (!ev || !type_ok(ev->type) || !ev->content.ptr || !mp_valid_one(ev->content.ptr, ev->content.len))
+		return 0;
+	if (ev->event_id) {
+		size_t n = strnlen(ev->event_id, STORE_EVENT_ID_MAX + 1);
+		if (n == 0 || n > STORE_EVENT_ID_MAX)
+			return 0;
+	}
+	return 1;
+}
+
+static const unsigned char empty_map[1] = { 0x80 };
+
+/* ---- connections ----------------------------------------------------- */
+
+static void conn_close(struct pgconn *pc)
+{
+	if (!pc)
+		return;
+	PQfinish(pc->c);
+	free(pc);
+}
+
+/* A simple command outside of the statement table; 0 or an error. */
+static int exec_simple(PGconn *c, const char *cmd)
+{
+	PGresult *r = PQexec(c, cmd);
+	ExecStatusType st = PQresultStatus(r);
+	int err = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK ? 0 : sqlstate_err(r, c);
+	PQclear(r);
+	return err;
+}
+
+static void notice_quiet(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
+}
+
+static int conn_open(store *s, struct pgconn **out)
+{
+	struct pgconn *pc = calloc(1, sizeof *pc);
+	if (!pc)
+		return -ENOMEM;
+	pc->c = PQconnectdb(s->conninfo);
+	if (!pc->c || PQstatus(pc->c) != CONNECTION_OK) {
+		conn_close(pc);
+		return -ECONNREFUSED;
+	}
+	/* Server notices (client_min_messages is warning) are not for a
+	 * library to print on its caller's stderr. */
+	PQsetNoticeProcessor(pc->c, notice_quiet, NULL);
+	/* libpq marks its socket close-on-exec already; a worker's children
+	 * must never inherit a connection, so make sure. */
+	int fd = PQsocket(pc->c);
+	if (fd >= 0)
+		fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+	int err = exec_simple(pc->c, s->opts.sync == STORE_SYNC_NONE
+				     ? "SET synchronous_commit = off; SET client_min_messages = warning"
+				     : "SET client_min_messages = warning");
+	if (err) {
+		conn_close(pc);
+		return err;
+	}
+	*out = pc;
+	return 0;
+}
+
+static int conn_take(store *s, struct pgconn **out)
+{
+	if (s->nspare) {
+		*out = s->spare[--s->nspare];
+		return 0;
+	}
+	return conn_open(s, out);
+}
+
+/* A connection back to the spares, if it is healthy and idle. */
+static void conn_give(store *s, struct pgconn *pc)
+{
+	if (!pc)
+		return;
+	if (s->nspare < NSPARE && PQstatus(pc->c) == CONNECTION_OK &&
+	    PQtransactionStatus(pc->c) == PQTRANS_IDLE)
+		s->spare[s->nspare++] = pc;
+	else
+		conn_close(pc);
+}
+
+/* One int8 from a query outside any store txn (schema, sizes). */
+static int query_i64(PGconn *c, const char *q, int64_t *v, int *rows)
+{
+	PGresult *r = PQexecParams(c, q, 0, NULL, NULL, NULL, NULL, 1);
+	int err = 0;
+	if (PQresultStatus(r) != PGRES_TUPLES_OK)
+		err = sqlstate_err(r, c);
+	else if ((*rows = PQntuples(r)) > 0)
+		*v = g_i64(r, 0, 0);
+	PQclear(r);
+	return err;
+}
+
+/* Create the schema when absent (unless read-only), refuse a newer one. */
+static int schema_check(store *s, PGconn *c)
+{
+	int64_t ver = 0;
+	int rows = 0, err;
+	int64_t present = 0;
+	if ((err = query_i64(c, "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8", &present, &rows)))
+		return err;
+	if (!present) {
+		if (s->opts.read_only)
+			return STORE_E_CORRUPT; /* not an agentd store */
+		if ((err = exec_simple(c, "BEGIN; " SCHEMA_LOCK)) != 0)
+			return err;
+		if ((err = query_i64(c, "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8", &present,
+				     &rows)) == 0 && !present)
+			err = exec_simple(c, schema_v1);
+		if (!err)
+			err = exec_simple(c, "COMMIT");
+		else
+			exec_simple(c, "ROLLBACK");
+		if (err)
+			return err;
+	}
+	rows = 0;
+	if ((err = query_i64(c, "SELECT max(version) FROM schema_version", &ver, &rows)))
+		return err;
+	if (rows != 1 || ver <= 0)
+		return STORE_E_CORRUPT;
+	if (ver > SCHEMA_VERSION) {
+		fprintf(stderr,
+			"agentd store: the database's schema is version %lld, newer than this agentd's (%d): "
+			"upgrade agentd to use it\n",
+			(long long)ver, SCHEMA_VERSION);
+		return STORE_E_CORRUPT;
+	}
+	/* Migrations from older versions go here, each in its own
+	 * transaction under SCHEMA_LOCK. Version 1 is the first. */
+	return 0;
+}
+
+static int store_size(PGconn *c, uint64_t *bytes)
+{
+	int64_t v = 0;
+	int rows = 0, err = query_i64(c, SIZE_SQL, &v, &rows);
+	*bytes = v > 0 ? (uint64_t)v : 0;
+	return err;
+}
+
+/* ---- open, close, sync, stat ----------------------------------------- */
+
+int store_open(store **out, const char *target, const struct store_opts *opts)
+{
+	if (!out || !target)
+		return STORE_E_INVAL;
+	*out = NULL;
+	store *s = calloc(1, sizeof *s);
+	if (!s)
+		return -ENOMEM;
+	s->vt = &store_pg_vt;
+	if (opts)
+		s->opts = *opts;
+	/* The same defaults as LMDB's map; enforced only when max_map_size
+	 * is given (store.h, PostgreSQL notes). */
+	s->quota = s->opts.max_map_size != 0;
+	if (!s->opts.map_size)
+		s->opts.map_size = s->opts.max_map_size && s->opts.max_map_size < 256 * MiB ? s->opts.max_map_size
+											     : 256 * MiB;
+	if (!s->opts.max_map_size)
+		s->opts.max_map_size = 64 * GiB;
+	if (s->opts.max_map_size < s->opts.map_size)
+		s->opts.max_map_size = s->opts.map_size;
+	if (!s->opts.max_readers)
+		s->opts.max_readers = 1024;
+	s->map_size = s->opts.map_size;
+	if (!(s->conninfo = strdup(target))) {
+		free(s);
+		return -ENOMEM;
+	}
+	struct pgconn *pc;
+	int err = conn_open(s, &pc);
+	if (!err) {
+		err = schema_check(s, pc->c);
+		if (err)
+			conn_close(pc);
+		else
+			s->spare[s->nspare++] = pc;
+	}
+	if (err) {
+		free(s->conninfo);
+		free(s);
+		return err;
+	}
+	*out = s;
+	return 0;
+}
+
+void store_close(store *s)
+{
+	if (!s)
+		return;
+	while (s->nspare)
+		conn_close(s->spare[--s->nspare]);
+	free(s->conninfo);
+	free(s);
+}
+
+/* Commits under STORE_SYNC_NONE (synchronous_commit off) are flushed by
+ * the next synchronous commit: one that has a transaction id to commit. */
+int pg_store_sync(store *s)
+{
+	if (!s)
+		return STORE_E_INVAL;
+	if (s->opts.read_only)
+		return 0;
+	struct pgconn *pc;
+	int err = conn_take(s, &pc);
+	if (err)
+		return err;
+	err = exec_simple(pc->c, "BEGIN; SET LOCAL synchronous_commit = on; SELECT txid_current(); COMMIT");
+	conn_give(s, pc);
+	return err;
+}
+
+/* No reader table: a dead process's connections end with it. */
+int store_reader_check(store *s, int *cleared)
+{
+	if (!s)
+		return STORE_E_INVAL;
+	if (cleared)
+		*cleared = 0;
+	return 0;
+}
+
+int pg_store_stat(store *s, struct store_stat *st)
+{
+	if (!s || !st)
+		return STORE_E_INVAL;
+	struct pgconn *pc;
+	int err = conn_take(s, &pc);
+	if (err)
+		return err;
+	uint64_t size = 0;
+	int64_t db = 0;
+	int rows = 0;
+	err = store_size(pc->c, &size);
+	if (!err)
+		err = query_i64(pc->c, "SELECT pg_database_size(current_database())::int8", &db, &rows);
+	conn_give(s, pc);
+	if (err)
+		return err;
+	memset(st, 0, sizeof *st);
+	st->size_bytes = size;
+	st->file_bytes = db > 0 ? (uint64_t)db : 0;
+	st->map_size = s->map_size;
+	st->max_map_size = s->opts.max_map_size;
+	st->map_full = s->quota && s->grow_pending && s->map_size < s->opts.max_map_size;
+	st->readers = s->readers;
+	st->max_readers = s->opts.max_readers;
+	st->sync = s->opts.sync;
+	return 0;
+}
+
+size_t store_map_size(store *s)
+{
+	return s ? s->map_size : 0;
+}
+
+/* The quota grows as LMDB's map does: doubling, within max_map_size. */
+static void limit_grow(store *s, size_t want)
+{
+	if (want > s->opts.max_map_size || want < s->map_size)
+		want = s->opts.max_map_size;
+	if (want > s->map_size)
+		s->map_size = want;
+}
+
+int store_reserve(store *s, size_t bytes)
+{
+	if (!s)
+		return STORE_E_INVAL;
+	if (s->ntxn > 0)
+		return -EBUSY;
+	if (s->opts.read_only || !s->quota)
+		return 0;
+	struct pgconn *pc;
+	uint64_t used = 0;
+	int err = conn_take(s, &pc);
+	if (err)
+		return err;
+	err = store_size(pc->c, &used);
+	conn_give(s, pc);
+	if (err)
+		return err;
+	s->size_est = used;
+	s->measured = mono_ms();
+	uint64_t need = used + 2 * (uint64_t)bytes;
+	size_t want = s->map_size;
+	while (want < need && want < s->opts.max_map_size)
+		want = want > s->opts.max_map_size / 2 ? s->opts.max_map_size : want * 2;
+	limit_grow(s, want);
+	return s->map_size >= need ? 0 : STORE_E_FULL;
+}
+
+/* ---- transactions ---------------------------------------------------- */
+
+static void txn_end(store_txn *x, int ok_conn)
+{
+	store *s = x->s;
+	for (size_t i = 0; i < x->nres; i++)
+		PQclear(x->res[i]);
+	free(x->res);
+	s->ntxn--;
+	if (x->write)
+		s->writing = 0;
+	else
+		s->readers--;
+	if (ok_conn)
+		conn_give(s, x->pc);
+	else
+		conn_close(x->pc);
+	free(x);
+}
+
+/* BEGIN on the txn's connection, after measuring the store for a quota. */
+static int txn_start(store_txn *x, int lazy)
+{
+	store *s = x->s;
+	int err = 0;
+	if (x->write && s->quota) {
+		/* The size is measured (a query) when this handle's estimate is
+		 * near the quota, or a second old (other processes write too):
+		 * far below its quota, a write txn does not pay for it. */
+		int64_t t = mono_ms();
+		if (!s->measured || t - s->measured >= 1000 || s->size_est > s->map_size / 2 || s->grow_pending) {
+			if ((err = store_size(x->pc->c, &s->size_est)) != 0)
+				return err;
+			s->measured = t;
+		}
+		x->base = s->size_est;
+		/* As LMDB's map: grow after a write met the limit, or ahead
+		 * once the data passes three quarters of it. */
+		if ((s->grow_pending || x->base > s->map_size / 4 * 3) && s->map_size < s->opts.max_map_size)
+			limit_grow(s, s->map_size * 2);
+		s->grow_pending = 0;
+	}
+	/* A read txn's snapshot is taken by its first statement: take it now,
+	 * as LMDB's is taken at begin. */
+	if (!err)
+		err = exec_simple(x->pc->c, !x->write ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
+				  : lazy && s->opts.sync == STORE_SYNC_FULL
+					  ? "BEGIN; SET LOCAL synchronous_commit = off"
+					  : "BEGIN");
+	return err;
+}
+
+int store_txn_begin(store *s, int mode, store_txn **out)
+{
+	if (!s || !out || (mode != STORE_READ && mode != STORE_WRITE && mode != STORE_WRITE_LAZY))
+		return STORE_E_INVAL;
+	int lazy = mode == STORE_WRITE_LAZY, write = mode != STORE_READ;
+	if (write && s->opts.read_only)
+		return STORE_E_INVAL;
+	if (write && s->writing)
+		return -EBUSY;
+	if (!write && s->readers >= s->opts.max_readers)
+		return -EAGAIN; /* max_readers bounds this handle's open read txns (connections) */
+	store_txn *x = calloc(1, sizeof *x);
+	if (!x)
+		return -ENOMEM;
+	x->vt = &store_pg_vt;
+	x->s = s;
+	x->write = write;
+	int err = conn_take(s, &x->pc);
+	if (err) {
+		free(x);
+		return err;
+	}
+	err = txn_start(x, lazy);
+	if (err && PQstatus(x->pc->c) == CONNECTION_BAD) {
+		/* A spare whose server went away (a restart, a failover, an
+		 * idle timeout) is found dead only by using it: nothing of the
+		 * txn ran, so it starts again on a new connection, and the other
+		 * spares, likely dead too, go. */
+		conn_close(x->pc);
+		x->pc = NULL;
+		while (s->nspare)
+			conn_close(s->spare[--s->nspare]);
+		if ((err = conn_open(s, &x->pc)) == 0)
+			err = txn_start(x, lazy);
+	}
+	if (err) {
+		conn_close(x->pc);
+		free(x);
+		return err;
+	}
+	x->now = store_now(s);
+	s->ntxn++;
+	if (write)
+		s->writing = 1;
+	else
+		s->readers++;
+	*out = x;
+	return 0;
+}
+
+int store_txn_commit(store_txn *x)
+{
+	if (!x)
+		return STORE_E_INVAL;
+	int err = x->err;
+	PGconn *c = x->pc->c;
+	if (err) {
+		exec_simple(c, "ROLLBACK");
+	} else {
+		PGresult *r = PQexec(c, "COMMIT");
+		if (PQresultStatus(r) != PGRES_COMMAND_OK)
+			err = sqlstate_err(r, c);
+		else if (strcmp(PQcmdStatus(r), "COMMIT") != 0)
+			err = -EIO; /* the server had aborted it */
+		PQclear(r);
+		if (!err)
+			x->s->size_est += x->written;
+	}
+	txn_end(x, PQstatus(c) == CONNECTION_OK);
+	return err;
+}
+
+void store_txn_abort(store_txn *x)
+{
+	if (!x)
+		return;
+	int ok = exec_simple(x->pc->c, "ROLLBACK") == 0;
+	txn_end(x, ok);
+}
+
+/* ---- conversations --------------------------------------------------- */
+
+static int conv_row(const PGresult *r, int row, struct store_conv *c)
+{
+	memset(c, 0, sizeof *c);
+	c->id = g_bytes(r, row, 0);
+	int64_t st = g_i64(r, row, 1);
+	c->created_at = g_i64(r, row, 2);
+	c->updated_at = g_i64(r, row, 3);
+	c->lease = (uint64_t)g_i64(r, row, 4);
+	c->usage.input_tokens = (uint64_t)g_i64(r, row, 5);
+	c->usage.output_tokens = (uint64_t)g_i64(r, row, 6);
+	c->usage.cost = g_f64(r, row, 7);
+	c->settings = g_bytes(r, row, 8);
+	c->fsm_state = g_bytes(r, row, 9);
+	if (st < 0 || st > STORE_ENDED)
+		return STORE_E_CORRUPT;
+	c->status = (int)st;
+	return 0;
+}
+
+static void held_set(store_txn *x, const char *id, uint64_t last)
+{
+	strcpy(x->held, id); /* id_ok: at most STORE_ID_MAX bytes */
+	x->held_last = last;
+	x->held_ok = 1;
+}
+
+/* Load a conversation; in a write txn its row is locked until the end.
+ * *last (may be NULL) gets its last seq (write txns only). */
+static int conv_load(store_txn *x, const char *id, struct store_conv *c, uint64_t *last)
+{
+	if (!id_ok(id))
+		return STORE_E_INVAL;
+	if (!c && x->write && x->held_ok && strcmp(x->held, id) == 0) {
+		if (last)
+			*last = x->held_last;
+		return 0;
+	}
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	PGresult *r = run(x, x->write ? Q_CONV_LOCK : Q_CONV_GET, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	if (x->write)
+		held_set(x, id, (uint64_t)g_i64(r, 0, 10));
+	if (last)
+		*last = x->write ? (uint64_t)g_i64(r, 0, 10) : 0;
+	struct store_conv tmp;
+	return conv_row(r, 0, c ? c : &tmp) ? fail(x, STORE_E_CORRUPT) : 0;
+}
+
+/* The conversation exists (and, in a write txn, is locked). */
+static int conv_exists(store_txn *x, const char *id)
+{
+	return conv_load(x, id, NULL, NULL);
+}
+
+static int conv_insert(store_txn *x, const char *id, store_bytes settings, int *made)
+{
+	struct args a = { 0 };
+	int err;
+	if ((err = quota(x, settings.len + strlen(id))) != 0)
+		return err;
+	a_str(&a, id);
+	a_i64(&a, x->now);
+	a_bytes(&a, settings, 0);
+	PGresult *r = run(x, Q_CONV_INSERT, &a, &err);
+	if (!r)
+		return err;
+	*made = PQntuples(r) == 1;
+	return 0;
+}
+
+int store_conv_create(store_txn *x, const char *id, store_bytes settings)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || !settings_ok(settings))
+		return STORE_E_INVAL;
+	int made, err = conv_insert(x, id, settings, &made);
+	return err ? err : made ? 0 : STORE_E_CONFLICT;
+}
+
+int store_conv_get(store_txn *x, const char *id, struct store_conv *out)
+{
+	CHECK_TXN(x);
+	if (!out)
+		return STORE_E_INVAL;
+	return conv_load(x, id, out, NULL);
+}
+
+int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *p)
+{
+	CHECK_WRITE(x);
+	if (!p || !id_ok(id))
+		return STORE_E_INVAL;
+	if ((p->set & STORE_SET_SETTINGS) && !settings_ok(p->settings))
+		return STORE_E_INVAL;
+	if ((p->set & STORE_SET_STATUS) && !store_status_name(p->status))
+		return STORE_E_INVAL;
+	if ((p->set & STORE_SET_FSM) && !opt_mp_ok(p->fsm_state))
+		return STORE_E_INVAL;
+	struct store_conv c;
+	int err = conv_load(x, id, &c, NULL);
+	if (err == STORE_E_NOTFOUND) {
+		int made;
+		if ((err = conv_insert(x, id, (store_bytes){ empty_map, 1 }, &made)) != 0)
+			return err;
+		err = conv_load(x, id, &c, NULL);
+	}
+	if (err)
+		return err;
+	if (p->set & STORE_SET_SETTINGS)
+		c.settings = p->settings;
+	if (p->set & STORE_SET_STATUS)
+		c.status = p->status;
+	if (p->set & STORE_SET_FSM)
+		c.fsm_state = p->fsm_state;
+	if ((err = quota(x, c.settings.len + c.fsm_state.len)) != 0)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, id);
+	a_bytes(&a, c.settings, 0);
+	a_i64(&a, c.status);
+	a_bytes(&a, c.fsm_state, 1);
+	a_i64(&a, x->now);
+	return run(x, Q_CONV_UPDATE, &a, &err) ? 0 : err;
+}
+
+int store_conv_put_fsm(store_txn *x, const char *id, store_bytes fsm)
+{
+	struct store_conv_patch p = { .set = STORE_SET_FSM, .fsm_state = fsm };
+	return store_conv_put(x, id, &p);
+}
+
+int store_conv_list(store_txn *x, int status, const char *after, size_t limit, store_conv_fn fn, void *arg,
+		    int *more)
+{
+	CHECK_TXN(x);
+	if (!fn || (status != -1 && !store_status_name(status)) || (after && !id_ok(after)))
+		return STORE_E_INVAL;
+	if (more)
+		*more = 0;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, after);
+	a_i64(&a, status);
+	if (limit && limit < (size_t)INT64_MAX)
+		a_i64(&a, (int64_t)limit + 1);
+	else
+		a_null(&a);
+	PGresult *r = run(x, Q_CONV_LIST, &a, &err);
+	if (!r)
+		return err;
+	int n = PQntuples(r), damaged = 0;
+	for (int i = 0; i < n; i++) {
+		struct store_conv c;
+		if (limit && (size_t)i == limit) {
+			if (more)
+				*more = 1;
+			break;
+		}
+		if (conv_row(r, i, &c)) {
+			damaged = 1;
+			continue;
+		}
+		int rc = fn(arg, &c);
+		if (rc)
+			return rc;
+	}
+	return damaged ? STORE_E_CORRUPT : 0;
+}
+
+int store_conv_ids(store_txn *x, store_conv_id_fn fn, void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	int err;
+	PGresult *r = run(x, Q_CONV_IDS, NULL, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		int rc = fn(arg, PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_conv_delete(store_txn *x, const char *id)
+{
+	CHECK_WRITE(x);
+	int err = conv_exists(x, id);
+	if (err)
+		return err;
+	x->held_ok = 0; /* the row goes */
+	struct args a = { 0 };
+	a_str(&a, id);
+	return run(x, Q_CONV_DELETE, &a, &err) ? 0 : err;
+}
+
+int store_lease_next(store_txn *x, const char *id, uint64_t *gen)
+{
+	CHECK_WRITE(x);
+	if (!gen || !id_ok(id))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	PGresult *r = run(x, Q_LEASE_NEXT, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	*gen = (uint64_t)g_i64(r, 0, 0);
+	return 0;
+}
+
+int store_lease_check(store_txn *x, const char *id, uint64_t gen)
+{
+	CHECK_TXN(x);
+	if (!id_ok(id))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	/* In a write txn the row stays locked: no lease_next can come
+	 * between this check and the commit. */
+	PGresult *r = run(x, x->write ? Q_LEASE_LOCK : Q_LEASE_GET, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	if (x->write)
+		held_set(x, id, (uint64_t)g_i64(r, 0, 1));
+	return (uint64_t)g_i64(r, 0, 0) == gen ? 0 : STORE_E_FENCED;
+}
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > (uint64_t)INT64_MAX || b > (uint64_t)INT64_MAX - a ? (uint64_t)INT64_MAX : a + b;
+}
+
+int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
+{
+	CHECK_WRITE(x);
+	if (!u || !(u->cost >= 0))
+		return STORE_E_INVAL;
+	struct store_conv c;
+	int err = conv_load(x, id, &c, NULL);
+	if (err)
+		return err;
+	c.usage.input_tokens = sat_add(c.usage.input_tokens, u->input_tokens);
+	c.usage.output_tokens = sat_add(c.usage.output_tokens, u->output_tokens);
+	c.usage.cost += u->cost;
+	if (!isfinite(c.usage.cost))
+		c.usage.cost = DBL_MAX;
+	struct args a = { 0 };
+	a_str(&a, id);
+	a_i64(&a, (int64_t)c.usage.input_tokens);
+	a_i64(&a, (int64_t)c.usage.output_tokens);
+	a_f64(&a, c.usage.cost);
+	a_i64(&a, x->now);
+	return run(x, Q_USAGE_SET, &a, &err) ? 0 : err;
+}
+
+/* ---- events ---------------------------------------------------------- */
+
+int store_events_append(store_txn *x, const char *conv, const struct store_event_in *ev, size_t n,
+			uint64_t *seqs, int *dups)
+{
+	CHECK_WRITE(x);
+	if ((!ev && n) || !seqs)
+		return STORE_E_INVAL;
+	for (size_t i = 0; i < n; i++)
+		if (!event_in_ok(&ev[i]))
+			return STORE_E_INVAL;
+	uint64_t last;
+	int err = conv_load(x, conv, NULL, &last);
+	if (err)
+		return err;
+	for (size_t i = 0; i < n; i++) {
+		struct args a = { 0 };
+		PGresult *r;
+		if ((err = quota(x, ev[i].content.len)) != 0)
+			return err;
+		a_str(&a, conv);
+		a_i64(&a, (int64_t)(last + 1));
+		a_str(&a, ev[i].type);
+		a_i64(&a, x->now);
+		a_str(&a, ev[i].event_id);
+		a_bytes(&a, ev[i].content, 0);
+		if (!(r = run(x, Q_EVENT_INSERT, &a, &err)))
+			return err;
+		if (PQntuples(r) == 1) {
+			seqs[i] = ++last;
+			x->held_last = last; /* conv_load left conv held */
+			if (dups)
+				dups[i] = 0;
+			continue;
+		}
+		/* A repeated event_id (the conversation is locked: it stays so). */
+		memset(&a, 0, sizeof a);
+		a_str(&a, conv);
+		a_bin(&a, ev[i].event_id, strlen(ev[i].event_id));
+		if (!(r = run(x, Q_EVENT_DUP, &a, &err)))
+			return err;
+		if (PQntuples(r) != 1)
+			return fail(x, STORE_E_CORRUPT);
+		seqs[i] = (uint64_t)g_i64(r, 0, 0);
+		if (dups)
+			dups[i] = 1;
+	}
+	return 0;
+}
+
+int store_event_append(store_txn *x, const char *conv, const struct store_event_in *ev, uint64_t *seq, int *dup)
+{
+	return store_events_append(x, conv, ev, 1, seq, dup);
+}
+
+int store_event_latest_seq(store_txn *x, const char *conv, uint64_t *seq)
+{
+	CHECK_TXN(x);
+	if (!seq || !id_ok(conv))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, conv);
+	PGresult *r = run(x, Q_LAST_SEQ, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	*seq = (uint64_t)g_i64(r, 0, 0);
+	return 0;
+}
+
+int store_event_id_seq(store_txn *x, const char *conv, const char *event_id, size_t len, uint64_t *seq)
+{
+	CHECK_TXN(x);
+	if (!seq || !event_id || len == 0 || len > STORE_EVENT_ID_MAX || memchr(event_id, 0, len))
+		return STORE_E_INVAL;
+	if (!id_ok(conv))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, conv);
+	a_bin(&a, event_id, len);
+	PGresult *r = run(x, Q_EVENT_ID_SEQ, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0 || PQgetisnull(r, 0, 0))
+		return STORE_E_NOTFOUND;
+	*seq = (uint64_t)g_i64(r, 0, 0);
+	return 0;
+}
+
+int store_event_ids_each(store_txn *x, const char *conv,
+			 int (*fn)(void *arg, const char *event_id, size_t len, uint64_t seq), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	int err = conv_exists(x, conv);
+	if (err)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	PGresult *r = run(x, Q_EVENT_IDS, &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		int rc = fn(arg, PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0), (uint64_t)g_i64(r, i, 1));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Events of a checked conversation: after < seq < before, maybe of one
+ * type, the last `limit` of them, ascending. */
+static int stream(store_txn *x, const char *conv, const struct store_range *rg, store_event_fn fn, void *arg)
+{
+	if (rg->after >= (uint64_t)INT64_MAX)
+		return 0; /* no seq is past it */
+	int64_t before = rg->before == 0 || rg->before > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)rg->before;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, conv);
+	a_i64(&a, (int64_t)rg->after);
+	a_i64(&a, before);
+	a_str(&a, rg->type);
+	if (rg->limit)
+		a_i64(&a, rg->limit > (size_t)INT64_MAX ? INT64_MAX : (int64_t)rg->limit);
+	PGresult *r = run(x, rg->limit ? Q_STREAM_TAIL : Q_STREAM, &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_event e = {
+			.seq = (uint64_t)g_i64(r, i, 0),
+			.type = g_bytes(r, i, 1),
+			.inserted_at = g_i64(r, i, 2),
+			.event_id = g_bytes(r, i, 3),
+			.content = g_bytes(r, i, 4),
+		};
+		int rc = fn(arg, &e);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_events_stream(store_txn *x, const char *conv, const struct store_range *r, store_event_fn fn,
+			void *arg)
+{
+	CHECK_TXN(x);
+	if (!r || !fn || (r->type && !type_ok(r->type)))
+		return STORE_E_INVAL;
+	int err = conv_exists(x, conv);
+	return err ? err : stream(x, conv, r, fn, arg);
+}
+
+/* ---- summaries ------------------------------------------------------- */
+
+int store_summary_put(store_txn *x, const char *conv, uint64_t from_seq, uint64_t to_seq, store_bytes content,
+		      uint64_t *version)
+{
+	CHECK_WRITE(x);
+	if (to_seq == 0 || from_seq > to_seq || !content.ptr || !mp_valid_one(content.ptr, content.len))
+		return STORE_E_INVAL;
+	uint64_t last;
+	int err = conv_load(x, conv, NULL, &last);
+	if (err)
+		return err;
+	if (to_seq > last)
+		return STORE_E_INVAL;
+	if ((err = quota(x, content.len)) != 0)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	a_i64(&a, (int64_t)to_seq);
+	a_i64(&a, (int64_t)from_seq);
+	a_i64(&a, x->now);
+	a_bytes(&a, content, 0);
+	PGresult *r = run(x, Q_SUMMARY_PUT, &a, &err);
+	if (!r)
+		return err;
+	if (version)
+		*version = (uint64_t)g_i64(r, 0, 0);
+	return 0;
+}
+
+/* The latest summary: 0, STORE_E_NOTFOUND (no summary), *noconv when the
+ * conversation itself is missing. */
+static int summary_latest(store_txn *x, const char *conv, struct store_summary *out)
+{
+	if (!id_ok(conv))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, conv);
+	PGresult *r = run(x, Q_SUMMARY_LATEST, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	if (PQgetisnull(r, 0, 1))
+		return 1; /* the conversation, no summary */
+	out->from_seq = (uint64_t)g_i64(r, 0, 0);
+	out->to_seq = (uint64_t)g_i64(r, 0, 1);
+	out->version = (uint64_t)g_i64(r, 0, 2);
+	out->inserted_at = g_i64(r, 0, 3);
+	out->content = g_bytes(r, 0, 4);
+	return 0;
+}
+
+int store_summary_latest(store_txn *x, const char *conv, struct store_summary *out)
+{
+	CHECK_TXN(x);
+	if (!out)
+		return STORE_E_INVAL;
+	int err = summary_latest(x, conv, out);
+	return err == 1 ? STORE_E_NOTFOUND : err;
+}
+
+int store_load_since(store_txn *x, const char *conv, struct store_summary *sum, int *has_summary,
+		     store_event_fn fn, void *arg)
+{
+	CHECK_TXN(x);
+	struct store_summary tmp;
+	if (!fn)
+		return STORE_E_INVAL;
+	if (!sum)
+		sum = &tmp;
+	int err = summary_latest(x, conv, sum);
+	if (err < 0)
+		return err;
+	struct store_range r = { 0 };
+	if (has_summary)
+		*has_summary = err == 0;
+	if (err == 0)
+		r.after = sum->to_seq;
+	else
+		memset(sum, 0, sizeof *sum);
+	return stream(x, conv, &r, fn, arg);
+}
+
+/* ---- tool calls ------------------------------------------------------ */
+
+static int tc_row(const PGresult *r, int row, struct store_tool_call *tc)
+{
+	memset(tc, 0, sizeof *tc);
+	tc->id = g_bytes(r, row, 0);
+	tc->conversation = g_bytes(r, row, 1);
+	tc->name = g_bytes(r, row, 2);
+	int64_t exec = g_i64(r, row, 3), st = g_i64(r, row, 4), att = g_i64(r, row, 8);
+	tc->inserted_at = g_i64(r, row, 5);
+	tc->resolved_at = g_i64(r, row, 6);
+	tc->deadline = g_i64(r, row, 7);
+	tc->args = g_bytes(r, row, 9);
+	tc->prompt = g_bytes(r, row, 10);
+	tc->result = g_bytes(r, row, 11);
+	if (exec < 0 || exec > STORE_EXEC_HUMAN || st < 0 || st > STORE_TC_EXPIRED || att < 0 || att > UINT32_MAX)
+		return STORE_E_CORRUPT;
+	tc->executor = (int)exec;
+	tc->status = (int)st;
+	tc->attempts = (uint32_t)att;
+	return 0;
+}
+
+/* Lock the conversation of tool call `id` (none: nothing), before the call's
+ * own row: every writer takes a conversation's row before its tool calls',
+ * so a resolver and that conversation's worker cannot deadlock. */
+static int tc_conv_lock(store_txn *x, const char *id)
+{
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	return run(x, Q_TC_CONV_LOCK, &a, &err) ? 0 : err;
+}
+
+int store_tool_call_upsert(store_txn *x, const char *conv, const struct store_tool_call_in *in)
+{
+	CHECK_WRITE(x);
+	if (!in || !id_ok(in->id) || !in->name || strnlen(in->name, 129) == 0 || strnlen(in->name, 129) > 128 ||
+	    (in->executor != STORE_EXEC_SERVER && in->executor != STORE_EXEC_HUMAN) || !in->args.ptr ||
+	    !mp_valid_one(in->args.ptr, in->args.len) || !opt_mp_ok(in->prompt))
+		return STORE_E_INVAL;
+	int err = conv_exists(x, conv);
+	if (err)
+		return err;
+	if ((err = quota(x, in->args.len + in->prompt.len)) != 0)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, in->id);
+	a_str(&a, conv);
+	a_bin(&a, in->name, strlen(in->name));
+	a_i64(&a, in->executor);
+	a_i64(&a, x->now);
+	a_bytes(&a, in->args, 0);
+	a_bytes(&a, in->prompt, 1);
+	PGresult *r = run(x, Q_TC_UPSERT, &a, &err);
+	if (!r)
+		return err;
+	return PQntuples(r) == 1 ? 0 : STORE_E_CONFLICT; /* the id is another conversation's */
+}
+
+int store_tool_call_get(store_txn *x, const char *id, struct store_tool_call *out)
+{
+	CHECK_TXN(x);
+	if (!out || !id_ok(id))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	PGresult *r = run(x, Q_TC_GET, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	return tc_row(r, 0, out) ? fail(x, STORE_E_CORRUPT) : 0;
+}
+
+static int tc_deliver(store_txn *x, PGresult *r, int (*fn)(void *, const struct store_tool_call *), void *arg)
+{
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_tool_call tc;
+		if (tc_row(r, i, &tc))
+			return fail(x, STORE_E_CORRUPT);
+		int rc = fn(arg, &tc);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_tool_calls_list(store_txn *x, const char *conv, unsigned mask,
+			  int (*fn)(void *arg, const struct store_tool_call *tc), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	int err = conv_exists(x, conv);
+	if (err)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	a_i64(&a, mask);
+	PGresult *r = run(x, Q_TC_LIST, &a, &err);
+	return r ? tc_deliver(x, r, fn, arg) : err;
+}
+
+int store_tool_calls_each(store_txn *x, int (*fn)(void *arg, const struct store_tool_call *tc), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	int err;
+	PGresult *r = run(x, Q_TC_EACH, NULL, &err);
+	return r ? tc_deliver(x, r, fn, arg) : err;
+}
+
+int store_tool_call_attempt(store_txn *x, const char *id, uint32_t *attempts)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err = tc_conv_lock(x, id);
+	if (err)
+		return err;
+	a_str(&a, id);
+	PGresult *r = run(x, Q_TC_ATTEMPT, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	if (attempts)
+		*attempts = (uint32_t)g_i64(r, 0, 0);
+	return 0;
+}
+
+int store_tool_call_resolve(store_txn *x, const char *id, int status, store_bytes result, char *conv)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || status < STORE_TC_RESOLVED || status > STORE_TC_EXPIRED || !opt_mp_ok(result))
+		return STORE_E_INVAL;
+	int err;
+	if ((err = quota(x, result.len)) != 0 || (err = tc_conv_lock(x, id)) != 0)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, id);
+	a_i64(&a, status);
+	a_bytes(&a, result, 1);
+	a_i64(&a, x->now);
+	PGresult *r = run(x, Q_TC_RESOLVE, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_STALE; /* unknown, or settled (by another resolver, maybe just now) */
+	if (conv) {
+		size_t len = (size_t)PQgetlength(r, 0, 0);
+		if (len > STORE_ID_MAX)
+			return fail(x, STORE_E_CORRUPT);
+		memcpy(conv, PQgetvalue(r, 0, 0), len);
+		conv[len] = 0;
+	}
+	return 0;
+}
+
+/* ---- expiries -------------------------------------------------------- */
+
+int store_expiry_schedule(store_txn *x, const char *id, int64_t deadline)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || deadline <= 0)
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err = tc_conv_lock(x, id);
+	if (err)
+		return err;
+	a_str(&a, id);
+	PGresult *r = run(x, Q_TC_LOCK, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	if (g_i64(r, 0, 0) != STORE_TC_PENDING)
+		return STORE_E_STALE;
+	int64_t old = g_i64(r, 0, 1);
+	if ((err = quota(x, strlen(id))) != 0)
+		return err;
+	memset(&a, 0, sizeof a);
+	a_str(&a, id);
+	a_i64(&a, deadline);
+	a_i64(&a, old == deadline ? 0 : old); /* the same row is not deleted and inserted at once */
+	a_bytes(&a, g_bytes(r, 0, 2), 0);
+	return run(x, Q_EXP_SCHEDULE, &a, &err) ? 0 : err;
+}
+
+int store_expiry_cancel(store_txn *x, const char *id)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err = tc_conv_lock(x, id);
+	if (err)
+		return err;
+	a_str(&a, id);
+	PGresult *r = run(x, Q_TC_LOCK, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0 || g_i64(r, 0, 1) <= 0)
+		return 0;
+	a_i64(&a, g_i64(r, 0, 1));
+	return run(x, Q_EXP_CANCEL, &a, &err) ? 0 : err;
+}
+
+int store_expiry_drop(store_txn *x, int64_t deadline, const char *id)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || deadline <= 0)
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_i64(&a, deadline);
+	a_str(&a, id);
+	return run(x, Q_EXP_DROP, &a, &err) ? 0 : err;
+}
+
+int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_i64(&a, now);
+	PGresult *r = run(x, Q_EXP_DUE, &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_expiry e = { g_i64(r, i, 0), g_bytes(r, i, 1), g_bytes(r, i, 2) };
+		int rc = fn(arg, &e);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_expiry_earliest(store_txn *x, int64_t *deadline)
+{
+	CHECK_TXN(x);
+	if (!deadline)
+		return STORE_E_INVAL;
+	int err;
+	PGresult *r = run(x, Q_EXP_EARLIEST, NULL, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	*deadline = g_i64(r, 0, 0);
+	return 0;
+}
+
+/* ---- audit ----------------------------------------------------------- */
+
+int store_model_call_put(store_txn *x, const char *conv, const struct store_model_call_in *mc)
+{
+	CHECK_WRITE(x);
+	if (!mc || !mc->model || !mc->rendered.ptr || !mp_valid_one(mc->rendered.ptr, mc->rendered.len) ||
+	    !(mc->usage.cost >= 0))
+		return STORE_E_INVAL;
+	int err = conv_exists(x, conv);
+	if (err || !x->s->opts.audit)
+		return err;
+	if ((err = quota(x, mc->rendered.len + strlen(mc->model))) != 0)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	a_i64(&a, ref_key(mc->turn_ref));
+	a_bin(&a, mc->model, strlen(mc->model));
+	a_i64(&a, (int64_t)mc->usage.input_tokens);
+	a_i64(&a, (int64_t)mc->usage.output_tokens);
+	a_f64(&a, mc->usage.cost);
+	a_i64(&a, (int64_t)mc->latency_ms);
+	a_i64(&a, (int64_t)mc->summary_version);
+	a_i64(&a, x->now);
+	a_bytes(&a, mc->rendered, 0);
+	return run(x, Q_MC_PUT, &a, &err) ? 0 : err;
+}
+
+int store_model_calls_list(store_txn *x, const char *conv, int (*fn)(void *, const struct store_model_call *),
+			   void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	int err = conv_exists(x, conv);
+	if (err)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	PGresult *r = run(x, Q_MC_LIST, &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_model_call mc = {
+			.turn_ref = ref_val(g_i64(r, i, 0)),
+			.model = g_bytes(r, i, 1),
+			.usage = { (uint64_t)g_i64(r, i, 2), (uint64_t)g_i64(r, i, 3), g_f64(r, i, 4) },
+			.latency_ms = (uint64_t)g_i64(r, i, 5),
+			.summary_version = (uint64_t)g_i64(r, i, 6),
+			.inserted_at = g_i64(r, i, 7),
+			.rendered = g_bytes(r, i, 8),
+		};
+		int rc = fn(arg, &mc);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_t *removed)
+{
+	CHECK_WRITE(x);
+	if (ttl_ms < 0)
+		return STORE_E_INVAL;
+	int err;
+	if (conv && (err = conv_exists(x, conv)) != 0)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	a_i64(&a, x->now - ttl_ms);
+	PGresult *r = run(x, Q_MC_GC, &a, &err);
+	if (!r)
+		return err;
+	if (removed)
+		*removed = strtoull(PQcmdTuples(r), NULL, 10);
+	return 0;
+}
+
+/* ---- the backend's table (store/store.c) -------------------------------- */
+
+#define PG_ENTRY(name, params, args) .name = pg_store_##name,
+const struct store_vt store_pg_vt = {
+	STORE_VT_INIT(pg, "postgresql"),
+	STORE_TXN_FUNCS(PG_ENTRY)
+};

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL cluster for tests: initdb into DIR/data, the server
+# listening only on a Unix socket in DIR/sock (no TCP), trust authentication
+# for the superuser "agentd". As root, the cluster runs as the unprivileged
+# user "nobody" (PostgreSQL refuses root); DIR is made traversable for it.
+#
+#   tests/pg/cluster.sh start DIR   prints the conninfo prefix: host=DIR/sock port=5432 user=agentd
+#   tests/pg/cluster.sh stop DIR    stops the server by the pid in its pid file
+#
+# Settings favour speed over durability (fsync off): the data is thrown away.
+set -euo pipefail
+cmd=${1:-}
+dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+
+bindir=""
+for d in /usr/lib/postgresql/*/bin; do
+	[ -x "$d/initdb" ] && bindir=$d
+done
+if [ -z "$bindir" ] && command -v initdb >/dev/null; then
+	bindir=$(dirname "$(command -v initdb)")
+fi
+
+as_owner() {
+	if [ "$(id -u)" -eq 0 ]; then
+		setpriv --reuid=nobody --regid=nogroup --clear-groups -- "$@"
+	else
+		"$@"
+	fi
+}
+
+case "$cmd" in
+start)
+	[ -n "$bindir" ] || { echo "cluster.sh: initdb not found (scripts/deps.sh installs postgresql)" >&2; exit 1; }
+	mkdir -p "$dir/data" "$dir/sock"
+	dir=$(cd "$dir" && pwd)
+	if [ "$(id -u)" -eq 0 ]; then
+		chmod 755 "$dir"
+		setpriv --reuid=nobody --regid=nogroup --clear-groups -- test -x "$dir" ||
+			{ echo "cluster.sh: $dir must be reachable by the user nobody (a directory under /tmp is)" >&2; exit 1; }
+		chown nobody:nogroup "$dir/data" "$dir/sock"
+		touch "$dir/log"
+		chown nobody:nogroup "$dir/log"
+	fi
+	chmod 700 "$dir/data"
+	as_owner "$bindir/initdb" -D "$dir/data" -U agentd --auth=trust --no-sync -E UTF8 --locale=C >"$dir/initdb.log" 2>&1 ||
+		{ cat "$dir/initdb.log" >&2; exit 1; }
+	as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 -o "-c listen_addresses='' -c port=5432 \
+		-c unix_socket_directories='$dir/sock' -c fsync=off -c synchronous_commit=off \
+		-c full_page_writes=off -c max_connections=200 -c shared_buffers=32MB" start >/dev/null ||
+		{ cat "$dir/log" >&2; exit 1; }
+	echo "host=$dir/sock port=5432 user=agentd" # the port names the socket file, whatever PGPORT says
+	;;
+stop)
+	pidfile="$dir/data/postmaster.pid"
+	[ -f "$pidfile" ] || exit 0
+	pid=$(head -n1 "$pidfile")
+	[ -n "$pid" ] || exit 0
+	kill -INT "$pid" 2>/dev/null || exit 0 # fast shutdown
+	for _ in $(seq 1 100); do
+		kill -0 "$pid" 2>/dev/null || exit 0
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	;;
+*)
+	echo "usage: $0 start|stop DIR" >&2
+	exit 2
+	;;
+esac

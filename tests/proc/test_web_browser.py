@@ -1,0 +1,61 @@
+"""agentd-web in a real browser (docs/web.md): headless Chromium (Debian's, /usr/bin/chromium) driven by
+tests/web/browser.mjs with puppeteer-core (installed into tests/web/ by scripts/deps.sh). This starts the
+real agentd and agentd-web; the script drives the page and the real agentctl: a wrong token is refused, the
+one-time login link works once, a new approval appears live with a <script> payload shown as text, a double
+click approves once and the model's answer appears in the live tail, deny, answered elsewhere, expiry,
+stale said politely, streamed deltas, CSRF, the conversation filter and the status panel."""
+import os
+import shutil
+import subprocess
+
+import harness
+from harness import Agentd, AGENTCTL_BIN, scaled
+from webutil import AgentdWeb
+
+WEB_TESTS = harness.REPO / "tests" / "web"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+
+
+def test_the_page_in_chromium():
+    node = shutil.which("node")
+    assert node, "node is missing: run scripts/deps.sh"
+    assert os.access(CHROMIUM, os.X_OK), f"{CHROMIUM} is missing: run scripts/deps.sh"
+    assert (WEB_TESTS / "node_modules" / "puppeteer-core").is_dir(), \
+        "tests/web/node_modules/puppeteer-core is missing: run scripts/deps.sh"
+    a = Agentd(start=False)
+    gate = os.path.join(a.dir, "gate")
+    streamer = a.script("streamer.py", f"""
+        import json, os, sys, time
+        json.load(sys.stdin)
+        for part in ("partial one, ", "partial two"):
+            print(json.dumps({{"delta": part}}), flush=True)
+        while not os.path.exists({gate!r}):
+            time.sleep(0.02)
+        print(json.dumps({{"text": "streamed answer"}}))
+        """)
+    a.write_config(f"""
+[tool.approve]
+executor = human
+prompt = Pay it?
+expires = 1h
+
+[tool.quick]
+executor = human
+prompt = Quick?
+expires = 4s
+
+[model.streamer]
+command = python3 {streamer}
+""")
+    with a:
+        a.start()
+        with AgentdWeb(a, ["--poll-ms", "300"]) as w:
+            env = dict(os.environ, WEB_BASE=w.base, WEB_LINK=w.link, AGENTCTL=AGENTCTL_BIN, AGENTD_SOCKET=a.socket,
+                       GATE=gate, CHROMIUM=CHROMIUM, AGENTD_TEST_SLOW=str(harness.TIME_SCALE))
+            p = subprocess.run([node, str(WEB_TESTS / "browser.mjs")], env=env, cwd=str(WEB_TESTS),
+                               capture_output=True, text=True, timeout=scaled(240))
+            print(p.stdout, end="", flush=True)
+            assert p.returncode == 0, f"browser.mjs failed (exit {p.returncode}):\n{p.stdout}\n{p.stderr}"
+
+
+harness.main(globals())

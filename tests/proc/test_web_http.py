@@ -1,0 +1,339 @@
+"""agentd-web over plain HTTP, without a browser (docs/web.md): the token file, login (form and one-time
+link), every route refused without credentials, the CSRF checks on POST (Origin and the session's token),
+Host checks, decisions recorded with who made them, server-sent events over watch, /metrics, and bad
+start-up input."""
+import http.client
+import json
+import os
+import re
+import stat
+import subprocess
+import urllib.parse
+
+import harness
+from harness import Agentd, wait_for, scaled
+from webutil import AgentdWeb, WEB_BIN
+
+TOOLS = """
+[tool.approve]
+executor = human
+prompt = Pay it?
+expires = 1h
+"""
+
+
+def pending(a, c):
+    return a.ok({"op": "tool_calls", "conversation": c, "status": "pending"})["tool_calls"]
+
+
+def ask(a, c, args='{"amount": 5}'):
+    a.send(c, "/tool approve " + args)
+    return wait_for(lambda: pending(a, c), 10, "a pending call")[0]["id"]
+
+
+def login(w, name="Ann"):
+    """Sign in through the form: the session cookie and the CSRF token."""
+    body = urllib.parse.urlencode({"token": w.token, "name": name})
+    st, h, _ = w.post("/login", body, {"Origin": w.base, "Content-Type": "application/x-www-form-urlencoded"})
+    assert st == 303 and h["Location"] == "/", (st, dict(h))
+    cookie = h["Set-Cookie"]
+    assert re.fullmatch(r"agentd_web=[0-9a-f]{64}; Path=/; HttpOnly; SameSite=Strict", cookie), cookie
+    ck = cookie.split(";")[0]
+    st, _, b = w.get("/api/session", {"Cookie": ck}, token=False)
+    assert st == 200, (st, b)
+    s = json.loads(b)
+    assert s["name"] == name and re.fullmatch(r"[0-9a-f]{64}", s["csrf"]), s
+    return ck, s["csrf"]
+
+
+def test_token_file_and_refusals():
+    with Agentd() as a, AgentdWeb(a) as w:
+        path = os.path.join(a.data_dir, "web-token")
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert re.fullmatch(r"[0-9a-f]{64}", w.token), w.token
+        assert "created the access token in" in w.errors(), w.errors()
+        # nothing without credentials, whatever the route
+        st, h, b = w.get("/", token=False)
+        assert st == 401 and b'name="token"' in b and b"Sign in first" in b, (st, b[:200])
+        assert "script-src 'self'" in h["Content-Security-Policy"] and "frame-ancestors 'none'" in h["Content-Security-Policy"]
+        assert h["X-Content-Type-Options"] == "nosniff"
+        for path_ in ["/app.js", "/api/pending", "/api/status", "/api/session", "/api/conversations",
+                      "/api/watch?conversation=x", "/metrics", "/nope"]:
+            st, _, b = w.get(path_, token=False)
+            assert st == 401, (path_, st, b)
+            st, _, b = w.get(path_, {"Authorization": "Bearer " + "0" * 64}, token=False)
+            assert st == 401, (path_, st, b)
+            st, _, b = w.get(path_, {"Cookie": "agentd_web=" + "0" * 64}, token=False)
+            assert st == 401, (path_, st, b)
+        st, _, b = w.post("/api/resolve", "{}", {"Origin": w.base})
+        assert st == 401, (st, b)
+        # the login form: a wrong token, a foreign origin
+        form = {"Origin": w.base, "Content-Type": "application/x-www-form-urlencoded"}
+        st, h, b = w.post("/login", "token=wrong&name=x", form)
+        assert st == 403 and b"Wrong token." in b and "Set-Cookie" not in h, (st, b)
+        st, h, b = w.post("/login", "token=" + w.token, dict(form, Origin="http://evil.example"))
+        assert st == 403 and "Set-Cookie" not in h, (st, b)
+        st, h, b = w.post("/login", urllib.parse.urlencode({"token": w.token, "name": "a\nb"}), form)
+        assert st == 400 and "Set-Cookie" not in h, (st, b)
+        # another Host (a name rebound to 127.0.0.1) is refused even with the token
+        st, _, b = w.get("/api/status", {"Host": "evil.example"})
+        assert st == 403 and b"Host" in b, (st, b)
+        st, _, _ = w.get("/api/status", {"Host": "localhost:" + w.base.rsplit(":", 1)[1]})
+        assert st == 200
+        # other methods
+        assert w.request("PUT", "/api/status", "x", token=True)[0] == 405
+
+
+def test_login_link_is_one_use():
+    with Agentd() as a, AgentdWeb(a) as w:
+        path = w.link[len(w.base):]
+        st, h, b = w.get(path, token=False)
+        assert st == 200 and "HttpOnly; SameSite=Strict" in h["Set-Cookie"] and b"Signed in" in b, (st, b)
+        ck = h["Set-Cookie"].split(";")[0]
+        assert w.get("/api/status", {"Cookie": ck}, token=False)[0] == 200
+        st, h, b = w.get(path, token=False)
+        assert st == 403 and b"used already or has expired" in b and "Set-Cookie" not in h, (st, b)
+        assert w.get("/login?once=" + "a" * 64, token=False)[0] == 403
+        new = w.new_link()
+        assert new != w.link
+        assert w.get(new[len(w.base):], token=False)[0] == 200
+        # signing out ends the session
+        st, _, csrf = w.get("/api/session", {"Cookie": ck}, token=False)
+        csrf = json.loads(csrf)["csrf"]
+        st, h, _ = w.post("/logout", "{}", {"Cookie": ck, "Origin": w.base, "X-CSRF-Token": csrf})
+        assert st == 200 and "Max-Age=0" in h["Set-Cookie"], (st, dict(h))
+        assert w.get("/api/status", {"Cookie": ck}, token=False)[0] == 401
+
+
+def test_csrf_and_who_decided():
+    with Agentd(config=TOOLS) as a, AgentdWeb(a) as w:
+        c = a.ok({"op": "create", "settings": {"model": "echo", "tools": ["approve"]}})["conversation"]
+        tc = ask(a, c)
+        ck, csrf = login(w, "Ann <ops>")
+        body = json.dumps({"tool_call_id": tc, "decision": "approve", "comment": "fine"})
+        good = {"Cookie": ck, "Origin": w.base, "X-CSRF-Token": csrf, "Content-Type": "application/json"}
+        for bad in [dict(good, **{"X-CSRF-Token": "0" * 64}), {k: v for k, v in good.items() if k != "X-CSRF-Token"},
+                    dict(good, Origin="http://evil.example"), {k: v for k, v in good.items() if k != "Origin"},
+                    dict(good, Origin="null")]:
+            st, _, b = w.post("/api/resolve", body, bad)
+            assert st == 403, (bad, st, b)
+        assert pending(a, c)[0]["id"] == tc  # nothing decided
+        st, _, b = w.post("/api/resolve", body, good)
+        assert st == 200, (st, b)
+        seq = json.loads(b)["seq"]
+        res = [e for e in a.events(c) if e["seq"] == seq][0]
+        assert res["content"] == {"tool_call_id": tc, "status": "resolved", "result": {"approved": True, "comment": "fine"},
+                                  "by": {"uid": os.getuid(), "name": "Ann <ops>"}}, res
+        # twice: stale, said as such
+        st, _, b = w.post("/api/resolve", body, good)
+        assert st == 409 and json.loads(b)["error"] == "stale", (st, b)
+        # deny, with a result; a program with the token needs no CSRF token
+        tc = ask(a, c)
+        st, _, b = w.post("/api/resolve", json.dumps({"tool_call_id": tc, "decision": "deny", "result": {"why": "no"}}),
+                          token=True)
+        assert st == 200, (st, b)
+        res = [e for e in a.events(c) if e["seq"] == json.loads(b)["seq"]][0]["content"]
+        assert res["status"] == "resolved" and res["result"] == {"why": "no"} and res["by"] == {
+            "uid": os.getuid(), "name": "agentd-web (token)"}, res
+        # bad bodies: a clear 400, nothing decided
+        tc = ask(a, c)
+        for b_ in ["nope", "[]", json.dumps({"tool_call_id": tc}), json.dumps({"tool_call_id": tc, "decision": "maybe"}),
+                   json.dumps({"tool_call_id": tc, "decision": "approve", "comment": "x", "result": 1}),
+                   json.dumps({"tool_call_id": tc, "decision": "approve", "extra": 1})]:
+            st, _, b = w.post("/api/resolve", b_, good)
+            assert st == 400 and json.loads(b)["error"] == "bad_request", (b_, st, b)
+        st, _, b = w.post("/api/resolve", json.dumps({"tool_call_id": "bad id!", "decision": "approve"}), good)
+        assert st == 400 and "tool_call_id" in json.loads(b)["message"], (st, b)
+        st, _, b = w.post("/api/resolve", "x" * (300 << 10), good)
+        assert st == 413, st
+        assert pending(a, c)[0]["id"] == tc
+        # the name can be changed (and must be printable)
+        st, _, b = w.post("/api/session", json.dumps({"name": "Bo"}), good)
+        assert st == 200, (st, b)
+        st, _, b = w.post("/api/session", json.dumps({"name": "x\u0007"}), good)
+        assert st == 400, (st, b)
+        st, _, b = w.post("/api/resolve", json.dumps({"tool_call_id": tc, "decision": "approve"}), good)
+        res = [e for e in a.events(c) if e["seq"] == json.loads(b)["seq"]][0]["content"]
+        assert res["by"]["name"] == "Bo" and res["result"] == {"approved": True}, res
+
+
+def test_behind_a_proxy():
+    """--origin, --secure-cookie and --user-header, as behind the nginx of docs/web.md."""
+    with Agentd(config=TOOLS) as a, AgentdWeb(a, ["--origin", "https://approvals.example.com", "--secure-cookie",
+                                                  "--user-header", "X-Remote-User"]) as w:
+        proxy = {"Host": "approvals.example.com", "Origin": "https://approvals.example.com"}
+        st, h, _ = w.post("/login", urllib.parse.urlencode({"token": w.token}),
+                          dict(proxy, **{"Content-Type": "application/x-www-form-urlencoded"}))
+        assert st == 303 and h["Set-Cookie"].endswith("; HttpOnly; SameSite=Strict; Secure"), (st, dict(h))
+        ck = h["Set-Cookie"].split(";")[0]
+        st, _, b = w.get("/api/session", dict(proxy, Cookie=ck, **{"X-Remote-User": "bob"}), token=False)
+        s = json.loads(b)
+        assert st == 200 and s["by"] == "bob" and s["name_from_proxy"] is True, s
+        c = a.ok({"op": "create", "settings": {"model": "echo", "tools": ["approve"]}})["conversation"]
+        tc = ask(a, c)
+        good = dict(proxy, Cookie=ck, **{"X-CSRF-Token": s["csrf"], "X-Remote-User": "bob"})
+        st, _, b = w.post("/api/resolve", json.dumps({"tool_call_id": tc, "decision": "approve"}),
+                          dict(good, Origin="http://127.0.0.1:8080"))
+        assert st == 403, (st, b)  # not an origin this agentd-web serves
+        st, _, b = w.post("/api/resolve", json.dumps({"tool_call_id": tc, "decision": "approve"}), good)
+        assert st == 200, (st, b)
+        res = [e for e in a.events(c) if e["seq"] == json.loads(b)["seq"]][0]["content"]
+        assert res["by"] == {"uid": os.getuid(), "name": "bob"}, res
+        # another Host than the origins': refused
+        assert w.get("/api/status", {"Host": "other.example.com"})[0] == 403
+
+
+def test_pending_list_and_routes():
+    with Agentd(config=TOOLS) as a, AgentdWeb(a) as w:
+        st, _, b = w.get("/api/pending")
+        assert st == 200 and json.loads(b)["pending"] == [], b
+        cs = [a.ok({"op": "create", "conversation": f"p{i}", "settings": {"model": "echo", "tools": ["approve"]}})["conversation"]
+              for i in range(3)]
+        ids = [ask(a, c, json.dumps({"n": i})) for i, c in enumerate(cs)]
+        r = json.loads(w.get("/api/pending")[2])
+        assert sorted(t["id"] for t in r["pending"]) == sorted(ids), r
+        assert {t["conversation"] for t in r["pending"]} == set(cs) and all(t["prompt"] == "Pay it?" for t in r["pending"])
+        a.ctl("resolve", ids[1])
+        r = json.loads(w.get("/api/pending")[2])
+        assert sorted(t["id"] for t in r["pending"]) == sorted([ids[0], ids[2]]), r
+        r = json.loads(w.get("/api/conversations?status=suspended")[2])
+        assert [c["id"] for c in r["conversations"]] == ["p0", "p2"], r
+        r = json.loads(w.get("/api/conversations?limit=1")[2])
+        assert len(r["conversations"]) == 1 and r["next"] == "p0", r
+        st, _, b = w.get("/api/conversations?status=sleepy")
+        assert st == 400 and "status" in json.loads(b)["message"], b
+        assert w.get("/api/conversations?limit=0")[0] == 400
+        assert w.get("/api/conversation?id=nope")[0] == 404
+        assert json.loads(w.get("/api/conversation?id=p1")[2])["conversation"]["id"] == "p1"
+        r = json.loads(w.get("/api/events?conversation=p1")[2])
+        assert [e["type"] for e in r["events"]][:4] == ["user_msg", "assistant_msg", "tool_call", "suspension"], r
+        assert json.loads(w.get("/api/tool_calls?conversation=p0")[2])["tool_calls"][0]["id"] == ids[0]
+        assert json.loads(w.get("/api/tool_call?id=" + ids[1])[2])["tool_call"]["status"] == "resolved"
+        assert "workers" in json.loads(w.get("/api/status")[2])
+        st, h, b = w.get("/app.js")
+        assert st == 200 and h["Content-Type"].startswith("text/javascript") and not re.search(rb"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(", b)
+        st, h, b = w.get("/")
+        assert st == 200 and b'<script src="/app.js"' in b
+
+
+def test_metrics():
+    with Agentd() as a, AgentdWeb(a) as w:
+        st, h, b = w.get("/metrics")
+        assert st == 200 and h["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8", (st, dict(h))
+        assert re.search(rb'^agentd_ops_total\{op="metrics"\} \d+$', b, re.M), b[:400]
+        assert b"# TYPE agentd_workers_live gauge" in b
+        st, _, b = w.get("/metrics", token=False)
+        assert st == 401 and b.startswith(b"401 unauthorized"), b
+
+
+def test_server_sent_events_follow_watch():
+    with Agentd(config=TOOLS) as a, AgentdWeb(a) as w:
+        c = a.ok({"op": "create", "settings": {"model": "echo", "tools": ["approve"]}})["conversation"]
+        a.send(c, "one")
+        wait_for(lambda: len(a.events(c)) >= 2, 10, "the first answer")
+        hc = http.client.HTTPConnection(w.base[len("http://"):], timeout=scaled(10))
+        hc.request("GET", f"/api/watch?conversation={c}&after=1", headers={"Authorization": "Bearer " + w.token})
+        r = hc.getresponse()
+        assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream", r.status
+        msgs = []
+
+        def read_msg():
+            lines = []
+            while True:
+                line = r.readline()
+                assert line, "the stream ended"
+                line = line.decode().rstrip("\n")
+                if line == "":
+                    return lines
+                lines.append(line)
+
+        first = read_msg()
+        assert first[-2:] == ["event: ready", 'data: {"last_seq":2}'], first
+        m = read_msg()
+        assert m[:2] == ["id: 2", "event: event"] and json.loads(m[2][6:])["type"] == "assistant_msg", m
+        a.send(c, "<two>")
+        for want in ("user_msg", "assistant_msg"):
+            m = read_msg()
+            msgs.append(m)
+            assert m[1] == "event: event" and json.loads(m[2][6:])["type"] == want, m
+        assert json.loads(msgs[1][2][6:])["content"]["text"] == "echo: <two>"
+        # Last-Event-ID (an EventSource reconnecting) wins over after
+        hc2 = http.client.HTTPConnection(w.base[len("http://"):], timeout=scaled(10))
+        hc2.request("GET", f"/api/watch?conversation={c}&after=0",
+                    headers={"Authorization": "Bearer " + w.token, "Last-Event-ID": "3"})
+        r2 = hc2.getresponse()
+        head = b""
+        while b"id: " not in head:
+            head += r2.readline()
+        assert head.endswith(b"id: 4\n"), head
+        hc2.close()
+        # the conversation goes: the stream says so and ends
+        a.ok({"op": "delete", "conversation": c})
+        assert read_msg()[:1] == ["event: end"]
+        assert r.readline() == b""
+        hc.close()
+        # an unknown conversation is 404
+        st, _, b = w.get("/api/watch?conversation=nope")
+        assert st == 404 and json.loads(b)["error"] == "not_found", (st, b)
+
+
+def test_agentd_not_running():
+    with Agentd() as a:
+        w = AgentdWeb(a)
+        try:
+            a.stop()
+            st, _, b = w.get("/api/status")
+            assert st == 502 and json.loads(b)["message"].startswith("agentd is not running"), (st, b)
+        finally:
+            w.stop()
+        a.start()
+
+
+def test_bad_start_up():
+    with Agentd() as a:
+        def run(*args, env=None):
+            e = dict(os.environ)
+            e.pop("AGENTD_WEB_TOKEN", None)
+            e.update(env or {})
+            p = subprocess.run([WEB_BIN, "--socket", a.socket, "--data", a.data_dir, *args], capture_output=True,
+                               text=True, env=e, timeout=scaled(10))
+            return p.returncode, p.stdout, p.stderr
+
+        rc, out, err = run("--listen", "localhost:80")
+        assert rc == 2 and "--listen: expected HOST:PORT" in err, err
+        rc, out, err = run("--origin", "https://x.example/")
+        assert rc == 2 and "--origin" in err, err
+        rc, out, err = run("--poll-ms", "5")
+        assert rc == 2, err
+        tf = os.path.join(a.dir, "tok")
+        with open(tf, "w") as f:
+            f.write("0123456789abcdef0123\n")
+        os.chmod(tf, 0o644)
+        rc, out, err = run("--token-file", tf, "--listen", "127.0.0.1:0")
+        assert rc == 1 and "open to others (mode 644)" in err, err
+        os.chmod(tf, 0o600)
+        os.symlink(tf, tf + ".link")
+        rc, out, err = run("--token-file", tf + ".link", "--listen", "127.0.0.1:0")
+        assert rc == 1 and "symbolic link" in err, err
+        with open(tf, "w") as f:
+            f.write("short\n")
+        rc, out, err = run("--token-file", tf, "--listen", "127.0.0.1:0")
+        assert rc == 1 and "16-256 printable characters" in err, err
+        rc, out, err = run(env={"AGENTD_WEB_TOKEN": "has space but long enough"})
+        assert rc == 2 and "AGENTD_WEB_TOKEN" in err, err
+        # a given token: no file made
+        w = AgentdWeb(a, env=dict(os.environ, AGENTD_WEB_TOKEN="t" * 20))
+        try:
+            assert w.token == "t" * 20 and not os.path.exists(os.path.join(a.data_dir, "web-token"))
+            assert w.get("/api/status")[0] == 200
+        finally:
+            w.stop()
+        rc, out, err = run("--help")
+        assert rc == 0 and out.startswith("usage: agentd-web") and "--token-file" in out and err == "", (out, err)
+        rc, out, err = run("--bogus")
+        assert rc == 2 and "usage: agentd-web" in err, err
+        rc, out, err = run("--version")
+        assert rc == 0 and re.fullmatch(r"agentd-web \d+\.\d+\.\d+\n", out), out
+
+
+harness.main(globals())

@@ -1,0 +1,482 @@
+/*
+ * What the PostgreSQL store promises beyond the conformance suite (which
+ * runs unchanged on it): the choice of backend by target, the schema
+ * version check, row locks serialising writers of one conversation across
+ * processes (lease fencing, resolvers behind workers), a killed writer,
+ * concurrent appenders, and a lost connection.
+ *
+ * The "server" tests need the throwaway cluster of tests/pg/cluster.sh,
+ * named by AGENTD_TEST_PG (the conninfo prefix it printed), with a database
+ * "conformance" (ctest conformance_pg runs them so); each test works in a
+ * fresh schema of it. Without AGENTD_TEST_PG only the "dispatch" tests run.
+ */
+#include <check.h>
+#include <errno.h>
+#include <libpq-fe.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/store.h"
+#include "tests/suites.h"
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static char schema[64];
+static char target[512];
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t deadline_in(int ms)
+{
+	const char *s = getenv("AGENTD_TEST_SLOW");
+	double f = s ? strtod(s, NULL) : 1.0;
+	return mono_ms() + (int64_t)(ms * (f >= 1.0 ? f : 1.0));
+}
+
+static PGconn *admin(void)
+{
+	char ci[600];
+	snprintf(ci, sizeof ci, "%s dbname=conformance options=-cclient_min_messages=warning",
+		 getenv("AGENTD_TEST_PG"));
+	PGconn *c = PQconnectdb(ci);
+	ck_assert_msg(PQstatus(c) == CONNECTION_OK, "test cluster: %s", PQerrorMessage(c));
+	return c;
+}
+
+/* Run sql on an admin connection; returns the first value of the first row
+ * as a number (0 when none). */
+static long admin_sql(const char *sql)
+{
+	PGconn *c = admin();
+	PGresult *r = PQexec(c, sql);
+	ExecStatusType st = PQresultStatus(r);
+	ck_assert_msg(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
+	long v = st == PGRES_TUPLES_OK && PQntuples(r) > 0 ? strtol(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+	PQclear(r);
+	PQfinish(c);
+	return v;
+}
+
+static void drop_schema(void)
+{
+	if (!schema[0])
+		return;
+	char sql[128];
+	snprintf(sql, sizeof sql, "DROP SCHEMA IF EXISTS %s CASCADE", schema);
+	PGconn *c = admin();
+	PQclear(PQexec(c, sql));
+	PQfinish(c);
+	schema[0] = 0;
+}
+
+static void setup(void)
+{
+	char sql[128];
+	snprintf(schema, sizeof schema, "pgt_%d_%lld", (int)getpid(), (long long)mono_ms());
+	snprintf(sql, sizeof sql, "CREATE SCHEMA %s", schema);
+	admin_sql(sql);
+	atexit(drop_schema); /* a failed assertion skips teardown */
+	snprintf(target, sizeof target, "%s dbname=conformance options=-csearch_path=%s", getenv("AGENTD_TEST_PG"),
+		 schema);
+}
+
+static void teardown(void)
+{
+	drop_schema();
+}
+
+static store *open_ok(void)
+{
+	store *s = NULL;
+	int err = store_open(&s, target, NULL);
+	ck_assert_msg(err == 0, "store_open %s: %s", target, store_strerror(err));
+	return s;
+}
+
+static store_bytes mstr(msgpack_sbuffer *sb, const char *text)
+{
+	msgpack_packer pk;
+	msgpack_sbuffer_init(sb);
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+	msgpack_pack_str_with_body(&pk, text, strlen(text));
+	return (store_bytes){ sb->data, sb->size };
+}
+
+static const store_bytes empty_map = { "\x80", 1 };
+
+static void conv_create(store *s, const char *id)
+{
+	store_txn *x;
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_conv_create(x, id, empty_map), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+}
+
+static int append(store_txn *x, const char *conv, const char *eid, uint64_t *seq)
+{
+	msgpack_sbuffer sb;
+	struct store_event_in ev = { "user_msg", mstr(&sb, eid), eid };
+	int err = store_event_append(x, conv, &ev, seq, NULL);
+	msgpack_sbuffer_destroy(&sb);
+	return err;
+}
+
+static uint64_t latest(store *s, const char *conv)
+{
+	store_txn *x;
+	uint64_t seq = 0;
+	ck_assert_int_eq(store_txn_begin(s, STORE_READ, &x), 0);
+	ck_assert_int_eq(store_event_latest_seq(x, conv, &seq), 0);
+	store_txn_abort(x);
+	return seq;
+}
+
+/* ---- dispatch (no server needed) ------------------------------------- */
+
+/* PostgreSQL targets reach libpq (no server there: refused), anything else
+ * is an LMDB directory (missing here: -ENOENT). */
+START_TEST(target_chooses_the_backend)
+{
+	static const char *const pg[] = {
+		"postgresql:///agentd?host=/nonexistent-agentd-socket-dir",
+		"postgres:///agentd?host=/nonexistent-agentd-socket-dir",
+		"host=/nonexistent-agentd-socket-dir dbname=agentd",
+		"dbname=agentd host=/nonexistent-agentd-socket-dir",
+	};
+	static const char *const lmdb[] = {
+		"/nonexistent-agentd-dir/postgresql:",
+		"nonexistent-agentd-dir-host=x",
+		"postgresql:nonexistent",
+	};
+	for (size_t i = 0; i < sizeof pg / sizeof pg[0]; i++) {
+		store *s = NULL;
+		ck_assert_msg(store_open(&s, pg[i], NULL) == -ECONNREFUSED, "%s", pg[i]);
+		ck_assert_ptr_null(s);
+	}
+	for (size_t i = 0; i < sizeof lmdb / sizeof lmdb[0]; i++) {
+		store *s = NULL;
+		ck_assert_msg(store_open(&s, lmdb[i], NULL) == -ENOENT, "%s", lmdb[i]);
+		ck_assert_ptr_null(s);
+	}
+}
+END_TEST
+
+/* ---- server ----------------------------------------------------------- */
+
+/* A database whose schema is newer than this agentd's is refused, and
+ * nothing is changed in it; the version this agentd knows opens again. */
+START_TEST(newer_schema_is_refused)
+{
+	store *s = open_ok();
+	conv_create(s, "c1");
+	store_close(s);
+	char sql[160];
+	snprintf(sql, sizeof sql, "UPDATE %s.schema_version SET version = version + 1", schema);
+	admin_sql(sql);
+	s = NULL;
+	ck_assert_int_eq(store_open(&s, target, NULL), STORE_E_CORRUPT);
+	ck_assert_ptr_null(s);
+	snprintf(sql, sizeof sql, "SELECT version FROM %s.schema_version", schema);
+	ck_assert_int_eq(admin_sql(sql), 2);
+	snprintf(sql, sizeof sql, "UPDATE %s.schema_version SET version = 1", schema);
+	admin_sql(sql);
+	s = open_ok();
+	store_txn *x;
+	struct store_conv c;
+	ck_assert_int_eq(store_txn_begin(s, STORE_READ, &x), 0);
+	ck_assert_int_eq(store_conv_get(x, "c1", &c), 0);
+	store_txn_abort(x);
+	store_close(s);
+}
+END_TEST
+
+/* Read-only opening of a schema without the store's tables: not an agentd
+ * store, and nothing is created. */
+START_TEST(read_only_open_creates_nothing)
+{
+	struct store_opts o = { .read_only = 1 };
+	store *s = NULL;
+	ck_assert_int_eq(store_open(&s, target, &o), STORE_E_CORRUPT);
+	ck_assert_ptr_null(s);
+	char sql[200];
+	snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_tables WHERE schemaname = '%s'", schema);
+	ck_assert_int_eq(admin_sql(sql), 0);
+}
+END_TEST
+
+/* The backends of this test's schema waiting for a lock. */
+static long lock_waiters(void)
+{
+	return admin_sql("SELECT count(*) FROM pg_stat_activity WHERE datname = 'conformance' "
+			 "AND wait_event_type = 'Lock'");
+}
+
+/* A writer that checked its lease holds the conversation's row: the next
+ * generation, taken by another process, waits for that writer's commit (so
+ * what it wrote under its lease lands), and its next transaction is fenced. */
+START_TEST(lease_check_holds_the_row_until_commit)
+{
+	store *s = open_ok();
+	conv_create(s, "c");
+	store_txn *x;
+	uint64_t g1, g2 = 0, seq;
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_lease_next(x, "c", &g1), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_lease_check(x, "c", g1), 0);
+	int p[2];
+	ck_assert_int_eq(pipe(p), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* A supervisor of its own, with its own handle. */
+		store *s2 = NULL;
+		store_txn *y;
+		uint64_t g = 0;
+		if (store_open(&s2, target, NULL) || store_txn_begin(s2, STORE_WRITE, &y) ||
+		    store_lease_next(y, "c", &g) || store_txn_commit(y))
+			_exit(1);
+		(void)!write(p[1], &g, sizeof g);
+		store_close(s2);
+		_exit(0);
+	}
+	close(p[1]);
+	int64_t dl = deadline_in(10000);
+	while (lock_waiters() < 1) {
+		ck_assert_msg(mono_ms() < dl, "the other process's lease_next never waited for the row");
+		usleep(10000);
+	}
+	/* still ours: the write under the checked lease lands */
+	ck_assert_int_eq(append(x, "c", "under-g1", &seq), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	ck_assert_int_eq(read(p[0], &g2, sizeof g2), (ssize_t)sizeof g2);
+	close(p[0]);
+	ck_assert_uint_gt(g2, g1);
+	/* the superseded writer is fenced, and writes nothing */
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_lease_check(x, "c", g1), STORE_E_FENCED);
+	store_txn_abort(x);
+	ck_assert_uint_eq(latest(s, "c"), 1);
+	store_close(s);
+}
+END_TEST
+
+/* A resolver (another process) and the conversation's worker touch the same
+ * tool call: the worker holds the conversation and then counts an attempt
+ * on the call, the resolver waits for the conversation before the call, so
+ * both succeed in turn instead of deadlocking (one would fail -EAGAIN). */
+START_TEST(resolver_and_worker_queue_without_deadlock)
+{
+	store *s = open_ok();
+	conv_create(s, "c");
+	store_txn *x;
+	struct store_tool_call_in tc = { "tc", "approve", STORE_EXEC_HUMAN, { "\x80", 1 }, { 0 } };
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_tool_call_upsert(x, "c", &tc), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_lease_check(x, "c", 0), 0); /* the worker holds its conversation */
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		store *s2 = NULL;
+		store_txn *y;
+		char conv[STORE_ID_MAX + 1];
+		if (store_open(&s2, target, NULL) || store_txn_begin(s2, STORE_WRITE, &y))
+			_exit(1);
+		int err = store_tool_call_resolve(y, "tc", STORE_TC_RESOLVED, (store_bytes){ 0 }, conv);
+		if (err)
+			_exit(err == -EAGAIN ? 3 : 2);
+		if (store_txn_commit(y) || strcmp(conv, "c") != 0)
+			_exit(4);
+		store_close(s2);
+		_exit(0);
+	}
+	int64_t dl = deadline_in(10000);
+	while (lock_waiters() < 1) {
+		ck_assert_msg(mono_ms() < dl, "the resolver never waited");
+		usleep(10000);
+	}
+	uint32_t att = 0;
+	ck_assert_int_eq(store_tool_call_attempt(x, "tc", &att), 0);
+	ck_assert_uint_eq(att, 1);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "resolver exited %d",
+		      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	struct store_tool_call got;
+	ck_assert_int_eq(store_txn_begin(s, STORE_READ, &x), 0);
+	ck_assert_int_eq(store_tool_call_get(x, "tc", &got), 0);
+	ck_assert_int_eq(got.status, STORE_TC_RESOLVED);
+	ck_assert_uint_eq(got.attempts, 1);
+	store_txn_abort(x);
+	store_close(s);
+}
+END_TEST
+
+/* A writer killed (SIGKILL) inside its transaction, holding the
+ * conversation's row: the server sees its connection close, aborts the
+ * transaction and releases the row, so the next writer goes on at once and
+ * nothing of the dead transaction remains. */
+START_TEST(killed_writer_releases_the_row)
+{
+	store *s = open_ok();
+	conv_create(s, "c");
+	int p[2];
+	ck_assert_int_eq(pipe(p), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		store *s2 = NULL;
+		store_txn *y;
+		uint64_t seq;
+		close(p[0]);
+		if (store_open(&s2, target, NULL) || store_txn_begin(s2, STORE_WRITE, &y) ||
+		    store_lease_check(y, "c", 0) || append(y, "c", "doomed", &seq))
+			_exit(1);
+		(void)!write(p[1], "w", 1);
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	char b;
+	ck_assert_int_eq(read(p[0], &b, 1), 1); /* it holds the row, inside its transaction */
+	close(p[0]);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	store_txn *x;
+	uint64_t gen, seq;
+	int64_t t0 = mono_ms();
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_lease_next(x, "c", &gen), 0);
+	ck_assert_int_eq(append(x, "c", "next", &seq), 0);
+	ck_assert_uint_eq(seq, 1); /* the dead writer's event is gone */
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	ck_assert_msg(mono_ms() < t0 + 5000, "the row was held %lld ms after the kill", (long long)(mono_ms() - t0));
+	ck_assert_uint_eq(latest(s, "c"), 1);
+	store_close(s);
+}
+END_TEST
+
+#define NPROC 4
+#define NAPPEND 40
+
+/* Processes appending to one conversation, one event per transaction: the
+ * log is 1..N with every event once, each process's in its own order. */
+START_TEST(concurrent_appenders_get_gapless_seqs)
+{
+	store *s = open_ok();
+	conv_create(s, "shared");
+	store_close(s);
+	pid_t pids[NPROC];
+	for (int i = 0; i < NPROC; i++) {
+		pids[i] = fork();
+		ck_assert_int_ge(pids[i], 0);
+		if (pids[i] == 0) {
+			store *s2 = NULL;
+			if (store_open(&s2, target, NULL))
+				_exit(1);
+			for (int j = 1; j <= NAPPEND; j++) {
+				char eid[32];
+				store_txn *y;
+				uint64_t seq;
+				snprintf(eid, sizeof eid, "p%d-%d", i, j);
+				if (store_txn_begin(s2, STORE_WRITE, &y) || append(y, "shared", eid, &seq) ||
+				    store_txn_commit(y))
+					_exit(2);
+			}
+			store_close(s2);
+			_exit(0);
+		}
+	}
+	for (int i = 0; i < NPROC; i++) {
+		int status;
+		ck_assert_int_eq(waitpid(pids[i], &status, 0), pids[i]);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "appender %d failed", i);
+	}
+	char sql[600];
+	snprintf(sql, sizeof sql,
+		 "SELECT count(*) FROM %s.events WHERE conv = 'shared' AND seq BETWEEN 1 AND %d", schema,
+		 NPROC * NAPPEND);
+	ck_assert_int_eq(admin_sql(sql), NPROC * NAPPEND);
+	snprintf(sql, sizeof sql, "SELECT count(DISTINCT event_id) FROM %s.events WHERE conv = 'shared'", schema);
+	ck_assert_int_eq(admin_sql(sql), NPROC * NAPPEND);
+	/* each process's events in its order: seq rises with its counter */
+	snprintf(sql, sizeof sql,
+		 "SELECT count(*) FROM (SELECT seq, lag(seq) OVER (PARTITION BY split_part(convert_from(event_id, "
+		 "'UTF8'), '-', 1) ORDER BY split_part(convert_from(event_id, 'UTF8'), '-', 2)::int) AS prev "
+		 "FROM %s.events WHERE conv = 'shared') t WHERE prev > seq",
+		 schema);
+	ck_assert_int_eq(admin_sql(sql), 0);
+	s = open_ok();
+	ck_assert_uint_eq(latest(s, "shared"), NPROC * NAPPEND);
+	store_close(s);
+}
+END_TEST
+
+/* The server drops the store's connections: a transaction open then fails
+ * (and says so at commit), the next begins on a new connection. */
+START_TEST(lost_connection_fails_the_txn_not_the_handle)
+{
+	store *s = open_ok();
+	conv_create(s, "c");
+	store_txn *x;
+	uint64_t seq;
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(append(x, "c", "lost", &seq), 0);
+	ck_assert_uint_eq(latest(s, "c"), 0); /* a read beside it leaves a spare connection */
+	ck_assert_int_ge(admin_sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+				   "WHERE datname = 'conformance' AND pid <> pg_backend_pid()"),
+			 1);
+	ck_assert_int_lt(append(x, "c", "after", &seq), 0);
+	ck_assert_int_lt(store_txn_commit(x), 0);
+	/* a spare connection died too: the begin finds out and reconnects */
+	ck_assert_uint_eq(latest(s, "c"), 0);
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(append(x, "c", "again", &seq), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	ck_assert_uint_eq(latest(s, "c"), 1);
+	store_close(s);
+}
+END_TEST
+
+Suite *make_store_pg_suite(void)
+{
+	Suite *s = suite_create("store_pg");
+	TCase *tc = tcase_create("dispatch");
+	tcase_add_test(tc, target_chooses_the_backend);
+	suite_add_tcase(s, tc);
+	if (getenv("AGENTD_TEST_PG")) {
+		tc = tcase_create("server");
+		tcase_add_checked_fixture(tc, setup, teardown);
+		tcase_set_timeout(tc, 60);
+		tcase_add_test(tc, newer_schema_is_refused);
+		tcase_add_test(tc, read_only_open_creates_nothing);
+		tcase_add_test(tc, lease_check_holds_the_row_until_commit);
+		tcase_add_test(tc, resolver_and_worker_queue_without_deadlock);
+		tcase_add_test(tc, killed_writer_releases_the_row);
+		tcase_add_test(tc, concurrent_appenders_get_gapless_seqs);
+		tcase_add_test(tc, lost_connection_fails_the_txn_not_the_handle);
+		suite_add_tcase(s, tc);
+	}
+	return s;
+}

@@ -1,0 +1,272 @@
+// browser.mjs: agentd-web in a real browser (the system Chromium, headless, driven by puppeteer-core).
+// Run by tests/proc/test_web_browser.py, which starts agentd and agentd-web and passes:
+//   WEB_BASE, WEB_LINK (a one-time login link), AGENTCTL, AGENTD_SOCKET, GATE (the streaming model's gate
+//   file), CHROMIUM (default /usr/bin/chromium), AGENTD_TEST_SLOW (multiplies every timeout).
+// Prints one line per step; exits 1 with the reason on the first failure.
+import puppeteer from 'puppeteer-core';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+const env = process.env;
+const base = env.WEB_BASE;
+const SCALE = Number(env.AGENTD_TEST_SLOW || 1);
+const T = (secs) => Math.round(secs * 1000 * SCALE);
+const uid = process.getuid();
+
+function assert(cond, what) {
+  if (!cond) throw new Error('assertion failed: ' + what);
+}
+
+const ctl = (...args) => execFileSync(env.AGENTCTL, ['-s', env.AGENTD_SOCKET, ...args], { encoding: 'utf8' });
+const ctlJson = (...args) => JSON.parse(ctl('--json', ...args));
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function until(fn, secs, what) {
+  const deadline = Date.now() + T(secs);
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${T(secs)} ms waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+function pendingCall(conv) {
+  return until(() => ctlJson('tool-calls', conv, '--status', 'pending').tool_calls[0], 10, `a pending call in ${conv}`);
+}
+
+function resolutions(conv, tcid) {
+  return ctlJson('events', conv).events.filter((e) => e.type === 'resolution' && e.content.tool_call_id === tcid);
+}
+
+const textOf = (page, sel) => page.$eval(sel, (e) => e.textContent).catch(() => null);
+const waitText = (page, sel, text, secs = 10) => page.waitForFunction(
+  (s, t) => { const e = document.querySelector(s); return e && e.textContent.includes(t); },
+  { timeout: T(secs), polling: 50 }, sel, text);
+
+const started = Date.now();
+async function step(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+  } catch (e) {
+    console.error(`FAIL ${name}: ${e.stack || e}`);
+    throw e;
+  }
+  console.log(`ok   ${name} (${((Date.now() - t0) / 1000).toFixed(2)}s)`);
+}
+
+const userDir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-web-chromium-'));
+const browser = await puppeteer.launch({
+  executablePath: env.CHROMIUM || '/usr/bin/chromium',
+  headless: true,
+  userDataDir: userDir,
+  // root needs --no-sandbox; the rest keeps a test browser from reaching the network on its own
+  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+    '--disable-sync', '--no-first-run', '--disable-dev-shm-usage', '--disable-renderer-backgrounding',
+    '--disable-background-timer-throttling', '--disable-backgrounding-occluded-windows'],
+  protocolTimeout: T(60),
+});
+const pageErrors = [];
+async function newPage() {
+  const p = await browser.newPage();
+  p.on('pageerror', (e) => pageErrors.push(String(e)));
+  p.on('dialog', (d) => { pageErrors.push('a dialog opened: ' + d.message()); d.dismiss(); });
+  p.setDefaultTimeout(T(10));
+  return p;
+}
+
+let status = 0;
+try {
+  const page = await newPage();
+  const NAME = 'Alice <b>ops</b>';
+  const PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">';
+
+  await step('a wrong token is refused', async () => {
+    const r = await page.goto(base + '/');
+    assert(r.status() === 401, `GET / without a session: ${r.status()}`);
+    await page.type('input[name=token]', 'not-the-token-0123456789');
+    const [nav] = await Promise.all([page.waitForNavigation(), page.click('button[type=submit]')]);
+    assert(nav.status() === 403, `wrong token: ${nav.status()}`);
+    const msg = await textOf(page, '#message');
+    assert(msg === 'Wrong token.', 'the message says so: ' + msg + ' / ' + (await page.content()).slice(0, 300));
+    const api = await page.evaluate(async () => (await fetch('/api/pending')).status);
+    assert(api === 401, `the API without a session: ${api}`);
+  });
+
+  await step('the one-time login link signs in, once', async () => {
+    await page.goto(env.WEB_LINK);
+    await until(() => page.url() === base + '/', 10, 'the page to move on to /');
+    await waitText(page, '#who', 'agentd-web');
+    const second = await newPage();
+    const again = await second.goto(env.WEB_LINK);
+    assert(again.status() === 403, `the link a second time: ${again.status()}`);
+    await second.close();
+    await page.bringToFront(); // clicks wait for animation frames, which a background tab does not get
+    await page.waitForSelector('#name');
+    await page.$eval('#name', (e) => { e.value = ''; });
+    await page.type('#name', NAME);
+    await page.click('#name + button');
+    await waitText(page, '#who', NAME);
+  });
+
+  const c1 = ctl('create', '--id', 'c1', '--model', 'echo', '--tool', 'approve').trim();
+  let tc;
+  await step('a new approval appears live, its payload as text', async () => {
+    await page.evaluate(() => { window.__marker = 'same page'; });
+    ctl('send', c1, `/tool approve ${JSON.stringify({ amount: 120, note: PAYLOAD })}`);
+    tc = (await pendingCall(c1)).id;
+    const sel = `#pending-list [data-tool-call="${tc}"]`;
+    await page.waitForSelector(sel, { timeout: T(10) });
+    assert(await page.evaluate(() => window.__marker) === 'same page', 'no reload');
+    const card = await page.$eval(sel, (e) => ({ text: e.textContent, tags: e.querySelectorAll('script, img, b').length }));
+    assert(card.text.includes(PAYLOAD), 'the payload shown as text: ' + card.text);
+    assert(card.text.includes('Pay it?') && card.text.includes('amount') && card.text.includes('120'), 'prompt and args: ' + card.text);
+    assert(card.text.includes(c1) && /expires in (59m|1h)/.test(card.text), 'conversation and time left: ' + card.text);
+    assert(card.tags === 0, 'no element made from the payload');
+    assert(await page.evaluate(() => window.__pwned) === undefined, 'the payload never ran');
+    assert((await textOf(page, '#pending-count')) === '1', 'the count');
+  });
+
+  await step('approve (double click) resumes the conversation; the answer appears in the live tail', async () => {
+    await page.click(`#pending-list [data-tool-call="${tc}"] a`);
+    await waitText(page, '#live', 'live');
+    const logText = await textOf(page, '#log');
+    assert(logText.includes(PAYLOAD) && await page.$$eval('#log script, #log img', (x) => x.length) === 0, 'the log shows the payload as text');
+    const btn = `#conv-approvals [data-tool-call="${tc}"] button.approve`;
+    await page.waitForSelector(btn);
+    await page.click(btn, { count: 2 });
+    await waitText(page, `#conv-approvals [data-tool-call="${tc}"] .card-status`, `Approved by ${NAME}`);
+    await page.waitForFunction((id) => [...document.querySelectorAll('#log .event.assistant_msg')]
+      .some((e) => e.textContent.includes(`${id} resolved: {"approved":true}`)), { timeout: T(10), polling: 50 }, tc);
+    const res = resolutions(c1, tc);
+    assert(res.length === 1, `one resolution: ${JSON.stringify(res)}`);
+    assert(JSON.stringify(res[0].content.by) === JSON.stringify({ uid, name: NAME }), 'who decided: ' + JSON.stringify(res[0].content));
+    const row = await textOf(page, `tbody [data-tool-call="${tc}"] .tc-status`);
+    await waitText(page, `tbody [data-tool-call="${tc}"] .tc-status`, 'resolved');
+    assert(row !== null, 'the tool calls table lists it');
+  });
+
+  await step('deny with a comment', async () => {
+    await page.goto(base + '/#/pending');
+    ctl('send', c1, '/tool approve {"amount": 9000}');
+    const id = (await pendingCall(c1)).id;
+    const sel = `#pending-list [data-tool-call="${id}"]`;
+    await page.waitForSelector(sel);
+    await page.type(`${sel} input.comment`, 'too much');
+    await page.click(`${sel} button.deny`);
+    await waitText(page, `${sel} .card-status`, 'Denied by');
+    const res = resolutions(c1, id);
+    assert(res.length === 1 && res[0].content.status === 'resolved', JSON.stringify(res));
+    assert(JSON.stringify(res[0].content.result) === '{"approved":false,"comment":"too much"}', JSON.stringify(res[0].content));
+  });
+
+  await step('one answered elsewhere disappears', async () => {
+    ctl('send', c1, '/tool approve {"amount": 1}');
+    const id = (await pendingCall(c1)).id;
+    const sel = `#pending-list [data-tool-call="${id}"]`;
+    await page.waitForSelector(sel);
+    ctl('resolve', id, '--by', 'someone at a shell');
+    await page.waitForSelector(sel, { hidden: true, timeout: T(10) });
+  });
+
+  await step('an expired one says so, after its warning', async () => {
+    const c2 = ctl('create', '--id', 'c2', '--model', 'echo', '--tool', 'quick').trim();
+    ctl('send', c2, '/tool quick');
+    const id = (await pendingCall(c2)).id;
+    const sel = `#pending-list [data-tool-call="${id}"]`;
+    await page.waitForSelector(`${sel}.warn`); // a few seconds left: the warning state
+    assert(/expires in \ds/.test(await textOf(page, `${sel} .time`)), 'seconds left shown');
+    await waitText(page, `${sel} .card-status`, 'Expired: nobody answered in time.', 15);
+    await until(() => ctlJson('tool-call', id).tool_call.status === 'expired', 10, 'agentd expires it');
+    assert(await page.$eval(`${sel} button.approve`, (b) => b.disabled), 'no approving an expired call');
+  });
+
+  await step('approving one answered meanwhile is stale, said politely', async () => {
+    const other = await newPage();
+    await other.goto(base + '/#/pending');
+    ctl('send', c1, '/tool approve {"amount": 2}');
+    const id = (await pendingCall(c1)).id;
+    const sel = `#pending-list [data-tool-call="${id}"]`;
+    await page.waitForSelector(sel);
+    await other.waitForSelector(sel);
+    // the second tab stops hearing about changes, so it still offers the call
+    await other.setRequestInterception(true);
+    other.on('request', (r) => (r.url().includes('/api/pending') ? r.abort() : r.continue()));
+    await page.bringToFront();
+    await page.click(`${sel} button.approve`);
+    await waitText(page, `${sel} .card-status`, 'Approved by');
+    await other.bringToFront();
+    await other.click(`${sel} button.approve`);
+    await waitText(other, `${sel} .card-status`, 'Already answered elsewhere');
+    assert(resolutions(c1, id).length === 1, 'one decision');
+    await other.close();
+    await page.bringToFront();
+  });
+
+  await step('streamed deltas show while the model writes', async () => {
+    const c3 = ctl('create', '--id', 'c3', '--model', 'streamer').trim();
+    await page.goto(base + `/#/c/${c3}`);
+    await waitText(page, '#live', 'live');
+    ctl('send', c3, 'go');
+    await waitText(page, '#delta', 'partial one, partial two');
+    fs.writeFileSync(env.GATE, '');
+    await page.waitForFunction(() => [...document.querySelectorAll('#log .event.assistant_msg')]
+      .some((e) => e.textContent.includes('streamed answer')), { timeout: T(10), polling: 50 });
+    assert((await textOf(page, '#delta')) === '', 'the preview is gone once the message is in');
+  });
+
+  await step('CSRF: a POST without the token, or from another origin, is refused', async () => {
+    ctl('send', c1, '/tool approve {"amount": 3}');
+    const id = (await pendingCall(c1)).id;
+    const st = await page.evaluate(async (tcid) => (await fetch('/api/resolve', {
+      method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ tool_call_id: tcid, decision: 'approve' }),
+    })).status, id);
+    assert(st === 403, `without the CSRF token: ${st}`);
+    const foreign = await newPage();
+    await foreign.goto('about:blank');
+    await foreign.evaluate(async (url, tcid) => {
+      try {
+        await fetch(url, { method: 'POST', mode: 'no-cors', credentials: 'include',
+          body: JSON.stringify({ tool_call_id: tcid, decision: 'approve' }) });
+      } catch (e) { /* refused either way */ }
+    }, base + '/api/resolve', id);
+    await foreign.close();
+    await page.bringToFront();
+    assert(ctlJson('tool-call', id).tool_call.status === 'pending', 'nothing decided');
+    ctl('resolve', id);
+  });
+
+  await step('conversations with a status filter; the status panel', async () => {
+    ctl('update', 'c2', '--end');
+    await page.goto(base + '/#/conversations');
+    await page.waitForSelector('tr[data-conversation="c3"]');
+    await page.select('#status-filter', 'ended');
+    await page.waitForFunction(() => location.hash === '#/conversations?status=ended'
+      && document.querySelectorAll('tr[data-conversation]').length === 1
+      && document.querySelector('tr[data-conversation="c2"]'), { timeout: T(10), polling: 50 });
+    await page.goto(base + '/#/status');
+    await waitText(page, '#status', 'Workers (');
+    await waitText(page, '#status', 'map_size');
+  });
+
+  await step('signing out ends the session', async () => {
+    await page.goto(base + '/#/pending');
+    await page.waitForSelector('#logout');
+    await Promise.all([page.waitForNavigation(), page.click('#logout')]);
+    const r = await page.goto(base + '/');
+    assert(r.status() === 401, `after signing out: ${r.status()}`);
+  });
+
+  assert(pageErrors.length === 0, 'errors in the page: ' + pageErrors.join('; '));
+  console.log(`browser test: ${((Date.now() - started) / 1000).toFixed(1)}s`);
+} catch (e) {
+  status = 1;
+} finally {
+  await browser.close();
+  fs.rmSync(userDir, { recursive: true, force: true });
+}
+process.exit(status);

@@ -1,0 +1,829 @@
+/* http.c: agentd-web's routes (see http.h; docs/web.md). */
+#include "web/http.h"
+#include "web/assets.h"
+#include "web/auth.h"
+#include "web/ctl.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#define BODY_MAX (256u << 10)   /* a POST body: a decision with its result */
+#define CTL_TIMEOUT_MS 10000
+#define KEEPALIVE_MS 15000       /* an SSE comment this often keeps proxies from closing the stream */
+#define COOKIE "agentd_web"
+#define PENDING_CONVS_MAX 2000   /* suspended conversations scanned for the pending list */
+
+static const char CSP[] = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+			  "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+struct http_server {
+	struct MHD_Daemon *d;
+	const struct http_config *cfg;
+};
+
+/* Per request: the body as it arrives. */
+struct req {
+	char *body;
+	size_t len;
+	int too_large;
+};
+
+/* Who is asking: a session (cookie) or the token (Authorization: Bearer). */
+struct who {
+	int session;                 /* by cookie: POSTs need the CSRF checks */
+	char id[AUTH_ID_LEN + 1];
+	char csrf[AUTH_ID_LEN + 1];
+	char name[AUTH_NAME_MAX + 1];
+};
+
+static const struct http_config *CFG;
+
+/* ---- responses ---- */
+
+static void common_headers(struct MHD_Response *r)
+{
+	MHD_add_response_header(r, "Content-Security-Policy", CSP);
+	MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+	/* same-origin, not no-referrer: under no-referrer browsers send
+	 * "Origin: null" on POSTs, and the CSRF check needs the real one. */
+	MHD_add_response_header(r, "Referrer-Policy", "same-origin");
+	MHD_add_response_header(r, "X-Frame-Options", "DENY");
+	MHD_add_response_header(r, "Cache-Control", "no-store");
+}
+
+static enum MHD_Result send_buf(struct MHD_Connection *c, unsigned status, const char *type, const void *data,
+				size_t len, enum MHD_ResponseMemoryMode mode, const char *cookie)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, mode);
+	if (!r)
+		return MHD_NO;
+	common_headers(r);
+	MHD_add_response_header(r, "Content-Type", type);
+	if (cookie)
+		MHD_add_response_header(r, "Set-Cookie", cookie);
+	enum MHD_Result ret = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* obj is stolen. */
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *obj)
+{
+	char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+	json_decref(obj);
+	if (!s)
+		return send_buf(c, 500, "text/plain", "out of memory\n", 14, MHD_RESPMEM_PERSISTENT, NULL);
+	return send_buf(c, status, "application/json", s, strlen(s), MHD_RESPMEM_MUST_FREE, NULL);
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *code, const char *msg)
+{
+	return send_json(c, status, json_pack("{ssss}", "error", code, "message", msg));
+}
+
+/* The login form (static login.html) with one of our fixed messages (never
+ * anything from the request: no markup can get in). */
+static enum MHD_Result send_login(struct MHD_Connection *c, unsigned status, const char *msg)
+{
+	const struct web_asset *a = web_asset_find("/login.html");
+	const char *mark = "{{MESSAGE}}";
+	if (!a)
+		return MHD_NO;
+	const char *t = (const char *)a->data;
+	const char *at = memmem(t, a->len, mark, strlen(mark));
+	if (!at)
+		return send_buf(c, status, "text/html; charset=utf-8", a->data, a->len, MHD_RESPMEM_PERSISTENT, NULL);
+	size_t pre = (size_t)(at - t), ml = strlen(mark), n = a->len - ml + strlen(msg);
+	char *out = malloc(n);
+	if (!out)
+		return MHD_NO;
+	memcpy(out, t, pre);
+	memcpy(out + pre, msg, strlen(msg));
+	memcpy(out + pre + strlen(msg), at + ml, a->len - pre - ml);
+	return send_buf(c, status, "text/html; charset=utf-8", out, n, MHD_RESPMEM_MUST_FREE, NULL);
+}
+
+static enum MHD_Result send_asset(struct MHD_Connection *c, const char *path)
+{
+	const struct web_asset *a = web_asset_find(path);
+	if (!a)
+		return send_error(c, 404, "not_found", "no such page");
+	return send_buf(c, 200, a->type, a->data, a->len, MHD_RESPMEM_PERSISTENT, NULL);
+}
+
+static void cookie_line(char *out, size_t n, const char *value, int clear)
+{
+	snprintf(out, n, "%s=%s; Path=/; HttpOnly; SameSite=Strict%s%s", COOKIE, value,
+		 CFG->secure_cookie ? "; Secure" : "", clear ? "; Max-Age=0" : "");
+}
+
+/* ---- agentd ---- */
+
+/* The protocol's error codes as HTTP statuses. */
+static unsigned http_status_of(const char *code)
+{
+	static const struct { const char *code; unsigned status; } map[] = {
+		{ "bad_request", 400 }, { "not_found", 404 }, { "conflict", 409 }, { "stale", 409 },
+		{ "too_large", 413 }, { "store_full", 507 }, { "unavailable", 503 },
+	};
+	for (size_t i = 0; code && i < sizeof map / sizeof map[0]; i++)
+		if (!strcmp(code, map[i].code))
+			return map[i].status;
+	return 502;
+}
+
+/* One request to agentd; req is stolen. On success returns the reply (ok
+ * true) and the caller decrefs; otherwise answers the HTTP request with the
+ * error and returns NULL (*ret holds what to return). */
+static json_t *agentd(struct MHD_Connection *c, json_t *req, enum MHD_Result *ret)
+{
+	json_t *reply = NULL;
+	int e = req ? ctl_request(CFG->socket, req, CTL_TIMEOUT_MS, &reply) : -ENOMEM;
+	json_decref(req);
+	if (e) {
+		*ret = send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
+		return NULL;
+	}
+	if (!json_is_true(json_object_get(reply, "ok"))) {
+		const char *code = json_string_value(json_object_get(reply, "error"));
+		*ret = send_json(c, http_status_of(code), json_pack("{s:s,s:O?}", "error", code ? code : "internal",
+								     "message", json_object_get(reply, "message")));
+		json_decref(reply);
+		return NULL;
+	}
+	json_object_del(reply, "ok");
+	json_object_del(reply, "id");
+	return reply;
+}
+
+static enum MHD_Result proxy(struct MHD_Connection *c, json_t *req)
+{
+	enum MHD_Result ret;
+	json_t *r = agentd(c, req, &ret);
+	return r ? send_json(c, 200, r) : ret;
+}
+
+static const char *arg(struct MHD_Connection *c, const char *k)
+{
+	const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, k);
+	return v && *v ? v : NULL;
+}
+
+/* A query number: 1 and *out when present and a whole number in [0, max]. */
+static int arg_num(struct MHD_Connection *c, const char *k, long long max, long long *out, int *bad)
+{
+	const char *v = arg(c, k);
+	char *end;
+	if (!v)
+		return 0;
+	errno = 0;
+	long long n = strtoll(v, &end, 10);
+	if (*end || errno || n < 0 || n > max || end == v) {
+		*bad = 1;
+		return 0;
+	}
+	*out = n;
+	return 1;
+}
+
+static int64_t now_ms(void)
+{
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* Sort key: soonest deadline first (none last), then oldest. */
+static int pending_cmp(const void *a, const void *b)
+{
+	json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+	json_t *dx = json_object_get(x, "deadline"), *dy = json_object_get(y, "deadline");
+	long long ix = json_is_integer(dx) ? json_integer_value(dx) : INT64_MAX;
+	long long iy = json_is_integer(dy) ? json_integer_value(dy) : INT64_MAX;
+	if (ix != iy)
+		return ix < iy ? -1 : 1;
+	ix = json_integer_value(json_object_get(x, "inserted_at"));
+	iy = json_integer_value(json_object_get(y, "inserted_at"));
+	return ix < iy ? -1 : ix > iy;
+}
+
+/* Every pending human call: the protocol lists them per conversation, and
+ * only suspended conversations have any (a person's pending call is what
+ * suspends one), so this pages through those, then asks for their pending
+ * calls all at once (pipelined on one connection). */
+static enum MHD_Result api_pending(struct MHD_Connection *c)
+{
+	enum MHD_Result ret;
+	json_t *reqs = json_array(), *after = NULL, *replies = NULL;
+	int truncated = 0;
+	if (!reqs)
+		return MHD_NO;
+	for (;;) {
+		json_t *req = json_pack("{sssssi}", "op", "list", "status", "suspended", "limit", 1000);
+		if (req && after)
+			json_object_set(req, "after", after);
+		json_t *page = agentd(c, req, &ret);
+		json_decref(after);
+		after = NULL;
+		if (!page) {
+			json_decref(reqs);
+			return ret;
+		}
+		size_t i;
+		json_t *conv;
+		json_array_foreach(json_object_get(page, "conversations"), i, conv)
+			json_array_append_new(reqs, json_pack("{sssOss}", "op", "tool_calls", "conversation",
+							      json_object_get(conv, "id"), "status", "pending"));
+		after = json_incref(json_object_get(page, "next"));
+		json_decref(page);
+		if (!after)
+			break;
+		if (json_array_size(reqs) >= PENDING_CONVS_MAX) {
+			truncated = 1;
+			json_decref(after);
+			break;
+		}
+	}
+	int e = ctl_pipeline(CFG->socket, reqs, CTL_TIMEOUT_MS, &replies);
+	json_decref(reqs);
+	if (e)
+		return send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
+	size_t n = 0, i, k;
+	json_t *r, *tc;
+	json_array_foreach(replies, i, r) /* a conversation deleted meanwhile (not_found) is simply not listed */
+		json_array_foreach(json_object_get(r, "tool_calls"), k, tc)
+			n += !strcmp(json_string_value(json_object_get(tc, "executor")) ?: "", "human");
+	json_t **v = n ? malloc(n * sizeof *v) : NULL;
+	if (n && !v) {
+		json_decref(replies);
+		return MHD_NO;
+	}
+	n = 0;
+	json_array_foreach(replies, i, r)
+		json_array_foreach(json_object_get(r, "tool_calls"), k, tc)
+			if (!strcmp(json_string_value(json_object_get(tc, "executor")) ?: "", "human"))
+				v[n++] = tc;
+	if (n) /* qsort(NULL, 0, ...) is undefined */
+		qsort(v, n, sizeof *v, pending_cmp);
+	json_t *sorted = json_array();
+	for (size_t j = 0; sorted && j < n; j++)
+		json_array_append(sorted, v[j]);
+	free(v);
+	json_decref(replies);
+	return send_json(c, 200, json_pack("{sosIsb}", "pending", sorted, "now", (json_int_t)now_ms(), "truncated",
+					   truncated));
+}
+
+static enum MHD_Result api_conversations(struct MHD_Connection *c)
+{
+	int bad = 0;
+	long long limit = 100;
+	arg_num(c, "limit", 1000, &limit, &bad);
+	if (bad || limit < 1)
+		return send_error(c, 400, "bad_request", "'limit' must be a number from 1 to 1000");
+	json_t *req = json_pack("{sssI}", "op", "list", "limit", (json_int_t)limit);
+	if (req && arg(c, "status"))
+		json_object_set_new(req, "status", json_string(arg(c, "status")));
+	if (req && arg(c, "after"))
+		json_object_set_new(req, "after", json_string(arg(c, "after")));
+	return proxy(c, req);
+}
+
+/* ?NAME=ID into {"op": op, field: ID}; agentd validates the id. */
+static enum MHD_Result api_by_id(struct MHD_Connection *c, const char *op, const char *q, const char *field)
+{
+	const char *id = arg(c, q);
+	if (!id)
+		return send_error(c, 400, "bad_request", "missing query parameter");
+	return proxy(c, json_pack("{ssss}", "op", op, field, id));
+}
+
+static enum MHD_Result api_events(struct MHD_Connection *c)
+{
+	int bad = 0;
+	long long limit = 500;
+	const char *conv = arg(c, "conversation");
+	arg_num(c, "limit", 10000, &limit, &bad);
+	if (bad || limit < 1 || !conv)
+		return send_error(c, 400, "bad_request", "'conversation' is required; 'limit' is 1 to 10000");
+	return proxy(c, json_pack("{sssssI}", "op", "events", "conversation", conv, "limit", (json_int_t)limit));
+}
+
+/* ---- server-sent events over watch ---- */
+
+struct sse {
+	struct ctl_watch w;
+	int client_fd;
+	int ended;
+	char *out;
+	size_t out_len, out_off, out_cap;
+};
+
+static int sse_put(struct sse *s, const char *a, size_t n)
+{
+	if (s->out_len + n > s->out_cap) {
+		size_t cap = s->out_cap ? s->out_cap : 4096;
+		while (cap < s->out_len + n)
+			cap *= 2;
+		char *b = realloc(s->out, cap);
+		if (!b)
+			return -1;
+		s->out = b;
+		s->out_cap = cap;
+	}
+	memcpy(s->out + s->out_len, a, n);
+	s->out_len += n;
+	return 0;
+}
+
+static int sse_puts(struct sse *s, const char *a)
+{
+	return sse_put(s, a, strlen(a));
+}
+
+/* One line of agentd's watch as one SSE message (JSON lines hold no raw
+ * newline, so each fits one data: field). */
+static int sse_line(struct sse *s, const char *line, size_t len)
+{
+	json_t *o = json_loadb(line, len, 0, NULL);
+	json_t *ev = json_object_get(o, "event"), *delta = json_object_get(o, "delta");
+	int e = 0;
+	char head[64];
+	if (ev) {
+		snprintf(head, sizeof head, "id: %lld\nevent: event\ndata: ",
+			 (long long)json_integer_value(json_object_get(ev, "seq")));
+		char *d = json_dumps(ev, JSON_COMPACT);
+		e = !d || sse_puts(s, head) || sse_puts(s, d) || sse_puts(s, "\n\n");
+		free(d);
+	} else if (delta) {
+		char *d = json_dumps(delta, JSON_COMPACT);
+		e = !d || sse_puts(s, "event: delta\ndata: ") || sse_puts(s, d) || sse_puts(s, "\n\n");
+		free(d);
+	}
+	json_decref(o);
+	return e;
+}
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct sse *s = cls;
+	while (s->out_off == s->out_len) {
+		const char *line;
+		size_t len;
+		s->out_off = s->out_len = 0;
+		if (s->ended)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		int e = ctl_watch_next(&s->w, KEEPALIVE_MS, s->client_fd, &line, &len);
+		if (e == 0 && sse_puts(s, ": keepalive\n\n"))
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (e == -ECONNRESET) {
+			/* agentd closed the watch: the conversation was deleted,
+			 * or agentd stops. Say so, so the page does not retry. */
+			s->ended = 1;
+			if (sse_puts(s, "event: end\ndata: {}\n\n"))
+				return MHD_CONTENT_READER_END_WITH_ERROR;
+		} else if (e < 0) {
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		} else if (e == 1 && sse_line(s, line, len)) {
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		}
+	}
+	size_t n = s->out_len - s->out_off < max ? s->out_len - s->out_off : max;
+	memcpy(buf, s->out + s->out_off, n);
+	s->out_off += n;
+	return (ssize_t)n;
+}
+
+static void sse_free(void *cls)
+{
+	struct sse *s = cls;
+	ctl_watch_close(&s->w);
+	free(s->out);
+	free(s);
+}
+
+static enum MHD_Result api_watch(struct MHD_Connection *c)
+{
+	int bad = 0;
+	long long after = -1;
+	const char *conv = arg(c, "conversation");
+	const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
+	arg_num(c, "after", INT64_MAX, &after, &bad);
+	if (last && *last) { /* EventSource reconnecting: go on after what it saw */
+		char *end;
+		long long l = strtoll(last, &end, 10);
+		if (!*end && l >= 0)
+			after = l;
+	}
+	if (bad || !conv)
+		return send_error(c, 400, "bad_request", "'conversation' is required; 'after' is a seq");
+	struct sse *s = calloc(1, sizeof *s);
+	json_t *reply = NULL;
+	if (!s)
+		return MHD_NO;
+	int e = ctl_watch_open(CFG->socket, conv, after, CTL_TIMEOUT_MS, &s->w, &reply);
+	if (e || !json_is_true(json_object_get(reply, "ok"))) {
+		free(s);
+		if (e) {
+			json_decref(reply);
+			return send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
+		}
+		const char *code = json_string_value(json_object_get(reply, "error"));
+		enum MHD_Result ret = send_json(c, http_status_of(code), json_pack("{s:s,s:O?}", "error", code ?: "internal",
+									      "message", json_object_get(reply, "message")));
+		json_decref(reply);
+		return ret;
+	}
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	s->client_fd = ci ? ci->connect_fd : -1;
+	char first[128];
+	snprintf(first, sizeof first, "retry: 2000\nevent: ready\ndata: {\"last_seq\":%lld}\n\n",
+		 (long long)json_integer_value(json_object_get(reply, "last_seq")));
+	json_decref(reply);
+	if (sse_puts(s, first)) {
+		sse_free(s);
+		return MHD_NO;
+	}
+	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, s, sse_free);
+	if (!r) {
+		sse_free(s);
+		return MHD_NO;
+	}
+	common_headers(r);
+	MHD_add_response_header(r, "Content-Type", "text/event-stream");
+	MHD_add_response_header(r, "X-Accel-Buffering", "no"); /* nginx: stream, do not buffer */
+	enum MHD_Result ret = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* ---- decisions ---- */
+
+static void by_name(struct MHD_Connection *c, const struct who *w, char *out, size_t n)
+{
+	const char *h = CFG->user_header ? MHD_lookup_connection_value(c, MHD_HEADER_KIND, CFG->user_header) : NULL;
+	if (h && *h && auth_name_ok(h))
+		snprintf(out, n, "%s", h);
+	else if (w->session && w->name[0])
+		snprintf(out, n, "%s", w->name);
+	else
+		snprintf(out, n, "%s", w->session ? "agentd-web" : "agentd-web (token)");
+}
+
+/* {"tool_call_id", "decision": "approve"|"deny", "comment"?, "result"?}:
+ * settled resolved (as agentctl approve and deny do: a denial is an answer,
+ * not a failure) with the result given, or {"approved": true|false,
+ * "comment"?}. */
+static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, const struct who *w)
+{
+	json_t *b = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, NULL);
+	const char *k;
+	json_t *v;
+	enum MHD_Result ret;
+	if (!json_is_object(b)) {
+		json_decref(b);
+		return send_error(c, 400, "bad_request", "the body must be a JSON object");
+	}
+	json_object_foreach(b, k, v)
+		if (strcmp(k, "tool_call_id") && strcmp(k, "decision") && strcmp(k, "comment") && strcmp(k, "result")) {
+			json_decref(b);
+			return send_error(c, 400, "bad_request", "unknown field (tool_call_id, decision, comment, result)");
+		}
+	const char *tc = json_string_value(json_object_get(b, "tool_call_id"));
+	const char *d = json_string_value(json_object_get(b, "decision"));
+	json_t *comment = json_object_get(b, "comment"), *result = json_object_get(b, "result");
+	int approve = d && !strcmp(d, "approve");
+	if (!tc || !d || (!approve && strcmp(d, "deny")) || (comment && !json_is_string(comment)) ||
+	    (comment && result)) {
+		json_decref(b);
+		return send_error(c, 400, "bad_request",
+				  "expected tool_call_id, decision (approve or deny), and a comment (text) or a result, not both");
+	}
+	if (!result) {
+		result = json_pack("{sb}", "approved", approve);
+		if (result && comment && json_string_length(comment))
+			json_object_set(result, "comment", comment);
+	} else {
+		json_incref(result);
+	}
+	char name[AUTH_NAME_MAX + 1];
+	by_name(c, w, name, sizeof name);
+	json_t *req = json_pack("{sssssssoss}", "op", "resolve", "tool_call_id", tc, "status", "resolved", "result",
+				result, "by", name);
+	json_decref(b);
+	json_t *r = agentd(c, req, &ret);
+	if (!r)
+		return ret;
+	return send_json(c, 200, r);
+}
+
+/* ---- login ---- */
+
+static int hexval(int ch)
+{
+	return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+		: ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+}
+
+/* The value of key in an application/x-www-form-urlencoded body, decoded
+ * into out. Returns 1 when found and it fits, else 0. */
+static int form_value(const char *body, size_t len, const char *key, char *out, size_t n)
+{
+	size_t kl = strlen(key);
+	for (size_t i = 0; i < len;) {
+		size_t end = i;
+		while (end < len && body[end] != '&')
+			end++;
+		if (end - i > kl && !memcmp(body + i, key, kl) && body[i + kl] == '=') {
+			size_t o = 0;
+			for (size_t p = i + kl + 1; p < end; p++) {
+				int ch = body[p];
+				if (ch == '+')
+					ch = ' ';
+				else if (ch == '%' && p + 2 < end && hexval(body[p + 1]) >= 0 && hexval(body[p + 2]) >= 0) {
+					ch = hexval(body[p + 1]) * 16 + hexval(body[p + 2]);
+					p += 2;
+				}
+				if (o + 1 >= n)
+					return 0;
+				out[o++] = (char)ch;
+			}
+			out[o] = 0;
+			return 1;
+		}
+		i = end + 1;
+	}
+	if (n)
+		out[0] = 0;
+	return 0;
+}
+
+static enum MHD_Result start_session(struct MHD_Connection *c, const char *name, int via_link)
+{
+	char id[AUTH_ID_LEN + 1], csrf[AUTH_ID_LEN + 1], cookie[256];
+	auth_session_new(name, id, csrf);
+	cookie_line(cookie, sizeof cookie, id, 0);
+	if (via_link) {
+		/* A page that moves on by itself: the link may have been opened
+		 * from another site, and a SameSite=Strict cookie is not sent on
+		 * a redirect that started there. */
+		static const char page[] = "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url=/\">"
+					   "<title>agentd</title><p>Signed in. <a href=\"/\">Continue</a>.</p>\n";
+		return send_buf(c, 200, "text/html; charset=utf-8", page, sizeof page - 1, MHD_RESPMEM_PERSISTENT, cookie);
+	}
+	struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	if (!r)
+		return MHD_NO;
+	common_headers(r);
+	MHD_add_response_header(r, "Set-Cookie", cookie);
+	MHD_add_response_header(r, "Location", "/");
+	enum MHD_Result ret = MHD_queue_response(c, 303, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* ---- checks ---- */
+
+/* The host[:port] of an origin ("http://127.0.0.1:8080" -> "127.0.0.1:8080"). */
+static const char *origin_host(const char *o)
+{
+	const char *p = strstr(o, "://");
+	return p ? p + 3 : o;
+}
+
+/* Host must name us: a page on another name that resolves here (DNS
+ * rebinding) is refused before anything else. */
+static int host_ok(struct MHD_Connection *c)
+{
+	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+	for (size_t i = 0; h && i < CFG->norigins; i++)
+		if (!strcasecmp(h, origin_host(CFG->origins[i])))
+			return 1;
+	return 0;
+}
+
+static int origin_ok(struct MHD_Connection *c)
+{
+	const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+	for (size_t i = 0; o && i < CFG->norigins; i++)
+		if (!strcasecmp(o, CFG->origins[i]))
+			return 1;
+	return 0;
+}
+
+/* 1 and w filled when the request carries a session cookie or the token. */
+static int authenticate(struct MHD_Connection *c, struct who *w)
+{
+	const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+	const char *ck = MHD_lookup_connection_value(c, MHD_COOKIE_KIND, COOKIE);
+	memset(w, 0, sizeof *w);
+	if (auth && !strncasecmp(auth, "Bearer ", 7))
+		return auth_token_ok(auth + 7, strlen(auth + 7));
+	if (ck && auth_session_get(ck, w->csrf, w->name, sizeof w->name)) {
+		w->session = 1;
+		snprintf(w->id, sizeof w->id, "%s", ck);
+		return 1;
+	}
+	return 0;
+}
+
+static int is_page(const char *url)
+{
+	return !strcmp(url, "/") || !strcmp(url, "/index.html");
+}
+
+static enum MHD_Result route(struct MHD_Connection *c, const char *url, const char *method, struct req *rq)
+{
+	int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+	struct who w;
+	if (!host_ok(c))
+		return send_error(c, 403, "forbidden", "unexpected Host header (see --origin)");
+	if (!get && !post)
+		return send_error(c, 405, "method_not_allowed", "only GET and POST");
+	if (rq->too_large)
+		return send_error(c, 413, "too_large", "the request body is too large");
+
+	/* The only routes open without credentials: the login form, and
+	 * what signs in. */
+	if ((!strcmp(url, "/login.css") || !strcmp(url, "/favicon.svg")) && get)
+		return send_asset(c, url);
+	if (!strcmp(url, "/login") && get) {
+		const char *once = arg(c, "once");
+		if (!once)
+			return send_login(c, 200, "Enter the access token (from the token file) to sign in.");
+		if (!auth_link_use(once))
+			return send_login(c, 403, "This login link was used already or has expired: ask for a new one, or use the token.");
+		return start_session(c, "", 1);
+	}
+	if (!strcmp(url, "/login") && post) {
+		char token[300], name[AUTH_NAME_MAX + 8];
+		if (!origin_ok(c))
+			return send_error(c, 403, "forbidden", "cross-origin request refused");
+		form_value(rq->body, rq->len, "name", name, sizeof name);
+		if (!form_value(rq->body, rq->len, "token", token, sizeof token) || !auth_token_ok(token, strlen(token)))
+			return send_login(c, 403, "Wrong token.");
+		if (!auth_name_ok(name))
+			return send_login(c, 400, "The name must be at most 100 bytes of printable text.");
+		return start_session(c, name, 0);
+	}
+
+	if (!authenticate(c, &w)) {
+		if (is_page(url) && get)
+			return send_login(c, 401, "Sign in first: enter the access token (from the token file).");
+		if (!strcmp(url, "/metrics"))
+			return send_buf(c, 401, "text/plain; charset=utf-8", "401 unauthorized: send Authorization: Bearer TOKEN\n",
+					51, MHD_RESPMEM_PERSISTENT, NULL);
+		return send_error(c, 401, "unauthorized", "sign in, or send Authorization: Bearer TOKEN");
+	}
+	if (post && w.session) {
+		/* A cookie goes along with any request the browser makes,
+		 * whoever's page asks: a POST must come from our page (Origin)
+		 * and prove it read our session (the CSRF token). */
+		const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-CSRF-Token");
+		if (!origin_ok(c))
+			return send_error(c, 403, "forbidden", "cross-origin request refused (Origin)");
+		if (!t || strlen(t) != AUTH_ID_LEN || strcmp(t, w.csrf))
+			return send_error(c, 403, "forbidden", "missing or wrong CSRF token");
+	}
+
+	if (get && is_page(url))
+		return send_asset(c, "/index.html");
+	if (get && (!strcmp(url, "/app.js") || !strcmp(url, "/app.css")))
+		return send_asset(c, url);
+	if (get && !strcmp(url, "/metrics")) {
+		enum MHD_Result ret;
+		json_t *r = agentd(c, json_pack("{ss}", "op", "metrics"), &ret);
+		if (!r)
+			return ret;
+		const char *t = json_string_value(json_object_get(r, "text"));
+		char *copy = strdup(t ? t : "");
+		json_decref(r);
+		if (!copy)
+			return MHD_NO;
+		return send_buf(c, 200, "text/plain; version=0.0.4; charset=utf-8", copy, strlen(copy),
+				MHD_RESPMEM_MUST_FREE, NULL);
+	}
+	if (get && !strcmp(url, "/api/session")) {
+		char name[AUTH_NAME_MAX + 1];
+		by_name(c, &w, name, sizeof name);
+		return send_json(c, 200, json_pack("{sssssbsisbss}", "name", w.name, "csrf", w.session ? w.csrf : "",
+						   "session", w.session, "poll_ms", CFG->poll_ms, "name_from_proxy",
+						   CFG->user_header && MHD_lookup_connection_value(c, MHD_HEADER_KIND, CFG->user_header),
+						   "by", name));
+	}
+	if (post && !strcmp(url, "/api/session")) {
+		json_t *b = json_loadb(rq->body ? rq->body : "", rq->len, 0, NULL);
+		const char *name = json_string_value(json_object_get(b, "name"));
+		int e = !w.session ? -EPERM : !name ? -EINVAL : auth_session_name(w.id, name);
+		json_decref(b);
+		if (e)
+			return send_error(c, 400, "bad_request", "expected {\"name\": at most 100 bytes of printable text}");
+		return send_json(c, 200, json_pack("{sb}", "ok", 1));
+	}
+	if (post && !strcmp(url, "/logout")) {
+		char cookie[256];
+		if (w.session)
+			auth_session_end(w.id);
+		cookie_line(cookie, sizeof cookie, "", 1);
+		return send_buf(c, 200, "application/json", "{\"ok\":true}", 11, MHD_RESPMEM_PERSISTENT, cookie);
+	}
+	if (get && !strcmp(url, "/api/pending"))
+		return api_pending(c);
+	if (get && !strcmp(url, "/api/conversations"))
+		return api_conversations(c);
+	if (get && !strcmp(url, "/api/conversation"))
+		return api_by_id(c, "get", "id", "conversation");
+	if (get && !strcmp(url, "/api/tool_calls"))
+		return api_by_id(c, "tool_calls", "conversation", "conversation");
+	if (get && !strcmp(url, "/api/tool_call"))
+		return api_by_id(c, "tool_call", "id", "tool_call_id");
+	if (get && !strcmp(url, "/api/audit"))
+		return api_by_id(c, "audit", "conversation", "conversation");
+	if (get && !strcmp(url, "/api/events"))
+		return api_events(c);
+	if (get && !strcmp(url, "/api/watch"))
+		return api_watch(c);
+	if (get && !strcmp(url, "/api/status"))
+		return proxy(c, json_pack("{ss}", "op", "status"));
+	if (post && !strcmp(url, "/api/resolve"))
+		return api_resolve(c, rq, &w);
+	return send_error(c, 404, "not_found", "no such page");
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+			      const char *version, const char *data, size_t *size, void **con_cls)
+{
+	struct req *rq = *con_cls;
+	if (!rq) { /* headers are in; the body (if any) comes next */
+		if (!(rq = calloc(1, sizeof *rq)))
+			return MHD_NO;
+		*con_cls = rq;
+		return MHD_YES;
+	}
+	if (*size) {
+		if (rq->len + *size > BODY_MAX) {
+			rq->too_large = 1;
+		} else if (!rq->too_large) {
+			char *b = realloc(rq->body, rq->len + *size + 1);
+			if (!b)
+				return MHD_NO;
+			memcpy(b + rq->len, data, *size);
+			rq->body = b;
+			rq->len += *size;
+			b[rq->len] = 0;
+		}
+		*size = 0;
+		return MHD_YES;
+	}
+	return route(c, url, method, rq);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+	struct req *rq = *con_cls;
+	if (rq) {
+		free(rq->body);
+		free(rq);
+	}
+	*con_cls = NULL;
+}
+
+int http_start(const struct http_config *cfg, int listen_fd, struct http_server **out, char *msg, size_t msglen)
+{
+	struct http_server *s = calloc(1, sizeof *s);
+	if (!s) {
+		snprintf(msg, msglen, "out of memory");
+		return -ENOMEM;
+	}
+	CFG = cfg;
+	s->cfg = cfg;
+	s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+				MHD_USE_ERROR_LOG, 0, NULL, NULL, handle, s,
+				MHD_OPTION_LISTEN_SOCKET, listen_fd,
+				MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections,
+				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+				MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+				MHD_OPTION_END);
+	if (!s->d) {
+		free(s);
+		snprintf(msg, msglen, "libmicrohttpd could not start");
+		return -EIO;
+	}
+	*out = s;
+	return 0;
+}
+
+void http_stop(struct http_server *s)
+{
+	if (!s)
+		return;
+	MHD_stop_daemon(s->d);
+	free(s);
+}

@@ -1,0 +1,469 @@
+// agentd approvals page (docs/web.md). Everything that comes from agentd is data: it is put on the page with
+// textContent and text nodes only, never parsed as HTML (no DOM property or call that parses markup).
+'use strict';
+
+const S = { csrf: '', name: '', by: '', pollMs: 1000, fromProxy: false, pending: new Map(), view: null };
+
+// ---- helpers ----
+
+// el('div', {class: 'x', onclick: f}, 'text', child): children that are not nodes become text nodes.
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') e.className = v;
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); return node; }
+
+function fmtTime(ms) { return ms ? new Date(ms).toLocaleString() : ''; }
+
+function fmtLeft(ms) {
+  if (ms <= 0) return '0s';
+  const s = Math.floor(ms / 1000), d = Math.floor(s / 86400), h = Math.floor(s / 3600) % 24;
+  const m = Math.floor(s / 60) % 60, sec = s % 60;
+  if (d) return `${d}d ${h}h`;
+  if (h) return `${h}h ${m}m`;
+  if (m) return `${m}m ${sec}s`;
+  return `${sec}s`;
+}
+
+function json(v, indent) { return JSON.stringify(v, null, indent); }
+
+// A value readable as is: strings without quotes, short values as one line of JSON, the rest indented.
+function readable(v) {
+  if (typeof v === 'string') return v;
+  const line = json(v);
+  return line === undefined || line.length <= 60 ? String(line) : json(v, 2);
+}
+
+function banner(msg, signIn) {
+  const b = document.getElementById('banner');
+  clear(b);
+  b.hidden = !msg;
+  if (msg) b.append(msg);
+  if (signIn) b.append(' ', el('a', { href: '/login' }, 'Sign in again'));
+}
+
+class HttpError extends Error {
+  constructor(status, body) {
+    super((body && body.message) || `HTTP ${status}`);
+    this.status = status;
+    this.code = body && body.error;
+  }
+}
+
+async function request(path, opts) {
+  const r = await fetch(path, Object.assign({ credentials: 'same-origin', cache: 'no-store' }, opts || {}));
+  let body = null;
+  try { body = await r.json(); } catch (e) { body = null; }
+  if (r.status === 401) banner('Your session ended.', true);
+  if (!r.ok) throw new HttpError(r.status, body);
+  return body;
+}
+
+const api = (path) => request(path);
+const post = (path, body) => request(path, {
+  method: 'POST', body: json(body),
+  headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': S.csrf },
+});
+
+// ---- approvals (one card per pending human tool call) ----
+
+function argsView(args) {
+  if (args && typeof args === 'object' && !Array.isArray(args) && Object.keys(args).length) {
+    return el('table', { class: 'args' },
+      Object.entries(args).map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, el('pre', {}, readable(v))))));
+  }
+  return el('pre', { class: 'args' }, readable(args));
+}
+
+function cardSetStatus(card, state, text) {
+  card.node.classList.remove('warn');
+  card.node.classList.add(state);
+  card.state = state;
+  card.status.textContent = text;
+  for (const b of card.node.querySelectorAll('button, input, textarea')) b.disabled = true;
+  // Said, then out of the way: a minute later the card goes.
+  if ((state === 'expired' || state === 'stale') && !card.leaving) card.leaving = setTimeout(() => removeCard(card), 60000);
+}
+
+async function decide(card, decision) {
+  if (card.state !== 'pending' || card.busy) return; // a double click answers once
+  card.busy = true;
+  for (const b of card.node.querySelectorAll('button')) b.disabled = true;
+  const body = { tool_call_id: card.tc.id, decision };
+  const comment = card.comment.value.trim(), result = card.result.value.trim();
+  card.status.textContent = '';
+  if (result) {
+    try { body.result = JSON.parse(result); } catch (e) {
+      card.status.textContent = 'The result is not valid JSON: ' + e.message;
+      card.busy = false;
+      for (const b of card.node.querySelectorAll('button')) b.disabled = false;
+      return;
+    }
+  } else if (comment) {
+    body.comment = comment;
+  }
+  try {
+    await post('/api/resolve', body);
+    cardSetStatus(card, 'done', `${decision === 'approve' ? 'Approved' : 'Denied'} by ${S.by}.`);
+    setTimeout(() => removeCard(card), 4000);
+  } catch (e) {
+    if (e.code === 'stale') {
+      cardSetStatus(card, 'stale', 'Already answered elsewhere, or expired: nothing more to do here.');
+      explainGone(card);
+    } else {
+      card.status.textContent = `Could not send the decision: ${e.message}`;
+      for (const b of card.node.querySelectorAll('button')) b.disabled = false;
+    }
+  } finally {
+    card.busy = false;
+  }
+}
+
+function removeCard(card) {
+  card.node.remove();
+  if (S.pending.get(card.tc.id) === card) S.pending.delete(card.tc.id);
+  updateCount();
+}
+
+// A card whose call is no longer pending: say what became of it.
+async function explainGone(card) {
+  try {
+    const tc = (await api('/api/tool_call?id=' + encodeURIComponent(card.tc.id))).tool_call;
+    if (tc.status === 'expired') {
+      cardSetStatus(card, 'expired', 'Expired: nobody answered in time.');
+    } else if (card.state === 'stale') {
+      cardSetStatus(card, 'stale', `Already answered elsewhere (${tc.status}).`);
+    } else {
+      removeCard(card); // answered elsewhere (agentctl, another browser): it just goes
+    }
+  } catch (e) {
+    removeCard(card);
+  }
+}
+
+function makeCard(tc, showConversation) {
+  const card = { tc, state: 'pending', busy: false };
+  card.time = el('span', { class: 'time' });
+  card.status = el('div', { class: 'card-status', role: 'status' });
+  card.comment = el('input', { type: 'text', class: 'comment', placeholder: 'comment (optional)', maxlength: 2000 });
+  card.result = el('textarea', { class: 'result', placeholder: 'result as JSON (optional, instead of a comment)' });
+  card.node = el('section', { class: 'card', 'data-tool-call': tc.id },
+    el('div', { class: 'title' }, tc.name,
+      showConversation ? el('span', { class: 'muted' }, ' in ',
+        el('a', { href: '#/c/' + encodeURIComponent(tc.conversation) }, tc.conversation)) : null),
+    el('div', { class: 'prompt' }, tc.prompt || 'Approve?'),
+    argsView(tc.args),
+    el('div', { class: 'muted' }, `asked ${fmtTime(tc.inserted_at)} · `, card.time, ` · ${tc.id}`),
+    el('div', { class: 'actions' },
+      el('button', { type: 'button', class: 'approve', onclick: () => decide(card, 'approve') }, 'Approve'),
+      el('button', { type: 'button', class: 'deny', onclick: () => decide(card, 'deny') }, 'Deny'),
+      card.comment),
+    el('details', {}, el('summary', { class: 'muted' }, 'answer with a result'), card.result),
+    card.status);
+  tick(card);
+  return card;
+}
+
+// The countdown: the warning state in the last fifth of the time (at least the last minute).
+function tick(card) {
+  const dl = card.tc.deadline;
+  if (card.state !== 'pending') return;
+  if (!dl) { card.time.textContent = 'no deadline'; return; }
+  const left = dl - Date.now(), total = dl - card.tc.inserted_at;
+  if (left <= 0) {
+    card.time.textContent = 'expired';
+    cardSetStatus(card, 'expired', 'Expired: nobody answered in time.');
+    return;
+  }
+  const warn = left <= Math.max(60000, total / 5);
+  card.time.textContent = `expires in ${fmtLeft(left)}`;
+  card.time.classList.toggle('warn', warn);
+  card.node.classList.toggle('warn', warn);
+}
+
+function updateCount() {
+  const n = [...S.pending.values()].filter((c) => c.state === 'pending').length;
+  document.getElementById('pending-count').textContent = n ? String(n) : '';
+  document.title = n ? `(${n}) agentd approvals` : 'agentd approvals';
+}
+
+// The pending list across every conversation, polled (docs/web.md says why polling).
+async function pollPending() {
+  try {
+    const r = await api('/api/pending');
+    if (!document.getElementById('banner').textContent.includes('session')) banner('');
+    const seen = new Set();
+    for (const tc of r.pending) {
+      seen.add(tc.id);
+      if (!S.pending.has(tc.id)) {
+        const card = makeCard(tc, true);
+        card.node.classList.add('new');
+        S.pending.set(tc.id, card);
+        if (S.view && S.view.onNewCard) S.view.onNewCard(card);
+      }
+    }
+    for (const card of [...S.pending.values()]) {
+      if (!seen.has(card.tc.id) && card.state === 'pending' && !card.busy) {
+        card.state = 'gone';
+        explainGone(card);
+      }
+    }
+    updateCount();
+  } catch (e) {
+    if (e.status !== 401) banner(`Cannot list pending approvals: ${e.message}`);
+  } finally {
+    setTimeout(pollPending, S.pollMs);
+  }
+}
+
+// ---- views ----
+
+function viewPending(main) {
+  const list = el('div', { id: 'pending-list' });
+  const nameBox = el('input', { type: 'text', id: 'name', value: S.name, maxlength: 100, placeholder: 'your name' });
+  const saved = el('span', { class: 'muted', role: 'status' });
+  const empty = el('p', { class: 'muted', id: 'pending-empty' }, 'Nothing waits for a decision.');
+  main.append(el('h1', {}, 'Pending approvals'),
+    S.fromProxy ? el('p', { class: 'muted' }, `Decisions are recorded as ${S.by} (from the proxy).`)
+      : el('p', { class: 'filters' }, 'Your name, recorded with each decision:', nameBox,
+        el('button', { type: 'button', onclick: async () => {
+          try {
+            await post('/api/session', { name: nameBox.value.trim() });
+            await loadSession();
+            saved.textContent = 'saved';
+          } catch (e) { saved.textContent = e.message; }
+        } }, 'Save'), saved),
+    empty, list);
+  const refresh = () => { empty.hidden = [...list.children].length > 0; };
+  for (const card of S.pending.values()) list.append(card.node);
+  refresh();
+  const obs = new MutationObserver(refresh);
+  obs.observe(list, { childList: true });
+  return { onNewCard: (card) => list.append(card.node), close: () => obs.disconnect() };
+}
+
+function viewConversations(main, params) {
+  const status = params.get('status') || '';
+  const sel = el('select', { id: 'status-filter', onchange: () => { location.hash = '#/conversations' + (sel.value ? '?status=' + sel.value : ''); } },
+    ['', 'active', 'suspended', 'idle', 'ended'].map((s) => el('option', { value: s, selected: s === status }, s || 'any status')));
+  const body = el('tbody');
+  const more = el('button', { type: 'button', hidden: true }, 'More');
+  let after = null;
+  const load = async () => {
+    try {
+      const q = new URLSearchParams({ limit: '100' });
+      if (status) q.set('status', status);
+      if (after) q.set('after', after);
+      const r = await api('/api/conversations?' + q);
+      for (const c of r.conversations) {
+        body.append(el('tr', { 'data-conversation': c.id },
+          el('td', {}, el('a', { href: '#/c/' + encodeURIComponent(c.id) }, c.id)),
+          el('td', {}, c.status), el('td', {}, c.settings.model), el('td', {}, c.worker ? c.worker.state : ''),
+          el('td', {}, c.last_seq), el('td', {}, fmtTime(c.updated_at))));
+      }
+      after = r.next || null;
+      more.hidden = !after;
+    } catch (e) { banner(`Cannot list conversations: ${e.message}`); }
+  };
+  more.addEventListener('click', load);
+  main.append(el('h1', {}, 'Conversations'),
+    el('div', { class: 'filters' }, el('label', {}, 'Status ', sel)),
+    el('table', {}, el('thead', {}, el('tr', {}, ['id', 'status', 'model', 'worker', 'events', 'updated'].map((h) => el('th', {}, h)))), body),
+    more);
+  load();
+  return {};
+}
+
+function eventSummary(ev) {
+  const c = ev.content || {};
+  switch (ev.type) {
+    case 'user_msg': case 'assistant_msg':
+      return typeof c.text === 'string' ? el('pre', {}, c.text) : el('pre', {}, json(c, 2));
+    case 'tool_call':
+      return el('div', {}, el('strong', {}, c.name), ` (${c.executor}, ${c.tool_call_id}) `, argsView(c.args));
+    case 'suspension':
+      return el('div', {}, `waiting for a person: ${c.prompt} (${c.tool_call_id})`);
+    case 'tool_result': case 'resolution': {
+      const by = c.by ? ` by ${c.by.name ? c.by.name + ', ' : ''}uid ${c.by.uid}` : '';
+      return el('div', {}, `${c.tool_call_id} ${c.status}${by}: `, el('pre', {}, readable(c.result)));
+    }
+    case 'error':
+      return el('pre', {}, c.message);
+    default:
+      return el('pre', {}, json(c, 2));
+  }
+}
+
+function viewConversation(main, id) {
+  const head = el('div', { id: 'conv-head', class: 'muted' });
+  const approvals = el('div', { id: 'conv-approvals' });
+  const calls = el('tbody');
+  const runs = el('tbody');
+  const log = el('div', { id: 'log' });
+  const delta = el('div', { id: 'delta', 'aria-live': 'polite' });
+  const live = el('span', { class: 'live off', id: 'live' }, 'connecting…');
+  const cards = new Map();
+  let last = 0, es = null, closed = false;
+
+  main.append(el('h1', {}, 'Conversation ', el('span', { id: 'conv-id' }, id)), head,
+    el('h2', {}, 'Waiting for a decision'), approvals,
+    el('h2', {}, 'Log ', live), log, delta,
+    el('h2', {}, 'Tool calls'),
+    el('table', {}, el('thead', {}, el('tr', {}, ['id', 'name', 'executor', 'status', 'args', 'result', 'asked', 'settled'].map((h) => el('th', {}, h)))), calls),
+    el('h2', {}, 'Model calls (audit)'),
+    el('table', {}, el('thead', {}, el('tr', {}, ['turn', 'task', 'model', 'latency ms', 'usage', 'at'].map((h) => el('th', {}, h)))), runs));
+
+  const loadHead = async () => {
+    try {
+      const c = (await api('/api/conversation?id=' + encodeURIComponent(id))).conversation;
+      clear(head).append(`status ${c.status} · model ${c.settings.model} · worker ${c.worker ? c.worker.state : 'none'} · `,
+        `tokens in ${c.usage.input_tokens} out ${c.usage.output_tokens} · created ${fmtTime(c.created_at)}`);
+      head.dataset.status = c.status;
+    } catch (e) { clear(head).append(`Cannot load the conversation: ${e.message}`); }
+  };
+  const loadCalls = async () => {
+    try {
+      const r = await api('/api/tool_calls?conversation=' + encodeURIComponent(id));
+      clear(calls);
+      for (const tc of r.tool_calls) {
+        calls.append(el('tr', { 'data-tool-call': tc.id }, el('td', {}, tc.id), el('td', {}, tc.name), el('td', {}, tc.executor),
+          el('td', { class: 'tc-status' }, tc.status), el('td', {}, argsView(tc.args)), el('td', {}, el('pre', {}, readable(tc.result))),
+          el('td', {}, fmtTime(tc.inserted_at)), el('td', {}, fmtTime(tc.resolved_at))));
+        if (tc.status === 'pending' && tc.executor === 'human' && !cards.has(tc.id)) {
+          const card = makeCard(tc, false);
+          cards.set(tc.id, card);
+          approvals.append(card.node);
+        }
+      }
+      for (const [tcid, card] of cards) {
+        const now = r.tool_calls.find((t) => t.id === tcid);
+        if (now && now.status !== 'pending' && card.state === 'pending' && !card.busy) {
+          if (now.status === 'expired') cardSetStatus(card, 'expired', 'Expired: nobody answered in time.');
+          else { card.node.remove(); cards.delete(tcid); }
+        }
+      }
+    } catch (e) { /* the head says what is wrong */ }
+  };
+  const loadRuns = async () => {
+    try {
+      const r = await api('/api/audit?conversation=' + encodeURIComponent(id));
+      clear(runs);
+      for (const m of r.model_calls) {
+        runs.append(el('tr', {}, el('td', {}, m.turn_ref), el('td', {}, m.task), el('td', {}, m.model),
+          el('td', {}, m.latency_ms), el('td', {}, json(m.usage)), el('td', {}, fmtTime(m.inserted_at))));
+      }
+      if (!r.model_calls.length) runs.append(el('tr', {}, el('td', { colspan: 6, class: 'muted' }, 'none recorded (audit is off in agentd\'s configuration, or no turn ran)')));
+    } catch (e) { /* optional */ }
+  };
+  const addEvent = (ev, fresh) => {
+    if (ev.seq <= last) return;
+    last = ev.seq;
+    const row = el('div', { class: `event ${ev.type}${fresh ? ' new' : ''}`, 'data-seq': ev.seq },
+      el('span', { class: 'muted' }, '#' + ev.seq), el('span', { class: 'muted' }, new Date(ev.inserted_at).toLocaleTimeString()),
+      el('span', {}, ev.type), el('div', { class: 'content' }, eventSummary(ev)));
+    log.append(row);
+    if (ev.type === 'assistant_msg') delta.textContent = '';
+  };
+  const connect = () => {
+    if (closed) return;
+    es = new EventSource(`/api/watch?conversation=${encodeURIComponent(id)}&after=${last}`);
+    es.addEventListener('ready', () => { live.textContent = 'live'; live.className = 'live on'; });
+    es.addEventListener('event', (m) => {
+      const ev = JSON.parse(m.data);
+      addEvent(ev, true);
+      if (['tool_call', 'suspension', 'resolution', 'tool_result'].includes(ev.type)) loadCalls();
+      if (ev.type === 'assistant_msg') loadRuns();
+      loadHead();
+    });
+    es.addEventListener('delta', (m) => { delta.append(JSON.parse(m.data).text || ''); });
+    es.addEventListener('end', () => {
+      es.close();
+      live.textContent = 'ended (the conversation was deleted, or agentd stopped)';
+      live.className = 'live off';
+    });
+    es.onerror = () => { if (!closed) { live.textContent = 'reconnecting…'; live.className = 'live off'; } };
+  };
+
+  (async () => {
+    await loadHead();
+    try {
+      const r = await api('/api/events?limit=500&conversation=' + encodeURIComponent(id));
+      for (const ev of r.events) addEvent(ev, false);
+      last = Math.max(last, r.last_seq);
+    } catch (e) { /* the head says it */ }
+    await loadCalls();
+    await loadRuns();
+    connect();
+  })();
+  const timer = setInterval(() => { for (const c of cards.values()) tick(c); }, 1000);
+  return { close: () => { closed = true; if (es) es.close(); clearInterval(timer); } };
+}
+
+function viewStatus(main) {
+  const box = el('div', { id: 'status' });
+  main.append(el('h1', {}, 'Status'), box);
+  const load = async () => {
+    try {
+      const s = await api('/api/status');
+      clear(box).append(
+        el('p', {}, `agentd ${s.version}, up ${fmtLeft(s.uptime_ms)}`),
+        el('h2', {}, 'Store'),
+        el('table', { class: 'args' }, Object.entries(s.store).map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, String(v))))),
+        el('h2', {}, `Workers (${s.workers.length})`),
+        el('table', {}, el('thead', {}, el('tr', {}, ['conversation', 'pid', 'state', 'for'].map((h) => el('th', {}, h)))),
+          el('tbody', {}, s.workers.map((w) => el('tr', {},
+            el('td', {}, el('a', { href: '#/c/' + encodeURIComponent(w.conversation) }, w.conversation)),
+            el('td', {}, w.pid), el('td', {}, w.state), el('td', {}, fmtLeft(w.since_ms)))))));
+    } catch (e) { clear(box).append(`Cannot read agentd's status: ${e.message}`); }
+  };
+  load();
+  const timer = setInterval(load, 2000);
+  return { close: () => clearInterval(timer) };
+}
+
+function route() {
+  const main = clear(document.getElementById('view'));
+  if (S.view && S.view.close) S.view.close();
+  const hash = location.hash || '#/pending';
+  const [path, query] = hash.slice(1).split('?');
+  const params = new URLSearchParams(query || '');
+  for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', hash.startsWith(a.getAttribute('href')));
+  if (path.startsWith('/c/')) S.view = viewConversation(main, decodeURIComponent(path.slice(3)));
+  else if (path === '/conversations') S.view = viewConversations(main, params);
+  else if (path === '/status') S.view = viewStatus(main);
+  else S.view = viewPending(main);
+}
+
+async function loadSession() {
+  const s = await api('/api/session');
+  S.csrf = s.csrf;
+  S.name = s.name;
+  S.by = s.by;
+  S.pollMs = s.poll_ms;
+  S.fromProxy = s.name_from_proxy;
+  document.getElementById('who').textContent = s.by;
+}
+
+async function start() {
+  try { await loadSession(); } catch (e) { return; }
+  document.getElementById('logout').addEventListener('click', async () => {
+    try { await post('/logout', {}); } finally { location.href = '/login'; }
+  });
+  window.addEventListener('hashchange', route);
+  route();
+  pollPending();
+  setInterval(() => { for (const c of S.pending.values()) { tick(c); } updateCount(); }, 1000);
+}
+
+start();
