@@ -229,7 +229,10 @@ static store_txn *wbegin(void)
 {
 	store_txn *t;
 	gate_enter();
-	int e = store_txn_begin(W.st, STORE_WRITE, &t);
+	/* Lazy: one flush under the writer lock. Nothing outside the store
+	 * acts on a commit before a flush covers it (dispatch flushes before
+	 * a tool runs; agentd's replies and watchers wait for its frontier). */
+	int e = store_txn_begin(W.st, STORE_WRITE_LAZY, &t);
 	if (e)
 		die_store(e, "write transaction");
 	if ((e = store_lease_check(t, W.conv, W.lease))) {
@@ -1033,6 +1036,11 @@ static void dispatch(const json_t *call)
 	must(t, e, "tool call row");
 	must(t, store_tool_call_attempt(t, id, &attempts), "attempt");
 	commit(t, "count attempt", 0);
+	/* The tool acts outside the store: the call and its attempt must be
+	 * durable first, or an OS crash could forget a side effect that ran
+	 * (docs/durability.md). Outside the writer lock and the write gate. */
+	if ((e = store_flush(W.st)))
+		die_store(e, "flush before the tool runs");
 	if (!tc) {
 		settle(id, STORE_TC_ERRORED, json_pack("{ss}", "error", "unknown tool: not configured for this conversation"));
 		return;

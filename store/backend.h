@@ -82,6 +82,9 @@ struct store_vt {
 	int (*txn_begin)(store *s, int mode, store_txn **out);
 	void (*txn_abort)(store_txn *x);
 	int64_t (*txn_now)(store_txn *x);
+	uint64_t (*txn_id)(store_txn *x);
+	uint64_t (*last_id)(store *s);
+	int (*flush)(store *s);
 	STORE_TXN_FUNCS(STORE_VT_FIELD)
 };
 
@@ -98,7 +101,8 @@ struct store_hdr {
 	.reader_check = prefix##_store_reader_check, .stat = prefix##_store_stat, \
 	.map_size = prefix##_store_map_size, .reserve = prefix##_store_reserve, .now = prefix##_store_now, \
 	.txn_begin = prefix##_store_txn_begin, .txn_abort = prefix##_store_txn_abort, \
-	.txn_now = prefix##_store_txn_now
+	.txn_now = prefix##_store_txn_now, .txn_id = prefix##_store_txn_id, .last_id = prefix##_store_last_id, \
+	.flush = prefix##_store_flush
 
 int lmdb_store_stat(store *s, struct store_stat *st);
 int lmdb_store_sync(store *s);

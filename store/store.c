@@ -49,6 +49,16 @@ int store_sync(store *s)
 	return s ? VT(s)->sync(s) : STORE_E_INVAL;
 }
 
+int store_flush(store *s)
+{
+	return s ? VT(s)->flush(s) : STORE_E_INVAL;
+}
+
+uint64_t store_last_id(store *s)
+{
+	return s ? VT(s)->last_id(s) : 0;
+}
+
 int store_reader_check(store *s, int *cleared)
 {
 	return s ? VT(s)->reader_check(s, cleared) : STORE_E_INVAL;
@@ -88,6 +98,11 @@ void store_txn_abort(store_txn *x)
 int64_t store_txn_now(store_txn *x)
 {
 	return VT(x)->txn_now(x);
+}
+
+uint64_t store_txn_id(store_txn *x)
+{
+	return x ? VT(x)->txn_id(x) : 0;
 }
 
 #define DISPATCH(name, params, args) \

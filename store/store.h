@@ -159,6 +159,14 @@ void store_close(store *s);
 /* Flush commits made under STORE_SYNC_NONE to disk. */
 int store_sync(store *s);
 
+/* The durable frontier's flush: fdatasync of the data file. Every
+ * transaction committed (by any process) before this call began is durable
+ * when it returns 0, also one committed STORE_WRITE_LAZY. Under
+ * STORE_SYNC_NONE it does nothing and returns 0. The one call that may run
+ * in another thread of this process while the others use s: it touches only
+ * the data file's descriptor. */
+int store_flush(store *s);
+
 /* Clear reader slots left by dead processes; *cleared (may be NULL) gets how many. */
 int store_reader_check(store *s, int *cleared);
 
@@ -194,12 +202,25 @@ int64_t store_now(store *s);
 
 /* STORE_WRITE_LAZY: a write transaction whose commit makes one flush
  * instead of two under STORE_SYNC_FULL: its pages are flushed, the meta page
- * that makes them current is written but not flushed. Its changes become
- * durable with the next flushed commit or store_sync(); an OS crash before
- * that may undo this commit (a process kill never does), and never damages
- * the store. For state that is rebuilt anyway after such a crash: the
- * supervisor's writer leases. */
+ * that makes them current is written but not flushed. It becomes durable
+ * with the next flush of the data file by any process (another commit's
+ * page flush, store_flush, store_sync); an OS crash before that may undo
+ * this commit (a process kill never does), and never damages the store.
+ * agentd commits every write this way and acknowledges nothing a flush has
+ * not covered (its durable frontier: docs/durability.md). */
 enum { STORE_READ = 0, STORE_WRITE = 1, STORE_WRITE_LAZY = 2 };
+
+/* A transaction's id: for a write transaction the id its commit makes
+ * current, for a read transaction the id of the commit it sees. Ids grow by
+ * one per commit, across every process on the store, so "every transaction
+ * up to id N is durable" is a frontier: a read that saw id N shows nothing
+ * an OS crash can take back once N is behind it. */
+uint64_t store_txn_id(store_txn *txn);
+/* (PostgreSQL: every id is 0 and store_flush does nothing: its commits are
+ * durable when they return.) */
+/* The id of the last committed transaction, of any process. Like
+ * store_flush, it may run in another thread while the others use s. */
+uint64_t store_last_id(store *s);
 
 /* Begin a transaction. Errors: STORE_E_INVAL (write on a read-only store),
  * -EBUSY (a write transaction of this process is already open), -EAGAIN (no

@@ -85,6 +85,7 @@ struct store {
 	size_t cache_base;      /* the txn id whose committed state the cache holds */
 	uint64_t tick;
 	unsigned psize;     /* LMDB's page size */
+	int fd;             /* the data file, for store_flush (from any thread) */
 	uint64_t file_seen; /* the data file is at least this long */
 	/* One ended transaction object of each kind, kept for the next begin:
 	 * no allocation per transaction, and a read one keeps its cursors for
@@ -551,8 +552,11 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 	/* LMDB leaves the data file inheritable: a worker's model or tool
 	 * child must not get a descriptor onto the store. */
 	int fd;
-	if (mdb_env_get_fd(s->env, &fd) == 0)
+	s->fd = -1;
+	if (mdb_env_get_fd(s->env, &fd) == 0) {
 		fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+		s->fd = fd;
+	}
 	MDB_stat ms;
 	s->psize = mdb_env_stat(s->env, &ms) == 0 ? ms.ms_psize : 4096;
 	/* Another process may have grown the map beyond our size: adopt it. */
@@ -594,6 +598,31 @@ int lmdb_store_sync(store *s)
 	if (s->opts.read_only)
 		return 0;
 	return map_err(mdb_env_sync(s->env, 1));
+}
+
+int store_flush(store *s)
+{
+	if (!s)
+		return STORE_E_INVAL;
+	if (s->opts.read_only || s->opts.sync == STORE_SYNC_NONE)
+		return 0;
+	/* Not mdb_env_sync: it reads the handle's flags, which a lazy commit
+	 * of another thread toggles; the descriptor is all a flush needs. */
+	while (fdatasync(s->fd) < 0)
+		if (errno != EINTR)
+			return -errno;
+	return 0;
+}
+
+uint64_t store_txn_id(store_txn *x)
+{
+	return x ? (uint64_t)mdb_txn_id(x->t) : 0;
+}
+
+uint64_t store_last_id(store *s)
+{
+	MDB_envinfo info;
+	return s && mdb_env_info(s->env, &info) == 0 ? (uint64_t)info.me_last_txnid : 0;
 }
 
 int store_reader_check(store *s, int *cleared)

@@ -1,6 +1,7 @@
 /* control.c: the control socket, its clients and ordered replies (see control.h). */
 #include "supervisor/control.h"
 #include "common/log.h"
+#include "supervisor/durable.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
 
@@ -27,6 +28,7 @@ struct slot {
 	int done;
 	int op;             /* counted in the metrics when answered; -1: not (yet) an op */
 	int64_t started_us; /* when its line was parsed */
+	uint64_t need;      /* the transaction its reply shows: it leaves once that is durable */
 };
 
 struct client {
@@ -48,6 +50,8 @@ struct client {
 	int backlog;              /* complete lines left after the per-wakeup cap */
 	uint32_t events;          /* the epoll mask registered now */
 	int batch_write;          /* a write of this client is in the pending jobs */
+	int held;                 /* on C.held: its next reply waits for the durable frontier */
+	LIST_ENTRY(client) hlink;
 	int barrier;              /* a read after that write is too: parse nothing more until they end */
 };
 
@@ -64,9 +68,11 @@ static struct {
 	int reserve_fd;         /* spare descriptor, freed to refuse a connection at EMFILE */
 	int refusing;           /* shutting down: only ping and status are served */
 	LIST_HEAD(, client) clients;
+	LIST_HEAD(, client) held;  /* clients whose next reply waits for the durable frontier */
 	int nclients;
 	int nbacklog;           /* clients with unparsed complete lines */
-} C = { .lw = { on_listen }, .listen_fd = -1, .reserve_fd = -1, .clients = LIST_HEAD_INITIALIZER(C.clients) };
+} C = { .lw = { on_listen }, .listen_fd = -1, .reserve_fd = -1, .clients = LIST_HEAD_INITIALIZER(C.clients),
+	.held = LIST_HEAD_INITIALIZER(C.held) };
 
 /* ---- listening ------------------------------------------------------- */
 
@@ -380,6 +386,20 @@ void client_flush(struct client *c)
 		return;
 	struct slot *s;
 	while ((s = TAILQ_FIRST(&c->slots)) && s->done) {
+		if (!durable_covers(s->need)) {
+			/* Its reply shows a transaction an OS crash could
+			 * still take back: it waits, and so do those after it. */
+			if (!c->held) {
+				c->held = 1;
+				LIST_INSERT_HEAD(&C.held, c, hlink);
+			}
+			break;
+		}
+		/* The op's latency runs to its reply leaving, also a reply
+		 * made later (a long-poll's, a compaction's, one waiting for
+		 * durability). */
+		if (s->op >= 0)
+			metrics_op_latency(s->op, s->started_us);
 		client_write(c, s->line, s->len);
 		TAILQ_REMOVE(&c->slots, s, q);
 		free(s->line);
@@ -435,11 +455,27 @@ static void slot_done(struct slot *s, char *line, size_t len)
 	s->line = line;
 	s->len = len;
 	s->done = 1;
-	/* The op's latency runs to its reply, also a reply made later (a
-	 * long-poll's, a compaction's). */
-	if (s->op >= 0) {
-		metrics_op_latency(s->op, s->started_us);
-		s->op = -1;
+}
+
+void slot_need(struct slot *s, uint64_t txnid)
+{
+	s->need = txnid;
+}
+
+void control_durable_advanced(void)
+{
+	/* Take the list: a client flushed may be held again, behind a later
+	 * transaction, and goes back on C.held for the next advance. */
+	LIST_HEAD(, client) held = LIST_HEAD_INITIALIZER(held);
+	struct client *c;
+	while ((c = LIST_FIRST(&C.held))) {
+		LIST_REMOVE(c, hlink);
+		LIST_INSERT_HEAD(&held, c, hlink);
+	}
+	while ((c = LIST_FIRST(&held))) {
+		LIST_REMOVE(c, hlink);
+		c->held = 0;
+		client_flush(c);
 	}
 }
 
@@ -666,6 +702,8 @@ static void client_free(struct client *c)
 	}
 	if (c->backlog)
 		C.nbacklog--;
+	if (c->held)
+		LIST_REMOVE(c, hlink);
 	loop_del(c->fd);
 	close(c->fd);
 	LIST_REMOVE(c, link);

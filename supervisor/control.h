@@ -70,6 +70,11 @@ struct slot *slot_new(struct client *c);
 void slot_ok(struct slot *s, json_t *id, json_t *obj);           /* obj stolen */
 void slot_error(struct slot *s, json_t *id, int err, const char *msg);
 struct client *slot_client(const struct slot *s);
+/* s's reply shows transaction txnid: it leaves only once that is durable
+ * (durable.h), and the replies after it wait with it. */
+void slot_need(struct slot *s, uint64_t txnid);
+/* The durable frontier moved: send the replies it lets through. */
+void control_durable_advanced(void);
 
 void client_write(struct client *c, const char *p, size_t n);
 /* Write the replies that are done, in order, and what else is queued. */

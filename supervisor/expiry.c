@@ -1,6 +1,7 @@
 /* expiry.c: human tool calls' deadlines (see expiry.h). */
 #include "supervisor/expiry.h"
 #include "common/log.h"
+#include "supervisor/durable.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
@@ -177,7 +178,8 @@ int expiry_fire(void)
 	for (int round = 0; expiry_due(); round++) {
 		struct due_ctx c = { d, 0, cap };
 		store_txn *t;
-		if (gate_write_begin(STORE_WRITE, &t)) {
+		/* Lazy: the waiters of what fires read it once it is durable. */
+		if (gate_write_begin(STORE_WRITE_LAZY, &t)) {
 			expiry_retry_later();
 			return total;
 		}
@@ -209,6 +211,8 @@ int expiry_fire(void)
 				e = r, bad = i;
 		}
 		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
+		if (!e)
+			durable_need(store_last_id(X.st));
 		if (e) {
 			leases_ahead_drop();
 			if ((e == STORE_E_CORRUPT || e == STORE_E_NOTFOUND) && bad < c.n) {

@@ -33,6 +33,7 @@ struct metrics_gauges {
 	int clients;
 	uint64_t store_size;
 	uint64_t map_size;
+	uint64_t durable_flushes; /* the durable frontier's flushes (durable.h) */
 };
 /* The whole text, malloc'd (length in *len), or NULL when out of memory. */
 char *metrics_text(const struct metrics_gauges *g, size_t *len);

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "conv/conv.h"
 #include "supervisor/control.h"
+#include "supervisor/durable.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
@@ -44,6 +45,7 @@ struct job {
 	int after_write; /* a read queued behind a write of its client: runs after the commit */
 	int excluded;    /* a write that met a damaged record: failed alone, left out of the retry */
 	int parked;      /* its slot is answered later (a long-poll, a compact): counted then */
+	uint64_t txnid;  /* the transaction its reply shows: sent once that is durable */
 };
 
 static struct {
@@ -195,13 +197,14 @@ static int append_json(void *arg, const struct store_event *ev)
 	return e ? json_array_append_new(arg, e) : -ENOMEM;
 }
 
-json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t *next, int *err, char *msg,
-			 size_t msglen)
+json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t *next, uint64_t *txnid, int *err,
+			 char *msg, size_t msglen)
 {
 	store_txn *t;
 	int e = store_txn_begin(O.env->st, STORE_READ, &t);
 	json_t *a = json_array();
 	*next = 0;
+	*txnid = e ? 0 : store_txn_id(t);
 	if (!e)
 		e = store_event_latest_seq(t, rq->conv, last_seq);
 	if (!e) {
@@ -289,7 +292,8 @@ static void op_events(store_txn *t, struct job *j)
 {
 	uint64_t last = 0, next;
 	int err;
-	json_t *evs = ops_events_query(&j->rq, &last, &next, &err, j->msg, sizeof j->msg);
+	json_t *evs = ops_events_query(&j->rq, &last, &next, &j->txnid, &err, j->msg, sizeof j->msg);
+	durable_need(j->txnid);
 	if (err) {
 		j->err = err;
 		return;
@@ -473,7 +477,7 @@ static void op_metrics(store_txn *t, struct job *j)
 {
 	struct store_stat st = { 0 };
 	store_stat(O.env->st, &st);
-	struct metrics_gauges g = { workers_live(), control_nclients(), st.size_bytes, st.map_size };
+	struct metrics_gauges g = { workers_live(), control_nclients(), st.size_bytes, st.map_size, durable_flushes() };
 	size_t len = 0;
 	char *buf = metrics_text(&g, &len);
 	j->reply = json_pack("{ss#}", "text", buf ? buf : "", (int)len);
@@ -744,16 +748,17 @@ static void after_write(struct job *j, struct wres *r)
 static void group_commit(struct job **w, struct wres *res, size_t n)
 {
 	int e = 0, grown = 0;
+	uint64_t committed = 0;
 	size_t left = n;
 	for (;;) {
 		store_txn *t;
 		size_t bad = n;
 		struct store_stat st;
 		size_t map0 = store_map_size(O.env->st); /* store_stat lists the readers: too dear for every commit */
-		/* AGENTD_TEST_ACK_EARLY (test-only, docs/testing.md): reply
-		 * before the meta page is flushed, so the power-loss simulator
-		 * (tests/crashsim/) must report lost acknowledged sends. */
-		e = gate_write_begin(getenv("AGENTD_TEST_ACK_EARLY") ? STORE_WRITE_LAZY : STORE_WRITE, &t);
+		/* Lazy: one flush under the writer lock; the replies wait for
+		 * the durable frontier instead (durable.h). */
+		e = gate_write_begin(STORE_WRITE_LAZY, &t);
+		uint64_t id = e ? 0 : store_txn_id(t);
 		for (size_t i = 0; !e && i < n; i++) {
 			if (w[i]->excluded)
 				continue;
@@ -769,6 +774,11 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		} else {
 			e = commit_spawning(t);
 			if (!e) {
+				/* A transaction that changed nothing commits no
+				 * id: its replies show the one before. */
+				uint64_t last = store_last_id(O.env->st);
+				committed = last < id ? last : id;
+				durable_need(committed);
 				metrics_add(M_GROUP_COMMITS, 1);
 				metrics_add(M_GROUP_WRITES, n);
 			}
@@ -804,6 +814,7 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 				 map0);
 	}
 	for (size_t i = 0; i < n; i++) {
+		w[i]->txnid = committed;
 		if (w[i]->excluded)
 			continue; /* its error is set */
 		if (e) {
@@ -852,6 +863,10 @@ static void read_one(struct job *j)
 			return;
 		}
 	}
+	if (t) {
+		j->txnid = store_txn_id(t);
+		durable_need(j->txnid);
+	}
 	op->read(t, j);
 	if (t)
 		store_txn_abort(t);
@@ -860,6 +875,7 @@ static void read_one(struct job *j)
 static void job_finish(struct job *j)
 {
 	if (j->slot) {
+		slot_need(j->slot, j->txnid);
 		if (j->err)
 			slot_error(j->slot, j->rq.id, j->err, j->msg);
 		else if (j->reply)

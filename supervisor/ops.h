@@ -44,9 +44,10 @@ void ops_execute(void);
 int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,
 	       int *ended);
 
-/* The `events` query and reply, shared with long-polls (waiters.h). */
-json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t *next, int *err, char *msg,
-			 size_t msglen);
+/* The `events` query and reply, shared with long-polls (waiters.h);
+ * *txnid gets the id of the transaction it read (durable.h). */
+json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t *next, uint64_t *txnid, int *err,
+			 char *msg, size_t msglen);
 json_t *ops_events_reply(json_t *evs, uint64_t last, uint64_t next);
 
 #endif

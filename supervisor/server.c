@@ -2,6 +2,7 @@
 #include "supervisor/server.h"
 #include "common/log.h"
 #include "supervisor/control.h"
+#include "supervisor/durable.h"
 #include "supervisor/expiry.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
@@ -164,6 +165,13 @@ static void client_gone(struct client *c)
 	ops_client_gone(c);
 }
 
+/* The durable frontier moved: replies and waiters it lets through go out. */
+static void durable_advanced(uint64_t frontier)
+{
+	control_durable_advanced();
+	waiters_durable_advanced();
+}
+
 static const struct control_hooks control_hooks = { ops_request, ops_is_write, waiters_drained, client_gone };
 
 /* ---- one loop iteration -------------------------------------------------- */
@@ -222,7 +230,8 @@ int server_open(const struct server_opts *o)
 {
 	int e;
 	SV.o = o;
-	if ((e = loop_open()) || (e = signals_open()) || (e = expiry_open(o->st))) {
+	if ((e = loop_open()) || (e = signals_open()) || (e = expiry_open(o->st)) ||
+	    (e = durable_open(o->st, o->cfg->sync == STORE_SYNC_FULL, durable_advanced))) {
 		log_error("cannot create the loop's descriptors: %s", strerror(-e));
 		return -1;
 	}
@@ -251,6 +260,7 @@ int server_run(void)
 {
 	static const struct loop_hooks hooks = { before_wait, after_wait, iteration_end, NULL };
 	int e = loop_run(&hooks);
+	durable_close(); /* a last flush: every reply held for it goes out */
 	waiters_shutdown();
 	control_close_all();
 	int se = store_sync(SV.o->st);

@@ -2,6 +2,7 @@
 #include "supervisor/waiters.h"
 #include "conv/conv.h"
 #include "supervisor/control.h"
+#include "supervisor/durable.h"
 
 #include <bsd/sys/queue.h>
 #include <bsd/sys/tree.h>
@@ -21,6 +22,7 @@ struct waiter {
 	int64_t deadline;         /* long-poll: monotonic ms */
 	int watch;
 	uint64_t sent;            /* watch: last seq streamed */
+	int held;                 /* what it would get is not durable yet: tried again when the frontier moves */
 };
 
 /* The waiters of one conversation. */
@@ -143,10 +145,16 @@ int waiters_watching(const struct client *c)
 /* Answer a long-poll if its query has something now. 1: answered. */
 static int poll_answer(struct waiter *wt)
 {
-	uint64_t last = 0, next;
+	uint64_t last = 0, next, id = 0;
 	int err = 0;
 	char msg[160];
-	json_t *evs = WT.query(&wt->rq, &last, &next, &err, msg, sizeof msg);
+	json_t *evs = WT.query(&wt->rq, &last, &next, &id, &err, msg, sizeof msg);
+	if (!durable_covers(id)) {
+		json_decref(evs);
+		wt->held = 1;
+		durable_need(id);
+		return 0;
+	}
 	if (err) {
 		slot_error(wt->slot, wt->rq.id, err, msg);
 		return 1;
@@ -202,6 +210,13 @@ static void watch_pump(struct waiter *wt)
 		store_txn *t;
 		if (store_txn_begin(WT.st, STORE_READ, &t))
 			return;
+		uint64_t id = store_txn_id(t);
+		if (!durable_covers(id)) {
+			store_txn_abort(t);
+			wt->held = 1;
+			durable_need(id);
+			break;
+		}
 		struct pump_ctx p = { wt, 0 };
 		struct store_range r = { .after = wt->sent, .before = wt->sent + WATCH_BATCH + 1, .limit = 0 };
 		int err = store_events_stream(t, wt->wc->conv, &r, pump_one, &p);
@@ -244,6 +259,22 @@ void waiters_notify(const char *conv)
 		}
 		if (last)
 			break;
+	}
+}
+
+void waiters_durable_advanced(void)
+{
+	struct wconv *wc, *wn;
+	RB_FOREACH_SAFE(wc, wconv_tree, &WT.convs, wn) {
+		int any = 0;
+		struct waiter *wt;
+		LIST_FOREACH(wt, &wc->list, link)
+			if (wt->held) {
+				wt->held = 0;
+				any = 1;
+			}
+		if (any)
+			waiters_notify(wc->conv); /* may free wc */
 	}
 }
 
@@ -306,10 +337,18 @@ void waiters_expire(int64_t now)
 		if (wt->deadline > now)
 			continue;
 		struct client *c = wt->c;
-		uint64_t last = 0, after;
+		uint64_t last = 0, after, id = 0;
 		int err = 0;
 		char msg[160];
-		json_t *evs = WT.query(&wt->rq, &last, &after, &err, msg, sizeof msg);
+		/* Its time is up: it gets what is durable, at worst nothing new
+		 * (the frontier is at most one flush behind). */
+		json_t *evs = WT.query(&wt->rq, &last, &after, &id, &err, msg, sizeof msg);
+		if (!err && !durable_covers(id)) {
+			json_decref(evs);
+			wt->held = 1;
+			durable_need(id);
+			continue;
+		}
 		if (err)
 			slot_error(wt->slot, wt->rq.id, err, msg);
 		else

@@ -27,8 +27,8 @@ struct slot;
 /* An `events` query: the events (a new array) or NULL with *err (enum
  * proto_err) and msg set; *last the conversation's last seq, *next the
  * next page's `after` (0: none). */
-typedef json_t *waiters_query_fn(const struct request *rq, uint64_t *last, uint64_t *next, int *err, char *msg,
-				 size_t msglen);
+typedef json_t *waiters_query_fn(const struct request *rq, uint64_t *last, uint64_t *next, uint64_t *txnid, int *err,
+				 char *msg, size_t msglen);
 /* The reply object for events evs (stolen). */
 typedef json_t *waiters_reply_fn(json_t *evs, uint64_t last, uint64_t next);
 
@@ -55,6 +55,10 @@ void waiters_deleted(const char *conv);
 /* c's output drained: its watch streams on. */
 void waiters_drained(struct client *c);
 void waiters_client_gone(struct client *c);
+
+/* The durable frontier moved: deliver what waited for it. A long-poll or a
+ * watch gets nothing an OS crash could take back (durable.h). */
+void waiters_durable_advanced(void);
 
 /* Answer the long-polls whose deadline passed (now: monotonic ms); the
  * earliest deadline left (0: none). */

@@ -14,6 +14,7 @@ Suite *make_config_suite(void);
 Suite *make_model_suite(void);
 Suite *make_lifecycle_suite(void);
 Suite *make_loop_suite(void);
+Suite *make_durable_suite(void);
 Suite *make_store_pg_suite(void);
 
 static Suite *(*const check_suites[])(void) = {
@@ -28,6 +29,7 @@ static Suite *(*const check_suites[])(void) = {
 	make_model_suite,
 	make_lifecycle_suite,
 	make_loop_suite,
+	make_durable_suite,
 	make_store_pg_suite,
 	0,
 };

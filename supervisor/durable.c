@@ -1,0 +1,183 @@
+/* durable.c: the durable frontier and its flusher thread (see durable.h). */
+#include "supervisor/durable.h"
+#include "common/log.h"
+#include "supervisor/loop.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+static void on_flushed(struct loop_watch *lw, uint32_t events);
+
+static struct {
+	store *st;
+	durable_advanced_fn *advanced;
+	int all;                 /* sync = none, or the test-only early ack: everything counts as durable */
+	uint64_t frontier;       /* loop thread only */
+	uint64_t wanted;         /* the highest id asked for (loop thread) */
+	int running;             /* a flush is asked or in flight (loop thread) */
+	int efd;                 /* the flusher's "done" to the loop */
+	struct loop_watch lw;
+	pthread_t thread;
+	int started;
+	/* Between the threads, under mu. */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t target;         /* flush for this id (0: nothing asked) */
+	uint64_t done;           /* the last target flushed */
+	int err;                 /* the last flush's error */
+	int quit;
+	uint64_t nflush;
+} D = { .efd = -1, .lw = { on_flushed }, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+static void *flusher(void *arg)
+{
+	pthread_mutex_lock(&D.mu);
+	for (;;) {
+		while (!D.target && !D.quit)
+			pthread_cond_wait(&D.cv, &D.mu);
+		if (D.quit)
+			break;
+		D.target = 0;
+		pthread_mutex_unlock(&D.mu);
+		/* Read before the flush begins: every transaction up to it had
+		 * its meta page written, so the flush covers them (and what was
+		 * asked for, committed before it was asked). */
+		uint64_t last = store_last_id(D.st);
+		int e = store_flush(D.st);
+		pthread_mutex_lock(&D.mu);
+		D.nflush++;
+		D.err = e;
+		if (!e && last > D.done)
+			D.done = last;
+		uint64_t one = 1;
+		ssize_t w = write(D.efd, &one, sizeof one);
+		(void)w;
+	}
+	pthread_mutex_unlock(&D.mu);
+	return NULL;
+}
+
+static void advance(uint64_t id)
+{
+	if (id <= D.frontier)
+		return;
+	D.frontier = id;
+	D.advanced(id);
+}
+
+static void start_flush(void)
+{
+	if (D.running || D.wanted <= D.frontier)
+		return;
+	D.running = 1;
+	pthread_mutex_lock(&D.mu);
+	D.target = D.wanted;
+	pthread_cond_signal(&D.cv);
+	pthread_mutex_unlock(&D.mu);
+}
+
+static void on_flushed(struct loop_watch *lw, uint32_t events)
+{
+	uint64_t n;
+	if (read(D.efd, &n, sizeof n) < 0)
+		return;
+	pthread_mutex_lock(&D.mu);
+	uint64_t done = D.done;
+	int err = D.err;
+	pthread_mutex_unlock(&D.mu);
+	D.running = 0;
+	if (err) {
+		/* Nothing waiting is let through on a failed flush: the replies
+		 * wait, and the next request tries again. */
+		static int64_t last;
+		if (loop_now_ms() - last > 1000) {
+			log_error("flushing the store failed: %s; replies wait for the next flush", store_strerror(err));
+			last = loop_now_ms();
+		}
+	}
+	advance(done);
+	start_flush(); /* what was committed while this one ran */
+}
+
+int durable_open(store *st, int sync_full, durable_advanced_fn *advanced)
+{
+	D.st = st;
+	D.advanced = advanced;
+	/* Test-only (docs/testing.md, the power-loss simulator): acknowledge
+	 * before the flush, so the simulator can show it would catch that. */
+	const char *early = getenv("AGENTD_TEST_ACK_EARLY");
+	D.all = !sync_full || (early && !strcmp(early, "1"));
+	if (D.all)
+		return 0;
+	D.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (D.efd < 0)
+		return -errno;
+	int e = loop_add(D.efd, EPOLLIN, &D.lw);
+	if (e)
+		return e;
+	/* The thread gets no signal: the loop takes them all through its signalfd. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	e = pthread_create(&D.thread, NULL, flusher, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (e)
+		return -e;
+	D.started = 1;
+	return 0;
+}
+
+void durable_close(void)
+{
+	if (D.started) {
+		pthread_mutex_lock(&D.mu);
+		D.quit = 1;
+		pthread_cond_signal(&D.cv);
+		pthread_mutex_unlock(&D.mu);
+		pthread_join(D.thread, NULL);
+		D.started = 0;
+	}
+	if (D.efd >= 0) {
+		loop_del(D.efd);
+		close(D.efd);
+		D.efd = -1;
+	}
+	uint64_t last = store_last_id(D.st);
+	if (!D.all && store_flush(D.st) == 0)
+		advance(last);
+	D.all = 1;
+}
+
+int durable_covers(uint64_t id)
+{
+	return D.all || id <= D.frontier;
+}
+
+void durable_need(uint64_t id)
+{
+	if (D.all || id <= D.frontier)
+		return;
+	if (id > D.wanted)
+		D.wanted = id;
+	start_flush();
+}
+
+void durable_reported(uint64_t id)
+{
+	if (!D.all)
+		advance(id);
+}
+
+uint64_t durable_flushes(void)
+{
+	pthread_mutex_lock(&D.mu);
+	uint64_t n = D.nflush;
+	pthread_mutex_unlock(&D.mu);
+	return n;
+}

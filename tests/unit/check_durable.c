@@ -1,0 +1,147 @@
+/* The durable frontier (supervisor/durable.c) on a real store: a lazy commit
+ * is not covered until the flusher's flush returns; the frontier then covers
+ * it and everything before; a read's snapshot id is the last commit's;
+ * sync = none and the test-only early ack cover everything at once. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "supervisor/durable.h"
+#include "supervisor/loop.h"
+#include "tests/suites.h"
+
+static char dir[64];
+static store *st;
+static uint64_t seen;  /* the frontier the callback was last told */
+static int advances;
+
+static void on_advanced(uint64_t frontier)
+{
+	ck_assert_uint_gt(frontier, seen); /* it only moves forward */
+	seen = frontier;
+	advances++;
+}
+
+static void open_store(int sync)
+{
+	strcpy(dir, "/tmp/check-durable-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	struct store_opts so = { .sync = sync };
+	ck_assert_int_eq(store_open(&st, dir, &so), 0);
+	ck_assert_int_eq(loop_open(), 0);
+}
+
+static void close_store(void)
+{
+	char f[96];
+	store_close(st);
+	loop_close();
+	snprintf(f, sizeof f, "%s/data.mdb", dir);
+	unlink(f);
+	snprintf(f, sizeof f, "%s/lock.mdb", dir);
+	unlink(f);
+	rmdir(dir);
+}
+
+/* A lazy commit of a new conversation; its id. */
+static uint64_t commit_one(const char *id)
+{
+	store_txn *t;
+	ck_assert_int_eq(store_txn_begin(st, STORE_WRITE_LAZY, &t), 0);
+	uint64_t txnid = store_txn_id(t);
+	ck_assert_int_eq(store_conv_create(t, id, (store_bytes){ "\x80", 1 }), 0);
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	ck_assert_uint_eq(store_last_id(st), txnid);
+	return txnid;
+}
+
+static uint64_t target;
+static int covered(void *arg)
+{
+	return durable_covers(target);
+}
+
+/* Run the loop until target is covered (the test's timeout stops a hang). */
+static void run_until_covered(uint64_t id)
+{
+	struct loop_hooks h = { NULL, NULL, covered, NULL };
+	target = id;
+	if (!durable_covers(id))
+		ck_assert_int_eq(loop_run(&h), 0);
+}
+
+START_TEST(a_lazy_commit_is_covered_once_flushed)
+{
+	open_store(STORE_SYNC_FULL);
+	unsetenv("AGENTD_TEST_ACK_EARLY");
+	ck_assert_int_eq(durable_open(st, 1, on_advanced), 0);
+	uint64_t a = commit_one("a"), b = commit_one("b");
+	ck_assert_uint_eq(b, a + 1);
+	ck_assert(!durable_covers(a) && !durable_covers(b));
+	durable_need(a);
+	run_until_covered(a);
+	/* The flush began after b committed too: it covers both. */
+	ck_assert(durable_covers(b));
+	ck_assert_uint_ge(seen, b);
+	ck_assert_uint_ge(durable_flushes(), 1);
+	/* A read sees the last commit: covered. */
+	store_txn *t;
+	ck_assert_int_eq(store_txn_begin(st, STORE_READ, &t), 0);
+	ck_assert_uint_eq(store_txn_id(t), b);
+	store_txn_abort(t);
+	/* A later commit is not, until asked for and flushed. */
+	uint64_t c = commit_one("c");
+	ck_assert(!durable_covers(c));
+	durable_need(c);
+	run_until_covered(c);
+	ck_assert_int_ge(advances, 2);
+	/* A worker's own flush moves it too. */
+	uint64_t d = commit_one("d");
+	ck_assert_int_eq(store_flush(st), 0);
+	durable_reported(d);
+	ck_assert(durable_covers(d));
+	durable_close();
+	ck_assert(durable_covers(UINT64_MAX)); /* closed: everything goes out */
+	close_store();
+}
+END_TEST
+
+START_TEST(sync_none_covers_everything_at_once)
+{
+	open_store(STORE_SYNC_NONE);
+	ck_assert_int_eq(durable_open(st, 0, on_advanced), 0);
+	uint64_t a = commit_one("a");
+	ck_assert(durable_covers(a));
+	durable_need(a);
+	ck_assert_uint_eq(durable_flushes(), 0);
+	durable_close();
+	close_store();
+}
+END_TEST
+
+START_TEST(the_test_only_early_ack_covers_before_the_flush)
+{
+	open_store(STORE_SYNC_FULL);
+	setenv("AGENTD_TEST_ACK_EARLY", "1", 1);
+	ck_assert_int_eq(durable_open(st, 1, on_advanced), 0);
+	uint64_t a = commit_one("a");
+	ck_assert(durable_covers(a));
+	ck_assert_uint_eq(durable_flushes(), 0);
+	unsetenv("AGENTD_TEST_ACK_EARLY");
+	durable_close();
+	close_store();
+}
+END_TEST
+
+Suite *make_durable_suite(void)
+{
+	Suite *s = suite_create("durable");
+	TCase *tc = tcase_create("frontier");
+	tcase_add_test(tc, a_lazy_commit_is_covered_once_flushed);
+	tcase_add_test(tc, sync_none_covers_everything_at_once);
+	tcase_add_test(tc, the_test_only_early_ack_covers_before_the_flush);
+	suite_add_tcase(s, tc);
+	return s;
+}
