@@ -34,7 +34,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-enum { EXIT_FENCED = IPC_EXIT_GONE, EXIT_CORRUPT = 4, EXIT_STORE = 5 };
 
 /* Audit rows are keyed by turn_ref: a turn's assistant_msg seq, or for a
  * summarize call this bit plus the summary's to_seq (so the two never clash;
@@ -87,7 +86,7 @@ static void store_take(void)
 	int e;
 	if (!W.st && (e = store_open(&W.st, W.data, &W.so))) {
 		log_error("%s: cannot open the store in %s again: %s", W.conv, W.data, store_strerror(e));
-		exit(EXIT_STORE);
+		exit(IPC_EXIT_STORE);
 	}
 }
 
@@ -111,7 +110,7 @@ static void die_store(int e, const char *what)
 			log_warn("%s: %s: lease superseded (fenced); exiting", W.conv, what);
 		else
 			log_info("%s: %s: the conversation was deleted; exiting", W.conv, what);
-		exit(EXIT_FENCED);
+		exit(IPC_EXIT_GONE);
 	}
 	log_error("%s: %s: %s", W.conv, what, store_strerror(e));
 	struct store_stat st;
@@ -121,9 +120,9 @@ static void die_store(int e, const char *what)
 		 * new worker reserves room again: a restart, not a dead end. */
 		log_warn("%s: the map (%llu bytes) may still grow: exiting to be restarted", W.conv,
 			 (unsigned long long)st.map_size);
-		exit(EXIT_STORE);
+		exit(IPC_EXIT_STORE);
 	}
-	exit(e == STORE_E_CORRUPT ? EXIT_CORRUPT : e == STORE_E_FULL ? IPC_EXIT_FULL : EXIT_STORE);
+	exit(e == STORE_E_CORRUPT ? IPC_EXIT_CORRUPT : e == STORE_E_FULL ? IPC_EXIT_FULL : IPC_EXIT_STORE);
 }
 
 /* About the bytes v takes in the store (its compact JSON). */
@@ -285,7 +284,7 @@ static uint64_t append(store_txn *t, const char *type, json_t *content)
 		 * would be a null event the log's tail can never get past. */
 		store_txn_abort(t);
 		log_error("%s: cannot build the %s event's content: out of memory", W.conv, type);
-		exit(EXIT_STORE);
+		exit(IPC_EXIT_STORE);
 	}
 	struct jsonmp_buf b;
 	struct store_event_in ev = { type, packed(&b, content), NULL };
@@ -1303,7 +1302,7 @@ static void run(void)
 		struct tail tl;
 		if (tail_decide(W.events, W.sum_to, &tl)) {
 			log_error("%s: the log's tail holds a malformed event: refusing to guess", W.conv);
-			exit(EXIT_CORRUPT);
+			exit(IPC_EXIT_CORRUPT);
 		}
 		/* An ended conversation is closed: what its log would still
 		 * owe (a turn, a tool to dispatch) is not done. */
@@ -1370,7 +1369,10 @@ static void usage(FILE *f)
 		   "One conversation's runtime; started by agentd, not by hand.\n");
 }
 
-int main(int argc, char **argv, char **envp)
+/* The command line agentd gives a worker into W (and the rest into the
+ * out-parameters). 0, or the status to exit with. */
+static int parse_args(int argc, char **argv, const char **data, const char **config, const char **level, int *sync,
+		      int *audit_on)
 {
 	static const struct option opts[] = {
 		{ "data", required_argument, 0, 'd' }, { "conversation", required_argument, 0, 'c' },
@@ -1379,36 +1381,45 @@ int main(int argc, char **argv, char **envp)
 		{ "audit", no_argument, 0, 'a' }, { "log-level", required_argument, 0, 'L' },
 		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
+	int c;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': *data = optarg; break;
+		case 'c': W.conv = optarg; break;
+		case 'l': W.lease = strtoull(optarg, NULL, 10); break;
+		case 'f': W.ipc = atoi(optarg); break;
+		case 'C': *config = optarg; break;
+		case 's': *sync = strcmp(optarg, "none") ? STORE_SYNC_FULL : STORE_SYNC_NONE; break;
+		case 'a': *audit_on = 1; break;
+		case 'L': *level = optarg; break;
+		case 'h': usage(stdout); return -1;
+		default: usage(stderr); return IPC_EXIT_USAGE;
+		}
+	}
+	if (!*data || !W.conv || !W.lease || W.ipc < 0 || !store_id_valid(W.conv, strlen(W.conv))) {
+		usage(stderr);
+		return IPC_EXIT_USAGE;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv, char **envp)
+{
 	const char *data = NULL, *config = NULL, *level = "info";
-	int c, sync = STORE_SYNC_FULL, audit_on = 0;
+	int sync = STORE_SYNC_FULL, audit_on = 0;
 	W.ipc = -1;
 	if (ipc_stdio_guard())
 		return EXIT_FAILURE;
 	setproctitle_init(argc, argv, envp);
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (c) {
-		case 'd': data = optarg; break;
-		case 'c': W.conv = optarg; break;
-		case 'l': W.lease = strtoull(optarg, NULL, 10); break;
-		case 'f': W.ipc = atoi(optarg); break;
-		case 'C': config = optarg; break;
-		case 's': sync = strcmp(optarg, "none") ? STORE_SYNC_FULL : STORE_SYNC_NONE; break;
-		case 'a': audit_on = 1; break;
-		case 'L': level = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-	}
-	if (!data || !W.conv || !W.lease || W.ipc < 0 || !store_id_valid(W.conv, strlen(W.conv))) {
-		usage(stderr);
-		return 2;
-	}
+	int rc = parse_args(argc, argv, &data, &config, &level, &sync, &audit_on);
+	if (rc)
+		return rc < 0 ? 0 : rc;
 	int lv = config_log_level(level);
 	log_init("agentd-worker", lv < 0 ? LOG_INFO : lv);
 	struct stat ipc_st;
 	if (fstat(W.ipc, &ipc_st) < 0 || !S_ISSOCK(ipc_st.st_mode)) {
 		fprintf(stderr, "agentd-worker: --ipc-fd %d is not a socket: agentd starts workers, not people\n", W.ipc);
-		return 2;
+		return IPC_EXIT_USAGE;
 	}
 	/* A tool or model that closes its stdin early must not kill us. */
 	signal(SIGPIPE, SIG_IGN);
@@ -1416,13 +1427,13 @@ int main(int argc, char **argv, char **envp)
 	char err[512];
 	if (config && config_load(&W.cfg, config, err, sizeof err)) {
 		log_error("%s", err);
-		return 2;
+		return IPC_EXIT_USAGE;
 	}
 	W.cfg.audit = audit_on;
 	W.cfg.sync = sync;
 	if (!(W.mcp = mcp_set_new(&W.cfg, W.conv)) || atexit(mcp_end)) {
 		log_error("%s: out of memory", W.conv);
-		return EXIT_STORE;
+		return IPC_EXIT_STORE;
 	}
 	W.data = data;
 	/* The map's limits are agentd's: a worker opening with the store's
@@ -1432,7 +1443,7 @@ int main(int argc, char **argv, char **envp)
 	int e = store_open(&W.st, data, &W.so);
 	if (e) {
 		log_error("%s: cannot open the store in %s: %s", W.conv, data, store_strerror(e));
-		return EXIT_STORE;
+		return IPC_EXIT_STORE;
 	}
 	setproctitle("%s starting", W.conv);
 	/* ipc.h: the commit this worker was started for may still be in flight. */

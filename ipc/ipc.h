@@ -50,12 +50,18 @@
 
 #define IPC_MAX 65536
 
-/* The worker's exit status when a write found the store full: its work
- * cannot be stored, and running it again (another model call) would not
- * change that, so the supervisor records an error instead of restarting. */
-#define IPC_EXIT_FULL 6
-/* Its lease was superseded (fenced), or its conversation is gone (deleted). */
-#define IPC_EXIT_GONE 3
+/* The worker's exit statuses, defined once for both sides (0: it stopped as
+ * asked or had nothing to do). */
+enum ipc_exit {
+	IPC_EXIT_USAGE = 2,   /* a bad command line: it was not started by agentd */
+	IPC_EXIT_GONE = 3,    /* its lease was superseded (fenced), or its conversation is gone (deleted) */
+	IPC_EXIT_CORRUPT = 4, /* a record of its conversation cannot be decoded */
+	IPC_EXIT_STORE = 5,   /* any other store or system failure */
+	/* A write found the store full: its work cannot be stored, and running
+	 * it again (another model call) would not change that, so the
+	 * supervisor records an error instead of restarting. */
+	IPC_EXIT_FULL = 6,
+};
 
 enum ipc_type {
 	IPC_WAKE = 1,

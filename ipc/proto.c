@@ -172,6 +172,8 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 
 #define ONLY(...) do { static const char *const f_[] = { __VA_ARGS__, NULL }; if ((e = only(p, f_))) return e; } while (0)
 
+/* One case per op, each the whole of that op's field checks: long, and kept
+ * so, because split up the fields of one op would be far apart. */
 static int parse_fields(struct pctx *p, struct request *rq)
 {
 	int e;

@@ -68,6 +68,8 @@ void metrics_expiry_late(int64_t at_us, int64_t deadline_ms)
 	m.late_sum += secs;
 }
 
+/* One block per metric family, in the order the text shows them: long, and
+ * read top to bottom as the output is. */
 char *metrics_text(const struct metrics_gauges *g, size_t *len)
 {
 	char *buf = NULL;

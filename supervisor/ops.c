@@ -745,6 +745,27 @@ static void after_write(struct job *j, struct wres *r)
 		op_table[j->rq.op].after(j, r);
 }
 
+/* Say why a group commit of n writes failed: a full store once a second
+ * (clients retry into it), anything else each time. */
+static void group_commit_failed(int e, size_t n)
+{
+	if (e == STORE_E_FULL) {
+		static int64_t last;
+		static unsigned more;
+		int64_t now = loop_now_ms();
+		if (last && now - last < 1000) {
+			more++;
+		} else {
+			log_error("group commit of %zu writes failed: the store is full (map at max_map_size, or the "
+				  "disk is full); %u more failed so since the last such line", n, more);
+			last = now;
+			more = 0;
+		}
+	} else {
+		log_error("group commit of %zu writes failed: %s", n, store_strerror(e));
+	}
+}
+
 static void group_commit(struct job **w, struct wres *res, size_t n)
 {
 	int e = 0, grown = 0;
@@ -830,22 +851,8 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		}
 	}
 	leases_ahead_drop();
-	if (e == STORE_E_FULL) {
-		/* Clients retrying into a full store: one line a second. */
-		static int64_t last;
-		static unsigned more;
-		int64_t now = loop_now_ms();
-		if (last && now - last < 1000) {
-			more++;
-		} else {
-			log_error("group commit of %zu writes failed: the store is full (map at max_map_size, or the "
-				  "disk is full); %u more failed so since the last such line", n, more);
-			last = now;
-			more = 0;
-		}
-	} else if (e) {
-		log_error("group commit of %zu writes failed: %s", n, store_strerror(e));
-	}
+	if (e)
+		group_commit_failed(e, n);
 }
 
 /* ---- dispatch -------------------------------------------------------- */

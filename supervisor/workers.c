@@ -716,6 +716,8 @@ static void on_compacted(struct worker *w, const struct ipc_msg *m)
 	free(r);
 }
 
+/* One case per message a worker sends, each a lifecycle event or a hook up:
+ * the switch is the IPC protocol's table, read in one place. */
 static void worker_ipc(struct worker *w)
 {
 	static char buf[IPC_MAX];
