@@ -86,30 +86,29 @@ def config(a):
     rec = a.script("record.py", RECORDER)
     model = a.script("tools_model.py", TOOLS_MODEL)
     paged = a.script("paged.py", PAGED)
-    # The server by a short path in the test's directory: the configuration's lines are at most 198 bytes,
-    # and the checkout's own path may be long.
-    srv = os.path.join(a.dir, "ev.js")
-    if not os.path.exists(srv):
-        os.symlink(SERVER, srv)
+    # The recorder's lines name the server through a short script in the test's directory: the
+    # configuration's lines are at most 198 bytes, and the checkout's own path may be long. The script
+    # execs node, so the server's command line still names SERVER (servers() finds it by that).
+    srv = a.script("ev.sh", f'exec node "{SERVER}" "$@"\n')
     return f"""
 [model.tools_model]
 command = {model}
 [mcp.ev]
-command = node {srv}
+command = node {SERVER}
 args = stdio
 env = MCP_ALLOWED
 [mcp.rec]
-command = python3 {rec} {a.dir}/sent.jsonl node {srv}
+command = python3 {rec} {a.dir}/sent.jsonl sh {srv}
 prefix = r_
 timeout = 1500ms
 [mcp.slow]
-command = python3 {rec} {a.dir}/sent_slow.jsonl node {srv}
+command = python3 {rec} {a.dir}/sent_slow.jsonl sh {srv}
 timeout = 60s
 max_attempts = 3
 [mcp.paged]
 command = python3 {paged}
 [mcp.nobody]
-command = node {srv}
+command = node {SERVER}
 user = nobody
 [mcp.future]
 command = python3 {paged} 2099-01-01
