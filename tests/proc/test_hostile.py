@@ -221,6 +221,29 @@ def test_a_finished_tool_result_survives_a_stopped_then_killed_supervisor():
         assert row["status"] == "resolved" and row["attempts"] == 1, row
 
 
+def test_a_tool_running_when_agentd_is_killed_runs_once():
+    """agentd killed during a tool's run, and started again at once: the worker runs the tool to its end
+    and commits its result, and the new agentd starts a worker for the conversation only once that one
+    has exited, so the tool is not dispatched again."""
+    with setup(Agentd(start=False)) as a:
+        a.start()
+        c = a.create(model="m", settings={"model": "m", "tools": ["work"]})
+        a.send(c, 'tool {"block": "go"}')
+        start = wait_for(lambda: [r for r in runs(a) if r[0] == "start"], 15, "the tool's start")[0]
+        tcid, worker = start[1], int(start[3])
+        a.kill(signal.SIGKILL)
+        a.start()  # it finds the conversation active, and its old worker still running
+        assert pid_alive(worker)
+        pathlib.Path(a.dir, "go").touch()
+        wait_for(lambda: any(e["type"] == "assistant_msg" and e["content"]["text"].startswith("after")
+                             for e in a.events(c)), 15, "the turn after the tool")
+        starts = [r for r in runs(a) if r[0] == "start"]
+        assert [r[1] for r in starts] == [tcid], f"the tool ran {len(starts)} times: {starts}"
+        results = [e["content"] for e in a.events(c) if e["type"] == "tool_result"]
+        assert results == [{"tool_call_id": tcid, "status": "resolved", "result": {"done": tcid}}], results
+        wait_for(lambda: not pid_alive(worker) or proc_stat(worker)[0] == "Z", 15, "the old worker to exit")
+
+
 def test_an_interrupted_call_shows_the_same_attempts_on_its_row_and_in_its_result():
     with setup(Agentd(start=False)) as a:
         a.start()
