@@ -164,7 +164,8 @@ static void client_gone(struct client *c)
 	ops_client_gone(c);
 }
 
-static const struct control_hooks control_hooks = { ops_request, ops_is_write, waiters_drained, client_gone };
+static const struct control_hooks control_hooks = { ops_request, ops_is_write, ops_reply_large, waiters_drained,
+						    client_gone };
 
 /* ---- one loop iteration -------------------------------------------------- */
 
