@@ -21,6 +21,7 @@
 #include "ipc/proto.h"
 #include "store/store.h"
 #include "common/config.h"
+#include "common/convlock.h"
 
 #include <bsd/unistd.h>
 #include <errno.h>
@@ -59,6 +60,7 @@ static struct {
 	size_t ncompact, compact_cap;
 	int ended;           /* status ended (as of the last read): no turn, no dispatch */
 	int woken;           /* a wake was read since the last refresh */
+	int orphan;          /* the supervisor is gone: commit what is finished, then exit */
 	int stop;            /* told to stop while waiting to write: exit after it */
 	int compacting;      /* answering compacts on the way out (stop_now) */
 	const char *data;    /* the store: closed (NULL st) while we wait */
@@ -186,15 +188,37 @@ static int await_msg(int type, int keep_stop)
 	}
 }
 
+/* The supervisor is gone (killed, or it closed our socket). A finished
+ * result (a tool's, a model's turn, a summary) is committed all the same:
+ * the tool's side effect is done, and a new agentd would run it again. The
+ * lease check in the write still decides (a newer worker fences us off), and
+ * the gate only orders writers, so writing without its grant is safe: LMDB's
+ * mutex does the locking. Anything else (counting a dispatch, waiting for
+ * people) is left to the next worker: exit now. */
+static void orphaned(int finished)
+{
+	if (!W.orphan)
+		log_warn("%s: the supervisor is gone%s", W.conv, finished ? ": committing the finished result" : "");
+	W.orphan = 1;
+	if (!finished)
+		exit(0);
+}
+
 /* The write gate (ipc.h): ask the supervisor for our turn to write and wait
  * for it; a stop is kept until the write is done, so what the step did (a
- * tool's result) is not thrown away. */
-static void gate_enter(void)
+ * tool's result) is not thrown away. finished: the write holds a finished
+ * result, committed even if the supervisor never answers (orphaned). */
+static void gate_enter(int finished)
 {
 	struct ipc_msg m = { .type = IPC_WRITE };
-	ipc_send_all(&m);
-	if (await_msg(IPC_GRANT, 1))
-		exit(0); /* the supervisor is gone: nothing committed */
+	int rc = W.orphan ? -EPIPE : 0;
+	while (!rc && (rc = ipc_send(W.ipc, &m)) == -EAGAIN) {
+		struct pollfd p = { W.ipc, POLLOUT, 0 };
+		poll(&p, 1, -1);
+		rc = 0;
+	}
+	if (rc < 0 || await_msg(IPC_GRANT, 1))
+		orphaned(finished);
 }
 
 static void answer_compacts(void);
@@ -216,6 +240,8 @@ static void stop_now(void)
  * visible (0: none), and honour a stop that came meanwhile. */
 static void gate_leave(uint64_t seq)
 {
+	if (W.orphan)
+		exit(0); /* its one write done: the next worker does the rest */
 	struct ipc_msg m = { .type = IPC_WRITTEN, .seq = seq };
 	ipc_send_all(&m);
 	if (W.stop && !W.compacting)
@@ -223,11 +249,11 @@ static void gate_leave(uint64_t seq)
 }
 
 /* A write transaction that checks the lease first: writers are serialised, so
- * the check holds until commit. */
-static store_txn *wbegin(void)
+ * the check holds until commit. finished: see gate_enter. */
+static store_txn *wbegin(int finished)
 {
 	store_txn *t;
-	gate_enter();
+	gate_enter(finished);
 	/* Lazy: one flush under the writer lock. Nothing outside the store
 	 * acts on a commit before a flush covers it (dispatch flushes before
 	 * a tool runs; agentd's replies and watchers wait for its frontier). */
@@ -814,7 +840,7 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 	for (size_t i = 0; i < r->ncalls; i++)
 		bytes += 2 * json_size(r->calls[i].args); /* in the tool_call event and the call's row */
 	reserve(bytes);
-	store_txn *t = wbegin();
+	store_txn *t = wbegin(1);
 	uint64_t before = 0;
 	must(t, store_event_latest_seq(t, W.conv, &before), "latest seq");
 	uint64_t a = append(t, "assistant_msg", json_pack("{sssI}", "text", r->text, "context_seq", (json_int_t)ctx_seq));
@@ -888,7 +914,7 @@ static int log_moved(store_txn *t, uint64_t seen)
 static void commit_error_audit(const char *msg, int attempts, uint64_t ctx_seq, const json_t *rendered,
 			       const char *model)
 {
-	store_txn *t = wbegin();
+	store_txn *t = wbegin(1);
 	int moved = log_moved(t, ctx_seq); /* a message queued during the failed turn is still owed */
 	/* msg may quote a model's stderr, cut anywhere: not always UTF-8. */
 	uint64_t seq = 0;
@@ -964,7 +990,7 @@ static void run_turn(void)
 static void settle(const char *id, int status, json_t *result)
 {
 	reserve(2 * json_size(result)); /* in the tool_result event and the call's row */
-	store_txn *t = wbegin();
+	store_txn *t = wbegin(1);
 	uint64_t seq = 0;
 	int e = result ? conv_settle(t, id, status, "tool_result", result, NULL, &seq) : -ENOMEM;
 	json_decref(result);
@@ -975,12 +1001,27 @@ static void settle(const char *id, int status, json_t *result)
 	}
 	must(t, e, "settle");
 	commit(t, "commit tool result", seq);
+	/* A tool that ran is not run again after an OS crash for want of a
+	 * flush: its result is made durable now (outside the writer lock; a
+	 * tool's run dwarfs it). */
+	if ((e = store_flush(W.st)))
+		die_store(e, "flush after the tool's result");
 }
 
+/* A stop ends the tool (it is re-dispatched on revival). The supervisor's
+ * death does not: the tool runs to its end and its result is committed
+ * (orphaned), since a kill of agentd alone must not run a side effect twice;
+ * a new agentd waits for this worker to end (convlock.h) before it takes the
+ * conversation's lease. */
 static int on_tool_watch(void *arg)
 {
 	int *stop = arg;
-	if (ipc_drain()) {
+	int d = ipc_drain();
+	if (d == 2) {
+		orphaned(1);
+		return 0; /* the socket is no longer watched */
+	}
+	if (d) {
 		*stop = 1;
 		return 1;
 	}
@@ -1013,16 +1054,40 @@ static void dispatch_mcp(const char *id, const char *name, json_t *args, const s
 	settle(id, is_error ? STORE_TC_ERRORED : STORE_TC_RESOLVED, res);
 }
 
+/* The conversation's lock (common/convlock.h), held from before a dispatch is
+ * counted until its result is committed: if agentd dies meanwhile, this
+ * worker runs the tool to its end and commits (orphaned), and the next agentd
+ * takes no lease for the conversation while the lock is held. Released by
+ * closing it, or by the kernel when this process ends. */
+static int tool_lock(void)
+{
+	int fd = convlock_open(W.data), e = 0;
+	if (fd < 0 || (e = convlock_take(fd, W.conv)) < 0) {
+		log_error("%s: cannot lock the conversation in %s/workers.lock: %s", W.conv, W.data,
+			  strerror(fd < 0 ? -fd : -e));
+		exit(IPC_EXIT_STORE);
+	}
+	return fd;
+}
+
+static void dispatch_call(const json_t *call);
+
+static void dispatch(const json_t *call)
+{
+	int lk = tool_lock();
+	dispatch_call(call);
+	close(lk);
+}
+
 /* Dispatch one unsettled server call: count the attempt durably first, so a
  * kill mid-run is counted, then run it with the same tool_call_id. */
-static void dispatch(const json_t *call)
+static void dispatch_call(const json_t *call)
 {
 	const char *id = json_string_value(json_object_get(call, "tool_call_id"));
 	const char *name = json_string_value(json_object_get(call, "name"));
 	json_t *args = json_object_get(call, "args");
 	const struct tool_cfg *tc = conv_tool(name);
-	uint32_t attempts = 0;
-	store_txn *t = wbegin();
+	store_txn *t = wbegin(0);
 	struct store_tool_call row;
 	int e = store_tool_call_get(t, id, &row);
 	if (e == STORE_E_NOTFOUND) {
@@ -1031,9 +1096,19 @@ static void dispatch(const json_t *call)
 		struct store_tool_call_in in = { id, name, STORE_EXEC_SERVER, packed(&ab, args), { 0 } };
 		e = store_tool_call_upsert(t, W.conv, &in);
 		jsonmp_buf_destroy(&ab);
+		row.attempts = 0;
 	}
 	must(t, e, "tool call row");
-	must(t, store_tool_call_attempt(t, id, &attempts), "attempt");
+	if (tc && row.attempts >= (uint32_t)tc->max_attempts) {
+		/* Every dispatch so far was interrupted: settle it without
+		 * counting one that will not run, so its row and its result name
+		 * the same attempts. */
+		wabort(t);
+		log_warn("%s: tool call %s interrupted %u times: settled errored", W.conv, id, row.attempts);
+		settle(id, STORE_TC_ERRORED, json_pack("{sssi}", "error", "interrupted", "attempts", (int)row.attempts));
+		return;
+	}
+	must(t, store_tool_call_attempt(t, id, NULL), "attempt");
 	commit(t, "count attempt", 0);
 	/* The tool acts outside the store: the call and its attempt must be
 	 * durable first, or an OS crash could forget a side effect that ran
@@ -1042,11 +1117,6 @@ static void dispatch(const json_t *call)
 		die_store(e, "flush before the tool runs");
 	if (!tc) {
 		settle(id, STORE_TC_ERRORED, json_pack("{ss}", "error", "unknown tool: not configured for this conversation"));
-		return;
-	}
-	if ((int)attempts > tc->max_attempts) {
-		log_warn("%s: tool call %s interrupted %u times: settled errored", W.conv, id, attempts - 1);
-		settle(id, STORE_TC_ERRORED, json_pack("{sssi}", "error", "interrupted", "attempts", (int)attempts - 1));
 		return;
 	}
 	report_state("running");
@@ -1116,7 +1186,7 @@ static void dispatch(const json_t *call)
 /* Human calls: make sure each row is pending with its expiry, then wait. */
 static int await_people(const json_t *unsettled)
 {
-	store_txn *t = wbegin();
+	store_txn *t = wbegin(0);
 	if (log_moved(t, W.last_seq)) {
 		/* A resolution or expiry came since: decide again. */
 		wabort(t);
@@ -1207,7 +1277,7 @@ static int compact(int keep, char *err, size_t errlen)
 	}
 	json_t *content = json_pack("{ss}", "text", mr.final.text);
 	reserve(strlen(mr.final.text) + (W.cfg.audit ? json_size(req) : 0));
-	store_txn *t = wbegin();
+	store_txn *t = wbegin(1);
 	struct jsonmp_buf b;
 	uint64_t version = 0;
 	int rc = store_summary_put(t, W.conv, from, to, packed(&b, content), &version);
@@ -1269,7 +1339,7 @@ static int settle_idle(void)
 	if (e)
 		die_store(e, "read conversation");
 	if (status != STORE_IDLE && status != STORE_ENDED) {
-		t = wbegin();
+		t = wbegin(0);
 		if (log_moved(t, W.last_seq)) {
 			/* A send came since: idle now would hide the turn it is owed. */
 			wabort(t);

@@ -80,19 +80,27 @@ static int get_by(struct pctx *p, const char **out)
 	return 0;
 }
 
-static int get_uint(struct pctx *p, const char *key, uint64_t max, int *has, uint64_t *out)
+/* An integer field from min to max; the message names the range accepted. */
+static int get_uint_in(struct pctx *p, const char *key, uint64_t min, uint64_t max, int *has, uint64_t *out)
 {
 	json_t *v = json_object_get(p->o, key);
 	if (has)
 		*has = 0;
 	if (!v)
 		return 0;
-	if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) > max)
-		return bad(p, "'%s' must be an integer from 0 to %llu", key, (unsigned long long)max);
+	if (!json_is_integer(v) || json_integer_value(v) < 0 || (uint64_t)json_integer_value(v) < min ||
+	    (uint64_t)json_integer_value(v) > max)
+		return bad(p, "'%s' must be an integer from %llu to %llu", key, (unsigned long long)min,
+			   (unsigned long long)max);
 	*out = (uint64_t)json_integer_value(v);
 	if (has)
 		*has = 1;
 	return 0;
+}
+
+static int get_uint(struct pctx *p, const char *key, uint64_t max, int *has, uint64_t *out)
+{
+	return get_uint_in(p, key, 0, max, has, out);
 }
 
 static int get_enum(struct pctx *p, const char *key, const char *const *names, int n, int *out)
@@ -200,11 +208,9 @@ static int parse_fields(struct pctx *p, struct request *rq)
 	case OP_LIST:
 		ONLY("status", "limit", "after");
 		if ((e = get_enum(p, "status", conv_status, 4, &rq->status)) ||
-		    (e = get_uint(p, "limit", PROTO_LIST_MAX, NULL, &u)))
+		    (e = get_uint_in(p, "limit", 1, PROTO_LIST_MAX, NULL, &u)))
 			return e;
 		rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 100;
-		if (rq->limit == 0)
-			return bad(p, "'limit' must be an integer from 1 to %d", PROTO_LIST_MAX);
 		return get_id(p, "after", 0, &rq->conv);
 	case OP_UPDATE:
 		ONLY("conversation", "settings", "status");
@@ -247,15 +253,10 @@ static int parse_fields(struct pctx *p, struct request *rq)
 			ONLY("conversation", "after", "before", "limit", "type", "wait_ms");
 		if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
 		    (e = get_uint(p, "after", INT64_MAX, &rq->has_after, &rq->after)) ||
-		    (e = get_uint(p, "before", INT64_MAX, NULL, &rq->before)))
-			return e;
-		if (json_object_get(p->o, "before") && rq->before == 0)
-			return bad(p, "'before' must be at least 1");
-		if ((e = get_uint(p, "limit", PROTO_EVENTS_MAX, NULL, &u)))
+		    (e = get_uint_in(p, "before", 1, INT64_MAX, NULL, &rq->before)) ||
+		    (e = get_uint_in(p, "limit", 1, PROTO_EVENTS_MAX, NULL, &u)))
 			return e;
 		rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 0;
-		if (json_object_get(p->o, "limit") && rq->limit == 0)
-			return bad(p, "'limit' must be an integer from 1 to %d", PROTO_EVENTS_MAX);
 		if ((e = get_uint(p, "wait_ms", PROTO_WAIT_MAX, NULL, &u)))
 			return e;
 		rq->wait_ms = json_object_get(p->o, "wait_ms") ? (int64_t)u : 0;

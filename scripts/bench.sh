@@ -22,3 +22,6 @@ build-bench/bench/bench_control -d build-bench "${quick[@]}"
 for phase in revival memory expiry; do
 	build-bench/bench/bench_supervisor -d build-bench -o "$phase" "${quick[@]}"
 done
+# One client's ping beside a flood of slow readers, and agentd's peak memory
+# (docs/benchmarks.md, "## Fairness").
+build-bench/bench/bench_fairness -d build-bench "${quick[@]}"

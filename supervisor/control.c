@@ -17,6 +17,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+/* The budget for requests whose reply may be large (control.h). */
+#define LARGE_PER_ITERATION (1u << 20)
+#define LARGE_GUESS LARGE_PER_ITERATION /* a client's first: assume the worst */
+
 #define container_of(p, type, m) ((type *)(void *)((char *)(p)-offsetof(type, m)))
 
 /* A reply slot: replies leave in request order even when some complete later. */
@@ -53,6 +57,12 @@ struct client {
 	int held;                 /* on C.held: its next reply waits for the durable frontier */
 	LIST_ENTRY(client) hlink;
 	int barrier;              /* a read after that write is too: parse nothing more until they end */
+	size_t owed;              /* bytes of finished replies waiting behind one still owed */
+	unsigned nslots;          /* replies owed (slots) */
+	uint64_t parse_iter;      /* the loop iteration `parsed` counts for */
+	unsigned parsed;          /* requests parsed in that iteration */
+	uint64_t large_round;     /* the last round it had a large reply in (see the top) */
+	size_t large_est;         /* the size of its last large reply: what its next one may cost */
 };
 
 static void on_listen(struct loop_watch *lw, uint32_t events);
@@ -71,8 +81,15 @@ static struct {
 	LIST_HEAD(, client) held;  /* clients whose next reply waits for the durable frontier */
 	int nclients;
 	int nbacklog;           /* clients with unparsed complete lines */
+	uint64_t iteration;     /* the loop's, counted by control_backlog (once per iteration) */
+	/* The budget for large replies (see the top): this iteration's guessed
+	 * bytes, the round, and whether a client was turned away this iteration
+	 * because it had its turn in the round (and whether anyone had a turn). */
+	size_t large_bytes;
+	uint64_t large_round;
+	int large_turned_away, large_served;
 } C = { .lw = { on_listen }, .listen_fd = -1, .reserve_fd = -1, .clients = LIST_HEAD_INITIALIZER(C.clients),
-	.held = LIST_HEAD_INITIALIZER(C.held) };
+      .held = LIST_HEAD_INITIALIZER(C.held), .large_round = 1 };
 
 /* ---- listening ------------------------------------------------------- */
 
@@ -281,6 +298,39 @@ static size_t out_pending(const struct client *c)
 	return c->out_len - c->out_off;
 }
 
+/* Output this client has caused and not yet taken: its unwritten output and
+ * the finished replies queued behind one still owed (a long-poll). */
+static size_t out_queued(const struct client *c)
+{
+	return out_pending(c) + c->owed;
+}
+
+/* May c have a large reply parsed now? Counts it when so. */
+static int large_take(struct client *c)
+{
+	size_t guess = c->large_est ? c->large_est : LARGE_GUESS;
+	if (c->large_round == C.large_round) {
+		C.large_turned_away = 1;
+		return 0;
+	}
+	if (C.large_bytes && C.large_bytes + guess > LARGE_PER_ITERATION)
+		return 0; /* next iteration: the round still holds its turn */
+	C.large_bytes += guess;
+	C.large_served = 1;
+	c->large_round = C.large_round;
+	return 1;
+}
+
+/* At the start of an iteration: a new round once the last iteration turned
+ * clients away and served nobody (all that asked had their turn). */
+static void large_iteration(void)
+{
+	if (C.large_turned_away && !C.large_served)
+		C.large_round++;
+	C.large_bytes = 0;
+	C.large_turned_away = C.large_served = 0;
+}
+
 size_t control_out_pending(const struct client *c)
 {
 	return out_pending(c);
@@ -401,6 +451,8 @@ void client_flush(struct client *c)
 		if (s->op >= 0)
 			metrics_op_latency(s->op, s->started_us);
 		client_write(c, s->line, s->len);
+		c->owed -= s->len;
+		c->nslots--;
 		TAILQ_REMOVE(&c->slots, s, q);
 		free(s->line);
 		free(s);
@@ -428,7 +480,7 @@ void client_flush(struct client *c)
 		c->dead = 1;
 		return;
 	}
-	c->paused = out_pending(c) > CONTROL_OUT_CAP;
+	c->paused = out_queued(c) > CONTROL_OUT_CAP || c->nslots >= CONTROL_REQS_PER_WAKEUP;
 	if (c->watch && !c->paused && out_pending(c) < CONTROL_OUT_CAP / 2)
 		C.h->drained(c);
 	control_want_write(c);
@@ -442,6 +494,7 @@ struct slot *slot_new(struct client *c)
 	s->c = c;
 	s->op = -1;
 	TAILQ_INSERT_TAIL(&c->slots, s, q);
+	c->nslots++;
 	return s;
 }
 
@@ -455,6 +508,9 @@ static void slot_done(struct slot *s, char *line, size_t len)
 	s->line = line;
 	s->len = len;
 	s->done = 1;
+	s->c->owed += len;
+	if (s->op >= 0 && C.h->is_large(s->op))
+		s->c->large_est = len;
 }
 
 void slot_need(struct slot *s, uint64_t txnid)
@@ -521,11 +577,17 @@ static int client_line(struct client *c, const char *line, size_t len)
 	char msg[256];
 	if (len && line[len - 1] == '\r')
 		len--;
-	struct slot *s = slot_new(c);
-	if (!s)
-		return 0;
 	int64_t started_us = loop_now_us();
 	int err = proto_parse(line, len, &names, &rq, msg, sizeof msg);
+	if (err == PERR_OK && C.h->is_large(rq.op) && !large_take(c)) {
+		proto_request_free(&rq);
+		return -1; /* not now: the line stays for a later iteration */
+	}
+	struct slot *s = slot_new(c);
+	if (!s) {
+		proto_request_free(&rq);
+		return 0;
+	}
 	metrics_op(rq.op);
 	s->op = rq.op;
 	s->started_us = started_us;
@@ -553,12 +615,17 @@ static int client_line(struct client *c, const char *line, size_t len)
 	return c->batch_write || op == OP_WATCH;
 }
 
-/* Parse up to CONTROL_REQS_PER_WAKEUP complete lines from the input buffer. */
+/* Parse complete lines from the input buffer within the client's budget for
+ * this iteration (see the top of this file). */
 static void client_parse(struct client *c)
 {
 	size_t off = 0;
-	int n = 0;
-	while (!c->closing && n < CONTROL_REQS_PER_WAKEUP && !c->paused && !c->barrier) {
+	if (c->parse_iter != C.iteration) {
+		c->parse_iter = C.iteration;
+		c->parsed = 0;
+	}
+	while (!c->closing && c->parsed < CONTROL_REQS_PER_WAKEUP && !c->paused && !c->barrier &&
+	       out_queued(c) <= CONTROL_OUT_CAP && c->nslots < CONTROL_REQS_PER_WAKEUP) {
 		char *nl = memchr(c->in + off, '\n', c->in_len - off);
 		if (!nl)
 			break;
@@ -575,9 +642,12 @@ static void client_parse(struct client *c)
 			c->closing = 1;
 			break;
 		}
-		c->barrier = client_line(c, c->in + off, len);
+		int r = client_line(c, c->in + off, len);
+		if (r < 0)
+			break; /* its large reply waits its turn (see the top) */
+		c->parsed++;
+		c->barrier = r;
 		off += len + 1;
-		n++;
 	}
 	memmove(c->in, c->in + off, c->in_len - off);
 	c->in_len -= off;
@@ -609,14 +679,21 @@ static void client_parse(struct client *c)
 	}
 }
 
+/* Parse what clients left over from earlier iterations, and send what that
+ * answered at once (errors): a client that pipelined its requests in one
+ * write may never write again to wake us. */
 void control_backlog(void)
 {
 	struct client *c;
+	C.iteration++;
+	large_iteration();
 	if (!C.nbacklog)
 		return;
 	LIST_FOREACH(c, &C.clients, link)
-		if (c->backlog && !c->dead && !c->paused && !c->barrier)
+		if (c->backlog && !c->dead && !c->paused && !c->barrier) {
 			client_parse(c);
+			client_flush(c);
+		}
 }
 
 /* Whether some client has complete lines left that it may parse now: the

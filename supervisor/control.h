@@ -3,10 +3,27 @@
  * socket, its clients with their own input and output buffers, and replies
  * that leave in request order even when some are made later (a long-poll, a
  * compaction, a write waiting for the group commit). Only complete lines are
- * parsed, at most CONTROL_REQS_PER_WAKEUP per client per iteration, and a
- * client whose output queue is over CONTROL_OUT_CAP is not read until it
- * drains, so a client that never reads, never sends, or hangs up mid-line
- * stalls nobody else.
+ * parsed.
+ *
+ * What one client may cost is bounded before its replies are built, not
+ * after (Redis's client output buffer limits and per-event fairness):
+ *  - per loop iteration a client gets at most CONTROL_REQS_PER_WAKEUP requests
+ *    parsed;
+ *  - none while its queued output (written, or finished and waiting behind a
+ *    reply still owed) is over CONTROL_OUT_CAP, nor while it is owed
+ *    CONTROL_REQS_PER_WAKEUP replies: a connection holds at most
+ *    CONTROL_OUT_CAP plus one reply;
+ *  - a request whose reply may be large (control_hooks.is_large: it carries
+ *    stored data, as events, get and list do) is parsed only within a budget:
+ *    one per client per round, where a round lasts until every client that
+ *    asked has had one, and about 1 MiB of them per iteration (each client's
+ *    next reply guessed from its last one; a line turned away stays in the
+ *    buffer). With a ping answered before the iteration's other requests run
+ *    (ops_execute), a ping waits for at most about 1 MiB of replies being
+ *    built, however many clients flood, and a client that never reads, never
+ *    sends, or hangs up mid-line stalls nobody else.
+ * Every request parsed is answered without the client's help: the backlog's
+ * replies are flushed as it is parsed.
  *
  * What a request means is not this module's business: each parsed request
  * goes up through control_hooks.request with the slot its reply fills.
@@ -39,6 +56,7 @@ struct control_hooks {
 	 * callee (zeroed here). 0, or -ENOMEM (answered internal). */
 	int (*request)(struct client *c, struct slot *s, struct request *rq, int64_t started_us, int after_write);
 	int (*is_write)(int op);                /* the op is a write: it joins the group commit */
+	int (*is_large)(int op);                /* the op's reply may be large: parsed within a budget */
 	void (*drained)(struct client *c);      /* its output drained below half the cap */
 	void (*gone)(struct client *c);         /* about to be freed: drop what points at it */
 };

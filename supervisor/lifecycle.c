@@ -48,6 +48,14 @@ static void spawn_failed(struct lifecycle *l, void *o, const struct lifecycle_fx
 	l->restart_at = fx->now() + BACKOFF_MAX_MS;
 }
 
+/* A worker of an earlier agentd still runs for it, finishing a tool whose
+ * result it commits under its lease: look again shortly. */
+static void spawn_wait(struct lifecycle *l, void *o, const struct lifecycle_fx *fx, const void *arg)
+{
+	go(l, fx, W_BACKOFF);
+	l->restart_at = fx->now() + SPAWN_WAIT_MS;
+}
+
 /* Work for a live worker: wake it (once: a wake in flight covers what
  * arrives before its `woken`). */
 static void wake(struct lifecycle *l, void *o, const struct lifecycle_fx *fx, const void *arg)
@@ -270,7 +278,8 @@ static void exit_recreating(struct lifecycle *l, void *o, const struct lifecycle
 /* A cell left NULL is an event that cannot happen in that state (a report
  * from a process that does not exist) or changes nothing there: ignored. */
 static action *const actions[W_NSTATES][E_NEVENTS] = {
-	[W_NONE] = { [E_WORK] = start, [E_SPAWNED] = spawned, [E_SPAWN_FAILED] = spawn_failed },
+	[W_NONE] = { [E_WORK] = start, [E_SPAWNED] = spawned, [E_SPAWN_FAILED] = spawn_failed,
+		     [E_SPAWN_WAIT] = spawn_wait },
 	[W_QUEUED] = { [E_DELETE] = unqueue, [E_SHUTDOWN] = unqueue, [E_SLOT] = dequeued },
 	[W_BACKOFF] = { [E_DELETE] = to_none, [E_SHUTDOWN] = to_none, [E_TIMER] = backoff_over },
 	[W_STARTING] = { [E_WORK] = wake, [E_READY] = ready, [E_RUNNING] = to_running, [E_IDLE] = to_idle,

@@ -41,6 +41,7 @@ enum wevent {
 	E_WORK,        /* its conversation owes work (a send, a resolution, an expiry, a revival) */
 	E_SPAWNED,     /* the process was forked and exec'd (and told go) */
 	E_SPAWN_FAILED,/* fork or exec failed */
+	E_SPAWN_WAIT,  /* a worker of an earlier agentd still runs for it (common/convlock.h): soon again */
 	E_READY,       /* the worker read the log */
 	E_RUNNING,     /* it reported running, idle or awaiting_input */
 	E_IDLE,
@@ -81,7 +82,8 @@ struct lifecycle_fx {
 	void (*queue_push)(void *owner);
 	void (*queue_remove)(void *owner);
 	void (*yield_slot)(void);              /* ask an idle worker to give its slot */
-	int (*spawn)(void *owner);             /* 0 started (E_SPAWNED follows), 1 its conversation is gone, -1 failed */
+	int (*spawn)(void *owner);             /* 0 started (E_SPAWNED follows), 1 its conversation is gone, -1 failed
+						* (E_SPAWN_FAILED follows), 2 not yet (E_SPAWN_WAIT follows) */
 	int (*started_by_commit)(void *owner); /* forked by the commit that owes this work: it reads the log after it */
 	int (*wake)(void *owner);              /* 0 sent, -1 not (full or closed socket) */
 	void (*stop)(void *owner);             /* ask the process to stop (or SIGTERM it) */
@@ -106,5 +108,6 @@ int lifecycle_live(int state);
 
 #define BACKOFF_BASE_MS 100
 #define BACKOFF_MAX_MS 10000
+#define SPAWN_WAIT_MS 50
 
 #endif

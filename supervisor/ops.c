@@ -699,7 +699,12 @@ static void op_shutdown(store_txn *t, struct job *j)
  * inside the iteration's group transaction, and its after step once that
  * committed. Adding an op: its codec case (ipc/proto.c), a row and its
  * handlers here. */
-enum { OPF_WRITE = 1, OPF_TXN = 2 };
+enum {
+	OPF_WRITE = 1,
+	OPF_TXN = 2,
+	OPF_LARGE = 4, /* its reply carries stored data and may be large: parsed within a budget (control.h) */
+	OPF_FIRST = 8, /* no effect and a reply of a few bytes: answered before the iteration's other requests */
+};
 struct op {
 	int flags;
 	void (*read)(store_txn *t, struct job *j);
@@ -707,31 +712,36 @@ struct op {
 	void (*after)(struct job *j, struct wres *r);
 };
 static const struct op op_table[OP_COUNT] = {
-	[OP_PING] = { 0, op_ping, NULL, NULL },
+	[OP_PING] = { OPF_FIRST, op_ping, NULL, NULL },
 	[OP_CREATE] = { OPF_WRITE, NULL, w_create, NULL },
-	[OP_GET] = { OPF_TXN, op_get, NULL, NULL },
-	[OP_LIST] = { OPF_TXN, op_list, NULL, NULL },
+	[OP_GET] = { OPF_TXN | OPF_LARGE, op_get, NULL, NULL },
+	[OP_LIST] = { OPF_TXN | OPF_LARGE, op_list, NULL, NULL },
 	[OP_UPDATE] = { OPF_WRITE, NULL, w_update, after_update },
 	[OP_DELETE] = { OPF_WRITE, NULL, w_delete, after_delete },
 	[OP_SEND] = { OPF_WRITE, NULL, w_send, after_send },
-	[OP_EVENTS] = { 0, op_events, NULL, NULL },
+	[OP_EVENTS] = { OPF_LARGE, op_events, NULL, NULL },
 	[OP_WATCH] = { OPF_TXN, op_watch, NULL, NULL },
 	[OP_RESOLVE] = { OPF_WRITE, NULL, w_resolve, after_resolve },
-	[OP_TOOL_CALL] = { OPF_TXN, op_tool_call, NULL, NULL },
-	[OP_TOOL_CALLS] = { OPF_TXN, op_tool_calls, NULL, NULL },
-	[OP_SUMMARY] = { OPF_TXN, op_summary, NULL, NULL },
+	[OP_TOOL_CALL] = { OPF_TXN | OPF_LARGE, op_tool_call, NULL, NULL },
+	[OP_TOOL_CALLS] = { OPF_TXN | OPF_LARGE, op_tool_calls, NULL, NULL },
+	[OP_SUMMARY] = { OPF_TXN | OPF_LARGE, op_summary, NULL, NULL },
 	[OP_COMPACT] = { 0, op_compact, NULL, NULL },
-	[OP_AUDIT] = { OPF_TXN, op_audit, NULL, NULL },
+	[OP_AUDIT] = { OPF_TXN | OPF_LARGE, op_audit, NULL, NULL },
 	[OP_KILL] = { 0, op_kill, NULL, NULL },
 	[OP_STOP] = { 0, op_stop, NULL, NULL },
-	[OP_STATUS] = { 0, op_status, NULL, NULL },
-	[OP_METRICS] = { 0, op_metrics, NULL, NULL },
+	[OP_STATUS] = { OPF_LARGE, op_status, NULL, NULL },
+	[OP_METRICS] = { OPF_LARGE, op_metrics, NULL, NULL },
 	[OP_SHUTDOWN] = { 0, op_shutdown, NULL, NULL },
 };
 
 int ops_is_write(int op)
 {
 	return op >= 0 && op < OP_COUNT && (op_table[op].flags & OPF_WRITE);
+}
+
+int ops_reply_large(int op)
+{
+	return op >= 0 && op < OP_COUNT && (op_table[op].flags & OPF_LARGE);
 }
 
 static int write_one(store_txn *t, struct job *j, struct wres *r)
@@ -917,6 +927,20 @@ void ops_execute(void)
 		TAILQ_FOREACH(j, &O.jobs, q)
 			if (j->slot)
 				control_batch_done(slot_client(j->slot)); /* see client_line */
+	/* A ping first, sent at once: one read in the same iteration as a
+	 * flood of large replies does not wait for them to be built. It has
+	 * no effect, so running it first changes nothing the others see, and
+	 * its reply still leaves in its connection's order (client_flush). */
+	TAILQ_FOREACH_SAFE(j, &O.jobs, q, next) {
+		if (j->after_write || !(op_table[j->rq.op].flags & OPF_FIRST))
+			continue;
+		read_one(j);
+		TAILQ_REMOVE(&O.jobs, j, q);
+		struct client *c = j->slot ? slot_client(j->slot) : NULL;
+		job_finish(j);
+		if (c)
+			client_flush(c);
+	}
 	struct job **w = calloc(nw + 1, sizeof *w);
 	struct job **deferred = calloc(n + 1, sizeof *deferred);
 	struct wres *res = calloc(nw + 1, sizeof *res);

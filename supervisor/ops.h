@@ -33,6 +33,8 @@ void ops_init(const struct ops_env *env);
  * commit. 0 or -ENOMEM. */
 int ops_request(struct client *c, struct slot *s, struct request *rq, int64_t started_us, int after_write);
 int ops_is_write(int op);
+/* Whether op's reply carries stored data and may be large (control_hooks.is_large). */
+int ops_reply_large(int op);
 /* c goes: its requests still queued are done with nobody to answer. */
 void ops_client_gone(struct client *c);
 /* At the iteration's end: execute what was read. */

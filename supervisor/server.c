@@ -172,7 +172,8 @@ static void durable_advanced(uint64_t frontier)
 	waiters_durable_advanced();
 }
 
-static const struct control_hooks control_hooks = { ops_request, ops_is_write, waiters_drained, client_gone };
+static const struct control_hooks control_hooks = { ops_request, ops_is_write, ops_reply_large, waiters_drained,
+						    client_gone };
 
 /* ---- one loop iteration -------------------------------------------------- */
 

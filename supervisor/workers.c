@@ -1,5 +1,6 @@
 /* workers.c: worker processes, one per conversation that owes work (see workers.h). */
 #include "supervisor/workers.h"
+#include "common/convlock.h"
 #include "common/jsonmp.h"
 #include "common/log.h"
 #include "conv/conv.h"
@@ -176,6 +177,20 @@ static void compacts_fail(struct worker *w, const char *why)
 
 /* ---- spawning -------------------------------------------------------- */
 
+/* Whether a worker that outlived an earlier agentd still runs for conv
+ * (common/convlock.h): it may be finishing a tool and committing its result
+ * under its lease, which a new lease would fence off, running the tool again.
+ * Asked only when agentd has no worker of its own for conv. */
+static int orphan_running(const char *conv)
+{
+	static int fd = -1;
+	if (fd < 0 && (fd = convlock_open(W.env->data_dir)) < 0) {
+		log_error("cannot open %s/workers.lock: %s", W.env->data_dir, strerror(-fd));
+		return 0; /* the new worker's own wait for the lock still keeps one at a time */
+	}
+	return convlock_held(fd, conv) > 0;
+}
+
 static int take_lease(const char *conv, uint64_t *gen)
 {
 	store_txn *t;
@@ -235,7 +250,7 @@ int lease_ahead(store_txn *t, const char *conv)
 	struct worker *w = worker_find(conv);
 	if (w && (w->pid || w->lc.state != W_NONE))
 		return 0;
-	if (W.shutting_down || W.nlive >= W.cfg->max_workers || (!w && !(w = worker_get(conv))))
+	if (W.shutting_down || W.nlive >= W.cfg->max_workers || orphan_running(conv) || (!w && !(w = worker_get(conv))))
 		return 0;
 	uint64_t gen;
 	int e = store_lease_next(t, conv, &gen);
@@ -366,6 +381,8 @@ static void spawn_go(struct worker *w)
 	}
 }
 
+/* 0: started; 1: its conversation is gone; 2: a worker of an earlier agentd
+ * still runs for it (orphan_running: E_SPAWN_WAIT); -1: could not start. */
 static int spawn(struct worker *w)
 {
 	uint64_t gen = w->lease_ahead;
@@ -374,6 +391,11 @@ static int spawn(struct worker *w)
 		LIST_REMOVE(w, alink);
 		w->lease_ahead = 0;
 	} else {
+		if (orphan_running(w->conv)) {
+			log_debug("%s: a worker of an earlier agentd still runs for it: starting once it exits", w->conv);
+			worker_event(w, E_SPAWN_WAIT, NULL);
+			return 2;
+		}
 		e = take_lease(w->conv, &gen);
 	}
 	if (e) {

@@ -14,14 +14,21 @@ model decides from the request's messages, by the first word of the newest user_
     both     one `work` and one `ask`
     other    a text answer
 
-and records each call ("CONV TURN PID") in model.rec. The tool records each dispatch as one line
-"<tool_call_id from stdin> <AGENTD_TOOL_CALL_ID> <conversation>" in tool.rec (O_APPEND) and sleeps a little.
+and records each call ("CONV TURN PID") in model.rec. The tool records each run, its side effect, as
+"start <tool_call_id from stdin> <AGENTD_TOOL_CALL_ID> <conversation> <pid> <worker pid> <ms>" in tool.rec
+(one O_APPEND write), sleeps a little, and records "end <tool_call_id> <pid> <ms>" before it exits.
 A resolver thread finds pending human calls and resolves them at random times around their deadline
 (some before, some after the expiry; some twice), each resolve with a unique result token, and records
 which were accepted and which were `stale`. Meanwhile the main thread, for ROUNDS rounds, SIGKILLs a
 random worker (pids from `status`), a random model or tool process (children of workers, from
 /proc/*/stat), or agentd itself (then starts it again on the same data directory; the last round kills
 agentd when no earlier one did).
+
+Every kill is logged with its time and target. A tool_call_id run twice is a duplicated side effect; the
+invariant: every run followed by another run of its id was ended by a kill of that run's own tool process,
+or of its worker (during the tool's run, or after its end and before the result was committed: the only
+window a SIGKILL can lose a finished result in). A kill of agentd alone never justifies one: the worker
+finishes the tool and commits. The duplicates are reported beside the kills that justify them.
 
 Then the chaos stops, agentd settles (no conversation `active`, no call pending) and the checks run:
 sends in the log exactly once at their acknowledged seq, seqs 1..N, every tool call settled exactly once,
@@ -33,9 +40,11 @@ left (no zombie, no orphaned worker, model or tool), an empty LMDB reader table 
 
 Environment (besides the harness's AGENTD_TEST_SLOW and AGENTD_KEEP):
   AGENTD_CHAOS_SEED    the seed (default 42; printed first, so a failing run can be replayed)
-  AGENTD_CHAOS_ROUNDS  kill rounds (default 60, divided by AGENTD_TEST_SLOW; about 30-60 s of chaos)
-  AGENTD_CHAOS_SECS    run the rounds for this long instead (a soak); with ROUNDS too, whichever ends first
-  AGENTD_CHAOS_CONVS   conversations (default 12)
+  AGENTD_CHAOS_KILLS   kills to deliver (default 1000, divided by AGENTD_TEST_SLOW squared, at least 10;
+                       a round that finds no target delivers none)
+  AGENTD_CHAOS_ROUNDS  kill rounds instead (each one kill attempt)
+  AGENTD_CHAOS_SECS    run the rounds for this long instead (a soak); with the others, whichever ends first
+  AGENTD_CHAOS_CONVS   conversations (default 16)
   AGENTD_CHAOS_LOG_LEVEL  agentd's --log-level (debug: worker starts, exits and evictions too)
 Thread scheduling is not seeded: a replay repeats the choices (what to send, what to kill, when to
 resolve), not every interleaving.
@@ -59,22 +68,27 @@ PY = sys.executable or "python3"
 
 SEED = int(os.environ.get("AGENTD_CHAOS_SEED") or 42)
 _ROUNDS_ENV = os.environ.get("AGENTD_CHAOS_ROUNDS")
+_KILLS_ENV = os.environ.get("AGENTD_CHAOS_KILLS")
 SECS = float(os.environ.get("AGENTD_CHAOS_SECS") or 0)
-if _ROUNDS_ENV:
-    ROUNDS = int(_ROUNDS_ENV)
-elif SECS:
-    ROUNDS = 10 ** 9  # the time bound ends it
+ROUNDS = int(_ROUNDS_ENV) if _ROUNDS_ENV else 10 ** 9
+if _KILLS_ENV:
+    KILLS = int(_KILLS_ENV)
+elif _ROUNDS_ENV or SECS:
+    KILLS = 10 ** 9  # the rounds or the time bound end it
 else:
-    ROUNDS = max(10, int(60 / TIME_SCALE))
-NCONVS = int(os.environ.get("AGENTD_CHAOS_CONVS") or 12)
+    # 1,000 at full speed; a slowed run (ASan x3, valgrind x10) is slower per kill too: 111 and 10.
+    KILLS = max(10, int(1000 / TIME_SCALE ** 2))
+NCONVS = int(os.environ.get("AGENTD_CHAOS_CONVS") or 16)
 SENDERS = 4
 EXPIRES = {"ask": 1.0 * TIME_SCALE, "ask2": 2.0 * TIME_SCALE}  # seconds, per human tool
 MAX_ATTEMPTS = 4  # [tool.work] max_attempts
 # What the clients send (first word) and how often.
 KINDS = ["tool", "ask", "ask2", "both", "hello"]
-KIND_WEIGHTS = [3, 2, 1, 2, 3]
-KILL_KINDS = ["worker", "model", "tool", "supervisor"]
-KILL_WEIGHTS = [4, 3, 3, 1]
+KIND_WEIGHTS = [6, 2, 1, 2, 2]
+# "... mid-tool": the worker, or agentd, chosen while a worker runs a tool that has begun (its start line
+# is written): the window where a kill can make a side effect run twice, which random kills rarely hit.
+KILL_KINDS = ["worker", "model", "tool", "supervisor", "worker mid-tool", "supervisor mid-tool"]
+KILL_WEIGHTS = [4, 3, 3, 1, 2, 1]
 
 MODEL = r'''
 import json, os, random, sys, time
@@ -119,12 +133,16 @@ TOOL = r'''
 import json, os, random, sys, time
 rec = sys.argv[1]
 req = json.load(sys.stdin)
-line = "%s %s %s\n" % (req.get("tool_call_id"), os.environ.get("AGENTD_TOOL_CALL_ID", "-"), req.get("conversation"))
-fd = os.open(rec, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-os.write(fd, line.encode())
-os.close(fd)
-time.sleep(random.uniform(0.05, 0.3))  # a window for kills mid-tool
-print(json.dumps({"done": req.get("tool_call_id")}))
+def note(line):
+    fd = os.open(rec, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, line.encode())  # one write per line: lines of concurrent runs never interleave
+    os.close(fd)
+tcid = req.get("tool_call_id")
+note("start %s %s %s %d %d %d\n" % (tcid, os.environ.get("AGENTD_TOOL_CALL_ID", "-"), req.get("conversation"),
+                                    os.getpid(), os.getppid(), int(time.time() * 1000)))
+time.sleep(random.uniform(0.1, 0.5))  # a window for kills mid-tool
+note("end %s %d %d\n" % (tcid, os.getpid(), int(time.time() * 1000)))
+print(json.dumps({"done": tcid}))
 '''
 
 
@@ -188,6 +206,8 @@ class Chaos:
         self.sent = collections.Counter()  # retried, duplicates, unavailable
         self.resolves = []  # dicts: tcid, token, status, sent_ms, outcome, seq, after_ok
         self.kills = collections.Counter()
+        self.kill_log = []  # (ms, kind, pid): when each kill was sent, and to whom
+        self.restart_refused = 0  # starts refused "already running" just after a kill
         self.missed = collections.Counter()
         self.agentd_pids = []
         self.errors = []  # unexpected exceptions in threads
@@ -311,36 +331,50 @@ class Chaos:
 
     # ---- killing ----------------------------------------------------------------------------------
 
-    def procs(self):
-        """{pid: (state, ppid, sid, cmdline)} of every process we can read."""
+    @staticmethod
+    def proc(pid):
+        """(state, ppid, sid, cmdline) of pid, or None."""
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                data = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return None
+        rest = data[data.rindex(b")") + 2:].split()
+        return (rest[0].decode(), int(rest[1]), int(rest[3]), cmd)
+
+    def procs(self, pids=None):
+        """{pid: (state, ppid, sid, cmdline)} of every process we can read (or of pids)."""
         out = {}
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            pid = int(name)
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as f:
-                    data = f.read()
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            rest = data[data.rindex(b")") + 2:].split()
-            out[pid] = (rest[0].decode(), int(rest[1]), int(rest[3]), cmd)
+        for pid in pids if pids is not None else (int(n) for n in os.listdir("/proc") if n.isdigit()):
+            st = self.proc(pid)
+            if st is not None:
+                out[pid] = st
         return out
 
-    def signal_verified(self, pid, ppid, needle):
+    @staticmethod
+    def children(pid):
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                return [int(p) for p in f.read().split()]
+        except OSError:
+            return []
+
+    def signal_verified(self, pid, ppid, needle, kind):
         """SIGKILL pid through a pidfd, after checking (on that pidfd) it is still the process we chose:
-        a pid is never signalled after it was recycled."""
+        a pid is never signalled after it was recycled. The kill is logged."""
         try:
             fd = os.pidfd_open(pid)
         except OSError:
             return False
         try:
-            st = self.procs().get(pid)
+            st = self.proc(pid)
             if st is None or st[1] != ppid or needle not in st[3] or st[0] in ("Z", "X"):
                 return False
+            t = now_ms()
             signal.pidfd_send_signal(fd, signal.SIGKILL)
+            self.kill_log.append((t, kind, pid))
             return True
         except OSError:
             return False
@@ -353,13 +387,44 @@ class Chaos:
         except (OSError, AssertionError, KeyError):
             return []
 
+    def running_tools(self):
+        """[(tool pid, worker pid)] of tools that have written their start line, under a live worker."""
+        started = {int(r[4]) for r in self.read_records("tool.rec") if r[0] == "start" and len(r) == 7}
+        ws = set(self.workers())
+        kids = [k for w in ws for k in self.children(w) if k in started]
+        return sorted((pid, st[1]) for pid, st in self.procs(kids).items()
+                      if st[1] in ws and "tool.py" in st[3] and st[0] not in ("Z", "X"))
+
     def kill_one(self, rng, kind):
         a = self.a
-        if kind == "supervisor":
+        if kind.endswith("mid-tool"):
+            deadline = time.monotonic() + 0.1 * TIME_SCALE
+            while not (cands := self.running_tools()):
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.02)
+            if kind == "worker mid-tool":
+                _, wpid = rng.choice(cands)
+                if self.signal_verified(wpid, a.pid, "agentd-worker", "worker"):
+                    self.kills[kind] += 1
+                    return True
+                return False
+        if kind.startswith("supervisor"):
+            self.kill_log.append((now_ms(), "supervisor", a.pid))
             a.kill(signal.SIGKILL)
             self.kills[kind] += 1
             time.sleep(rng.uniform(0, 0.3) * TIME_SCALE)
-            a.start()
+            for attempt in range(40):
+                try:
+                    a.start()
+                    break
+                except AssertionError:
+                    # The killed agentd's pidfile lock (and listening socket) can outlive it for a
+                    # moment: a child it forked an instant before holds them until it execs the worker.
+                    if attempt == 39 or "is already running" not in a.log()[-3000:]:
+                        raise
+                    self.restart_refused += 1
+                    time.sleep(0.05)
             self.agentd_pids.append(a.pid)
             return True
         if kind == "worker":
@@ -367,20 +432,21 @@ class Chaos:
             if not pids:
                 return False
             pid = rng.choice(sorted(pids))
-            if self.signal_verified(pid, a.pid, "agentd-worker"):
+            if self.signal_verified(pid, a.pid, "agentd-worker", kind):
                 self.kills[kind] += 1
                 return True
             return False
         # A model or tool process: a child of a worker (short-lived, so look a few times).
         script = "model.py" if kind == "model" else "tool.py"
-        deadline = time.monotonic() + 0.5 * TIME_SCALE
+        deadline = time.monotonic() + 0.1 * TIME_SCALE
         while time.monotonic() < deadline:
             ws = set(self.workers())
-            cands = sorted((pid, st[1]) for pid, st in self.procs().items()
+            kids = [k for w in ws for k in self.children(w)]
+            cands = sorted((pid, st[1]) for pid, st in self.procs(kids).items()
                            if st[1] in ws and script in st[3] and st[0] not in ("Z", "X"))
             if cands:
                 pid, ppid = rng.choice(cands)
-                if self.signal_verified(pid, ppid, script):
+                if self.signal_verified(pid, ppid, script, kind):
                     self.kills[kind] += 1
                     return True
             time.sleep(0.02)
@@ -401,10 +467,12 @@ class Chaos:
             t.start()
         t0 = time.monotonic()
         rounds = 0
-        while rounds < ROUNDS and (not SECS or time.monotonic() - t0 < SECS):
-            time.sleep(rng.uniform(0.15, 0.75) * TIME_SCALE)
+        while (sum(self.kills.values()) < KILLS and rounds < ROUNDS and
+               (not SECS or time.monotonic() - t0 < SECS)):
+            time.sleep(rng.uniform(0.02, 0.15) * TIME_SCALE)
             kind = rng.choices(KILL_KINDS, KILL_WEIGHTS)[0]
-            if rounds == ROUNDS - 1 and not self.kills["supervisor"]:
+            if ((rounds == ROUNDS - 1 or sum(self.kills.values()) == KILLS - 1) and
+                    not self.kills["supervisor"] + self.kills["supervisor mid-tool"]):
                 # Every bounded run restarts agentd at least once: a short one (10 rounds under
                 # valgrind) may not draw it, and then the restarted agentd's clean stop goes unchecked.
                 kind = "supervisor"
@@ -528,7 +596,9 @@ class Chaos:
         # 3. Dispatches: stdin id == env id, of a server tool_call of that conversation.
         disp = collections.Counter()
         for ln in self.read_records("tool.rec"):
-            tcid, env_id, conv = (ln + ["?", "?"])[:3]
+            if ln[0] != "start":
+                continue
+            tcid, env_id, conv = (ln[1:] + ["?", "?", "?"])[:3]
             disp[tcid] += 1
             v.check("dispatch ids agree", tcid == env_id, f"dispatch with stdin id {tcid}, env id {env_id}")
             c_e = calls.get(tcid)
@@ -543,6 +613,7 @@ class Chaos:
                 v.check("a resolved call was dispatched", disp[tcid] >= 1, f"{tcid} resolved without a dispatch")
         st["dispatches"] = sum(disp.values())
         st["redispatches"] = sum(n - 1 for n in disp.values())
+        self.check_side_effects(st)
 
         # 4. Resolves: accepted at most once, accepted => that is the settlement, stale => not applied,
         #    late => stale.
@@ -656,6 +727,49 @@ class Chaos:
         v.check("no pending rows when settled", not [r for r in rows.values() if r["status"] == "pending"],
                 f"{c}: {[r for r in rows.values() if r['status'] == 'pending']}")
 
+    def check_side_effects(self, st):
+        """Every run of a tool_call_id followed by another run was ended by a kill of that run's tool
+        process or of its worker; a kill of agentd alone never justifies one."""
+        runs = collections.defaultdict(list)  # tcid -> [{pid, ppid, start, end}]
+        ends = {}
+        for ln in self.read_records("tool.rec"):
+            if ln[0] == "start" and len(ln) == 7:
+                runs[ln[1]].append({"pid": int(ln[4]), "ppid": int(ln[5]), "start": int(ln[6]), "end": None})
+            elif ln[0] == "end" and len(ln) == 4:
+                ends[(ln[1], int(ln[2]))] = int(ln[3])
+        killed = collections.defaultdict(list)  # (kind, pid) -> [ms]
+        for t, kind, pid in self.kill_log:
+            killed[(kind, pid)].append(t)
+        sups = sorted(t for t, kind, _ in self.kill_log if kind == "supervisor")  # mid-tool ones too
+        for tcid, rs in runs.items():
+            rs.sort(key=lambda r: r["start"])
+            for r in rs:
+                r["end"] = ends.get((tcid, r["pid"]))
+            for r, nxt in zip(rs, rs[1:]):
+                st["second runs"] += 1
+                # A kill is logged just before it is sent: allow it to be logged a moment before the run's
+                # own clock read its start. It must come before the next run starts.
+                lo, hi = r["start"] - 1000, nxt["start"]
+                why = None
+                if any(lo <= t <= hi for t in killed[("tool", r["pid"])]):
+                    why = "its tool killed"
+                else:
+                    tw = [t for t in killed[("worker", r["ppid"])] if lo <= t <= hi]
+                    if tw:
+                        why = ("its worker killed during the run" if r["end"] is None or min(tw) <= r["end"]
+                               else "its worker killed after the tool's end, before the commit")
+                if why:
+                    st[f"second runs: {why}"] += 1
+                sup = [t for t in sups if r["start"] <= t <= hi]
+                if not why and sup:
+                    st["second runs: unjustified, after a kill of agentd"] += 1
+                self.v.check("a second run follows a kill of the tool or its worker", why is not None,
+                             f"{tcid} ran again at {nxt['start']} after the run {r} (pid {r['pid']}, worker "
+                             f"{r['ppid']}); kills of agentd between: {sup}")
+        st["calls run twice or more"] = sum(1 for rs in runs.values() if len(rs) > 1)
+        st["kills that could justify a second run"] = sum(
+            1 for t, kind, pid in self.kill_log if kind in ("tool", "worker"))
+
     def check_after_stop(self):
         a, v = self.a, self.v
         # Nothing of the test's left running: agentds, workers (found by their session, their open
@@ -708,7 +822,8 @@ class Chaos:
         model_calls = collections.Counter((r[0], r[1]) for r in self.read_records("model.rec") if len(r) >= 2)
         print(f"chaos: seed {SEED}: {self.rounds} rounds in {self.chaos_secs:.1f}s, {NCONVS} conversations, "
               f"{SENDERS} senders (AGENTD_TEST_SLOW {TIME_SCALE:g})")
-        print(f"chaos: kills delivered: {kills} (no target found: {missed})")
+        print(f"chaos: kills delivered: {kills} (no target found: {missed}); restarts refused as "
+              f"\"already running\" and retried: {self.restart_refused}")
         print(f"chaos: sends acknowledged {st['sends']} (retried {self.sent['retried']}, "
               f"answered duplicate {self.sent['duplicate replies']}), events {st['events']}")
         print(f"chaos: model calls {sum(model_calls.values())} for {len(model_calls)} turns "
@@ -717,6 +832,12 @@ class Chaos:
               f"(resolved {st['server resolved']}, errored {st['server errored']}; dispatches {st['dispatches']}, "
               f"re-dispatches {st['redispatches']}), human {st['human calls']} (resolved {st['human resolved']}, "
               f"errored {st['human errored']}, expired {st['human expired']})")
+        why = ", ".join(f"{k.split(': ', 1)[1]} {n}" for k, n in sorted(st.items()) if k.startswith("second runs: "))
+        print(f"chaos: duplicated side effects: {st['calls run twice or more']} tool call(s) ran more than once, "
+              f"{st['second runs']} second run(s) ({why or 'none'}); kills of tools or workers "
+              f"{st['kills that could justify a second run']}, of agentd "
+              f"{self.kills['supervisor'] + self.kills['supervisor mid-tool']} "
+              f"({self.kills['supervisor mid-tool']} while a tool ran)")
         print(f"chaos: resolves: accepted {st['resolves ok']}, stale {st['resolves stale']} "
               f"(late {st['late resolves']}), unknown (agentd died) {st['resolves unknown']}")
         print(f"chaos: invariants checked: {len(self.v.checks)} kinds, {sum(self.v.checks.values())} checks, "
@@ -735,7 +856,7 @@ def setup(a):
         [agentd]
         idle_timeout = {2 * TIME_SCALE:.3f}s
         restart_limit = 10
-        restart_window = 60s
+        restart_window = 5s
 
         [model.m]
         command = {PY} {model} {os.path.join(a.dir, "model.rec")}
@@ -763,7 +884,7 @@ def setup(a):
 
 def test_chaos():
     print(f"chaos: seed {SEED} (replay with AGENTD_CHAOS_SEED={SEED}), "
-          f"{'%g s' % SECS if SECS else '%d rounds' % ROUNDS}", flush=True)
+          f"{'%g s' % SECS if SECS else '%d rounds' % ROUNDS if _ROUNDS_ENV else '%d kills' % KILLS}", flush=True)
     extra = ["--log-level", os.environ["AGENTD_CHAOS_LOG_LEVEL"]] if os.environ.get("AGENTD_CHAOS_LOG_LEVEL") else []
     with setup(Agentd(start=False, extra_args=extra)) as a:
         a.start()

@@ -43,6 +43,8 @@ static int t_spawn(void *o)
 		lifecycle_event(cur, o, &fx, E_SPAWNED, NULL);
 	else if (W.spawn_rc < 0)
 		lifecycle_event(cur, o, &fx, E_SPAWN_FAILED, NULL);
+	else if (W.spawn_rc == 2)
+		lifecycle_event(cur, o, &fx, E_SPAWN_WAIT, NULL);
 	return W.spawn_rc;
 }
 static int t_sbc(void *o) { return W.started_by_commit; }
@@ -98,6 +100,8 @@ static const struct cell spec[] = {
 	{ W_NONE, E_WORK, { 0, 1, 1, 1, 1, 0, 0 }, 0, 0, NULL, W_NONE, F_SPAWN },
 	{ W_NONE, E_SPAWNED, ok, 1, 1, NULL, W_STARTING, F_SPAWNS },
 	{ W_NONE, E_SPAWN_FAILED, ok, 0, 0, NULL, W_BACKOFF, 0 },
+	{ W_NONE, E_WORK, { 0, 1, 1, 1, 2, 0, 0 }, 0, 0, NULL, W_BACKOFF, F_SPAWN },
+	{ W_NONE, E_SPAWN_WAIT, ok, 0, 0, NULL, W_BACKOFF, 0 },
 	/* QUEUED, BACKOFF */
 	{ W_QUEUED, E_DELETE, ok, 0, 0, NULL, W_NONE, F_QREMOVE },
 	{ W_QUEUED, E_SHUTDOWN, ok, 0, 0, NULL, W_NONE, F_QREMOVE },
@@ -278,6 +282,30 @@ START_TEST(crash_loop_backs_off_then_gives_up)
 }
 END_TEST
 
+/* A worker of an earlier agentd still runs for the conversation: look again
+ * soon, not after a crash's backoff, and count no crash. */
+START_TEST(spawn_wait_looks_again_soon)
+{
+	struct lifecycle l;
+	log_init("check_lifecycle", LOG_ERROR);
+	lifecycle_init(&l);
+	W = ok;
+	W.spawn_rc = 2;
+	cur = &l;
+	clock_ms = 5000;
+	done = 0;
+	lifecycle_event(&l, &l, &fx, E_WORK, NULL);
+	ck_assert_int_eq(l.state, W_BACKOFF);
+	ck_assert_int_eq(l.restart_at - clock_ms, SPAWN_WAIT_MS);
+	ck_assert_uint_eq(done, F_SPAWN);
+	ck_assert_int_eq(l.ncrash, 0);
+	W.spawn_rc = 0;
+	clock_ms += SPAWN_WAIT_MS;
+	lifecycle_event(&l, &l, &fx, E_TIMER, NULL);
+	ck_assert_int_eq(l.state, W_STARTING);
+}
+END_TEST
+
 /* Names a client sees: the states agentd adds to stopping read as it. */
 START_TEST(state_names_keep_the_protocol)
 {
@@ -298,6 +326,7 @@ Suite *make_lifecycle_suite(void)
 	tcase_add_test(tc, cells_outside_the_spec_do_nothing);
 	tcase_add_test(tc, every_live_state_specifies_its_exit);
 	tcase_add_test(tc, crash_loop_backs_off_then_gives_up);
+	tcase_add_test(tc, spawn_wait_looks_again_soon);
 	tcase_add_test(tc, state_names_keep_the_protocol);
 	suite_add_tcase(s, tc);
 	return s;
