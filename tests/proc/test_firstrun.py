@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import select
 import subprocess
 import tempfile
 import time
@@ -272,20 +273,18 @@ def test_watch_and_a_timed_out_wait_end_with_a_word():
         # Answered before the wait ends: no word.
         rc, out, err = a.ctl("events", c, "--after", "1", "--wait", "200")
         assert rc == 0 and out.startswith("2 assistant_msg") and err == "", (out, err)
-        p = subprocess.Popen([AGENTCTL_BIN, "-s", a.socket, "watch", c], stdout=subprocess.PIPE,
+        # From seq 1: the watch streams the reply, so the test knows agentd took the watch (its first reply
+        # is sent once durable) before it stops agentd.
+        p = subprocess.Popen([AGENTCTL_BIN, "-s", a.socket, "watch", c, "--after", "1"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-        wait_for(lambda: _watching(a), 10, "the watch to be connected")
+        ready, _, _ = select.select([p.stdout], [], [], scaled(10))
+        assert ready, "the watch streamed nothing"
+        first = p.stdout.readline()
+        assert first.startswith("2 assistant_msg"), first
         a.stop()
         out, err = p.communicate(timeout=scaled(10))
         assert p.returncode == 0 and out == "", (p.returncode, out)
         assert err == "agentctl: watch: agentd ended the watch (it stopped, or the conversation was deleted)\n", err
-
-
-def _watching(a):
-    """The watch is connected: agentd counts two clients, it and the one asking."""
-    text = a.ok({"op": "metrics"})["text"]
-    m = re.search(r"^agentd_clients (\d+)", text, re.M)
-    return m is not None and int(m.group(1)) >= 2
 
 
 harness.main(globals())
