@@ -10,6 +10,7 @@
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
+#include "supervisor/spawn.h"
 
 #include <bsd/sys/queue.h>
 #include <bsd/sys/tree.h>
@@ -49,8 +50,7 @@ struct worker {
 	struct gate_member gm;      /* on the write gate's queue */
 	uint64_t lease_ahead;       /* a lease taken in this iteration's commit, for spawn() */
 	struct early {              /* forked while that commit flushes (commit_spawning) */
-		pid_t pid;          /* 0: none */
-		int ipc, ep;        /* its IPC socket, its exec-error pipe */
+		struct spawn sp;    /* pid 0: none */
 		uint64_t gen;
 	} early;
 	char conv[STORE_ID_MAX + 1];
@@ -118,7 +118,7 @@ static struct worker *worker_get(const char *conv)
 		return NULL;
 	w->lw.fn = on_worker_io;
 	w->ipc = -1;
-	w->early = (struct early){ 0, -1, -1, 0 };
+	w->early = (struct early){ SPAWN_NONE, 0 };
 	lifecycle_init(&w->lc);
 	memcpy(w->conv, conv, strlen(conv) + 1); /* a valid id: at most STORE_ID_MAX */
 	RB_INSERT(worker_tree, &W.tree, w);
@@ -210,36 +210,6 @@ static int take_lease(const char *conv, uint64_t *gen)
 	return store_txn_commit(t);
 }
 
-/* The child between fork and exec: only async-signal-safe calls. */
-static void child_exec(int ipc, int errfd, char *const argv[])
-{
-	struct sigaction sa = { .sa_handler = SIG_DFL };
-	sigset_t none;
-	for (int s = 1; s < NSIG; s++)
-		sigaction(s, &sa, NULL); /* fails harmlessly for KILL, STOP and the RT ones glibc keeps */
-	/* Put the two descriptors the worker keeps at 3 (IPC) and 4 (exec
-	 * status, close-on-exec): first out of the way, then into place. */
-	int hi_ipc = fcntl(ipc, F_DUPFD, 10);
-	int hi_err = fcntl(errfd, F_DUPFD_CLOEXEC, 10);
-	if (hi_ipc < 0 || hi_err < 0 || dup2(hi_ipc, 3) < 0 || dup3(hi_err, 4, O_CLOEXEC) < 0) {
-		/* Out of descriptors (agentd at its limit): say so as an exec
-		 * failure does, so agentd backs off and retries with the reason
-		 * logged, instead of counting a crash of a worker that never ran. */
-		int e = errno;
-		ssize_t w = write(hi_err >= 0 ? hi_err : errfd, &e, sizeof e);
-		(void)w;
-		_exit(127);
-	}
-	closefrom(5);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	execv(argv[0], argv);
-	int e = errno;
-	ssize_t n = write(4, &e, sizeof e);
-	(void)n;
-	_exit(127);
-}
-
 /* In the transaction that gives conv work (a send, a resolution, a fired
  * expiry) take the lease for the worker workers_wake() will spawn after
  * that commit, when it has none: one durable commit per revival, not two.
@@ -277,17 +247,6 @@ void leases_ahead_drop(void)
  * (logged). */
 static int spawn_fork(struct worker *w, uint64_t gen)
 {
-	int sv[2], ep[2];
-	if (ipc_pair(sv) < 0) {
-		log_error("%s: socketpair: %s", w->conv, strerror(errno));
-		return -1;
-	}
-	if (pipe2(ep, O_CLOEXEC) < 0) {
-		log_error("%s: pipe2: %s", w->conv, strerror(errno));
-		close(sv[0]);
-		close(sv[1]);
-		return -1;
-	}
 	char lease[24];
 	snprintf(lease, sizeof lease, "%llu", (unsigned long long)gen);
 	char *argv[20];
@@ -314,25 +273,12 @@ static int spawn_fork(struct worker *w, uint64_t gen)
 		    W.cfg->log_level == LOG_ERROR ? "error" : "info";
 	argv[a] = NULL;
 
-	/* Block every signal across fork so no handler-less signal hits the
-	 * child before it resets dispositions (libuv does the same). */
-	sigset_t all, old;
-	sigfillset(&all);
-	sigprocmask(SIG_SETMASK, &all, &old);
-	pid_t pid = fork();
-	if (pid == 0)
-		child_exec(sv[1], ep[1], argv);
-	int fork_errno = errno;
-	sigprocmask(SIG_SETMASK, &old, NULL);
-	close(sv[1]);
-	close(ep[1]);
-	if (pid < 0) {
-		log_error("%s: fork: %s", w->conv, strerror(fork_errno));
-		close(sv[0]);
-		close(ep[0]);
+	int e = spawn_start(argv, &w->early.sp);
+	if (e) {
+		log_error("%s: cannot start a worker: %s", w->conv, strerror(-e));
 		return -1;
 	}
-	w->early = (struct early){ pid, sv[0], ep[0], gen };
+	w->early.gen = gen;
 	return 0;
 }
 
@@ -341,31 +287,21 @@ static int spawn_fork(struct worker *w, uint64_t gen)
 static int spawn_finish(struct worker *w)
 {
 	struct early sp = w->early;
-	w->early = (struct early){ 0, -1, -1, 0 };
-	/* Zero bytes: exec succeeded (the pipe closed on exec). This read
-	 * waits only for the exec itself. */
-	int child_errno = 0;
-	ssize_t n;
-	do
-		n = read(sp.ep, &child_errno, sizeof child_errno);
-	while (n < 0 && errno == EINTR);
-	close(sp.ep);
-	if (n > 0) {
+	w->early = (struct early){ SPAWN_NONE, 0 };
+	int child_errno = spawn_exec_wait(&sp.sp);
+	if (child_errno) {
 		log_error("%s: cannot run %s: %s", w->conv, W.env->worker_path, strerror(child_errno));
-		waitpid(sp.pid, NULL, 0);
-		close(sp.ipc);
 		return -1;
 	}
-	fcntl(sp.ipc, F_SETFL, O_NONBLOCK);
-	w->pid = sp.pid;
+	w->pid = sp.sp.pid;
 	w->asked_kill = 0;
-	w->ipc = sp.ipc;
+	w->ipc = sp.sp.ipc;
 	w->lease = sp.gen;
 	worker_event(w, E_SPAWNED, NULL);
 	if (loop_add(w->ipc, EPOLLIN, &w->lw) < 0)
 		log_error("%s: epoll_ctl: %s", w->conv, strerror(errno));
 	W.nlive++;
-	log_debug("%s: worker %d started (lease %llu)", w->conv, (int)sp.pid, (unsigned long long)sp.gen);
+	log_debug("%s: worker %d started (lease %llu)", w->conv, (int)sp.sp.pid, (unsigned long long)sp.gen);
 	return 0;
 }
 
@@ -434,14 +370,10 @@ int commit_spawning(store_txn *t)
 	int e = store_txn_commit(t);
 	int killed = 0;
 	LIST_FOREACH(w, &W.ahead, alink) {
-		if (!w->early.pid)
+		if (!w->early.sp.pid)
 			continue;
 		if (e) {
-			kill(w->early.pid, SIGKILL);
-			waitpid(w->early.pid, NULL, 0);
-			close(w->early.ipc);
-			close(w->early.ep);
-			w->early = (struct early){ 0, -1, -1, 0 };
+			spawn_abort(&w->early.sp);
 			killed = 1;
 			continue;
 		}
