@@ -653,22 +653,14 @@ static int on_http_line(void *arg, const char *line, size_t len)
 
 /* A kind openai or anthropic model: one run of agentd-model, which makes
  * the attempts (model.h); each is in the audit row (mr->audit) and the log. */
-static int model_run_http(const struct model_cfg *mc, const json_t *req, struct model_run *mr, int64_t *latency)
+/* The helper's environment: the minimal one (isolate.h) plus what it needs
+ * of the worker's: the key api_key_env names, and libcurl's proxy and CA
+ * settings. envs holds 16; the number set is returned (free each). */
+static size_t model_helper_env(const struct model_cfg *mc, char *envs[16])
 {
-	memset(mr, 0, sizeof *mr);
-	if (!W.cfg.path) {
-		snprintf(mr->err, sizeof mr->err, "model %s: no configuration file to give agentd-model", mc->name);
-		return 1;
-	}
-	char *argv[] = { (char *)model_helper(), "--config", W.cfg.path, "--model", mc->name, NULL };
-	char *input = json_dumps(req, JSON_COMPACT);
-	/* The minimal environment (isolate.h), plus what the helper needs of
-	 * the worker's: the key api_key_env names, and libcurl's proxy and CA
-	 * settings. */
 	static const char *const pass[] = { "https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "no_proxy",
 					    "NO_PROXY", "all_proxy", "ALL_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR",
 					    "CURL_CA_BUNDLE", NULL };
-	char *envs[16] = { 0 };
 	size_t ne = 0;
 	if (asprintf(&envs[ne], "AGENTD_CONVERSATION=%s", W.conv) >= 0)
 		ne++;
@@ -681,6 +673,48 @@ static int model_run_http(const struct model_cfg *mc, const json_t *req, struct 
 			ne++;
 	}
 	envs[ne] = NULL;
+	return ne;
+}
+
+/* Log each failed attempt, and make the audit row: what was sent (rendered
+ * here as the helper did) and every attempt. */
+static void model_attempts_done(const struct model_cfg *mc, const json_t *req, struct model_run *mr)
+{
+	size_t i;
+	json_t *a;
+	json_array_foreach(mr->attempts, i, a) {
+		const char *e = json_string_value(json_object_get(a, "error"));
+		if (!e)
+			continue;
+		json_int_t wait = json_integer_value(json_object_get(a, "wait_ms"));
+		if (wait > 0)
+			log_warn("%s: model %s attempt %zu of %d failed: %s; retrying in %lld ms", W.conv, mc->name, i + 1,
+				 mc->retries + 1, e, (long long)wait);
+		else
+			log_warn("%s: model %s attempt %zu of %d failed: %s", W.conv, mc->name, i + 1, mc->retries + 1, e);
+	}
+	/* The audit row: what was sent (rendered here as the helper did) and
+	 * every attempt. */
+	char url[512];
+	model_url(mc, url, sizeof url);
+	json_t *body = model_api_of(mc)->body(mc, req);
+	mr->audit = json_pack("{sssoso}", "url", url, "body", body ? body : json_null(), "attempts",
+			      mr->attempts ? json_incref(mr->attempts) : json_array());
+	json_decref(mr->attempts);
+	mr->attempts = NULL;
+}
+
+static int model_run_http(const struct model_cfg *mc, const json_t *req, struct model_run *mr, int64_t *latency)
+{
+	memset(mr, 0, sizeof *mr);
+	if (!W.cfg.path) {
+		snprintf(mr->err, sizeof mr->err, "model %s: no configuration file to give agentd-model", mc->name);
+		return 1;
+	}
+	char *argv[] = { (char *)model_helper(), "--config", W.cfg.path, "--model", mc->name, NULL };
+	char *input = json_dumps(req, JSON_COMPACT);
+	char *envs[16] = { 0 };
+	size_t ne = model_helper_env(mc, envs);
 	struct proc_opts o = {
 		.env_add = (const char *const *)envs, .iso = &mc->iso, .input = input,
 		.input_len = input ? strlen(input) : 0,
@@ -726,28 +760,7 @@ static int model_run_http(const struct model_cfg *mc, const json_t *req, struct 
 		json_t *last = json_array_get(mr->attempts, json_array_size(mr->attempts) - 1);
 		*latency = json_integer_value(json_object_get(last, "elapsed_ms"));
 	}
-	size_t i;
-	json_t *a;
-	json_array_foreach(mr->attempts, i, a) {
-		const char *e = json_string_value(json_object_get(a, "error"));
-		if (!e)
-			continue;
-		json_int_t wait = json_integer_value(json_object_get(a, "wait_ms"));
-		if (wait > 0)
-			log_warn("%s: model %s attempt %zu of %d failed: %s; retrying in %lld ms", W.conv, mc->name, i + 1,
-				 mc->retries + 1, e, (long long)wait);
-		else
-			log_warn("%s: model %s attempt %zu of %d failed: %s", W.conv, mc->name, i + 1, mc->retries + 1, e);
-	}
-	/* The audit row: what was sent (rendered here as the helper did) and
-	 * every attempt. */
-	char url[512];
-	model_url(mc, url, sizeof url);
-	json_t *body = model_api_of(mc)->body(mc, req);
-	mr->audit = json_pack("{sssoso}", "url", url, "body", body ? body : json_null(), "attempts",
-			      mr->attempts ? json_incref(mr->attempts) : json_array());
-	json_decref(mr->attempts);
-	mr->attempts = NULL;
+	model_attempts_done(mc, req, mr);
 	return attempts;
 }
 
@@ -1081,12 +1094,10 @@ static void dispatch(const json_t *call)
 
 /* Dispatch one unsettled server call: count the attempt durably first, so a
  * kill mid-run is counted, then run it with the same tool_call_id. */
-static void dispatch_call(const json_t *call)
+/* Count the dispatch durably before the tool runs, so a kill mid-run is
+ * counted. 1 when the call was settled instead (interrupted too often). */
+static int count_attempt(const char *id, const char *name, json_t *args, const struct tool_cfg *tc)
 {
-	const char *id = json_string_value(json_object_get(call, "tool_call_id"));
-	const char *name = json_string_value(json_object_get(call, "name"));
-	json_t *args = json_object_get(call, "args");
-	const struct tool_cfg *tc = conv_tool(name);
 	store_txn *t = wbegin(0);
 	struct store_tool_call row;
 	int e = store_tool_call_get(t, id, &row);
@@ -1106,7 +1117,7 @@ static void dispatch_call(const json_t *call)
 		wabort(t);
 		log_warn("%s: tool call %s interrupted %u times: settled errored", W.conv, id, row.attempts);
 		settle(id, STORE_TC_ERRORED, json_pack("{sssi}", "error", "interrupted", "attempts", (int)row.attempts));
-		return;
+		return 1;
 	}
 	must(t, store_tool_call_attempt(t, id, NULL), "attempt");
 	commit(t, "count attempt", 0);
@@ -1115,6 +1126,54 @@ static void dispatch_call(const json_t *call)
 	 * (docs/durability.md). Outside the writer lock and the write gate. */
 	if ((e = store_flush(W.st)))
 		die_store(e, "flush before the tool runs");
+	return 0;
+}
+
+/* The result of a server tool's process: its output, or why it failed. */
+static json_t *tool_result(const struct tool_cfg *tc, int rc, const struct proc_result *r, int *status)
+{
+	json_t *res = NULL;
+	*status = STORE_TC_ERRORED;
+	if (rc < 0) {
+		res = json_pack("{ssss}", "error", "cannot run the tool", "reason", strerror(-rc));
+		if (rc == -EPERM && (tc->iso.user || tc->iso.group))
+			json_object_set_new(res, "error", json_sprintf("cannot run the tool as %s%s (agentd is not root?)",
+								       tc->iso.user ? "user " : "group ",
+								       tc->iso.user ? tc->iso.user : tc->iso.group));
+		return res;
+	}
+	if (r->exited && r->status == 0 && !r->out_overflow) {
+		*status = STORE_TC_RESOLVED;
+		if (tool_output_parse(r->out, r->out_len, &res))
+			res = json_pack("{ss}", "error", "out of memory");
+		return res;
+	}
+	/* The tail of stderr: any bytes, cut anywhere (json_pack refused what
+	 * was not UTF-8, and the result was stored as null). */
+	res = json_pack("{so}", "stderr", json_text(r->err ? r->err : "", r->err_len));
+	if (r->timed_out)
+		json_object_set_new(res, "error", json_sprintf("timed out after %lld ms", (long long)tc->timeout_ms));
+	else if (r->out_overflow)
+		json_object_set_new(res, "error", json_sprintf("output over %zu bytes", tc->out_cap));
+	else if (r->exited)
+		json_object_set_new(res, "exit_status", json_integer(r->status));
+	else
+		json_object_set_new(res, "signal", json_integer(r->sig));
+	char why[200];
+	if (!r->timed_out && !r->out_overflow &&
+	    isolate_explain(&tc->iso, r->exited, r->status, r->signaled, r->sig, why, sizeof why))
+		json_object_set_new(res, "error", json_string(why));
+	return res;
+}
+
+static void dispatch_call(const json_t *call)
+{
+	const char *id = json_string_value(json_object_get(call, "tool_call_id"));
+	const char *name = json_string_value(json_object_get(call, "name"));
+	json_t *args = json_object_get(call, "args");
+	const struct tool_cfg *tc = conv_tool(name);
+	if (count_attempt(id, name, args, tc))
+		return;
 	if (!tc) {
 		settle(id, STORE_TC_ERRORED, json_pack("{ss}", "error", "unknown tool: not configured for this conversation"));
 		return;
@@ -1135,7 +1194,7 @@ static void dispatch_call(const json_t *call)
 	snprintf(env1, sizeof env1, "AGENTD_TOOL_CALL_ID=%s", id);
 	snprintf(env2, sizeof env2, "AGENTD_CONVERSATION=%s", W.conv);
 	const char *env[] = { env1, env2, NULL };
-	int stop = 0;
+	int stop = 0, status;
 	struct proc_opts o = {
 		.env_add = env, .iso = &tc->iso, .input = input, .input_len = input ? strlen(input) : 0,
 		.timeout_ms = tc->timeout_ms, .out_cap = tc->out_cap, .watch_fd = W.ipc,
@@ -1150,36 +1209,8 @@ static void dispatch_call(const json_t *call)
 		log_info("%s: stopped during tool call %s; it is re-dispatched on revival", W.conv, id);
 		exit(0);
 	}
-	if (rc < 0) {
-		json_t *res = json_pack("{ssss}", "error", "cannot run the tool", "reason", strerror(-rc));
-		if (rc == -EPERM && (tc->iso.user || tc->iso.group))
-			json_object_set_new(res, "error", json_sprintf("cannot run the tool as %s%s%s (agentd is not root?)",
-								       tc->iso.user ? "user " : "group ",
-								       tc->iso.user ? tc->iso.user : tc->iso.group, ""));
-		settle(id, STORE_TC_ERRORED, res);
-	} else if (r.exited && r.status == 0 && !r.out_overflow) {
-		json_t *res = NULL;
-		if (tool_output_parse(r.out, r.out_len, &res))
-			res = json_pack("{ss}", "error", "out of memory");
-		settle(id, STORE_TC_RESOLVED, res);
-	} else {
-		/* The tail of stderr: any bytes, cut anywhere (json_pack refused
-		 * what was not UTF-8, and the result was stored as null). */
-		json_t *res = json_pack("{so}", "stderr", json_text(r.err ? r.err : "", r.err_len));
-		if (r.timed_out)
-			json_object_set_new(res, "error", json_sprintf("timed out after %lld ms", (long long)tc->timeout_ms));
-		else if (r.out_overflow)
-			json_object_set_new(res, "error", json_sprintf("output over %zu bytes", tc->out_cap));
-		else if (r.exited)
-			json_object_set_new(res, "exit_status", json_integer(r.status));
-		else
-			json_object_set_new(res, "signal", json_integer(r.sig));
-		char why[200];
-		if (!r.timed_out && !r.out_overflow &&
-		    isolate_explain(&tc->iso, r.exited, r.status, r.signaled, r.sig, why, sizeof why))
-			json_object_set_new(res, "error", json_string(why));
-		settle(id, STORE_TC_ERRORED, res);
-	}
+	json_t *res = tool_result(tc, rc, &r, &status);
+	settle(id, status, res);
 	proc_result_free(&r);
 }
 
