@@ -108,6 +108,9 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 	return len;
 }
 
+/* Long because it is one libcurl transfer set up, run and read back in
+ * order: the options, the wait that also watches the worker's IPC socket,
+ * then the status, Retry-After and body; split, the order would be lost. */
 int http_post(const struct http_req *rq, struct http_resp *resp)
 {
 	memset(resp, 0, sizeof *resp);

@@ -126,6 +126,9 @@ static void flatten(json_t *out)
 	}
 }
 
+/* Long because it is the one place the ordering rules of both APIs are
+ * applied, in the order the turn's events are walked (results after their
+ * call, what arrived meanwhile after the results); split, the walk would be. */
 json_t *model_transcript(const json_t *req)
 {
 	const json_t *evs = json_object_get(req, "messages");

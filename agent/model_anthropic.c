@@ -130,6 +130,8 @@ static uint64_t tokens(const json_t *u, const char *k)
 	return v > 0 ? (uint64_t)v : 0;
 }
 
+/* One case per Messages-API event type: the switch is the stream's
+ * grammar, read in one place. */
 static int event(struct stream *s, const char *type, const char *data, size_t len)
 {
 	(void)type;

@@ -163,6 +163,8 @@ static size_t headers(const char *key, char out[][600])
 	return 1;
 }
 
+/* One case per kind of streamed chunk: the switch is the stream's grammar,
+ * read in one place. */
 static int event(struct stream *s, const char *type, const char *data, size_t len)
 {
 	(void)type;

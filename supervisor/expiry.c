@@ -170,6 +170,8 @@ static int expiry_due(void)
  * store must not keep them all from firing. One that fails alone, or for
  * another reason, is retried EXPIRY_RETRY_MS later (expiry_rearm),
  * not at once: a failing commit must not spin the loop. */
+/* Long because the batch, its retries (a full store halves it, a damaged
+ * row goes alone) and what each fired call wakes are one loop (above). */
 int expiry_fire(void)
 {
 	static struct due d[EXPIRY_BATCH];

@@ -776,6 +776,8 @@ static void group_commit_failed(int e, size_t n)
 	}
 }
 
+/* Long because one transaction and its retries (a damaged record left
+ * out, a full map grown) are one loop; what each write then owes is after it. */
 static void group_commit(struct job **w, struct wres *res, size_t n)
 {
 	int e = 0, grown = 0;
