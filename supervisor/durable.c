@@ -44,7 +44,12 @@ static void *flusher(void *arg)
 		if (D.quit)
 			break;
 		D.target = 0;
+		int failed = D.err;
 		pthread_mutex_unlock(&D.mu);
+		/* After a failed flush (a disk error), the next try waits a
+		 * little: the loop asks again at once, and must not spin. */
+		if (failed)
+			usleep(100 * 1000);
 		/* Read before the flush begins: every transaction up to it had
 		 * its meta page written, so the flush covers them (and what was
 		 * asked for, committed before it was asked). */
