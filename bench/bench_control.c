@@ -320,26 +320,35 @@ static void agentd_settle(const char *prefix, int n)
 
 /* ---- one event per transaction --------------------------------------- */
 
-/* n appends of the send's event, each in its own durable transaction, with
- * the store library in this process (opened and closed here: nothing of it
- * crosses the forks of this program). Returns events per second. */
-static double one_txn_rate(long n, int run)
+/* A fresh durable store in the scratch directory (name-run), and the
+ * content a send carries, packed into sb (destroy it after). */
+static store *scratch_store(const char *name, int run, msgpack_sbuffer *sb)
 {
 	char dir[PATH_MAX];
-	ctl_path(dir, sizeof dir, "%s/one-txn-%d", scratch, run);
+	ctl_path(dir, sizeof dir, "%s/%s-%d", scratch, name, run);
 	bench_mkdir(dir);
 	store *s;
 	struct store_opts so = { .sync = STORE_SYNC_FULL };
 	int e = store_open(&s, dir, &so);
 	if (e)
 		bench_die("store_open", e);
-	msgpack_sbuffer sb;
 	msgpack_packer pk;
-	msgpack_sbuffer_init(&sb);
-	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_sbuffer_init(sb);
+	msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
 	msgpack_pack_map(&pk, 1);
 	msgpack_pack_str_with_body(&pk, "text", 4);
 	msgpack_pack_str_with_body(&pk, "hello from client 0", 19);
+	return s;
+}
+
+/* n appends of the send's event, each in its own durable transaction, with
+ * the store library in this process (opened and closed here: nothing of it
+ * crosses the forks of this program). Returns events per second. */
+static double one_txn_rate(long n, int run)
+{
+	msgpack_sbuffer sb;
+	store *s = scratch_store("one-txn", run, &sb);
+	int e;
 	store_txn *t;
 	if ((e = store_txn_begin(s, STORE_WRITE, &t)) || (e = store_conv_create(t, "one", (store_bytes){ "\x80", 1 })) ||
 	    (e = store_txn_commit(t)))
@@ -368,21 +377,9 @@ enum { T_PING1, T_PING50, T_SEND1, T_SEND50, NTESTS };
  * (STORE_WRITE: LMDB's own two flushes). Sends per second. */
 static double lmdb_loop_rate(int clients, long n, int run)
 {
-	char dir[PATH_MAX];
-	ctl_path(dir, sizeof dir, "%s/lmdb-loop-%d", scratch, run);
-	bench_mkdir(dir);
-	store *s;
-	struct store_opts so = { .sync = STORE_SYNC_FULL };
-	int e = store_open(&s, dir, &so);
-	if (e)
-		bench_die("store_open", e);
 	msgpack_sbuffer sb;
-	msgpack_packer pk;
-	msgpack_sbuffer_init(&sb);
-	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 1);
-	msgpack_pack_str_with_body(&pk, "text", 4);
-	msgpack_pack_str_with_body(&pk, "hello from client 0", 19);
+	store *s = scratch_store("lmdb-loop", run, &sb);
+	int e;
 	store_txn *t;
 	char conv[32], eid[48];
 	if ((e = store_txn_begin(s, STORE_WRITE, &t)))
