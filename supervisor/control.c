@@ -21,8 +21,6 @@
 #define LARGE_PER_ITERATION (1u << 20)
 #define LARGE_GUESS LARGE_PER_ITERATION /* a client's first: assume the worst */
 
-#define container_of(p, type, m) ((type *)(void *)((char *)(p)-offsetof(type, m)))
-
 /* A reply slot: replies leave in request order even when some complete later. */
 struct slot {
 	TAILQ_ENTRY(slot) q;

@@ -16,10 +16,13 @@
 #ifndef AGENTD_LOOP_H
 #define AGENTD_LOOP_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Embed in the record a descriptor belongs to; fn gets it back with the
- * epoll events (EPOLLIN, EPOLLOUT, EPOLLHUP, ...). */
+ * epoll events (EPOLLIN, EPOLLOUT, EPOLLHUP, ...), and container_of finds
+ * the record from it. */
+#define container_of(p, type, m) ((type *)(void *)((char *)(p)-offsetof(type, m)))
 struct loop_watch {
 	void (*fn)(struct loop_watch *w, uint32_t events);
 };

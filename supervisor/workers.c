@@ -30,8 +30,6 @@
 #define EARLY_MAX 4       /* workers forked while one commit flushes */
 #define ACTIVE_BATCH 512  /* conversations listed per read transaction at start */
 
-#define container_of(p, type, m) ((type *)(void *)((char *)(p)-offsetof(type, m)))
-
 /* A compaction asked of a worker, answered when it reports. */
 struct compact_req {
 	struct compact_req *next;
@@ -138,8 +136,6 @@ static struct lifecycle_fx fx;
 /* Every change of a worker's state goes through the table (lifecycle.c). */
 static void worker_event(struct worker *w, int ev, const void *arg)
 {
-	fx.restart_limit = W.cfg->restart_limit;
-	fx.restart_window_ms = W.cfg->restart_window_ms;
 	lifecycle_event(&w->lc, w, &fx, ev, arg);
 	workers_changed();
 }
@@ -1027,6 +1023,8 @@ void workers_init(const struct workers_env *env)
 	W.env = env;
 	W.cfg = env->cfg;
 	W.st = env->st;
+	fx.restart_limit = env->cfg->restart_limit;
+	fx.restart_window_ms = env->cfg->restart_window_ms;
 	gate_init(env->st, &gate_hooks);
 }
 
