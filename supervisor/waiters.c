@@ -47,6 +47,7 @@ static struct {
 	waiters_reply_fn *reply;
 	struct wconv_tree convs;
 	TAILQ_HEAD(, waiter) polls; /* by insertion (deadlines checked by scan) */
+	int nheld;                  /* waiters held for the durable frontier: none, no walk */
 } WT = { .convs = RB_INITIALIZER(&WT.convs), .polls = TAILQ_HEAD_INITIALIZER(WT.polls) };
 
 void waiters_init(store *st, waiters_query_fn *query, waiters_reply_fn *reply)
@@ -92,8 +93,18 @@ static struct waiter *waiter_new(const char *conv)
 	return wt;
 }
 
+/* What wt would get is not durable yet: tried again when the frontier moves. */
+static void hold(struct waiter *wt)
+{
+	if (!wt->held)
+		WT.nheld++;
+	wt->held = 1;
+}
+
 static void waiter_free(struct waiter *wt)
 {
+	if (wt->held)
+		WT.nheld--;
 	struct wconv *wc = wt->wc;
 	LIST_REMOVE(wt, link);
 	if (LIST_EMPTY(&wc->list)) {
@@ -151,7 +162,7 @@ static int poll_answer(struct waiter *wt)
 	json_t *evs = WT.query(&wt->rq, &last, &next, &id, &err, msg, sizeof msg);
 	if (!durable_covers(id)) {
 		json_decref(evs);
-		wt->held = 1;
+		hold(wt);
 		durable_need(id);
 		return 0;
 	}
@@ -213,7 +224,7 @@ static void watch_pump(struct waiter *wt)
 		uint64_t id = store_txn_id(t);
 		if (!durable_covers(id)) {
 			store_txn_abort(t);
-			wt->held = 1;
+			hold(wt);
 			durable_need(id);
 			break;
 		}
@@ -265,12 +276,15 @@ void waiters_notify(const char *conv)
 void waiters_durable_advanced(void)
 {
 	struct wconv *wc, *wn;
+	if (!WT.nheld)
+		return; /* a flush per burst of commits: no walk of every waiter when none waits on it */
 	RB_FOREACH_SAFE(wc, wconv_tree, &WT.convs, wn) {
 		int any = 0;
 		struct waiter *wt;
 		LIST_FOREACH(wt, &wc->list, link)
 			if (wt->held) {
 				wt->held = 0;
+				WT.nheld--;
 				any = 1;
 			}
 		if (any)
@@ -345,7 +359,7 @@ void waiters_expire(int64_t now)
 		json_t *evs = WT.query(&wt->rq, &last, &after, &id, &err, msg, sizeof msg);
 		if (!err && !durable_covers(id)) {
 			json_decref(evs);
-			wt->held = 1;
+			hold(wt);
 			durable_need(id);
 			continue;
 		}
