@@ -26,6 +26,7 @@
 	X(lease_next, (store_txn *x, const char *id, uint64_t *gen), (x, id, gen)) \
 	X(lease_check, (store_txn *x, const char *id, uint64_t gen), (x, id, gen)) \
 	X(usage_add, (store_txn *x, const char *id, const struct store_usage *u), (x, id, u)) \
+	X(turns_add, (store_txn *x, const char *id, uint64_t n), (x, id, n)) \
 	X(event_append, (store_txn *x, const char *conv, const struct store_event_in *ev, uint64_t *seq, \
 			 int *dup), (x, conv, ev, seq, dup)) \
 	X(events_append, (store_txn *x, const char *conv, const struct store_event_in *ev, size_t n, \

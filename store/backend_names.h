@@ -30,6 +30,7 @@
 #define store_lease_next STORE_BACKEND_NAME(lease_next)
 #define store_lease_check STORE_BACKEND_NAME(lease_check)
 #define store_usage_add STORE_BACKEND_NAME(usage_add)
+#define store_turns_add STORE_BACKEND_NAME(turns_add)
 #define store_event_append STORE_BACKEND_NAME(event_append)
 #define store_events_append STORE_BACKEND_NAME(events_append)
 #define store_event_latest_seq STORE_BACKEND_NAME(event_latest_seq)

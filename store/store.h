@@ -248,7 +248,9 @@ enum store_status {
 	STORE_ACTIVE = 1,    /* a turn is in progress or owed */
 	STORE_SUSPENDED = 2, /* waiting on a human tool call */
 	STORE_ENDED = 3,     /* closed: no further sends */
+	STORE_PAUSED = 4,    /* a turn is owed but the budget is spent: waits for a larger one */
 };
+#define STORE_STATUS_MAX STORE_PAUSED
 const char *store_status_name(int status);  /* "idle", ...; NULL if out of range */
 int store_status_parse(const char *name, size_t len); /* the enum, or -1 */
 
@@ -267,6 +269,7 @@ struct store_conv {
 	int64_t updated_at;
 	uint64_t lease;         /* writer generation; 0 before any worker */
 	struct store_usage usage;
+	uint64_t turns;         /* model turns committed (store_turns_add) */
 };
 
 /* Conversation and tool call ids: 1-128 bytes of [A-Za-z0-9._:-]. Returns 1 if valid. */
@@ -332,6 +335,13 @@ int store_lease_check(store_txn *txn, const char *id, uint64_t gen);
  * DBL_MAX (a sum past it is never infinite). Errors: STORE_E_NOTFOUND,
  * STORE_E_INVAL (a negative or NaN cost). */
 int store_usage_add(store_txn *txn, const char *id, const struct store_usage *u);
+
+/* Add n to the conversation's count of committed model turns (turns in
+ * store_conv), saturating at INT64_MAX. The worker adds 1 in the
+ * transaction that commits the turn, beside its usage, so a turn killed
+ * before its commit counts nowhere and its re-run once: budgets read both.
+ * Errors: STORE_E_NOTFOUND, STORE_E_INVAL. */
+int store_turns_add(store_txn *txn, const char *id, uint64_t n);
 
 /* ---- events ---------------------------------------------------------- */
 

@@ -9,7 +9,8 @@
  *   meta            name                         -> uint
  *   conv_ids        conversation id              -> uint conv number
  *   convs           num                          -> [id, status, created, updated, lease,
- *                                                    in_tok, out_tok, cost, settings, fsm|nil]
+ *                                                    in_tok, out_tok, cost, turns, settings, fsm|nil]
+ *                                                   (a record of 10 has no turns: 0)
  *   events          num, seq                     -> [type, inserted_at, event_id|nil, content]
  *   event_ids       num, event_id                -> uint seq
  *   summaries       num, to_seq                  -> [from, to, version, inserted_at, content]
@@ -215,7 +216,7 @@ static int id_ok(const char *id)
 	return id && store_id_valid(id, strnlen(id, STORE_ID_MAX + 1));
 }
 
-static const char *const status_names[] = { "idle", "active", "suspended", "ended" };
+static const char *const status_names[] = { "idle", "active", "suspended", "ended", "paused" };
 static const char *const tc_status_names[] = { "pending", "resolved", "errored", "expired" };
 
 static int name_parse(const char *const *names, int n, const char *s, size_t len)
@@ -226,8 +227,8 @@ static int name_parse(const char *const *names, int n, const char *s, size_t len
 	return -1;
 }
 
-const char *store_status_name(int st) { return st >= 0 && st <= STORE_ENDED ? status_names[st] : NULL; }
-int store_status_parse(const char *s, size_t len) { return name_parse(status_names, 4, s, len); }
+const char *store_status_name(int st) { return st >= 0 && st <= STORE_STATUS_MAX ? status_names[st] : NULL; }
+int store_status_parse(const char *s, size_t len) { return name_parse(status_names, STORE_STATUS_MAX + 1, s, len); }
 const char *store_tc_status_name(int st) { return st >= 0 && st <= STORE_TC_EXPIRED ? tc_status_names[st] : NULL; }
 int store_tc_status_parse(const char *s, size_t len) { return name_parse(tc_status_names, 4, s, len); }
 
@@ -1103,10 +1104,11 @@ static int conv_decode(const MDB_val *v, struct store_conv *c)
 	uint64_t st;
 	mp_init(&m, v->mv_data, v->mv_size);
 	memset(c, 0, sizeof *c);
-	if (mp_array(&m, &n) || n != 10 || mp_bytes(&m, &c->id) || mp_uint(&m, &st) || st > STORE_ENDED ||
-	    mp_int(&m, &c->created_at) || mp_int(&m, &c->updated_at) || mp_uint(&m, &c->lease) ||
-	    mp_uint(&m, &c->usage.input_tokens) || mp_uint(&m, &c->usage.output_tokens) ||
-	    mp_double(&m, &c->usage.cost) || mp_skip(&m, &c->settings.ptr, &c->settings.len) ||
+	if (mp_array(&m, &n) || (n != 10 && n != 11) || mp_bytes(&m, &c->id) || mp_uint(&m, &st) ||
+	    st > STORE_STATUS_MAX || mp_int(&m, &c->created_at) || mp_int(&m, &c->updated_at) ||
+	    mp_uint(&m, &c->lease) || mp_uint(&m, &c->usage.input_tokens) || mp_uint(&m, &c->usage.output_tokens) ||
+	    mp_double(&m, &c->usage.cost) || (n == 11 && mp_uint(&m, &c->turns)) ||
+	    mp_skip(&m, &c->settings.ptr, &c->settings.len) ||
 	    mp_opt(&m, &c->fsm_state) || m.p != m.end)
 		return STORE_E_CORRUPT;
 	c->status = (int)st;
@@ -1129,7 +1131,7 @@ static int conv_load(store_txn *x, const char *id, uint64_t *num, struct store_c
 static int conv_store(store_txn *x, uint64_t num, const struct store_conv *c)
 {
 	msgpack_packer *pk = rec(x);
-	msgpack_pack_array(pk, 10);
+	msgpack_pack_array(pk, 11);
 	pack_strn(x, c->id.ptr, c->id.len);
 	msgpack_pack_uint8(pk, (uint8_t)c->status);
 	msgpack_pack_int64(pk, c->created_at);
@@ -1138,6 +1140,7 @@ static int conv_store(store_txn *x, uint64_t num, const struct store_conv *c)
 	msgpack_pack_uint64(pk, c->usage.input_tokens);
 	msgpack_pack_uint64(pk, c->usage.output_tokens);
 	msgpack_pack_double(pk, c->usage.cost);
+	msgpack_pack_uint64(pk, c->turns);
 	pack_raw(x, c->settings);
 	pack_raw(x, c->fsm_state);
 	unsigned char k[8];
@@ -1460,6 +1463,19 @@ int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
 	c.usage.cost += u->cost;
 	if (!isfinite(c.usage.cost))
 		c.usage.cost = DBL_MAX;
+	c.updated_at = x->now;
+	return conv_store(x, num, &c);
+}
+
+int store_turns_add(store_txn *x, const char *id, uint64_t n)
+{
+	CHECK_WRITE(x);
+	uint64_t num;
+	struct store_conv c;
+	int err = conv_load(x, id, &num, &c);
+	if (err)
+		return err;
+	c.turns = sat_add(c.turns, n);
 	c.updated_at = x->now;
 	return conv_store(x, num, &c);
 }

@@ -5,7 +5,7 @@
  * in schema_version; see docs/scale-out.md, "The PostgreSQL store"):
  *
  *   convs        id -> status, created_at, updated_at, lease, in_tok, out_tok,
- *                      cost, last_seq, settings, fsm
+ *                      cost, last_seq, settings, fsm, turns
  *   events       (conv, seq) -> type, inserted_at, event_id, content
  *                (unique (conv, event_id) where event_id is not null: the
  *                idempotency index)
@@ -59,7 +59,7 @@
 
 enum {
 	Q_CONV_GET, Q_CONV_LOCK, Q_CONV_INSERT, Q_CONV_UPDATE, Q_CONV_LIST, Q_CONV_IDS, Q_CONV_DELETE,
-	Q_LEASE_NEXT, Q_LEASE_GET, Q_LEASE_LOCK, Q_USAGE_SET, Q_LAST_SEQ,
+	Q_LEASE_NEXT, Q_LEASE_GET, Q_LEASE_LOCK, Q_USAGE_SET, Q_TURNS_SET, Q_LAST_SEQ,
 	Q_EVENT_DUP, Q_EVENT_INSERT, Q_EVENT_ID_SEQ, Q_EVENT_IDS,
 	Q_STREAM, Q_STREAM_TAIL,
 	Q_SUMMARY_PUT, Q_SUMMARY_LATEST,
@@ -69,7 +69,7 @@ enum {
 	NQ
 };
 
-#define CONV_COLS "id, status, created_at, updated_at, lease, in_tok, out_tok, cost, settings, fsm"
+#define CONV_COLS "id, status, created_at, updated_at, lease, in_tok, out_tok, cost, settings, fsm, turns"
 #define EV_COLS "seq, type, inserted_at, event_id, content"
 #define TC_COLS "id, conv, name, executor, status, inserted_at, resolved_at, deadline, attempts, args, prompt, result"
 #define MC_COLS "turn_ref, model, in_tok, out_tok, cost, latency, summary_version, inserted_at, rendered"
@@ -97,6 +97,7 @@ static const char *const sql[NQ] = {
 	[Q_LEASE_LOCK] = "SELECT lease, last_seq FROM convs WHERE id = $1::text FOR UPDATE",
 	[Q_USAGE_SET] = "UPDATE convs SET in_tok = $2::int8, out_tok = $3::int8, cost = $4::float8, "
 			"updated_at = $5::int8 WHERE id = $1::text",
+	[Q_TURNS_SET] = "UPDATE convs SET turns = $2::int8, updated_at = $3::int8 WHERE id = $1::text",
 	[Q_LAST_SEQ] = "SELECT last_seq FROM convs WHERE id = $1::text",
 	[Q_EVENT_DUP] = "SELECT seq FROM events WHERE conv = $1::text AND event_id = $2::bytea",
 	/* One round trip per event: the insert, or nothing for a repeated
@@ -171,7 +172,7 @@ static const char schema_v1[] =
 	" created_at bigint NOT NULL, updated_at bigint NOT NULL, lease bigint NOT NULL DEFAULT 0,"
 	" in_tok bigint NOT NULL DEFAULT 0, out_tok bigint NOT NULL DEFAULT 0,"
 	" cost float8 NOT NULL DEFAULT 0, last_seq bigint NOT NULL DEFAULT 0,"
-	" settings bytea NOT NULL, fsm bytea);"
+	" settings bytea NOT NULL, fsm bytea, turns bigint NOT NULL DEFAULT 0);"
 	"CREATE TABLE events (conv text COLLATE \"C\" NOT NULL, seq bigint NOT NULL,"
 	" type text COLLATE \"C\" NOT NULL, inserted_at bigint NOT NULL, event_id bytea,"
 	" content bytea NOT NULL, PRIMARY KEY (conv, seq));"
@@ -975,7 +976,8 @@ static int conv_row(const PGresult *r, int row, struct store_conv *c)
 	c->usage.cost = g_f64(r, row, 7);
 	c->settings = g_bytes(r, row, 8);
 	c->fsm_state = g_bytes(r, row, 9);
-	if (st < 0 || st > STORE_ENDED)
+	c->turns = (uint64_t)g_i64(r, row, 10);
+	if (st < 0 || st > STORE_STATUS_MAX)
 		return STORE_E_CORRUPT;
 	c->status = (int)st;
 	return 0;
@@ -1008,9 +1010,9 @@ static int conv_load(store_txn *x, const char *id, struct store_conv *c, uint64_
 	if (PQntuples(r) == 0)
 		return STORE_E_NOTFOUND;
 	if (x->write)
-		held_set(x, id, (uint64_t)g_i64(r, 0, 10));
+		held_set(x, id, (uint64_t)g_i64(r, 0, 11));
 	if (last)
-		*last = x->write ? (uint64_t)g_i64(r, 0, 10) : 0;
+		*last = x->write ? (uint64_t)g_i64(r, 0, 11) : 0;
 	struct store_conv tmp;
 	return conv_row(r, 0, c ? c : &tmp) ? fail(x, STORE_E_CORRUPT) : 0;
 }
@@ -1228,6 +1230,20 @@ int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
 	a_f64(&a, c.usage.cost);
 	a_i64(&a, x->now);
 	return run(x, Q_USAGE_SET, &a, &err) ? 0 : err;
+}
+
+int store_turns_add(store_txn *x, const char *id, uint64_t n)
+{
+	CHECK_WRITE(x);
+	struct store_conv c;
+	int err = conv_load(x, id, &c, NULL);
+	if (err)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, id);
+	a_i64(&a, (int64_t)sat_add(c.turns, n));
+	a_i64(&a, x->now);
+	return run(x, Q_TURNS_SET, &a, &err) ? 0 : err;
 }
 
 /* ---- events ---------------------------------------------------------- */

@@ -1455,7 +1455,7 @@ START_TEST(conv_put_rejects_invalid_patch)
 	ck_assert_int_eq(store_conv_create(t, "c1", mmap1("a", "1")), 0);
 	commit(t);
 	t = wbegin();
-	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = 4 };
+	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_STATUS_MAX + 1 };
 	ck_assert_int_eq(store_conv_put(t, "c1", &p), STORE_E_INVAL);
 	p.status = -1;
 	ck_assert_int_eq(store_conv_put(t, "c1", &p), STORE_E_INVAL);
@@ -1566,8 +1566,36 @@ START_TEST(conv_list_status_filter)
 	ck_assert_uint_eq(C.n, 0);
 	ck_assert_int_eq(list_convs(-1, NULL, 0, NULL), 0);
 	ck_assert_uint_eq(C.n, 4);
-	ck_assert_int_eq(list_convs(4, NULL, 0, NULL), STORE_E_INVAL);
+	ck_assert_int_eq(list_convs(STORE_STATUS_MAX + 1, NULL, 0, NULL), STORE_E_INVAL);
 	ck_assert_int_eq(list_convs(-2, NULL, 0, NULL), STORE_E_INVAL);
+}
+END_TEST
+
+/* paused: a status like the others, kept, listed and filtered by. */
+START_TEST(conv_paused_status)
+{
+	mkconv("a");
+	mkconv("b");
+	set_status("b", STORE_PAUSED);
+	ck_assert_int_eq(list_convs(STORE_PAUSED, NULL, 0, NULL), 0);
+	EXPECT_IDS("b");
+	ck_assert_int_eq(C.status[0], STORE_PAUSED);
+	store_txn *t = rbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "b", &c), 0);
+	ck_assert_int_eq(c.status, STORE_PAUSED);
+	store_txn_abort(t);
+	OPTS.sync = STORE_SYNC_FULL;
+	reopen_store();
+	ck_assert_int_eq(list_convs(STORE_PAUSED, NULL, 0, NULL), 0);
+	EXPECT_IDS("b");
+	set_status("b", STORE_ACTIVE);
+	ck_assert_int_eq(list_convs(STORE_PAUSED, NULL, 0, NULL), 0);
+	ck_assert_uint_eq(C.n, 0);
+	t = wbegin();
+	struct store_conv_patch bad = { .set = STORE_SET_STATUS, .status = STORE_STATUS_MAX + 1 };
+	ck_assert_int_eq(store_conv_put(t, "a", &bad), STORE_E_INVAL);
+	commit(t);
 }
 END_TEST
 
@@ -2087,6 +2115,45 @@ START_TEST(usage_add_accumulates)
 	ck_assert_int_eq(store_conv_get(t, "c2", &c), 0);
 	ck_assert_uint_eq(c.usage.input_tokens, 0);
 	ck_assert(c.usage.cost == 0);
+	store_txn_abort(t);
+}
+END_TEST
+
+/* Turns count apart from usage, per conversation, from 0; they survive a
+ * reopen and every other change to the record, and saturate. */
+START_TEST(turns_add_counts)
+{
+	mkconv("c1");
+	mkconv("c2");
+	store_txn *t = wbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert_uint_eq(c.turns, 0);
+	ck_assert_int_eq(store_turns_add(t, "c1", 1), 0);
+	ck_assert_int_eq(store_turns_add(t, "c1", 2), 0);
+	struct store_usage u = { 10, 5, 0.5 };
+	ck_assert_int_eq(store_usage_add(t, "c1", &u), 0);
+	ck_assert_int_eq(store_turns_add(t, "nope", 1), STORE_E_NOTFOUND);
+	commit(t);
+	set_status("c1", STORE_PAUSED);
+	OPTS.sync = STORE_SYNC_FULL;
+	reopen_store();
+	t = rbegin();
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert_uint_eq(c.turns, 3);
+	ck_assert_uint_eq(c.usage.input_tokens, 10);
+	ck_assert_int_eq(c.status, STORE_PAUSED);
+	ck_assert_int_eq(store_conv_get(t, "c2", &c), 0);
+	ck_assert_uint_eq(c.turns, 0);
+	store_txn_abort(t);
+	t = wbegin();
+	ck_assert_int_eq(store_turns_add(t, "c2", (uint64_t)INT64_MAX - 1), 0);
+	ck_assert_int_eq(store_turns_add(t, "c2", 5), 0);
+	ck_assert_int_eq(store_conv_get(t, "c2", &c), 0);
+	ck_assert_uint_eq(c.turns, (uint64_t)INT64_MAX);
+	commit(t);
+	t = rbegin();
+	ck_assert_int_eq(store_turns_add(t, "c1", 1), STORE_E_INVAL); /* a read transaction */
 	store_txn_abort(t);
 }
 END_TEST
@@ -3497,8 +3564,11 @@ END_TEST
 
 START_TEST(status_names_round_trip)
 {
-	const char *conv[] = { "idle", "active", "suspended", "ended" };
+	const char *conv[] = { "idle", "active", "suspended", "ended", "paused" };
 	const char *tc[] = { "pending", "resolved", "errored", "expired" };
+	ck_assert_str_eq(store_status_name(STORE_PAUSED), "paused");
+	ck_assert_int_eq(store_status_parse("paused", 6), STORE_PAUSED);
+	ck_assert_ptr_null(store_status_name(STORE_STATUS_MAX + 1));
 	for (int i = 0; i < 4; i++) {
 		ck_assert_str_eq(store_status_name(i), conv[i]);
 		ck_assert_int_eq(store_status_parse(conv[i], strlen(conv[i])), i);
@@ -3509,7 +3579,6 @@ START_TEST(status_names_round_trip)
 	ck_assert_int_eq(STORE_ENDED, 3);
 	ck_assert_int_eq(STORE_TC_PENDING, 0);
 	ck_assert_int_eq(STORE_TC_EXPIRED, 3);
-	ck_assert_ptr_null(store_status_name(4));
 	ck_assert_ptr_null(store_status_name(-1));
 	ck_assert_ptr_null(store_tc_status_name(4));
 	ck_assert_ptr_null(store_tc_status_name(-1));
@@ -4078,6 +4147,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, conv_put_fsm_touches_only_fsm);
 	tcase_add_test(tc, conv_list_in_id_order);
 	tcase_add_test(tc, conv_list_status_filter);
+	tcase_add_test(tc, conv_paused_status);
 	tcase_add_test(tc, conv_list_after_cursor);
 	tcase_add_test(tc, conv_list_limit_and_more);
 	tcase_add_test(tc, conv_ids_in_id_order);
@@ -4096,6 +4166,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, lease_fenced_writer_txn_stays_usable);
 	tcase_add_test(tc, usage_add_accumulates);
 	tcase_add_test(tc, usage_add_saturates);
+	tcase_add_test(tc, turns_add_counts);
 
 	tc = tc_new(s, "tool_calls", setup);
 	tcase_add_test(tc, tool_call_upsert_new_is_pending);
