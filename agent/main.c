@@ -846,6 +846,18 @@ static void audit(store_txn *t, uint64_t turn_ref, const json_t *req, const char
 	must(t, e, "audit");
 }
 
+/* A human call's deadline (tc's expires from now) and, with warn_before,
+ * its expiry warning: durable like the deadline, in the caller's
+ * transaction. */
+static int schedule_deadline(store_txn *t, const char *id, const struct tool_cfg *tc)
+{
+	int64_t deadline = store_txn_now(t) + tc->expires_ms;
+	int e = store_expiry_schedule(t, id, deadline);
+	if (!e && tc->warn_before_ms > 0)
+		e = store_warning_schedule(t, id, deadline - tc->warn_before_ms);
+	return e;
+}
+
 /* The turn's assistant_msg, its tool calls (rows, suspensions, expiries),
  * usage, audit row, status and fsm_state: one transaction. */
 static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *req, const char *model,
@@ -887,7 +899,7 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 			humans++;
 			append(t, "suspension", json_pack("{ssso}", "tool_call_id", id, "prompt", prompt));
 			if (tc->expires_ms > 0)
-				must(t, store_expiry_schedule(t, id, store_txn_now(t) + tc->expires_ms), "expiry");
+				must(t, schedule_deadline(t, id, tc), "expiry");
 			json_object_set_new(pending, id, json_pack("{s:s, s:s, s:s}", "executor", "human", "name", mc->name,
 								   "prompt", tc->prompt));
 		} else {
@@ -1296,9 +1308,9 @@ static int await_people(const json_t *unsettled)
 			jsonmp_buf_destroy(&pb);
 			json_decref(p);
 			if (!e && tc && tc->expires_ms > 0)
-				e = store_expiry_schedule(t, id, store_txn_now(t) + tc->expires_ms);
+				e = schedule_deadline(t, id, tc);
 		} else if (!e && row.status == STORE_TC_PENDING && row.deadline == 0 && tc && tc->expires_ms > 0) {
-			e = store_expiry_schedule(t, id, store_txn_now(t) + tc->expires_ms);
+			e = schedule_deadline(t, id, tc);
 		}
 		must(t, e, "pending row");
 		json_object_set_new(pending, id, json_pack("{s:s, s:s, s:s}", "executor", "human", "name", name, "prompt", prompt));

@@ -86,6 +86,14 @@ int conv_after_resolution(store_txn *t, const char *conv, int *ended);
 int conv_error_append(store_txn *t, const char *conv, const char *msg, size_t len, int attempts,
 		      uint64_t ctx_seq, uint64_t *seq);
 
+/* Give the warning due for the pending call id (store_warning_schedule):
+ * an `expiry_warning` event {tool_call_id, name, deadline, expires_in_ms}
+ * in its conversation, and the warning's row dropped, in t: given once.
+ * conv (STORE_ID_MAX + 1 bytes) gets the conversation, *seq the event's.
+ * A call no longer pending (or gone) gets no event: its row is dropped and
+ * STORE_E_STALE returned (t stays usable). */
+int conv_expiry_warn(store_txn *t, const char *id, char *conv, uint64_t *seq);
+
 /* ---- budgets ---------------------------------------------------------- *
  * settings.budget ({max_tokens, max_cost, max_turns}, each a limit or null
  * for none) over the configuration's defaults: a limit the settings leave

@@ -508,6 +508,25 @@ int store_expiries_due(store_txn *txn, int64_t now_ms,
 /* The earliest deadline. Errors: STORE_E_NOTFOUND (none scheduled). */
 int store_expiry_earliest(store_txn *txn, int64_t *deadline_ms);
 
+/* ---- expiry warnings ------------------------------------------------- */
+
+/* A pending call's warning time (a human tool's warn_before ahead of its
+ * deadline): at most one per call, a second schedule replaces the first.
+ * Settling the call (store_tool_call_resolve) and deleting its conversation
+ * remove it; whoever commits the warning's event drops it in the same
+ * transaction, so a warning is given once, across kills and restarts.
+ * store_warnings_due delivers struct store_expiry rows whose deadline is the
+ * warning time. Errors: store_warning_schedule: STORE_E_NOTFOUND (no such
+ * call), STORE_E_STALE (not pending), STORE_E_INVAL (bad id, at_ms <= 0);
+ * store_warning_earliest: STORE_E_NOTFOUND (none); store_warning_drop: 0
+ * also when there was none, STORE_E_INVAL. */
+int store_warning_schedule(store_txn *txn, const char *tool_call_id, int64_t at_ms);
+int store_warning_drop(store_txn *txn, const char *tool_call_id);
+/* Warning times <= now_ms, earliest first (ties in tool call id order). */
+int store_warnings_due(store_txn *txn, int64_t now_ms, int (*fn)(void *arg, const struct store_expiry *e),
+		       void *arg);
+int store_warning_earliest(store_txn *txn, int64_t *at_ms);
+
 /* ---- audit (model calls) --------------------------------------------- */
 
 struct store_model_call_in {

@@ -19,6 +19,8 @@
  *                                                    args, prompt|nil, result|nil]
  *   conv_tool_calls num, tool call id            -> uint status
  *   expiries        deadline, tool call id       -> conv id
+ *   warnings        at, tool call id             -> conv id
+ *   warning_at      tool call id                 -> uint at (to find its warnings row)
  *   model_calls     num, turn_ref                -> [model, in, out, cost, latency,
  *                                                    summary_version, inserted_at, rendered]
  */
@@ -73,7 +75,7 @@ struct store {
 	const struct store_vt *vt; /* store_lmdb_vt: first, for store/store.c */
 	MDB_env *env;
 	MDB_dbi meta, conv_ids, convs, events, event_ids, summaries, tool_calls,
-		conv_tool_calls, expiries, model_calls;
+		conv_tool_calls, expiries, model_calls, warnings, warning_at;
 	struct store_opts opts;
 	size_t map_size;
 	int grow_pending; /* a txn hit MDB_MAP_FULL: grow before the next begins */
@@ -478,7 +480,7 @@ static int open_dbis_in(store *s, int write)
 		{ "events", &s->events }, { "event_ids", &s->event_ids },
 		{ "summaries", &s->summaries }, { "tool_calls", &s->tool_calls },
 		{ "conv_tool_calls", &s->conv_tool_calls }, { "expiries", &s->expiries },
-		{ "model_calls", &s->model_calls },
+		{ "model_calls", &s->model_calls }, { "warnings", &s->warnings }, { "warning_at", &s->warning_at },
 	};
 	for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
 		if ((rc = mdb_dbi_open(t, dbs[i].name, write ? MDB_CREATE : 0, dbs[i].dbi)) != 0) {
@@ -545,7 +547,7 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 	int rc = mdb_env_create(&s->env);
 	if (rc)
 		goto fail;
-	if ((rc = mdb_env_set_maxdbs(s->env, 16)) || (rc = mdb_env_set_maxreaders(s->env, s->opts.max_readers)) ||
+	if ((rc = mdb_env_set_maxdbs(s->env, 32)) || (rc = mdb_env_set_maxreaders(s->env, s->opts.max_readers)) ||
 	    (rc = mdb_env_set_mapsize(s->env, s->map_size)))
 		goto fail;
 	if ((rc = mdb_env_open(s->env, dir, flags, 0600)) != 0)
@@ -1349,6 +1351,27 @@ int store_conv_ids(store_txn *x, store_conv_id_fn fn, void *arg)
 }
 
 /* Deleting a tool call also removes its expiry and its row. */
+/* Remove the call's warning (both its rows); 0 also when it has none. */
+static int warning_del(store_txn *x, const char *id, size_t len)
+{
+	MDB_val v;
+	uint64_t at;
+	unsigned char wk[8 + STORE_ID_MAX];
+	if (len > STORE_ID_MAX)
+		return STORE_E_INVAL;
+	int err = get(x, x->s->warning_at, id, len, &v);
+	if (err == STORE_E_NOTFOUND)
+		return 0;
+	if (err)
+		return err;
+	if (val_uint(&v, &at))
+		return fail(x, STORE_E_CORRUPT);
+	size_t wl = key_str(wk, at, id, len);
+	if ((err = del(x, x->s->warnings, wk, wl)) != 0)
+		return err;
+	return del(x, x->s->warning_at, id, len);
+}
+
 static int del_conv_tool_call(store_txn *x, const MDB_val *k, const MDB_val *v)
 {
 	(void)v;
@@ -1377,6 +1400,8 @@ static int del_conv_tool_call(store_txn *x, const MDB_val *k, const MDB_val *v)
 		if ((err = del(x, x->s->expiries, ek, el)) != 0)
 			return err;
 	}
+	if ((err = warning_del(x, id, len)) != 0)
+		return err;
 	return del(x, x->s->tool_calls, id, len);
 }
 
@@ -2221,9 +2246,9 @@ int store_tool_call_resolve(store_txn *x, const char *id, int status, store_byte
 	r.tc.result = result;
 	r.tc.resolved_at = x->now;
 	r.tc.deadline = 0;
-	if ((err = tc_store(x, &r)) != 0)
+	if ((err = tc_store(x, &r)) != 0 || (err = expiry_del(x, &old)) != 0)
 		return err;
-	return expiry_del(x, &old);
+	return warning_del(x, id, strlen(id));
 }
 
 /* ---- expiries -------------------------------------------------------- */
@@ -2283,13 +2308,12 @@ int store_expiry_drop(store_txn *x, int64_t deadline, const char *id)
 	return del(x, x->s->expiries, ek, el);
 }
 
-int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
+/* Rows (time, tool call id) -> conv id of dbi with time <= now, in order. */
+static int due_scan(store_txn *x, MDB_dbi dbi, int64_t now, int (*fn)(void *, const struct store_expiry *),
+		    void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	MDB_cursor *c;
-	int rc = mdb_cursor_open(x->t, x->s->expiries, &c);
+	int rc = mdb_cursor_open(x->t, dbi, &c);
 	if (rc)
 		return fail(x, map_err(rc));
 	MDB_val k, v;
@@ -2319,13 +2343,19 @@ int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct
 	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
 }
 
-int store_expiry_earliest(store_txn *x, int64_t *deadline)
+int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
 {
 	CHECK_TXN(x);
-	if (!deadline)
+	if (!fn)
 		return STORE_E_INVAL;
+	return due_scan(x, x->s->expiries, now, fn, arg);
+}
+
+/* The first key's time of dbi (keyed time, tool call id). */
+static int earliest_scan(store_txn *x, MDB_dbi dbi, int64_t *deadline)
+{
 	MDB_cursor *c;
-	int rc = mdb_cursor_open(x->t, x->s->expiries, &c);
+	int rc = mdb_cursor_open(x->t, dbi, &c);
 	if (rc)
 		return fail(x, map_err(rc));
 	MDB_val k, v;
@@ -2339,6 +2369,67 @@ int store_expiry_earliest(store_txn *x, int64_t *deadline)
 		return fail(x, STORE_E_CORRUPT);
 	*deadline = (int64_t)get_be64(k.mv_data);
 	return 0;
+}
+
+int store_expiry_earliest(store_txn *x, int64_t *deadline)
+{
+	CHECK_TXN(x);
+	if (!deadline)
+		return STORE_E_INVAL;
+	return earliest_scan(x, x->s->expiries, deadline);
+}
+
+/* ---- expiry warnings ------------------------------------------------- */
+
+int store_warning_schedule(store_txn *x, const char *id, int64_t at)
+{
+	CHECK_WRITE(x);
+	struct tc_rec r;
+	if (!id_ok(id) || at <= 0)
+		return STORE_E_INVAL;
+	int err = tc_load(x, id, &r);
+	if (err)
+		return err;
+	if (r.tc.status != STORE_TC_PENDING)
+		return STORE_E_STALE;
+	char conv[STORE_ID_MAX];
+	size_t clen = r.tc.conversation.len;
+	if (clen > STORE_ID_MAX)
+		return fail(x, STORE_E_CORRUPT);
+	memcpy(conv, r.tc.conversation.ptr, clen); /* the page may be reused by the writes below */
+	if ((err = warning_del(x, id, strlen(id))) != 0)
+		return err;
+	unsigned char wk[8 + STORE_ID_MAX];
+	size_t wl = key_str(wk, (uint64_t)at, id, strlen(id));
+	rec(x);
+	pack_strn(x, conv, clen);
+	if ((err = put(x, x->s->warnings, wk, wl, 0)) != 0)
+		return err;
+	return put_uint(x, x->s->warning_at, id, strlen(id), (uint64_t)at);
+}
+
+int store_warning_drop(store_txn *x, const char *id)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id))
+		return STORE_E_INVAL;
+	return warning_del(x, id, strlen(id));
+}
+
+int store_warnings_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	return due_scan(x, x->s->warnings, now, fn, arg);
+}
+
+int store_warning_earliest(store_txn *x, int64_t *at)
+{
+	CHECK_TXN(x);
+	if (!at)
+		return STORE_E_INVAL;
+	return earliest_scan(x, x->s->warnings, at);
 }
 
 /* ---- audit ----------------------------------------------------------- */

@@ -2591,6 +2591,110 @@ END_TEST
 
 /* ---- expiries ------------------------------------------------------------- */
 
+/* ---- expiry warnings ---- */
+
+static int wdue(int64_t now)
+{
+	memset(&L, 0, sizeof L);
+	store_txn *t = rbegin();
+	int rc = store_warnings_due(t, now, collect_exp, &L);
+	store_txn_abort(t);
+	return rc;
+}
+
+static int wearliest(int64_t *d)
+{
+	store_txn *t = rbegin();
+	int rc = store_warning_earliest(t, d);
+	store_txn_abort(t);
+	return rc;
+}
+
+static void warn_at(const char *id, int64_t at)
+{
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_warning_schedule(t, id, at), 0);
+	commit(t);
+}
+
+/* A warning is due at its time, in time then id order, apart from the
+ * call's expiry; a second schedule replaces the first; listing removes
+ * nothing; a drop does, and survives a reopen. */
+START_TEST(warning_schedule_due_replace_drop)
+{
+	mkconv("c1");
+	mkconv("c2");
+	mktc("c1", "tb");
+	mktc("c1", "ta");
+	mktc("c2", "tc");
+	int64_t d = 0;
+	ck_assert_int_eq(wearliest(&d), STORE_E_NOTFOUND);
+	schedule("ta", T0 + 1000);
+	ck_assert_int_eq(wearliest(&d), STORE_E_NOTFOUND); /* an expiry is no warning */
+	warn_at("ta", T0 + 900);
+	warn_at("tb", T0 + 50);
+	warn_at("tc", T0 + 900);
+	warn_at("tb", T0 + 900); /* replaces T0 + 50 */
+	ck_assert_int_eq(wearliest(&d), 0);
+	ck_assert_int_eq(d, T0 + 900);
+	ck_assert_int_eq(wdue(T0 + 899), 0);
+	ck_assert_uint_eq(L.n, 0);
+	ck_assert_int_eq(wdue(T0 + 900), 0);
+	EXPECT_LIST("ta", "tb", "tc");
+	ck_assert_str_eq(L.conv[0], "c1");
+	ck_assert_str_eq(L.conv[2], "c2");
+	ck_assert_int_eq(L.deadline[1], T0 + 900);
+	ck_assert_int_eq(due(T0 + 900), 0); /* the expiry is not due yet */
+	ck_assert_uint_eq(L.n, 0);
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_warning_drop(t, "tb"), 0);
+	ck_assert_int_eq(store_warning_drop(t, "tb"), 0); /* none left: still 0 */
+	ck_assert_int_eq(store_warning_drop(t, "bad id!"), STORE_E_INVAL);
+	commit(t);
+	OPTS.sync = STORE_SYNC_FULL;
+	reopen_store();
+	ck_assert_int_eq(wdue(T0 + 5000), 0);
+	EXPECT_LIST("ta", "tc");
+	ck_assert_int_eq(due(T0 + 5000), 0);
+	EXPECT_LIST("ta");
+}
+END_TEST
+
+/* Settling a call and deleting its conversation remove its warning; only a
+ * pending call gets one. */
+START_TEST(warning_goes_with_its_call)
+{
+	mkconv("c1");
+	mkconv("c2");
+	mktc("c1", "ta");
+	mktc("c1", "tb");
+	mktc("c2", "tc");
+	warn_at("ta", T0 + 10);
+	warn_at("tb", T0 + 20);
+	warn_at("tc", T0 + 30);
+	ck_assert_int_eq(resolve("ta", STORE_TC_RESOLVED, raw(NULL, 0)), 0);
+	ck_assert_int_eq(wdue(T0 + 100), 0);
+	EXPECT_LIST("tb", "tc");
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_warning_schedule(t, "ta", T0 + 40), STORE_E_STALE);
+	ck_assert_int_eq(store_warning_schedule(t, "nope", T0 + 40), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_warning_schedule(t, "tb", 0), STORE_E_INVAL);
+	ck_assert_int_eq(store_warning_schedule(t, "bad id!", T0), STORE_E_INVAL);
+	ck_assert_int_eq(store_conv_delete(t, "c2"), 0);
+	commit(t);
+	ck_assert_int_eq(wdue(T0 + 100), 0);
+	EXPECT_LIST("tb");
+	int64_t d;
+	ck_assert_int_eq(wearliest(&d), 0);
+	ck_assert_int_eq(d, T0 + 20);
+	t = rbegin();
+	ck_assert_int_eq(store_warning_schedule(t, "tb", T0), STORE_E_INVAL); /* a read transaction */
+	ck_assert_int_eq(store_warnings_due(t, T0, NULL, NULL), STORE_E_INVAL);
+	ck_assert_int_eq(store_warning_earliest(t, NULL), STORE_E_INVAL);
+	store_txn_abort(t);
+}
+END_TEST
+
 START_TEST(expiry_schedule_and_due)
 {
 	mkconv("c1");
@@ -4191,6 +4295,8 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, expiry_drop);
 	tcase_add_test(tc, expiries_due_order);
 	tcase_add_test(tc, expiry_schedule_needs_pending_call);
+	tcase_add_test(tc, warning_schedule_due_replace_drop);
+	tcase_add_test(tc, warning_goes_with_its_call);
 	tc = tc_new(s, "delete", setup);
 	tcase_add_test(tc, delete_removes_conversation_and_events);
 	tcase_add_test(tc, delete_removes_summaries);
