@@ -92,6 +92,10 @@ def test_tokens_pause_send_and_resume():
         # an update that leaves the budget spent: still paused, no second event
         r = a.ok({"op": "update", "conversation": c, "settings": {"system": "s", "budget": {"max_tokens": 60}}})
         assert r["status"] == "paused", r
+        # a compaction is a model call too: refused while the budget is spent
+        r = a.request({"op": "compact", "conversation": c}, timeout=30)
+        assert not r["ok"] and "the budget's max_tokens is reached" in r["message"], r
+        assert len(calls(a)) == 2 and a.ok({"op": "summary", "conversation": c})["summary"] is None
         # paused survives a restart of agentd, and gets no worker from it
         a.restart()
         g = conv(a, c)
@@ -250,6 +254,10 @@ def test_kill_mid_turn_counts_usage_once():
         g = conv(a, c)
         assert g["status"] == "paused" and g["usage"]["turns"] == 2 and g["worker"] is None, g
         assert len(calls(a)) == 3
+        # a paused conversation is a consistent state for agentd check
+        a.stop()
+        p = harness.run_agentd("check", f"--data={a.data_dir}", capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
     finally:
         a.close()
 
