@@ -206,6 +206,9 @@ int64_t store_now(store *s);
  * with the next flush of the data file by any process (another commit's
  * page flush, store_flush, store_sync); an OS crash before that may undo
  * this commit (a process kill never does), and never damages the store.
+ * Its own page flush begins after the meta pages of every transaction before
+ * it were written: when the commit that made id N returns 0 (N a new id,
+ * STORE_SYNC_FULL), every id below N is durable.
  * agentd commits every write this way and acknowledges nothing a flush has
  * not covered (its durable frontier: docs/durability.md). */
 enum { STORE_READ = 0, STORE_WRITE = 1, STORE_WRITE_LAZY = 2 };

@@ -811,6 +811,8 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 				 * id: its replies show the one before. */
 				uint64_t last = store_last_id(O.env->st);
 				committed = last < id ? last : id;
+				if (committed == id)
+					durable_committed(id); /* its page flush covered those before */
 				durable_need(committed);
 				metrics_add(M_GROUP_COMMITS, 1);
 				metrics_add(M_GROUP_WRITES, n);
