@@ -22,6 +22,8 @@
 	X(conv_list, (store_txn *x, int status, const char *after, size_t limit, store_conv_fn fn, void *arg, \
 		      int *more), (x, status, after, limit, fn, arg, more)) \
 	X(conv_ids, (store_txn *x, store_conv_id_fn fn, void *arg), (x, fn, arg)) \
+	X(conv_find, (store_txn *x, const struct store_conv_filter *f, const char *after, size_t limit, \
+		      store_conv_fn fn, void *arg, int *more), (x, f, after, limit, fn, arg, more)) \
 	X(conv_delete, (store_txn *x, const char *id), (x, id)) \
 	X(lease_next, (store_txn *x, const char *id, uint64_t *gen), (x, id, gen)) \
 	X(lease_check, (store_txn *x, const char *id, uint64_t gen), (x, id, gen)) \
@@ -111,6 +113,13 @@ int pg_store_sync(store *s);
 
 extern const struct store_vt store_lmdb_vt;
 extern const struct store_vt store_pg_vt;
+
+/* Metadata pairs in stored order (store.c): 0, fn's non-zero return, or -1
+ * when m is not valid metadata (store_meta_valid). */
+int store_meta_each(store_bytes m, int (*fn)(void *arg, const char *k, size_t kl, const char *v, size_t vl),
+		    void *arg);
+/* f's status and metadata pairs within bounds (NULL is valid). */
+int store_filter_valid(const struct store_conv_filter *f);
 
 /* Is target one for the PostgreSQL backend: a postgresql:// or postgres://
  * URI, or a libpq key=value conninfo starting with host= or dbname=? */
