@@ -87,6 +87,7 @@ struct store_vt {
 	uint64_t (*txn_id)(store_txn *x);
 	uint64_t (*last_id)(store *s);
 	int (*flush)(store *s);
+	int (*backup)(store *s, const char *dir);
 	STORE_TXN_FUNCS(STORE_VT_FIELD)
 };
 
@@ -104,7 +105,7 @@ struct store_hdr {
 	.map_size = prefix##_store_map_size, .reserve = prefix##_store_reserve, .now = prefix##_store_now, \
 	.txn_begin = prefix##_store_txn_begin, .txn_abort = prefix##_store_txn_abort, \
 	.txn_now = prefix##_store_txn_now, .txn_id = prefix##_store_txn_id, .last_id = prefix##_store_last_id, \
-	.flush = prefix##_store_flush
+	.flush = prefix##_store_flush, .backup = prefix##_store_backup
 
 int lmdb_store_stat(store *s, struct store_stat *st);
 int lmdb_store_sync(store *s);

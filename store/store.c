@@ -60,6 +60,11 @@ uint64_t store_last_id(store *s)
 	return s ? VT(s)->last_id(s) : 0;
 }
 
+int store_backup(store *s, const char *dir)
+{
+	return s && dir ? VT(s)->backup(s, dir) : STORE_E_INVAL;
+}
+
 int store_reader_check(store *s, int *cleared)
 {
 	return s ? VT(s)->reader_check(s, cleared) : STORE_E_INVAL;

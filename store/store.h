@@ -167,6 +167,16 @@ int store_sync(store *s);
  * the data file's descriptor. */
 int store_flush(store *s);
 
+/* Hot backup: write a compacted, consistent copy of the store, as one read
+ * transaction sees it, into dir (an existing empty directory; the copy is
+ * its data file, made durable before this returns). Writers go on
+ * meanwhile: the copy holds every transaction committed before the call
+ * began. The copy is itself a store (store_open it, or start agentd on it).
+ * Like store_flush it may run in another thread while the others use s.
+ * Errors: -EOPNOTSUPP on PostgreSQL (back it up with pg_dump), -EEXIST (dir
+ * is not empty), -errno. */
+int store_backup(store *s, const char *dir);
+
 /* Clear reader slots left by dead processes; *cleared (may be NULL) gets how many. */
 int store_reader_check(store *s, int *cleared);
 

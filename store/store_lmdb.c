@@ -29,7 +29,9 @@
 #include "store/backend.h"
 #include "common/mp.h"
 
+#include <dirent.h>
 #include <endian.h>
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -614,6 +616,49 @@ int store_flush(store *s)
 		if (errno != EINTR)
 			return -errno;
 	return 0;
+}
+
+/* A directory holding nothing: 1; -errno when it cannot be read. */
+static int dir_empty(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -errno;
+	struct dirent *e;
+	int empty = 1;
+	while (empty && (e = readdir(d)) != NULL)
+		empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+	closedir(d);
+	return empty;
+}
+
+static int fsync_path(const char *path, int flags)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | flags);
+	if (fd < 0)
+		return -errno;
+	int rc = fsync(fd) < 0 ? -errno : 0;
+	close(fd);
+	return rc;
+}
+
+int store_backup(store *s, const char *dir)
+{
+	if (!s || !dir)
+		return STORE_E_INVAL;
+	int rc = dir_empty(dir);
+	if (rc <= 0)
+		return rc ? rc : -EEXIST;
+	/* LMDB's compacting copy: one read transaction of its own (writers go
+	 * on), only the pages in use, free pages left out. */
+	if ((rc = mdb_env_copy2(s->env, dir, MDB_CP_COMPACT)) != 0)
+		return map_err(rc);
+	char path[PATH_MAX];
+	if ((size_t)snprintf(path, sizeof path, "%s/data.mdb", dir) >= sizeof path)
+		return -ENAMETOOLONG;
+	if ((rc = fsync_path(path, 0)) != 0)
+		return rc;
+	return fsync_path(dir, O_DIRECTORY);
 }
 
 uint64_t store_txn_id(store_txn *x)

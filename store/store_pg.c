@@ -763,6 +763,16 @@ int pg_store_sync(store *s)
 }
 
 /* No reader table: a dead process's connections end with it. */
+/* A PostgreSQL database is backed up with PostgreSQL's own tools (pg_dump,
+ * pg_basebackup): a copy from here could not be consistent with the
+ * server's other databases, roles and settings, nor be restored as one. */
+int store_backup(store *s, const char *dir)
+{
+	(void)s;
+	(void)dir;
+	return -EOPNOTSUPP;
+}
+
 int store_reader_check(store *s, int *cleared)
 {
 	if (!s)

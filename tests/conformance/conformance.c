@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
@@ -25,6 +26,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "store/store.h"
 #include "tests/conformance/target.h"
@@ -4370,6 +4372,55 @@ START_TEST(find_bad_filter_is_inval)
 }
 END_TEST
 
+START_TEST(backup_copies_what_was_committed)
+{
+	mkconv("c1");
+	append_n("c1", 5, "user_msg");
+	ck_assert_int_eq(put_meta("c1", MMETA("team=red")), 0);
+	char bk[PATH_MAX + 16];
+	snprintf(bk, sizeof bk, "%s.bk", dir);
+	ck_assert_int_eq(mkdir(bk, 0700), 0);
+	int rc = store_backup(S, bk);
+	if (rc == -EOPNOTSUPP) { /* PostgreSQL: pg_dump's job */
+		const char *t = getenv("AGENTD_TEST_STORE");
+		ck_assert_msg(t && !strcmp(t, "pg"), "only PostgreSQL may refuse a backup");
+		rmdir(bk);
+		return;
+	}
+	ck_assert_int_eq(rc, 0);
+	/* a write after the copy is not in it */
+	append_n("c1", 1, "user_msg");
+	store *b;
+	struct store_opts o = { .sync = STORE_SYNC_NONE, .read_only = 1 };
+	ck_assert_int_eq(store_open(&b, bk, &o), 0);
+	store_txn *t;
+	ck_assert_int_eq(store_txn_begin(b, STORE_READ, &t), 0);
+	uint64_t seq;
+	ck_assert_int_eq(store_event_latest_seq(t, "c1", &seq), 0);
+	ck_assert_uint_eq(seq, 5);
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert(bytes_eq_b(c.metadata, MMETA("team=red")));
+	store_txn_abort(t);
+	store_close(b);
+	/* a directory holding anything is refused, a missing one too */
+	ck_assert_int_eq(store_backup(S, bk), -EEXIST);
+	char missing[PATH_MAX + 32];
+	snprintf(missing, sizeof missing, "%s.none/x", dir);
+	ck_assert_int_eq(store_backup(S, missing), -ENOENT);
+	char f[PATH_MAX + 16 + 260];
+	DIR *d = opendir(bk);
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+			snprintf(f, sizeof f, "%s/%s", bk, e->d_name);
+			unlink(f);
+		}
+	closedir(d);
+	rmdir(bk);
+}
+END_TEST
+
 /* ---- suite ------------------------------------------------------------ */
 
 static TCase *tc_new(Suite *s, const char *name, void (*su)(void))
@@ -4535,6 +4586,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, find_filters_by_metadata_status_time_and_match);
 	tcase_add_test(tc, find_pages_with_after_limit_and_more);
 	tcase_add_test(tc, find_bad_filter_is_inval);
+	tcase_add_test(tc, backup_copies_what_was_committed);
 
 	tc = tc_new(s, "audit_edges", setup_audit);
 	tcase_add_test(tc, audit_callback_return_never_poisons_write_txn);
