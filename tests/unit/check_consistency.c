@@ -59,7 +59,8 @@ static void status(store_txn *t, int st_, const char *fsm)
 	struct jsonmp_buf b;
 	jsonmp_buf_init(&b);
 	jsonmp_pack(&b.pk, v);
-	struct store_conv_patch p = { STORE_SET_STATUS | STORE_SET_FSM, { 0 }, st_, { b.sb.data, b.sb.size } };
+	struct store_conv_patch p = { .set = STORE_SET_STATUS | STORE_SET_FSM, .status = st_,
+				      .fsm_state = { b.sb.data, b.sb.size } };
 	ck_assert_int_eq(store_conv_put(t, "c1", &p), 0);
 	jsonmp_buf_destroy(&b);
 	json_decref(v);
