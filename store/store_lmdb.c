@@ -277,10 +277,15 @@ static int put(store_txn *x, MDB_dbi dbi, const void *k, size_t klen, unsigned f
 	return 0;
 }
 
+/* A named database added after the first stores were made, missing from an
+ * older one opened read-only (nothing may create it then): reads of it find
+ * nothing. Writable opens create it. */
+#define DBI_ABSENT ((MDB_dbi)-1)
+
 static int get(store_txn *x, MDB_dbi dbi, const void *k, size_t klen, MDB_val *val)
 {
 	MDB_val key = { klen, (void *)k };
-	int rc = mdb_get(x->t, dbi, &key, val);
+	int rc = dbi == DBI_ABSENT ? MDB_NOTFOUND : mdb_get(x->t, dbi, &key, val);
 	return rc ? fail(x, map_err(rc)) : 0;
 }
 
@@ -475,16 +480,21 @@ static int open_dbis_in(store *s, int write)
 	int rc = mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, &t);
 	if (rc)
 		return rc;
-	struct { const char *name; MDB_dbi *dbi; } dbs[] = {
-		{ "meta", &s->meta }, { "conv_ids", &s->conv_ids }, { "convs", &s->convs },
-		{ "events", &s->events }, { "event_ids", &s->event_ids },
-		{ "summaries", &s->summaries }, { "tool_calls", &s->tool_calls },
-		{ "conv_tool_calls", &s->conv_tool_calls }, { "expiries", &s->expiries },
-		{ "model_calls", &s->model_calls },
-		{ "conv_meta", &s->conv_meta }, { "meta_index", &s->meta_index },
+	struct { const char *name; MDB_dbi *dbi; int later; } dbs[] = {
+		{ "meta", &s->meta, 0 }, { "conv_ids", &s->conv_ids, 0 }, { "convs", &s->convs, 0 },
+		{ "events", &s->events, 0 }, { "event_ids", &s->event_ids, 0 },
+		{ "summaries", &s->summaries, 0 }, { "tool_calls", &s->tool_calls, 0 },
+		{ "conv_tool_calls", &s->conv_tool_calls, 0 }, { "expiries", &s->expiries, 0 },
+		{ "model_calls", &s->model_calls, 0 },
+		{ "conv_meta", &s->conv_meta, 1 }, { "meta_index", &s->meta_index, 1 },
 	};
 	for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
-		if ((rc = mdb_dbi_open(t, dbs[i].name, write ? MDB_CREATE : 0, dbs[i].dbi)) != 0) {
+		rc = mdb_dbi_open(t, dbs[i].name, write ? MDB_CREATE : 0, dbs[i].dbi);
+		if (rc == MDB_NOTFOUND && dbs[i].later && s->opts.read_only) {
+			*dbs[i].dbi = DBI_ABSENT;
+			continue;
+		}
+		if (rc) {
 			mdb_txn_abort(t);
 			return rc;
 		}
@@ -1530,6 +1540,8 @@ int store_conv_find(store_txn *x, const struct store_conv_filter *f, const char 
 	struct find fd = { x, f, limit, 0, fn, arg, more, 0, 0 };
 	int by_meta = f && f->nmeta;
 	MDB_cursor *c;
+	if (by_meta && x->s->meta_index == DBI_ABSENT)
+		return 0; /* an older store, opened read-only: no metadata yet */
 	int rc = mdb_cursor_open(x->t, by_meta ? x->s->meta_index : x->s->conv_ids, &c);
 	if (rc)
 		return fail(x, map_err(rc));

@@ -56,8 +56,9 @@ def test_backup_under_write_load_loses_nothing_acknowledged():
                 got = b.ok({"op": "get", "conversation": c})["conversation"]
                 assert got["last_seq"] >= before[c], (c, got["last_seq"], before[c])
                 assert got["metadata"] == {"n": c[1:]}
+                # gapless; the copy's owed turn may be answered meanwhile, adding seqs after last_seq
                 seqs = [e["seq"] for e in b.events(c, limit=10000)]
-                assert seqs == list(range(1, got["last_seq"] + 1))
+                assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= got["last_seq"], (c, got, seqs[-5:])
 
 
 def test_backup_refuses_a_target_that_is_not_new_or_empty():
