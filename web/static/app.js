@@ -307,7 +307,7 @@ function viewConversations(main, params) {
   const f = readFilter(params);
   const form = el('form', { id: 'filter', class: 'filters' });
   const sel = el('select', { id: 'status-filter', onchange: () => form.requestSubmit() },
-    ['', 'active', 'suspended', 'idle', 'ended'].map((s) => el('option', { value: s, selected: s === f.status }, s || 'any status')));
+    ['', 'active', 'suspended', 'idle', 'ended', 'paused'].map((s) => el('option', { value: s, selected: s === f.status }, s || 'any status')));
   const model = el('input', { type: 'text', id: 'model-filter', value: f.model, placeholder: 'any model', maxlength: 128 });
   const metas = el('span', { id: 'meta-filter' }, f.meta.map(([k, v]) => metaRow(k, v)), metaRow('', ''));
   const after = timeInput('after-filter', f.after), before = timeInput('before-filter', f.before);
