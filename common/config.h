@@ -97,6 +97,8 @@ struct config {
 	int allow_any_uid;       /* peers of any uid may connect (default: same uid or root) */
 	int log_level;           /* LOG_* */
 	int ephemeral;
+	size_t batch_max_events; /* events in one send batch: 100 */
+	size_t batch_max_bytes;  /* their content as stored: 1 MiB */
 	struct model_cfg *models;
 	size_t nmodels;
 	struct tool_cfg *tools;
