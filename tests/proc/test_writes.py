@@ -231,4 +231,60 @@ def test_batch_too_large_for_the_map_fails_alone():
         assert r["seqs"] == [2] and "duplicates" not in r, r
 
 
+def test_agentctl_expected_seq_and_batch():
+    with Agentd(start=False) as a:
+        c = gated(a)
+        rc, out, err = a.ctl("send", c, "one", "--expected-seq", "0")
+        assert out == "seq: 1\n", out
+        rc, out, err = a.ctl("send", c, "late", "--expected-seq", "0", check=False)
+        assert rc == 1 and out == "" and err == (
+            f"agentctl: conflict: conversation {c} is at seq 1, not the expected_seq 0: nothing was written\n"), err
+        rc, out, err = a.ctl("--json", "send", c, "late", "--expected-seq", "0", check=False)
+        assert rc == 1 and json.loads(out)["last_seq"] == 1, out
+        # a batch from stdin: strings and objects
+        batch = json.dumps(["two", {"content": {"text": "three", "n": 3}, "event_id": "e3"}])
+        rc, out, err = a.ctl("send", c, "--batch", "-", "--expected-seq", "1", input=batch)
+        assert out == "seqs: [2,3]\n", out
+        # from a file, -q: one seq a line; the replay prints the original seqs
+        path = os.path.join(a.dir, "batch.json")
+        with open(path, "w") as f:
+            json.dump([{"content": "four", "event_id": "e4"}, {"content": "five", "event_id": "e5"}], f)
+        rc, out, err = a.ctl("-q", "send", c, "--batch", path)
+        assert out == "4\n5\n", out
+        rc, out, err = a.ctl("send", c, "--batch", path, "--expected-seq", "1")
+        assert "seqs:" in out and "[4,5]" in out and "duplicates:" in out and "[0,1]" in out, out
+        # single sends keep printing seq with -q
+        assert a.ctl("-q", "send", c, "six")[1] == "6\n"
+        assert texts(a, c) == ["one", "two", "three", "four", "five", "six"]
+        # agentd's checks reach agentctl: exit 1, the event named, nothing written
+        rc, out, err = a.ctl("send", c, "--batch", "-", input='["ok", 5]', check=False)
+        assert rc == 1 and "bad_request: 'events[1]' must be an object" in err, err
+        rc, out, err = a.ctl("send", c, "--batch", "-", input='["ok", {"content": 5}]', check=False)
+        assert rc == 1 and "bad_request: 'events[1].content' must be a string or an object" in err, err
+        rc, out, err = a.ctl("send", c, "--batch", "-", input="[]", check=False)
+        assert rc == 1 and "'events' is empty" in err, err
+        assert len(a.events(c)) == 6
+
+
+def test_agentctl_batch_usage_errors():
+    with Agentd(start=False) as a:
+        c = gated(a)
+        bad = [
+            (("send", c, "text", "--batch", "-"), "--batch replaces TEXT"),
+            (("send", c, "--batch", "-", "--event-id", "x"), "each event carries its own"),
+            (("send", c, "--batch", "-", "--json-content"), "each event carries its own"),
+            (("send", c, "--batch", "/nonexistent/file.json"), "--batch /nonexistent/file.json: invalid JSON"),
+            (("send", c, "--expected-seq", "-1", "x"), "--expected-seq: expected a non-negative integer"),
+            (("send", c, "--expected-seq", "x", "x"), "--expected-seq: expected a non-negative integer"),
+        ]
+        for args, want in bad:
+            rc, out, err = a.ctl(*args, check=False, input="[]")
+            assert rc == 2 and out == "" and want in err, (args, rc, out, err)
+        rc, out, err = a.ctl("send", c, "--batch", "-", check=False, input='{"content": "x"}')
+        assert rc == 2 and "expected a JSON array of events" in err, err
+        rc, out, err = a.ctl("send", c, "--batch", "-", check=False, input='["x"')
+        assert rc == 2 and "--batch -: invalid JSON" in err, err
+        assert a.events(c) == []
+
+
 harness.main(globals())
