@@ -287,4 +287,24 @@ def test_agentctl_batch_usage_errors():
         assert a.events(c) == []
 
 
+def test_an_ended_conversations_fsm_state_drops_calls_settled_after_the_end():
+    """A call settled after the end (by resolve; an expiry takes the same path) starts no worker, so
+    the rule that settles it keeps fsm_state.pending true: the call leaves it."""
+    with Agentd(config="[tool.approve]\nexecutor = human\nexpires = 1h\n") as a:
+        c = a.create(settings={"model": "echo", "tools": ["approve"]})
+        a.send(c, '/tool approve {"amount": 5}')
+        conv = wait_for(lambda: (g := a.ok({"op": "get", "conversation": c})["conversation"])["status"] == "suspended"
+                        and g["fsm_state"] and g, 10, "suspended on the approval")
+        pending = conv["fsm_state"]["pending"]
+        assert conv["fsm_state"]["state"] == "awaiting_input" and len(pending) == 1, conv
+        call_id = next(iter(pending))
+        a.ok({"op": "update", "conversation": c, "status": "ended"})
+        r = a.ok({"op": "resolve", "tool_call_id": call_id, "result": {"approved": True}})
+        g = a.ok({"op": "get", "conversation": c})["conversation"]
+        assert g["status"] == "ended" and g["worker"] is None, g
+        assert g["fsm_state"]["pending"] == {}, g["fsm_state"]
+        assert g["fsm_state"]["state"] == "idle" and g["fsm_state"]["last_seq"] == r["seq"], g["fsm_state"]
+        assert a.ok({"op": "tool_call", "tool_call_id": call_id})["tool_call"]["status"] == "resolved"
+
+
 harness.main(globals())
