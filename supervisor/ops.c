@@ -861,9 +861,31 @@ static void group_commit_failed(int e, size_t n)
 
 /* Long because one transaction and its retries (a damaged record left
  * out, a full map grown) are one loop; what each write then owes is after it. */
+/* A full map that cannot grow: keep only the deletes, for a transaction
+ * that may use the store's delete reserve (STORE_WRITE_FREEING); the other
+ * writes are refused store_full, since they are what must not spend it.
+ * Returns how many writes are left (0: there was no delete). */
+static size_t keep_deletes(struct job **w, size_t n)
+{
+	size_t dels = 0;
+	for (size_t i = 0; i < n; i++)
+		dels += !w[i]->excluded && w[i]->rq.op == OP_DELETE;
+	for (size_t i = 0; dels && i < n; i++) {
+		if (w[i]->excluded || w[i]->rq.op == OP_DELETE)
+			continue;
+		w[i]->excluded = 1;
+		json_decref(w[i]->reply);
+		w[i]->reply = NULL;
+		json_decref(w[i]->err_extra);
+		w[i]->err_extra = NULL;
+		job_error(w[i], PERR_STORE_FULL, "the store is full (map size limit reached, or the disk is full)");
+	}
+	return dels;
+}
+
 static void group_commit(struct job **w, struct wres *res, size_t n)
 {
-	int e = 0, grown = 0;
+	int e = 0, grown = 0, freeing = 0;
 	uint64_t committed = 0;
 	size_t left = n;
 	for (;;) {
@@ -873,7 +895,7 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		size_t map0 = store_map_size(O.env->st); /* store_stat lists the readers: too dear for every commit */
 		/* Lazy: one flush under the writer lock; the replies wait for
 		 * the durable frontier instead (durable.h). */
-		e = gate_write_begin(STORE_WRITE_LAZY, &t);
+		e = gate_write_begin(STORE_WRITE_LAZY | (freeing ? STORE_WRITE_FREEING : 0), &t);
 		uint64_t id = e ? 0 : store_txn_id(t);
 		for (size_t i = 0; !e && i < n; i++) {
 			if (w[i]->excluded)
@@ -927,6 +949,17 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		if (e != STORE_E_FULL)
 			break;
 		if (grown >= 64 || store_stat(O.env->st, &st) || !(st.map_full || st.map_size > map0)) {
+			/* No room to grow, and a delete among the writes: the
+			 * deletes alone, with the reserve, so that an operator can
+			 * always free room. */
+			size_t dels = freeing ? 0 : keep_deletes(w, n);
+			if (dels) {
+				log_error("the store is full: %zu delete(s) run alone with the delete reserve, %zu other "
+					  "write(s) refused", dels, left - dels);
+				freeing = 1;
+				left = dels;
+				continue;
+			}
 			/* No room to grow: the write that met the full map (a
 			 * large send or batch) fails alone, as a damaged record
 			 * does, and the others are retried without it; a small

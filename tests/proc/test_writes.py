@@ -307,4 +307,52 @@ def test_an_ended_conversations_fsm_state_drops_calls_settled_after_the_end():
         assert a.ok({"op": "tool_call", "tool_call_id": call_id})["tool_call"]["status"] == "resolved"
 
 
+def fill_to_the_last_page(a, convs):
+    """Send ever smaller messages round the conversations until even a tiny one is store_full."""
+    n = 0
+    for size in (60000, 4000, 200, 1):
+        while True:
+            c = convs[n % len(convs)]
+            r = a.request({"op": "send", "conversation": c, "content": "x" * size})
+            n += 1
+            if not r["ok"]:
+                assert r["error"] == "store_full", r
+                break
+    return n
+
+
+def test_delete_in_a_full_map_then_send_again():
+    """A map full to its last page refuses every write, but a delete must still pass, so that an operator
+    frees space without a restart; then sends fit again."""
+    with Agentd(start=False) as a:
+        a.gated_model()
+        a.write_config(open(a.config_path).read() + "[agentd]\nmap_size = 1m\nmax_map_size = 1m\n")
+        a.start()
+        convs = [a.create(model="gated") for _ in range(3)]
+        fill_to_the_last_page(a, convs)
+        # full: even creating a conversation is refused
+        assert a.request({"op": "create", "settings": {"model": "echo"}})["error"] == "store_full"
+        rc, out, err = a.ctl("delete", convs[0])
+        assert out == "deleted: true\n", (out, err)
+        assert a.request({"op": "get", "conversation": convs[0]})["error"] == "not_found"
+        # the room it held serves new writes
+        r = a.request({"op": "send", "conversation": convs[1], "content": "y" * 20000})
+        assert r["ok"] is True, r["message"]
+        c = a.create(model="echo")
+        a.ok({"op": "send", "conversation": c, "content": "after the delete"})
+        # full again: deleting still works, every time
+        fill_to_the_last_page(a, convs[1:])
+        for conv in convs[1:]:
+            assert a.ctl("delete", conv)[1] == "deleted: true\n"
+        r = a.request({"op": "send", "conversation": c, "content": "z" * 20000})
+        assert r["ok"] is True, r["message"]
+        # the deletes wrote within the reserve (max_map_size / 16, at least 256 KiB) and nothing else did
+        store = a.ok({"op": "status"})["store"]
+        assert store["size_bytes"] <= (1 << 20) + (256 << 10), store
+        assert "delete(s) run alone with the delete reserve" in a.log()
+        a.stop()
+        rc = harness.run_agentd("check", "--data", a.data_dir, capture_output=True, text=True)
+        assert rc.returncode == 0, rc.stdout
+
+
 harness.main(globals())
