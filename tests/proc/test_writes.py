@@ -299,6 +299,7 @@ def test_an_ended_conversations_fsm_state_drops_calls_settled_after_the_end():
         assert conv["fsm_state"]["state"] == "awaiting_input" and len(pending) == 1, conv
         call_id = next(iter(pending))
         a.ok({"op": "update", "conversation": c, "status": "ended"})
+        wait_for(lambda: a.worker_pid(c) is None, 10, "the worker to stop")
         r = a.ok({"op": "resolve", "tool_call_id": call_id, "result": {"approved": True}})
         g = a.ok({"op": "get", "conversation": c})["conversation"]
         assert g["status"] == "ended" and g["worker"] is None, g
