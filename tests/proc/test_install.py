@@ -203,7 +203,7 @@ def test_the_configuration_page_has_every_key():
     # The keys agentd reads (common/config.c, one function per section) against agentd.ini(5)'s sections.
     src = open(REPO / "common/config.c").read()
     page = f"{stage()}/share/man/man5/agentd.ini.5"
-    for funcs, section in ((("agentd_key",), "[agentd]"), (("model_key", "model_http_key"), "[model.NAME]"),
+    for funcs, section in ((("agentd_key", "budget_key"), "[agentd]"), (("model_key", "model_http_key"), "[model.NAME]"),
                            (("tool_key",), "[tool.NAME]"), (("mcp_key",), "[mcp.NAME]"),
                            (("iso_key",), "ISOLATION KEYS")):
         keys = set()
