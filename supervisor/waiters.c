@@ -2,10 +2,10 @@
 #include "supervisor/waiters.h"
 #include "conv/conv.h"
 #include "supervisor/control.h"
+#include "supervisor/convtree.h"
 #include "supervisor/durable.h"
 
 #include <bsd/sys/queue.h>
-#include <bsd/sys/tree.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,14 +32,7 @@ struct wconv {
 	char conv[STORE_ID_MAX + 1];
 };
 
-static int wconv_cmp(struct wconv *a, struct wconv *b)
-{
-	return strcmp(a->conv, b->conv);
-}
-
-RB_HEAD(wconv_tree, wconv);
-RB_PROTOTYPE(wconv_tree, wconv, node, wconv_cmp)
-RB_GENERATE(wconv_tree, wconv, node, wconv_cmp)
+CONVTREE_GENERATE(wconv_tree, wconv, node, conv)
 
 static struct {
 	store *st;
@@ -59,24 +52,14 @@ void waiters_init(store *st, waiters_query_fn *query, waiters_reply_fn *reply)
 
 static struct wconv *wconv_find(const char *conv)
 {
-	struct wconv key;
-	size_t n = strlen(conv);
-	if (n > STORE_ID_MAX)
-		return NULL;
-	memcpy(key.conv, conv, n + 1);
-	return RB_FIND(wconv_tree, &WT.convs, &key);
+	return wconv_tree_find(&WT.convs, conv);
 }
 
 static struct wconv *wconv_get(const char *conv)
 {
 	struct wconv *wc = wconv_find(conv);
-	if (wc || strlen(conv) > STORE_ID_MAX)
-		return wc;
-	if (!(wc = calloc(1, sizeof *wc)))
-		return NULL;
-	memcpy(wc->conv, conv, strlen(conv) + 1);
-	LIST_INIT(&wc->list);
-	RB_INSERT(wconv_tree, &WT.convs, wc);
+	if (!wc && (wc = wconv_tree_new(&WT.convs, conv)))
+		LIST_INIT(&wc->list);
 	return wc;
 }
 

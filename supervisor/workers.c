@@ -6,6 +6,7 @@
 #include "conv/conv.h"
 #include "ipc/ipc.h"
 #include "supervisor/control.h"
+#include "supervisor/convtree.h"
 #include "supervisor/gate.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
@@ -13,7 +14,6 @@
 #include "supervisor/spawn.h"
 
 #include <bsd/sys/queue.h>
-#include <bsd/sys/tree.h>
 #include <bsd/unistd.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -62,9 +62,7 @@ struct worker {
 	struct compact_req *compacts;
 };
 
-static int worker_cmp(struct worker *a, struct worker *b);
-RB_HEAD(worker_tree, worker);
-RB_PROTOTYPE(worker_tree, worker, node, worker_cmp)
+CONVTREE_GENERATE(worker_tree, worker, node, conv)
 
 static struct {
 	const struct workers_env *env;
@@ -89,37 +87,22 @@ static int worker_stop(struct worker *w);
 static void workers_changed(void);
 static int worker_kill(struct worker *w, int sig);
 
-static int worker_cmp(struct worker *a, struct worker *b)
-{
-	return strcmp(a->conv, b->conv);
-}
-
-RB_GENERATE(worker_tree, worker, node, worker_cmp)
-
 static struct worker *worker_find(const char *conv)
 {
-	struct worker key;
-	size_t n = strlen(conv);
-	if (n > STORE_ID_MAX)
-		return NULL;
-	memcpy(key.conv, conv, n + 1);
-	return RB_FIND(worker_tree, &W.tree, &key);
+	return worker_tree_find(&W.tree, conv);
 }
 
 static struct worker *worker_get(const char *conv)
 {
 	struct worker *w = worker_find(conv);
-	if (w || strlen(conv) > STORE_ID_MAX)
+	if (w)
 		return w;
-	w = calloc(1, sizeof *w);
-	if (!w)
+	if (!(w = worker_tree_new(&W.tree, conv)))
 		return NULL;
 	w->lw.fn = on_worker_io;
 	w->ipc = -1;
 	w->early = (struct early){ SPAWN_NONE, 0 };
 	lifecycle_init(&w->lc);
-	memcpy(w->conv, conv, strlen(conv) + 1); /* a valid id: at most STORE_ID_MAX */
-	RB_INSERT(worker_tree, &W.tree, w);
 	workers_changed();
 	return w;
 }
