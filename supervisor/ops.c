@@ -165,11 +165,13 @@ static json_t *conv_json(store_txn *t, const struct store_conv *c, int with_work
 			      mp_json(c->settings), "status", json_string(store_status_name(c->status)), "last_seq",
 			      (json_int_t)last, "usage", usage_json(&c->usage), "created_at", (json_int_t)c->created_at,
 			      "updated_at", (json_int_t)c->updated_at);
-	if (!o)
+	/* A field that cannot be added (out of memory) fails the record: never
+	 * a reply that silently lacks it. */
+	if (o && (json_object_set_new(o, "fsm_state", c->fsm_state.len ? mp_json(c->fsm_state) : json_null()) ||
+		  (with_worker && json_object_set_new(o, "worker", workers_conv_json(id))))) {
+		json_decref(o);
 		return NULL;
-	json_object_set_new(o, "fsm_state", c->fsm_state.len ? mp_json(c->fsm_state) : json_null());
-	if (with_worker)
-		json_object_set_new(o, "worker", workers_conv_json(id));
+	}
 	return o;
 }
 
@@ -181,13 +183,13 @@ static json_t *tool_call_json(const struct store_tool_call *tc)
 			      store_tc_status_name(tc->status), "name", (const char *)tc->name.ptr, (int)tc->name.len,
 			      "args", mp_json(tc->args), "inserted_at", (json_int_t)tc->inserted_at, "attempts",
 			      (json_int_t)tc->attempts);
-	if (!o)
-		return NULL;
-	json_object_set_new(o, "result", tc->result.len ? mp_json(tc->result) : json_null());
-	json_object_set_new(o, "resolved_at", tc->resolved_at ? json_integer(tc->resolved_at) : json_null());
-	json_object_set_new(o, "deadline", tc->deadline ? json_integer(tc->deadline) : json_null());
-	if (tc->prompt.len)
-		json_object_set_new(o, "prompt", mp_json(tc->prompt));
+	if (o && (json_object_set_new(o, "result", tc->result.len ? mp_json(tc->result) : json_null()) ||
+		  json_object_set_new(o, "resolved_at", tc->resolved_at ? json_integer(tc->resolved_at) : json_null()) ||
+		  json_object_set_new(o, "deadline", tc->deadline ? json_integer(tc->deadline) : json_null()) ||
+		  (tc->prompt.len && json_object_set_new(o, "prompt", mp_json(tc->prompt))))) {
+		json_decref(o);
+		return NULL; /* as conv_json: never a record short of a field */
+	}
 	return o;
 }
 
@@ -274,8 +276,11 @@ static void op_list(store_txn *t, struct job *j)
 		return;
 	}
 	j->reply = json_pack("{so}", "conversations", l.a);
-	if (more)
-		json_object_set_new(j->reply, "next", json_string(l.last));
+	/* Without `next` a client takes the page as the last one. */
+	if (more && j->reply && json_object_set_new(j->reply, "next", json_string(l.last))) {
+		json_decref(j->reply);
+		j->reply = NULL; /* answered "out of memory" */
+	}
 }
 
 /* The reply to `events`: next_after (an extension) when a capped reply left
@@ -283,8 +288,11 @@ static void op_list(store_txn *t, struct job *j)
 json_t *ops_events_reply(json_t *evs, uint64_t last, uint64_t next)
 {
 	json_t *o = json_pack("{soso}", "events", evs, "last_seq", json_integer((json_int_t)last));
-	if (o && next)
-		json_object_set_new(o, "next_after", json_integer((json_int_t)next));
+	/* Without next_after a capped reply would read as the whole log. */
+	if (o && next && json_object_set_new(o, "next_after", json_integer((json_int_t)next))) {
+		json_decref(o);
+		return NULL;
+	}
 	return o;
 }
 
@@ -430,6 +438,8 @@ static void op_kill(store_txn *t, struct job *j)
 	if (!conv_exists(j))
 		return;
 	json_t *worker = workers_conv_json(j->rq.conv);
+	if (!worker)
+		return; /* out of memory: answered so, nothing killed (not "no worker") */
 	json_t *pid = json_incref(json_object_get(worker, "pid"));
 	json_decref(worker);
 	if (pid && workers_kill(j->rq.conv, j->rq.signal) != 0) {
@@ -480,7 +490,7 @@ static void op_metrics(store_txn *t, struct job *j)
 	struct metrics_gauges g = { workers_live(), control_nclients(), st.size_bytes, st.map_size, durable_flushes() };
 	size_t len = 0;
 	char *buf = metrics_text(&g, &len);
-	j->reply = json_pack("{ss#}", "text", buf ? buf : "", (int)len);
+	j->reply = buf ? json_pack("{ss#}", "text", buf, (int)len) : NULL; /* NULL: out of memory, not an empty text */
 	free(buf);
 }
 
@@ -604,8 +614,12 @@ static int w_send(store_txn *t, struct job *j, struct wres *r)
 	if (e)
 		return job_store_error(j, e, "send"), e;
 	j->reply = json_pack("{sI}", "seq", (json_int_t)seq);
-	if (dup)
-		json_object_set_new(j->reply, "duplicate", json_true());
+	/* Committed either way: a reply that cannot say `duplicate` is
+	 * answered "out of memory" (a retry then gets duplicate: true). */
+	if (dup && j->reply && json_object_set_new(j->reply, "duplicate", json_true())) {
+		json_decref(j->reply);
+		j->reply = NULL;
+	}
 	return 0;
 }
 
@@ -947,9 +961,18 @@ void ops_execute(void)
 	struct job **deferred = calloc(n + 1, sizeof *deferred);
 	struct wres *res = calloc(nw + 1, sizeof *res);
 	size_t iw = 0, nd = 0;
+	int oom = !w || !deferred || !res;
 	/* Reads that need no earlier write of their client run now, on the
-	 * committed state; writes gather for the group transaction. */
+	 * committed state; writes gather for the group transaction. Out of
+	 * memory for that bookkeeping, every request left is answered so,
+	 * none done. */
 	TAILQ_FOREACH(j, &O.jobs, q) {
+		if (oom) {
+			j->err = PERR_INTERNAL;
+			snprintf(j->msg, sizeof j->msg, "out of memory");
+			j->ran = 1;
+			continue;
+		}
 		if (ops_is_write(j->rq.op)) {
 			w[iw++] = j;
 			continue;
@@ -961,7 +984,7 @@ void ops_execute(void)
 			j->ran = 1;
 		}
 	}
-	if (!held) {
+	if (!held && !oom) {
 		if (iw)
 			group_commit(w, res, iw);
 		for (size_t k = 0; k < nd; k++)

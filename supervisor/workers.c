@@ -626,18 +626,27 @@ static void on_compacted(struct worker *w, const struct ipc_msg *m)
 		if (m->ok) {
 			store_txn *t;
 			struct store_summary s;
-			json_t *sum = json_null();
-			if (store_txn_begin(W.st, STORE_READ, &t) == 0) {
-				if (store_summary_latest(t, w->conv, &s) == 0) {
-					json_decref(sum);
+			json_t *sum = NULL;
+			/* A read that failed is an error, not "no summary". */
+			int e = store_txn_begin(W.st, STORE_READ, &t);
+			if (!e) {
+				e = store_summary_latest(t, w->conv, &s);
+				if (!e)
 					sum = json_pack("{sIsIsosI}", "from_seq", (json_int_t)s.from_seq, "to_seq",
 							(json_int_t)s.to_seq, "content",
 							jsonmp_unpack(s.content.ptr, s.content.len), "version",
 							(json_int_t)s.version);
-				}
+				else if (e == STORE_E_NOTFOUND)
+					sum = json_null(), e = 0;
 				store_txn_abort(t);
 			}
-			slot_ok(r->slot, r->id, json_pack("{so}", "summary", sum ? sum : json_null()));
+			if (e) {
+				char msg[200];
+				snprintf(msg, sizeof msg, "compacted, but reading the summary failed: %s", store_strerror(e));
+				slot_error(r->slot, r->id, PERR_INTERNAL, msg);
+			} else {
+				slot_ok(r->slot, r->id, json_pack("{so}", "summary", sum)); /* NULL: out of memory */
+			}
 		} else {
 			char msg[300];
 			snprintf(msg, sizeof msg, "compaction failed: %.*s", (int)m->text_len, m->text ? m->text : "");
@@ -778,7 +787,7 @@ static int worker_compact(struct worker *w, struct slot *slot, json_t *id)
 {
 	struct compact_req *r = calloc(1, sizeof *r);
 	if (!r)
-		return -1;
+		return -ENOMEM;
 	r->num = ++W.compact_seq;
 	r->slot = slot;
 	r->id = json_incref(id);
@@ -786,12 +795,13 @@ static int worker_compact(struct worker *w, struct slot *slot, json_t *id)
 	w->compacts = r;
 	if (w->pid && w->ipc >= 0) {
 		struct ipc_msg m = { .type = IPC_COMPACT, .num = r->num };
-		if (ipc_send(w->ipc, &m) < 0) {
+		int e = ipc_send(w->ipc, &m);
+		if (e < 0) {
 			w->compacts = r->next;
 			json_decref(r->id);
 			free(r);
 			workers_changed();
-			return -1;
+			return e;
 		}
 	}
 	return 0;
@@ -917,7 +927,7 @@ int workers_stop(const char *conv)
 int workers_compact(const char *conv, struct slot *s, json_t *id)
 {
 	struct worker *w = worker_find(conv);
-	return w ? worker_compact(w, s, id) : -1;
+	return w ? worker_compact(w, s, id) : -ENOENT;
 }
 
 void workers_deleted(const char *conv)
@@ -951,10 +961,14 @@ json_t *workers_json(void)
 	RB_FOREACH(w, worker_tree, &W.tree) {
 		if (!w->pid && w->lc.state != W_QUEUED && w->lc.state != W_BACKOFF)
 			continue;
-		json_array_append_new(a, json_pack("{sssosssI}", "conversation", w->conv, "pid",
-						   w->pid ? json_integer(w->pid) : json_null(), "state",
-						   lifecycle_state_name(w->lc.state), "since_ms",
-						   (json_int_t)(now - w->lc.since)));
+		/* A worker left out would read as not running: fail the list. */
+		if (json_array_append_new(a, json_pack("{sssosssI}", "conversation", w->conv, "pid",
+						       w->pid ? json_integer(w->pid) : json_null(), "state",
+						       lifecycle_state_name(w->lc.state), "since_ms",
+						       (json_int_t)(now - w->lc.since)))) {
+			json_decref(a);
+			return NULL;
+		}
 	}
 	return a;
 }
