@@ -296,7 +296,15 @@ static void wabort(store_txn *t)
 static store_bytes packed(struct jsonmp_buf *b, const json_t *v)
 {
 	jsonmp_buf_init(b);
-	if (jsonmp_pack(&b->pk, v)) {
+	int e = jsonmp_pack(&b->pk, v);
+	if (e == -ENOMEM) {
+		/* Never a record stored as something else: end here, inside the
+		 * transaction (nothing of it is committed); the turn is re-run on
+		 * revival. */
+		log_error("%s: out of memory packing a record; exiting", W.conv);
+		exit(IPC_EXIT_STORE);
+	}
+	if (e) {
 		msgpack_sbuffer_clear(&b->sb);
 		msgpack_pack_nil(&b->pk); /* deeper than we keep: stored as null */
 	}

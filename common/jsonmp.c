@@ -89,7 +89,7 @@ int jsonmp_fits(const json_t *v, int at)
 static int pack(msgpack_packer *pk, const json_t *v, int depth)
 {
 	if (depth > JSONMP_MAX_DEPTH)
-		return -1;
+		return -EINVAL;
 	switch (json_typeof(v)) {
 	case JSON_OBJECT: {
 		const char *k;
@@ -98,10 +98,11 @@ static int pack(msgpack_packer *pk, const json_t *v, int depth)
 		 * header or key lost to a failed one would leave bytes that decode
 		 * as something else. */
 		if (msgpack_pack_map(pk, json_object_size(v)))
-			return -1;
+			return -ENOMEM;
 		json_object_foreach((json_t *)v, k, e) {
-			if (msgpack_pack_str_with_body(pk, k, strlen(k)) || pack(pk, e, depth + 1))
-				return -1;
+			int r = msgpack_pack_str_with_body(pk, k, strlen(k)) ? -ENOMEM : pack(pk, e, depth + 1);
+			if (r)
+				return r;
 		}
 		return 0;
 	}
@@ -109,31 +110,33 @@ static int pack(msgpack_packer *pk, const json_t *v, int depth)
 		size_t i;
 		json_t *e;
 		if (msgpack_pack_array(pk, json_array_size(v)))
-			return -1;
-		json_array_foreach(v, i, e)
-			if (pack(pk, e, depth + 1))
-				return -1;
+			return -ENOMEM;
+		json_array_foreach(v, i, e) {
+			int r = pack(pk, e, depth + 1);
+			if (r)
+				return r;
+		}
 		return 0;
 	}
 	case JSON_STRING:
-		return msgpack_pack_str_with_body(pk, json_string_value(v), json_string_length(v));
+		return msgpack_pack_str_with_body(pk, json_string_value(v), json_string_length(v)) ? -ENOMEM : 0;
 	case JSON_INTEGER:
-		return msgpack_pack_int64(pk, json_integer_value(v));
+		return msgpack_pack_int64(pk, json_integer_value(v)) ? -ENOMEM : 0;
 	case JSON_REAL:
-		return msgpack_pack_double(pk, json_real_value(v));
+		return msgpack_pack_double(pk, json_real_value(v)) ? -ENOMEM : 0;
 	case JSON_TRUE:
-		return msgpack_pack_true(pk);
+		return msgpack_pack_true(pk) ? -ENOMEM : 0;
 	case JSON_FALSE:
-		return msgpack_pack_false(pk);
+		return msgpack_pack_false(pk) ? -ENOMEM : 0;
 	case JSON_NULL:
-		return msgpack_pack_nil(pk);
+		return msgpack_pack_nil(pk) ? -ENOMEM : 0;
 	}
-	return -1;
+	return -EINVAL;
 }
 
 int jsonmp_pack(msgpack_packer *pk, const json_t *v)
 {
-	return v ? pack(pk, v, 0) : -1;
+	return v ? pack(pk, v, 0) : -EINVAL;
 }
 
 /* Decoding: *oom is set when jansson could not allocate, so a caller can

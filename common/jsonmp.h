@@ -13,8 +13,9 @@
 #define JSONMP_MAX_DEPTH 64
 
 /* Append v as one msgpack object to pk. Integers stay integers, reals become
- * float64. Returns 0, or -1 when nesting exceeds JSONMP_MAX_DEPTH or the
- * packer's write fails (out of memory); pk then holds a partial object. */
+ * float64. Returns 0, -EINVAL when v is NULL or nesting exceeds
+ * JSONMP_MAX_DEPTH, or -ENOMEM when the packer's write fails; pk then holds
+ * a partial object. */
 int jsonmp_pack(msgpack_packer *pk, const json_t *v);
 
 /* Whether v, placed at nesting level `at` of a record (0: the record

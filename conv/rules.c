@@ -8,7 +8,7 @@
 int conv_pack(struct jsonmp_buf *b, const json_t *v)
 {
 	jsonmp_buf_init(b);
-	return jsonmp_pack(&b->pk, v) ? -ENOMEM : 0;
+	return jsonmp_pack(&b->pk, v) ? -ENOMEM : 0; /* depth is checked before (jsonmp_fits) */
 }
 
 json_t *conv_event_json(const struct store_event *ev)

@@ -92,7 +92,11 @@ static int on_event(void *arg, const struct store_event *ev)
 		snprintf(eid, sizeof eid, "%.*s", (int)ev->event_id.len, (const char *)ev->event_id.ptr);
 		kept(c, json_object_set_new_nocheck(c->eids, eid, json_integer((json_int_t)ev->seq))); /* any bytes */
 	}
-	json_t *content = jsonmp_unpack(ev->content.ptr, ev->content.len);
+	json_t *content;
+	if (jsonmp_decode(ev->content.ptr, ev->content.len, &content) == -ENOMEM) {
+		kept(c, -1); /* not the record's fault */
+		return 0;
+	}
 	if (!json_is_object(content)) {
 		problem(c, "seq %llu (%s): content is not a JSON object", (unsigned long long)ev->seq, type);
 		json_decref(content);
@@ -229,7 +233,9 @@ static void check_state(struct ck *c, const struct store_conv *conv)
 		problem(c, "the log's tail holds a malformed event");
 		return;
 	}
-	json_t *fsm = conv->fsm_state.len ? jsonmp_unpack(conv->fsm_state.ptr, conv->fsm_state.len) : NULL;
+	json_t *fsm = NULL;
+	if (conv->fsm_state.len && jsonmp_decode(conv->fsm_state.ptr, conv->fsm_state.len, &fsm) == -ENOMEM)
+		kept(c, -1); /* the checks of fsm_state below would pass unread */
 	const char *fstate = json_string_value(json_object_get(fsm, "state"));
 	int humans = 0, servers = 0;
 	size_t i;

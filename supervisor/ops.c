@@ -130,20 +130,32 @@ static int job_store_error(struct job *j, int e, const char *what)
 	return err;
 }
 
+/* 0, or jsonmp_pack's -EINVAL (too deep) or -ENOMEM; b is freed on failure. */
 static int pack_json(struct jsonmp_buf *b, json_t *v)
 {
 	jsonmp_buf_init(b);
-	if (jsonmp_pack(&b->pk, v)) {
+	int e = jsonmp_pack(&b->pk, v);
+	if (e)
 		jsonmp_buf_destroy(b);
-		return -1;
-	}
-	return 0;
+	return e;
 }
 
+/* A failed pack_json as the client's error or ours. */
+static void pack_error(struct job *j, int e, const char *what)
+{
+	if (e == -ENOMEM)
+		job_error(j, PERR_INTERNAL, "out of memory");
+	else
+		job_error(j, PERR_BAD_REQUEST, "%s nest too deeply", what);
+}
+
+/* Stored bytes as JSON: null when undecodable (agentd check names it),
+ * NULL when out of memory (the reply fails; it never shows null for it). */
 static json_t *mp_json(store_bytes b)
 {
-	json_t *v = jsonmp_unpack(b.ptr, b.len);
-	return v ? v : json_null();
+	json_t *v;
+	int e = jsonmp_decode(b.ptr, b.len, &v);
+	return e == -ENOMEM ? NULL : e ? json_null() : v;
 }
 
 /* ---- reads ----------------------------------------------------------- */
@@ -512,11 +524,12 @@ static int w_create(store_txn *t, struct job *j, struct wres *r)
 		id = gen;
 	}
 	struct jsonmp_buf b;
-	if (pack_json(&b, j->rq.settings)) {
-		job_error(j, PERR_BAD_REQUEST, "settings nest too deeply");
+	int e = pack_json(&b, j->rq.settings);
+	if (e) {
+		pack_error(j, e, "settings");
 		return 0;
 	}
-	int e = store_conv_create(t, id, (store_bytes){ b.sb.data, b.sb.size });
+	e = store_conv_create(t, id, (store_bytes){ b.sb.data, b.sb.size });
 	jsonmp_buf_destroy(&b);
 	if (e == STORE_E_CONFLICT)
 		job_error(j, PERR_CONFLICT, "conversation %s already exists", id);
@@ -541,17 +554,22 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 	struct jsonmp_buf b = { 0 };
 	int have_buf = 0;
 	if (j->rq.settings) {
-		json_t *merged = jsonmp_unpack(c.settings.ptr, c.settings.len);
+		json_t *merged;
+		int de = jsonmp_decode(c.settings.ptr, c.settings.len, &merged);
+		if (de == -ENOMEM || (!de && json_object_update(merged, j->rq.settings))) {
+			json_decref(merged);
+			job_error(j, PERR_INTERNAL, "out of memory"); /* never settings stored short of a key */
+			return 0;
+		}
 		if (!json_is_object(merged)) {
 			json_decref(merged);
 			job_error(j, PERR_INTERNAL, "stored settings of %s are unreadable", j->rq.conv);
 			return 0;
 		}
-		json_object_update(merged, j->rq.settings);
-		int bad = pack_json(&b, merged);
+		de = pack_json(&b, merged);
 		json_decref(merged);
-		if (bad) {
-			job_error(j, PERR_BAD_REQUEST, "settings nest too deeply");
+		if (de) {
+			pack_error(j, de, "settings");
 			return 0;
 		}
 		have_buf = 1;
@@ -596,8 +614,9 @@ static int w_send(store_txn *t, struct job *j, struct wres *r)
 	}
 	int was_idle = c.status == STORE_IDLE;
 	struct jsonmp_buf b;
-	if (pack_json(&b, j->rq.content)) {
-		job_error(j, PERR_BAD_REQUEST, "content nests too deeply");
+	int pe = pack_json(&b, j->rq.content);
+	if (pe) {
+		pack_error(j, pe, "content");
 		return 0;
 	}
 	struct store_event_in ev = { "user_msg", { b.sb.data, b.sb.size }, j->rq.event_id };

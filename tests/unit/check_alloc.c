@@ -264,6 +264,8 @@ static int op_pack(void *arg)
 	struct jsonmp_buf b;
 	jsonmp_buf_init(&b);
 	int r = jsonmp_pack(&b.pk, a->v);
+	if (r)
+		PAUSED(ck_assert_int_eq(r, -ENOMEM)); /* not "too deep": the client's fault */
 	if (r == 0 && a->wantlen)
 		PAUSED(ck_assert_msg(b.sb.size == a->wantlen && !memcmp(b.sb.data, a->want, a->wantlen),
 			      "jsonmp_pack: other bytes than a run without failures"));
@@ -281,6 +283,15 @@ START_TEST(jsonmp_pack_each_failure)
 	each_failure(op_pack, &a, "jsonmp_pack");
 	ck_assert_uint_gt(a.wantlen, 0);
 	json_decref(a.v);
+	/* Too deep is the other error. */
+	json_t *deep = json_array();
+	for (int i = 0; i < JSONMP_MAX_DEPTH + 1; i++)
+		deep = json_pack("[o]", deep);
+	struct jsonmp_buf b;
+	jsonmp_buf_init(&b);
+	ck_assert_int_eq(jsonmp_pack(&b.pk, deep), -EINVAL);
+	jsonmp_buf_destroy(&b);
+	json_decref(deep);
 }
 END_TEST
 
