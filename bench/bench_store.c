@@ -713,7 +713,7 @@ int main(int argc, char **argv)
 	bench_append("append, batches of 100 over 64 convs, durable", "a100d", 1, 64, 100, per_run(10000), 1.3);
 	bench_append("append, batches of 100 over 64 convs, unsynced", "a100n", 0, 64, 100, per_run(50000), 4);
 	bench_writers("append, 8 writer processes, 1 event/txn, durable", "w8d", 1, 0, per_run(100), 0);
-	/* The durable frontier's way: one flush under the writer lock, one outside (issue target >= 2x SQLite). */
+	/* The durable frontier's way: one flush under the writer lock, one outside (target: >= 2x SQLite). */
 	bench_writers("append, 8 writer processes, 1 event/txn, lazy commit + flush", "w8l", 1, 1, per_run(100), 2.0);
 	bench_writers("append, 8 writer processes, 1 event/txn, unsynced", "w8n", 0, 0, per_run(2500), 0);
 	bench_load_since();
