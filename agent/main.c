@@ -306,7 +306,15 @@ static void wabort(store_txn *t)
 static store_bytes packed(struct jsonmp_buf *b, const json_t *v)
 {
 	jsonmp_buf_init(b);
-	if (jsonmp_pack(&b->pk, v)) {
+	int e = jsonmp_pack(&b->pk, v);
+	if (e == -ENOMEM) {
+		/* Never a record stored as something else: end here, inside the
+		 * transaction (nothing of it is committed); the turn is re-run on
+		 * revival. */
+		log_error("%s: out of memory packing a record; exiting", W.conv);
+		exit(IPC_EXIT_STORE);
+	}
+	if (e) {
 		msgpack_sbuffer_clear(&b->sb);
 		msgpack_pack_nil(&b->pk); /* deeper than we keep: stored as null */
 	}
@@ -569,7 +577,7 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 	memset(mr, 0, sizeof *mr);
 	if (!mc->command) {
 		json_t *out = echo_model(req);
-		char *line = json_dumps(out, JSON_COMPACT);
+		char *line = jsonmp_dumps(out, JSON_COMPACT, 0, NULL);
 		json_decref(out);
 		int rc = line ? model_output_parse(line, strlen(line), &mr->final, mr->err, sizeof mr->err) : -1;
 		free(line);
@@ -581,7 +589,12 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 		snprintf(mr->err, sizeof mr->err, "model %s: cannot split its command", mc->name);
 		return -1;
 	}
-	char *input = json_dumps(req, JSON_COMPACT);
+	char *input = jsonmp_dumps(req, JSON_COMPACT, 0, NULL);
+	if (!input) { /* never run the model without its request */
+		cmdline_free(argv);
+		snprintf(mr->err, sizeof mr->err, "model %s: out of memory", mc->name);
+		return -1;
+	}
 	char env1[200];
 	snprintf(env1, sizeof env1, "AGENTD_CONVERSATION=%s", W.conv);
 	const char *env[] = { env1, NULL };
@@ -666,25 +679,38 @@ static int on_http_line(void *arg, const char *line, size_t len)
  * the attempts (model.h); each is in the audit row (mr->audit) and the log. */
 /* The helper's environment: the minimal one (isolate.h) plus what it needs
  * of the worker's: the key api_key_env names, and libcurl's proxy and CA
- * settings. envs holds 16; the number set is returned (free each). */
-static size_t model_helper_env(const struct model_cfg *mc, char *envs[16])
+ * settings. envs holds 16; *ne gets the number set (free each, also on
+ * failure). 0, or -ENOMEM: a helper run without its key or conversation
+ * would fail as something else. */
+static int model_helper_env(const struct model_cfg *mc, char *envs[16], size_t *ne)
 {
 	static const char *const pass[] = { "https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "no_proxy",
 					    "NO_PROXY", "all_proxy", "ALL_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR",
 					    "CURL_CA_BUNDLE", NULL };
-	size_t ne = 0;
-	if (asprintf(&envs[ne], "AGENTD_CONVERSATION=%s", W.conv) >= 0)
-		ne++;
+	int e = 0;
+	*ne = 0;
+	if (asprintf(&envs[*ne], "AGENTD_CONVERSATION=%s", W.conv) >= 0)
+		++*ne;
+	else
+		e = -ENOMEM;
 	const char *key = mc->api_key_env ? getenv(mc->api_key_env) : NULL;
-	if (key && asprintf(&envs[ne], "%s=%s", mc->api_key_env, key) >= 0)
-		ne++;
-	for (const char *const *p = pass; *p; p++) {
-		const char *v = getenv(*p);
-		if (v && asprintf(&envs[ne], "%s=%s", *p, v) >= 0)
-			ne++;
+	if (!e && key) {
+		if (asprintf(&envs[*ne], "%s=%s", mc->api_key_env, key) >= 0)
+			++*ne;
+		else
+			e = -ENOMEM;
 	}
-	envs[ne] = NULL;
-	return ne;
+	for (const char *const *p = pass; !e && *p; p++) {
+		const char *v = getenv(*p);
+		if (!v)
+			continue;
+		if (asprintf(&envs[*ne], "%s=%s", *p, v) >= 0)
+			++*ne;
+		else
+			e = -ENOMEM;
+	}
+	envs[*ne] = NULL; /* also where a failed asprintf left its pointer undefined */
+	return e;
 }
 
 /* Log each failed attempt, and make the audit row: what was sent (rendered
@@ -723,9 +749,16 @@ static int model_run_http(const struct model_cfg *mc, const json_t *req, struct 
 		return 1;
 	}
 	char *argv[] = { (char *)model_helper(), "--config", W.cfg.path, "--model", mc->name, NULL };
-	char *input = json_dumps(req, JSON_COMPACT);
+	char *input = jsonmp_dumps(req, JSON_COMPACT, 0, NULL);
 	char *envs[16] = { 0 };
-	size_t ne = model_helper_env(mc, envs);
+	size_t ne = 0;
+	if (model_helper_env(mc, envs, &ne) || !input) {
+		for (size_t i = 0; i < ne; i++)
+			free(envs[i]);
+		free(input);
+		snprintf(mr->err, sizeof mr->err, "model %s: out of memory", mc->name);
+		return 1;
+	}
 	struct proc_opts o = {
 		.env_add = (const char *const *)envs, .iso = &mc->iso, .input = input,
 		.input_len = input ? strlen(input) : 0,
@@ -1264,6 +1297,11 @@ static void dispatch_call(const json_t *call)
 		return;
 	}
 	char *input = tool_input_json(id, name, args, W.conv);
+	if (!input) { /* never run the tool without its request */
+		cmdline_free(argv);
+		settle(id, STORE_TC_ERRORED, json_pack("{ss}", "error", "out of memory for the tool's input"));
+		return;
+	}
 	char env1[200], env2[200];
 	snprintf(env1, sizeof env1, "AGENTD_TOOL_CALL_ID=%s", id);
 	snprintf(env2, sizeof env2, "AGENTD_CONVERSATION=%s", W.conv);

@@ -2,6 +2,7 @@
 #include "agent/mcp.h"
 #include "agent/proc.h"
 #include "common/cmdline.h"
+#include "common/jsonmp.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -332,7 +333,7 @@ static int send_line(struct server *sv, const char *line, size_t len, int64_t de
 
 static int send_msg(struct server *sv, json_t *msg, int64_t deadline)
 {
-	char *s = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+	char *s = msg ? jsonmp_dumps(msg, JSON_COMPACT, 0, NULL) : NULL;
 	json_decref(msg);
 	if (!s)
 		return -ENOMEM;
@@ -426,7 +427,7 @@ static int list_tools(struct server *sv, int64_t deadline, const struct mcp_watc
 		json_t *tools = json_object_get(res, "tools");
 		if (!json_is_array(tools)) {
 			json_t *er = json_object_get(resp, "error");
-			char *d = json_dumps(er ? er : resp, JSON_COMPACT);
+			char *d = jsonmp_dumps(er ? er : resp, JSON_COMPACT, 0, NULL);
 			set_why(sv, "MCP server %s cannot start: tools/list failed: %.300s", d ? d : "?");
 			free(d);
 			json_decref(resp);
@@ -500,7 +501,7 @@ static int handshake(struct server *sv, int64_t deadline, const struct mcp_watch
 		known |= !strcmp(v, known_versions[i]);
 	if (!known) {
 		json_t *er = json_object_get(resp, "error");
-		char *d = er ? json_dumps(er, JSON_COMPACT) : NULL;
+		char *d = er ? jsonmp_dumps(er, JSON_COMPACT, 0, NULL) : NULL;
 		char detail[400];
 		snprintf(detail, sizeof detail, "%s%.300s", d ? "" : "protocol version not supported: ",
 			 d ? d : v ? v : "(none)");

@@ -42,7 +42,7 @@ static char *user_text(const json_t *c)
 	const char *t = json_string_value(json_object_get(c, "text"));
 	if (t && json_object_size(c) == 1)
 		return strdup(t);
-	return json_dumps(c, JSON_COMPACT | JSON_ENCODE_ANY);
+	return jsonmp_dumps(c, JSON_COMPACT | JSON_ENCODE_ANY, 0, NULL);
 }
 
 static void add_user(json_t *out, const json_t *content)
@@ -59,12 +59,12 @@ char *model_result_text(const json_t *item)
 	if (status && !strcmp(status, "resolved")) {
 		if (json_is_string(res))
 			return strdup(json_string_value(res));
-		return json_dumps(res, JSON_COMPACT | JSON_ENCODE_ANY);
+		return jsonmp_dumps(res, JSON_COMPACT | JSON_ENCODE_ANY, 0, NULL);
 	}
 	if (status && !strcmp(status, "missing"))
 		return strdup("{\"status\":\"missing\",\"error\":\"no result was recorded for this call\"}");
 	json_t *o = json_pack("{sssO}", "status", status ? status : "errored", "result", res ? res : json_null());
-	char *s = json_dumps(o, JSON_COMPACT);
+	char *s = jsonmp_dumps(o, JSON_COMPACT, 0, NULL);
 	json_decref(o);
 	return s;
 }
@@ -103,7 +103,7 @@ static void flatten(json_t *out)
 			size_t j;
 			json_t *c;
 			json_array_foreach(json_object_get(it, "calls"), j, c) {
-				char *a = json_dumps(json_object_get(c, "args"), JSON_COMPACT);
+				char *a = jsonmp_dumps(json_object_get(c, "args"), JSON_COMPACT, 0, NULL);
 				json_t *t = json_sprintf("%s%s[called %s (%s) with %s]", json_string_value(text),
 							 json_string_length(text) ? "\n" : "",
 							 json_string_value(json_object_get(c, "name")),

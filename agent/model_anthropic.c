@@ -1,6 +1,7 @@
 /* model_anthropic.c: kind anthropic, the Messages API (POST
  * {base_url}/messages, streamed); see model.h. */
 #include "agent/model.h"
+#include "common/jsonmp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,7 +172,7 @@ static int event(struct stream *s, const char *type, const char *data, size_t le
 				c->id = id ? strdup(id) : NULL;
 				c->name = name ? strdup(name) : NULL;
 				if (json_object_size(in)) {
-					char *a = json_dumps(in, JSON_COMPACT);
+					char *a = jsonmp_dumps(in, JSON_COMPACT, 0, NULL);
 					if (a && stream_append(&c->args, &c->alen, a, strlen(a)))
 						rc = -1;
 					free(a);

@@ -2,6 +2,7 @@
  * agentd-model helper's core, the only part that needs libcurl. */
 #include "agent/http.h"
 #include "agent/model.h"
+#include "common/jsonmp.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -138,7 +139,7 @@ int model_http_run(const struct model_cfg *mc, const json_t *req, const struct m
 	const struct model_api *api = model_api_of(mc);
 	model_url(mc, oc->url, sizeof oc->url);
 	oc->body = api->body(mc, req);
-	char *body = oc->body ? json_dumps(oc->body, JSON_COMPACT) : NULL;
+	char *body = oc->body ? jsonmp_dumps(oc->body, JSON_COMPACT, 0, NULL) : NULL;
 	if (!body) {
 		seterr(oc->err, sizeof oc->err, "model %s: cannot render the request: out of memory", mc->name);
 		return -1;

@@ -11,6 +11,7 @@
  */
 #include "agent/model.h"
 #include "common/config.h"
+#include "common/jsonmp.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -22,7 +23,7 @@
 
 static void put_line(json_t *o)
 {
-	char *s = json_dumps(o, JSON_COMPACT);
+	char *s = jsonmp_dumps(o, JSON_COMPACT, 0, NULL);
 	if (s) {
 		fputs(s, stdout);
 		fputc('\n', stdout);

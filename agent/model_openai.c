@@ -1,6 +1,7 @@
 /* model_openai.c: kind openai, the chat completions API (POST
  * {base_url}/chat/completions, streamed); see model.h. */
 #include "agent/model.h"
+#include "common/jsonmp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +58,7 @@ json_t *model_summary_text(const json_t *transcript)
 		size_t j;
 		json_t *c;
 		json_array_foreach(json_object_get(it, "calls"), j, c) {
-			char *a = json_dumps(json_object_get(c, "args"), JSON_COMPACT);
+			char *a = jsonmp_dumps(json_object_get(c, "args"), JSON_COMPACT, 0, NULL);
 			fprintf(f, "\n[call %s (%s) with %s]", json_string_value(json_object_get(c, "name")),
 				json_string_value(json_object_get(c, "id")), a ? a : "{}");
 			free(a);
@@ -114,7 +115,7 @@ static json_t *body(const struct model_cfg *mc, const json_t *req)
 					size_t j;
 					json_t *c;
 					json_array_foreach(calls, j, c) {
-						char *a = json_dumps(json_object_get(c, "args"), JSON_COMPACT);
+						char *a = jsonmp_dumps(json_object_get(c, "args"), JSON_COMPACT, 0, NULL);
 						json_array_append_new(tc, json_pack("{sOsss{sOss}}", "id", json_object_get(c, "id"),
 										    "type", "function", "function", "name",
 										    json_object_get(c, "name"), "arguments",

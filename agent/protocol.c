@@ -374,18 +374,7 @@ char *tool_input_json(const char *tool_call_id, const char *name, json_t *args, 
 	if (json_object_set(o, "tool_call_id", id) || json_object_set(o, "name", nm) ||
 	    json_object_set(o, "args", a) || json_object_set(o, "conversation", cv))
 		goto done;
-	if ((s = json_dumps(o, JSON_COMPACT))) {
-		size_t n = strlen(s);
-		char *line = realloc(s, n + 2);
-		if (!line) {
-			free(s);
-			s = NULL;
-			goto done;
-		}
-		s = line;
-		s[n] = '\n';
-		s[n + 1] = 0;
-	}
+	s = jsonmp_dumps(o, JSON_COMPACT, 1, NULL); /* never a request short of a key */
 done:
 	json_decref(o);
 	json_decref(id);

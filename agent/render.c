@@ -1,5 +1,6 @@
 /* render.c: model input, the echo model (see render.h). */
 #include "agent/render.h"
+#include "common/jsonmp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,13 +129,13 @@ json_t *echo_model(const json_t *request)
 				json_array_append_new(calls, tc);
 				fprintf(f, "%scalling %s", n++ ? "\n" : "", json_string_value(json_object_get(tc, "name")));
 			} else {
-				char *dump = text ? NULL : json_dumps(c, JSON_COMPACT);
+				char *dump = text ? NULL : jsonmp_dumps(c, JSON_COMPACT, 0, NULL);
 				fprintf(f, "%secho: %s", n++ ? "\n" : "", text ? text : dump);
 				free(dump);
 			}
 		} else if ((!strcmp(type, "tool_result") || !strcmp(type, "resolution")) && last_assistant != (size_t)-1 &&
 			   i > last_assistant) {
-			char *res = json_dumps(json_object_get(c, "result"), JSON_COMPACT | JSON_ENCODE_ANY);
+			char *res = jsonmp_dumps(json_object_get(c, "result"), JSON_COMPACT | JSON_ENCODE_ANY, 0, NULL);
 			fprintf(f, "%s%s %s: %s", n++ ? "\n" : "", json_string_value(json_object_get(c, "tool_call_id")),
 				json_string_value(json_object_get(c, "status")), res ? res : "null");
 			free(res);

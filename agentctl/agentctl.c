@@ -429,6 +429,14 @@ static char *xstrdup(const char *s)
 	return must(strdup(s));
 }
 
+/* json_object_set_new that cannot fail quietly: a request sent short of a
+ * field (out of memory) would be answered for something else. */
+static void put(json_t *o, const char *key, json_t *v)
+{
+	if (json_object_set_new(o, key, v))
+		fail("out of memory");
+}
+
 static int64_t now_ms(void)
 {
 	struct timespec ts;
@@ -525,7 +533,7 @@ static json_t *child(json_t *parent, const char *key, json_t *(*make)(void))
 	json_t *v = json_object_get(parent, key);
 	if (!v) {
 		v = must(make());
-		json_object_set_new(parent, key, v);
+		put(parent, key, v);
 	}
 	return v;
 }
@@ -572,7 +580,7 @@ static void add_content(const struct param *p, const char *v, json_t *req, bool 
 	} else {
 		content = arg_string(p, v, len);
 	}
-	json_object_set_new(req, p->field, content);
+	put(req, p->field, content);
 	free(in);
 	held.input = NULL;
 }
@@ -632,31 +640,32 @@ static void apply(const struct param *p, const char *v, json_t *req)
 {
 	switch (p->kind) {
 	case K_STR:
-		json_object_set_new(req, p->field, arg_string(p, v, strlen(v)));
+		put(req, p->field, arg_string(p, v, strlen(v)));
 		break;
 	case K_UINT:
-		json_object_set_new(req, p->field, must(json_integer(parse_uint(p, v))));
+		put(req, p->field, must(json_integer(parse_uint(p, v))));
 		break;
 	case K_JSON:
-		json_object_set_new(req, p->field, parse_json_arg(p, v, 0));
+		put(req, p->field, parse_json_arg(p, v, 0));
 		break;
 	case K_ENUM:
-		json_object_set_new(req, p->field, must(json_string(pick_choice(p, v))));
+		put(req, p->field, must(json_string(pick_choice(p, v))));
 		break;
 	case K_CONST:
-		json_object_set_new(req, p->field, must(json_string(p->choices)));
+		put(req, p->field, must(json_string(p->choices)));
 		break;
 	case K_SET_STR:
-		json_object_set_new(settings_of(req), p->field, arg_string(p, v, strlen(v)));
+		put(settings_of(req), p->field, arg_string(p, v, strlen(v)));
 		break;
 	case K_SET_LIST:
-		json_array_append_new(child(settings_of(req), p->field, json_array), arg_string(p, v, strlen(v)));
+		if (json_array_append_new(child(settings_of(req), p->field, json_array), arg_string(p, v, strlen(v))))
+			fail("out of memory");
 		break;
 	case K_SET_KV:
 		add_kv(p, v, child(settings_of(req), p->field, json_object));
 		break;
 	case K_RES_STR:
-		json_object_set_new(child(req, "result", json_object), p->field, arg_string(p, v, strlen(v)));
+		put(child(req, "result", json_object), p->field, arg_string(p, v, strlen(v)));
 		break;
 	case K_SET_JSON:
 		json_object_set_new(settings_of(req), p->field, parse_json_arg(p, v, 0));
@@ -768,8 +777,8 @@ static char *build_request(const struct command *cmd, int argc, char **argv, str
 	for (p = cmd->pos; p->name; p++)
 		want++;
 	if (cmd->op) {
-		json_object_set_new(req, "id", must(json_integer(1)));
-		json_object_set_new(req, "op", must(json_string(cmd->op)));
+		put(req, "id", must(json_integer(1)));
+		put(req, "op", must(json_string(cmd->op)));
 	}
 	if (cmd->fixed) { /* approve, deny: what the verb means, before the options add to it */
 		json_t *f = must(json_loads(cmd->fixed, 0, NULL));
@@ -1716,7 +1725,8 @@ static int run(const struct command *cmd, const struct sockets *ss, const char *
 	 * all; --json prints the one reply, next_after included. */
 	while (ok && cmd->show == show_events && !o->json && json_integer_value(json_object_get(reply, "next_after")) > 0) {
 		json_t *rq = must(json_loads(request, 0, NULL));
-		json_object_set(rq, "after", json_object_get(reply, "next_after"));
+		if (json_object_set(rq, "after", json_object_get(reply, "next_after")))
+			fail("out of memory"); /* the same page again, for ever */
 		json_object_del(rq, "wait_ms"); /* the wait was met by the first page */
 		char *next = must(json_dumps(rq, JSON_COMPACT));
 		json_decref(rq);
@@ -1845,7 +1855,7 @@ static int run_pending(const struct sockets *ss, const struct options *o)
 	for (;;) {
 		json_t *rq = must(json_pack("{sisssssi}", "id", 1, "op", "list", "status", "suspended", "limit", 1000));
 		if (held.after)
-			json_object_set_new(rq, "after", must(json_string(held.after)));
+			put(rq, "after", must(json_string(held.after)));
 		free(held.after);
 		held.after = NULL;
 		json_t *page = held.page = pending_ask(c, rq, false);
@@ -1867,7 +1877,8 @@ static int run_pending(const struct sockets *ss, const struct options *o)
 								  id, "status", "pending")), true);
 			if (!r)
 				continue;
-			json_array_extend(all, json_object_get(r, "tool_calls"));
+			if (json_array_extend(all, json_object_get(r, "tool_calls")))
+				fail("out of memory"); /* a pending call left out of the list */
 			json_decref(r);
 			held.reply = NULL;
 		}

@@ -90,6 +90,12 @@ struct bench_sys {
 	void (*calls_resolve)(void *h, unsigned conv, unsigned from, unsigned to);
 	/* Flush unsynced commits. */
 	void (*sync)(void *h);
+	/* append as a durable writer that shares the flush: a lazy commit (its
+	 * pages flushed under the writer lock, its meta page not: agentd
+	 * STORE_WRITE_LAZY, LMDB MDB_NOMETASYNC), then a flush of the data file
+	 * outside the lock, so the next writer commits while this one waits.
+	 * Durable when it returns. SQLite: append (a WAL commit is one flush). */
+	void (*append_flushed)(void *h, const struct bench_ev *ev, size_t n);
 };
 
 extern const struct bench_sys bench_sys_agentd, bench_sys_lmdb, bench_sys_sqlite;

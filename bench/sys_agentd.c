@@ -62,10 +62,9 @@ static void ag_convs_create(void *h, unsigned from, unsigned to)
 
 /* Runs of one conversation go in one store_events_append call, as the
  * supervisor's group commit would hand them over. */
-static void ag_append(void *h, const struct bench_ev *ev, size_t n)
+static void append_mode(struct agentd *a, const struct bench_ev *ev, size_t n, int mode)
 {
-	struct agentd *a = h;
-	store_txn *t = begin(a, STORE_WRITE);
+	store_txn *t = begin(a, mode);
 	for (size_t i = 0; i < n;) {
 		size_t k = 1;
 		while (i + k < n && ev[i + k].conv == ev[i].conv)
@@ -80,6 +79,20 @@ static void ag_append(void *h, const struct bench_ev *ev, size_t n)
 		i += k;
 	}
 	check("commit", store_txn_commit(t));
+}
+
+static void ag_append(void *h, const struct bench_ev *ev, size_t n)
+{
+	append_mode(h, ev, n, STORE_WRITE);
+}
+
+/* As a worker's turn commit and the durable frontier: one flush under the
+ * writer lock, the second (store_flush) outside it. */
+static void ag_append_flushed(void *h, const struct bench_ev *ev, size_t n)
+{
+	struct agentd *a = h;
+	append_mode(a, ev, n, STORE_WRITE_LAZY);
+	check("flush", store_flush(a->s));
 }
 
 static void ag_summary_put(void *h, unsigned conv, uint64_t to_seq)
@@ -163,5 +176,5 @@ static void ag_sync(void *h)
 
 const struct bench_sys bench_sys_agentd = {
 	"agentd", ag_open, ag_close, ag_convs_create, ag_append, ag_summary_put, ag_load_since, ag_newest,
-	ag_calls_create, ag_calls_resolve, ag_sync,
+	ag_calls_create, ag_calls_resolve, ag_sync, ag_append_flushed,
 };

@@ -284,7 +284,17 @@ static void raw_sync(void *h)
 	check("env_sync", mdb_env_sync(r->env, 1));
 }
 
+/* MDB_NOMETASYNC for this commit only (one thread per handle here). */
+static void raw_append_flushed(void *h, const struct bench_ev *ev, size_t n)
+{
+	struct raw *r = h;
+	check("env_set_flags", mdb_env_set_flags(r->env, MDB_NOMETASYNC, 1));
+	raw_append(h, ev, n);
+	check("env_set_flags", mdb_env_set_flags(r->env, MDB_NOMETASYNC, 0));
+	raw_sync(h);
+}
+
 const struct bench_sys bench_sys_lmdb = {
 	"raw LMDB", raw_open, raw_close, raw_convs_create, raw_append, raw_summary_put, raw_load_since,
-	raw_newest, raw_calls_create, raw_calls_resolve, raw_sync,
+	raw_newest, raw_calls_create, raw_calls_resolve, raw_sync, raw_append_flushed,
 };

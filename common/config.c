@@ -23,7 +23,7 @@
 #define CAP_MAX ((size_t)1 << 30) /* line and output caps: a larger one is a typo, not a plan */
 static struct model_cfg echo_model = { .name = "echo", .iso = { .uid = -1, .gid = -1 } };
 
-void config_init(struct config *c)
+int config_init(struct config *c)
 {
 	memset(c, 0, sizeof *c);
 	c->data = strdup("./agentd-data");
@@ -43,6 +43,7 @@ void config_init(struct config *c)
 	c->budget.max_cost = -1;
 	c->batch_max_events = 100;
 	c->batch_max_bytes = 1 << 20;
+	return c->data ? 0 : -ENOMEM;
 }
 
 static void iso_free(struct isolate_cfg *i)
@@ -584,7 +585,11 @@ static struct model_cfg *model_get(struct config *c, const char *name)
 	m->backoff_ms = 500;
 	m->backoff_max_ms = 30 * SEC;
 	m->iso.uid = m->iso.gid = -1;
-	return m->name ? m : NULL;
+	if (!m->name) { /* out of memory: no entry without a name (lookups strcmp it) */
+		c->nmodels--;
+		return NULL;
+	}
+	return m;
 }
 
 static struct tool_cfg *tool_get(struct config *c, const char *name)
@@ -604,7 +609,11 @@ static struct tool_cfg *tool_get(struct config *c, const char *name)
 	t->max_attempts = 3;
 	t->out_cap = 1 << 20;
 	t->iso.uid = t->iso.gid = -1;
-	return t->name ? t : NULL;
+	if (!t->name) { /* as model_get */
+		c->ntools--;
+		return NULL;
+	}
+	return t;
 }
 
 static int on_key(void *arg, const char *section, const char *k, const char *v)

@@ -115,7 +115,8 @@ struct config {
 	size_t ntools;
 };
 
-void config_init(struct config *c);
+/* The defaults. 0, or -ENOMEM (c is then still safe to config_free). */
+int config_init(struct config *c);
 /* Read an INI file over the defaults. On error returns -1 with a message
  * naming the file, line and key in err. */
 int config_load(struct config *c, const char *path, char *err, size_t errlen);

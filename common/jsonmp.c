@@ -1,7 +1,11 @@
 /* jsonmp.c: JSON <-> msgpack (see jsonmp.h). */
 #include "common/jsonmp.h"
 #include "common/mp.h"
+#include "common/text.h"
 
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 void jsonmp_buf_init(struct jsonmp_buf *b)
@@ -13,6 +17,54 @@ void jsonmp_buf_init(struct jsonmp_buf *b)
 void jsonmp_buf_destroy(struct jsonmp_buf *b)
 {
 	msgpack_sbuffer_destroy(&b->sb);
+}
+
+struct dbuf {
+	char *p;
+	size_t len, cap;
+	int failed; /* sticky: jansson may go on writing after a failed write */
+};
+
+static int dbuf_put(const char *s, size_t n, void *arg)
+{
+	struct dbuf *b = arg;
+	if (b->failed)
+		return -1;
+	if (n + 2 > b->cap - b->len) { /* room for '\n' and NUL too */
+		size_t cap = b->cap ? b->cap : 256;
+		while (n + 2 > cap - b->len) {
+			if (cap > SIZE_MAX / 2) {
+				b->failed = 1;
+				return -1;
+			}
+			cap *= 2;
+		}
+		char *q = realloc(b->p, cap);
+		if (!q) {
+			b->failed = 1;
+			return -1;
+		}
+		b->p = q;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	return 0;
+}
+
+char *jsonmp_dumps(const json_t *v, size_t flags, int nl, size_t *len)
+{
+	struct dbuf b = { NULL, 0, 0, 0 };
+	if (!v || json_dump_callback(v, dbuf_put, &b, flags) || b.failed || !b.p) {
+		free(b.p);
+		return NULL;
+	}
+	if (nl)
+		b.p[b.len++] = '\n';
+	b.p[b.len] = 0;
+	if (len)
+		*len = b.len;
+	return b.p;
 }
 
 int jsonmp_fits(const json_t *v, int at)
@@ -37,62 +89,96 @@ int jsonmp_fits(const json_t *v, int at)
 static int pack(msgpack_packer *pk, const json_t *v, int depth)
 {
 	if (depth > JSONMP_MAX_DEPTH)
-		return -1;
+		return -EINVAL;
 	switch (json_typeof(v)) {
 	case JSON_OBJECT: {
 		const char *k;
 		json_t *e;
-		msgpack_pack_map(pk, json_object_size(v));
+		/* Every append is checked: the buffer grows by realloc, and a
+		 * header or key lost to a failed one would leave bytes that decode
+		 * as something else. */
+		if (msgpack_pack_map(pk, json_object_size(v)))
+			return -ENOMEM;
 		json_object_foreach((json_t *)v, k, e) {
-			msgpack_pack_str_with_body(pk, k, strlen(k));
-			if (pack(pk, e, depth + 1))
-				return -1;
+			int r = msgpack_pack_str_with_body(pk, k, strlen(k)) ? -ENOMEM : pack(pk, e, depth + 1);
+			if (r)
+				return r;
 		}
 		return 0;
 	}
 	case JSON_ARRAY: {
 		size_t i;
 		json_t *e;
-		msgpack_pack_array(pk, json_array_size(v));
-		json_array_foreach(v, i, e)
-			if (pack(pk, e, depth + 1))
-				return -1;
+		if (msgpack_pack_array(pk, json_array_size(v)))
+			return -ENOMEM;
+		json_array_foreach(v, i, e) {
+			int r = pack(pk, e, depth + 1);
+			if (r)
+				return r;
+		}
 		return 0;
 	}
 	case JSON_STRING:
-		return msgpack_pack_str_with_body(pk, json_string_value(v), json_string_length(v));
+		return msgpack_pack_str_with_body(pk, json_string_value(v), json_string_length(v)) ? -ENOMEM : 0;
 	case JSON_INTEGER:
-		return msgpack_pack_int64(pk, json_integer_value(v));
+		return msgpack_pack_int64(pk, json_integer_value(v)) ? -ENOMEM : 0;
 	case JSON_REAL:
-		return msgpack_pack_double(pk, json_real_value(v));
+		return msgpack_pack_double(pk, json_real_value(v)) ? -ENOMEM : 0;
 	case JSON_TRUE:
-		return msgpack_pack_true(pk);
+		return msgpack_pack_true(pk) ? -ENOMEM : 0;
 	case JSON_FALSE:
-		return msgpack_pack_false(pk);
+		return msgpack_pack_false(pk) ? -ENOMEM : 0;
 	case JSON_NULL:
-		return msgpack_pack_nil(pk);
+		return msgpack_pack_nil(pk) ? -ENOMEM : 0;
 	}
-	return -1;
+	return -EINVAL;
 }
 
 int jsonmp_pack(msgpack_packer *pk, const json_t *v)
 {
-	return v ? pack(pk, v, 0) : -1;
+	return v ? pack(pk, v, 0) : -EINVAL;
 }
 
-static json_t *unpack(struct mp *m, int depth);
+/* Decoding: *oom is set when jansson could not allocate, so a caller can
+ * tell "not decodable" from "out of memory". Strings and keys are checked
+ * for UTF-8 here, so jansson's constructors fail only for want of memory. */
+struct dec {
+	struct mp m;
+	int oom;
+};
 
-static json_t *unpack_container(struct mp *m, int depth)
+static json_t *unpack(struct dec *d, int depth);
+
+static json_t *made(struct dec *d, json_t *v)
 {
+	if (!v)
+		d->oom = 1;
+	return v;
+}
+
+static int utf8_ok(const char *s, size_t len)
+{
+	int ok = 1;
+	for (size_t i = 0; ok && i < len;)
+		i += utf8_seq((const unsigned char *)s + i, len - i, &ok);
+	return ok;
+}
+
+static json_t *unpack_container(struct dec *d, int depth)
+{
+	struct mp *m = &d->m;
 	uint32_t n;
 	const unsigned char *save = m->p;
 	if (mp_array(m, &n) == 0) {
 		if (n > (size_t)(m->end - m->p))
 			return NULL;
-		json_t *a = json_array();
+		json_t *a = made(d, json_array());
 		for (uint32_t i = 0; a && i < n; i++) {
-			json_t *e = unpack(m, depth + 1);
-			if (!e || json_array_append_new(a, e)) {
+			json_t *e = unpack(d, depth + 1);
+			int bad = !e || json_array_append_new(a, e);
+			if (bad && e)
+				d->oom = 1; /* the append itself */
+			if (bad) {
 				json_decref(a);
 				return NULL;
 			}
@@ -103,19 +189,21 @@ static json_t *unpack_container(struct mp *m, int depth)
 	if (mp_map(m, &n) == 0) {
 		if (n > (size_t)(m->end - m->p))
 			return NULL;
-		json_t *o = json_object();
+		json_t *o = made(d, json_object());
 		for (uint32_t i = 0; o && i < n; i++) {
 			const char *k;
 			size_t kl;
 			/* A key with a NUL byte cannot round-trip through
 			 * jansson's C-string keys: refuse it. */
-			if (mp_str(m, &k, &kl) || memchr(k, 0, kl)) {
+			if (mp_str(m, &k, &kl) || memchr(k, 0, kl) || !utf8_ok(k, kl)) {
 				json_decref(o);
 				return NULL;
 			}
-			json_t *e = unpack(m, depth + 1);
-			/* setn validates the key's UTF-8 and takes its length. */
-			if (!e || json_object_setn_new(o, k, kl, e)) {
+			json_t *e = unpack(d, depth + 1);
+			int bad = !e || json_object_setn_new_nocheck(o, k, kl, e); /* the key is checked: only memory */
+			if (bad && e)
+				d->oom = 1;
+			if (bad) {
 				json_decref(o);
 				return NULL;
 			}
@@ -125,8 +213,9 @@ static json_t *unpack_container(struct mp *m, int depth)
 	return NULL;
 }
 
-static json_t *unpack(struct mp *m, int depth)
+static json_t *unpack(struct dec *d, int depth)
 {
+	struct mp *m = &d->m;
 	if (depth > JSONMP_MAX_DEPTH || m->p >= m->end)
 		return NULL;
 	unsigned char t = *m->p;
@@ -134,37 +223,49 @@ static json_t *unpack(struct mp *m, int depth)
 	size_t len;
 	int64_t i;
 	uint64_t u;
-	double d;
+	double x;
 	switch (t) {
 	case 0xc0: m->p++; return json_null();
 	case 0xc2: m->p++; return json_false();
 	case 0xc3: m->p++; return json_true();
 	case 0xca: case 0xcb:
-		return mp_double(m, &d) ? NULL : json_real(d);
+		return mp_double(m, &x) ? NULL : made(d, json_real(x));
 	}
 	if ((t & 0xe0) == 0xa0 || t == 0xd9 || t == 0xda || t == 0xdb)
-		return mp_str(m, &s, &len) ? NULL : json_stringn(s, len); /* NULL if not UTF-8 */
+		return mp_str(m, &s, &len) || !utf8_ok(s, len) ? NULL : made(d, json_stringn_nocheck(s, len));
 	if (t <= 0x7f || t >= 0xe0 || (t >= 0xcc && t <= 0xd3)) {
 		if (t == 0xcf) {
 			if (mp_uint(m, &u) || u > INT64_MAX)
 				return NULL; /* JSON integers here are int64 */
-			return json_integer((json_int_t)u);
+			return made(d, json_integer((json_int_t)u));
 		}
-		return mp_int(m, &i) ? NULL : json_integer(i);
+		return mp_int(m, &i) ? NULL : made(d, json_integer(i));
 	}
-	return unpack_container(m, depth);
+	return unpack_container(d, depth);
+}
+
+int jsonmp_decode(const void *p, size_t len, json_t **out)
+{
+	*out = NULL;
+	if (len == 0) {
+		*out = json_null();
+		return 0;
+	}
+	struct dec d = { .oom = 0 };
+	mp_init(&d.m, p, len);
+	json_t *v = unpack(&d, 0);
+	if (v && d.m.p != d.m.end) {
+		json_decref(v);
+		return -EINVAL;
+	}
+	if (!v)
+		return d.oom ? -ENOMEM : -EINVAL;
+	*out = v;
+	return 0;
 }
 
 json_t *jsonmp_unpack(const void *p, size_t len)
 {
-	if (len == 0)
-		return json_null();
-	struct mp m;
-	mp_init(&m, p, len);
-	json_t *v = unpack(&m, 0);
-	if (v && m.p != m.end) {
-		json_decref(v);
-		return NULL;
-	}
-	return v;
+	json_t *v;
+	return jsonmp_decode(p, len, &v) ? NULL : v;
 }

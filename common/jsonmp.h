@@ -13,7 +13,9 @@
 #define JSONMP_MAX_DEPTH 64
 
 /* Append v as one msgpack object to pk. Integers stay integers, reals become
- * float64. Returns 0, or -1 when nesting exceeds JSONMP_MAX_DEPTH. */
+ * float64. Returns 0, -EINVAL when v is NULL or nesting exceeds
+ * JSONMP_MAX_DEPTH, or -ENOMEM when the packer's write fails; pk then holds
+ * a partial object. */
 int jsonmp_pack(msgpack_packer *pk, const json_t *v);
 
 /* Whether v, placed at nesting level `at` of a record (0: the record
@@ -27,6 +29,17 @@ int jsonmp_fits(const json_t *v, int at);
  * JSONMP_MAX_DEPTH, hold a non-string map key, an extension type, or a string
  * that is not UTF-8. An empty range (len 0) decodes to JSON null. */
 json_t *jsonmp_unpack(const void *p, size_t len);
+/* jsonmp_unpack telling why not: 0 with *out a new reference, -EINVAL when
+ * the bytes are not decodable (as above), -ENOMEM when out of memory. */
+int jsonmp_decode(const void *p, size_t len, json_t **out);
+
+/* v as JSON text (json_dumps' flags), with a '\n' after it when nl, or NULL
+ * when out of memory; *len (may be NULL) gets its length; free it. Use it,
+ * not json_dumps, for anything sent: jansson 2.14's json_dumps can return
+ * text with an object key left out when an allocation inside it fails (it
+ * ignores a failed write of a key). Here every write after a failed one
+ * fails too, and the failure is seen. */
+char *jsonmp_dumps(const json_t *v, size_t flags, int nl, size_t *len);
 
 /* A packer writing into a fresh buffer, for one-off encodings. */
 struct jsonmp_buf {

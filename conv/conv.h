@@ -32,7 +32,8 @@ struct tail {
 
 /* Decide from the working set. base_ctx is the summary's to_seq (0 without):
  * everything up to it was answered before it was summarised. Returns 0, or -1
- * when an event is malformed (a record we cannot trust: the caller stops). */
+ * when an event is malformed (a record we cannot trust: the caller stops) or
+ * memory ran out (never a decision made on part of the tail). */
 int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t);
 void tail_free(struct tail *t);
 

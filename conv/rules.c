@@ -9,17 +9,23 @@
 int conv_pack(struct jsonmp_buf *b, const json_t *v)
 {
 	jsonmp_buf_init(b);
-	return jsonmp_pack(&b->pk, v) ? -ENOMEM : 0;
+	return jsonmp_pack(&b->pk, v) ? -ENOMEM : 0; /* depth is checked before (jsonmp_fits) */
 }
 
 json_t *conv_event_json(const struct store_event *ev)
 {
-	json_t *content = jsonmp_unpack(ev->content.ptr, ev->content.len);
+	json_t *content;
+	if (jsonmp_decode(ev->content.ptr, ev->content.len, &content) == -ENOMEM)
+		return NULL; /* undecodable content shows as null; a lack of memory is not that */
 	json_t *o = json_pack("{sIss#sosI}", "seq", (json_int_t)ev->seq, "type", (const char *)ev->type.ptr,
 			      (int)ev->type.len, "content", content ? content : json_null(), "inserted_at",
 			      (json_int_t)ev->inserted_at);
-	if (o && ev->event_id.len)
-		json_object_set_new(o, "event_id", json_stringn(ev->event_id.ptr, ev->event_id.len));
+	/* Never an event short of its event_id (out of memory): NULL instead. */
+	if (o && ev->event_id.len &&
+	    json_object_set_new(o, "event_id", json_stringn(ev->event_id.ptr, ev->event_id.len))) {
+		json_decref(o);
+		return NULL;
+	}
 	return o;
 }
 

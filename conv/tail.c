@@ -61,11 +61,13 @@ int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 			if (!strcmp(ty, "tool_call")) {
 				if (!call_id(c) || !json_is_string(json_object_get(c, "name")))
 					goto bad;
-				json_array_append(t->calls, c);
+				if (json_array_append(t->calls, c))
+					goto bad; /* out of memory: a call left out would read as not owed */
 			} else if (!strcmp(ty, "tool_result") || !strcmp(ty, "resolution")) {
 				if (!call_id(c))
 					goto bad;
-				json_array_append(t->settled, c);
+				if (json_array_append(t->settled, c))
+					goto bad;
 			}
 		}
 		/* By id, through a hash: comparing every call with every
@@ -80,8 +82,10 @@ int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 				goto bad;
 			}
 		json_array_foreach(t->calls, i, e)
-			if (!json_object_get(done, call_id(e)))
-				json_array_append(t->unsettled, e);
+			if (!json_object_get(done, call_id(e)) && json_array_append(t->unsettled, e)) {
+				json_decref(done);
+				goto bad;
+			}
 		json_decref(done);
 		turn_had_calls = json_array_size(t->calls) > 0;
 	}

@@ -2,6 +2,7 @@
 #include "ipc/proto.h"
 #include "common/jsonmp.h"
 #include "common/id.h"
+#include "common/text.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -219,7 +220,11 @@ static int send_content(struct pctx *p, json_t *v, const char *name, json_t **ou
 	if (!jsonmp_fits(v, 0)) /* content is its event's whole record */
 		return bad(p, "'%s' nests more than %d levels of objects and arrays", name, JSONMP_MAX_DEPTH + 1);
 	*out = json_is_string(v) ? json_pack("{sO}", "text", v) : json_incref(v);
-	return *out ? 0 : PERR_INTERNAL;
+	if (!*out) {
+		snprintf(p->msg, p->msglen, "out of memory");
+		return PERR_INTERNAL;
+	}
+	return 0;
 }
 
 static int send_event_id(struct pctx *p, json_t *v, const char *name, const char **out)
@@ -475,6 +480,12 @@ int proto_parse(const char *line, size_t len, const struct proto_names *names, s
 	if (len == 0)
 		return bad(&p, "empty line: expected a JSON object");
 	rq->root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
+	/* Not the client's fault: jansson says so, or (its lexer's buffer
+	 * could not be made) fails before reading anything, with no text. */
+	if (!rq->root && (json_error_code(&je) == json_error_out_of_memory || !je.text[0])) {
+		snprintf(msg, msglen, "out of memory");
+		return PERR_INTERNAL;
+	}
 	if (!rq->root)
 		return bad(&p, "invalid JSON at column %d: %s", je.column, je.text);
 	if (!json_is_object(rq->root))
@@ -506,53 +517,40 @@ void proto_request_free(struct request *rq)
 
 static char *dump_line(json_t *o, size_t *len)
 {
-	char *s = json_dumps(o, JSON_COMPACT);
+	char *s = jsonmp_dumps(o, JSON_COMPACT, 1, len);
 	json_decref(o);
-	if (!s)
-		return NULL;
-	size_t n = strlen(s);
-	char *r = realloc(s, n + 2);
-	if (!r) {
-		free(s);
-		return NULL;
-	}
-	r[n] = '\n';
-	r[n + 1] = 0;
-	*len = n + 1;
-	return r;
+	return s;
 }
 
 char *proto_error_line(json_t *id, int err, const char *msg, size_t *len)
 {
-	json_t *o = json_object();
-	if (!o)
-		return NULL;
-	if (id)
-		json_object_set(o, "id", id);
-	json_object_set_new(o, "ok", json_false());
-	json_object_set_new(o, "error", json_string(proto_err_code(err)));
-	/* The message may quote bad input: keep it valid UTF-8 for the reply. */
-	json_t *m = json_string(msg);
-	json_object_set_new(o, "message", m ? m : json_string("(message not printable)"));
-	return dump_line(o, len);
+	return proto_error_line_with(id, err, msg, NULL, len);
 }
 
 char *proto_error_line_with(json_t *id, int err, const char *msg, json_t *extra, size_t *len)
 {
 	json_t *o = json_object();
-	if (!o) {
+	/* extra first: id, ok, error and message set after it win. */
+	if (!o || (extra && json_object_update(o, extra))) {
 		json_decref(extra);
+		json_decref(o);
 		return NULL;
 	}
-	if (extra)
-		json_object_update(o, extra);
 	json_decref(extra);
-	if (id)
-		json_object_set(o, "id", id);
-	json_object_set_new(o, "ok", json_false());
-	json_object_set_new(o, "error", json_string(proto_err_code(err)));
-	json_t *m = json_string(msg); /* the message may quote bad input: keep it valid UTF-8 */
-	json_object_set_new(o, "message", m ? m : json_string("(message not printable)"));
+	/* The message may quote bad input: keep it valid UTF-8 for the reply
+	 * (ill-formed bytes become U+FFFD); NULL is out of memory alone. */
+	json_t *m = json_text(msg, strlen(msg));
+	/* A reply short of a field (out of memory) would be misread: none. */
+	if ((id && json_object_set(o, "id", id)) || json_object_set_new(o, "ok", json_false()) ||
+	    json_object_set_new(o, "error", json_string(proto_err_code(err)))) {
+		json_decref(m);
+		json_decref(o);
+		return NULL;
+	}
+	if (json_object_set_new(o, "message", m)) { /* m is taken either way */
+		json_decref(o);
+		return NULL;
+	}
 	return dump_line(o, len);
 }
 
@@ -561,8 +559,9 @@ char *proto_ok_line(json_t *id, json_t *obj, size_t *len)
 	json_t *o = obj ? obj : json_object();
 	if (!o)
 		return NULL;
-	if (id)
-		json_object_set(o, "id", id);
-	json_object_set_new(o, "ok", json_true());
+	if ((id && json_object_set(o, "id", id)) || json_object_set_new(o, "ok", json_true())) {
+		json_decref(o);
+		return NULL;
+	}
 	return dump_line(o, len);
 }

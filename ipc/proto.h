@@ -84,7 +84,8 @@ struct proto_names {
  * PERR_OK and rq holds the request (free with proto_request_free). Otherwise
  * returns the error code and writes a message naming what was wrong into msg;
  * rq->id is still set when the line was a JSON object with an id, so the error
- * reply can echo it (free rq in every case). */
+ * reply can echo it (free rq in every case). PERR_INTERNAL ("out of
+ * memory") is never the line's fault. */
 int proto_parse(const char *line, size_t len, const struct proto_names *names, struct request *rq,
 		char *msg, size_t msglen);
 void proto_request_free(struct request *rq);
@@ -93,12 +94,14 @@ const char *proto_op_name(int op);
 const char *proto_err_code(int err);
 
 /* {"id":..., "ok":false, "error":CODE, "message":MSG} as one line with '\n'.
- * Returns a malloc'd string (length in *len) or NULL. */
+ * Returns a malloc'd string (length in *len) or NULL (out of memory: never a
+ * line short of a field). */
 char *proto_error_line(json_t *id, int err, const char *msg, size_t *len);
 /* The same with extra's fields added (extra: an object, stolen, may be NULL;
- * it cannot replace id, ok, error or message). */
+ * it cannot replace id, ok, error or message). NULL when out of memory. */
 char *proto_error_line_with(json_t *id, int err, const char *msg, json_t *extra, size_t *len);
-/* Add "id" and "ok":true to obj (stolen) and dump it as one line with '\n'. */
+/* Add "id" and "ok":true to obj (stolen; NULL: an empty object) and dump it
+ * as one line with '\n'. NULL when out of memory. */
 char *proto_ok_line(json_t *id, json_t *obj, size_t *len);
 
 #endif

@@ -38,7 +38,16 @@ struct ck {
 	json_t *expiries; /* tool_call_id -> {"deadline", "conversation"} (all conversations) */
 	json_t *eids;     /* event_id -> seq, of the conversation's events */
 	json_t *rows;     /* tool_call_id -> true: rows reached through their conversation's index */
+	int oom;          /* a record of the above could not be kept: the check is incomplete */
 };
+
+/* What the checks above remember must be whole: one entry lost (out of
+ * memory) could turn a problem into "consistent". rc is jansson's 0 or -1. */
+static void kept(struct ck *c, int rc)
+{
+	if (rc)
+		c->oom = 1;
+}
 
 static const char *str_or(const char *s, const char *d)
 {
@@ -81,9 +90,13 @@ static int on_event(void *arg, const struct store_event *ev)
 				(int)ev->event_id.len, (const char *)ev->event_id.ptr, (unsigned long long)at);
 		char eid[STORE_EVENT_ID_MAX + 1];
 		snprintf(eid, sizeof eid, "%.*s", (int)ev->event_id.len, (const char *)ev->event_id.ptr);
-		json_object_set_new_nocheck(c->eids, eid, json_integer((json_int_t)ev->seq)); /* any bytes */
+		kept(c, json_object_set_new_nocheck(c->eids, eid, json_integer((json_int_t)ev->seq))); /* any bytes */
 	}
-	json_t *content = jsonmp_unpack(ev->content.ptr, ev->content.len);
+	json_t *content;
+	if (jsonmp_decode(ev->content.ptr, ev->content.len, &content) == -ENOMEM) {
+		kept(c, -1); /* not the record's fault */
+		return 0;
+	}
 	if (!json_is_object(content)) {
 		problem(c, "seq %llu (%s): content is not a JSON object", (unsigned long long)ev->seq, type);
 		json_decref(content);
@@ -96,8 +109,8 @@ static int on_event(void *arg, const struct store_event *ev)
 		} else if (json_object_get(c->calls, id)) {
 			problem(c, "seq %llu: tool_call %s appears twice", (unsigned long long)ev->seq, id);
 		} else {
-			json_object_set_new(c->calls, id, json_pack("{s:O, s:i, s:s}", "executor",
-					    json_object_get(content, "executor"), "settled", 0, "status", ""));
+			kept(c, json_object_set_new(c->calls, id, json_pack("{s:O, s:i, s:s}", "executor",
+						    json_object_get(content, "executor"), "settled", 0, "status", "")));
 		}
 	} else if (!strcmp(type, "tool_result") || !strcmp(type, "resolution")) {
 		json_t *call = id ? json_object_get(c->calls, id) : NULL;
@@ -106,8 +119,8 @@ static int on_event(void *arg, const struct store_event *ev)
 				type, id ? id : "(none)");
 		} else {
 			json_int_t n = json_integer_value(json_object_get(call, "settled")) + 1;
-			json_object_set_new(call, "settled", json_integer(n));
-			json_object_set(call, "status", json_object_get(content, "status"));
+			kept(c, json_object_set_new(call, "settled", json_integer(n)));
+			kept(c, json_object_set(call, "status", json_object_get(content, "status")));
 			if (n > 1)
 				problem(c, "tool call %s settled %lld times (seq %llu)", id, (long long)n,
 					(unsigned long long)ev->seq);
@@ -123,8 +136,8 @@ static int on_event(void *arg, const struct store_event *ev)
 		c->last_ctx = ctx;
 	}
 	if (ev->seq > c->after)
-		json_array_append_new(c->events, json_pack("{s:I, s:s, s:o}", "seq", (json_int_t)ev->seq, "type", type,
-							   "content", content));
+		kept(c, json_array_append_new(c->events, json_pack("{s:I, s:s, s:o}", "seq", (json_int_t)ev->seq, "type",
+								   type, "content", content)));
 	else
 		json_decref(content);
 	return 0;
@@ -136,7 +149,7 @@ static int on_row(void *arg, const struct store_tool_call *tc)
 	char id[STORE_ID_MAX + 1];
 	snprintf(id, sizeof id, "%.*s", (int)tc->id.len, (const char *)tc->id.ptr);
 	c->ncalls++;
-	json_object_set_new_nocheck(c->rows, id, json_true());
+	kept(c, json_object_set_new_nocheck(c->rows, id, json_true()));
 	if (tc->conversation.len != strlen(c->conv) || memcmp(tc->conversation.ptr, c->conv, tc->conversation.len))
 		problem(c, "tool call row %s names conversation %.*s", id, (int)tc->conversation.len,
 			(const char *)tc->conversation.ptr);
@@ -145,7 +158,7 @@ static int on_row(void *arg, const struct store_tool_call *tc)
 		problem(c, "tool call row %s has no tool_call event in the log", id);
 		return 0;
 	}
-	json_object_set_new(call, "row", json_true());
+	kept(c, json_object_set_new(call, "row", json_true()));
 	const char *ex = json_string_value(json_object_get(call, "executor"));
 	const char *want = tc->executor == STORE_EXEC_HUMAN ? "human" : "server";
 	if (ex && strcmp(ex, want))
@@ -169,7 +182,7 @@ static int on_row(void *arg, const struct store_tool_call *tc)
 			tc->deadline ? "" : " without a deadline");
 	}
 	if (e)
-		json_object_set_new(e, "seen", json_true());
+		kept(c, json_object_set_new(e, "seen", json_true()));
 	return 0;
 }
 
@@ -206,9 +219,9 @@ static int on_expiry(void *arg, const struct store_expiry *e)
 	struct ck *c = arg;
 	char id[STORE_ID_MAX + 1];
 	snprintf(id, sizeof id, "%.*s", (int)e->tool_call_id.len, (const char *)e->tool_call_id.ptr);
-	json_object_set_new(c->expiries, id, json_pack("{s:I, s:s#}", "deadline", (json_int_t)e->deadline,
-						       "conversation", (const char *)e->conversation.ptr,
-						       (int)e->conversation.len));
+	kept(c, json_object_set_new(c->expiries, id, json_pack("{s:I, s:s#}", "deadline", (json_int_t)e->deadline,
+								"conversation", (const char *)e->conversation.ptr,
+								(int)e->conversation.len)));
 	return 0;
 }
 
@@ -220,7 +233,9 @@ static void check_state(struct ck *c, const struct store_conv *conv)
 		problem(c, "the log's tail holds a malformed event");
 		return;
 	}
-	json_t *fsm = conv->fsm_state.len ? jsonmp_unpack(conv->fsm_state.ptr, conv->fsm_state.len) : NULL;
+	json_t *fsm = NULL;
+	if (conv->fsm_state.len && jsonmp_decode(conv->fsm_state.ptr, conv->fsm_state.len, &fsm) == -ENOMEM)
+		kept(c, -1); /* the checks of fsm_state below would pass unread */
 	const char *fstate = json_string_value(json_object_get(fsm, "state"));
 	int humans = 0, servers = 0;
 	size_t i;
@@ -281,6 +296,7 @@ static int check_conv(struct ck *c, const char *id)
 	c->calls = json_object();
 	c->events = json_array();
 	c->eids = json_object();
+	kept(c, !c->calls || !c->events || !c->eids ? -1 : 0);
 	uint64_t last = 0;
 	store_event_latest_seq(c->t, id, &last);
 	e = store_summary_latest(c->t, id, &sum);
@@ -336,7 +352,7 @@ static int collect(void *arg, const char *id, size_t len)
 		size_t cap = ids->cap ? ids->cap * 2 : 64;
 		void *p = realloc(ids->id, cap * sizeof *ids->id);
 		if (!p)
-			return -1;
+			return -ENOMEM;
 		ids->id = p;
 		ids->cap = cap;
 	}
@@ -362,6 +378,7 @@ int check_store(const char *dir, FILE *out)
 		return -1;
 	}
 	struct ck c = { .out = out, .expiries = json_object(), .rows = json_object() };
+	kept(&c, !c.expiries || !c.rows ? -1 : 0);
 	struct ids ids = { 0 };
 	if ((e = store_txn_begin(st, STORE_READ, &c.t)) == 0) {
 		if ((e = store_conv_ids(c.t, collect, &ids)))
@@ -385,6 +402,8 @@ int check_store(const char *dir, FILE *out)
 	} else {
 		problem(&c, "read transaction: %s", store_strerror(e));
 	}
+	if (c.oom)
+		problem(&c, "out of memory: the check is incomplete");
 	fprintf(out, "agentd check: %s: %zu conversations, %llu events, %llu tool calls: %s", dir, ids.n,
 		(unsigned long long)c.nevents, (unsigned long long)c.ncalls,
 		c.problems ? "" : "consistent\n");

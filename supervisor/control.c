@@ -143,23 +143,24 @@ int control_listen(const struct config *cfg, const char *path, const struct cont
 	C.h = hooks;
 	if (!(C.path = strdup(path))) {
 		log_error("out of memory");
-		return -1;
+		return -ENOMEM;
 	}
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	if (strlen(C.path) >= sizeof sa.sun_path) {
 		log_error("socket path '%s' is %zu bytes; a Unix socket path must be under %zu: use --socket "
 			  "with a shorter path", C.path, strlen(C.path), sizeof sa.sun_path);
-		return -1;
+		return -ENAMETOOLONG;
 	}
 	strcpy(sa.sun_path, C.path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
-		log_error("socket: %s", strerror(errno));
-		return -1;
+		int e = -errno;
+		log_error("socket: %s", strerror(-e));
+		return e;
 	}
 	if (stale_socket_clear(&sa) < 0) {
 		close(fd);
-		return -1;
+		return -EADDRINUSE;
 	}
 	/* The socket is created 0600 (docs/protocol.md, "Framing"): bind applies the
 	 * umask to 0777, so 0177, not 077, which would leave it 0700. With
@@ -169,14 +170,15 @@ int control_listen(const struct config *cfg, const char *path, const struct cont
 	int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
 	umask(old);
 	if (rc < 0 || listen(fd, 512) < 0) {
-		log_error("cannot listen on %s: %s", C.path, strerror(errno));
+		int e = -errno;
+		log_error("cannot listen on %s: %s", C.path, strerror(-e));
 		close(fd);
-		return -1;
+		return e;
 	}
-	if (loop_add(fd, EPOLLIN, &C.lw) < 0) {
-		log_error("epoll_ctl: %s", strerror(errno));
+	if ((rc = loop_add(fd, EPOLLIN, &C.lw)) < 0) {
+		log_error("epoll_ctl: %s", strerror(-rc));
 		close(fd);
-		return -1;
+		return rc;
 	}
 	C.listen_fd = fd;
 	C.reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -512,6 +514,11 @@ static void slot_done(struct slot *s, char *line, size_t len)
 		static const char oom[] = "{\"ok\":false,\"error\":\"internal\",\"message\":\"out of memory\"}\n";
 		line = strdup(oom);
 		len = line ? sizeof oom - 1 : 0;
+		/* Not even that: close the connection rather than leave a reply
+		 * out of the order (every later one would pair with the wrong
+		 * request). */
+		if (!line)
+			s->c->dead = 1;
 	}
 	s->line = line;
 	s->len = len;
@@ -562,6 +569,12 @@ void slot_error_with(struct slot *s, json_t *id, int err, const char *msg, json_
 
 void slot_ok(struct slot *s, json_t *id, json_t *obj)
 {
+	/* NULL is a reply that could not be built (out of memory): never a
+	 * bare {"ok":true} that reads as success with nothing in it. */
+	if (!obj) {
+		slot_error(s, id, PERR_INTERNAL, "out of memory");
+		return;
+	}
 	size_t len = 0;
 	char *line = proto_ok_line(id, obj, &len);
 	slot_done(s, line, len);

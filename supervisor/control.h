@@ -62,8 +62,10 @@ struct control_hooks {
 };
 
 /* Bind and listen on path (created 0600, or 0666 with allow_any_uid); a
- * stale socket of a dead agentd is replaced, anything else refused. 0 or -1
- * (logged). cfg is kept. */
+ * stale socket of a dead agentd is replaced, anything else refused. 0, or
+ * (logged) -ENOMEM, -ENAMETOOLONG (the path does not fit sun_path),
+ * -EADDRINUSE (something else is at the path), or socket(2), bind(2),
+ * listen(2) or epoll's -errno. cfg is kept. */
 int control_listen(const struct config *cfg, const char *path, const struct control_hooks *hooks);
 /* Stop listening and remove the socket file if it is still ours. */
 void control_stop_listening(void);
@@ -88,7 +90,7 @@ int control_all_held(void);
 
 /* ---- one client -------------------------------------------------------- */
 struct slot *slot_new(struct client *c);
-void slot_ok(struct slot *s, json_t *id, json_t *obj);           /* obj stolen */
+void slot_ok(struct slot *s, json_t *id, json_t *obj);           /* obj stolen; NULL: answered out of memory */
 void slot_error(struct slot *s, json_t *id, int err, const char *msg);
 /* An error reply with more fields (extra: an object, stolen, may be NULL),
  * as send's `conflict` carries `last_seq`. */

@@ -28,6 +28,7 @@ static struct {
 	uint64_t frontier;       /* loop thread only */
 	uint64_t wanted;         /* the highest id asked for (loop thread) */
 	int running;             /* a flush is asked or in flight (loop thread) */
+	uint64_t failing;        /* flushes failed in a row (loop thread) */
 	int efd;                 /* the flusher's "done" to the loop */
 	struct loop_watch lw;
 	int tfd;                 /* the deferred flush's timer */
@@ -43,6 +44,7 @@ static struct {
 	int err;                 /* the last flush's error */
 	int quit;
 	uint64_t nflush;
+	const char *fail_path;   /* test-only: flushes fail while this file exists */
 } D = { .efd = -1, .lw = { on_flushed }, .tfd = -1, .tw = { on_timer }, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
 static void *flusher(void *arg)
@@ -64,7 +66,7 @@ static void *flusher(void *arg)
 		 * its meta page written, so the flush covers them (and what was
 		 * asked for, committed before it was asked). */
 		uint64_t last = store_last_id(D.st);
-		int e = store_flush(D.st);
+		int e = D.fail_path && access(D.fail_path, F_OK) == 0 ? -EIO : store_flush(D.st);
 		pthread_mutex_lock(&D.mu);
 		D.nflush++;
 		D.err = e;
@@ -125,6 +127,11 @@ static void on_flushed(struct loop_watch *lw, uint32_t events)
 			log_error("flushing the store failed: %s; replies wait for the next flush", store_strerror(err));
 			last = loop_now_ms();
 		}
+		D.failing++;
+	} else if (D.failing) {
+		log_info("flushing the store works again after %llu failed flushes; held replies go out",
+			 (unsigned long long)D.failing);
+		D.failing = 0;
 	}
 	advance(done);
 	/* What was committed while this one ran waits for durable_before_wait. */
@@ -150,6 +157,10 @@ int durable_open(store *st, int sync_full, durable_advanced_fn *advanced, durabl
 	D.all = !sync_full || (early && !strcmp(early, "1"));
 	if (D.all)
 		return 0;
+	/* Test-only (docs/testing.md): a disk error on every flush while the
+	 * named file exists, so a test can hold the frontier and release it. */
+	const char *fail = getenv("AGENTD_TEST_FLUSH_FAIL");
+	D.fail_path = fail && *fail ? fail : NULL;
 	D.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (D.efd < 0)
 		return -errno;

@@ -85,7 +85,12 @@ static char *config_snapshot(const char *src, const char *dir)
 	char buf[8192], err[512];
 	size_t n;
 	int fd = -1;
-	int ok = in && asprintf(&path, "%s/agentd.ini.running", dir) >= 0 && asprintf(&tmp, "%s.tmp", path) >= 0;
+	/* asprintf leaves its pointer undefined when it fails: NULL it, for the free below. */
+	int ok = in != NULL;
+	if (ok && asprintf(&path, "%s/agentd.ini.running", dir) < 0)
+		path = NULL, ok = 0;
+	if (ok && asprintf(&tmp, "%s.tmp", path) < 0)
+		tmp = NULL, ok = 0;
 	/* A new file of the owner's alone (the file may hold credentials, and
 	 * what it says is what workers run), never through a link. */
 	if (ok && unlink(tmp) < 0 && errno != ENOENT)
@@ -116,7 +121,10 @@ static char *config_snapshot(const char *src, const char *dir)
 		return path;
 	}
 	struct config c;
-	config_init(&c);
+	if (config_init(&c)) {
+		log_error("out of memory");
+		ok = 0;
+	}
 	if (ok && config_load(&c, path, err, sizeof err)) {
 		log_error("the configuration changed while agentd read it: %s", err);
 		ok = 0;
@@ -258,7 +266,7 @@ struct options {
 	const char *data, *socket, *worker, *idle, *sync, *level, *max;
 };
 
-/* 0, or -1 with the reason on stderr. */
+/* 0, or -1 (a usage error) or -ENOMEM, with the reason on stderr. */
 static int options_apply(struct config *cfg, const struct options *o)
 {
 	if ((o->data && !*o->data) || (o->socket && !*o->socket) || (o->worker && !*o->worker)) {
@@ -277,6 +285,10 @@ static int options_apply(struct config *cfg, const struct options *o)
 	if (o->worker) {
 		free(cfg->worker);
 		cfg->worker = strdup(o->worker);
+	}
+	if ((o->data && !cfg->data) || (o->socket && !cfg->socket) || (o->worker && !cfg->worker)) {
+		fprintf(stderr, "agentd: out of memory\n");
+		return -ENOMEM;
 	}
 	if (o->idle && (config_duration(o->idle, &cfg->idle_timeout_ms) || cfg->idle_timeout_ms < 0)) {
 		fprintf(stderr, "agentd: bad --idle-timeout '%s' (a duration: 500ms, 30s, 5m, 1h)\n", o->idle);
@@ -350,8 +362,9 @@ static int parse_args(int argc, char **argv, struct config *cfg, const char **co
 		return EXIT_USAGE;
 	}
 	struct options o = { o_data, o_socket, o_worker, o_idle, o_sync, o_level, o_max };
-	if (options_apply(cfg, &o))
-		return EXIT_USAGE;
+	int e = options_apply(cfg, &o);
+	if (e)
+		return e == -ENOMEM ? EXIT_FAILURE : EXIT_USAGE;
 	cfg->ephemeral = o_ephemeral;
 	*config_file = o_config;
 	return -1;
@@ -491,7 +504,11 @@ int main(int argc, char **argv)
 		return check_main(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "backup"))
 		return backup_main(argc, argv);
-	config_init(&cfg);
+	if (config_init(&cfg)) {
+		fprintf(stderr, "agentd: out of memory\n");
+		config_free(&cfg);
+		return EXIT_FAILURE;
+	}
 	int rc = parse_args(argc, argv, &cfg, &o_config);
 	if (rc >= 0) {
 		config_free(&cfg);
@@ -505,8 +522,12 @@ int main(int argc, char **argv)
 	if (cfg.socket)
 		S.sock_path = strdup(cfg.socket);
 	else if (asprintf(&S.sock_path, "%s/agentd.sock", cfg.ephemeral ? S.data_dir : cfg.data) < 0)
-		goto out;
+		S.sock_path = NULL; /* undefined after a failed asprintf */
 	S.worker_path = cfg.worker ? strdup(cfg.worker) : beside_self("agentd-worker");
+	if (!S.sock_path || !S.worker_path) {
+		log_error("out of memory");
+		goto out;
+	}
 
 	rc = run_locked(&cfg, o_config, &served);
 out:

@@ -154,7 +154,10 @@ char *metrics_text(const struct metrics_gauges *g, size_t *len)
 	}
 	fprintf(f, "agentd_expiry_lateness_seconds_sum %.6f\nagentd_expiry_lateness_seconds_count %llu\n",
 		m.late_sum, (unsigned long long)cum);
-	if (fclose(f)) {
+	/* A write that failed (out of memory) leaves the text short: ferror
+	 * keeps it, fclose may not report it. */
+	int bad = ferror(f);
+	if (fclose(f) || bad) {
 		free(buf);
 		return NULL;
 	}

@@ -132,20 +132,32 @@ static int job_store_error(struct job *j, int e, const char *what)
 	return err;
 }
 
+/* 0, or jsonmp_pack's -EINVAL (too deep) or -ENOMEM; b is freed on failure. */
 static int pack_json(struct jsonmp_buf *b, json_t *v)
 {
 	jsonmp_buf_init(b);
-	if (jsonmp_pack(&b->pk, v)) {
+	int e = jsonmp_pack(&b->pk, v);
+	if (e)
 		jsonmp_buf_destroy(b);
-		return -1;
-	}
-	return 0;
+	return e;
 }
 
+/* A failed pack_json as the client's error or ours. */
+static void pack_error(struct job *j, int e, const char *what)
+{
+	if (e == -ENOMEM)
+		job_error(j, PERR_INTERNAL, "out of memory");
+	else
+		job_error(j, PERR_BAD_REQUEST, "%s nest too deeply", what);
+}
+
+/* Stored bytes as JSON: null when undecodable (agentd check names it),
+ * NULL when out of memory (the reply fails; it never shows null for it). */
 static json_t *mp_json(store_bytes b)
 {
-	json_t *v = jsonmp_unpack(b.ptr, b.len);
-	return v ? v : json_null();
+	json_t *v;
+	int e = jsonmp_decode(b.ptr, b.len, &v);
+	return e == -ENOMEM ? NULL : e ? json_null() : v;
 }
 
 /* ---- reads ----------------------------------------------------------- */
@@ -167,12 +179,14 @@ static json_t *conv_json(store_txn *t, const struct store_conv *c, int with_work
 			      mp_json(c->settings), "status", json_string(store_status_name(c->status)), "last_seq",
 			      (json_int_t)last, "usage", conv_usage_json(&c->usage, c->turns), "created_at", (json_int_t)c->created_at,
 			      "updated_at", (json_int_t)c->updated_at);
-	if (!o)
+	/* A field that cannot be added (out of memory) fails the record: never
+	 * a reply that silently lacks it. */
+	if (o && (json_object_set_new(o, "fsm_state", c->fsm_state.len ? mp_json(c->fsm_state) : json_null()) ||
+		  json_object_set_new(o, "metadata", c->metadata.len ? mp_json(c->metadata) : json_object()) ||
+		  (with_worker && json_object_set_new(o, "worker", workers_conv_json(id))))) {
+		json_decref(o);
 		return NULL;
-	json_object_set_new(o, "fsm_state", c->fsm_state.len ? mp_json(c->fsm_state) : json_null());
-	json_object_set_new(o, "metadata", c->metadata.len ? mp_json(c->metadata) : json_object());
-	if (with_worker)
-		json_object_set_new(o, "worker", workers_conv_json(id));
+	}
 	return o;
 }
 
@@ -184,13 +198,13 @@ static json_t *tool_call_json(const struct store_tool_call *tc)
 			      store_tc_status_name(tc->status), "name", (const char *)tc->name.ptr, (int)tc->name.len,
 			      "args", mp_json(tc->args), "inserted_at", (json_int_t)tc->inserted_at, "attempts",
 			      (json_int_t)tc->attempts);
-	if (!o)
-		return NULL;
-	json_object_set_new(o, "result", tc->result.len ? mp_json(tc->result) : json_null());
-	json_object_set_new(o, "resolved_at", tc->resolved_at ? json_integer(tc->resolved_at) : json_null());
-	json_object_set_new(o, "deadline", tc->deadline ? json_integer(tc->deadline) : json_null());
-	if (tc->prompt.len)
-		json_object_set_new(o, "prompt", mp_json(tc->prompt));
+	if (o && (json_object_set_new(o, "result", tc->result.len ? mp_json(tc->result) : json_null()) ||
+		  json_object_set_new(o, "resolved_at", tc->resolved_at ? json_integer(tc->resolved_at) : json_null()) ||
+		  json_object_set_new(o, "deadline", tc->deadline ? json_integer(tc->deadline) : json_null()) ||
+		  (tc->prompt.len && json_object_set_new(o, "prompt", mp_json(tc->prompt))))) {
+		json_decref(o);
+		return NULL; /* as conv_json: never a record short of a field */
+	}
 	return o;
 }
 
@@ -320,8 +334,11 @@ static void op_list(store_txn *t, struct job *j)
 		return;
 	}
 	j->reply = json_pack("{so}", "conversations", l.a);
-	if (more)
-		json_object_set_new(j->reply, "next", json_string(l.last));
+	/* Without `next` a client takes the page as the last one. */
+	if (more && j->reply && json_object_set_new(j->reply, "next", json_string(l.last))) {
+		json_decref(j->reply);
+		j->reply = NULL; /* answered "out of memory" */
+	}
 }
 
 /* The reply to `events`: next_after (an extension) when a capped reply left
@@ -329,8 +346,11 @@ static void op_list(store_txn *t, struct job *j)
 json_t *ops_events_reply(json_t *evs, uint64_t last, uint64_t next)
 {
 	json_t *o = json_pack("{soso}", "events", evs, "last_seq", json_integer((json_int_t)last));
-	if (o && next)
-		json_object_set_new(o, "next_after", json_integer((json_int_t)next));
+	/* Without next_after a capped reply would read as the whole log. */
+	if (o && next && json_object_set_new(o, "next_after", json_integer((json_int_t)next))) {
+		json_decref(o);
+		return NULL;
+	}
 	return o;
 }
 
@@ -476,6 +496,8 @@ static void op_kill(store_txn *t, struct job *j)
 	if (!conv_exists(j))
 		return;
 	json_t *worker = workers_conv_json(j->rq.conv);
+	if (!worker)
+		return; /* out of memory: answered so, nothing killed (not "no worker") */
 	json_t *pid = json_incref(json_object_get(worker, "pid"));
 	json_decref(worker);
 	if (pid && workers_kill(j->rq.conv, j->rq.signal) != 0) {
@@ -526,7 +548,7 @@ static void op_metrics(store_txn *t, struct job *j)
 	struct metrics_gauges g = { workers_live(), control_nclients(), st.size_bytes, st.map_size, durable_flushes() };
 	size_t len = 0;
 	char *buf = metrics_text(&g, &len);
-	j->reply = json_pack("{ss#}", "text", buf ? buf : "", (int)len);
+	j->reply = buf ? json_pack("{ss#}", "text", buf, (int)len) : NULL; /* NULL: out of memory, not an empty text */
 	free(buf);
 }
 
@@ -592,11 +614,12 @@ static int w_create(store_txn *t, struct job *j, struct wres *r)
 		id = gen;
 	}
 	struct jsonmp_buf b;
-	if (pack_json(&b, j->rq.settings)) {
-		job_error(j, PERR_BAD_REQUEST, "settings nest too deeply");
+	int e = pack_json(&b, j->rq.settings);
+	if (e) {
+		pack_error(j, e, "settings");
 		return 0;
 	}
-	int e = store_conv_create(t, id, (store_bytes){ b.sb.data, b.sb.size });
+	e = store_conv_create(t, id, (store_bytes){ b.sb.data, b.sb.size });
 	jsonmp_buf_destroy(&b);
 	if (!e && j->rq.metadata && json_object_size(j->rq.metadata))
 		e = meta_put(t, j, id, j->rq.metadata);
@@ -642,17 +665,22 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 	r->turns = c.turns;
 	r->resumed = 0;
 	if (j->rq.settings) {
-		json_t *merged = jsonmp_unpack(c.settings.ptr, c.settings.len);
+		json_t *merged;
+		int de = jsonmp_decode(c.settings.ptr, c.settings.len, &merged);
+		if (de == -ENOMEM || (!de && json_object_update(merged, j->rq.settings))) {
+			json_decref(merged);
+			job_error(j, PERR_INTERNAL, "out of memory"); /* never settings stored short of a key */
+			return 0;
+		}
 		if (!json_is_object(merged)) {
 			json_decref(merged);
 			job_error(j, PERR_INTERNAL, "stored settings of %s are unreadable", j->rq.conv);
 			return 0;
 		}
-		json_object_update(merged, j->rq.settings);
-		int bad = pack_json(&b, merged);
+		de = pack_json(&b, merged);
 		json_decref(merged);
-		if (bad) {
-			job_error(j, PERR_BAD_REQUEST, "settings nest too deeply");
+		if (de) {
+			pack_error(j, de, "settings");
 			return 0;
 		}
 		have_buf = 1;
@@ -777,26 +805,34 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 		e = lease_ahead(t, conv);
 	if (e)
 		return job_store_error(j, e, "send"), e;
+	/* Committed either way: a reply short of a field is answered "out of
+	 * memory" instead (a retry with the event_ids then gets the seqs). */
+	int oom = 0;
 	if (!j->rq.events) {
 		j->reply = json_pack("{sI}", "seq", (json_int_t)seqs[0]);
-		if (dups[0])
-			json_object_set_new(j->reply, "duplicate", json_true());
+		if (j->reply && dups[0])
+			oom = json_object_set_new(j->reply, "duplicate", json_true());
 	} else {
 		json_t *a = json_array(), *d = json_array();
-		for (size_t i = 0; i < n; i++) {
-			json_array_append_new(a, json_integer((json_int_t)seqs[i]));
-			if (dups[i])
-				json_array_append_new(d, json_integer((json_int_t)i));
+		for (size_t i = 0; a && d && !oom && i < n; i++) {
+			oom = json_array_append_new(a, json_integer((json_int_t)seqs[i]));
+			if (!oom && dups[i])
+				oom = json_array_append_new(d, json_integer((json_int_t)i));
 		}
-		j->reply = json_pack("{so}", "seqs", a);
+		j->reply = a && d && !oom ? json_pack("{sO}", "seqs", a) : NULL;
 		if (j->reply && json_array_size(d))
-			json_object_set(j->reply, "duplicates", d);
+			oom = json_object_set(j->reply, "duplicates", d);
+		json_decref(a);
 		json_decref(d);
 	}
-	if (j->reply && c.status == STORE_PAUSED) {
+	if (j->reply && !oom && c.status == STORE_PAUSED) {
 		/* Kept, and answered once a larger budget resumes it. */
 		r->paused = 1;
-		json_object_set_new(j->reply, "status", json_string("paused"));
+		oom = json_object_set_new(j->reply, "status", json_string("paused"));
+	}
+	if (oom) {
+		json_decref(j->reply);
+		j->reply = NULL;
 	}
 	return 0;
 }
@@ -819,8 +855,9 @@ static int w_send(store_txn *t, struct job *j, struct wres *r)
 	}
 	for (; packed < n; packed++) {
 		json_t *item = j->rq.events ? json_array_get(j->rq.events, packed) : NULL;
-		if (pack_json(&b[packed], item ? json_object_get(item, "content") : j->rq.content)) {
-			job_error(j, PERR_BAD_REQUEST, "content nests too deeply");
+		int pe = pack_json(&b[packed], item ? json_object_get(item, "content") : j->rq.content);
+		if (pe) {
+			pack_error(j, pe, "content");
 			goto done;
 		}
 		ev[packed] = (struct store_event_in){ "user_msg", { b[packed].sb.data, b[packed].sb.size },
@@ -1232,9 +1269,18 @@ void ops_execute(void)
 	struct job **deferred = calloc(n + 1, sizeof *deferred);
 	struct wres *res = calloc(nw + 1, sizeof *res);
 	size_t iw = 0, nd = 0;
+	int oom = !w || !deferred || !res;
 	/* Reads that need no earlier write of their client run now, on the
-	 * committed state; writes gather for the group transaction. */
+	 * committed state; writes gather for the group transaction. Out of
+	 * memory for that bookkeeping, every request left is answered so,
+	 * none done. */
 	TAILQ_FOREACH(j, &O.jobs, q) {
+		if (oom) {
+			j->err = PERR_INTERNAL;
+			snprintf(j->msg, sizeof j->msg, "out of memory");
+			j->ran = 1;
+			continue;
+		}
 		if (ops_is_write(j->rq.op)) {
 			w[iw++] = j;
 			continue;
@@ -1246,7 +1292,7 @@ void ops_execute(void)
 			j->ran = 1;
 		}
 	}
-	if (!held) {
+	if (!held && !oom) {
 		if (iw)
 			group_commit(w, res, iw);
 		for (size_t k = 0; k < nd; k++)

@@ -1,11 +1,12 @@
 /* waiters.c: long-polls and watches, keyed by conversation (see waiters.h). */
 #include "supervisor/waiters.h"
+#include "common/jsonmp.h"
 #include "conv/conv.h"
 #include "supervisor/control.h"
+#include "supervisor/convtree.h"
 #include "supervisor/durable.h"
 
 #include <bsd/sys/queue.h>
-#include <bsd/sys/tree.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,8 @@ struct waiter {
 	int watch;
 	uint64_t sent;            /* watch: last seq streamed */
 	int held;                 /* what it would get is not durable yet: tried again when the frontier moves */
+	int broken;               /* watch: an event could not be encoded (out of memory): nothing more is
+				   * streamed, the connection closes once its output is out, no hole is seen */
 };
 
 /* The waiters of one conversation. */
@@ -32,14 +35,7 @@ struct wconv {
 	char conv[STORE_ID_MAX + 1];
 };
 
-static int wconv_cmp(struct wconv *a, struct wconv *b)
-{
-	return strcmp(a->conv, b->conv);
-}
-
-RB_HEAD(wconv_tree, wconv);
-RB_PROTOTYPE(wconv_tree, wconv, node, wconv_cmp)
-RB_GENERATE(wconv_tree, wconv, node, wconv_cmp)
+CONVTREE_GENERATE(wconv_tree, wconv, node, conv)
 
 static struct {
 	store *st;
@@ -59,24 +55,14 @@ void waiters_init(store *st, waiters_query_fn *query, waiters_reply_fn *reply)
 
 static struct wconv *wconv_find(const char *conv)
 {
-	struct wconv key;
-	size_t n = strlen(conv);
-	if (n > STORE_ID_MAX)
-		return NULL;
-	memcpy(key.conv, conv, n + 1);
-	return RB_FIND(wconv_tree, &WT.convs, &key);
+	return wconv_tree_find(&WT.convs, conv);
 }
 
 static struct wconv *wconv_get(const char *conv)
 {
 	struct wconv *wc = wconv_find(conv);
-	if (wc || strlen(conv) > STORE_ID_MAX)
-		return wc;
-	if (!(wc = calloc(1, sizeof *wc)))
-		return NULL;
-	memcpy(wc->conv, conv, strlen(conv) + 1);
-	LIST_INIT(&wc->list);
-	RB_INSERT(wconv_tree, &WT.convs, wc);
+	if (!wc && (wc = wconv_tree_new(&WT.convs, conv)))
+		LIST_INIT(&wc->list);
 	return wc;
 }
 
@@ -178,15 +164,17 @@ static int poll_answer(struct waiter *wt)
 	return 1;
 }
 
-static void line_write(struct client *c, json_t *o)
+/* 0, or -ENOMEM when o (stolen) is NULL or cannot be encoded. */
+static int line_write(struct client *c, json_t *o)
 {
-	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	size_t n = 0;
+	char *s = jsonmp_dumps(o, JSON_COMPACT, 1, &n); /* never a line short of a key */
 	json_decref(o);
-	if (s) {
-		client_write(c, s, strlen(s));
-		client_write(c, "\n", 1);
-		free(s);
-	}
+	if (!s)
+		return -ENOMEM;
+	client_write(c, s, n);
+	free(s);
+	return 0;
 }
 
 struct pump_ctx {
@@ -197,7 +185,10 @@ struct pump_ctx {
 static int pump_one(void *arg, const struct store_event *ev)
 {
 	struct pump_ctx *p = arg;
-	line_write(p->wt->c, json_pack("{so}", "event", conv_event_json(ev)));
+	if (line_write(p->wt->c, json_pack("{so}", "event", conv_event_json(ev)))) {
+		p->wt->broken = 1;
+		return -ENOMEM;
+	}
 	p->wt->sent = ev->seq;
 	p->n++;
 	/* Stop at half the output cap, not at the end of the batch: a batch of
@@ -215,7 +206,7 @@ static void watch_pump(struct waiter *wt)
 	/* Replies still owed on this connection (the watch's own, or a
 	 * long-poll pipelined before it) go first: streamed lines written now
 	 * would overtake them. Drained, the connection pumps again. */
-	if (control_owes(c))
+	if (control_owes(c) || wt->broken)
 		return;
 	while (!control_dead(c) && control_out_pending(c) < CONTROL_OUT_CAP / 2) {
 		store_txn *t;
@@ -232,8 +223,8 @@ static void watch_pump(struct waiter *wt)
 		struct store_range r = { .after = wt->sent, .before = wt->sent + WATCH_BATCH + 1, .limit = 0 };
 		int err = store_events_stream(t, wt->wc->conv, &r, pump_one, &p);
 		store_txn_abort(t);
-		if (err == STORE_E_NOTFOUND) {
-			control_end(c); /* the conversation was deleted */
+		if (err == STORE_E_NOTFOUND || wt->broken) {
+			control_end(c); /* the conversation was deleted, or the stream cannot go on whole */
 			break;
 		}
 		if (err || p.n < WATCH_BATCH)
@@ -303,7 +294,7 @@ void waiters_delta(const char *conv, const char *text, size_t len)
 		    control_owes(wt->c))
 			continue; /* deltas are a live view: a slow reader loses them, never events;
 				   * nor may they overtake a reply still owed (see watch_pump) */
-		line_write(wt->c, json_pack("{s{ss#}}", "delta", "text", text, (int)len));
+		(void)line_write(wt->c, json_pack("{s{ss#}}", "delta", "text", text, (int)len));
 		client_flush(wt->c);
 	}
 }

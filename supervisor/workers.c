@@ -6,6 +6,7 @@
 #include "conv/conv.h"
 #include "ipc/ipc.h"
 #include "supervisor/control.h"
+#include "supervisor/convtree.h"
 #include "supervisor/gate.h"
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
@@ -13,7 +14,6 @@
 #include "supervisor/spawn.h"
 
 #include <bsd/sys/queue.h>
-#include <bsd/sys/tree.h>
 #include <bsd/unistd.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -62,9 +62,7 @@ struct worker {
 	struct compact_req *compacts;
 };
 
-static int worker_cmp(struct worker *a, struct worker *b);
-RB_HEAD(worker_tree, worker);
-RB_PROTOTYPE(worker_tree, worker, node, worker_cmp)
+CONVTREE_GENERATE(worker_tree, worker, node, conv)
 
 static struct {
 	const struct workers_env *env;
@@ -89,37 +87,22 @@ static int worker_stop(struct worker *w);
 static void workers_changed(void);
 static int worker_kill(struct worker *w, int sig);
 
-static int worker_cmp(struct worker *a, struct worker *b)
-{
-	return strcmp(a->conv, b->conv);
-}
-
-RB_GENERATE(worker_tree, worker, node, worker_cmp)
-
 static struct worker *worker_find(const char *conv)
 {
-	struct worker key;
-	size_t n = strlen(conv);
-	if (n > STORE_ID_MAX)
-		return NULL;
-	memcpy(key.conv, conv, n + 1);
-	return RB_FIND(worker_tree, &W.tree, &key);
+	return worker_tree_find(&W.tree, conv);
 }
 
 static struct worker *worker_get(const char *conv)
 {
 	struct worker *w = worker_find(conv);
-	if (w || strlen(conv) > STORE_ID_MAX)
+	if (w)
 		return w;
-	w = calloc(1, sizeof *w);
-	if (!w)
+	if (!(w = worker_tree_new(&W.tree, conv)))
 		return NULL;
 	w->lw.fn = on_worker_io;
 	w->ipc = -1;
 	w->early = (struct early){ SPAWN_NONE, 0 };
 	lifecycle_init(&w->lc);
-	memcpy(w->conv, conv, strlen(conv) + 1); /* a valid id: at most STORE_ID_MAX */
-	RB_INSERT(worker_tree, &W.tree, w);
 	workers_changed();
 	return w;
 }
@@ -643,18 +626,27 @@ static void on_compacted(struct worker *w, const struct ipc_msg *m)
 		if (m->ok) {
 			store_txn *t;
 			struct store_summary s;
-			json_t *sum = json_null();
-			if (store_txn_begin(W.st, STORE_READ, &t) == 0) {
-				if (store_summary_latest(t, w->conv, &s) == 0) {
-					json_decref(sum);
+			json_t *sum = NULL;
+			/* A read that failed is an error, not "no summary". */
+			int e = store_txn_begin(W.st, STORE_READ, &t);
+			if (!e) {
+				e = store_summary_latest(t, w->conv, &s);
+				if (!e)
 					sum = json_pack("{sIsIsosI}", "from_seq", (json_int_t)s.from_seq, "to_seq",
 							(json_int_t)s.to_seq, "content",
 							jsonmp_unpack(s.content.ptr, s.content.len), "version",
 							(json_int_t)s.version);
-				}
+				else if (e == STORE_E_NOTFOUND)
+					sum = json_null(), e = 0;
 				store_txn_abort(t);
 			}
-			slot_ok(r->slot, r->id, json_pack("{so}", "summary", sum ? sum : json_null()));
+			if (e) {
+				char msg[200];
+				snprintf(msg, sizeof msg, "compacted, but reading the summary failed: %s", store_strerror(e));
+				slot_error(r->slot, r->id, PERR_INTERNAL, msg);
+			} else {
+				slot_ok(r->slot, r->id, json_pack("{so}", "summary", sum)); /* NULL: out of memory */
+			}
 		} else {
 			char msg[300];
 			snprintf(msg, sizeof msg, "compaction failed: %.*s", (int)m->text_len, m->text ? m->text : "");
@@ -795,7 +787,7 @@ static int worker_compact(struct worker *w, struct slot *slot, json_t *id)
 {
 	struct compact_req *r = calloc(1, sizeof *r);
 	if (!r)
-		return -1;
+		return -ENOMEM;
 	r->num = ++W.compact_seq;
 	r->slot = slot;
 	r->id = json_incref(id);
@@ -803,12 +795,13 @@ static int worker_compact(struct worker *w, struct slot *slot, json_t *id)
 	w->compacts = r;
 	if (w->pid && w->ipc >= 0) {
 		struct ipc_msg m = { .type = IPC_COMPACT, .num = r->num };
-		if (ipc_send(w->ipc, &m) < 0) {
+		int e = ipc_send(w->ipc, &m);
+		if (e < 0) {
 			w->compacts = r->next;
 			json_decref(r->id);
 			free(r);
 			workers_changed();
-			return -1;
+			return e;
 		}
 	}
 	return 0;
@@ -934,7 +927,7 @@ int workers_stop(const char *conv)
 int workers_compact(const char *conv, struct slot *s, json_t *id)
 {
 	struct worker *w = worker_find(conv);
-	return w ? worker_compact(w, s, id) : -1;
+	return w ? worker_compact(w, s, id) : -ENOENT;
 }
 
 void workers_deleted(const char *conv)
@@ -968,10 +961,14 @@ json_t *workers_json(void)
 	RB_FOREACH(w, worker_tree, &W.tree) {
 		if (!w->pid && w->lc.state != W_QUEUED && w->lc.state != W_BACKOFF)
 			continue;
-		json_array_append_new(a, json_pack("{sssosssI}", "conversation", w->conv, "pid",
-						   w->pid ? json_integer(w->pid) : json_null(), "state",
-						   lifecycle_state_name(w->lc.state), "since_ms",
-						   (json_int_t)(now - w->lc.since)));
+		/* A worker left out would read as not running: fail the list. */
+		if (json_array_append_new(a, json_pack("{sssosssI}", "conversation", w->conv, "pid",
+						       w->pid ? json_integer(w->pid) : json_null(), "state",
+						       lifecycle_state_name(w->lc.state), "since_ms",
+						       (json_int_t)(now - w->lc.since)))) {
+			json_decref(a);
+			return NULL;
+		}
 	}
 	return a;
 }

@@ -53,7 +53,8 @@ int workers_kill(const char *conv, int sig);
 int workers_stop(const char *conv);
 /* Ask conv's worker (workers_wake it first) to compact now, or the next
  * worker when this one is stopping; s is answered with the summary or the
- * failure. 0, or -1 (s not taken: no worker record, or its socket is full). */
+ * failure. 0, or (s not taken) -ENOENT (no worker record), -ENOMEM, or
+ * ipc_send's error (its socket is full or gone). */
 int workers_compact(const char *conv, struct slot *s, json_t *id);
 /* conv was deleted (in the transaction that deletes it): kill its worker,
  * take it off the queue or out of backoff, so nothing starts for it. */
@@ -71,7 +72,7 @@ int commit_spawning(store_txn *t);
 
 /* The `worker` field of `get` ({pid, state}, or null) and `status`'s list. */
 json_t *workers_conv_json(const char *conv);
-json_t *workers_json(void);
+json_t *workers_json(void); /* NULL: out of memory */
 int workers_live(void);
 
 /* The loop's parts: SIGCHLD, the tick, the deadline it must wake at (0:

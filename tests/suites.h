@@ -16,6 +16,7 @@ Suite *make_lifecycle_suite(void);
 Suite *make_loop_suite(void);
 Suite *make_durable_suite(void);
 Suite *make_store_pg_suite(void);
+Suite *make_convtree_suite(void);
 
 static Suite *(*const check_suites[])(void) = {
 	make_mp_suite,
@@ -31,6 +32,7 @@ static Suite *(*const check_suites[])(void) = {
 	make_loop_suite,
 	make_durable_suite,
 	make_store_pg_suite,
+	make_convtree_suite,
 	0,
 };
 #endif

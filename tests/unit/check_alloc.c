@@ -1,0 +1,552 @@
+/*
+ * check_alloc.c: every allocation checked, proved by failing each one in turn.
+ *
+ * This runner is linked with -Wl,--wrap for malloc, calloc, realloc, free,
+ * strdup, strndup and asprintf (and glibc's fortified __asprintf_chk), so
+ * every call the modules under test make goes through the injector below;
+ * jansson's own allocations come through json_set_alloc_funcs. For each
+ * operation, run n = 1, 2, ... fails the n-th allocation it makes, until a
+ * run makes fewer than n (it then must succeed, with the result a run
+ * without failures gives). Each failed run must report the failure the
+ * module's contract names (NULL, -1, -ENOMEM, PERR_INTERNAL), never a
+ * success and never a wrong answer, and must leave nothing allocated once
+ * the caller has freed what the contract says it owns: every block allocated
+ * during the run and not freed is a leak, found here without a leak checker
+ * (ASan's runs it too, in the sanitizer build).
+ *
+ * The modules: JSON <-> msgpack (common/jsonmp.c), the control codec
+ * (ipc/proto.c), the tail decision and event JSON (conv/), command lines
+ * and the configuration (common/).
+ */
+
+#include <check.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/cmdline.h"
+#include "common/config.h"
+#include "common/jsonmp.h"
+#include "conv/conv.h"
+#include "ipc/proto.h"
+
+/* ---- the injector ----------------------------------------------------- */
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t k, size_t n);
+void *__real_realloc(void *p, size_t n);
+void __real_free(void *p);
+char *__real_strdup(const char *s);
+char *__real_strndup(const char *s, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t k, size_t n);
+void *__wrap_realloc(void *p, size_t n);
+void __wrap_free(void *p);
+char *__wrap_strdup(const char *s);
+char *__wrap_strndup(const char *s, size_t n);
+int __wrap_asprintf(char **out, const char *fmt, ...);
+int __wrap___asprintf_chk(char **out, int flag, const char *fmt, ...);
+
+#define LIVE_MAX 65536
+
+static struct {
+	int armed;          /* count, fail and track only inside run() */
+	long n, fail_at;    /* allocations made in this run; the one to fail (0: none) */
+	int failed;         /* the fail_at-th came and was failed */
+	void *live[LIVE_MAX]; /* blocks allocated in this run and not freed yet */
+	size_t nlive;
+} I;
+
+static int inject(void)
+{
+	if (!I.armed)
+		return 0;
+	if (++I.n != I.fail_at)
+		return 0;
+	I.failed = 1;
+	errno = ENOMEM;
+	return 1;
+}
+
+static void track(void *p)
+{
+	if (!I.armed || !p)
+		return;
+	if (I.nlive == LIVE_MAX) {
+		fprintf(stderr, "check_alloc: too many live blocks to track\n");
+		abort();
+	}
+	I.live[I.nlive++] = p;
+}
+
+/* Check is linked in statically, so its own allocations (an assertion
+ * records where it was) come through the wrappers too: inside an operation,
+ * assert with the injector paused. */
+#define PAUSED(stmt)                        \
+	do {                                \
+		int armed_ = I.armed;       \
+		I.armed = 0;                \
+		stmt;                       \
+		I.armed = armed_;           \
+	} while (0)
+
+/* Forget p (a block from before the run is not ours: ignored). 1: it was tracked. */
+static int untrack(void *p)
+{
+	for (size_t i = I.nlive; p && i-- > 0;)
+		if (I.live[i] == p) {
+			I.live[i] = I.live[--I.nlive];
+			return 1;
+		}
+	return 0;
+}
+
+void *__wrap_malloc(size_t n)
+{
+	if (inject())
+		return NULL;
+	void *p = __real_malloc(n);
+	track(p);
+	return p;
+}
+
+void *__wrap_calloc(size_t k, size_t n)
+{
+	if (inject())
+		return NULL;
+	void *p = __real_calloc(k, n);
+	track(p);
+	return p;
+}
+
+void *__wrap_realloc(void *p, size_t n)
+{
+	if (inject())
+		return NULL; /* p stays the caller's, as realloc leaves it */
+	int ours = untrack(p);
+	void *q = __real_realloc(p, n);
+	if (!q && ours)
+		track(p);
+	else if (q && (ours || !p))
+		track(q);
+	return q;
+}
+
+void __wrap_free(void *p)
+{
+	untrack(p);
+	__real_free(p);
+}
+
+char *__wrap_strdup(const char *s)
+{
+	if (inject())
+		return NULL;
+	char *p = __real_strdup(s);
+	track(p);
+	return p;
+}
+
+char *__wrap_strndup(const char *s, size_t n)
+{
+	if (inject())
+		return NULL;
+	char *p = __real_strndup(s, n);
+	track(p);
+	return p;
+}
+
+static int vasprintf_tracked(char **out, const char *fmt, va_list ap)
+{
+	if (inject())
+		return -1; /* *out undefined, as glibc documents */
+	int r = vasprintf(out, fmt, ap);
+	if (r >= 0)
+		track(*out);
+	return r;
+}
+
+int __wrap_asprintf(char **out, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int r = vasprintf_tracked(out, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+int __wrap___asprintf_chk(char **out, int flag, const char *fmt, ...)
+{
+	(void)flag;
+	va_list ap;
+	va_start(ap, fmt);
+	int r = vasprintf_tracked(out, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+static void *json_alloc(size_t n)
+{
+	return __wrap_malloc(n);
+}
+
+static void json_release(void *p)
+{
+	__wrap_free(p);
+}
+
+/* One operation under injection: returns 0 when it reported success. */
+typedef int op_fn(void *arg);
+
+/* Run op with the fail_at-th allocation failed (0: none). Returns op's result;
+ * *failed says whether an allocation was failed. Anything the run left
+ * allocated fails the test. */
+static int run(op_fn *op, void *arg, long fail_at, int *failed, const char *name)
+{
+	I.n = 0;
+	I.fail_at = fail_at;
+	I.failed = 0;
+	I.nlive = 0;
+	I.armed = 1;
+	int r = op(arg);
+	I.armed = 0;
+	*failed = I.failed;
+	ck_assert_msg(I.nlive == 0, "%s: %zu block(s) leaked with allocation %ld failed", name, I.nlive, fail_at);
+	return r;
+}
+
+/* Fail each allocation of op in turn: each such run must fail; the first
+ * run that makes fewer allocations must succeed. Returns how many
+ * allocations a whole run makes. */
+static long each_failure(op_fn *op, void *arg, const char *name)
+{
+	int failed;
+	ck_assert_msg(run(op, arg, 0, &failed, name) == 0, "%s fails without any failed allocation", name);
+	long total = I.n;
+	ck_assert_msg(total > 0, "%s allocates nothing: the injector does not reach it", name);
+	for (long k = 1; k <= total; k++) {
+		int r = run(op, arg, k, &failed, name);
+		ck_assert_msg(failed, "%s: run %ld made only %ld allocations", name, k, I.n);
+		ck_assert_msg(r != 0, "%s reported success with allocation %ld of %ld failed", name, k, total);
+	}
+	return total;
+}
+
+/* ---- the operations ----------------------------------------------------- */
+
+static const char *const sample =
+	"{\"text\": \"hello\", \"n\": [1, 2.5, -3, true, false, null, {\"deep\": [\"x\", {\"y\": \"z\"}]}],"
+	" \"empty\": {}, \"none\": [], \"k\": \"\\u00e9t\\u00e9\"}";
+
+static json_t *sample_json(void)
+{
+	json_t *v = json_loads(sample, 0, NULL);
+	ck_assert_ptr_nonnull(v);
+	return v;
+}
+
+struct pack_arg {
+	json_t *v;
+	unsigned char want[512]; /* the bytes a run without failures packs */
+	size_t wantlen;
+};
+
+/* The packing must report a failed append: a header or key lost would
+ * leave bytes that decode as something else. */
+static int op_pack(void *arg)
+{
+	struct pack_arg *a = arg;
+	struct jsonmp_buf b;
+	jsonmp_buf_init(&b);
+	int r = jsonmp_pack(&b.pk, a->v);
+	if (r)
+		PAUSED(ck_assert_int_eq(r, -ENOMEM)); /* not "too deep": the client's fault */
+	if (r == 0 && a->wantlen)
+		PAUSED(ck_assert_msg(b.sb.size == a->wantlen && !memcmp(b.sb.data, a->want, a->wantlen),
+			      "jsonmp_pack: other bytes than a run without failures"));
+	if (r == 0 && !a->wantlen && b.sb.size <= sizeof a->want) {
+		memcpy(a->want, b.sb.data, b.sb.size);
+		a->wantlen = b.sb.size;
+	}
+	jsonmp_buf_destroy(&b);
+	return r;
+}
+
+START_TEST(jsonmp_pack_each_failure)
+{
+	struct pack_arg a = { .v = sample_json() };
+	each_failure(op_pack, &a, "jsonmp_pack");
+	ck_assert_uint_gt(a.wantlen, 0);
+	json_decref(a.v);
+	/* Too deep is the other error. */
+	json_t *deep = json_array();
+	for (int i = 0; i < JSONMP_MAX_DEPTH + 1; i++)
+		deep = json_pack("[o]", deep);
+	struct jsonmp_buf b;
+	jsonmp_buf_init(&b);
+	ck_assert_int_eq(jsonmp_pack(&b.pk, deep), -EINVAL);
+	jsonmp_buf_destroy(&b);
+	json_decref(deep);
+}
+END_TEST
+
+static int op_unpack(void *arg)
+{
+	struct pack_arg *a = arg;
+	json_t *v = jsonmp_unpack(a->want, a->wantlen);
+	if (!v)
+		return -1;
+	PAUSED(ck_assert_msg(json_equal(v, a->v), "jsonmp_unpack: another value than was packed (allocation %ld failed)",
+			     I.fail_at));
+	json_decref(v);
+	return 0;
+}
+
+START_TEST(jsonmp_unpack_each_failure)
+{
+	struct pack_arg a = { .v = sample_json() };
+	ck_assert_int_eq(op_pack(&a), 0);
+	each_failure(op_unpack, &a, "jsonmp_unpack");
+	json_decref(a.v);
+}
+END_TEST
+
+static int names_any(void *arg, const char *n)
+{
+	(void)arg;
+	(void)n;
+	return 1;
+}
+
+/* How many allocations jansson's json_loadb makes for the line: a failure
+ * among those its lexer may report as a syntax error (it keeps no "out of
+ * memory" for a token it could not copy), which proto_parse cannot tell
+ * from one. */
+static long nload;
+
+static int op_load(void *arg)
+{
+	json_t *v = json_loadb(arg, strlen(arg), JSON_REJECT_DUPLICATES, NULL);
+	json_decref(v);
+	return v ? 0 : -1;
+}
+
+/* A request that cannot be parsed for want of memory is agentd's fault
+ * (internal), never the client's (bad_request), past that limit of jansson. */
+static int op_parse(void *arg)
+{
+	const char *line = arg;
+	struct proto_names names = { .model_ok = names_any, .tool_ok = names_any };
+	struct request rq;
+	char msg[200];
+	int e = proto_parse(line, strlen(line), &names, &rq, msg, sizeof msg);
+	if (e) {
+		if (!(e == PERR_BAD_REQUEST && I.fail_at <= nload))
+			PAUSED(ck_assert_msg(e == PERR_INTERNAL && !strcmp(msg, "out of memory"),
+					     "proto_parse with allocation %ld failed answered %s: %s", I.fail_at,
+					     proto_err_code(e), msg));
+	} else {
+		PAUSED(ck_assert_msg(json_is_string(json_object_get(rq.content, "text")) &&
+				     !strcmp(json_string_value(json_object_get(rq.content, "text")), "hi there"),
+				     "proto_parse with allocation %ld failed: content %s", I.fail_at,
+				     json_dumps(rq.content, 0)));
+	}
+	proto_request_free(&rq);
+	return e;
+}
+
+START_TEST(proto_parse_each_failure)
+{
+	char line[] = "{\"op\":\"send\",\"id\":[1,{\"a\":\"b\"}],\"conversation\":\"c-1\",\"content\":\"hi there\","
+		      "\"event_id\":\"e-1\"}";
+	nload = each_failure(op_load, line, "json_loadb");
+	each_failure(op_parse, line, "proto_parse");
+}
+END_TEST
+
+static int op_lines(void *arg)
+{
+	(void)arg;
+	size_t len = 0;
+	json_t *id = json_pack("[is]", 7, "x");
+	if (!id)
+		return -1;
+	char *e = proto_error_line(id, PERR_NOT_FOUND, "conversation 'x' not found", &len);
+	json_t *fields = e ? json_pack("{sI}", "seq", (json_int_t)3) : NULL; /* NULL would mean {} */
+	char *o = fields ? proto_ok_line(id, fields, &len) : NULL;
+	json_decref(id);
+	if (e)
+		PAUSED(ck_assert_str_eq(e, "{\"id\":[7,\"x\"],\"ok\":false,\"error\":\"not_found\","
+				    "\"message\":\"conversation 'x' not found\"}\n"));
+	if (o)
+		PAUSED(ck_assert_str_eq(o, "{\"seq\":3,\"id\":[7,\"x\"],\"ok\":true}\n"));
+	int r = e && o ? 0 : -1;
+	free(e);
+	free(o);
+	return r;
+}
+
+START_TEST(proto_lines_each_failure)
+{
+	each_failure(op_lines, NULL, "proto_error_line/proto_ok_line");
+}
+END_TEST
+
+/* Ten calls (past jansson's first array growth), nine settled. */
+static int op_tail(void *arg)
+{
+	struct tail t;
+	if (tail_decide(arg, 0, &t))
+		return -1;
+	PAUSED(ck_assert_int_eq(t.action, TAIL_TOOLS));
+	PAUSED(ck_assert_uint_eq(json_array_size(t.calls), 10));
+	PAUSED(ck_assert_uint_eq(json_array_size(t.settled), 9));
+	PAUSED(ck_assert_uint_eq(json_array_size(t.unsettled), 1));
+	PAUSED(ck_assert_str_eq(json_string_value(json_object_get(json_array_get(t.unsettled, 0), "tool_call_id")),
+				"k10"));
+	tail_free(&t);
+	return 0;
+}
+
+START_TEST(tail_decide_each_failure)
+{
+	json_t *events = json_pack("[{sIsss{ss}}{sIsss{sssI}}]", "seq", (json_int_t)1, "type", "user_msg", "content",
+				   "text", "go", "seq", (json_int_t)2, "type", "assistant_msg", "content", "text", "",
+				   "context_seq", (json_int_t)1);
+	ck_assert_ptr_nonnull(events);
+	json_int_t seq = 3;
+	for (int k = 1; k <= 10; k++) {
+		char id[8];
+		snprintf(id, sizeof id, "k%d", k);
+		ck_assert_int_eq(json_array_append_new(events, json_pack("{sIsss{ssss}}", "seq", seq++, "type", "tool_call",
+									 "content", "tool_call_id", id, "name", "a")),
+				 0);
+	}
+	for (int k = 1; k <= 9; k++) {
+		char id[8];
+		snprintf(id, sizeof id, "k%d", k);
+		ck_assert_int_eq(json_array_append_new(events, json_pack("{sIsss{sssi}}", "seq", seq++, "type",
+									 "tool_result", "content", "tool_call_id", id,
+									 "result", k)),
+				 0);
+	}
+	each_failure(op_tail, events, "tail_decide");
+	json_decref(events);
+}
+END_TEST
+
+static int op_event_json(void *arg)
+{
+	const struct store_event *ev = arg;
+	json_t *o = conv_event_json(ev);
+	if (!o)
+		return -1;
+	PAUSED(ck_assert_str_eq(json_string_value(json_object_get(o, "event_id")), "e-9"));
+	PAUSED(ck_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "content"), "text")), "hello"));
+	json_decref(o);
+	return 0;
+}
+
+START_TEST(conv_event_json_each_failure)
+{
+	struct pack_arg a = { .v = sample_json() };
+	ck_assert_int_eq(op_pack(&a), 0);
+	struct store_event ev = { 9, { "user_msg", 8 }, { a.want, a.wantlen }, { "e-9", 3 }, 1700000000000 };
+	each_failure(op_event_json, &ev, "conv_event_json");
+	json_decref(a.v);
+}
+END_TEST
+
+static int op_cmdline(void *arg)
+{
+	char **v = NULL;
+	int e = cmdline_split(arg, &v);
+	if (e) {
+		PAUSED(ck_assert_int_eq(e, -ENOMEM));
+		PAUSED(ck_assert_ptr_null(v));
+		return e;
+	}
+	PAUSED(ck_assert_str_eq(v[0], "python3"));
+	PAUSED(ck_assert_str_eq(v[2], "a b"));
+	PAUSED(ck_assert_ptr_null(v[9]));
+	cmdline_free(v);
+	return 0;
+}
+
+START_TEST(cmdline_each_failure)
+{
+	char line[] = "python3 -c 'a b' 1 2 3 4 5 6";
+	each_failure(op_cmdline, line, "cmdline_split");
+}
+END_TEST
+
+/* A configuration that cannot be loaded for want of memory is refused
+ * (never one with a model or a key quietly missing), and config_free
+ * frees whatever it holds. */
+static int op_config(void *arg)
+{
+	struct config c;
+	char err[300] = "";
+	int r = config_init(&c);
+	if (!r)
+		r = config_load(&c, arg, err, sizeof err);
+	if (!r) {
+		PAUSED(ck_assert_ptr_nonnull(config_model(&c, "m1")));
+		PAUSED(ck_assert_ptr_nonnull(config_model(&c, "m2")));
+		const struct tool_cfg *t = config_tool(&c, "approve");
+		PAUSED(ck_assert_ptr_nonnull(t));
+		PAUSED(ck_assert_str_eq(t->prompt, "Approve?"));
+		PAUSED(ck_assert_ptr_nonnull(config_tool(&c, "add")));
+	}
+	config_free(&c);
+	return r;
+}
+
+START_TEST(config_each_failure)
+{
+	char path[] = "/tmp/agentd-check-alloc-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	static const char text[] = "[agentd]\nidle_timeout = 30s\n"
+				   "[model.m1]\ncommand = python3 m1.py --flag 'two words'\n"
+				   "[model.m2]\ncommand = /bin/true\nenv = HOME LANG\n"
+				   "[tool.approve]\nexecutor = human\n"
+				   "[tool.add]\nexecutor = server\ncommand = python3 add.py\n";
+	ck_assert_int_eq(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+	close(fd);
+	each_failure(op_config, path, "config_load");
+	unlink(path);
+}
+END_TEST
+
+static Suite *make_alloc_suite(void)
+{
+	Suite *s = suite_create("alloc");
+	TCase *tc = tcase_create("each allocation failed in turn");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, jsonmp_pack_each_failure);
+	tcase_add_test(tc, jsonmp_unpack_each_failure);
+	tcase_add_test(tc, proto_parse_each_failure);
+	tcase_add_test(tc, proto_lines_each_failure);
+	tcase_add_test(tc, tail_decide_each_failure);
+	tcase_add_test(tc, conv_event_json_each_failure);
+	tcase_add_test(tc, cmdline_each_failure);
+	tcase_add_test(tc, config_each_failure);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	json_set_alloc_funcs(json_alloc, json_release);
+	SRunner *sr = srunner_create(make_alloc_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
