@@ -882,7 +882,7 @@ static void print_main_help(FILE *f)
 		"                       pending, tool-calls: tool calls; create: the id; send, resolve,\n"
 		"                       approve, deny: the seq; other commands: nothing)\n"
 		"  --timeout SECS       give up waiting for the reply after SECS seconds (default %d; 0: no\n"
-		"                       limit; compact and shutdown: no limit unless given)\n"
+		"                       limit; compact, backup, shutdown: no limit unless given)\n"
 		"  -h, --help           this help; 'agentctl COMMAND --help' describes a command\n"
 		"  --version            print agentctl's version\n"
 		"\n"
