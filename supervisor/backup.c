@@ -81,6 +81,7 @@ int backup_start(const char *dir, struct slot *slot, json_t *id)
 		return -e;
 	}
 	B.running = 1;
+	log_info("backup into %s started", dir);
 	return 0;
 }
 

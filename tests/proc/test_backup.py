@@ -161,10 +161,10 @@ def test_other_ops_are_answered_while_a_backup_runs():
         assert a.ok({"op": "status"})["store"]["size_bytes"] > 10 << 20
         with a.conn(timeout=120) as bc, a.conn() as pc:
             bc.send({"op": "backup", "path": os.path.join(a.dir, "bk"), "id": "b1"})
-            time.sleep(0)
-            # the first backup is under way once the second is refused busy
-            r = harness.wait_for(lambda: (lambda r: r if r.get("error") == "busy" else None)(
-                pc.request({"op": "backup", "path": os.path.join(a.dir, "bk2")})), 10, "a busy refusal")
+            harness.wait_for(lambda: "backup into " + os.path.join(a.dir, "bk") + " started" in a.log(), 10,
+                             "the backup under way")
+            r = pc.request({"op": "backup", "path": os.path.join(a.dir, "bk2")})
+            assert r["error"] == "busy", r
             assert "a backup is already running" in r["message"], r
             t0 = time.monotonic()
             pong = pc.request({"op": "ping"})

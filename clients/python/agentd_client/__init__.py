@@ -6,9 +6,10 @@
 from ._ops import DEFAULT_SOCKET, IDEMPOTENT, new_event_id, socket_path
 from .aio import AsyncClient, AsyncWatch
 from .client import Client, Watch
-from .errors import (ERRORS, AgentdConnectionError, AgentdError, AgentdTimeout, BadRequest, Conflict, Internal,
-                     NotFound, Stale, StoreFull, TooLarge, UnknownOp, Unavailable, error_from_reply)
-from .types import (Conversation, ConversationPage, Delta, Event, EventPage, ModelCall, Resolution, SendResult,
+from .errors import (ERRORS, AgentdConnectionError, AgentdError, AgentdTimeout, BadRequest, Busy, Conflict,
+                     Internal, NotFound, Unsupported, Stale, StoreFull, TooLarge, UnknownOp, Unavailable, error_from_reply)
+from .types import (BackupResult, Conversation, ConversationPage, Delta, Event, EventPage, ForkResult, ModelCall,
+                    Resolution, SendResult,
                     Status, StoreStatus, Summary, ToolCall, Usage, Worker, WorkerStatus)
 
 __version__ = "0.1.0"
@@ -16,7 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "Watch", "AsyncClient", "AsyncWatch", "socket_path", "new_event_id", "DEFAULT_SOCKET", "IDEMPOTENT",
     "AgentdError", "AgentdConnectionError", "AgentdTimeout", "BadRequest", "UnknownOp", "NotFound", "Conflict",
-    "Stale", "TooLarge", "StoreFull", "Unavailable", "Internal", "ERRORS", "error_from_reply",
-    "Conversation", "ConversationPage", "Delta", "Event", "EventPage", "ModelCall", "Resolution", "SendResult",
+    "Stale", "TooLarge", "StoreFull", "Unavailable", "Internal", "Busy", "Unsupported", "ERRORS", "error_from_reply",
+    "BackupResult", "ForkResult", "Conversation", "ConversationPage", "Delta", "Event", "EventPage", "ModelCall", "Resolution", "SendResult",
     "Status", "StoreStatus", "Summary", "ToolCall", "Usage", "Worker", "WorkerStatus",
 ]
