@@ -115,8 +115,10 @@ struct conv_fork_out {
  * unless given, fsm_state and status from tail_decide. src is not touched.
  * Errors, nothing written and t usable: STORE_E_NOTFOUND (src),
  * STORE_E_INVAL (seq outside 1..src_last), STORE_E_CONFLICT (dst exists).
- * Past the first write every error poisons t: STORE_E_CORRUPT (a source
- * record that cannot be copied), STORE_E_FULL, -ENOMEM, -errno. */
+ * Past the first write every error means t holds half a fork: abort it
+ * (STORE_E_CORRUPT: a source record that cannot be copied; STORE_E_FULL,
+ * -ENOMEM, -errno). No refusal code is returned then, so a caller that
+ * commits on refusals (the group commit) never commits half a fork. */
 int conv_fork(store_txn *t, const struct conv_fork_in *in, struct conv_fork_out *out);
 
 #endif

@@ -106,11 +106,12 @@ static int append_chunk(struct fork_ctx *f, size_t from, size_t to)
 	uint64_t seqs[FORK_CHUNK];
 	size_t n = 0;
 	int e = 0;
-	for (size_t i = from; i < to && !e; i++, n++) {
+	for (size_t i = from; i < to; i++, n++) {
 		json_t *ev = json_array_get(f->evs, i);
-		if ((e = note(f, ev)) || (e = conv_pack(&b[n], json_object_get(ev, "content")))) {
-			if (!e)
-				n++;
+		if ((e = note(f, ev)))
+			break;
+		if ((e = conv_pack(&b[n], json_object_get(ev, "content")))) {
+			jsonmp_buf_destroy(&b[n]);
 			break;
 		}
 		in[n] = (struct store_event_in){ json_string_value(json_object_get(ev, "type")),
