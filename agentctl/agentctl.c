@@ -77,6 +77,7 @@ enum kind {
 	K_RAW,      /* raw's JSON: the whole request line */
 	K_LOCAL,    /* flag read by agentctl itself (--json-content) */
 	K_RES_STR,  /* result.<field>: string (approve and deny's --comment) */
+	K_SET_JSON, /* settings.<field>: any JSON value */
 	K_META_KV,  /* metadata.KEY: string VALUE from KEY=VALUE, repeatable */
 	K_META_DEL, /* metadata.KEY: null (update: delete the key), repeatable */
 	K_PATH,     /* string field: a path, made absolute against agentctl's working directory */
@@ -129,13 +130,16 @@ static const struct param opt_create[] = {
 	{"--tool", "tools", K_SET_LIST, "T", NULL, false, "offer tool T, by its configured name (repeatable)"},
 	{"--param", "params", K_SET_KV, "K=V", NULL, false,
 	 "model parameter; V is taken as JSON when it parses (0.2, true, [1]), else as a string (repeatable)"},
+	{"--budget", "budget", K_SET_JSON, "JSON", NULL, false,
+	 "limits, e.g. '{\"max_tokens\":100000,\"max_cost\":2.5,\"max_turns\":50}': past one the conversation is paused"},
 	{"--meta", "metadata", K_META_KV, "K=V", NULL, false,
 	 "metadata: string V under key K, for your own bookkeeping and list filters (repeatable)"},
 	{0},
 };
 
 static const struct param opt_list[] = {
-	{"--status", "status", K_STR, "S", NULL, false, "only conversations with status S (active, suspended, idle, ended)"},
+	{"--status", "status", K_STR, "S", NULL, false,
+	 "only conversations with status S (active, suspended, idle, ended, paused)"},
 	{"--limit", "limit", K_UINT, "N", NULL, false, "at most N conversations (agentd's default: 100)"},
 	{"--after", "after", K_STR, "ID", NULL, false, "start after conversation ID (the `next:` cursor of a previous page)"},
 	{"--meta", "metadata", K_META_KV, "K=V", NULL, false, "only conversations whose metadata has K=V (repeatable: all must hold)"},
@@ -152,6 +156,8 @@ static const struct param opt_update[] = {
 	{"--system", "system", K_SET_STR, "S", NULL, false, "replace the system prompt"},
 	{"--tool", "tools", K_SET_LIST, "T", NULL, false, "the tool list becomes the tools given (repeatable)"},
 	{"--param", "params", K_SET_KV, "K=V", NULL, false, "model parameter, as for create (repeatable)"},
+	{"--budget", "budget", K_SET_JSON, "JSON", NULL, false,
+	 "replace the budget (null: the configured default); a larger one resumes a paused conversation"},
 	{"--end", "status", K_CONST, NULL, "ended", false, "end the conversation: later sends are refused (conflict)"},
 	{"--meta", "metadata", K_META_KV, "K=V", NULL, false, "set metadata key K to V; other keys are kept (repeatable)"},
 	{"--unset-meta", "metadata", K_META_DEL, "K", NULL, false, "delete metadata key K (repeatable)"},
@@ -648,6 +654,9 @@ static void apply(const struct param *p, const char *v, json_t *req)
 		break;
 	case K_RES_STR:
 		json_object_set_new(child(req, "result", json_object), p->field, arg_string(p, v, strlen(v)));
+		break;
+	case K_SET_JSON:
+		json_object_set_new(settings_of(req), p->field, parse_json_arg(p, v, 0));
 		break;
 	case K_META_KV: {
 		const char *eq = strchr(v, '=');

@@ -138,6 +138,31 @@ static int only(struct pctx *p, const char *const *allowed)
 	return 0;
 }
 
+/* settings.budget: {max_tokens, max_cost, max_turns}, each a limit or null
+ * (none); every key optional, no other key. */
+static int budget_check(struct pctx *p, json_t *b)
+{
+	const char *k;
+	json_t *v;
+	if (json_is_null(b))
+		return 0;
+	if (!json_is_object(b))
+		return bad(p, "'settings.budget' must be an object (max_tokens, max_cost, max_turns) or null");
+	json_object_foreach(b, k, v) {
+		if (!strcmp(k, "max_tokens") || !strcmp(k, "max_turns")) {
+			if (!json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0))
+				return bad(p, "'settings.budget.%s' must be an integer from 0 to %lld, or null (no limit)",
+					   k, (long long)INT64_MAX);
+		} else if (!strcmp(k, "max_cost")) {
+			if (!json_is_null(v) && (!json_is_number(v) || !(json_number_value(v) >= 0)))
+				return bad(p, "'settings.budget.max_cost' must be a number of at least 0, or null (no limit)");
+		} else {
+			return bad(p, "unknown field 'settings.budget.%s' (max_tokens, max_cost, max_turns)", k);
+		}
+	}
+	return 0;
+}
+
 static int settings_check(struct pctx *p, json_t *s, int full)
 {
 	const char *k;
@@ -169,10 +194,14 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 		} else if (!strcmp(k, "params")) {
 			if (!json_is_object(v))
 				return bad(p, "'settings.params' must be an object");
+		} else if (!strcmp(k, "budget")) {
+			int e = budget_check(p, v);
+			if (e)
+				return e;
 		} else if (!strcmp(k, "forked_from")) {
 			return bad(p, "'settings.forked_from' is agentd's (set by fork), not a client's");
 		} else {
-			return bad(p, "unknown settings field '%s' (model, system, tools, params)", k);
+			return bad(p, "unknown settings field '%s' (model, system, tools, params, budget)", k);
 		}
 	}
 	if (full && !json_object_get(s, "model"))
@@ -217,7 +246,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 	int e;
 	uint64_t u = 0; /* GCC -O3 cannot see get_uint sets it before use */
 	json_t *v;
-	static const char *const conv_status[] = { "idle", "active", "suspended", "ended" };
+	static const char *const conv_status[] = { "idle", "active", "suspended", "ended", "paused" };
 	static const char *const tc_status[] = { "pending", "resolved", "errored", "expired" };
 	static const char *const res_status[] = { NULL, "resolved", "errored" };
 
@@ -239,7 +268,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		return settings_check(p, rq->settings, 1);
 	case OP_LIST:
 		ONLY("status", "limit", "after", "metadata", "model", "updated_after", "updated_before");
-		if ((e = get_enum(p, "status", conv_status, 4, &rq->status)) ||
+		if ((e = get_enum(p, "status", conv_status, 5, &rq->status)) ||
 		    (e = get_uint_in(p, "limit", 1, PROTO_LIST_MAX, NULL, &u)))
 			return e;
 		rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 100;
@@ -310,9 +339,9 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		v = json_object_get(p->o, "type");
 		if (v) {
 			static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
-				"suspension", "resolution", "error" };
+				"suspension", "resolution", "error", "budget_exceeded", "expiry_warning" };
 			int t;
-			if ((e = get_enum(p, "type", types, 7, &t)))
+			if ((e = get_enum(p, "type", types, 9, &t)))
 				return e;
 			rq->type = types[t];
 		}

@@ -26,7 +26,7 @@ enum proto_err {
 
 /* The statuses a request names, in the protocol's order: the same values
  * as the store's (the supervisor checks that at compile time). */
-enum proto_conv_status { PROTO_IDLE = 0, PROTO_ACTIVE, PROTO_SUSPENDED, PROTO_ENDED };
+enum proto_conv_status { PROTO_IDLE = 0, PROTO_ACTIVE, PROTO_SUSPENDED, PROTO_ENDED, PROTO_PAUSED };
 enum proto_tc_status { PROTO_TC_PENDING = 0, PROTO_TC_RESOLVED, PROTO_TC_ERRORED, PROTO_TC_EXPIRED };
 
 #define PROTO_LIST_MAX 1000       /* list limit */

@@ -28,6 +28,7 @@
 	X(lease_next, (store_txn *x, const char *id, uint64_t *gen), (x, id, gen)) \
 	X(lease_check, (store_txn *x, const char *id, uint64_t gen), (x, id, gen)) \
 	X(usage_add, (store_txn *x, const char *id, const struct store_usage *u), (x, id, u)) \
+	X(turns_add, (store_txn *x, const char *id, uint64_t n), (x, id, n)) \
 	X(event_append, (store_txn *x, const char *conv, const struct store_event_in *ev, uint64_t *seq, \
 			 int *dup), (x, conv, ev, seq, dup)) \
 	X(events_append, (store_txn *x, const char *conv, const struct store_event_in *ev, size_t n, \
@@ -63,6 +64,11 @@
 	X(expiries_due, (store_txn *x, int64_t now_ms, int (*fn)(void *arg, const struct store_expiry *e), \
 			 void *arg), (x, now_ms, fn, arg)) \
 	X(expiry_earliest, (store_txn *x, int64_t *deadline_ms), (x, deadline_ms)) \
+	X(warning_schedule, (store_txn *x, const char *tool_call_id, int64_t at_ms), (x, tool_call_id, at_ms)) \
+	X(warning_drop, (store_txn *x, const char *tool_call_id), (x, tool_call_id)) \
+	X(warnings_due, (store_txn *x, int64_t now_ms, int (*fn)(void *arg, const struct store_expiry *e), \
+			 void *arg), (x, now_ms, fn, arg)) \
+	X(warning_earliest, (store_txn *x, int64_t *at_ms), (x, at_ms)) \
 	X(model_call_put, (store_txn *x, const char *conv, const struct store_model_call_in *mc), (x, conv, mc)) \
 	X(model_calls_list, (store_txn *x, const char *conv, \
 			     int (*fn)(void *arg, const struct store_model_call *mc), void *arg), (x, conv, fn, arg)) \

@@ -261,7 +261,9 @@ enum store_status {
 	STORE_ACTIVE = 1,    /* a turn is in progress or owed */
 	STORE_SUSPENDED = 2, /* waiting on a human tool call */
 	STORE_ENDED = 3,     /* closed: no further sends */
+	STORE_PAUSED = 4,    /* a turn is owed but the budget is spent: waits for a larger one */
 };
+#define STORE_STATUS_MAX STORE_PAUSED
 const char *store_status_name(int status);  /* "idle", ...; NULL if out of range */
 int store_status_parse(const char *name, size_t len); /* the enum, or -1 */
 
@@ -280,6 +282,7 @@ struct store_conv {
 	int64_t updated_at;
 	uint64_t lease;         /* writer generation; 0 before any worker */
 	struct store_usage usage;
+	uint64_t turns;         /* model turns committed (store_turns_add) */
 	store_bytes metadata;   /* msgpack map of str -> str (store_meta_valid); len 0 when none */
 };
 
@@ -392,6 +395,13 @@ int store_lease_check(store_txn *txn, const char *id, uint64_t gen);
  * DBL_MAX (a sum past it is never infinite). Errors: STORE_E_NOTFOUND,
  * STORE_E_INVAL (a negative or NaN cost). */
 int store_usage_add(store_txn *txn, const char *id, const struct store_usage *u);
+
+/* Add n to the conversation's count of committed model turns (turns in
+ * store_conv), saturating at INT64_MAX. The worker adds 1 in the
+ * transaction that commits the turn, beside its usage, so a turn killed
+ * before its commit counts nowhere and its re-run once: budgets read both.
+ * Errors: STORE_E_NOTFOUND, STORE_E_INVAL. */
+int store_turns_add(store_txn *txn, const char *id, uint64_t n);
 
 /* ---- events ---------------------------------------------------------- */
 
@@ -557,6 +567,25 @@ int store_expiries_due(store_txn *txn, int64_t now_ms,
 		       int (*fn)(void *arg, const struct store_expiry *e), void *arg);
 /* The earliest deadline. Errors: STORE_E_NOTFOUND (none scheduled). */
 int store_expiry_earliest(store_txn *txn, int64_t *deadline_ms);
+
+/* ---- expiry warnings ------------------------------------------------- */
+
+/* A pending call's warning time (a human tool's warn_before ahead of its
+ * deadline): at most one per call, a second schedule replaces the first.
+ * Settling the call (store_tool_call_resolve) and deleting its conversation
+ * remove it; whoever commits the warning's event drops it in the same
+ * transaction, so a warning is given once, across kills and restarts.
+ * store_warnings_due delivers struct store_expiry rows whose deadline is the
+ * warning time. Errors: store_warning_schedule: STORE_E_NOTFOUND (no such
+ * call), STORE_E_STALE (not pending), STORE_E_INVAL (bad id, at_ms <= 0);
+ * store_warning_earliest: STORE_E_NOTFOUND (none); store_warning_drop: 0
+ * also when there was none, STORE_E_INVAL. */
+int store_warning_schedule(store_txn *txn, const char *tool_call_id, int64_t at_ms);
+int store_warning_drop(store_txn *txn, const char *tool_call_id);
+/* Warning times <= now_ms, earliest first (ties in tool call id order). */
+int store_warnings_due(store_txn *txn, int64_t now_ms, int (*fn)(void *arg, const struct store_expiry *e),
+		       void *arg);
+int store_warning_earliest(store_txn *txn, int64_t *at_ms);
 
 /* ---- audit (model calls) --------------------------------------------- */
 

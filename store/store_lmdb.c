@@ -9,7 +9,8 @@
  *   meta            name                         -> uint
  *   conv_ids        conversation id              -> uint conv number
  *   convs           num                          -> [id, status, created, updated, lease,
- *                                                    in_tok, out_tok, cost, settings, fsm|nil]
+ *                                                    in_tok, out_tok, cost, turns, settings, fsm|nil]
+ *                                                   (a record of 10 has no turns: 0)
  *   events          num, seq                     -> [type, inserted_at, event_id|nil, content]
  *   event_ids       num, event_id                -> uint seq
  *   summaries       num, to_seq                  -> [from, to, version, inserted_at, content]
@@ -18,6 +19,8 @@
  *                                                    args, prompt|nil, result|nil]
  *   conv_tool_calls num, tool call id            -> uint status
  *   expiries        deadline, tool call id       -> conv id
+ *   warnings        at, tool call id             -> conv id
+ *   warning_at      tool call id                 -> uint at (to find its warnings row)
  *   model_calls     num, turn_ref                -> [model, in, out, cost, latency,
  *                                                    summary_version, inserted_at, rendered]
  */
@@ -75,6 +78,7 @@ struct store {
 	MDB_env *env;
 	MDB_dbi meta, conv_ids, convs, events, event_ids, summaries, tool_calls,
 		conv_tool_calls, expiries, model_calls;
+	MDB_dbi warnings, warning_at; /* expiry warnings by time; each call's time */
 	MDB_dbi conv_meta, meta_index; /* metadata by conv number; its index "key\0value\0id" -> number */
 	struct store_opts opts;
 	size_t map_size;
@@ -218,7 +222,7 @@ static int id_ok(const char *id)
 	return id && store_id_valid(id, strnlen(id, STORE_ID_MAX + 1));
 }
 
-static const char *const status_names[] = { "idle", "active", "suspended", "ended" };
+static const char *const status_names[] = { "idle", "active", "suspended", "ended", "paused" };
 static const char *const tc_status_names[] = { "pending", "resolved", "errored", "expired" };
 
 static int name_parse(const char *const *names, int n, const char *s, size_t len)
@@ -229,8 +233,8 @@ static int name_parse(const char *const *names, int n, const char *s, size_t len
 	return -1;
 }
 
-const char *store_status_name(int st) { return st >= 0 && st <= STORE_ENDED ? status_names[st] : NULL; }
-int store_status_parse(const char *s, size_t len) { return name_parse(status_names, 4, s, len); }
+const char *store_status_name(int st) { return st >= 0 && st <= STORE_STATUS_MAX ? status_names[st] : NULL; }
+int store_status_parse(const char *s, size_t len) { return name_parse(status_names, STORE_STATUS_MAX + 1, s, len); }
 const char *store_tc_status_name(int st) { return st >= 0 && st <= STORE_TC_EXPIRED ? tc_status_names[st] : NULL; }
 int store_tc_status_parse(const char *s, size_t len) { return name_parse(tc_status_names, 4, s, len); }
 
@@ -487,6 +491,7 @@ static int open_dbis_in(store *s, int write)
 		{ "conv_tool_calls", &s->conv_tool_calls, 0 }, { "expiries", &s->expiries, 0 },
 		{ "model_calls", &s->model_calls, 0 },
 		{ "conv_meta", &s->conv_meta, 1 }, { "meta_index", &s->meta_index, 1 },
+		{ "warnings", &s->warnings, 1 }, { "warning_at", &s->warning_at, 1 },
 	};
 	for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
 		rc = mdb_dbi_open(t, dbs[i].name, write ? MDB_CREATE : 0, dbs[i].dbi);
@@ -1160,10 +1165,11 @@ static int conv_decode(const MDB_val *v, struct store_conv *c)
 	uint64_t st;
 	mp_init(&m, v->mv_data, v->mv_size);
 	memset(c, 0, sizeof *c);
-	if (mp_array(&m, &n) || n != 10 || mp_bytes(&m, &c->id) || mp_uint(&m, &st) || st > STORE_ENDED ||
-	    mp_int(&m, &c->created_at) || mp_int(&m, &c->updated_at) || mp_uint(&m, &c->lease) ||
-	    mp_uint(&m, &c->usage.input_tokens) || mp_uint(&m, &c->usage.output_tokens) ||
-	    mp_double(&m, &c->usage.cost) || mp_skip(&m, &c->settings.ptr, &c->settings.len) ||
+	if (mp_array(&m, &n) || (n != 10 && n != 11) || mp_bytes(&m, &c->id) || mp_uint(&m, &st) ||
+	    st > STORE_STATUS_MAX || mp_int(&m, &c->created_at) || mp_int(&m, &c->updated_at) ||
+	    mp_uint(&m, &c->lease) || mp_uint(&m, &c->usage.input_tokens) || mp_uint(&m, &c->usage.output_tokens) ||
+	    mp_double(&m, &c->usage.cost) || (n == 11 && mp_uint(&m, &c->turns)) ||
+	    mp_skip(&m, &c->settings.ptr, &c->settings.len) ||
 	    mp_opt(&m, &c->fsm_state) || m.p != m.end)
 		return STORE_E_CORRUPT;
 	c->status = (int)st;
@@ -1204,7 +1210,7 @@ static int conv_load(store_txn *x, const char *id, uint64_t *num, struct store_c
 static int conv_store(store_txn *x, uint64_t num, const struct store_conv *c)
 {
 	msgpack_packer *pk = rec(x);
-	msgpack_pack_array(pk, 10);
+	msgpack_pack_array(pk, 11);
 	pack_strn(x, c->id.ptr, c->id.len);
 	msgpack_pack_uint8(pk, (uint8_t)c->status);
 	msgpack_pack_int64(pk, c->created_at);
@@ -1213,6 +1219,7 @@ static int conv_store(store_txn *x, uint64_t num, const struct store_conv *c)
 	msgpack_pack_uint64(pk, c->usage.input_tokens);
 	msgpack_pack_uint64(pk, c->usage.output_tokens);
 	msgpack_pack_double(pk, c->usage.cost);
+	msgpack_pack_uint64(pk, c->turns);
 	pack_raw(x, c->settings);
 	pack_raw(x, c->fsm_state);
 	unsigned char k[8];
@@ -1614,6 +1621,27 @@ int store_conv_ids(store_txn *x, store_conv_id_fn fn, void *arg)
 }
 
 /* Deleting a tool call also removes its expiry and its row. */
+/* Remove the call's warning (both its rows); 0 also when it has none. */
+static int warning_del(store_txn *x, const char *id, size_t len)
+{
+	MDB_val v;
+	uint64_t at;
+	unsigned char wk[8 + STORE_ID_MAX];
+	if (len > STORE_ID_MAX)
+		return STORE_E_INVAL;
+	int err = get(x, x->s->warning_at, id, len, &v);
+	if (err == STORE_E_NOTFOUND)
+		return 0;
+	if (err)
+		return err;
+	if (val_uint(&v, &at))
+		return fail(x, STORE_E_CORRUPT);
+	size_t wl = key_str(wk, at, id, len);
+	if ((err = del(x, x->s->warnings, wk, wl)) != 0)
+		return err;
+	return del(x, x->s->warning_at, id, len);
+}
+
 static int del_conv_tool_call(store_txn *x, const MDB_val *k, const MDB_val *v)
 {
 	(void)v;
@@ -1642,6 +1670,8 @@ static int del_conv_tool_call(store_txn *x, const MDB_val *k, const MDB_val *v)
 		if ((err = del(x, x->s->expiries, ek, el)) != 0)
 			return err;
 	}
+	if ((err = warning_del(x, id, len)) != 0)
+		return err;
 	return del(x, x->s->tool_calls, id, len);
 }
 
@@ -1729,6 +1759,19 @@ int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
 	c.usage.cost += u->cost;
 	if (!isfinite(c.usage.cost))
 		c.usage.cost = DBL_MAX;
+	c.updated_at = x->now;
+	return conv_store(x, num, &c);
+}
+
+int store_turns_add(store_txn *x, const char *id, uint64_t n)
+{
+	CHECK_WRITE(x);
+	uint64_t num;
+	struct store_conv c;
+	int err = conv_load(x, id, &num, &c);
+	if (err)
+		return err;
+	c.turns = sat_add(c.turns, n);
 	c.updated_at = x->now;
 	return conv_store(x, num, &c);
 }
@@ -2474,9 +2517,9 @@ int store_tool_call_resolve(store_txn *x, const char *id, int status, store_byte
 	r.tc.result = result;
 	r.tc.resolved_at = x->now;
 	r.tc.deadline = 0;
-	if ((err = tc_store(x, &r)) != 0)
+	if ((err = tc_store(x, &r)) != 0 || (err = expiry_del(x, &old)) != 0)
 		return err;
-	return expiry_del(x, &old);
+	return warning_del(x, id, strlen(id));
 }
 
 /* ---- expiries -------------------------------------------------------- */
@@ -2536,13 +2579,14 @@ int store_expiry_drop(store_txn *x, int64_t deadline, const char *id)
 	return del(x, x->s->expiries, ek, el);
 }
 
-int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
+/* Rows (time, tool call id) -> conv id of dbi with time <= now, in order. */
+static int due_scan(store_txn *x, MDB_dbi dbi, int64_t now, int (*fn)(void *, const struct store_expiry *),
+		    void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	MDB_cursor *c;
-	int rc = mdb_cursor_open(x->t, x->s->expiries, &c);
+	if (dbi == DBI_ABSENT)
+		return 0; /* an older store opened read-only: none */
+	int rc = mdb_cursor_open(x->t, dbi, &c);
 	if (rc)
 		return fail(x, map_err(rc));
 	MDB_val k, v;
@@ -2572,13 +2616,21 @@ int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct
 	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
 }
 
-int store_expiry_earliest(store_txn *x, int64_t *deadline)
+int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
 {
 	CHECK_TXN(x);
-	if (!deadline)
+	if (!fn)
 		return STORE_E_INVAL;
+	return due_scan(x, x->s->expiries, now, fn, arg);
+}
+
+/* The first key's time of dbi (keyed time, tool call id). */
+static int earliest_scan(store_txn *x, MDB_dbi dbi, int64_t *deadline)
+{
 	MDB_cursor *c;
-	int rc = mdb_cursor_open(x->t, x->s->expiries, &c);
+	if (dbi == DBI_ABSENT)
+		return STORE_E_NOTFOUND;
+	int rc = mdb_cursor_open(x->t, dbi, &c);
 	if (rc)
 		return fail(x, map_err(rc));
 	MDB_val k, v;
@@ -2592,6 +2644,67 @@ int store_expiry_earliest(store_txn *x, int64_t *deadline)
 		return fail(x, STORE_E_CORRUPT);
 	*deadline = (int64_t)get_be64(k.mv_data);
 	return 0;
+}
+
+int store_expiry_earliest(store_txn *x, int64_t *deadline)
+{
+	CHECK_TXN(x);
+	if (!deadline)
+		return STORE_E_INVAL;
+	return earliest_scan(x, x->s->expiries, deadline);
+}
+
+/* ---- expiry warnings ------------------------------------------------- */
+
+int store_warning_schedule(store_txn *x, const char *id, int64_t at)
+{
+	CHECK_WRITE(x);
+	struct tc_rec r;
+	if (!id_ok(id) || at <= 0)
+		return STORE_E_INVAL;
+	int err = tc_load(x, id, &r);
+	if (err)
+		return err;
+	if (r.tc.status != STORE_TC_PENDING)
+		return STORE_E_STALE;
+	char conv[STORE_ID_MAX];
+	size_t clen = r.tc.conversation.len;
+	if (clen > STORE_ID_MAX)
+		return fail(x, STORE_E_CORRUPT);
+	memcpy(conv, r.tc.conversation.ptr, clen); /* the page may be reused by the writes below */
+	if ((err = warning_del(x, id, strlen(id))) != 0)
+		return err;
+	unsigned char wk[8 + STORE_ID_MAX];
+	size_t wl = key_str(wk, (uint64_t)at, id, strlen(id));
+	rec(x);
+	pack_strn(x, conv, clen);
+	if ((err = put(x, x->s->warnings, wk, wl, 0)) != 0)
+		return err;
+	return put_uint(x, x->s->warning_at, id, strlen(id), (uint64_t)at);
+}
+
+int store_warning_drop(store_txn *x, const char *id)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id))
+		return STORE_E_INVAL;
+	return warning_del(x, id, strlen(id));
+}
+
+int store_warnings_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	return due_scan(x, x->s->warnings, now, fn, arg);
+}
+
+int store_warning_earliest(store_txn *x, int64_t *at)
+{
+	CHECK_TXN(x);
+	if (!at)
+		return STORE_E_INVAL;
+	return earliest_scan(x, x->s->warnings, at);
 }
 
 /* ---- audit ----------------------------------------------------------- */

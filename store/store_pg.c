@@ -5,7 +5,7 @@
  * in schema_version; see docs/scale-out.md, "The PostgreSQL store"):
  *
  *   convs        id -> status, created_at, updated_at, lease, in_tok, out_tok,
- *                      cost, last_seq, settings, fsm
+ *                      cost, last_seq, settings, fsm, turns
  *   events       (conv, seq) -> type, inserted_at, event_id, content
  *                (unique (conv, event_id) where event_id is not null: the
  *                idempotency index)
@@ -13,6 +13,7 @@
  *   tool_calls   id -> conv, name, executor, status, inserted_at, resolved_at,
  *                      deadline, attempts, args, prompt, result
  *   expiries     (deadline, tool_call_id) -> conv
+ *   warnings     tool_call_id -> at, conv (index (at, tool_call_id))
  *   model_calls  (conv, turn_ref) -> model, in_tok, out_tok, cost, latency,
  *                      summary_version, inserted_at, rendered
  *   lease_seq    the sequence writer generations come from
@@ -59,19 +60,20 @@
 
 enum {
 	Q_CONV_GET, Q_CONV_LOCK, Q_CONV_INSERT, Q_CONV_UPDATE, Q_CONV_LIST, Q_CONV_IDS, Q_CONV_DELETE,
-	Q_LEASE_NEXT, Q_LEASE_GET, Q_LEASE_LOCK, Q_USAGE_SET, Q_LAST_SEQ,
+	Q_LEASE_NEXT, Q_LEASE_GET, Q_LEASE_LOCK, Q_USAGE_SET, Q_TURNS_SET, Q_LAST_SEQ,
 	Q_EVENT_DUP, Q_EVENT_INSERT, Q_EVENT_ID_SEQ, Q_EVENT_IDS,
 	Q_STREAM, Q_STREAM_TAIL,
 	Q_SUMMARY_PUT, Q_SUMMARY_LATEST,
 	Q_TC_UPSERT, Q_TC_GET, Q_TC_LOCK, Q_TC_CONV_LOCK, Q_TC_LIST, Q_TC_EACH, Q_TC_ATTEMPT, Q_TC_RESOLVE,
 	Q_EXP_SCHEDULE, Q_EXP_CANCEL, Q_EXP_DROP, Q_EXP_DUE, Q_EXP_EARLIEST,
+	Q_WARN_SCHEDULE, Q_WARN_DROP, Q_WARN_DUE, Q_WARN_EARLIEST,
 	Q_MC_PUT, Q_MC_LIST, Q_MC_GC,
 	Q_META_SET, Q_META_DEL, Q_META_INS, Q_CONV_FIND_META,
 	NQ
 };
 
-#define CONV_COLS "id, status, created_at, updated_at, lease, in_tok, out_tok, cost, settings, fsm, metadata"
-#define CONV_NCOLS 11 /* Q_CONV_LOCK's last_seq follows them */
+#define CONV_COLS "id, status, created_at, updated_at, lease, in_tok, out_tok, cost, settings, fsm, metadata, turns"
+#define CONV_NCOLS 12 /* Q_CONV_LOCK's last_seq follows them */
 #define EV_COLS "seq, type, inserted_at, event_id, content"
 #define TC_COLS "id, conv, name, executor, status, inserted_at, resolved_at, deadline, attempts, args, prompt, result"
 #define MC_COLS "turn_ref, model, in_tok, out_tok, cost, latency, summary_version, inserted_at, rendered"
@@ -92,7 +94,8 @@ static const char *const sql[NQ] = {
 			  "AND expiries.tool_call_id = t.id AND expiries.deadline = t.deadline), "
 			  "t AS (DELETE FROM tool_calls WHERE conv = $1::text), "
 			  "m AS (DELETE FROM model_calls WHERE conv = $1::text), "
-			  "k AS (DELETE FROM conv_meta WHERE conv = $1::text) "
+			  "k AS (DELETE FROM conv_meta WHERE conv = $1::text), "
+			  "w AS (DELETE FROM warnings WHERE conv = $1::text) "
 			  "DELETE FROM convs WHERE id = $1::text RETURNING 1",
 	[Q_LEASE_NEXT] = "UPDATE convs SET lease = GREATEST(nextval('lease_seq'), lease + 1) "
 			 "WHERE id = $1::text RETURNING lease",
@@ -100,6 +103,7 @@ static const char *const sql[NQ] = {
 	[Q_LEASE_LOCK] = "SELECT lease, last_seq FROM convs WHERE id = $1::text FOR UPDATE",
 	[Q_USAGE_SET] = "UPDATE convs SET in_tok = $2::int8, out_tok = $3::int8, cost = $4::float8, "
 			"updated_at = $5::int8 WHERE id = $1::text",
+	[Q_TURNS_SET] = "UPDATE convs SET turns = $2::int8, updated_at = $3::int8 WHERE id = $1::text",
 	[Q_LAST_SEQ] = "SELECT last_seq FROM convs WHERE id = $1::text",
 	[Q_EVENT_DUP] = "SELECT seq FROM events WHERE conv = $1::text AND event_id = $2::bytea",
 	/* One round trip per event: the insert, or nothing for a repeated
@@ -144,7 +148,8 @@ static const char *const sql[NQ] = {
 			 "u AS (UPDATE tool_calls t SET status = $2::int8, result = $3::bytea, resolved_at = $4::int8, "
 			 "deadline = 0 FROM old WHERE t.id = old.id RETURNING 1), "
 			 "d AS (DELETE FROM expiries e USING old WHERE old.deadline > 0 AND e.deadline = old.deadline "
-			 "AND e.tool_call_id = old.id) SELECT conv FROM old",
+			 "AND e.tool_call_id = old.id), "
+			 "w AS (DELETE FROM warnings w USING old WHERE w.tool_call_id = old.id) SELECT conv FROM old",
 	[Q_EXP_SCHEDULE] = "WITH d AS (DELETE FROM expiries WHERE deadline = $3::int8 AND tool_call_id = $1::text), "
 			   "u AS (UPDATE tool_calls SET deadline = $2::int8 WHERE id = $1::text) "
 			   "INSERT INTO expiries (deadline, tool_call_id, conv) VALUES ($2::int8, $1::text, $4::text) "
@@ -155,6 +160,11 @@ static const char *const sql[NQ] = {
 	[Q_EXP_DUE] = "SELECT deadline, tool_call_id, conv FROM expiries WHERE deadline <= $1::int8 "
 		      "ORDER BY deadline, tool_call_id",
 	[Q_EXP_EARLIEST] = "SELECT deadline FROM expiries ORDER BY deadline LIMIT 1",
+	[Q_WARN_SCHEDULE] = "INSERT INTO warnings (tool_call_id, at, conv) VALUES ($1::text, $2::int8, $3::text) "
+			    "ON CONFLICT (tool_call_id) DO UPDATE SET at = EXCLUDED.at, conv = EXCLUDED.conv",
+	[Q_WARN_DROP] = "DELETE FROM warnings WHERE tool_call_id = $1::text",
+	[Q_WARN_DUE] = "SELECT at, tool_call_id, conv FROM warnings WHERE at <= $1::int8 ORDER BY at, tool_call_id",
+	[Q_WARN_EARLIEST] = "SELECT at FROM warnings ORDER BY at, tool_call_id LIMIT 1",
 	[Q_MC_PUT] = "INSERT INTO model_calls (conv, turn_ref, model, in_tok, out_tok, cost, latency, "
 		     "summary_version, inserted_at, rendered) VALUES ($1::text, $2::int8, $3::bytea, $4::int8, "
 		     "$5::int8, $6::float8, $7::int8, $8::int8, $9::int8, $10::bytea) ON CONFLICT (conv, turn_ref) "
@@ -181,7 +191,7 @@ static const char schema_v1[] =
 	" created_at bigint NOT NULL, updated_at bigint NOT NULL, lease bigint NOT NULL DEFAULT 0,"
 	" in_tok bigint NOT NULL DEFAULT 0, out_tok bigint NOT NULL DEFAULT 0,"
 	" cost float8 NOT NULL DEFAULT 0, last_seq bigint NOT NULL DEFAULT 0,"
-	" settings bytea NOT NULL, fsm bytea, metadata bytea);"
+	" settings bytea NOT NULL, fsm bytea, metadata bytea, turns bigint NOT NULL DEFAULT 0);"
 	/* The metadata index: one row per (key, value) pair of a conversation. */
 	"CREATE TABLE conv_meta (k bytea NOT NULL, v bytea NOT NULL, conv text COLLATE \"C\" NOT NULL,"
 	" PRIMARY KEY (k, v, conv));"
@@ -204,6 +214,9 @@ static const char schema_v1[] =
 	"CREATE INDEX tool_calls_conv ON tool_calls (conv, id);"
 	"CREATE TABLE expiries (deadline bigint NOT NULL, tool_call_id text COLLATE \"C\" NOT NULL,"
 	" conv text COLLATE \"C\" NOT NULL, PRIMARY KEY (deadline, tool_call_id));"
+	"CREATE TABLE warnings (tool_call_id text COLLATE \"C\" PRIMARY KEY, at bigint NOT NULL,"
+	" conv text COLLATE \"C\" NOT NULL);"
+	"CREATE INDEX warnings_at ON warnings (at, tool_call_id);"
 	"CREATE TABLE model_calls (conv text COLLATE \"C\" NOT NULL, turn_ref bigint NOT NULL,"
 	" model bytea NOT NULL, in_tok bigint NOT NULL, out_tok bigint NOT NULL, cost float8 NOT NULL,"
 	" latency bigint NOT NULL, summary_version bigint NOT NULL, inserted_at bigint NOT NULL,"
@@ -1000,7 +1013,8 @@ static int conv_row(const PGresult *r, int row, struct store_conv *c)
 	c->settings = g_bytes(r, row, 8);
 	c->fsm_state = g_bytes(r, row, 9);
 	c->metadata = g_bytes(r, row, 10);
-	if (st < 0 || st > STORE_ENDED)
+	c->turns = (uint64_t)g_i64(r, row, 11);
+	if (st < 0 || st > STORE_STATUS_MAX)
 		return STORE_E_CORRUPT;
 	c->status = (int)st;
 	return 0;
@@ -1368,6 +1382,20 @@ int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
 	a_f64(&a, c.usage.cost);
 	a_i64(&a, x->now);
 	return run(x, Q_USAGE_SET, &a, &err) ? 0 : err;
+}
+
+int store_turns_add(store_txn *x, const char *id, uint64_t n)
+{
+	CHECK_WRITE(x);
+	struct store_conv c;
+	int err = conv_load(x, id, &c, NULL);
+	if (err)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, id);
+	a_i64(&a, (int64_t)sat_add(c.turns, n));
+	a_i64(&a, x->now);
+	return run(x, Q_TURNS_SET, &a, &err) ? 0 : err;
 }
 
 /* ---- events ---------------------------------------------------------- */
@@ -1868,6 +1896,80 @@ int store_expiry_earliest(store_txn *x, int64_t *deadline)
 	if (PQntuples(r) == 0)
 		return STORE_E_NOTFOUND;
 	*deadline = g_i64(r, 0, 0);
+	return 0;
+}
+
+/* ---- expiry warnings ------------------------------------------------- */
+
+int store_warning_schedule(store_txn *x, const char *id, int64_t at)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || at <= 0)
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err = tc_conv_lock(x, id);
+	if (err)
+		return err;
+	a_str(&a, id);
+	PGresult *r = run(x, Q_TC_LOCK, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	if (g_i64(r, 0, 0) != STORE_TC_PENDING)
+		return STORE_E_STALE;
+	if ((err = quota(x, strlen(id))) != 0)
+		return err;
+	memset(&a, 0, sizeof a);
+	a_str(&a, id);
+	a_i64(&a, at);
+	a_bytes(&a, g_bytes(r, 0, 2), 0);
+	return run(x, Q_WARN_SCHEDULE, &a, &err) ? 0 : err;
+}
+
+int store_warning_drop(store_txn *x, const char *id)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	return run(x, Q_WARN_DROP, &a, &err) ? 0 : err;
+}
+
+int store_warnings_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_i64(&a, now);
+	PGresult *r = run(x, Q_WARN_DUE, &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_expiry e = { g_i64(r, i, 0), g_bytes(r, i, 1), g_bytes(r, i, 2) };
+		int rc = fn(arg, &e);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_warning_earliest(store_txn *x, int64_t *at)
+{
+	CHECK_TXN(x);
+	if (!at)
+		return STORE_E_INVAL;
+	int err;
+	PGresult *r = run(x, Q_WARN_EARLIEST, NULL, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	*at = g_i64(r, 0, 0);
 	return 0;
 }
 

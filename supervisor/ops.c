@@ -98,7 +98,7 @@ static int perr_from_store(int e)
 }
 
 _Static_assert((int)PROTO_ENDED == (int)STORE_ENDED && (int)PROTO_SUSPENDED == (int)STORE_SUSPENDED && (int)PROTO_IDLE == (int)STORE_IDLE &&
-		       (int)PROTO_ACTIVE == (int)STORE_ACTIVE,
+		       (int)PROTO_ACTIVE == (int)STORE_ACTIVE && (int)PROTO_PAUSED == (int)STORE_PAUSED,
 	       "the codec's conversation statuses are the store's");
 _Static_assert((int)PROTO_TC_PENDING == (int)STORE_TC_PENDING && (int)PROTO_TC_RESOLVED == (int)STORE_TC_RESOLVED &&
 		       (int)PROTO_TC_ERRORED == (int)STORE_TC_ERRORED && (int)PROTO_TC_EXPIRED == (int)STORE_TC_EXPIRED,
@@ -165,7 +165,7 @@ static json_t *conv_json(store_txn *t, const struct store_conv *c, int with_work
 	store_event_latest_seq(t, id, &last);
 	json_t *o = json_pack("{ss#sososIsosIsI}", "id", (const char *)c->id.ptr, (int)c->id.len, "settings",
 			      mp_json(c->settings), "status", json_string(store_status_name(c->status)), "last_seq",
-			      (json_int_t)last, "usage", usage_json(&c->usage), "created_at", (json_int_t)c->created_at,
+			      (json_int_t)last, "usage", conv_usage_json(&c->usage, c->turns), "created_at", (json_int_t)c->created_at,
 			      "updated_at", (json_int_t)c->updated_at);
 	if (!o)
 		return NULL;
@@ -560,6 +560,10 @@ struct wres {
 	uint64_t seq;
 	int active; /* a fork whose log owes a turn: it gets a worker */
 	int ended; /* the resolved call's conversation is ended: it gets no worker */
+	int paused; /* send: the conversation is paused (no worker); update: it still is */
+	int resumed; /* update: a larger budget made a paused conversation active */
+	struct store_usage usage; /* update: the committed usage and turns the budget is checked against */
+	uint64_t turns;
 };
 
 /* Store metadata (checked by the codec) as the conversation's whole map. */
@@ -627,6 +631,22 @@ static int w_create(store_txn *t, struct job *j, struct wres *r)
 	return 0;
 }
 
+/* A paused conversation's update whose settings (p's, merged) give a
+ * budget its committed usage is under: active again, so its owed turn runs.
+ * Still spent: it stays paused (the reply says so), with no new event. */
+static void budget_resume(struct store_conv_patch *p, struct wres *r)
+{
+	json_t *settings = jsonmp_unpack(p->settings.ptr, p->settings.len);
+	struct config_budget b;
+	conv_budget_of(settings, &O.env->cfg->budget, &b);
+	json_decref(settings);
+	r->resumed = !conv_budget_exceeded(&b, &r->usage, r->turns, NULL);
+	if (r->resumed) {
+		p->set |= STORE_SET_STATUS;
+		p->status = STORE_ACTIVE;
+	}
+}
+
 static int w_update(store_txn *t, struct job *j, struct wres *r)
 {
 	struct store_conv c;
@@ -640,6 +660,9 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 	struct store_conv_patch p = { 0 };
 	struct jsonmp_buf b = { 0 };
 	int have_buf = 0;
+	r->usage = c.usage;
+	r->turns = c.turns;
+	r->resumed = 0;
 	if (j->rq.settings) {
 		json_t *merged = jsonmp_unpack(c.settings.ptr, c.settings.len);
 		if (!json_is_object(merged)) {
@@ -661,6 +684,8 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 	if (j->rq.status == STORE_ENDED) {
 		p.set |= STORE_SET_STATUS;
 		p.status = STORE_ENDED;
+	} else if (c.status == STORE_PAUSED && j->rq.settings) {
+		budget_resume(&p, r);
 	}
 	struct jsonmp_buf mb = { 0 };
 	int have_mb = 0;
@@ -685,6 +710,8 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 		p.metadata = (store_bytes){ mb.sb.data, mb.sb.size };
 	}
 	e = p.set ? store_conv_put(t, j->rq.conv, &p) : 0;
+	if (!e && r->resumed)
+		e = lease_ahead(t, j->rq.conv);
 	if (have_buf)
 		jsonmp_buf_destroy(&b);
 	if (have_mb)
@@ -692,6 +719,8 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 	if (e)
 		return job_store_error(j, e, "update"), e;
 	j->reply = json_object();
+	if (c.status == STORE_PAUSED && j->rq.status != STORE_ENDED)
+		json_object_set_new(j->reply, "status", json_string(r->resumed ? "active" : "paused"));
 	return 0;
 }
 
@@ -718,6 +747,7 @@ static int w_send(store_txn *t, struct job *j, struct wres *r)
 		job_error(j, PERR_CONFLICT, "conversation %s is ended: sends are refused", j->rq.conv);
 		return 0;
 	}
+	r->paused = 0;
 	int was_idle = c.status == STORE_IDLE;
 	struct jsonmp_buf b;
 	if (pack_json(&b, j->rq.content)) {
@@ -740,6 +770,11 @@ static int w_send(store_txn *t, struct job *j, struct wres *r)
 	j->reply = json_pack("{sI}", "seq", (json_int_t)seq);
 	if (dup)
 		json_object_set_new(j->reply, "duplicate", json_true());
+	if (c.status == STORE_PAUSED) {
+		/* Kept, and answered once a larger budget resumes it. */
+		r->paused = 1;
+		json_object_set_new(j->reply, "status", json_string("paused"));
+	}
 	return 0;
 }
 
@@ -831,7 +866,7 @@ static int fatal(int e)
 /* After the commit: wake workers and waiters. */
 static void after_send(struct job *j, struct wres *r)
 {
-	if (!json_object_get(j->reply, "duplicate"))
+	if (!json_object_get(j->reply, "duplicate") && !r->paused)
 		workers_wake(j->rq.conv);
 	waiters_notify(j->rq.conv);
 }
@@ -847,6 +882,8 @@ static void after_update(struct job *j, struct wres *r)
 {
 	if (j->rq.status == STORE_ENDED)
 		workers_stop(j->rq.conv);
+	if (r->resumed)
+		workers_wake(j->rq.conv);
 }
 
 static void after_fork(struct job *j, struct wres *r)

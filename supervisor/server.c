@@ -262,6 +262,8 @@ int server_open(const struct server_opts *o)
 	int fired = expiry_fire();
 	if (fired)
 		log_info("fired %d expiry deadline(s) that passed while agentd was down", fired);
+	if ((fired = expiry_warn_fire()))
+		log_info("gave %d expiry warning(s) whose time passed while agentd was down", fired);
 	expiry_rearm();
 	workers_start_active();
 	return 0;

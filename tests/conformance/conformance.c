@@ -1457,7 +1457,7 @@ START_TEST(conv_put_rejects_invalid_patch)
 	ck_assert_int_eq(store_conv_create(t, "c1", mmap1("a", "1")), 0);
 	commit(t);
 	t = wbegin();
-	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = 4 };
+	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_STATUS_MAX + 1 };
 	ck_assert_int_eq(store_conv_put(t, "c1", &p), STORE_E_INVAL);
 	p.status = -1;
 	ck_assert_int_eq(store_conv_put(t, "c1", &p), STORE_E_INVAL);
@@ -1568,8 +1568,36 @@ START_TEST(conv_list_status_filter)
 	ck_assert_uint_eq(C.n, 0);
 	ck_assert_int_eq(list_convs(-1, NULL, 0, NULL), 0);
 	ck_assert_uint_eq(C.n, 4);
-	ck_assert_int_eq(list_convs(4, NULL, 0, NULL), STORE_E_INVAL);
+	ck_assert_int_eq(list_convs(STORE_STATUS_MAX + 1, NULL, 0, NULL), STORE_E_INVAL);
 	ck_assert_int_eq(list_convs(-2, NULL, 0, NULL), STORE_E_INVAL);
+}
+END_TEST
+
+/* paused: a status like the others, kept, listed and filtered by. */
+START_TEST(conv_paused_status)
+{
+	mkconv("a");
+	mkconv("b");
+	set_status("b", STORE_PAUSED);
+	ck_assert_int_eq(list_convs(STORE_PAUSED, NULL, 0, NULL), 0);
+	EXPECT_IDS("b");
+	ck_assert_int_eq(C.status[0], STORE_PAUSED);
+	store_txn *t = rbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "b", &c), 0);
+	ck_assert_int_eq(c.status, STORE_PAUSED);
+	store_txn_abort(t);
+	OPTS.sync = STORE_SYNC_FULL;
+	reopen_store();
+	ck_assert_int_eq(list_convs(STORE_PAUSED, NULL, 0, NULL), 0);
+	EXPECT_IDS("b");
+	set_status("b", STORE_ACTIVE);
+	ck_assert_int_eq(list_convs(STORE_PAUSED, NULL, 0, NULL), 0);
+	ck_assert_uint_eq(C.n, 0);
+	t = wbegin();
+	struct store_conv_patch bad = { .set = STORE_SET_STATUS, .status = STORE_STATUS_MAX + 1 };
+	ck_assert_int_eq(store_conv_put(t, "a", &bad), STORE_E_INVAL);
+	commit(t);
 }
 END_TEST
 
@@ -2093,6 +2121,45 @@ START_TEST(usage_add_accumulates)
 }
 END_TEST
 
+/* Turns count apart from usage, per conversation, from 0; they survive a
+ * reopen and every other change to the record, and saturate. */
+START_TEST(turns_add_counts)
+{
+	mkconv("c1");
+	mkconv("c2");
+	store_txn *t = wbegin();
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert_uint_eq(c.turns, 0);
+	ck_assert_int_eq(store_turns_add(t, "c1", 1), 0);
+	ck_assert_int_eq(store_turns_add(t, "c1", 2), 0);
+	struct store_usage u = { 10, 5, 0.5 };
+	ck_assert_int_eq(store_usage_add(t, "c1", &u), 0);
+	ck_assert_int_eq(store_turns_add(t, "nope", 1), STORE_E_NOTFOUND);
+	commit(t);
+	set_status("c1", STORE_PAUSED);
+	OPTS.sync = STORE_SYNC_FULL;
+	reopen_store();
+	t = rbegin();
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert_uint_eq(c.turns, 3);
+	ck_assert_uint_eq(c.usage.input_tokens, 10);
+	ck_assert_int_eq(c.status, STORE_PAUSED);
+	ck_assert_int_eq(store_conv_get(t, "c2", &c), 0);
+	ck_assert_uint_eq(c.turns, 0);
+	store_txn_abort(t);
+	t = wbegin();
+	ck_assert_int_eq(store_turns_add(t, "c2", (uint64_t)INT64_MAX - 1), 0);
+	ck_assert_int_eq(store_turns_add(t, "c2", 5), 0);
+	ck_assert_int_eq(store_conv_get(t, "c2", &c), 0);
+	ck_assert_uint_eq(c.turns, (uint64_t)INT64_MAX);
+	commit(t);
+	t = rbegin();
+	ck_assert_int_eq(store_turns_add(t, "c1", 1), STORE_E_INVAL); /* a read transaction */
+	store_txn_abort(t);
+}
+END_TEST
+
 /* Totals saturate where JSON can still show them: tokens at INT64_MAX, the
  * cost at DBL_MAX, never infinite; a NaN or negative cost is refused. */
 START_TEST(usage_add_saturates)
@@ -2525,6 +2592,110 @@ START_TEST(resolve_after_expiry_is_stale)
 END_TEST
 
 /* ---- expiries ------------------------------------------------------------- */
+
+/* ---- expiry warnings ---- */
+
+static int wdue(int64_t now)
+{
+	memset(&L, 0, sizeof L);
+	store_txn *t = rbegin();
+	int rc = store_warnings_due(t, now, collect_exp, &L);
+	store_txn_abort(t);
+	return rc;
+}
+
+static int wearliest(int64_t *d)
+{
+	store_txn *t = rbegin();
+	int rc = store_warning_earliest(t, d);
+	store_txn_abort(t);
+	return rc;
+}
+
+static void warn_at(const char *id, int64_t at)
+{
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_warning_schedule(t, id, at), 0);
+	commit(t);
+}
+
+/* A warning is due at its time, in time then id order, apart from the
+ * call's expiry; a second schedule replaces the first; listing removes
+ * nothing; a drop does, and survives a reopen. */
+START_TEST(warning_schedule_due_replace_drop)
+{
+	mkconv("c1");
+	mkconv("c2");
+	mktc("c1", "tb");
+	mktc("c1", "ta");
+	mktc("c2", "tc");
+	int64_t d = 0;
+	ck_assert_int_eq(wearliest(&d), STORE_E_NOTFOUND);
+	schedule("ta", T0 + 1000);
+	ck_assert_int_eq(wearliest(&d), STORE_E_NOTFOUND); /* an expiry is no warning */
+	warn_at("ta", T0 + 900);
+	warn_at("tb", T0 + 50);
+	warn_at("tc", T0 + 900);
+	warn_at("tb", T0 + 900); /* replaces T0 + 50 */
+	ck_assert_int_eq(wearliest(&d), 0);
+	ck_assert_int_eq(d, T0 + 900);
+	ck_assert_int_eq(wdue(T0 + 899), 0);
+	ck_assert_uint_eq(L.n, 0);
+	ck_assert_int_eq(wdue(T0 + 900), 0);
+	EXPECT_LIST("ta", "tb", "tc");
+	ck_assert_str_eq(L.conv[0], "c1");
+	ck_assert_str_eq(L.conv[2], "c2");
+	ck_assert_int_eq(L.deadline[1], T0 + 900);
+	ck_assert_int_eq(due(T0 + 900), 0); /* the expiry is not due yet */
+	ck_assert_uint_eq(L.n, 0);
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_warning_drop(t, "tb"), 0);
+	ck_assert_int_eq(store_warning_drop(t, "tb"), 0); /* none left: still 0 */
+	ck_assert_int_eq(store_warning_drop(t, "bad id!"), STORE_E_INVAL);
+	commit(t);
+	OPTS.sync = STORE_SYNC_FULL;
+	reopen_store();
+	ck_assert_int_eq(wdue(T0 + 5000), 0);
+	EXPECT_LIST("ta", "tc");
+	ck_assert_int_eq(due(T0 + 5000), 0);
+	EXPECT_LIST("ta");
+}
+END_TEST
+
+/* Settling a call and deleting its conversation remove its warning; only a
+ * pending call gets one. */
+START_TEST(warning_goes_with_its_call)
+{
+	mkconv("c1");
+	mkconv("c2");
+	mktc("c1", "ta");
+	mktc("c1", "tb");
+	mktc("c2", "tc");
+	warn_at("ta", T0 + 10);
+	warn_at("tb", T0 + 20);
+	warn_at("tc", T0 + 30);
+	ck_assert_int_eq(resolve("ta", STORE_TC_RESOLVED, raw(NULL, 0)), 0);
+	ck_assert_int_eq(wdue(T0 + 100), 0);
+	EXPECT_LIST("tb", "tc");
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_warning_schedule(t, "ta", T0 + 40), STORE_E_STALE);
+	ck_assert_int_eq(store_warning_schedule(t, "nope", T0 + 40), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_warning_schedule(t, "tb", 0), STORE_E_INVAL);
+	ck_assert_int_eq(store_warning_schedule(t, "bad id!", T0), STORE_E_INVAL);
+	ck_assert_int_eq(store_conv_delete(t, "c2"), 0);
+	commit(t);
+	ck_assert_int_eq(wdue(T0 + 100), 0);
+	EXPECT_LIST("tb");
+	int64_t d;
+	ck_assert_int_eq(wearliest(&d), 0);
+	ck_assert_int_eq(d, T0 + 20);
+	t = rbegin();
+	ck_assert_int_eq(store_warning_schedule(t, "tb", T0), STORE_E_INVAL); /* a read transaction */
+	ck_assert_int_eq(store_warnings_due(t, T0, NULL, NULL), STORE_E_INVAL);
+	ck_assert_int_eq(store_warning_earliest(t, NULL), STORE_E_INVAL);
+	store_txn_abort(t);
+}
+END_TEST
 
 START_TEST(expiry_schedule_and_due)
 {
@@ -3499,8 +3670,11 @@ END_TEST
 
 START_TEST(status_names_round_trip)
 {
-	const char *conv[] = { "idle", "active", "suspended", "ended" };
+	const char *conv[] = { "idle", "active", "suspended", "ended", "paused" };
 	const char *tc[] = { "pending", "resolved", "errored", "expired" };
+	ck_assert_str_eq(store_status_name(STORE_PAUSED), "paused");
+	ck_assert_int_eq(store_status_parse("paused", 6), STORE_PAUSED);
+	ck_assert_ptr_null(store_status_name(STORE_STATUS_MAX + 1));
 	for (int i = 0; i < 4; i++) {
 		ck_assert_str_eq(store_status_name(i), conv[i]);
 		ck_assert_int_eq(store_status_parse(conv[i], strlen(conv[i])), i);
@@ -3511,7 +3685,6 @@ START_TEST(status_names_round_trip)
 	ck_assert_int_eq(STORE_ENDED, 3);
 	ck_assert_int_eq(STORE_TC_PENDING, 0);
 	ck_assert_int_eq(STORE_TC_EXPIRED, 3);
-	ck_assert_ptr_null(store_status_name(4));
 	ck_assert_ptr_null(store_status_name(-1));
 	ck_assert_ptr_null(store_tc_status_name(4));
 	ck_assert_ptr_null(store_tc_status_name(-1));
@@ -4486,6 +4659,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, conv_put_fsm_touches_only_fsm);
 	tcase_add_test(tc, conv_list_in_id_order);
 	tcase_add_test(tc, conv_list_status_filter);
+	tcase_add_test(tc, conv_paused_status);
 	tcase_add_test(tc, conv_list_after_cursor);
 	tcase_add_test(tc, conv_list_limit_and_more);
 	tcase_add_test(tc, conv_ids_in_id_order);
@@ -4504,6 +4678,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, lease_fenced_writer_txn_stays_usable);
 	tcase_add_test(tc, usage_add_accumulates);
 	tcase_add_test(tc, usage_add_saturates);
+	tcase_add_test(tc, turns_add_counts);
 
 	tc = tc_new(s, "tool_calls", setup);
 	tcase_add_test(tc, tool_call_upsert_new_is_pending);
@@ -4528,6 +4703,8 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, expiry_drop);
 	tcase_add_test(tc, expiries_due_order);
 	tcase_add_test(tc, expiry_schedule_needs_pending_call);
+	tcase_add_test(tc, warning_schedule_due_replace_drop);
+	tcase_add_test(tc, warning_goes_with_its_call);
 	tc = tc_new(s, "delete", setup);
 	tcase_add_test(tc, delete_removes_conversation_and_events);
 	tcase_add_test(tc, delete_removes_summaries);

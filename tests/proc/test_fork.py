@@ -53,7 +53,7 @@ def test_fork_copies_the_prefix_and_leaves_the_source():
         assert f["settings"] == {"model": "echo", "system": "Be brief."}, f
         assert f["metadata"] == {"team": "red"} and f["status"] == "idle" and f["last_seq"] == 4, f
         assert f["fsm_state"] == {"state": "idle", "pending": {}, "last_seq": 4}, f
-        assert f["usage"] == {"input_tokens": 0, "output_tokens": 0, "cost": 0.0}, f
+        assert f["usage"] == {"input_tokens": 0, "output_tokens": 0, "cost": 0.0, "turns": 0}, f
         assert strip(a.events("f1")) == strip(before[1][:4])
         # the idempotency keys came along: a retried send into the fork answers the original seq
         r = a.ok({"op": "send", "conversation": "f1", "content": "again", "event_id": "e1"})
