@@ -81,6 +81,7 @@ enum kind {
 	K_BATCH,    /* send's --batch FILE: a JSON array of events, in place of TEXT */
 	K_META_KV,  /* metadata.KEY: string VALUE from KEY=VALUE, repeatable */
 	K_META_DEL, /* metadata.KEY: null (update: delete the key), repeatable */
+	K_PATH,     /* string field: a path, made absolute against agentctl's working directory */
 };
 
 struct param {
@@ -225,6 +226,28 @@ static const struct param opt_kill[] = {
 	{0},
 };
 
+static const struct param pos_fork[] = {
+	{"CONV", "conversation", K_STR, NULL, NULL, false, "the conversation to fork (it is not changed)"},
+	{"SEQ", "seq", K_UINT, NULL, NULL, false, "the fork's log is the source's events 1..SEQ"},
+	{0},
+};
+
+static const struct param opt_fork[] = {
+	{"--id", "new_conversation", K_STR, "NEW", NULL, false, "the fork's id (generated when absent)"},
+	{"--model", "model", K_SET_STR, "M", NULL, false, "the fork's model instead of the source's"},
+	{"--system", "system", K_SET_STR, "S", NULL, false, "the fork's system prompt instead of the source's"},
+	{"--tool", "tools", K_SET_LIST, "T", NULL, false, "the fork's tool list becomes the tools given (repeatable)"},
+	{"--param", "params", K_SET_KV, "K=V", NULL, false, "model parameter, as for create (repeatable)"},
+	{"--meta", "metadata", K_META_KV, "K=V", NULL, false,
+	 "the fork's metadata is the pairs given instead of the source's (repeatable)"},
+	{0},
+};
+
+static const struct param pos_backup[] = {
+	{"PATH", "path", K_PATH, NULL, NULL, false, "a new or empty directory for the copy (relative: to here)"},
+	{0},
+};
+
 static const struct param pos_raw[] = {
 	{"JSON", NULL, K_RAW, NULL, NULL, false, "one JSON request, or - to read it from stdin"},
 	{0},
@@ -339,6 +362,17 @@ static const struct command commands[] = {
 	 "Stop agentd: its workers hibernate, then it exits. Prints ok once agentd has accepted the request.\n"
 	 "It waits without a time limit unless --timeout is given.",
 	 no_params, no_params, show_fields, CMD_SLOW, "agentctl shutdown", NULL, NULL},
+	{"fork", "fork", "make a new conversation from a prefix of another; prints its id",
+	 "Make a new conversation whose log is CONV's events 1..SEQ, with CONV's settings and metadata unless\n"
+	 "given; CONV is not changed. Prints the fork's id alone on a line (--json: the whole reply, with\n"
+	 "copied, cancelled, summary_to and status).",
+	 pos_fork, opt_fork, show_create, 0, "agentctl fork demo 12 --id demo-b --model echo", NULL, "conversation"},
+	{"backup", "backup", "copy the store while agentd serves",
+	 "Write a compacted, consistent copy of the store into PATH (a new or empty directory) while agentd\n"
+	 "keeps serving. Prints path, bytes and ms once the copy is complete and on disk. One backup runs at a\n"
+	 "time (a second is refused: busy); a PostgreSQL store is refused (unsupported: use pg_dump).\n"
+	 "It waits without a time limit unless --timeout is given.",
+	 pos_backup, no_params, show_fields, CMD_SLOW, "agentctl backup /var/backups/agentd/2026-11-26", NULL, "path"},
 	{"raw", NULL, "send any request; print the reply line as received",
 	 "Send one JSON request as is and print the reply line exactly as received (exit 1 if it is an error).\n"
 	 "The JSON is checked locally; a request spread over several lines is sent as one line.",
@@ -688,6 +722,21 @@ static void apply(const struct param *p, const char *v, json_t *req)
 		if (!*v || json_object_set_new(child(req, p->field, json_object), v, json_null()) < 0)
 			usage_error("%s: expected a key (non-empty UTF-8), got '%s'", p->name, v);
 		break;
+	case K_PATH: {
+		/* agentd resolves nothing against its own working directory. */
+		char cwd[4096];
+		if (v[0] == '/' || !getcwd(cwd, sizeof cwd)) {
+			json_object_set_new(req, p->field, arg_string(p, v, strlen(v)));
+			break;
+		}
+		size_t n = strlen(cwd) + strlen(v) + 2;
+		char *abs = held.key = must(malloc(n));
+		snprintf(abs, n, "%s/%s", cwd, v);
+		json_object_set_new(req, p->field, arg_string(p, abs, strlen(abs)));
+		free(abs);
+		held.key = NULL;
+		break;
+	}
 	case K_CONTENT:
 	case K_RAW:
 	case K_LOCAL:
@@ -898,7 +947,7 @@ static void print_main_help(FILE *f)
 		"                       pending, tool-calls: tool calls; create: the id; send, resolve,\n"
 		"                       approve, deny: the seq; other commands: nothing)\n"
 		"  --timeout SECS       give up waiting for the reply after SECS seconds (default %d; 0: no\n"
-		"                       limit; compact and shutdown: no limit unless given)\n"
+		"                       limit; compact, backup, shutdown: no limit unless given)\n"
 		"  -h, --help           this help; 'agentctl COMMAND --help' describes a command\n"
 		"  --version            print agentctl's version\n"
 		"\n"

@@ -116,4 +116,40 @@ const char *conv_budget_exceeded(const struct config_budget *b, const struct sto
  * output_tokens, cost, turns}. */
 json_t *conv_usage_json(const struct store_usage *u, uint64_t turns);
 
+/* ---- fork ------------------------------------------------------------- */
+
+/* The settings key that records a fork's origin, {conversation, seq}: the
+ * supervisor's, never a client's (the codec refuses it in settings). */
+#define CONV_FORKED_FROM "forked_from"
+
+struct conv_fork_in {
+	const char *src;          /* the conversation forked */
+	uint64_t seq;             /* its events 1..seq are the fork's log */
+	const char *dst;          /* the new conversation's id */
+	const json_t *settings;   /* merged key by key into the source's; NULL: none */
+	const json_t *metadata;   /* the fork's whole metadata; NULL: the source's */
+};
+struct conv_fork_out {
+	uint64_t src_last;  /* the source's last seq (also on STORE_E_INVAL) */
+	uint64_t last_seq;  /* the fork's last seq */
+	uint64_t copied;    /* events copied (seq) */
+	uint64_t summary_to; /* to_seq of the summary carried; 0: none */
+	unsigned cancelled; /* calls unsettled at seq, settled errored "cancelled" in the fork */
+	int status;         /* enum store_status: idle, or active when the log owes a turn */
+};
+/* Make conversation dst from src's events 1..seq in t (docs/protocol.md,
+ * "Fork"): the events are copied (tool call ids renamed, since they are
+ * unique across the store; every call gets its row, settled as in the log;
+ * one unsettled at seq is settled errored {"error": "cancelled", ...} by a
+ * resolution event after them), the source's latest summary carried when it
+ * ends before the fork's last turn boundary, settings and metadata copied
+ * unless given, fsm_state and status from tail_decide. src is not touched.
+ * Errors, nothing written and t usable: STORE_E_NOTFOUND (src),
+ * STORE_E_INVAL (seq outside 1..src_last), STORE_E_CONFLICT (dst exists).
+ * Past the first write every error means t holds half a fork: abort it
+ * (STORE_E_CORRUPT: a source record that cannot be copied; STORE_E_FULL,
+ * -ENOMEM, -errno). No refusal code is returned then, so a caller that
+ * commits on refusals (the group commit) never commits half a fork. */
+int conv_fork(store_txn *t, const struct conv_fork_in *in, struct conv_fork_out *out);
+
 #endif

@@ -14,12 +14,12 @@
 static const char *const op_names[OP_COUNT] = {
 	"ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve",
 	"tool_call", "tool_calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
-	"shutdown",
+	"shutdown", "fork", "backup",
 };
 
 static const char *const err_codes[PERR_COUNT] = {
 	"ok", "bad_request", "unknown_op", "not_found", "conflict", "stale", "too_large", "store_full",
-	"unavailable", "internal",
+	"unavailable", "internal", "busy", "unsupported",
 };
 
 const char *proto_op_name(int op)
@@ -199,6 +199,8 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 			int e = budget_check(p, v);
 			if (e)
 				return e;
+		} else if (!strcmp(k, "forked_from")) {
+			return bad(p, "'settings.forked_from' is agentd's (set by fork), not a client's");
 		} else {
 			return bad(p, "unknown settings field '%s' (model, system, tools, params, budget)", k);
 		}
@@ -455,6 +457,31 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		if ((e = get_id(p, "conversation", 1, &rq->conv)))
 			return e;
 		return get_enum(p, "status", tc_status, 4, &rq->status);
+	case OP_FORK:
+		ONLY("conversation", "seq", "new_conversation", "settings", "metadata");
+		if ((e = get_id(p, "conversation", 1, &rq->conv)) || (e = get_id(p, "new_conversation", 0, &rq->new_conv)))
+			return e;
+		if (!json_object_get(p->o, "seq"))
+			return bad(p, "missing field 'seq'");
+		if ((e = get_uint_in(p, "seq", 1, INT64_MAX, NULL, &rq->seq)))
+			return e;
+		if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 0)))
+			return e;
+		if ((rq->settings = json_object_get(p->o, "settings")) && (e = settings_check(p, rq->settings, 0)))
+			return e;
+		return 0;
+	case OP_BACKUP:
+		ONLY("path");
+		v = json_object_get(p->o, "path");
+		if (!v)
+			return bad(p, "missing field 'path'");
+		if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > PROTO_PATH_MAX ||
+		    strlen(json_string_value(v)) != json_string_length(v))
+			return bad(p, "'path' must be a directory path (a string of 1-%d bytes)", PROTO_PATH_MAX);
+		if (json_string_value(v)[0] != '/')
+			return bad(p, "'path' must be absolute (agentd's working directory is not the client's)");
+		rq->path = json_string_value(v);
+		return 0;
 	case OP_KILL: {
 		static const char *const sigs[] = { "KILL", "TERM" };
 		int s;

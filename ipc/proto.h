@@ -16,12 +16,12 @@
 enum proto_op {
 	OP_PING, OP_CREATE, OP_GET, OP_LIST, OP_UPDATE, OP_DELETE, OP_SEND, OP_EVENTS, OP_WATCH,
 	OP_RESOLVE, OP_TOOL_CALL, OP_TOOL_CALLS, OP_SUMMARY, OP_COMPACT, OP_AUDIT, OP_KILL, OP_STOP,
-	OP_STATUS, OP_METRICS, OP_SHUTDOWN, OP_COUNT
+	OP_STATUS, OP_METRICS, OP_SHUTDOWN, OP_FORK, OP_BACKUP, OP_COUNT
 };
 
 enum proto_err {
 	PERR_OK = 0, PERR_BAD_REQUEST, PERR_UNKNOWN_OP, PERR_NOT_FOUND, PERR_CONFLICT, PERR_STALE,
-	PERR_TOO_LARGE, PERR_STORE_FULL, PERR_UNAVAILABLE, PERR_INTERNAL, PERR_COUNT
+	PERR_TOO_LARGE, PERR_STORE_FULL, PERR_UNAVAILABLE, PERR_INTERNAL, PERR_BUSY, PERR_UNSUPPORTED, PERR_COUNT
 };
 
 /* The statuses a request names, in the protocol's order: the same values
@@ -36,6 +36,7 @@ enum proto_tc_status { PROTO_TC_PENDING = 0, PROTO_TC_RESOLVED, PROTO_TC_ERRORED
 #define PROTO_META_MAX 16         /* metadata: keys of one conversation */
 #define PROTO_META_KEY_MAX 64     /* metadata: bytes of a key (at least 1) */
 #define PROTO_META_VAL_MAX 256    /* metadata: bytes of a value */
+#define PROTO_PATH_MAX 4095       /* backup: bytes of a path */
 
 struct request {
 	json_t *root;           /* owned */
@@ -66,6 +67,11 @@ struct request {
 	const char *model;      /* list: settings.model must equal it; NULL: any */
 	int64_t updated_after;  /* list: updated_at > this; 0: unbounded */
 	int64_t updated_before; /* list: updated_at < this; 0: unbounded */
+	/* fork: the seq forked at (1..), the new conversation's id (NULL:
+	 * generated); settings (the overrides) and metadata above. */
+	uint64_t seq;
+	const char *new_conv;
+	const char *path;       /* backup: an absolute directory path (no NUL) */
 };
 
 /* The configuration's names, for validating models and tools. */

@@ -12,7 +12,7 @@ _agentctl()
 		cword=$COMP_CWORD
 	fi
 	local global="-s --socket --json -q --quiet --timeout -h --help --version"
-	local commands="ping create get list update delete send events watch resolve approve deny pending tool-call tool-calls summary compact audit kill stop status metrics shutdown raw help"
+	local commands="ping create get list update delete send events watch resolve approve deny pending tool-call tool-calls summary compact audit kill stop status metrics shutdown fork backup raw help"
 	case $prev in
 	-s | --socket | --batch)
 		COMPREPLY=($(compgen -f -- "$cur"))
@@ -49,6 +49,7 @@ _agentctl()
 	approve | deny) opts="--comment" ;;
 	tool-calls) opts="--status" ;;
 	kill) opts="--signal" ;;
+	fork) opts="--id --model --system --tool --param --meta" ;;
 	help) COMPREPLY=($(compgen -W "$commands" -- "$cur")); return ;;
 	esac
 	case $prev in
@@ -63,6 +64,13 @@ _agentctl()
 	case $cmd in
 	get | update | delete | send | events | watch | tool-calls | summary | compact | audit | kill | stop)
 		COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q list 2>/dev/null)" -- "$cur")) ;;
+	fork)
+		# CONV first; SEQ after it is the caller's to know
+		if ((i == cword - 1)); then
+			COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q list 2>/dev/null)" -- "$cur"))
+		fi ;;
+	backup)
+		COMPREPLY=($(compgen -d -- "$cur")) ;;
 	resolve | approve | deny | tool-call)
 		COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q pending 2>/dev/null)" -- "$cur")) ;;
 	esac

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/mp.h"
 #include "conv/conv.h"
+#include "supervisor/backup.h"
 #include "supervisor/control.h"
 #include "supervisor/durable.h"
 #include "supervisor/gate.h"
@@ -184,6 +185,15 @@ static json_t *conv_json(store_txn *t, const struct store_conv *c, int with_work
 	if (o && (json_object_set_new(o, "fsm_state", c->fsm_state.len ? mp_json(c->fsm_state) : json_null()) ||
 		  json_object_set_new(o, "metadata", c->metadata.len ? mp_json(c->metadata) : json_object()) ||
 		  (with_worker && json_object_set_new(o, "worker", workers_conv_json(id))))) {
+		json_decref(o);
+		return NULL;
+	}
+	/* A fork's origin rides in its settings (agentd's key, which no
+	 * client may set): shown beside them, not in them. */
+	json_t *settings = json_object_get(o, "settings");
+	json_t *origin = json_incref(json_object_get(settings, CONV_FORKED_FROM));
+	json_object_del(settings, CONV_FORKED_FROM);
+	if (json_object_set_new(o, "forked_from", origin ? origin : json_null())) {
 		json_decref(o);
 		return NULL;
 	}
@@ -552,12 +562,29 @@ static void op_metrics(store_txn *t, struct job *j)
 	free(buf);
 }
 
+static void op_backup(store_txn *t, struct job *j)
+{
+	int e = backup_start(j->rq.path, j->slot, j->rq.id);
+	if (e == -EBUSY) {
+		job_error(j, PERR_BUSY, "a backup is already running: one at a time");
+	} else if (e == -ENOTDIR) {
+		job_error(j, PERR_BAD_REQUEST, "%.120s is not a directory", j->rq.path);
+	} else if (e) {
+		job_error(j, e == -ENOMEM ? PERR_INTERNAL : PERR_BAD_REQUEST, "cannot make %.100s: %s", j->rq.path,
+			  strerror(-e));
+	} else {
+		j->slot = NULL; /* answered when the copy is done (backup.c) */
+		j->parked = 1;
+	}
+}
+
 /* ---- writes (inside the group transaction) --------------------------- */
 
 /* What a write leaves for its after step. */
 struct wres {
 	char conv[STORE_ID_MAX + 1];
 	uint64_t seq;
+	int active; /* a fork whose log owes a turn: it gets a worker */
 	int ended; /* the resolved call's conversation is ended: it gets no worker */
 	int paused; /* send: the conversation is paused (no worker); update: it still is */
 	int resumed; /* update: a larger budget made a paused conversation active */
@@ -914,6 +941,43 @@ static int w_resolve(store_txn *t, struct job *j, struct wres *r)
 	return 0;
 }
 
+static int w_fork(store_txn *t, struct job *j, struct wres *r)
+{
+	char gen[20];
+	const char *id = j->rq.new_conv;
+	if (!id) {
+		id_random(gen, sizeof gen, "c-", 8);
+		id = gen;
+	}
+	struct conv_fork_in in = { j->rq.conv, j->rq.seq, id, j->rq.settings, j->rq.metadata };
+	struct conv_fork_out out;
+	int e = conv_fork(t, &in, &out);
+	if (e == STORE_E_NOTFOUND)
+		return job_error(j, PERR_NOT_FOUND, "conversation '%s' not found", j->rq.conv), 0;
+	if (e == STORE_E_INVAL)
+		return job_error(j, PERR_BAD_REQUEST, "seq %llu is past the last seq of %s (%llu)",
+				 (unsigned long long)j->rq.seq, j->rq.conv, (unsigned long long)out.src_last), 0;
+	if (e == STORE_E_CONFLICT)
+		return job_error(j, PERR_CONFLICT, "conversation %s already exists", id), 0;
+	if (e == STORE_E_CORRUPT)
+		return job_error(j, PERR_INTERNAL, "fork of %s: a record of its log cannot be copied (agentd check)",
+				 j->rq.conv), e;
+	if (e)
+		return job_store_error(j, e, "fork"), e;
+	if (out.status == STORE_ACTIVE && (e = lease_ahead(t, id)))
+		return job_store_error(j, e, "fork"), e;
+	snprintf(r->conv, sizeof r->conv, "%s", id);
+	r->active = out.status == STORE_ACTIVE;
+	j->reply = json_pack("{sss{sssI}sIsIsIss}", "conversation", id, "forked_from", "conversation", j->rq.conv, "seq",
+			     (json_int_t)j->rq.seq, "last_seq", (json_int_t)out.last_seq, "copied",
+			     (json_int_t)out.copied, "cancelled", (json_int_t)out.cancelled, "status",
+			     store_status_name(out.status));
+	if (j->reply)
+		json_object_set_new(j->reply, "summary_to", out.summary_to ? json_integer((json_int_t)out.summary_to)
+									   : json_null());
+	return 0;
+}
+
 /* Run one write; a non-zero return is a store error that poisoned the txn. */
 
 static int fatal(int e)
@@ -943,6 +1007,12 @@ static void after_update(struct job *j, struct wres *r)
 		workers_stop(j->rq.conv);
 	if (r->resumed)
 		workers_wake(j->rq.conv);
+}
+
+static void after_fork(struct job *j, struct wres *r)
+{
+	if (r->active)
+		workers_wake(r->conv);
 }
 
 static void after_delete(struct job *j, struct wres *r)
@@ -999,6 +1069,8 @@ static const struct op op_table[OP_COUNT] = {
 	[OP_STATUS] = { OPF_LARGE, op_status, NULL, NULL },
 	[OP_METRICS] = { OPF_LARGE, op_metrics, NULL, NULL },
 	[OP_SHUTDOWN] = { 0, op_shutdown, NULL, NULL },
+	[OP_FORK] = { OPF_WRITE, NULL, w_fork, after_fork },
+	[OP_BACKUP] = { 0, op_backup, NULL, NULL },
 };
 
 int ops_is_write(int op)

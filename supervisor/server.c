@@ -1,6 +1,7 @@
 /* server.c: the supervisor's wiring (see server.h). */
 #include "supervisor/server.h"
 #include "common/log.h"
+#include "supervisor/backup.h"
 #include "supervisor/control.h"
 #include "supervisor/durable.h"
 #include "supervisor/expiry.h"
@@ -163,6 +164,7 @@ static void client_gone(struct client *c)
 	waiters_client_gone(c);
 	workers_client_gone(c);
 	ops_client_gone(c);
+	backup_client_gone(c);
 }
 
 /* The durable frontier moved: replies and waiters it lets through go out. */
@@ -239,7 +241,8 @@ int server_open(const struct server_opts *o)
 	int e;
 	SV.o = o;
 	if ((e = loop_open()) || (e = signals_open()) || (e = expiry_open(o->st)) ||
-	    (e = durable_open(o->st, o->cfg->sync == STORE_SYNC_FULL, durable_advanced, durable_more))) {
+	    (e = durable_open(o->st, o->cfg->sync == STORE_SYNC_FULL, durable_advanced, durable_more)) ||
+	    (e = backup_open(o->st))) {
 		log_error("cannot create the loop's descriptors: %s", strerror(-e));
 		return -1;
 	}
@@ -270,6 +273,7 @@ int server_run(void)
 {
 	static const struct loop_hooks hooks = { before_wait, after_wait, iteration_end, NULL };
 	int e = loop_run(&hooks);
+	backup_close(); /* a copy in flight is finished and answered */
 	durable_close(); /* a last flush: every reply held for it goes out */
 	waiters_shutdown();
 	control_close_all();

@@ -15,7 +15,7 @@ import time
 import harness
 from harness import AGENTCTL_BIN, Agentd, scaled, wait_for, pid_alive, sanitizer_reports
 
-COMMANDS = ["ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve",
+COMMANDS = ["ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve", "fork", "backup",
             "tool-call", "tool-calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
             "shutdown", "raw", "approve", "deny", "pending"]
 

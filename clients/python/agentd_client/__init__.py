@@ -6,18 +6,20 @@
 from ._ops import DEFAULT_SOCKET, IDEMPOTENT, new_event_id, socket_path
 from .aio import AsyncClient, AsyncWatch
 from .client import Client, Watch
-from .errors import (ERRORS, AgentdConnectionError, AgentdError, AgentdTimeout, BadRequest, Conflict, Internal,
-                     NotFound, Stale, StoreFull, TooLarge, UnknownOp, Unavailable, error_from_reply)
-from .types import (BatchResult, Conversation, ConversationPage, Delta, Event, EventPage, ModelCall, Resolution,
-                    SendResult, Status, StoreStatus, Summary, ToolCall, Usage, Worker, WorkerStatus)
+from .errors import (ERRORS, AgentdConnectionError, AgentdError, AgentdTimeout, BadRequest, Busy, Conflict,
+                     Internal, NotFound, Stale, StoreFull, TooLarge, UnknownOp, Unavailable, Unsupported,
+                     error_from_reply)
+from .types import (BackupResult, BatchResult, Conversation, ConversationPage, Delta, Event, EventPage, ForkResult,
+                    ModelCall, Resolution, SendResult, Status, StoreStatus, Summary, ToolCall, Usage, Worker,
+                    WorkerStatus)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Watch", "AsyncClient", "AsyncWatch", "socket_path", "new_event_id", "DEFAULT_SOCKET", "IDEMPOTENT",
     "AgentdError", "AgentdConnectionError", "AgentdTimeout", "BadRequest", "UnknownOp", "NotFound", "Conflict",
-    "Stale", "TooLarge", "StoreFull", "Unavailable", "Internal", "ERRORS", "error_from_reply",
-    "BatchResult", "Conversation", "ConversationPage", "Delta", "Event", "EventPage", "ModelCall", "Resolution",
-    "SendResult",
+    "Stale", "TooLarge", "StoreFull", "Unavailable", "Internal", "Busy", "Unsupported", "ERRORS", "error_from_reply",
+    "BackupResult", "BatchResult", "ForkResult", "Conversation", "ConversationPage", "Delta", "Event", "EventPage",
+    "ModelCall", "Resolution", "SendResult",
     "Status", "StoreStatus", "Summary", "ToolCall", "Usage", "Worker", "WorkerStatus",
 ]

@@ -12,8 +12,8 @@ import uuid
 from typing import Any, Callable, Dict, Optional
 
 from .errors import AgentdConnectionError, BadRequest
-from .types import (BatchResult, Conversation, ConversationPage, Event, EventPage, ModelCall, Resolution,
-                    SendResult, Status, Summary, ToolCall, _build)
+from .types import (BackupResult, BatchResult, Conversation, ConversationPage, Event, EventPage, ForkResult, ModelCall,
+                    Resolution, SendResult, Status, Summary, ToolCall, _build)
 
 DEFAULT_SOCKET = "./agentd-data/agentd.sock"
 SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
@@ -122,12 +122,13 @@ class _Ops:
         return self._run(_Call("ping", {}, lambda r: r["version"]))
 
     def create(self, model: str, *, conversation: Optional[str] = None, system: Optional[str] = None,
-               tools: Optional[list] = None, params: Optional[dict] = None):
+               tools: Optional[list] = None, params: Optional[dict] = None, metadata: Optional[dict] = None):
         """Create a conversation with settings {model, system, tools, params}; returns its id (generated
-        by agentd as c- and 16 hex digits when conversation is not given). Conflict when it exists;
-        BadRequest for an unknown model or tool."""
+        by agentd as c- and 16 hex digits when conversation is not given). metadata: {key: string} for
+        your own bookkeeping and list filters (at most 16 keys of 1-64 bytes, values of at most 256).
+        Conflict when it exists; BadRequest for an unknown model or tool, or metadata out of bounds."""
         settings = {"model": model, **_opt(system=system, tools=tools, params=params)}
-        return self._run(_Call("create", _opt(conversation=conversation, settings=settings),
+        return self._run(_Call("create", _opt(conversation=conversation, settings=settings, metadata=metadata),
                                lambda r: r["conversation"]))
 
     def get(self, conversation: str):
@@ -135,19 +136,29 @@ class _Ops:
         return self._run(_Call("get", {"conversation": conversation},
                                lambda r: _build(Conversation, r["conversation"])))
 
-    def list(self, *, status: Optional[str] = None, limit: Optional[int] = None, after: Optional[str] = None):
+    def list(self, *, status: Optional[str] = None, limit: Optional[int] = None, after: Optional[str] = None,
+             metadata: Optional[dict] = None, model: Optional[str] = None, updated_after: Optional[int] = None,
+             updated_before: Optional[int] = None):
         """One page of conversations in id order (ConversationPage): status filters (idle, active,
-        suspended, ended), limit 1-1000 (agentd's default 100), after is the previous page's .next."""
-        return self._run(_Call("list", _opt(status=status, limit=limit, after=after), _page))
+        suspended, ended), limit 1-1000 (agentd's default 100), after is the previous page's .next.
+        Filters, all of which must hold: metadata {key: value} (every pair in the conversation's
+        metadata), model (settings.model), updated_after / updated_before (ms since the epoch, exclusive).
+        Pass the same filters with after= for the next page."""
+        return self._run(_Call("list", _opt(status=status, limit=limit, after=after, metadata=metadata, model=model,
+                                            updated_after=updated_after, updated_before=updated_before), _page))
 
     def update(self, conversation: str, *, model: Optional[str] = None, system: Optional[str] = None,
-               tools: Optional[list] = None, params: Optional[dict] = None, end: bool = False):
+               tools: Optional[list] = None, params: Optional[dict] = None, end: bool = False,
+               metadata: Optional[dict] = None):
         """Merge the given settings into the conversation's, and/or end it (end=True: later sends are
-        Conflict). Returns None."""
+        Conflict). metadata is merged key by key: a string sets its key, None deletes it, keys not given
+        are kept (allowed on an ended conversation). Returns None."""
         settings = _opt(model=model, system=system, tools=tools, params=params)
         fields = {"conversation": conversation}
         if settings:
             fields["settings"] = settings
+        if metadata is not None:
+            fields["metadata"] = metadata
         if end:
             fields["status"] = "ended"
         return self._run(_Call("update", fields, lambda r: None))
@@ -249,6 +260,31 @@ class _Ops:
     def metrics(self):
         """The Prometheus text exposition (a string)."""
         return self._run(_Call("metrics", {}, lambda r: r["text"]))
+
+    def fork(self, conversation: str, seq: int, *, new_conversation: Optional[str] = None,
+             model: Optional[str] = None, system: Optional[str] = None, tools: Optional[list] = None,
+             params: Optional[dict] = None, metadata: Optional[dict] = None):
+        """A new conversation whose log is conversation's events 1..seq (ForkResult); the source is not
+        changed. new_conversation is its id (generated when None); model, system, tools and params
+        override the copied settings; metadata replaces the copied metadata. Tool calls unsettled at seq
+        are settled errored (cancelled) in the fork. NotFound (no source), BadRequest (seq 0 or past the
+        source's last seq, bad settings), Conflict (new_conversation exists). Not retried after a lost
+        connection (a retry would fork twice): on AgentdConnectionError with .sent, get() the id to see."""
+        settings = _opt(model=model, system=system, tools=tools, params=params)
+        fields = _opt(conversation=conversation, seq=seq, new_conversation=new_conversation, metadata=metadata)
+        if settings:
+            fields["settings"] = settings
+        return self._run(_Call("fork", fields, lambda r: ForkResult(
+            r["conversation"], r["forked_from"], r["last_seq"], r["copied"], r["cancelled"], r.get("summary_to"),
+            r["status"])))
+
+    def backup(self, path: str):
+        """Copy the store into path (a new or empty directory; made absolute against this process's
+        working directory) while agentd serves; returns BackupResult(path, bytes, ms) once the copy is on
+        disk. No time limit. Busy while another backup runs; Unsupported on PostgreSQL; BadRequest for a
+        path that is not new or empty."""
+        return self._run(_Call("backup", {"path": os.path.abspath(path)},
+                               lambda r: BackupResult(r["path"], r["bytes"], r["ms"]), NO_LIMIT))
 
     def shutdown(self):
         """Stop agentd (workers hibernate first). Returns None once agentd acknowledged it."""

@@ -77,6 +77,16 @@ class Internal(AgentdError):
     code = "internal"
 
 
+class Busy(AgentdError):
+    """`busy`: a backup while another backup runs."""
+    code = "busy"
+
+
+class Unsupported(AgentdError):
+    """`unsupported`: backup on a PostgreSQL store (back it up with pg_dump)."""
+    code = "unsupported"
+
+
 class AgentdConnectionError(AgentdError, ConnectionError):
     """agentd could not be reached, the connection was lost, or no reply came within the timeout.
     .code is None. .sent tells whether the request had been written when it happened: a request that
@@ -95,7 +105,8 @@ class AgentdTimeout(AgentdConnectionError, TimeoutError):
 
 ERRORS: Dict[str, Type[AgentdError]] = {
     cls.code: cls
-    for cls in (BadRequest, UnknownOp, NotFound, Conflict, Stale, TooLarge, StoreFull, Unavailable, Internal)
+    for cls in (BadRequest, UnknownOp, NotFound, Conflict, Stale, TooLarge, StoreFull, Unavailable, Internal,
+                Busy, Unsupported)
 }
 
 

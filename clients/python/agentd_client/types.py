@@ -63,6 +63,8 @@ class Conversation:
     created_at: Optional[int] = None
     updated_at: Optional[int] = None
     worker: Optional[Worker] = None
+    metadata: Dict[str, str] = field(default_factory=dict)
+    forked_from: Optional[Dict[str, Any]] = None
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
     _nested = {"usage": Usage, "worker": Worker}
 
@@ -120,6 +122,28 @@ class Delta:
     """A streamed piece of a model's answer during `watch` (a preview: a slow reader may miss some; the
     assistant_msg event that follows holds the whole text)."""
     text: str
+
+
+@dataclass
+class ForkResult:
+    """`fork`: the new conversation's id, where it came from ({"conversation", "seq"}), its last seq, the
+    events copied, the tool calls settled cancelled in it, the to_seq of the summary it carries (None:
+    none), and its status (idle, or active when its log owes a turn, which it then runs)."""
+    conversation: str
+    forked_from: Dict[str, Any]
+    last_seq: int
+    copied: int
+    cancelled: int
+    summary_to: Optional[int]
+    status: str
+
+
+@dataclass
+class BackupResult:
+    """`backup`: the directory of the copy, the size of its data.mdb in bytes, and how long it took."""
+    path: str
+    bytes: int
+    ms: int
 
 
 @dataclass

@@ -13,7 +13,7 @@ from agentd_client import (ERRORS, AgentdConnectionError, AgentdError, AgentdTim
 from conftest import outq, scaled, wait_for
 
 CODES = ["bad_request", "unknown_op", "not_found", "conflict", "stale", "too_large", "store_full",
-         "unavailable", "internal"]
+         "unavailable", "internal", "busy", "unsupported"]
 
 
 def test_one_class_per_code():

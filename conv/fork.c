@@ -1,0 +1,329 @@
+/* fork.c: a new conversation from a prefix of another's log (see conv.h). */
+#include "conv/conv.h"
+#include "common/id.h"
+#include "common/jsonmp.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Events are copied this many at a time: what a read of the source returns
+ * is valid only until the next write, so each chunk is decoded first. */
+#define FORK_CHUNK 256
+
+struct fork_ctx {
+	store_txn *t;
+	const char *dst;
+	json_t *evs;     /* every copied event {seq, type, content, event_id?} */
+	json_t *ids;     /* source tool_call_id -> the fork's */
+	json_t *calls;   /* the fork's tool_call_id -> {name, executor, args, prompt?, status?, result?} */
+	json_t *order;   /* the fork's tool_call_ids, in log order */
+	uint64_t marker; /* seq of the last assistant_msg or error */
+	int err;
+};
+
+static int collect(void *arg, const struct store_event *ev)
+{
+	struct fork_ctx *f = arg;
+	json_t *content = jsonmp_unpack(ev->content.ptr, ev->content.len);
+	if (!content) {
+		f->err = STORE_E_CORRUPT;
+		return 1;
+	}
+	json_t *o = json_pack("{sIss#so}", "seq", (json_int_t)ev->seq, "type", (const char *)ev->type.ptr,
+			      (int)ev->type.len, "content", content);
+	if (o && ev->event_id.len)
+		json_object_set_new(o, "event_id", json_stringn(ev->event_id.ptr, ev->event_id.len));
+	if (!o || json_array_append_new(f->evs, o)) {
+		f->err = -ENOMEM;
+		return 1;
+	}
+	return 0;
+}
+
+/* The fork's id for a source tool call id: new, since tool call ids are
+ * unique across the store. */
+static const char *map_id(struct fork_ctx *f, const char *src, int *e)
+{
+	json_t *m = json_object_get(f->ids, src);
+	if (m)
+		return json_string_value(m);
+	char id[STORE_ID_MAX + 1];
+	struct store_tool_call tc;
+	do
+		id_random(id, sizeof id, "tc-", 10);
+	while (store_tool_call_get(f->t, id, &tc) == 0 || json_object_get(f->calls, id));
+	if (json_object_set_new(f->ids, src, json_string(id))) {
+		*e = -ENOMEM;
+		return NULL;
+	}
+	return json_string_value(json_object_get(f->ids, src));
+}
+
+/* Rewrite one event's tool_call_id and note what it says of its call. */
+static int note(struct fork_ctx *f, json_t *ev)
+{
+	const char *type = json_string_value(json_object_get(ev, "type"));
+	json_t *c = json_object_get(ev, "content");
+	uint64_t seq = (uint64_t)json_integer_value(json_object_get(ev, "seq"));
+	int e = 0;
+	if (!strcmp(type, "assistant_msg") || !strcmp(type, "error"))
+		f->marker = seq;
+	const char *src = json_is_object(c) ? json_string_value(json_object_get(c, "tool_call_id")) : NULL;
+	if (!src)
+		return 0;
+	const char *id = map_id(f, src, &e);
+	if (!id)
+		return e;
+	char own[STORE_ID_MAX + 1];
+	strcpy(own, id);
+	if (json_object_set_new(c, "tool_call_id", json_string(own)))
+		return -ENOMEM;
+	json_t *call = json_object_get(f->calls, own);
+	if (!strcmp(type, "tool_call")) {
+		if (call || !json_is_string(json_object_get(c, "name")))
+			return STORE_E_CORRUPT;
+		const char *ex = json_string_value(json_object_get(c, "executor"));
+		call = json_pack("{sOsssO}", "name", json_object_get(c, "name"), "executor", ex ? ex : "server", "args",
+				 json_object_get(c, "args") ? json_object_get(c, "args") : json_null());
+		if (!call || json_object_set_new(f->calls, own, call) || json_array_append_new(f->order, json_string(own)))
+			return -ENOMEM;
+	} else if (!call) {
+		return 0; /* a settlement of a call this prefix does not hold: copied as it is */
+	} else if (!strcmp(type, "suspension")) {
+		json_object_set(call, "prompt", json_object_get(c, "prompt"));
+	} else if ((!strcmp(type, "tool_result") || !strcmp(type, "resolution")) && !json_object_get(call, "status")) {
+		json_object_set(call, "status", json_object_get(c, "status"));
+		json_object_set(call, "result", json_object_get(c, "result"));
+	}
+	return 0;
+}
+
+static int append_chunk(struct fork_ctx *f, size_t from, size_t to)
+{
+	struct store_event_in in[FORK_CHUNK];
+	struct jsonmp_buf b[FORK_CHUNK];
+	uint64_t seqs[FORK_CHUNK];
+	size_t n = 0;
+	int e = 0;
+	for (size_t i = from; i < to; i++, n++) {
+		json_t *ev = json_array_get(f->evs, i);
+		if ((e = note(f, ev)))
+			break;
+		if ((e = conv_pack(&b[n], json_object_get(ev, "content")))) {
+			jsonmp_buf_destroy(&b[n]);
+			break;
+		}
+		in[n] = (struct store_event_in){ json_string_value(json_object_get(ev, "type")),
+						 { b[n].sb.data, b[n].sb.size },
+						 json_string_value(json_object_get(ev, "event_id")) };
+	}
+	if (!e)
+		e = store_events_append(f->t, f->dst, in, n, seqs, NULL);
+	for (size_t i = 0; i < n; i++)
+		jsonmp_buf_destroy(&b[i]);
+	/* Past the first write an error must poison the group transaction:
+	 * nothing of a half-made fork may commit. */
+	return e == STORE_E_INVAL || e == STORE_E_NOTFOUND ? STORE_E_CORRUPT : e;
+}
+
+static int pack_put(store_txn *t, const char *dst, const json_t *v, unsigned what)
+{
+	struct jsonmp_buf b;
+	int e = conv_pack(&b, v);
+	if (!e) {
+		struct store_conv_patch p = { .set = what };
+		if (what == STORE_SET_METADATA)
+			p.metadata = (store_bytes){ b.sb.data, b.sb.size };
+		else
+			p.fsm_state = (store_bytes){ b.sb.data, b.sb.size };
+		e = store_conv_put(t, dst, &p);
+	}
+	jsonmp_buf_destroy(&b);
+	return e;
+}
+
+/* Each call of the prefix gets its row in the fork; one the prefix leaves
+ * unsettled is settled errored {"error": "cancelled"} by a resolution event. */
+static int rows(struct fork_ctx *f, const struct conv_fork_in *in, struct conv_fork_out *out)
+{
+	size_t i;
+	json_t *idv;
+	json_array_foreach(f->order, i, idv) {
+		const char *id = json_string_value(idv);
+		json_t *call = json_object_get(f->calls, id);
+		const char *ex = json_string_value(json_object_get(call, "executor"));
+		int human = ex && !strcmp(ex, "human");
+		json_t *prompt = json_object_get(call, "prompt");
+		struct jsonmp_buf ab, pb, rb;
+		int e = conv_pack(&ab, json_object_get(call, "args"));
+		int pe = human && prompt ? conv_pack(&pb, prompt) : 1;
+		struct store_tool_call_in tin = { id, json_string_value(json_object_get(call, "name")),
+						  human ? STORE_EXEC_HUMAN : STORE_EXEC_SERVER, { ab.sb.data, ab.sb.size },
+						  pe ? (store_bytes){ 0 } : (store_bytes){ pb.sb.data, pb.sb.size } };
+		if (!e)
+			e = store_tool_call_upsert(f->t, f->dst, &tin);
+		jsonmp_buf_destroy(&ab);
+		if (!pe)
+			jsonmp_buf_destroy(&pb);
+		if (e)
+			return e == STORE_E_INVAL || e == STORE_E_CONFLICT ? STORE_E_CORRUPT : e;
+		json_t *st = json_object_get(call, "status");
+		if (st) {
+			int s = json_is_string(st) ? store_tc_status_parse(json_string_value(st), json_string_length(st)) : -1;
+			if (s <= STORE_TC_PENDING)
+				return STORE_E_CORRUPT;
+			e = conv_pack(&rb, json_object_get(call, "result"));
+			if (!e)
+				e = store_tool_call_resolve(f->t, id, s, (store_bytes){ rb.sb.data, rb.sb.size }, NULL);
+			jsonmp_buf_destroy(&rb);
+		} else {
+			json_t *res = json_pack("{sss{sssI}}", "error", "cancelled", "forked_from", "conversation", in->src,
+						"seq", (json_int_t)in->seq);
+			uint64_t seq = 0;
+			e = res ? conv_settle(f->t, id, STORE_TC_ERRORED, "resolution", res, NULL, &seq) : -ENOMEM;
+			json_t *ev = NULL;
+			if (!e)
+				ev = json_pack("{sIsss{sssssO}}", "seq", (json_int_t)seq, "type", "resolution", "content",
+					       "tool_call_id", id, "status", "errored", "result", res);
+			json_decref(res);
+			if (!e && (!ev || json_array_append_new(f->evs, ev)))
+				e = -ENOMEM;
+			out->cancelled++;
+		}
+		if (e)
+			return e == STORE_E_INVAL || e == STORE_E_STALE ? STORE_E_CORRUPT : e;
+	}
+	return 0;
+}
+
+int conv_fork(store_txn *t, const struct conv_fork_in *in, struct conv_fork_out *out)
+{
+	struct store_conv src, dst;
+	struct store_summary sum;
+	struct fork_ctx f = { t, in->dst, json_array(), json_object(), json_object(), json_array(), 0, 0 };
+	json_t *settings = NULL, *meta = NULL, *sum_content = NULL, *work = NULL;
+	uint64_t sum_from = 0, sum_to = 0;
+	int e, has_sum = 0;
+	memset(out, 0, sizeof *out);
+	if (!f.evs || !f.ids || !f.calls || !f.order) {
+		e = -ENOMEM;
+		goto out;
+	}
+	/* Checks first: each refusal leaves t usable, nothing written. */
+	if ((e = store_conv_get(t, in->src, &src)))
+		goto out;
+	if ((e = store_event_latest_seq(t, in->src, &out->src_last)))
+		goto out;
+	if (in->seq < 1 || in->seq > out->src_last) {
+		e = STORE_E_INVAL;
+		goto out;
+	}
+	if ((e = store_conv_get(t, in->dst, &dst)) != STORE_E_NOTFOUND) {
+		e = e ? e : STORE_E_CONFLICT;
+		goto out;
+	}
+	settings = jsonmp_unpack(src.settings.ptr, src.settings.len);
+	meta = in->metadata ? json_incref((json_t *)in->metadata)
+			    : src.metadata.len ? jsonmp_unpack(src.metadata.ptr, src.metadata.len) : json_object();
+	if (!json_is_object(settings) || !json_is_object(meta)) {
+		e = STORE_E_CORRUPT;
+		goto out;
+	}
+	if (in->settings)
+		json_object_update(settings, (json_t *)in->settings);
+	json_t *origin = json_pack("{sssI}", "conversation", in->src, "seq", (json_int_t)in->seq);
+	if (!origin || json_object_set_new(settings, CONV_FORKED_FROM, origin)) {
+		e = -ENOMEM;
+		goto out;
+	}
+	e = store_summary_latest(t, in->src, &sum);
+	if (e == 0 && sum.to_seq <= in->seq) {
+		sum_from = sum.from_seq;
+		sum_to = sum.to_seq;
+		if (!(sum_content = jsonmp_unpack(sum.content.ptr, sum.content.len))) {
+			e = STORE_E_CORRUPT;
+			goto out;
+		}
+	} else if (e && e != STORE_E_NOTFOUND) {
+		goto out;
+	}
+	/* The writes. */
+	struct jsonmp_buf sb;
+	if ((e = conv_pack(&sb, settings)) == 0)
+		e = store_conv_create(t, in->dst, (store_bytes){ sb.sb.data, sb.sb.size });
+	jsonmp_buf_destroy(&sb);
+	if (e)
+		goto written;
+	if (json_object_size(meta) && (e = pack_put(t, in->dst, meta, STORE_SET_METADATA)))
+		goto written;
+	for (uint64_t at = 0; at < in->seq;) {
+		uint64_t to = in->seq - at > FORK_CHUNK ? at + FORK_CHUNK : in->seq;
+		struct store_range r = { at, to + 1, 0, NULL };
+		size_t from = json_array_size(f.evs);
+		if ((e = store_events_stream(t, in->src, &r, collect, &f)))
+			e = f.err ? f.err : e;
+		else if (json_array_size(f.evs) - from != to - at)
+			e = STORE_E_CORRUPT; /* the source's log has a gap */
+		if (e || (e = append_chunk(&f, from, json_array_size(f.evs))))
+			goto written;
+		at = to;
+	}
+	out->copied = in->seq;
+	if ((e = rows(&f, in, out)))
+		goto written;
+	/* A summary is carried only when the fork's log keeps the rule that
+	 * made it: it ends before the last turn boundary, so the revival
+	 * decision over "summary + the events after it" is the log's own. */
+	if (sum_content && sum_to < f.marker) {
+		struct jsonmp_buf cb;
+		if ((e = conv_pack(&cb, sum_content)) == 0)
+			e = store_summary_put(t, in->dst, sum_from, sum_to, (store_bytes){ cb.sb.data, cb.sb.size }, NULL);
+		jsonmp_buf_destroy(&cb);
+		if (e)
+			goto written;
+		has_sum = 1;
+		out->summary_to = sum_to;
+	}
+	/* fsm_state and status from the conversation rules over the fork's
+	 * working set: idle, or active when its log owes a turn. */
+	work = json_array();
+	size_t i;
+	json_t *ev;
+	json_array_foreach(f.evs, i, ev)
+		if (!has_sum || (uint64_t)json_integer_value(json_object_get(ev, "seq")) > sum_to)
+			json_array_append(work, ev);
+	struct tail tl;
+	if (tail_decide(work, has_sum ? sum_to : 0, &tl)) {
+		e = STORE_E_CORRUPT;
+		goto written;
+	}
+	int owed = tl.action != TAIL_IDLE;
+	tail_free(&tl);
+	if ((e = store_event_latest_seq(t, in->dst, &out->last_seq)))
+		goto written;
+	out->status = owed ? STORE_ACTIVE : STORE_IDLE;
+	if (owed) {
+		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+		e = store_conv_put(t, in->dst, &p);
+	} else {
+		json_t *fsm = conv_fsm_state("idle", NULL, out->last_seq);
+		e = fsm ? pack_put(t, in->dst, fsm, STORE_SET_FSM) : -ENOMEM;
+		json_decref(fsm);
+	}
+written:
+	/* Past the first write, a refusal code would let a half-made fork
+	 * commit with the group: make it one that aborts the transaction. */
+	if (e == STORE_E_NOTFOUND || e == STORE_E_INVAL || e == STORE_E_STALE || e == STORE_E_CONFLICT)
+		e = STORE_E_CORRUPT;
+out:
+	json_decref(work);
+	json_decref(sum_content);
+	json_decref(settings);
+	json_decref(meta);
+	json_decref(f.evs);
+	json_decref(f.ids);
+	json_decref(f.calls);
+	json_decref(f.order);
+	return e;
+}
