@@ -922,7 +922,11 @@ int workers_kill(const char *conv, int sig)
 	struct worker *w = worker_find(conv);
 	if (!w || !w->pid)
 		return -ESRCH;
-	return worker_kill(w, sig) ? -errno : 0;
+	if (worker_kill(w, sig))
+		return -errno;
+	/* An operator's kill: the table does not count its exit as a crash. */
+	worker_event(w, E_KILL, NULL);
+	return 0;
 }
 
 int workers_stop(const char *conv)

@@ -1,0 +1,225 @@
+"""Turn control with the real agentd, workers and agentctl: an operator's kill is not a crash, the loop cap
+(max_tool_rounds), cancel and resume.
+
+The model is a Python script that records each call (model.log) and acts on the last user message after the
+last turn boundary:
+
+    block NAME   wait for DIR/rel/NAME, then answer "released NAME"
+    loop         call the tool `work` in every round, also when answering its results
+    tool         call the tool `work` with {"block": "t"} once (it waits for DIR/rel/t), then answer "after"
+    ask          call the human tool `approve` once, then answer "after"
+    else         answer "re: TEXT"
+
+The tool `work` records each dispatch (tool.log) and with args {"block": NAME} waits for DIR/rel/NAME.
+"""
+import json
+import os
+import pathlib
+import signal
+import sys
+
+import harness
+from harness import Agentd, pid_alive, wait_for
+
+PY = sys.executable or "python3"
+
+MODEL = r'''
+import json, os, sys, time
+log, d = sys.argv[1], sys.argv[2]
+req = json.load(sys.stdin)
+msgs = req.get("messages", [])
+with open(log, "a") as f:
+    f.write(json.dumps({"task": req["task"], "pid": os.getpid()}) + "\n")
+
+def answer(text, calls=()):
+    print(json.dumps({"text": text, "tool_calls": list(calls),
+                      "usage": {"input_tokens": 1, "output_tokens": 1, "cost": 0}}))
+    sys.exit(0)
+
+if req["task"] != "turn":
+    answer("summary")
+users = [m["content"].get("text", "") for m in msgs if m["type"] == "user_msg"]
+text = users[-1] if users else ""
+settled = msgs and msgs[-1]["type"] in ("tool_result", "resolution")
+cmd, _, arg = text.partition(" ")
+if cmd == "loop":
+    answer("again", [{"name": "work", "args": {}}])
+if settled:
+    answer("after")
+if cmd == "block":
+    while not os.path.exists(os.path.join(d, "rel", arg)):
+        time.sleep(0.01)
+    answer("released " + arg)
+if cmd == "tool":
+    answer("calling", [{"name": "work", "args": {"block": "t"}}])
+if cmd == "ask":
+    answer("asking", [{"name": "approve", "args": {}}])
+answer("re: " + text)
+'''
+
+TOOL = r'''
+import json, os, sys, time
+log, d = sys.argv[1], sys.argv[2]
+req = json.load(sys.stdin)
+with open(log, "a") as f:
+    f.write(json.dumps({"id": req["tool_call_id"], "pid": os.getpid()}) + "\n")
+blk = (req.get("args") or {}).get("block")
+if blk:
+    while not os.path.exists(os.path.join(d, "rel", blk)):
+        time.sleep(0.01)
+print(json.dumps({"done": req["tool_call_id"]}))
+'''
+
+
+def setup(a, agentd_section=""):
+    model = a.script("model.py", MODEL)
+    tool = a.script("tool.py", TOOL)
+    os.makedirs(os.path.join(a.dir, "rel"), exist_ok=True)
+    a.model_log = os.path.join(a.dir, "model.log")
+    a.tool_log = os.path.join(a.dir, "tool.log")
+    a.write_config("[agentd]\n" + agentd_section + f"""
+[model.m]
+command = {PY} {model} {a.model_log} {a.dir}
+timeout = 120s
+retries = 0
+
+[tool.work]
+executor = server
+command = {PY} {tool} {a.tool_log} {a.dir}
+timeout = 120s
+
+[tool.approve]
+executor = human
+prompt = Approve?
+expires = 1h
+""")
+    a.start()
+    return a
+
+
+def records(path):
+    try:
+        with open(path) as f:
+            return [json.loads(ln) for ln in f if ln.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def release(a, name):
+    pathlib.Path(a.dir, "rel", name).touch()
+
+
+def new_conv(a, **settings):
+    return a.create(settings={"model": "m", "tools": ["work", "approve"], **settings})
+
+
+def types(a, c):
+    return [e["type"] for e in a.events(c)]
+
+
+def conv_get(a, c):
+    return a.ok({"op": "get", "conversation": c})["conversation"]
+
+
+def last_is(a, c, ty, text=None):
+    evs = a.events(c)
+    return evs and evs[-1]["type"] == ty and (text is None or evs[-1]["content"].get("text") == text)
+
+
+# ---- kill is not a crash -------------------------------------------------------------------------------
+
+
+def test_operator_kills_never_reach_the_crash_loop_limit():
+    """restart_limit = 2: four `agentctl kill` of a worker mid-turn each revive it at once and re-run the
+    turn; none counts as a crash, so no "crashed N times" error ends the conversation, and the turn
+    completes once released."""
+    with setup(Agentd(start=False), "restart_limit = 2\nrestart_window = 60s\n") as a:
+        c = new_conv(a)
+        a.send(c, "block b1")
+        for i in range(1, 5):
+            wait_for(lambda: len(records(a.model_log)) >= i, 20, f"model call {i}")
+            pid = wait_for(lambda: a.worker_pid(c), 10, "a worker")
+            rc, out, _ = a.ctl("kill", c)
+            assert out == f"pid: {pid}\n", out
+            wait_for(lambda: not pid_alive(pid), 10, "the killed worker to go")
+        wait_for(lambda: len(records(a.model_log)) >= 5, 20, "the turn run a fifth time")
+        release(a, "b1")
+        wait_for(lambda: last_is(a, c, "assistant_msg", "released b1"), 20, "the released answer")
+        assert "error" not in types(a, c), a.events(c)
+        assert "crashed" not in a.log(), a.log_tail()
+        assert conv_get(a, c)["status"] == "idle"
+
+
+# ---- loop cap --------------------------------------------------------------------------------------------
+
+
+def test_loop_cap_stops_a_model_that_always_calls_a_tool():
+    """settings.max_tool_rounds = 3: three rounds call the tool, then an `error` says why and no fourth
+    model call is made; the next user message starts a new turn with fresh rounds."""
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a, max_tool_rounds=3)
+        a.send(c, "loop")
+        wait_for(lambda: last_is(a, c, "error"), 30, "the loop cap's error")
+        evs = a.events(c)
+        assert [e["type"] for e in evs] == ["user_msg"] + ["assistant_msg", "tool_call", "tool_result"] * 3 + \
+            ["error"], evs
+        err = evs[-1]["content"]
+        assert "max_tool_rounds = 3" in err["message"] and "3 model rounds" in err["message"], err
+        assert err["context_seq"] == evs[-2]["seq"], err
+        assert [e["content"].get("round", 1) for e in evs if e["type"] == "assistant_msg"] == [1, 2, 3]
+        assert len(records(a.model_log)) == 3
+        assert len(records(a.tool_log)) == 3
+        wait_for(lambda: conv_get(a, c)["status"] == "idle", 10, "idle after the cap")
+        # The next user event starts fresh: three rounds again, then the cap.
+        a.send(c, "loop again")
+        wait_for(lambda: types(a, c).count("error") == 2, 30, "the second cap")
+        assert len(records(a.model_log)) == 6
+        # Lowering the cap by update applies to the next turn.
+        a.ok({"op": "update", "conversation": c, "settings": {"max_tool_rounds": 1}})
+        a.send(c, "loop once")
+        wait_for(lambda: types(a, c).count("error") == 3, 30, "the third cap")
+        assert len(records(a.model_log)) == 7
+        assert "max_tool_rounds = 1" in a.events(c)[-1]["content"]["message"]
+
+
+def test_loop_cap_default_from_the_configuration():
+    """[agentd] max_tool_rounds = 2 applies to conversations without the setting; a turn that stops calling
+    tools within the cap is not touched."""
+    with setup(Agentd(start=False), "max_tool_rounds = 2\n") as a:
+        c = new_conv(a)
+        a.send(c, "loop")
+        wait_for(lambda: last_is(a, c, "error"), 30, "the cap's error")
+        assert types(a, c).count("assistant_msg") == 2
+        assert "max_tool_rounds = 2" in a.events(c)[-1]["content"]["message"]
+        d = new_conv(a)
+        a.send(d, "tool")
+        release(a, "t")
+        wait_for(lambda: last_is(a, d, "assistant_msg", "after"), 30, "the tool turn's answer")
+        assert "error" not in types(a, d)
+
+
+def test_loop_cap_bad_values():
+    """A max_tool_rounds that is not an integer from 1 is refused as bad_request on create and update
+    (nothing changed); in the configuration agentd refuses to start and names the key."""
+    with setup(Agentd(start=False)) as a:
+        for bad in (0, -1, "5", 1.5, 1000001, None, True):
+            r = a.request({"op": "create", "settings": {"model": "m", "max_tool_rounds": bad}})
+            assert r["ok"] is False and r["error"] == "bad_request", r
+            assert "max_tool_rounds" in r["message"], r
+        c = new_conv(a, max_tool_rounds=4)
+        r = a.request({"op": "update", "conversation": c, "settings": {"max_tool_rounds": 0}})
+        assert r["error"] == "bad_request", r
+        assert conv_get(a, c)["settings"]["max_tool_rounds"] == 4
+        rc, out, err = a.ctl("raw", json.dumps({"op": "update", "conversation": c,
+                                                "settings": {"max_tool_rounds": "x"}}), check=False)
+        assert rc == 1 and "max_tool_rounds" in out, (rc, out, err)
+    b = Agentd(start=False)
+    try:
+        b.write_config("[agentd]\nmax_tool_rounds = 0\n")
+        assert b.expect_exit() != 0
+        assert "max_tool_rounds" in b.log(), b.log()
+    finally:
+        b.close()
+
+
+harness.main(globals())
