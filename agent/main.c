@@ -846,7 +846,7 @@ static void audit(store_txn *t, uint64_t turn_ref, const json_t *req, const char
 
 /* The turn's assistant_msg, its tool calls (rows, suspensions, expiries),
  * usage, audit row, status and fsm_state: one transaction. */
-static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *req, const char *model,
+static void commit_turn(struct model_reply *r, uint64_t ctx_seq, int round, const json_t *req, const char *model,
 			int64_t latency)
 {
 	size_t bytes = strlen(r->text) + (W.cfg.audit ? json_size(req) : 0);
@@ -856,7 +856,10 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 	store_txn *t = wbegin(1);
 	uint64_t before = 0;
 	must(t, store_event_latest_seq(t, W.conv, &before), "latest seq");
-	uint64_t a = append(t, "assistant_msg", json_pack("{sssI}", "text", r->text, "context_seq", (json_int_t)ctx_seq));
+	json_t *content = json_pack("{sssI}", "text", r->text, "context_seq", (json_int_t)ctx_seq);
+	if (content && round > 1) /* the rounds max_tool_rounds counts; a first round says nothing */
+		json_object_set_new(content, "round", json_integer(round));
+	uint64_t a = append(t, "assistant_msg", content);
 	json_t *pending = json_object();
 	int humans = 0, servers = 0;
 	for (size_t i = 0; i < r->ncalls; i++) {
@@ -971,12 +974,35 @@ static void offer_mcp(json_t *req)
 	}
 }
 
-static void run_turn(void)
+/* The conversation's max_tool_rounds, else the configuration's. */
+static int max_tool_rounds(void)
+{
+	json_t *v = json_object_get(W.settings, "max_tool_rounds");
+	return json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= 1000000
+		       ? (int)json_integer_value(v)
+		       : W.cfg.max_tool_rounds;
+}
+
+/* Model round `round` of a turn (tail.h): past max_tool_rounds rounds that
+ * each called tools, the turn ends with an error instead of another call, so a
+ * model that always calls a tool cannot loop forever; a user_msg starts anew. */
+static void run_turn(int round)
 {
 	const char *model = json_string_value(json_object_get(W.settings, "model"));
 	const struct model_cfg *mc = model ? config_model(&W.cfg, model) : NULL;
 	uint64_t ctx_seq = W.last_seq;
+	int max = max_tool_rounds();
 	report_state("running");
+	if (round > max) {
+		char msg[200];
+		snprintf(msg, sizeof msg,
+			 "the turn called tools in %d model rounds in a row (max_tool_rounds = %d): stopped; the next "
+			 "user message starts a new turn",
+			 round - 1, max);
+		log_warn("%s: %s", W.conv, msg);
+		commit_error(msg, 0, ctx_seq);
+		return;
+	}
 	if (!mc) {
 		char msg[200];
 		snprintf(msg, sizeof msg, "model '%s' is not in the configuration", model ? model : "(none)");
@@ -991,7 +1017,7 @@ static void run_turn(void)
 	if (mr.err[0])
 		commit_error_audit(mr.err, attempts, ctx_seq, mr.audit, mc->name);
 	else
-		commit_turn(&mr.final, ctx_seq, mr.audit ? mr.audit : req, mc->name, latency);
+		commit_turn(&mr.final, ctx_seq, round, mr.audit ? mr.audit : req, mc->name, latency);
 	model_reply_free(&mr.final);
 	json_decref(mr.audit);
 	json_decref(req);
@@ -1410,8 +1436,9 @@ static void run(void)
 		if (W.ended && (tl.action == TAIL_TURN || tl.action == TAIL_TOOLS))
 			log_info("%s: the conversation is ended: the work its log owes is not done", W.conv);
 		else if (tl.action == TAIL_TURN) {
+			int round = tl.round;
 			tail_free(&tl);
-			run_turn();
+			run_turn(round);
 			continue;
 		} else if (tl.action == TAIL_TOOLS) {
 			size_t i;

@@ -27,6 +27,9 @@ struct tail {
 	json_t *calls;       /* the last turn's tool_call contents, in order (new reference) */
 	json_t *unsettled;   /* those of them with no tool_result/resolution yet (new reference) */
 	json_t *settled;     /* their settlements' contents, in log order (new reference) */
+	int round;           /* TAIL_TURN: the model round the owed turn is, counted from the last user_msg:
+			      * 1 when a user_msg is owed an answer, else the last assistant_msg's round + 1
+			      * (its content's "round", 1 when absent) */
 };
 
 /* Decide from the working set. base_ctx is the summary's to_seq (0 without):

@@ -51,8 +51,11 @@ int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 			t->marker_seq = ev_seq(e);
 		}
 	}
-	int turn_had_calls = 0;
+	int turn_had_calls = 0, last_round = 1;
 	if (marker != (size_t)-1 && !strcmp(ev_type(json_array_get(events, marker)), "assistant_msg")) {
+		json_t *rd = json_object_get(json_object_get(json_array_get(events, marker), "content"), "round");
+		if (json_is_integer(rd) && json_integer_value(rd) > 1)
+			last_round = (int)(json_integer_value(rd) < INT32_MAX ? json_integer_value(rd) : INT32_MAX - 1);
 		/* Its tool calls, and what settled them, follow it. */
 		for (i = marker + 1; i < json_array_size(events); i++) {
 			json_t *ev = json_array_get(events, i);
@@ -91,13 +94,14 @@ int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 	}
 	/* Owed: the last turn's calls all settled (their results need an
 	 * answer), or a user_msg came after the last turn's context. */
-	if (turn_had_calls) {
-		t->action = TAIL_TURN;
-		return 0;
-	}
 	json_array_foreach(events, i, e)
 		if (!strcmp(ev_type(e), "user_msg") && ev_seq(e) > t->ctx_seq)
 			t->action = TAIL_TURN;
+	/* A user_msg starts the rounds afresh (max_tool_rounds); results
+	 * alone continue the turn that asked for them. */
+	t->round = t->action == TAIL_TURN ? 1 : last_round + 1;
+	if (turn_had_calls)
+		t->action = TAIL_TURN;
 	return 0;
 bad:
 	tail_free(t);

@@ -169,8 +169,11 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 		} else if (!strcmp(k, "params")) {
 			if (!json_is_object(v))
 				return bad(p, "'settings.params' must be an object");
+		} else if (!strcmp(k, "max_tool_rounds")) {
+			if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000)
+				return bad(p, "'settings.max_tool_rounds' must be an integer from 1 to 1000000");
 		} else {
-			return bad(p, "unknown settings field '%s' (model, system, tools, params)", k);
+			return bad(p, "unknown settings field '%s' (model, system, tools, params, max_tool_rounds)", k);
 		}
 	}
 	if (full && !json_object_get(s, "model"))
