@@ -59,6 +59,7 @@ static struct {
 	int64_t *compacts;   /* compact requests queued, answered together */
 	size_t ncompact, compact_cap;
 	int ended;           /* status ended (as of the last read): no turn, no dispatch */
+	int active;          /* status active (as of the last read): a resumed give-up runs its turn again */
 	int woken;           /* a wake was read since the last refresh */
 	int orphan;          /* the supervisor is gone: commit what is finished, then exit */
 	int stop;            /* told to stop while waiting to write: exit after it */
@@ -431,6 +432,7 @@ static void load_settings(store_txn *t)
 		die_store(e, "read conversation");
 	}
 	W.ended = c.status == STORE_ENDED;
+	W.active = c.status == STORE_ACTIVE;
 	json_decref(W.settings);
 	W.settings = jsonmp_unpack(c.settings.ptr, c.settings.len);
 	if (!json_is_object(W.settings)) {
@@ -1427,7 +1429,7 @@ static void run(void)
 		W.woken = 0; /* this refresh sees what every wake so far announced */
 		refresh();
 		struct tail tl;
-		if (tail_decide(W.events, W.sum_to, &tl)) {
+		if (tail_decide_active(W.events, W.sum_to, W.active, &tl)) {
 			log_error("%s: the log's tail holds a malformed event: refusing to guess", W.conv);
 			exit(IPC_EXIT_CORRUPT);
 		}

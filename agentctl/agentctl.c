@@ -192,7 +192,7 @@ static const struct param opt_decide[] = {
 };
 
 static const struct param opt_tool_calls[] = {
-	{"--status", "status", K_STR, "S", NULL, false, "only calls with status S (pending, resolved, errored, expired)"},
+	{"--status", "status", K_STR, "S", NULL, false, "only calls with status S (pending, resolved, errored, expired, cancelled)"},
 	{0},
 };
 
@@ -300,6 +300,16 @@ static const struct command commands[] = {
 	 "Hibernate a conversation: its worker persists its state and exits; the next event revives it.\n"
 	 "Prints `stopping: true`, or `stopping: false` when no worker was running.",
 	 pos_conv, no_params, show_fields, 0, "agentctl stop demo", NULL, NULL},
+	{"cancel", "cancel", "cancel a conversation's running turn for good",
+	 "Cancel the conversation's running (or owed) turn for good: a turn_cancelled event is committed, its model\n"
+	 "or tool is killed, its pending tool calls are settled cancelled, and it waits for the next user message.\n"
+	 "Prints `cancelled: true`, the event's seq and the calls cancelled; `cancelled: false` and why when idle.",
+	 pos_conv, no_params, show_fields, 0, "agentctl cancel demo", NULL, NULL},
+	{"resume", "resume", "start a conversation's worker now",
+	 "Start the conversation's worker now, without a new event: after `stop`, or after the crash-loop limit gave\n"
+	 "up on it (the turn that ended in that error runs again). Prints `resumed: true`, or `resumed: false` and\n"
+	 "why when nothing is owed or a worker already runs.",
+	 pos_conv, no_params, show_fields, 0, "agentctl resume demo", NULL, NULL},
 	{"status", "status", "show agentd's status",
 	 "Show agentd's version, uptime and store (key: value lines), then its live workers as a table:\n"
 	 "CONVERSATION PID STATE SINCE_MS.",

@@ -22,8 +22,8 @@ enum tail_action {
 
 struct tail {
 	int action;
-	uint64_t ctx_seq;    /* context_seq of the last assistant_msg or error (base if none) */
-	uint64_t marker_seq; /* seq of that assistant_msg or error; 0 when none */
+	uint64_t ctx_seq;    /* context_seq of the last assistant_msg, error or turn_cancelled (base if none) */
+	uint64_t marker_seq; /* seq of that event; 0 when none */
 	json_t *calls;       /* the last turn's tool_call contents, in order (new reference) */
 	json_t *unsettled;   /* those of them with no tool_result/resolution yet (new reference) */
 	json_t *settled;     /* their settlements' contents, in log order (new reference) */
@@ -36,6 +36,10 @@ struct tail {
  * everything up to it was answered before it was summarised. Returns 0, or -1
  * when an event is malformed (a record we cannot trust: the caller stops). */
 int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t);
+/* As tail_decide; with active set (the conversation's status is active), an
+ * `error` with "gave_up": true is no turn boundary: a resumed conversation
+ * runs again the turn that its give-up ended. */
+int tail_decide_active(const json_t *events, uint64_t base_ctx, int active, struct tail *t);
 void tail_free(struct tail *t);
 
 /* ---- records ---------------------------------------------------------- */
@@ -87,5 +91,21 @@ int conv_after_resolution(store_txn *t, const char *conv, int *ended);
  * owed until the next event after context_seq. */
 int conv_error_append(store_txn *t, const char *conv, const char *msg, size_t len, int attempts,
 		      uint64_t ctx_seq, uint64_t *seq);
+
+/* As conv_error_append, for the error that gives up on a conversation (a
+ * crash loop, a full store): its content also says "gave_up": true, and while
+ * the conversation is active again (a `resume`) the tail does not take it as
+ * the turn's end (tail_decide_active), so the turn it ended runs again. */
+int conv_gave_up_append(store_txn *t, const char *conv, const char *msg, size_t len, int crashes,
+			uint64_t ctx_seq, uint64_t *seq);
+
+/* Cancel conv's turn for good (the `cancel` op): every tool call still
+ * pending is settled `cancelled` (a `resolution` with result null: a late
+ * result is then stale), a `turn_cancelled` event {context_seq: the last seq
+ * before it, tool_calls: [the ids cancelled]} ends the turn as an error does
+ * (nothing is owed until the next user_msg), and the conversation becomes
+ * idle with fsm_state idle. *cancelled gets the ids (new reference), *seq
+ * the event's seq. Errors: any store error, -ENOMEM (both poison t). */
+int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_t *seq);
 
 #endif

@@ -28,6 +28,17 @@ void tail_free(struct tail *t)
 
 int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 {
+	return tail_decide_active(events, base_ctx, 0, t);
+}
+
+/* A give-up error of a conversation made active again by `resume`. */
+static int reopened(const char *ty, const json_t *content, int active)
+{
+	return active && !strcmp(ty, "error") && json_is_true(json_object_get(content, "gave_up"));
+}
+
+int tail_decide_active(const json_t *events, uint64_t base_ctx, int active, struct tail *t)
+{
 	size_t i, marker = (size_t)-1;
 	json_t *e;
 	memset(t, 0, sizeof *t);
@@ -37,12 +48,13 @@ int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 	t->settled = json_array();
 	if (!json_is_array(events) || !t->calls || !t->unsettled || !t->settled)
 		goto bad;
-	/* The last turn boundary: an assistant_msg or an error. */
+	/* The last turn boundary: an assistant_msg, an error or a turn_cancelled. */
 	json_array_foreach(events, i, e) {
 		const char *ty = ev_type(e);
 		if (!ty || !json_is_integer(json_object_get(e, "seq")) || !json_is_object(json_object_get(e, "content")))
 			goto bad;
-		if (!strcmp(ty, "assistant_msg") || !strcmp(ty, "error")) {
+		if ((!strcmp(ty, "assistant_msg") || !strcmp(ty, "error") || !strcmp(ty, "turn_cancelled")) &&
+		    !reopened(ty, json_object_get(e, "content"), active)) {
 			json_t *cs = json_object_get(json_object_get(e, "content"), "context_seq");
 			if (!json_is_integer(cs) || json_integer_value(cs) < 0)
 				goto bad;

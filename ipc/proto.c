@@ -13,7 +13,7 @@
 static const char *const op_names[OP_COUNT] = {
 	"ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve",
 	"tool_call", "tool_calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
-	"shutdown",
+	"shutdown", "cancel", "resume",
 };
 
 static const char *const err_codes[PERR_COUNT] = {
@@ -191,7 +191,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 	uint64_t u = 0; /* GCC -O3 cannot see get_uint sets it before use */
 	json_t *v;
 	static const char *const conv_status[] = { "idle", "active", "suspended", "ended" };
-	static const char *const tc_status[] = { "pending", "resolved", "errored", "expired" };
+	static const char *const tc_status[] = { "pending", "resolved", "errored", "expired", "cancelled" };
 	static const char *const res_status[] = { NULL, "resolved", "errored" };
 
 	switch (rq->op) {
@@ -199,6 +199,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		ONLY(NULL);
 		return 0;
 	case OP_GET: case OP_DELETE: case OP_SUMMARY: case OP_COMPACT: case OP_AUDIT: case OP_STOP:
+	case OP_CANCEL: case OP_RESUME:
 		ONLY("conversation");
 		return get_id(p, "conversation", 1, &rq->conv);
 	case OP_CREATE:
@@ -266,9 +267,9 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		v = json_object_get(p->o, "type");
 		if (v) {
 			static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
-				"suspension", "resolution", "error" };
+				"suspension", "resolution", "error", "turn_cancelled" };
 			int t;
-			if ((e = get_enum(p, "type", types, 7, &t)))
+			if ((e = get_enum(p, "type", types, 8, &t)))
 				return e;
 			rq->type = types[t];
 		}
@@ -292,7 +293,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		ONLY("conversation", "status");
 		if ((e = get_id(p, "conversation", 1, &rq->conv)))
 			return e;
-		return get_enum(p, "status", tc_status, 4, &rq->status);
+		return get_enum(p, "status", tc_status, 5, &rq->status);
 	case OP_KILL: {
 		static const char *const sigs[] = { "KILL", "TERM" };
 		int s;

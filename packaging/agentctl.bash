@@ -12,7 +12,7 @@ _agentctl()
 		cword=$COMP_CWORD
 	fi
 	local global="-s --socket --json -q --quiet --timeout -h --help --version"
-	local commands="ping create get list update delete send events watch resolve approve deny pending tool-call tool-calls summary compact audit kill stop status metrics shutdown raw help"
+	local commands="ping create get list update delete send events watch resolve approve deny pending tool-call tool-calls summary compact audit kill stop cancel resume status metrics shutdown raw help"
 	case $prev in
 	-s | --socket)
 		COMPREPLY=($(compgen -f -- "$cur"))
@@ -53,14 +53,14 @@ _agentctl()
 	case $prev in
 	--status) COMPREPLY=($(compgen -W "active suspended idle ended pending resolved errored expired" -- "$cur")); return ;;
 	--signal) COMPREPLY=($(compgen -W "KILL TERM" -- "$cur")); return ;;
-	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error" -- "$cur")); return ;;
+	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error turn_cancelled" -- "$cur")); return ;;
 	esac
 	if [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "$opts $global" -- "$cur"))
 		return
 	fi
 	case $cmd in
-	get | update | delete | send | events | watch | tool-calls | summary | compact | audit | kill | stop)
+	get | update | delete | send | events | watch | tool-calls | summary | compact | audit | kill | stop | cancel | resume)
 		COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q list 2>/dev/null)" -- "$cur")) ;;
 	resolve | approve | deny | tool-call)
 		COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q pending 2>/dev/null)" -- "$cur")) ;;

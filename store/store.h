@@ -419,7 +419,8 @@ int store_load_since(store_txn *txn, const char *conv, struct store_summary *sum
 
 /* ---- tool calls ------------------------------------------------------ */
 
-enum store_tc_status { STORE_TC_PENDING = 0, STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED };
+/* CANCELLED: settled by a `cancel` of its turn (it never ran to an outcome). */
+enum store_tc_status { STORE_TC_PENDING = 0, STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED, STORE_TC_CANCELLED };
 enum store_executor { STORE_EXEC_SERVER = EXEC_SERVER, STORE_EXEC_HUMAN = EXEC_HUMAN };
 const char *store_tc_status_name(int status);
 int store_tc_status_parse(const char *name, size_t len);
@@ -466,8 +467,8 @@ int store_tool_calls_list(store_txn *txn, const char *conv, unsigned mask,
 int store_tool_calls_each(store_txn *txn, int (*fn)(void *arg, const struct store_tool_call *tc), void *arg);
 /* Count one more dispatch; *attempts gets the new count. Errors: STORE_E_NOTFOUND. */
 int store_tool_call_attempt(store_txn *txn, const char *id, uint32_t *attempts);
-/* Settle a call if and only if it is pending: status is resolved, errored or
- * expired, result one msgpack object (len 0: nil). Its expiry, if any, is
+/* Settle a call if and only if it is pending: status is resolved, errored,
+ * expired or cancelled, result one msgpack object (len 0: nil). Its expiry, if any, is
  * removed. Atomic against other resolvers (writers are serialised).
  * conv (may be NULL; STORE_ID_MAX + 1 bytes) gets the owning conversation id,
  * NUL-terminated. Errors: STORE_E_STALE (unknown or not pending), STORE_E_INVAL. */

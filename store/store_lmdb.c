@@ -216,7 +216,7 @@ static int id_ok(const char *id)
 }
 
 static const char *const status_names[] = { "idle", "active", "suspended", "ended" };
-static const char *const tc_status_names[] = { "pending", "resolved", "errored", "expired" };
+static const char *const tc_status_names[] = { "pending", "resolved", "errored", "expired", "cancelled" };
 
 static int name_parse(const char *const *names, int n, const char *s, size_t len)
 {
@@ -228,8 +228,8 @@ static int name_parse(const char *const *names, int n, const char *s, size_t len
 
 const char *store_status_name(int st) { return st >= 0 && st <= STORE_ENDED ? status_names[st] : NULL; }
 int store_status_parse(const char *s, size_t len) { return name_parse(status_names, 4, s, len); }
-const char *store_tc_status_name(int st) { return st >= 0 && st <= STORE_TC_EXPIRED ? tc_status_names[st] : NULL; }
-int store_tc_status_parse(const char *s, size_t len) { return name_parse(tc_status_names, 4, s, len); }
+const char *store_tc_status_name(int st) { return st >= 0 && st <= STORE_TC_CANCELLED ? tc_status_names[st] : NULL; }
+int store_tc_status_parse(const char *s, size_t len) { return name_parse(tc_status_names, 5, s, len); }
 
 /* Optional msgpack: len 0 means nil; otherwise it must be one object. */
 static int opt_mp_ok(store_bytes b)
@@ -2009,7 +2009,7 @@ static int tc_decode(const MDB_val *k, const MDB_val *v, struct tc_rec *r)
 	mp_init(&m, v->mv_data, v->mv_size);
 	if (mp_array(&m, &n) || n != 12 || mp_bytes(&m, &tc->conversation) || mp_uint(&m, &r->num) ||
 	    mp_bytes(&m, &tc->name) || mp_uint(&m, &exec) || exec > STORE_EXEC_HUMAN || mp_uint(&m, &st) ||
-	    st > STORE_TC_EXPIRED || mp_int(&m, &tc->inserted_at) || mp_int(&m, &tc->resolved_at) ||
+	    st > STORE_TC_CANCELLED || mp_int(&m, &tc->inserted_at) || mp_int(&m, &tc->resolved_at) ||
 	    mp_int(&m, &tc->deadline) || mp_uint(&m, &att) || att > UINT32_MAX ||
 	    mp_skip(&m, &tc->args.ptr, &tc->args.len) || mp_opt(&m, &tc->prompt) || mp_opt(&m, &tc->result) ||
 	    m.p != m.end)
@@ -2115,7 +2115,7 @@ static int tcl_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v)
 {
 	struct tcl_ctx *c = arg;
 	uint64_t st;
-	if (val_uint(v, &st) || st > STORE_TC_EXPIRED)
+	if (val_uint(v, &st) || st > STORE_TC_CANCELLED)
 		return fail(x, STORE_E_CORRUPT);
 	if (c->mask && !(c->mask & (1u << st)))
 		return 0;
@@ -2186,7 +2186,7 @@ static int expiry_del(store_txn *x, const struct tc_rec *r)
 int store_tool_call_resolve(store_txn *x, const char *id, int status, store_bytes result, char *conv)
 {
 	CHECK_WRITE(x);
-	if (!id_ok(id) || status < STORE_TC_RESOLVED || status > STORE_TC_EXPIRED || !opt_mp_ok(result))
+	if (!id_ok(id) || status < STORE_TC_RESOLVED || status > STORE_TC_CANCELLED || !opt_mp_ok(result))
 		return STORE_E_INVAL;
 	struct tc_rec r;
 	int err = tc_load(x, id, &r);

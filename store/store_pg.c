@@ -1487,7 +1487,7 @@ static int tc_row(const PGresult *r, int row, struct store_tool_call *tc)
 	tc->args = g_bytes(r, row, 9);
 	tc->prompt = g_bytes(r, row, 10);
 	tc->result = g_bytes(r, row, 11);
-	if (exec < 0 || exec > STORE_EXEC_HUMAN || st < 0 || st > STORE_TC_EXPIRED || att < 0 || att > UINT32_MAX)
+	if (exec < 0 || exec > STORE_EXEC_HUMAN || st < 0 || st > STORE_TC_CANCELLED || att < 0 || att > UINT32_MAX)
 		return STORE_E_CORRUPT;
 	tc->executor = (int)exec;
 	tc->status = (int)st;
@@ -1610,7 +1610,7 @@ int store_tool_call_attempt(store_txn *x, const char *id, uint32_t *attempts)
 int store_tool_call_resolve(store_txn *x, const char *id, int status, store_bytes result, char *conv)
 {
 	CHECK_WRITE(x);
-	if (!id_ok(id) || status < STORE_TC_RESOLVED || status > STORE_TC_EXPIRED || !opt_mp_ok(result))
+	if (!id_ok(id) || status < STORE_TC_RESOLVED || status > STORE_TC_CANCELLED || !opt_mp_ok(result))
 		return STORE_E_INVAL;
 	int err;
 	if ((err = quota(x, result.len)) != 0 || (err = tc_conv_lock(x, id)) != 0)

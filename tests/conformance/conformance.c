@@ -2409,19 +2409,26 @@ END_TEST
 START_TEST(resolve_each_settled_status)
 {
 	mkconv("c1");
-	const int st[] = { STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED };
-	const char *ids[] = { "r", "e", "x" };
-	for (int i = 0; i < 3; i++) {
+	const int st[] = { STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED, STORE_TC_CANCELLED };
+	const char *ids[] = { "r", "e", "x", "k" };
+	for (int i = 0; i < 4; i++) {
 		mktc("c1", ids[i]);
 		ck_assert_int_eq(resolve(ids[i], st[i], raw(NULL, 0)), 0); /* len 0: nil */
 	}
 	store_txn *t = rbegin();
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		struct store_tool_call tc;
 		ck_assert_int_eq(store_tool_call_get(t, ids[i], &tc), 0);
 		ck_assert_int_eq(tc.status, st[i]);
 	}
 	store_txn_abort(t);
+	/* A cancelled call is settled: a late result is stale, and the
+	 * status index lists it under its own status. */
+	ck_assert_int_eq(resolve("k", STORE_TC_RESOLVED, raw(NULL, 0)), STORE_E_STALE);
+	ck_assert_int_eq(list_tcs("c1", 1u << STORE_TC_CANCELLED), 0);
+	ck_assert_int_eq(L.n, 1);
+	ck_assert_int_eq(L.status[0], STORE_TC_CANCELLED);
+	ck_assert_int_eq(resolve("k", STORE_TC_CANCELLED + 1, raw(NULL, 0)), STORE_E_INVAL);
 }
 END_TEST
 
@@ -2459,7 +2466,7 @@ START_TEST(resolve_rejects_invalid)
 	mktc("c1", "tc");
 	store_txn *t = wbegin();
 	ck_assert_int_eq(store_tool_call_resolve(t, "tc", STORE_TC_PENDING, mint(1), NULL), STORE_E_INVAL);
-	ck_assert_int_eq(store_tool_call_resolve(t, "tc", 4, mint(1), NULL), STORE_E_INVAL);
+	ck_assert_int_eq(store_tool_call_resolve(t, "tc", STORE_TC_CANCELLED + 1, mint(1), NULL), STORE_E_INVAL);
 	ck_assert_int_eq(store_tool_call_resolve(t, "tc", -1, mint(1), NULL), STORE_E_INVAL);
 	for (size_t i = 0; i < NBAD; i++)
 		ck_assert_msg(store_tool_call_resolve(t, "tc", STORE_TC_RESOLVED, bad_blobs[i].b, NULL) ==
@@ -3498,10 +3505,12 @@ END_TEST
 START_TEST(status_names_round_trip)
 {
 	const char *conv[] = { "idle", "active", "suspended", "ended" };
-	const char *tc[] = { "pending", "resolved", "errored", "expired" };
+	const char *tc[] = { "pending", "resolved", "errored", "expired", "cancelled" };
 	for (int i = 0; i < 4; i++) {
 		ck_assert_str_eq(store_status_name(i), conv[i]);
 		ck_assert_int_eq(store_status_parse(conv[i], strlen(conv[i])), i);
+	}
+	for (int i = 0; i < 5; i++) {
 		ck_assert_str_eq(store_tc_status_name(i), tc[i]);
 		ck_assert_int_eq(store_tc_status_parse(tc[i], strlen(tc[i])), i);
 	}
@@ -3511,7 +3520,8 @@ START_TEST(status_names_round_trip)
 	ck_assert_int_eq(STORE_TC_EXPIRED, 3);
 	ck_assert_ptr_null(store_status_name(4));
 	ck_assert_ptr_null(store_status_name(-1));
-	ck_assert_ptr_null(store_tc_status_name(4));
+	ck_assert_int_eq(STORE_TC_CANCELLED, 4);
+	ck_assert_ptr_null(store_tc_status_name(5));
 	ck_assert_ptr_null(store_tc_status_name(-1));
 	ck_assert_int_eq(store_status_parse("IDLE", 4), -1);
 	ck_assert_int_eq(store_status_parse("idl", 3), -1);
