@@ -60,6 +60,8 @@ static struct {
 	size_t ncompact, compact_cap;
 	int ended;           /* status ended (as of the last read): no turn, no dispatch */
 	int active;          /* status active (as of the last read): a resumed give-up runs its turn again */
+	struct store_run run; /* the run of the model turn in progress (id 0: none); model points to run_model */
+	char run_model[128];
 	int woken;           /* a wake was read since the last refresh */
 	int orphan;          /* the supervisor is gone: commit what is finished, then exit */
 	int stop;            /* told to stop while waiting to write: exit after it */
@@ -846,6 +848,51 @@ static void audit(store_txn *t, uint64_t turn_ref, const json_t *req, const char
 	must(t, e, "audit");
 }
 
+/* Start the turn's run (store.h), durably before the model is called: a
+ * run left running by a worker that died is interrupted now, and this one
+ * is its next attempt when it answers the same events (from_seq). */
+static void run_begin(uint64_t from_seq, uint64_t ctx_seq, const char *model)
+{
+	store_txn *t = wbegin(0);
+	struct store_run prev;
+	int e = conv_run_running(t, W.conv, &prev);
+	if (e < 0)
+		must(t, e, "read runs");
+	int64_t now = store_txn_now(t);
+	uint32_t attempt = 1;
+	if (prev.id && (prev.status == STORE_RUN_RUNNING || prev.status == STORE_RUN_INTERRUPTED) &&
+	    prev.from_seq == from_seq)
+		attempt = prev.attempt + 1;
+	if (prev.id && prev.status == STORE_RUN_RUNNING) {
+		log_info("%s: run %llu was interrupted: this is attempt %u", W.conv, (unsigned long long)prev.id,
+			 attempt);
+		prev.status = STORE_RUN_INTERRUPTED;
+		prev.ended_at = now;
+		must(t, store_run_put(t, W.conv, &prev), "end interrupted run");
+	}
+	snprintf(W.run_model, sizeof W.run_model, "%s", model);
+	W.run = (struct store_run){ .id = prev.id + 1, .status = STORE_RUN_RUNNING, .attempt = attempt,
+				    .from_seq = from_seq, .to_seq = ctx_seq,
+				    .model = { W.run_model, strlen(W.run_model) }, .started_at = now };
+	must(t, store_run_put(t, W.conv, &W.run), "start run");
+	commit(t, "start run", 0);
+}
+
+/* End the turn's run inside the transaction that commits the turn's end. */
+static void run_end(store_txn *t, int status, uint64_t first, uint64_t last, const struct store_usage *u)
+{
+	if (!W.run.id)
+		return;
+	W.run.status = status;
+	W.run.first_seq = first;
+	W.run.last_seq = last;
+	if (u)
+		W.run.usage = *u;
+	W.run.ended_at = store_txn_now(t);
+	must(t, store_run_put(t, W.conv, &W.run), "end run");
+	W.run.id = 0;
+}
+
 /* The turn's assistant_msg, its tool calls (rows, suspensions, expiries),
  * usage, audit row, status and fsm_state: one transaction. */
 static void commit_turn(struct model_reply *r, uint64_t ctx_seq, int round, const json_t *req, const char *model,
@@ -902,6 +949,7 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, int round, cons
 	audit(t, a, req, model, &u, latency);
 	uint64_t last = 0;
 	must(t, store_event_latest_seq(t, W.conv, &last), "latest seq");
+	run_end(t, STORE_RUN_COMPLETED, a, last, &u);
 	if (humans) {
 		/* Suspended in the transaction that makes the suspension visible
 		 * (docs/protocol.md, "Semantics"), even while this turn's server calls still
@@ -937,6 +985,7 @@ static void commit_error_audit(const char *msg, int attempts, uint64_t ctx_seq, 
 	/* msg may quote a model's stderr, cut anywhere: not always UTF-8. */
 	uint64_t seq = 0;
 	must(t, conv_error_append(t, W.conv, msg, strlen(msg), attempts, ctx_seq, &seq), "append");
+	run_end(t, STORE_RUN_FAILED, seq, seq, NULL);
 	if (!moved)
 		put_state(t, STORE_IDLE, conv_fsm_state("idle", NULL, seq));
 	if (rendered) /* the failed attempts, keyed by the error event */
@@ -988,7 +1037,7 @@ static int max_tool_rounds(void)
 /* Model round `round` of a turn (tail.h): past max_tool_rounds rounds that
  * each called tools, the turn ends with an error instead of another call, so a
  * model that always calls a tool cannot loop forever; a user_msg starts anew. */
-static void run_turn(int round)
+static void run_turn(int round, uint64_t from_seq)
 {
 	const char *model = json_string_value(json_object_get(W.settings, "model"));
 	const struct model_cfg *mc = model ? config_model(&W.cfg, model) : NULL;
@@ -1011,6 +1060,7 @@ static void run_turn(int round)
 		commit_error(msg, 0, ctx_seq);
 		return;
 	}
+	run_begin(from_seq, ctx_seq, mc->name);
 	json_t *req = render_turn(W.conv, ctx_seq, W.settings, &W.cfg, W.summary, W.events);
 	offer_mcp(req);
 	struct model_run mr;
@@ -1439,8 +1489,11 @@ static void run(void)
 			log_info("%s: the conversation is ended: the work its log owes is not done", W.conv);
 		else if (tl.action == TAIL_TURN) {
 			int round = tl.round;
+			/* The run answers the events after the last turn boundary
+			 * (its marker, or the summary's end when it covers it). */
+			uint64_t from = tl.marker_seq ? tl.marker_seq : tl.ctx_seq;
 			tail_free(&tl);
-			run_turn(round);
+			run_turn(round, from);
 			continue;
 		} else if (tl.action == TAIL_TOOLS) {
 			size_t i;

@@ -129,6 +129,12 @@ static const struct param opt_create[] = {
 	{0},
 };
 
+static const struct param opt_runs[] = {
+	{"--limit", "limit", K_UINT, "N", NULL, false, "at most N runs (agentd's default: 100)"},
+	{"--before", "before", K_UINT, "ID", NULL, false, "only runs with an id below ID (the `next:` cursor of a previous page)"},
+	{0},
+};
+
 static const struct param opt_list[] = {
 	{"--status", "status", K_STR, "S", NULL, false, "only conversations with status S (active, suspended, idle, ended)"},
 	{"--limit", "limit", K_UINT, "N", NULL, false, "at most N conversations (agentd's default: 100)"},
@@ -219,6 +225,7 @@ static void show_audit(const json_t *reply);
 static void show_status(const json_t *reply);
 static void show_metrics(const json_t *reply);
 static void show_pending(const json_t *reply);
+static void show_runs(const json_t *reply);
 
 static const struct command commands[] = {
 	{"ping", "ping", "check that agentd answers", "Check that agentd answers. Prints: pong (agentd VERSION).",
@@ -305,6 +312,11 @@ static const struct command commands[] = {
 	 "or tool is killed, its pending tool calls are settled cancelled, and it waits for the next user message.\n"
 	 "Prints `cancelled: true`, the event's seq and the calls cancelled; `cancelled: false` and why when idle.",
 	 pos_conv, no_params, show_fields, 0, "agentctl cancel demo", NULL, NULL},
+	{"runs", "runs", "list a conversation's runs, newest first (table)",
+	 "List the conversation's runs (one per model turn attempt), newest first, as a table:\n"
+	 "ID STATUS ATTEMPT MODEL FROM TO FIRST LAST STARTED ENDED (FROM/TO: the seqs it answered, after FROM up to TO;\n"
+	 "FIRST/LAST: the seqs it appended). When more remain, a last line `next: ID` gives the cursor for --before.",
+	 pos_conv, opt_runs, show_runs, 0, "agentctl runs demo --limit 10", NULL, "runs/id"},
 	{"resume", "resume", "start a conversation's worker now",
 	 "Start the conversation's worker now, without a new event: after `stop`, or after the crash-loop limit gave\n"
 	 "up on it (the turn that ended in that error runs again). Prints `resumed: true`, or `resumed: false` and\n"
@@ -1323,6 +1335,28 @@ static void show_tool_calls(const json_t *reply)
 		TABLE(rows, cols);
 	else
 		show_fields(reply);
+}
+
+static void show_runs(const json_t *reply)
+{
+	static const struct column cols[] = {
+		{"ID", "id", false},	       {"STATUS", "status", false},	  {"ATTEMPT", "attempt", false},
+		{"MODEL", "model", false},     {"FROM", "from_seq", false},	  {"TO", "to_seq", false},
+		{"FIRST", "first_seq", false}, {"LAST", "last_seq", false},	  {"STARTED", "started_at", true},
+		{"ENDED", "ended_at", true},
+	};
+	const json_t *rows = json_object_get(reply, "runs");
+	if (!json_is_array(rows)) {
+		show_fields(reply);
+		return;
+	}
+	TABLE(rows, cols);
+	const json_t *next = json_object_get(reply, "next");
+	if (next && !json_is_null(next)) {
+		char *t = text_of(next, "null");
+		printf("next: %s\n", t);
+		free(t);
+	}
 }
 
 static void show_audit(const json_t *reply)

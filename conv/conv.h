@@ -99,12 +99,19 @@ int conv_error_append(store_txn *t, const char *conv, const char *msg, size_t le
 int conv_gave_up_append(store_txn *t, const char *conv, const char *msg, size_t len, int crashes,
 			uint64_t ctx_seq, uint64_t *seq);
 
+/* The conversation's latest run (store.h) into *r when it is still running
+ * (returns 1), else 0 (none, or ended); negative: a store error. */
+int conv_run_running(store_txn *t, const char *conv, struct store_run *r);
+/* End conv's running run, if any, with status (enum store_run_status) at the
+ * transaction's time: a cancel, or a worker given up on. 0 or a store error. */
+int conv_run_end(store_txn *t, const char *conv, int status);
+
 /* Cancel conv's turn for good (the `cancel` op): every tool call still
  * pending is settled `cancelled` (a `resolution` with result null: a late
  * result is then stale), a `turn_cancelled` event {context_seq: the last seq
  * before it, tool_calls: [the ids cancelled]} ends the turn as an error does
- * (nothing is owed until the next user_msg), and the conversation becomes
- * idle with fsm_state idle. *cancelled gets the ids (new reference), *seq
+ * (nothing is owed until the next user_msg), its running run (if any) ends
+ * `cancelled`, and the conversation becomes idle with fsm_state idle. *cancelled gets the ids (new reference), *seq
  * the event's seq. Errors: any store error, -ENOMEM (both poison t). */
 int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_t *seq);
 

@@ -4,6 +4,7 @@
 #include "common/text.h"
 
 #include <errno.h>
+#include <string.h>
 
 int conv_pack(struct jsonmp_buf *b, const json_t *v)
 {
@@ -141,6 +142,32 @@ static int collect_id(void *arg, const struct store_tool_call *tc)
 	return id && !json_array_append_new(arg, id) ? 0 : -ENOMEM;
 }
 
+static int latest_run(void *arg, const struct store_run *r)
+{
+	*(struct store_run *)arg = *r;
+	return 0;
+}
+
+int conv_run_running(store_txn *t, const char *conv, struct store_run *r)
+{
+	memset(r, 0, sizeof *r);
+	int e = store_runs_list(t, conv, 0, 1, latest_run, r, NULL);
+	if (e)
+		return e;
+	return r->id && r->status == STORE_RUN_RUNNING;
+}
+
+int conv_run_end(store_txn *t, const char *conv, int status)
+{
+	struct store_run r;
+	int e = conv_run_running(t, conv, &r);
+	if (e <= 0)
+		return e;
+	r.status = status;
+	r.ended_at = store_txn_now(t);
+	return store_run_put(t, conv, &r);
+}
+
 int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_t *seq)
 {
 	json_t *ids = json_array();
@@ -158,6 +185,8 @@ int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_
 			break;
 		e = conv_settle(t, json_string_value(id), STORE_TC_CANCELLED, "resolution", NULL, NULL, NULL);
 	}
+	if (!e)
+		e = conv_run_end(t, conv, STORE_RUN_CANCELLED);
 	if (!e)
 		e = store_event_latest_seq(t, conv, &last);
 	json_t *content = e ? NULL : json_pack("{sIsO}", "context_seq", (json_int_t)last, "tool_calls", ids);

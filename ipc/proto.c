@@ -13,7 +13,7 @@
 static const char *const op_names[OP_COUNT] = {
 	"ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve",
 	"tool_call", "tool_calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
-	"shutdown", "cancel", "resume",
+	"shutdown", "cancel", "resume", "runs",
 };
 
 static const char *const err_codes[PERR_COUNT] = {
@@ -294,6 +294,14 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		if ((e = get_id(p, "conversation", 1, &rq->conv)))
 			return e;
 		return get_enum(p, "status", tc_status, 5, &rq->status);
+	case OP_RUNS:
+		ONLY("conversation", "limit", "before");
+		if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
+		    (e = get_uint_in(p, "limit", 1, PROTO_LIST_MAX, NULL, &u)) ||
+		    (e = get_uint_in(p, "before", 1, INT64_MAX, NULL, &rq->before)))
+			return e;
+		rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 100;
+		return 0;
 	case OP_KILL: {
 		static const char *const sigs[] = { "KILL", "TERM" };
 		int s;

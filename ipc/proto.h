@@ -16,7 +16,7 @@
 enum proto_op {
 	OP_PING, OP_CREATE, OP_GET, OP_LIST, OP_UPDATE, OP_DELETE, OP_SEND, OP_EVENTS, OP_WATCH,
 	OP_RESOLVE, OP_TOOL_CALL, OP_TOOL_CALLS, OP_SUMMARY, OP_COMPACT, OP_AUDIT, OP_KILL, OP_STOP,
-	OP_STATUS, OP_METRICS, OP_SHUTDOWN, OP_CANCEL, OP_RESUME, OP_COUNT
+	OP_STATUS, OP_METRICS, OP_SHUTDOWN, OP_CANCEL, OP_RESUME, OP_RUNS, OP_COUNT
 };
 
 enum proto_err {
@@ -30,7 +30,7 @@ enum proto_conv_status { PROTO_IDLE = 0, PROTO_ACTIVE, PROTO_SUSPENDED, PROTO_EN
 enum proto_tc_status { PROTO_TC_PENDING = 0, PROTO_TC_RESOLVED, PROTO_TC_ERRORED, PROTO_TC_EXPIRED,
 		       PROTO_TC_CANCELLED };
 
-#define PROTO_LIST_MAX 1000       /* list limit */
+#define PROTO_LIST_MAX 1000       /* list limit, runs limit */
 #define PROTO_EVENTS_MAX 10000    /* events limit */
 #define PROTO_WAIT_MAX 3600000    /* wait_ms: one hour */
 #define PROTO_BY_MAX 128          /* resolve's by: bytes */

@@ -12,7 +12,7 @@ _agentctl()
 		cword=$COMP_CWORD
 	fi
 	local global="-s --socket --json -q --quiet --timeout -h --help --version"
-	local commands="ping create get list update delete send events watch resolve approve deny pending tool-call tool-calls summary compact audit kill stop cancel resume status metrics shutdown raw help"
+	local commands="ping create get list update delete send events watch resolve approve deny pending tool-call tool-calls summary compact audit kill stop cancel resume runs status metrics shutdown raw help"
 	case $prev in
 	-s | --socket)
 		COMPREPLY=($(compgen -f -- "$cur"))
@@ -40,6 +40,7 @@ _agentctl()
 	case $cmd in
 	create) opts="--id --model --system --tool --param" ;;
 	list) opts="--status --limit --after" ;;
+	runs) opts="--limit --before" ;;
 	update) opts="--model --system --tool --param --end" ;;
 	send) opts="--event-id --json-content" ;;
 	events) opts="--after --before --limit --type --wait" ;;
@@ -60,7 +61,7 @@ _agentctl()
 		return
 	fi
 	case $cmd in
-	get | update | delete | send | events | watch | tool-calls | summary | compact | audit | kill | stop | cancel | resume)
+	get | update | delete | send | events | watch | tool-calls | summary | compact | audit | kill | stop | cancel | resume | runs)
 		COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q list 2>/dev/null)" -- "$cur")) ;;
 	resolve | approve | deny | tool-call)
 		COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q pending 2>/dev/null)" -- "$cur")) ;;

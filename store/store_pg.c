@@ -66,12 +66,15 @@ enum {
 	Q_TC_UPSERT, Q_TC_GET, Q_TC_LOCK, Q_TC_CONV_LOCK, Q_TC_LIST, Q_TC_EACH, Q_TC_ATTEMPT, Q_TC_RESOLVE,
 	Q_EXP_SCHEDULE, Q_EXP_CANCEL, Q_EXP_DROP, Q_EXP_DUE, Q_EXP_EARLIEST,
 	Q_MC_PUT, Q_MC_LIST, Q_MC_GC,
+	Q_RUN_PUT, Q_RUN_GET, Q_RUN_LIST,
 	NQ
 };
 
 #define CONV_COLS "id, status, created_at, updated_at, lease, in_tok, out_tok, cost, settings, fsm"
 #define EV_COLS "seq, type, inserted_at, event_id, content"
 #define TC_COLS "id, conv, name, executor, status, inserted_at, resolved_at, deadline, attempts, args, prompt, result"
+#define RUN_COLS "id, status, attempt, from_seq, to_seq, first_seq, last_seq, model, in_tok, out_tok, cost, " \
+	"started_at, ended_at"
 #define MC_COLS "turn_ref, model, in_tok, out_tok, cost, latency, summary_version, inserted_at, rendered"
 
 static const char *const sql[NQ] = {
@@ -89,7 +92,8 @@ static const char *const sql[NQ] = {
 			  "x AS (DELETE FROM expiries USING tool_calls t WHERE t.conv = $1::text "
 			  "AND expiries.tool_call_id = t.id AND expiries.deadline = t.deadline), "
 			  "t AS (DELETE FROM tool_calls WHERE conv = $1::text), "
-			  "m AS (DELETE FROM model_calls WHERE conv = $1::text) "
+			  "m AS (DELETE FROM model_calls WHERE conv = $1::text), "
+			  "r AS (DELETE FROM runs WHERE conv = $1::text) "
 			  "DELETE FROM convs WHERE id = $1::text RETURNING 1",
 	[Q_LEASE_NEXT] = "UPDATE convs SET lease = GREATEST(nextval('lease_seq'), lease + 1) "
 			 "WHERE id = $1::text RETURNING lease",
@@ -160,6 +164,17 @@ static const char *const sql[NQ] = {
 		     "inserted_at = EXCLUDED.inserted_at, rendered = EXCLUDED.rendered",
 	[Q_MC_LIST] = "SELECT " MC_COLS " FROM model_calls WHERE conv = $1::text ORDER BY turn_ref",
 	[Q_MC_GC] = "DELETE FROM model_calls WHERE ($1::text IS NULL OR conv = $1::text) AND inserted_at < $2::int8",
+	[Q_RUN_PUT] = "INSERT INTO runs (conv, " RUN_COLS ") VALUES ($1::text, $2::int8, $3::int8, $4::int8, $5::int8, "
+		      "$6::int8, $7::int8, $8::int8, $9::bytea, $10::int8, $11::int8, $12::float8, $13::int8, $14::int8) "
+		      "ON CONFLICT (conv, id) DO UPDATE SET status = EXCLUDED.status, attempt = EXCLUDED.attempt, "
+		      "from_seq = EXCLUDED.from_seq, to_seq = EXCLUDED.to_seq, first_seq = EXCLUDED.first_seq, "
+		      "last_seq = EXCLUDED.last_seq, model = EXCLUDED.model, in_tok = EXCLUDED.in_tok, "
+		      "out_tok = EXCLUDED.out_tok, cost = EXCLUDED.cost, started_at = EXCLUDED.started_at, "
+		      "ended_at = EXCLUDED.ended_at",
+	[Q_RUN_GET] = "SELECT " RUN_COLS " FROM runs WHERE conv = $1::text AND id = $2::int8",
+	/* One more than the limit says whether runs are left. */
+	[Q_RUN_LIST] = "SELECT " RUN_COLS " FROM runs WHERE conv = $1::text AND ($2::int8 = 0 OR id < $2::int8) "
+		       "ORDER BY id DESC LIMIT $3::int8",
 };
 
 /* Schema version 1, created in one transaction under an advisory lock (two
@@ -194,6 +209,10 @@ static const char schema_v1[] =
 	" model bytea NOT NULL, in_tok bigint NOT NULL, out_tok bigint NOT NULL, cost float8 NOT NULL,"
 	" latency bigint NOT NULL, summary_version bigint NOT NULL, inserted_at bigint NOT NULL,"
 	" rendered bytea NOT NULL, PRIMARY KEY (conv, turn_ref));"
+	"CREATE TABLE runs (conv text COLLATE \"C\" NOT NULL, id bigint NOT NULL, status bigint NOT NULL,"
+	" attempt bigint NOT NULL, from_seq bigint NOT NULL, to_seq bigint NOT NULL, first_seq bigint NOT NULL,"
+	" last_seq bigint NOT NULL, model bytea NOT NULL, in_tok bigint NOT NULL, out_tok bigint NOT NULL,"
+	" cost float8 NOT NULL, started_at bigint NOT NULL, ended_at bigint NOT NULL, PRIMARY KEY (conv, id));"
 	"INSERT INTO schema_version VALUES (1);";
 
 #define SCHEMA_LOCK "SELECT pg_advisory_xact_lock(7270018)"
@@ -289,7 +308,7 @@ static int fail(store_txn *x, int err)
 
 /* ---- parameters and results ------------------------------------------ */
 
-#define MAXP 10
+#define MAXP 16 /* store_run_put's 14 */
 
 struct args {
 	int n;
@@ -1815,3 +1834,107 @@ const struct store_vt store_pg_vt = {
 	STORE_VT_INIT(pg, "postgresql"),
 	STORE_TXN_FUNCS(PG_ENTRY)
 };
+
+/* ---- runs ------------------------------------------------------------ */
+
+int store_run_put(store_txn *x, const char *conv, const struct store_run *r)
+{
+	CHECK_WRITE(x);
+	if (!r || !r->id || r->id > INT64_MAX || !store_run_status_name(r->status) || !r->attempt || !r->model.ptr ||
+	    !(r->usage.cost >= 0) || r->usage.input_tokens > INT64_MAX || r->usage.output_tokens > INT64_MAX ||
+	    r->from_seq > INT64_MAX || r->to_seq > INT64_MAX || r->first_seq > INT64_MAX || r->last_seq > INT64_MAX)
+		return STORE_E_INVAL;
+	int err = conv_exists(x, conv);
+	if (err)
+		return err;
+	if ((err = quota(x, 96 + r->model.len)) != 0)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	a_i64(&a, (int64_t)r->id);
+	a_i64(&a, r->status);
+	a_i64(&a, r->attempt);
+	a_i64(&a, (int64_t)r->from_seq);
+	a_i64(&a, (int64_t)r->to_seq);
+	a_i64(&a, (int64_t)r->first_seq);
+	a_i64(&a, (int64_t)r->last_seq);
+	a_bytes(&a, r->model, 0);
+	a_i64(&a, (int64_t)r->usage.input_tokens);
+	a_i64(&a, (int64_t)r->usage.output_tokens);
+	a_f64(&a, r->usage.cost);
+	a_i64(&a, r->started_at);
+	a_i64(&a, r->ended_at);
+	return run(x, Q_RUN_PUT, &a, &err) ? 0 : err;
+}
+
+static int run_row(const PGresult *r, int i, struct store_run *out)
+{
+	int64_t st = g_i64(r, i, 1), att = g_i64(r, i, 2);
+	if (st < 0 || st > STORE_RUN_INTERRUPTED || att < 1 || att > UINT32_MAX)
+		return STORE_E_CORRUPT;
+	*out = (struct store_run){
+		.id = (uint64_t)g_i64(r, i, 0), .status = (int)st, .attempt = (uint32_t)att,
+		.from_seq = (uint64_t)g_i64(r, i, 3), .to_seq = (uint64_t)g_i64(r, i, 4),
+		.first_seq = (uint64_t)g_i64(r, i, 5), .last_seq = (uint64_t)g_i64(r, i, 6),
+		.model = g_bytes(r, i, 7),
+		.usage = { (uint64_t)g_i64(r, i, 8), (uint64_t)g_i64(r, i, 9), g_f64(r, i, 10) },
+		.started_at = g_i64(r, i, 11), .ended_at = g_i64(r, i, 12),
+	};
+	return 0;
+}
+
+int store_run_get(store_txn *x, const char *conv, uint64_t id, struct store_run *out)
+{
+	CHECK_TXN(x);
+	if (!out || !id)
+		return STORE_E_INVAL;
+	int err = conv_exists(x, conv);
+	if (err)
+		return err;
+	if (id > INT64_MAX)
+		return STORE_E_NOTFOUND;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	a_i64(&a, (int64_t)id);
+	PGresult *r = run(x, Q_RUN_GET, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	return run_row(r, 0, out) ? fail(x, STORE_E_CORRUPT) : 0;
+}
+
+int store_runs_list(store_txn *x, const char *conv, uint64_t before, size_t limit,
+		    int (*fn)(void *, const struct store_run *), void *arg, int *more)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	if (more)
+		*more = 0;
+	int err = conv_exists(x, conv);
+	if (err)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	a_i64(&a, before > INT64_MAX ? 0 : (int64_t)before);
+	a_i64(&a, limit && limit < INT64_MAX ? (int64_t)limit + 1 : INT64_MAX);
+	PGresult *r = run(x, Q_RUN_LIST, &a, &err);
+	if (!r)
+		return err;
+	int n = PQntuples(r);
+	if (limit && (size_t)n > limit) {
+		n = (int)limit;
+		if (more)
+			*more = 1;
+	}
+	for (int i = 0; i < n; i++) {
+		struct store_run rr;
+		if (run_row(r, i, &rr))
+			return fail(x, STORE_E_CORRUPT);
+		int rc = fn(arg, &rr);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}

@@ -235,15 +235,61 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t 
 	return a;
 }
 
+static json_t *run_json(const struct store_run *r)
+{
+	json_t *o = json_pack("{sIsssIsIsIss#sosI}", "id", (json_int_t)r->id, "status", store_run_status_name(r->status),
+			      "attempt", (json_int_t)r->attempt, "from_seq", (json_int_t)r->from_seq, "to_seq",
+			      (json_int_t)r->to_seq, "model", (const char *)r->model.ptr, (int)r->model.len, "usage",
+			      usage_json(&r->usage), "started_at", (json_int_t)r->started_at);
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "first_seq", r->first_seq ? json_integer((json_int_t)r->first_seq) : json_null());
+	json_object_set_new(o, "last_seq", r->last_seq ? json_integer((json_int_t)r->last_seq) : json_null());
+	json_object_set_new(o, "ended_at", r->ended_at ? json_integer(r->ended_at) : json_null());
+	return o;
+}
+
 static void op_get(store_txn *t, struct job *j)
 {
 	struct store_conv c;
+	struct store_run run;
 	int e = store_conv_get(t, j->rq.conv, &c);
 	if (e) {
 		job_store_error(j, e, "conversation");
 		return;
 	}
-	j->reply = json_pack("{so}", "conversation", conv_json(t, &c, 1));
+	json_t *o = conv_json(t, &c, 1);
+	int running = o ? conv_run_running(t, j->rq.conv, &run) : 0;
+	if (o) /* the active run (docs/protocol.md, "Runs"), null between turns */
+		json_object_set_new(o, "run", running > 0 ? run_json(&run) : json_null());
+	j->reply = json_pack("{so}", "conversation", o);
+}
+
+struct runs_ctx {
+	json_t *a;
+	uint64_t last;
+};
+
+static int runs_one(void *arg, const struct store_run *r)
+{
+	struct runs_ctx *c = arg;
+	c->last = r->id;
+	return json_array_append_new(c->a, run_json(r)) ? -ENOMEM : 0;
+}
+
+static void op_runs(store_txn *t, struct job *j)
+{
+	struct runs_ctx c = { json_array(), 0 };
+	int more = 0;
+	int e = c.a ? store_runs_list(t, j->rq.conv, j->rq.before, j->rq.limit, runs_one, &c, &more) : -ENOMEM;
+	if (e) {
+		json_decref(c.a);
+		job_store_error(j, e, "conversation");
+		return;
+	}
+	j->reply = json_pack("{so}", "runs", c.a);
+	if (more)
+		json_object_set_new(j->reply, "next", json_integer((json_int_t)c.last));
 }
 
 struct list_ctx {
@@ -837,6 +883,7 @@ static const struct op op_table[OP_COUNT] = {
 	[OP_SHUTDOWN] = { 0, op_shutdown, NULL, NULL },
 	[OP_CANCEL] = { OPF_WRITE, NULL, w_cancel, after_cancel },
 	[OP_RESUME] = { OPF_WRITE, NULL, w_resume, after_resume },
+	[OP_RUNS] = { OPF_TXN | OPF_LARGE, op_runs, NULL, NULL },
 };
 
 int ops_is_write(int op)

@@ -525,6 +525,8 @@ static void give_up(void *owner, int crashes, const char *msg)
 		e = store_event_latest_seq(t, w->conv, &last);
 	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_IDLE };
 	if (!e)
+		e = conv_run_end(t, w->conv, STORE_RUN_INTERRUPTED); /* its worker died: a resume runs it again */
+	if (!e)
 		e = conv_gave_up_append(t, w->conv, msg, strlen(msg), crashes, last, &seq);
 	if (!e)
 		e = store_conv_put(t, w->conv, &p);
