@@ -875,7 +875,7 @@ static void run_begin(uint64_t from_seq, uint64_t ctx_seq, const char *model)
 				    .from_seq = from_seq, .to_seq = ctx_seq,
 				    .model = { W.run_model, strlen(W.run_model) }, .started_at = now };
 	must(t, store_run_put(t, W.conv, &W.run), "start run");
-	commit(t, "start run", 0);
+	commit(t, "start run", 0); /* no event: agentd still tells watchers (runs) */
 }
 
 /* End the turn's run inside the transaction that commits the turn's end. */

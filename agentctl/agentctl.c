@@ -70,6 +70,7 @@ enum kind {
 	K_JSON,     /* any JSON value */
 	K_ENUM,     /* one of `choices` ("a|b"), matched case-insensitively */
 	K_CONST,    /* flag: sets `field` to the string `choices` */
+	K_TRUE,     /* flag: sets `field` to true */
 	K_SET_STR,  /* settings.<field>: string */
 	K_SET_LIST, /* settings.<field>: array of strings, repeatable */
 	K_SET_KV,   /* settings.<field>: object from KEY=VALUE, repeatable */
@@ -176,6 +177,7 @@ static const struct param opt_events[] = {
 
 static const struct param opt_watch[] = {
 	{"--after", "after", K_UINT, "N", NULL, false, "start after seq N (default: the current last seq: only new events)"},
+	{"--runs", "runs", K_TRUE, NULL, NULL, false, "also print each run as it starts and ends (- run {...})"},
 	{0},
 };
 
@@ -258,7 +260,8 @@ static const struct command commands[] = {
 	 pos_conv, opt_events, show_events, 0, "agentctl events demo --after 10 --wait 30000", NULL, "events/seq"},
 	{"watch", "watch", "follow a conversation live",
 	 "Follow a conversation live: print each event as it is committed (SEQ TYPE CONTENT) and each model delta\n"
-	 "while a turn streams (- delta {\"text\":...}), until interrupted (exit 0) or agentd closes (exit 0).\n"
+"while a turn streams (- delta {\"text\":...}), and with --runs each run as it starts and ends\n"
+	 "(- run {...}), until interrupted (exit 0) or agentd closes (exit 0).\n"
 	 "With --json, print the reply line and every streamed line as received.",
 	 pos_conv, opt_watch, NULL, CMD_WATCH, "agentctl watch demo --after 0", NULL, NULL},
 	{"resolve", "resolve", "settle a pending human tool call",
@@ -610,6 +613,9 @@ static void apply(const struct param *p, const char *v, json_t *req)
 		break;
 	case K_CONST:
 		json_object_set_new(req, p->field, must(json_string(p->choices)));
+		break;
+	case K_TRUE:
+		json_object_set_new(req, p->field, json_true());
 		break;
 	case K_SET_STR:
 		json_object_set_new(settings_of(req), p->field, arg_string(p, v, strlen(v)));
@@ -1582,11 +1588,16 @@ static _Noreturn void stream(struct conn *c, bool raw)
 		json_t *v = raw ? NULL : parse_line(line, len);
 		const json_t *ev = json_object_get(v, "event");
 		const json_t *delta = json_object_get(v, "delta");
+		const json_t *run = json_object_get(v, "run");
 		if (json_is_object(ev)) {
 			print_event(ev);
 		} else if (delta) {
 			char *t = dump(delta);
 			printf("- delta %s\n", t);
+			free(t);
+		} else if (json_is_object(run)) {
+			char *t = dump(run);
+			printf("- run %s\n", t);
 			free(t);
 		} else {
 			print_line(line, len);

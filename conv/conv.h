@@ -49,6 +49,12 @@ void tail_free(struct tail *t);
  * shown as null: `agentd check` names it). */
 json_t *conv_event_json(const struct store_event *ev);
 
+/* A run as the protocol shows it (docs/protocol.md, "Runs"): {id, status,
+ * attempt, from_seq, to_seq, first_seq, last_seq, model, usage, started_at,
+ * ended_at}, first/last_seq and ended_at null until it ends. NULL when out
+ * of memory. */
+json_t *conv_run_json(const struct store_run *r);
+
 /* The fsm_state a conversation records: {state, pending, last_seq}; pending
  * (stolen; NULL: {}) maps each awaited tool_call_id to its call. */
 json_t *conv_fsm_state(const char *state, json_t *pending, uint64_t last_seq);

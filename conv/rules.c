@@ -23,6 +23,22 @@ json_t *conv_event_json(const struct store_event *ev)
 	return o;
 }
 
+json_t *conv_run_json(const struct store_run *r)
+{
+	json_t *o = json_pack("{sIsssIsIsIss#s{sIsIsf}sI}", "id", (json_int_t)r->id, "status",
+			      store_run_status_name(r->status), "attempt", (json_int_t)r->attempt, "from_seq",
+			      (json_int_t)r->from_seq, "to_seq", (json_int_t)r->to_seq, "model", (const char *)r->model.ptr,
+			      (int)r->model.len, "usage", "input_tokens", (json_int_t)r->usage.input_tokens,
+			      "output_tokens", (json_int_t)r->usage.output_tokens, "cost", r->usage.cost, "started_at",
+			      (json_int_t)r->started_at);
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "first_seq", r->first_seq ? json_integer((json_int_t)r->first_seq) : json_null());
+	json_object_set_new(o, "last_seq", r->last_seq ? json_integer((json_int_t)r->last_seq) : json_null());
+	json_object_set_new(o, "ended_at", r->ended_at ? json_integer(r->ended_at) : json_null());
+	return o;
+}
+
 json_t *conv_fsm_state(const char *state, json_t *pending, uint64_t last_seq)
 {
 	return json_pack("{sssosI}", "state", state, "pending", pending ? pending : json_object(), "last_seq",

@@ -252,7 +252,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		return 0;
 	case OP_EVENTS: case OP_WATCH:
 		if (rq->op == OP_WATCH)
-			ONLY("conversation", "after");
+			ONLY("conversation", "after", "runs");
 		else
 			ONLY("conversation", "after", "before", "limit", "type", "wait_ms");
 		if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
@@ -264,6 +264,10 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		if ((e = get_uint(p, "wait_ms", PROTO_WAIT_MAX, NULL, &u)))
 			return e;
 		rq->wait_ms = json_object_get(p->o, "wait_ms") ? (int64_t)u : 0;
+		v = json_object_get(p->o, "runs");
+		if (v && !json_is_boolean(v))
+			return bad(p, "'runs' must be true or false");
+		rq->runs = json_is_true(v);
 		v = json_object_get(p->o, "type");
 		if (v) {
 			static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",

@@ -53,6 +53,7 @@ struct request {
 	json_t *result;         /* resolve (borrowed), NULL: none */
 	const char *by;         /* resolve: who decided (PROTO_BY_MAX bytes at most), NULL: not given */
 	int signal;             /* kill: SIGKILL or SIGTERM */
+	int runs;               /* watch: stream run starts and ends too */
 };
 
 /* The configuration's names, for validating models and tools. */

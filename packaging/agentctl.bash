@@ -44,7 +44,7 @@ _agentctl()
 	update) opts="--model --system --tool --param --end" ;;
 	send) opts="--event-id --json-content" ;;
 	events) opts="--after --before --limit --type --wait" ;;
-	watch) opts="--after" ;;
+	watch) opts="--after --runs" ;;
 	resolve) opts="--status --result" ;;
 	approve | deny) opts="--comment" ;;
 	tool-calls) opts="--status" ;;

@@ -235,20 +235,6 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t 
 	return a;
 }
 
-static json_t *run_json(const struct store_run *r)
-{
-	json_t *o = json_pack("{sIsssIsIsIss#sosI}", "id", (json_int_t)r->id, "status", store_run_status_name(r->status),
-			      "attempt", (json_int_t)r->attempt, "from_seq", (json_int_t)r->from_seq, "to_seq",
-			      (json_int_t)r->to_seq, "model", (const char *)r->model.ptr, (int)r->model.len, "usage",
-			      usage_json(&r->usage), "started_at", (json_int_t)r->started_at);
-	if (!o)
-		return NULL;
-	json_object_set_new(o, "first_seq", r->first_seq ? json_integer((json_int_t)r->first_seq) : json_null());
-	json_object_set_new(o, "last_seq", r->last_seq ? json_integer((json_int_t)r->last_seq) : json_null());
-	json_object_set_new(o, "ended_at", r->ended_at ? json_integer(r->ended_at) : json_null());
-	return o;
-}
-
 static void op_get(store_txn *t, struct job *j)
 {
 	struct store_conv c;
@@ -261,7 +247,7 @@ static void op_get(store_txn *t, struct job *j)
 	json_t *o = conv_json(t, &c, 1);
 	int running = o ? conv_run_running(t, j->rq.conv, &run) : 0;
 	if (o) /* the active run (docs/protocol.md, "Runs"), null between turns */
-		json_object_set_new(o, "run", running > 0 ? run_json(&run) : json_null());
+		json_object_set_new(o, "run", running > 0 ? conv_run_json(&run) : json_null());
 	j->reply = json_pack("{so}", "conversation", o);
 }
 
@@ -274,7 +260,7 @@ static int runs_one(void *arg, const struct store_run *r)
 {
 	struct runs_ctx *c = arg;
 	c->last = r->id;
-	return json_array_append_new(c->a, run_json(r)) ? -ENOMEM : 0;
+	return json_array_append_new(c->a, conv_run_json(r)) ? -ENOMEM : 0;
 }
 
 static void op_runs(store_txn *t, struct job *j)
@@ -372,6 +358,8 @@ static void op_watch(store_txn *t, struct job *j)
 		job_error(j, PERR_CONFLICT, "this connection is already watching");
 		return;
 	}
+	if (!e2 && j->rq.runs)
+		e2 = waiters_watch_runs(slot_client(j->slot), t);
 	if (e2) {
 		job_error(j, PERR_INTERNAL, "out of memory");
 		return;

@@ -735,8 +735,9 @@ static void worker_ipc(struct worker *w)
 			break;
 		case IPC_WRITTEN:
 			gate_release(&w->gm);
-			if (m.seq)
-				W.env->hooks.committed(w->conv);
+			/* Also a commit without an event: a run started, which
+			 * watchers that asked for runs stream (waiters.c). */
+			W.env->hooks.committed(w->conv);
 			/* The commit may have scheduled an expiry, also one that
 			 * appended no event (seq 0: a deadline added to a pending
 			 * call by a revived worker). */

@@ -3,7 +3,9 @@ active one in `get`, listed newest first with a cursor, interrupted by a kill -9
 attempt, ended by cancel and by a crash-loop give-up. The scripted model and tool are described in
 turnsutil.py."""
 import os
+import select
 import signal
+import subprocess
 
 import harness
 from harness import Agentd, pid_alive, wait_for
@@ -100,6 +102,64 @@ def test_cancel_and_give_up_end_the_run():
         wait_for(lambda: last_is(a, d, "assistant_msg", "survived"), 20, "the re-run")
         r = runs(a, d)
         assert [(x["id"], x["status"], x["attempt"]) for x in r][0] == (3, "completed", 3), r
+
+
+def test_watch_streams_run_starts_and_ends():
+    """A watcher gets {"run": ...} when a run starts (status running, before any event of the turn) and when
+    it ends (after the events of the commit that ends it); the runs before the watch began are not news.
+    Only a watch that asks (`runs: true`, `agentctl watch --runs`) gets them; agentctl prints `- run {...}`."""
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a)
+        a.send(c, "x")
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: x"), 20, "a first turn")
+        wait_for(lambda: runs(a, c) and runs(a, c)[0]["status"] == "completed", 10, "its run ended")
+        plain = a.watch(c)  # without runs: only events, as before
+        w = a.conn()
+        r = w.request({"op": "watch", "conversation": c, "runs": True})
+        assert r["ok"] is True, r
+        a.send(c, "block b")
+        lines = [w.recv(20) for _ in range(2)]
+        assert lines[0]["event"]["type"] == "user_msg", lines
+        assert lines[1]["run"]["status"] == "running" and lines[1]["run"]["id"] == 2, lines
+        assert lines[1]["run"]["ended_at"] is None and lines[1]["run"]["from_seq"] == 2, lines
+        release(a, "b")
+        lines = [w.recv(20) for _ in range(2)]
+        assert lines[0]["event"]["type"] == "assistant_msg", lines
+        r = lines[1]["run"]
+        assert (r["id"], r["status"], r["first_seq"], r["last_seq"]) == (2, "completed", 4, 4), lines
+        w.close()
+        assert [plain.recv(10)["event"]["type"] for _ in range(2)] == ["user_msg", "assistant_msg"]
+        plain.close()
+        for bad in ("yes", 1, None):
+            r = a.request({"op": "watch", "conversation": c, "runs": bad})
+            assert r["error"] == "bad_request" and "runs" in r["message"], r
+        # agentctl: replaying from seq 0 shows the watch is in place before the next turn starts.
+        p = subprocess.Popen([harness.AGENTCTL_BIN, "-s", a.socket, "watch", c, "--after", "0", "--runs"],
+                             stdout=subprocess.PIPE)
+        try:
+            out = b""
+
+            def lines_until(pred, what):
+                nonlocal out
+
+                def more():
+                    nonlocal out
+                    if select.select([p.stdout], [], [], 0.05)[0]:
+                        chunk = os.read(p.stdout.fileno(), 65536)
+                        assert chunk, out
+                        out += chunk
+                    return pred(out.decode().splitlines())
+                return wait_for(more, 20, what)
+
+            lines_until(lambda ls: len(ls) >= 4, "the replayed events")
+            a.send(c, "again")
+            lines_until(lambda ls: any(ln.startswith("- run ") and '"completed"' in ln for ln in ls), "the run end")
+            runs_lines = [ln for ln in out.decode().splitlines() if ln.startswith("- run ")]
+            assert len(runs_lines) in (1, 2) and '"id":3' in runs_lines[-1], out  # started and ended between reads: 1
+            assert "re: again" in out.decode(), out
+        finally:
+            p.terminate()
+            p.wait()
 
 
 def test_runs_paging_and_bad_requests():

@@ -8,8 +8,9 @@ from .aio import AsyncClient, AsyncWatch
 from .client import Client, Watch
 from .errors import (ERRORS, AgentdConnectionError, AgentdError, AgentdTimeout, BadRequest, Conflict, Internal,
                      NotFound, Stale, StoreFull, TooLarge, UnknownOp, Unavailable, error_from_reply)
-from .types import (Conversation, ConversationPage, Delta, Event, EventPage, ModelCall, Resolution, SendResult,
-                    Status, StoreStatus, Summary, ToolCall, Usage, Worker, WorkerStatus)
+from .types import (Cancelled, Conversation, ConversationPage, Delta, Event, EventPage, ModelCall, Resolution,
+                    Resumed, Run, RunPage, SendResult, Status, StoreStatus, Summary, ToolCall, Usage, Worker,
+                    WorkerStatus)
 
 __version__ = "0.1.0"
 
@@ -19,4 +20,5 @@ __all__ = [
     "Stale", "TooLarge", "StoreFull", "Unavailable", "Internal", "ERRORS", "error_from_reply",
     "Conversation", "ConversationPage", "Delta", "Event", "EventPage", "ModelCall", "Resolution", "SendResult",
     "Status", "StoreStatus", "Summary", "ToolCall", "Usage", "Worker", "WorkerStatus",
+    "Run", "RunPage", "Cancelled", "Resumed",
 ]
