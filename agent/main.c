@@ -62,6 +62,7 @@ static struct {
 	int active;          /* status active (as of the last read): a resumed give-up runs its turn again */
 	struct store_run run; /* the run of the model turn in progress (id 0: none); model points to run_model */
 	char run_model[128];
+	int paused;          /* status paused (as of the last read): the budget is spent, no turn */
 	int woken;           /* a wake was read since the last refresh */
 	int orphan;          /* the supervisor is gone: commit what is finished, then exit */
 	int stop;            /* told to stop while waiting to write: exit after it */
@@ -240,8 +241,17 @@ static void stop_now(void)
 }
 
 /* Done writing: give the gate back, with the last seq the commit made
- * visible (0: none), and honour a stop that came meanwhile. */
-static void gate_leave(uint64_t seq)
+ * visible (0: none), and honour a stop that came meanwhile. Never inlined
+ * nor given another calling convention, on every build type: a debugger
+ * stopping the worker between a commit and its announcement (a process
+ * test does) breaks at its address and reads seq from the first argument
+ * register, with or without debug information. */
+#if defined(__clang__)
+#define GATE_LEAVE_ATTR __attribute__((noinline))
+#else
+#define GATE_LEAVE_ATTR __attribute__((noipa))
+#endif
+static GATE_LEAVE_ATTR void gate_leave(uint64_t seq)
 {
 	if (W.orphan)
 		exit(0); /* its one write done: the next worker does the rest */
@@ -435,6 +445,7 @@ static void load_settings(store_txn *t)
 	}
 	W.ended = c.status == STORE_ENDED;
 	W.active = c.status == STORE_ACTIVE;
+	W.paused = c.status == STORE_PAUSED;
 	json_decref(W.settings);
 	W.settings = jsonmp_unpack(c.settings.ptr, c.settings.len);
 	if (!json_is_object(W.settings)) {
@@ -893,6 +904,18 @@ static void run_end(store_txn *t, int status, uint64_t first, uint64_t last, con
 	W.run.id = 0;
 }
 
+/* A human call's deadline (tc's expires from now) and, with warn_before,
+ * its expiry warning: durable like the deadline, in the caller's
+ * transaction. */
+static int schedule_deadline(store_txn *t, const char *id, const struct tool_cfg *tc)
+{
+	int64_t deadline = store_txn_now(t) + tc->expires_ms;
+	int e = store_expiry_schedule(t, id, deadline);
+	if (!e && tc->warn_before_ms > 0)
+		e = store_warning_schedule(t, id, deadline - tc->warn_before_ms);
+	return e;
+}
+
 /* The turn's assistant_msg, its tool calls (rows, suspensions, expiries),
  * usage, audit row, status and fsm_state: one transaction. */
 static void commit_turn(struct model_reply *r, uint64_t ctx_seq, int round, const json_t *req, const char *model,
@@ -937,15 +960,18 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, int round, cons
 			humans++;
 			append(t, "suspension", json_pack("{ssso}", "tool_call_id", id, "prompt", prompt));
 			if (tc->expires_ms > 0)
-				must(t, store_expiry_schedule(t, id, store_txn_now(t) + tc->expires_ms), "expiry");
+				must(t, schedule_deadline(t, id, tc), "expiry");
 			json_object_set_new(pending, id, json_pack("{s:s, s:s, s:s}", "executor", "human", "name", mc->name,
 								   "prompt", tc->prompt));
 		} else {
 			servers++;
 		}
 	}
+	/* Counted in the turn's own transaction: a turn killed before it is
+	 * counted nowhere, and its re-run once (a budget never pays twice). */
 	struct store_usage u = { r->input_tokens, r->output_tokens, r->cost };
 	must(t, store_usage_add(t, W.conv, &u), "usage");
+	must(t, store_turns_add(t, W.conv, 1), "turns");
 	audit(t, a, req, model, &u, latency);
 	uint64_t last = 0;
 	must(t, store_event_latest_seq(t, W.conv, &last), "latest seq");
@@ -1034,6 +1060,52 @@ static int max_tool_rounds(void)
 		       : W.cfg.max_tool_rounds;
 }
 
+/* ---- budgets ---------------------------------------------------------- */
+
+/* The limit the conversation's committed usage has reached under its
+ * settings as this transaction reads them, or NULL; *why as
+ * conv_budget_exceeded gives it. */
+static const char *budget_spent(store_txn *t, json_t **why)
+{
+	struct store_conv c;
+	int e = store_conv_get(t, W.conv, &c);
+	if (e) {
+		store_txn_abort(t);
+		die_store(e, "read conversation");
+	}
+	json_t *settings = jsonmp_unpack(c.settings.ptr, c.settings.len);
+	struct config_budget b;
+	conv_budget_of(settings, &W.cfg.budget, &b);
+	json_decref(settings);
+	return conv_budget_exceeded(&b, &c.usage, c.turns, why);
+}
+
+/* Before a turn's model call: with the budget spent, a budget_exceeded
+ * event and status paused commit together, and the turn stays owed (a
+ * larger budget set with `update` makes the conversation active again).
+ * Returns 1 when paused. Decided again inside the write transaction: an
+ * update that raised the budget since the read must not be paused over. */
+static int budget_pause(uint64_t ctx_seq)
+{
+	store_txn *t = rbegin();
+	const char *limit = budget_spent(t, NULL);
+	store_txn_abort(t);
+	if (!limit)
+		return 0;
+	t = wbegin(1);
+	json_t *why = NULL;
+	if (!(limit = budget_spent(t, &why))) {
+		wabort(t);
+		return 0;
+	}
+	uint64_t seq = append(t, "budget_exceeded", why);
+	put_state(t, STORE_PAUSED, conv_fsm_state("paused", NULL, seq));
+	commit(t, "pause", seq);
+	log_info("%s: the budget's %s is reached: paused before the turn after seq %llu", W.conv, limit,
+		 (unsigned long long)ctx_seq);
+	return 1;
+}
+
 /* Model round `round` of a turn (tail.h): past max_tool_rounds rounds that
  * each called tools, the turn ends with an error instead of another call, so a
  * model that always calls a tool cannot loop forever; a user_msg starts anew. */
@@ -1060,7 +1132,9 @@ static void run_turn(int round, uint64_t from_seq)
 		commit_error(msg, 0, ctx_seq);
 		return;
 	}
-	run_begin(from_seq, ctx_seq, mc->name);
+	if (budget_pause(ctx_seq))
+		return;
+	run_begin(from_seq, ctx_seq, mc->name); /* after the budget: a paused turn calls no model, makes no run */
 	json_t *req = render_turn(W.conv, ctx_seq, W.settings, &W.cfg, W.summary, W.events);
 	offer_mcp(req);
 	struct model_run mr;
@@ -1321,9 +1395,9 @@ static int await_people(const json_t *unsettled)
 			jsonmp_buf_destroy(&pb);
 			json_decref(p);
 			if (!e && tc && tc->expires_ms > 0)
-				e = store_expiry_schedule(t, id, store_txn_now(t) + tc->expires_ms);
+				e = schedule_deadline(t, id, tc);
 		} else if (!e && row.status == STORE_TC_PENDING && row.deadline == 0 && tc && tc->expires_ms > 0) {
-			e = store_expiry_schedule(t, id, store_txn_now(t) + tc->expires_ms);
+			e = schedule_deadline(t, id, tc);
 		}
 		must(t, e, "pending row");
 		json_object_set_new(pending, id, json_pack("{s:s, s:s, s:s}", "executor", "human", "name", name, "prompt", prompt));
@@ -1366,6 +1440,15 @@ static int compact(int keep, char *err, size_t errlen)
 	if (!mc) {
 		json_decref(msgs);
 		snprintf(err, errlen, "model '%s' is not in the configuration", model ? model : "(none)");
+		return -1;
+	}
+	/* A summary's model call is paid from the same budget. */
+	store_txn *bt = rbegin();
+	const char *spent = budget_spent(bt, NULL);
+	store_txn_abort(bt);
+	if (spent) {
+		json_decref(msgs);
+		snprintf(err, errlen, "the budget's %s is reached: no model call (raise it with update)", spent);
 		return -1;
 	}
 	report_state("compacting");
@@ -1487,7 +1570,16 @@ static void run(void)
 		 * owe (a turn, a tool to dispatch) is not done. */
 		if (W.ended && (tl.action == TAIL_TURN || tl.action == TAIL_TOOLS))
 			log_info("%s: the conversation is ended: the work its log owes is not done", W.conv);
-		else if (tl.action == TAIL_TURN) {
+		else if (W.paused && tl.action == TAIL_TURN) {
+			/* Its turn waits for a larger budget: `update` makes it
+			 * active and wakes this worker. */
+			tail_free(&tl);
+			report_state("idle");
+			answer_compacts();
+			if (W.woken)
+				continue;
+			return;
+		} else if (tl.action == TAIL_TURN) {
 			int round = tl.round;
 			/* The run answers the events after the last turn boundary
 			 * (its marker, or the summary's end when it covers it). */

@@ -40,6 +40,8 @@ void config_init(struct config *c)
 	c->max_tool_rounds = 25;
 	c->model_out_cap = 4 << 20;
 	c->log_level = LOG_INFO;
+	c->budget.max_tokens = c->budget.max_turns = -1;
+	c->budget.max_cost = -1;
 }
 
 static void iso_free(struct isolate_cfg *i)
@@ -251,9 +253,35 @@ static int seen_before(struct loader *l, const char *section, const char *k)
 	return 0;
 }
 
+/* [agentd] budget_*: the default limits of every conversation's budget. */
+static int budget_key(struct config_budget *b, const char *k, const char *v)
+{
+	char *end;
+	if (!strcmp(k, "budget_max_tokens") || !strcmp(k, "budget_max_turns")) {
+		errno = 0;
+		long long n = strtoll(v, &end, 10);
+		if (errno || end == v || *end || n < 0)
+			return -1;
+		*(!strcmp(k, "budget_max_tokens") ? &b->max_tokens : &b->max_turns) = n;
+		return 0;
+	}
+	if (!strcmp(k, "budget_max_cost")) {
+		/* Decimal digits with an optional point, as durations: no
+		 * exponent, no nan or inf. */
+		if (!*v || strspn(v, "0123456789.") != strlen(v) || strchr(v, '.') != strrchr(v, '.') ||
+		    !strcmp(v, "."))
+			return -1;
+		b->max_cost = strtod(v, &end);
+		return *end ? -1 : 0;
+	}
+	return -2;
+}
+
 static int agentd_key(struct config *c, const char *k, const char *v)
 {
 	int b;
+	if (!strncmp(k, "budget_", 7))
+		return budget_key(&c->budget, k, v);
 	if (!strcmp(k, "data"))
 		return set_path(&c->data, v);
 	if (!strcmp(k, "socket"))
@@ -492,6 +520,8 @@ static int tool_key(struct tool_cfg *t, const char *k, const char *v)
 		return set_str(&t->prompt, v);
 	if (!strcmp(k, "expires"))
 		return config_duration(v, &t->expires_ms);
+	if (!strcmp(k, "warn_before"))
+		return config_duration(v, &t->warn_before_ms) || t->warn_before_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "description"))
 		return set_str(&t->description, v);
 	if (!strcmp(k, "max_attempts"))
@@ -518,7 +548,7 @@ static int mcp_key(struct tool_cfg *t, const char *k, const char *v)
 		return -3;
 	/* A server tool's keys that mean nothing here: each tool has the
 	 * server's own description, and a server is no human. */
-	static const char *const not_here[] = { "executor", "prompt", "expires", "description" };
+	static const char *const not_here[] = { "executor", "prompt", "expires", "description", "warn_before" };
 	for (size_t i = 0; i < sizeof not_here / sizeof *not_here; i++)
 		if (!strcmp(k, not_here[i]))
 			return -2;
@@ -715,6 +745,26 @@ static int mcp_validate(const struct config *c, struct tool_cfg *t, char *err, s
 
 /* Checks that need the whole file: a server tool and a configured model
  * need a command that splits; map_size within max_map_size. */
+/* warn_before: a human tool's, and shorter than its expires (else the
+ * warning would come at or before the call itself). */
+static int warn_before_validate(const struct config *c, const struct tool_cfg *t, char *err, size_t errlen)
+{
+	if (!t->warn_before_ms)
+		return 0;
+	if (t->executor != EXEC_HUMAN)
+		snprintf(err, errlen, "%s: [tool.%s] warn_before is for human tools (executor = human)", c->path,
+			 t->name);
+	else if (t->expires_ms == 0)
+		snprintf(err, errlen, "%s: [tool.%s] warn_before needs an expiry: expires is 0 (never)", c->path,
+			 t->name);
+	else if (t->warn_before_ms >= t->expires_ms)
+		snprintf(err, errlen, "%s: [tool.%s] warn_before (%lld ms) must be shorter than expires (%lld ms)",
+			 c->path, t->name, (long long)t->warn_before_ms, (long long)t->expires_ms);
+	else
+		return 0;
+	return -1;
+}
+
 static int validate(struct config *c, char *err, size_t errlen)
 {
 	size_t max = c->max_map_size ? c->max_map_size : MAX_MAP_DEFAULT;
@@ -771,6 +821,8 @@ static int validate(struct config *c, char *err, size_t errlen)
 			return -1;
 		}
 		if (!t->prompt && (t->prompt = strdup("Approve?")) == NULL)
+			return -1;
+		if (warn_before_validate(c, t, err, errlen))
 			return -1;
 	}
 	return 0;

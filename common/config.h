@@ -68,11 +68,20 @@ struct tool_cfg {
 	int64_t timeout_ms;  /* server tools, default 30 s */
 	char *prompt;        /* human tools, default "Approve?" */
 	int64_t expires_ms;  /* human tools, 0: never (default 1 h) */
+	int64_t warn_before_ms; /* human tools: an expiry_warning this long before the deadline, 0: none */
 	char *description;
 	int max_attempts;    /* server tools: dispatches before "interrupted", default 3 */
 	size_t out_cap;      /* server tools: stdout cap, default 1 MiB */
 	struct isolate_cfg iso;
 	struct mcp_cfg *mcp; /* an [mcp.NAME] server (executor EXEC_SERVER, no command) */
+};
+
+/* A conversation's limits (settings.budget over [agentd] budget_*). A
+ * negative limit is none. */
+struct config_budget {
+	int64_t max_tokens;  /* input plus output tokens */
+	int64_t max_turns;   /* model turns */
+	double max_cost;
 };
 
 struct config {
@@ -97,6 +106,7 @@ struct config {
 	size_t model_out_cap;    /* 4 MiB */
 	int allow_any_uid;       /* peers of any uid may connect (default: same uid or root) */
 	int log_level;           /* LOG_* */
+	struct config_budget budget; /* the default budget: none */
 	int ephemeral;
 	struct model_cfg *models;
 	size_t nmodels;

@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "common/config.h"
 #include "store/store.h"
 
 enum tail_action {
@@ -120,5 +121,33 @@ int conv_run_end(store_txn *t, const char *conv, int status);
  * `cancelled`, and the conversation becomes idle with fsm_state idle. *cancelled gets the ids (new reference), *seq
  * the event's seq. Errors: any store error, -ENOMEM (both poison t). */
 int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_t *seq);
+/* Give the warning due for the pending call id (store_warning_schedule):
+ * an `expiry_warning` event {tool_call_id, name, deadline, expires_in_ms}
+ * in its conversation, and the warning's row dropped, in t: given once.
+ * conv (STORE_ID_MAX + 1 bytes) gets the conversation, *seq the event's.
+ * A call no longer pending (or gone) gets no event: its row is dropped and
+ * STORE_E_STALE returned (t stays usable). */
+int conv_expiry_warn(store_txn *t, const char *id, char *conv, uint64_t *seq);
+
+/* ---- budgets ---------------------------------------------------------- *
+ * settings.budget ({max_tokens, max_cost, max_turns}, each a limit or null
+ * for none) over the configuration's defaults: a limit the settings leave
+ * out is the default's. A model call starts only while the committed usage
+ * is under every limit; the call that crosses one still completes, the next
+ * is refused and the conversation is paused (docs/protocol.md, "Budgets"). */
+
+/* The budget in force for settings (an object; anything else: the defaults). */
+void conv_budget_of(const json_t *settings, const struct config_budget *dflt, struct config_budget *out);
+
+/* The first limit u and turns have reached (tokens, then cost, then turns): its name
+ * ("max_tokens", ...) with *why (may be NULL; a new reference) the content
+ * of its budget_exceeded event {limit, used, max, usage}; NULL when none is
+ * reached (*why is then NULL too). */
+const char *conv_budget_exceeded(const struct config_budget *b, const struct store_usage *u, uint64_t turns,
+				 json_t **why);
+
+/* The committed usage as the protocol shows it: {input_tokens,
+ * output_tokens, cost, turns}. */
+json_t *conv_usage_json(const struct store_usage *u, uint64_t turns);
 
 #endif

@@ -124,6 +124,29 @@ int conv_after_resolution(store_txn *t, const char *conv, int *ended)
 	return e;
 }
 
+int conv_expiry_warn(store_txn *t, const char *id, char *conv, uint64_t *seq)
+{
+	struct store_tool_call tc;
+	int e = store_tool_call_get(t, id, &tc);
+	if (e == STORE_E_NOTFOUND || (!e && tc.status != STORE_TC_PENDING))
+		return (e = store_warning_drop(t, id)) ? e : STORE_E_STALE;
+	if (e)
+		return e;
+	if (tc.conversation.len > STORE_ID_MAX)
+		return STORE_E_CORRUPT;
+	memcpy(conv, tc.conversation.ptr, tc.conversation.len);
+	conv[tc.conversation.len] = 0;
+	int64_t left = tc.deadline > 0 ? tc.deadline - store_txn_now(t) : 0;
+	json_t *content = json_pack("{s:s, s:s#, s:I, s:I}", "tool_call_id", id, "name", (const char *)tc.name.ptr,
+				    (int)tc.name.len, "deadline", (json_int_t)tc.deadline, "expires_in_ms",
+				    (json_int_t)(left > 0 ? left : 0));
+	if (!content)
+		return -ENOMEM;
+	e = append(t, conv, "expiry_warning", content, seq);
+	json_decref(content);
+	return e ? e : store_warning_drop(t, id);
+}
+
 static int error_append(store_txn *t, const char *conv, const char *msg, size_t len, int attempts,
 			uint64_t ctx_seq, int gave_up, uint64_t *seq)
 {

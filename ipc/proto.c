@@ -138,6 +138,31 @@ static int only(struct pctx *p, const char *const *allowed)
 	return 0;
 }
 
+/* settings.budget: {max_tokens, max_cost, max_turns}, each a limit or null
+ * (none); every key optional, no other key. */
+static int budget_check(struct pctx *p, json_t *b)
+{
+	const char *k;
+	json_t *v;
+	if (json_is_null(b))
+		return 0;
+	if (!json_is_object(b))
+		return bad(p, "'settings.budget' must be an object (max_tokens, max_cost, max_turns) or null");
+	json_object_foreach(b, k, v) {
+		if (!strcmp(k, "max_tokens") || !strcmp(k, "max_turns")) {
+			if (!json_is_null(v) && (!json_is_integer(v) || json_integer_value(v) < 0))
+				return bad(p, "'settings.budget.%s' must be an integer from 0 to %lld, or null (no limit)",
+					   k, (long long)INT64_MAX);
+		} else if (!strcmp(k, "max_cost")) {
+			if (!json_is_null(v) && (!json_is_number(v) || !(json_number_value(v) >= 0)))
+				return bad(p, "'settings.budget.max_cost' must be a number of at least 0, or null (no limit)");
+		} else {
+			return bad(p, "unknown field 'settings.budget.%s' (max_tokens, max_cost, max_turns)", k);
+		}
+	}
+	return 0;
+}
+
 static int settings_check(struct pctx *p, json_t *s, int full)
 {
 	const char *k;
@@ -172,12 +197,45 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 		} else if (!strcmp(k, "max_tool_rounds")) {
 			if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000)
 				return bad(p, "'settings.max_tool_rounds' must be an integer from 1 to 1000000");
+		} else if (!strcmp(k, "budget")) {
+			int e = budget_check(p, v);
+			if (e)
+				return e;
 		} else {
-			return bad(p, "unknown settings field '%s' (model, system, tools, params, max_tool_rounds)", k);
+			return bad(p, "unknown settings field '%s' (model, system, tools, params, budget, max_tool_rounds)",
+				   k);
 		}
 	}
 	if (full && !json_object_get(s, "model"))
 		return bad(p, "missing field 'settings.model'");
+	return 0;
+}
+
+/* metadata: an object of at most PROTO_META_MAX string values (or, in an
+ * update's patch, null: delete the key); keys of 1-PROTO_META_KEY_MAX bytes,
+ * values of at most PROTO_META_VAL_MAX, neither with a NUL byte. */
+static int metadata_check(struct pctx *p, json_t *m, int nulls)
+{
+	const char *k;
+	json_t *v;
+	if (!json_is_object(m))
+		return bad(p, "'metadata' must be an object of strings");
+	if (json_object_size(m) > PROTO_META_MAX)
+		return bad(p, "'metadata' has %zu keys (at most %d)", json_object_size(m), PROTO_META_MAX);
+	json_object_foreach(m, k, v) {
+		size_t kl = strlen(k);
+		if (kl == 0 || kl > PROTO_META_KEY_MAX)
+			return bad(p, "'metadata' keys must be 1-%d bytes", PROTO_META_KEY_MAX);
+		if (json_is_null(v) && nulls)
+			continue;
+		if (!json_is_string(v))
+			return bad(p, nulls ? "'metadata.%.64s' must be a string, or null to delete it"
+					    : "'metadata.%.64s' must be a string", k);
+		if (json_string_length(v) > PROTO_META_VAL_MAX)
+			return bad(p, "'metadata.%.64s' is longer than %d bytes", k, PROTO_META_VAL_MAX);
+		if (strlen(json_string_value(v)) != json_string_length(v))
+			return bad(p, "'metadata.%.64s' must not contain a NUL character", k);
+	}
 	return 0;
 }
 
@@ -190,7 +248,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 	int e;
 	uint64_t u = 0; /* GCC -O3 cannot see get_uint sets it before use */
 	json_t *v;
-	static const char *const conv_status[] = { "idle", "active", "suspended", "ended" };
+	static const char *const conv_status[] = { "idle", "active", "suspended", "ended", "paused" };
 	static const char *const tc_status[] = { "pending", "resolved", "errored", "expired", "cancelled" };
 	static const char *const res_status[] = { NULL, "resolved", "errored" };
 
@@ -203,22 +261,39 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		ONLY("conversation");
 		return get_id(p, "conversation", 1, &rq->conv);
 	case OP_CREATE:
-		ONLY("conversation", "settings");
+		ONLY("conversation", "settings", "metadata");
 		if ((e = get_id(p, "conversation", 0, &rq->conv)))
+			return e;
+		if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 0)))
 			return e;
 		if (!(rq->settings = json_object_get(p->o, "settings")))
 			return bad(p, "missing field 'settings'");
 		return settings_check(p, rq->settings, 1);
 	case OP_LIST:
-		ONLY("status", "limit", "after");
-		if ((e = get_enum(p, "status", conv_status, 4, &rq->status)) ||
+		ONLY("status", "limit", "after", "metadata", "model", "updated_after", "updated_before");
+		if ((e = get_enum(p, "status", conv_status, 5, &rq->status)) ||
 		    (e = get_uint_in(p, "limit", 1, PROTO_LIST_MAX, NULL, &u)))
 			return e;
 		rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 100;
+		if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 0)))
+			return e;
+		v = json_object_get(p->o, "model");
+		if (v && (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 128 ||
+			  strlen(json_string_value(v)) != json_string_length(v)))
+			return bad(p, "'model' must be a model name (a string of 1-128 bytes)");
+		rq->model = v ? json_string_value(v) : NULL;
+		if ((e = get_uint(p, "updated_after", INT64_MAX, NULL, &u)))
+			return e;
+		rq->updated_after = json_object_get(p->o, "updated_after") ? (int64_t)u : 0;
+		if ((e = get_uint_in(p, "updated_before", 1, INT64_MAX, NULL, &u)))
+			return e;
+		rq->updated_before = json_object_get(p->o, "updated_before") ? (int64_t)u : 0;
 		return get_id(p, "after", 0, &rq->conv);
 	case OP_UPDATE:
-		ONLY("conversation", "settings", "status");
+		ONLY("conversation", "settings", "status", "metadata");
 		if ((e = get_id(p, "conversation", 1, &rq->conv)))
+			return e;
+		if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 1)))
 			return e;
 		if ((rq->settings = json_object_get(p->o, "settings")) && (e = settings_check(p, rq->settings, 0)))
 			return e;
@@ -271,9 +346,9 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		v = json_object_get(p->o, "type");
 		if (v) {
 			static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
-				"suspension", "resolution", "error", "turn_cancelled" };
+				"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled" };
 			int t;
-			if ((e = get_enum(p, "type", types, 8, &t)))
+			if ((e = get_enum(p, "type", types, 10, &t)))
 				return e;
 			rq->type = types[t];
 		}

@@ -5,7 +5,7 @@
  * in schema_version; see docs/scale-out.md, "The PostgreSQL store"):
  *
  *   convs        id -> status, created_at, updated_at, lease, in_tok, out_tok,
- *                      cost, last_seq, settings, fsm
+ *                      cost, last_seq, settings, fsm, turns
  *   events       (conv, seq) -> type, inserted_at, event_id, content
  *                (unique (conv, event_id) where event_id is not null: the
  *                idempotency index)
@@ -13,6 +13,7 @@
  *   tool_calls   id -> conv, name, executor, status, inserted_at, resolved_at,
  *                      deadline, attempts, args, prompt, result
  *   expiries     (deadline, tool_call_id) -> conv
+ *   warnings     tool_call_id -> at, conv (index (at, tool_call_id))
  *   model_calls  (conv, turn_ref) -> model, in_tok, out_tok, cost, latency,
  *                      summary_version, inserted_at, rendered
  *   lease_seq    the sequence writer generations come from
@@ -59,18 +60,21 @@
 
 enum {
 	Q_CONV_GET, Q_CONV_LOCK, Q_CONV_INSERT, Q_CONV_UPDATE, Q_CONV_LIST, Q_CONV_IDS, Q_CONV_DELETE,
-	Q_LEASE_NEXT, Q_LEASE_GET, Q_LEASE_LOCK, Q_USAGE_SET, Q_LAST_SEQ,
+	Q_LEASE_NEXT, Q_LEASE_GET, Q_LEASE_LOCK, Q_USAGE_SET, Q_TURNS_SET, Q_LAST_SEQ,
 	Q_EVENT_DUP, Q_EVENT_INSERT, Q_EVENT_ID_SEQ, Q_EVENT_IDS,
 	Q_STREAM, Q_STREAM_TAIL,
 	Q_SUMMARY_PUT, Q_SUMMARY_LATEST,
 	Q_TC_UPSERT, Q_TC_GET, Q_TC_LOCK, Q_TC_CONV_LOCK, Q_TC_LIST, Q_TC_EACH, Q_TC_ATTEMPT, Q_TC_RESOLVE,
 	Q_EXP_SCHEDULE, Q_EXP_CANCEL, Q_EXP_DROP, Q_EXP_DUE, Q_EXP_EARLIEST,
+	Q_WARN_SCHEDULE, Q_WARN_DROP, Q_WARN_DUE, Q_WARN_EARLIEST,
 	Q_MC_PUT, Q_MC_LIST, Q_MC_GC,
 	Q_RUN_PUT, Q_RUN_GET, Q_RUN_LIST,
+	Q_META_SET, Q_META_DEL, Q_META_INS, Q_CONV_FIND_META,
 	NQ
 };
 
-#define CONV_COLS "id, status, created_at, updated_at, lease, in_tok, out_tok, cost, settings, fsm"
+#define CONV_COLS "id, status, created_at, updated_at, lease, in_tok, out_tok, cost, settings, fsm, metadata, turns"
+#define CONV_NCOLS 12 /* Q_CONV_LOCK's last_seq follows them */
 #define EV_COLS "seq, type, inserted_at, event_id, content"
 #define TC_COLS "id, conv, name, executor, status, inserted_at, resolved_at, deadline, attempts, args, prompt, result"
 #define RUN_COLS "id, status, attempt, from_seq, to_seq, first_seq, last_seq, model, in_tok, out_tok, cost, " \
@@ -93,7 +97,9 @@ static const char *const sql[NQ] = {
 			  "AND expiries.tool_call_id = t.id AND expiries.deadline = t.deadline), "
 			  "t AS (DELETE FROM tool_calls WHERE conv = $1::text), "
 			  "m AS (DELETE FROM model_calls WHERE conv = $1::text), "
-			  "r AS (DELETE FROM runs WHERE conv = $1::text) "
+			  "r AS (DELETE FROM runs WHERE conv = $1::text), "
+			  "k AS (DELETE FROM conv_meta WHERE conv = $1::text), "
+			  "w AS (DELETE FROM warnings WHERE conv = $1::text) "
 			  "DELETE FROM convs WHERE id = $1::text RETURNING 1",
 	[Q_LEASE_NEXT] = "UPDATE convs SET lease = GREATEST(nextval('lease_seq'), lease + 1) "
 			 "WHERE id = $1::text RETURNING lease",
@@ -101,6 +107,7 @@ static const char *const sql[NQ] = {
 	[Q_LEASE_LOCK] = "SELECT lease, last_seq FROM convs WHERE id = $1::text FOR UPDATE",
 	[Q_USAGE_SET] = "UPDATE convs SET in_tok = $2::int8, out_tok = $3::int8, cost = $4::float8, "
 			"updated_at = $5::int8 WHERE id = $1::text",
+	[Q_TURNS_SET] = "UPDATE convs SET turns = $2::int8, updated_at = $3::int8 WHERE id = $1::text",
 	[Q_LAST_SEQ] = "SELECT last_seq FROM convs WHERE id = $1::text",
 	[Q_EVENT_DUP] = "SELECT seq FROM events WHERE conv = $1::text AND event_id = $2::bytea",
 	/* One round trip per event: the insert, or nothing for a repeated
@@ -145,7 +152,8 @@ static const char *const sql[NQ] = {
 			 "u AS (UPDATE tool_calls t SET status = $2::int8, result = $3::bytea, resolved_at = $4::int8, "
 			 "deadline = 0 FROM old WHERE t.id = old.id RETURNING 1), "
 			 "d AS (DELETE FROM expiries e USING old WHERE old.deadline > 0 AND e.deadline = old.deadline "
-			 "AND e.tool_call_id = old.id) SELECT conv FROM old",
+			 "AND e.tool_call_id = old.id), "
+			 "w AS (DELETE FROM warnings w USING old WHERE w.tool_call_id = old.id) SELECT conv FROM old",
 	[Q_EXP_SCHEDULE] = "WITH d AS (DELETE FROM expiries WHERE deadline = $3::int8 AND tool_call_id = $1::text), "
 			   "u AS (UPDATE tool_calls SET deadline = $2::int8 WHERE id = $1::text) "
 			   "INSERT INTO expiries (deadline, tool_call_id, conv) VALUES ($2::int8, $1::text, $4::text) "
@@ -156,6 +164,11 @@ static const char *const sql[NQ] = {
 	[Q_EXP_DUE] = "SELECT deadline, tool_call_id, conv FROM expiries WHERE deadline <= $1::int8 "
 		      "ORDER BY deadline, tool_call_id",
 	[Q_EXP_EARLIEST] = "SELECT deadline FROM expiries ORDER BY deadline LIMIT 1",
+	[Q_WARN_SCHEDULE] = "INSERT INTO warnings (tool_call_id, at, conv) VALUES ($1::text, $2::int8, $3::text) "
+			    "ON CONFLICT (tool_call_id) DO UPDATE SET at = EXCLUDED.at, conv = EXCLUDED.conv",
+	[Q_WARN_DROP] = "DELETE FROM warnings WHERE tool_call_id = $1::text",
+	[Q_WARN_DUE] = "SELECT at, tool_call_id, conv FROM warnings WHERE at <= $1::int8 ORDER BY at, tool_call_id",
+	[Q_WARN_EARLIEST] = "SELECT at FROM warnings ORDER BY at, tool_call_id LIMIT 1",
 	[Q_MC_PUT] = "INSERT INTO model_calls (conv, turn_ref, model, in_tok, out_tok, cost, latency, "
 		     "summary_version, inserted_at, rendered) VALUES ($1::text, $2::int8, $3::bytea, $4::int8, "
 		     "$5::int8, $6::float8, $7::int8, $8::int8, $9::int8, $10::bytea) ON CONFLICT (conv, turn_ref) "
@@ -175,6 +188,13 @@ static const char *const sql[NQ] = {
 	/* One more than the limit says whether runs are left. */
 	[Q_RUN_LIST] = "SELECT " RUN_COLS " FROM runs WHERE conv = $1::text AND ($2::int8 = 0 OR id < $2::int8) "
 		       "ORDER BY id DESC LIMIT $3::int8",
+	[Q_META_SET] = "UPDATE convs SET metadata = $2::bytea WHERE id = $1::text",
+	[Q_META_DEL] = "DELETE FROM conv_meta WHERE conv = $1::text",
+	[Q_META_INS] = "INSERT INTO conv_meta (k, v, conv) VALUES ($1::bytea, $2::bytea, $3::text)",
+	/* Walks conv_meta's primary key (k, v, conv): the matches of one pair, in id order. */
+	[Q_CONV_FIND_META] = "SELECT " CONV_COLS " FROM conv_meta m JOIN convs c ON c.id = m.conv "
+			     "WHERE m.k = $1::bytea AND m.v = $2::bytea AND ($3::text IS NULL OR m.conv > $3::text) "
+			     "ORDER BY m.conv LIMIT $4::int8",
 };
 
 /* Schema version 1, created in one transaction under an advisory lock (two
@@ -186,7 +206,11 @@ static const char schema_v1[] =
 	" created_at bigint NOT NULL, updated_at bigint NOT NULL, lease bigint NOT NULL DEFAULT 0,"
 	" in_tok bigint NOT NULL DEFAULT 0, out_tok bigint NOT NULL DEFAULT 0,"
 	" cost float8 NOT NULL DEFAULT 0, last_seq bigint NOT NULL DEFAULT 0,"
-	" settings bytea NOT NULL, fsm bytea);"
+	" settings bytea NOT NULL, fsm bytea, metadata bytea, turns bigint NOT NULL DEFAULT 0);"
+	/* The metadata index: one row per (key, value) pair of a conversation. */
+	"CREATE TABLE conv_meta (k bytea NOT NULL, v bytea NOT NULL, conv text COLLATE \"C\" NOT NULL,"
+	" PRIMARY KEY (k, v, conv));"
+	"CREATE INDEX conv_meta_conv ON conv_meta (conv);"
 	"CREATE TABLE events (conv text COLLATE \"C\" NOT NULL, seq bigint NOT NULL,"
 	" type text COLLATE \"C\" NOT NULL, inserted_at bigint NOT NULL, event_id bytea,"
 	" content bytea NOT NULL, PRIMARY KEY (conv, seq));"
@@ -205,6 +229,9 @@ static const char schema_v1[] =
 	"CREATE INDEX tool_calls_conv ON tool_calls (conv, id);"
 	"CREATE TABLE expiries (deadline bigint NOT NULL, tool_call_id text COLLATE \"C\" NOT NULL,"
 	" conv text COLLATE \"C\" NOT NULL, PRIMARY KEY (deadline, tool_call_id));"
+	"CREATE TABLE warnings (tool_call_id text COLLATE \"C\" PRIMARY KEY, at bigint NOT NULL,"
+	" conv text COLLATE \"C\" NOT NULL);"
+	"CREATE INDEX warnings_at ON warnings (at, tool_call_id);"
 	"CREATE TABLE model_calls (conv text COLLATE \"C\" NOT NULL, turn_ref bigint NOT NULL,"
 	" model bytea NOT NULL, in_tok bigint NOT NULL, out_tok bigint NOT NULL, cost float8 NOT NULL,"
 	" latency bigint NOT NULL, summary_version bigint NOT NULL, inserted_at bigint NOT NULL,"
@@ -768,6 +795,16 @@ int pg_store_sync(store *s)
 }
 
 /* No reader table: a dead process's connections end with it. */
+/* A PostgreSQL database is backed up with PostgreSQL's own tools (pg_dump,
+ * pg_basebackup): a copy from here could not be consistent with the
+ * server's other databases, roles and settings, nor be restored as one. */
+int store_backup(store *s, const char *dir)
+{
+	(void)s;
+	(void)dir;
+	return -EOPNOTSUPP;
+}
+
 int store_reader_check(store *s, int *cleared)
 {
 	if (!s)
@@ -994,7 +1031,9 @@ static int conv_row(const PGresult *r, int row, struct store_conv *c)
 	c->usage.cost = g_f64(r, row, 7);
 	c->settings = g_bytes(r, row, 8);
 	c->fsm_state = g_bytes(r, row, 9);
-	if (st < 0 || st > STORE_ENDED)
+	c->metadata = g_bytes(r, row, 10);
+	c->turns = (uint64_t)g_i64(r, row, 11);
+	if (st < 0 || st > STORE_STATUS_MAX)
 		return STORE_E_CORRUPT;
 	c->status = (int)st;
 	return 0;
@@ -1027,9 +1066,9 @@ static int conv_load(store_txn *x, const char *id, struct store_conv *c, uint64_
 	if (PQntuples(r) == 0)
 		return STORE_E_NOTFOUND;
 	if (x->write)
-		held_set(x, id, (uint64_t)g_i64(r, 0, 10));
+		held_set(x, id, (uint64_t)g_i64(r, 0, CONV_NCOLS));
 	if (last)
-		*last = x->write ? (uint64_t)g_i64(r, 0, 10) : 0;
+		*last = x->write ? (uint64_t)g_i64(r, 0, CONV_NCOLS) : 0;
 	struct store_conv tmp;
 	return conv_row(r, 0, c ? c : &tmp) ? fail(x, STORE_E_CORRUPT) : 0;
 }
@@ -1073,6 +1112,46 @@ int store_conv_get(store_txn *x, const char *id, struct store_conv *out)
 	return conv_load(x, id, out, NULL);
 }
 
+/* ---- metadata: a column, and conv_meta rows as its index -------------- */
+
+struct meta_ins {
+	store_txn *x;
+	const char *id;
+};
+
+static int meta_ins_one(void *arg, const char *k, size_t kl, const char *v, size_t vl)
+{
+	struct meta_ins *m = arg;
+	struct args a = { 0 };
+	int err;
+	a_bin(&a, k, kl);
+	a_bin(&a, v, vl);
+	a_str(&a, m->id);
+	return run(m->x, Q_META_INS, &a, &err) ? 0 : err;
+}
+
+/* Replace the metadata (valid: checked by the caller) and its index rows;
+ * an empty map is stored as none. */
+static int meta_set(store_txn *x, const char *id, store_bytes m)
+{
+	struct args a = { 0 };
+	int err;
+	if (m.len == 1 && *(const unsigned char *)m.ptr == 0x80)
+		m.len = 0;
+	if ((err = quota(x, m.len * 2)) != 0)
+		return err;
+	a_str(&a, id);
+	a_bytes(&a, m, 1);
+	if (!run(x, Q_META_SET, &a, &err))
+		return err;
+	struct args d = { 0 };
+	a_str(&d, id);
+	if (!run(x, Q_META_DEL, &d, &err))
+		return err;
+	struct meta_ins mi = { x, id };
+	return store_meta_each(m, meta_ins_one, &mi);
+}
+
 int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *p)
 {
 	CHECK_WRITE(x);
@@ -1083,6 +1162,8 @@ int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *
 	if ((p->set & STORE_SET_STATUS) && !store_status_name(p->status))
 		return STORE_E_INVAL;
 	if ((p->set & STORE_SET_FSM) && !opt_mp_ok(p->fsm_state))
+		return STORE_E_INVAL;
+	if ((p->set & STORE_SET_METADATA) && !store_meta_valid(p->metadata))
 		return STORE_E_INVAL;
 	struct store_conv c;
 	int err = conv_load(x, id, &c, NULL);
@@ -1108,7 +1189,9 @@ int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *
 	a_i64(&a, c.status);
 	a_bytes(&a, c.fsm_state, 1);
 	a_i64(&a, x->now);
-	return run(x, Q_CONV_UPDATE, &a, &err) ? 0 : err;
+	if (!run(x, Q_CONV_UPDATE, &a, &err))
+		return err;
+	return p->set & STORE_SET_METADATA ? meta_set(x, id, p->metadata) : 0;
 }
 
 int store_conv_put_fsm(store_txn *x, const char *id, store_bytes fsm)
@@ -1151,6 +1234,77 @@ int store_conv_list(store_txn *x, int status, const char *after, size_t limit, s
 		int rc = fn(arg, &c);
 		if (rc)
 			return rc;
+	}
+	return damaged ? STORE_E_CORRUPT : 0;
+}
+
+/* Filtered list: the rows come in chunks, in id order, from conv_meta's
+ * index for the first pair or from convs (status filtered there); the rest
+ * of the filter is tested here, row by row. */
+#define FIND_CHUNK 256
+
+int store_conv_find(store_txn *x, const struct store_conv_filter *f, const char *after, size_t limit,
+		    store_conv_fn fn, void *arg, int *more)
+{
+	CHECK_TXN(x);
+	if (!fn || !store_filter_valid(f) || (after && !id_ok(after)))
+		return STORE_E_INVAL;
+	if (more)
+		*more = 0;
+	char cursor[STORE_ID_MAX + 1];
+	const char *from = after;
+	size_t n = 0;
+	int damaged = 0;
+	for (;;) {
+		struct args a = { 0 };
+		int err, q = f && f->nmeta ? Q_CONV_FIND_META : Q_CONV_LIST;
+		if (q == Q_CONV_FIND_META) {
+			a_bin(&a, f->meta[0].key.ptr, f->meta[0].key.len);
+			a_bin(&a, f->meta[0].value.ptr, f->meta[0].value.len);
+			a_str(&a, from);
+		} else {
+			a_str(&a, from);
+			a_i64(&a, f ? f->status : -1);
+		}
+		a_i64(&a, FIND_CHUNK);
+		PGresult *r = run(x, q, &a, &err);
+		if (!r)
+			return err;
+		int rows = PQntuples(r);
+		for (int i = 0; i < rows; i++) {
+			struct store_conv c;
+			if (conv_row(r, i, &c)) {
+				damaged = 1;
+				continue;
+			}
+			int rc = store_filter_match(f, &c);
+			if (rc == 1 && f && f->match)
+				rc = f->match(f->match_arg, &c);
+			else if (rc < 0) {
+				damaged = 1;
+				rc = 0;
+			}
+			if (rc < 0)
+				return rc;
+			if (rc == 0)
+				continue;
+			if (limit && n == limit) {
+				if (more)
+					*more = 1;
+				return damaged ? STORE_E_CORRUPT : 0;
+			}
+			n++;
+			if ((rc = fn(arg, &c)) != 0)
+				return rc;
+		}
+		if (rows < FIND_CHUNK)
+			break;
+		store_bytes last = g_bytes(r, rows - 1, 0);
+		if (last.len > STORE_ID_MAX)
+			return fail(x, STORE_E_CORRUPT);
+		memcpy(cursor, last.ptr, last.len);
+		cursor[last.len] = 0;
+		from = cursor;
 	}
 	return damaged ? STORE_E_CORRUPT : 0;
 }
@@ -1247,6 +1401,20 @@ int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
 	a_f64(&a, c.usage.cost);
 	a_i64(&a, x->now);
 	return run(x, Q_USAGE_SET, &a, &err) ? 0 : err;
+}
+
+int store_turns_add(store_txn *x, const char *id, uint64_t n)
+{
+	CHECK_WRITE(x);
+	struct store_conv c;
+	int err = conv_load(x, id, &c, NULL);
+	if (err)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, id);
+	a_i64(&a, (int64_t)sat_add(c.turns, n));
+	a_i64(&a, x->now);
+	return run(x, Q_TURNS_SET, &a, &err) ? 0 : err;
 }
 
 /* ---- events ---------------------------------------------------------- */
@@ -1747,6 +1915,80 @@ int store_expiry_earliest(store_txn *x, int64_t *deadline)
 	if (PQntuples(r) == 0)
 		return STORE_E_NOTFOUND;
 	*deadline = g_i64(r, 0, 0);
+	return 0;
+}
+
+/* ---- expiry warnings ------------------------------------------------- */
+
+int store_warning_schedule(store_txn *x, const char *id, int64_t at)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || at <= 0)
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err = tc_conv_lock(x, id);
+	if (err)
+		return err;
+	a_str(&a, id);
+	PGresult *r = run(x, Q_TC_LOCK, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	if (g_i64(r, 0, 0) != STORE_TC_PENDING)
+		return STORE_E_STALE;
+	if ((err = quota(x, strlen(id))) != 0)
+		return err;
+	memset(&a, 0, sizeof a);
+	a_str(&a, id);
+	a_i64(&a, at);
+	a_bytes(&a, g_bytes(r, 0, 2), 0);
+	return run(x, Q_WARN_SCHEDULE, &a, &err) ? 0 : err;
+}
+
+int store_warning_drop(store_txn *x, const char *id)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	return run(x, Q_WARN_DROP, &a, &err) ? 0 : err;
+}
+
+int store_warnings_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_i64(&a, now);
+	PGresult *r = run(x, Q_WARN_DUE, &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_expiry e = { g_i64(r, i, 0), g_bytes(r, i, 1), g_bytes(r, i, 2) };
+		int rc = fn(arg, &e);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_warning_earliest(store_txn *x, int64_t *at)
+{
+	CHECK_TXN(x);
+	if (!at)
+		return STORE_E_INVAL;
+	int err;
+	PGresult *r = run(x, Q_WARN_EARLIEST, NULL, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	*at = g_i64(r, 0, 0);
 	return 0;
 }
 

@@ -241,6 +241,8 @@ static void check_state(struct ck *c, const struct store_conv *conv)
 		problem(c, "status suspended but fsm_state is %s", fstate);
 	if (conv->status == STORE_IDLE && tl.action != TAIL_IDLE)
 		problem(c, "status idle but the log owes %s", tl.action == TAIL_TURN ? "a model turn" : "tool calls");
+	if (conv->status == STORE_PAUSED && tl.action != TAIL_TURN)
+		problem(c, "status paused but the log owes %s", tl.action == TAIL_IDLE ? "nothing" : "tool calls");
 	if (conv->status == STORE_IDLE && fstate && strcmp(fstate, "idle"))
 		problem(c, "status idle but fsm_state is %s", fstate);
 	if (humans && !servers && conv->status != STORE_SUSPENDED && conv->status != STORE_ENDED &&

@@ -1,6 +1,7 @@
 /* expiry.c: human tool calls' deadlines (see expiry.h). */
 #include "supervisor/expiry.h"
 #include "common/log.h"
+#include "conv/conv.h"
 #include "supervisor/durable.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
@@ -49,10 +50,12 @@ void expiry_close(void)
 void expiry_rearm(void)
 {
 	store_txn *t;
-	int64_t deadline = 0;
+	int64_t deadline = 0, warn = 0;
 	if (store_txn_begin(X.st, STORE_READ, &t) == 0) {
 		if (store_expiry_earliest(t, &deadline) != 0)
 			deadline = 0;
+		if (store_warning_earliest(t, &warn) == 0 && warn > 0 && (deadline == 0 || warn < deadline))
+			deadline = warn; /* one timer for both */
 		store_txn_abort(t);
 	}
 	if (deadline > 0 && deadline < X.retry_at)
@@ -73,6 +76,7 @@ static void on_timer(struct loop_watch *lw, uint32_t events)
 	if (read(X.fd, &n, sizeof n) < 0 && errno == ECANCELED)
 		log_info("the realtime clock changed: re-checking expiry deadlines");
 	expiry_fire();
+	expiry_warn_fire();
 	expiry_rearm();
 }
 
@@ -257,3 +261,93 @@ int expiry_fire(void)
 	return total;
 }
 
+
+/* ---- expiry warnings --------------------------------------------------- */
+
+static int warn_one(void *arg, const struct store_expiry *e)
+{
+	struct due_ctx *c = arg;
+	int r = due_add(c, e->tool_call_id);
+	if (r == 0)
+		c->d[c->n - 1].deadline = e->deadline;
+	return r;
+}
+
+static int warn_any(void)
+{
+	store_txn *t;
+	int any = 0;
+	if (store_txn_begin(X.st, STORE_READ, &t))
+		return 0;
+	store_warnings_due(t, store_now(X.st), due_any, &any);
+	store_txn_abort(t);
+	return any;
+}
+
+/* A warning whose call cannot be read (a damaged store): its row goes in
+ * a transaction of its own, so it neither blocks the others nor comes due
+ * again at once. */
+static int warn_drop_damaged(const char *id, int why)
+{
+	store_txn *t = NULL;
+	int e = gate_write_begin(STORE_WRITE, &t);
+	if (!e) {
+		e = store_warning_drop(t, id);
+		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
+	}
+	log_error("tool call %s: its records cannot be read (%s; see agentd check): its expiry warning is %s", id,
+		  store_strerror(why), e ? "kept" : "dropped");
+	return e;
+}
+
+/* Each batch in one transaction, as expiry_fire's: the event and the
+ * removal of the warning's row commit together, so a kill or a restart
+ * between the warning and the expiry never gives it twice. */
+int expiry_warn_fire(void)
+{
+	static struct due d[EXPIRY_BATCH];
+	int total = 0;
+	for (int round = 0; round < EXPIRY_ROUNDS && warn_any(); round++) {
+		struct due_ctx c = { d, 0, EXPIRY_BATCH };
+		store_txn *t;
+		if (gate_write_begin(STORE_WRITE_LAZY, &t)) {
+			expiry_retry_later();
+			return total;
+		}
+		int e = store_warnings_due(t, store_now(X.st), warn_one, &c);
+		if ((e && e != 1) || c.n == 0) {
+			store_txn_abort(t);
+			return total;
+		}
+		static char convs[EXPIRY_BATCH][STORE_ID_MAX + 1];
+		int given[EXPIRY_BATCH] = { 0 };
+		size_t bad = c.n;
+		e = 0;
+		for (size_t i = 0; i < c.n && !e; i++) {
+			uint64_t seq;
+			int r = conv_expiry_warn(t, d[i].id, convs[i], &seq);
+			if (r == 0)
+				given[i] = 1;
+			else if (r != STORE_E_STALE)
+				e = r, bad = i;
+		}
+		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
+		if (e) {
+			if (e == STORE_E_CORRUPT && bad < c.n && warn_drop_damaged(d[bad].id, e) == 0)
+				continue;
+			log_error("giving %zu expiry warnings failed: %s: retrying in %d ms", c.n, store_strerror(e),
+				  EXPIRY_RETRY_MS);
+			expiry_retry_later();
+			return total;
+		}
+		durable_need(store_last_id(X.st));
+		for (size_t i = 0; i < c.n; i++) {
+			if (!given[i])
+				continue;
+			total++;
+			log_info("%s: tool call %s: expiry warning given", convs[i], d[i].id);
+			waiters_notify(convs[i]);
+		}
+	}
+	return total;
+}

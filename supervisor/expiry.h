@@ -19,5 +19,9 @@ void expiry_close(void);
 void expiry_rearm(void);
 /* Fire every deadline that has passed; how many fired. */
 int expiry_fire(void);
+/* Give every expiry warning whose time has passed (conv_expiry_warn), in
+ * the same timer's wake-ups, after the deadlines fire (a call that expires
+ * meanwhile gets no warning); how many were given. */
+int expiry_warn_fire(void);
 
 #endif

@@ -12,6 +12,7 @@
 #include "supervisor/ops.h"
 #include "common/jsonmp.h"
 #include "common/log.h"
+#include "common/mp.h"
 #include "conv/conv.h"
 #include "supervisor/control.h"
 #include "supervisor/durable.h"
@@ -96,7 +97,7 @@ static int perr_from_store(int e)
 }
 
 _Static_assert((int)PROTO_ENDED == (int)STORE_ENDED && (int)PROTO_SUSPENDED == (int)STORE_SUSPENDED && (int)PROTO_IDLE == (int)STORE_IDLE &&
-		       (int)PROTO_ACTIVE == (int)STORE_ACTIVE,
+		       (int)PROTO_ACTIVE == (int)STORE_ACTIVE && (int)PROTO_PAUSED == (int)STORE_PAUSED,
 	       "the codec's conversation statuses are the store's");
 _Static_assert((int)PROTO_TC_PENDING == (int)STORE_TC_PENDING && (int)PROTO_TC_RESOLVED == (int)STORE_TC_RESOLVED &&
 		       (int)PROTO_TC_ERRORED == (int)STORE_TC_ERRORED && (int)PROTO_TC_EXPIRED == (int)STORE_TC_EXPIRED &&
@@ -164,11 +165,12 @@ static json_t *conv_json(store_txn *t, const struct store_conv *c, int with_work
 	store_event_latest_seq(t, id, &last);
 	json_t *o = json_pack("{ss#sososIsosIsI}", "id", (const char *)c->id.ptr, (int)c->id.len, "settings",
 			      mp_json(c->settings), "status", json_string(store_status_name(c->status)), "last_seq",
-			      (json_int_t)last, "usage", usage_json(&c->usage), "created_at", (json_int_t)c->created_at,
+			      (json_int_t)last, "usage", conv_usage_json(&c->usage, c->turns), "created_at", (json_int_t)c->created_at,
 			      "updated_at", (json_int_t)c->updated_at);
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "fsm_state", c->fsm_state.len ? mp_json(c->fsm_state) : json_null());
+	json_object_set_new(o, "metadata", c->metadata.len ? mp_json(c->metadata) : json_object());
 	if (with_worker)
 		json_object_set_new(o, "worker", workers_conv_json(id));
 	return o;
@@ -292,11 +294,54 @@ static int list_one(void *arg, const struct store_conv *c)
 	return json_array_append_new(l->a, conv_json(l->t, c, 1)) ? -ENOMEM : 0;
 }
 
+_Static_assert(PROTO_META_MAX == STORE_META_MAX && PROTO_META_KEY_MAX == STORE_META_KEY_MAX &&
+		       PROTO_META_VAL_MAX == STORE_META_VAL_MAX, "the protocol's metadata bounds are the store's");
+
+/* list's model filter: settings.model, read in place from the stored map. */
+static int model_is(void *arg, const struct store_conv *c)
+{
+	const char *want = arg;
+	struct mp m;
+	uint32_t n;
+	mp_init(&m, c->settings.ptr, c->settings.len);
+	if (mp_map(&m, &n))
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const char *k, *v;
+		size_t kl, vl;
+		const void *skip;
+		size_t sl;
+		if (mp_str(&m, &k, &kl))
+			return 0;
+		if (kl == 5 && memcmp(k, "model", 5) == 0)
+			return mp_str(&m, &v, &vl) == 0 && vl == strlen(want) && memcmp(v, want, vl) == 0;
+		if (mp_skip(&m, &skip, &sl))
+			return 0;
+	}
+	return 0;
+}
+
 static void op_list(store_txn *t, struct job *j)
 {
 	struct list_ctx l = { t, json_array(), "" };
 	int more = 0;
-	int e = store_conv_list(t, j->rq.status, j->rq.conv, j->rq.limit, list_one, &l, &more);
+	struct store_kv kv[PROTO_META_MAX];
+	struct store_conv_filter f = { .status = j->rq.status, .updated_after = j->rq.updated_after,
+				       .updated_before = j->rq.updated_before };
+	const char *k;
+	json_t *v;
+	if (j->rq.metadata)
+		json_object_foreach(j->rq.metadata, k, v) {
+			kv[f.nmeta].key = (store_bytes){ k, strlen(k) };
+			kv[f.nmeta].value = (store_bytes){ json_string_value(v), json_string_length(v) };
+			f.nmeta++;
+		}
+	f.meta = kv;
+	if (j->rq.model) {
+		f.match = model_is;
+		f.match_arg = (void *)j->rq.model;
+	}
+	int e = store_conv_find(t, &f, j->rq.conv, j->rq.limit, list_one, &l, &more);
 	if (e == STORE_E_CORRUPT) { /* the others are listed: serve them */
 		log_error("list: a conversation record cannot be decoded (see agentd check)");
 		e = 0;
@@ -526,7 +571,50 @@ struct wres {
 	char conv[STORE_ID_MAX + 1];
 	uint64_t seq;
 	int ended; /* the resolved call's conversation is ended: it gets no worker */
+	int paused; /* send: the conversation is paused (no worker); update: it still is */
+	int resumed; /* update: a larger budget made a paused conversation active */
+	struct store_usage usage; /* update: the committed usage and turns the budget is checked against */
+	uint64_t turns;
 };
+
+/* Store metadata (checked by the codec) as the conversation's whole map. */
+static int meta_put(store_txn *t, struct job *j, const char *id, json_t *m)
+{
+	struct jsonmp_buf b;
+	if (pack_json(&b, m))
+		return -ENOMEM;
+	struct store_conv_patch p = { .set = STORE_SET_METADATA, .metadata = { b.sb.data, b.sb.size } };
+	int e = store_conv_put(t, id, &p);
+	jsonmp_buf_destroy(&b);
+	return e;
+}
+
+/* update's metadata: the patch merged into the stored map, a null value
+ * deleting its key. NULL with j's error set when the result breaks a bound. */
+static json_t *meta_merge(struct job *j, const struct store_conv *c)
+{
+	json_t *m = c->metadata.len ? jsonmp_unpack(c->metadata.ptr, c->metadata.len) : json_object();
+	const char *k;
+	json_t *v;
+	if (!json_is_object(m)) {
+		json_decref(m);
+		job_error(j, PERR_INTERNAL, "stored metadata of %s is unreadable", j->rq.conv);
+		return NULL;
+	}
+	json_object_foreach(j->rq.metadata, k, v) {
+		if (json_is_null(v))
+			json_object_del(m, k);
+		else
+			json_object_set(m, k, v);
+	}
+	if (json_object_size(m) > PROTO_META_MAX) {
+		job_error(j, PERR_BAD_REQUEST, "metadata of %s would have %zu keys (at most %d)", j->rq.conv,
+			  json_object_size(m), PROTO_META_MAX);
+		json_decref(m);
+		return NULL;
+	}
+	return m;
+}
 
 static int w_create(store_txn *t, struct job *j, struct wres *r)
 {
@@ -543,6 +631,8 @@ static int w_create(store_txn *t, struct job *j, struct wres *r)
 	}
 	int e = store_conv_create(t, id, (store_bytes){ b.sb.data, b.sb.size });
 	jsonmp_buf_destroy(&b);
+	if (!e && j->rq.metadata && json_object_size(j->rq.metadata))
+		e = meta_put(t, j, id, j->rq.metadata);
 	if (e == STORE_E_CONFLICT)
 		job_error(j, PERR_CONFLICT, "conversation %s already exists", id);
 	else if (e)
@@ -550,6 +640,22 @@ static int w_create(store_txn *t, struct job *j, struct wres *r)
 	else
 		j->reply = json_pack("{ss}", "conversation", id);
 	return 0;
+}
+
+/* A paused conversation's update whose settings (p's, merged) give a
+ * budget its committed usage is under: active again, so its owed turn runs.
+ * Still spent: it stays paused (the reply says so), with no new event. */
+static void budget_resume(struct store_conv_patch *p, struct wres *r)
+{
+	json_t *settings = jsonmp_unpack(p->settings.ptr, p->settings.len);
+	struct config_budget b;
+	conv_budget_of(settings, &O.env->cfg->budget, &b);
+	json_decref(settings);
+	r->resumed = !conv_budget_exceeded(&b, &r->usage, r->turns, NULL);
+	if (r->resumed) {
+		p->set |= STORE_SET_STATUS;
+		p->status = STORE_ACTIVE;
+	}
 }
 
 static int w_update(store_txn *t, struct job *j, struct wres *r)
@@ -565,6 +671,9 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 	struct store_conv_patch p = { 0 };
 	struct jsonmp_buf b = { 0 };
 	int have_buf = 0;
+	r->usage = c.usage;
+	r->turns = c.turns;
+	r->resumed = 0;
 	if (j->rq.settings) {
 		json_t *merged = jsonmp_unpack(c.settings.ptr, c.settings.len);
 		if (!json_is_object(merged)) {
@@ -586,13 +695,43 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 	if (j->rq.status == STORE_ENDED) {
 		p.set |= STORE_SET_STATUS;
 		p.status = STORE_ENDED;
+	} else if (c.status == STORE_PAUSED && j->rq.settings) {
+		budget_resume(&p, r);
+	}
+	struct jsonmp_buf mb = { 0 };
+	int have_mb = 0;
+	if (j->rq.metadata) {
+		/* Merged, as settings are; allowed on an ended conversation too
+		 * (labels for what is kept, not for what runs). */
+		json_t *m = meta_merge(j, &c);
+		if (!m) {
+			if (have_buf)
+				jsonmp_buf_destroy(&b);
+			return 0;
+		}
+		int bad = pack_json(&mb, m);
+		json_decref(m);
+		if (bad) {
+			if (have_buf)
+				jsonmp_buf_destroy(&b);
+			return job_error(j, PERR_INTERNAL, "metadata cannot be packed"), 0;
+		}
+		have_mb = 1;
+		p.set |= STORE_SET_METADATA;
+		p.metadata = (store_bytes){ mb.sb.data, mb.sb.size };
 	}
 	e = p.set ? store_conv_put(t, j->rq.conv, &p) : 0;
+	if (!e && r->resumed)
+		e = lease_ahead(t, j->rq.conv);
 	if (have_buf)
 		jsonmp_buf_destroy(&b);
+	if (have_mb)
+		jsonmp_buf_destroy(&mb);
 	if (e)
 		return job_store_error(j, e, "update"), e;
 	j->reply = json_object();
+	if (c.status == STORE_PAUSED && j->rq.status != STORE_ENDED)
+		json_object_set_new(j->reply, "status", json_string(r->resumed ? "active" : "paused"));
 	return 0;
 }
 
@@ -619,6 +758,7 @@ static int w_send(store_txn *t, struct job *j, struct wres *r)
 		job_error(j, PERR_CONFLICT, "conversation %s is ended: sends are refused", j->rq.conv);
 		return 0;
 	}
+	r->paused = 0;
 	int was_idle = c.status == STORE_IDLE;
 	struct jsonmp_buf b;
 	if (pack_json(&b, j->rq.content)) {
@@ -641,6 +781,11 @@ static int w_send(store_txn *t, struct job *j, struct wres *r)
 	j->reply = json_pack("{sI}", "seq", (json_int_t)seq);
 	if (dup)
 		json_object_set_new(j->reply, "duplicate", json_true());
+	if (c.status == STORE_PAUSED) {
+		/* Kept, and answered once a larger budget resumes it. */
+		r->paused = 1;
+		json_object_set_new(j->reply, "status", json_string("paused"));
+	}
 	return 0;
 }
 
@@ -760,6 +905,11 @@ static int w_resume(store_txn *t, struct job *j, struct wres *r)
 		j->reply = json_pack("{sbss}", "resumed", 0, "message", "its worker is already running");
 		return 0;
 	}
+	if (c.status == STORE_PAUSED) {
+		j->reply = json_pack("{sbss}", "resumed", 0, "message",
+				     "it is paused by its budget: raise the budget with update to resume it");
+		return 0;
+	}
 	if (c.status == STORE_IDLE && (e = gave_up_last(t, j->rq.conv, &gave_up)))
 		return job_store_error(j, e, "resume"), e;
 	if (c.status == STORE_IDLE && !gave_up) {
@@ -797,7 +947,7 @@ static int fatal(int e)
 /* After the commit: wake workers and waiters. */
 static void after_send(struct job *j, struct wres *r)
 {
-	if (!json_object_get(j->reply, "duplicate"))
+	if (!json_object_get(j->reply, "duplicate") && !r->paused)
 		workers_wake(j->rq.conv);
 	waiters_notify(j->rq.conv);
 }
@@ -813,6 +963,8 @@ static void after_update(struct job *j, struct wres *r)
 {
 	if (j->rq.status == STORE_ENDED)
 		workers_stop(j->rq.conv);
+	if (r->resumed)
+		workers_wake(j->rq.conv);
 }
 
 static void after_delete(struct job *j, struct wres *r)
@@ -951,6 +1103,8 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 				 * id: its replies show the one before. */
 				uint64_t last = store_last_id(O.env->st);
 				committed = last < id ? last : id;
+				if (committed == id)
+					durable_committed(id); /* its page flush covered those before */
 				durable_need(committed);
 				metrics_add(M_GROUP_COMMITS, 1);
 				metrics_add(M_GROUP_WRITES, n);

@@ -648,7 +648,7 @@ def test_usage_totals_saturate():
         a.send(c, "two")
         wait_idle(a, c, 4)
         u = get(a, c)["usage"]
-        assert u == {"input_tokens": 2**63 - 1, "output_tokens": 2**63 - 1, "cost": 1.7976931348623157e308}, u
+        assert u == {"input_tokens": 2**63 - 1, "output_tokens": 2**63 - 1, "cost": 1.7976931348623157e308, "turns": 2}, u
         assert [x["id"] for x in a.ok({"op": "list"})["conversations"]] == [c]
 
 

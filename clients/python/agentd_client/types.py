@@ -38,6 +38,7 @@ class Usage:
     input_tokens: Optional[int] = None
     output_tokens: Optional[int] = None
     cost: Optional[float] = None
+    turns: Optional[int] = None
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -99,7 +100,7 @@ class Resumed:
 
 @dataclass
 class Conversation:
-    """`get`, and each item of `list`. status: idle, active, suspended or ended. fsm_state is null
+    """`get`, and each item of `list`. status: idle, active, suspended, ended or paused. fsm_state is null
     before a worker first ran; worker is None when none runs."""
     id: str = ""
     settings: Dict[str, Any] = field(default_factory=dict)
