@@ -79,6 +79,7 @@ enum kind {
 	K_LOCAL,    /* flag read by agentctl itself (--json-content) */
 	K_RES_STR,  /* result.<field>: string (approve and deny's --comment) */
 	K_SET_JSON, /* settings.<field>: any JSON value */
+	K_BATCH,    /* send's --batch FILE: a JSON array of events, in place of TEXT */
 	K_META_KV,  /* metadata.KEY: string VALUE from KEY=VALUE, repeatable */
 	K_META_DEL, /* metadata.KEY: null (update: delete the key), repeatable */
 };
@@ -180,6 +181,11 @@ static const struct param opt_send[] = {
 	{"--event-id", "event_id", K_STR, "E", NULL, false,
 	 "idempotency key: sending it again returns the original seq with duplicate: true"},
 	{"--json-content", NULL, K_LOCAL, NULL, NULL, false, "TEXT is a JSON object, sent as the content unchanged"},
+	{"--expected-seq", "expected_seq", K_UINT, "N", NULL, false,
+	 "only if the conversation's last seq is N (0: its log is empty); else conflict, nothing written"},
+	{"--batch", "events", K_BATCH, "FILE", NULL, false,
+	 "instead of TEXT: append all events of FILE (- for stdin) or none; FILE is a JSON array of strings or "
+	 "{\"content\": ..., \"event_id\": ...} objects"},
 	{0},
 };
 
@@ -272,8 +278,10 @@ static const struct command commands[] = {
 	 pos_conv, no_params, show_fields, 0, "agentctl delete demo", NULL, NULL},
 	{"send", "send", "append a user message; prints its seq",
 	 "Append a user_msg and print `seq: N` once it is durably committed (with `duplicate: true` when --event-id\n"
-	 "was seen before: N is then the original seq). Plain TEXT is stored as {\"text\": TEXT}.",
-	 pos_send, opt_send, show_fields, 0, "agentctl send demo 'What is the weather in Paris?' --event-id msg-42", NULL, "seq"},
+	 "was seen before: N is then the original seq). Plain TEXT is stored as {\"text\": TEXT}. With --batch,\n"
+	 "append several at once and print `seqs: [N,...]` (and `duplicates:` the indexes of events already sent).\n"
+	 "With --expected-seq, a conversation that moved on is refused: exit 1, `conflict` naming its last seq.",
+	 pos_send, opt_send, show_fields, 0, "agentctl send demo 'What is the weather in Paris?' --event-id msg-42", NULL, "seq,seqs"},
 	{"events", "events", "print a conversation's events",
 	 "Print events one per line: SEQ TYPE CONTENT (CONTENT as compact JSON). With --wait, block until an event\n"
 	 "after --after exists or MS milliseconds pass (long-poll).",
@@ -594,6 +602,35 @@ static void add_content(const struct param *p, const char *v, json_t *req, bool 
 	held.input = NULL;
 }
 
+/* send --batch FILE: a JSON array whose strings become {"content": S}; the
+ * rest is sent as it is, for agentd to check (it names the event at fault). */
+static void add_batch(const struct param *p, const char *v, json_t *req)
+{
+	size_t len = 0;
+	json_error_t e;
+	json_t *a;
+	if (strcmp(v, "-") == 0) {
+		char *in = read_stdin(&len);
+		a = json_loadb(in, len, 0, &e);
+		free(in);
+		held.input = NULL;
+	} else {
+		a = json_load_file(v, 0, &e);
+	}
+	if (!a)
+		usage_error("%s %s: invalid JSON: %s (line %d, column %d)", p->name, v, e.text, e.line, e.column);
+	if (!json_is_array(a)) {
+		json_decref(a);
+		usage_error("%s %s: expected a JSON array of events (strings or {\"content\": ...} objects)", p->name, v);
+	}
+	size_t i;
+	json_t *ev;
+	json_array_foreach(a, i, ev)
+		if (json_is_string(ev))
+			json_array_set_new(a, i, must(json_pack("{sO}", "content", ev)));
+	json_object_set_new(req, p->field, a);
+}
+
 /* raw: check the line is JSON and make it one line. A raw CR or LF can only be
  * whitespace between tokens in valid JSON (inside strings they must be
  * escaped), so turning them into spaces keeps the request the same. Integers
@@ -651,6 +688,9 @@ static void apply(const struct param *p, const char *v, json_t *req)
 		break;
 	case K_SET_JSON:
 		json_object_set_new(settings_of(req), p->field, parse_json_arg(p, v, 0));
+		break;
+	case K_BATCH:
+		add_batch(p, v, req);
 		break;
 	case K_META_KV: {
 		const char *eq = strchr(v, '=');
@@ -813,6 +853,13 @@ static char *build_request(const struct command *cmd, int argc, char **argv, str
 			apply(p, val, req);
 	}
 
+	if (json_object_get(req, "events")) { /* send --batch: it replaces TEXT */
+		if (npos == want)
+			usage_error("--batch replaces TEXT: give one or the other");
+		if (json_content || json_object_get(req, "event_id"))
+			usage_error("--batch: each event carries its own content and event_id (no --json-content, --event-id)");
+		want--;
+	}
 	if (npos < want)
 		usage_error("missing %s", cmd->pos[npos].name);
 	if (npos > want)
@@ -1760,6 +1807,22 @@ static void print_ids(const json_t *reply, const char *spec)
 	const char *slash = spec ? strchr(spec, '/') : NULL;
 	if (!spec)
 		return;
+	if (!slash && strchr(spec, ',')) { /* "a,b": the first field the reply has */
+		size_t n = strcspn(spec, ",");
+		snprintf(arr, sizeof arr, "%.*s", (int)n, spec);
+		print_ids(reply, json_object_get(reply, arr) ? arr : spec + n + 1);
+		return;
+	}
+	if (!slash && json_is_array(json_object_get(reply, spec))) { /* one per line */
+		size_t i;
+		json_t *v;
+		json_array_foreach(json_object_get(reply, spec), i, v) {
+			char *t = text_of(v, "null");
+			puts(t);
+			free(t);
+		}
+		return;
+	}
 	if (!slash) {
 		const json_t *v = json_object_get(reply, spec);
 		if (v && !json_is_null(v)) {

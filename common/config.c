@@ -42,6 +42,8 @@ void config_init(struct config *c)
 	c->log_level = LOG_INFO;
 	c->budget.max_tokens = c->budget.max_turns = -1;
 	c->budget.max_cost = -1;
+	c->batch_max_events = 100;
+	c->batch_max_bytes = 1 << 20;
 }
 
 static void iso_free(struct isolate_cfg *i)
@@ -329,6 +331,13 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 		return (b = onoff(v)) < 0 ? -1 : (c->allow_any_uid = b, 0);
 	if (!strcmp(k, "log_level"))
 		return (b = config_log_level(v)) < 0 ? -1 : (c->log_level = b, 0);
+	if (!strcmp(k, "batch_max_events")) { /* a batch is one transaction: keep it short */
+		int n;
+		return set_int(&n, v, 1, 10000) ? -1 : (c->batch_max_events = (size_t)n, 0);
+	}
+	if (!strcmp(k, "batch_max_bytes"))
+		return config_size(v, &c->batch_max_bytes) || c->batch_max_bytes < 1024 ||
+			       c->batch_max_bytes > CAP_MAX ? -1 : 0;
 	return -2;
 }
 

@@ -108,6 +108,8 @@ struct config {
 	int log_level;           /* LOG_* */
 	struct config_budget budget; /* the default budget: none */
 	int ephemeral;
+	size_t batch_max_events; /* events in one send batch: 100 */
+	size_t batch_max_bytes;  /* their content as stored: 1 MiB */
 	struct model_cfg *models;
 	size_t nmodels;
 	struct tool_cfg *tools;

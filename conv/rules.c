@@ -108,6 +108,47 @@ static int count_human(void *arg, const struct store_tool_call *tc)
 	return 0;
 }
 
+/* fsm_state.pending lists the calls a conversation awaits. The worker
+ * rewrites it at its next step, but a call settled while no worker will run
+ * (an ended conversation gets none) must leave it here, or it shows as
+ * pending for ever. Drops every id whose call is no longer pending; with
+ * none left, an ended conversation's state is idle (nothing is owed). */
+static int fsm_prune(store_txn *t, const char *conv, const struct store_conv *c)
+{
+	json_t *fsm = c->fsm_state.len ? jsonmp_unpack(c->fsm_state.ptr, c->fsm_state.len) : NULL;
+	json_t *pend = json_object_get(fsm, "pending"), *v;
+	const char *id;
+	void *tmp;
+	int changed = 0, e = 0;
+	json_object_foreach_safe(pend, tmp, id, v) {
+		struct store_tool_call tc;
+		int r = store_tool_call_get(t, id, &tc);
+		if (r && r != STORE_E_NOTFOUND) {
+			e = r;
+			goto out;
+		}
+		if (r == STORE_E_NOTFOUND || tc.status != STORE_TC_PENDING) {
+			json_object_del(pend, id);
+			changed = 1;
+		}
+	}
+	if (!changed)
+		goto out;
+	uint64_t last = 0;
+	if ((e = store_event_latest_seq(t, conv, &last)))
+		goto out;
+	if (c->status == STORE_ENDED && json_object_size(pend) == 0)
+		json_object_set_new(fsm, "state", json_string("idle"));
+	json_object_set_new(fsm, "last_seq", json_integer((json_int_t)last));
+	struct jsonmp_buf b;
+	if (!(e = conv_pack(&b, fsm)))
+		e = store_conv_put_fsm(t, conv, (store_bytes){ b.sb.data, b.sb.size });
+	jsonmp_buf_destroy(&b);
+out:
+	json_decref(fsm);
+	return e;
+}
+
 int conv_after_resolution(store_txn *t, const char *conv, int *ended)
 {
 	int pending = 0, e;
@@ -117,6 +158,8 @@ int conv_after_resolution(store_txn *t, const char *conv, int *ended)
 	if ((e = store_conv_get(t, conv, &c)))
 		return e;
 	*ended = c.status == STORE_ENDED;
+	if ((e = fsm_prune(t, conv, &c)))
+		return e;
 	if (pending == 0 && c.status != STORE_ENDED && c.status != STORE_ACTIVE) {
 		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
 		e = store_conv_put(t, conv, &p);

@@ -211,6 +211,78 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 	return 0;
 }
 
+/* send's content: a string (stored as {"text": ...}) or an object; *out is
+ * a new reference. `name` is how the message names the field. */
+static int send_content(struct pctx *p, json_t *v, const char *name, json_t **out)
+{
+	*out = NULL;
+	if (!v)
+		return bad(p, "missing field '%s'", name);
+	if (!json_is_string(v) && !json_is_object(v))
+		return bad(p, "'%s' must be a string or an object", name);
+	if (!jsonmp_fits(v, 0)) /* content is its event's whole record */
+		return bad(p, "'%s' nests more than %d levels of objects and arrays", name, JSONMP_MAX_DEPTH + 1);
+	*out = json_is_string(v) ? json_pack("{sO}", "text", v) : json_incref(v);
+	return *out ? 0 : PERR_INTERNAL;
+}
+
+static int send_event_id(struct pctx *p, json_t *v, const char *name, const char **out)
+{
+	*out = NULL;
+	if (v && (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > EVENT_ID_MAX))
+		return bad(p, "'%s' must be a string of 1-%d bytes", name, EVENT_ID_MAX);
+	*out = v ? json_string_value(v) : NULL;
+	return 0;
+}
+
+static int count_bytes(void *data, const char *buf, size_t len)
+{
+	(void)buf;
+	*(size_t *)data += len;
+	return 0;
+}
+
+/* Each event of a batch, checked as a single send's content and event_id
+ * are; `seen` maps each event_id to its index. */
+static int send_batch_events(struct pctx *p, struct request *rq, json_t *a, json_t *seen, size_t *bytes)
+{
+	char name[48];
+	json_t *ev;
+	size_t i;
+	int e;
+	json_array_foreach(a, i, ev) {
+		const char *k, *id;
+		json_t *v, *content;
+		if (!json_is_object(ev))
+			return bad(p, "'events[%zu]' must be an object {\"content\": ..., \"event_id\"?: ...}", i);
+		json_object_foreach(ev, k, v)
+			if (strcmp(k, "content") && strcmp(k, "event_id"))
+				return bad(p, "unknown field 'events[%zu].%.64s' (content, event_id)", i, k);
+		snprintf(name, sizeof name, "events[%zu].content", i);
+		if ((e = send_content(p, json_object_get(ev, "content"), name, &content)))
+			return e;
+		msgpack_packer pk;
+		msgpack_packer_init(&pk, bytes, count_bytes);
+		jsonmp_pack(&pk, content); /* it fits: checked above */
+		json_t *o = json_pack("{so}", "content", content); /* content stolen */
+		if (!o || json_array_append_new(rq->events, o))
+			return PERR_INTERNAL;
+		snprintf(name, sizeof name, "events[%zu].event_id", i);
+		if ((e = send_event_id(p, json_object_get(ev, "event_id"), name, &id)))
+			return e;
+		if (!id)
+			continue;
+		json_t *first = json_object_get(seen, id);
+		if (first)
+			return bad(p, "'events[%zu].event_id' repeats 'events[%lld].event_id' ('%.64s')", i,
+				   (long long)json_integer_value(first), id);
+		if (json_object_set_new(o, "event_id", json_string(id)) ||
+		    json_object_set_new(seen, id, json_integer((json_int_t)i)))
+			return PERR_INTERNAL;
+	}
+	return 0;
+}
+
 /* metadata: an object of at most PROTO_META_MAX string values (or, in an
  * update's patch, null: delete the key); keys of 1-PROTO_META_KEY_MAX bytes,
  * values of at most PROTO_META_VAL_MAX, neither with a NUL byte. */
@@ -237,6 +309,33 @@ static int metadata_check(struct pctx *p, json_t *m, int nulls)
 			return bad(p, "'metadata.%.64s' must not contain a NUL character", k);
 	}
 	return 0;
+}
+
+/* send with `events`: the events, then the batch's limits; rq->events gets
+ * them normalised. A repeated event_id inside one batch is refused: it can
+ * only be a client's mistake, and refusing it keeps one seq per entry. */
+static int send_batch(struct pctx *p, struct request *rq)
+{
+	json_t *a = json_object_get(p->o, "events"), *seen;
+	size_t bytes = 0;
+	int e;
+	if (json_object_get(p->o, "content") || json_object_get(p->o, "event_id"))
+		return bad(p, "'events' replaces 'content' and 'event_id': each event carries its own");
+	if (!json_is_array(a))
+		return bad(p, "'events' must be an array of objects {\"content\": ..., \"event_id\"?: ...}");
+	if (json_array_size(a) == 0)
+		return bad(p, "'events' is empty: a batch holds at least one event");
+	if (p->names->batch_max_events && json_array_size(a) > p->names->batch_max_events)
+		return bad(p, "'events' holds %zu events: at most %zu in one batch (batch_max_events)",
+			   json_array_size(a), p->names->batch_max_events);
+	if (!(rq->events = json_array()) || !(seen = json_object()))
+		return PERR_INTERNAL;
+	e = send_batch_events(p, rq, a, seen, &bytes);
+	json_decref(seen);
+	if (!e && p->names->batch_max_bytes && bytes > p->names->batch_max_bytes)
+		return bad(p, "'events' content is %zu bytes as stored: at most %zu in one batch (batch_max_bytes)",
+			   bytes, p->names->batch_max_bytes);
+	return e;
 }
 
 #define ONLY(...) do { static const char *const f_[] = { __VA_ARGS__, NULL }; if ((e = only(p, f_))) return e; } while (0)
@@ -303,28 +402,15 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		rq->status = v ? PROTO_ENDED : -1;
 		return 0;
 	case OP_SEND:
-		ONLY("conversation", "content", "event_id");
-		if ((e = get_id(p, "conversation", 1, &rq->conv)))
+		ONLY("conversation", "content", "event_id", "expected_seq", "events");
+		if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
+		    (e = get_uint(p, "expected_seq", INT64_MAX, &rq->has_expected_seq, &rq->expected_seq)))
 			return e;
-		v = json_object_get(p->o, "content");
-		if (!v)
-			return bad(p, "missing field 'content'");
-		if (json_is_string(v))
-			rq->content = json_pack("{sO}", "text", v);
-		else if (json_is_object(v))
-			rq->content = json_incref(v);
-		else
-			return bad(p, "'content' must be a string or an object");
-		if (!jsonmp_fits(v, 0)) /* content is its event's whole record */
-			return bad(p, "'content' nests more than %d levels of objects and arrays", JSONMP_MAX_DEPTH + 1);
-		if (!rq->content)
-			return PERR_INTERNAL;
-		v = json_object_get(p->o, "event_id");
-		if (v && (!json_is_string(v) || json_string_length(v) == 0 ||
-			  json_string_length(v) > EVENT_ID_MAX))
-			return bad(p, "'event_id' must be a string of 1-%d bytes", EVENT_ID_MAX);
-		rq->event_id = v ? json_string_value(v) : NULL;
-		return 0;
+		if (json_object_get(p->o, "events"))
+			return send_batch(p, rq);
+		if ((e = send_content(p, json_object_get(p->o, "content"), "content", &rq->content)))
+			return e;
+		return send_event_id(p, json_object_get(p->o, "event_id"), "event_id", &rq->event_id);
 	case OP_EVENTS: case OP_WATCH:
 		if (rq->op == OP_WATCH)
 			ONLY("conversation", "after", "runs");
@@ -430,6 +516,7 @@ int proto_parse(const char *line, size_t len, const struct proto_names *names, s
 void proto_request_free(struct request *rq)
 {
 	json_decref(rq->content);
+	json_decref(rq->events);
 	json_decref(rq->root);
 	memset(rq, 0, sizeof *rq);
 }
@@ -463,6 +550,25 @@ char *proto_error_line(json_t *id, int err, const char *msg, size_t *len)
 	json_object_set_new(o, "error", json_string(proto_err_code(err)));
 	/* The message may quote bad input: keep it valid UTF-8 for the reply. */
 	json_t *m = json_string(msg);
+	json_object_set_new(o, "message", m ? m : json_string("(message not printable)"));
+	return dump_line(o, len);
+}
+
+char *proto_error_line_with(json_t *id, int err, const char *msg, json_t *extra, size_t *len)
+{
+	json_t *o = json_object();
+	if (!o) {
+		json_decref(extra);
+		return NULL;
+	}
+	if (extra)
+		json_object_update(o, extra);
+	json_decref(extra);
+	if (id)
+		json_object_set(o, "id", id);
+	json_object_set_new(o, "ok", json_false());
+	json_object_set_new(o, "error", json_string(proto_err_code(err)));
+	json_t *m = json_string(msg); /* the message may quote bad input: keep it valid UTF-8 */
 	json_object_set_new(o, "message", m ? m : json_string("(message not printable)"));
 	return dump_line(o, len);
 }

@@ -57,6 +57,10 @@ struct request {
 	const char *by;         /* resolve: who decided (PROTO_BY_MAX bytes at most), NULL: not given */
 	int signal;             /* kill: SIGKILL or SIGTERM */
 	int runs;               /* watch: stream run starts and ends too */
+	/* send: optimistic concurrency and atomic batches (docs/protocol.md, send) */
+	int has_expected_seq;
+	uint64_t expected_seq;  /* the last seq the client saw; 0: the log must be empty */
+	json_t *events;         /* owned; a batch: [{"content": object, "event_id"?: string}], else NULL */
 	/* create: the metadata (strings); update: the patch (a null value
 	 * deletes its key); list: the pairs a conversation must all hold.
 	 * Borrowed from root; NULL when absent. */
@@ -71,6 +75,11 @@ struct proto_names {
 	int (*model_ok)(void *arg, const char *name);
 	int (*tool_ok)(void *arg, const char *name);
 	void *arg;
+	/* A send batch's limits (the configuration's batch_max_events and
+	 * batch_max_bytes: its events' content as stored, in msgpack bytes);
+	 * 0: no limit. */
+	size_t batch_max_events;
+	size_t batch_max_bytes;
 };
 
 /* Parse and validate one request line (without its '\n'). On success returns
@@ -88,6 +97,9 @@ const char *proto_err_code(int err);
 /* {"id":..., "ok":false, "error":CODE, "message":MSG} as one line with '\n'.
  * Returns a malloc'd string (length in *len) or NULL. */
 char *proto_error_line(json_t *id, int err, const char *msg, size_t *len);
+/* The same with extra's fields added (extra: an object, stolen, may be NULL;
+ * it cannot replace id, ok, error or message). */
+char *proto_error_line_with(json_t *id, int err, const char *msg, json_t *extra, size_t *len);
 /* Add "id" and "ok":true to obj (stolen) and dump it as one line with '\n'. */
 char *proto_ok_line(json_t *id, json_t *obj, size_t *len);
 

@@ -14,11 +14,11 @@ _agentctl()
 	local global="-s --socket --json -q --quiet --timeout -h --help --version"
 	local commands="ping create get list update delete send events watch resolve approve deny pending tool-call tool-calls summary compact audit kill stop cancel resume runs status metrics shutdown raw help"
 	case $prev in
-	-s | --socket)
+	-s | --socket | --batch)
 		COMPREPLY=($(compgen -f -- "$cur"))
 		return
 		;;
-	--timeout | --after | --before | --limit | --wait | --id | --system | --param | --event-id | --comment | --result | \
+	--timeout | --after | --before | --limit | --wait | --id | --system | --param | --event-id | --expected-seq | --comment | --result | \
 	--meta | --unset-meta | --updated-after | --updated-before)
 		return
 		;;
@@ -43,7 +43,7 @@ _agentctl()
 	create) opts="--id --model --system --tool --param --meta" ;;
 	list) opts="--status --limit --after --meta --model --updated-after --updated-before" ;;
 	update) opts="--model --system --tool --param --end --meta --unset-meta" ;;
-	send) opts="--event-id --json-content" ;;
+	send) opts="--event-id --json-content --expected-seq --batch" ;;
 	events) opts="--after --before --limit --type --wait" ;;
 	watch) opts="--after --runs" ;;
 	resolve) opts="--status --result" ;;

@@ -223,6 +223,22 @@ int64_t store_now(store *s);
  * not covered (its durable frontier: docs/durability.md). */
 enum { STORE_READ = 0, STORE_WRITE = 1, STORE_WRITE_LAZY = 2 };
 
+/* STORE_WRITE_FREEING, or'ed into STORE_WRITE or STORE_WRITE_LAZY: a write
+ * transaction that frees room (store_conv_delete, and nothing that adds),
+ * so that a store full to its limit still takes a delete. On LMDB it may use
+ * a reserve past max_map_size (max_map_size / 16, at least 256 KiB, at most
+ * 1 GiB): a delete copies the pages it touches before it frees any, which a
+ * map full to its last page has no room for. When it ends, the map is set
+ * back to max_map_size, or to the data's end if that is past it (the pages
+ * the delete wrote), and the pages it freed serve the next writes. Other
+ * processes never map the reserve: one that meets the larger map adopts
+ * only the data's end. The caller keeps the rule: such a transaction only
+ * removes, else it could spend the reserve. On PostgreSQL a delete is never
+ * refused by the quota, with or without the flag; the quota counts the
+ * tables' bytes, which PostgreSQL reuses for new rows only after it has
+ * vacuumed them (docs/operations.md). */
+enum { STORE_WRITE_FREEING = 8 };
+
 /* A transaction's id: for a write transaction the id its commit makes
  * current, for a read transaction the id of the commit it sees. Ids grow by
  * one per commit, across every process on the store, so "every transaction

@@ -112,6 +112,7 @@ struct store_txn {
 	int write;
 	int err;     /* poisoned: the first fatal error, returned from then on */
 	int lazy;    /* STORE_WRITE_LAZY: commit without flushing the meta page */
+	int freeing; /* STORE_WRITE_FREEING: may map the delete reserve */
 	int dirty;   /* a write succeeded: the commit takes a txn id */
 	int64_t now;
 	/* cur[i] is bound to t when bound[i]; busy[i] while an operation holds
@@ -801,6 +802,60 @@ static void maybe_grow(store *s, int write)
 	map_resize(s, want);
 }
 
+/* The delete reserve (store.h, STORE_WRITE_FREEING). */
+static size_t freeing_reserve(const store *s)
+{
+	size_t r = s->opts.max_map_size / 16;
+	return r < 256 * 1024 ? 256 * 1024 : r > GiB ? GiB : r;
+}
+
+/* Before a freeing txn: map the reserve past the data's end or
+ * max_map_size, whichever is further. */
+static void freeing_map(store *s)
+{
+	MDB_envinfo info;
+	if (s->ntxn > 0 || s->opts.read_only || mdb_env_info(s->env, &info))
+		return;
+	size_t used = ((size_t)info.me_last_pgno + 1) * s->psize;
+	size_t want = (used > s->opts.max_map_size ? used : s->opts.max_map_size) + freeing_reserve(s);
+	if (want > s->map_size)
+		map_resize(s, want);
+}
+
+/* After a freeing txn, or on adopting another process's larger map: never
+ * keep a map past max_map_size beyond the data's end (LMDB rounds a smaller
+ * size up to it), so no ordinary write spends the reserve. */
+static void freeing_unmap(store *s)
+{
+	MDB_envinfo info;
+	if (s->ntxn > 0 || s->map_size <= s->opts.max_map_size)
+		return;
+	if (map_resize(s, s->opts.max_map_size) == 0 && mdb_env_info(s->env, &info) == 0)
+		s->map_size = info.me_mapsize;
+}
+
+/* After a freeing txn committed, with the reserve still mapped. LMDB
+ * reuses the pages a transaction freed only from the second transaction
+ * after it (a reader may still see them through the other meta page), so
+ * without another commit the next write would find no room in a map full
+ * to its last page, and, refused, never make that commit. This one rewrites
+ * the schema key with its own value: the room the delete freed then serves
+ * the very next write. Its few pages come from the reserve. */
+static void freeing_settle(store *s)
+{
+	MDB_txn *t;
+	unsigned char b[1] = { SCHEMA_VERSION };
+	MDB_val k = { 6, "schema" }, v = { 1, b };
+	if (mdb_txn_begin(s->env, NULL, 0, &t))
+		return;
+	if (mdb_put(t, s->meta, &k, &v, 0))
+		mdb_txn_abort(t);
+	else
+		mdb_txn_commit(t);
+	s->cache_gen++; /* its txn id is not the one the conversation cache holds */
+	s->cache_ok = 0;
+}
+
 int store_reserve(store *s, size_t bytes)
 {
 	MDB_envinfo info;
@@ -926,7 +981,10 @@ static void cache_end(store_txn *x, size_t id, int committed)
 
 int store_txn_begin(store *s, int mode, store_txn **out)
 {
-	if (!s || !out || (mode != STORE_READ && mode != STORE_WRITE && mode != STORE_WRITE_LAZY))
+	int freeing = !!(mode & STORE_WRITE_FREEING);
+	mode &= ~STORE_WRITE_FREEING;
+	if (!s || !out || (mode != STORE_READ && mode != STORE_WRITE && mode != STORE_WRITE_LAZY) ||
+	    (freeing && mode == STORE_READ))
 		return STORE_E_INVAL;
 	int lazy = mode == STORE_WRITE_LAZY;
 	if (lazy)
@@ -936,6 +994,8 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 	if (mode == STORE_WRITE && s->writing)
 		return -EBUSY;
 	maybe_grow(s, mode == STORE_WRITE);
+	if (freeing)
+		freeing_map(s);
 	if (s->unmapped)
 		return -ENOMEM;
 	store_txn *x = txn_obj(s, mode == STORE_WRITE);
@@ -951,15 +1011,20 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 			MDB_envinfo info;
 			if (mdb_env_info(s->env, &info) == 0)
 				s->map_size = info.me_mapsize;
+			if (!freeing)
+				freeing_unmap(s); /* the size a freeing txn left in the meta page */
 		}
 	}
 	if (rc) {
 		txn_destroy(x);
+		if (freeing)
+			freeing_unmap(s);
 		return map_err(rc);
 	}
 	x->s = s;
 	x->write = mode == STORE_WRITE;
 	x->lazy = lazy;
+	x->freeing = freeing;
 	x->err = 0;
 	x->dirty = 0;
 	x->head_len = 0;
@@ -1042,7 +1107,12 @@ int store_txn_commit(store_txn *x)
 	if (x->write)
 		cache_end(x, id, err == 0);
 	store *s = x->s;
+	int freeing = x->freeing;
 	txn_free(x);
+	if (freeing && !err && s->ntxn == 0)
+		freeing_settle(s);
+	if (freeing)
+		freeing_unmap(s);
 	maybe_grow(s, 0);
 	return err;
 }
@@ -1055,7 +1125,10 @@ void store_txn_abort(store_txn *x)
 		cache_end(x, 0, 0);
 	mdb_txn_abort(x->t);
 	store *s = x->s;
+	int freeing = x->freeing;
 	txn_free(x);
+	if (freeing)
+		freeing_unmap(s);
 	maybe_grow(s, 0);
 }
 

@@ -938,6 +938,11 @@ static int txn_start(store_txn *x, int lazy)
 
 int store_txn_begin(store *s, int mode, store_txn **out)
 {
+	/* STORE_WRITE_FREEING changes nothing here: a delete is never refused
+	 * by the quota (store.h). */
+	if (mode == (STORE_READ | STORE_WRITE_FREEING))
+		return STORE_E_INVAL;
+	mode &= ~STORE_WRITE_FREEING;
 	if (!s || !out || (mode != STORE_READ && mode != STORE_WRITE && mode != STORE_WRITE_LAZY))
 		return STORE_E_INVAL;
 	int lazy = mode == STORE_WRITE_LAZY, write = mode != STORE_READ;

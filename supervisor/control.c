@@ -134,9 +134,12 @@ static int stale_socket_clear(const struct sockaddr_un *sa)
 	return -1;
 }
 
+static void control_batch_limits(const struct config *cfg);
+
 int control_listen(const struct config *cfg, const char *path, const struct control_hooks *hooks)
 {
 	C.cfg = cfg;
+	control_batch_limits(cfg);
 	C.h = hooks;
 	if (!(C.path = strdup(path))) {
 		log_error("out of memory");
@@ -549,6 +552,14 @@ void slot_error(struct slot *s, json_t *id, int err, const char *msg)
 	slot_done(s, line, len);
 }
 
+void slot_error_with(struct slot *s, json_t *id, int err, const char *msg, json_t *extra)
+{
+	size_t len = 0;
+	metrics_error(err);
+	char *line = proto_error_line_with(id, err, msg, extra, &len);
+	slot_done(s, line, len);
+}
+
 void slot_ok(struct slot *s, json_t *id, json_t *obj)
 {
 	size_t len = 0;
@@ -570,7 +581,13 @@ static int name_tool(void *arg, const char *n)
 	return config_tool(C.cfg, n) != NULL;
 }
 
-static const struct proto_names names = { name_model, name_tool, NULL };
+static struct proto_names names = { name_model, name_tool, NULL, 0, 0 }; /* limits set by control_listen */
+
+static void control_batch_limits(const struct config *cfg)
+{
+	names.batch_max_events = cfg->batch_max_events;
+	names.batch_max_bytes = cfg->batch_max_bytes;
+}
 
 /* One complete line: a job for the end of the iteration, or an error now.
  * Returns 1 when the line was a read queued after a write of the same client

@@ -90,6 +90,9 @@ int control_all_held(void);
 struct slot *slot_new(struct client *c);
 void slot_ok(struct slot *s, json_t *id, json_t *obj);           /* obj stolen */
 void slot_error(struct slot *s, json_t *id, int err, const char *msg);
+/* An error reply with more fields (extra: an object, stolen, may be NULL),
+ * as send's `conflict` carries `last_seq`. */
+void slot_error_with(struct slot *s, json_t *id, int err, const char *msg, json_t *extra);
 struct client *slot_client(const struct slot *s);
 /* s's reply shows transaction txnid: it leaves only once that is durable
  * (durable.h), and the replies after it wait with it. */

@@ -42,6 +42,7 @@ struct job {
 	int err;
 	char msg[160];
 	json_t *reply;   /* success fields */
+	json_t *err_extra; /* more fields of an error reply (send's conflict: last_seq), or NULL */
 	int ran;         /* a read already answered while the writes were held */
 	int after_write; /* a read queued behind a write of its client: runs after the commit */
 	int excluded;    /* a write that met a damaged record: failed alone, left out of the retry */
@@ -575,6 +576,7 @@ struct wres {
 	int resumed; /* update: a larger budget made a paused conversation active */
 	struct store_usage usage; /* update: the committed usage and turns the budget is checked against */
 	uint64_t turns;
+	size_t appended; /* send: events written (0: every one was a duplicate) */
 };
 
 /* Store metadata (checked by the codec) as the conversation's whole map. */
@@ -748,45 +750,126 @@ static int w_delete(store_txn *t, struct job *j, struct wres *r)
 	return 0;
 }
 
-static int w_send(store_txn *t, struct job *j, struct wres *r)
+/* Whether every event carries an event_id already in the log: a replay of
+ * a send whose reply was lost, which writes nothing. *e gets a store error
+ * other than "not found". */
+static int send_is_replay(store_txn *t, const char *conv, const struct store_event_in *ev, size_t n, int *e)
 {
+	*e = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t seq;
+		if (!ev[i].event_id)
+			return 0;
+		int r = store_event_id_seq(t, conv, ev[i].event_id, strlen(ev[i].event_id), &seq);
+		if (r) {
+			*e = r == STORE_E_NOTFOUND ? 0 : r;
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* send's checks and its append, in that order: the conversation exists and
+ * is not ended; expected_seq (unless the send is a replay: idempotency wins,
+ * and a replay writes nothing); then every event or none. */
+static int send_append(store_txn *t, struct job *j, struct wres *r, const struct store_event_in *ev, size_t n,
+		       uint64_t *seqs, int *dups)
+{
+	const char *conv = j->rq.conv;
 	struct store_conv c;
-	int e = store_conv_get(t, j->rq.conv, &c);
+	int e = store_conv_get(t, conv, &c);
 	if (e)
 		return job_store_error(j, e, "conversation"), e == STORE_E_NOTFOUND ? 0 : e;
 	if (c.status == STORE_ENDED) {
-		job_error(j, PERR_CONFLICT, "conversation %s is ended: sends are refused", j->rq.conv);
+		job_error(j, PERR_CONFLICT, "conversation %s is ended: sends are refused", conv);
 		return 0;
 	}
 	r->paused = 0;
 	int was_idle = c.status == STORE_IDLE;
-	struct jsonmp_buf b;
-	if (pack_json(&b, j->rq.content)) {
-		job_error(j, PERR_BAD_REQUEST, "content nests too deeply");
-		return 0;
+	if (j->rq.has_expected_seq && !send_is_replay(t, conv, ev, n, &e)) {
+		uint64_t last = 0;
+		if (!e)
+			e = store_event_latest_seq(t, conv, &last);
+		if (e)
+			return job_store_error(j, e, "send"), e;
+		if (last != j->rq.expected_seq) {
+			job_error(j, PERR_CONFLICT, "conversation %s is at seq %llu, not the expected_seq %llu: nothing was written",
+				  conv, (unsigned long long)last, (unsigned long long)j->rq.expected_seq);
+			j->err_extra = json_pack("{sI}", "last_seq", (json_int_t)last);
+			return 0;
+		}
 	}
-	struct store_event_in ev = { "user_msg", { b.sb.data, b.sb.size }, j->rq.event_id };
-	uint64_t seq;
-	int dup = 0;
-	e = store_event_append(t, j->rq.conv, &ev, &seq, &dup);
-	jsonmp_buf_destroy(&b);
-	if (!e && !dup && was_idle) {
+	/* Atomic: the store checks every event before writing one. */
+	e = store_events_append(t, conv, ev, n, seqs, dups);
+	r->appended = 0;
+	for (size_t i = 0; !e && i < n; i++)
+		r->appended += !dups[i];
+	if (!e && r->appended && was_idle) {
 		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
-		e = store_conv_put(t, j->rq.conv, &p);
+		e = store_conv_put(t, conv, &p);
 	}
-	if (!e && !dup)
-		e = lease_ahead(t, j->rq.conv);
+	if (!e && r->appended)
+		e = lease_ahead(t, conv);
 	if (e)
 		return job_store_error(j, e, "send"), e;
-	j->reply = json_pack("{sI}", "seq", (json_int_t)seq);
-	if (dup)
-		json_object_set_new(j->reply, "duplicate", json_true());
-	if (c.status == STORE_PAUSED) {
+	if (!j->rq.events) {
+		j->reply = json_pack("{sI}", "seq", (json_int_t)seqs[0]);
+		if (dups[0])
+			json_object_set_new(j->reply, "duplicate", json_true());
+	} else {
+		json_t *a = json_array(), *d = json_array();
+		for (size_t i = 0; i < n; i++) {
+			json_array_append_new(a, json_integer((json_int_t)seqs[i]));
+			if (dups[i])
+				json_array_append_new(d, json_integer((json_int_t)i));
+		}
+		j->reply = json_pack("{so}", "seqs", a);
+		if (j->reply && json_array_size(d))
+			json_object_set(j->reply, "duplicates", d);
+		json_decref(d);
+	}
+	if (j->reply && c.status == STORE_PAUSED) {
 		/* Kept, and answered once a larger budget resumes it. */
 		r->paused = 1;
 		json_object_set_new(j->reply, "status", json_string("paused"));
 	}
 	return 0;
+}
+
+/* send: one event, or a batch (rq.events) appended in order in one
+ * transaction. Everything that can refuse it is checked before its first
+ * write, so a refused send writes nothing and leaves the group transaction
+ * usable for the others (a store error poisons it: group_commit then). */
+static int w_send(store_txn *t, struct job *j, struct wres *r)
+{
+	size_t n = j->rq.events ? json_array_size(j->rq.events) : 1, packed = 0;
+	struct store_event_in *ev = calloc(n, sizeof *ev);
+	struct jsonmp_buf *b = calloc(n, sizeof *b);
+	uint64_t *seqs = calloc(n, sizeof *seqs);
+	int *dups = calloc(n, sizeof *dups);
+	int e = 0;
+	if (!ev || !b || !seqs || !dups) {
+		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written yet */
+		goto done;
+	}
+	for (; packed < n; packed++) {
+		json_t *item = j->rq.events ? json_array_get(j->rq.events, packed) : NULL;
+		if (pack_json(&b[packed], item ? json_object_get(item, "content") : j->rq.content)) {
+			job_error(j, PERR_BAD_REQUEST, "content nests too deeply");
+			goto done;
+		}
+		ev[packed] = (struct store_event_in){ "user_msg", { b[packed].sb.data, b[packed].sb.size },
+			item ? json_string_value(json_object_get(item, "event_id")) : j->rq.event_id };
+	}
+	e = send_append(t, j, r, ev, n, seqs, dups);
+done:
+	for (size_t i = 0; i < packed; i++)
+		jsonmp_buf_destroy(&b[i]);
+	free(ev);
+	free(b);
+	free(seqs);
+	free(dups);
+	return e;
 }
 
 /* Settle and log a call, then revive its conversation when no person is
@@ -947,7 +1030,7 @@ static int fatal(int e)
 /* After the commit: wake workers and waiters. */
 static void after_send(struct job *j, struct wres *r)
 {
-	if (!json_object_get(j->reply, "duplicate") && !r->paused)
+	if (r->appended && !r->paused)
 		workers_wake(j->rq.conv);
 	waiters_notify(j->rq.conv);
 }
@@ -1070,9 +1153,31 @@ static void group_commit_failed(int e, size_t n)
 
 /* Long because one transaction and its retries (a damaged record left
  * out, a full map grown) are one loop; what each write then owes is after it. */
+/* A full map that cannot grow: keep only the deletes, for a transaction
+ * that may use the store's delete reserve (STORE_WRITE_FREEING); the other
+ * writes are refused store_full, since they are what must not spend it.
+ * Returns how many writes are left (0: there was no delete). */
+static size_t keep_deletes(struct job **w, size_t n)
+{
+	size_t dels = 0;
+	for (size_t i = 0; i < n; i++)
+		dels += !w[i]->excluded && w[i]->rq.op == OP_DELETE;
+	for (size_t i = 0; dels && i < n; i++) {
+		if (w[i]->excluded || w[i]->rq.op == OP_DELETE)
+			continue;
+		w[i]->excluded = 1;
+		json_decref(w[i]->reply);
+		w[i]->reply = NULL;
+		json_decref(w[i]->err_extra);
+		w[i]->err_extra = NULL;
+		job_error(w[i], PERR_STORE_FULL, "the store is full (map size limit reached, or the disk is full)");
+	}
+	return dels;
+}
+
 static void group_commit(struct job **w, struct wres *res, size_t n)
 {
-	int e = 0, grown = 0;
+	int e = 0, grown = 0, freeing = 0;
 	uint64_t committed = 0;
 	size_t left = n;
 	for (;;) {
@@ -1082,7 +1187,7 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		size_t map0 = store_map_size(O.env->st); /* store_stat lists the readers: too dear for every commit */
 		/* Lazy: one flush under the writer lock; the replies wait for
 		 * the durable frontier instead (durable.h). */
-		e = gate_write_begin(STORE_WRITE_LAZY, &t);
+		e = gate_write_begin(STORE_WRITE_LAZY | (freeing ? STORE_WRITE_FREEING : 0), &t);
 		uint64_t id = e ? 0 : store_txn_id(t);
 		for (size_t i = 0; !e && i < n; i++) {
 			if (w[i]->excluded)
@@ -1090,6 +1195,8 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 			w[i]->err = 0;
 			json_decref(w[i]->reply);
 			w[i]->reply = NULL;
+			json_decref(w[i]->err_extra);
+			w[i]->err_extra = NULL;
 			int we = write_one(t, w[i], &res[i]);
 			if (fatal(we))
 				e = we, bad = i;
@@ -1133,9 +1240,33 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		/* A full map: the store doubled it, or does before the next
 		 * begin, up to max_map_size; a large send may need several
 		 * doublings. A full disk, or a map at its maximum: no retry. */
-		if (e != STORE_E_FULL || grown >= 64 || store_stat(O.env->st, &st) ||
-		    !(st.map_full || st.map_size > map0))
+		if (e != STORE_E_FULL)
 			break;
+		if (grown >= 64 || store_stat(O.env->st, &st) || !(st.map_full || st.map_size > map0)) {
+			/* No room to grow, and a delete among the writes: the
+			 * deletes alone, with the reserve, so that an operator can
+			 * always free room. */
+			size_t dels = freeing ? 0 : keep_deletes(w, n);
+			if (dels) {
+				log_error("the store is full: %zu delete(s) run alone with the delete reserve, %zu other "
+					  "write(s) refused", dels, left - dels);
+				freeing = 1;
+				left = dels;
+				continue;
+			}
+			/* No room to grow: the write that met the full map (a
+			 * large send or batch) fails alone, as a damaged record
+			 * does, and the others are retried without it; a small
+			 * write, a delete above all, still fits. */
+			if (bad >= n || left < 2)
+				break;
+			w[bad]->excluded = 1;
+			job_error(w[bad], PERR_STORE_FULL, "the store is full (map size limit reached, or the disk is full)");
+			left--;
+			log_error("a %s of %s does not fit the full store (max_map_size): refused; %zu other write(s) "
+				  "retried without it", proto_op_name(w[bad]->rq.op), w[bad]->rq.conv ? w[bad]->rq.conv : "?", left);
+			continue;
+		}
 		if (!grown++)
 			log_info("the map is full during a group commit of %zu writes: growing it from %zu bytes", left,
 				 map0);
@@ -1147,6 +1278,8 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 		if (e) {
 			json_decref(w[i]->reply);
 			w[i]->reply = NULL;
+			json_decref(w[i]->err_extra);
+			w[i]->err_extra = NULL;
 			if (e == STORE_E_FULL)
 				job_error(w[i], PERR_STORE_FULL,
 					  "the store is full (map size limit reached, or the disk is full)");
@@ -1189,7 +1322,9 @@ static void job_finish(struct job *j)
 {
 	if (j->slot) {
 		slot_need(j->slot, j->txnid);
-		if (j->err)
+		if (j->err && j->err_extra)
+			slot_error_with(j->slot, j->rq.id, j->err, j->msg, json_incref(j->err_extra));
+		else if (j->err)
 			slot_error(j->slot, j->rq.id, j->err, j->msg);
 		else if (j->reply)
 			slot_ok(j->slot, j->rq.id, json_incref(j->reply));
@@ -1199,6 +1334,7 @@ static void job_finish(struct job *j)
 	if (!j->slot && !j->parked)
 		metrics_op_latency(j->rq.op, j->started_us); /* its client left; one with a slot is timed at its reply */
 	json_decref(j->reply);
+	json_decref(j->err_extra);
 	proto_request_free(&j->rq);
 	free(j);
 }

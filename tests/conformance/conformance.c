@@ -3920,6 +3920,66 @@ START_TEST(a_map_without_address_space_to_grow_stays_usable)
 }
 END_TEST
 
+/* Fill conv's store to its limit: ever smaller events until one of a byte
+ * is full. */
+static void fill_to_the_limit(const char *conv)
+{
+	static const size_t sizes[] = { 64 << 10, 4 << 10, 256, 1 };
+	for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+		for (int i = 0; i < 20000 && append_big(conv, sizes[k]) == 0; i++)
+			;
+	ck_assert_int_eq(append_big(conv, 1), STORE_E_FULL);
+}
+
+/* store.h, STORE_WRITE_FREEING: a store full to its limit still takes a
+ * delete, again and again, and (LMDB) the room it freed serves the next
+ * write at once, while the map stays within the reserve. PostgreSQL never
+ * refuses a delete for the quota; its tables keep their bytes until they
+ * are vacuumed, so there the quota stays reached. */
+START_TEST(freeing_txn_deletes_in_a_full_store)
+{
+	const size_t max = (size_t)1 << 20, reserve = 256 << 10;
+	int lmdb = strcmp(conf_backend(), "pg") != 0;
+	OPTS.map_size = OPTS.max_map_size = max;
+	reopen_store();
+	store_txn *t = NULL;
+	ck_assert_int_eq(store_txn_begin(S, STORE_READ | STORE_WRITE_FREEING, &t), STORE_E_INVAL);
+	for (int round = 0; round < 3; round++) {
+		char a[8], b[8];
+		snprintf(a, sizeof a, "a%d", round);
+		snprintf(b, sizeof b, "b%d", round);
+		if (!lmdb && round > 0)
+			break; /* the quota stays reached (above) */
+		mkconv(a);
+		mkconv(b);
+		append_big(b, 64 << 10);
+		fill_to_the_limit(a);
+		/* an ordinary delete meets the full store on LMDB */
+		t = wbegin();
+		int rc = store_conv_delete(t, b);
+		if (rc == 0)
+			rc = store_txn_commit(t);
+		else
+			store_txn_abort(t);
+		ck_assert_int_eq(rc, lmdb ? STORE_E_FULL : 0);
+		ck_assert_int_eq(store_txn_begin(S, STORE_WRITE_LAZY | STORE_WRITE_FREEING, &t), 0);
+		ck_assert_int_eq(store_conv_delete(t, a), 0);
+		ck_assert_int_eq(store_txn_commit(t), 0);
+		struct store_conv c;
+		t = rbegin();
+		ck_assert_int_eq(store_conv_get(t, a, &c), STORE_E_NOTFOUND);
+		ck_assert_int_eq(store_conv_get(t, b, &c), lmdb ? 0 : STORE_E_NOTFOUND);
+		store_txn_abort(t);
+		struct store_stat st;
+		ck_assert_int_eq(store_stat(S, &st), 0);
+		ck_assert_uint_le(st.map_size, max + reserve);
+		ck_assert_uint_le(st.size_bytes, lmdb ? max + reserve : st.size_bytes);
+		if (lmdb) /* the room a0 held serves the next write at once */
+			ck_assert_int_eq(append_big(b, 64 << 10), 0);
+	}
+}
+END_TEST
+
 START_TEST(map_full_grows_for_retry)
 {
 	OPTS.map_size = (size_t)1 << 20;
@@ -4931,6 +4991,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, stat_and_reader_check);
 	tcase_add_test(tc, map_full_without_growth_loses_nothing);
 	tcase_add_test(tc, map_full_grows_for_retry);
+	tcase_add_test(tc, freeing_txn_deletes_in_a_full_store);
 	tcase_add_test(tc, a_map_without_address_space_to_grow_stays_usable);
 	tcase_add_test(tc, max_map_size_alone_bounds_the_map);
 	tcase_add_test(tc, reserve_grows_ahead);

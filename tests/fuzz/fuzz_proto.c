@@ -23,7 +23,7 @@ static int tool_ok(void *arg, const char *n)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const struct proto_names names = { model_ok, tool_ok, NULL };
+	static const struct proto_names names = { model_ok, tool_ok, NULL, 8, 1 << 16 }; /* batch limits reached often */
 	struct request rq;
 	char msg[256];
 	int err = proto_parse((const char *)data, size, &names, &rq, msg, sizeof msg);

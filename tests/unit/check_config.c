@@ -97,6 +97,19 @@ START_TEST(a_good_file)
 	ck_assert_uint_eq(c.map_size, 1 << 20);
 	ck_assert_uint_eq(c.max_map_size, 4 << 20);
 	ck_assert_int_eq(c.restart_window_ms, 2000);
+	ck_assert_uint_eq(c.batch_max_events, 100); /* the defaults */
+	ck_assert_uint_eq(c.batch_max_bytes, 1 << 20);
+	config_free(&c);
+	rc = load("[agentd]\nbatch_max_events = 10000\nbatch_max_bytes = 1k\n", &c, err, sizeof err);
+	ck_assert_msg(rc == 0, "%s", err);
+	ck_assert_uint_eq(c.batch_max_events, 10000);
+	ck_assert_uint_eq(c.batch_max_bytes, 1024);
+	config_free(&c);
+	rc = load("; comment\n[agentd]\nidle_timeout = 90s\nmap_size = 1m\nmax_map_size = 4m\n"
+		  "restart_window = 2s\n\n[model.m]\ncommand = \"/usr/bin/env\" 'py thon' a\\ b\ntimeout = 5s\n"
+		  "retries = 0\n\n[tool.t]\ncommand = ./t\n[tool.h]\nexecutor = human\nexpires = 0\n",
+		  &c, err, sizeof err);
+	ck_assert_msg(rc == 0, "%s", err);
 	const struct model_cfg *m = config_model(&c, "m");
 	ck_assert_ptr_nonnull(m);
 	ck_assert_int_eq(m->timeout_ms, 5000);
@@ -227,6 +240,10 @@ static const struct {
 	{ "[agentd]\ncompact_events = 3\ncompact_keep = 10\n",
 	  "F: compact_keep (10) must be under compact_events (3) in [agentd]" },
 	{ "[agentd]\nmax_line = 2g\n", "F:2: bad value '2g' for 'max_line' in [agentd]" },
+	{ "[agentd]\nbatch_max_events = 0\n", "F:2: bad value '0' for 'batch_max_events' in [agentd]" },
+	{ "[agentd]\nbatch_max_events = 10001\n", "F:2: bad value '10001' for 'batch_max_events' in [agentd]" },
+	{ "[agentd]\nbatch_max_bytes = 1023\n", "F:2: bad value '1023' for 'batch_max_bytes' in [agentd]" },
+	{ "[agentd]\nbatch_max_bytes = 2g\n", "F:2: bad value '2g' for 'batch_max_bytes' in [agentd]" },
 	{ "[agentd]\nmodel_output_cap = 9000000000g\n", "F:2: bad value '9000000000g' for 'model_output_cap'" },
 	{ "[agentd]\nsync = full\n\n; a comment\n[tool.t]\ncommand = x\noutput_cap = 2g\n",
 	  "F:7: bad value '2g' for 'output_cap' in [tool.t]" },

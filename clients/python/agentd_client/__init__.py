@@ -8,9 +8,9 @@ from .aio import AsyncClient, AsyncWatch
 from .client import Client, Watch
 from .errors import (ERRORS, AgentdConnectionError, AgentdError, AgentdTimeout, BadRequest, Conflict, Internal,
                      NotFound, Stale, StoreFull, TooLarge, UnknownOp, Unavailable, error_from_reply)
-from .types import (Cancelled, Conversation, ConversationPage, Delta, Event, EventPage, ModelCall, Resolution,
-                    Resumed, Run, RunPage, SendResult, Status, StoreStatus, Summary, ToolCall, Usage, Worker,
-                    WorkerStatus)
+from .types import (BatchResult, Cancelled, Conversation, ConversationPage, Delta, Event, EventPage, ModelCall,
+                    Resolution, Resumed, Run, RunPage, SendResult, Status, StoreStatus, Summary, ToolCall, Usage,
+                    Worker, WorkerStatus)
 
 __version__ = "0.1.0"
 
@@ -18,7 +18,8 @@ __all__ = [
     "Client", "Watch", "AsyncClient", "AsyncWatch", "socket_path", "new_event_id", "DEFAULT_SOCKET", "IDEMPOTENT",
     "AgentdError", "AgentdConnectionError", "AgentdTimeout", "BadRequest", "UnknownOp", "NotFound", "Conflict",
     "Stale", "TooLarge", "StoreFull", "Unavailable", "Internal", "ERRORS", "error_from_reply",
-    "Conversation", "ConversationPage", "Delta", "Event", "EventPage", "ModelCall", "Resolution", "SendResult",
+    "BatchResult", "Conversation", "ConversationPage", "Delta", "Event", "EventPage", "ModelCall", "Resolution",
+    "SendResult",
     "Status", "StoreStatus", "Summary", "ToolCall", "Usage", "Worker", "WorkerStatus",
     "Run", "RunPage", "Cancelled", "Resumed",
 ]

@@ -12,8 +12,8 @@ import uuid
 from typing import Any, Callable, Dict, Optional
 
 from .errors import AgentdConnectionError, BadRequest
-from .types import (Cancelled, Conversation, ConversationPage, Event, EventPage, ModelCall, Resolution, Resumed,
-                    Run, RunPage, SendResult, Status, Summary, ToolCall, _build)
+from .types import (BatchResult, Cancelled, Conversation, ConversationPage, Event, EventPage, ModelCall, Resolution,
+                    Resumed, Run, RunPage, SendResult, Status, Summary, ToolCall, _build)
 
 DEFAULT_SOCKET = "./agentd-data/agentd.sock"
 SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
@@ -156,15 +156,36 @@ class _Ops:
         """Remove the conversation and everything of it; True, or False when it did not exist."""
         return self._run(_Call("delete", {"conversation": conversation}, lambda r: r["deleted"]))
 
-    def send(self, conversation: str, content, *, event_id: Optional[str] = None):
+    def send(self, conversation: str, content, *, event_id: Optional[str] = None,
+             expected_seq: Optional[int] = None):
         """Append a user message (content: a string, stored as {"text": ...}, or a dict); returns
         SendResult(seq, duplicate, event_id) once it is durably committed. Idempotent: an event_id is
         generated when not given, and after a lost connection the client reconnects and sends again with
         the same one, so the message is in the log once (duplicate=True then says the first attempt had
-        landed). Conflict when the conversation is ended."""
+        landed). Conflict when the conversation is ended. With expected_seq (the last seq you saw; 0: the
+        log must be empty), Conflict with .last_seq when the conversation moved on: nothing was written.
+        A repeated event_id still gets its original seq (idempotency wins over the check)."""
         eid = new_event_id() if event_id is None else event_id
-        return self._run(_Call("send", {"conversation": conversation, "content": content, "event_id": eid},
-                               lambda r: SendResult(r["seq"], bool(r.get("duplicate", False)), eid)))
+        fields = {"conversation": conversation, "content": content, "event_id": eid,
+                  **_opt(expected_seq=expected_seq)}
+        return self._run(_Call("send", fields, lambda r: SendResult(r["seq"], bool(r.get("duplicate", False)), eid)))
+
+    def send_batch(self, conversation: str, contents, *, event_ids: Optional[list] = None,
+                   expected_seq: Optional[int] = None):
+        """Append several user messages in order, in one transaction: all or none. contents is a list of
+        strings or dicts (as send's content); event_ids, when given, one per content (else generated, so a
+        retry after a lost connection is answered with the original seqs). Returns BatchResult(seqs,
+        duplicates: indexes of events already in the log, event_ids). expected_seq applies to the batch
+        as a whole (Conflict with .last_seq). agentd's batch_max_events and batch_max_bytes bound it
+        (BadRequest past them)."""
+        contents = list(contents)
+        eids = [new_event_id() for _ in contents] if event_ids is None else list(event_ids)
+        if len(eids) != len(contents):
+            raise ValueError(f"event_ids has {len(eids)} entries for {len(contents)} contents")
+        events = [{"content": c, "event_id": e} for c, e in zip(contents, eids)]
+        fields = {"conversation": conversation, "events": events, **_opt(expected_seq=expected_seq)}
+        return self._run(_Call("send", fields,
+                               lambda r: BatchResult(list(r["seqs"]), list(r.get("duplicates", [])), eids)))
 
     def events(self, conversation: str, *, after: Optional[int] = None, before: Optional[int] = None,
                limit: Optional[int] = None, type: Optional[str] = None, wait_ms: Optional[int] = None):

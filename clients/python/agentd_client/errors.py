@@ -45,8 +45,10 @@ class NotFound(AgentdError):
 
 
 class Conflict(AgentdError):
-    """`conflict`: the conversation exists (create), or is ended (send, settings update)."""
+    """`conflict`: the conversation exists (create), or is ended (send, settings update), or a send's
+    expected_seq is not the conversation's last seq: .last_seq is then that seq (None otherwise)."""
     code = "conflict"
+    last_seq: Optional[int] = None
 
 
 class Stale(AgentdError):
@@ -108,4 +110,7 @@ def error_from_reply(reply: dict, op: Optional[str] = None) -> AgentdError:
     cls = ERRORS.get(code)
     if cls is None:
         return AgentdError(message, code, op)
-    return cls(message, code, op)
+    err = cls(message, code, op)
+    if isinstance(reply.get("last_seq"), int):
+        err.last_seq = reply["last_seq"]
+    return err

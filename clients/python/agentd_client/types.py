@@ -134,6 +134,16 @@ class SendResult:
 
 
 @dataclass
+class BatchResult:
+    """`send` with several events (send_batch): their seqs in order; duplicates lists the indexes of the
+    events whose event_id agentd had already seen (their seqs are the originals'); event_ids are the ones
+    used (generated when not given)."""
+    seqs: List[int]
+    duplicates: List[int]
+    event_ids: List[str]
+
+
+@dataclass
 class Event:
     """One event of a conversation's log (`events`, `watch`). type: user_msg, assistant_msg, tool_call,
     tool_result, suspension, resolution, error. event_id is set on events sent with one."""
