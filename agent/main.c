@@ -59,6 +59,9 @@ static struct {
 	int64_t *compacts;   /* compact requests queued, answered together */
 	size_t ncompact, compact_cap;
 	int ended;           /* status ended (as of the last read): no turn, no dispatch */
+	int active;          /* status active (as of the last read): a resumed give-up runs its turn again */
+	struct store_run run; /* the run of the model turn in progress (id 0: none); model points to run_model */
+	char run_model[128];
 	int paused;          /* status paused (as of the last read): the budget is spent, no turn */
 	int woken;           /* a wake was read since the last refresh */
 	int orphan;          /* the supervisor is gone: commit what is finished, then exit */
@@ -449,6 +452,7 @@ static void load_settings(store_txn *t)
 		die_store(e, "read conversation");
 	}
 	W.ended = c.status == STORE_ENDED;
+	W.active = c.status == STORE_ACTIVE;
 	W.paused = c.status == STORE_PAUSED;
 	json_decref(W.settings);
 	W.settings = jsonmp_unpack(c.settings.ptr, c.settings.len);
@@ -888,6 +892,51 @@ static void audit(store_txn *t, uint64_t turn_ref, const json_t *req, const char
 	must(t, e, "audit");
 }
 
+/* Start the turn's run (store.h), durably before the model is called: a
+ * run left running by a worker that died is interrupted now, and this one
+ * is its next attempt when it answers the same events (from_seq). */
+static void run_begin(uint64_t from_seq, uint64_t ctx_seq, const char *model)
+{
+	store_txn *t = wbegin(0);
+	struct store_run prev;
+	int e = conv_run_running(t, W.conv, &prev);
+	if (e < 0)
+		must(t, e, "read runs");
+	int64_t now = store_txn_now(t);
+	uint32_t attempt = 1;
+	if (prev.id && (prev.status == STORE_RUN_RUNNING || prev.status == STORE_RUN_INTERRUPTED) &&
+	    prev.from_seq == from_seq)
+		attempt = prev.attempt + 1;
+	if (prev.id && prev.status == STORE_RUN_RUNNING) {
+		log_info("%s: run %llu was interrupted: this is attempt %u", W.conv, (unsigned long long)prev.id,
+			 attempt);
+		prev.status = STORE_RUN_INTERRUPTED;
+		prev.ended_at = now;
+		must(t, store_run_put(t, W.conv, &prev), "end interrupted run");
+	}
+	snprintf(W.run_model, sizeof W.run_model, "%s", model);
+	W.run = (struct store_run){ .id = prev.id + 1, .status = STORE_RUN_RUNNING, .attempt = attempt,
+				    .from_seq = from_seq, .to_seq = ctx_seq,
+				    .model = { W.run_model, strlen(W.run_model) }, .started_at = now };
+	must(t, store_run_put(t, W.conv, &W.run), "start run");
+	commit(t, "start run", 0); /* no event: agentd still tells watchers (runs) */
+}
+
+/* End the turn's run inside the transaction that commits the turn's end. */
+static void run_end(store_txn *t, int status, uint64_t first, uint64_t last, const struct store_usage *u)
+{
+	if (!W.run.id)
+		return;
+	W.run.status = status;
+	W.run.first_seq = first;
+	W.run.last_seq = last;
+	if (u)
+		W.run.usage = *u;
+	W.run.ended_at = store_txn_now(t);
+	must(t, store_run_put(t, W.conv, &W.run), "end run");
+	W.run.id = 0;
+}
+
 /* A human call's deadline (tc's expires from now) and, with warn_before,
  * its expiry warning: durable like the deadline, in the caller's
  * transaction. */
@@ -902,7 +951,7 @@ static int schedule_deadline(store_txn *t, const char *id, const struct tool_cfg
 
 /* The turn's assistant_msg, its tool calls (rows, suspensions, expiries),
  * usage, audit row, status and fsm_state: one transaction. */
-static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *req, const char *model,
+static void commit_turn(struct model_reply *r, uint64_t ctx_seq, int round, const json_t *req, const char *model,
 			int64_t latency)
 {
 	size_t bytes = strlen(r->text) + (W.cfg.audit ? json_size(req) : 0);
@@ -912,7 +961,10 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 	store_txn *t = wbegin(1);
 	uint64_t before = 0;
 	must(t, store_event_latest_seq(t, W.conv, &before), "latest seq");
-	uint64_t a = append(t, "assistant_msg", json_pack("{sssI}", "text", r->text, "context_seq", (json_int_t)ctx_seq));
+	json_t *content = json_pack("{sssI}", "text", r->text, "context_seq", (json_int_t)ctx_seq);
+	if (content && round > 1) /* the rounds max_tool_rounds counts; a first round says nothing */
+		json_object_set_new(content, "round", json_integer(round));
+	uint64_t a = append(t, "assistant_msg", content);
 	json_t *pending = json_object();
 	int humans = 0, servers = 0;
 	for (size_t i = 0; i < r->ncalls; i++) {
@@ -956,6 +1008,7 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, const json_t *r
 	audit(t, a, req, model, &u, latency);
 	uint64_t last = 0;
 	must(t, store_event_latest_seq(t, W.conv, &last), "latest seq");
+	run_end(t, STORE_RUN_COMPLETED, a, last, &u);
 	if (humans) {
 		/* Suspended in the transaction that makes the suspension visible
 		 * (docs/protocol.md, "Semantics"), even while this turn's server calls still
@@ -991,6 +1044,7 @@ static void commit_error_audit(const char *msg, int attempts, uint64_t ctx_seq, 
 	/* msg may quote a model's stderr, cut anywhere: not always UTF-8. */
 	uint64_t seq = 0;
 	must(t, conv_error_append(t, W.conv, msg, strlen(msg), attempts, ctx_seq, &seq), "append");
+	run_end(t, STORE_RUN_FAILED, seq, seq, NULL);
 	if (!moved)
 		put_state(t, STORE_IDLE, conv_fsm_state("idle", NULL, seq));
 	if (rendered) /* the failed attempts, keyed by the error event */
@@ -1028,6 +1082,15 @@ static void offer_mcp(json_t *req)
 		log_info("%s: stopped while starting an MCP server; the turn is run on revival", W.conv);
 		exit(0);
 	}
+}
+
+/* The conversation's max_tool_rounds, else the configuration's. */
+static int max_tool_rounds(void)
+{
+	json_t *v = json_object_get(W.settings, "max_tool_rounds");
+	return json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= 1000000
+		       ? (int)json_integer_value(v)
+		       : W.cfg.max_tool_rounds;
 }
 
 /* ---- budgets ---------------------------------------------------------- */
@@ -1076,12 +1139,26 @@ static int budget_pause(uint64_t ctx_seq)
 	return 1;
 }
 
-static void run_turn(void)
+/* Model round `round` of a turn (tail.h): past max_tool_rounds rounds that
+ * each called tools, the turn ends with an error instead of another call, so a
+ * model that always calls a tool cannot loop forever; a user_msg starts anew. */
+static void run_turn(int round, uint64_t from_seq)
 {
 	const char *model = json_string_value(json_object_get(W.settings, "model"));
 	const struct model_cfg *mc = model ? config_model(&W.cfg, model) : NULL;
 	uint64_t ctx_seq = W.last_seq;
+	int max = max_tool_rounds();
 	report_state("running");
+	if (round > max) {
+		char msg[200];
+		snprintf(msg, sizeof msg,
+			 "the turn called tools in %d model rounds in a row (max_tool_rounds = %d): stopped; the next "
+			 "user message starts a new turn",
+			 round - 1, max);
+		log_warn("%s: %s", W.conv, msg);
+		commit_error(msg, 0, ctx_seq);
+		return;
+	}
 	if (!mc) {
 		char msg[200];
 		snprintf(msg, sizeof msg, "model '%s' is not in the configuration", model ? model : "(none)");
@@ -1090,6 +1167,7 @@ static void run_turn(void)
 	}
 	if (budget_pause(ctx_seq))
 		return;
+	run_begin(from_seq, ctx_seq, mc->name); /* after the budget: a paused turn calls no model, makes no run */
 	json_t *req = render_turn(W.conv, ctx_seq, W.settings, &W.cfg, W.summary, W.events);
 	offer_mcp(req);
 	struct model_run mr;
@@ -1098,7 +1176,7 @@ static void run_turn(void)
 	if (mr.err[0])
 		commit_error_audit(mr.err, attempts, ctx_seq, mr.audit, mc->name);
 	else
-		commit_turn(&mr.final, ctx_seq, mr.audit ? mr.audit : req, mc->name, latency);
+		commit_turn(&mr.final, ctx_seq, round, mr.audit ? mr.audit : req, mc->name, latency);
 	model_reply_free(&mr.final);
 	json_decref(mr.audit);
 	json_decref(req);
@@ -1522,7 +1600,7 @@ static void run(void)
 		W.woken = 0; /* this refresh sees what every wake so far announced */
 		refresh();
 		struct tail tl;
-		if (tail_decide(W.events, W.sum_to, &tl)) {
+		if (tail_decide_active(W.events, W.sum_to, W.active, &tl)) {
 			log_error("%s: the log's tail holds a malformed event: refusing to guess", W.conv);
 			exit(IPC_EXIT_CORRUPT);
 		}
@@ -1540,8 +1618,12 @@ static void run(void)
 				continue;
 			return;
 		} else if (tl.action == TAIL_TURN) {
+			int round = tl.round;
+			/* The run answers the events after the last turn boundary
+			 * (its marker, or the summary's end when it covers it). */
+			uint64_t from = tl.marker_seq ? tl.marker_seq : tl.ctx_seq;
 			tail_free(&tl);
-			run_turn();
+			run_turn(round, from);
 			continue;
 		} else if (tl.action == TAIL_TOOLS) {
 			size_t i;

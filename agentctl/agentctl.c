@@ -70,6 +70,7 @@ enum kind {
 	K_JSON,     /* any JSON value */
 	K_ENUM,     /* one of `choices` ("a|b"), matched case-insensitively */
 	K_CONST,    /* flag: sets `field` to the string `choices` */
+	K_TRUE,     /* flag: sets `field` to true */
 	K_SET_STR,  /* settings.<field>: string */
 	K_SET_LIST, /* settings.<field>: array of strings, repeatable */
 	K_SET_KV,   /* settings.<field>: object from KEY=VALUE, repeatable */
@@ -138,6 +139,12 @@ static const struct param opt_create[] = {
 	{0},
 };
 
+static const struct param opt_runs[] = {
+	{"--limit", "limit", K_UINT, "N", NULL, false, "at most N runs (agentd's default: 100)"},
+	{"--before", "before", K_UINT, "ID", NULL, false, "only runs with an id below ID (the `next:` cursor of a previous page)"},
+	{0},
+};
+
 static const struct param opt_list[] = {
 	{"--status", "status", K_STR, "S", NULL, false,
 	 "only conversations with status S (active, suspended, idle, ended, paused)"},
@@ -195,6 +202,7 @@ static const struct param opt_events[] = {
 
 static const struct param opt_watch[] = {
 	{"--after", "after", K_UINT, "N", NULL, false, "start after seq N (default: the current last seq: only new events)"},
+	{"--runs", "runs", K_TRUE, NULL, NULL, false, "also print each run as it starts and ends (- run {...})"},
 	{0},
 };
 
@@ -217,7 +225,7 @@ static const struct param opt_decide[] = {
 };
 
 static const struct param opt_tool_calls[] = {
-	{"--status", "status", K_STR, "S", NULL, false, "only calls with status S (pending, resolved, errored, expired)"},
+	{"--status", "status", K_STR, "S", NULL, false, "only calls with status S (pending, resolved, errored, expired, cancelled)"},
 	{0},
 };
 
@@ -266,6 +274,7 @@ static void show_audit(const json_t *reply);
 static void show_status(const json_t *reply);
 static void show_metrics(const json_t *reply);
 static void show_pending(const json_t *reply);
+static void show_runs(const json_t *reply);
 
 static const struct command commands[] = {
 	{"ping", "ping", "check that agentd answers", "Check that agentd answers. Prints: pong (agentd VERSION).",
@@ -302,7 +311,8 @@ static const struct command commands[] = {
 	 pos_conv, opt_events, show_events, 0, "agentctl events demo --after 10 --wait 30000", NULL, "events/seq"},
 	{"watch", "watch", "follow a conversation live",
 	 "Follow a conversation live: print each event as it is committed (SEQ TYPE CONTENT) and each model delta\n"
-	 "while a turn streams (- delta {\"text\":...}), until interrupted (exit 0) or agentd closes (exit 0).\n"
+"while a turn streams (- delta {\"text\":...}), and with --runs each run as it starts and ends\n"
+	 "(- run {...}), until interrupted (exit 0) or agentd closes (exit 0).\n"
 	 "With --json, print the reply line and every streamed line as received.",
 	 pos_conv, opt_watch, NULL, CMD_WATCH, "agentctl watch demo --after 0", NULL, NULL},
 	{"resolve", "resolve", "settle a pending human tool call",
@@ -351,6 +361,21 @@ static const struct command commands[] = {
 	 "Hibernate a conversation: its worker persists its state and exits; the next event revives it.\n"
 	 "Prints `stopping: true`, or `stopping: false` when no worker was running.",
 	 pos_conv, no_params, show_fields, 0, "agentctl stop demo", NULL, NULL},
+	{"cancel", "cancel", "cancel a conversation's running turn for good",
+	 "Cancel the conversation's running (or owed) turn for good: a turn_cancelled event is committed, its model\n"
+	 "or tool is killed, its pending tool calls are settled cancelled, and it waits for the next user message.\n"
+	 "Prints `cancelled: true`, the event's seq and the calls cancelled; `cancelled: false` and why when idle.",
+	 pos_conv, no_params, show_fields, 0, "agentctl cancel demo", NULL, NULL},
+	{"runs", "runs", "list a conversation's runs, newest first (table)",
+	 "List the conversation's runs (one per model turn attempt), newest first, as a table:\n"
+	 "ID STATUS ATTEMPT MODEL FROM TO FIRST LAST STARTED ENDED (FROM/TO: the seqs it answered, after FROM up to TO;\n"
+	 "FIRST/LAST: the seqs it appended). When more remain, a last line `next: ID` gives the cursor for --before.",
+	 pos_conv, opt_runs, show_runs, 0, "agentctl runs demo --limit 10", NULL, "runs/id"},
+	{"resume", "resume", "start a conversation's worker now",
+	 "Start the conversation's worker now, without a new event: after `stop`, or after the crash-loop limit gave\n"
+	 "up on it (the turn that ended in that error runs again). Prints `resumed: true`, or `resumed: false` and\n"
+	 "why when nothing is owed or a worker already runs.",
+	 pos_conv, no_params, show_fields, 0, "agentctl resume demo", NULL, NULL},
 	{"status", "status", "show agentd's status",
 	 "Show agentd's version, uptime and store (key: value lines), then its live workers as a table:\n"
 	 "CONVERSATION PID STATE SINCE_MS.",
@@ -687,6 +712,9 @@ static void apply(const struct param *p, const char *v, json_t *req)
 		break;
 	case K_CONST:
 		put(req, p->field, must(json_string(p->choices)));
+		break;
+	case K_TRUE:
+		json_object_set_new(req, p->field, json_true());
 		break;
 	case K_SET_STR:
 		put(settings_of(req), p->field, arg_string(p, v, strlen(v)));
@@ -1459,6 +1487,28 @@ static void show_tool_calls(const json_t *reply)
 		show_fields(reply);
 }
 
+static void show_runs(const json_t *reply)
+{
+	static const struct column cols[] = {
+		{"ID", "id", false},	       {"STATUS", "status", false},	  {"ATTEMPT", "attempt", false},
+		{"MODEL", "model", false},     {"FROM", "from_seq", false},	  {"TO", "to_seq", false},
+		{"FIRST", "first_seq", false}, {"LAST", "last_seq", false},	  {"STARTED", "started_at", true},
+		{"ENDED", "ended_at", true},
+	};
+	const json_t *rows = json_object_get(reply, "runs");
+	if (!json_is_array(rows)) {
+		show_fields(reply);
+		return;
+	}
+	TABLE(rows, cols);
+	const json_t *next = json_object_get(reply, "next");
+	if (next && !json_is_null(next)) {
+		char *t = text_of(next, "null");
+		printf("next: %s\n", t);
+		free(t);
+	}
+}
+
 static void show_audit(const json_t *reply)
 {
 	static const struct column cols[] = {
@@ -1682,11 +1732,16 @@ static _Noreturn void stream(struct conn *c, bool raw)
 		json_t *v = raw ? NULL : parse_line(line, len);
 		const json_t *ev = json_object_get(v, "event");
 		const json_t *delta = json_object_get(v, "delta");
+		const json_t *run = json_object_get(v, "run");
 		if (json_is_object(ev)) {
 			print_event(ev);
 		} else if (delta) {
 			char *t = dump(delta);
 			printf("- delta %s\n", t);
+			free(t);
+		} else if (json_is_object(run)) {
+			char *t = dump(run);
+			printf("- run %s\n", t);
 			free(t);
 		} else {
 			print_line(line, len);

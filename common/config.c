@@ -37,6 +37,7 @@ int config_init(struct config *c)
 	c->shutdown_timeout_ms = 10 * SEC;
 	c->compact_events = 400;
 	c->compact_keep = 20;
+	c->max_tool_rounds = 25;
 	c->model_out_cap = 4 << 20;
 	c->log_level = LOG_INFO;
 	c->budget.max_tokens = c->budget.max_turns = -1;
@@ -323,6 +324,8 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 		return set_int(&c->compact_events, v, 0, 100000000);
 	if (!strcmp(k, "compact_keep"))
 		return set_int(&c->compact_keep, v, 1, 100000000);
+	if (!strcmp(k, "max_tool_rounds"))
+		return set_int(&c->max_tool_rounds, v, 1, 1000000);
 	if (!strcmp(k, "model_output_cap")) /* under 1k no final line fits: every attempt would fail */
 		return config_size(v, &c->model_out_cap) || c->model_out_cap < 1024 || c->model_out_cap > CAP_MAX ? -1 : 0;
 	if (!strcmp(k, "allow_any_uid"))

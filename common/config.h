@@ -102,6 +102,7 @@ struct config {
 	size_t max_map_size;     /* 0: the store's default */
 	int compact_events;      /* working-set size that triggers compaction, 0: never; 400 */
 	int compact_keep;        /* events kept after a summary; 20 */
+	int max_tool_rounds;     /* model rounds in a row that call tools before a turn is stopped; 25 */
 	size_t model_out_cap;    /* 4 MiB */
 	int allow_any_uid;       /* peers of any uid may connect (default: same uid or root) */
 	int log_level;           /* LOG_* */

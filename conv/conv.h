@@ -23,11 +23,14 @@ enum tail_action {
 
 struct tail {
 	int action;
-	uint64_t ctx_seq;    /* context_seq of the last assistant_msg or error (base if none) */
-	uint64_t marker_seq; /* seq of that assistant_msg or error; 0 when none */
+	uint64_t ctx_seq;    /* context_seq of the last assistant_msg, error or turn_cancelled (base if none) */
+	uint64_t marker_seq; /* seq of that event; 0 when none */
 	json_t *calls;       /* the last turn's tool_call contents, in order (new reference) */
 	json_t *unsettled;   /* those of them with no tool_result/resolution yet (new reference) */
 	json_t *settled;     /* their settlements' contents, in log order (new reference) */
+	int round;           /* TAIL_TURN: the model round the owed turn is, counted from the last user_msg:
+			      * 1 when a user_msg is owed an answer, else the last assistant_msg's round + 1
+			      * (its content's "round", 1 when absent) */
 };
 
 /* Decide from the working set. base_ctx is the summary's to_seq (0 without):
@@ -35,6 +38,10 @@ struct tail {
  * when an event is malformed (a record we cannot trust: the caller stops) or
  * memory ran out (never a decision made on part of the tail). */
 int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t);
+/* As tail_decide; with active set (the conversation's status is active), an
+ * `error` with "gave_up": true is no turn boundary: a resumed conversation
+ * runs again the turn that its give-up ended. */
+int tail_decide_active(const json_t *events, uint64_t base_ctx, int active, struct tail *t);
 void tail_free(struct tail *t);
 
 /* ---- records ---------------------------------------------------------- */
@@ -43,6 +50,12 @@ void tail_free(struct tail *t);
  * event_id?}. NULL when out of memory (content that cannot be decoded is
  * shown as null: `agentd check` names it). */
 json_t *conv_event_json(const struct store_event *ev);
+
+/* A run as the protocol shows it (docs/protocol.md, "Runs"): {id, status,
+ * attempt, from_seq, to_seq, first_seq, last_seq, model, usage, started_at,
+ * ended_at}, first/last_seq and ended_at null until it ends. NULL when out
+ * of memory. */
+json_t *conv_run_json(const struct store_run *r);
 
 /* The fsm_state a conversation records: {state, pending, last_seq}; pending
  * (stolen; NULL: {}) maps each awaited tool_call_id to its call. */
@@ -87,6 +100,28 @@ int conv_after_resolution(store_txn *t, const char *conv, int *ended);
 int conv_error_append(store_txn *t, const char *conv, const char *msg, size_t len, int attempts,
 		      uint64_t ctx_seq, uint64_t *seq);
 
+/* As conv_error_append, for the error that gives up on a conversation (a
+ * crash loop, a full store): its content also says "gave_up": true, and while
+ * the conversation is active again (a `resume`) the tail does not take it as
+ * the turn's end (tail_decide_active), so the turn it ended runs again. */
+int conv_gave_up_append(store_txn *t, const char *conv, const char *msg, size_t len, int crashes,
+			uint64_t ctx_seq, uint64_t *seq);
+
+/* The conversation's latest run (store.h) into *r when it is still running
+ * (returns 1), else 0 (none, or ended); negative: a store error. */
+int conv_run_running(store_txn *t, const char *conv, struct store_run *r);
+/* End conv's running run, if any, with status (enum store_run_status) at the
+ * transaction's time: a cancel, or a worker given up on. 0 or a store error. */
+int conv_run_end(store_txn *t, const char *conv, int status);
+
+/* Cancel conv's turn for good (the `cancel` op): every tool call still
+ * pending is settled `cancelled` (a `resolution` with result null: a late
+ * result is then stale), a `turn_cancelled` event {context_seq: the last seq
+ * before it, tool_calls: [the ids cancelled]} ends the turn as an error does
+ * (nothing is owed until the next user_msg), its running run (if any) ends
+ * `cancelled`, and the conversation becomes idle with fsm_state idle. *cancelled gets the ids (new reference), *seq
+ * the event's seq. Errors: any store error, -ENOMEM (both poison t). */
+int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_t *seq);
 /* Give the warning due for the pending call id (store_warning_schedule):
  * an `expiry_warning` event {tool_call_id, name, deadline, expires_in_ms}
  * in its conversation, and the warning's row dropped, in t: given once.

@@ -29,6 +29,22 @@ json_t *conv_event_json(const struct store_event *ev)
 	return o;
 }
 
+json_t *conv_run_json(const struct store_run *r)
+{
+	json_t *o = json_pack("{sIsssIsIsIss#s{sIsIsf}sI}", "id", (json_int_t)r->id, "status",
+			      store_run_status_name(r->status), "attempt", (json_int_t)r->attempt, "from_seq",
+			      (json_int_t)r->from_seq, "to_seq", (json_int_t)r->to_seq, "model", (const char *)r->model.ptr,
+			      (int)r->model.len, "usage", "input_tokens", (json_int_t)r->usage.input_tokens,
+			      "output_tokens", (json_int_t)r->usage.output_tokens, "cost", r->usage.cost, "started_at",
+			      (json_int_t)r->started_at);
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "first_seq", r->first_seq ? json_integer((json_int_t)r->first_seq) : json_null());
+	json_object_set_new(o, "last_seq", r->last_seq ? json_integer((json_int_t)r->last_seq) : json_null());
+	json_object_set_new(o, "ended_at", r->ended_at ? json_integer(r->ended_at) : json_null());
+	return o;
+}
+
 json_t *conv_fsm_state(const char *state, json_t *pending, uint64_t last_seq)
 {
 	return json_pack("{sssosI}", "state", state, "pending", pending ? pending : json_object(), "last_seq",
@@ -180,14 +196,111 @@ int conv_expiry_warn(store_txn *t, const char *id, char *conv, uint64_t *seq)
 	return e ? e : store_warning_drop(t, id);
 }
 
-int conv_error_append(store_txn *t, const char *conv, const char *msg, size_t len, int attempts,
-		      uint64_t ctx_seq, uint64_t *seq)
+static int error_append(store_txn *t, const char *conv, const char *msg, size_t len, int attempts,
+			uint64_t ctx_seq, int gave_up, uint64_t *seq)
 {
 	json_t *content = json_pack("{sosisI}", "message", json_text(msg, len), "attempts", attempts, "context_seq",
 				    (json_int_t)ctx_seq);
+	if (content && gave_up && json_object_set_new(content, "gave_up", json_true())) {
+		json_decref(content);
+		content = NULL;
+	}
 	if (!content)
 		return -ENOMEM;
 	int e = append(t, conv, "error", content, seq);
 	json_decref(content);
 	return e;
+}
+
+int conv_error_append(store_txn *t, const char *conv, const char *msg, size_t len, int attempts,
+		      uint64_t ctx_seq, uint64_t *seq)
+{
+	return error_append(t, conv, msg, len, attempts, ctx_seq, 0, seq);
+}
+
+int conv_gave_up_append(store_txn *t, const char *conv, const char *msg, size_t len, int crashes,
+			uint64_t ctx_seq, uint64_t *seq)
+{
+	return error_append(t, conv, msg, len, crashes, ctx_seq, 1, seq);
+}
+
+static int collect_id(void *arg, const struct store_tool_call *tc)
+{
+	json_t *id = json_stringn((const char *)tc->id.ptr, tc->id.len);
+	return id && !json_array_append_new(arg, id) ? 0 : -ENOMEM;
+}
+
+static int latest_run(void *arg, const struct store_run *r)
+{
+	*(struct store_run *)arg = *r;
+	return 0;
+}
+
+int conv_run_running(store_txn *t, const char *conv, struct store_run *r)
+{
+	memset(r, 0, sizeof *r);
+	int e = store_runs_list(t, conv, 0, 1, latest_run, r, NULL);
+	if (e)
+		return e;
+	return r->id && r->status == STORE_RUN_RUNNING;
+}
+
+int conv_run_end(store_txn *t, const char *conv, int status)
+{
+	struct store_run r;
+	int e = conv_run_running(t, conv, &r);
+	if (e <= 0)
+		return e;
+	r.status = status;
+	r.ended_at = store_txn_now(t);
+	return store_run_put(t, conv, &r);
+}
+
+int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_t *seq)
+{
+	json_t *ids = json_array();
+	uint64_t last = 0, s = 0;
+	size_t i;
+	json_t *id;
+	*cancelled = NULL;
+	if (!ids)
+		return -ENOMEM;
+	/* Every call still pending belongs to the turn being cancelled: only
+	 * the last turn can have unsettled calls (revival, docs/protocol.md). */
+	int e = store_tool_calls_list(t, conv, 1u << STORE_TC_PENDING, collect_id, ids);
+	json_array_foreach(ids, i, id) {
+		if (e)
+			break;
+		e = conv_settle(t, json_string_value(id), STORE_TC_CANCELLED, "resolution", NULL, NULL, NULL);
+	}
+	if (!e)
+		e = conv_run_end(t, conv, STORE_RUN_CANCELLED);
+	if (!e)
+		e = store_event_latest_seq(t, conv, &last);
+	json_t *content = e ? NULL : json_pack("{sIsO}", "context_seq", (json_int_t)last, "tool_calls", ids);
+	if (!e && !content)
+		e = -ENOMEM;
+	if (!e)
+		e = append(t, conv, "turn_cancelled", content, &s);
+	json_decref(content);
+	json_t *fsm = e ? NULL : conv_fsm_state("idle", NULL, s);
+	struct jsonmp_buf b = { 0 };
+	if (!e && (!fsm || conv_pack(&b, fsm)))
+		e = -ENOMEM;
+	if (!e) {
+		struct store_conv_patch p = { .set = STORE_SET_STATUS | STORE_SET_FSM, .status = STORE_IDLE,
+					      .fsm_state = { b.sb.data, b.sb.size } };
+		e = store_conv_put(t, conv, &p);
+	}
+	if (fsm)
+		jsonmp_buf_destroy(&b);
+	json_decref(fsm);
+	if (e) {
+		json_decref(ids);
+		return e;
+	}
+	*cancelled = ids;
+	if (seq)
+		*seq = s;
+	return 0;
 }

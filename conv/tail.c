@@ -28,6 +28,17 @@ void tail_free(struct tail *t)
 
 int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 {
+	return tail_decide_active(events, base_ctx, 0, t);
+}
+
+/* A give-up error of a conversation made active again by `resume`. */
+static int reopened(const char *ty, const json_t *content, int active)
+{
+	return active && !strcmp(ty, "error") && json_is_true(json_object_get(content, "gave_up"));
+}
+
+int tail_decide_active(const json_t *events, uint64_t base_ctx, int active, struct tail *t)
+{
 	size_t i, marker = (size_t)-1;
 	json_t *e;
 	memset(t, 0, sizeof *t);
@@ -37,12 +48,13 @@ int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 	t->settled = json_array();
 	if (!json_is_array(events) || !t->calls || !t->unsettled || !t->settled)
 		goto bad;
-	/* The last turn boundary: an assistant_msg or an error. */
+	/* The last turn boundary: an assistant_msg, an error or a turn_cancelled. */
 	json_array_foreach(events, i, e) {
 		const char *ty = ev_type(e);
 		if (!ty || !json_is_integer(json_object_get(e, "seq")) || !json_is_object(json_object_get(e, "content")))
 			goto bad;
-		if (!strcmp(ty, "assistant_msg") || !strcmp(ty, "error")) {
+		if ((!strcmp(ty, "assistant_msg") || !strcmp(ty, "error") || !strcmp(ty, "turn_cancelled")) &&
+		    !reopened(ty, json_object_get(e, "content"), active)) {
 			json_t *cs = json_object_get(json_object_get(e, "content"), "context_seq");
 			if (!json_is_integer(cs) || json_integer_value(cs) < 0)
 				goto bad;
@@ -51,8 +63,11 @@ int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 			t->marker_seq = ev_seq(e);
 		}
 	}
-	int turn_had_calls = 0;
+	int turn_had_calls = 0, last_round = 1;
 	if (marker != (size_t)-1 && !strcmp(ev_type(json_array_get(events, marker)), "assistant_msg")) {
+		json_t *rd = json_object_get(json_object_get(json_array_get(events, marker), "content"), "round");
+		if (json_is_integer(rd) && json_integer_value(rd) > 1)
+			last_round = (int)(json_integer_value(rd) < INT32_MAX ? json_integer_value(rd) : INT32_MAX - 1);
 		/* Its tool calls, and what settled them, follow it. */
 		for (i = marker + 1; i < json_array_size(events); i++) {
 			json_t *ev = json_array_get(events, i);
@@ -95,13 +110,14 @@ int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 	}
 	/* Owed: the last turn's calls all settled (their results need an
 	 * answer), or a user_msg came after the last turn's context. */
-	if (turn_had_calls) {
-		t->action = TAIL_TURN;
-		return 0;
-	}
 	json_array_foreach(events, i, e)
 		if (!strcmp(ev_type(e), "user_msg") && ev_seq(e) > t->ctx_seq)
 			t->action = TAIL_TURN;
+	/* A user_msg starts the rounds afresh (max_tool_rounds); results
+	 * alone continue the turn that asked for them. */
+	t->round = t->action == TAIL_TURN ? 1 : last_round + 1;
+	if (turn_had_calls)
+		t->action = TAIL_TURN;
 	return 0;
 bad:
 	tail_free(t);

@@ -14,7 +14,7 @@
 static const char *const op_names[OP_COUNT] = {
 	"ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve",
 	"tool_call", "tool_calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
-	"shutdown", "fork", "backup",
+	"shutdown", "fork", "backup", "cancel", "resume", "runs",
 };
 
 static const char *const err_codes[PERR_COUNT] = {
@@ -195,6 +195,9 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 		} else if (!strcmp(k, "params")) {
 			if (!json_is_object(v))
 				return bad(p, "'settings.params' must be an object");
+		} else if (!strcmp(k, "max_tool_rounds")) {
+			if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000)
+				return bad(p, "'settings.max_tool_rounds' must be an integer from 1 to 1000000");
 		} else if (!strcmp(k, "budget")) {
 			int e = budget_check(p, v);
 			if (e)
@@ -202,7 +205,8 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 		} else if (!strcmp(k, "forked_from")) {
 			return bad(p, "'settings.forked_from' is agentd's (set by fork), not a client's");
 		} else {
-			return bad(p, "unknown settings field '%s' (model, system, tools, params, budget)", k);
+			return bad(p, "unknown settings field '%s' (model, system, tools, params, budget, max_tool_rounds)",
+				   k);
 		}
 	}
 	if (full && !json_object_get(s, "model"))
@@ -351,7 +355,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 	uint64_t u = 0; /* GCC -O3 cannot see get_uint sets it before use */
 	json_t *v;
 	static const char *const conv_status[] = { "idle", "active", "suspended", "ended", "paused" };
-	static const char *const tc_status[] = { "pending", "resolved", "errored", "expired" };
+	static const char *const tc_status[] = { "pending", "resolved", "errored", "expired", "cancelled" };
 	static const char *const res_status[] = { NULL, "resolved", "errored" };
 
 	switch (rq->op) {
@@ -359,6 +363,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		ONLY(NULL);
 		return 0;
 	case OP_GET: case OP_DELETE: case OP_SUMMARY: case OP_COMPACT: case OP_AUDIT: case OP_STOP:
+	case OP_CANCEL: case OP_RESUME:
 		ONLY("conversation");
 		return get_id(p, "conversation", 1, &rq->conv);
 	case OP_CREATE:
@@ -415,7 +420,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		return send_event_id(p, json_object_get(p->o, "event_id"), "event_id", &rq->event_id);
 	case OP_EVENTS: case OP_WATCH:
 		if (rq->op == OP_WATCH)
-			ONLY("conversation", "after");
+			ONLY("conversation", "after", "runs");
 		else
 			ONLY("conversation", "after", "before", "limit", "type", "wait_ms");
 		if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
@@ -427,12 +432,16 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		if ((e = get_uint(p, "wait_ms", PROTO_WAIT_MAX, NULL, &u)))
 			return e;
 		rq->wait_ms = json_object_get(p->o, "wait_ms") ? (int64_t)u : 0;
+		v = json_object_get(p->o, "runs");
+		if (v && !json_is_boolean(v))
+			return bad(p, "'runs' must be true or false");
+		rq->runs = json_is_true(v);
 		v = json_object_get(p->o, "type");
 		if (v) {
 			static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
-				"suspension", "resolution", "error", "budget_exceeded", "expiry_warning" };
+				"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled" };
 			int t;
-			if ((e = get_enum(p, "type", types, 9, &t)))
+			if ((e = get_enum(p, "type", types, 10, &t)))
 				return e;
 			rq->type = types[t];
 		}
@@ -456,7 +465,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		ONLY("conversation", "status");
 		if ((e = get_id(p, "conversation", 1, &rq->conv)))
 			return e;
-		return get_enum(p, "status", tc_status, 4, &rq->status);
+		return get_enum(p, "status", tc_status, 5, &rq->status);
 	case OP_FORK:
 		ONLY("conversation", "seq", "new_conversation", "settings", "metadata");
 		if ((e = get_id(p, "conversation", 1, &rq->conv)) || (e = get_id(p, "new_conversation", 0, &rq->new_conv)))
@@ -481,6 +490,14 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		if (json_string_value(v)[0] != '/')
 			return bad(p, "'path' must be absolute (agentd's working directory is not the client's)");
 		rq->path = json_string_value(v);
+		return 0;
+	case OP_RUNS:
+		ONLY("conversation", "limit", "before");
+		if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
+		    (e = get_uint_in(p, "limit", 1, PROTO_LIST_MAX, NULL, &u)) ||
+		    (e = get_uint_in(p, "before", 1, INT64_MAX, NULL, &rq->before)))
+			return e;
+		rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 100;
 		return 0;
 	case OP_KILL: {
 		static const char *const sigs[] = { "KILL", "TERM" };

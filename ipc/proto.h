@@ -16,7 +16,7 @@
 enum proto_op {
 	OP_PING, OP_CREATE, OP_GET, OP_LIST, OP_UPDATE, OP_DELETE, OP_SEND, OP_EVENTS, OP_WATCH,
 	OP_RESOLVE, OP_TOOL_CALL, OP_TOOL_CALLS, OP_SUMMARY, OP_COMPACT, OP_AUDIT, OP_KILL, OP_STOP,
-	OP_STATUS, OP_METRICS, OP_SHUTDOWN, OP_FORK, OP_BACKUP, OP_COUNT
+	OP_STATUS, OP_METRICS, OP_SHUTDOWN, OP_FORK, OP_BACKUP, OP_CANCEL, OP_RESUME, OP_RUNS, OP_COUNT
 };
 
 enum proto_err {
@@ -27,9 +27,10 @@ enum proto_err {
 /* The statuses a request names, in the protocol's order: the same values
  * as the store's (the supervisor checks that at compile time). */
 enum proto_conv_status { PROTO_IDLE = 0, PROTO_ACTIVE, PROTO_SUSPENDED, PROTO_ENDED, PROTO_PAUSED };
-enum proto_tc_status { PROTO_TC_PENDING = 0, PROTO_TC_RESOLVED, PROTO_TC_ERRORED, PROTO_TC_EXPIRED };
+enum proto_tc_status { PROTO_TC_PENDING = 0, PROTO_TC_RESOLVED, PROTO_TC_ERRORED, PROTO_TC_EXPIRED,
+		       PROTO_TC_CANCELLED };
 
-#define PROTO_LIST_MAX 1000       /* list limit */
+#define PROTO_LIST_MAX 1000       /* list limit, runs limit */
 #define PROTO_EVENTS_MAX 10000    /* events limit */
 #define PROTO_WAIT_MAX 3600000    /* wait_ms: one hour */
 #define PROTO_BY_MAX 128          /* resolve's by: bytes */
@@ -56,6 +57,7 @@ struct request {
 	json_t *result;         /* resolve (borrowed), NULL: none */
 	const char *by;         /* resolve: who decided (PROTO_BY_MAX bytes at most), NULL: not given */
 	int signal;             /* kill: SIGKILL or SIGTERM */
+	int runs;               /* watch: stream run starts and ends too */
 	/* send: optimistic concurrency and atomic batches (docs/protocol.md, send) */
 	int has_expected_seq;
 	uint64_t expected_seq;  /* the last seq the client saw; 0: the log must be empty */

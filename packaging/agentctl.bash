@@ -12,7 +12,7 @@ _agentctl()
 		cword=$COMP_CWORD
 	fi
 	local global="-s --socket --json -q --quiet --timeout -h --help --version"
-	local commands="ping create get list update delete send events watch resolve approve deny pending tool-call tool-calls summary compact audit kill stop status metrics shutdown fork backup raw help"
+	local commands="ping create get list update delete send events watch resolve approve deny pending tool-call tool-calls summary compact audit kill stop cancel resume runs status metrics shutdown fork backup raw help"
 	case $prev in
 	-s | --socket | --batch)
 		COMPREPLY=($(compgen -f -- "$cur"))
@@ -39,12 +39,13 @@ _agentctl()
 	fi
 	local opts=""
 	case $cmd in
+	runs) opts="--limit --before" ;;
 	create) opts="--id --model --system --tool --param --meta" ;;
 	list) opts="--status --limit --after --meta --model --updated-after --updated-before" ;;
 	update) opts="--model --system --tool --param --end --meta --unset-meta" ;;
 	send) opts="--event-id --json-content --expected-seq --batch" ;;
 	events) opts="--after --before --limit --type --wait" ;;
-	watch) opts="--after" ;;
+	watch) opts="--after --runs" ;;
 	resolve) opts="--status --result" ;;
 	approve | deny) opts="--comment" ;;
 	tool-calls) opts="--status" ;;
@@ -55,14 +56,14 @@ _agentctl()
 	case $prev in
 	--status) COMPREPLY=($(compgen -W "active suspended idle ended pending resolved errored expired" -- "$cur")); return ;;
 	--signal) COMPREPLY=($(compgen -W "KILL TERM" -- "$cur")); return ;;
-	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error" -- "$cur")); return ;;
+	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error turn_cancelled" -- "$cur")); return ;;
 	esac
 	if [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "$opts $global" -- "$cur"))
 		return
 	fi
 	case $cmd in
-	get | update | delete | send | events | watch | tool-calls | summary | compact | audit | kill | stop)
+	get | update | delete | send | events | watch | tool-calls | summary | compact | audit | kill | stop | cancel | resume | runs)
 		COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q list 2>/dev/null)" -- "$cur")) ;;
 	fork)
 		# CONV first; SEQ after it is the caller's to know

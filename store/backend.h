@@ -73,7 +73,12 @@
 	X(model_calls_list, (store_txn *x, const char *conv, \
 			     int (*fn)(void *arg, const struct store_model_call *mc), void *arg), (x, conv, fn, arg)) \
 	X(model_calls_gc, (store_txn *x, const char *conv, int64_t ttl_ms, uint64_t *removed), \
-	  (x, conv, ttl_ms, removed))
+	  (x, conv, ttl_ms, removed)) \
+	X(run_put, (store_txn *x, const char *conv, const struct store_run *r), (x, conv, r)) \
+	X(run_get, (store_txn *x, const char *conv, uint64_t id, struct store_run *out), (x, conv, id, out)) \
+	X(runs_list, (store_txn *x, const char *conv, uint64_t before, size_t limit, \
+		      int (*fn)(void *arg, const struct store_run *r), void *arg, int *more), \
+	  (x, conv, before, limit, fn, arg, more))
 
 #define STORE_VT_FIELD(name, params, args) int (*name) params;
 

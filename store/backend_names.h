@@ -60,3 +60,6 @@
 #define store_model_call_put STORE_BACKEND_NAME(model_call_put)
 #define store_model_calls_list STORE_BACKEND_NAME(model_calls_list)
 #define store_model_calls_gc STORE_BACKEND_NAME(model_calls_gc)
+#define store_run_put STORE_BACKEND_NAME(run_put)
+#define store_run_get STORE_BACKEND_NAME(run_get)
+#define store_runs_list STORE_BACKEND_NAME(runs_list)

@@ -505,7 +505,8 @@ int store_load_since(store_txn *txn, const char *conv, struct store_summary *sum
 
 /* ---- tool calls ------------------------------------------------------ */
 
-enum store_tc_status { STORE_TC_PENDING = 0, STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED };
+/* CANCELLED: settled by a `cancel` of its turn (it never ran to an outcome). */
+enum store_tc_status { STORE_TC_PENDING = 0, STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED, STORE_TC_CANCELLED };
 enum store_executor { STORE_EXEC_SERVER = EXEC_SERVER, STORE_EXEC_HUMAN = EXEC_HUMAN };
 const char *store_tc_status_name(int status);
 int store_tc_status_parse(const char *name, size_t len);
@@ -552,8 +553,8 @@ int store_tool_calls_list(store_txn *txn, const char *conv, unsigned mask,
 int store_tool_calls_each(store_txn *txn, int (*fn)(void *arg, const struct store_tool_call *tc), void *arg);
 /* Count one more dispatch; *attempts gets the new count. Errors: STORE_E_NOTFOUND. */
 int store_tool_call_attempt(store_txn *txn, const char *id, uint32_t *attempts);
-/* Settle a call if and only if it is pending: status is resolved, errored or
- * expired, result one msgpack object (len 0: nil). Its expiry, if any, is
+/* Settle a call if and only if it is pending: status is resolved, errored,
+ * expired or cancelled, result one msgpack object (len 0: nil). Its expiry, if any, is
  * removed. Atomic against other resolvers (writers are serialised).
  * conv (may be NULL; STORE_ID_MAX + 1 bytes) gets the owning conversation id,
  * NUL-terminated. Errors: STORE_E_STALE (unknown or not pending), STORE_E_INVAL. */
@@ -632,5 +633,40 @@ int store_model_calls_list(store_txn *txn, const char *conv,
  * old is kept), of one conversation or, with conv NULL, of all. *removed gets
  * the count. */
 int store_model_calls_gc(store_txn *txn, const char *conv, int64_t ttl_ms, uint64_t *removed);
+
+/* ---- runs (one per model turn attempt) ------------------------------- */
+
+/* A run's status: RUNNING from the transaction that starts the model call,
+ * then COMPLETED (its assistant_msg committed), FAILED (an error ended it),
+ * CANCELLED (a `cancel`), or INTERRUPTED (its worker died: the turn is run
+ * again as the next run, attempt + 1). */
+enum store_run_status {
+	STORE_RUN_RUNNING = 0, STORE_RUN_COMPLETED, STORE_RUN_FAILED, STORE_RUN_CANCELLED, STORE_RUN_INTERRUPTED
+};
+const char *store_run_status_name(int status); /* NULL when out of range */
+
+struct store_run {
+	uint64_t id;                  /* 1, 2, ... within its conversation; 0 is no run */
+	int status;                   /* enum store_run_status */
+	uint32_t attempt;             /* 1, or 1 + the attempt of the run it re-runs */
+	uint64_t from_seq, to_seq;    /* consumed: the events (from_seq, to_seq] it answers */
+	uint64_t first_seq, last_seq; /* produced: the events it appended, 0 and 0 when none */
+	store_bytes model;            /* the model's name (bytes, not NUL-terminated) */
+	struct store_usage usage;
+	int64_t started_at, ended_at; /* ms since the epoch; ended_at 0 while running */
+};
+/* Insert run r->id of conv, or replace it (the same id: its end). Errors:
+ * STORE_E_NOTFOUND (no such conversation), STORE_E_INVAL (id 0 or past
+ * INT64_MAX, a status out of range, attempt 0, NULL model, a negative cost). */
+int store_run_put(store_txn *txn, const char *conv, const struct store_run *r);
+/* Run id of conv into *out (its model points into the transaction's pages).
+ * Errors: STORE_E_NOTFOUND (no such conversation or run), STORE_E_INVAL. */
+int store_run_get(store_txn *txn, const char *conv, uint64_t id, struct store_run *out);
+/* conv's runs, newest (highest id) first: those with an id below before (0:
+ * no bound), at most limit (0: all). *more (may be NULL) says whether runs
+ * were left past limit. fn's non-zero return stops the walk and is returned.
+ * Errors: STORE_E_NOTFOUND (no such conversation), STORE_E_INVAL. */
+int store_runs_list(store_txn *txn, const char *conv, uint64_t before, size_t limit,
+		    int (*fn)(void *arg, const struct store_run *r), void *arg, int *more);
 
 #endif

@@ -23,6 +23,8 @@
  *   warning_at      tool call id                 -> uint at (to find its warnings row)
  *   model_calls     num, turn_ref                -> [model, in, out, cost, latency,
  *                                                    summary_version, inserted_at, rendered]
+ *   runs            num, run id                  -> [status, attempt, from, to, first, last,
+ *                                                    model, in, out, cost, started, ended]
  */
 /* This file defines the backend's functions (store/backend.h) under
  * lmdb_store_*; store/store.c dispatches to them. */
@@ -77,7 +79,7 @@ struct store {
 	const struct store_vt *vt; /* store_lmdb_vt: first, for store/store.c */
 	MDB_env *env;
 	MDB_dbi meta, conv_ids, convs, events, event_ids, summaries, tool_calls,
-		conv_tool_calls, expiries, model_calls;
+		conv_tool_calls, expiries, model_calls, runs;
 	MDB_dbi warnings, warning_at; /* expiry warnings by time; each call's time */
 	MDB_dbi conv_meta, meta_index; /* metadata by conv number; its index "key\0value\0id" -> number */
 	struct store_opts opts;
@@ -223,8 +225,8 @@ static int id_ok(const char *id)
 	return id && store_id_valid(id, strnlen(id, STORE_ID_MAX + 1));
 }
 
+static const char *const tc_status_names[] = { "pending", "resolved", "errored", "expired", "cancelled" };
 static const char *const status_names[] = { "idle", "active", "suspended", "ended", "paused" };
-static const char *const tc_status_names[] = { "pending", "resolved", "errored", "expired" };
 
 static int name_parse(const char *const *names, int n, const char *s, size_t len)
 {
@@ -234,10 +236,12 @@ static int name_parse(const char *const *names, int n, const char *s, size_t len
 	return -1;
 }
 
+const char *store_tc_status_name(int st) { return st >= 0 && st <= STORE_TC_CANCELLED ? tc_status_names[st] : NULL; }
+int store_tc_status_parse(const char *s, size_t len) { return name_parse(tc_status_names, 5, s, len); }
+static const char *const run_status_names[] = { "running", "completed", "failed", "cancelled", "interrupted" };
+const char *store_run_status_name(int st) { return st >= 0 && st <= STORE_RUN_INTERRUPTED ? run_status_names[st] : NULL; }
 const char *store_status_name(int st) { return st >= 0 && st <= STORE_STATUS_MAX ? status_names[st] : NULL; }
 int store_status_parse(const char *s, size_t len) { return name_parse(status_names, STORE_STATUS_MAX + 1, s, len); }
-const char *store_tc_status_name(int st) { return st >= 0 && st <= STORE_TC_EXPIRED ? tc_status_names[st] : NULL; }
-int store_tc_status_parse(const char *s, size_t len) { return name_parse(tc_status_names, 4, s, len); }
 
 /* Optional msgpack: len 0 means nil; otherwise it must be one object. */
 static int opt_mp_ok(store_bytes b)
@@ -493,6 +497,7 @@ static int open_dbis_in(store *s, int write)
 		{ "model_calls", &s->model_calls, 0 },
 		{ "conv_meta", &s->conv_meta, 1 }, { "meta_index", &s->meta_index, 1 },
 		{ "warnings", &s->warnings, 1 }, { "warning_at", &s->warning_at, 1 },
+		{ "runs", &s->runs, 1 },
 	};
 	for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
 		rc = mdb_dbi_open(t, dbs[i].name, write ? MDB_CREATE : 0, dbs[i].dbi);
@@ -1765,6 +1770,7 @@ int store_conv_delete(store_txn *x, const char *id)
 	    (err = del_prefix(x, x->s->event_ids, num, NULL)) ||
 	    (err = del_prefix(x, x->s->summaries, num, NULL)) ||
 	    (err = del_prefix(x, x->s->model_calls, num, NULL)) ||
+	    (err = del_prefix(x, x->s->runs, num, NULL)) ||
 	    (err = del(x, x->s->convs, k, 8)) || (err = del(x, x->s->conv_ids, id, strlen(id))))
 		return err;
 	return 0;
@@ -2394,7 +2400,7 @@ static int tc_decode(const MDB_val *k, const MDB_val *v, struct tc_rec *r)
 	mp_init(&m, v->mv_data, v->mv_size);
 	if (mp_array(&m, &n) || n != 12 || mp_bytes(&m, &tc->conversation) || mp_uint(&m, &r->num) ||
 	    mp_bytes(&m, &tc->name) || mp_uint(&m, &exec) || exec > STORE_EXEC_HUMAN || mp_uint(&m, &st) ||
-	    st > STORE_TC_EXPIRED || mp_int(&m, &tc->inserted_at) || mp_int(&m, &tc->resolved_at) ||
+	    st > STORE_TC_CANCELLED || mp_int(&m, &tc->inserted_at) || mp_int(&m, &tc->resolved_at) ||
 	    mp_int(&m, &tc->deadline) || mp_uint(&m, &att) || att > UINT32_MAX ||
 	    mp_skip(&m, &tc->args.ptr, &tc->args.len) || mp_opt(&m, &tc->prompt) || mp_opt(&m, &tc->result) ||
 	    m.p != m.end)
@@ -2500,7 +2506,7 @@ static int tcl_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v)
 {
 	struct tcl_ctx *c = arg;
 	uint64_t st;
-	if (val_uint(v, &st) || st > STORE_TC_EXPIRED)
+	if (val_uint(v, &st) || st > STORE_TC_CANCELLED)
 		return fail(x, STORE_E_CORRUPT);
 	if (c->mask && !(c->mask & (1u << st)))
 		return 0;
@@ -2571,7 +2577,7 @@ static int expiry_del(store_txn *x, const struct tc_rec *r)
 int store_tool_call_resolve(store_txn *x, const char *id, int status, store_bytes result, char *conv)
 {
 	CHECK_WRITE(x);
-	if (!id_ok(id) || status < STORE_TC_RESOLVED || status > STORE_TC_EXPIRED || !opt_mp_ok(result))
+	if (!id_ok(id) || status < STORE_TC_RESOLVED || status > STORE_TC_CANCELLED || !opt_mp_ok(result))
 		return STORE_E_INVAL;
 	struct tc_rec r;
 	int err = tc_load(x, id, &r);
@@ -2908,3 +2914,129 @@ const struct store_vt store_lmdb_vt = {
 	STORE_VT_INIT(lmdb, "lmdb"),
 	STORE_TXN_FUNCS(LMDB_ENTRY)
 };
+
+/* ---- runs ------------------------------------------------------------ */
+
+static int run_ok(const struct store_run *r)
+{
+	return r && r->id && r->id <= INT64_MAX && store_run_status_name(r->status) && r->attempt &&
+	       r->model.ptr && r->usage.cost >= 0 &&
+	       r->usage.input_tokens <= INT64_MAX && r->usage.output_tokens <= INT64_MAX;
+}
+
+int store_run_put(store_txn *x, const char *conv, const struct store_run *r)
+{
+	CHECK_WRITE(x);
+	uint64_t num;
+	if (!run_ok(r))
+		return STORE_E_INVAL;
+	int err = conv_num(x, conv, &num);
+	if (err)
+		return err;
+	msgpack_packer *pk = rec(x);
+	msgpack_pack_array(pk, 12);
+	msgpack_pack_uint64(pk, (uint64_t)r->status);
+	msgpack_pack_uint64(pk, r->attempt);
+	msgpack_pack_uint64(pk, r->from_seq);
+	msgpack_pack_uint64(pk, r->to_seq);
+	msgpack_pack_uint64(pk, r->first_seq);
+	msgpack_pack_uint64(pk, r->last_seq);
+	pack_strn(x, r->model.ptr, r->model.len);
+	msgpack_pack_uint64(pk, r->usage.input_tokens);
+	msgpack_pack_uint64(pk, r->usage.output_tokens);
+	msgpack_pack_double(pk, r->usage.cost);
+	msgpack_pack_int64(pk, r->started_at);
+	msgpack_pack_int64(pk, r->ended_at);
+	unsigned char k[16];
+	key2(k, num, r->id);
+	return put(x, x->s->runs, k, 16, 0);
+}
+
+static int run_decode(const MDB_val *k, const MDB_val *v, struct store_run *r)
+{
+	struct mp m;
+	uint32_t n;
+	uint64_t st, att;
+	memset(r, 0, sizeof *r);
+	if (k->mv_size != 16)
+		return STORE_E_CORRUPT;
+	r->id = get_be64((const unsigned char *)k->mv_data + 8);
+	mp_init(&m, v->mv_data, v->mv_size);
+	if (mp_array(&m, &n) || n != 12 || mp_uint(&m, &st) || st > STORE_RUN_INTERRUPTED || mp_uint(&m, &att) ||
+	    att == 0 || att > UINT32_MAX || mp_uint(&m, &r->from_seq) || mp_uint(&m, &r->to_seq) ||
+	    mp_uint(&m, &r->first_seq) || mp_uint(&m, &r->last_seq) || mp_bytes(&m, &r->model) ||
+	    mp_uint(&m, &r->usage.input_tokens) || mp_uint(&m, &r->usage.output_tokens) ||
+	    mp_double(&m, &r->usage.cost) || mp_int(&m, &r->started_at) || mp_int(&m, &r->ended_at) || m.p != m.end)
+		return STORE_E_CORRUPT;
+	r->status = (int)st;
+	r->attempt = (uint32_t)att;
+	return 0;
+}
+
+int store_run_get(store_txn *x, const char *conv, uint64_t id, struct store_run *out)
+{
+	CHECK_TXN(x);
+	uint64_t num;
+	if (!out || !id)
+		return STORE_E_INVAL;
+	int err = conv_num(x, conv, &num);
+	if (err)
+		return err;
+	unsigned char k[16];
+	key2(k, num, id);
+	MDB_val key = { 16, k }, v;
+	if ((err = get(x, x->s->runs, k, 16, &v)) != 0)
+		return err;
+	return run_decode(&key, &v, out) ? fail(x, STORE_E_CORRUPT) : 0;
+}
+
+int store_runs_list(store_txn *x, const char *conv, uint64_t before, size_t limit,
+		    int (*fn)(void *, const struct store_run *), void *arg, int *more)
+{
+	CHECK_TXN(x);
+	uint64_t num;
+	if (!fn)
+		return STORE_E_INVAL;
+	if (more)
+		*more = 0;
+	int err = conv_num(x, conv, &num);
+	if (err || x->s->runs == DBI_ABSENT) /* a store from before runs, opened read-only: none */
+		return err;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->runs, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	/* Newest first: from the first key at or past (num, before) (or the
+	 * next conversation's first), step back while the prefix is num. */
+	unsigned char from[16];
+	if (before)
+		key2(from, num, before);
+	else
+		key2(from, num + 1, 0);
+	MDB_val k = { 16, from }, v;
+	rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+	rc = mdb_cursor_get(c, &k, &v, rc == MDB_NOTFOUND ? MDB_LAST : MDB_PREV);
+	size_t n = 0;
+	err = 0;
+	for (; rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_PREV)) {
+		if (k.mv_size != 16 || get_be64(k.mv_data) != num)
+			break;
+		if (limit && n == limit) {
+			if (more)
+				*more = 1;
+			break;
+		}
+		struct store_run r;
+		if (run_decode(&k, &v, &r)) {
+			err = fail(x, STORE_E_CORRUPT);
+			break;
+		}
+		n++;
+		if ((err = fn(arg, &r)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (!err && rc && rc != MDB_NOTFOUND)
+		err = fail(x, map_err(rc));
+	return err;
+}

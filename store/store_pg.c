@@ -68,6 +68,7 @@ enum {
 	Q_EXP_SCHEDULE, Q_EXP_CANCEL, Q_EXP_DROP, Q_EXP_DUE, Q_EXP_EARLIEST,
 	Q_WARN_SCHEDULE, Q_WARN_DROP, Q_WARN_DUE, Q_WARN_EARLIEST,
 	Q_MC_PUT, Q_MC_LIST, Q_MC_GC,
+	Q_RUN_PUT, Q_RUN_GET, Q_RUN_LIST,
 	Q_META_SET, Q_META_DEL, Q_META_INS, Q_CONV_FIND_META,
 	NQ
 };
@@ -76,6 +77,8 @@ enum {
 #define CONV_NCOLS 12 /* Q_CONV_LOCK's last_seq follows them */
 #define EV_COLS "seq, type, inserted_at, event_id, content"
 #define TC_COLS "id, conv, name, executor, status, inserted_at, resolved_at, deadline, attempts, args, prompt, result"
+#define RUN_COLS "id, status, attempt, from_seq, to_seq, first_seq, last_seq, model, in_tok, out_tok, cost, " \
+	"started_at, ended_at"
 #define MC_COLS "turn_ref, model, in_tok, out_tok, cost, latency, summary_version, inserted_at, rendered"
 
 static const char *const sql[NQ] = {
@@ -94,6 +97,7 @@ static const char *const sql[NQ] = {
 			  "AND expiries.tool_call_id = t.id AND expiries.deadline = t.deadline), "
 			  "t AS (DELETE FROM tool_calls WHERE conv = $1::text), "
 			  "m AS (DELETE FROM model_calls WHERE conv = $1::text), "
+			  "r AS (DELETE FROM runs WHERE conv = $1::text), "
 			  "k AS (DELETE FROM conv_meta WHERE conv = $1::text), "
 			  "w AS (DELETE FROM warnings WHERE conv = $1::text) "
 			  "DELETE FROM convs WHERE id = $1::text RETURNING 1",
@@ -173,6 +177,17 @@ static const char *const sql[NQ] = {
 		     "inserted_at = EXCLUDED.inserted_at, rendered = EXCLUDED.rendered",
 	[Q_MC_LIST] = "SELECT " MC_COLS " FROM model_calls WHERE conv = $1::text ORDER BY turn_ref",
 	[Q_MC_GC] = "DELETE FROM model_calls WHERE ($1::text IS NULL OR conv = $1::text) AND inserted_at < $2::int8",
+	[Q_RUN_PUT] = "INSERT INTO runs (conv, " RUN_COLS ") VALUES ($1::text, $2::int8, $3::int8, $4::int8, $5::int8, "
+		      "$6::int8, $7::int8, $8::int8, $9::bytea, $10::int8, $11::int8, $12::float8, $13::int8, $14::int8) "
+		      "ON CONFLICT (conv, id) DO UPDATE SET status = EXCLUDED.status, attempt = EXCLUDED.attempt, "
+		      "from_seq = EXCLUDED.from_seq, to_seq = EXCLUDED.to_seq, first_seq = EXCLUDED.first_seq, "
+		      "last_seq = EXCLUDED.last_seq, model = EXCLUDED.model, in_tok = EXCLUDED.in_tok, "
+		      "out_tok = EXCLUDED.out_tok, cost = EXCLUDED.cost, started_at = EXCLUDED.started_at, "
+		      "ended_at = EXCLUDED.ended_at",
+	[Q_RUN_GET] = "SELECT " RUN_COLS " FROM runs WHERE conv = $1::text AND id = $2::int8",
+	/* One more than the limit says whether runs are left. */
+	[Q_RUN_LIST] = "SELECT " RUN_COLS " FROM runs WHERE conv = $1::text AND ($2::int8 = 0 OR id < $2::int8) "
+		       "ORDER BY id DESC LIMIT $3::int8",
 	[Q_META_SET] = "UPDATE convs SET metadata = $2::bytea WHERE id = $1::text",
 	[Q_META_DEL] = "DELETE FROM conv_meta WHERE conv = $1::text",
 	[Q_META_INS] = "INSERT INTO conv_meta (k, v, conv) VALUES ($1::bytea, $2::bytea, $3::text)",
@@ -221,6 +236,10 @@ static const char schema_v1[] =
 	" model bytea NOT NULL, in_tok bigint NOT NULL, out_tok bigint NOT NULL, cost float8 NOT NULL,"
 	" latency bigint NOT NULL, summary_version bigint NOT NULL, inserted_at bigint NOT NULL,"
 	" rendered bytea NOT NULL, PRIMARY KEY (conv, turn_ref));"
+	"CREATE TABLE runs (conv text COLLATE \"C\" NOT NULL, id bigint NOT NULL, status bigint NOT NULL,"
+	" attempt bigint NOT NULL, from_seq bigint NOT NULL, to_seq bigint NOT NULL, first_seq bigint NOT NULL,"
+	" last_seq bigint NOT NULL, model bytea NOT NULL, in_tok bigint NOT NULL, out_tok bigint NOT NULL,"
+	" cost float8 NOT NULL, started_at bigint NOT NULL, ended_at bigint NOT NULL, PRIMARY KEY (conv, id));"
 	"INSERT INTO schema_version VALUES (1);";
 
 #define SCHEMA_LOCK "SELECT pg_advisory_xact_lock(7270018)"
@@ -316,7 +335,7 @@ static int fail(store_txn *x, int err)
 
 /* ---- parameters and results ------------------------------------------ */
 
-#define MAXP 10
+#define MAXP 16 /* store_run_put's 14 */
 
 struct args {
 	int n;
@@ -1660,7 +1679,7 @@ static int tc_row(const PGresult *r, int row, struct store_tool_call *tc)
 	tc->args = g_bytes(r, row, 9);
 	tc->prompt = g_bytes(r, row, 10);
 	tc->result = g_bytes(r, row, 11);
-	if (exec < 0 || exec > STORE_EXEC_HUMAN || st < 0 || st > STORE_TC_EXPIRED || att < 0 || att > UINT32_MAX)
+	if (exec < 0 || exec > STORE_EXEC_HUMAN || st < 0 || st > STORE_TC_CANCELLED || att < 0 || att > UINT32_MAX)
 		return STORE_E_CORRUPT;
 	tc->executor = (int)exec;
 	tc->status = (int)st;
@@ -1783,7 +1802,7 @@ int store_tool_call_attempt(store_txn *x, const char *id, uint32_t *attempts)
 int store_tool_call_resolve(store_txn *x, const char *id, int status, store_bytes result, char *conv)
 {
 	CHECK_WRITE(x);
-	if (!id_ok(id) || status < STORE_TC_RESOLVED || status > STORE_TC_EXPIRED || !opt_mp_ok(result))
+	if (!id_ok(id) || status < STORE_TC_RESOLVED || status > STORE_TC_CANCELLED || !opt_mp_ok(result))
 		return STORE_E_INVAL;
 	int err;
 	if ((err = quota(x, result.len)) != 0 || (err = tc_conv_lock(x, id)) != 0)
@@ -2062,3 +2081,107 @@ const struct store_vt store_pg_vt = {
 	STORE_VT_INIT(pg, "postgresql"),
 	STORE_TXN_FUNCS(PG_ENTRY)
 };
+
+/* ---- runs ------------------------------------------------------------ */
+
+int store_run_put(store_txn *x, const char *conv, const struct store_run *r)
+{
+	CHECK_WRITE(x);
+	if (!r || !r->id || r->id > INT64_MAX || !store_run_status_name(r->status) || !r->attempt || !r->model.ptr ||
+	    !(r->usage.cost >= 0) || r->usage.input_tokens > INT64_MAX || r->usage.output_tokens > INT64_MAX ||
+	    r->from_seq > INT64_MAX || r->to_seq > INT64_MAX || r->first_seq > INT64_MAX || r->last_seq > INT64_MAX)
+		return STORE_E_INVAL;
+	int err = conv_exists(x, conv);
+	if (err)
+		return err;
+	if ((err = quota(x, 96 + r->model.len)) != 0)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	a_i64(&a, (int64_t)r->id);
+	a_i64(&a, r->status);
+	a_i64(&a, r->attempt);
+	a_i64(&a, (int64_t)r->from_seq);
+	a_i64(&a, (int64_t)r->to_seq);
+	a_i64(&a, (int64_t)r->first_seq);
+	a_i64(&a, (int64_t)r->last_seq);
+	a_bytes(&a, r->model, 0);
+	a_i64(&a, (int64_t)r->usage.input_tokens);
+	a_i64(&a, (int64_t)r->usage.output_tokens);
+	a_f64(&a, r->usage.cost);
+	a_i64(&a, r->started_at);
+	a_i64(&a, r->ended_at);
+	return run(x, Q_RUN_PUT, &a, &err) ? 0 : err;
+}
+
+static int run_row(const PGresult *r, int i, struct store_run *out)
+{
+	int64_t st = g_i64(r, i, 1), att = g_i64(r, i, 2);
+	if (st < 0 || st > STORE_RUN_INTERRUPTED || att < 1 || att > UINT32_MAX)
+		return STORE_E_CORRUPT;
+	*out = (struct store_run){
+		.id = (uint64_t)g_i64(r, i, 0), .status = (int)st, .attempt = (uint32_t)att,
+		.from_seq = (uint64_t)g_i64(r, i, 3), .to_seq = (uint64_t)g_i64(r, i, 4),
+		.first_seq = (uint64_t)g_i64(r, i, 5), .last_seq = (uint64_t)g_i64(r, i, 6),
+		.model = g_bytes(r, i, 7),
+		.usage = { (uint64_t)g_i64(r, i, 8), (uint64_t)g_i64(r, i, 9), g_f64(r, i, 10) },
+		.started_at = g_i64(r, i, 11), .ended_at = g_i64(r, i, 12),
+	};
+	return 0;
+}
+
+int store_run_get(store_txn *x, const char *conv, uint64_t id, struct store_run *out)
+{
+	CHECK_TXN(x);
+	if (!out || !id)
+		return STORE_E_INVAL;
+	int err = conv_exists(x, conv);
+	if (err)
+		return err;
+	if (id > INT64_MAX)
+		return STORE_E_NOTFOUND;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	a_i64(&a, (int64_t)id);
+	PGresult *r = run(x, Q_RUN_GET, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	return run_row(r, 0, out) ? fail(x, STORE_E_CORRUPT) : 0;
+}
+
+int store_runs_list(store_txn *x, const char *conv, uint64_t before, size_t limit,
+		    int (*fn)(void *, const struct store_run *), void *arg, int *more)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	if (more)
+		*more = 0;
+	int err = conv_exists(x, conv);
+	if (err)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	a_i64(&a, before > INT64_MAX ? 0 : (int64_t)before);
+	a_i64(&a, limit && limit < INT64_MAX ? (int64_t)limit + 1 : INT64_MAX);
+	PGresult *r = run(x, Q_RUN_LIST, &a, &err);
+	if (!r)
+		return err;
+	int n = PQntuples(r);
+	if (limit && (size_t)n > limit) {
+		n = (int)limit;
+		if (more)
+			*more = 1;
+	}
+	for (int i = 0; i < n; i++) {
+		struct store_run rr;
+		if (run_row(r, i, &rr))
+			return fail(x, STORE_E_CORRUPT);
+		int rc = fn(arg, &rr);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}

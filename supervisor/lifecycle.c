@@ -139,6 +139,19 @@ static void kill_deleted(struct lifecycle *l, void *o, const struct lifecycle_fx
 	fx->kill(o);
 }
 
+/* An operator's kill (the signal is already sent): its exit is not a crash. */
+static void killed(struct lifecycle *l, void *o, const struct lifecycle_fx *fx, const void *arg)
+{
+	go(l, fx, W_KILLING);
+}
+
+/* Told to stop while an operator's kill ends it: not restarted on exit
+ * unless work arrives. */
+static void killed_stop(struct lifecycle *l, void *o, const struct lifecycle_fx *fx, const void *arg)
+{
+	go(l, fx, W_STOPPING);
+}
+
 static void unqueue(struct lifecycle *l, void *o, const struct lifecycle_fx *fx, const void *arg)
 {
 	fx->queue_remove(o);
@@ -243,7 +256,9 @@ static void exit_stopping(struct lifecycle *l, void *o, const struct lifecycle_f
 	const struct lifecycle_exit *x = arg;
 	if (exit_settled(l, o, fx, x))
 		return;
-	if (!x->clean)
+	/* Ended by agentd's own signal (a stop's SIGTERM, an operator's kill
+	 * while it stopped): a stop, not a crash. */
+	if (!x->clean && x->unasked)
 		crashed(l, o, fx, x);
 	else if (l->wake_pending)
 		start(l, o, fx, arg); /* work arrived as it stopped */
@@ -267,6 +282,17 @@ static void exit_evicting(struct lifecycle *l, void *o, const struct lifecycle_f
 	}
 }
 
+/* Killed by an operator: what it owed is run at once by a new worker,
+ * without a crash counted, so repeated kills never reach the crash-loop
+ * limit (a crash nobody asked for is counted in the other states). */
+static void exit_killing(struct lifecycle *l, void *o, const struct lifecycle_fx *fx, const void *arg)
+{
+	const struct lifecycle_exit *x = arg;
+	if (exit_settled(l, o, fx, x))
+		return;
+	start(l, o, fx, arg);
+}
+
 static void exit_recreating(struct lifecycle *l, void *o, const struct lifecycle_fx *fx, const void *arg)
 {
 	go(l, fx, W_NONE);
@@ -284,20 +310,23 @@ static action *const actions[W_NSTATES][E_NEVENTS] = {
 	[W_BACKOFF] = { [E_DELETE] = to_none, [E_SHUTDOWN] = to_none, [E_TIMER] = backoff_over },
 	[W_STARTING] = { [E_WORK] = wake, [E_READY] = ready, [E_RUNNING] = to_running, [E_IDLE] = to_idle,
 			 [E_AWAITING] = to_awaiting, [E_STOP] = stop, [E_DELETE] = kill_deleted,
-			 [E_SHUTDOWN] = stop, [E_EXIT] = exit_live },
+			 [E_SHUTDOWN] = stop, [E_EXIT] = exit_live, [E_KILL] = killed },
 	[W_RUNNING] = { [E_WORK] = wake, [E_RUNNING] = to_running, [E_IDLE] = to_idle, [E_AWAITING] = to_awaiting,
-			[E_STOP] = stop, [E_DELETE] = kill_deleted, [E_SHUTDOWN] = stop, [E_EXIT] = exit_live },
+			[E_STOP] = stop, [E_DELETE] = kill_deleted, [E_SHUTDOWN] = stop, [E_EXIT] = exit_live,
+			[E_KILL] = killed },
 	[W_IDLE] = { [E_WORK] = wake_idle, [E_RUNNING] = to_running, [E_IDLE] = to_idle, [E_AWAITING] = to_awaiting,
 		     [E_STOP] = stop, [E_EVICT] = evict, [E_DELETE] = kill_deleted, [E_SHUTDOWN] = stop,
-		     [E_EXIT] = exit_live },
+		     [E_EXIT] = exit_live, [E_KILL] = killed },
 	[W_AWAITING] = { [E_WORK] = wake_idle, [E_RUNNING] = to_running, [E_IDLE] = to_idle,
 			 [E_AWAITING] = to_awaiting, [E_STOP] = stop, [E_EVICT] = evict, [E_DELETE] = kill_deleted,
-			 [E_SHUTDOWN] = stop, [E_EXIT] = exit_live },
+			 [E_SHUTDOWN] = stop, [E_EXIT] = exit_live, [E_KILL] = killed },
 	[W_STOPPING] = { [E_WORK] = owe, [E_DELETE] = kill_deleted, [E_EXIT] = exit_stopping },
 	[W_EVICTING] = { [E_WORK] = owe, [E_STOP] = stop, [E_DELETE] = kill_deleted, [E_SHUTDOWN] = stop,
-			 [E_EXIT] = exit_evicting },
+			 [E_EXIT] = exit_evicting, [E_KILL] = killed },
 	[W_DELETING] = { [E_WORK] = recreate, [E_EXIT] = to_none },
 	[W_RECREATING] = { [E_DELETE] = kill_deleted, [E_EXIT] = exit_recreating },
+	[W_KILLING] = { [E_WORK] = owe, [E_STOP] = killed_stop, [E_DELETE] = kill_deleted, [E_SHUTDOWN] = killed_stop,
+			[E_EXIT] = exit_killing },
 };
 
 void lifecycle_event(struct lifecycle *l, void *owner, const struct lifecycle_fx *fx, int ev, const void *arg)
@@ -317,12 +346,12 @@ void lifecycle_init(struct lifecycle *l)
 
 const char *lifecycle_state_name(int state)
 {
-	/* EVICTING, DELETING and RECREATING are stopping to a client. */
+	/* EVICTING, DELETING, RECREATING and KILLING are stopping to a client. */
 	static const char *const names[W_NSTATES] = {
 		[W_NONE] = "none", [W_QUEUED] = "queued", [W_BACKOFF] = "backoff", [W_STARTING] = "starting",
 		[W_RUNNING] = "running", [W_IDLE] = "idle", [W_AWAITING] = "awaiting_input",
 		[W_STOPPING] = "stopping", [W_EVICTING] = "stopping", [W_DELETING] = "stopping",
-		[W_RECREATING] = "stopping",
+		[W_RECREATING] = "stopping", [W_KILLING] = "stopping",
 	};
 	return state >= 0 && state < W_NSTATES ? names[state] : "unknown";
 }

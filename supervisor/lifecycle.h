@@ -21,6 +21,8 @@
  *   DELETING    killed because its conversation was deleted
  *   RECREATING  as DELETING, and the conversation exists again: a new
  *               worker starts once this one is reaped
+ *   KILLING     signalled by an operator (the kill op, a cancel): its exit
+ *               is no crash; revived at once if its conversation owes work
  *
  * Data that is not a state: a wake owed (wake_pending: sent when the
  * process restarts, or when it could not be sent), a wake not yet answered
@@ -34,7 +36,7 @@
 
 enum wstate {
 	W_NONE, W_QUEUED, W_BACKOFF, W_STARTING, W_RUNNING, W_IDLE, W_AWAITING, W_STOPPING, W_EVICTING,
-	W_DELETING, W_RECREATING, W_NSTATES
+	W_DELETING, W_RECREATING, W_KILLING, W_NSTATES
 };
 
 enum wevent {
@@ -53,6 +55,7 @@ enum wevent {
 	E_EXIT,        /* the process was reaped (arg: struct lifecycle_exit) */
 	E_TIMER,       /* its backoff ended */
 	E_SLOT,        /* a slot is free for it (queued) */
+	E_KILL,        /* an operator signalled it (the kill op, a cancel): sent before the event */
 	E_NEVENTS
 };
 

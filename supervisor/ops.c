@@ -102,7 +102,8 @@ _Static_assert((int)PROTO_ENDED == (int)STORE_ENDED && (int)PROTO_SUSPENDED == (
 		       (int)PROTO_ACTIVE == (int)STORE_ACTIVE && (int)PROTO_PAUSED == (int)STORE_PAUSED,
 	       "the codec's conversation statuses are the store's");
 _Static_assert((int)PROTO_TC_PENDING == (int)STORE_TC_PENDING && (int)PROTO_TC_RESOLVED == (int)STORE_TC_RESOLVED &&
-		       (int)PROTO_TC_ERRORED == (int)STORE_TC_ERRORED && (int)PROTO_TC_EXPIRED == (int)STORE_TC_EXPIRED,
+		       (int)PROTO_TC_ERRORED == (int)STORE_TC_ERRORED && (int)PROTO_TC_EXPIRED == (int)STORE_TC_EXPIRED &&
+		       (int)PROTO_TC_CANCELLED == (int)STORE_TC_CANCELLED,
 	       "the codec's tool call statuses are the store's");
 
 static void job_error(struct job *j, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -264,12 +265,44 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t 
 static void op_get(store_txn *t, struct job *j)
 {
 	struct store_conv c;
+	struct store_run run;
 	int e = store_conv_get(t, j->rq.conv, &c);
 	if (e) {
 		job_store_error(j, e, "conversation");
 		return;
 	}
-	j->reply = json_pack("{so}", "conversation", conv_json(t, &c, 1));
+	json_t *o = conv_json(t, &c, 1);
+	int running = o ? conv_run_running(t, j->rq.conv, &run) : 0;
+	if (o) /* the active run (docs/protocol.md, "Runs"), null between turns */
+		json_object_set_new(o, "run", running > 0 ? conv_run_json(&run) : json_null());
+	j->reply = json_pack("{so}", "conversation", o);
+}
+
+struct runs_ctx {
+	json_t *a;
+	uint64_t last;
+};
+
+static int runs_one(void *arg, const struct store_run *r)
+{
+	struct runs_ctx *c = arg;
+	c->last = r->id;
+	return json_array_append_new(c->a, conv_run_json(r)) ? -ENOMEM : 0;
+}
+
+static void op_runs(store_txn *t, struct job *j)
+{
+	struct runs_ctx c = { json_array(), 0 };
+	int more = 0;
+	int e = c.a ? store_runs_list(t, j->rq.conv, j->rq.before, j->rq.limit, runs_one, &c, &more) : -ENOMEM;
+	if (e) {
+		json_decref(c.a);
+		job_store_error(j, e, "conversation");
+		return;
+	}
+	j->reply = json_pack("{so}", "runs", c.a);
+	if (more)
+		json_object_set_new(j->reply, "next", json_integer((json_int_t)c.last));
 }
 
 struct list_ctx {
@@ -401,6 +434,8 @@ static void op_watch(store_txn *t, struct job *j)
 		job_error(j, PERR_CONFLICT, "this connection is already watching");
 		return;
 	}
+	if (!e2 && j->rq.runs)
+		e2 = waiters_watch_runs(slot_client(j->slot), t);
 	if (e2) {
 		job_error(j, PERR_INTERNAL, "out of memory");
 		return;
@@ -978,6 +1013,113 @@ static int w_fork(store_txn *t, struct job *j, struct wres *r)
 	return 0;
 }
 
+/* ---- cancel and resume (docs/protocol.md, "Cancel and resume") ---------- */
+
+/* End the turn for good: settle its pending calls cancelled, log
+ * turn_cancelled, go idle, and fence the worker running it so it cannot
+ * commit that turn after this; after the commit it is killed. */
+static int w_cancel(store_txn *t, struct job *j, struct wres *r)
+{
+	struct store_conv c;
+	int e = store_conv_get(t, j->rq.conv, &c);
+	if (e)
+		return job_store_error(j, e, "conversation"), e == STORE_E_NOTFOUND ? 0 : e;
+	if (c.status == STORE_ENDED) {
+		job_error(j, PERR_CONFLICT, "conversation %s is ended: there is no turn to cancel", j->rq.conv);
+		return 0;
+	}
+	if (c.status == STORE_IDLE) {
+		j->reply = json_pack("{sbss}", "cancelled", 0, "message", "no turn is running or owed: nothing cancelled");
+		return 0;
+	}
+	json_t *ids = NULL;
+	e = conv_turn_cancel(t, j->rq.conv, &ids, &r->seq);
+	if (!e)
+		e = workers_fence(t, j->rq.conv);
+	if (e) {
+		json_decref(ids);
+		return job_store_error(j, e, "cancel"), e;
+	}
+	snprintf(r->conv, sizeof r->conv, "%s", j->rq.conv);
+	j->reply = json_pack("{sbsIso}", "cancelled", 1, "seq", (json_int_t)r->seq, "tool_calls", ids);
+	return 0;
+}
+
+static void after_cancel(struct job *j, struct wres *r)
+{
+	if (!r->seq)
+		return;
+	workers_cancel(j->rq.conv);
+	waiters_notify(j->rq.conv);
+}
+
+/* Whether conv's last event is the error of a crash loop given up (or a full
+ * store): the turn it ended is what a resume runs again. */
+static int gave_up_last(store_txn *t, const char *conv, int *yes)
+{
+	struct store_range rg = { .limit = 1 };
+	json_t *a = json_array();
+	int e = a ? store_events_stream(t, conv, &rg, append_json, a) : -ENOMEM;
+	json_t *ev = json_array_get(a, 0);
+	const char *ty = json_string_value(json_object_get(ev, "type"));
+	*yes = !e && ty && !strcmp(ty, "error") &&
+	       json_is_true(json_object_get(json_object_get(ev, "content"), "gave_up"));
+	json_decref(a);
+	return e;
+}
+
+/* Start the conversation's worker now, without a new event: after `stop`, or
+ * after the crash-loop limit gave up on it (its status becomes active, and
+ * while it is, revival takes the give-up error as not ending the turn). */
+static int w_resume(store_txn *t, struct job *j, struct wres *r)
+{
+	struct store_conv c;
+	int gave_up = 0;
+	int e = store_conv_get(t, j->rq.conv, &c);
+	if (e)
+		return job_store_error(j, e, "conversation"), e == STORE_E_NOTFOUND ? 0 : e;
+	if (c.status == STORE_ENDED) {
+		job_error(j, PERR_CONFLICT, "conversation %s is ended: it cannot be resumed", j->rq.conv);
+		return 0;
+	}
+	json_t *w = workers_conv_json(j->rq.conv);
+	int live = json_is_object(w);
+	json_decref(w);
+	if (live) {
+		j->reply = json_pack("{sbss}", "resumed", 0, "message", "its worker is already running");
+		return 0;
+	}
+	if (c.status == STORE_PAUSED) {
+		j->reply = json_pack("{sbss}", "resumed", 0, "message",
+				     "it is paused by its budget: raise the budget with update to resume it");
+		return 0;
+	}
+	if (c.status == STORE_IDLE && (e = gave_up_last(t, j->rq.conv, &gave_up)))
+		return job_store_error(j, e, "resume"), e;
+	if (c.status == STORE_IDLE && !gave_up) {
+		j->reply = json_pack("{sbss}", "resumed", 0, "message",
+				     "nothing is owed: no turn to run and no tool call to dispatch");
+		return 0;
+	}
+	if (gave_up) {
+		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+		e = store_conv_put(t, j->rq.conv, &p);
+	}
+	if (!e)
+		e = lease_ahead(t, j->rq.conv);
+	if (e)
+		return job_store_error(j, e, "resume"), e;
+	r->seq = 1; /* for after_resume: a worker is owed */
+	j->reply = json_pack("{sbsb}", "resumed", 1, "rerun", gave_up);
+	return 0;
+}
+
+static void after_resume(struct job *j, struct wres *r)
+{
+	if (r->seq)
+		workers_wake(j->rq.conv);
+}
+
 /* Run one write; a non-zero return is a store error that poisoned the txn. */
 
 static int fatal(int e)
@@ -1071,6 +1213,9 @@ static const struct op op_table[OP_COUNT] = {
 	[OP_SHUTDOWN] = { 0, op_shutdown, NULL, NULL },
 	[OP_FORK] = { OPF_WRITE, NULL, w_fork, after_fork },
 	[OP_BACKUP] = { 0, op_backup, NULL, NULL },
+	[OP_CANCEL] = { OPF_WRITE, NULL, w_cancel, after_cancel },
+	[OP_RESUME] = { OPF_WRITE, NULL, w_resume, after_resume },
+	[OP_RUNS] = { OPF_TXN | OPF_LARGE, op_runs, NULL, NULL },
 };
 
 int ops_is_write(int op)

@@ -23,6 +23,9 @@ struct waiter {
 	int64_t deadline;         /* long-poll: monotonic ms */
 	int watch;
 	uint64_t sent;            /* watch: last seq streamed */
+	int runs;                 /* watch: runs are streamed too (asked with `runs`) */
+	uint64_t run_id;          /* watch: the latest run streamed (or current when it began), 0: none */
+	int run_status;           /* watch: its status as streamed */
 	int held;                 /* what it would get is not durable yet: tried again when the frontier moves */
 	int broken;               /* watch: an event could not be encoded (out of memory): nothing more is
 				   * streamed, the connection closes once its output is out, no hole is seen */
@@ -134,6 +137,22 @@ int waiters_watch(struct client *c, const char *conv, uint64_t after)
 	return 0;
 }
 
+int waiters_watch_runs(struct client *c, store_txn *t)
+{
+	struct waiter *wt = control_watch(c);
+	struct store_run r;
+	if (!wt)
+		return -ENOENT;
+	/* Runs stream from now: the latest one as it is is not news. */
+	int e = conv_run_running(t, wt->wc->conv, &r);
+	if (e < 0)
+		return e;
+	wt->runs = 1;
+	wt->run_id = r.id;
+	wt->run_status = r.status;
+	return 0;
+}
+
 int waiters_watching(const struct client *c)
 {
 	return control_watch(c) != NULL;
@@ -198,8 +217,45 @@ static int pump_one(void *arg, const struct store_event *ev)
 	return control_out_pending(p->wt->c) >= CONTROL_OUT_CAP / 2;
 }
 
+#define RUNS_PUMP 16 /* runs read per pump: more started and ended between two reads are not streamed */
+
+struct runs_pump {
+	uint64_t from;
+	struct store_run r[RUNS_PUMP];
+	size_t n;
+};
+
+static int runs_one(void *arg, const struct store_run *r)
+{
+	struct runs_pump *p = arg;
+	if (r->id < p->from)
+		return 1;
+	p->r[p->n++] = *r;
+	return 0;
+}
+
+/* The runs that started or ended since the watch last streamed one, oldest
+ * first, as {"run": {...}} lines: read in the transaction its events were
+ * (its frontier covers them too). A run that started and ended between two
+ * reads is streamed once, ended. */
+static void runs_pump(struct waiter *wt, store_txn *t)
+{
+	struct runs_pump p = { .from = wt->run_id ? wt->run_id : 1 };
+	int e = store_runs_list(t, wt->wc->conv, 0, RUNS_PUMP, runs_one, &p, NULL);
+	if (e < 0)
+		return;
+	while (p.n--) {
+		const struct store_run *r = &p.r[p.n];
+		if (r->id == wt->run_id && r->status == wt->run_status)
+			continue;
+		line_write(wt->c, json_pack("{so}", "run", conv_run_json(r)));
+		wt->run_id = r->id;
+		wt->run_status = r->status;
+	}
+}
+
 /* Stream a watch's events after `sent`, a batch at a time while its output
- * has room. */
+ * has room, then the runs that changed. */
 static void watch_pump(struct waiter *wt)
 {
 	struct client *c = wt->c;
@@ -222,6 +278,8 @@ static void watch_pump(struct waiter *wt)
 		struct pump_ctx p = { wt, 0 };
 		struct store_range r = { .after = wt->sent, .before = wt->sent + WATCH_BATCH + 1, .limit = 0 };
 		int err = store_events_stream(t, wt->wc->conv, &r, pump_one, &p);
+		if (!err && p.n < WATCH_BATCH && wt->runs)
+			runs_pump(wt, t); /* after the events its commit holds, as they were committed */
 		store_txn_abort(t);
 		if (err == STORE_E_NOTFOUND || wt->broken) {
 			control_end(c); /* the conversation was deleted, or the stream cannot go on whole */

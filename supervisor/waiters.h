@@ -43,6 +43,11 @@ int waiters_poll(struct client *c, struct slot *s, struct request *rq, int64_t d
  * already), -ENOMEM. */
 int waiters_watch(struct client *c, const char *conv, uint64_t after);
 /* Whether c is a watch (its input is then ignored). */
+/* Stream c's watch's runs too (`watch` with runs: docs/protocol.md, "Runs"),
+ * from the state t shows (the watch's own transaction): the runs that exist
+ * then are not streamed, only their later changes. 0, -ENOENT (no watch),
+ * or a store error. */
+int waiters_watch_runs(struct client *c, store_txn *t);
 int waiters_watching(const struct client *c);
 
 /* conv has new commits (or may have: a worker died without saying). */

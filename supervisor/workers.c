@@ -508,7 +508,9 @@ static void give_up(void *owner, int crashes, const char *msg)
 		e = store_event_latest_seq(t, w->conv, &last);
 	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_IDLE };
 	if (!e)
-		e = conv_error_append(t, w->conv, msg, strlen(msg), crashes, last, &seq);
+		e = conv_run_end(t, w->conv, STORE_RUN_INTERRUPTED); /* its worker died: a resume runs it again */
+	if (!e)
+		e = conv_gave_up_append(t, w->conv, msg, strlen(msg), crashes, last, &seq);
 	if (!e)
 		e = store_conv_put(t, w->conv, &p);
 	if (!e)
@@ -725,8 +727,9 @@ static void worker_ipc(struct worker *w)
 			break;
 		case IPC_WRITTEN:
 			gate_release(&w->gm);
-			if (m.seq)
-				W.env->hooks.committed(w->conv);
+			/* Also a commit without an event: a run started, which
+			 * watchers that asked for runs stream (waiters.c). */
+			W.env->hooks.committed(w->conv);
 			/* The commit may have scheduled an expiry, also one that
 			 * appended no event (seq 0: a deadline added to a pending
 			 * call by a revived worker). */
@@ -915,7 +918,35 @@ int workers_kill(const char *conv, int sig)
 	struct worker *w = worker_find(conv);
 	if (!w || !w->pid)
 		return -ESRCH;
-	return worker_kill(w, sig) ? -errno : 0;
+	if (worker_kill(w, sig))
+		return -errno;
+	/* An operator's kill: the table does not count its exit as a crash. */
+	worker_event(w, E_KILL, NULL);
+	return 0;
+}
+
+int workers_fence(store_txn *t, const char *conv)
+{
+	struct worker *w = worker_find(conv);
+	uint64_t gen;
+	if (w && w->lease_ahead)
+		return 0;
+	int e = store_lease_next(t, conv, &gen);
+	return e == STORE_E_NOTFOUND ? 0 : e;
+}
+
+int workers_cancel(const char *conv)
+{
+	struct worker *w = worker_find(conv);
+	if (!w || !w->pid || w->reaped)
+		return -ESRCH;
+	/* The model or tool first: its pdeath signal reaches only itself, not
+	 * what it forked. Only a group the worker announced as running. */
+	if (w->child_pgid > 1) {
+		kill(-w->child_pgid, SIGKILL);
+		w->child_pgid = 0;
+	}
+	return workers_kill(conv, SIGKILL);
 }
 
 int workers_stop(const char *conv)

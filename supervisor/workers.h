@@ -70,6 +70,16 @@ void leases_ahead_drop(void);
 /* Commit t, starting the workers it took leases for while it flushes. */
 int commit_spawning(store_txn *t);
 
+/* A cancel of conv's turn (ops.c, inside its transaction t): take a new
+ * lease so the worker running it is fenced off and cannot commit the turn it
+ * was running after the cancel; nothing when a send in t already took a lease
+ * ahead (the worker to come reads the log after the cancel). 0 or a store error. */
+int workers_fence(store_txn *t, const char *conv);
+/* After the cancel committed: kill conv's worker and the model or tool
+ * process group running for it, as an operator's kill (no crash counted, not
+ * restarted while the conversation owes nothing). 0, or -ESRCH without one. */
+int workers_cancel(const char *conv);
+
 /* The `worker` field of `get` ({pid, state}, or null) and `status`'s list. */
 json_t *workers_conv_json(const char *conv);
 json_t *workers_json(void); /* NULL: out of memory */

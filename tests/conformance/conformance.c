@@ -2478,19 +2478,26 @@ END_TEST
 START_TEST(resolve_each_settled_status)
 {
 	mkconv("c1");
-	const int st[] = { STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED };
-	const char *ids[] = { "r", "e", "x" };
-	for (int i = 0; i < 3; i++) {
+	const int st[] = { STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED, STORE_TC_CANCELLED };
+	const char *ids[] = { "r", "e", "x", "k" };
+	for (int i = 0; i < 4; i++) {
 		mktc("c1", ids[i]);
 		ck_assert_int_eq(resolve(ids[i], st[i], raw(NULL, 0)), 0); /* len 0: nil */
 	}
 	store_txn *t = rbegin();
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		struct store_tool_call tc;
 		ck_assert_int_eq(store_tool_call_get(t, ids[i], &tc), 0);
 		ck_assert_int_eq(tc.status, st[i]);
 	}
 	store_txn_abort(t);
+	/* A cancelled call is settled: a late result is stale, and the
+	 * status index lists it under its own status. */
+	ck_assert_int_eq(resolve("k", STORE_TC_RESOLVED, raw(NULL, 0)), STORE_E_STALE);
+	ck_assert_int_eq(list_tcs("c1", 1u << STORE_TC_CANCELLED), 0);
+	ck_assert_int_eq(L.n, 1);
+	ck_assert_int_eq(L.status[0], STORE_TC_CANCELLED);
+	ck_assert_int_eq(resolve("k", STORE_TC_CANCELLED + 1, raw(NULL, 0)), STORE_E_INVAL);
 }
 END_TEST
 
@@ -2528,7 +2535,7 @@ START_TEST(resolve_rejects_invalid)
 	mktc("c1", "tc");
 	store_txn *t = wbegin();
 	ck_assert_int_eq(store_tool_call_resolve(t, "tc", STORE_TC_PENDING, mint(1), NULL), STORE_E_INVAL);
-	ck_assert_int_eq(store_tool_call_resolve(t, "tc", 4, mint(1), NULL), STORE_E_INVAL);
+	ck_assert_int_eq(store_tool_call_resolve(t, "tc", STORE_TC_CANCELLED + 1, mint(1), NULL), STORE_E_INVAL);
 	ck_assert_int_eq(store_tool_call_resolve(t, "tc", -1, mint(1), NULL), STORE_E_INVAL);
 	for (size_t i = 0; i < NBAD; i++)
 		ck_assert_msg(store_tool_call_resolve(t, "tc", STORE_TC_RESOLVED, bad_blobs[i].b, NULL) ==
@@ -3670,14 +3677,16 @@ END_TEST
 
 START_TEST(status_names_round_trip)
 {
+	const char *tc[] = { "pending", "resolved", "errored", "expired", "cancelled" };
 	const char *conv[] = { "idle", "active", "suspended", "ended", "paused" };
-	const char *tc[] = { "pending", "resolved", "errored", "expired" };
 	ck_assert_str_eq(store_status_name(STORE_PAUSED), "paused");
 	ck_assert_int_eq(store_status_parse("paused", 6), STORE_PAUSED);
 	ck_assert_ptr_null(store_status_name(STORE_STATUS_MAX + 1));
 	for (int i = 0; i < 4; i++) {
 		ck_assert_str_eq(store_status_name(i), conv[i]);
 		ck_assert_int_eq(store_status_parse(conv[i], strlen(conv[i])), i);
+	}
+	for (int i = 0; i < 5; i++) {
 		ck_assert_str_eq(store_tc_status_name(i), tc[i]);
 		ck_assert_int_eq(store_tc_status_parse(tc[i], strlen(tc[i])), i);
 	}
@@ -3686,7 +3695,8 @@ START_TEST(status_names_round_trip)
 	ck_assert_int_eq(STORE_TC_PENDING, 0);
 	ck_assert_int_eq(STORE_TC_EXPIRED, 3);
 	ck_assert_ptr_null(store_status_name(-1));
-	ck_assert_ptr_null(store_tc_status_name(4));
+	ck_assert_int_eq(STORE_TC_CANCELLED, 4);
+	ck_assert_ptr_null(store_tc_status_name(5));
 	ck_assert_ptr_null(store_tc_status_name(-1));
 	ck_assert_int_eq(store_status_parse("IDLE", 4), -1);
 	ck_assert_int_eq(store_status_parse("idl", 3), -1);
@@ -4248,6 +4258,159 @@ START_TEST(longest_tool_call_id)
 }
 END_TEST
 
+/* ---- runs ------------------------------------------------------------- */
+
+static struct store_run mkrun(uint64_t id, int status, uint32_t attempt)
+{
+	return (struct store_run){ .id = id, .status = status, .attempt = attempt, .from_seq = id, .to_seq = id + 1,
+				   .first_seq = status == STORE_RUN_COMPLETED ? id + 2 : 0,
+				   .last_seq = status == STORE_RUN_COMPLETED ? id + 3 : 0, .model = raw("m", 1),
+				   .usage = { 10 * id, id, 0.5 }, .started_at = T0 + (int64_t)id,
+				   .ended_at = status == STORE_RUN_RUNNING ? 0 : T0 + 100 };
+}
+
+static int put_run(const char *conv, struct store_run r)
+{
+	store_txn *t = wbegin();
+	int e = store_run_put(t, conv, &r);
+	commit(t);
+	return e;
+}
+
+static struct {
+	size_t n;
+	uint64_t ids[16];
+	int status[16];
+} RL;
+
+static int run_one(void *arg, const struct store_run *r)
+{
+	if (RL.n < 16) {
+		RL.ids[RL.n] = r->id;
+		RL.status[RL.n] = r->status;
+	}
+	RL.n++;
+	return 0;
+}
+
+static int list_runs(const char *conv, uint64_t before, size_t limit, int *more)
+{
+	memset(&RL, 0, sizeof RL);
+	store_txn *t = rbegin();
+	int e = store_runs_list(t, conv, before, limit, run_one, NULL, more);
+	store_txn_abort(t);
+	return e;
+}
+
+START_TEST(runs_put_get_replace)
+{
+	mkconv("c1");
+	ck_assert_int_eq(put_run("c1", mkrun(1, STORE_RUN_RUNNING, 1)), 0);
+	store_txn *t = rbegin();
+	struct store_run r;
+	ck_assert_int_eq(store_run_get(t, "c1", 1, &r), 0);
+	ck_assert_int_eq(r.status, STORE_RUN_RUNNING);
+	ck_assert_uint_eq(r.attempt, 1);
+	ck_assert_uint_eq(r.from_seq, 1);
+	ck_assert_uint_eq(r.to_seq, 2);
+	ck_assert_uint_eq(r.first_seq, 0);
+	ck_assert_int_eq(r.ended_at, 0);
+	ck_assert_int_eq(r.started_at, T0 + 1);
+	ck_assert(r.model.len == 1 && memcmp(r.model.ptr, "m", 1) == 0);
+	ck_assert_int_eq(store_run_get(t, "c1", 2, &r), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_run_get(t, "nope", 1, &r), STORE_E_NOTFOUND);
+	store_txn_abort(t);
+	/* Its end replaces it, under the same id. */
+	ck_assert_int_eq(put_run("c1", mkrun(1, STORE_RUN_COMPLETED, 1)), 0);
+	t = rbegin();
+	ck_assert_int_eq(store_run_get(t, "c1", 1, &r), 0);
+	ck_assert_int_eq(r.status, STORE_RUN_COMPLETED);
+	ck_assert_uint_eq(r.first_seq, 3);
+	ck_assert_uint_eq(r.last_seq, 4);
+	ck_assert_uint_eq(r.usage.input_tokens, 10);
+	ck_assert_uint_eq(r.usage.output_tokens, 1);
+	ck_assert(r.usage.cost == 0.5);
+	ck_assert_int_eq(r.ended_at, T0 + 100);
+	store_txn_abort(t);
+	ck_assert_str_eq(store_run_status_name(STORE_RUN_INTERRUPTED), "interrupted");
+	ck_assert_str_eq(store_run_status_name(STORE_RUN_CANCELLED), "cancelled");
+	ck_assert_ptr_null(store_run_status_name(STORE_RUN_INTERRUPTED + 1));
+	ck_assert_ptr_null(store_run_status_name(-1));
+}
+END_TEST
+
+START_TEST(runs_list_newest_first_with_cursor)
+{
+	mkconv("c1");
+	mkconv("c2");
+	mkconv("c0");
+	for (uint64_t i = 1; i <= 5; i++)
+		ck_assert_int_eq(put_run("c1", mkrun(i, i == 5 ? STORE_RUN_RUNNING : STORE_RUN_COMPLETED, 1)), 0);
+	ck_assert_int_eq(put_run("c2", mkrun(1, STORE_RUN_FAILED, 1)), 0);
+	int more = -1;
+	ck_assert_int_eq(list_runs("c1", 0, 0, &more), 0);
+	ck_assert_uint_eq(RL.n, 5);
+	ck_assert_int_eq(more, 0);
+	for (int i = 0; i < 5; i++)
+		ck_assert_uint_eq(RL.ids[i], 5 - i);
+	ck_assert_int_eq(RL.status[0], STORE_RUN_RUNNING);
+	ck_assert_int_eq(list_runs("c1", 0, 2, &more), 0);
+	ck_assert_uint_eq(RL.n, 2);
+	ck_assert_int_eq(more, 1);
+	ck_assert_uint_eq(RL.ids[1], 4);
+	ck_assert_int_eq(list_runs("c1", 4, 2, &more), 0); /* the cursor: ids below 4 */
+	ck_assert_uint_eq(RL.n, 2);
+	ck_assert_uint_eq(RL.ids[0], 3);
+	ck_assert_uint_eq(RL.ids[1], 2);
+	ck_assert_int_eq(more, 1);
+	ck_assert_int_eq(list_runs("c1", 2, 2, &more), 0);
+	ck_assert_uint_eq(RL.n, 1);
+	ck_assert_uint_eq(RL.ids[0], 1);
+	ck_assert_int_eq(more, 0);
+	ck_assert_int_eq(list_runs("c1", 1, 0, &more), 0);
+	ck_assert_uint_eq(RL.n, 0);
+	ck_assert_int_eq(list_runs("c1", 100, 1, NULL), 0);
+	ck_assert_uint_eq(RL.ids[0], 5);
+	ck_assert_int_eq(list_runs("c2", 0, 0, &more), 0); /* the last conversation's, and only its */
+	ck_assert_uint_eq(RL.n, 1);
+	ck_assert_int_eq(RL.status[0], STORE_RUN_FAILED);
+	ck_assert_int_eq(list_runs("c0", 0, 0, &more), 0); /* a conversation before them: none */
+	ck_assert_uint_eq(RL.n, 0);
+	ck_assert_int_eq(list_runs("nope", 0, 0, &more), STORE_E_NOTFOUND);
+}
+END_TEST
+
+START_TEST(runs_put_rejects_invalid)
+{
+	mkconv("c1");
+	store_txn *t = wbegin();
+	struct store_run r = mkrun(1, STORE_RUN_RUNNING, 1);
+	ck_assert_int_eq(store_run_put(t, "nope", &r), STORE_E_NOTFOUND);
+	r.id = 0;
+	ck_assert_int_eq(store_run_put(t, "c1", &r), STORE_E_INVAL);
+	r = mkrun(1, STORE_RUN_INTERRUPTED + 1, 1);
+	ck_assert_int_eq(store_run_put(t, "c1", &r), STORE_E_INVAL);
+	r = mkrun(1, STORE_RUN_RUNNING, 0);
+	ck_assert_int_eq(store_run_put(t, "c1", &r), STORE_E_INVAL);
+	r = mkrun(1, STORE_RUN_RUNNING, 1);
+	r.model.ptr = NULL;
+	ck_assert_int_eq(store_run_put(t, "c1", &r), STORE_E_INVAL);
+	r = mkrun(1, STORE_RUN_RUNNING, 1);
+	r.usage.cost = -1;
+	ck_assert_int_eq(store_run_put(t, "c1", &r), STORE_E_INVAL);
+	ck_assert_int_eq(store_run_put(t, "c1", NULL), STORE_E_INVAL);
+	/* Nothing of that poisoned the transaction. */
+	r = mkrun(1, STORE_RUN_RUNNING, 1);
+	ck_assert_int_eq(store_run_put(t, "c1", &r), 0);
+	commit(t);
+	t = rbegin();
+	ck_assert_int_eq(store_run_put(t, "c1", &r), STORE_E_INVAL); /* a read transaction */
+	ck_assert_int_eq(store_runs_list(t, "c1", 0, 0, NULL, NULL, NULL), STORE_E_INVAL);
+	ck_assert_int_eq(store_run_get(t, "c1", 0, &r), STORE_E_INVAL);
+	store_txn_abort(t);
+}
+END_TEST
+
 /* ---- conversation metadata and filtered lists -------------------------- */
 
 /* A metadata map from "k=v" strings. */
@@ -4342,6 +4505,23 @@ START_TEST(meta_round_trips_and_stamps_updated_at)
 	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
 	ck_assert_int_eq(c.status, STORE_IDLE);
 	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(delete_removes_runs)
+{
+	mkconv("c1");
+	mkconv("c2");
+	ck_assert_int_eq(put_run("c1", mkrun(1, STORE_RUN_COMPLETED, 1)), 0);
+	ck_assert_int_eq(put_run("c2", mkrun(1, STORE_RUN_COMPLETED, 1)), 0);
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_delete(t, "c1"), 0);
+	commit(t);
+	mkconv("c1");
+	ck_assert_int_eq(list_runs("c1", 0, 0, NULL), 0);
+	ck_assert_uint_eq(RL.n, 0);
+	ck_assert_int_eq(list_runs("c2", 0, 0, NULL), 0);
+	ck_assert_uint_eq(RL.n, 1);
 }
 END_TEST
 
@@ -4783,6 +4963,12 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, audit_put_rejects_invalid);
 	tcase_add_test(tc, audit_gc_ttl_boundary);
 	tcase_add_test(tc, audit_gc_one_or_all_conversations);
+
+	tc = tc_new(s, "runs", setup);
+	tcase_add_test(tc, runs_put_get_replace);
+	tcase_add_test(tc, runs_list_newest_first_with_cursor);
+	tcase_add_test(tc, runs_put_rejects_invalid);
+	tcase_add_test(tc, delete_removes_runs);
 
 	tc = tc_new(s, "transactions", setup);
 	tcase_add_test(tc, txn_abort_discards_every_write);

@@ -74,9 +74,9 @@ static struct lifecycle_fx fx = {
 static const struct world ok = { 0, 1, 1, 1, 0, 0, 0 };
 
 /* Exits: clean; a crash nobody asked for; clean with compactions owed;
- * out of store room. */
+ * out of store room; killed by agentd's own signal. */
 static const struct lifecycle_exit x_clean = { 1, 0, 0, 0 }, x_crash = { 0, 1, 0, 0 },
-				   x_compact = { 1, 0, 0, 1 }, x_full = { 0, 1, 1, 0 };
+				   x_compact = { 1, 0, 0, 1 }, x_full = { 0, 1, 1, 0 }, x_killed = { 0, 0, 0, 0 };
 
 struct cell {
 	int state, event;
@@ -162,8 +162,26 @@ static const struct cell spec[] = {
 	{ W_STARTING, E_EXIT, ok, 0, 0, &x_crash, W_BACKOFF, F_CRASH },
 	{ W_IDLE, E_EXIT, ok, 0, 0, &x_crash, W_BACKOFF, F_CRASH },
 	{ W_AWAITING, E_EXIT, ok, 0, 0, &x_crash, W_BACKOFF, F_CRASH },
+	/* live: an operator's kill (the signal sent by the caller) */
+	{ W_STARTING, E_KILL, ok, 0, 0, NULL, W_KILLING, 0 },
+	{ W_RUNNING, E_KILL, ok, 0, 0, NULL, W_KILLING, 0 },
+	{ W_IDLE, E_KILL, ok, 0, 0, NULL, W_KILLING, 0 },
+	{ W_AWAITING, E_KILL, ok, 0, 0, NULL, W_KILLING, 0 },
+	{ W_EVICTING, E_KILL, ok, 0, 0, NULL, W_KILLING, 0 },
+	/* KILLING: its exit is no crash; revived at once when active */
+	{ W_KILLING, E_WORK, ok, 0, 0, NULL, W_KILLING, 0 },
+	{ W_KILLING, E_STOP, ok, 0, 0, NULL, W_STOPPING, 0 },
+	{ W_KILLING, E_SHUTDOWN, ok, 0, 0, NULL, W_STOPPING, 0 },
+	{ W_KILLING, E_DELETE, ok, 0, 0, NULL, W_DELETING, F_KILL },
+	{ W_KILLING, E_EXIT, ok, 0, 0, &x_killed, W_STARTING, F_SPAWN | F_SPAWNS },
+	{ W_KILLING, E_EXIT, ok, 0, 0, &x_clean, W_STARTING, F_SPAWN | F_SPAWNS },
+	{ W_KILLING, E_EXIT, { 0, 1, 1, 0, 0, 0, 0 }, 0, 0, &x_killed, W_NONE, 0 },
+	{ W_KILLING, E_EXIT, { 0, 1, 1, 0, 0, 0, 0 }, 1, 0, &x_killed, W_NONE, 0 },
+	{ W_KILLING, E_EXIT, { 1, 1, 1, 1, 0, 0, 0 }, 0, 0, &x_killed, W_NONE, 0 },
 	/* STOPPING */
 	{ W_STOPPING, E_WORK, ok, 0, 0, NULL, W_STOPPING, 0 },
+	{ W_STOPPING, E_EXIT, ok, 0, 0, &x_killed, W_NONE, 0 },
+	{ W_STOPPING, E_EXIT, ok, 1, 0, &x_killed, W_STARTING, F_SPAWN | F_SPAWNS },
 	{ W_STOPPING, E_DELETE, ok, 0, 0, NULL, W_DELETING, F_KILL },
 	{ W_STOPPING, E_EXIT, ok, 0, 0, &x_clean, W_NONE, 0 },
 	{ W_STOPPING, E_EXIT, ok, 1, 0, &x_clean, W_STARTING, F_SPAWN | F_SPAWNS },
@@ -306,6 +324,29 @@ START_TEST(spawn_wait_looks_again_soon)
 }
 END_TEST
 
+/* An operator's kills never reach the crash-loop limit: each exit after
+ * E_KILL revives at once and counts nothing. */
+START_TEST(operator_kills_are_not_crashes)
+{
+	struct lifecycle l;
+	log_init("check_lifecycle", LOG_ERROR);
+	lifecycle_init(&l);
+	W = ok;
+	cur = &l;
+	clock_ms = 5000;
+	for (int i = 0; i < 10; i++) {
+		ck_assert_int_eq(l.state, i ? W_STARTING : W_NONE);
+		l.state = W_RUNNING;
+		done = 0;
+		lifecycle_event(&l, &l, &fx, E_KILL, NULL);
+		lifecycle_event(&l, &l, &fx, E_EXIT, &x_killed);
+		ck_assert_uint_eq(done, F_SPAWN | F_SPAWNS);
+		ck_assert_int_eq(l.ncrash, 0);
+	}
+	cur = NULL;
+}
+END_TEST
+
 /* Names a client sees: the states agentd adds to stopping read as it. */
 START_TEST(state_names_keep_the_protocol)
 {
@@ -313,6 +354,7 @@ START_TEST(state_names_keep_the_protocol)
 	ck_assert_str_eq(lifecycle_state_name(W_EVICTING), "stopping");
 	ck_assert_str_eq(lifecycle_state_name(W_DELETING), "stopping");
 	ck_assert_str_eq(lifecycle_state_name(W_RECREATING), "stopping");
+	ck_assert_str_eq(lifecycle_state_name(W_KILLING), "stopping");
 	ck_assert_str_eq(lifecycle_state_name(W_NSTATES), "unknown");
 	ck_assert_str_eq(lifecycle_state_name(-1), "unknown");
 }
@@ -328,6 +370,7 @@ Suite *make_lifecycle_suite(void)
 	tcase_add_test(tc, crash_loop_backs_off_then_gives_up);
 	tcase_add_test(tc, spawn_wait_looks_again_soon);
 	tcase_add_test(tc, state_names_keep_the_protocol);
+	tcase_add_test(tc, operator_kills_are_not_crashes);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -9,9 +9,9 @@ from .client import Client, Watch
 from .errors import (ERRORS, AgentdConnectionError, AgentdError, AgentdTimeout, BadRequest, Busy, Conflict,
                      Internal, NotFound, Stale, StoreFull, TooLarge, UnknownOp, Unavailable, Unsupported,
                      error_from_reply)
-from .types import (BackupResult, BatchResult, Conversation, ConversationPage, Delta, Event, EventPage, ForkResult,
-                    ModelCall, Resolution, SendResult, Status, StoreStatus, Summary, ToolCall, Usage, Worker,
-                    WorkerStatus)
+from .types import (BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, Delta, Event, EventPage,
+                    ForkResult, ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Status, StoreStatus, Summary,
+                    ToolCall, Usage, Worker, WorkerStatus)
 
 __version__ = "0.1.0"
 
@@ -22,4 +22,5 @@ __all__ = [
     "BackupResult", "BatchResult", "ForkResult", "Conversation", "ConversationPage", "Delta", "Event", "EventPage",
     "ModelCall", "Resolution", "SendResult",
     "Status", "StoreStatus", "Summary", "ToolCall", "Usage", "Worker", "WorkerStatus",
+    "Run", "RunPage", "Cancelled", "Resumed",
 ]

@@ -12,8 +12,8 @@ import uuid
 from typing import Any, Callable, Dict, Optional
 
 from .errors import AgentdConnectionError, BadRequest
-from .types import (BackupResult, BatchResult, Conversation, ConversationPage, Event, EventPage, ForkResult, ModelCall,
-                    Resolution, SendResult, Status, Summary, ToolCall, _build)
+from .types import (BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, Event, EventPage, ForkResult,
+                    ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Status, Summary, ToolCall, _build)
 
 DEFAULT_SOCKET = "./agentd-data/agentd.sock"
 SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
@@ -22,7 +22,7 @@ NO_LIMIT = math.inf
 # The ops that are safe to repeat: reads, and send (agentd answers a repeated event_id with the original
 # seq). After a lost connection these are sent again; the others raise AgentdConnectionError with .sent.
 IDEMPOTENT = frozenset({"ping", "get", "list", "events", "tool_call", "tool_calls", "summary", "audit",
-                        "status", "metrics", "send"})
+                        "status", "metrics", "send", "runs"})
 
 
 def socket_path(path: Optional[str] = None) -> str:
@@ -251,6 +251,24 @@ class _Ops:
     def stop(self, conversation: str):
         """Hibernate the conversation's worker: True when one was told to, False when none ran."""
         return self._run(_Call("stop", {"conversation": conversation}, lambda r: r["stopping"]))
+
+    def runs(self, conversation: str, *, limit: Optional[int] = None, before: Optional[int] = None):
+        """The conversation's runs (one per model turn attempt), newest first, as a RunPage; page on with
+        before=page.next."""
+        return self._run(_Call("runs", _opt(conversation=conversation, limit=limit, before=before),
+                               lambda r: RunPage([_build(Run, x) for x in r["runs"]], r.get("next"))))
+
+    def cancel(self, conversation: str):
+        """Cancel the conversation's running (or owed) turn for good: a Cancelled (cancelled False, with
+        agentd's message, when it was idle)."""
+        return self._run(_Call("cancel", {"conversation": conversation},
+                               lambda r: _build(Cancelled, {k: v for k, v in r.items() if k not in ("ok", "id")})))
+
+    def resume(self, conversation: str):
+        """Start the conversation's worker now, without a new event: a Resumed (resumed False, with agentd's
+        message, when nothing is owed or a worker already runs)."""
+        return self._run(_Call("resume", {"conversation": conversation},
+                               lambda r: _build(Resumed, {k: v for k, v in r.items() if k not in ("ok", "id")})))
 
     def status(self):
         """agentd's Status: version, uptime, workers, store."""

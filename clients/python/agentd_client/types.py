@@ -51,6 +51,54 @@ class Worker:
 
 
 @dataclass
+class Run:
+    """One model turn attempt (`runs`, and `get`'s active run). status: running, completed, failed,
+    cancelled or interrupted; the run answers the events after from_seq up to to_seq, and appended
+    first_seq..last_seq (None until it ends, or when it appended nothing)."""
+    id: int = 0
+    status: Optional[str] = None
+    attempt: Optional[int] = None
+    from_seq: Optional[int] = None
+    to_seq: Optional[int] = None
+    first_seq: Optional[int] = None
+    last_seq: Optional[int] = None
+    model: Optional[str] = None
+    usage: Optional[Usage] = None
+    started_at: Optional[int] = None
+    ended_at: Optional[int] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+    _nested = {"usage": Usage}
+
+
+@dataclass
+class RunPage:
+    """`runs`: newest first; next is the cursor (`before=`) of the next page, None at the end."""
+    runs: List[Run]
+    next: Optional[int] = None
+
+
+@dataclass
+class Cancelled:
+    """`cancel`: cancelled is False (with message) when the conversation was idle; else seq is the
+    turn_cancelled event's and tool_calls the ids settled cancelled."""
+    cancelled: bool = False
+    seq: Optional[int] = None
+    tool_calls: List[str] = field(default_factory=list)
+    message: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Resumed:
+    """`resume`: resumed is False (with message) when nothing is owed or a worker already runs; rerun
+    is True when the turn a crash-loop give-up ended runs again."""
+    resumed: bool = False
+    rerun: Optional[bool] = None
+    message: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
 class Conversation:
     """`get`, and each item of `list`. status: idle, active, suspended, ended or paused. fsm_state is null
     before a worker first ran; worker is None when none runs."""
@@ -65,8 +113,9 @@ class Conversation:
     worker: Optional[Worker] = None
     metadata: Dict[str, str] = field(default_factory=dict)
     forked_from: Optional[Dict[str, Any]] = None
+    run: Optional[Run] = None
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
-    _nested = {"usage": Usage, "worker": Worker}
+    _nested = {"usage": Usage, "worker": Worker, "run": Run}
 
 
 @dataclass

@@ -178,3 +178,43 @@ def test_one_client_shared_by_threads(agentd):
         assert all(r == sorted(r) for r in results.values())
         texts = [e.content["text"] for e in c.events(conv, type="user_msg").events]
         assert sorted(texts) == sorted(f"t{n}-{i}" for n in range(4) for i in range(8))
+
+
+def test_runs_cancel_resume(start_agentd):
+    from agentd_client import Cancelled, Resumed, Run, RunPage
+    a = start_agentd(start=False)
+    gate = a.gated_model()
+    a.start()
+    with Client(a.socket) as c:
+        conv = c.create("echo")
+        for i in range(3):
+            c.send(conv, f"m{i}")
+            answered(c, conv, 2 * (i + 1))
+        wait_for(lambda: len(c.runs(conv).runs) == 3 and c.runs(conv).runs[0].status == "completed", 10, "runs")
+        page = c.runs(conv, limit=2)
+        assert isinstance(page, RunPage) and [r.id for r in page.runs] == [3, 2] and page.next == 2
+        r = page.runs[0]
+        assert isinstance(r, Run) and (r.status, r.attempt, r.model, r.from_seq, r.to_seq, r.first_seq) == \
+            ("completed", 1, "echo", 4, 5, 6)
+        assert isinstance(r.usage, Usage) and r.ended_at >= r.started_at
+        assert [x.id for x in c.runs(conv, before=page.next).runs] == [1]
+        assert c.get(conv).run is None
+        idle = c.cancel(conv)
+        assert isinstance(idle, Cancelled) and idle.cancelled is False and "nothing" in idle.message
+        res = c.resume(conv)
+        assert isinstance(res, Resumed) and res.resumed is False and res.message  # its idle worker runs
+        # A turn in progress: the gated model waits for its file.
+        g = c.create("gated")
+        c.send(g, "hi")
+        run = wait_for(lambda: c.get(g).run, 10, "the run in progress")
+        assert isinstance(run, Run) and run.status == "running" and run.ended_at is None
+        done = c.cancel(g)
+        assert done.cancelled is True and done.tool_calls == [] and done.seq == 2
+        assert c.runs(g).runs[0].status == "cancelled"
+        with pytest.raises(NotFound):
+            c.runs("nope")
+        with pytest.raises(NotFound):
+            c.cancel("nope")
+        with pytest.raises(NotFound):
+            c.resume("nope")
+    assert gate
