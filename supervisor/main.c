@@ -11,6 +11,7 @@
 #include "supervisor/check.h"
 #include "supervisor/notify.h"
 #include "supervisor/server.h"
+#include "supervisor/transfer.h"
 
 #include <bsd/libutil.h>
 #include <dirent.h>
@@ -65,6 +66,11 @@ static void usage(FILE *f)
 		"                      agentd-worker-dynamic for --store, which has libpq)\n"
 		"  --max-workers N     live worker processes at most; more conversations queue\n"
 		"  --help, --version\n"
+		"\n"
+		"agentd export [--data DIR | --store TARGET] [--output FILE]\n"
+		"agentd import (--data DIR | --store TARGET) --input FILE\n"
+		"  Write a store (either backend) as a portable stream of JSON lines, and load one\n"
+		"  into an empty store: an LMDB data directory moves to PostgreSQL and back.\n"
 		"\n"
 		"agentd check [--data DIR | --store TARGET]\n"
 		"  Check the store's consistency (read-only; safe while agentd runs): seqs 1..N,\n"
@@ -213,6 +219,90 @@ static int check_main(int argc, char **argv)
 	}
 	int n = check_store(dir, stdout);
 	return n == 0 ? 0 : n < 0 ? 2 : 1;
+}
+
+/* `agentd export|import [--data DIR | --store TARGET] [--output|--input FILE]`. */
+static int transfer_main(int argc, char **argv)
+{
+	int import = !strcmp(argv[1], "import");
+	const char *target = NULL, *file = NULL;
+	int pg = 0, bad = 0;
+	const char *usage_line = import ? "usage: agentd import (--data DIR | --store TARGET) --input FILE\n"
+					: "usage: agentd export [--data DIR | --store TARGET] [--output FILE]\n";
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			printf("%s\n%s", usage_line,
+			       import ? "Load a stream `agentd export` wrote into an empty store (an LMDB data directory, "
+					"created if\nmissing, or a PostgreSQL database). The stream is checked whole "
+					"first: a damaged or\ntruncated one, or a store that is not empty, is refused "
+					"with nothing written.\nExit status: 0 loaded; 1 refused or failed (nothing "
+					"left written); 2 a usage error.\n"
+				      : "Write the store (default ./agentd-data) as a stream of JSON lines (docs/scale-"
+					"out.md), to\nFILE (written whole, then renamed into place) or standard output. "
+					"Run it with agentd\nstopped for an exact copy.\nExit status: 0 written; 1 the "
+					"store cannot be read or the stream written; 2 a usage error.\n");
+			return 0;
+		}
+		if ((!strcmp(a, "--data") || !strcmp(a, "--store")) && v && !target) {
+			pg = !strcmp(a, "--store");
+			target = v;
+			i++;
+		} else if (!strcmp(a, import ? "--input" : "--output") && v && !file) {
+			file = v;
+			i++;
+		} else {
+			bad = 1;
+		}
+	}
+	if (!target && !import)
+		target = "./agentd-data";
+	if (bad || !target || !*target || (import && (!file || !*file)) || (file && !*file)) {
+		fputs(usage_line, stderr);
+		return EXIT_USAGE;
+	}
+	if (pg != config_store_is_pg(target)) {
+		fprintf(stderr, "agentd %s: %s\n", argv[1], pg ? "--store takes a PostgreSQL target (postgresql://..., "
+			"or a conninfo starting host= or dbname=)" : "--data names a directory; a PostgreSQL target goes "
+			"with --store");
+		return EXIT_USAGE;
+	}
+	if (import) {
+		FILE *in = fopen(file, "re");
+		if (!in) {
+			fprintf(stderr, "agentd import: cannot read %s: %s\n", file, strerror(errno));
+			return 1;
+		}
+		int rc = transfer_import(target, in, file, stderr);
+		fclose(in);
+		return rc ? 1 : 0;
+	}
+	if (!file)
+		return transfer_export(target, stdout, stderr) ? 1 : 0;
+	char *tmp = NULL;
+	FILE *out = NULL;
+	if (asprintf(&tmp, "%s.tmp", file) < 0 || !(out = fopen(tmp, "we"))) {
+		fprintf(stderr, "agentd export: cannot write %s: %s\n", tmp ? tmp : file, strerror(errno));
+		free(tmp);
+		return 1;
+	}
+	int rc = transfer_export(target, out, stderr);
+	if (fsync(fileno(out)) < 0 && !rc) {
+		fprintf(stderr, "agentd export: %s: %s\n", tmp, strerror(errno));
+		rc = -1;
+	}
+	if (fclose(out) && !rc) {
+		fprintf(stderr, "agentd export: %s: %s\n", tmp, strerror(errno));
+		rc = -1;
+	}
+	if (!rc && rename(tmp, file) < 0) {
+		fprintf(stderr, "agentd export: cannot rename %s to %s: %s\n", tmp, file, strerror(errno));
+		rc = -1;
+	}
+	if (rc)
+		unlink(tmp);
+	free(tmp);
+	return rc ? 1 : 0;
 }
 
 /* The command line over the configuration file it names. Returns -1 to go
@@ -511,6 +601,8 @@ int main(int argc, char **argv)
 	umask(umask(0) & 077);
 	if (argc >= 2 && !strcmp(argv[1], "check"))
 		return check_main(argc, argv);
+	if (argc >= 2 && (!strcmp(argv[1], "export") || !strcmp(argv[1], "import")))
+		return transfer_main(argc, argv);
 	config_init(&cfg);
 	int rc = parse_args(argc, argv, &cfg, &o_config);
 	if (rc >= 0) {

@@ -59,7 +59,7 @@ API:
   pg_sql(sql, dbname="postgres") -> str   one statement through psql on the test cluster; its output
   lmdb_only(why)                      a decorator: the test is about LMDB files, not run on PostgreSQL
 
-  Agentd(data_dir=None, config=None, extra_args=(), start=True, env=None, launcher=())
+  Agentd(data_dir=None, config=None, extra_args=(), start=True, env=None, launcher=(), lmdb=False)
     Starts `agentd --data DIR --socket DIR/agentd.sock [--config FILE] EXTRA...` in a fresh
     tempfile.mkdtemp() (the data directory is DIR unless data_dir is given) and waits until the socket
     answers a ping. config is INI text (written to DIR/agentd.ini) or a pathlib.Path to an existing file.
@@ -70,6 +70,7 @@ API:
     (e.g. a script that sets a resource limit, then execs its arguments): it runs the whole agentd
     command, valgrind included under AGENTD_VALGRIND, so what it sets applies to valgrind and agentd
     alike; .launcher can also be set before a start().
+    lmdb=True keeps this one on LMDB under AGENTD_TEST_STORE=pg (a test moving a store between the two).
     .dir .data_dir .socket .log_path .config_path   paths
     .proc .pid                    the running agentd (Popen and pid)
     .start()                      start (again) and wait for readiness; raises with the log tail if agentd exits
@@ -548,8 +549,9 @@ def _pdeathsig():
 
 
 class Agentd:
-    def __init__(self, data_dir=None, config=None, extra_args=(), start=True, env=None, launcher=()):
+    def __init__(self, data_dir=None, config=None, extra_args=(), start=True, env=None, launcher=(), lmdb=False):
         self.dir = _mkdtemp()
+        self.lmdb = lmdb  # on LMDB even under AGENTD_TEST_STORE=pg
         self.data_dir = str(data_dir) if data_dir is not None else self.dir
         os.makedirs(self.data_dir, exist_ok=True)
         self.socket = os.path.join(self.data_dir if data_dir is None else self.dir, "agentd.sock")
@@ -581,7 +583,7 @@ class Agentd:
     def store_args(self):
         """How this agentd is given its store: --data DIR, or under AGENTD_TEST_STORE=pg the data
         directory's database and DIR as the run directory."""
-        if PG:
+        if PG and not self.lmdb:
             return ["--store", pg_target(self.data_dir), "--run-dir", self.data_dir]
         return ["--data", self.data_dir]
 

@@ -1193,7 +1193,7 @@ def test_socket_path_that_is_not_a_dead_agentds_is_left_alone():
         a.socket = shared
         a.start()
         a.create(conversation="first")
-        b = Agentd(start=False)  # its own data directory, the same socket path
+        b = Agentd(start=False, lmdb=True)  # its own data directory, the same socket path; --ephemeral is LMDB's
         try:
             b.extra_args = ["--socket", shared]
             assert b.expect_exit() == 1
