@@ -57,7 +57,7 @@ static void usage(FILE *f)
 		"  --socket PATH       control socket (default DATA/agentd.sock, RUN-DIR/agentd.sock)\n"
 		"  --config FILE       INI configuration: models, tools, limits (none needed for\n"
 		"                      the built-in echo model)\n"
-		"  --ephemeral         keep the store on tmpfs and delete it at exit\n"
+		"  --ephemeral         keep the (LMDB) store on tmpfs and delete it at exit\n"
 		"  --idle-timeout DUR  stop workers idle this long (default 300s; 500ms, 30s, 5m, 1h; 0: at once)\n"
 		"  --sync full|none    full: every commit durable before it is acknowledged (default);\n"
 		"                      none: flushed every second (an OS crash can lose the last second)\n"

@@ -664,6 +664,12 @@ def test_worker_that_cannot_reopen_the_store_exits_and_is_revived():
         wait_for(lambda: not a.zombies(), 5, "no zombie workers")
 
 
+def real_worker():
+    """The agentd-worker program a wrapper execs: on PostgreSQL its dynamic twin (the static one has no libpq)."""
+    w = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+    return w + "-dynamic" if harness.PG and os.path.exists(w + "-dynamic") else w
+
+
 # A worker for conversation "hog" that takes the write gate and never writes (a hung worker); for "twice", one
 # that asks for it twice (a protocol error); every other conversation gets the real agentd-worker.
 GATE_WRAPPER = """
@@ -693,7 +699,7 @@ while True:  # holds the grant until told to stop, or its supervisor is gone
 
 def test_a_worker_run_by_hand_says_it_is_agentds_to_start():
     # Given a descriptor that is no socket (stdout, or one not open), it exited 0 without a word.
-    worker = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+    worker = real_worker()
     with Agentd() as a:
         for fd in ("1", "99"):
             p = subprocess.run([worker, "--data", a.data_dir, "--conversation", "c", "--lease", "1", "--ipc-fd", fd],
@@ -707,7 +713,7 @@ def test_hung_worker_holding_the_write_gate_is_passed_over():
     the grant and never answers holds up neither agentd's own writes (a send waits for it at most about a second)
     nor other workers' (its grant is taken back); a worker that asks twice is killed."""
     with Agentd(start=False) as a:
-        worker = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+        worker = real_worker()
         wrapper = a.script("gate_worker.py", GATE_WRAPPER % {"worker": worker})
         a.extra_args += ["--worker", wrapper]
         a.start()
@@ -743,7 +749,7 @@ def test_writes_wait_for_the_gate_without_stopping_the_loop():
     """While a worker holds the write gate, agentd does not block on it: its writes wait for the next group commit
     (answered in order, a pipelined read seeing exactly the writes before it), and everything else is served."""
     with Agentd(start=False) as a:
-        worker = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+        worker = real_worker()
         a.extra_args += ["--worker", a.script("gate_worker.py", GATE_WRAPPER % {"worker": worker})]
         a.start()
         c = a.create(conversation="p")
@@ -773,7 +779,7 @@ def test_expiries_due_while_a_worker_holds_the_gate_fire_together():
     read after that wait, so every one that passed meanwhile fires in the same transaction, not each in a commit
     of its own behind the next worker's (agentd_expiry_commits_total counts the transactions)."""
     with Agentd(start=False) as a:
-        worker = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+        worker = real_worker()
         a.extra_args += ["--worker", a.script("gate_worker.py", GATE_WRAPPER % {"worker": worker})]
         expires = harness.scaled(1.5)
         a.write_config(f"[tool.approve]\nexecutor = human\nprompt = Approve?\nexpires = {int(expires * 1000)}ms\n")
