@@ -78,6 +78,11 @@ static void usage(FILE *f)
 		"  the log owes. Exit 0 when consistent, 1 listing each problem, 2 when the store\n"
 		"  cannot be opened (the reason is printed).\n"
 		"\n"
+		"agentd backup [--data DIR] PATH\n"
+		"  Write a compacted, consistent copy of the store in DIR into PATH (a new or empty\n"
+		"  directory), safe while agentd serves: the copy holds every write acknowledged\n"
+		"  before it began. Exit 0 when written, 1 when the copy failed, 2 on a usage error.\n"
+		"\n"
 		"Command-line options override the configuration file. Exit status: 0 after a clean\n"
 		"stop, 1 on a runtime failure (another agentd holds DIR, the store cannot open:\n"
 		"no server, a bad URI, authentication failed, a newer schema),\n"
@@ -303,6 +308,58 @@ static int transfer_main(int argc, char **argv)
 		unlink(tmp);
 	free(tmp);
 	return rc ? 1 : 0;
+}
+
+/* `agentd backup [--data DIR] PATH`: store_backup from a process of its
+ * own, so agentd goes on serving; PATH is made (0700) when absent. */
+static int backup_main(int argc, char **argv)
+{
+	const char *dir = "./agentd-data", *path = NULL;
+	int i = 2;
+	if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+		printf("usage: agentd backup [--data DIR] PATH\n\nWrite a compacted, consistent copy of the store "
+		       "in DIR (default ./agentd-data)\ninto PATH, a new or empty directory, while agentd serves.\n"
+		       "Restore: stop agentd, and start it with --data PATH (or move PATH's data.mdb into DIR).\n"
+		       "Exit status: 0 written; 1 the copy failed; 2 a usage error.\n");
+		return 0;
+	}
+	if (i + 1 < argc && !strcmp(argv[i], "--data")) {
+		dir = argv[i + 1];
+		i += 2;
+	} else if (i < argc && !strncmp(argv[i], "--data=", 7)) {
+		dir = argv[i] + 7;
+		i++;
+	}
+	if (i + 1 == argc && argv[i][0] != '-')
+		path = argv[i];
+	if (!path || !*path || !*dir) {
+		fprintf(stderr, "usage: agentd backup [--data DIR] PATH\n");
+		return EXIT_USAGE;
+	}
+	store *st;
+	struct store_opts o = { .read_only = 1 };
+	int e = store_open(&st, dir, &o);
+	if (e) {
+		fprintf(stderr, "agentd backup: cannot open the store in %s: %s\n", dir, store_strerror(e));
+		return 1;
+	}
+	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+		fprintf(stderr, "agentd backup: cannot make %s: %s\n", path, strerror(errno));
+		store_close(st);
+		return 1;
+	}
+	e = store_backup(st, path);
+	store_close(st);
+	if (e == -EEXIST)
+		fprintf(stderr, "agentd backup: %s is not empty: give a new or empty directory\n", path);
+	else if (e == -EOPNOTSUPP)
+		fprintf(stderr, "agentd backup: the store is PostgreSQL: back it up with pg_dump "
+				"(docs/operations.md, \"Backup and restore\")\n");
+	else if (e)
+		fprintf(stderr, "agentd backup: copying %s into %s: %s\n", dir, path, store_strerror(e));
+	else
+		printf("backup of %s written to %s\n", dir, path);
+	return e ? 1 : 0;
 }
 
 /* The command line over the configuration file it names. Returns -1 to go
@@ -603,6 +660,8 @@ int main(int argc, char **argv)
 		return check_main(argc, argv);
 	if (argc >= 2 && (!strcmp(argv[1], "export") || !strcmp(argv[1], "import")))
 		return transfer_main(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "backup"))
+		return backup_main(argc, argv);
 	config_init(&cfg);
 	int rc = parse_args(argc, argv, &cfg, &o_config);
 	if (rc >= 0) {

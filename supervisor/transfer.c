@@ -185,10 +185,11 @@ static int export_conv(store *st, struct xp *x, const char *id)
 	x->conv = id;
 	if ((e = store_conv_get(t, id, &c)))
 		goto out;
-	emit(x, json_pack("{sssssssIsIsIsIsfsoso}", "kind", "conv", "id", id, "status", store_status_name(c.status),
+	emit(x, json_pack("{sssssssIsIsIsIsfsososo}", "kind", "conv", "id", id, "status", store_status_name(c.status),
 			  "created_at", (json_int_t)c.created_at, "updated_at", (json_int_t)c.updated_at, "input_tokens",
 			  (json_int_t)c.usage.input_tokens, "output_tokens", (json_int_t)c.usage.output_tokens, "cost",
-			  c.usage.cost, "settings", jbytes(c.settings), "fsm", jbytes(c.fsm_state)));
+			  c.usage.cost, "settings", jbytes(c.settings), "fsm", jbytes(c.fsm_state), "metadata",
+			  jbytes(c.metadata)));
 	struct store_range all = { 0 };
 	if (x->err || (e = store_events_stream(t, id, &all, on_event, x)))
 		goto out;
@@ -393,6 +394,8 @@ static int check_stream(FILE *in, size_t *nconv, char *err, size_t errlen)
 			free(m), m = NULL;
 			bad = bad || g_bytes(l.j, "fsm", 1, &b, &m);
 			free(m), m = NULL;
+			bad = bad || g_bytes(l.j, "metadata", 1, &b, &m);
+			free(m), m = NULL;
 			n[0]++;
 			in_conv = 1;
 		} else if (!strcmp(k, "event")) {
@@ -564,11 +567,14 @@ static int conv_finish(struct imp *im)
 	g_int(h, "output_tokens", &out_tok);
 	struct store_usage u = { (uint64_t)in_tok, (uint64_t)out_tok, json_number_value(json_object_get(h, "cost")) };
 	const char *status = g_str(h, "status");
-	store_bytes fsm;
-	unsigned char *mem;
+	store_bytes fsm, meta;
+	unsigned char *mem, *meta_mem;
 	g_bytes(h, "fsm", 1, &fsm, &mem);
-	struct store_conv_patch p = { .set = STORE_SET_STATUS | (fsm.len ? STORE_SET_FSM : 0),
-				      .status = store_status_parse(status, strlen(status)), .fsm_state = fsm };
+	g_bytes(h, "metadata", 1, &meta, &meta_mem);
+	struct store_conv_patch p = { .set = STORE_SET_STATUS | (fsm.len ? STORE_SET_FSM : 0) |
+					     (meta.len ? STORE_SET_METADATA : 0),
+				      .status = store_status_parse(status, strlen(status)), .fsm_state = fsm,
+				      .metadata = meta };
 	store_txn *t;
 	if (!(e = begin(im, at, &t))) {
 		if (u.input_tokens || u.output_tokens || u.cost != 0)
@@ -576,6 +582,7 @@ static int conv_finish(struct imp *im)
 		e = commit_or_abort(t, e ? e : store_conv_put(t, im->conv, &p));
 	}
 	free(mem);
+	free(meta_mem);
 	json_decref(im->head);
 	im->head = NULL;
 	return e;

@@ -4,7 +4,7 @@
  * store"), and back into an empty store.
  *
  * The stream, version 1: a header line, then per conversation (in id order)
- * its record, its events (seq order), its latest summary, its tool calls (id
+ * its record (metadata included), its events (seq order), its latest summary, its tool calls (id
  * order) and its audit rows (turn_ref order), then a trailer with the counts.
  * Msgpack content is carried as base64 of its bytes, exactly as stored. Writer
  * leases are not carried (they are runtime state: the importing agentd takes

@@ -66,7 +66,7 @@ def make_store(a):
     call = wait_for(lambda: pending(a, r), 10, "a pending approval")[0]
     a.ok({"op": "resolve", "tool_call_id": call["id"], "result": "yes"})
     wait_for(lambda: a.events(r)[-1]["type"] == "assistant_msg" and len(a.events(r)) >= 5, 10, "the answer")
-    e = a.create(conversation="end")
+    e = a.create(conversation="end", metadata={"team": "a", "ticket": "T-1"})
     a.send(e, "bye")
     wait_for(lambda: len(a.events(e)) == 2, 10, "the echo reply")
     a.ok({"op": "update", "conversation": e, "status": "ended"})
@@ -88,6 +88,7 @@ def test_lmdb_to_postgresql_and_back_is_the_same_store():
         for k in ("conv", "event", "summary", "tool_call", "model_call"):
             assert k in kinds, (k, kinds)
         assert any(x.get("event_id") == "e-1" for x in lines)
+        assert sum(1 for x in lines if x.get("kind") == "conv" and x["metadata"]) == 1, lines
         assert any(x.get("kind") == "tool_call" and x["status"] == "pending" and x["deadline"] > 0 for x in lines)
         # Into PostgreSQL, checked, and out again: the same stream.
         target = pg_target(os.path.join(a.dir, "pg"))
@@ -117,6 +118,8 @@ def test_lmdb_to_postgresql_and_back_is_the_same_store():
         b.extra_args = ["--store", target]
         b.write_config(CONFIG)
         b.start()
+        got = b.ok({"op": "get", "conversation": "end"})["conversation"]
+        assert got["metadata"] == {"team": "a", "ticket": "T-1"} and got["status"] == "ended", got
         call = pending(b, waiting)
         assert len(call) == 1 and call[0]["deadline"] > 0, call
         b.ok({"op": "resolve", "tool_call_id": call[0]["id"], "result": "yes"})
