@@ -228,11 +228,23 @@ static int spawn_fork(struct worker *w, uint64_t gen)
 {
 	char lease[24];
 	snprintf(lease, sizeof lease, "%llu", (unsigned long long)gen);
-	char *argv[20];
+	char *argv[24];
 	int a = 0;
+	char conns[16];
 	argv[a++] = (char *)W.env->worker_path; /* execv takes char *const[]; it writes none */
-	argv[a++] = "--data";
-	argv[a++] = (char *)W.env->data_dir;
+	if (W.cfg->store) {
+		/* The target is in the environment (AGENTD_STORE, set by main):
+		 * a command line is anyone's to read. */
+		snprintf(conns, sizeof conns, "%d", W.cfg->store_connections);
+		argv[a++] = "--store-env";
+		argv[a++] = "--run-dir";
+		argv[a++] = (char *)W.env->data_dir;
+		argv[a++] = "--connections";
+		argv[a++] = conns;
+	} else {
+		argv[a++] = "--data";
+		argv[a++] = (char *)W.env->data_dir;
+	}
 	argv[a++] = "--conversation";
 	argv[a++] = w->conv;
 	argv[a++] = "--lease";
@@ -797,9 +809,17 @@ static int worker_compact(struct worker *w, struct slot *slot, json_t *id)
 	r->next = w->compacts;
 	w->compacts = r;
 	if (w->pid && w->ipc >= 0) {
+		/* A worker whose socket is closed is exiting (told to stop a
+		 * moment ago: on PostgreSQL a store round trip lies between a
+		 * pipelined stop and compact). The request stays queued: the
+		 * exit hands it to the next worker, or fails it if none starts
+		 * (on_exit_status), so it is answered either way. */
 		struct ipc_msg m = { .type = IPC_COMPACT, .num = r->num };
 		int e = ipc_send(w->ipc, &m);
-		if (e < 0) {
+		if (e == -EPIPE || e == -ECONNRESET) {
+			log_debug("%s: the worker is exiting: its compaction waits for the next", w->conv);
+		} else if (e < 0) {
+			/* Alive but not reading (its socket is full): refused. */
 			w->compacts = r->next;
 			json_decref(r->id);
 			free(r);
