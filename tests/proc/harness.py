@@ -587,6 +587,12 @@ class Agentd:
             return ["--store", pg_target(self.data_dir), "--run-dir", self.data_dir]
         return ["--data", self.data_dir]
 
+    def check_args(self):
+        """How `agentd check` (or another offline command) is given this agentd's store."""
+        if PG and not self.lmdb:
+            return ["--store", pg_target(self.data_dir)]
+        return ["--data", self.data_dir]
+
     def command(self):
         args = [AGENTD_BIN, *self.store_args(), "--socket", self.socket]
         if VALGRIND:

@@ -118,7 +118,7 @@ def test_tokens_pause_send_and_resume():
         a.ok({"op": "update", "conversation": c, "status": "ended"})
         assert conv(a, c)["status"] == "ended"
         a.stop()
-        p = harness.run_agentd("check", f"--data={a.data_dir}", capture_output=True, text=True)
+        p = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
     finally:
         a.close()
@@ -256,7 +256,7 @@ def test_kill_mid_turn_counts_usage_once():
         assert len(calls(a)) == 3
         # a paused conversation is a consistent state for agentd check
         a.stop()
-        p = harness.run_agentd("check", f"--data={a.data_dir}", capture_output=True, text=True)
+        p = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
     finally:
         a.close()

@@ -80,7 +80,7 @@ def test_cancel_a_running_tool():
         after_next_message(a, c, 2)
         assert len(records(a.tool_log)) == 1
         a.stop()
-        p = harness.run_agentd("check", f"--data={a.data_dir}", capture_output=True, text=True)
+        p = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
 
 
@@ -101,7 +101,7 @@ def test_cancel_a_suspended_turn():
         assert rc == 1 and "stale" in (out + err), (out, err)
         after_next_message(a, c, 2)
         a.stop()
-        p = harness.run_agentd("check", f"--data={a.data_dir}", capture_output=True, text=True)
+        p = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
 
 

@@ -30,6 +30,7 @@ def flushes(a):
     return int(re.search(r"^agentd_durable_flushes_total (\d+)$", text, re.M).group(1))
 
 
+@harness.lmdb_only("the durable frontier flushes data.mdb; a PostgreSQL commit is durable when it returns")
 def test_failed_flush_holds_replies_until_one_succeeds():
     d = harness._mkdtemp()
     fail = os.path.join(d, "flush-fails")

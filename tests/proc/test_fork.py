@@ -3,6 +3,7 @@ metadata copied unless given, tool calls unsettled at seq settled errored "cance
 carried when it fits, fsm_state and status from the conversation rules, and the source untouched; through
 the socket and agentctl. Every bad input is refused with a clear error and nothing written."""
 import subprocess
+import time
 
 import harness
 from harness import AGENTD_BIN, Agentd, wait_for
@@ -33,7 +34,7 @@ def strip(evs):
 
 def check_store(a):
     a.stop()
-    p = subprocess.run([AGENTD_BIN, "check", "--data", a.data_dir], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([AGENTD_BIN, "check", *a.check_args()], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, (p.stdout, p.stderr)
     return p.stdout
 
@@ -58,7 +59,8 @@ def test_fork_copies_the_prefix_and_leaves_the_source():
         # the idempotency keys came along: a retried send into the fork answers the original seq
         r = a.ok({"op": "send", "conversation": "f1", "content": "again", "event_id": "e1"})
         assert r["seq"] == 3 and r["duplicate"] is True, r
-        assert snapshot(a, c) == before
+        after = snapshot(a, c)
+        assert after == before, [(x, y) for x, y in zip(before, after) if x != y]
         assert a.ok({"op": "get", "conversation": c})["conversation"]["forked_from"] is None
         # a generated id, overrides of settings and metadata, the whole reply
         r = a.ok({"op": "fork", "conversation": c, "seq": 6, "settings": {"system": "Be long."},
@@ -77,7 +79,8 @@ def test_fork_copies_the_prefix_and_leaves_the_source():
         a.send("f2", "hello fork")
         wait_for(lambda: len(a.events("f2")) >= 4, 10, "the fork's answer")
         assert a.events("f2")[3]["content"]["text"] == "echo: hello fork"
-        assert snapshot(a, c) == before
+        after = snapshot(a, c)
+        assert after == before, [(x, y) for x, y in zip(before, after) if x != y]
         out = check_store(a)
         assert "consistent" in out, out
 
@@ -108,7 +111,17 @@ def test_unsettled_calls_end_cancelled_in_the_fork():
         evs = a.events(c)
         call = [e for e in evs if e["type"] == "tool_call"][0]["content"]
         n = evs[-1]["seq"]
-        before = snapshot(a, c)
+        # the suspending turn's last commit (its run's end) may land just after the status shows
+        prev = [None]
+
+        def settled():  # two reads 0.1 s apart agree
+            cur = snapshot(a, c)
+            same, prev[0] = cur == prev[0], cur
+            if not same:
+                time.sleep(0.1)
+            return same
+        wait_for(settled, 10, "the source to settle")
+        before = prev[0]
         r = a.ok({"op": "fork", "conversation": c, "seq": n, "new_conversation": "f"})
         assert r["cancelled"] == 1 and r["last_seq"] == n + 1, r
         fe = a.events("f")
@@ -126,7 +139,8 @@ def test_unsettled_calls_end_cancelled_in_the_fork():
         tcs = a.ok({"op": "tool_calls", "conversation": "f"})["tool_calls"]
         assert [(t["id"], t["status"]) for t in tcs] == [(new_id, "errored")], tcs
         # the source's call is still pending, and settling it reaches only the source
-        assert snapshot(a, c) == before
+        after = snapshot(a, c)
+        assert after == before, [(x, y) for x, y in zip(before, after) if x != y]
         a.ok({"op": "resolve", "tool_call_id": call["tool_call_id"], "result": {"approved": True}})
         wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 10,
                  "the source answered")
@@ -200,7 +214,8 @@ def test_bad_forks_are_refused_and_write_nothing():
             r = a.request(dict(op="fork", **fields))
             assert r["ok"] is False and r["error"] == code and msg in r["message"], (fields, r)
         assert conv_ids(a) == ids
-        assert snapshot(a, c) == before
+        after = snapshot(a, c)
+        assert after == before, [(x, y) for x, y in zip(before, after) if x != y]
         # agentctl: the same refusals, exit 1 with the code; usage errors exit 2
         rc, out, err = a.ctl("fork", c, 9, check=False)
         assert rc == 1 and "agentctl: bad_request: seq 9 is past the last seq of src (2)" in err, err
@@ -211,7 +226,8 @@ def test_bad_forks_are_refused_and_write_nothing():
         rc, out, err = a.ctl("fork", c, "x", check=False)
         assert rc == 2 and out == "", (out, err)
         assert conv_ids(a) == ids
-        assert snapshot(a, c) == before
+        after = snapshot(a, c)
+        assert after == before, [(x, y) for x, y in zip(before, after) if x != y]
 
 
 harness.main(globals())

@@ -110,7 +110,7 @@ def test_durable_across_kills_and_restarts():
         wait_for(lambda: of_type(a, c, "resolution"), 30, "the expiry")
         assert len(of_type(a, c, "expiry_warning")) == 1, a.events(c)
         a.stop()
-        p = harness.run_agentd("check", f"--data={a.data_dir}", capture_output=True, text=True)
+        p = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
     finally:
         a.close()
