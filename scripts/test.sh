@@ -30,13 +30,14 @@ build() { # dir, extra cmake args...
 	cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 	cmake --build "$dir" -j "$jobs"
 }
-tests() { # dir, ctest args...
+tests() { # dir, ctest args...: as many at once as there are cores (AGENTD_TEST_JOBS overrides)
 	local dir=$1; shift
-	(cd "$dir" && ctest --output-on-failure -j 1 "$@")
+	(cd "$dir" && ctest --output-on-failure -j "${AGENTD_TEST_JOBS:-$jobs}" "$@")
 }
 
 stage "build (normal)" build build
-stage "Check suites and process tests" tests build -E '^valgrind_'
+stage "Check suites and process tests" tests build -E '^valgrind_|^pg_proc_'
+stage "process tests on PostgreSQL" tests build -R '^pg_proc_'
 stage "process tests under valgrind" tests build -R '^valgrind_'
 if [ "${1:-}" != "--quick" ]; then
 	stage "build (ASan+UBSan)" build build-asan -DAGENTD_SANITIZE=ON
