@@ -26,6 +26,18 @@
 	X(lease_next, (store_txn *x, const char *id, uint64_t *gen), (x, id, gen)) \
 	X(lease_check, (store_txn *x, const char *id, uint64_t gen), (x, id, gen)) \
 	X(usage_add, (store_txn *x, const char *id, const struct store_usage *u), (x, id, u)) \
+	X(node_beat, (store_txn *x, const char *node, int64_t ttl_ms, uint64_t *leases), (x, node, ttl_ms, leases)) \
+	X(node_leave, (store_txn *x, const char *node), (x, node)) \
+	X(nodes_list, (store_txn *x, int (*fn)(void *arg, const struct store_node *n), void *arg), (x, fn, arg)) \
+	X(conv_owner, (store_txn *x, const char *id, struct store_owner *out), (x, id, out)) \
+	X(conv_claim, (store_txn *x, const char *id, const char *node, int64_t ttl_ms, uint64_t *gen), \
+	  (x, id, node, ttl_ms, gen)) \
+	X(conv_release, (store_txn *x, const char *id, const char *node, uint64_t gen), (x, id, node, gen)) \
+	X(convs_claimable, (store_txn *x, unsigned mask, size_t limit, store_conv_id_fn fn, void *arg), \
+	  (x, mask, limit, fn, arg)) \
+	X(node_leases, (store_txn *x, const char *node, \
+			int (*fn)(void *arg, const char *id, size_t len, uint64_t gen, int64_t expires_at), \
+			void *arg), (x, node, fn, arg)) \
 	X(event_append, (store_txn *x, const char *conv, const struct store_event_in *ev, uint64_t *seq, \
 			 int *dup), (x, conv, ev, seq, dup)) \
 	X(events_append, (store_txn *x, const char *conv, const struct store_event_in *ev, size_t n, \

@@ -327,6 +327,78 @@ int store_conv_delete(store_txn *txn, const char *id);
 int store_lease_next(store_txn *txn, const char *id, uint64_t *gen);
 int store_lease_check(store_txn *txn, const char *id, uint64_t gen);
 
+/* ---- nodes: several supervisors sharing one store ------------------------
+ *
+ * A node is one supervisor among those sharing the store, named by an id of
+ * the conversation id alphabet. A node owns a conversation through a lease:
+ * the owner, the writer generation (store_conv.lease, the fencing epoch
+ * store_lease_check compares) and an expiry. Claiming a conversation takes
+ * a new generation, so the previous owner's workers are fenced from their
+ * next write transaction on, whatever they believe. A node's heartbeat
+ * (store_node_beat) renews every lease it still holds; one that stops
+ * beating has its leases expire, and then any node may claim them.
+ * Expiries are store times (store_txn_now): machines sharing a store keep
+ * their clocks in step, and a lease time well above the skew between them.
+ * On PostgreSQL store_convs_claimable in a write transaction locks the rows
+ * it lists and skips rows other transactions hold (FOR UPDATE SKIP LOCKED),
+ * so nodes looking for orphans at once share them out instead of queueing;
+ * on LMDB writers are serialised, and one machine usually runs one node.
+ * Ownership is advisory for everything but fencing: any node may write any
+ * conversation (a send accepted by one node for a conversation another owns
+ * is committed by the first); only a worker checks its generation. */
+
+struct store_node {
+	store_bytes id;
+	int64_t started_at;  /* its first beat since it last left */
+	int64_t beat_at;     /* its last beat */
+	int64_t expires_at;  /* beat_at + its ttl: past it the node is not heard from */
+	uint64_t leases;     /* conversations it owns now (expired leases included) */
+};
+
+/* A heartbeat of `node`: its row is created (started_at now) or refreshed
+ * (beat_at now, expires_at now + ttl_ms), and every lease it still holds is
+ * renewed to expire at that time too. A lease another node claimed is gone
+ * and is not renewed. *leases (may be NULL) gets how many it holds.
+ * Errors: STORE_E_INVAL (bad id, ttl_ms <= 0). */
+int store_node_beat(store_txn *txn, const char *node, int64_t ttl_ms, uint64_t *leases);
+/* `node` leaves: its row goes and every lease it holds is released (no
+ * owner, generation kept), so any node may claim them at once. 0 also when
+ * it had no row. Errors: STORE_E_INVAL. */
+int store_node_leave(store_txn *txn, const char *node);
+/* Every node's row in id order, expired ones included (callers compare
+ * expires_at with their clock). Errors: the callback's. */
+int store_nodes_list(store_txn *txn, int (*fn)(void *arg, const struct store_node *n), void *arg);
+
+struct store_owner {
+	store_bytes node;    /* len 0: no owner */
+	uint64_t lease;      /* the generation (store_conv.lease) */
+	int64_t expires_at;  /* 0 without an owner */
+};
+/* Errors: STORE_E_NOTFOUND, STORE_E_INVAL. */
+int store_conv_owner(store_txn *txn, const char *id, struct store_owner *out);
+/* Take the lease of conversation `id` for `node` until now + ttl_ms, if it
+ * has no owner, `node` owns it already, or its owner's lease has expired
+ * (expires_at <= now). A new generation is taken as store_lease_next takes
+ * one (*gen gets it): every worker of an earlier generation is fenced.
+ * Errors: STORE_E_NOTFOUND, STORE_E_CONFLICT (another node's lease is still
+ * live: nothing written), STORE_E_INVAL. */
+int store_conv_claim(store_txn *txn, const char *id, const char *node, int64_t ttl_ms, uint64_t *gen);
+/* Give back the lease `node` holds on `id` at generation `gen`: no owner
+ * after it, the generation kept. Errors: STORE_E_NOTFOUND, STORE_E_FENCED
+ * (node does not hold it at gen: nothing written), STORE_E_INVAL. */
+int store_conv_release(store_txn *txn, const char *id, const char *node, uint64_t gen);
+/* Conversations a node may claim: a status bit (1 << status) in `mask` (0:
+ * any), and no owner or an expired lease (expires_at <= now), whoever held
+ * it; in id order, at most `limit` (0: no limit). See above for the locks
+ * a write transaction takes on PostgreSQL.
+ * Errors: STORE_E_INVAL (no fn), the callback's. */
+int store_convs_claimable(store_txn *txn, unsigned mask, size_t limit, store_conv_id_fn fn, void *arg);
+/* The leases `node` holds, in conversation id order: the id (len bytes),
+ * its generation and expiry. Errors: STORE_E_INVAL, the callback's. */
+int store_node_leases(store_txn *txn, const char *node,
+		      int (*fn)(void *arg, const char *id, size_t len, uint64_t gen, int64_t expires_at),
+		      void *arg);
+
 /* Add a model call's usage to the conversation's running totals. They
  * saturate: tokens at INT64_MAX (what a JSON integer holds), the cost at
  * DBL_MAX (a sum past it is never infinite). Errors: STORE_E_NOTFOUND,

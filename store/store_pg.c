@@ -5,7 +5,7 @@
  * in schema_version; see docs/scale-out.md, "The PostgreSQL store"):
  *
  *   convs        id -> status, created_at, updated_at, lease, in_tok, out_tok,
- *                      cost, last_seq, settings, fsm
+ *                      cost, last_seq, settings, fsm, owner, lease_expires
  *   events       (conv, seq) -> type, inserted_at, event_id, content
  *                (unique (conv, event_id) where event_id is not null: the
  *                idempotency index)
@@ -16,6 +16,8 @@
  *   model_calls  (conv, turn_ref) -> model, in_tok, out_tok, cost, latency,
  *                      summary_version, inserted_at, rendered
  *   lease_seq    the sequence writer generations come from
+ *   nodes        id -> started_at, beat_at, expires_at (convs.owner and
+ *                convs.lease_expires hold each conversation's lease)
  *
  * Content is msgpack in bytea columns; integers are bigint (uint64 values
  * bit-cast, turn_ref mapped so its order is kept); ids are text COLLATE "C"
@@ -66,6 +68,8 @@ enum {
 	Q_TC_UPSERT, Q_TC_GET, Q_TC_LOCK, Q_TC_CONV_LOCK, Q_TC_LIST, Q_TC_EACH, Q_TC_ATTEMPT, Q_TC_RESOLVE,
 	Q_EXP_SCHEDULE, Q_EXP_CANCEL, Q_EXP_DROP, Q_EXP_DUE, Q_EXP_EARLIEST,
 	Q_MC_PUT, Q_MC_LIST, Q_MC_GC,
+	Q_NODE_BEAT, Q_NODE_LEAVE, Q_NODES_LIST, Q_OWNER_GET, Q_OWNER_LOCK, Q_CLAIM, Q_RELEASE,
+	Q_CLAIMABLE, Q_CLAIMABLE_LOCK, Q_NODE_LEASES,
 	NQ
 };
 
@@ -160,6 +164,33 @@ static const char *const sql[NQ] = {
 		     "inserted_at = EXCLUDED.inserted_at, rendered = EXCLUDED.rendered",
 	[Q_MC_LIST] = "SELECT " MC_COLS " FROM model_calls WHERE conv = $1::text ORDER BY turn_ref",
 	[Q_MC_GC] = "DELETE FROM model_calls WHERE ($1::text IS NULL OR conv = $1::text) AND inserted_at < $2::int8",
+	/* Nodes and leases. A node's leases are locked in id order, as every
+	 * transaction that locks several conversations should. */
+	[Q_NODE_BEAT] = "WITH n AS (INSERT INTO nodes (id, started_at, beat_at, expires_at) "
+			"VALUES ($1::text, $2::int8, $2::int8, $3::int8) ON CONFLICT (id) DO UPDATE SET "
+			"beat_at = EXCLUDED.beat_at, expires_at = EXCLUDED.expires_at), "
+			"l AS (UPDATE convs c SET lease_expires = $3::int8 FROM (SELECT id FROM convs "
+			"WHERE owner = $1::text ORDER BY id FOR UPDATE) o WHERE c.id = o.id RETURNING 1) "
+			"SELECT count(*)::int8 FROM l",
+	[Q_NODE_LEAVE] = "WITH l AS (UPDATE convs c SET owner = NULL, lease_expires = 0 FROM (SELECT id FROM convs "
+			 "WHERE owner = $1::text ORDER BY id FOR UPDATE) o WHERE c.id = o.id) "
+			 "DELETE FROM nodes WHERE id = $1::text",
+	[Q_NODES_LIST] = "SELECT n.id, n.started_at, n.beat_at, n.expires_at, "
+			 "(SELECT count(*) FROM convs c WHERE c.owner = n.id)::int8 FROM nodes n ORDER BY n.id",
+	[Q_OWNER_GET] = "SELECT owner, lease, lease_expires FROM convs WHERE id = $1::text",
+	[Q_OWNER_LOCK] = "SELECT owner, lease, lease_expires, last_seq FROM convs WHERE id = $1::text FOR UPDATE",
+	[Q_CLAIM] = "UPDATE convs SET owner = $2::text, lease_expires = $3::int8, "
+		    "lease = GREATEST(nextval('lease_seq'), lease + 1) WHERE id = $1::text RETURNING lease",
+	[Q_RELEASE] = "UPDATE convs SET owner = NULL, lease_expires = 0 WHERE id = $1::text AND owner = $2::text "
+		      "AND lease = $3::int8 RETURNING 1",
+	[Q_CLAIMABLE] = "SELECT id FROM convs WHERE ($1::int8 = 0 OR ((1::int8 << status::int) & $1::int8) <> 0) "
+			"AND (owner IS NULL OR lease_expires <= $2::int8) ORDER BY id LIMIT $3::int8",
+	/* Nodes looking for orphans at once share them out: each takes the
+	 * rows no other transaction holds. */
+	[Q_CLAIMABLE_LOCK] = "SELECT id FROM convs WHERE ($1::int8 = 0 OR ((1::int8 << status::int) & $1::int8) <> 0) "
+			     "AND (owner IS NULL OR lease_expires <= $2::int8) ORDER BY id LIMIT $3::int8 "
+			     "FOR UPDATE SKIP LOCKED",
+	[Q_NODE_LEASES] = "SELECT id, lease, lease_expires FROM convs WHERE owner = $1::text ORDER BY id",
 };
 
 /* Schema version 1, created in one transaction under an advisory lock (two
@@ -171,7 +202,11 @@ static const char schema_v1[] =
 	" created_at bigint NOT NULL, updated_at bigint NOT NULL, lease bigint NOT NULL DEFAULT 0,"
 	" in_tok bigint NOT NULL DEFAULT 0, out_tok bigint NOT NULL DEFAULT 0,"
 	" cost float8 NOT NULL DEFAULT 0, last_seq bigint NOT NULL DEFAULT 0,"
-	" settings bytea NOT NULL, fsm bytea);"
+	" settings bytea NOT NULL, fsm bytea,"
+	" owner text COLLATE \"C\", lease_expires bigint NOT NULL DEFAULT 0);"
+	"CREATE INDEX convs_owner ON convs (owner, id) WHERE owner IS NOT NULL;"
+	"CREATE TABLE nodes (id text COLLATE \"C\" PRIMARY KEY, started_at bigint NOT NULL,"
+	" beat_at bigint NOT NULL, expires_at bigint NOT NULL);"
 	"CREATE TABLE events (conv text COLLATE \"C\" NOT NULL, seq bigint NOT NULL,"
 	" type text COLLATE \"C\" NOT NULL, inserted_at bigint NOT NULL, event_id bytea,"
 	" content bytea NOT NULL, PRIMARY KEY (conv, seq));"
@@ -1805,6 +1840,175 @@ int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_
 		return err;
 	if (removed)
 		*removed = strtoull(PQcmdTuples(r), NULL, 10);
+	return 0;
+}
+
+/* ---- nodes and leases -------------------------------------------------- */
+
+static int ttl_ok(int64_t ttl_ms)
+{
+	return ttl_ms > 0 && ttl_ms <= INT64_MAX / 4;
+}
+
+int store_node_beat(store_txn *x, const char *node, int64_t ttl_ms, uint64_t *leases)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(node) || !ttl_ok(ttl_ms))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, node);
+	a_i64(&a, x->now);
+	a_i64(&a, x->now + ttl_ms);
+	PGresult *r = run(x, Q_NODE_BEAT, &a, &err);
+	if (!r)
+		return err;
+	if (leases)
+		*leases = PQntuples(r) ? (uint64_t)g_i64(r, 0, 0) : 0;
+	return 0;
+}
+
+int store_node_leave(store_txn *x, const char *node)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(node))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, node);
+	return run(x, Q_NODE_LEAVE, &a, &err) ? 0 : err;
+}
+
+int store_nodes_list(store_txn *x, int (*fn)(void *arg, const struct store_node *n), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	int err;
+	PGresult *r = run(x, Q_NODES_LIST, NULL, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_node nd = { g_bytes(r, i, 0), g_i64(r, i, 1), g_i64(r, i, 2), g_i64(r, i, 3),
+					 (uint64_t)g_i64(r, i, 4) };
+		int rc = fn(arg, &nd);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* The owner columns of a conversation's row; in a write txn the row is
+ * locked until the end (and held for the operations after). */
+static int owner_load(store_txn *x, const char *id, struct store_owner *o)
+{
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	PGresult *r = run(x, x->write ? Q_OWNER_LOCK : Q_OWNER_GET, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	if (x->write)
+		held_set(x, id, (uint64_t)g_i64(r, 0, 3));
+	o->node = g_bytes(r, 0, 0);
+	o->lease = (uint64_t)g_i64(r, 0, 1);
+	o->expires_at = o->node.len ? g_i64(r, 0, 2) : 0;
+	return 0;
+}
+
+int store_conv_owner(store_txn *x, const char *id, struct store_owner *out)
+{
+	CHECK_TXN(x);
+	if (!out || !id_ok(id))
+		return STORE_E_INVAL;
+	return owner_load(x, id, out);
+}
+
+int store_conv_claim(store_txn *x, const char *id, const char *node, int64_t ttl_ms, uint64_t *gen)
+{
+	CHECK_WRITE(x);
+	if (!gen || !id_ok(id) || !id_ok(node) || !ttl_ok(ttl_ms))
+		return STORE_E_INVAL;
+	struct store_owner o;
+	int err = owner_load(x, id, &o);
+	if (err)
+		return err;
+	size_t nlen = strlen(node);
+	if (o.node.len && !(o.node.len == nlen && memcmp(o.node.ptr, node, nlen) == 0) && o.expires_at > x->now)
+		return STORE_E_CONFLICT;
+	struct args a = { 0 };
+	a_str(&a, id);
+	a_str(&a, node);
+	a_i64(&a, x->now + ttl_ms);
+	PGresult *r = run(x, Q_CLAIM, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return fail(x, STORE_E_CORRUPT); /* the row is locked: it cannot have gone */
+	*gen = (uint64_t)g_i64(r, 0, 0);
+	return 0;
+}
+
+int store_conv_release(store_txn *x, const char *id, const char *node, uint64_t gen)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || !id_ok(node))
+		return STORE_E_INVAL;
+	struct store_owner o;
+	int err = owner_load(x, id, &o);
+	if (err)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, id);
+	a_str(&a, node);
+	a_i64(&a, (int64_t)gen);
+	PGresult *r = run(x, Q_RELEASE, &a, &err);
+	if (!r)
+		return err;
+	return PQntuples(r) == 1 ? 0 : STORE_E_FENCED;
+}
+
+int store_convs_claimable(store_txn *x, unsigned mask, size_t limit, store_conv_id_fn fn, void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_i64(&a, (int64_t)mask);
+	a_i64(&a, x->now);
+	a_i64(&a, limit && limit < (size_t)INT64_MAX ? (int64_t)limit : INT64_MAX);
+	PGresult *r = run(x, x->write ? Q_CLAIMABLE_LOCK : Q_CLAIMABLE, &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		int rc = fn(arg, PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_node_leases(store_txn *x, const char *node,
+		      int (*fn)(void *arg, const char *id, size_t len, uint64_t gen, int64_t expires_at), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn || !id_ok(node))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, node);
+	PGresult *r = run(x, Q_NODE_LEASES, &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		int rc = fn(arg, PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0), (uint64_t)g_i64(r, i, 1),
+			    g_i64(r, i, 2));
+		if (rc)
+			return rc;
+	}
 	return 0;
 }
 

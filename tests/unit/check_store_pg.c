@@ -433,6 +433,103 @@ START_TEST(concurrent_appenders_get_gapless_seqs)
 }
 END_TEST
 
+struct id_list {
+	char s[256];
+};
+
+static int add_id(void *arg, const char *id, size_t len)
+{
+	struct id_list *l = arg;
+	size_t n = strlen(l->s);
+	snprintf(l->s + n, sizeof l->s - n, "%s%.*s", n ? "," : "", (int)len, id);
+	return 0;
+}
+
+/* Two nodes looking for orphans at once share them out: the rows one
+ * transaction listed (and so locked) are skipped by the other, which
+ * neither waits nor claims them twice. */
+START_TEST(claimable_skips_rows_another_node_holds)
+{
+	store *s1 = open_ok(), *s2 = open_ok();
+	conv_create(s1, "a");
+	conv_create(s1, "b");
+	conv_create(s1, "c");
+	store_txn *x, *y;
+	struct id_list l1 = { "" }, l2 = { "" };
+	uint64_t g;
+	ck_assert_int_eq(store_txn_begin(s1, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_convs_claimable(x, 0, 2, add_id, &l1), 0);
+	ck_assert_str_eq(l1.s, "a,b");
+	int64_t t0 = mono_ms();
+	ck_assert_int_eq(store_txn_begin(s2, STORE_WRITE, &y), 0);
+	ck_assert_int_eq(store_convs_claimable(y, 0, 0, add_id, &l2), 0);
+	ck_assert_str_eq(l2.s, "c");
+	ck_assert_int_eq(store_conv_claim(y, "c", "n2", 60000, &g), 0);
+	ck_assert_int_eq(store_txn_commit(y), 0);
+	ck_assert_int_lt(mono_ms() - t0, 5000); /* it did not wait for x */
+	ck_assert_int_eq(store_conv_claim(x, "a", "n1", 60000, &g), 0);
+	ck_assert_int_eq(store_conv_claim(x, "b", "n1", 60000, &g), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	char sql[256];
+	snprintf(sql, sizeof sql, "SELECT count(*) FROM %s.convs WHERE owner = 'n1' AND id IN ('a', 'b')", schema);
+	ck_assert_int_eq(admin_sql(sql), 2);
+	snprintf(sql, sizeof sql, "SELECT count(*) FROM %s.convs WHERE owner = 'n2' AND id = 'c'", schema);
+	ck_assert_int_eq(admin_sql(sql), 1);
+	store_close(s2);
+	store_close(s1);
+}
+END_TEST
+
+/* A stale node's heartbeat that meets a claim in progress waits for it,
+ * then renews nothing it lost. */
+START_TEST(beat_behind_a_claim_renews_nothing_lost)
+{
+	store *s1 = open_ok();
+	conv_create(s1, "a");
+	store_txn *x;
+	uint64_t g, n = 99;
+	ck_assert_int_eq(store_txn_begin(s1, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_conv_claim(x, "a", "stale", 1, &g), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	usleep(5000); /* the 1 ms lease has expired (store clock: real time) */
+	ck_assert_int_eq(store_txn_begin(s1, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_conv_claim(x, "a", "fresh", 60000, &g), 0);
+	int p[2];
+	ck_assert_int_eq(pipe(p), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		store *s2 = NULL;
+		store_txn *y;
+		uint64_t k = 99;
+		if (store_open(&s2, target, NULL) || store_txn_begin(s2, STORE_WRITE, &y) ||
+		    store_node_beat(y, "stale", 60000, &k) || store_txn_commit(y))
+			_exit(1);
+		(void)!write(p[1], &k, sizeof k);
+		store_close(s2);
+		_exit(0);
+	}
+	close(p[1]);
+	int64_t dl = deadline_in(10000);
+	while (lock_waiters() < 1) {
+		ck_assert_msg(mono_ms() < dl, "the stale node's beat never waited for the row");
+		usleep(10000);
+	}
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	ck_assert_int_eq(read(p[0], &n, sizeof n), (ssize_t)sizeof n);
+	close(p[0]);
+	ck_assert_uint_eq(n, 0);
+	char sql[256];
+	snprintf(sql, sizeof sql, "SELECT count(*) FROM %s.convs WHERE owner = 'fresh' AND lease = %llu", schema,
+		 (unsigned long long)g);
+	ck_assert_int_eq(admin_sql(sql), 1);
+	store_close(s1);
+}
+END_TEST
+
 /* The server drops the store's connections: a transaction open then fails
  * (and says so at commit), the next begins on a new connection. */
 START_TEST(lost_connection_fails_the_txn_not_the_handle)
@@ -476,6 +573,8 @@ Suite *make_store_pg_suite(void)
 		tcase_add_test(tc, killed_writer_releases_the_row);
 		tcase_add_test(tc, concurrent_appenders_get_gapless_seqs);
 		tcase_add_test(tc, lost_connection_fails_the_txn_not_the_handle);
+		tcase_add_test(tc, claimable_skips_rows_another_node_holds);
+		tcase_add_test(tc, beat_behind_a_claim_renews_nothing_lost);
 		suite_add_tcase(s, tc);
 	}
 	return s;
