@@ -33,6 +33,7 @@
 	X(conv_claim, (store_txn *x, const char *id, const char *node, int64_t ttl_ms, uint64_t *gen), \
 	  (x, id, node, ttl_ms, gen)) \
 	X(conv_release, (store_txn *x, const char *id, const char *node, uint64_t gen), (x, id, node, gen)) \
+	X(notify, (store_txn *x, const char *node, const char *conv), (x, node, conv)) \
 	X(convs_claimable, (store_txn *x, unsigned mask, size_t limit, store_conv_id_fn fn, void *arg), \
 	  (x, mask, limit, fn, arg)) \
 	X(node_leases, (store_txn *x, const char *node, \
@@ -120,6 +121,9 @@ int lmdb_store_stat(store *s, struct store_stat *st);
 int lmdb_store_sync(store *s);
 int pg_store_stat(store *s, struct store_stat *st);
 int pg_store_sync(store *s);
+/* PostgreSQL only (store.c answers for LMDB): store_listen, store_notified. */
+int pg_store_listen(store *s, const char *node, int *fd);
+int pg_store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t len), void *arg);
 
 extern const struct store_vt store_lmdb_vt;
 extern const struct store_vt store_pg_vt;

@@ -399,6 +399,28 @@ int store_node_leases(store_txn *txn, const char *node,
 		      int (*fn)(void *arg, const char *id, size_t len, uint64_t gen, int64_t expires_at),
 		      void *arg);
 
+/* Cross-node wakeups. A node that commits work for a conversation another
+ * node owns tells the owner: store_notify in that transaction, delivered
+ * at its commit and only if it commits (PostgreSQL's NOTIFY; the same
+ * conversation named twice in one transaction arrives once). The owner
+ * listens on a connection of its own, store_listen, whose descriptor goes
+ * into its poll loop; when it is readable, store_notified hands over the
+ * conversation ids that arrived. A notification is a hint, never the
+ * truth: one is lost when the listening connection breaks (store_notified
+ * then fails -ECONNRESET: listen again, and look at the log, as a poll
+ * would), so a listener also polls now and then. Channels are per node and
+ * per schema (store_pg.c), so stores sharing a database do not hear each
+ * other. The LMDB store has one node: store_notify validates and does
+ * nothing, store_listen fails -EOPNOTSUPP.
+ * store_notify errors: STORE_E_INVAL (bad ids, a read transaction).
+ * store_listen: *fd gets the descriptor (owned by s: store_close closes it;
+ * a second listen replaces the first); -ECONNREFUSED, -EOPNOTSUPP.
+ * store_notified: 0, -ECONNRESET (the connection is closed: listen again),
+ * STORE_E_INVAL (not listening), or the callback's return. */
+int store_notify(store_txn *txn, const char *node, const char *conv);
+int store_listen(store *s, const char *node, int *fd);
+int store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t len), void *arg);
+
 /* Add a model call's usage to the conversation's running totals. They
  * saturate: tokens at INT64_MAX (what a JSON integer holds), the cost at
  * DBL_MAX (a sum past it is never infinite). Errors: STORE_E_NOTFOUND,

@@ -2827,6 +2827,13 @@ int store_node_leases(store_txn *x, const char *node,
 	return rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
 }
 
+/* One node: nobody else to tell (store.h). */
+int store_notify(store_txn *x, const char *node, const char *conv)
+{
+	CHECK_WRITE(x);
+	return id_ok(node) && id_ok(conv) ? 0 : STORE_E_INVAL;
+}
+
 /* ---- the backend's table (store/store.c) -------------------------------- */
 
 #define LMDB_ENTRY(name, params, args) .name = lmdb_store_##name,

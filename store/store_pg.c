@@ -70,6 +70,7 @@ enum {
 	Q_MC_PUT, Q_MC_LIST, Q_MC_GC,
 	Q_NODE_BEAT, Q_NODE_LEAVE, Q_NODES_LIST, Q_OWNER_GET, Q_OWNER_LOCK, Q_CLAIM, Q_RELEASE,
 	Q_CLAIMABLE, Q_CLAIMABLE_LOCK, Q_NODE_LEASES,
+	Q_NOTIFY,
 	NQ
 };
 
@@ -191,6 +192,7 @@ static const char *const sql[NQ] = {
 			     "AND (owner IS NULL OR lease_expires <= $2::int8) ORDER BY id LIMIT $3::int8 "
 			     "FOR UPDATE SKIP LOCKED",
 	[Q_NODE_LEASES] = "SELECT id, lease, lease_expires FROM convs WHERE owner = $1::text ORDER BY id",
+	[Q_NOTIFY] = "SELECT pg_notify('ad_' || md5(current_schema() || '/' || $1::text), $2::text)",
 };
 
 /* Schema version 1, created in one transaction under an advisory lock (two
@@ -261,6 +263,7 @@ struct store {
 	unsigned readers;
 	struct pgconn *spare[NSPARE];
 	int nspare;
+	struct pgconn *listen; /* store_listen's connection, or NULL */
 };
 
 struct store_txn {
@@ -760,6 +763,7 @@ void store_close(store *s)
 {
 	if (!s)
 		return;
+	conn_close(s->listen);
 	while (s->nspare)
 		conn_close(s->spare[--s->nspare]);
 	free(s->conninfo);
@@ -2010,6 +2014,80 @@ int store_node_leases(store_txn *x, const char *node,
 			return rc;
 	}
 	return 0;
+}
+
+/* ---- cross-node wakeups ------------------------------------------------ */
+
+/* A node's channel: its id and the store's schema, hashed to a short
+ * identifier (channel names stop at 63 bytes), so stores sharing a database
+ * do not wake each other's nodes. */
+#define CHANNEL_SQL(node) "'ad_' || md5(current_schema() || '/' || " node ")" /* also Q_NOTIFY's */
+
+int store_notify(store_txn *x, const char *node, const char *conv)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(node) || !id_ok(conv))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, node);
+	a_str(&a, conv);
+	return run(x, Q_NOTIFY, &a, &err) ? 0 : err;
+}
+
+int pg_store_listen(store *s, const char *node, int *fd)
+{
+	if (!id_ok(node))
+		return STORE_E_INVAL;
+	if (s->listen) {
+		conn_close(s->listen);
+		s->listen = NULL;
+	}
+	struct pgconn *pc;
+	int err = conn_open(s, &pc);
+	if (err)
+		return err;
+	const char *v[1] = { node };
+	PGresult *r = PQexecParams(pc->c, "SELECT " CHANNEL_SQL("$1::text"), 1, NULL, v, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+		err = sqlstate_err(r, pc->c);
+		PQclear(r);
+		conn_close(pc);
+		return err;
+	}
+	char cmd[96];
+	snprintf(cmd, sizeof cmd, "LISTEN \"%s\"", PQgetvalue(r, 0, 0)); /* hex: nothing to quote */
+	PQclear(r);
+	if ((err = exec_simple(pc->c, cmd)) != 0) {
+		conn_close(pc);
+		return err;
+	}
+	if (PQsetnonblocking(pc->c, 1) != 0) {
+		conn_close(pc);
+		return -EIO;
+	}
+	s->listen = pc;
+	*fd = PQsocket(pc->c);
+	return 0;
+}
+
+int pg_store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t len), void *arg)
+{
+	if (!s->listen)
+		return STORE_E_INVAL;
+	PGconn *c = s->listen->c;
+	if (!PQconsumeInput(c) || PQstatus(c) != CONNECTION_OK) {
+		conn_close(s->listen);
+		s->listen = NULL;
+		return -ECONNRESET;
+	}
+	PGnotify *n;
+	int rc = 0;
+	while (!rc && (n = PQnotifies(c)) != NULL) {
+		rc = fn(arg, n->extra, strlen(n->extra));
+		PQfreemem(n);
+	}
+	return rc;
 }
 
 /* ---- the backend's table (store/store.c) -------------------------------- */

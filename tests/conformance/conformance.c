@@ -4396,6 +4396,30 @@ START_TEST(node_ops_reject_invalid_args)
 }
 END_TEST
 
+/* A wakeup for another node is part of the write transaction; on every
+ * backend it takes valid ids in a write transaction (what it reaches is a
+ * backend's business: store_pg's suite). */
+START_TEST(notify_validates_and_keeps_the_txn_usable)
+{
+	mkconv("c1");
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_notify(t, "n1", "c1"), 0);
+	ck_assert_int_eq(store_notify(t, "n1", "not-a-conv-yet"), 0);
+	ck_assert_int_eq(store_notify(t, "bad id", "c1"), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify(t, "n1", NULL), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify(NULL, "n1", "c1"), STORE_E_INVAL);
+	struct store_event_in e = ev("user_msg", mint(1), NULL);
+	uint64_t seq;
+	ck_assert_int_eq(store_event_append(t, "c1", &e, &seq, NULL), 0);
+	commit(t);
+	ck_assert_uint_eq(latest("c1"), 1);
+	t = rbegin();
+	ck_assert_int_eq(store_notify(t, "n1", "c1"), STORE_E_INVAL);
+	store_txn_abort(t);
+	ck_assert_int_eq(store_notified(S, NULL, NULL), STORE_E_INVAL);
+}
+END_TEST
+
 /* Nodes and leases survive a reopen. */
 START_TEST(nodes_and_leases_are_durable)
 {
@@ -4585,6 +4609,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, delete_forgets_the_owner);
 	tcase_add_test(tc, node_ops_reject_invalid_args);
 	tcase_add_test(tc, nodes_and_leases_are_durable);
+	tcase_add_test(tc, notify_validates_and_keeps_the_txn_usable);
 
 	tc = tc_new(s, "audit_edges", setup_audit);
 	tcase_add_test(tc, audit_callback_return_never_poisons_write_txn);

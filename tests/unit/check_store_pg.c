@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -530,6 +531,72 @@ START_TEST(beat_behind_a_claim_renews_nothing_lost)
 }
 END_TEST
 
+/* Wait (bounded) until fd is readable, then collect what arrived. */
+static int heard(store *s, int fd, struct id_list *l, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int64_t dl = deadline_in(ms);
+	while (mono_ms() < dl) {
+		int n = poll(&p, 1, 50);
+		if (n > 0) {
+			int err = store_notified(s, add_id, l);
+			if (err || l->s[0])
+				return err;
+		}
+	}
+	return 0;
+}
+
+static void notify_commit(store *s, const char *node, const char *conv, int commit)
+{
+	store_txn *x;
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_notify(x, node, conv), 0);
+	ck_assert_int_eq(store_notify(x, node, conv), 0); /* arrives once */
+	if (commit)
+		ck_assert_int_eq(store_txn_commit(x), 0);
+	else
+		store_txn_abort(x);
+}
+
+/* A wakeup reaches the node it names, at the commit and only then; a lost
+ * listening connection says so, and listening again works. */
+START_TEST(notify_reaches_its_node_at_commit)
+{
+	store *s1 = open_ok(), *s2 = open_ok();
+	int fd = -1, fd2 = -1;
+	ck_assert_int_eq(store_listen(s1, "n1", &fd), 0);
+	ck_assert_int_ge(fd, 0);
+	struct id_list l = { "" };
+	ck_assert_int_eq(store_notified(s1, add_id, &l), 0); /* nothing yet */
+	ck_assert_str_eq(l.s, "");
+	notify_commit(s2, "n1", "aborted", 0);
+	notify_commit(s2, "n2", "other-node", 1);
+	notify_commit(s2, "n1", "c1", 1);
+	ck_assert_int_eq(heard(s1, fd, &l, 5000), 0);
+	/* the aborted one and the other node's never come: c1 is the first */
+	ck_assert_str_eq(l.s, "c1");
+	/* the listener's connection goes: it is told, and listens again */
+	admin_sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'");
+	int64_t dl = deadline_in(5000);
+	int err = 0;
+	while (!err && mono_ms() < dl) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 50) > 0)
+			err = store_notified(s1, add_id, &l);
+	}
+	ck_assert_int_eq(err, -ECONNRESET);
+	ck_assert_int_eq(store_notified(s1, add_id, &l), STORE_E_INVAL);
+	ck_assert_int_eq(store_listen(s1, "n1", &fd2), 0);
+	l.s[0] = 0;
+	notify_commit(s2, "n1", "c2", 1);
+	ck_assert_int_eq(heard(s1, fd2, &l, 5000), 0);
+	ck_assert_str_eq(l.s, "c2");
+	store_close(s2);
+	store_close(s1);
+}
+END_TEST
+
 /* The server drops the store's connections: a transaction open then fails
  * (and says so at commit), the next begins on a new connection. */
 START_TEST(lost_connection_fails_the_txn_not_the_handle)
@@ -575,6 +642,7 @@ Suite *make_store_pg_suite(void)
 		tcase_add_test(tc, lost_connection_fails_the_txn_not_the_handle);
 		tcase_add_test(tc, claimable_skips_rows_another_node_holds);
 		tcase_add_test(tc, beat_behind_a_claim_renews_nothing_lost);
+		tcase_add_test(tc, notify_reaches_its_node_at_commit);
 		suite_add_tcase(s, tc);
 	}
 	return s;
