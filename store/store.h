@@ -589,6 +589,18 @@ struct store_expiry {
 };
 int store_expiries_due(store_txn *txn, int64_t now_ms,
 		       int (*fn)(void *arg, const struct store_expiry *e), void *arg);
+/* What store_expiries_due gives, at most `limit` (0: no limit) of them,
+ * for a node to fire: on PostgreSQL a write transaction locks their
+ * conversations' rows and skips rows another transaction holds (FOR UPDATE
+ * OF convs SKIP LOCKED: a node firing them, or the conversation's worker
+ * writing), so nodes firing at once share the deadlines out and none
+ * waits; a skipped one comes again once that transaction ends, and
+ * store_tool_call_resolve settles a call once whoever tries. A row whose
+ * conversation is gone (a damaged store) is not given there: its
+ * store_expiries_due does. On LMDB it is store_expiries_due with a limit.
+ * Errors: STORE_E_INVAL (no fn), STORE_E_CORRUPT, the callback's. */
+int store_expiries_claim(store_txn *txn, int64_t now_ms, size_t limit,
+			 int (*fn)(void *arg, const struct store_expiry *e), void *arg);
 /* The earliest deadline. Errors: STORE_E_NOTFOUND (none scheduled). */
 int store_expiry_earliest(store_txn *txn, int64_t *deadline_ms);
 

@@ -2343,6 +2343,35 @@ int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct
 	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
 }
 
+struct claim_ctx {
+	size_t limit, n;
+	int full; /* the limit stopped the walk: not the caller's return */
+	int (*fn)(void *, const struct store_expiry *);
+	void *arg;
+};
+
+static int claim_one(void *arg, const struct store_expiry *e)
+{
+	struct claim_ctx *c = arg;
+	if (c->limit && c->n == c->limit) {
+		c->full = 1;
+		return 1;
+	}
+	c->n++;
+	return c->fn(c->arg, e);
+}
+
+/* Writers are serialised: nothing to skip (store.h). */
+int store_expiries_claim(store_txn *x, int64_t now, size_t limit, int (*fn)(void *, const struct store_expiry *),
+			 void *arg)
+{
+	if (!fn)
+		return STORE_E_INVAL;
+	struct claim_ctx c = { limit, 0, 0, fn, arg };
+	int r = store_expiries_due(x, now, claim_one, &c);
+	return c.full ? 0 : r;
+}
+
 int store_expiry_earliest(store_txn *x, int64_t *deadline)
 {
 	CHECK_TXN(x);

@@ -71,6 +71,7 @@ enum {
 	Q_NODE_BEAT, Q_NODE_LEAVE, Q_NODES_LIST, Q_OWNER_GET, Q_OWNER_LOCK, Q_CLAIM, Q_RELEASE,
 	Q_CLAIMABLE, Q_CLAIMABLE_LOCK, Q_NODE_LEASES,
 	Q_NOTIFY,
+	Q_EXP_CLAIM, Q_EXP_CLAIM_READ,
 	NQ
 };
 
@@ -192,6 +193,11 @@ static const char *const sql[NQ] = {
 			     "AND (owner IS NULL OR lease_expires <= $2::int8) ORDER BY id LIMIT $3::int8 "
 			     "FOR UPDATE SKIP LOCKED",
 	[Q_NODE_LEASES] = "SELECT id, lease, lease_expires FROM convs WHERE owner = $1::text ORDER BY id",
+	[Q_EXP_CLAIM] = "SELECT e.deadline, e.tool_call_id, e.conv FROM expiries e JOIN convs c ON c.id = e.conv "
+			"WHERE e.deadline <= $1::int8 ORDER BY e.deadline, e.tool_call_id LIMIT $2::int8 "
+			"FOR UPDATE OF c SKIP LOCKED",
+	[Q_EXP_CLAIM_READ] = "SELECT e.deadline, e.tool_call_id, e.conv FROM expiries e JOIN convs c ON c.id = e.conv "
+			     "WHERE e.deadline <= $1::int8 ORDER BY e.deadline, e.tool_call_id LIMIT $2::int8",
 	[Q_NOTIFY] = "SELECT pg_notify('ad_' || md5(current_schema() || '/' || $1::text), $2::text)",
 };
 
@@ -1744,6 +1750,28 @@ int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct
 	int err;
 	a_i64(&a, now);
 	PGresult *r = run(x, Q_EXP_DUE, &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_expiry e = { g_i64(r, i, 0), g_bytes(r, i, 1), g_bytes(r, i, 2) };
+		int rc = fn(arg, &e);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_expiries_claim(store_txn *x, int64_t now, size_t limit, int (*fn)(void *, const struct store_expiry *),
+			 void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_i64(&a, now);
+	a_i64(&a, limit && limit < (size_t)INT64_MAX ? (int64_t)limit : INT64_MAX);
+	PGresult *r = run(x, x->write ? Q_EXP_CLAIM : Q_EXP_CLAIM_READ, &a, &err);
 	if (!r)
 		return err;
 	for (int i = 0, n = PQntuples(r); i < n; i++) {

@@ -4420,6 +4420,49 @@ START_TEST(notify_validates_and_keeps_the_txn_usable)
 }
 END_TEST
 
+/* A node's claim of due deadlines: what is due, earliest first, at most
+ * limit; fired ones (resolved) are gone for the next claim. */
+START_TEST(expiries_claim_due_in_order_with_limit)
+{
+	mkconv("c1");
+	mkconv("c2");
+	const char *ids[] = { "t3", "t1", "t2", "t4" };
+	for (int i = 0; i < 4; i++)
+		mktc(i % 2 ? "c2" : "c1", ids[i]);
+	schedule("t3", T0 + 20);
+	schedule("t1", T0 + 10);
+	schedule("t2", T0 + 20);
+	schedule("t4", T0 + 99);
+	for (int write = 0; write < 2; write++) {
+		memset(&L, 0, sizeof L);
+		store_txn *t = write ? wbegin() : rbegin();
+		ck_assert_int_eq(store_expiries_claim(t, T0 + 20, 0, collect_exp, &L), 0);
+		EXPECT_LIST("t1", "t2", "t3");
+		ck_assert_int_eq(L.deadline[0], T0 + 10);
+		ck_assert_str_eq(L.conv[0], "c2");
+		memset(&L, 0, sizeof L);
+		ck_assert_int_eq(store_expiries_claim(t, T0 + 20, 2, collect_exp, &L), 0);
+		EXPECT_LIST("t1", "t2");
+		memset(&L, 0, sizeof L);
+		ck_assert_int_eq(store_expiries_claim(t, T0 + 9, 0, collect_exp, &L), 0);
+		ck_assert_uint_eq(L.n, 0);
+		store_txn_abort(t);
+	}
+	store_txn *t = wbegin();
+	memset(&L, 0, sizeof L);
+	ck_assert_int_eq(store_expiries_claim(t, T0 + 20, 1, collect_exp, &L), 0);
+	EXPECT_LIST("t1");
+	ck_assert_int_eq(store_tool_call_resolve(t, "t1", STORE_TC_EXPIRED, raw(NULL, 0), NULL), 0);
+	memset(&L, 0, sizeof L);
+	L.stop_after = 1;
+	L.stop_ret = 9; /* the callback's return comes back unchanged, even with a limit */
+	ck_assert_int_eq(store_expiries_claim(t, T0 + 20, 5, collect_exp, &L), 9);
+	EXPECT_LIST("t2");
+	ck_assert_int_eq(store_expiries_claim(t, T0 + 20, 0, NULL, NULL), STORE_E_INVAL);
+	commit(t);
+}
+END_TEST
+
 /* Nodes and leases survive a reopen. */
 START_TEST(nodes_and_leases_are_durable)
 {
@@ -4610,6 +4653,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, node_ops_reject_invalid_args);
 	tcase_add_test(tc, nodes_and_leases_are_durable);
 	tcase_add_test(tc, notify_validates_and_keeps_the_txn_usable);
+	tcase_add_test(tc, expiries_claim_due_in_order_with_limit);
 
 	tc = tc_new(s, "audit_edges", setup_audit);
 	tcase_add_test(tc, audit_callback_return_never_poisons_write_txn);

@@ -531,6 +531,50 @@ START_TEST(beat_behind_a_claim_renews_nothing_lost)
 }
 END_TEST
 
+static int add_exp(void *arg, const struct store_expiry *e)
+{
+	return add_id(arg, e->tool_call_id.ptr, e->tool_call_id.len);
+}
+
+/* Nodes firing deadlines at once share them out: a deadline whose
+ * conversation another transaction holds (its worker writing, or another
+ * node firing it) is skipped, not waited for, and comes again after. */
+START_TEST(expiries_claim_skips_held_conversations)
+{
+	store *s1 = open_ok(), *s2 = open_ok();
+	conv_create(s1, "a");
+	conv_create(s1, "b");
+	store_txn *x, *y;
+	struct store_tool_call_in ta = { "ta", "approve", STORE_EXEC_HUMAN, { "\x80", 1 }, { 0 } };
+	struct store_tool_call_in tb = { "tb", "approve", STORE_EXEC_HUMAN, { "\x80", 1 }, { 0 } };
+	ck_assert_int_eq(store_txn_begin(s1, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_tool_call_upsert(x, "a", &ta), 0);
+	ck_assert_int_eq(store_tool_call_upsert(x, "b", &tb), 0);
+	ck_assert_int_eq(store_expiry_schedule(x, "ta", 1000), 0);
+	ck_assert_int_eq(store_expiry_schedule(x, "tb", 2000), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	/* a's worker is in a write transaction */
+	ck_assert_int_eq(store_txn_begin(s1, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_lease_check(x, "a", 0), 0);
+	struct id_list l = { "" };
+	int64_t t0 = mono_ms();
+	ck_assert_int_eq(store_txn_begin(s2, STORE_WRITE, &y), 0);
+	ck_assert_int_eq(store_expiries_claim(y, 5000, 0, add_exp, &l), 0);
+	ck_assert_str_eq(l.s, "tb");
+	ck_assert_int_eq(store_tool_call_resolve(y, "tb", STORE_TC_EXPIRED, (store_bytes){ 0 }, NULL), 0);
+	ck_assert_int_eq(store_txn_commit(y), 0);
+	ck_assert_int_lt(mono_ms() - t0, 5000);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	l.s[0] = 0;
+	ck_assert_int_eq(store_txn_begin(s2, STORE_WRITE, &y), 0);
+	ck_assert_int_eq(store_expiries_claim(y, 5000, 0, add_exp, &l), 0);
+	ck_assert_str_eq(l.s, "ta");
+	store_txn_abort(y);
+	store_close(s2);
+	store_close(s1);
+}
+END_TEST
+
 /* Wait (bounded) until fd is readable, then collect what arrived. */
 static int heard(store *s, int fd, struct id_list *l, int ms)
 {
@@ -643,6 +687,7 @@ Suite *make_store_pg_suite(void)
 		tcase_add_test(tc, claimable_skips_rows_another_node_holds);
 		tcase_add_test(tc, beat_behind_a_claim_renews_nothing_lost);
 		tcase_add_test(tc, notify_reaches_its_node_at_commit);
+		tcase_add_test(tc, expiries_claim_skips_held_conversations);
 		suite_add_tcase(s, tc);
 	}
 	return s;
