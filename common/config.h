@@ -96,6 +96,11 @@ struct config {
 	size_t model_out_cap;    /* 4 MiB */
 	int allow_any_uid;       /* peers of any uid may connect (default: same uid or root) */
 	int log_level;           /* LOG_* */
+	/* Several nodes sharing one store (docs/scale-out.md). */
+	char *node_id;           /* NULL: the host's name */
+	int64_t lease_ms;        /* a node's lease on its conversations; 10 s */
+	int64_t heartbeat_ms;    /* how often it renews them; 0: a third of lease_ms */
+	int64_t notify_poll_ms;  /* the fallback poll behind cross-node wakeups; 2 s */
 	int ephemeral;
 	struct model_cfg *models;
 	size_t nmodels;

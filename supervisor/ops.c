@@ -18,6 +18,7 @@
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
+#include "supervisor/nodes.h"
 #include "supervisor/waiters.h"
 #include "supervisor/workers.h"
 
@@ -471,6 +472,11 @@ static void op_status(store_txn *t, struct job *j)
 			     O.env->data_dir, "size_bytes", (json_int_t)st.size_bytes, "file_bytes",
 			     (json_int_t)st.file_bytes, "map_size", (json_int_t)st.map_size, "readers",
 			     (json_int_t)st.readers, "sync", st.sync == STORE_SYNC_NONE ? "none" : "full");
+	json_t *node = nodes_status_json();
+	if (j->reply && node)
+		json_object_set_new(j->reply, "node", node);
+	else
+		json_decref(node);
 }
 
 static void op_metrics(store_txn *t, struct job *j)
@@ -480,8 +486,26 @@ static void op_metrics(store_txn *t, struct job *j)
 	struct metrics_gauges g = { workers_live(), control_nclients(), st.size_bytes, st.map_size, durable_flushes() };
 	size_t len = 0;
 	char *buf = metrics_text(&g, &len);
+	char *more = buf ? nodes_metrics_text() : NULL;
+	if (more) {
+		size_t m = strlen(more);
+		char *both = realloc(buf, len + m + 1);
+		if (both) {
+			memcpy(both + len, more, m + 1);
+			buf = both;
+			len += m;
+		}
+		free(more);
+	}
 	j->reply = json_pack("{ss#}", "text", buf ? buf : "", (int)len);
 	free(buf);
+}
+
+/* The nodes sharing the store, as their heartbeats left them. */
+static void op_nodes(store_txn *t, struct job *j)
+{
+	if (!(j->reply = nodes_json(t)))
+		job_error(j, PERR_INTERNAL, "could not list the nodes");
 }
 
 /* ---- writes (inside the group transaction) --------------------------- */
@@ -732,6 +756,7 @@ static const struct op op_table[OP_COUNT] = {
 	[OP_STATUS] = { OPF_LARGE, op_status, NULL, NULL },
 	[OP_METRICS] = { OPF_LARGE, op_metrics, NULL, NULL },
 	[OP_SHUTDOWN] = { 0, op_shutdown, NULL, NULL },
+	[OP_NODES] = { OPF_TXN, op_nodes, NULL, NULL },
 };
 
 int ops_is_write(int op)

@@ -6,6 +6,7 @@
 #include "supervisor/expiry.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
+#include "supervisor/nodes.h"
 #include "supervisor/notify.h"
 #include "supervisor/ops.h"
 #include "supervisor/waiters.h"
@@ -253,6 +254,8 @@ int server_open(const struct server_opts *o)
 	if (fired)
 		log_info("fired %d expiry deadline(s) that passed while agentd was down", fired);
 	expiry_rearm();
+	if (nodes_open(o->st, o->cfg))
+		return -1;
 	workers_start_active();
 	return 0;
 }
@@ -261,6 +264,8 @@ int server_run(void)
 {
 	static const struct loop_hooks hooks = { before_wait, after_wait, iteration_end, NULL };
 	int e = loop_run(&hooks);
+	if (!e)
+		nodes_leave(); /* its workers are stopped: its leases go now, for other nodes */
 	durable_close(); /* a last flush: every reply held for it goes out */
 	waiters_shutdown();
 	control_close_all();
@@ -274,6 +279,7 @@ void server_close(void)
 {
 	control_stop_listening();
 	expiry_close();
+	nodes_close();
 	if (SV.sig_fd >= 0)
 		close(SV.sig_fd);
 	if (SV.tick_fd >= 0)

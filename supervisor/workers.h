@@ -86,4 +86,10 @@ void workers_kill_all(void);
  * died: give it a worker. */
 void workers_start_active(void);
 
+/* For nodes.c: whether conv has a live worker here; stop (SIGKILL, not a
+ * crash) every live worker for which held(arg, conv, lease) is 0, and
+ * say how many. */
+int workers_running(const char *conv);
+int workers_fence(int (*held)(void *arg, const char *conv, uint64_t lease), void *arg);
+
 #endif
