@@ -21,6 +21,7 @@
 #include "ipc/proto.h"
 #include "store/store.h"
 #include "common/config.h"
+#include "common/connslot.h"
 #include "common/convlock.h"
 
 #include <bsd/unistd.h>
@@ -64,6 +65,10 @@ static struct {
 	int stop;            /* told to stop while waiting to write: exit after it */
 	int compacting;      /* answering compacts on the way out (stop_now) */
 	const char *data;    /* the store: closed (NULL st) while we wait */
+	const char *run;     /* the directory of workers.lock: data, or --run-dir */
+	const char *shown;   /* the store as logs name it (no password) */
+	int pg;              /* a PostgreSQL store: connections, so a slot while open */
+	int nslots, slotfd, slot; /* --connections, connections.lock, the slot held (-1: none) */
 	struct store_opts so;
 	char ipcbuf[IPC_MAX];
 } W;
@@ -81,13 +86,46 @@ static void store_let_go(void)
 		store_close(W.st);
 		W.st = NULL;
 	}
+	if (W.slot >= 0) {
+		connslot_release(W.slotfd, W.slot);
+		W.slot = -1;
+	}
+}
+
+/* On PostgreSQL, one of the --connections slots before the store opens
+ * (common/connslot.h): at the limit, wait for one, saying so once. */
+static void slot_take(void)
+{
+	if (!W.pg || W.slot >= 0)
+		return;
+	int s = connslot_try(W.slotfd, W.nslots);
+	if (s == -EAGAIN) {
+		s = (int)(getpid() % W.nslots);
+		log_warn("%s: all %d store connection slots are in use (connections in [store]): waiting for one",
+			 W.conv, W.nslots);
+		int e = connslot_wait(W.slotfd, s);
+		if (e)
+			s = e;
+		else
+			log_info("%s: got a store connection slot", W.conv);
+	}
+	if (s < 0) {
+		log_error("%s: cannot take a store connection slot in %s/connections.lock: %s", W.conv, W.run,
+			  strerror(-s));
+		exit(IPC_EXIT_STORE);
+	}
+	W.slot = s;
 }
 
 static void store_take(void)
 {
 	int e;
-	if (!W.st && (e = store_open(&W.st, W.data, &W.so))) {
-		log_error("%s: cannot open the store in %s again: %s", W.conv, W.data, store_strerror(e));
+	if (W.st)
+		return;
+	slot_take();
+	if ((e = store_open(&W.st, W.data, &W.so))) {
+		log_error("%s: cannot open the store in %s again: %s%s%s", W.conv, W.shown, store_strerror(e),
+			  *store_open_error() ? ": " : "", store_open_error());
 		exit(IPC_EXIT_STORE);
 	}
 }
@@ -99,6 +137,8 @@ static int ipc_one(const struct ipc_msg *m);
 static int disk_full(void)
 {
 	struct statvfs fs;
+	if (W.pg)
+		return 0; /* the server's disk: not ours to see */
 	return statvfs(W.data, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < 4u << 20;
 }
 
@@ -1074,9 +1114,9 @@ static void dispatch_mcp(const char *id, const char *name, json_t *args, const s
  * closing it, or by the kernel when this process ends. */
 static int tool_lock(void)
 {
-	int fd = convlock_open(W.data), e = 0;
+	int fd = convlock_open(W.run), e = 0;
 	if (fd < 0 || (e = convlock_take(fd, W.conv)) < 0) {
-		log_error("%s: cannot lock the conversation in %s/workers.lock: %s", W.conv, W.data,
+		log_error("%s: cannot lock the conversation in %s/workers.lock: %s", W.conv, W.run,
 			  strerror(fd < 0 ? -fd : -e));
 		exit(IPC_EXIT_STORE);
 	}
@@ -1467,6 +1507,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: agentd-worker --data DIR --conversation ID --lease N --ipc-fd FD [--config FILE]\n"
 		   "                     [--sync full|none] [--audit] [--log-level LEVEL]\n"
+		   "       agentd-worker --store-env --run-dir DIR --connections N ... (a PostgreSQL store:\n"
+		   "                     its target in the environment variable AGENTD_STORE)\n"
 		   "One conversation's runtime; started by agentd, not by hand.\n");
 }
 
@@ -1480,9 +1522,10 @@ static int parse_args(int argc, char **argv, const char **data, const char **con
 		{ "lease", required_argument, 0, 'l' }, { "ipc-fd", required_argument, 0, 'f' },
 		{ "config", required_argument, 0, 'C' }, { "sync", required_argument, 0, 's' },
 		{ "audit", no_argument, 0, 'a' }, { "log-level", required_argument, 0, 'L' },
-		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "help", no_argument, 0, 'h' }, { "store-env", no_argument, 0, 'E' },
+		{ "run-dir", required_argument, 0, 'R' }, { "connections", required_argument, 0, 'N' }, { 0, 0, 0, 0 },
 	};
-	int c;
+	int c, from_env = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'd': *data = optarg; break;
@@ -1493,9 +1536,24 @@ static int parse_args(int argc, char **argv, const char **data, const char **con
 		case 's': *sync = strcmp(optarg, "none") ? STORE_SYNC_FULL : STORE_SYNC_NONE; break;
 		case 'a': *audit_on = 1; break;
 		case 'L': *level = optarg; break;
+		case 'E': from_env = 1; break;
+		case 'R': W.run = optarg; break;
+		case 'N': W.nslots = atoi(optarg); break;
 		case 'h': usage(stdout); return -1;
 		default: usage(stderr); return IPC_EXIT_USAGE;
 		}
+	}
+	if (from_env && !*data) {
+		/* Copied, then out of the environment: the models and tools
+		 * this worker runs need not see it. */
+		const char *t = getenv("AGENTD_STORE");
+		*data = t ? strdup(t) : NULL;
+		unsetenv("AGENTD_STORE");
+		W.pg = 1;
+	}
+	if (W.pg && (!W.run || W.nslots < 1)) {
+		usage(stderr);
+		return IPC_EXIT_USAGE;
 	}
 	if (!*data || !W.conv || !W.lease || W.ipc < 0 || !store_id_valid(W.conv, strlen(W.conv))) {
 		usage(stderr);
@@ -1509,6 +1567,7 @@ int main(int argc, char **argv, char **envp)
 	const char *data = NULL, *config = NULL, *level = "info";
 	int sync = STORE_SYNC_FULL, audit_on = 0;
 	W.ipc = -1;
+	W.slot = W.slotfd = -1;
 	if (ipc_stdio_guard())
 		return EXIT_FAILURE;
 	setproctitle_init(argc, argv, envp);
@@ -1537,13 +1596,24 @@ int main(int argc, char **argv, char **envp)
 		return IPC_EXIT_STORE;
 	}
 	W.data = data;
+	if (!W.run)
+		W.run = data;
 	/* The map's limits are agentd's: a worker opening with the store's
-	 * defaults would grow the map past max_map_size. */
-	W.so = (struct store_opts){ .sync = sync, .audit = audit_on, .map_size = W.cfg.map_size,
-				    .max_map_size = W.cfg.max_map_size };
+	 * defaults would grow the map past max_map_size. PostgreSQL has no
+	 * map (agentd ignores them there too). */
+	W.so = (struct store_opts){ .sync = sync, .audit = audit_on, .map_size = W.pg ? 0 : W.cfg.map_size,
+				    .max_map_size = W.pg ? 0 : W.cfg.max_map_size };
+	char *shown = W.pg ? config_store_shown(data) : NULL;
+	W.shown = shown ? shown : data;
+	if (W.pg && (W.slotfd = connslot_open(W.run)) < 0) {
+		log_error("%s: cannot open %s/connections.lock: %s", W.conv, W.run, strerror(-W.slotfd));
+		return IPC_EXIT_STORE;
+	}
+	slot_take();
 	int e = store_open(&W.st, data, &W.so);
 	if (e) {
-		log_error("%s: cannot open the store in %s: %s", W.conv, data, store_strerror(e));
+		log_error("%s: cannot open the store in %s: %s%s%s", W.conv, W.shown, store_strerror(e),
+			  *store_open_error() ? ": " : "", store_open_error());
 		return IPC_EXIT_STORE;
 	}
 	setproctitle("%s starting", W.conv);

@@ -41,6 +41,7 @@ void config_init(struct config *c)
 	c->log_level = LOG_INFO;
 	c->lease_ms = 10 * SEC;
 	c->notify_poll_ms = 2 * SEC;
+	c->store_connections = 64;
 }
 
 static void iso_free(struct isolate_cfg *i)
@@ -96,6 +97,8 @@ void config_free(struct config *c)
 	free(c->data);
 	free(c->socket);
 	free(c->worker);
+	free(c->store);
+	free(c->run_dir);
 	memset(c, 0, sizeof *c);
 }
 
@@ -257,7 +260,9 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 {
 	int b;
 	if (!strcmp(k, "data"))
-		return set_path(&c->data, v);
+		return c->data_given = 1, set_path(&c->data, v);
+	if (!strcmp(k, "run_dir"))
+		return set_path(&c->run_dir, v);
 	if (!strcmp(k, "socket"))
 		return set_path(&c->socket, v);
 	if (!strcmp(k, "worker"))
@@ -584,6 +589,87 @@ static struct tool_cfg *tool_get(struct config *c, const char *name)
 	return t->name ? t : NULL;
 }
 
+int config_store_is_pg(const char *t)
+{
+	/* As store/store.c dispatches (common may not include store/). */
+	return t && (!strncmp(t, "postgresql://", 13) || !strncmp(t, "postgres://", 11) || !strncmp(t, "host=", 5) ||
+		     !strncmp(t, "dbname=", 7));
+}
+
+char *config_store_shown(const char *t)
+{
+	char *out = strdup(t ? t : "");
+	if (!out || !config_store_is_pg(out))
+		return out;
+	if (strstr(out, "://")) {
+		/* scheme://user:password@host...: the password out */
+		char *u = strstr(out, "://") + 3, *at = strchr(u, '@'), *colon = strchr(u, ':');
+		char *slash = strchr(u, '/');
+		if (at && (!slash || at < slash) && colon && colon < at) {
+			char *n = NULL;
+			if (asprintf(&n, "%.*s:***%s", (int)(colon - out), out, at) < 0) {
+				free(out);
+				return NULL;
+			}
+			free(out);
+			out = n;
+		}
+		/* ...?password=... in the query */
+		for (char *p = strstr(out, "password="); p; p = strstr(p + 1, "password=")) {
+			if (p[-1] != '?' && p[-1] != '&')
+				continue;
+			char *v = p + 9, *end = v + strcspn(v, "&");
+			if (end - v >= 3) {
+				memcpy(v, "***", 3);
+				memmove(v + 3, end, strlen(end) + 1);
+			} else {
+				memset(v, '*', (size_t)(end - v));
+			}
+		}
+		return out;
+	}
+	/* conninfo: password=VALUE or password='VALUE' */
+	for (char *p = strstr(out, "password"); p; p = strstr(p + 1, "password")) {
+		if (p != out && p[-1] != ' ')
+			continue;
+		char *v = p + 8;
+		while (*v == ' ')
+			v++;
+		if (*v != '=')
+			continue;
+		v++;
+		while (*v == ' ')
+			v++;
+		char *end = v;
+		if (*v == '\'') {
+			for (end = v + 1; *end && *end != '\''; end++)
+				if (*end == '\\' && end[1])
+					end++;
+			if (*end)
+				end++;
+		} else {
+			end = v + strcspn(v, " ");
+		}
+		if (end - v >= 3) {
+			memcpy(v, "***", 3);
+			memmove(v + 3, end, strlen(end) + 1);
+		} else {
+			memset(v, '*', (size_t)(end - v));
+		}
+	}
+	return out;
+}
+
+/* [store]: the PostgreSQL target and its connection limit. */
+static int store_key(struct config *c, const char *k, const char *v)
+{
+	if (!strcmp(k, "target"))
+		return config_store_is_pg(v) ? set_str(&c->store, v) : -1;
+	if (!strcmp(k, "connections"))
+		return set_int(&c->store_connections, v, 1, 100000);
+	return -2;
+}
+
 static int on_key(void *arg, const char *section, const char *k, const char *v)
 {
 	struct loader *l = arg;
@@ -602,6 +688,8 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 	}
 	if (!strcmp(section, "agentd")) {
 		rc = agentd_key(l->c, k, v);
+	} else if (!strcmp(section, "store")) {
+		rc = store_key(l->c, k, v);
 	} else if (!strncmp(section, "model.", 6) && name_ok(section + 6)) {
 		if (!strcmp(section + 6, "echo")) {
 			snprintf(l->err, l->errlen, "%s: [model.echo] is built in and cannot be configured",
@@ -634,7 +722,7 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 			return 0;
 		}
 	} else {
-		snprintf(l->err, l->errlen, "%s: unknown section [%s] (expected [agentd], [model.NAME], [tool.NAME] or "
+		snprintf(l->err, l->errlen, "%s: unknown section [%s] (expected [agentd], [store], [model.NAME], [tool.NAME] or "
 			 "[mcp.NAME], NAME of [A-Za-z0-9._:-])", l->c->path, section);
 		l->failed = 1;
 		return 0;
@@ -730,6 +818,11 @@ static int mcp_validate(const struct config *c, struct tool_cfg *t, char *err, s
  * need a command that splits; map_size within max_map_size. */
 static int validate(struct config *c, char *err, size_t errlen)
 {
+	if (c->store && c->data_given) {
+		snprintf(err, errlen, "%s: both data in [agentd] and target in [store] are set: one store, either an "
+			 "LMDB data directory or a PostgreSQL target", c->path);
+		return -1;
+	}
 	size_t max = c->max_map_size ? c->max_map_size : MAX_MAP_DEFAULT;
 	if (c->map_size && c->map_size > max) {
 		snprintf(err, errlen, "%s: map_size (%zu bytes) is larger than max_map_size (%zu bytes%s) in [agentd]",
@@ -927,7 +1020,7 @@ static int sections_ok(const struct config *c, const struct prescan *p, const ch
 				 p->sectline[i]);
 			return -1;
 		}
-		if (!strcmp(n, "agentd") || (!strncmp(n, "model.", 6) && config_model(c, n + 6)) ||
+		if (!strcmp(n, "agentd") || !strcmp(n, "store") || (!strncmp(n, "model.", 6) && config_model(c, n + 6)) ||
 		    (!strncmp(n, "tool.", 5) && config_tool(c, n + 5)) ||
 		    (!strncmp(n, "mcp.", 4) && config_tool(c, n + 4)))
 			continue;
@@ -937,7 +1030,7 @@ static int sections_ok(const struct config *c, const struct prescan *p, const ch
 				 n[0] == 't' ? " server tool" : n[1] == 'o' ? " model" : "n MCP server",
 				 n[0] == 't' ? " (or executor = human)" : "");
 		else
-			snprintf(err, errlen, "%s:%d: unknown section [%s] (expected [agentd], [model.NAME], [tool.NAME] or "
+			snprintf(err, errlen, "%s:%d: unknown section [%s] (expected [agentd], [store], [model.NAME], [tool.NAME] or "
 				 "[mcp.NAME], NAME of [A-Za-z0-9._:-])", path, p->sectline[i], n);
 		return -1;
 	}

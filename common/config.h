@@ -102,6 +102,12 @@ struct config {
 	int64_t heartbeat_ms;    /* how often it renews them; 0: a third of lease_ms */
 	int64_t notify_poll_ms;  /* the fallback poll behind cross-node wakeups; 2 s */
 	int ephemeral;
+	/* [store] (docs/scale-out.md): a PostgreSQL store instead of the data
+	 * directory, and where agentd keeps its socket, pid file and locks then. */
+	char *store;             /* NULL: the LMDB store in data */
+	char *run_dir;           /* NULL: ./agentd-run (PostgreSQL only; LMDB uses data) */
+	int store_connections;   /* workers holding store connections at once; 64 */
+	int data_given;          /* data was set in the file (with store: a conflict) */
 	struct model_cfg *models;
 	size_t nmodels;
 	struct tool_cfg *tools;
@@ -123,5 +129,11 @@ int config_duration(const char *s, int64_t *ms);
 /* "64k", "1m", "1g" (bytes, binary units) or a bare number of bytes. */
 int config_size(const char *s, size_t *bytes);
 int config_log_level(const char *s);
+/* Whether t names a PostgreSQL store (postgresql://, postgres://, or a
+ * conninfo starting host= or dbname=), as store_open dispatches. */
+int config_store_is_pg(const char *t);
+/* t as agentd shows it (status, logs, check): a PostgreSQL target with its
+ * password, if any, as ***; anything else as it is. Malloc'd; NULL: no memory. */
+char *config_store_shown(const char *t);
 
 #endif

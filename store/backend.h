@@ -133,5 +133,7 @@ extern const struct store_vt store_pg_vt;
 /* Is target one for the PostgreSQL backend: a postgresql:// or postgres://
  * URI, or a libpq key=value conninfo starting with host= or dbname=? */
 int store_target_is_pg(const char *target);
+/* A backend's reason for a failed open, for store_open_error(). */
+void store_open_error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

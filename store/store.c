@@ -12,6 +12,8 @@
 #include "store/backend.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #define VT(h) (((const struct store_hdr *)(const void *)(h))->vt)
@@ -24,12 +26,42 @@ int store_target_is_pg(const char *t)
 	       strncmp(t, "host=", 5) == 0 || strncmp(t, "dbname=", 7) == 0;
 }
 
+static char open_err[512];
+
+const char *store_open_error(void)
+{
+	return open_err;
+}
+
+void store_open_error_set(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(open_err, sizeof open_err, fmt, ap);
+	va_end(ap);
+	/* libpq's messages end in a newline, some in two lines: one line. */
+	size_t n = strlen(open_err);
+	while (n && (open_err[n - 1] == '\n' || open_err[n - 1] == ' '))
+		open_err[--n] = 0;
+	char *w = open_err;
+	for (char *p = open_err; *p; p++) {
+		char ch = *p == '\n' || *p == '\t' ? ' ' : *p;
+		if (ch == ' ' && w > open_err && w[-1] == ' ')
+			continue;
+		*w++ = ch;
+	}
+	*w = 0;
+}
+
 int store_open(store **out, const char *target, const struct store_opts *opts)
 {
+	open_err[0] = 0;
 	if (store_target_is_pg(target)) {
 #ifdef STORE_NO_PG
 		(void)out;
 		(void)opts;
+		store_open_error_set("this program was built without PostgreSQL (the statically linked "
+				     "agentd-worker: PostgreSQL stores need agentd-worker-dynamic)");
 		return -EPROTONOSUPPORT;
 #else
 		return store_pg_vt.open(out, target, opts);

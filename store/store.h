@@ -89,7 +89,7 @@
  *    one database may hold several stores. store_open creates them when
  *    absent (not when read_only: a database without them is STORE_E_CORRUPT,
  *    not an agentd store) and refuses a newer schema version with
- *    STORE_E_CORRUPT and a line on stderr naming both versions.
+ *    STORE_E_CORRUPT, store_open_error() naming both versions.
  *  - Timestamps come from the client's clock (store_opts.clock), not the
  *    server's: machines sharing a database must keep their clocks in step.
  *  - Never use a handle after fork() either: its connections would be shared.
@@ -154,6 +154,12 @@ struct store_opts {
  * schema), -ECONNREFUSED (no PostgreSQL server, or it refused us), -errno.
  * On success *out is owned by the caller: store_close(). */
 int store_open(store **out, const char *target, const struct store_opts *opts);
+/* What the backend said when this process's last store_open failed: on
+ * PostgreSQL libpq's or the server's message (no server there, a bad
+ * URI, authentication failed, no such database) or the newer schema's
+ * versions; "" when it said nothing beyond the code, and after an open that
+ * succeeded. For the opener's error messages; not thread-safe. */
+const char *store_open_error(void);
 void store_close(store *s);
 
 /* Flush commits made under STORE_SYNC_NONE to disk. */

@@ -611,8 +611,14 @@ static int conn_open(store *s, struct pgconn **out)
 	struct pgconn *pc = calloc(1, sizeof *pc);
 	if (!pc)
 		return -ENOMEM;
-	pc->c = PQconnectdb(s->conninfo);
+	/* Defaults the target may override (later keywords win, and the
+	 * target is expanded in place of dbname): a server that does not
+	 * answer is an error after 10 s, not a hang of the kernel's minutes. */
+	static const char *const keys[] = { "connect_timeout", "fallback_application_name", "dbname", NULL };
+	const char *vals[] = { "10", "agentd", s->conninfo, NULL };
+	pc->c = PQconnectdbParams(keys, vals, 1);
 	if (!pc->c || PQstatus(pc->c) != CONNECTION_OK) {
+		store_open_error_set("%s", pc->c ? PQerrorMessage(pc->c) : "out of memory");
 		conn_close(pc);
 		return -ECONNREFUSED;
 	}
@@ -678,8 +684,10 @@ static int schema_check(store *s, PGconn *c)
 	if ((err = query_i64(c, "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8", &present, &rows)))
 		return err;
 	if (!present) {
-		if (s->opts.read_only)
+		if (s->opts.read_only) {
+			store_open_error_set("no agentd store in this database and schema (no schema_version table)");
 			return STORE_E_CORRUPT; /* not an agentd store */
+		}
 		if ((err = exec_simple(c, "BEGIN; " SCHEMA_LOCK)) != 0)
 			return err;
 		if ((err = query_i64(c, "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8", &present,
@@ -698,10 +706,8 @@ static int schema_check(store *s, PGconn *c)
 	if (rows != 1 || ver <= 0)
 		return STORE_E_CORRUPT;
 	if (ver > SCHEMA_VERSION) {
-		fprintf(stderr,
-			"agentd store: the database's schema is version %lld, newer than this agentd's (%d): "
-			"upgrade agentd to use it\n",
-			(long long)ver, SCHEMA_VERSION);
+		store_open_error_set("the database's schema is version %lld, newer than this agentd's (%d): "
+				     "upgrade agentd to use it", (long long)ver, SCHEMA_VERSION);
 		return STORE_E_CORRUPT;
 	}
 	/* Migrations from older versions go here, each in its own

@@ -13,6 +13,7 @@
  */
 #include "supervisor/check.h"
 #include "conv/conv.h"
+#include "common/config.h"
 #include "common/jsonmp.h"
 #include "store/store.h"
 
@@ -347,6 +348,15 @@ int check_store(const char *dir, FILE *out)
 	store *st;
 	struct store_opts so = { .read_only = 1 };
 	int e = store_open(&st, dir, &so);
+	char *shown = config_store_shown(dir);
+	if (e && config_store_is_pg(dir)) {
+		fprintf(out, "agentd check: cannot open the PostgreSQL store %s: %s\n", shown ? shown : "",
+			*store_open_error() ? store_open_error() : store_strerror(e));
+		free(shown);
+		return -1;
+	}
+	if (shown)
+		dir = shown; /* a PostgreSQL target's password stays out of what is printed */
 	if (e) {
 		struct stat sb;
 		if (e == -ENOENT && stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode))
@@ -357,6 +367,7 @@ int check_store(const char *dir, FILE *out)
 				     "this version, or is damaged\n", dir);
 		else
 			fprintf(out, "agentd check: cannot open the store in %s: %s\n", dir, store_strerror(e));
+		free(shown);
 		return -1;
 	}
 	struct ck c = { .out = out, .expiries = json_object(), .rows = json_object() };
@@ -392,5 +403,6 @@ int check_store(const char *dir, FILE *out)
 	json_decref(c.expiries);
 	json_decref(c.rows);
 	store_close(st);
+	free(shown);
 	return c.problems;
 }

@@ -34,6 +34,7 @@ static struct {
 	char *sock_path;
 	char *worker_path;
 	char *config_path;
+	char *store_shown; /* the PostgreSQL target without its password, or NULL */
 } S;
 
 enum { EXIT_USAGE = 2 };
@@ -42,11 +43,17 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: agentd [OPTIONS]\n"
-		"Runs LLM agent conversations as supervised worker processes over an LMDB store,\n"
-		"driven through a Unix socket (see agentctl). Runs in the foreground, logs to stderr.\n"
+		"Runs LLM agent conversations as supervised worker processes over an LMDB store\n"
+		"(or a PostgreSQL database), driven through a Unix socket (see agentctl). Runs in\n"
+		"the foreground, logs to stderr.\n"
 		"\n"
-		"  --data DIR          data directory (default ./agentd-data; created if missing)\n"
-		"  --socket PATH       control socket (default DATA/agentd.sock)\n"
+		"  --data DIR          LMDB data directory (default ./agentd-data; created if missing)\n"
+		"  --store TARGET      a PostgreSQL store instead: postgresql://[user@]host[:port]/db\n"
+		"                      or a conninfo (host=... dbname=...); the password is best in\n"
+		"                      ~/.pgpass or PGPASSWORD, not on the command line\n"
+		"  --run-dir DIR       with --store: the directory of the socket, pid file and locks\n"
+		"                      (default ./agentd-run; created if missing). LMDB: DATA itself\n"
+		"  --socket PATH       control socket (default DATA/agentd.sock, RUN-DIR/agentd.sock)\n"
 		"  --config FILE       INI configuration: models, tools, limits (none needed for\n"
 		"                      the built-in echo model)\n"
 		"  --ephemeral         keep the store on tmpfs and delete it at exit\n"
@@ -54,18 +61,20 @@ static void usage(FILE *f)
 		"  --sync full|none    full: every commit durable before it is acknowledged (default);\n"
 		"                      none: flushed every second (an OS crash can lose the last second)\n"
 		"  --log-level LEVEL   error, warn, info (default) or debug\n"
-		"  --worker PATH       the agentd-worker program (default: beside agentd)\n"
+		"  --worker PATH       the agentd-worker program (default: beside agentd;\n"
+		"                      agentd-worker-dynamic for --store, which has libpq)\n"
 		"  --max-workers N     live worker processes at most; more conversations queue\n"
 		"  --help, --version\n"
 		"\n"
-		"agentd check [--data DIR]\n"
+		"agentd check [--data DIR | --store TARGET]\n"
 		"  Check the store's consistency (read-only; safe while agentd runs): seqs 1..N,\n"
 		"  tool-call rows and expiries against the log, fsm_state and status against what\n"
 		"  the log owes. Exit 0 when consistent, 1 listing each problem, 2 when the store\n"
 		"  cannot be opened (the reason is printed).\n"
 		"\n"
 		"Command-line options override the configuration file. Exit status: 0 after a clean\n"
-		"stop, 1 on a runtime failure (another agentd holds DIR, the store cannot open),\n"
+		"stop, 1 on a runtime failure (another agentd holds DIR, the store cannot open:\n"
+		"no server, a bad URI, authentication failed, a newer schema),\n"
 		"2 on a usage or configuration error.\n");
 }
 
@@ -170,24 +179,36 @@ static void raise_fd_limit(void)
 	}
 }
 
-/* `agentd check [--data DIR]`. */
+/* `agentd check [--data DIR | --store TARGET]`. */
 static int check_main(int argc, char **argv)
 {
 	const char *dir = "./agentd-data";
 	if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
-		printf("usage: agentd check [--data DIR]\n\nCheck the store in DIR (default ./agentd-data) "
-		       "read-only, safe while agentd runs.\nExit status: 0 consistent; 1 problems, one line "
-		       "each; 2 no store to read, or a usage error.\n");
+		printf("usage: agentd check [--data DIR | --store TARGET]\n\nCheck the store in DIR (default "
+		       "./agentd-data), or the PostgreSQL store TARGET,\nread-only, safe while agentd runs.\n"
+		       "Exit status: 0 consistent; 1 problems, one line each; 2 no store to read, or a usage error.\n");
 		return 0;
 	}
-	if (argc == 4 && !strcmp(argv[2], "--data"))
+	int pg = 0;
+	if (argc == 4 && (!strcmp(argv[2], "--data") || (pg = !strcmp(argv[2], "--store"))))
 		dir = argv[3];
 	else if (argc == 3 && !strncmp(argv[2], "--data=", 7))
 		dir = argv[2] + 7;
+	else if (argc == 3 && !strncmp(argv[2], "--store=", 8))
+		pg = 1, dir = argv[2] + 8;
 	else if (argc != 2)
 		dir = NULL;
+	if (dir && pg && !config_store_is_pg(dir)) {
+		fprintf(stderr, "agentd check: --store '%s' is not a PostgreSQL target (postgresql://..., or a conninfo "
+			"starting host= or dbname=)\n", dir);
+		return EXIT_USAGE;
+	}
+	if (dir && !pg && *dir && config_store_is_pg(dir)) {
+		fprintf(stderr, "agentd check: --data names a directory; a PostgreSQL target goes with --store\n");
+		return EXIT_USAGE;
+	}
 	if (!dir || !*dir) {
-		fprintf(stderr, "usage: agentd check [--data DIR]\n");
+		fprintf(stderr, "usage: agentd check [--data DIR | --store TARGET]\n");
 		return EXIT_USAGE;
 	}
 	int n = check_store(dir, stdout);
@@ -198,20 +219,43 @@ static int check_main(int argc, char **argv)
  * on, or the status to exit with (0 after --help or --version). */
 /* Command-line options given, each over the configuration's value. */
 struct options {
-	const char *data, *socket, *worker, *idle, *sync, *level, *max;
+	const char *data, *socket, *worker, *idle, *sync, *level, *max, *store, *run_dir;
 };
 
 /* 0, or -1 with the reason on stderr. */
 static int options_apply(struct config *cfg, const struct options *o)
 {
-	if ((o->data && !*o->data) || (o->socket && !*o->socket) || (o->worker && !*o->worker)) {
+	if ((o->data && !*o->data) || (o->socket && !*o->socket) || (o->worker && !*o->worker) ||
+	    (o->run_dir && !*o->run_dir)) {
 		fprintf(stderr, "agentd: --%s is an empty path\n", o->data && !*o->data ? "data" :
-			o->socket && !*o->socket ? "socket" : "worker");
+			o->socket && !*o->socket ? "socket" : o->worker && !*o->worker ? "worker" : "run-dir");
+		return -1;
+	}
+	if (o->data && o->store) {
+		fprintf(stderr, "agentd: --data and --store both given: one store, either an LMDB data directory "
+			"or a PostgreSQL target\n");
+		return -1;
+	}
+	if (o->store && !config_store_is_pg(o->store)) {
+		fprintf(stderr, "agentd: --store '%s' is not a PostgreSQL target (postgresql://[user@]host[:port]/db, "
+			"postgres://..., or a conninfo starting host= or dbname=); an LMDB store is --data DIR\n",
+			o->store);
 		return -1;
 	}
 	if (o->data) {
+		/* The command line's store over the configuration's. */
 		free(cfg->data);
 		cfg->data = strdup(o->data);
+		free(cfg->store);
+		cfg->store = NULL;
+	}
+	if (o->store) {
+		free(cfg->store);
+		cfg->store = strdup(o->store);
+	}
+	if (o->run_dir) {
+		free(cfg->run_dir);
+		cfg->run_dir = strdup(o->run_dir);
 	}
 	if (o->socket) {
 		free(cfg->socket);
@@ -259,10 +303,11 @@ static int parse_args(int argc, char **argv, struct config *cfg, const char **co
 		{ "idle-timeout", required_argument, 0, 'i' }, { "sync", required_argument, 0, 'y' },
 		{ "log-level", required_argument, 0, 'l' }, { "worker", required_argument, 0, 'w' },
 		{ "max-workers", required_argument, 0, 'm' }, { "help", no_argument, 0, 'h' },
+		{ "store", required_argument, 0, 'S' }, { "run-dir", required_argument, 0, 'R' },
 		{ "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
 	};
 	const char *o_data = NULL, *o_socket = NULL, *o_config = NULL, *o_idle = NULL, *o_sync = NULL,
-		   *o_level = NULL, *o_worker = NULL, *o_max = NULL;
+		   *o_level = NULL, *o_worker = NULL, *o_max = NULL, *o_store = NULL, *o_run = NULL;
 	int o_ephemeral = 0, c;
 	char err[512];
 
@@ -277,6 +322,8 @@ static int parse_args(int argc, char **argv, struct config *cfg, const char **co
 		case 'l': o_level = optarg; break;
 		case 'w': o_worker = optarg; break;
 		case 'm': o_max = optarg; break;
+		case 'S': o_store = optarg; break;
+		case 'R': o_run = optarg; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("agentd %s\n", AGENTD_VERSION); return 0;
 		default: usage(stderr); return EXIT_USAGE;
@@ -292,17 +339,32 @@ static int parse_args(int argc, char **argv, struct config *cfg, const char **co
 		fprintf(stderr, "agentd: %s%s\n", access(o_config, R_OK) ? "cannot read the configuration file: " : "", err);
 		return EXIT_USAGE;
 	}
-	struct options o = { o_data, o_socket, o_worker, o_idle, o_sync, o_level, o_max };
+	struct options o = { o_data, o_socket, o_worker, o_idle, o_sync, o_level, o_max, o_store, o_run };
 	if (options_apply(cfg, &o))
 		return EXIT_USAGE;
+	if (o_ephemeral && cfg->store) {
+		fprintf(stderr, "agentd: --ephemeral keeps an LMDB store on tmpfs; it does not go with a PostgreSQL "
+			"store (--store, or [store] target)\n");
+		return EXIT_USAGE;
+	}
 	cfg->ephemeral = o_ephemeral;
 	*config_file = o_config;
 	return -1;
 }
 
-/* The data directory (tmpfs for --ephemeral) into S.data_dir, made or
- * checked: ours and writable by us alone. *made: this start created it.
- * 0 or -1 (logged). */
+/* The directory agentd keeps its files in: the LMDB data directory, or
+ * with a PostgreSQL store the run directory (socket, pid file, locks,
+ * the configuration's copy). */
+static const char *home_dir(const struct config *cfg)
+{
+	if (cfg->store)
+		return cfg->run_dir ? cfg->run_dir : "./agentd-run";
+	return cfg->data;
+}
+
+/* The data directory (tmpfs for --ephemeral), or the run directory, into
+ * S.data_dir, made or checked: ours and writable by us alone. *made: this
+ * start created it. 0 or -1 (logged). */
 static int data_dir_open(const struct config *cfg, int *made)
 {
 	if (cfg->ephemeral) {
@@ -317,41 +379,42 @@ static int data_dir_open(const struct config *cfg, int *made)
 		}
 	} else {
 		struct stat sb;
-		if (!cfg->data[0]) {
-			log_error("the data directory is an empty path");
+		const char *dir = home_dir(cfg), *what = cfg->store ? "run" : "data";
+		if (!dir[0]) {
+			log_error("the %s directory is an empty path", what);
 			return -1;
 		}
-		if (mkdir(cfg->data, 0700) == 0)
+		if (mkdir(dir, 0700) == 0)
 			*made = 1;
 		else if (errno != EEXIST) {
-			log_error("cannot create the data directory %s: %s", cfg->data, strerror(errno));
+			log_error("cannot create the %s directory %s: %s", what, dir, strerror(errno));
 			return -1;
 		}
-		if (stat(cfg->data, &sb) < 0) {
-			log_error("data directory %s: %s", cfg->data, strerror(errno)); /* a dangling link, say */
+		if (stat(dir, &sb) < 0) {
+			log_error("%s directory %s: %s", what, dir, strerror(errno)); /* a dangling link, say */
 			return -1;
 		}
 		if (!S_ISDIR(sb.st_mode)) {
-			log_error("the data directory %s is not a directory", cfg->data);
+			log_error("the %s directory %s is not a directory", what, dir);
 			return -1;
 		}
 		/* Whoever can write the directory can change what agentd runs
 		 * (the configuration copy workers read) and what it writes
 		 * through (a link planted under a store file's name). */
 		if (sb.st_uid != geteuid()) {
-			log_error("the data directory %s belongs to uid %u, not to agentd's %u: refusing it",
-				  cfg->data, (unsigned)sb.st_uid, (unsigned)geteuid());
+			log_error("the %s directory %s belongs to uid %u, not to agentd's %u: refusing it",
+				  what, dir, (unsigned)sb.st_uid, (unsigned)geteuid());
 			return -1;
 		}
 		if (sb.st_mode & (S_IWGRP | S_IWOTH)) {
-			log_error("the data directory %s is writable by %s (mode %04o): refusing it (chmod 700 %s)",
-				  cfg->data, sb.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(sb.st_mode & 07777),
-				  cfg->data);
+			log_error("the %s directory %s is writable by %s (mode %04o): refusing it (chmod 700 %s)",
+				  what, dir, sb.st_mode & S_IWOTH ? "everyone" : "its group", (unsigned)(sb.st_mode & 07777),
+				  dir);
 			return -1;
 		}
-		S.data_dir = realpath(cfg->data, NULL);
+		S.data_dir = realpath(dir, NULL);
 		if (!S.data_dir) {
-			log_error("data directory %s: %s", cfg->data, strerror(errno));
+			log_error("%s directory %s: %s", what, dir, strerror(errno));
 			return -1;
 		}
 	}
@@ -384,7 +447,19 @@ static int run_locked(const struct config *cfg, const char *o_config, int *serve
 
 	struct store_opts so = { .sync = cfg->sync, .audit = cfg->audit, .map_size = cfg->map_size,
 				 .max_map_size = cfg->max_map_size };
-	int e = store_open(&S.st, S.data_dir, &so);
+	if (cfg->store) {
+		/* The map is LMDB's; PostgreSQL's disk is the server's. */
+		if (cfg->map_size || cfg->max_map_size)
+			log_warn("map_size and max_map_size are LMDB settings: ignored with a PostgreSQL store");
+		so.map_size = so.max_map_size = 0;
+	}
+	int e = store_open(&S.st, cfg->store ? cfg->store : S.data_dir, &so);
+	if (e && cfg->store) {
+		const char *why = store_open_error();
+		log_error("cannot open the PostgreSQL store %s: %s", S.store_shown,
+			  *why ? why : e == STORE_E_CORRUPT ? "not an agentd store of this version" : store_strerror(e));
+		goto unlock;
+	}
 	if (e) {
 		if (e == STORE_E_CORRUPT)
 			log_error("cannot open the store in %s: its data.mdb is not an agentd store of this version, or "
@@ -401,8 +476,12 @@ static int run_locked(const struct config *cfg, const char *o_config, int *serve
 	if (server_open(&so_))
 		goto close;
 	char *cfg_real = o_config ? realpath(o_config, NULL) : NULL;
-	log_info("agentd %s: data %s, worker %s, config %s", AGENTD_VERSION, S.data_dir, S.worker_path,
-		 cfg_real ? cfg_real : o_config ? o_config : "none (built-in defaults)");
+	if (cfg->store)
+		log_info("agentd %s: store %s, run directory %s, worker %s, config %s", AGENTD_VERSION, S.store_shown,
+			 S.data_dir, S.worker_path, cfg_real ? cfg_real : o_config ? o_config : "none (built-in defaults)");
+	else
+		log_info("agentd %s: data %s, worker %s, config %s", AGENTD_VERSION, S.data_dir, S.worker_path,
+			 cfg_real ? cfg_real : o_config ? o_config : "none (built-in defaults)");
 	free(cfg_real);
 	printf("agentd: listening on %s\n", S.sock_path);
 	fflush(stdout);
@@ -441,13 +520,33 @@ int main(int argc, char **argv)
 	log_init("agentd", cfg.log_level);
 	rc = 1;
 	int made_dir = 0, served = 0;
+	if (cfg.store) {
+		if (!(S.store_shown = config_store_shown(cfg.store)))
+			goto out;
+		/* Workers read the target from their environment, not from a
+		 * command line anyone on the machine can read (ps). */
+		if (setenv("AGENTD_STORE", cfg.store, 1) < 0)
+			goto out;
+	}
 	if (data_dir_open(&cfg, &made_dir))
 		goto out;
 	if (cfg.socket)
 		S.sock_path = strdup(cfg.socket);
-	else if (asprintf(&S.sock_path, "%s/agentd.sock", cfg.ephemeral ? S.data_dir : cfg.data) < 0)
+	else if (asprintf(&S.sock_path, "%s/agentd.sock", cfg.ephemeral ? S.data_dir : home_dir(&cfg)) < 0)
 		goto out;
-	S.worker_path = cfg.worker ? strdup(cfg.worker) : beside_self("agentd-worker");
+	if (cfg.worker)
+		S.worker_path = strdup(cfg.worker);
+	else if (cfg.store) {
+		/* The static agentd-worker has no libpq (Debian ships no static
+		 * archives of its dependencies); its dynamic twin has. A build
+		 * linking the worker dynamically has only agentd-worker. */
+		S.worker_path = beside_self("agentd-worker-dynamic");
+		if (S.worker_path && access(S.worker_path, X_OK) < 0) {
+			free(S.worker_path);
+			S.worker_path = beside_self("agentd-worker");
+		}
+	} else
+		S.worker_path = beside_self("agentd-worker");
 
 	rc = run_locked(&cfg, o_config, &served);
 out:
@@ -457,11 +556,12 @@ out:
 	if ((cfg.ephemeral || (made_dir && !served)) && S.data_dir)
 		rm_tree(S.data_dir);
 	else if (made_dir && !served)
-		rmdir(cfg.data);
+		rmdir(home_dir(&cfg));
 	free(S.data_dir);
 	free(S.sock_path);
 	free(S.worker_path);
 	free(S.config_path);
+	free(S.store_shown);
 	config_free(&cfg);
 	return rc;
 }

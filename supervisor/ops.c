@@ -467,11 +467,15 @@ static void op_status(store_txn *t, struct job *j)
 {
 	struct store_stat st = { 0 };
 	store_stat(O.env->st, &st);
-	j->reply = json_pack("{sssIsos{sssIsIsIsIss}}", "version", AGENTD_VERSION, "uptime_ms",
-			     (json_int_t)(loop_now_ms() - O.env->started_ms), "workers", workers_json(), "store", "path",
-			     O.env->data_dir, "size_bytes", (json_int_t)st.size_bytes, "file_bytes",
+	/* A PostgreSQL store shows its target, never its password. */
+	char *pg = O.env->cfg->store ? config_store_shown(O.env->cfg->store) : NULL;
+	j->reply = json_pack("{sssIsos{sssssIsIsIsIss}}", "version", AGENTD_VERSION, "uptime_ms",
+			     (json_int_t)(loop_now_ms() - O.env->started_ms), "workers", workers_json(), "store",
+			     "backend", O.env->cfg->store ? "postgresql" : "lmdb", "path",
+			     pg ? pg : O.env->data_dir, "size_bytes", (json_int_t)st.size_bytes, "file_bytes",
 			     (json_int_t)st.file_bytes, "map_size", (json_int_t)st.map_size, "readers",
 			     (json_int_t)st.readers, "sync", st.sync == STORE_SYNC_NONE ? "none" : "full");
+	free(pg);
 	json_t *node = nodes_status_json();
 	if (j->reply && node)
 		json_object_set_new(j->reply, "node", node);

@@ -249,11 +249,23 @@ static int spawn_fork(struct worker *w, uint64_t gen)
 {
 	char lease[24];
 	snprintf(lease, sizeof lease, "%llu", (unsigned long long)gen);
-	char *argv[20];
+	char *argv[24];
 	int a = 0;
+	char conns[16];
 	argv[a++] = (char *)W.env->worker_path; /* execv takes char *const[]; it writes none */
-	argv[a++] = "--data";
-	argv[a++] = (char *)W.env->data_dir;
+	if (W.cfg->store) {
+		/* The target is in the environment (AGENTD_STORE, set by main):
+		 * a command line is anyone's to read. */
+		snprintf(conns, sizeof conns, "%d", W.cfg->store_connections);
+		argv[a++] = "--store-env";
+		argv[a++] = "--run-dir";
+		argv[a++] = (char *)W.env->data_dir;
+		argv[a++] = "--connections";
+		argv[a++] = conns;
+	} else {
+		argv[a++] = "--data";
+		argv[a++] = (char *)W.env->data_dir;
+	}
 	argv[a++] = "--conversation";
 	argv[a++] = w->conv;
 	argv[a++] = "--lease";

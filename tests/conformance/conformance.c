@@ -3572,6 +3572,8 @@ START_TEST(read_only_store_refuses_writes)
 	ck_assert_ptr_null(s2);
 	OPTS.read_only = 0;
 	open_store();
+	/* an open that succeeds leaves no reason behind */
+	ck_assert_str_eq(store_open_error(), "");
 }
 END_TEST
 

@@ -198,7 +198,14 @@ static const struct {
 	  "F:4: [mcp.s] and [tool.s] share a name: a tool's name is unique" },
 	{ "[mcp.s]\ncommand = y\n[tool.s]\ncommand = x\n",
 	  "F:4: [tool.s] and [mcp.s] share a name: a tool's name is unique" },
-	{ "[mcp.s x]\ncommand = y\n", "F:2: unknown section [mcp.s x] (expected [agentd], [model.NAME], [tool.NAME] or [mcp.NAME]" },
+	{ "[mcp.s x]\ncommand = y\n",
+	  "F:2: unknown section [mcp.s x] (expected [agentd], [store], [model.NAME], [tool.NAME] or [mcp.NAME]" },
+	{ "[store]\ntarget = /var/lib/agentd\n", "F:2: bad value '/var/lib/agentd' for 'target' in [store]" },
+	{ "[store]\nconnections = 0\n", "F:2: bad value '0' for 'connections' in [store]" },
+	{ "[store]\nbogus = 1\n", "F:2: unknown key 'bogus' in [store]" },
+	{ "[agentd]\ndata = /srv/a\n[store]\ntarget = postgresql:///agentd\n",
+	  "F: both data in [agentd] and target in [store] are set: one store" },
+	{ "[agentd]\nrun_dir =\n", "F:2: bad value '' for 'run_dir' in [agentd]" },
 	{ "[model.m]\ntimeout = 5s\n", "F: [model.m] needs a command (or kind = openai or anthropic)" },
 	{ "[model.m]\ncommand = \"unterminated\n",
 	  "F: [model.m] command: an unterminated quote, a trailing backslash or no word: \"unterminated" },
@@ -252,6 +259,43 @@ START_TEST(bad_file_refused)
 }
 END_TEST
 
+/* [store]: a PostgreSQL target, its connection limit, the run directory;
+ * and what logs and status show of a target: never its password. */
+START_TEST(store_section)
+{
+	struct config c;
+	char err[512];
+	ck_assert_int_eq(load("[agentd]\nrun_dir = /run/agentd\n[store]\ntarget = postgresql://u:pw@db/agentd\n"
+			      "connections = 8\n", &c, err, sizeof err), 0);
+	ck_assert_str_eq(c.store, "postgresql://u:pw@db/agentd");
+	ck_assert_str_eq(c.run_dir, "/run/agentd");
+	ck_assert_int_eq(c.store_connections, 8);
+	config_free(&c);
+	ck_assert_int_eq(load("[agentd]\nsync = full\n", &c, err, sizeof err), 0);
+	ck_assert_ptr_null(c.store);
+	ck_assert_int_eq(c.store_connections, 64);
+	config_free(&c);
+	static const char *const shown[][2] = {
+		{ "postgresql://u:secret@db:5432/agentd", "postgresql://u:***@db:5432/agentd" },
+		{ "postgresql://u:x@db/agentd", "postgresql://u:***@db/agentd" },
+		{ "postgresql://u@db/agentd?password=secret&sslmode=require",
+		  "postgresql://u@db/agentd?password=***&sslmode=require" },
+		{ "postgresql://db/agentd", "postgresql://db/agentd" },
+		{ "host=db password=secret dbname=a", "host=db password=*** dbname=a" },
+		{ "host=db password = 'se cret' dbname=a", "host=db password = *** dbname=a" },
+		{ "dbname=a password=ab", "dbname=a password=**" },
+		{ "/var/lib/agentd", "/var/lib/agentd" },
+	};
+	for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
+		char *got = config_store_shown(shown[i][0]);
+		ck_assert_str_eq(got, shown[i][1]);
+		free(got);
+	}
+	ck_assert(config_store_is_pg("postgres://h/d") && config_store_is_pg("dbname=x") &&
+		  !config_store_is_pg("./agentd-data"));
+}
+END_TEST
+
 START_TEST(missing_file)
 {
 	struct config c;
@@ -285,6 +329,7 @@ Suite *make_config_suite(void)
 	tcase_add_test(t, a_good_file);
 	tcase_add_test(t, isolation_and_mcp);
 	tcase_add_loop_test(t, bad_file_refused, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
+	tcase_add_test(t, store_section);
 	tcase_add_test(t, missing_file);
 	tcase_add_test(t, directory_refused);
 	suite_add_tcase(s, t);

@@ -164,7 +164,14 @@ START_TEST(target_chooses_the_backend)
 		store *s = NULL;
 		ck_assert_msg(store_open(&s, pg[i], NULL) == -ECONNREFUSED, "%s", pg[i]);
 		ck_assert_ptr_null(s);
+		/* libpq's reason, on one line, for the opener's message */
+		ck_assert_msg(strstr(store_open_error(), "nonexistent-agentd-socket-dir") != NULL, "%s: '%s'", pg[i],
+			      store_open_error());
+		ck_assert_ptr_null(strchr(store_open_error(), '\n'));
 	}
+	store *bad = NULL;
+	ck_assert_int_eq(store_open(&bad, "postgresql://h:notaport/x", NULL), -ECONNREFUSED);
+	ck_assert_ptr_nonnull(strstr(store_open_error(), "notaport"));
 	for (size_t i = 0; i < sizeof lmdb / sizeof lmdb[0]; i++) {
 		store *s = NULL;
 		ck_assert_msg(store_open(&s, lmdb[i], NULL) == -ENOENT, "%s", lmdb[i]);
@@ -188,11 +195,14 @@ START_TEST(newer_schema_is_refused)
 	s = NULL;
 	ck_assert_int_eq(store_open(&s, target, NULL), STORE_E_CORRUPT);
 	ck_assert_ptr_null(s);
+	ck_assert_str_eq(store_open_error(), "the database's schema is version 2, newer than this agentd's (1): "
+					     "upgrade agentd to use it");
 	snprintf(sql, sizeof sql, "SELECT version FROM %s.schema_version", schema);
 	ck_assert_int_eq(admin_sql(sql), 2);
 	snprintf(sql, sizeof sql, "UPDATE %s.schema_version SET version = 1", schema);
 	admin_sql(sql);
 	s = open_ok();
+	ck_assert_str_eq(store_open_error(), "");
 	store_txn *x;
 	struct store_conv c;
 	ck_assert_int_eq(store_txn_begin(s, STORE_READ, &x), 0);
@@ -210,6 +220,7 @@ START_TEST(read_only_open_creates_nothing)
 	store *s = NULL;
 	ck_assert_int_eq(store_open(&s, target, &o), STORE_E_CORRUPT);
 	ck_assert_ptr_null(s);
+	ck_assert_ptr_nonnull(strstr(store_open_error(), "no agentd store"));
 	char sql[200];
 	snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_tables WHERE schemaname = '%s'", schema);
 	ck_assert_int_eq(admin_sql(sql), 0);
