@@ -140,6 +140,12 @@ struct store_opts {
 	unsigned max_readers;   /* reader slots; 0: 1024 */
 	int64_t (*clock)(void *arg); /* ms since the epoch; NULL: CLOCK_REALTIME */
 	void *clock_arg;
+	/* PostgreSQL: a session left idle inside a transaction this long (its
+	 * process stopped, or cut off) is ended by the server, which releases
+	 * its row locks: other nodes do not wait on a stopped one for longer.
+	 * 0: no limit. LMDB ignores it (a dead process's reader slot is
+	 * cleared, and writers are one machine's). */
+	int64_t idle_txn_timeout_ms;
 };
 
 /* Open (creating when absent, unless read_only) the store at `target`: a

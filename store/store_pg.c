@@ -633,6 +633,12 @@ static int conn_open(store *s, struct pgconn **out)
 	int err = exec_simple(pc->c, s->opts.sync == STORE_SYNC_NONE
 				     ? "SET synchronous_commit = off; SET client_min_messages = warning"
 				     : "SET client_min_messages = warning");
+	if (!err && s->opts.idle_txn_timeout_ms > 0) {
+		char set[96];
+		snprintf(set, sizeof set, "SET idle_in_transaction_session_timeout = %lld",
+			 (long long)s->opts.idle_txn_timeout_ms);
+		err = exec_simple(pc->c, set);
+	}
 	if (err) {
 		conn_close(pc);
 		return err;

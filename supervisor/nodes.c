@@ -77,7 +77,7 @@ int nodes_claim(store_txn *t, const char *conv, uint64_t *gen)
 			return e;
 	}
 	N.elsewhere++;
-	return NODES_ELSEWHERE;
+	return WORKERS_ELSEWHERE;
 }
 
 void nodes_release(const char *conv, uint64_t gen)
@@ -138,6 +138,8 @@ static int held(void *arg, const char *conv, uint64_t gen)
 {
 	const struct leases *l = arg;
 	struct lease key;
+	if (l->n == 0)
+		return 0; /* it holds none (and l->v may be NULL) */
 	snprintf(key.conv, sizeof key.conv, "%s", conv);
 	const struct lease *f = bsearch(&key, l->v, l->n, sizeof *l->v, lease_cmp);
 	return f && f->gen == gen;

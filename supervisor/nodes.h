@@ -41,14 +41,14 @@ void nodes_close(void);
 
 const char *nodes_self(void);
 
-/* Claim conv for this node in t, for its next worker: 0 with *gen, 1 when
- * another node owns it (it was told: nothing to start here), or a store
- * error (STORE_E_NOTFOUND: the conversation is gone). */
-enum { NODES_ELSEWHERE = 1 };
+/* Claim conv for this node in t, for its next worker (workers_hooks.claim):
+ * 0 with *gen, WORKERS_ELSEWHERE when another node owns it (it was told:
+ * nothing to start here), or a store error (STORE_E_NOTFOUND: the
+ * conversation is gone). */
 int nodes_claim(store_txn *t, const char *conv, uint64_t *gen);
 
 /* conv's worker of generation gen ended owing nothing: give its lease
- * back (nothing when it moved already). */
+ * back (nothing when it moved already; workers_hooks.released). */
 void nodes_release(const char *conv, uint64_t gen);
 
 /* The `nodes` op's reply fields, `status`'s `node` object, and the lines

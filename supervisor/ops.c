@@ -809,7 +809,7 @@ static void group_commit_failed(int e, size_t n)
  * out, a full map grown) are one loop; what each write then owes is after it. */
 static void group_commit(struct job **w, struct wres *res, size_t n)
 {
-	int e = 0, grown = 0;
+	int e = 0, grown = 0, deadlocks = 0;
 	uint64_t committed = 0;
 	size_t left = n;
 	for (;;) {
@@ -864,6 +864,14 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 				continue;
 			e = 0;
 			break;
+		}
+		/* A store shared by several nodes: another node's transaction
+		 * locked some of these conversations in another order, and the
+		 * server aborted this one to let it go on (-EAGAIN). Nothing of
+		 * it was written: run it again, a few times. */
+		if (e == -EAGAIN && deadlocks++ < 8) {
+			log_info("a group commit of %zu writes met a lock conflict with another node: retrying it", left);
+			continue;
 		}
 		/* A full map: the store doubled it, or does before the next
 		 * begin, up to max_map_size; a large send may need several

@@ -10,7 +10,6 @@
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
-#include "supervisor/nodes.h"
 #include "supervisor/spawn.h"
 
 #include <bsd/sys/queue.h>
@@ -188,6 +187,13 @@ static int orphan_running(const char *conv)
 	return convlock_held(fd, conv) > 0;
 }
 
+/* The lease for conv's next worker: the node's claim (server.c wires
+ * nodes.c), or a new generation where no node is wired (unit tests). */
+static int claim_lease(store_txn *t, const char *conv, uint64_t *gen)
+{
+	return W.env->hooks.claim ? W.env->hooks.claim(t, conv, gen) : store_lease_next(t, conv, gen);
+}
+
 static int take_lease(const char *conv, uint64_t *gen)
 {
 	store_txn *t;
@@ -201,7 +207,7 @@ static int take_lease(const char *conv, uint64_t *gen)
 		return e;
 	/* A claim: the node's lease and the worker's generation. Another
 	 * node's live lease is committed too: the notice that tells its owner. */
-	e = nodes_claim(t, conv, gen);
+	e = claim_lease(t, conv, gen);
 	if (e < 0) {
 		store_txn_abort(t);
 		return e;
@@ -223,9 +229,9 @@ int lease_ahead(store_txn *t, const char *conv)
 	if (W.shutting_down || W.nlive >= W.cfg->max_workers || orphan_running(conv) || (!w && !(w = worker_get(conv))))
 		return 0;
 	uint64_t gen;
-	int e = nodes_claim(t, conv, &gen);
+	int e = claim_lease(t, conv, &gen);
 	if (e)
-		return e == STORE_E_NOTFOUND || e == NODES_ELSEWHERE ? 0 : e;
+		return e == STORE_E_NOTFOUND || e == WORKERS_ELSEWHERE ? 0 : e;
 	if (!w->lease_ahead)
 		LIST_INSERT_HEAD(&W.ahead, w, alink);
 	w->lease_ahead = gen;
@@ -347,7 +353,7 @@ static int spawn(struct worker *w)
 		e = take_lease(w->conv, &gen);
 	}
 	if (e) {
-		if (e == STORE_E_NOTFOUND || e == NODES_ELSEWHERE)
+		if (e == STORE_E_NOTFOUND || e == WORKERS_ELSEWHERE)
 			return 1; /* deleted meanwhile, or another node runs it: nothing to start */
 		log_error("%s: cannot take a writer lease: %s", w->conv, store_strerror(e));
 		return -1;
@@ -617,8 +623,8 @@ static void on_exit_status(struct worker *w, int status)
 	worker_event(w, E_EXIT, &x);
 	/* Done and owing nothing: its lease goes, so a node does not renew
 	 * every conversation it ever ran, and the next send's node runs it. */
-	if (w->lc.state == W_NONE && !w->pid && !W.shutting_down)
-		nodes_release(w->conv, w->lease);
+	if (w->lc.state == W_NONE && !w->pid && !W.shutting_down && W.env->hooks.released)
+		W.env->hooks.released(w->conv, w->lease);
 }
 
 void workers_reap(void)

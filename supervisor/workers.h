@@ -28,7 +28,14 @@ struct workers_hooks {
 	void (*committed)(const char *conv);                         /* its log may have grown */
 	void (*delta)(const char *conv, const char *text, size_t len); /* a model's streamed text */
 	void (*rearm_expiry)(void);                                  /* a deadline may have been scheduled */
+	/* The lease for conv's next worker, in t (NULL: store_lease_next):
+	 * 0 with *gen, WORKERS_ELSEWHERE when another node runs conv (start
+	 * nothing), or a store error. */
+	int (*claim)(store_txn *t, const char *conv, uint64_t *gen);
+	/* conv's worker of generation gen ended owing nothing (may be NULL). */
+	void (*released)(const char *conv, uint64_t gen);
 };
+enum { WORKERS_ELSEWHERE = 1 };
 
 struct workers_env {
 	const struct config *cfg;
