@@ -277,8 +277,17 @@ static void stop_now(void)
 }
 
 /* Done writing: give the gate back, with the last seq the commit made
- * visible (0: none), and honour a stop that came meanwhile. */
-static void gate_leave(uint64_t seq)
+ * visible (0: none), and honour a stop that came meanwhile. Never inlined
+ * nor given another calling convention, on every build type: a debugger
+ * stopping the worker between a commit and its announcement (a process
+ * test does) breaks at its address and reads seq from the first argument
+ * register, with or without debug information. */
+#if defined(__clang__)
+#define GATE_LEAVE_ATTR __attribute__((noinline))
+#else
+#define GATE_LEAVE_ATTR __attribute__((noipa))
+#endif
+static GATE_LEAVE_ATTR void gate_leave(uint64_t seq)
 {
 	if (W.orphan)
 		exit(0); /* its one write done: the next worker does the rest */

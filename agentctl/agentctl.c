@@ -77,6 +77,8 @@ enum kind {
 	K_RAW,      /* raw's JSON: the whole request line */
 	K_LOCAL,    /* flag read by agentctl itself (--json-content) */
 	K_RES_STR,  /* result.<field>: string (approve and deny's --comment) */
+	K_META_KV,  /* metadata.KEY: string VALUE from KEY=VALUE, repeatable */
+	K_META_DEL, /* metadata.KEY: null (update: delete the key), repeatable */
 };
 
 struct param {
@@ -126,6 +128,8 @@ static const struct param opt_create[] = {
 	{"--tool", "tools", K_SET_LIST, "T", NULL, false, "offer tool T, by its configured name (repeatable)"},
 	{"--param", "params", K_SET_KV, "K=V", NULL, false,
 	 "model parameter; V is taken as JSON when it parses (0.2, true, [1]), else as a string (repeatable)"},
+	{"--meta", "metadata", K_META_KV, "K=V", NULL, false,
+	 "metadata: string V under key K, for your own bookkeeping and list filters (repeatable)"},
 	{0},
 };
 
@@ -133,6 +137,12 @@ static const struct param opt_list[] = {
 	{"--status", "status", K_STR, "S", NULL, false, "only conversations with status S (active, suspended, idle, ended)"},
 	{"--limit", "limit", K_UINT, "N", NULL, false, "at most N conversations (agentd's default: 100)"},
 	{"--after", "after", K_STR, "ID", NULL, false, "start after conversation ID (the `next:` cursor of a previous page)"},
+	{"--meta", "metadata", K_META_KV, "K=V", NULL, false, "only conversations whose metadata has K=V (repeatable: all must hold)"},
+	{"--model", "model", K_STR, "M", NULL, false, "only conversations whose settings.model is M"},
+	{"--updated-after", "updated_after", K_UINT, "MS", NULL, false,
+	 "only conversations updated after MS (milliseconds since the epoch)"},
+	{"--updated-before", "updated_before", K_UINT, "MS", NULL, false,
+	 "only conversations updated before MS (milliseconds since the epoch)"},
 	{0},
 };
 
@@ -142,6 +152,8 @@ static const struct param opt_update[] = {
 	{"--tool", "tools", K_SET_LIST, "T", NULL, false, "the tool list becomes the tools given (repeatable)"},
 	{"--param", "params", K_SET_KV, "K=V", NULL, false, "model parameter, as for create (repeatable)"},
 	{"--end", "status", K_CONST, NULL, "ended", false, "end the conversation: later sends are refused (conflict)"},
+	{"--meta", "metadata", K_META_KV, "K=V", NULL, false, "set metadata key K to V; other keys are kept (repeatable)"},
+	{"--unset-meta", "metadata", K_META_DEL, "K", NULL, false, "delete metadata key K (repeatable)"},
 	{0},
 };
 
@@ -229,14 +241,16 @@ static const struct command commands[] = {
 	 show_create, 0, "agentctl create --id demo --model echo --system 'Be brief.' --param temperature=0.2", NULL, "conversation"},
 	{"get", "get", "show a conversation",
 	 "Show a conversation as key: value lines (nested objects flattened one level: settings.model, worker.pid):\n"
-	 "settings, status, fsm_state, last_seq, usage, times, and its live worker or null.",
+	 "settings, metadata, status, fsm_state, last_seq, usage, times, and its live worker or null.",
 	 pos_conv, no_params, show_get, 0, "agentctl get demo", NULL, NULL},
 	{"list", "list", "list conversations (table)",
 	 "List conversations as a table: ID STATUS MODEL LAST_SEQ WORKER UPDATED.\n"
 	 "When more remain, a last line `next: ID` gives the cursor for --after.",
-	 no_params, opt_list, show_list, 0, "agentctl list --status suspended --limit 20", NULL, "conversations/id"},
+	 no_params, opt_list, show_list, 0, "agentctl list --status suspended --meta team=red --limit 20", NULL,
+	 "conversations/id"},
 	{"update", "update", "change a conversation's settings, or end it",
-	 "Change a conversation's settings (agentd merges them into the current ones) or end it. Prints ok.", pos_conv,
+	 "Change a conversation's settings or metadata (agentd merges them into the current ones) or end it.\n"
+	 "Prints ok.", pos_conv,
 	 opt_update, show_fields, CMD_NEED_OPT, "agentctl update demo --model echo --system 'Answer in French.'", NULL, NULL},
 	{"delete", "delete", "delete a conversation and everything it holds",
 	 "Delete a conversation: stop its worker and remove every row it has. Deleting a missing one is ok.\n"
@@ -606,6 +620,21 @@ static void apply(const struct param *p, const char *v, json_t *req)
 	case K_RES_STR:
 		json_object_set_new(child(req, "result", json_object), p->field, arg_string(p, v, strlen(v)));
 		break;
+	case K_META_KV: {
+		const char *eq = strchr(v, '=');
+		if (!eq || eq == v)
+			usage_error("%s: expected KEY=VALUE, got '%s'", p->name, v);
+		char *key = held.key = must(strndup(v, (size_t)(eq - v)));
+		if (json_object_set_new(child(req, p->field, json_object), key, arg_string(p, eq + 1, strlen(eq + 1))) < 0)
+			usage_error("%s: key '%s' is not valid UTF-8", p->name, key);
+		free(key);
+		held.key = NULL;
+		break;
+	}
+	case K_META_DEL:
+		if (!*v || json_object_set_new(child(req, p->field, json_object), v, json_null()) < 0)
+			usage_error("%s: expected a key (non-empty UTF-8), got '%s'", p->name, v);
+		break;
 	case K_CONTENT:
 	case K_RAW:
 	case K_LOCAL:
@@ -839,7 +868,8 @@ static void print_command_help(const struct command *cmd, FILE *f)
 	for (p = cmd->pos; p->name; p++)
 		fprintf(f, " %s", p->name);
 	for (p = cmd->opt; p->name; p++) {
-		const char *more = (p->kind == K_SET_LIST || p->kind == K_SET_KV) ? "..." : "";
+		const char *more = (p->kind == K_SET_LIST || p->kind == K_SET_KV || p->kind == K_META_KV ||
+				    p->kind == K_META_DEL) ? "..." : "";
 		if (p->required)
 			fprintf(f, " %s %s", p->name, p->meta);
 		else

@@ -178,6 +178,34 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 	return 0;
 }
 
+/* metadata: an object of at most PROTO_META_MAX string values (or, in an
+ * update's patch, null: delete the key); keys of 1-PROTO_META_KEY_MAX bytes,
+ * values of at most PROTO_META_VAL_MAX, neither with a NUL byte. */
+static int metadata_check(struct pctx *p, json_t *m, int nulls)
+{
+	const char *k;
+	json_t *v;
+	if (!json_is_object(m))
+		return bad(p, "'metadata' must be an object of strings");
+	if (json_object_size(m) > PROTO_META_MAX)
+		return bad(p, "'metadata' has %zu keys (at most %d)", json_object_size(m), PROTO_META_MAX);
+	json_object_foreach(m, k, v) {
+		size_t kl = strlen(k);
+		if (kl == 0 || kl > PROTO_META_KEY_MAX)
+			return bad(p, "'metadata' keys must be 1-%d bytes", PROTO_META_KEY_MAX);
+		if (json_is_null(v) && nulls)
+			continue;
+		if (!json_is_string(v))
+			return bad(p, nulls ? "'metadata.%.64s' must be a string, or null to delete it"
+					    : "'metadata.%.64s' must be a string", k);
+		if (json_string_length(v) > PROTO_META_VAL_MAX)
+			return bad(p, "'metadata.%.64s' is longer than %d bytes", k, PROTO_META_VAL_MAX);
+		if (strlen(json_string_value(v)) != json_string_length(v))
+			return bad(p, "'metadata.%.64s' must not contain a NUL character", k);
+	}
+	return 0;
+}
+
 #define ONLY(...) do { static const char *const f_[] = { __VA_ARGS__, NULL }; if ((e = only(p, f_))) return e; } while (0)
 
 /* One case per op, each the whole of that op's field checks: long, and kept
@@ -199,22 +227,39 @@ static int parse_fields(struct pctx *p, struct request *rq)
 		ONLY("conversation");
 		return get_id(p, "conversation", 1, &rq->conv);
 	case OP_CREATE:
-		ONLY("conversation", "settings");
+		ONLY("conversation", "settings", "metadata");
 		if ((e = get_id(p, "conversation", 0, &rq->conv)))
+			return e;
+		if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 0)))
 			return e;
 		if (!(rq->settings = json_object_get(p->o, "settings")))
 			return bad(p, "missing field 'settings'");
 		return settings_check(p, rq->settings, 1);
 	case OP_LIST:
-		ONLY("status", "limit", "after");
+		ONLY("status", "limit", "after", "metadata", "model", "updated_after", "updated_before");
 		if ((e = get_enum(p, "status", conv_status, 4, &rq->status)) ||
 		    (e = get_uint_in(p, "limit", 1, PROTO_LIST_MAX, NULL, &u)))
 			return e;
 		rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 100;
+		if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 0)))
+			return e;
+		v = json_object_get(p->o, "model");
+		if (v && (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 128 ||
+			  strlen(json_string_value(v)) != json_string_length(v)))
+			return bad(p, "'model' must be a model name (a string of 1-128 bytes)");
+		rq->model = v ? json_string_value(v) : NULL;
+		if ((e = get_uint(p, "updated_after", INT64_MAX, NULL, &u)))
+			return e;
+		rq->updated_after = json_object_get(p->o, "updated_after") ? (int64_t)u : 0;
+		if ((e = get_uint_in(p, "updated_before", 1, INT64_MAX, NULL, &u)))
+			return e;
+		rq->updated_before = json_object_get(p->o, "updated_before") ? (int64_t)u : 0;
 		return get_id(p, "after", 0, &rq->conv);
 	case OP_UPDATE:
-		ONLY("conversation", "settings", "status");
+		ONLY("conversation", "settings", "status", "metadata");
 		if ((e = get_id(p, "conversation", 1, &rq->conv)))
+			return e;
+		if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 1)))
 			return e;
 		if ((rq->settings = json_object_get(p->o, "settings")) && (e = settings_check(p, rq->settings, 0)))
 			return e;

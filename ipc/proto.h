@@ -33,6 +33,9 @@ enum proto_tc_status { PROTO_TC_PENDING = 0, PROTO_TC_RESOLVED, PROTO_TC_ERRORED
 #define PROTO_EVENTS_MAX 10000    /* events limit */
 #define PROTO_WAIT_MAX 3600000    /* wait_ms: one hour */
 #define PROTO_BY_MAX 128          /* resolve's by: bytes */
+#define PROTO_META_MAX 16         /* metadata: keys of one conversation */
+#define PROTO_META_KEY_MAX 64     /* metadata: bytes of a key (at least 1) */
+#define PROTO_META_VAL_MAX 256    /* metadata: bytes of a value */
 
 struct request {
 	json_t *root;           /* owned */
@@ -52,6 +55,13 @@ struct request {
 	json_t *result;         /* resolve (borrowed), NULL: none */
 	const char *by;         /* resolve: who decided (PROTO_BY_MAX bytes at most), NULL: not given */
 	int signal;             /* kill: SIGKILL or SIGTERM */
+	/* create: the metadata (strings); update: the patch (a null value
+	 * deletes its key); list: the pairs a conversation must all hold.
+	 * Borrowed from root; NULL when absent. */
+	json_t *metadata;
+	const char *model;      /* list: settings.model must equal it; NULL: any */
+	int64_t updated_after;  /* list: updated_at > this; 0: unbounded */
+	int64_t updated_before; /* list: updated_at < this; 0: unbounded */
 };
 
 /* The configuration's names, for validating models and tools. */

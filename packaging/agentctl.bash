@@ -18,7 +18,8 @@ _agentctl()
 		COMPREPLY=($(compgen -f -- "$cur"))
 		return
 		;;
-	--timeout | --after | --before | --limit | --wait | --id | --system | --param | --event-id | --comment | --result)
+	--timeout | --after | --before | --limit | --wait | --id | --system | --param | --event-id | --comment | --result | \
+	--meta | --unset-meta | --updated-after | --updated-before)
 		return
 		;;
 	esac
@@ -38,9 +39,9 @@ _agentctl()
 	fi
 	local opts=""
 	case $cmd in
-	create) opts="--id --model --system --tool --param" ;;
-	list) opts="--status --limit --after" ;;
-	update) opts="--model --system --tool --param --end" ;;
+	create) opts="--id --model --system --tool --param --meta" ;;
+	list) opts="--status --limit --after --meta --model --updated-after --updated-before" ;;
+	update) opts="--model --system --tool --param --end --meta --unset-meta" ;;
 	send) opts="--event-id --json-content" ;;
 	events) opts="--after --before --limit --type --wait" ;;
 	watch) opts="--after" ;;

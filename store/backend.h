@@ -22,6 +22,8 @@
 	X(conv_list, (store_txn *x, int status, const char *after, size_t limit, store_conv_fn fn, void *arg, \
 		      int *more), (x, status, after, limit, fn, arg, more)) \
 	X(conv_ids, (store_txn *x, store_conv_id_fn fn, void *arg), (x, fn, arg)) \
+	X(conv_find, (store_txn *x, const struct store_conv_filter *f, const char *after, size_t limit, \
+		      store_conv_fn fn, void *arg, int *more), (x, f, after, limit, fn, arg, more)) \
 	X(conv_delete, (store_txn *x, const char *id), (x, id)) \
 	X(lease_next, (store_txn *x, const char *id, uint64_t *gen), (x, id, gen)) \
 	X(lease_check, (store_txn *x, const char *id, uint64_t gen), (x, id, gen)) \
@@ -100,6 +102,7 @@ struct store_vt {
 	uint64_t (*txn_id)(store_txn *x);
 	uint64_t (*last_id)(store *s);
 	int (*flush)(store *s);
+	int (*backup)(store *s, const char *dir);
 	STORE_TXN_FUNCS(STORE_VT_FIELD)
 };
 
@@ -117,7 +120,7 @@ struct store_hdr {
 	.map_size = prefix##_store_map_size, .reserve = prefix##_store_reserve, .now = prefix##_store_now, \
 	.txn_begin = prefix##_store_txn_begin, .txn_abort = prefix##_store_txn_abort, \
 	.txn_now = prefix##_store_txn_now, .txn_id = prefix##_store_txn_id, .last_id = prefix##_store_last_id, \
-	.flush = prefix##_store_flush
+	.flush = prefix##_store_flush, .backup = prefix##_store_backup
 
 int lmdb_store_stat(store *s, struct store_stat *st);
 int lmdb_store_sync(store *s);
@@ -129,6 +132,13 @@ int pg_store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t le
 
 extern const struct store_vt store_lmdb_vt;
 extern const struct store_vt store_pg_vt;
+
+/* Metadata pairs in stored order (store.c): 0, fn's non-zero return, or -1
+ * when m is not valid metadata (store_meta_valid). */
+int store_meta_each(store_bytes m, int (*fn)(void *arg, const char *k, size_t kl, const char *v, size_t vl),
+		    void *arg);
+/* f's status and metadata pairs within bounds (NULL is valid). */
+int store_filter_valid(const struct store_conv_filter *f);
 
 /* Is target one for the PostgreSQL backend: a postgresql:// or postgres://
  * URI, or a libpq key=value conninfo starting with host= or dbname=? */

@@ -26,6 +26,8 @@
 #define store_conv_put_fsm STORE_BACKEND_NAME(conv_put_fsm)
 #define store_conv_list STORE_BACKEND_NAME(conv_list)
 #define store_conv_ids STORE_BACKEND_NAME(conv_ids)
+#define store_conv_find STORE_BACKEND_NAME(conv_find)
+#define store_backup STORE_BACKEND_NAME(backup)
 #define store_conv_delete STORE_BACKEND_NAME(conv_delete)
 #define store_lease_next STORE_BACKEND_NAME(lease_next)
 #define store_lease_check STORE_BACKEND_NAME(lease_check)

@@ -10,6 +10,7 @@
  */
 #include "store/store.h"
 #include "store/backend.h"
+#include "common/mp.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -91,6 +92,11 @@ uint64_t store_last_id(store *s)
 	return s ? VT(s)->last_id(s) : 0;
 }
 
+int store_backup(store *s, const char *dir)
+{
+	return s && dir ? VT(s)->backup(s, dir) : STORE_E_INVAL;
+}
+
 int store_reader_check(store *s, int *cleared)
 {
 	return s ? VT(s)->reader_check(s, cleared) : STORE_E_INVAL;
@@ -168,3 +174,108 @@ uint64_t store_txn_id(store_txn *x)
 		return x ? VT(x)->name args : STORE_E_INVAL; \
 	}
 STORE_TXN_FUNCS(DISPATCH)
+
+/* ---- metadata and filters, the same for every backend ---------------- */
+
+/* Walk metadata m: fn gets each pair; 0, fn's return, or -1 when m is not
+ * metadata within the bounds (store.h). */
+static int meta_walk(store_bytes m, int (*fn)(void *arg, const char *k, size_t kl, const char *v, size_t vl),
+		     void *arg)
+{
+	if (m.len == 0)
+		return 0;
+	if (!m.ptr || !mp_valid_one(m.ptr, m.len))
+		return -1;
+	struct mp p;
+	uint32_t n;
+	mp_init(&p, m.ptr, m.len);
+	if (mp_map(&p, &n) || n > STORE_META_MAX)
+		return -1;
+	const char *keys[STORE_META_MAX];
+	size_t lens[STORE_META_MAX];
+	for (uint32_t i = 0; i < n; i++) {
+		const char *k, *v;
+		size_t kl, vl;
+		if (mp_str(&p, &k, &kl) || mp_str(&p, &v, &vl) || kl == 0 || kl > STORE_META_KEY_MAX ||
+		    vl > STORE_META_VAL_MAX || memchr(k, 0, kl) || memchr(v, 0, vl))
+			return -1;
+		for (uint32_t j = 0; j < i; j++)
+			if (lens[j] == kl && memcmp(keys[j], k, kl) == 0)
+				return -1;
+		keys[i] = k;
+		lens[i] = kl;
+		if (fn) {
+			int r = fn(arg, k, kl, v, vl);
+			if (r)
+				return r;
+		}
+	}
+	return p.p == p.end ? 0 : -1;
+}
+
+int store_meta_valid(store_bytes m)
+{
+	return meta_walk(m, NULL, NULL) == 0;
+}
+
+int store_meta_each(store_bytes m, int (*fn)(void *arg, const char *k, size_t kl, const char *v, size_t vl),
+		    void *arg)
+{
+	return meta_walk(m, fn, arg);
+}
+
+static int kv_ok(const struct store_kv *kv)
+{
+	return kv->key.ptr && kv->key.len >= 1 && kv->key.len <= STORE_META_KEY_MAX &&
+	       !memchr(kv->key.ptr, 0, kv->key.len) && (kv->value.ptr || kv->value.len == 0) &&
+	       kv->value.len <= STORE_META_VAL_MAX && (!kv->value.len || !memchr(kv->value.ptr, 0, kv->value.len));
+}
+
+int store_filter_valid(const struct store_conv_filter *f)
+{
+	if (!f)
+		return 1;
+	if (f->status != -1 && !store_status_name(f->status))
+		return 0;
+	if (f->nmeta && !f->meta)
+		return 0;
+	for (size_t i = 0; i < f->nmeta; i++)
+		if (!kv_ok(&f->meta[i]))
+			return 0;
+	return 1;
+}
+
+struct meta_find {
+	const struct store_kv *kv;
+	int found;
+};
+
+static int meta_find_one(void *arg, const char *k, size_t kl, const char *v, size_t vl)
+{
+	struct meta_find *m = arg;
+	if (kl == m->kv->key.len && memcmp(k, m->kv->key.ptr, kl) == 0) {
+		m->found = vl == m->kv->value.len && (vl == 0 || memcmp(v, m->kv->value.ptr, vl) == 0);
+		return 1; /* keys are unique: no need to read on */
+	}
+	return 0;
+}
+
+int store_filter_match(const struct store_conv_filter *f, const struct store_conv *c)
+{
+	if (!f)
+		return 1;
+	if (f->status != -1 && c->status != f->status)
+		return 0;
+	if (f->updated_after && !(c->updated_at > f->updated_after))
+		return 0;
+	if (f->updated_before && !(c->updated_at < f->updated_before))
+		return 0;
+	for (size_t i = 0; i < f->nmeta; i++) {
+		struct meta_find m = { &f->meta[i], 0 };
+		if (meta_walk(c->metadata, meta_find_one, &m) < 0)
+			return STORE_E_CORRUPT;
+		if (!m.found)
+			return 0;
+	}
+	return 1;
+}

@@ -179,6 +179,16 @@ int store_sync(store *s);
  * the data file's descriptor. */
 int store_flush(store *s);
 
+/* Hot backup: write a compacted, consistent copy of the store, as one read
+ * transaction sees it, into dir (an existing empty directory; the copy is
+ * its data file, made durable before this returns). Writers go on
+ * meanwhile: the copy holds every transaction committed before the call
+ * began. The copy is itself a store (store_open it, or start agentd on it).
+ * Like store_flush it may run in another thread while the others use s.
+ * Errors: -EOPNOTSUPP on PostgreSQL (back it up with pg_dump), -EEXIST (dir
+ * is not empty), -errno. */
+int store_backup(store *s, const char *dir);
+
 /* Clear reader slots left by dead processes; *cleared (may be NULL) gets how many. */
 int store_reader_check(store *s, int *cleared);
 
@@ -218,6 +228,9 @@ int64_t store_now(store *s);
  * with the next flush of the data file by any process (another commit's
  * page flush, store_flush, store_sync); an OS crash before that may undo
  * this commit (a process kill never does), and never damages the store.
+ * Its own page flush begins after the meta pages of every transaction before
+ * it were written: when the commit that made id N returns 0 (N a new id,
+ * STORE_SYNC_FULL), every id below N is durable.
  * agentd commits every write this way and acknowledges nothing a flush has
  * not covered (its durable frontier: docs/durability.md). */
 enum { STORE_READ = 0, STORE_WRITE = 1, STORE_WRITE_LAZY = 2 };
@@ -279,6 +292,7 @@ struct store_conv {
 	int64_t updated_at;
 	uint64_t lease;         /* writer generation; 0 before any worker */
 	struct store_usage usage;
+	store_bytes metadata;   /* msgpack map of str -> str (store_meta_valid); len 0 when none */
 };
 
 /* Conversation and tool call ids: 1-128 bytes of [A-Za-z0-9._:-]. Returns 1 if valid. */
@@ -297,12 +311,13 @@ int store_conv_get(store_txn *txn, const char *id, struct store_conv *out);
  * replace wholesale: merging is the caller's business); a missing
  * conversation is created (settings default to an empty map).
  * Errors: STORE_E_INVAL, STORE_E_CORRUPT. */
-enum { STORE_SET_SETTINGS = 1, STORE_SET_STATUS = 2, STORE_SET_FSM = 4 };
+enum { STORE_SET_SETTINGS = 1, STORE_SET_STATUS = 2, STORE_SET_FSM = 4, STORE_SET_METADATA = 8 };
 struct store_conv_patch {
 	unsigned set;
 	store_bytes settings;
 	int status;
 	store_bytes fsm_state;
+	store_bytes metadata; /* replaces wholesale, as settings; len 0 or an empty map: none */
 };
 int store_conv_put(store_txn *txn, const char *id, const struct store_conv_patch *p);
 
@@ -318,6 +333,51 @@ int store_conv_put_fsm(store_txn *txn, const char *id, store_bytes fsm_state);
 typedef int (*store_conv_fn)(void *arg, const struct store_conv *c);
 int store_conv_list(store_txn *txn, int status, const char *after, size_t limit,
 		    store_conv_fn fn, void *arg, int *more);
+
+/* ---- conversation metadata and filtered lists ---------------------- */
+
+/* Metadata: a msgpack map of at most STORE_META_MAX entries, each key a str
+ * (or bin) of 1-STORE_META_KEY_MAX bytes, each value one of
+ * 0-STORE_META_VAL_MAX bytes, neither holding a NUL byte, no key twice.
+ * It is indexed by (key, value, conversation id): a list filtered by
+ * metadata walks the index, not every conversation. The bounds keep one
+ * index key within LMDB's 511 bytes. Setting it (STORE_SET_METADATA)
+ * stamps updated_at as any put does. */
+#define STORE_META_MAX 16
+#define STORE_META_KEY_MAX 64
+#define STORE_META_VAL_MAX 256
+/* 1 if m is metadata as above (len 0 counts as none: valid). */
+int store_meta_valid(store_bytes m);
+
+struct store_kv {
+	store_bytes key;
+	store_bytes value;
+};
+/* What store_conv_find keeps: every condition given must hold. */
+struct store_conv_filter {
+	int status;                   /* enum store_status; -1: any */
+	const struct store_kv *meta;  /* nmeta pairs, each of which the metadata must hold */
+	size_t nmeta;
+	int64_t updated_after;        /* updated_at > this; 0: unbounded */
+	int64_t updated_before;       /* updated_at < this; 0: unbounded */
+	/* The caller's own test (what the store does not interpret, such as
+	 * a setting), run last: 1 keeps the conversation, 0 passes it over,
+	 * negative stops the list with that error. NULL: none. */
+	int (*match)(void *arg, const struct store_conv *c);
+	void *match_arg;
+};
+/* store_conv_list with a filter: conversations in id order strictly after
+ * `after`, those that pass f (NULL: all), at most `limit` (0: no limit);
+ * *more as store_conv_list. With metadata pairs in f the first pair's index
+ * range is walked (its matches only, in id order); otherwise every
+ * conversation is read. Errors: STORE_E_INVAL (a bad filter: an unknown
+ * status, a pair outside the metadata bounds), match's negative return, the
+ * callback's, STORE_E_CORRUPT as store_conv_list. */
+int store_conv_find(store_txn *txn, const struct store_conv_filter *f, const char *after, size_t limit,
+		    store_conv_fn fn, void *arg, int *more);
+/* Does c pass f (status, updated range, metadata; not match)? 1 or 0;
+ * STORE_E_CORRUPT when c's metadata cannot be read. For backends. */
+int store_filter_match(const struct store_conv_filter *f, const struct store_conv *c);
 
 /* The id of every conversation, in id order, without reading their records:
  * what `agentd check` walks so that a record that cannot be decoded is named

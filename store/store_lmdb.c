@@ -36,7 +36,9 @@
 #include "store/backend.h"
 #include "common/mp.h"
 
+#include <dirent.h>
 #include <endian.h>
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -82,6 +84,7 @@ struct store {
 		conv_tool_calls, expiries, model_calls;
 	MDB_dbi nodes, owners;
 	int has_nodes; /* nodes and owners exist (a read-only open of an older store: not) */
+	MDB_dbi conv_meta, meta_index; /* metadata by conv number; its index "key\0value\0id" -> number */
 	struct store_opts opts;
 	size_t map_size;
 	int grow_pending; /* a txn hit MDB_MAP_FULL: grow before the next begins */
@@ -283,10 +286,15 @@ static int put(store_txn *x, MDB_dbi dbi, const void *k, size_t klen, unsigned f
 	return 0;
 }
 
+/* A named database added after the first stores were made, missing from an
+ * older one opened read-only (nothing may create it then): reads of it find
+ * nothing. Writable opens create it. */
+#define DBI_ABSENT ((MDB_dbi)-1)
+
 static int get(store_txn *x, MDB_dbi dbi, const void *k, size_t klen, MDB_val *val)
 {
 	MDB_val key = { klen, (void *)k };
-	int rc = mdb_get(x->t, dbi, &key, val);
+	int rc = dbi == DBI_ABSENT ? MDB_NOTFOUND : mdb_get(x->t, dbi, &key, val);
 	return rc ? fail(x, map_err(rc)) : 0;
 }
 
@@ -481,15 +489,21 @@ static int open_dbis_in(store *s, int write)
 	int rc = mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, &t);
 	if (rc)
 		return rc;
-	struct { const char *name; MDB_dbi *dbi; } dbs[] = {
-		{ "meta", &s->meta }, { "conv_ids", &s->conv_ids }, { "convs", &s->convs },
-		{ "events", &s->events }, { "event_ids", &s->event_ids },
-		{ "summaries", &s->summaries }, { "tool_calls", &s->tool_calls },
-		{ "conv_tool_calls", &s->conv_tool_calls }, { "expiries", &s->expiries },
-		{ "model_calls", &s->model_calls },
+	struct { const char *name; MDB_dbi *dbi; int later; } dbs[] = {
+		{ "meta", &s->meta, 0 }, { "conv_ids", &s->conv_ids, 0 }, { "convs", &s->convs, 0 },
+		{ "events", &s->events, 0 }, { "event_ids", &s->event_ids, 0 },
+		{ "summaries", &s->summaries, 0 }, { "tool_calls", &s->tool_calls, 0 },
+		{ "conv_tool_calls", &s->conv_tool_calls, 0 }, { "expiries", &s->expiries, 0 },
+		{ "model_calls", &s->model_calls, 0 },
+		{ "conv_meta", &s->conv_meta, 1 }, { "meta_index", &s->meta_index, 1 },
 	};
 	for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
-		if ((rc = mdb_dbi_open(t, dbs[i].name, write ? MDB_CREATE : 0, dbs[i].dbi)) != 0) {
+		rc = mdb_dbi_open(t, dbs[i].name, write ? MDB_CREATE : 0, dbs[i].dbi);
+		if (rc == MDB_NOTFOUND && dbs[i].later && s->opts.read_only) {
+			*dbs[i].dbi = DBI_ABSENT;
+			continue;
+		}
+		if (rc) {
 			mdb_txn_abort(t);
 			return rc;
 		}
@@ -581,7 +595,7 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 	int rc = mdb_env_create(&s->env);
 	if (rc)
 		goto fail;
-	if ((rc = mdb_env_set_maxdbs(s->env, 16)) || (rc = mdb_env_set_maxreaders(s->env, s->opts.max_readers)) ||
+	if ((rc = mdb_env_set_maxdbs(s->env, 32)) || (rc = mdb_env_set_maxreaders(s->env, s->opts.max_readers)) ||
 	    (rc = mdb_env_set_mapsize(s->env, s->map_size)))
 		goto fail;
 	if ((rc = mdb_env_open(s->env, dir, flags, 0600)) != 0)
@@ -651,6 +665,49 @@ int store_flush(store *s)
 		if (errno != EINTR)
 			return -errno;
 	return 0;
+}
+
+/* A directory holding nothing: 1; -errno when it cannot be read. */
+static int dir_empty(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -errno;
+	struct dirent *e;
+	int empty = 1;
+	while (empty && (e = readdir(d)) != NULL)
+		empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+	closedir(d);
+	return empty;
+}
+
+static int fsync_path(const char *path, int flags)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | flags);
+	if (fd < 0)
+		return -errno;
+	int rc = fsync(fd) < 0 ? -errno : 0;
+	close(fd);
+	return rc;
+}
+
+int store_backup(store *s, const char *dir)
+{
+	if (!s || !dir)
+		return STORE_E_INVAL;
+	int rc = dir_empty(dir);
+	if (rc <= 0)
+		return rc ? rc : -EEXIST;
+	/* LMDB's compacting copy: one read transaction of its own (writers go
+	 * on), only the pages in use, free pages left out. */
+	if ((rc = mdb_env_copy2(s->env, dir, MDB_CP_COMPACT)) != 0)
+		return map_err(rc);
+	char path[PATH_MAX];
+	if ((size_t)snprintf(path, sizeof path, "%s/data.mdb", dir) >= sizeof path)
+		return -ENAMETOOLONG;
+	if ((rc = fsync_path(path, 0)) != 0)
+		return rc;
+	return fsync_path(dir, O_DIRECTORY);
 }
 
 uint64_t store_txn_id(store_txn *x)
@@ -1152,6 +1209,22 @@ static int conv_decode(const MDB_val *v, struct store_conv *c)
 	return 0;
 }
 
+/* c->metadata from its own table (len 0: none). */
+static int conv_meta_load(store_txn *x, uint64_t num, struct store_conv *c)
+{
+	unsigned char k[8];
+	MDB_val v;
+	put_be64(k, num);
+	int err = get(x, x->s->conv_meta, k, 8, &v);
+	if (err == STORE_E_NOTFOUND)
+		return 0;
+	if (err)
+		return err;
+	c->metadata.ptr = v.mv_data;
+	c->metadata.len = v.mv_size;
+	return 0;
+}
+
 static int conv_load(store_txn *x, const char *id, uint64_t *num, struct store_conv *c)
 {
 	int err = conv_num(x, id, num);
@@ -1162,7 +1235,9 @@ static int conv_load(store_txn *x, const char *id, uint64_t *num, struct store_c
 	put_be64(k, *num);
 	if ((err = get(x, x->s->convs, k, 8, &v)) != 0)
 		return err == STORE_E_NOTFOUND ? fail(x, STORE_E_CORRUPT) : err;
-	return conv_decode(&v, c) ? fail(x, STORE_E_CORRUPT) : 0;
+	if (conv_decode(&v, c))
+		return fail(x, STORE_E_CORRUPT);
+	return conv_meta_load(x, *num, c);
 }
 
 static int conv_store(store_txn *x, uint64_t num, const struct store_conv *c)
@@ -1258,6 +1333,81 @@ int store_conv_get(store_txn *x, const char *id, struct store_conv *out)
 	return conv_load(x, id, &num, out);
 }
 
+/* ---- metadata: a row per conversation, and one index key per pair ---- */
+
+struct meta_ix {
+	store_txn *x;
+	const char *id;
+	uint64_t num;
+	int add; /* put the keys, else delete them */
+};
+
+static int meta_ix_one(void *arg, const char *k, size_t kl, const char *v, size_t vl)
+{
+	struct meta_ix *m = arg;
+	size_t il = strlen(m->id);
+	unsigned char key[STORE_META_KEY_MAX + STORE_META_VAL_MAX + 2 + STORE_ID_MAX];
+	memcpy(key, k, kl);
+	key[kl] = 0;
+	memcpy(key + kl + 1, v, vl);
+	key[kl + 1 + vl] = 0;
+	memcpy(key + kl + vl + 2, m->id, il);
+	size_t len = kl + vl + 2 + il;
+	if (!m->add)
+		return del(m->x, m->x->s->meta_index, key, len);
+	unsigned char nb[8];
+	put_be64(nb, m->num);
+	MDB_val mk = { len, key }, mv = { 8, nb };
+	int rc = mdb_put(m->x->t, m->x->s->meta_index, &mk, &mv, 0);
+	if (rc)
+		return fail(m->x, map_err(rc));
+	m->x->dirty = 1;
+	return 0;
+}
+
+/* Replace the conversation's metadata (valid: checked by the caller) and
+ * its index keys. Both the old and the new bytes are copied first: either
+ * may point into a page the writes below reuse. */
+static int conv_meta_set(store_txn *x, uint64_t num, const char *id, store_bytes m)
+{
+	unsigned char k[8];
+	MDB_val v;
+	put_be64(k, num);
+	int err = get(x, x->s->conv_meta, k, 8, &v);
+	if (err && err != STORE_E_NOTFOUND)
+		return err;
+	size_t ol = err ? 0 : v.mv_size;
+	unsigned char *buf = malloc(ol + m.len + 1);
+	if (!buf)
+		return fail(x, -ENOMEM);
+	if (ol)
+		memcpy(buf, v.mv_data, ol);
+	if (m.len)
+		memcpy(buf + ol, m.ptr, m.len);
+	struct meta_ix ix = { x, id, num, 0 };
+	if ((err = store_meta_each((store_bytes){ buf, ol }, meta_ix_one, &ix)) < 0 && !x->err)
+		err = fail(x, STORE_E_CORRUPT);
+	ix.add = 1;
+	uint32_t n = 0;
+	if (!err && m.len) { /* an empty map is stored as none */
+		struct mp mp;
+		mp_init(&mp, buf + ol, m.len);
+		mp_map(&mp, &n);
+	}
+	if (!err && n)
+		err = store_meta_each((store_bytes){ buf + ol, m.len }, meta_ix_one, &ix);
+	if (!err && n) {
+		MDB_val mk = { 8, k }, mv = { m.len, buf + ol };
+		int rc = mdb_put(x->t, x->s->conv_meta, &mk, &mv, 0);
+		err = rc ? fail(x, map_err(rc)) : 0;
+		x->dirty = 1;
+	} else if (!err && ol) {
+		err = del(x, x->s->conv_meta, k, 8);
+	}
+	free(buf);
+	return err;
+}
+
 int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *p)
 {
 	CHECK_WRITE(x);
@@ -1268,6 +1418,8 @@ int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *
 	if ((p->set & STORE_SET_STATUS) && !store_status_name(p->status))
 		return STORE_E_INVAL;
 	if ((p->set & STORE_SET_FSM) && !opt_mp_ok(p->fsm_state))
+		return STORE_E_INVAL;
+	if ((p->set & STORE_SET_METADATA) && !store_meta_valid(p->metadata))
 		return STORE_E_INVAL;
 	uint64_t num;
 	struct store_conv c;
@@ -1287,7 +1439,9 @@ int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *
 	if (p->set & STORE_SET_FSM)
 		c.fsm_state = p->fsm_state;
 	c.updated_at = x->now;
-	return conv_store(x, num, &c);
+	if ((err = conv_store(x, num, &c)) != 0)
+		return err;
+	return p->set & STORE_SET_METADATA ? conv_meta_set(x, num, id, p->metadata) : 0;
 }
 
 int store_conv_put_fsm(store_txn *x, const char *id, store_bytes fsm)
@@ -1341,6 +1495,8 @@ int store_conv_list(store_txn *x, int status, const char *after, size_t limit,
 		}
 		if (status != -1 && conv.status != status)
 			continue;
+		if ((r = conv_meta_load(x, num, &conv)) != 0)
+			break;
 		if (limit && n == limit) {
 			if (more)
 				*more = 1;
@@ -1361,6 +1517,118 @@ int store_conv_list(store_txn *x, int status, const char *after, size_t limit,
 	if (rc != 0 && rc != MDB_NOTFOUND)
 		return fail(x, map_err(rc));
 	return damaged ? STORE_E_CORRUPT : 0; /* read only: the txn goes on */
+}
+
+/* One listed conversation of store_conv_find: decode, filter, hand out.
+ * Returns 0 to go on, 1 when the limit stopped it, or an error (*from_fn
+ * set when it is the caller's). */
+struct find {
+	store_txn *x;
+	const struct store_conv_filter *f;
+	size_t limit, n;
+	store_conv_fn fn;
+	void *arg;
+	int *more;
+	int damaged, from_fn;
+};
+
+static int find_one(struct find *fd, uint64_t num)
+{
+	store_txn *x = fd->x;
+	unsigned char kb[8];
+	MDB_val cv;
+	struct store_conv conv;
+	int r;
+	put_be64(kb, num);
+	if ((r = get(x, x->s->convs, kb, 8, &cv)) != 0 || (r = conv_decode(&cv, &conv)) != 0) {
+		if (r != STORE_E_NOTFOUND && r != STORE_E_CORRUPT)
+			return r;
+		fd->damaged = 1; /* passed over; STORE_E_CORRUPT at the end */
+		return 0;
+	}
+	if ((r = conv_meta_load(x, num, &conv)) != 0)
+		return r;
+	if ((r = store_filter_match(fd->f, &conv)) <= 0) {
+		if (r < 0)
+			fd->damaged = 1;
+		return 0;
+	}
+	if (fd->f && fd->f->match && (r = fd->f->match(fd->f->match_arg, &conv)) <= 0) {
+		fd->from_fn = r < 0;
+		return r;
+	}
+	if (fd->limit && fd->n == fd->limit) {
+		if (fd->more)
+			*fd->more = 1;
+		return 1;
+	}
+	fd->n++;
+	if ((r = fd->fn(fd->arg, &conv)) != 0)
+		fd->from_fn = 1;
+	return r;
+}
+
+int store_conv_find(store_txn *x, const struct store_conv_filter *f, const char *after, size_t limit,
+		    store_conv_fn fn, void *arg, int *more)
+{
+	CHECK_TXN(x);
+	if (!fn || !store_filter_valid(f) || (after && !id_ok(after)))
+		return STORE_E_INVAL;
+	if (more)
+		*more = 0;
+	struct find fd = { x, f, limit, 0, fn, arg, more, 0, 0 };
+	int by_meta = f && f->nmeta;
+	MDB_cursor *c;
+	if (by_meta && x->s->meta_index == DBI_ABSENT)
+		return 0; /* an older store, opened read-only: no metadata yet */
+	int rc = mdb_cursor_open(x->t, by_meta ? x->s->meta_index : x->s->conv_ids, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	/* The walk: conv_ids (id -> number), or the first pair's index range
+	 * ("key\0value\0" id -> number), from just past `after`. */
+	unsigned char from[STORE_META_KEY_MAX + STORE_META_VAL_MAX + 2 + STORE_ID_MAX];
+	size_t plen = 0, alen = after ? strlen(after) : 0;
+	if (by_meta) {
+		const struct store_kv *kv = &f->meta[0];
+		memcpy(from, kv->key.ptr, kv->key.len);
+		from[kv->key.len] = 0;
+		if (kv->value.len)
+			memcpy(from + kv->key.len + 1, kv->value.ptr, kv->value.len);
+		from[kv->key.len + 1 + kv->value.len] = 0;
+		plen = kv->key.len + kv->value.len + 2;
+	}
+	if (alen)
+		memcpy(from + plen, after, alen);
+	MDB_val k = { plen + alen, from }, v;
+	if (plen + alen == 0) {
+		rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+	} else {
+		rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+		if (rc == 0 && alen && k.mv_size == plen + alen && memcmp(k.mv_data, from, plen + alen) == 0)
+			rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+	}
+	int r = 0;
+	for (; rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (plen && (k.mv_size <= plen || memcmp(k.mv_data, from, plen) != 0))
+			break;
+		uint64_t num;
+		if (by_meta ? v.mv_size != 8 : val_uint(&v, &num)) {
+			fd.damaged = 1;
+			continue;
+		}
+		if (by_meta)
+			num = get_be64(v.mv_data);
+		if ((r = find_one(&fd, num)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (r == 1 && !fd.from_fn)
+		r = 0;
+	if (r)
+		return fd.from_fn ? r : fail(x, r);
+	if (rc != 0 && rc != MDB_NOTFOUND)
+		return fail(x, map_err(rc));
+	return fd.damaged ? STORE_E_CORRUPT : 0;
 }
 
 int store_conv_ids(store_txn *x, store_conv_id_fn fn, void *arg)
@@ -1427,7 +1695,8 @@ int store_conv_delete(store_txn *x, const char *id)
 	e->gen = 0; /* forgotten before anything is deleted */
 	unsigned char k[8];
 	put_be64(k, num);
-	if ((err = del_prefix(x, x->s->conv_tool_calls, num, del_conv_tool_call)) ||
+	if ((err = conv_meta_set(x, num, id, (store_bytes){ NULL, 0 })) ||
+	    (err = del_prefix(x, x->s->conv_tool_calls, num, del_conv_tool_call)) ||
 	    (err = del_prefix(x, x->s->events, num, NULL)) ||
 	    (err = del_prefix(x, x->s->event_ids, num, NULL)) ||
 	    (err = del_prefix(x, x->s->summaries, num, NULL)) ||

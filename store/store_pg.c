@@ -5,7 +5,7 @@
  * in schema_version; see docs/scale-out.md, "The PostgreSQL store"):
  *
  *   convs        id -> status, created_at, updated_at, lease, in_tok, out_tok,
- *                      cost, last_seq, settings, fsm, owner, lease_expires
+ *                      cost, last_seq, settings, fsm, metadata, owner, lease_expires
  *   events       (conv, seq) -> type, inserted_at, event_id, content
  *                (unique (conv, event_id) where event_id is not null: the
  *                idempotency index)
@@ -72,10 +72,12 @@ enum {
 	Q_CLAIMABLE, Q_CLAIMABLE_LOCK, Q_NODE_LEASES,
 	Q_NOTIFY,
 	Q_EXP_CLAIM, Q_EXP_CLAIM_READ,
+	Q_META_SET, Q_META_DEL, Q_META_INS, Q_CONV_FIND_META,
 	NQ
 };
 
-#define CONV_COLS "id, status, created_at, updated_at, lease, in_tok, out_tok, cost, settings, fsm"
+#define CONV_COLS "id, status, created_at, updated_at, lease, in_tok, out_tok, cost, settings, fsm, metadata"
+#define CONV_NCOLS 11 /* Q_CONV_LOCK's last_seq follows them */
 #define EV_COLS "seq, type, inserted_at, event_id, content"
 #define TC_COLS "id, conv, name, executor, status, inserted_at, resolved_at, deadline, attempts, args, prompt, result"
 #define MC_COLS "turn_ref, model, in_tok, out_tok, cost, latency, summary_version, inserted_at, rendered"
@@ -95,7 +97,8 @@ static const char *const sql[NQ] = {
 			  "x AS (DELETE FROM expiries USING tool_calls t WHERE t.conv = $1::text "
 			  "AND expiries.tool_call_id = t.id AND expiries.deadline = t.deadline), "
 			  "t AS (DELETE FROM tool_calls WHERE conv = $1::text), "
-			  "m AS (DELETE FROM model_calls WHERE conv = $1::text) "
+			  "m AS (DELETE FROM model_calls WHERE conv = $1::text), "
+			  "k AS (DELETE FROM conv_meta WHERE conv = $1::text) "
 			  "DELETE FROM convs WHERE id = $1::text RETURNING 1",
 	[Q_LEASE_NEXT] = "UPDATE convs SET lease = GREATEST(nextval('lease_seq'), lease + 1) "
 			 "WHERE id = $1::text RETURNING lease",
@@ -199,6 +202,13 @@ static const char *const sql[NQ] = {
 	[Q_EXP_CLAIM_READ] = "SELECT e.deadline, e.tool_call_id, e.conv FROM expiries e JOIN convs c ON c.id = e.conv "
 			     "WHERE e.deadline <= $1::int8 ORDER BY e.deadline, e.tool_call_id LIMIT $2::int8",
 	[Q_NOTIFY] = "SELECT pg_notify('ad_' || md5(current_schema() || '/' || $1::text), $2::text)",
+	[Q_META_SET] = "UPDATE convs SET metadata = $2::bytea WHERE id = $1::text",
+	[Q_META_DEL] = "DELETE FROM conv_meta WHERE conv = $1::text",
+	[Q_META_INS] = "INSERT INTO conv_meta (k, v, conv) VALUES ($1::bytea, $2::bytea, $3::text)",
+	/* Walks conv_meta's primary key (k, v, conv): the matches of one pair, in id order. */
+	[Q_CONV_FIND_META] = "SELECT " CONV_COLS " FROM conv_meta m JOIN convs c ON c.id = m.conv "
+			     "WHERE m.k = $1::bytea AND m.v = $2::bytea AND ($3::text IS NULL OR m.conv > $3::text) "
+			     "ORDER BY m.conv LIMIT $4::int8",
 };
 
 /* Schema version 1, created in one transaction under an advisory lock (two
@@ -210,11 +220,15 @@ static const char schema_v1[] =
 	" created_at bigint NOT NULL, updated_at bigint NOT NULL, lease bigint NOT NULL DEFAULT 0,"
 	" in_tok bigint NOT NULL DEFAULT 0, out_tok bigint NOT NULL DEFAULT 0,"
 	" cost float8 NOT NULL DEFAULT 0, last_seq bigint NOT NULL DEFAULT 0,"
-	" settings bytea NOT NULL, fsm bytea,"
+	" settings bytea NOT NULL, fsm bytea, metadata bytea,"
 	" owner text COLLATE \"C\", lease_expires bigint NOT NULL DEFAULT 0);"
 	"CREATE INDEX convs_owner ON convs (owner, id) WHERE owner IS NOT NULL;"
 	"CREATE TABLE nodes (id text COLLATE \"C\" PRIMARY KEY, started_at bigint NOT NULL,"
 	" beat_at bigint NOT NULL, expires_at bigint NOT NULL);"
+	/* The metadata index: one row per (key, value) pair of a conversation. */
+	"CREATE TABLE conv_meta (k bytea NOT NULL, v bytea NOT NULL, conv text COLLATE \"C\" NOT NULL,"
+	" PRIMARY KEY (k, v, conv));"
+	"CREATE INDEX conv_meta_conv ON conv_meta (conv);"
 	"CREATE TABLE events (conv text COLLATE \"C\" NOT NULL, seq bigint NOT NULL,"
 	" type text COLLATE \"C\" NOT NULL, inserted_at bigint NOT NULL, event_id bytea,"
 	" content bytea NOT NULL, PRIMARY KEY (conv, seq));"
@@ -806,6 +820,16 @@ int pg_store_sync(store *s)
 }
 
 /* No reader table: a dead process's connections end with it. */
+/* A PostgreSQL database is backed up with PostgreSQL's own tools (pg_dump,
+ * pg_basebackup): a copy from here could not be consistent with the
+ * server's other databases, roles and settings, nor be restored as one. */
+int store_backup(store *s, const char *dir)
+{
+	(void)s;
+	(void)dir;
+	return -EOPNOTSUPP;
+}
+
 int store_reader_check(store *s, int *cleared)
 {
 	if (!s)
@@ -1032,6 +1056,7 @@ static int conv_row(const PGresult *r, int row, struct store_conv *c)
 	c->usage.cost = g_f64(r, row, 7);
 	c->settings = g_bytes(r, row, 8);
 	c->fsm_state = g_bytes(r, row, 9);
+	c->metadata = g_bytes(r, row, 10);
 	if (st < 0 || st > STORE_ENDED)
 		return STORE_E_CORRUPT;
 	c->status = (int)st;
@@ -1065,9 +1090,9 @@ static int conv_load(store_txn *x, const char *id, struct store_conv *c, uint64_
 	if (PQntuples(r) == 0)
 		return STORE_E_NOTFOUND;
 	if (x->write)
-		held_set(x, id, (uint64_t)g_i64(r, 0, 10));
+		held_set(x, id, (uint64_t)g_i64(r, 0, CONV_NCOLS));
 	if (last)
-		*last = x->write ? (uint64_t)g_i64(r, 0, 10) : 0;
+		*last = x->write ? (uint64_t)g_i64(r, 0, CONV_NCOLS) : 0;
 	struct store_conv tmp;
 	return conv_row(r, 0, c ? c : &tmp) ? fail(x, STORE_E_CORRUPT) : 0;
 }
@@ -1111,6 +1136,46 @@ int store_conv_get(store_txn *x, const char *id, struct store_conv *out)
 	return conv_load(x, id, out, NULL);
 }
 
+/* ---- metadata: a column, and conv_meta rows as its index -------------- */
+
+struct meta_ins {
+	store_txn *x;
+	const char *id;
+};
+
+static int meta_ins_one(void *arg, const char *k, size_t kl, const char *v, size_t vl)
+{
+	struct meta_ins *m = arg;
+	struct args a = { 0 };
+	int err;
+	a_bin(&a, k, kl);
+	a_bin(&a, v, vl);
+	a_str(&a, m->id);
+	return run(m->x, Q_META_INS, &a, &err) ? 0 : err;
+}
+
+/* Replace the metadata (valid: checked by the caller) and its index rows;
+ * an empty map is stored as none. */
+static int meta_set(store_txn *x, const char *id, store_bytes m)
+{
+	struct args a = { 0 };
+	int err;
+	if (m.len == 1 && *(const unsigned char *)m.ptr == 0x80)
+		m.len = 0;
+	if ((err = quota(x, m.len * 2)) != 0)
+		return err;
+	a_str(&a, id);
+	a_bytes(&a, m, 1);
+	if (!run(x, Q_META_SET, &a, &err))
+		return err;
+	struct args d = { 0 };
+	a_str(&d, id);
+	if (!run(x, Q_META_DEL, &d, &err))
+		return err;
+	struct meta_ins mi = { x, id };
+	return store_meta_each(m, meta_ins_one, &mi);
+}
+
 int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *p)
 {
 	CHECK_WRITE(x);
@@ -1121,6 +1186,8 @@ int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *
 	if ((p->set & STORE_SET_STATUS) && !store_status_name(p->status))
 		return STORE_E_INVAL;
 	if ((p->set & STORE_SET_FSM) && !opt_mp_ok(p->fsm_state))
+		return STORE_E_INVAL;
+	if ((p->set & STORE_SET_METADATA) && !store_meta_valid(p->metadata))
 		return STORE_E_INVAL;
 	struct store_conv c;
 	int err = conv_load(x, id, &c, NULL);
@@ -1146,7 +1213,9 @@ int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *
 	a_i64(&a, c.status);
 	a_bytes(&a, c.fsm_state, 1);
 	a_i64(&a, x->now);
-	return run(x, Q_CONV_UPDATE, &a, &err) ? 0 : err;
+	if (!run(x, Q_CONV_UPDATE, &a, &err))
+		return err;
+	return p->set & STORE_SET_METADATA ? meta_set(x, id, p->metadata) : 0;
 }
 
 int store_conv_put_fsm(store_txn *x, const char *id, store_bytes fsm)
@@ -1189,6 +1258,77 @@ int store_conv_list(store_txn *x, int status, const char *after, size_t limit, s
 		int rc = fn(arg, &c);
 		if (rc)
 			return rc;
+	}
+	return damaged ? STORE_E_CORRUPT : 0;
+}
+
+/* Filtered list: the rows come in chunks, in id order, from conv_meta's
+ * index for the first pair or from convs (status filtered there); the rest
+ * of the filter is tested here, row by row. */
+#define FIND_CHUNK 256
+
+int store_conv_find(store_txn *x, const struct store_conv_filter *f, const char *after, size_t limit,
+		    store_conv_fn fn, void *arg, int *more)
+{
+	CHECK_TXN(x);
+	if (!fn || !store_filter_valid(f) || (after && !id_ok(after)))
+		return STORE_E_INVAL;
+	if (more)
+		*more = 0;
+	char cursor[STORE_ID_MAX + 1];
+	const char *from = after;
+	size_t n = 0;
+	int damaged = 0;
+	for (;;) {
+		struct args a = { 0 };
+		int err, q = f && f->nmeta ? Q_CONV_FIND_META : Q_CONV_LIST;
+		if (q == Q_CONV_FIND_META) {
+			a_bin(&a, f->meta[0].key.ptr, f->meta[0].key.len);
+			a_bin(&a, f->meta[0].value.ptr, f->meta[0].value.len);
+			a_str(&a, from);
+		} else {
+			a_str(&a, from);
+			a_i64(&a, f ? f->status : -1);
+		}
+		a_i64(&a, FIND_CHUNK);
+		PGresult *r = run(x, q, &a, &err);
+		if (!r)
+			return err;
+		int rows = PQntuples(r);
+		for (int i = 0; i < rows; i++) {
+			struct store_conv c;
+			if (conv_row(r, i, &c)) {
+				damaged = 1;
+				continue;
+			}
+			int rc = store_filter_match(f, &c);
+			if (rc == 1 && f && f->match)
+				rc = f->match(f->match_arg, &c);
+			else if (rc < 0) {
+				damaged = 1;
+				rc = 0;
+			}
+			if (rc < 0)
+				return rc;
+			if (rc == 0)
+				continue;
+			if (limit && n == limit) {
+				if (more)
+					*more = 1;
+				return damaged ? STORE_E_CORRUPT : 0;
+			}
+			n++;
+			if ((rc = fn(arg, &c)) != 0)
+				return rc;
+		}
+		if (rows < FIND_CHUNK)
+			break;
+		store_bytes last = g_bytes(r, rows - 1, 0);
+		if (last.len > STORE_ID_MAX)
+			return fail(x, STORE_E_CORRUPT);
+		memcpy(cursor, last.ptr, last.len);
+		cursor[last.len] = 0;
+		from = cursor;
 	}
 	return damaged ? STORE_E_CORRUPT : 0;
 }

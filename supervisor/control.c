@@ -77,6 +77,7 @@ static struct {
 	int refusing;           /* shutting down: only ping and status are served */
 	LIST_HEAD(, client) clients;
 	LIST_HEAD(, client) held;  /* clients whose next reply waits for the durable frontier */
+	int nheld;
 	int nclients;
 	int nbacklog;           /* clients with unparsed complete lines */
 	uint64_t iteration;     /* the loop's, counted by control_backlog (once per iteration) */
@@ -214,6 +215,11 @@ void control_refuse(void)
 int control_nclients(void)
 {
 	return C.nclients;
+}
+
+int control_all_held(void)
+{
+	return C.nheld == C.nclients;
 }
 
 static void on_client_io(struct loop_watch *lw, uint32_t events);
@@ -439,6 +445,7 @@ void client_flush(struct client *c)
 			 * still take back: it waits, and so do those after it. */
 			if (!c->held) {
 				c->held = 1;
+				C.nheld++;
 				LIST_INSERT_HEAD(&C.held, c, hlink);
 			}
 			break;
@@ -526,6 +533,7 @@ void control_durable_advanced(void)
 		LIST_REMOVE(c, hlink);
 		LIST_INSERT_HEAD(&held, c, hlink);
 	}
+	C.nheld = 0;
 	while ((c = LIST_FIRST(&held))) {
 		LIST_REMOVE(c, hlink);
 		c->held = 0;
@@ -777,8 +785,10 @@ static void client_free(struct client *c)
 	}
 	if (c->backlog)
 		C.nbacklog--;
-	if (c->held)
+	if (c->held) {
 		LIST_REMOVE(c, hlink);
+		C.nheld--;
+	}
 	loop_del(c->fd);
 	close(c->fd);
 	LIST_REMOVE(c, link);

@@ -82,6 +82,9 @@ void control_reap(void);
 /* At exit: every line read gets an answer (unavailable), then every client goes. */
 void control_close_all(void);
 int control_nclients(void);
+/* Every client waits on a reply held for the durable frontier: none can
+ * send a request until the frontier moves. */
+int control_all_held(void);
 
 /* ---- one client -------------------------------------------------------- */
 struct slot *slot_new(struct client *c);

@@ -10,19 +10,29 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 static void on_flushed(struct loop_watch *lw, uint32_t events);
+static void on_timer(struct loop_watch *lw, uint32_t events);
+
+/* How long a flush waits for the next group commit to cover it instead
+ * (durable.h), when some client may still send one. */
+#define DEFER_US 200
 
 static struct {
 	store *st;
 	durable_advanced_fn *advanced;
+	durable_more_fn *more;   /* another commit may come soon */
 	int all;                 /* sync = none, or the test-only early ack: everything counts as durable */
 	uint64_t frontier;       /* loop thread only */
 	uint64_t wanted;         /* the highest id asked for (loop thread) */
 	int running;             /* a flush is asked or in flight (loop thread) */
 	int efd;                 /* the flusher's "done" to the loop */
 	struct loop_watch lw;
+	int tfd;                 /* the deferred flush's timer */
+	struct loop_watch tw;
+	int armed;               /* tfd is set */
 	pthread_t thread;
 	int started;
 	/* Between the threads, under mu. */
@@ -33,7 +43,7 @@ static struct {
 	int err;                 /* the last flush's error */
 	int quit;
 	uint64_t nflush;
-} D = { .efd = -1, .lw = { on_flushed }, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+} D = { .efd = -1, .lw = { on_flushed }, .tfd = -1, .tw = { on_timer }, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
 static void *flusher(void *arg)
 {
@@ -76,10 +86,20 @@ static void advance(uint64_t id)
 	D.advanced(id);
 }
 
+static void disarm(void)
+{
+	if (!D.armed)
+		return;
+	struct itimerspec its = { 0 };
+	timerfd_settime(D.tfd, 0, &its, NULL);
+	D.armed = 0;
+}
+
 static void start_flush(void)
 {
 	if (D.running || D.wanted <= D.frontier)
 		return;
+	disarm();
 	D.running = 1;
 	pthread_mutex_lock(&D.mu);
 	D.target = D.wanted;
@@ -107,13 +127,23 @@ static void on_flushed(struct loop_watch *lw, uint32_t events)
 		}
 	}
 	advance(done);
-	start_flush(); /* what was committed while this one ran */
+	/* What was committed while this one ran waits for durable_before_wait. */
 }
 
-int durable_open(store *st, int sync_full, durable_advanced_fn *advanced)
+static void on_timer(struct loop_watch *lw, uint32_t events)
+{
+	uint64_t n;
+	if (read(D.tfd, &n, sizeof n) < 0)
+		return;
+	D.armed = 0;
+	start_flush();
+}
+
+int durable_open(store *st, int sync_full, durable_advanced_fn *advanced, durable_more_fn *more)
 {
 	D.st = st;
 	D.advanced = advanced;
+	D.more = more;
 	/* Test-only (docs/testing.md, the power-loss simulator): acknowledge
 	 * before the flush, so the simulator can show it would catch that. */
 	const char *early = getenv("AGENTD_TEST_ACK_EARLY");
@@ -125,6 +155,11 @@ int durable_open(store *st, int sync_full, durable_advanced_fn *advanced)
 		return -errno;
 	int e = loop_add(D.efd, EPOLLIN, &D.lw);
 	if (e)
+		return e;
+	D.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (D.tfd < 0)
+		return -errno;
+	if ((e = loop_add(D.tfd, EPOLLIN, &D.tw)))
 		return e;
 	/* The thread gets no signal: the loop takes them all through its signalfd. */
 	sigset_t all, old;
@@ -153,6 +188,12 @@ void durable_close(void)
 		close(D.efd);
 		D.efd = -1;
 	}
+	if (D.tfd >= 0) {
+		loop_del(D.tfd);
+		close(D.tfd);
+		D.tfd = -1;
+		D.armed = 0;
+	}
 	uint64_t last = store_last_id(D.st);
 	if (!D.all && store_flush(D.st) == 0)
 		advance(last);
@@ -170,13 +211,32 @@ void durable_need(uint64_t id)
 		return;
 	if (id > D.wanted)
 		D.wanted = id;
-	start_flush();
 }
 
-void durable_reported(uint64_t id)
+void durable_before_wait(void)
 {
-	if (!D.all)
-		advance(id);
+	if (D.all || D.running || D.wanted <= D.frontier)
+		return;
+	if (!D.more()) {
+		start_flush(); /* nobody can send the commit that would cover it */
+		return;
+	}
+	if (D.armed)
+		return;
+	struct itimerspec its = { .it_value = { 0, DEFER_US * 1000 } };
+	if (timerfd_settime(D.tfd, 0, &its, NULL) == 0)
+		D.armed = 1;
+	else
+		start_flush();
+}
+
+void durable_committed(uint64_t id)
+{
+	if (D.all || id < 2)
+		return;
+	advance(id - 1);
+	if (D.wanted <= D.frontier)
+		disarm();
 }
 
 uint64_t durable_flushes(void)

@@ -9,10 +9,16 @@
  * long-poll's answer and a watch's event leave only once the transaction
  * they show is behind it, so no client sees what an OS crash can take back.
  *
- * The flushes run on a flusher thread, never on the loop and never under the
- * writer lock: while one flush runs the loop accepts and commits the next
- * batch (a pipeline), and when it returns the next flush starts for whatever
- * was committed meanwhile.
+ * A lazy commit's own page flush begins after every earlier transaction's
+ * meta page was written, so a commit that made id N makes every id below N
+ * durable when it returns (durable_committed). Under load that is how the
+ * frontier moves: each group commit makes the previous one durable, one
+ * flush per batch. The flusher thread covers the last batch: just before
+ * the loop waits, a flush starts at once when no client could send the
+ * commit that would cover it (every client waits on a held reply), or after
+ * a short delay otherwise, unless a commit covered it first. Flushes run on
+ * the flusher thread, never on the loop and never under the writer lock:
+ * while one flush runs the loop accepts and commits the next batch.
  *
  * Under sync = none everything counts as durable at once (the documented
  * meaning of that setting).
@@ -26,19 +32,25 @@
 
 /* Called on the loop each time the frontier moves. */
 typedef void durable_advanced_fn(uint64_t frontier);
+/* 1 when another commit may come soon (a client is free to send). */
+typedef int durable_more_fn(void);
 
-/* Start the flusher thread (sync = full) and register its wake-up with the
- * loop. 0 or -errno. */
-int durable_open(store *st, int sync_full, durable_advanced_fn *advanced);
+/* Start the flusher thread (sync = full) and register its wake-up and its
+ * timer with the loop. 0 or -errno. */
+int durable_open(store *st, int sync_full, durable_advanced_fn *advanced, durable_more_fn *more);
 /* Stop the flusher, flush once more, and let everything through. */
 void durable_close(void);
 
 /* Whether transaction id is behind the frontier. */
 int durable_covers(uint64_t id);
-/* Make id durable soon: a flush starts for it unless one covering it runs. */
+/* Make id durable soon: by the next commit, or a flush that
+ * durable_before_wait starts. */
 void durable_need(uint64_t id);
-/* A worker flushed its own commit id: every id up to it is durable. */
-void durable_reported(uint64_t id);
+/* Just before the loop waits: start or schedule the flush owed. */
+void durable_before_wait(void);
+/* A write transaction of this process committed id (its own page flush
+ * returned): every id below it is durable. */
+void durable_committed(uint64_t id);
 /* Flushes made by the flusher so far (agentd_durable_flushes_total). */
 uint64_t durable_flushes(void);
 

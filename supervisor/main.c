@@ -11,6 +11,7 @@
 #include "supervisor/check.h"
 #include "supervisor/notify.h"
 #include "supervisor/server.h"
+#include "supervisor/transfer.h"
 
 #include <bsd/libutil.h>
 #include <dirent.h>
@@ -56,7 +57,7 @@ static void usage(FILE *f)
 		"  --socket PATH       control socket (default DATA/agentd.sock, RUN-DIR/agentd.sock)\n"
 		"  --config FILE       INI configuration: models, tools, limits (none needed for\n"
 		"                      the built-in echo model)\n"
-		"  --ephemeral         keep the store on tmpfs and delete it at exit\n"
+		"  --ephemeral         keep the (LMDB) store on tmpfs and delete it at exit\n"
 		"  --idle-timeout DUR  stop workers idle this long (default 300s; 500ms, 30s, 5m, 1h; 0: at once)\n"
 		"  --sync full|none    full: every commit durable before it is acknowledged (default);\n"
 		"                      none: flushed every second (an OS crash can lose the last second)\n"
@@ -66,11 +67,21 @@ static void usage(FILE *f)
 		"  --max-workers N     live worker processes at most; more conversations queue\n"
 		"  --help, --version\n"
 		"\n"
+		"agentd export [--data DIR | --store TARGET] [--output FILE]\n"
+		"agentd import (--data DIR | --store TARGET) --input FILE\n"
+		"  Write a store (either backend) as a portable stream of JSON lines, and load one\n"
+		"  into an empty store: an LMDB data directory moves to PostgreSQL and back.\n"
+		"\n"
 		"agentd check [--data DIR | --store TARGET]\n"
 		"  Check the store's consistency (read-only; safe while agentd runs): seqs 1..N,\n"
 		"  tool-call rows and expiries against the log, fsm_state and status against what\n"
 		"  the log owes. Exit 0 when consistent, 1 listing each problem, 2 when the store\n"
 		"  cannot be opened (the reason is printed).\n"
+		"\n"
+		"agentd backup [--data DIR] PATH\n"
+		"  Write a compacted, consistent copy of the store in DIR into PATH (a new or empty\n"
+		"  directory), safe while agentd serves: the copy holds every write acknowledged\n"
+		"  before it began. Exit 0 when written, 1 when the copy failed, 2 on a usage error.\n"
 		"\n"
 		"Command-line options override the configuration file. Exit status: 0 after a clean\n"
 		"stop, 1 on a runtime failure (another agentd holds DIR, the store cannot open:\n"
@@ -213,6 +224,142 @@ static int check_main(int argc, char **argv)
 	}
 	int n = check_store(dir, stdout);
 	return n == 0 ? 0 : n < 0 ? 2 : 1;
+}
+
+/* `agentd export|import [--data DIR | --store TARGET] [--output|--input FILE]`. */
+static int transfer_main(int argc, char **argv)
+{
+	int import = !strcmp(argv[1], "import");
+	const char *target = NULL, *file = NULL;
+	int pg = 0, bad = 0;
+	const char *usage_line = import ? "usage: agentd import (--data DIR | --store TARGET) --input FILE\n"
+					: "usage: agentd export [--data DIR | --store TARGET] [--output FILE]\n";
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			printf("%s\n%s", usage_line,
+			       import ? "Load a stream `agentd export` wrote into an empty store (an LMDB data directory, "
+					"created if\nmissing, or a PostgreSQL database). The stream is checked whole "
+					"first: a damaged or\ntruncated one, or a store that is not empty, is refused "
+					"with nothing written.\nExit status: 0 loaded; 1 refused or failed (nothing "
+					"left written); 2 a usage error.\n"
+				      : "Write the store (default ./agentd-data) as a stream of JSON lines (docs/scale-"
+					"out.md), to\nFILE (written whole, then renamed into place) or standard output. "
+					"Run it with agentd\nstopped for an exact copy.\nExit status: 0 written; 1 the "
+					"store cannot be read or the stream written; 2 a usage error.\n");
+			return 0;
+		}
+		if ((!strcmp(a, "--data") || !strcmp(a, "--store")) && v && !target) {
+			pg = !strcmp(a, "--store");
+			target = v;
+			i++;
+		} else if (!strcmp(a, import ? "--input" : "--output") && v && !file) {
+			file = v;
+			i++;
+		} else {
+			bad = 1;
+		}
+	}
+	if (!target && !import)
+		target = "./agentd-data";
+	if (bad || !target || !*target || (import && (!file || !*file)) || (file && !*file)) {
+		fputs(usage_line, stderr);
+		return EXIT_USAGE;
+	}
+	if (pg != config_store_is_pg(target)) {
+		fprintf(stderr, "agentd %s: %s\n", argv[1], pg ? "--store takes a PostgreSQL target (postgresql://..., "
+			"or a conninfo starting host= or dbname=)" : "--data names a directory; a PostgreSQL target goes "
+			"with --store");
+		return EXIT_USAGE;
+	}
+	if (import) {
+		FILE *in = fopen(file, "re");
+		if (!in) {
+			fprintf(stderr, "agentd import: cannot read %s: %s\n", file, strerror(errno));
+			return 1;
+		}
+		int rc = transfer_import(target, in, file, stderr);
+		fclose(in);
+		return rc ? 1 : 0;
+	}
+	if (!file)
+		return transfer_export(target, stdout, stderr) ? 1 : 0;
+	char *tmp = NULL;
+	FILE *out = NULL;
+	if (asprintf(&tmp, "%s.tmp", file) < 0 || !(out = fopen(tmp, "we"))) {
+		fprintf(stderr, "agentd export: cannot write %s: %s\n", tmp ? tmp : file, strerror(errno));
+		free(tmp);
+		return 1;
+	}
+	int rc = transfer_export(target, out, stderr);
+	if (fsync(fileno(out)) < 0 && !rc) {
+		fprintf(stderr, "agentd export: %s: %s\n", tmp, strerror(errno));
+		rc = -1;
+	}
+	if (fclose(out) && !rc) {
+		fprintf(stderr, "agentd export: %s: %s\n", tmp, strerror(errno));
+		rc = -1;
+	}
+	if (!rc && rename(tmp, file) < 0) {
+		fprintf(stderr, "agentd export: cannot rename %s to %s: %s\n", tmp, file, strerror(errno));
+		rc = -1;
+	}
+	if (rc)
+		unlink(tmp);
+	free(tmp);
+	return rc ? 1 : 0;
+}
+
+/* `agentd backup [--data DIR] PATH`: store_backup from a process of its
+ * own, so agentd goes on serving; PATH is made (0700) when absent. */
+static int backup_main(int argc, char **argv)
+{
+	const char *dir = "./agentd-data", *path = NULL;
+	int i = 2;
+	if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+		printf("usage: agentd backup [--data DIR] PATH\n\nWrite a compacted, consistent copy of the store "
+		       "in DIR (default ./agentd-data)\ninto PATH, a new or empty directory, while agentd serves.\n"
+		       "Restore: stop agentd, and start it with --data PATH (or move PATH's data.mdb into DIR).\n"
+		       "Exit status: 0 written; 1 the copy failed; 2 a usage error.\n");
+		return 0;
+	}
+	if (i + 1 < argc && !strcmp(argv[i], "--data")) {
+		dir = argv[i + 1];
+		i += 2;
+	} else if (i < argc && !strncmp(argv[i], "--data=", 7)) {
+		dir = argv[i] + 7;
+		i++;
+	}
+	if (i + 1 == argc && argv[i][0] != '-')
+		path = argv[i];
+	if (!path || !*path || !*dir) {
+		fprintf(stderr, "usage: agentd backup [--data DIR] PATH\n");
+		return EXIT_USAGE;
+	}
+	store *st;
+	struct store_opts o = { .read_only = 1 };
+	int e = store_open(&st, dir, &o);
+	if (e) {
+		fprintf(stderr, "agentd backup: cannot open the store in %s: %s\n", dir, store_strerror(e));
+		return 1;
+	}
+	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+		fprintf(stderr, "agentd backup: cannot make %s: %s\n", path, strerror(errno));
+		store_close(st);
+		return 1;
+	}
+	e = store_backup(st, path);
+	store_close(st);
+	if (e == -EEXIST)
+		fprintf(stderr, "agentd backup: %s is not empty: give a new or empty directory\n", path);
+	else if (e == -EOPNOTSUPP)
+		fprintf(stderr, "agentd backup: the store is PostgreSQL: back it up with pg_dump "
+				"(docs/operations.md, \"Backup and restore\")\n");
+	else if (e)
+		fprintf(stderr, "agentd backup: copying %s into %s: %s\n", dir, path, store_strerror(e));
+	else
+		printf("backup of %s written to %s\n", dir, path);
+	return e ? 1 : 0;
 }
 
 /* The command line over the configuration file it names. Returns -1 to go
@@ -513,6 +660,10 @@ int main(int argc, char **argv)
 	umask(umask(0) & 077);
 	if (argc >= 2 && !strcmp(argv[1], "check"))
 		return check_main(argc, argv);
+	if (argc >= 2 && (!strcmp(argv[1], "export") || !strcmp(argv[1], "import")))
+		return transfer_main(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "backup"))
+		return backup_main(argc, argv);
 	config_init(&cfg);
 	int rc = parse_args(argc, argv, &cfg, &o_config);
 	if (rc >= 0) {

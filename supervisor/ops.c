@@ -12,6 +12,7 @@
 #include "supervisor/ops.h"
 #include "common/jsonmp.h"
 #include "common/log.h"
+#include "common/mp.h"
 #include "conv/conv.h"
 #include "supervisor/control.h"
 #include "supervisor/durable.h"
@@ -169,6 +170,7 @@ static json_t *conv_json(store_txn *t, const struct store_conv *c, int with_work
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "fsm_state", c->fsm_state.len ? mp_json(c->fsm_state) : json_null());
+	json_object_set_new(o, "metadata", c->metadata.len ? mp_json(c->metadata) : json_object());
 	if (with_worker)
 		json_object_set_new(o, "worker", workers_conv_json(id));
 	return o;
@@ -260,11 +262,54 @@ static int list_one(void *arg, const struct store_conv *c)
 	return json_array_append_new(l->a, conv_json(l->t, c, 1)) ? -ENOMEM : 0;
 }
 
+_Static_assert(PROTO_META_MAX == STORE_META_MAX && PROTO_META_KEY_MAX == STORE_META_KEY_MAX &&
+		       PROTO_META_VAL_MAX == STORE_META_VAL_MAX, "the protocol's metadata bounds are the store's");
+
+/* list's model filter: settings.model, read in place from the stored map. */
+static int model_is(void *arg, const struct store_conv *c)
+{
+	const char *want = arg;
+	struct mp m;
+	uint32_t n;
+	mp_init(&m, c->settings.ptr, c->settings.len);
+	if (mp_map(&m, &n))
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const char *k, *v;
+		size_t kl, vl;
+		const void *skip;
+		size_t sl;
+		if (mp_str(&m, &k, &kl))
+			return 0;
+		if (kl == 5 && memcmp(k, "model", 5) == 0)
+			return mp_str(&m, &v, &vl) == 0 && vl == strlen(want) && memcmp(v, want, vl) == 0;
+		if (mp_skip(&m, &skip, &sl))
+			return 0;
+	}
+	return 0;
+}
+
 static void op_list(store_txn *t, struct job *j)
 {
 	struct list_ctx l = { t, json_array(), "" };
 	int more = 0;
-	int e = store_conv_list(t, j->rq.status, j->rq.conv, j->rq.limit, list_one, &l, &more);
+	struct store_kv kv[PROTO_META_MAX];
+	struct store_conv_filter f = { .status = j->rq.status, .updated_after = j->rq.updated_after,
+				       .updated_before = j->rq.updated_before };
+	const char *k;
+	json_t *v;
+	if (j->rq.metadata)
+		json_object_foreach(j->rq.metadata, k, v) {
+			kv[f.nmeta].key = (store_bytes){ k, strlen(k) };
+			kv[f.nmeta].value = (store_bytes){ json_string_value(v), json_string_length(v) };
+			f.nmeta++;
+		}
+	f.meta = kv;
+	if (j->rq.model) {
+		f.match = model_is;
+		f.match_arg = (void *)j->rq.model;
+	}
+	int e = store_conv_find(t, &f, j->rq.conv, j->rq.limit, list_one, &l, &more);
 	if (e == STORE_E_CORRUPT) { /* the others are listed: serve them */
 		log_error("list: a conversation record cannot be decoded (see agentd check)");
 		e = 0;
@@ -521,6 +566,45 @@ struct wres {
 	int ended; /* the resolved call's conversation is ended: it gets no worker */
 };
 
+/* Store metadata (checked by the codec) as the conversation's whole map. */
+static int meta_put(store_txn *t, struct job *j, const char *id, json_t *m)
+{
+	struct jsonmp_buf b;
+	if (pack_json(&b, m))
+		return -ENOMEM;
+	struct store_conv_patch p = { .set = STORE_SET_METADATA, .metadata = { b.sb.data, b.sb.size } };
+	int e = store_conv_put(t, id, &p);
+	jsonmp_buf_destroy(&b);
+	return e;
+}
+
+/* update's metadata: the patch merged into the stored map, a null value
+ * deleting its key. NULL with j's error set when the result breaks a bound. */
+static json_t *meta_merge(struct job *j, const struct store_conv *c)
+{
+	json_t *m = c->metadata.len ? jsonmp_unpack(c->metadata.ptr, c->metadata.len) : json_object();
+	const char *k;
+	json_t *v;
+	if (!json_is_object(m)) {
+		json_decref(m);
+		job_error(j, PERR_INTERNAL, "stored metadata of %s is unreadable", j->rq.conv);
+		return NULL;
+	}
+	json_object_foreach(j->rq.metadata, k, v) {
+		if (json_is_null(v))
+			json_object_del(m, k);
+		else
+			json_object_set(m, k, v);
+	}
+	if (json_object_size(m) > PROTO_META_MAX) {
+		job_error(j, PERR_BAD_REQUEST, "metadata of %s would have %zu keys (at most %d)", j->rq.conv,
+			  json_object_size(m), PROTO_META_MAX);
+		json_decref(m);
+		return NULL;
+	}
+	return m;
+}
+
 static int w_create(store_txn *t, struct job *j, struct wres *r)
 {
 	char gen[20];
@@ -536,6 +620,8 @@ static int w_create(store_txn *t, struct job *j, struct wres *r)
 	}
 	int e = store_conv_create(t, id, (store_bytes){ b.sb.data, b.sb.size });
 	jsonmp_buf_destroy(&b);
+	if (!e && j->rq.metadata && json_object_size(j->rq.metadata))
+		e = meta_put(t, j, id, j->rq.metadata);
 	if (e == STORE_E_CONFLICT)
 		job_error(j, PERR_CONFLICT, "conversation %s already exists", id);
 	else if (e)
@@ -580,9 +666,33 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 		p.set |= STORE_SET_STATUS;
 		p.status = STORE_ENDED;
 	}
+	struct jsonmp_buf mb = { 0 };
+	int have_mb = 0;
+	if (j->rq.metadata) {
+		/* Merged, as settings are; allowed on an ended conversation too
+		 * (labels for what is kept, not for what runs). */
+		json_t *m = meta_merge(j, &c);
+		if (!m) {
+			if (have_buf)
+				jsonmp_buf_destroy(&b);
+			return 0;
+		}
+		int bad = pack_json(&mb, m);
+		json_decref(m);
+		if (bad) {
+			if (have_buf)
+				jsonmp_buf_destroy(&b);
+			return job_error(j, PERR_INTERNAL, "metadata cannot be packed"), 0;
+		}
+		have_mb = 1;
+		p.set |= STORE_SET_METADATA;
+		p.metadata = (store_bytes){ mb.sb.data, mb.sb.size };
+	}
 	e = p.set ? store_conv_put(t, j->rq.conv, &p) : 0;
 	if (have_buf)
 		jsonmp_buf_destroy(&b);
+	if (have_mb)
+		jsonmp_buf_destroy(&mb);
 	if (e)
 		return job_store_error(j, e, "update"), e;
 	j->reply = json_object();
@@ -840,6 +950,8 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 				 * id: its replies show the one before. */
 				uint64_t last = store_last_id(O.env->st);
 				committed = last < id ? last : id;
+				if (committed == id)
+					durable_committed(id); /* its page flush covered those before */
 				durable_need(committed);
 				metrics_add(M_GROUP_COMMITS, 1);
 				metrics_add(M_GROUP_WRITES, n);

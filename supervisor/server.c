@@ -173,6 +173,12 @@ static void durable_advanced(uint64_t frontier)
 	waiters_durable_advanced();
 }
 
+/* Another group commit may come soon (durable.h): a client is free to send. */
+static int durable_more(void)
+{
+	return !control_all_held();
+}
+
 static const struct control_hooks control_hooks = { ops_request, ops_is_write, ops_reply_large, waiters_drained,
 						    client_gone };
 
@@ -181,6 +187,7 @@ static const struct control_hooks control_hooks = { ops_request, ops_is_write, o
 static int before_wait(void *arg)
 {
 	rearm_tick();
+	durable_before_wait();
 	/* Lines left over from the per-wakeup cap are parsed every iteration,
 	 * without waiting for new input that may never come. */
 	return control_backlog_ready();
@@ -233,7 +240,7 @@ int server_open(const struct server_opts *o)
 	int e;
 	SV.o = o;
 	if ((e = loop_open()) || (e = signals_open()) || (e = expiry_open(o->st)) ||
-	    (e = durable_open(o->st, o->cfg->sync == STORE_SYNC_FULL, durable_advanced))) {
+	    (e = durable_open(o->st, o->cfg->sync == STORE_SYNC_FULL, durable_advanced, durable_more))) {
 		log_error("cannot create the loop's descriptors: %s", strerror(-e));
 		return -1;
 	}

@@ -828,8 +828,17 @@ static int worker_compact(struct worker *w, struct slot *slot, json_t *id)
 	r->next = w->compacts;
 	w->compacts = r;
 	if (w->pid && w->ipc >= 0) {
+		/* A worker whose socket is closed is exiting (told to stop a
+		 * moment ago: on PostgreSQL a store round trip lies between a
+		 * pipelined stop and compact). The request stays queued: the
+		 * exit hands it to the next worker, or fails it if none starts
+		 * (on_exit_status), so it is answered either way. */
 		struct ipc_msg m = { .type = IPC_COMPACT, .num = r->num };
-		if (ipc_send(w->ipc, &m) < 0) {
+		int e = ipc_send(w->ipc, &m);
+		if (e == -EPIPE || e == -ECONNRESET) {
+			log_debug("%s: the worker is exiting: its compaction waits for the next", w->conv);
+		} else if (e < 0) {
+			/* Alive but not reading (its socket is full): refused. */
 			w->compacts = r->next;
 			json_decref(r->id);
 			free(r);

@@ -281,18 +281,72 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 					   truncated));
 }
 
+/* list's metadata filter from the query: each meta.KEY=VALUE is one pair
+ * (repeatable; all must hold). The key is the parameter's name after "meta.",
+ * so any key can be given exactly; agentd checks the bounds. */
+struct meta_query {
+	json_t *m;
+	const char *bad; /* the first problem, or NULL */
+};
+
+static enum MHD_Result meta_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+				const char *value, size_t value_size)
+{
+	struct meta_query *q = cls;
+	(void)kind;
+	if (q->bad || key_size < 5 || memcmp(key, "meta.", 5))
+		return MHD_YES;
+	const char *k = key + 5;
+	size_t kl = key_size - 5;
+	if (!value) /* "?meta.K" without "=": the empty value */
+		value = "", value_size = 0;
+	json_t *v;
+	if (memchr(k, 0, kl) || memchr(value, 0, value_size))
+		q->bad = "a metadata key or value must not contain a NUL character";
+	else if (json_object_getn(q->m, k, kl))
+		q->bad = "a metadata key is given twice: each key filters by one value";
+	else if (!(v = json_stringn(value, value_size)) || json_object_setn_new(q->m, k, kl, v))
+		q->bad = "a metadata key or value is not valid UTF-8";
+	return MHD_YES;
+}
+
+/* The list op with its filters: status, model, metadata (meta.KEY=VALUE),
+ * updated_after/updated_before (ms), limit and the cursor after. */
 static enum MHD_Result api_conversations(struct MHD_Connection *c)
 {
 	int bad = 0;
-	long long limit = 100;
+	long long limit = 100, t;
 	arg_num(c, "limit", 1000, &limit, &bad);
 	if (bad || limit < 1)
 		return send_error(c, 400, "bad_request", "'limit' must be a number from 1 to 1000");
 	json_t *req = json_pack("{sssI}", "op", "list", "limit", (json_int_t)limit);
-	if (req && arg(c, "status"))
-		json_object_set_new(req, "status", json_string(arg(c, "status")));
-	if (req && arg(c, "after"))
-		json_object_set_new(req, "after", json_string(arg(c, "after")));
+	if (!req)
+		return MHD_NO;
+	static const char *const strs[] = { "status", "after", "model" };
+	for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+		if (arg(c, strs[i]) && json_object_set_new(req, strs[i], json_string(arg(c, strs[i])))) {
+			json_decref(req);
+			return send_error(c, 400, "bad_request", "a filter is not valid UTF-8");
+		}
+	static const char *const times[] = { "updated_after", "updated_before" };
+	for (size_t i = 0; i < 2; i++)
+		if (arg_num(c, times[i], INT64_MAX, &t, &bad))
+			json_object_set_new(req, times[i], json_integer((json_int_t)t));
+	if (bad) {
+		json_decref(req);
+		return send_error(c, 400, "bad_request",
+				  "'updated_after' and 'updated_before' are times in milliseconds since 1970 (whole numbers)");
+	}
+	struct meta_query q = { json_object(), NULL };
+	MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, meta_arg, &q);
+	if (!q.m || q.bad) {
+		json_decref(q.m);
+		json_decref(req);
+		return q.m ? send_error(c, 400, "bad_request", q.bad) : MHD_NO;
+	}
+	if (json_object_size(q.m))
+		json_object_set(req, "metadata", q.m);
+	json_decref(q.m);
 	return proxy(c, req);
 }
 

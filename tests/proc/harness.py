@@ -31,6 +31,14 @@ Environment:
                     a --worker script, DIR/valgrind-worker.sh, that execs agentd-worker inside valgrind).
   AGENTD_KEEP       when set, temporary directories (data, logs, scripts, configuration) are kept and
                     their paths printed.
+  AGENTD_TEST_STORE=pg  every agentd runs on PostgreSQL: `--store TARGET --run-dir DIR` instead of
+                    `--data DIR`. The first Agentd starts a throwaway cluster (tests/pg/cluster.sh, in a
+                    temporary directory, stopped by its pid at exit) unless AGENTD_TEST_PG gives a conninfo
+                    prefix of a running one; each data directory gets a database of its own (two Agentds
+                    on one data_dir share it, as they would share the LMDB files), and DIR keeps what
+                    agentd keeps in a run directory (socket, pid file, locks). run_agentd("check",
+                    "--data", DIR) checks DIR's database. Tests about LMDB itself carry @lmdb_only(why):
+                    on PostgreSQL they are reported as "n/a" with the reason, not run.
 
 API:
   TIME_SCALE, scaled(secs)      the multiplier, and secs times it
@@ -46,8 +54,12 @@ API:
   VALGRIND, valgrind_prefix(log_file) whether AGENTD_VALGRIND is set; the memcheck command prefix
   run_agentd(*args, **run_kw)         a one-shot `agentd ARGS` (check, --help) as subprocess.run, under
                                       memcheck with AGENTD_VALGRIND (a report raises AssertionError)
+  PG, pg_target(data_dir) -> str      whether AGENTD_TEST_STORE=pg; the PostgreSQL target of a data
+                                      directory (its database, created at first use)
+  pg_sql(sql, dbname="postgres") -> str   one statement through psql on the test cluster; its output
+  lmdb_only(why)                      a decorator: the test is about LMDB files, not run on PostgreSQL
 
-  Agentd(data_dir=None, config=None, extra_args=(), start=True, env=None, launcher=())
+  Agentd(data_dir=None, config=None, extra_args=(), start=True, env=None, launcher=(), lmdb=False)
     Starts `agentd --data DIR --socket DIR/agentd.sock [--config FILE] EXTRA...` in a fresh
     tempfile.mkdtemp() (the data directory is DIR unless data_dir is given) and waits until the socket
     answers a ping. config is INI text (written to DIR/agentd.ini) or a pathlib.Path to an existing file.
@@ -58,6 +70,7 @@ API:
     (e.g. a script that sets a resource limit, then execs its arguments): it runs the whole agentd
     command, valgrind included under AGENTD_VALGRIND, so what it sets applies to valgrind and agentd
     alike; .launcher can also be set before a start().
+    lmdb=True keeps this one on LMDB under AGENTD_TEST_STORE=pg (a test moving a store between the two).
     .dir .data_dir .socket .log_path .config_path   paths
     .proc .pid                    the running agentd (Popen and pid)
     .start()                      start (again) and wait for readiness; raises with the log tail if agentd exits
@@ -130,7 +143,7 @@ import traceback
 __all__ = [
     "TIME_SCALE", "scaled", "wait_for", "write_config", "write_script", "proc_stat", "pid_alive",
     "open_fds", "sanitizer_reports", "VALGRIND", "valgrind_prefix", "run_agentd", "Agentd", "Client", "main",
-    "REPO", "AGENTD_BIN", "AGENTCTL_BIN",
+    "REPO", "AGENTD_BIN", "AGENTCTL_BIN", "PG", "pg_target", "pg_sql", "lmdb_only",
 ]
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -157,6 +170,7 @@ VALGRIND = bool(os.environ.get("AGENTD_VALGRIND"))
 VALGRIND_WORKERS = VALGRIND and bool(os.environ.get("AGENTD_VALGRIND_WORKERS"))
 VALGRIND_SUPP = str(REPO / "tests" / "valgrind.supp")
 KEEP = bool(os.environ.get("AGENTD_KEEP"))
+PG = os.environ.get("AGENTD_TEST_STORE", "").strip().lower() in ("pg", "postgresql")
 SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
 
 
@@ -297,9 +311,76 @@ def valgrind_report(text):
     return _VALGRIND_NOTICE.sub("", text).strip()
 
 
+# ----------------------------------------------------------------------------------------------------
+# PostgreSQL (AGENTD_TEST_STORE=pg)
+
+_pg = {"prefix": os.environ.get("AGENTD_TEST_PG") or None, "dir": None, "dbs": {}}
+_CLUSTER_SH = str(REPO / "tests" / "pg" / "cluster.sh")
+
+
+def _pg_prefix():
+    """The conninfo prefix of the test cluster, started at the first call (one per test process)."""
+    if _pg["prefix"] is None:
+        d = tempfile.mkdtemp(prefix="agentd-pg-", dir="/tmp")  # reachable by nobody when run as root
+        _pg["dir"] = d
+        p = subprocess.run(["bash", _CLUSTER_SH, "start", d], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise AssertionError(f"cannot start the test PostgreSQL cluster: {p.stderr.strip()}")
+        _pg["prefix"] = p.stdout.strip()
+    return _pg["prefix"]
+
+
+def _pg_stop():
+    if _pg["dir"]:
+        subprocess.run(["bash", _CLUSTER_SH, "stop", _pg["dir"]], capture_output=True)
+        if not KEEP:
+            shutil.rmtree(_pg["dir"], ignore_errors=True)
+        _pg["dir"] = None
+
+
+def pg_sql(sql, dbname="postgres"):
+    """Run one SQL statement on the test cluster (psql, unaligned, tuples only); its output."""
+    p = subprocess.run(["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", f"{_pg_prefix()} dbname={dbname}",
+                        "-c", sql], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise AssertionError(f"psql {sql!r}: {p.stderr.strip()}")
+    return p.stdout.strip()
+
+
+def pg_target(data_dir):
+    """The PostgreSQL target standing for data_dir: a database of its own, created at first use."""
+    key = os.path.realpath(str(data_dir))
+    if key not in _pg["dbs"]:
+        name = f"t{len(_pg['dbs']) + 1}"
+        pg_sql(f"CREATE DATABASE {name}")
+        _pg["dbs"][key] = f"{_pg_prefix()} dbname={name}"
+    return _pg["dbs"][key]
+
+
+def lmdb_only(why):
+    """Mark a test as being about LMDB's files (data.mdb, the map, mdb_* tools): under
+    AGENTD_TEST_STORE=pg, main() reports it as n/a with `why` instead of running it."""
+    def mark(fn):
+        fn.lmdb_only = why
+        return fn
+    return mark
+
+
+def _pg_args(args):
+    # `check --data DIR` of a data directory that stands for a database checks that database.
+    args = list(map(str, args))
+    if PG and args[:1] == ["check"]:
+        for i, a in enumerate(args[:-1]):
+            if a == "--data" and os.path.realpath(args[i + 1]) in _pg["dbs"]:
+                args[i:i + 2] = ["--store", _pg["dbs"][os.path.realpath(args[i + 1])]]
+                break
+    return args
+
+
 def run_agentd(*args, **kw):
     """subprocess.run([AGENTD_BIN, *args], **kw) for a one-shot command (`agentd check`, `--help`):
     under AGENTD_VALGRIND inside memcheck, and AssertionError with its report when it made one."""
+    args = _pg_args(args)
     if not VALGRIND:
         return subprocess.run([AGENTD_BIN, *map(str, args)], **kw)
     fd, log_file = tempfile.mkstemp(prefix="agentd-valgrind-", suffix=".log")
@@ -468,8 +549,9 @@ def _pdeathsig():
 
 
 class Agentd:
-    def __init__(self, data_dir=None, config=None, extra_args=(), start=True, env=None, launcher=()):
+    def __init__(self, data_dir=None, config=None, extra_args=(), start=True, env=None, launcher=(), lmdb=False):
         self.dir = _mkdtemp()
+        self.lmdb = lmdb  # on LMDB even under AGENTD_TEST_STORE=pg
         self.data_dir = str(data_dir) if data_dir is not None else self.dir
         os.makedirs(self.data_dir, exist_ok=True)
         self.socket = os.path.join(self.data_dir if data_dir is None else self.dir, "agentd.sock")
@@ -498,8 +580,15 @@ class Agentd:
     def running(self):
         return self.proc is not None and self.proc.poll() is None
 
+    def store_args(self):
+        """How this agentd is given its store: --data DIR, or under AGENTD_TEST_STORE=pg the data
+        directory's database and DIR as the run directory."""
+        if PG and not self.lmdb:
+            return ["--store", pg_target(self.data_dir), "--run-dir", self.data_dir]
+        return ["--data", self.data_dir]
+
     def command(self):
-        args = [AGENTD_BIN, "--data", self.data_dir, "--socket", self.socket]
+        args = [AGENTD_BIN, *self.store_args(), "--socket", self.socket]
         if VALGRIND:
             # agentd under memcheck; any error or definite leak makes it exit 99, which stop()
             # reports. /proc/self/exe is valgrind's then, so name the worker explicitly.
@@ -513,6 +602,8 @@ class Agentd:
         runs it inside memcheck. A test's --worker wrapper execs this for the real worker, so that worker
         stays under memcheck."""
         worker = os.path.join(os.path.dirname(AGENTD_BIN), "agentd-worker")
+        if PG and os.path.exists(worker + "-dynamic"):
+            worker += "-dynamic"  # the static worker has no libpq
         if not VALGRIND_WORKERS:
             return worker
         # A statically linked agentd-worker hides malloc from memcheck: the build's dynamic twin is the same
@@ -831,6 +922,7 @@ def _cleanup():
         if _failed and a.proc is not None:
             print(a.log_tail(), file=sys.stderr)
         a.close()
+    _pg_stop()
 
 
 def main(namespace, names=None):
@@ -847,6 +939,11 @@ def main(namespace, names=None):
             raise SystemExit(f"unknown tests: {', '.join(sorted(unknown))}")
         tests = [(n, f) for n, f in tests if n in wanted]
     failed = []
+    if PG:
+        for name, fn in tests:
+            if getattr(fn, "lmdb_only", None):
+                print(f"n/a  {name} (on PostgreSQL: {fn.lmdb_only})", flush=True)
+        tests = [(n, f) for n, f in tests if not getattr(f, "lmdb_only", None)]
     for name, fn in tests:
         t0 = time.monotonic()
         before = set(_instances)

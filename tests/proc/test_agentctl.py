@@ -652,7 +652,7 @@ def test_command_line_corners():
         p = harness.run_agentd("check", f"--data={d}", capture_output=True, text=True)
         assert p.returncode == 2 and "there is no store there (no data.mdb)" in p.stdout, p
         p = harness.run_agentd("check", "--help", capture_output=True, text=True)
-        assert p.returncode == 0 and p.stdout.startswith("usage: agentd check [--data DIR]"), p
+        assert p.returncode == 0 and p.stdout.startswith("usage: agentd check [--data DIR | --store TARGET]"), p
         p = harness.run_agentd("check", "--data=", capture_output=True, text=True)
         assert p.returncode == 2 and "usage: agentd check" in p.stderr, p
     finally:

@@ -35,7 +35,8 @@ sends in the log exactly once at their acknowledged seq, seqs 1..N, every tool c
 every dispatch with the id of a tool_call of its conversation, one answer per turn, expiries at most once
 and never after an accepted resolve nor before the deadline, no resolve accepted twice, late resolves
 `stale`, nothing owed, the records agreeing with the log, and after agentd stops: no process of the test
-left (no zombie, no orphaned worker, model or tool), an empty LMDB reader table (`mdb_stat -r`), and
+left (no zombie, no orphaned worker, model or tool), an empty LMDB reader table (`mdb_stat -r`; on
+PostgreSQL, AGENTD_TEST_STORE=pg: no connection left to the store's database), and
 `agentd check` (when this agentd has it).
 
 Environment (besides the harness's AGENTD_TEST_SLOW and AGENTD_KEEP):
@@ -799,13 +800,16 @@ class Chaos:
         except AssertionError:
             pass
         v.check("nothing left running", not left, f"left running: {left}")
-        # The reader table: empty once every process has closed the store.
-        p = subprocess.run(["mdb_stat", "-r", a.data_dir], capture_output=True, text=True)
-        # (mdb_stat -r exits 1 even when all is well: it returns what its last printf did.)
-        v.check("mdb_stat -r runs", "Reader Table Status" in p.stdout, p.stdout + p.stderr)
-        readers = [ln for ln in p.stdout.splitlines() if re.match(r"\s*\d+\s+[0-9a-f]+\s+(\d+|-)\s*$", ln)]
-        v.check("no reader slots", not readers, f"reader table after stop:\n{p.stdout}")
-        self.mdb_stat = p.stdout.strip()
+        # The reader table: empty once every process has closed the store. On PostgreSQL, its
+        # equivalent: no connection left to the store's database.
+        if harness.PG:
+            db = harness.pg_target(a.data_dir).rsplit("dbname=", 1)[1]
+            n = harness.pg_sql(f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' "
+                               "AND pid <> pg_backend_pid()")
+            v.check("no connections left", n == "0", f"{n} connection(s) to {db} after stop")
+            self.mdb_stat = f"connections to {db} after stop: {n}"
+        else:
+            self.reader_table(a, v)
         # agentd's own consistency check, when this agentd has one.
         h = harness.run_agentd("--help", capture_output=True, text=True)
         self.has_check = re.search(r"\bcheck\b", h.stdout + h.stderr) is not None
@@ -814,6 +818,14 @@ class Chaos:
                                    timeout=scaled(120))
             v.check("agentd check", p.returncode == 0, f"agentd check exited {p.returncode}:\n{p.stdout}{p.stderr}")
             v.check("agentd check clean under sanitizers", not harness.sanitizer_reports(p.stderr), p.stderr)
+
+    def reader_table(self, a, v):
+        p = subprocess.run(["mdb_stat", "-r", a.data_dir], capture_output=True, text=True)
+        # (mdb_stat -r exits 1 even when all is well: it returns what its last printf did.)
+        v.check("mdb_stat -r runs", "Reader Table Status" in p.stdout, p.stdout + p.stderr)
+        readers = [ln for ln in p.stdout.splitlines() if re.match(r"\s*\d+\s+[0-9a-f]+\s+(\d+|-)\s*$", ln)]
+        v.check("no reader slots", not readers, f"reader table after stop:\n{p.stdout}")
+        self.mdb_stat = p.stdout.strip()
 
     def report(self):
         st = self.stats

@@ -1193,12 +1193,13 @@ def test_socket_path_that_is_not_a_dead_agentds_is_left_alone():
         a.socket = shared
         a.start()
         a.create(conversation="first")
-        b = Agentd(start=False)  # its own data directory, the same socket path
+        b = Agentd(start=False, lmdb=True)  # its own data directory, the same socket path; --ephemeral is LMDB's
         try:
             b.extra_args = ["--socket", shared]
             assert b.expect_exit() == 1
             assert "another process listens on " + shared + ": not replacing it" in b.log(), b.log()
-            assert a.ok({"op": "status"})["store"]["path"] == os.path.realpath(a.data_dir)
+            assert a.ok({"op": "status"})["store"]["path"] == (harness.pg_target(a.data_dir) if harness.PG else
+                                                               os.path.realpath(a.data_dir))
             assert a.ok({"op": "get", "conversation": "first"})
 
             precious = os.path.join(b.dir, "precious.txt")
@@ -1298,6 +1299,7 @@ def test_a_long_poll_is_timed_to_its_reply():
         assert took >= 0.6, took
 
 
+@harness.lmdb_only("LMDB's map and its growth")
 def test_the_map_grows_as_often_as_a_write_needs():
     # A group commit grew the map once, then refused: with map_size 64k a 600 KB send was store_full although
     # max_map_size allowed 64 GiB. And each refused write logged a false "retrying after growing the map".

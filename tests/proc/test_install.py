@@ -40,6 +40,9 @@ if WEB:
 PAGES = {"agentd": "share/man/man8/agentd.8", "agentctl": "share/man/man1/agentctl.1"}
 if WEB:
     PAGES["agentd-web"] = "share/man/man8/agentd-web.8"
+# agentd-worker-dynamic, the worker of PostgreSQL stores, exists where the worker is linked statically.
+if os.path.exists(os.path.join(BUILD, "agentd-worker-dynamic")):
+    EXPECTED["bin/agentd-worker-dynamic"] = 0o755
 
 _stage = None
 
@@ -73,7 +76,6 @@ def test_every_file_in_its_place_with_its_mode():
             path = os.path.join(root, f)
             found[os.path.relpath(path, s)] = stat.S_IMODE(os.lstat(path).st_mode)
     assert found == EXPECTED, f"installed {sorted(found.items())}\nexpected {sorted(EXPECTED.items())}"
-    # agentd-worker-dynamic is a test aid: not installed.
     # The sample is the live configuration's first version, and it loads (agentd refuses a bad one).
     with open(f"{s}/etc/agentd/agentd.ini") as a, open(REPO / "packaging/agentd.ini.sample") as b:
         assert a.read() == b.read()

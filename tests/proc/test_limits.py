@@ -36,6 +36,7 @@ def fill_until_full(a, c, size):
     raise AssertionError("the store never filled")
 
 
+@harness.lmdb_only("LMDB's map at max_map_size")
 def test_map_full_is_store_full_and_nothing_is_lost():
     with Agentd(start=False) as a:
         model = a.script("short.py", SHORT_MODEL)
@@ -70,6 +71,7 @@ def test_map_full_is_store_full_and_nothing_is_lost():
         assert rc.returncode == 0, rc.stdout
 
 
+@harness.lmdb_only('a full disk under the LMDB data directory')
 def test_revival_whose_commit_fails_starts_no_worker():
     """A send to a conversation without a worker forks its worker while the send's commit flushes
     (supervisor/workers.c, commit_spawning); the worker waits for go before it reads anything. When that commit
@@ -107,6 +109,7 @@ def test_revival_whose_commit_fails_starts_no_worker():
         subprocess.run(["umount", "-l", mnt])
 
 
+@harness.lmdb_only("LMDB's map at max_map_size")
 def test_expiries_in_a_full_store_are_retried_without_spinning():
     """Deadlines that passed together fire in one transaction. When the store has no room for it, the batch is
     retried in halves, and one that fails alone is retried a second later. Before, the timer was re-armed to the
@@ -179,6 +182,7 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+@harness.lmdb_only('plants rows with mdb_load')
 def test_expiry_rows_that_cannot_fire_are_dropped_without_spinning():
     """Due expiry rows whose call cannot be expired (a damaged store: `agentd check` reports them): one whose
     tool call is gone, one whose call was settled already. Each row is dropped with a log line; real deadlines
@@ -228,6 +232,7 @@ print(json.dumps({"text": "z" * 2500000}))
 """
 
 
+@harness.lmdb_only("LMDB's map size in workers")
 def test_workers_keep_to_max_map_size():
     """Workers open the store with agentd's map_size and max_map_size: a turn whose answer does not fit fails
     with store full instead of growing the map past the limit (before, workers opened with the store's defaults
@@ -254,6 +259,7 @@ def test_workers_keep_to_max_map_size():
         assert rc.returncode == 0, rc.stdout
 
 
+@harness.lmdb_only('a full disk under the LMDB data directory')
 def test_disk_full_is_store_full():
     mnt = tempfile.mkdtemp()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", mnt], capture_output=True).returncode:
@@ -300,6 +306,7 @@ def fill_disk(a, conv):
                 break
 
 
+@harness.lmdb_only('a full disk under the LMDB data directory')
 def test_a_turn_that_meets_a_full_disk_is_not_rerun():
     # The store full on a full disk (not at max_map_size) was taken for a map that could still grow: the
     # worker was restarted, and every restart called the model again for the same turn (5 calls, then the
@@ -333,6 +340,7 @@ def test_a_turn_that_meets_a_full_disk_is_not_rerun():
             a.stop(expect=None)
 
 
+@harness.lmdb_only('a full disk under the LMDB data directory')
 def test_agentd_starts_on_a_full_disk():
     # The copy of the configuration for workers (agentd.ini.running) could not be written, and agentd refused
     # to start: on a full disk nothing could be read either. Now the workers read the file itself (warned).
@@ -604,6 +612,7 @@ os.execv(%(worker)r, [%(worker)r] + argv)
 """
 
 
+@harness.lmdb_only("takes one worker's path to the LMDB directory away")
 def test_worker_that_cannot_reopen_the_store_exits_and_is_revived():
     """A worker waiting for its next event lets go of the store (agent/main.c, STORE_LINGER_MS) and opens it
     again when the event comes. When that fails, the worker exits with status 5 (EXIT_STORE) saying why, and agentd
@@ -655,6 +664,12 @@ def test_worker_that_cannot_reopen_the_store_exits_and_is_revived():
         wait_for(lambda: not a.zombies(), 5, "no zombie workers")
 
 
+def real_worker():
+    """The agentd-worker program a wrapper execs: on PostgreSQL its dynamic twin (the static one has no libpq)."""
+    w = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+    return w + "-dynamic" if harness.PG and os.path.exists(w + "-dynamic") else w
+
+
 # A worker for conversation "hog" that takes the write gate and never writes (a hung worker); for "twice", one
 # that asks for it twice (a protocol error); every other conversation gets the real agentd-worker.
 GATE_WRAPPER = """
@@ -684,7 +699,7 @@ while True:  # holds the grant until told to stop, or its supervisor is gone
 
 def test_a_worker_run_by_hand_says_it_is_agentds_to_start():
     # Given a descriptor that is no socket (stdout, or one not open), it exited 0 without a word.
-    worker = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+    worker = real_worker()
     with Agentd() as a:
         for fd in ("1", "99"):
             p = subprocess.run([worker, "--data", a.data_dir, "--conversation", "c", "--lease", "1", "--ipc-fd", fd],
@@ -698,7 +713,7 @@ def test_hung_worker_holding_the_write_gate_is_passed_over():
     the grant and never answers holds up neither agentd's own writes (a send waits for it at most about a second)
     nor other workers' (its grant is taken back); a worker that asks twice is killed."""
     with Agentd(start=False) as a:
-        worker = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+        worker = real_worker()
         wrapper = a.script("gate_worker.py", GATE_WRAPPER % {"worker": worker})
         a.extra_args += ["--worker", wrapper]
         a.start()
@@ -734,7 +749,7 @@ def test_writes_wait_for_the_gate_without_stopping_the_loop():
     """While a worker holds the write gate, agentd does not block on it: its writes wait for the next group commit
     (answered in order, a pipelined read seeing exactly the writes before it), and everything else is served."""
     with Agentd(start=False) as a:
-        worker = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+        worker = real_worker()
         a.extra_args += ["--worker", a.script("gate_worker.py", GATE_WRAPPER % {"worker": worker})]
         a.start()
         c = a.create(conversation="p")
@@ -764,7 +779,7 @@ def test_expiries_due_while_a_worker_holds_the_gate_fire_together():
     read after that wait, so every one that passed meanwhile fires in the same transaction, not each in a commit
     of its own behind the next worker's (agentd_expiry_commits_total counts the transactions)."""
     with Agentd(start=False) as a:
-        worker = os.path.join(os.path.dirname(harness.AGENTD_BIN), "agentd-worker")
+        worker = real_worker()
         a.extra_args += ["--worker", a.script("gate_worker.py", GATE_WRAPPER % {"worker": worker})]
         expires = harness.scaled(1.5)
         a.write_config(f"[tool.approve]\nexecutor = human\nprompt = Approve?\nexpires = {int(expires * 1000)}ms\n")

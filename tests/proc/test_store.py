@@ -65,6 +65,7 @@ def suspended(a, convs, expires="1h"):
     return calls
 
 
+@harness.lmdb_only('writes damage into LMDB records with mdb_load')
 def test_a_damaged_conversation_fails_only_the_writes_that_touch_it():
     # Before, the corrupt record poisoned the group transaction: every write of the iteration failed.
     with Agentd(start=False) as a:
@@ -88,6 +89,7 @@ def test_a_damaged_conversation_fails_only_the_writes_that_touch_it():
         assert r["error"] == "internal" and "corrupt record" in r["message"], r
 
 
+@harness.lmdb_only('writes damage into LMDB records with mdb_load')
 def test_expiries_fire_past_a_damaged_conversation():
     # Before, the damaged conversation's due call failed the whole batch, retried every second for ever.
     with Agentd(start=False) as a:
@@ -107,6 +109,7 @@ def test_expiries_fire_past_a_damaged_conversation():
         assert a.log().count("its deadline is dropped") == 1
 
 
+@harness.lmdb_only('writes damage into LMDB records with mdb_load')
 def test_a_summary_past_the_log_stops_its_worker_loudly():
     # Before, the worker took the summary's to_seq as its last seq, found the log "moved" on every check and
     # asked for the write gate tens of thousands of times a second, with agentd granting each.
@@ -130,6 +133,7 @@ def test_a_summary_past_the_log_stops_its_worker_loudly():
         assert cpu_seconds(a.pid) - cpu0 < 0.25 * (time.monotonic() - w0), "agentd spins"
 
 
+@harness.lmdb_only('writes damage into LMDB records with mdb_load')
 def test_list_and_the_start_pass_over_a_damaged_record():
     # Before, one undecodable conversation record failed `list` for the whole store, and at start every
     # active conversation listed after it was left without a worker.
@@ -154,6 +158,7 @@ def test_list_and_the_start_pass_over_a_damaged_record():
         assert rc.returncode == 1 and "corrupt record" in rc.stdout, rc.stdout
 
 
+@harness.lmdb_only('writes damage into LMDB records with mdb_load')
 def test_check_names_what_it_cannot_read_and_goes_on():
     # Before, a damaged conversation record was "store: listing conversations: corrupt record" (which one?),
     # and an undecodable event ended the check of its log with "events: corrupt record" and a false gap.
@@ -177,6 +182,7 @@ def test_check_names_what_it_cannot_read_and_goes_on():
         assert "3 conversations, 7 events" in out and "2 problem(s)" in out, out
 
 
+@harness.lmdb_only("LMDB's event_ids table, damaged with mdb_load")
 def test_check_verifies_the_idempotency_index():
     # A damaged event_ids row would let a retried send be appended a second time (or answer another event's
     # seq); `agentd check` did not look at the index at all.
@@ -194,6 +200,7 @@ def test_check_verifies_the_idempotency_index():
         assert rc.returncode == 1 and "i: seq 3: its event_id e-2 is indexed to seq 1" in rc.stdout, rc.stdout
 
 
+@harness.lmdb_only("LMDB's index tables, damaged with mdb_load")
 def test_check_finds_index_rows_and_tool_call_rows_that_lead_nowhere():
     # `agentd check` went from the log to the index and to the rows, never back: an index row naming a seq
     # without its event_id, and a tool call row left behind by a deleted conversation, went unreported.
@@ -218,6 +225,7 @@ def test_check_finds_index_rows_and_tool_call_rows_that_lead_nowhere():
         assert "2 problem(s)" in out, out
 
 
+@harness.lmdb_only('a data.mdb that is not a store')
 def test_a_store_that_is_not_one_is_named_at_start_and_by_check():
     with Agentd(start=False) as a:
         os.makedirs(a.data_dir, exist_ok=True)
@@ -260,6 +268,7 @@ def test_started_with_standard_descriptors_closed():
         assert rc.returncode == 0 and "1 conversations, 2 events" in rc.stdout, rc.stdout
 
 
+@harness.lmdb_only('the modes of data.mdb and lock.mdb')
 def test_a_umask_never_takes_the_owners_access():
     # Under umask 0277 the data directory was created r-x and the store files read-only: as any user but
     # root, agentd could not lock its pid file ("Permission denied") nor a worker open the store.
@@ -292,6 +301,7 @@ def test_a_data_path_that_is_no_directory_is_named():
         assert os.path.getsize(f) == 0
 
 
+@harness.lmdb_only("LMDB's meta record, damaged with mdb_load")
 def test_create_never_takes_a_number_in_use():
     # With meta's next_conv behind the conversations (damage), create took conversation a's number: the new
     # conversation got a's log and overwrote its record.
@@ -308,6 +318,7 @@ def test_create_never_takes_a_number_in_use():
         assert check(a.data_dir).returncode == 0
 
 
+@harness.lmdb_only("LMDB's map and its growth")
 def test_the_map_grows_under_concurrent_workers_without_store_full():
     # map_size 128k, allowed 256m: it grows many times while agentd and eight workers have it mapped. Before,
     # a worker whose map was smaller than the data met MDB_MAP_FULL and its turn ended in a store_full error.

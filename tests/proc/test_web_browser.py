@@ -3,7 +3,9 @@ tests/web/browser.mjs with puppeteer-core (installed into tests/web/ by scripts/
 real agentd and agentd-web; the script drives the page and the real agentctl: a wrong token is refused, the
 one-time login link works once, a new approval appears live with a <script> payload shown as text, a double
 click approves once and the model's answer appears in the live tail, deny, answered elsewhere, expiry,
-stale said politely, streamed deltas, CSRF, the conversation filter and the status panel."""
+stale said politely, streamed deltas, CSRF, the conversation filter and the status panel; then
+tests/web/conversations.mjs: the conversation list filtered by metadata, status, model and updated time,
+bookmarked and paged, with markup in metadata shown as text."""
 import os
 import shutil
 import subprocess
@@ -56,6 +58,18 @@ command = python3 {streamer}
                                capture_output=True, text=True, timeout=scaled(240))
             print(p.stdout, end="", flush=True)
             assert p.returncode == 0, f"browser.mjs failed (exit {p.returncode}):\n{p.stdout}\n{p.stderr}"
+
+
+def test_the_conversation_list_in_chromium():
+    node = shutil.which("node")
+    assert node and os.access(CHROMIUM, os.X_OK), "node or chromium is missing: run scripts/deps.sh"
+    with Agentd(config="[model.other]\ncommand = python3 -c 'print(1)'\n") as a, AgentdWeb(a) as w:
+        env = dict(os.environ, WEB_BASE=w.base, WEB_LINK=w.link, AGENTCTL=AGENTCTL_BIN, AGENTD_SOCKET=a.socket,
+                   CHROMIUM=CHROMIUM, AGENTD_TEST_SLOW=str(harness.TIME_SCALE))
+        p = subprocess.run([node, str(WEB_TESTS / "conversations.mjs")], env=env, cwd=str(WEB_TESTS),
+                           capture_output=True, text=True, timeout=scaled(120))
+        print(p.stdout, end="", flush=True)
+        assert p.returncode == 0, f"conversations.mjs failed (exit {p.returncode}):\n{p.stdout}\n{p.stderr}"
 
 
 harness.main(globals())

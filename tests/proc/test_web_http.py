@@ -1,13 +1,14 @@
 """agentd-web over plain HTTP, without a browser (docs/web.md): the token file, login (form and one-time
 link), every route refused without credentials, the CSRF checks on POST (Origin and the session's token),
 Host checks, decisions recorded with who made them, server-sent events over watch, /metrics, and bad
-start-up input."""
+start-up input; the conversation list's filters (metadata, status, model, updated-time range) with the cursor."""
 import http.client
 import json
 import os
 import re
 import stat
 import subprocess
+import time
 import urllib.parse
 
 import harness
@@ -214,6 +215,96 @@ def test_pending_list_and_routes():
         assert st == 200 and h["Content-Type"].startswith("text/javascript") and not re.search(rb"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(", b)
         st, h, b = w.get("/")
         assert st == 200 and b'<script src="/app.js"' in b
+
+
+XSS_KEY = "<script>window.__pwned=1</script>"
+XSS_VAL = '<img src=x onerror="window.__pwned=2">'
+
+
+def listed(w, query):
+    """/api/conversations?query: (status, ids, next, body)."""
+    st, h, b = w.get("/api/conversations?" + query)
+    r = json.loads(b)
+    assert h["Content-Type"] == "application/json", dict(h)
+    if st != 200:
+        return st, None, None, r
+    return st, [c["id"] for c in r["conversations"]], r.get("next"), r
+
+
+def test_conversation_list_filters():
+    with Agentd(config="[model.other]\ncommand = python3 -c 'print(1)'\n") as a, AgentdWeb(a) as w:
+        for i in range(9):
+            a.create(model="other" if i in (2, 7) else "echo", conversation=f"m{i}",
+                     metadata={"team": "red" if i % 2 else "blue", "env": "prod" if i < 6 else "dev"})
+        a.create(conversation="x1", metadata={XSS_KEY: XSS_VAL, "q": "a=b&c+d ü?#", "empty": ""})
+        a.create(conversation="z0")
+        a.ok({"op": "update", "conversation": "m3", "status": "ended"})
+        q = urllib.parse.urlencode
+        # metadata: one pair, two pairs (all must hold), with status and model
+        assert listed(w, "meta.team=red")[1:3] == (["m1", "m3", "m5", "m7"], None)
+        assert listed(w, "meta.team=red&meta.env=prod")[1:3] == (["m1", "m3", "m5"], None)
+        assert listed(w, "meta.team=red&status=ended")[1] == ["m3"]
+        assert listed(w, "meta.team=red&status=idle&meta.env=dev")[1] == ["m7"]
+        assert listed(w, "model=other")[1] == ["m2", "m7"]
+        assert listed(w, "model=other&meta.env=dev")[1] == ["m7"]
+        assert listed(w, "meta.team=green")[1:3] == ([], None)
+        st, got, _, r = listed(w, "meta.team=red")
+        assert r["conversations"][0]["metadata"] == {"team": "red", "env": "prod"}, r
+        # any key and value, exactly: markup, '=', '&', '+', '?', '#', non-ASCII, the empty value
+        st, got, _, r = listed(w, q({"meta." + XSS_KEY: XSS_VAL, "meta.q": "a=b&c+d ü?#"}))
+        assert got == ["x1"] and r["conversations"][0]["metadata"][XSS_KEY] == XSS_VAL, r
+        assert listed(w, "meta.empty=")[1] == ["x1"] and listed(w, "meta.empty")[1] == ["x1"]
+        assert listed(w, q({"meta.q": "a=b&c+d"}))[1] == []
+        # paging through the cursor keeps the filter
+        pages, after = [], None
+        while True:
+            st, got, after, _ = listed(w, "meta.team=red&limit=3" + (f"&after={after}" if after else ""))
+            assert st == 200
+            pages.append(got)
+            if not after:
+                break
+        assert pages == [["m1", "m3", "m5"], ["m7"]], pages
+        pages, after = [], None
+        while True:
+            st, got, after, _ = listed(w, "meta.env=prod&limit=2" + (f"&after={after}" if after else ""))
+            pages.append(got)
+            if not after:
+                break
+        assert pages == [["m0", "m1"], ["m2", "m3"], ["m4", "m5"]], pages
+        # updated-time range (exclusive bounds): two updated after everything else was
+        t = max(c["updated_at"] for c in a.ok({"op": "list"})["conversations"])
+        wait_for(lambda: time.time() * 1000 > t + 2, 5, "the clock to move on")
+        a.ok({"op": "update", "conversation": "m4", "metadata": {"seen": "yes"}})
+        a.ok({"op": "update", "conversation": "m8", "metadata": {"seen": "yes"}})
+        assert listed(w, f"updated_after={t}")[1] == ["m4", "m8"]
+        late = {c["id"]: c["updated_at"] for c in json.loads(w.get(f"/api/conversations?updated_after={t}")[2])["conversations"]}
+        assert listed(w, f"updated_after={t}&updated_before={late['m8']}")[1] == (["m4"] if late["m4"] < late["m8"] else [])
+        assert listed(w, f"updated_before={t + 1}&meta.team=blue&meta.env=dev")[1] == ["m6"]
+        assert listed(w, f"updated_after={t}&meta.team=red")[1] == []
+        # a bad filter: 400 bad_request with a message that says what is wrong; agentd's own where it checks
+        bad = [
+            ("meta.k=" + "v" * 257, "'metadata.k' is longer than 256 bytes"),
+            ("meta.=v", "'metadata' keys must be 1-64 bytes"),
+            ("meta." + "k" * 65 + "=v", "'metadata' keys must be 1-64 bytes"),
+            ("&".join(f"meta.k{i}=v" for i in range(17)), "'metadata' has 17 keys (at most 16)"),
+            ("meta.team=red&meta.team=blue", "a metadata key is given twice"),
+            ("meta.k=a%00b", "must not contain a NUL character"),
+            ("meta.k%00x=v", "must not contain a NUL character"),
+            ("meta.k=%ff", "not valid UTF-8"),
+            ("meta.%ff=v", "not valid UTF-8"),
+            ("model=%ff", "not valid UTF-8"),
+            ("model=" + "m" * 129, "'model' must be a model name"),
+            ("status=sleepy", "status"),
+            ("updated_after=yesterday", "'updated_after' and 'updated_before' are times in milliseconds"),
+            ("updated_before=-5", "'updated_after' and 'updated_before' are times in milliseconds"),
+            ("updated_before=0", "updated_before"),
+            ("after=no%20such%20id", "after"),
+        ]
+        for query, msg in bad:
+            st, _, _, r = listed(w, query)
+            assert st == 400 and r["error"] == "bad_request" and msg in r["message"], (query, st, r)
+        # a filter on agentd's full 16 pairs is fine
+        assert listed(w, "&".join(f"meta.k{i}=v" for i in range(16)))[0:2] == (200, [])
 
 
 def test_metrics():

@@ -2,6 +2,7 @@
  * between the log and its derived rows is reported. Stores are built through
  * the store API, the way agentd and its workers write them. */
 #include <check.h>
+#include <lmdb.h>
 #include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,8 @@ static void status(store_txn *t, int st_, const char *fsm)
 	struct jsonmp_buf b;
 	jsonmp_buf_init(&b);
 	jsonmp_pack(&b.pk, v);
-	struct store_conv_patch p = { STORE_SET_STATUS | STORE_SET_FSM, { 0 }, st_, { b.sb.data, b.sb.size } };
+	struct store_conv_patch p = { .set = STORE_SET_STATUS | STORE_SET_FSM, .status = st_,
+				      .fsm_state = { b.sb.data, b.sb.size } };
 	ck_assert_int_eq(store_conv_put(t, "c1", &p), 0);
 	jsonmp_buf_destroy(&b);
 	json_decref(v);
@@ -202,6 +204,61 @@ START_TEST(missing_store_is_an_error)
 }
 END_TEST
 
+static int count_conv(void *arg, const struct store_conv *c)
+{
+	(void)c;
+	++*(int *)arg;
+	return 0;
+}
+
+/* A store made before the metadata databases existed, opened read-only (as
+ * `agentd check` opens it): it opens, checks, and its conversations have no
+ * metadata; a writable open then adds the databases. */
+START_TEST(an_older_store_opens_read_only)
+{
+	char out[4096];
+	store_txn *t = begin();
+	good_log(t);
+	status(t, STORE_SUSPENDED, "{\"state\":\"awaiting_input\",\"pending\":{\"t1\":{}},\"last_seq\":4}");
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	store_close(st);
+	st = NULL;
+	MDB_env *env;
+	MDB_txn *mt;
+	MDB_dbi dbi;
+	ck_assert_int_eq(mdb_env_create(&env), 0);
+	ck_assert_int_eq(mdb_env_set_maxdbs(env, 64), 0);
+	ck_assert_int_eq(mdb_env_open(env, dir, 0, 0600), 0);
+	ck_assert_int_eq(mdb_txn_begin(env, NULL, 0, &mt), 0);
+	const char *later[] = { "conv_meta", "meta_index" };
+	for (size_t i = 0; i < 2; i++) {
+		ck_assert_int_eq(mdb_dbi_open(mt, later[i], 0, &dbi), 0);
+		ck_assert_int_eq(mdb_drop(mt, dbi, 1), 0);
+	}
+	ck_assert_int_eq(mdb_txn_commit(mt), 0);
+	mdb_env_close(env);
+	ck_assert_int_eq(run(out, sizeof out), 0);
+	ck_assert_ptr_nonnull(strstr(out, "consistent"));
+	struct store_opts ro = { .read_only = 1 };
+	ck_assert_int_eq(store_open(&st, dir, &ro), 0);
+	ck_assert_int_eq(store_txn_begin(st, STORE_READ, &t), 0);
+	struct store_conv c;
+	ck_assert_int_eq(store_conv_get(t, "c1", &c), 0);
+	ck_assert_uint_eq(c.metadata.len, 0);
+	struct store_kv kv = { { "k", 1 }, { "v", 1 } };
+	struct store_conv_filter f = { .status = -1, .meta = &kv, .nmeta = 1 };
+	int n = 0;
+	ck_assert_int_eq(store_conv_find(t, &f, NULL, 0, count_conv, &n, NULL), 0);
+	ck_assert_int_eq(n, 0);
+	f.nmeta = 0;
+	ck_assert_int_eq(store_conv_find(t, &f, NULL, 0, count_conv, &n, NULL), 0);
+	ck_assert_int_eq(n, 1);
+	store_txn_abort(t);
+	store_close(st);
+	ck_assert_int_eq(store_open(&st, dir, NULL), 0); /* writable: creates them */
+}
+END_TEST
+
 Suite *make_consistency_suite(void)
 {
 	Suite *s = suite_create("consistency");
@@ -214,6 +271,7 @@ Suite *make_consistency_suite(void)
 	tcase_add_test(tc, expiry_without_pending_row);
 	tcase_add_test(tc, a_second_answer_to_one_turn);
 	tcase_add_test(tc, missing_store_is_an_error);
+	tcase_add_test(tc, an_older_store_opens_read_only);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -57,16 +57,28 @@ static uint64_t commit_one(const char *id)
 	return txnid;
 }
 
+static int more_coming; /* what durable_more_fn answers */
+static int more(void)
+{
+	return more_coming;
+}
+
 static uint64_t target;
 static int covered(void *arg)
 {
 	return durable_covers(target);
 }
 
+static int before_wait(void *arg)
+{
+	durable_before_wait();
+	return 0;
+}
+
 /* Run the loop until target is covered (the test's timeout stops a hang). */
 static void run_until_covered(uint64_t id)
 {
-	struct loop_hooks h = { NULL, NULL, covered, NULL };
+	struct loop_hooks h = { before_wait, NULL, covered, NULL };
 	target = id;
 	if (!durable_covers(id))
 		ck_assert_int_eq(loop_run(&h), 0);
@@ -76,7 +88,7 @@ START_TEST(a_lazy_commit_is_covered_once_flushed)
 {
 	open_store(STORE_SYNC_FULL);
 	unsetenv("AGENTD_TEST_ACK_EARLY");
-	ck_assert_int_eq(durable_open(st, 1, on_advanced), 0);
+	ck_assert_int_eq(durable_open(st, 1, on_advanced, more), 0);
 	uint64_t a = commit_one("a"), b = commit_one("b");
 	ck_assert_uint_eq(b, a + 1);
 	ck_assert(!durable_covers(a) && !durable_covers(b));
@@ -97,13 +109,41 @@ START_TEST(a_lazy_commit_is_covered_once_flushed)
 	durable_need(c);
 	run_until_covered(c);
 	ck_assert_int_ge(advances, 2);
-	/* A worker's own flush moves it too. */
-	uint64_t d = commit_one("d");
-	ck_assert_int_eq(store_flush(st), 0);
-	durable_reported(d);
-	ck_assert(durable_covers(d));
+	/* A later commit's own page flush covers those before it, not itself. */
+	uint64_t d = commit_one("d"), e = commit_one("e");
+	uint64_t flushes = durable_flushes();
+	durable_committed(e);
+	ck_assert(durable_covers(d) && !durable_covers(e));
+	ck_assert_uint_eq(durable_flushes(), flushes);
 	durable_close();
 	ck_assert(durable_covers(UINT64_MAX)); /* closed: everything goes out */
+	close_store();
+}
+END_TEST
+
+/* With a client free to send, the flush waits a little for a commit to
+ * cover it; with none coming it still starts, after the delay. */
+START_TEST(a_flush_is_deferred_while_a_commit_may_come)
+{
+	open_store(STORE_SYNC_FULL);
+	unsetenv("AGENTD_TEST_ACK_EARLY");
+	ck_assert_int_eq(durable_open(st, 1, on_advanced, more), 0);
+	more_coming = 1;
+	uint64_t a = commit_one("a");
+	durable_need(a);
+	durable_before_wait();
+	ck_assert(!durable_covers(a));
+	/* The next commit arrives within the delay: it covers a, no flush. */
+	uint64_t b = commit_one("b");
+	durable_committed(b);
+	ck_assert(durable_covers(a));
+	ck_assert_uint_eq(durable_flushes(), 0);
+	/* Nothing more comes: the deferred flush still covers b. */
+	durable_need(b);
+	run_until_covered(b);
+	ck_assert_uint_eq(durable_flushes(), 1);
+	more_coming = 0;
+	durable_close();
 	close_store();
 }
 END_TEST
@@ -111,7 +151,7 @@ END_TEST
 START_TEST(sync_none_covers_everything_at_once)
 {
 	open_store(STORE_SYNC_NONE);
-	ck_assert_int_eq(durable_open(st, 0, on_advanced), 0);
+	ck_assert_int_eq(durable_open(st, 0, on_advanced, more), 0);
 	uint64_t a = commit_one("a");
 	ck_assert(durable_covers(a));
 	durable_need(a);
@@ -125,7 +165,7 @@ START_TEST(the_test_only_early_ack_covers_before_the_flush)
 {
 	open_store(STORE_SYNC_FULL);
 	setenv("AGENTD_TEST_ACK_EARLY", "1", 1);
-	ck_assert_int_eq(durable_open(st, 1, on_advanced), 0);
+	ck_assert_int_eq(durable_open(st, 1, on_advanced, more), 0);
 	uint64_t a = commit_one("a");
 	ck_assert(durable_covers(a));
 	ck_assert_uint_eq(durable_flushes(), 0);
@@ -140,6 +180,7 @@ Suite *make_durable_suite(void)
 	Suite *s = suite_create("durable");
 	TCase *tc = tcase_create("frontier");
 	tcase_add_test(tc, a_lazy_commit_is_covered_once_flushed);
+	tcase_add_test(tc, a_flush_is_deferred_while_a_commit_may_come);
 	tcase_add_test(tc, sync_none_covers_everything_at_once);
 	tcase_add_test(tc, the_test_only_early_ack_covers_before_the_flush);
 	suite_add_tcase(s, tc);

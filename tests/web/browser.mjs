@@ -3,35 +3,10 @@
 //   WEB_BASE, WEB_LINK (a one-time login link), AGENTCTL, AGENTD_SOCKET, GATE (the streaming model's gate
 //   file), CHROMIUM (default /usr/bin/chromium), AGENTD_TEST_SLOW (multiplies every timeout).
 // Prints one line per step; exits 1 with the reason on the first failure.
-import puppeteer from 'puppeteer-core';
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
+import { env, base, T, assert, ctl, ctlJson, until, textOf, waitText, step, openBrowser } from './lib.mjs';
 
-const env = process.env;
-const base = env.WEB_BASE;
-const SCALE = Number(env.AGENTD_TEST_SLOW || 1);
-const T = (secs) => Math.round(secs * 1000 * SCALE);
 const uid = process.getuid();
-
-function assert(cond, what) {
-  if (!cond) throw new Error('assertion failed: ' + what);
-}
-
-const ctl = (...args) => execFileSync(env.AGENTCTL, ['-s', env.AGENTD_SOCKET, ...args], { encoding: 'utf8' });
-const ctlJson = (...args) => JSON.parse(ctl('--json', ...args));
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function until(fn, secs, what) {
-  const deadline = Date.now() + T(secs);
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${T(secs)} ms waiting for ${what}`);
-    await sleep(50);
-  }
-}
 
 function pendingCall(conv) {
   return until(() => ctlJson('tool-calls', conv, '--status', 'pending').tool_calls[0], 10, `a pending call in ${conv}`);
@@ -41,42 +16,8 @@ function resolutions(conv, tcid) {
   return ctlJson('events', conv).events.filter((e) => e.type === 'resolution' && e.content.tool_call_id === tcid);
 }
 
-const textOf = (page, sel) => page.$eval(sel, (e) => e.textContent).catch(() => null);
-const waitText = (page, sel, text, secs = 10) => page.waitForFunction(
-  (s, t) => { const e = document.querySelector(s); return e && e.textContent.includes(t); },
-  { timeout: T(secs), polling: 50 }, sel, text);
-
 const started = Date.now();
-async function step(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-  } catch (e) {
-    console.error(`FAIL ${name}: ${e.stack || e}`);
-    throw e;
-  }
-  console.log(`ok   ${name} (${((Date.now() - t0) / 1000).toFixed(2)}s)`);
-}
-
-const userDir = fs.mkdtempSync(path.join(os.tmpdir(), 'agentd-web-chromium-'));
-const browser = await puppeteer.launch({
-  executablePath: env.CHROMIUM || '/usr/bin/chromium',
-  headless: true,
-  userDataDir: userDir,
-  // root needs --no-sandbox; the rest keeps a test browser from reaching the network on its own
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-    '--disable-sync', '--no-first-run', '--disable-dev-shm-usage', '--disable-renderer-backgrounding',
-    '--disable-background-timer-throttling', '--disable-backgrounding-occluded-windows'],
-  protocolTimeout: T(60),
-});
-const pageErrors = [];
-async function newPage() {
-  const p = await browser.newPage();
-  p.on('pageerror', (e) => pageErrors.push(String(e)));
-  p.on('dialog', (d) => { pageErrors.push('a dialog opened: ' + d.message()); d.dismiss(); });
-  p.setDefaultTimeout(T(10));
-  return p;
-}
+const { newPage, pageErrors, close } = await openBrowser();
 
 let status = 0;
 try {
@@ -266,7 +207,6 @@ try {
 } catch (e) {
   status = 1;
 } finally {
-  await browser.close();
-  fs.rmSync(userDir, { recursive: true, force: true });
+  await close();
 }
 process.exit(status);

@@ -253,33 +253,115 @@ function viewPending(main) {
   return { onNewCard: (card) => list.append(card.node), close: () => obs.disconnect() };
 }
 
+// The conversation list's filter lives in the URL, so a filtered view can be bookmarked and shared:
+//   #/conversations?status=idle&model=M&meta.KEY=VALUE&meta.KEY2=VALUE2&updated_after=ISO&updated_before=ISO&limit=N
+// (times in UTC, ISO 8601). /api/conversations takes the same names, with the times in milliseconds.
+function readFilter(params) {
+  const f = { status: params.get('status') || '', model: params.get('model') || '', meta: [],
+    after: params.get('updated_after') || '', before: params.get('updated_before') || '', limit: params.get('limit') || '' };
+  for (const [k, v] of params) if (k.startsWith('meta.')) f.meta.push([k.slice(5), v]);
+  return f;
+}
+
+function filterHash(f) {
+  const q = new URLSearchParams();
+  if (f.status) q.set('status', f.status);
+  if (f.model) q.set('model', f.model);
+  for (const [k, v] of f.meta) q.append('meta.' + k, v);
+  if (f.after) q.set('updated_after', f.after);
+  if (f.before) q.set('updated_before', f.before);
+  if (f.limit) q.set('limit', f.limit);
+  const s = q.toString();
+  return '#/conversations' + (s ? '?' + s : '');
+}
+
+// An ISO time for a datetime-local input (local time, to the second), and back.
+function toLocalInput(iso) {
+  const ms = Date.parse(iso);
+  if (Number.isNaN(ms)) return '';
+  return new Date(ms - new Date(ms).getTimezoneOffset() * 60000).toISOString().slice(0, 19);
+}
+
+function timeInput(id, iso) {
+  const input = el('input', { type: 'datetime-local', id, step: 1, value: toLocalInput(iso) });
+  // Unchanged, it keeps the URL's exact time (the input shows whole seconds only).
+  input.isoOf = () => (!input.value ? '' : input.value === toLocalInput(iso) ? iso : new Date(input.value).toISOString());
+  return input;
+}
+
+function metaRow(k, v) {
+  const row = el('span', { class: 'meta-row' },
+    el('input', { type: 'text', class: 'meta-key', placeholder: 'key', value: k, maxlength: 64, 'aria-label': 'metadata key' }), '=',
+    el('input', { type: 'text', class: 'meta-value', placeholder: 'value', value: v, 'aria-label': 'metadata value' }));
+  row.append(el('button', { type: 'button', class: 'link', title: 'remove', onclick: () => row.remove() }, '×'));
+  return row;
+}
+
+// A conversation's metadata as key=value chips; each links to the list filtered by that pair too.
+function metaChips(meta, f) {
+  return Object.entries(meta || {}).map(([k, v]) => el('a', { class: 'meta', title: 'filter by this',
+    href: filterHash(Object.assign({}, f, { meta: f.meta.filter(([fk]) => fk !== k).concat([[k, v]]) })) }, `${k}=${v}`));
+}
+
 function viewConversations(main, params) {
-  const status = params.get('status') || '';
-  const sel = el('select', { id: 'status-filter', onchange: () => { location.hash = '#/conversations' + (sel.value ? '?status=' + sel.value : ''); } },
-    ['', 'active', 'suspended', 'idle', 'ended'].map((s) => el('option', { value: s, selected: s === status }, s || 'any status')));
+  const f = readFilter(params);
+  const form = el('form', { id: 'filter', class: 'filters' });
+  const sel = el('select', { id: 'status-filter', onchange: () => form.requestSubmit() },
+    ['', 'active', 'suspended', 'idle', 'ended'].map((s) => el('option', { value: s, selected: s === f.status }, s || 'any status')));
+  const model = el('input', { type: 'text', id: 'model-filter', value: f.model, placeholder: 'any model', maxlength: 128 });
+  const metas = el('span', { id: 'meta-filter' }, f.meta.map(([k, v]) => metaRow(k, v)), metaRow('', ''));
+  const after = timeInput('after-filter', f.after), before = timeInput('before-filter', f.before);
+  const error = el('p', { id: 'list-error', class: 'error', role: 'alert', hidden: true });
+  const count = el('p', { id: 'list-count', class: 'muted' });
   const body = el('tbody');
-  const more = el('button', { type: 'button', hidden: true }, 'More');
-  let after = null;
+  const more = el('button', { type: 'button', id: 'more', hidden: true }, 'More');
+  let cursor = null, shown = 0;
+
+  form.append(el('label', {}, 'Status ', sel), el('label', {}, 'Model ', model),
+    el('span', {}, 'Metadata ', metas, el('button', { type: 'button', class: 'link', id: 'meta-add',
+      onclick: () => metas.append(metaRow('', '')) }, '+ pair')),
+    el('label', {}, 'Updated after ', after), el('label', {}, 'before ', before),
+    el('button', { type: 'submit' }, 'Filter'), el('a', { href: '#/conversations' }, 'clear'));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const pairs = [...metas.querySelectorAll('.meta-row')].map((r) => [r.querySelector('.meta-key').value, r.querySelector('.meta-value').value]);
+    const hash = filterHash({ status: sel.value, model: model.value.trim(), limit: f.limit, after: after.isoOf(), before: before.isoOf(),
+      meta: pairs.filter(([k, v]) => k !== '' || v !== '') });
+    if (location.hash === hash) route(); else location.hash = hash;
+  });
+
+  const fail = (msg) => { error.textContent = msg; error.hidden = false; };
   const load = async () => {
+    more.disabled = true;
+    const q = new URLSearchParams({ limit: f.limit || '100' });
+    for (const [name, v] of [['status', f.status], ['model', f.model], ['after', cursor]]) if (v) q.set(name, v);
+    for (const [name, iso] of [['updated_after', f.after], ['updated_before', f.before]]) {
+      if (!iso) continue;
+      const ms = Date.parse(iso);
+      if (Number.isNaN(ms)) return fail(`This filter was not accepted: '${name}' is not a time (${iso}).`);
+      q.set(name, String(ms));
+    }
+    for (const [k, v] of f.meta) q.append('meta.' + k, v);
     try {
-      const q = new URLSearchParams({ limit: '100' });
-      if (status) q.set('status', status);
-      if (after) q.set('after', after);
       const r = await api('/api/conversations?' + q);
       for (const c of r.conversations) {
         body.append(el('tr', { 'data-conversation': c.id },
           el('td', {}, el('a', { href: '#/c/' + encodeURIComponent(c.id) }, c.id)),
-          el('td', {}, c.status), el('td', {}, c.settings.model), el('td', {}, c.worker ? c.worker.state : ''),
-          el('td', {}, c.last_seq), el('td', {}, fmtTime(c.updated_at))));
+          el('td', {}, c.status), el('td', {}, c.settings.model), el('td', { class: 'meta-cell' }, metaChips(c.metadata, f)),
+          el('td', {}, c.worker ? c.worker.state : ''), el('td', {}, c.last_seq), el('td', {}, fmtTime(c.updated_at))));
       }
-      after = r.next || null;
-      more.hidden = !after;
-    } catch (e) { banner(`Cannot list conversations: ${e.message}`); }
+      shown += r.conversations.length;
+      cursor = r.next || null;
+      more.hidden = !cursor;
+      count.textContent = shown ? `${shown} shown${cursor ? ', more match' : ''}` : 'No conversation matches this filter.';
+    } catch (e) {
+      if (e.code === 'bad_request') fail(`This filter was not accepted: ${e.message}`);
+      else fail(`Cannot list conversations: ${e.message}`);
+    } finally { more.disabled = false; }
   };
   more.addEventListener('click', load);
-  main.append(el('h1', {}, 'Conversations'),
-    el('div', { class: 'filters' }, el('label', {}, 'Status ', sel)),
-    el('table', {}, el('thead', {}, el('tr', {}, ['id', 'status', 'model', 'worker', 'events', 'updated'].map((h) => el('th', {}, h)))), body),
+  main.append(el('h1', {}, 'Conversations'), form, error, count,
+    el('table', {}, el('thead', {}, el('tr', {}, ['id', 'status', 'model', 'metadata', 'worker', 'events', 'updated'].map((h) => el('th', {}, h)))), body),
     more);
   load();
   return {};
@@ -307,6 +389,7 @@ function eventSummary(ev) {
 
 function viewConversation(main, id) {
   const head = el('div', { id: 'conv-head', class: 'muted' });
+  const meta = el('div', { id: 'conv-meta', class: 'meta-cell' });
   const approvals = el('div', { id: 'conv-approvals' });
   const calls = el('tbody');
   const runs = el('tbody');
@@ -316,7 +399,7 @@ function viewConversation(main, id) {
   const cards = new Map();
   let last = 0, es = null, closed = false;
 
-  main.append(el('h1', {}, 'Conversation ', el('span', { id: 'conv-id' }, id)), head,
+  main.append(el('h1', {}, 'Conversation ', el('span', { id: 'conv-id' }, id)), head, meta,
     el('h2', {}, 'Waiting for a decision'), approvals,
     el('h2', {}, 'Log ', live), log, delta,
     el('h2', {}, 'Tool calls'),
@@ -330,6 +413,8 @@ function viewConversation(main, id) {
       clear(head).append(`status ${c.status} · model ${c.settings.model} · worker ${c.worker ? c.worker.state : 'none'} · `,
         `tokens in ${c.usage.input_tokens} out ${c.usage.output_tokens} · created ${fmtTime(c.created_at)}`);
       head.dataset.status = c.status;
+      const chips = metaChips(c.metadata, readFilter(new URLSearchParams()));
+      clear(meta).append('metadata ', ...(chips.length ? chips : [el('span', { class: 'muted' }, 'none')]));
     } catch (e) { clear(head).append(`Cannot load the conversation: ${e.message}`); }
   };
   const loadCalls = async () => {
@@ -436,8 +521,9 @@ function route() {
   const main = clear(document.getElementById('view'));
   if (S.view && S.view.close) S.view.close();
   const hash = location.hash || '#/pending';
-  const [path, query] = hash.slice(1).split('?');
-  const params = new URLSearchParams(query || '');
+  const q = hash.indexOf('?');
+  const path = q < 0 ? hash.slice(1) : hash.slice(1, q);
+  const params = new URLSearchParams(q < 0 ? '' : hash.slice(q + 1));
   for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', hash.startsWith(a.getAttribute('href')));
   if (path.startsWith('/c/')) S.view = viewConversation(main, decodeURIComponent(path.slice(3)));
   else if (path === '/conversations') S.view = viewConversations(main, params);

@@ -1,0 +1,826 @@
+/*
+ * transfer.c: `agentd export` and `agentd import` (see transfer.h).
+ */
+#include "supervisor/transfer.h"
+#include "common/config.h"
+#include "store/store.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define FORMAT_VERSION 1
+#define PROGRESS_EVERY 1000
+
+/* ---- base64 (RFC 4648, with padding) --------------------------------- */
+
+static const char b64c[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *b64_encode(const unsigned char *p, size_t n)
+{
+	char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n; i += 3) {
+		uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+		*o++ = b64c[v >> 18 & 63];
+		*o++ = b64c[v >> 12 & 63];
+		*o++ = i + 1 < n ? b64c[v >> 6 & 63] : '=';
+		*o++ = i + 2 < n ? b64c[v & 63] : '=';
+	}
+	*o = 0;
+	return out;
+}
+
+static int b64_val(char c)
+{
+	const char *p = c ? strchr(b64c, c) : NULL;
+	return p ? (int)(p - b64c) : -1;
+}
+
+/* Decode s into a malloc'd buffer; -1 when s is not base64. */
+static int b64_decode(const char *s, size_t len, unsigned char **out, size_t *outlen)
+{
+	if (len % 4)
+		return -1;
+	unsigned char *buf = malloc(len / 4 * 3 + 1), *o = buf;
+	if (!buf)
+		return -1;
+	for (size_t i = 0; i < len; i += 4) {
+		int v[4];
+		for (int k = 0; k < 4; k++) {
+			v[k] = s[i + k] == '=' && i + 4 == len && k >= 2 ? 0 : b64_val(s[i + k]);
+			if (v[k] < 0 || (k == 2 && s[i + 2] == '=' && s[i + 3] != '=')) {
+				free(buf);
+				return -1;
+			}
+		}
+		uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+		*o++ = (unsigned char)(x >> 16);
+		if (s[i + 2] != '=')
+			*o++ = (unsigned char)(x >> 8);
+		if (s[i + 3] != '=')
+			*o++ = (unsigned char)x;
+	}
+	*out = buf;
+	*outlen = (size_t)(o - buf);
+	return 0;
+}
+
+/* ---- export ---------------------------------------------------------- */
+
+struct xp {
+	FILE *out;
+	int err;             /* a write or memory failure */
+	unsigned long long nev, ntc, nsum, nmc;
+	const char *conv;
+};
+
+static json_t *jbytes(store_bytes b)
+{
+	if (!b.len)
+		return json_null();
+	char *s = b64_encode(b.ptr, b.len);
+	json_t *j = s ? json_string(s) : NULL;
+	free(s);
+	return j;
+}
+
+static json_t *jstr(store_bytes b)
+{
+	return b.len ? json_stringn(b.ptr, b.len) : json_null();
+}
+
+static void emit(struct xp *x, json_t *j)
+{
+	if (!j) {
+		x->err = x->err ? x->err : -ENOMEM;
+		return;
+	}
+	char *s = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
+	if (!s || fputs(s, x->out) == EOF || fputc('\n', x->out) == EOF)
+		x->err = x->err ? x->err : s ? -EIO : -ENOMEM;
+	free(s);
+}
+
+static int on_event(void *arg, const struct store_event *e)
+{
+	struct xp *x = arg;
+	x->nev++;
+	emit(x, json_pack("{sssssIsososIso}", "kind", "event", "conv", x->conv, "seq", (json_int_t)e->seq, "type",
+			  jstr(e->type), "event_id", jstr(e->event_id), "inserted_at", (json_int_t)e->inserted_at,
+			  "content", jbytes(e->content)));
+	return x->err;
+}
+
+static int on_tool_call(void *arg, const struct store_tool_call *t)
+{
+	struct xp *x = arg;
+	x->ntc++;
+	emit(x, json_pack("{sssssososssssIsIsIsIsososo}", "kind", "tool_call", "conv", x->conv, "id", jstr(t->id),
+			  "name", jstr(t->name), "executor", t->executor == STORE_EXEC_HUMAN ? "human" : "server",
+			  "status", store_tc_status_name(t->status), "inserted_at", (json_int_t)t->inserted_at,
+			  "resolved_at", (json_int_t)t->resolved_at, "deadline", (json_int_t)t->deadline,
+			  "attempts", (json_int_t)t->attempts, "args", jbytes(t->args), "prompt", jbytes(t->prompt),
+			  "result", jbytes(t->result)));
+	return x->err;
+}
+
+static int on_model_call(void *arg, const struct store_model_call *m)
+{
+	struct xp *x = arg;
+	x->nmc++;
+	emit(x, json_pack("{sssssIsosIsIsfsIsIsIso}", "kind", "model_call", "conv", x->conv, "turn_ref",
+			  (json_int_t)m->turn_ref, "model", jstr(m->model), "input_tokens",
+			  (json_int_t)m->usage.input_tokens, "output_tokens", (json_int_t)m->usage.output_tokens, "cost",
+			  m->usage.cost, "latency_ms", (json_int_t)m->latency_ms, "summary_version",
+			  (json_int_t)m->summary_version, "inserted_at", (json_int_t)m->inserted_at, "rendered",
+			  jbytes(m->rendered)));
+	return x->err;
+}
+
+struct idlist {
+	char (*id)[STORE_ID_MAX + 1];
+	size_t n, cap;
+};
+
+static int collect(void *arg, const char *id, size_t len)
+{
+	struct idlist *l = arg;
+	if (len > STORE_ID_MAX)
+		return STORE_E_CORRUPT;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 256;
+		void *p = realloc(l->id, cap * sizeof *l->id);
+		if (!p)
+			return -ENOMEM;
+		l->id = p;
+		l->cap = cap;
+	}
+	memcpy(l->id[l->n], id, len);
+	l->id[l->n++][len] = 0;
+	return 0;
+}
+
+static void say_open_failure(const char *what, const char *target, int e)
+{
+	char *shown = config_store_shown(target);
+	fprintf(stderr, "agentd %s: cannot open the store %s: %s\n", what, shown ? shown : target,
+		*store_open_error() ? store_open_error() : store_strerror(e));
+	free(shown);
+}
+
+/* One conversation, in a read transaction of its own. */
+static int export_conv(store *st, struct xp *x, const char *id)
+{
+	store_txn *t;
+	int e = store_txn_begin(st, STORE_READ, &t);
+	if (e)
+		return e;
+	struct store_conv c;
+	x->conv = id;
+	if ((e = store_conv_get(t, id, &c)))
+		goto out;
+	emit(x, json_pack("{sssssssIsIsIsIsfsososo}", "kind", "conv", "id", id, "status", store_status_name(c.status),
+			  "created_at", (json_int_t)c.created_at, "updated_at", (json_int_t)c.updated_at, "input_tokens",
+			  (json_int_t)c.usage.input_tokens, "output_tokens", (json_int_t)c.usage.output_tokens, "cost",
+			  c.usage.cost, "settings", jbytes(c.settings), "fsm", jbytes(c.fsm_state), "metadata",
+			  jbytes(c.metadata)));
+	struct store_range all = { 0 };
+	if (x->err || (e = store_events_stream(t, id, &all, on_event, x)))
+		goto out;
+	struct store_summary s;
+	e = store_summary_latest(t, id, &s);
+	if (e == 0) {
+		x->nsum++;
+		emit(x, json_pack("{sssssIsIsIsIso}", "kind", "summary", "conv", id, "from_seq", (json_int_t)s.from_seq,
+				  "to_seq", (json_int_t)s.to_seq, "version", (json_int_t)s.version, "inserted_at",
+				  (json_int_t)s.inserted_at, "content", jbytes(s.content)));
+	} else if (e != STORE_E_NOTFOUND) {
+		goto out;
+	}
+	if (x->err || (e = store_tool_calls_list(t, id, 0, on_tool_call, x)) ||
+	    (e = store_model_calls_list(t, id, on_model_call, x)))
+		goto out;
+	e = x->err;
+out:
+	store_txn_abort(t);
+	return e;
+}
+
+int transfer_export(const char *target, FILE *out, FILE *progress)
+{
+	store *st;
+	struct store_opts so = { .read_only = 1, .audit = 1 };
+	int e = store_open(&st, target, &so);
+	if (e) {
+		say_open_failure("export", target, e);
+		return -1;
+	}
+	struct idlist ids = { 0 };
+	struct xp x = { .out = out };
+	store_txn *t;
+	if ((e = store_txn_begin(st, STORE_READ, &t)) == 0) {
+		e = store_conv_ids(t, collect, &ids);
+		store_txn_abort(t);
+	}
+	if (e) {
+		fprintf(stderr, "agentd export: listing the conversations: %s\n", store_strerror(e));
+		goto fail;
+	}
+	emit(&x, json_pack("{sisssssI}", "agentd_export", FORMAT_VERSION, "agentd", AGENTD_VERSION, "from",
+			   config_store_is_pg(target) ? "postgresql" : "lmdb", "conversations", (json_int_t)ids.n));
+	for (size_t i = 0; i < ids.n && !x.err; i++) {
+		if ((e = export_conv(st, &x, ids.id[i]))) {
+			if (x.err)
+				break;
+			fprintf(stderr, "agentd export: conversation %s: %s%s\n", ids.id[i], store_strerror(e),
+				e == STORE_E_CORRUPT ? " (agentd check lists what is damaged)" : "");
+			goto fail;
+		}
+		if (progress && (i + 1) % PROGRESS_EVERY == 0)
+			fprintf(progress, "agentd export: %zu of %zu conversations\n", i + 1, ids.n);
+	}
+	emit(&x, json_pack("{s{sIsIsIsIsI}}", "end", "conversations", (json_int_t)ids.n, "events",
+			   (json_int_t)x.nev, "summaries", (json_int_t)x.nsum, "tool_calls", (json_int_t)x.ntc,
+			   "model_calls", (json_int_t)x.nmc));
+	if (!x.err && fflush(out))
+		x.err = -errno;
+	if (x.err) {
+		fprintf(stderr, "agentd export: writing the stream: %s\n", strerror(-x.err));
+		goto fail;
+	}
+	if (progress)
+		fprintf(progress, "agentd export: %zu conversations, %llu events, %llu tool calls, %llu summaries, %llu "
+			"audit rows\n", ids.n, x.nev, x.ntc, x.nsum, x.nmc);
+	free(ids.id);
+	store_close(st);
+	return 0;
+fail:
+	free(ids.id);
+	store_close(st);
+	return -1;
+}
+
+/* ---- import ---------------------------------------------------------- */
+
+/* The clock import's transactions stamp records with: each record's own
+ * time, set before its transaction begins. */
+static int64_t import_now;
+static int64_t import_clock(void *arg)
+{
+	(void)arg;
+	return import_now;
+}
+
+struct line {
+	json_t *j;
+	const char *kind;
+	unsigned long no;
+};
+
+/* Read the next line of in as JSON. 1 at the end, 0, -1 (err set). */
+static int next_line(FILE *in, struct line *l, char **buf, size_t *cap, char *err, size_t errlen)
+{
+	ssize_t n = getline(buf, cap, in);
+	if (n < 0)
+		return 1;
+	l->no++;
+	json_error_t je;
+	json_decref(l->j);
+	l->j = json_loadb(*buf, (size_t)n, 0, &je);
+	if (!l->j || !json_is_object(l->j)) {
+		snprintf(err, errlen, "line %lu: not a JSON object%s%s", l->no, l->j ? "" : ": ", l->j ? "" : je.text);
+		return -1;
+	}
+	l->kind = json_string_value(json_object_get(l->j, "kind"));
+	return 0;
+}
+
+static const char *g_str(json_t *o, const char *k)
+{
+	return json_string_value(json_object_get(o, k));
+}
+
+static int g_int(json_t *o, const char *k, int64_t *v)
+{
+	json_t *j = json_object_get(o, k);
+	if (!json_is_integer(j))
+		return -1;
+	*v = json_integer_value(j);
+	return 0;
+}
+
+/* A base64 field (null: empty when nullable). Malloc'd into *b. */
+static int g_bytes(json_t *o, const char *k, int nullable, store_bytes *b, unsigned char **mem)
+{
+	json_t *j = json_object_get(o, k);
+	*mem = NULL;
+	*b = (store_bytes){ NULL, 0 };
+	if (json_is_null(j) && nullable)
+		return 0;
+	if (!json_is_string(j))
+		return -1;
+	size_t n;
+	if (b64_decode(json_string_value(j), json_string_length(j), mem, &n))
+		return -1;
+	*b = (store_bytes){ *mem, n };
+	return 0;
+}
+
+/* Pass 1: every line well formed, in order, and the counts of the trailer
+ * those of the lines. nconv gets the conversations. 0 or -1 (err set). */
+static int check_stream(FILE *in, size_t *nconv, char *err, size_t errlen)
+{
+	struct line l = { 0 };
+	char *buf = NULL;
+	size_t cap = 0;
+	int rc = -1, r;
+	long long n[5] = { 0 }; /* conversations, events, summaries, tool calls, audit rows */
+	int ended = 0, in_conv = 0;
+	if ((r = next_line(in, &l, &buf, &cap, err, errlen)) != 0) {
+		if (r > 0)
+			snprintf(err, errlen, "an empty stream (no header line)");
+		goto out;
+	}
+	json_t *ver = json_object_get(l.j, "agentd_export");
+	if (!json_is_integer(ver)) {
+		snprintf(err, errlen, "line 1: not an agentd export (no agentd_export version)");
+		goto out;
+	}
+	if (json_integer_value(ver) != FORMAT_VERSION) {
+		snprintf(err, errlen, "line 1: export format version %lld; this agentd reads version %d",
+			 (long long)json_integer_value(ver), FORMAT_VERSION);
+		goto out;
+	}
+	while ((r = next_line(in, &l, &buf, &cap, err, errlen)) == 0) {
+		if (ended) {
+			snprintf(err, errlen, "line %lu: a line after the end", l.no);
+			goto out;
+		}
+		json_t *end = json_object_get(l.j, "end");
+		if (end) {
+			static const char *const keys[] = { "conversations", "events", "summaries", "tool_calls",
+							    "model_calls" };
+			for (int i = 0; i < 5; i++) {
+				int64_t v;
+				if (g_int(end, keys[i], &v) || v != n[i]) {
+					snprintf(err, errlen, "line %lu: the end line's count of %s is not the %lld the "
+						 "stream holds", l.no, keys[i], n[i]);
+					goto out;
+				}
+			}
+			ended = 1;
+			continue;
+		}
+		const char *k = l.kind;
+		int64_t v;
+		store_bytes b;
+		unsigned char *m = NULL;
+		int bad = 0;
+		if (!k) {
+			bad = 1;
+		} else if (!strcmp(k, "conv")) {
+			const char *id = g_str(l.j, "id");
+			bad = !id || !store_id_valid(id, strlen(id)) || !g_str(l.j, "status") ||
+			      store_status_parse(g_str(l.j, "status"), strlen(g_str(l.j, "status"))) < 0 ||
+			      g_int(l.j, "created_at", &v) || g_int(l.j, "updated_at", &v) ||
+			      g_int(l.j, "input_tokens", &v) || g_int(l.j, "output_tokens", &v) ||
+			      !json_is_number(json_object_get(l.j, "cost")) || g_bytes(l.j, "settings", 0, &b, &m);
+			free(m), m = NULL;
+			bad = bad || g_bytes(l.j, "fsm", 1, &b, &m);
+			free(m), m = NULL;
+			bad = bad || g_bytes(l.j, "metadata", 1, &b, &m);
+			free(m), m = NULL;
+			n[0]++;
+			in_conv = 1;
+		} else if (!strcmp(k, "event")) {
+			bad = !in_conv || g_int(l.j, "seq", &v) || !g_str(l.j, "type") || g_int(l.j, "inserted_at", &v) ||
+			      g_bytes(l.j, "content", 0, &b, &m) ||
+			      !(json_is_null(json_object_get(l.j, "event_id")) || g_str(l.j, "event_id"));
+			free(m), m = NULL;
+			n[1]++;
+		} else if (!strcmp(k, "summary")) {
+			bad = !in_conv || g_int(l.j, "from_seq", &v) || g_int(l.j, "to_seq", &v) ||
+			      g_int(l.j, "version", &v) || v < 1 || v > 1000000 || g_int(l.j, "inserted_at", &v) ||
+			      g_bytes(l.j, "content", 0, &b, &m);
+			free(m), m = NULL;
+			n[2]++;
+		} else if (!strcmp(k, "tool_call")) {
+			const char *st = g_str(l.j, "status"), *ex = g_str(l.j, "executor");
+			bad = !in_conv || !g_str(l.j, "id") || !g_str(l.j, "name") || !st ||
+			      store_tc_status_parse(st, strlen(st)) < 0 || !ex ||
+			      (strcmp(ex, "server") && strcmp(ex, "human")) || g_int(l.j, "inserted_at", &v) ||
+			      g_int(l.j, "resolved_at", &v) || g_int(l.j, "deadline", &v) || g_int(l.j, "attempts", &v) ||
+			      v < 0 || v > 1000000 || g_bytes(l.j, "args", 0, &b, &m);
+			free(m), m = NULL;
+			bad = bad || g_bytes(l.j, "prompt", 1, &b, &m);
+			free(m), m = NULL;
+			bad = bad || g_bytes(l.j, "result", 1, &b, &m);
+			free(m), m = NULL;
+			n[3]++;
+		} else if (!strcmp(k, "model_call")) {
+			bad = !in_conv || g_int(l.j, "turn_ref", &v) || !g_str(l.j, "model") ||
+			      g_int(l.j, "input_tokens", &v) || g_int(l.j, "output_tokens", &v) ||
+			      !json_is_number(json_object_get(l.j, "cost")) || g_int(l.j, "latency_ms", &v) ||
+			      g_int(l.j, "summary_version", &v) || g_int(l.j, "inserted_at", &v) ||
+			      g_bytes(l.j, "rendered", 0, &b, &m);
+			free(m), m = NULL;
+			n[4]++;
+		} else {
+			snprintf(err, errlen, "line %lu: an unknown kind of record '%s'", l.no, k);
+			goto out;
+		}
+		if (bad) {
+			snprintf(err, errlen, "line %lu: a %s record with a missing or bad field%s", l.no, k ? k : "kindless",
+				 in_conv ? "" : " (or before any conversation)");
+			goto out;
+		}
+	}
+	if (r < 0)
+		goto out;
+	if (!ended) {
+		snprintf(err, errlen, "the stream ends without its end line (truncated after line %lu)", l.no);
+		goto out;
+	}
+	*nconv = (size_t)n[0];
+	rc = 0;
+out:
+	json_decref(l.j);
+	free(buf);
+	return rc;
+}
+
+/* Pass 2 state: the conversation being written and what it gets last. */
+struct imp {
+	store *st;
+	struct idlist done;  /* conversations written, for the rollback */
+	char conv[STORE_ID_MAX + 1];
+	json_t *head;        /* its conv line, applied last (status, usage, updated_at, fsm) */
+	/* events sharing one inserted_at, appended in one transaction */
+	struct store_event_in *ev;
+	unsigned char **evmem;
+	uint64_t *seq, *got;
+	size_t nev, evcap;
+	int64_t ev_at;
+	char err[512];
+};
+
+static int begin(struct imp *im, int64_t at, store_txn **t)
+{
+	import_now = at;
+	return store_txn_begin(im->st, STORE_WRITE, t);
+}
+
+static int commit_or_abort(store_txn *t, int e)
+{
+	if (e) {
+		store_txn_abort(t);
+		return e;
+	}
+	return store_txn_commit(t);
+}
+
+static void events_clear(struct imp *im)
+{
+	for (size_t i = 0; i < im->nev; i++) {
+		free(im->evmem[i]);
+		free((char *)im->ev[i].type);
+		free((char *)im->ev[i].event_id);
+	}
+	im->nev = 0;
+}
+
+static int events_flush(struct imp *im)
+{
+	if (!im->nev)
+		return 0;
+	store_txn *t;
+	int e = begin(im, im->ev_at, &t);
+	if (!e) {
+		e = store_events_append(t, im->conv, im->ev, im->nev, im->got, NULL);
+		for (size_t i = 0; !e && i < im->nev; i++)
+			if (im->got[i] != im->seq[i]) {
+				snprintf(im->err, sizeof im->err, "conversation %s: event seq %llu in the stream is seq %llu "
+					 "in the store (a gap or a repeated event_id)", im->conv,
+					 (unsigned long long)im->seq[i], (unsigned long long)im->got[i]);
+				e = STORE_E_INVAL;
+			}
+		e = commit_or_abort(t, e);
+	}
+	events_clear(im);
+	return e;
+}
+
+static int event_add(struct imp *im, json_t *j)
+{
+	int64_t at = 0, seq = 0;
+	g_int(j, "inserted_at", &at);
+	g_int(j, "seq", &seq);
+	if (im->nev && at != im->ev_at) {
+		int e = events_flush(im);
+		if (e)
+			return e;
+	}
+	if (im->nev == im->evcap) {
+		size_t cap = im->evcap ? im->evcap * 2 : 64;
+		void *a = realloc(im->ev, cap * sizeof *im->ev), *b = realloc(im->evmem, cap * sizeof *im->evmem);
+		if (a)
+			im->ev = a;
+		if (b)
+			im->evmem = b;
+		void *c = realloc(im->seq, cap * sizeof *im->seq), *d = realloc(im->got, cap * sizeof *im->got);
+		if (c)
+			im->seq = c;
+		if (d)
+			im->got = d;
+		if (!a || !b || !c || !d)
+			return -ENOMEM;
+		im->evcap = cap;
+	}
+	size_t i = im->nev;
+	store_bytes content;
+	g_bytes(j, "content", 0, &content, &im->evmem[i]);
+	const char *eid = g_str(j, "event_id");
+	im->ev[i] = (struct store_event_in){ strdup(g_str(j, "type")), content, eid ? strdup(eid) : NULL };
+	im->seq[i] = (uint64_t)seq;
+	im->ev_at = at;
+	im->nev++;
+	return im->ev[i].type && (!eid || im->ev[i].event_id) ? 0 : -ENOMEM;
+}
+
+/* The conversation's record as the stream has it: status, usage, fsm, at
+ * its updated_at. */
+static int conv_finish(struct imp *im)
+{
+	int e = events_flush(im);
+	if (e || !im->head)
+		return e;
+	json_t *h = im->head;
+	int64_t at = 0, in_tok = 0, out_tok = 0;
+	g_int(h, "updated_at", &at);
+	g_int(h, "input_tokens", &in_tok);
+	g_int(h, "output_tokens", &out_tok);
+	struct store_usage u = { (uint64_t)in_tok, (uint64_t)out_tok, json_number_value(json_object_get(h, "cost")) };
+	const char *status = g_str(h, "status");
+	store_bytes fsm, meta;
+	unsigned char *mem, *meta_mem;
+	g_bytes(h, "fsm", 1, &fsm, &mem);
+	g_bytes(h, "metadata", 1, &meta, &meta_mem);
+	struct store_conv_patch p = { .set = STORE_SET_STATUS | (fsm.len ? STORE_SET_FSM : 0) |
+					     (meta.len ? STORE_SET_METADATA : 0),
+				      .status = store_status_parse(status, strlen(status)), .fsm_state = fsm,
+				      .metadata = meta };
+	store_txn *t;
+	if (!(e = begin(im, at, &t))) {
+		if (u.input_tokens || u.output_tokens || u.cost != 0)
+			e = store_usage_add(t, im->conv, &u);
+		e = commit_or_abort(t, e ? e : store_conv_put(t, im->conv, &p));
+	}
+	free(mem);
+	free(meta_mem);
+	json_decref(im->head);
+	im->head = NULL;
+	return e;
+}
+
+static int conv_start(struct imp *im, json_t *j)
+{
+	int e = conv_finish(im);
+	if (e)
+		return e;
+	snprintf(im->conv, sizeof im->conv, "%s", g_str(j, "id"));
+	int64_t at = 0;
+	g_int(j, "created_at", &at);
+	store_bytes settings;
+	unsigned char *mem;
+	g_bytes(j, "settings", 0, &settings, &mem);
+	store_txn *t;
+	if (!(e = begin(im, at, &t)))
+		e = commit_or_abort(t, store_conv_create(t, im->conv, settings));
+	free(mem);
+	if (e == STORE_E_CONFLICT)
+		snprintf(im->err, sizeof im->err, "conversation %s is in the stream twice", im->conv);
+	if (!e) {
+		if ((e = collect(&im->done, im->conv, strlen(im->conv))))
+			return e;
+		im->head = json_incref(j);
+	}
+	return e;
+}
+
+static int summary_put(struct imp *im, json_t *j)
+{
+	int64_t from = 0, to = 0, version = 0, at = 0;
+	g_int(j, "from_seq", &from);
+	g_int(j, "to_seq", &to);
+	g_int(j, "version", &version);
+	g_int(j, "inserted_at", &at);
+	store_bytes content;
+	unsigned char *mem;
+	g_bytes(j, "content", 0, &content, &mem);
+	store_txn *t;
+	int e = events_flush(im);
+	if (!e && !(e = begin(im, at, &t))) {
+		/* Only the latest summary is carried: putting it `version`
+		 * times gives it its version (each put replaces the one with
+		 * its to_seq, one version up). */
+		for (int64_t i = 0; !e && i < version; i++)
+			e = store_summary_put(t, im->conv, (uint64_t)from, (uint64_t)to, content, NULL);
+		e = commit_or_abort(t, e);
+	}
+	free(mem);
+	return e;
+}
+
+static int tool_call_put(struct imp *im, json_t *j)
+{
+	int64_t at = 0, resolved_at = 0, deadline = 0, attempts = 0;
+	g_int(j, "inserted_at", &at);
+	g_int(j, "resolved_at", &resolved_at);
+	g_int(j, "deadline", &deadline);
+	g_int(j, "attempts", &attempts);
+	const char *id = g_str(j, "id"), *st = g_str(j, "status");
+	int status = store_tc_status_parse(st, strlen(st));
+	store_bytes args, prompt, result;
+	unsigned char *m1, *m2 = NULL, *m3 = NULL;
+	g_bytes(j, "args", 0, &args, &m1);
+	g_bytes(j, "prompt", 1, &prompt, &m2);
+	g_bytes(j, "result", 1, &result, &m3);
+	struct store_tool_call_in in = { id, g_str(j, "name"),
+					 strcmp(g_str(j, "executor"), "human") ? STORE_EXEC_SERVER : STORE_EXEC_HUMAN, args,
+					 prompt };
+	store_txn *t;
+	int e = events_flush(im);
+	if (!e && !(e = begin(im, at, &t))) {
+		e = store_tool_call_upsert(t, im->conv, &in);
+		uint32_t n;
+		for (int64_t i = 0; !e && i < attempts; i++)
+			e = store_tool_call_attempt(t, id, &n);
+		if (!e && status == STORE_TC_PENDING && deadline)
+			e = store_expiry_schedule(t, id, deadline);
+		e = commit_or_abort(t, e);
+	}
+	if (!e && status != STORE_TC_PENDING && !(e = begin(im, resolved_at, &t)))
+		e = commit_or_abort(t, store_tool_call_resolve(t, id, status, result, NULL));
+	if (e == STORE_E_CONFLICT)
+		snprintf(im->err, sizeof im->err, "tool call %s is in the stream twice", id);
+	free(m1);
+	free(m2);
+	free(m3);
+	return e;
+}
+
+static int model_call_put(struct imp *im, json_t *j)
+{
+	int64_t ref = 0, in_tok = 0, out_tok = 0, latency = 0, sv = 0, at = 0;
+	g_int(j, "turn_ref", &ref);
+	g_int(j, "input_tokens", &in_tok);
+	g_int(j, "output_tokens", &out_tok);
+	g_int(j, "latency_ms", &latency);
+	g_int(j, "summary_version", &sv);
+	g_int(j, "inserted_at", &at);
+	store_bytes rendered;
+	unsigned char *mem;
+	g_bytes(j, "rendered", 0, &rendered, &mem);
+	struct store_model_call_in mc = { (uint64_t)ref, rendered, g_str(j, "model"),
+					  { (uint64_t)in_tok, (uint64_t)out_tok,
+					    json_number_value(json_object_get(j, "cost")) },
+					  (uint64_t)latency, (uint64_t)sv };
+	store_txn *t;
+	int e = events_flush(im);
+	if (!e && !(e = begin(im, at, &t)))
+		e = commit_or_abort(t, store_model_call_put(t, im->conv, &mc));
+	free(mem);
+	return e;
+}
+
+static int count_any(void *arg, const char *id, size_t len)
+{
+	(void)id;
+	(void)len;
+	++*(size_t *)arg;
+	return 1; /* one is enough */
+}
+
+static int count_tc(void *arg, const struct store_tool_call *tc)
+{
+	(void)tc;
+	++*(size_t *)arg;
+	return 1;
+}
+
+/* Remove every conversation written: the store is empty again. */
+static void rollback(struct imp *im)
+{
+	for (size_t i = 0; i < im->done.n; i++) {
+		store_txn *t;
+		if (store_txn_begin(im->st, STORE_WRITE, &t) == 0)
+			commit_or_abort(t, store_conv_delete(t, im->done.id[i]));
+	}
+}
+
+int transfer_import(const char *target, FILE *in, const char *in_name, FILE *progress)
+{
+	char err[512];
+	size_t nconv = 0;
+	struct stat sb;
+	if (fstat(fileno(in), &sb) || !S_ISREG(sb.st_mode)) {
+		fprintf(stderr, "agentd import: %s is not a regular file (it is read twice: checked whole first)\n",
+			in_name);
+		return 1;
+	}
+	if (check_stream(in, &nconv, err, sizeof err)) {
+		fprintf(stderr, "agentd import: %s: %s; nothing was written\n", in_name, err);
+		return 1;
+	}
+	if (!config_store_is_pg(target) && mkdir(target, 0700) < 0 && errno != EEXIST) {
+		fprintf(stderr, "agentd import: cannot create %s: %s\n", target, strerror(errno));
+		return -1;
+	}
+	struct imp im = { 0 };
+	struct store_opts so = { .sync = STORE_SYNC_NONE, .audit = 1, .clock = import_clock };
+	int e = store_open(&im.st, target, &so);
+	if (e) {
+		say_open_failure("import", target, e);
+		return -1;
+	}
+	char *shown = config_store_shown(target);
+	int rc = -1;
+	store_txn *t;
+	size_t nc = 0, ntc = 0;
+	if ((e = store_txn_begin(im.st, STORE_READ, &t)) == 0) {
+		if ((e = store_conv_ids(t, count_any, &nc)) == 1)
+			e = 0;
+		if (!e && (e = store_tool_calls_each(t, count_tc, &ntc)) == 1)
+			e = 0;
+		store_txn_abort(t);
+	}
+	if (e) {
+		fprintf(stderr, "agentd import: reading %s: %s\n", shown, store_strerror(e));
+		goto out;
+	}
+	if (nc || ntc) {
+		fprintf(stderr, "agentd import: the store %s is not empty: import loads into an empty store only; "
+			"nothing was written\n", shown);
+		rc = 1;
+		goto out;
+	}
+	rewind(in);
+	struct line l = { 0 };
+	char *buf = NULL;
+	size_t cap = 0, done = 0;
+	next_line(in, &l, &buf, &cap, err, sizeof err); /* the header, checked */
+	while (!e && next_line(in, &l, &buf, &cap, err, sizeof err) == 0) {
+		if (json_object_get(l.j, "end"))
+			break;
+		const char *k = l.kind;
+		if (!strcmp(k, "conv")) {
+			e = conv_start(&im, l.j);
+			if (!e && progress && ++done % PROGRESS_EVERY == 0)
+				fprintf(progress, "agentd import: %zu of %zu conversations\n", done, nconv);
+		} else if (!strcmp(k, "event")) {
+			e = event_add(&im, l.j);
+		} else if (!strcmp(k, "summary")) {
+			e = summary_put(&im, l.j);
+		} else if (!strcmp(k, "tool_call")) {
+			e = tool_call_put(&im, l.j);
+		} else {
+			e = model_call_put(&im, l.j);
+		}
+		if (e && !im.err[0])
+			snprintf(im.err, sizeof im.err, "line %lu (%s of conversation %s): %s", l.no, k, im.conv,
+				 store_strerror(e));
+	}
+	if (!e && (e = conv_finish(&im)) && !im.err[0])
+		snprintf(im.err, sizeof im.err, "conversation %s: %s", im.conv, store_strerror(e));
+	if (!e && (e = store_sync(im.st)))
+		snprintf(im.err, sizeof im.err, "flushing the store: %s", store_strerror(e));
+	json_decref(l.j);
+	free(buf);
+	events_clear(&im);
+	json_decref(im.head);
+	if (e) {
+		fprintf(stderr, "agentd import: %s: %s; removing the %zu conversation(s) written\n", in_name, im.err,
+			im.done.n);
+		rollback(&im);
+		store_sync(im.st);
+		goto out;
+	}
+	if (progress)
+		fprintf(progress, "agentd import: %zu conversations into %s\n", nconv, shown);
+	rc = 0;
+out:
+	free(im.ev);
+	free(im.evmem);
+	free(im.seq);
+	free(im.got);
+	free(im.done.id);
+	free(shown);
+	store_close(im.st);
+	return rc;
+}

@@ -1,0 +1,35 @@
+/*
+ * transfer.h: `agentd export` and `agentd import`: a whole store, of either
+ * backend, as a portable stream of JSON lines (docs/scale-out.md, "Moving a
+ * store"), and back into an empty store.
+ *
+ * The stream, version 1: a header line, then per conversation (in id order)
+ * its record (metadata included), its events (seq order), its latest summary, its tool calls (id
+ * order) and its audit rows (turn_ref order), then a trailer with the counts.
+ * Msgpack content is carried as base64 of its bytes, exactly as stored. Writer
+ * leases are not carried (they are runtime state: the importing agentd takes
+ * new ones), nor summaries superseded by a later one (nothing reads them).
+ *
+ * Import reads the stream twice: first whole, checking every line, so that a
+ * damaged or truncated stream is refused before anything is written; then
+ * writing. A store error while writing removes the conversations written so
+ * far: the target is empty again.
+ */
+#ifndef AGENTD_TRANSFER_H
+#define AGENTD_TRANSFER_H
+
+#include <stdio.h>
+
+/* Write the store at target (an LMDB directory or a PostgreSQL target) to
+ * out. progress: where a line per 1,000 conversations goes, or NULL. 0, or
+ * -1 after printing why on stderr. */
+int transfer_export(const char *target, FILE *out, FILE *progress);
+
+/* Load the stream in (a regular file: it is read twice) into the empty store
+ * at target (an LMDB directory, created if missing, or a PostgreSQL target).
+ * 0; 1 when refused (a damaged stream, a store that is not empty), nothing
+ * written; -1 on a store failure, after removing what was written. Why is
+ * printed on stderr. */
+int transfer_import(const char *target, FILE *in, const char *in_name, FILE *progress);
+
+#endif
