@@ -1,4 +1,4 @@
-"""Nodes on an LMDB store (docs/scale-out.md): one node, named by node_id, heartbeating and holding the leases of
+"""A node alone on its store (docs/scale-out.md), LMDB's case (and PostgreSQL's, under AGENTD_TEST_STORE=pg): one node, named by node_id, heartbeating and holding the leases of
 the conversations it runs; listed by the `nodes` op and `agentctl nodes`, shown by status and metrics; a node id
 that changes on the same data directory takes over at once; bad node settings are refused."""
 import re
@@ -60,7 +60,7 @@ def test_one_node_lists_itself_and_its_leases():
 def test_a_new_node_id_takes_over_at_once():
     """The data directory's earlier node (another node_id) leaves when the new one starts: its leases, long
     as they are, do not keep the conversations from being served."""
-    with Agentd(start=False) as a:
+    with Agentd(start=False, lmdb=True) as a:  # on PostgreSQL a killed node's leases run out instead
         gate = node_config(a, "alpha", lease="60s", heartbeat="20s")
         a.start()
         c = a.create(model="gated")

@@ -15,14 +15,17 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import sys
 import threading
 import time
 
-import harness
-from harness import Agentd, Client, wait_for, scaled
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "proc"))
+
+import harness  # noqa: E402
+from harness import Agentd, Client, wait_for, scaled  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CLUSTER = os.path.join(HERE, "..", "pg", "cluster.sh")
+CLUSTER = os.path.join(HERE, "cluster.sh")
 CONVS = 9
 LEASE = "2s"
 
