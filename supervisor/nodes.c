@@ -58,6 +58,8 @@ const char *nodes_self(void)
 
 int nodes_claim(store_txn *t, const char *conv, uint64_t *gen)
 {
+	if (!N.id[0]) /* before nodes_open: no node to own it yet */
+		return store_lease_next(t, conv, gen);
 	int e = store_conv_claim(t, conv, N.id, N.lease_ms, gen);
 	if (e != STORE_E_CONFLICT) {
 		if (!e)

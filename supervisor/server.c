@@ -257,12 +257,13 @@ int server_open(const struct server_opts *o)
 	SV.next_gc = now + 1000;
 	/* Deadlines that passed while nothing ran fire now; then the
 	 * conversations that were mid-turn get their workers back. */
+	/* The node first: what follows claims conversations for it. */
+	if (nodes_open(o->st, o->cfg))
+		return -1;
 	int fired = expiry_fire();
 	if (fired)
 		log_info("fired %d expiry deadline(s) that passed while agentd was down", fired);
 	expiry_rearm();
-	if (nodes_open(o->st, o->cfg))
-		return -1;
 	workers_start_active();
 	return 0;
 }
