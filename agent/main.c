@@ -1814,7 +1814,8 @@ int main(int argc, char **argv, char **envp)
 	 * defaults would grow the map past max_map_size. PostgreSQL has no
 	 * map (agentd ignores them there too). */
 	W.so = (struct store_opts){ .sync = sync, .audit = audit_on, .map_size = W.pg ? 0 : W.cfg.map_size,
-				    .max_map_size = W.pg ? 0 : W.cfg.max_map_size };
+				    .max_map_size = W.pg ? 0 : W.cfg.max_map_size,
+				    .idle_txn_timeout_ms = W.cfg.lease_ms / 2 };
 	char *shown = W.pg ? config_store_shown(data) : NULL;
 	W.shown = shown ? shown : data;
 	if (W.pg && (W.slotfd = connslot_open(W.run_dir)) < 0) {

@@ -273,6 +273,7 @@ static void show_summary(const json_t *reply);
 static void show_audit(const json_t *reply);
 static void show_status(const json_t *reply);
 static void show_metrics(const json_t *reply);
+static void show_nodes(const json_t *reply);
 static void show_pending(const json_t *reply);
 static void show_runs(const json_t *reply);
 
@@ -383,6 +384,10 @@ static const struct command commands[] = {
 	{"metrics", "metrics", "print agentd's metrics",
 	 "Print agentd's metrics in the Prometheus text exposition format, as agentd wrote them.", no_params,
 	 no_params, show_metrics, 0, "agentctl metrics | grep agentd_ops_total", NULL, NULL},
+	{"nodes", "nodes", "list the nodes sharing the store (table)",
+	 "List the agentd nodes sharing this one's store, as their heartbeats left them: a first line `node: ID`\n"
+	 "(the node answering), then NODE LIVE LEASES BEAT_AT EXPIRES_AT STARTED_AT. On an LMDB store there is one.",
+	 no_params, no_params, show_nodes, 0, "agentctl nodes", NULL, "nodes/node"},
 	{"shutdown", "shutdown", "stop agentd",
 	 "Stop agentd: its workers hibernate, then it exits. Prints ok once agentd has accepted the request.\n"
 	 "It waits without a time limit unless --timeout is given.",
@@ -1548,6 +1553,22 @@ static void show_status(const json_t *reply)
 		putchar('\n');
 		TABLE(workers, cols);
 	}
+}
+
+static void show_nodes(const json_t *reply)
+{
+	static const struct column cols[] = {
+		{"NODE", "node", false},	   {"LIVE", "live", false},	     {"LEASES", "leases", false},
+		{"BEAT_AT", "beat_at", true}, {"EXPIRES_AT", "expires_at", true}, {"STARTED_AT", "started_at", true},
+	};
+	const json_t *rows = json_object_get(reply, "nodes");
+	const json_t *self = json_object_get(reply, "node");
+	if (!json_is_array(rows) || !json_is_string(self)) {
+		show_fields(reply);
+		return;
+	}
+	printf("node: %s\n", json_string_value(self));
+	TABLE(rows, cols);
 }
 
 static void show_metrics(const json_t *reply)

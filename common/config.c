@@ -44,6 +44,8 @@ int config_init(struct config *c)
 	c->budget.max_cost = -1;
 	c->batch_max_events = 100;
 	c->batch_max_bytes = 1 << 20;
+	c->lease_ms = 10 * SEC;
+	c->notify_poll_ms = 2 * SEC;
 	c->store_connections = 64;
 	return c->data ? 0 : -ENOMEM;
 }
@@ -96,6 +98,7 @@ void config_free(struct config *c)
 		tool_free(&c->tools[i]);
 	free(c->models);
 	free(c->tools);
+	free(c->node_id);
 	free(c->path);
 	free(c->data);
 	free(c->socket);
@@ -344,6 +347,19 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 	if (!strcmp(k, "batch_max_bytes"))
 		return config_size(v, &c->batch_max_bytes) || c->batch_max_bytes < 1024 ||
 			       c->batch_max_bytes > CAP_MAX ? -1 : 0;
+	if (!strcmp(k, "node_id")) { /* the conversation id alphabet, 1-128 bytes */
+		size_t n = strlen(v);
+		if (n == 0 || n > 128 || strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") != n)
+			return -1;
+		free(c->node_id);
+		return (c->node_id = strdup(v)) ? 0 : -1;
+	}
+	if (!strcmp(k, "lease_time")) /* under a second a pause of the loop would lose it */
+		return config_duration(v, &c->lease_ms) || c->lease_ms < SEC ? -1 : 0;
+	if (!strcmp(k, "heartbeat"))
+		return config_duration(v, &c->heartbeat_ms) || c->heartbeat_ms < 100 ? -1 : 0;
+	if (!strcmp(k, "notify_poll"))
+		return config_duration(v, &c->notify_poll_ms) || c->notify_poll_ms < 100 ? -1 : 0;
 	return -2;
 }
 
@@ -882,6 +898,12 @@ static int validate(struct config *c, char *err, size_t errlen)
 	if (c->map_size && c->map_size > max) {
 		snprintf(err, errlen, "%s: map_size (%zu bytes) is larger than max_map_size (%zu bytes%s) in [agentd]",
 			 c->path, c->map_size, max, c->max_map_size ? "" : ", its default");
+		return -1;
+	}
+	if (c->heartbeat_ms && c->heartbeat_ms * 2 > c->lease_ms) {
+		/* One late beat would let the leases lapse. */
+		snprintf(err, errlen, "%s: heartbeat (%lld ms) must be at most half of lease_time (%lld ms) in [agentd]",
+			 c->path, (long long)c->heartbeat_ms, (long long)c->lease_ms);
 		return -1;
 	}
 	if (c->compact_events > 0 && c->compact_keep >= c->compact_events) {

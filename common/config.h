@@ -107,6 +107,11 @@ struct config {
 	int allow_any_uid;       /* peers of any uid may connect (default: same uid or root) */
 	int log_level;           /* LOG_* */
 	struct config_budget budget; /* the default budget: none */
+	/* Several nodes sharing one store (docs/scale-out.md). */
+	char *node_id;           /* NULL: the host's name */
+	int64_t lease_ms;        /* a node's lease on its conversations; 10 s */
+	int64_t heartbeat_ms;    /* how often it renews them; 0: a third of lease_ms */
+	int64_t notify_poll_ms;  /* the fallback poll behind cross-node wakeups; 2 s */
 	int ephemeral;
 	size_t batch_max_events; /* events in one send batch: 100 */
 	size_t batch_max_bytes;  /* their content as stored: 1 MiB */

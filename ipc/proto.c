@@ -14,7 +14,7 @@
 static const char *const op_names[OP_COUNT] = {
 	"ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve",
 	"tool_call", "tool_calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
-	"shutdown", "fork", "backup", "cancel", "resume", "runs",
+	"shutdown", "fork", "backup", "cancel", "resume", "runs", "nodes",
 };
 
 static const char *const err_codes[PERR_COUNT] = {
@@ -359,7 +359,7 @@ static int parse_fields(struct pctx *p, struct request *rq)
 	static const char *const res_status[] = { NULL, "resolved", "errored" };
 
 	switch (rq->op) {
-	case OP_PING: case OP_STATUS: case OP_METRICS: case OP_SHUTDOWN:
+	case OP_PING: case OP_STATUS: case OP_METRICS: case OP_SHUTDOWN: case OP_NODES:
 		ONLY(NULL);
 		return 0;
 	case OP_GET: case OP_DELETE: case OP_SUMMARY: case OP_COMPACT: case OP_AUDIT: case OP_STOP:

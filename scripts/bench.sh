@@ -25,3 +25,10 @@ done
 # One client's ping beside a flood of slow readers, and agentd's peak memory
 # (docs/benchmarks.md, "## Fairness").
 build-bench/bench/bench_fairness -d build-bench "${quick[@]}"
+# Failover between nodes on one PostgreSQL store, in a throwaway cluster
+# (docs/benchmarks.md, "bench_failover"): 20 rounds, or 2 for -q.
+if [ ${#quick[@]} -gt 0 ]; then
+	build-bench/bench/bench_failover 2 2000
+else
+	build-bench/bench/bench_failover 20 2000
+fi

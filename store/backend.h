@@ -29,6 +29,21 @@
 	X(lease_check, (store_txn *x, const char *id, uint64_t gen), (x, id, gen)) \
 	X(usage_add, (store_txn *x, const char *id, const struct store_usage *u), (x, id, u)) \
 	X(turns_add, (store_txn *x, const char *id, uint64_t n), (x, id, n)) \
+	X(node_beat, (store_txn *x, const char *node, int64_t ttl_ms, uint64_t *leases), (x, node, ttl_ms, leases)) \
+	X(node_leave, (store_txn *x, const char *node), (x, node)) \
+	X(nodes_list, (store_txn *x, int (*fn)(void *arg, const struct store_node *n), void *arg), (x, fn, arg)) \
+	X(conv_owner, (store_txn *x, const char *id, struct store_owner *out), (x, id, out)) \
+	X(conv_claim, (store_txn *x, const char *id, const char *node, int64_t ttl_ms, uint64_t *gen), \
+	  (x, id, node, ttl_ms, gen)) \
+	X(conv_release, (store_txn *x, const char *id, const char *node, uint64_t gen), (x, id, node, gen)) \
+	X(notify, (store_txn *x, const char *node, const char *conv), (x, node, conv)) \
+	X(expiries_claim, (store_txn *x, int64_t now_ms, size_t limit, \
+			   int (*fn)(void *arg, const struct store_expiry *e), void *arg), (x, now_ms, limit, fn, arg)) \
+	X(convs_claimable, (store_txn *x, unsigned mask, size_t limit, store_conv_id_fn fn, void *arg), \
+	  (x, mask, limit, fn, arg)) \
+	X(node_leases, (store_txn *x, const char *node, \
+			int (*fn)(void *arg, const char *id, size_t len, uint64_t gen, int64_t expires_at), \
+			void *arg), (x, node, fn, arg)) \
 	X(event_append, (store_txn *x, const char *conv, const struct store_event_in *ev, uint64_t *seq, \
 			 int *dup), (x, conv, ev, seq, dup)) \
 	X(events_append, (store_txn *x, const char *conv, const struct store_event_in *ev, size_t n, \
@@ -122,6 +137,9 @@ int lmdb_store_stat(store *s, struct store_stat *st);
 int lmdb_store_sync(store *s);
 int pg_store_stat(store *s, struct store_stat *st);
 int pg_store_sync(store *s);
+/* PostgreSQL only (store.c answers for LMDB): store_listen, store_notified. */
+int pg_store_listen(store *s, const char *node, int *fd);
+int pg_store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t len), void *arg);
 
 extern const struct store_vt store_lmdb_vt;
 extern const struct store_vt store_pg_vt;

@@ -138,6 +138,31 @@ int64_t store_txn_now(store_txn *x)
 	return VT(x)->txn_now(x);
 }
 
+/* Only PostgreSQL has other nodes to hear from (store.h). */
+int store_listen(store *s, const char *node, int *fd)
+{
+	if (!s || !fd)
+		return STORE_E_INVAL;
+#ifndef STORE_NO_PG
+	if (VT(s) == &store_pg_vt)
+		return pg_store_listen(s, node, fd);
+#endif
+	(void)node;
+	return -EOPNOTSUPP;
+}
+
+int store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t len), void *arg)
+{
+	if (!s || !fn)
+		return STORE_E_INVAL;
+#ifndef STORE_NO_PG
+	if (VT(s) == &store_pg_vt)
+		return pg_store_notified(s, fn, arg);
+#endif
+	(void)arg;
+	return STORE_E_INVAL;
+}
+
 uint64_t store_txn_id(store_txn *x)
 {
 	return x ? VT(x)->txn_id(x) : 0;

@@ -140,6 +140,12 @@ struct store_opts {
 	unsigned max_readers;   /* reader slots; 0: 1024 */
 	int64_t (*clock)(void *arg); /* ms since the epoch; NULL: CLOCK_REALTIME */
 	void *clock_arg;
+	/* PostgreSQL: a session left idle inside a transaction this long (its
+	 * process stopped, or cut off) is ended by the server, which releases
+	 * its row locks: other nodes do not wait on a stopped one for longer.
+	 * 0: no limit. LMDB ignores it (a dead process's reader slot is
+	 * cleared, and writers are one machine's). */
+	int64_t idle_txn_timeout_ms;
 };
 
 /* Open (creating when absent, unless read_only) the store at `target`: a
@@ -412,6 +418,100 @@ int store_conv_delete(store_txn *txn, const char *id);
 int store_lease_next(store_txn *txn, const char *id, uint64_t *gen);
 int store_lease_check(store_txn *txn, const char *id, uint64_t gen);
 
+/* ---- nodes: several supervisors sharing one store ------------------------
+ *
+ * A node is one supervisor among those sharing the store, named by an id of
+ * the conversation id alphabet. A node owns a conversation through a lease:
+ * the owner, the writer generation (store_conv.lease, the fencing epoch
+ * store_lease_check compares) and an expiry. Claiming a conversation takes
+ * a new generation, so the previous owner's workers are fenced from their
+ * next write transaction on, whatever they believe. A node's heartbeat
+ * (store_node_beat) renews every lease it still holds; one that stops
+ * beating has its leases expire, and then any node may claim them.
+ * Expiries are store times (store_txn_now): machines sharing a store keep
+ * their clocks in step, and a lease time well above the skew between them.
+ * On PostgreSQL store_convs_claimable in a write transaction locks the rows
+ * it lists and skips rows other transactions hold (FOR UPDATE SKIP LOCKED),
+ * so nodes looking for orphans at once share them out instead of queueing;
+ * on LMDB writers are serialised, and one machine usually runs one node.
+ * Ownership is advisory for everything but fencing: any node may write any
+ * conversation (a send accepted by one node for a conversation another owns
+ * is committed by the first); only a worker checks its generation. */
+
+struct store_node {
+	store_bytes id;
+	int64_t started_at;  /* its first beat since it last left */
+	int64_t beat_at;     /* its last beat */
+	int64_t expires_at;  /* beat_at + its ttl: past it the node is not heard from */
+	uint64_t leases;     /* conversations it owns now (expired leases included) */
+};
+
+/* A heartbeat of `node`: its row is created (started_at now) or refreshed
+ * (beat_at now, expires_at now + ttl_ms), and every lease it still holds is
+ * renewed to expire at that time too. A lease another node claimed is gone
+ * and is not renewed. *leases (may be NULL) gets how many it holds.
+ * Errors: STORE_E_INVAL (bad id, ttl_ms <= 0). */
+int store_node_beat(store_txn *txn, const char *node, int64_t ttl_ms, uint64_t *leases);
+/* `node` leaves: its row goes and every lease it holds is released (no
+ * owner, generation kept), so any node may claim them at once. 0 also when
+ * it had no row. Errors: STORE_E_INVAL. */
+int store_node_leave(store_txn *txn, const char *node);
+/* Every node's row in id order, expired ones included (callers compare
+ * expires_at with their clock). Errors: the callback's. */
+int store_nodes_list(store_txn *txn, int (*fn)(void *arg, const struct store_node *n), void *arg);
+
+struct store_owner {
+	store_bytes node;    /* len 0: no owner */
+	uint64_t lease;      /* the generation (store_conv.lease) */
+	int64_t expires_at;  /* 0 without an owner */
+};
+/* Errors: STORE_E_NOTFOUND, STORE_E_INVAL. */
+int store_conv_owner(store_txn *txn, const char *id, struct store_owner *out);
+/* Take the lease of conversation `id` for `node` until now + ttl_ms, if it
+ * has no owner, `node` owns it already, or its owner's lease has expired
+ * (expires_at <= now). A new generation is taken as store_lease_next takes
+ * one (*gen gets it): every worker of an earlier generation is fenced.
+ * Errors: STORE_E_NOTFOUND, STORE_E_CONFLICT (another node's lease is still
+ * live: nothing written), STORE_E_INVAL. */
+int store_conv_claim(store_txn *txn, const char *id, const char *node, int64_t ttl_ms, uint64_t *gen);
+/* Give back the lease `node` holds on `id` at generation `gen`: no owner
+ * after it, the generation kept. Errors: STORE_E_NOTFOUND, STORE_E_FENCED
+ * (node does not hold it at gen: nothing written), STORE_E_INVAL. */
+int store_conv_release(store_txn *txn, const char *id, const char *node, uint64_t gen);
+/* Conversations a node may claim: a status bit (1 << status) in `mask` (0:
+ * any), and no owner or an expired lease (expires_at <= now), whoever held
+ * it; in id order, at most `limit` (0: no limit). See above for the locks
+ * a write transaction takes on PostgreSQL.
+ * Errors: STORE_E_INVAL (no fn), the callback's. */
+int store_convs_claimable(store_txn *txn, unsigned mask, size_t limit, store_conv_id_fn fn, void *arg);
+/* The leases `node` holds, in conversation id order: the id (len bytes),
+ * its generation and expiry. Errors: STORE_E_INVAL, the callback's. */
+int store_node_leases(store_txn *txn, const char *node,
+		      int (*fn)(void *arg, const char *id, size_t len, uint64_t gen, int64_t expires_at),
+		      void *arg);
+
+/* Cross-node wakeups. A node that commits work for a conversation another
+ * node owns tells the owner: store_notify in that transaction, delivered
+ * at its commit and only if it commits (PostgreSQL's NOTIFY; the same
+ * conversation named twice in one transaction arrives once). The owner
+ * listens on a connection of its own, store_listen, whose descriptor goes
+ * into its poll loop; when it is readable, store_notified hands over the
+ * conversation ids that arrived. A notification is a hint, never the
+ * truth: one is lost when the listening connection breaks (store_notified
+ * then fails -ECONNRESET: listen again, and look at the log, as a poll
+ * would), so a listener also polls now and then. Channels are per node and
+ * per schema (store_pg.c), so stores sharing a database do not hear each
+ * other. The LMDB store has one node: store_notify validates and does
+ * nothing, store_listen fails -EOPNOTSUPP.
+ * store_notify errors: STORE_E_INVAL (bad ids, a read transaction).
+ * store_listen: *fd gets the descriptor (owned by s: store_close closes it;
+ * a second listen replaces the first); -ECONNREFUSED, -EOPNOTSUPP.
+ * store_notified: 0, -ECONNRESET (the connection is closed: listen again),
+ * STORE_E_INVAL (not listening), or the callback's return. */
+int store_notify(store_txn *txn, const char *node, const char *conv);
+int store_listen(store *s, const char *node, int *fd);
+int store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t len), void *arg);
+
 /* Add a model call's usage to the conversation's running totals. They
  * saturate: tokens at INT64_MAX (what a JSON integer holds), the cost at
  * DBL_MAX (a sum past it is never infinite). Errors: STORE_E_NOTFOUND,
@@ -588,6 +688,18 @@ struct store_expiry {
 };
 int store_expiries_due(store_txn *txn, int64_t now_ms,
 		       int (*fn)(void *arg, const struct store_expiry *e), void *arg);
+/* What store_expiries_due gives, at most `limit` (0: no limit) of them,
+ * for a node to fire: on PostgreSQL a write transaction locks their
+ * conversations' rows and skips rows another transaction holds (FOR UPDATE
+ * OF convs SKIP LOCKED: a node firing them, or the conversation's worker
+ * writing), so nodes firing at once share the deadlines out and none
+ * waits; a skipped one comes again once that transaction ends, and
+ * store_tool_call_resolve settles a call once whoever tries. A row whose
+ * conversation is gone (a damaged store) is not given there: its
+ * store_expiries_due does. On LMDB it is store_expiries_due with a limit.
+ * Errors: STORE_E_INVAL (no fn), STORE_E_CORRUPT, the callback's. */
+int store_expiries_claim(store_txn *txn, int64_t now_ms, size_t limit,
+			 int (*fn)(void *arg, const struct store_expiry *e), void *arg);
 /* The earliest deadline. Errors: STORE_E_NOTFOUND (none scheduled). */
 int store_expiry_earliest(store_txn *txn, int64_t *deadline_ms);
 

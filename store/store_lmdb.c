@@ -25,6 +25,13 @@
  *                                                    summary_version, inserted_at, rendered]
  *   runs            num, run id                  -> [status, attempt, from, to, first, last,
  *                                                    model, in, out, cost, started, ended]
+ *   nodes           node id                      -> [started_at, beat_at, expires_at]
+ *   owners          conversation id              -> [node id, expires_at] (its lease; the
+ *                                                    generation is the convs record's)
+ *
+ * nodes and owners came after the first stores were made: an open that may
+ * write creates them; a read-only open of a store without them sees them
+ * empty.
  */
 /* This file defines the backend's functions (store/backend.h) under
  * lmdb_store_*; store/store.c dispatches to them. */
@@ -81,6 +88,8 @@ struct store {
 	MDB_dbi meta, conv_ids, convs, events, event_ids, summaries, tool_calls,
 		conv_tool_calls, expiries, model_calls, runs;
 	MDB_dbi warnings, warning_at; /* expiry warnings by time; each call's time */
+	MDB_dbi nodes, owners;
+	int has_nodes; /* nodes and owners exist (a read-only open of an older store: not) */
 	MDB_dbi conv_meta, meta_index; /* metadata by conv number; its index "key\0value\0id" -> number */
 	struct store_opts opts;
 	size_t map_size;
@@ -540,6 +549,34 @@ static int open_dbis(store *s)
 	return rc == MDB_NOTFOUND ? STORE_E_CORRUPT : map_err(rc);
 }
 
+/* nodes and owners, created when absent unless read-only (then a store
+ * without them has none: every node list is empty). */
+static int open_node_dbis_in(store *s, int write)
+{
+	MDB_txn *t;
+	int rc = mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, &t);
+	if (rc)
+		return rc;
+	if ((rc = mdb_dbi_open(t, "nodes", write ? MDB_CREATE : 0, &s->nodes)) ||
+	    (rc = mdb_dbi_open(t, "owners", write ? MDB_CREATE : 0, &s->owners))) {
+		mdb_txn_abort(t);
+		return rc;
+	}
+	return mdb_txn_commit(t);
+}
+
+static int open_node_dbis(store *s)
+{
+	int rc = open_node_dbis_in(s, 0);
+	if (rc == MDB_NOTFOUND && !s->opts.read_only)
+		rc = open_node_dbis_in(s, 1);
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	if (rc == 0)
+		s->has_nodes = 1;
+	return map_err(rc);
+}
+
 int store_open(store **out, const char *dir, const struct store_opts *opts)
 {
 	if (!out || !dir)
@@ -589,6 +626,8 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 	if (mdb_env_info(s->env, &info) == 0 && info.me_mapsize > s->map_size)
 		s->map_size = info.me_mapsize;
 	int err = open_dbis(s);
+	if (!err)
+		err = open_node_dbis(s);
 	if (err) {
 		mdb_env_close(s->env);
 		free(s);
@@ -1771,6 +1810,7 @@ int store_conv_delete(store_txn *x, const char *id)
 	    (err = del_prefix(x, x->s->summaries, num, NULL)) ||
 	    (err = del_prefix(x, x->s->model_calls, num, NULL)) ||
 	    (err = del_prefix(x, x->s->runs, num, NULL)) ||
+	    (x->s->has_nodes && (err = del(x, x->s->owners, id, strlen(id)))) ||
 	    (err = del(x, x->s->convs, k, 8)) || (err = del(x, x->s->conv_ids, id, strlen(id))))
 		return err;
 	return 0;
@@ -2695,6 +2735,35 @@ static int due_scan(store_txn *x, MDB_dbi dbi, int64_t now, int (*fn)(void *, co
 	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
 }
 
+struct claim_ctx {
+	size_t limit, n;
+	int full; /* the limit stopped the walk: not the caller's return */
+	int (*fn)(void *, const struct store_expiry *);
+	void *arg;
+};
+
+static int claim_one(void *arg, const struct store_expiry *e)
+{
+	struct claim_ctx *c = arg;
+	if (c->limit && c->n == c->limit) {
+		c->full = 1;
+		return 1;
+	}
+	c->n++;
+	return c->fn(c->arg, e);
+}
+
+/* Writers are serialised: nothing to skip (store.h). */
+int store_expiries_claim(store_txn *x, int64_t now, size_t limit, int (*fn)(void *, const struct store_expiry *),
+			 void *arg)
+{
+	if (!fn)
+		return STORE_E_INVAL;
+	struct claim_ctx c = { limit, 0, 0, fn, arg };
+	int r = store_expiries_due(x, now, claim_one, &c);
+	return c.full ? 0 : r;
+}
+
 int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
 {
 	CHECK_TXN(x);
@@ -2905,6 +2974,354 @@ int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_
 	if (removed)
 		*removed = n;
 	return 0;
+}
+
+/* ---- nodes and leases ------------------------------------------------ */
+
+static int ttl_ok(int64_t ttl_ms)
+{
+	return ttl_ms > 0 && ttl_ms <= INT64_MAX / 4;
+}
+
+struct owner_rec {
+	store_bytes node;
+	int64_t expires_at;
+};
+
+static int owner_decode(const MDB_val *v, struct owner_rec *o)
+{
+	struct mp m;
+	uint32_t n;
+	mp_init(&m, v->mv_data, v->mv_size);
+	if (mp_array(&m, &n) || n != 2 || mp_bytes(&m, &o->node) || o->node.len == 0 ||
+	    mp_int(&m, &o->expires_at) || m.p != m.end)
+		return STORE_E_CORRUPT;
+	return 0;
+}
+
+/* The owners row of conversation id: STORE_E_NOTFOUND when it has none. */
+static int owner_get(store_txn *x, const char *id, size_t len, struct owner_rec *o)
+{
+	if (!x->s->has_nodes)
+		return STORE_E_NOTFOUND;
+	MDB_val v;
+	int err = get(x, x->s->owners, id, len, &v);
+	if (err)
+		return err;
+	return owner_decode(&v, o) ? fail(x, STORE_E_CORRUPT) : 0;
+}
+
+static int owner_put(store_txn *x, const char *id, size_t len, const char *node, size_t nlen, int64_t exp)
+{
+	msgpack_packer *pk = rec(x);
+	msgpack_pack_array(pk, 2);
+	pack_strn(x, node, nlen);
+	msgpack_pack_int64(pk, exp);
+	return put(x, x->s->owners, id, len, 0);
+}
+
+static int same(store_bytes b, const char *s, size_t len)
+{
+	return b.len == len && memcmp(b.ptr, s, len) == 0;
+}
+
+/* The ids of the conversations `node` owns, in id order (a copy: the
+ * caller then writes owners). *ids is malloc'd, STORE_ID_MAX + 1 bytes
+ * each, NUL-terminated. */
+static int owned_ids(store_txn *x, const char *node, char (**ids)[STORE_ID_MAX + 1], size_t *n)
+{
+	*ids = NULL;
+	*n = 0;
+	size_t cap = 0, nlen = strlen(node);
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->owners, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	int err = 0;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct owner_rec o;
+		if (owner_decode(&v, &o) || k.mv_size > STORE_ID_MAX) {
+			err = STORE_E_CORRUPT;
+			break;
+		}
+		if (!same(o.node, node, nlen))
+			continue;
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 16;
+			void *nw = realloc(*ids, cap * sizeof **ids);
+			if (!nw) {
+				err = -ENOMEM;
+				break;
+			}
+			*ids = nw;
+		}
+		memcpy((*ids)[*n], k.mv_data, k.mv_size);
+		(*ids)[(*n)++][k.mv_size] = 0;
+	}
+	mdb_cursor_close(c);
+	if (!err && rc != MDB_NOTFOUND)
+		err = map_err(rc);
+	if (err) {
+		free(*ids);
+		*ids = NULL;
+		*n = 0;
+		return fail(x, err);
+	}
+	return 0;
+}
+
+int store_node_beat(store_txn *x, const char *node, int64_t ttl_ms, uint64_t *leases)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(node) || !ttl_ok(ttl_ms))
+		return STORE_E_INVAL;
+	size_t nlen = strlen(node);
+	int64_t started = x->now, exp = x->now + ttl_ms;
+	MDB_val v;
+	int err = get(x, x->s->nodes, node, nlen, &v);
+	if (err && err != STORE_E_NOTFOUND)
+		return err;
+	if (!err) {
+		struct mp m;
+		uint32_t n;
+		mp_init(&m, v.mv_data, v.mv_size);
+		if (mp_array(&m, &n) || n != 3 || mp_int(&m, &started))
+			return fail(x, STORE_E_CORRUPT);
+	}
+	msgpack_packer *pk = rec(x);
+	msgpack_pack_array(pk, 3);
+	msgpack_pack_int64(pk, started);
+	msgpack_pack_int64(pk, x->now);
+	msgpack_pack_int64(pk, exp);
+	if ((err = put(x, x->s->nodes, node, nlen, 0)) != 0)
+		return err;
+	char(*ids)[STORE_ID_MAX + 1];
+	size_t n;
+	if ((err = owned_ids(x, node, &ids, &n)) != 0)
+		return err;
+	for (size_t i = 0; i < n && !err; i++)
+		err = owner_put(x, ids[i], strlen(ids[i]), node, nlen, exp);
+	free(ids);
+	if (!err && leases)
+		*leases = n;
+	return err;
+}
+
+int store_node_leave(store_txn *x, const char *node)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(node))
+		return STORE_E_INVAL;
+	char(*ids)[STORE_ID_MAX + 1];
+	size_t n;
+	int err = owned_ids(x, node, &ids, &n);
+	if (err)
+		return err;
+	for (size_t i = 0; i < n && !err; i++)
+		err = del(x, x->s->owners, ids[i], strlen(ids[i]));
+	free(ids);
+	return err ? err : del(x, x->s->nodes, node, strlen(node));
+}
+
+/* How many owners rows name node. */
+static int count_owned(store_txn *x, store_bytes node, uint64_t *count)
+{
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->owners, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	*count = 0;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct owner_rec o;
+		if (owner_decode(&v, &o) == 0 && same(o.node, node.ptr, node.len))
+			(*count)++;
+	}
+	mdb_cursor_close(c);
+	return rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+}
+
+int store_nodes_list(store_txn *x, int (*fn)(void *arg, const struct store_node *n), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	if (!x->s->has_nodes)
+		return 0;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->nodes, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	int r = 0;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct store_node nd = { .id = { k.mv_data, k.mv_size } };
+		struct mp m;
+		uint32_t n;
+		mp_init(&m, v.mv_data, v.mv_size);
+		if (mp_array(&m, &n) || n != 3 || mp_int(&m, &nd.started_at) || mp_int(&m, &nd.beat_at) ||
+		    mp_int(&m, &nd.expires_at)) {
+			r = fail(x, STORE_E_CORRUPT);
+			break;
+		}
+		if ((r = count_owned(x, nd.id, &nd.leases)) != 0 || (r = fn(arg, &nd)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (r)
+		return r;
+	return rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+}
+
+int store_conv_owner(store_txn *x, const char *id, struct store_owner *out)
+{
+	CHECK_TXN(x);
+	uint64_t num;
+	struct store_conv c;
+	if (!out)
+		return STORE_E_INVAL;
+	int err = conv_load(x, id, &num, &c);
+	if (err)
+		return err;
+	struct owner_rec o;
+	memset(out, 0, sizeof *out);
+	out->lease = c.lease;
+	err = owner_get(x, id, strlen(id), &o);
+	if (err == STORE_E_NOTFOUND)
+		return 0;
+	if (err)
+		return err;
+	out->node = o.node;
+	out->expires_at = o.expires_at;
+	return 0;
+}
+
+int store_conv_claim(store_txn *x, const char *id, const char *node, int64_t ttl_ms, uint64_t *gen)
+{
+	CHECK_WRITE(x);
+	uint64_t num;
+	struct store_conv c;
+	if (!gen || !id_ok(node) || !ttl_ok(ttl_ms))
+		return STORE_E_INVAL;
+	int err = conv_load(x, id, &num, &c);
+	if (err)
+		return err;
+	size_t len = strlen(id), nlen = strlen(node);
+	struct owner_rec o;
+	err = owner_get(x, id, len, &o);
+	if (err && err != STORE_E_NOTFOUND)
+		return err;
+	if (!err && !same(o.node, node, nlen) && o.expires_at > x->now)
+		return STORE_E_CONFLICT;
+	if ((err = store_lease_next(x, id, gen)) != 0)
+		return err;
+	return owner_put(x, id, len, node, nlen, x->now + ttl_ms);
+}
+
+int store_conv_release(store_txn *x, const char *id, const char *node, uint64_t gen)
+{
+	CHECK_WRITE(x);
+	uint64_t num;
+	struct store_conv c;
+	if (!id_ok(node))
+		return STORE_E_INVAL;
+	int err = conv_load(x, id, &num, &c);
+	if (err)
+		return err;
+	struct owner_rec o;
+	err = owner_get(x, id, strlen(id), &o);
+	if (err == STORE_E_NOTFOUND || (!err && (!same(o.node, node, strlen(node)) || c.lease != gen)))
+		return STORE_E_FENCED;
+	return err ? err : del(x, x->s->owners, id, strlen(id));
+}
+
+int store_convs_claimable(store_txn *x, unsigned mask, size_t limit, store_conv_id_fn fn, void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->conv_ids, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	size_t n = 0;
+	int r = 0;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && (!limit || n < limit);
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		uint64_t num;
+		unsigned char kb[8];
+		MDB_val cv;
+		struct store_conv conv;
+		if (val_uint(&v, &num))
+			continue; /* a damaged record: `agentd check` names it */
+		put_be64(kb, num);
+		if (mdb_get(x->t, x->s->convs, &(MDB_val){ 8, kb }, &cv) || conv_decode(&cv, &conv))
+			continue;
+		if (mask && !(mask & (1u << conv.status)))
+			continue;
+		struct owner_rec o;
+		int e = owner_get(x, k.mv_data, k.mv_size, &o);
+		if (e == 0 && o.expires_at > x->now)
+			continue;
+		if (e && e != STORE_E_NOTFOUND) {
+			r = e;
+			break;
+		}
+		n++;
+		if ((r = fn(arg, k.mv_data, k.mv_size)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (r)
+		return r;
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+}
+
+int store_node_leases(store_txn *x, const char *node,
+		      int (*fn)(void *arg, const char *id, size_t len, uint64_t gen, int64_t expires_at), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn || !id_ok(node))
+		return STORE_E_INVAL;
+	if (!x->s->has_nodes)
+		return 0;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->owners, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	int r = 0;
+	size_t nlen = strlen(node);
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct owner_rec o;
+		if (owner_decode(&v, &o) || k.mv_size > STORE_ID_MAX) {
+			r = fail(x, STORE_E_CORRUPT);
+			break;
+		}
+		if (!same(o.node, node, nlen))
+			continue;
+		char id[STORE_ID_MAX + 1];
+		memcpy(id, k.mv_data, k.mv_size);
+		id[k.mv_size] = 0;
+		uint64_t num;
+		struct store_conv conv;
+		if ((r = conv_load(x, id, &num, &conv)) != 0 ||
+		    (r = fn(arg, k.mv_data, k.mv_size, conv.lease, o.expires_at)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (r)
+		return r;
+	return rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+}
+
+/* One node: nobody else to tell (store.h). */
+int store_notify(store_txn *x, const char *node, const char *conv)
+{
+	CHECK_WRITE(x);
+	return id_ok(node) && id_ok(conv) ? 0 : STORE_E_INVAL;
 }
 
 /* ---- the backend's table (store/store.c) -------------------------------- */

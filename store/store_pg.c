@@ -5,7 +5,7 @@
  * in schema_version; see docs/scale-out.md, "The PostgreSQL store"):
  *
  *   convs        id -> status, created_at, updated_at, lease, in_tok, out_tok,
- *                      cost, last_seq, settings, fsm, turns
+ *                      cost, last_seq, settings, fsm, metadata, turns, owner, lease_expires
  *   events       (conv, seq) -> type, inserted_at, event_id, content
  *                (unique (conv, event_id) where event_id is not null: the
  *                idempotency index)
@@ -17,6 +17,8 @@
  *   model_calls  (conv, turn_ref) -> model, in_tok, out_tok, cost, latency,
  *                      summary_version, inserted_at, rendered
  *   lease_seq    the sequence writer generations come from
+ *   nodes        id -> started_at, beat_at, expires_at (convs.owner and
+ *                convs.lease_expires hold each conversation's lease)
  *
  * Content is msgpack in bytea columns; integers are bigint (uint64 values
  * bit-cast, turn_ref mapped so its order is kept); ids are text COLLATE "C"
@@ -69,6 +71,10 @@ enum {
 	Q_WARN_SCHEDULE, Q_WARN_DROP, Q_WARN_DUE, Q_WARN_EARLIEST,
 	Q_MC_PUT, Q_MC_LIST, Q_MC_GC,
 	Q_RUN_PUT, Q_RUN_GET, Q_RUN_LIST,
+	Q_NODE_BEAT, Q_NODE_LEAVE, Q_NODES_LIST, Q_OWNER_GET, Q_OWNER_LOCK, Q_CLAIM, Q_RELEASE,
+	Q_CLAIMABLE, Q_CLAIMABLE_LOCK, Q_NODE_LEASES,
+	Q_NOTIFY,
+	Q_EXP_CLAIM, Q_EXP_CLAIM_READ,
 	Q_META_SET, Q_META_DEL, Q_META_INS, Q_CONV_FIND_META,
 	NQ
 };
@@ -188,6 +194,39 @@ static const char *const sql[NQ] = {
 	/* One more than the limit says whether runs are left. */
 	[Q_RUN_LIST] = "SELECT " RUN_COLS " FROM runs WHERE conv = $1::text AND ($2::int8 = 0 OR id < $2::int8) "
 		       "ORDER BY id DESC LIMIT $3::int8",
+	/* Nodes and leases. A node's leases are locked in id order, as every
+	 * transaction that locks several conversations should. */
+	[Q_NODE_BEAT] = "WITH n AS (INSERT INTO nodes (id, started_at, beat_at, expires_at) "
+			"VALUES ($1::text, $2::int8, $2::int8, $3::int8) ON CONFLICT (id) DO UPDATE SET "
+			"beat_at = EXCLUDED.beat_at, expires_at = EXCLUDED.expires_at), "
+			"l AS (UPDATE convs c SET lease_expires = $3::int8 FROM (SELECT id FROM convs "
+			"WHERE owner = $1::text ORDER BY id FOR UPDATE) o WHERE c.id = o.id RETURNING 1) "
+			"SELECT count(*)::int8 FROM l",
+	[Q_NODE_LEAVE] = "WITH l AS (UPDATE convs c SET owner = NULL, lease_expires = 0 FROM (SELECT id FROM convs "
+			 "WHERE owner = $1::text ORDER BY id FOR UPDATE) o WHERE c.id = o.id) "
+			 "DELETE FROM nodes WHERE id = $1::text",
+	[Q_NODES_LIST] = "SELECT n.id, n.started_at, n.beat_at, n.expires_at, "
+			 "(SELECT count(*) FROM convs c WHERE c.owner = n.id)::int8 FROM nodes n ORDER BY n.id",
+	[Q_OWNER_GET] = "SELECT owner, lease, lease_expires FROM convs WHERE id = $1::text",
+	[Q_OWNER_LOCK] = "SELECT owner, lease, lease_expires, last_seq FROM convs WHERE id = $1::text FOR UPDATE",
+	[Q_CLAIM] = "UPDATE convs SET owner = $2::text, lease_expires = $3::int8, "
+		    "lease = GREATEST(nextval('lease_seq'), lease + 1) WHERE id = $1::text RETURNING lease",
+	[Q_RELEASE] = "UPDATE convs SET owner = NULL, lease_expires = 0 WHERE id = $1::text AND owner = $2::text "
+		      "AND lease = $3::int8 RETURNING 1",
+	[Q_CLAIMABLE] = "SELECT id FROM convs WHERE ($1::int8 = 0 OR ((1::int8 << status::int) & $1::int8) <> 0) "
+			"AND (owner IS NULL OR lease_expires <= $2::int8) ORDER BY id LIMIT $3::int8",
+	/* Nodes looking for orphans at once share them out: each takes the
+	 * rows no other transaction holds. */
+	[Q_CLAIMABLE_LOCK] = "SELECT id FROM convs WHERE ($1::int8 = 0 OR ((1::int8 << status::int) & $1::int8) <> 0) "
+			     "AND (owner IS NULL OR lease_expires <= $2::int8) ORDER BY id LIMIT $3::int8 "
+			     "FOR UPDATE SKIP LOCKED",
+	[Q_NODE_LEASES] = "SELECT id, lease, lease_expires FROM convs WHERE owner = $1::text ORDER BY id",
+	[Q_EXP_CLAIM] = "SELECT e.deadline, e.tool_call_id, e.conv FROM expiries e JOIN convs c ON c.id = e.conv "
+			"WHERE e.deadline <= $1::int8 ORDER BY e.deadline, e.tool_call_id LIMIT $2::int8 "
+			"FOR UPDATE OF c SKIP LOCKED",
+	[Q_EXP_CLAIM_READ] = "SELECT e.deadline, e.tool_call_id, e.conv FROM expiries e JOIN convs c ON c.id = e.conv "
+			     "WHERE e.deadline <= $1::int8 ORDER BY e.deadline, e.tool_call_id LIMIT $2::int8",
+	[Q_NOTIFY] = "SELECT pg_notify('ad_' || md5(current_schema() || '/' || $1::text), $2::text)",
 	[Q_META_SET] = "UPDATE convs SET metadata = $2::bytea WHERE id = $1::text",
 	[Q_META_DEL] = "DELETE FROM conv_meta WHERE conv = $1::text",
 	[Q_META_INS] = "INSERT INTO conv_meta (k, v, conv) VALUES ($1::bytea, $2::bytea, $3::text)",
@@ -206,7 +245,11 @@ static const char schema_v1[] =
 	" created_at bigint NOT NULL, updated_at bigint NOT NULL, lease bigint NOT NULL DEFAULT 0,"
 	" in_tok bigint NOT NULL DEFAULT 0, out_tok bigint NOT NULL DEFAULT 0,"
 	" cost float8 NOT NULL DEFAULT 0, last_seq bigint NOT NULL DEFAULT 0,"
-	" settings bytea NOT NULL, fsm bytea, metadata bytea, turns bigint NOT NULL DEFAULT 0);"
+	" settings bytea NOT NULL, fsm bytea, metadata bytea, turns bigint NOT NULL DEFAULT 0,"
+	" owner text COLLATE \"C\", lease_expires bigint NOT NULL DEFAULT 0);"
+	"CREATE INDEX convs_owner ON convs (owner, id) WHERE owner IS NOT NULL;"
+	"CREATE TABLE nodes (id text COLLATE \"C\" PRIMARY KEY, started_at bigint NOT NULL,"
+	" beat_at bigint NOT NULL, expires_at bigint NOT NULL);"
 	/* The metadata index: one row per (key, value) pair of a conversation. */
 	"CREATE TABLE conv_meta (k bytea NOT NULL, v bytea NOT NULL, conv text COLLATE \"C\" NOT NULL,"
 	" PRIMARY KEY (k, v, conv));"
@@ -272,6 +315,7 @@ struct store {
 	unsigned readers;
 	struct pgconn *spare[NSPARE];
 	int nspare;
+	struct pgconn *listen; /* store_listen's connection, or NULL */
 };
 
 struct store_txn {
@@ -635,6 +679,12 @@ static int conn_open(store *s, struct pgconn **out)
 	int err = exec_simple(pc->c, s->opts.sync == STORE_SYNC_NONE
 				     ? "SET synchronous_commit = off; SET client_min_messages = warning"
 				     : "SET client_min_messages = warning");
+	if (!err && s->opts.idle_txn_timeout_ms > 0) {
+		char set[96];
+		snprintf(set, sizeof set, "SET idle_in_transaction_session_timeout = %lld",
+			 (long long)s->opts.idle_txn_timeout_ms);
+		err = exec_simple(pc->c, set);
+	}
 	if (err) {
 		conn_close(pc);
 		return err;
@@ -777,6 +827,7 @@ void store_close(store *s)
 {
 	if (!s)
 		return;
+	conn_close(s->listen);
 	while (s->nspare)
 		conn_close(s->spare[--s->nspare]);
 	free(s->conninfo);
@@ -1914,6 +1965,28 @@ int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct
 	return 0;
 }
 
+int store_expiries_claim(store_txn *x, int64_t now, size_t limit, int (*fn)(void *, const struct store_expiry *),
+			 void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_i64(&a, now);
+	a_i64(&a, limit && limit < (size_t)INT64_MAX ? (int64_t)limit : INT64_MAX);
+	PGresult *r = run(x, x->write ? Q_EXP_CLAIM : Q_EXP_CLAIM_READ, &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_expiry e = { g_i64(r, i, 0), g_bytes(r, i, 1), g_bytes(r, i, 2) };
+		int rc = fn(arg, &e);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 int store_expiry_earliest(store_txn *x, int64_t *deadline)
 {
 	CHECK_TXN(x);
@@ -2078,6 +2151,249 @@ int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_
 	if (removed)
 		*removed = strtoull(PQcmdTuples(r), NULL, 10);
 	return 0;
+}
+
+/* ---- nodes and leases -------------------------------------------------- */
+
+static int ttl_ok(int64_t ttl_ms)
+{
+	return ttl_ms > 0 && ttl_ms <= INT64_MAX / 4;
+}
+
+int store_node_beat(store_txn *x, const char *node, int64_t ttl_ms, uint64_t *leases)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(node) || !ttl_ok(ttl_ms))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, node);
+	a_i64(&a, x->now);
+	a_i64(&a, x->now + ttl_ms);
+	PGresult *r = run(x, Q_NODE_BEAT, &a, &err);
+	if (!r)
+		return err;
+	if (leases)
+		*leases = PQntuples(r) ? (uint64_t)g_i64(r, 0, 0) : 0;
+	return 0;
+}
+
+int store_node_leave(store_txn *x, const char *node)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(node))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, node);
+	return run(x, Q_NODE_LEAVE, &a, &err) ? 0 : err;
+}
+
+int store_nodes_list(store_txn *x, int (*fn)(void *arg, const struct store_node *n), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	int err;
+	PGresult *r = run(x, Q_NODES_LIST, NULL, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_node nd = { g_bytes(r, i, 0), g_i64(r, i, 1), g_i64(r, i, 2), g_i64(r, i, 3),
+					 (uint64_t)g_i64(r, i, 4) };
+		int rc = fn(arg, &nd);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* The owner columns of a conversation's row; in a write txn the row is
+ * locked until the end (and held for the operations after). */
+static int owner_load(store_txn *x, const char *id, struct store_owner *o)
+{
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	PGresult *r = run(x, x->write ? Q_OWNER_LOCK : Q_OWNER_GET, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	if (x->write)
+		held_set(x, id, (uint64_t)g_i64(r, 0, 3));
+	o->node = g_bytes(r, 0, 0);
+	o->lease = (uint64_t)g_i64(r, 0, 1);
+	o->expires_at = o->node.len ? g_i64(r, 0, 2) : 0;
+	return 0;
+}
+
+int store_conv_owner(store_txn *x, const char *id, struct store_owner *out)
+{
+	CHECK_TXN(x);
+	if (!out || !id_ok(id))
+		return STORE_E_INVAL;
+	return owner_load(x, id, out);
+}
+
+int store_conv_claim(store_txn *x, const char *id, const char *node, int64_t ttl_ms, uint64_t *gen)
+{
+	CHECK_WRITE(x);
+	if (!gen || !id_ok(id) || !id_ok(node) || !ttl_ok(ttl_ms))
+		return STORE_E_INVAL;
+	struct store_owner o;
+	int err = owner_load(x, id, &o);
+	if (err)
+		return err;
+	size_t nlen = strlen(node);
+	if (o.node.len && !(o.node.len == nlen && memcmp(o.node.ptr, node, nlen) == 0) && o.expires_at > x->now)
+		return STORE_E_CONFLICT;
+	struct args a = { 0 };
+	a_str(&a, id);
+	a_str(&a, node);
+	a_i64(&a, x->now + ttl_ms);
+	PGresult *r = run(x, Q_CLAIM, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return fail(x, STORE_E_CORRUPT); /* the row is locked: it cannot have gone */
+	*gen = (uint64_t)g_i64(r, 0, 0);
+	return 0;
+}
+
+int store_conv_release(store_txn *x, const char *id, const char *node, uint64_t gen)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || !id_ok(node))
+		return STORE_E_INVAL;
+	struct store_owner o;
+	int err = owner_load(x, id, &o);
+	if (err)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, id);
+	a_str(&a, node);
+	a_i64(&a, (int64_t)gen);
+	PGresult *r = run(x, Q_RELEASE, &a, &err);
+	if (!r)
+		return err;
+	return PQntuples(r) == 1 ? 0 : STORE_E_FENCED;
+}
+
+int store_convs_claimable(store_txn *x, unsigned mask, size_t limit, store_conv_id_fn fn, void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_i64(&a, (int64_t)mask);
+	a_i64(&a, x->now);
+	a_i64(&a, limit && limit < (size_t)INT64_MAX ? (int64_t)limit : INT64_MAX);
+	PGresult *r = run(x, x->write ? Q_CLAIMABLE_LOCK : Q_CLAIMABLE, &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		int rc = fn(arg, PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_node_leases(store_txn *x, const char *node,
+		      int (*fn)(void *arg, const char *id, size_t len, uint64_t gen, int64_t expires_at), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn || !id_ok(node))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, node);
+	PGresult *r = run(x, Q_NODE_LEASES, &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		int rc = fn(arg, PQgetvalue(r, i, 0), (size_t)PQgetlength(r, i, 0), (uint64_t)g_i64(r, i, 1),
+			    g_i64(r, i, 2));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- cross-node wakeups ------------------------------------------------ */
+
+/* A node's channel: its id and the store's schema, hashed to a short
+ * identifier (channel names stop at 63 bytes), so stores sharing a database
+ * do not wake each other's nodes. */
+#define CHANNEL_SQL(node) "'ad_' || md5(current_schema() || '/' || " node ")" /* also Q_NOTIFY's */
+
+int store_notify(store_txn *x, const char *node, const char *conv)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(node) || !id_ok(conv))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, node);
+	a_str(&a, conv);
+	return run(x, Q_NOTIFY, &a, &err) ? 0 : err;
+}
+
+int pg_store_listen(store *s, const char *node, int *fd)
+{
+	if (!id_ok(node))
+		return STORE_E_INVAL;
+	if (s->listen) {
+		conn_close(s->listen);
+		s->listen = NULL;
+	}
+	struct pgconn *pc;
+	int err = conn_open(s, &pc);
+	if (err)
+		return err;
+	const char *v[1] = { node };
+	PGresult *r = PQexecParams(pc->c, "SELECT " CHANNEL_SQL("$1::text"), 1, NULL, v, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+		err = sqlstate_err(r, pc->c);
+		PQclear(r);
+		conn_close(pc);
+		return err;
+	}
+	char cmd[96];
+	snprintf(cmd, sizeof cmd, "LISTEN \"%s\"", PQgetvalue(r, 0, 0)); /* hex: nothing to quote */
+	PQclear(r);
+	if ((err = exec_simple(pc->c, cmd)) != 0) {
+		conn_close(pc);
+		return err;
+	}
+	if (PQsetnonblocking(pc->c, 1) != 0) {
+		conn_close(pc);
+		return -EIO;
+	}
+	s->listen = pc;
+	*fd = PQsocket(pc->c);
+	return 0;
+}
+
+int pg_store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t len), void *arg)
+{
+	if (!s->listen)
+		return STORE_E_INVAL;
+	PGconn *c = s->listen->c;
+	if (!PQconsumeInput(c) || PQstatus(c) != CONNECTION_OK) {
+		conn_close(s->listen);
+		s->listen = NULL;
+		return -ECONNRESET;
+	}
+	PGnotify *n;
+	int rc = 0;
+	while (!rc && (n = PQnotifies(c)) != NULL) {
+		rc = fn(arg, n->extra, strlen(n->extra));
+		PQfreemem(n);
+	}
+	return rc;
 }
 
 /* ---- the backend's table (store/store.c) -------------------------------- */

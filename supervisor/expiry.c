@@ -21,6 +21,7 @@
 #define EXPIRY_BATCH 512
 #define EXPIRY_ROUNDS 4      /* batches one wake-up fires at most (unless full) */
 #define EXPIRY_RETRY_MS 1000 /* after a failed attempt to fire */
+#define EXPIRY_HELD_MS 100   /* after finding every due deadline held by another transaction */
 
 static void on_timer(struct loop_watch *lw, uint32_t events);
 
@@ -192,9 +193,14 @@ int expiry_fire(void)
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		int64_t at_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-		int e = store_expiries_due(t, store_now(X.st), due_one, &c);
+		/* Claimed: on a store shared by several nodes, deadlines whose
+		 * conversation another transaction holds (another node firing
+		 * them, a worker writing) are skipped rather than waited for. */
+		int e = store_expiries_claim(t, store_now(X.st), c.cap, due_one, &c);
 		if ((e && e != 1) || c.n == 0) {
 			store_txn_abort(t);
+			if (!e && c.n == 0) /* due, all held elsewhere: look again shortly, not at once */
+				X.retry_at = store_now(X.st) + EXPIRY_HELD_MS;
 			return total;
 		}
 		e = 0;

@@ -606,8 +606,10 @@ static int run_locked(const struct config *cfg, const char *o_config, int *serve
 	if (o_config && !(S.config_path = config_snapshot(o_config, S.data_dir)))
 		goto unlock;
 
+	/* A node stopped inside a transaction must not hold its row locks
+	 * past its lease: the other nodes take over by then. */
 	struct store_opts so = { .sync = cfg->sync, .audit = cfg->audit, .map_size = cfg->map_size,
-				 .max_map_size = cfg->max_map_size };
+				 .max_map_size = cfg->max_map_size, .idle_txn_timeout_ms = cfg->lease_ms / 2 };
 	if (cfg->store) {
 		/* The map is LMDB's; PostgreSQL's disk is the server's. */
 		if (cfg->map_size || cfg->max_map_size)

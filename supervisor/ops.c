@@ -20,6 +20,7 @@
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
+#include "supervisor/nodes.h"
 #include "supervisor/waiters.h"
 #include "supervisor/workers.h"
 
@@ -588,6 +589,11 @@ static void op_status(store_txn *t, struct job *j)
 			     (json_int_t)st.file_bytes, "map_size", (json_int_t)st.map_size, "readers",
 			     (json_int_t)st.readers, "sync", st.sync == STORE_SYNC_NONE ? "none" : "full");
 	free(pg);
+	json_t *node = nodes_status_json();
+	if (j->reply && node)
+		json_object_set_new(j->reply, "node", node);
+	else
+		json_decref(node);
 }
 
 static void op_metrics(store_txn *t, struct job *j)
@@ -597,6 +603,20 @@ static void op_metrics(store_txn *t, struct job *j)
 	struct metrics_gauges g = { workers_live(), control_nclients(), st.size_bytes, st.map_size, durable_flushes() };
 	size_t len = 0;
 	char *buf = metrics_text(&g, &len);
+	char *more = buf ? nodes_metrics_text() : NULL;
+	if (more) {
+		size_t m = strlen(more);
+		char *both = realloc(buf, len + m + 1);
+		if (both) {
+			memcpy(both + len, more, m + 1);
+			buf = both;
+			len += m;
+		} else {
+			free(buf); /* never a text short of the node's lines */
+			buf = NULL;
+		}
+		free(more);
+	}
 	j->reply = buf ? json_pack("{ss#}", "text", buf, (int)len) : NULL; /* NULL: out of memory, not an empty text */
 	free(buf);
 }
@@ -615,6 +635,13 @@ static void op_backup(store_txn *t, struct job *j)
 		j->slot = NULL; /* answered when the copy is done (backup.c) */
 		j->parked = 1;
 	}
+}
+
+/* The nodes sharing the store, as their heartbeats left them. */
+static void op_nodes(store_txn *t, struct job *j)
+{
+	if (!(j->reply = nodes_json(t)))
+		job_error(j, PERR_INTERNAL, "could not list the nodes");
 }
 
 /* ---- writes (inside the group transaction) --------------------------- */
@@ -1220,6 +1247,7 @@ static const struct op op_table[OP_COUNT] = {
 	[OP_CANCEL] = { OPF_WRITE, NULL, w_cancel, after_cancel },
 	[OP_RESUME] = { OPF_WRITE, NULL, w_resume, after_resume },
 	[OP_RUNS] = { OPF_TXN | OPF_LARGE, op_runs, NULL, NULL },
+	[OP_NODES] = { OPF_TXN, op_nodes, NULL, NULL },
 };
 
 int ops_is_write(int op)
@@ -1290,7 +1318,7 @@ static size_t keep_deletes(struct job **w, size_t n)
 
 static void group_commit(struct job **w, struct wres *res, size_t n)
 {
-	int e = 0, grown = 0, freeing = 0;
+	int e = 0, grown = 0, freeing = 0, deadlocks = 0;
 	uint64_t committed = 0;
 	size_t left = n;
 	for (;;) {
@@ -1349,6 +1377,14 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 				continue;
 			e = 0;
 			break;
+		}
+		/* A store shared by several nodes: another node's transaction
+		 * locked some of these conversations in another order, and the
+		 * server aborted this one to let it go on (-EAGAIN). Nothing of
+		 * it was written: run it again, a few times. */
+		if (e == -EAGAIN && deadlocks++ < 8) {
+			log_info("a group commit of %zu writes met a lock conflict with another node: retrying it", left);
+			continue;
 		}
 		/* A full map: the store doubled it, or does before the next
 		 * begin, up to max_map_size; a large send may need several

@@ -7,6 +7,7 @@
 #include "supervisor/expiry.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
+#include "supervisor/nodes.h"
 #include "supervisor/notify.h"
 #include "supervisor/ops.h"
 #include "supervisor/waiters.h"
@@ -249,7 +250,7 @@ int server_open(const struct server_opts *o)
 	int64_t now = loop_now_ms();
 	SV.ops = (struct ops_env){ o->cfg, o->st, o->data_dir, now, shutdown_asked };
 	SV.workers = (struct workers_env){ o->cfg, o->st, o->data_dir, o->worker_path, o->config_path,
-					   { waiters_notify, waiters_delta, expiry_rearm } };
+					   { waiters_notify, waiters_delta, expiry_rearm, nodes_claim, nodes_release } };
 	ops_init(&SV.ops);
 	workers_init(&SV.workers);
 	waiters_init(o->st, ops_events_query, ops_events_reply);
@@ -259,6 +260,9 @@ int server_open(const struct server_opts *o)
 	SV.next_gc = now + 1000;
 	/* Deadlines that passed while nothing ran fire now; then the
 	 * conversations that were mid-turn get their workers back. */
+	/* The node first: what follows claims conversations for it. */
+	if (nodes_open(o->st, o->cfg))
+		return -1;
 	int fired = expiry_fire();
 	if (fired)
 		log_info("fired %d expiry deadline(s) that passed while agentd was down", fired);
@@ -274,6 +278,8 @@ int server_run(void)
 	static const struct loop_hooks hooks = { before_wait, after_wait, iteration_end, NULL };
 	int e = loop_run(&hooks);
 	backup_close(); /* a copy in flight is finished and answered */
+	if (!e)
+		nodes_leave(); /* its workers are stopped: its leases go now, for other nodes */
 	durable_close(); /* a last flush: every reply held for it goes out */
 	waiters_shutdown();
 	control_close_all();
@@ -287,6 +293,7 @@ void server_close(void)
 {
 	control_stop_listening();
 	expiry_close();
+	nodes_close();
 	if (SV.sig_fd >= 0)
 		close(SV.sig_fd);
 	if (SV.tick_fd >= 0)

@@ -322,6 +322,17 @@ void waiters_notify(const char *conv)
 	}
 }
 
+void waiters_notify_all(void)
+{
+	struct wconv *wc, *wn;
+	RB_FOREACH_SAFE(wc, wconv_tree, &WT.convs, wn) {
+		/* Answering a conversation's last long-poll frees it: by its id. */
+		char id[STORE_ID_MAX + 1];
+		snprintf(id, sizeof id, "%s", wc->conv);
+		waiters_notify(id);
+	}
+}
+
 void waiters_durable_advanced(void)
 {
 	struct wconv *wc, *wn;

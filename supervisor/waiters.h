@@ -52,6 +52,9 @@ int waiters_watching(const struct client *c);
 
 /* conv has new commits (or may have: a worker died without saying). */
 void waiters_notify(const char *conv);
+/* Every conversation waited on may have new commits (another node's: the
+ * fallback poll of nodes.c). */
+void waiters_notify_all(void);
 /* A streamed model delta for conv's watches: a live view, dropped for a slow
  * reader and never ahead of a reply still owed. */
 void waiters_delta(const char *conv, const char *text, size_t len);

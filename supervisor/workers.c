@@ -170,6 +170,13 @@ static int orphan_running(const char *conv)
 	return convlock_held(fd, conv) > 0;
 }
 
+/* The lease for conv's next worker: the node's claim (server.c wires
+ * nodes.c), or a new generation where no node is wired (unit tests). */
+static int claim_lease(store_txn *t, const char *conv, uint64_t *gen)
+{
+	return W.env->hooks.claim ? W.env->hooks.claim(t, conv, gen) : store_lease_next(t, conv, gen);
+}
+
 static int take_lease(const char *conv, uint64_t *gen)
 {
 	store_txn *t;
@@ -181,12 +188,15 @@ static int take_lease(const char *conv, uint64_t *gen)
 	int e = gate_write_begin(STORE_WRITE_LAZY, &t);
 	if (e)
 		return e;
-	e = store_lease_next(t, conv, gen);
-	if (e) {
+	/* A claim: the node's lease and the worker's generation. Another
+	 * node's live lease is committed too: the notice that tells its owner. */
+	e = claim_lease(t, conv, gen);
+	if (e < 0) {
 		store_txn_abort(t);
 		return e;
 	}
-	return store_txn_commit(t);
+	int ce = store_txn_commit(t);
+	return ce ? ce : e;
 }
 
 /* In the transaction that gives conv work (a send, a resolution, a fired
@@ -202,9 +212,9 @@ int lease_ahead(store_txn *t, const char *conv)
 	if (W.shutting_down || W.nlive >= W.cfg->max_workers || orphan_running(conv) || (!w && !(w = worker_get(conv))))
 		return 0;
 	uint64_t gen;
-	int e = store_lease_next(t, conv, &gen);
+	int e = claim_lease(t, conv, &gen);
 	if (e)
-		return e == STORE_E_NOTFOUND ? 0 : e;
+		return e == STORE_E_NOTFOUND || e == WORKERS_ELSEWHERE ? 0 : e;
 	if (!w->lease_ahead)
 		LIST_INSERT_HEAD(&W.ahead, w, alink);
 	w->lease_ahead = gen;
@@ -326,8 +336,8 @@ static int spawn(struct worker *w)
 		e = take_lease(w->conv, &gen);
 	}
 	if (e) {
-		if (e == STORE_E_NOTFOUND)
-			return 1; /* deleted meanwhile: nothing to start */
+		if (e == STORE_E_NOTFOUND || e == WORKERS_ELSEWHERE)
+			return 1; /* deleted meanwhile, or another node runs it: nothing to start */
 		log_error("%s: cannot take a writer lease: %s", w->conv, store_strerror(e));
 		return -1;
 	}
@@ -596,6 +606,10 @@ static void on_exit_status(struct worker *w, int status)
 	if (!x.compacts)
 		compacts_fail(w, "the worker exited before compacting");
 	worker_event(w, E_EXIT, &x);
+	/* Done and owing nothing: its lease goes, so a node does not renew
+	 * every conversation it ever ran, and the next send's node runs it. */
+	if (w->lc.state == W_NONE && !w->pid && !W.shutting_down && W.env->hooks.released)
+		W.env->hooks.released(w->conv, w->lease);
 }
 
 void workers_reap(void)
@@ -932,6 +946,26 @@ void workers_start_active(void)
 }
 
 /* ---- by conversation: what the ops ask ---------------------------------- */
+
+int workers_running(const char *conv)
+{
+	struct worker *w = worker_find(conv);
+	return w && w->pid;
+}
+
+int workers_stop_unheld(int (*held)(void *arg, const char *conv, uint64_t lease), void *arg)
+{
+	struct worker *w;
+	int n = 0;
+	RB_FOREACH(w, worker_tree, &W.tree) {
+		if (!w->pid || w->asked_kill || held(arg, w->conv, w->lease))
+			continue;
+		log_warn("%s: its lease moved to another node: worker %d stopped", w->conv, (int)w->pid);
+		if (worker_kill(w, SIGKILL) == 0)
+			n++;
+	}
+	return n;
+}
 
 int workers_kill(const char *conv, int sig)
 {

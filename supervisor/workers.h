@@ -28,7 +28,14 @@ struct workers_hooks {
 	void (*committed)(const char *conv);                         /* its log may have grown */
 	void (*delta)(const char *conv, const char *text, size_t len); /* a model's streamed text */
 	void (*rearm_expiry)(void);                                  /* a deadline may have been scheduled */
+	/* The lease for conv's next worker, in t (NULL: store_lease_next):
+	 * 0 with *gen, WORKERS_ELSEWHERE when another node runs conv (start
+	 * nothing), or a store error. */
+	int (*claim)(store_txn *t, const char *conv, uint64_t *gen);
+	/* conv's worker of generation gen ended owing nothing (may be NULL). */
+	void (*released)(const char *conv, uint64_t gen);
 };
+enum { WORKERS_ELSEWHERE = 1 };
 
 struct workers_env {
 	const struct config *cfg;
@@ -96,5 +103,11 @@ void workers_kill_all(void);
 /* On start: every conversation left active was mid-turn when everything
  * died: give it a worker. */
 void workers_start_active(void);
+
+/* For nodes.c: whether conv has a live worker here; stop (SIGKILL, not a
+ * crash) every live worker for which held(arg, conv, lease) is 0, and
+ * say how many. */
+int workers_running(const char *conv);
+int workers_stop_unheld(int (*held)(void *arg, const char *conv, uint64_t lease), void *arg);
 
 #endif

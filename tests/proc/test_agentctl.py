@@ -417,7 +417,9 @@ def test_json_and_raw():
         assert rc == 1 and r["ok"] is False and r["error"] == "not_found", (rc, out)
         assert err == f"agentctl: not_found: {r['message']}\n", err
 
-        # raw: the reply line exactly as agentd sent it
+        # raw: the reply line exactly as agentd sent it (once the echo answered: last_seq holds still)
+        wait_for(lambda: a.ok({"op": "get", "conversation": "j"})["conversation"]["last_seq"] == 2, 10,
+                 "the echo answer")
         req = '{"op":"events","conversation":"j","limit":1,"type":"user_msg","id":"q1"}'
         rc, out, _ = a.ctl("raw", req)
         with a.conn() as k:

@@ -110,7 +110,8 @@ def test_test_sh_says_what_it_runs_and_how_long():
     assert p.returncode == 0 and p.stdout == "dry run: nothing was run\n", p
     stages = re.findall(r"^test\.sh: == (.+?): (?!done in)(.+)$", p.stderr, re.M)
     names = [n for n, _ in stages]
-    assert names[:3] == ["build (normal)", "Check suites and process tests", "process tests under valgrind"], names
+    assert names[:4] == ["build (normal)", "Check suites and process tests", "process tests on PostgreSQL",
+                         "process tests under valgrind"], names
     assert any("ASan" in n for n in names) and any(n.startswith("fuzzing") for n in names), names
     for n in names:
         assert f"test.sh: == {n}: done in 0m" in p.stderr, (n, p.stderr)

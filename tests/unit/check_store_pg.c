@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -444,6 +445,213 @@ START_TEST(concurrent_appenders_get_gapless_seqs)
 }
 END_TEST
 
+struct id_list {
+	char s[256];
+};
+
+static int add_id(void *arg, const char *id, size_t len)
+{
+	struct id_list *l = arg;
+	size_t n = strlen(l->s);
+	snprintf(l->s + n, sizeof l->s - n, "%s%.*s", n ? "," : "", (int)len, id);
+	return 0;
+}
+
+/* Two nodes looking for orphans at once share them out: the rows one
+ * transaction listed (and so locked) are skipped by the other, which
+ * neither waits nor claims them twice. */
+START_TEST(claimable_skips_rows_another_node_holds)
+{
+	store *s1 = open_ok(), *s2 = open_ok();
+	conv_create(s1, "a");
+	conv_create(s1, "b");
+	conv_create(s1, "c");
+	store_txn *x, *y;
+	struct id_list l1 = { "" }, l2 = { "" };
+	uint64_t g;
+	ck_assert_int_eq(store_txn_begin(s1, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_convs_claimable(x, 0, 2, add_id, &l1), 0);
+	ck_assert_str_eq(l1.s, "a,b");
+	int64_t t0 = mono_ms();
+	ck_assert_int_eq(store_txn_begin(s2, STORE_WRITE, &y), 0);
+	ck_assert_int_eq(store_convs_claimable(y, 0, 0, add_id, &l2), 0);
+	ck_assert_str_eq(l2.s, "c");
+	ck_assert_int_eq(store_conv_claim(y, "c", "n2", 60000, &g), 0);
+	ck_assert_int_eq(store_txn_commit(y), 0);
+	ck_assert_int_lt(mono_ms() - t0, 5000); /* it did not wait for x */
+	ck_assert_int_eq(store_conv_claim(x, "a", "n1", 60000, &g), 0);
+	ck_assert_int_eq(store_conv_claim(x, "b", "n1", 60000, &g), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	char sql[256];
+	snprintf(sql, sizeof sql, "SELECT count(*) FROM %s.convs WHERE owner = 'n1' AND id IN ('a', 'b')", schema);
+	ck_assert_int_eq(admin_sql(sql), 2);
+	snprintf(sql, sizeof sql, "SELECT count(*) FROM %s.convs WHERE owner = 'n2' AND id = 'c'", schema);
+	ck_assert_int_eq(admin_sql(sql), 1);
+	store_close(s2);
+	store_close(s1);
+}
+END_TEST
+
+/* A stale node's heartbeat that meets a claim in progress waits for it,
+ * then renews nothing it lost. */
+START_TEST(beat_behind_a_claim_renews_nothing_lost)
+{
+	store *s1 = open_ok();
+	conv_create(s1, "a");
+	store_txn *x;
+	uint64_t g, n = 99;
+	ck_assert_int_eq(store_txn_begin(s1, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_conv_claim(x, "a", "stale", 1, &g), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	usleep(5000); /* the 1 ms lease has expired (store clock: real time) */
+	ck_assert_int_eq(store_txn_begin(s1, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_conv_claim(x, "a", "fresh", 60000, &g), 0);
+	int p[2];
+	ck_assert_int_eq(pipe(p), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		store *s2 = NULL;
+		store_txn *y;
+		uint64_t k = 99;
+		if (store_open(&s2, target, NULL) || store_txn_begin(s2, STORE_WRITE, &y) ||
+		    store_node_beat(y, "stale", 60000, &k) || store_txn_commit(y))
+			_exit(1);
+		(void)!write(p[1], &k, sizeof k);
+		store_close(s2);
+		_exit(0);
+	}
+	close(p[1]);
+	int64_t dl = deadline_in(10000);
+	while (lock_waiters() < 1) {
+		ck_assert_msg(mono_ms() < dl, "the stale node's beat never waited for the row");
+		usleep(10000);
+	}
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	ck_assert_int_eq(read(p[0], &n, sizeof n), (ssize_t)sizeof n);
+	close(p[0]);
+	ck_assert_uint_eq(n, 0);
+	char sql[256];
+	snprintf(sql, sizeof sql, "SELECT count(*) FROM %s.convs WHERE owner = 'fresh' AND lease = %llu", schema,
+		 (unsigned long long)g);
+	ck_assert_int_eq(admin_sql(sql), 1);
+	store_close(s1);
+}
+END_TEST
+
+static int add_exp(void *arg, const struct store_expiry *e)
+{
+	return add_id(arg, e->tool_call_id.ptr, e->tool_call_id.len);
+}
+
+/* Nodes firing deadlines at once share them out: a deadline whose
+ * conversation another transaction holds (its worker writing, or another
+ * node firing it) is skipped, not waited for, and comes again after. */
+START_TEST(expiries_claim_skips_held_conversations)
+{
+	store *s1 = open_ok(), *s2 = open_ok();
+	conv_create(s1, "a");
+	conv_create(s1, "b");
+	store_txn *x, *y;
+	struct store_tool_call_in ta = { "ta", "approve", STORE_EXEC_HUMAN, { "\x80", 1 }, { 0 } };
+	struct store_tool_call_in tb = { "tb", "approve", STORE_EXEC_HUMAN, { "\x80", 1 }, { 0 } };
+	ck_assert_int_eq(store_txn_begin(s1, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_tool_call_upsert(x, "a", &ta), 0);
+	ck_assert_int_eq(store_tool_call_upsert(x, "b", &tb), 0);
+	ck_assert_int_eq(store_expiry_schedule(x, "ta", 1000), 0);
+	ck_assert_int_eq(store_expiry_schedule(x, "tb", 2000), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	/* a's worker is in a write transaction */
+	ck_assert_int_eq(store_txn_begin(s1, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_lease_check(x, "a", 0), 0);
+	struct id_list l = { "" };
+	int64_t t0 = mono_ms();
+	ck_assert_int_eq(store_txn_begin(s2, STORE_WRITE, &y), 0);
+	ck_assert_int_eq(store_expiries_claim(y, 5000, 0, add_exp, &l), 0);
+	ck_assert_str_eq(l.s, "tb");
+	ck_assert_int_eq(store_tool_call_resolve(y, "tb", STORE_TC_EXPIRED, (store_bytes){ 0 }, NULL), 0);
+	ck_assert_int_eq(store_txn_commit(y), 0);
+	ck_assert_int_lt(mono_ms() - t0, 5000);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	l.s[0] = 0;
+	ck_assert_int_eq(store_txn_begin(s2, STORE_WRITE, &y), 0);
+	ck_assert_int_eq(store_expiries_claim(y, 5000, 0, add_exp, &l), 0);
+	ck_assert_str_eq(l.s, "ta");
+	store_txn_abort(y);
+	store_close(s2);
+	store_close(s1);
+}
+END_TEST
+
+/* Wait (bounded) until fd is readable, then collect what arrived. */
+static int heard(store *s, int fd, struct id_list *l, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int64_t dl = deadline_in(ms);
+	while (mono_ms() < dl) {
+		int n = poll(&p, 1, 50);
+		if (n > 0) {
+			int err = store_notified(s, add_id, l);
+			if (err || l->s[0])
+				return err;
+		}
+	}
+	return 0;
+}
+
+static void notify_commit(store *s, const char *node, const char *conv, int commit)
+{
+	store_txn *x;
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_notify(x, node, conv), 0);
+	ck_assert_int_eq(store_notify(x, node, conv), 0); /* arrives once */
+	if (commit)
+		ck_assert_int_eq(store_txn_commit(x), 0);
+	else
+		store_txn_abort(x);
+}
+
+/* A wakeup reaches the node it names, at the commit and only then; a lost
+ * listening connection says so, and listening again works. */
+START_TEST(notify_reaches_its_node_at_commit)
+{
+	store *s1 = open_ok(), *s2 = open_ok();
+	int fd = -1, fd2 = -1;
+	ck_assert_int_eq(store_listen(s1, "n1", &fd), 0);
+	ck_assert_int_ge(fd, 0);
+	struct id_list l = { "" };
+	ck_assert_int_eq(store_notified(s1, add_id, &l), 0); /* nothing yet */
+	ck_assert_str_eq(l.s, "");
+	notify_commit(s2, "n1", "aborted", 0);
+	notify_commit(s2, "n2", "other-node", 1);
+	notify_commit(s2, "n1", "c1", 1);
+	ck_assert_int_eq(heard(s1, fd, &l, 5000), 0);
+	/* the aborted one and the other node's never come: c1 is the first */
+	ck_assert_str_eq(l.s, "c1");
+	/* the listener's connection goes: it is told, and listens again */
+	admin_sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'");
+	int64_t dl = deadline_in(5000);
+	int err = 0;
+	while (!err && mono_ms() < dl) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 50) > 0)
+			err = store_notified(s1, add_id, &l);
+	}
+	ck_assert_int_eq(err, -ECONNRESET);
+	ck_assert_int_eq(store_notified(s1, add_id, &l), STORE_E_INVAL);
+	ck_assert_int_eq(store_listen(s1, "n1", &fd2), 0);
+	l.s[0] = 0;
+	notify_commit(s2, "n1", "c2", 1);
+	ck_assert_int_eq(heard(s1, fd2, &l, 5000), 0);
+	ck_assert_str_eq(l.s, "c2");
+	store_close(s2);
+	store_close(s1);
+}
+END_TEST
+
 /* The server drops the store's connections: a transaction open then fails
  * (and says so at commit), the next begins on a new connection. */
 START_TEST(lost_connection_fails_the_txn_not_the_handle)
@@ -487,6 +695,10 @@ Suite *make_store_pg_suite(void)
 		tcase_add_test(tc, killed_writer_releases_the_row);
 		tcase_add_test(tc, concurrent_appenders_get_gapless_seqs);
 		tcase_add_test(tc, lost_connection_fails_the_txn_not_the_handle);
+		tcase_add_test(tc, claimable_skips_rows_another_node_holds);
+		tcase_add_test(tc, beat_behind_a_claim_renews_nothing_lost);
+		tcase_add_test(tc, notify_reaches_its_node_at_commit);
+		tcase_add_test(tc, expiries_claim_skips_held_conversations);
 		suite_add_tcase(s, tc);
 	}
 	return s;
