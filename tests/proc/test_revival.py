@@ -728,7 +728,8 @@ def last_txnid(a):
 def test_revival_takes_its_lease_in_the_commit_that_owes_the_work():
     """A send (or a resolution) to a conversation without a worker commits the new writer lease with the
     user_msg: reviving costs one commit before the fork, not two."""
-    with setup(Agentd(start=False)) as a:
+    # lease_time 1h: no node heartbeat (a commit of its own every third of it) lands in the count
+    with setup(Agentd(start=False), agentd_section="lease_time = 1h") as a:
         a.start()
         c = new_conv(a)
         a.send(c, "hi")
