@@ -141,10 +141,18 @@ def test_unavailable_during_shutdown(agentd):
         except AgentdError as e:
             got.append(e)
 
+    # The long-poll is waiting once it was written and agentd has read it: nothing left in the socket's
+    # queue to agentd (an empty queue before the write proves nothing).
+    sent = threading.Event()
+    conn, send = c._conn, c._conn.send
+
+    def send_then_tell(data, timeout):
+        send(data, timeout)
+        sent.set()
+    conn.send = send_then_tell
     t = threading.Thread(target=long_poll)
     t.start()
-    # The long-poll is waiting once agentd has read it: nothing left in the socket's queue to agentd.
-    wait_for(lambda: c._conn is not None and outq(c._conn.sock) == 0 and c._next_id == 2, 10, "the long-poll read")
+    wait_for(lambda: sent.is_set() and outq(conn.sock) == 0, 10, "the long-poll read")
     Client(agentd.socket).shutdown()
     t.join(scaled(20))
     assert not t.is_alive()
