@@ -1945,15 +1945,12 @@ int store_expiry_drop(store_txn *x, int64_t deadline, const char *id)
 	return run(x, Q_EXP_DROP, &a, &err) ? 0 : err;
 }
 
-int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
+/* Rows (time, tool call id, conversation) of query q, each to fn, in order:
+ * the due expiries and warnings alike. */
+static int time_rows(store_txn *x, int q, struct args *a, int (*fn)(void *, const struct store_expiry *), void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
-	struct args a = { 0 };
 	int err;
-	a_i64(&a, now);
-	PGresult *r = run(x, Q_EXP_DUE, &a, &err);
+	PGresult *r = run(x, q, a, &err);
 	if (!r)
 		return err;
 	for (int i = 0, n = PQntuples(r); i < n; i++) {
@@ -1963,6 +1960,29 @@ int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct
 			return rc;
 	}
 	return 0;
+}
+
+/* The one time query q returns; STORE_E_NOTFOUND without a row. */
+static int time_first(store_txn *x, int q, int64_t *out)
+{
+	int err;
+	PGresult *r = run(x, q, NULL, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	*out = g_i64(r, 0, 0);
+	return 0;
+}
+
+int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	a_i64(&a, now);
+	return time_rows(x, Q_EXP_DUE, &a, fn, arg);
 }
 
 int store_expiries_claim(store_txn *x, int64_t now, size_t limit, int (*fn)(void *, const struct store_expiry *),
@@ -1972,19 +1992,9 @@ int store_expiries_claim(store_txn *x, int64_t now, size_t limit, int (*fn)(void
 	if (!fn)
 		return STORE_E_INVAL;
 	struct args a = { 0 };
-	int err;
 	a_i64(&a, now);
 	a_i64(&a, limit && limit < (size_t)INT64_MAX ? (int64_t)limit : INT64_MAX);
-	PGresult *r = run(x, x->write ? Q_EXP_CLAIM : Q_EXP_CLAIM_READ, &a, &err);
-	if (!r)
-		return err;
-	for (int i = 0, n = PQntuples(r); i < n; i++) {
-		struct store_expiry e = { g_i64(r, i, 0), g_bytes(r, i, 1), g_bytes(r, i, 2) };
-		int rc = fn(arg, &e);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	return time_rows(x, x->write ? Q_EXP_CLAIM : Q_EXP_CLAIM_READ, &a, fn, arg);
 }
 
 int store_expiry_earliest(store_txn *x, int64_t *deadline)
@@ -1992,14 +2002,7 @@ int store_expiry_earliest(store_txn *x, int64_t *deadline)
 	CHECK_TXN(x);
 	if (!deadline)
 		return STORE_E_INVAL;
-	int err;
-	PGresult *r = run(x, Q_EXP_EARLIEST, NULL, &err);
-	if (!r)
-		return err;
-	if (PQntuples(r) == 0)
-		return STORE_E_NOTFOUND;
-	*deadline = g_i64(r, 0, 0);
-	return 0;
+	return time_first(x, Q_EXP_EARLIEST, deadline);
 }
 
 /* ---- expiry warnings ------------------------------------------------- */
@@ -2047,18 +2050,8 @@ int store_warnings_due(store_txn *x, int64_t now, int (*fn)(void *, const struct
 	if (!fn)
 		return STORE_E_INVAL;
 	struct args a = { 0 };
-	int err;
 	a_i64(&a, now);
-	PGresult *r = run(x, Q_WARN_DUE, &a, &err);
-	if (!r)
-		return err;
-	for (int i = 0, n = PQntuples(r); i < n; i++) {
-		struct store_expiry e = { g_i64(r, i, 0), g_bytes(r, i, 1), g_bytes(r, i, 2) };
-		int rc = fn(arg, &e);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	return time_rows(x, Q_WARN_DUE, &a, fn, arg);
 }
 
 int store_warning_earliest(store_txn *x, int64_t *at)
@@ -2066,14 +2059,7 @@ int store_warning_earliest(store_txn *x, int64_t *at)
 	CHECK_TXN(x);
 	if (!at)
 		return STORE_E_INVAL;
-	int err;
-	PGresult *r = run(x, Q_WARN_EARLIEST, NULL, &err);
-	if (!r)
-		return err;
-	if (PQntuples(r) == 0)
-		return STORE_E_NOTFOUND;
-	*at = g_i64(r, 0, 0);
-	return 0;
+	return time_first(x, Q_WARN_EARLIEST, at);
 }
 
 /* ---- audit ----------------------------------------------------------- */
