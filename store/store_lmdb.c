@@ -2641,6 +2641,22 @@ int store_tool_call_resolve(store_txn *x, const char *id, int status, store_byte
 	return warning_del(x, id, strlen(id));
 }
 
+/* A pending call's record and a copy of its conversation id (the page may be
+ * reused by the writes that follow). STORE_E_STALE when it is settled. */
+static int tc_load_pending(store_txn *x, const char *id, struct tc_rec *r, char *conv, size_t *clen)
+{
+	int err = tc_load(x, id, r);
+	if (err)
+		return err;
+	if (r->tc.status != STORE_TC_PENDING)
+		return STORE_E_STALE;
+	*clen = r->tc.conversation.len;
+	if (*clen > STORE_ID_MAX)
+		return fail(x, STORE_E_CORRUPT);
+	memcpy(conv, r->tc.conversation.ptr, *clen);
+	return 0;
+}
+
 /* ---- expiries -------------------------------------------------------- */
 
 int store_expiry_schedule(store_txn *x, const char *id, int64_t deadline)
@@ -2649,16 +2665,11 @@ int store_expiry_schedule(store_txn *x, const char *id, int64_t deadline)
 	struct tc_rec r;
 	if (!id_ok(id) || deadline <= 0)
 		return STORE_E_INVAL;
-	int err = tc_load(x, id, &r);
+	char conv[STORE_ID_MAX];
+	size_t clen;
+	int err = tc_load_pending(x, id, &r, conv, &clen);
 	if (err)
 		return err;
-	if (r.tc.status != STORE_TC_PENDING)
-		return STORE_E_STALE;
-	char conv[STORE_ID_MAX];
-	size_t clen = r.tc.conversation.len;
-	if (clen > STORE_ID_MAX)
-		return fail(x, STORE_E_CORRUPT);
-	memcpy(conv, r.tc.conversation.ptr, clen);
 	struct tc_rec old = r;
 	r.tc.deadline = deadline;
 	if ((err = tc_store(x, &r)) != 0 || (err = expiry_del(x, &old)) != 0)
@@ -2810,16 +2821,11 @@ int store_warning_schedule(store_txn *x, const char *id, int64_t at)
 	struct tc_rec r;
 	if (!id_ok(id) || at <= 0)
 		return STORE_E_INVAL;
-	int err = tc_load(x, id, &r);
+	char conv[STORE_ID_MAX];
+	size_t clen;
+	int err = tc_load_pending(x, id, &r, conv, &clen);
 	if (err)
 		return err;
-	if (r.tc.status != STORE_TC_PENDING)
-		return STORE_E_STALE;
-	char conv[STORE_ID_MAX];
-	size_t clen = r.tc.conversation.len;
-	if (clen > STORE_ID_MAX)
-		return fail(x, STORE_E_CORRUPT);
-	memcpy(conv, r.tc.conversation.ptr, clen); /* the page may be reused by the writes below */
 	if ((err = warning_del(x, id, strlen(id))) != 0)
 		return err;
 	unsigned char wk[8 + STORE_ID_MAX];
