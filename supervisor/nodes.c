@@ -386,8 +386,12 @@ int nodes_open(store *st, const struct config *cfg)
 	/* The first beat: the node is listed before any worker starts, and a
 	 * node coming back after lease_time finds which leases it lost. */
 	beat();
-	if (!N.last_beat)
+	if (!N.last_beat && N.multi) {
+		log_error("node %s: cannot join: its first heartbeat failed", N.id);
 		return -1;
+	}
+	/* One node owns every conversation whatever its row says: a full
+	 * store must not keep it from starting to serve reads and deletes. */
 	log_info("node %s: lease time %lld ms, heartbeat %lld ms%s", N.id, (long long)N.lease_ms,
 		 (long long)N.beat_ms, N.multi ? ", listening for wakeups" : " (one node: an LMDB store)");
 	return 0;
