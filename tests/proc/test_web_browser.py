@@ -86,6 +86,13 @@ command = python3 {blocker}
             b.start()
             wait_for(lambda: len(a.ok({"op": "nodes"})["nodes"]) == 2, 10, "the second node listed")
             second = {"SECOND_NODE": "web-b", "SECOND_NODE_PID": str(b.pid)}
+        # A conversation of 52 runs, one a turn, for the Runs table's paging (50 a page).
+        many = a.ok({"op": "create", "conversation": "many", "settings": {"model": "echo"}})["conversation"]
+        for i in range(52):
+            a.send(many, f"m{i}")
+            wait_for(lambda: [(r["id"], r["status"]) for r in
+                              a.ok({"op": "runs", "conversation": many, "limit": 1})["runs"]] == [(i + 1, "completed")],
+                     10, f"run {i + 1} completed")
         try:
             with AgentdWeb(a, ["--poll-ms", "300"]) as w:
                 env = dict(os.environ, WEB_BASE=w.base, WEB_LINK=w.link, AGENTCTL=AGENTCTL_BIN,

@@ -201,6 +201,21 @@ try {
     assert(await page.$$eval('h2', (hs) => hs.some((h) => h.textContent === 'Model calls (audit)')), 'the audit table');
   });
 
+  await step('runs are paged: "More" reads on from the cursor', async () => {
+    await page.goto(base + '/#/c/many'); // 52 runs, made by the Python test
+    await waitText(page, '#live', 'live');
+    const ids = () => page.$$eval('#runs-body tr[data-run]', (trs) => trs.map((t) => Number(t.dataset.run)));
+    await until(async () => (await ids()).length === 50, 10, 'the first page of runs');
+    let got = await ids();
+    assert(got[0] === 52 && got[49] === 3, 'newest first: ' + got.join(','));
+    assert(await page.$eval('#runs-more', (b) => !b.hidden), 'More offered');
+    await page.click('#runs-more');
+    await until(async () => (await ids()).length === 52, 10, 'the second page');
+    got = await ids();
+    assert(got.every((id, i) => id === 52 - i), 'in order, each once: ' + got.join(','));
+    await page.waitForSelector('#runs-more', { hidden: true });
+  });
+
   await step('CSRF: a POST without the token, or from another origin, is refused', async () => {
     ctl('send', c1, '/tool approve {"amount": 3}');
     const id = (await pendingCall(c1)).id;
