@@ -350,12 +350,30 @@ static enum MHD_Result api_conversations(struct MHD_Connection *c)
 	return proxy(c, req);
 }
 
+/* An id from the query (?name=ID): 1 and *out when given as valid UTF-8
+ * (agentd checks the rest: a JSON request cannot carry other bytes);
+ * otherwise 0 with the request answered 400. */
+static int id_arg(struct MHD_Connection *c, const char *name, const char **out, enum MHD_Result *ret)
+{
+	char msg[96];
+	json_t *s;
+	*out = arg(c, name);
+	if (*out && (s = json_string(*out))) {
+		json_decref(s);
+		return 1;
+	}
+	snprintf(msg, sizeof msg, *out ? "'%s' is not valid UTF-8" : "'%s' is required", name);
+	*ret = send_error(c, 400, "bad_request", msg);
+	return 0;
+}
+
 /* ?NAME=ID into {"op": op, field: ID}; agentd validates the id. */
 static enum MHD_Result api_by_id(struct MHD_Connection *c, const char *op, const char *q, const char *field)
 {
-	const char *id = arg(c, q);
-	if (!id)
-		return send_error(c, 400, "bad_request", "missing query parameter");
+	const char *id;
+	enum MHD_Result ret;
+	if (!id_arg(c, q, &id, &ret))
+		return ret;
 	return proxy(c, json_pack("{ssss}", "op", op, field, id));
 }
 
@@ -363,29 +381,14 @@ static enum MHD_Result api_events(struct MHD_Connection *c)
 {
 	int bad = 0;
 	long long limit = 500;
-	const char *conv = arg(c, "conversation");
+	const char *conv;
+	enum MHD_Result ret;
+	if (!id_arg(c, "conversation", &conv, &ret))
+		return ret;
 	arg_num(c, "limit", 10000, &limit, &bad);
-	if (bad || limit < 1 || !conv)
-		return send_error(c, 400, "bad_request", "'conversation' is required; 'limit' is 1 to 10000");
+	if (bad || limit < 1)
+		return send_error(c, 400, "bad_request", "'limit' is 1 to 10000");
 	return proxy(c, json_pack("{sssssI}", "op", "events", "conversation", conv, "limit", (json_int_t)limit));
-}
-
-/* A conversation id from the query: 1 and *out when given as valid UTF-8
- * (agentd checks the rest); otherwise 0 with the request answered 400. */
-static int conv_arg(struct MHD_Connection *c, const char **out, enum MHD_Result *ret)
-{
-	json_t *s;
-	*out = arg(c, "conversation");
-	if (!*out) {
-		*ret = send_error(c, 400, "bad_request", "'conversation' is required");
-		return 0;
-	}
-	if (!(s = json_string(*out))) {
-		*ret = send_error(c, 400, "bad_request", "'conversation' is not valid UTF-8");
-		return 0;
-	}
-	json_decref(s);
-	return 1;
 }
 
 /* The runs op: a conversation's runs newest first, `limit` (1-1000) at a
@@ -396,7 +399,7 @@ static enum MHD_Result api_runs(struct MHD_Connection *c)
 	long long limit = 100, before = 0;
 	const char *conv;
 	enum MHD_Result ret;
-	if (!conv_arg(c, &conv, &ret))
+	if (!id_arg(c, "conversation", &conv, &ret))
 		return ret;
 	arg_num(c, "limit", 1000, &limit, &bad);
 	if (bad || limit < 1)
@@ -522,12 +525,15 @@ static void sse_free(void *cls)
 
 static enum MHD_Result api_watch(struct MHD_Connection *c)
 {
-	int bad = 0;
+	int bad = 0, bad_runs = 0;
 	long long after = -1, runs = 0;
-	const char *conv = arg(c, "conversation");
+	const char *conv;
 	const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
+	enum MHD_Result refused;
+	if (!id_arg(c, "conversation", &conv, &refused))
+		return refused;
 	arg_num(c, "after", INT64_MAX, &after, &bad);
-	if (arg_num(c, "runs", 1, &runs, &bad), bad)
+	if (arg_num(c, "runs", 1, &runs, &bad_runs), bad_runs)
 		return send_error(c, 400, "bad_request", "'runs' is 1 (stream run starts and ends too) or 0");
 	if (last && *last) { /* EventSource reconnecting: go on after what it saw */
 		char *end;
@@ -535,8 +541,8 @@ static enum MHD_Result api_watch(struct MHD_Connection *c)
 		if (!*end && l >= 0)
 			after = l;
 	}
-	if (bad || !conv)
-		return send_error(c, 400, "bad_request", "'conversation' is required; 'after' is a seq");
+	if (bad)
+		return send_error(c, 400, "bad_request", "'after' is a seq (a whole number)");
 	struct sse *s = calloc(1, sizeof *s);
 	json_t *reply = NULL;
 	if (!s)

@@ -496,9 +496,27 @@ def test_runs_stream_over_watch():
             assert kinds[-2:] == [("event", "assistant_msg"), ("run", "completed")], kinds
             s.close()
             plain.close()
-            for q in ("runs=2", "runs=yes", "runs=-1"):
+            for q in ("runs=2", "runs=yes", "runs=-1", "after=1&runs=x"):
                 st, _, b = w.get(f"/api/watch?conversation={c}&{q}")
                 assert st == 400 and json.loads(b)["message"].startswith("'runs' is 1"), (q, st, b)
+            st, _, b = w.get(f"/api/watch?conversation={c}&after=x&runs=1")
+            assert st == 400 and json.loads(b)["message"].startswith("'after' is a seq"), (st, b)
+
+
+def test_ids_not_utf8_or_missing_are_refused():
+    """An id in the query that is missing, or not UTF-8 (a JSON request to agentd cannot carry it): 400 naming
+    the parameter, on every route that takes one."""
+    with Agentd() as a, AgentdWeb(a) as w:
+        for route, name in [("/api/conversation", "id"), ("/api/tool_call", "id"), ("/api/tool_calls", "conversation"),
+                            ("/api/audit", "conversation"), ("/api/events", "conversation"),
+                            ("/api/watch", "conversation"), ("/api/runs", "conversation")]:
+            for q, says in [("", f"'{name}' is required"), (f"{name}=", f"'{name}' is required"),
+                            (f"{name}=%FF%FE", f"'{name}' is not valid UTF-8"),
+                            (f"{name}=a%C3", f"'{name}' is not valid UTF-8")]:
+                st, h, b = w.get(f"{route}?{q}")
+                r = json.loads(b)
+                assert (st, r["error"], r["message"]) == (400, "bad_request", says), (route, q, st, r)
+        assert a.ok({"op": "list"})["conversations"] == []
 
 
 class SecondNode(Agentd):
