@@ -1,6 +1,7 @@
 /* nodes.c: this supervisor as one node of those sharing a store (see nodes.h). */
 #include "supervisor/nodes.h"
 #include "common/log.h"
+#include "supervisor/forward.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
 #include "supervisor/waiters.h"
@@ -52,6 +53,16 @@ static int host_id(char *out, size_t cap)
 const char *nodes_self(void)
 {
 	return N.id;
+}
+
+int nodes_shared(void)
+{
+	return N.multi;
+}
+
+int64_t nodes_lease_ms(void)
+{
+	return N.lease_ms;
 }
 
 /* ---- claims ------------------------------------------------------------- */
@@ -292,12 +303,17 @@ static void on_beat(struct loop_watch *lw, uint32_t events)
 	if (read(N.tfd, &n, sizeof n) < 0 && errno != EAGAIN)
 		log_error("node heartbeat timer: %s", strerror(errno));
 	beat();
+	forward_tick(); /* also when the beat failed: waits on other nodes end on time */
 }
 
 static int woken(void *arg, const char *conv, size_t len)
 {
 	(void)arg;
 	char id[STORE_ID_MAX + 1];
+	if (memchr(conv, ' ', len)) { /* a message, not a wakeup (store_notify_msg) */
+		forward_heard(conv, len);
+		return 0;
+	}
 	if (len == 0 || len > STORE_ID_MAX)
 		return 0;
 	memcpy(id, conv, len);
