@@ -67,14 +67,56 @@ int64_t nodes_lease_ms(void)
 
 /* ---- claims ------------------------------------------------------------- */
 
+/* Conversations whose worker ended while they still owe work: an
+ * operator's `stop`, which is "go quiet until the next event or a resume".
+ * This node keeps their leases (renewed by its beats), so no node claims
+ * them as orphans, and its poll gives them no worker; a claim (the next
+ * event or a resume, here or woken from another node) takes them off. */
+static struct {
+	char (*v)[STORE_ID_MAX + 1];
+	size_t n, cap;
+} Q;
+
+static size_t quiet_find(const char *conv)
+{
+	for (size_t i = 0; i < Q.n; i++)
+		if (!strcmp(Q.v[i], conv))
+			return i;
+	return SIZE_MAX;
+}
+
+static int quiet_add(const char *conv)
+{
+	if (quiet_find(conv) != SIZE_MAX)
+		return 0;
+	if (Q.n == Q.cap) {
+		size_t cap = Q.cap ? Q.cap * 2 : 16;
+		void *v = realloc(Q.v, cap * sizeof *Q.v);
+		if (!v)
+			return -ENOMEM;
+		Q.v = v;
+		Q.cap = cap;
+	}
+	snprintf(Q.v[Q.n++], sizeof *Q.v, "%s", conv);
+	return 0;
+}
+
+static void quiet_del(size_t i)
+{
+	if (i < Q.n)
+		memmove(Q.v[i], Q.v[--Q.n], sizeof *Q.v);
+}
+
 int nodes_claim(store_txn *t, const char *conv, uint64_t *gen)
 {
 	if (!N.id[0]) /* before nodes_open: no node to own it yet */
 		return store_lease_next(t, conv, gen);
 	int e = store_conv_claim(t, conv, N.id, N.lease_ms, gen);
 	if (e != STORE_E_CONFLICT) {
-		if (!e)
+		if (!e) {
 			N.claims++;
+			quiet_del(quiet_find(conv)); /* it gets a worker again */
+		}
 		return e;
 	}
 	/* Another node's live lease: its worker runs it. Tell that node (at
@@ -93,10 +135,29 @@ int nodes_claim(store_txn *t, const char *conv, uint64_t *gen)
 	return WORKERS_ELSEWHERE;
 }
 
+/* Whether conv still owes work (its status is active). */
+static int owes_work(const char *conv)
+{
+	store_txn *t;
+	struct store_conv c;
+	int active = 0;
+	if (store_txn_begin(N.st, STORE_READ, &t) == 0) {
+		active = store_conv_get(t, conv, &c) == 0 && c.status == STORE_ACTIVE;
+		store_txn_abort(t);
+	}
+	return active;
+}
+
 void nodes_release(const char *conv, uint64_t gen)
 {
 	store_txn *t;
-	if (!N.st || gate_write_begin(STORE_WRITE_LAZY, &t))
+	if (!N.st)
+		return;
+	if (N.multi && owes_work(conv) && quiet_add(conv) == 0) {
+		log_debug("%s: stopped while it owes work: its lease is kept, for it to stay quiet", conv);
+		return;
+	}
+	if (gate_write_begin(STORE_WRITE_LAZY, &t))
 		return;
 	int e = store_conv_release(t, conv, N.id, gen);
 	if (e) {
@@ -234,9 +295,18 @@ static void poll_fallback(void)
 	if (store_txn_begin(N.st, STORE_READ, &t))
 		return;
 	int e = store_node_leases(t, N.id, lease_add, &l);
+	/* Quiet ones whose lease moved (claimed after this node was not
+	 * heard from, or deleted) are another node's business now. */
+	for (size_t i = Q.n; i-- > 0 && !e;) {
+		struct lease key;
+		snprintf(key.conv, sizeof key.conv, "%s", Q.v[i]);
+		if (!l.n || !bsearch(&key, l.v, l.n, sizeof *l.v, lease_cmp))
+			quiet_del(i);
+	}
 	for (size_t i = 0; i < l.n && !e; i++) {
 		struct store_conv c;
-		if (workers_running(l.v[i].conv))
+		l.v[i].gen = 0;
+		if (workers_running(l.v[i].conv) || quiet_find(l.v[i].conv) != SIZE_MAX)
 			continue;
 		if (store_conv_get(t, l.v[i].conv, &c) == 0 && c.status == STORE_ACTIVE)
 			l.v[i].gen = 1; /* marked: woken below, after the read ends */
@@ -429,6 +499,9 @@ void nodes_leave(void)
 
 void nodes_close(void)
 {
+	free(Q.v);
+	Q.v = NULL;
+	Q.n = Q.cap = 0;
 	if (N.tfd >= 0)
 		close(N.tfd);
 	N.tfd = -1;

@@ -112,6 +112,19 @@ def test_stop_from_another_node_ends_the_turn():
     # the turn ended unanswered: nothing of it was committed
     assert types(n0, c) == ["user_msg"], types(n0, c)
     assert n0.ok({"op": "get", "conversation": c})["conversation"]["status"] == "active"
+    # and it stays quiet: n1 keeps its lease, so no node takes it up as an orphan, nor n1's poll
+    deadline = time.monotonic() + 1.5  # five heartbeats, three polls
+    while time.monotonic() < deadline:
+        assert all(n.worker_pid(c) is None for n in nodes), [n.worker_pid(c) for n in nodes]
+        time.sleep(0.1)
+    assert {x["node"]: x["leases"] for x in n0.ok({"op": "nodes"})["nodes"]} == {"n0": 0, "n1": 1, "n2": 0}
+    # resume through n0: n1 (woken) runs the turn again
+    r = n0.ok({"op": "resume", "conversation": c})
+    assert r["resumed"] is True and r["node"] == "n1", r
+    pid2 = wait_for(lambda: n1.request({"op": "get", "conversation": c})["conversation"]["worker"], 10,
+                    "a worker on n1 again")["pid"]
+    assert pid2 != pid and "node" not in n1.ok({"op": "get", "conversation": c})["conversation"]["worker"]
+    assert c not in {w["conversation"] for w in n0.ok({"op": "status"})["workers"]}
     stop_all(nodes)
 
 
