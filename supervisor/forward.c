@@ -324,7 +324,7 @@ static void serve_compact(const char *from, const char *id, const char *conv)
 static void serve_ask(const char *id, const char *from, const char *action, const char *conv, int sig,
 		      int64_t deadline)
 {
-	if (store_now(F.st) > deadline) {
+	if (store_now(F.st) >= deadline) {
 		log_warn("%s: node %s asked for a %s that this node heard too late (its answer is given): not done",
 			 conv, from, action);
 		return;
