@@ -33,11 +33,27 @@ TAG = write_script(DIR, "tag.py", """
     msgs = [m for m in req.get("messages", []) if m["type"] == "user_msg"]
     print(json.dumps({"text": "tag: " + (msgs[-1]["content"].get("text", "") if msgs else "")}))
     """)
+# A model that answers turns at once, and a summary only once GATE exists (recording its pid), or never when
+# the conversation's params say "fail" (it exits 1).
+SLOWSUM = write_script(DIR, "slowsum.py", f"""
+    import json, os, sys, time
+    req = json.load(sys.stdin)
+    if req.get("task") == "summarize":
+        if req.get("params", {{}}).get("fail"):
+            sys.exit(1)
+        open(os.path.join({DIR!r}, "sum.%d" % os.getpid()), "w").close()
+        while not os.path.exists({GATE!r}):
+            time.sleep(0.02)
+    print(json.dumps({{"text": "ok"}}))
+    """)
 CONFIG = f"""
 [model.gated]
 command = python3 {GATED}
 [model.tag]
 command = python3 {TAG}
+[model.slowsum]
+command = python3 {SLOWSUM}
+retries = 0
 """
 
 
@@ -158,6 +174,34 @@ def test_compact_from_another_node():
     assert n1.worker_pid(c) == pid  # n1's own worker compacted: n0 started none
     assert c not in {w["conversation"] for w in n0.ok({"op": "status"})["workers"]}
     stop_all(nodes)
+
+
+def test_compact_whose_owner_fails_or_dies():
+    nodes = cluster()
+    n0, n1, _ = nodes
+    # a compaction that fails on n1: internal, naming n1
+    c = n1.create(settings={"model": "slowsum", "params": {"fail": True}})
+    for i in range(3):
+        n1.send(c, f"m{i}")
+        wait_for(lambda: types(n1, c).count("assistant_msg") == i + 1, 10, "the reply")
+    r = n0.request({"op": "compact", "conversation": c}, timeout=30)
+    assert r["ok"] is False and r["error"] == "internal" and "node n1" in r["message"], r
+    # a compaction accepted by n1, which dies before it reports: unavailable, naming n1
+    c = n1.create(model="slowsum")
+    for i in range(3):
+        n1.send(c, f"m{i}")
+        wait_for(lambda: types(n1, c).count("assistant_msg") == i + 1, 10, "the reply")
+    out = []
+    t = threading.Thread(target=lambda: out.append(n0.request({"op": "compact", "conversation": c}, timeout=30)))
+    t.start()
+    wait_for(lambda: any(n.startswith("sum.") for n in os.listdir(DIR)), 10, "the summary call on n1")
+    n1.kill()
+    t.join()
+    r = out[0]
+    assert r["ok"] is False and r["error"] == "unavailable" and r["node"] == "n1", r
+    assert "stopped beating" in r["message"], r
+    for n in (n0, nodes[2]):
+        n.stop()
 
 
 def test_delete_from_another_node_leaves_nothing_anywhere():
