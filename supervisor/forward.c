@@ -45,7 +45,13 @@ static struct {
 	int64_t boot;
 	uint64_t seq;
 	LIST_HEAD(, ask) asks;
+	struct forward_counts n;
 } F = { .asks = LIST_HEAD_INITIALIZER(F.asks) };
+
+void forward_counts(struct forward_counts *out)
+{
+	*out = F.n;
+}
 
 void forward_open(store *st)
 {
@@ -95,7 +101,9 @@ static int tell_one(void *arg, const struct store_node *n)
 		return 0;
 	memcpy(id, n->id.ptr, n->id.len);
 	id[n->id.len] = 0;
-	return store_notify_msg(c->t, id, c->msg);
+	int e = store_notify_msg(c->t, id, c->msg);
+	F.n.told += !e;
+	return e;
 }
 
 int forward_tell(store_txn *t, const char *conv, const char *action)
@@ -111,7 +119,9 @@ int forward_tell(store_txn *t, const char *conv, const char *action)
 	if (e <= 0)
 		return e == STORE_E_NOTFOUND ? 0 : e;
 	snprintf(msg, sizeof msg, "tell %s %s", action, conv);
-	return store_notify_msg(t, owner, msg);
+	e = store_notify_msg(t, owner, msg);
+	F.n.told += !e;
+	return e;
 }
 
 /* ---- the asking side ------------------------------------------------------ */
@@ -139,6 +149,7 @@ static json_t *partial_with(struct ask *a, json_t *w)
 /* The owner did not answer (or this node shuts down): say so, naming it. */
 static void ask_fail(struct ask *a, const char *why)
 {
+	F.n.unanswered++;
 	if (a->slot) {
 		struct client *c = slot_client(a->slot);
 		if (a->action == FORWARD_WORKER) {
@@ -185,6 +196,7 @@ int forward_ask(int action, const char *conv, const char *owner, struct slot *s,
 	a->partial = partial;
 	a->deadline = loop_now_ms() + nodes_lease_ms();
 	LIST_INSERT_HEAD(&F.asks, a, link);
+	F.n.asked++;
 	log_debug("%s: %s asked of node %s, which runs it (%s)", conv, action_names[action], owner, a->id);
 	return 0;
 }
@@ -330,6 +342,7 @@ static void serve_ask(const char *id, const char *from, const char *action, cons
 		return;
 	}
 	log_debug("%s: node %s asks: %s", conv, from, action);
+	F.n.served++;
 	if (!strcmp(action, "kill")) {
 		json_t *w = workers_conv_json(conv);
 		json_t *pid = json_incref(json_object_get(w, "pid"));

@@ -73,4 +73,11 @@ void forward_tick(void);
 /* c goes: its parked replies are answered to nobody. */
 void forward_client_gone(struct client *c);
 
+/* What `metrics` shows (nodes.c): asks sent, those that went unanswered,
+ * asks served here for other nodes, tells sent. */
+struct forward_counts {
+	uint64_t asked, unanswered, served, told;
+};
+void forward_counts(struct forward_counts *out);
+
 #endif

@@ -578,6 +578,8 @@ json_t *nodes_status_json(void)
 char *nodes_metrics_text(void)
 {
 	struct seen s = nodes_seen();
+	struct forward_counts f;
+	forward_counts(&f);
 	char *buf = NULL;
 	if (asprintf(&buf,
 		     "# HELP agentd_node_info This node's id.\n# TYPE agentd_node_info gauge\n"
@@ -599,10 +601,20 @@ char *nodes_metrics_text(void)
 		     "# HELP agentd_node_wakeups_total Wakeups received from other nodes.\n"
 		     "# TYPE agentd_node_wakeups_total counter\nagentd_node_wakeups_total %llu\n"
 		     "# HELP agentd_node_elsewhere_total Work committed here for conversations other nodes own.\n"
-		     "# TYPE agentd_node_elsewhere_total counter\nagentd_node_elsewhere_total %llu\n",
+		     "# TYPE agentd_node_elsewhere_total counter\nagentd_node_elsewhere_total %llu\n"
+		     "# HELP agentd_node_asks_total Ops asked of the node that runs their conversation.\n"
+		     "# TYPE agentd_node_asks_total counter\nagentd_node_asks_total %llu\n"
+		     "# HELP agentd_node_asks_unanswered_total Asks whose node did not answer in time.\n"
+		     "# TYPE agentd_node_asks_unanswered_total counter\nagentd_node_asks_unanswered_total %llu\n"
+		     "# HELP agentd_node_asks_served_total Asks of other nodes served here.\n"
+		     "# TYPE agentd_node_asks_served_total counter\nagentd_node_asks_served_total %llu\n"
+		     "# HELP agentd_node_tells_total Deletes, cancels and ends told to other nodes.\n"
+		     "# TYPE agentd_node_tells_total counter\nagentd_node_tells_total %llu\n",
 		     N.id, (unsigned long long)N.leases, (unsigned long long)s.live, (unsigned long long)N.beats,
 		     (unsigned long long)N.beat_failures, (unsigned long long)N.claims, (unsigned long long)N.orphans,
-		     (unsigned long long)N.fenced, (unsigned long long)N.wakeups, (unsigned long long)N.elsewhere) < 0)
+		     (unsigned long long)N.fenced, (unsigned long long)N.wakeups, (unsigned long long)N.elsewhere,
+		     (unsigned long long)f.asked, (unsigned long long)f.unanswered, (unsigned long long)f.served,
+		     (unsigned long long)f.told) < 0)
 		return NULL;
 	return buf;
 }

@@ -64,6 +64,13 @@ def cluster():
     return nodes
 
 
+def metric(node, name):
+    for ln in node.ok({"op": "metrics"})["text"].splitlines():
+        if ln.startswith(name + " "):
+            return int(ln.split()[1])
+    raise AssertionError(f"no {name} in {node.node_id}'s metrics")
+
+
 def model_pids():
     return {int(n.split(".")[1]) for n in os.listdir(DIR) if n.startswith("model.")}
 
@@ -220,6 +227,7 @@ def test_delete_from_another_node_leaves_nothing_anywhere():
         wait_for(lambda: c not in {x["conversation"] for x in n.ok({"op": "status"})["workers"]}, 10,
                  f"no worker record on {n.node_id}")
     assert not any(x["leases"] for x in n0.ok({"op": "nodes"})["nodes"]), n0.ok({"op": "nodes"})
+    assert metric(n0, "agentd_node_tells_total") == 2  # n1 and n2
     stop_all(nodes)
 
 
@@ -287,6 +295,8 @@ def test_an_owner_that_does_not_answer():
     assert pid_alive(pid) and n1.worker_pid(c) == pid
     w = n0.ok({"op": "get", "conversation": c})["conversation"]["worker"]
     assert w["pid"] == pid and w["node"] == "n1", w
+    assert metric(n0, "agentd_node_asks_total") >= 3 and metric(n0, "agentd_node_asks_unanswered_total") == 2
+    assert metric(n1, "agentd_node_asks_served_total") >= 1 and metric(n1, "agentd_node_asks_unanswered_total") == 0
     stop_all(nodes)
 
 
