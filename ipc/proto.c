@@ -596,10 +596,9 @@ int proto_parse(const char *line, size_t len, const struct proto_names *names, s
 	msg[0] = 0;
 	if (len == 0)
 		return bad(&p, "empty line: expected a JSON object");
-	rq->root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
-	/* Not the client's fault: jansson says so, or (its lexer's buffer
-	 * could not be made) fails before reading anything, with no text. */
-	if (!rq->root && (json_error_code(&je) == json_error_out_of_memory || !je.text[0])) {
+	/* Out of memory is not the client's fault, and never a request read
+	 * with a byte left out (jsonmp.h). */
+	if (jsonmp_loadb(line, len, JSON_REJECT_DUPLICATES, &rq->root, &je) == -ENOMEM) {
 		snprintf(msg, msglen, "out of memory");
 		return PERR_INTERNAL;
 	}
