@@ -258,6 +258,31 @@ json_t *model_transcript(const json_t *req)
 	return jb_done(w.oom, w.out);
 }
 
+static json_t *tool_def(const json_t *tool, const char *schema_key, int *oom)
+{
+	json_t *p = json_object_get(tool, "input_schema"); /* an MCP tool's (mcp.h) */
+	const char *d = json_string_value(json_object_get(tool, "description"));
+	json_t *o = jb_check(oom, json_pack("{sOso}", "name", json_object_get(tool, "name"), schema_key,
+					    json_is_object(p) ? json_incref(p)
+							      : json_pack("{sss{}}", "type", "object", "properties")));
+	if (d && *d)
+		jb_set(oom, o, "description", json_string(d));
+	return o;
+}
+
+json_t *model_tools(const json_t *tools, const char *schema_key, const char *wrap)
+{
+	int oom = 0;
+	json_t *ts = jb_check(&oom, json_array());
+	size_t i;
+	json_t *t;
+	json_array_foreach(tools, i, t) {
+		json_t *def = tool_def(t, schema_key, &oom);
+		jb_append(&oom, ts, wrap ? json_pack("{ssso}", "type", wrap, wrap, def) : def);
+	}
+	return jb_done(oom, ts);
+}
+
 char *model_system_text(const json_t *req)
 {
 	const char *sys = json_string_value(json_object_get(req, "system"));

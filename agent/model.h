@@ -149,6 +149,11 @@ int stream_append(char **buf, size_t *len, const char *p, size_t n);
 /* settings.params and the configured params merged into an API body,
  * never over the keys is_owned names. 0, or -1 when out of memory. */
 int model_merge_params(json_t *body, const struct model_cfg *mc, const json_t *req, int (*is_owned)(const char *));
+/* The request's tools as an API defines them: each {name, <schema_key>:
+ * its input schema (an MCP tool's, else an object schema with no
+ * properties), description when it has one}, inside {"type": wrap, wrap:
+ * ...} when wrap is not NULL. NULL when out of memory. */
+json_t *model_tools(const json_t *tools, const char *schema_key, const char *wrap);
 /* A summarize request's one user text: the transcript and the instruction;
  * NULL when out of memory. */
 json_t *model_summary_text(const json_t *transcript);

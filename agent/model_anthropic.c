@@ -101,24 +101,6 @@ static json_t *messages(const json_t *tr, int summarize, int *oom)
 	return msgs;
 }
 
-static json_t *tool_list(const json_t *tools, int *oom)
-{
-	json_t *ts = jb_check(oom, json_array());
-	size_t i;
-	json_t *t;
-	json_array_foreach(tools, i, t) {
-		json_t *p = json_object_get(t, "input_schema"); /* an MCP tool's (mcp.h) */
-		const char *d = json_string_value(json_object_get(t, "description"));
-		json_t *o = jb_check(oom, json_pack("{sOso}", "name", json_object_get(t, "name"), "input_schema",
-						    json_is_object(p) ? json_incref(p)
-								      : json_pack("{sss{}}", "type", "object", "properties")));
-		if (d && *d)
-			jb_set(oom, o, "description", json_string(d));
-		jb_append(oom, ts, o);
-	}
-	return ts;
-}
-
 /* NULL when out of memory: never a body with a message, a tool or a param
  * left out. */
 static json_t *body(const struct model_cfg *mc, const json_t *req)
@@ -145,7 +127,7 @@ static json_t *body(const struct model_cfg *mc, const json_t *req)
 	free(sys);
 	json_t *tools = json_object_get(req, "tools");
 	if (!summarize && json_array_size(tools))
-		jb_set(&oom, b, "tools", tool_list(tools, &oom));
+		jb_set(&oom, b, "tools", model_tools(tools, "input_schema", NULL));
 	if (!oom && model_merge_params(b, mc, req, owned))
 		oom = 1;
 	return jb_done(oom, b);

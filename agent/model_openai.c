@@ -97,14 +97,6 @@ static int summarize(const json_t *req)
 	return t && !strcmp(t, "summarize");
 }
 
-static json_t *tool_schema(const json_t *tool)
-{
-	json_t *p = json_object_get(tool, "input_schema"); /* an MCP tool's (mcp.h) */
-	if (json_is_object(p))
-		return json_incref(p);
-	return json_pack("{sss{}}", "type", "object", "properties");
-}
-
 static json_t *assistant_message(const json_t *it, int *oom)
 {
 	json_t *calls = json_object_get(it, "calls");
@@ -162,22 +154,6 @@ static json_t *messages(const json_t *req, const json_t *tr, int *oom)
 	return msgs;
 }
 
-static json_t *tool_list(const json_t *tools, int *oom)
-{
-	json_t *ts = jb_check(oom, json_array());
-	size_t i;
-	json_t *t;
-	json_array_foreach(tools, i, t) {
-		const char *d = json_string_value(json_object_get(t, "description"));
-		json_t *fn = jb_check(oom, json_pack("{sOso}", "name", json_object_get(t, "name"), "parameters",
-						     tool_schema(t)));
-		if (d && *d)
-			jb_set(oom, fn, "description", json_string(d));
-		jb_append(oom, ts, json_pack("{ssso}", "type", "function", "function", fn));
-	}
-	return ts;
-}
-
 /* NULL when out of memory: never a body with a message, a tool or a param
  * left out. */
 static json_t *body(const struct model_cfg *mc, const json_t *req)
@@ -198,7 +174,7 @@ static json_t *body(const struct model_cfg *mc, const json_t *req)
 		jb_set(&oom, b, "max_tokens", json_integer(mc->max_tokens));
 	json_t *tools = json_object_get(req, "tools");
 	if (!summarize(req) && json_array_size(tools))
-		jb_set(&oom, b, "tools", tool_list(tools, &oom));
+		jb_set(&oom, b, "tools", model_tools(tools, "parameters", "function"));
 	if (!oom && model_merge_params(b, mc, req, owned))
 		oom = 1;
 	return jb_done(oom, b);
