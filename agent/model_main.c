@@ -66,6 +66,31 @@ static int read_all(FILE *f, char **buf, size_t *len)
 	}
 }
 
+/* The request on stdin, read whole, then parsed by jsonmp_loadb: never a
+ * request read with a byte left out for want of memory. 0 with *req, or
+ * the exit code (1: out of memory, 2: not a JSON object), stderr saying
+ * which. */
+static int read_request(json_t **req)
+{
+	json_error_t je = { .text = "cannot read it" };
+	char *in = NULL;
+	size_t inlen = 0;
+	int e = read_all(stdin, &in, &inlen);
+	if (!e)
+		e = jsonmp_loadb(in, inlen, 0, req, &je);
+	free(in);
+	if (!e && json_is_object(*req))
+		return 0;
+	if (e == -ENOMEM)
+		fprintf(stderr, "agentd-model: out of memory reading the request\n");
+	else
+		fprintf(stderr, "agentd-model: the request on stdin is not a JSON object: %s\n",
+			e ? je.text : "another JSON value");
+	json_decref(*req);
+	*req = NULL;
+	return e == -ENOMEM ? 1 : 2;
+}
+
 /* The final line; NULL when out of memory (never one short of a call). */
 static json_t *reply_json(const struct model_reply *r, json_t *attempts)
 {
@@ -127,25 +152,11 @@ int main(int argc, char **argv)
 		config_free(&cfg);
 		return 2;
 	}
-	json_error_t je = { .text = "cannot read it" };
 	json_t *req = NULL;
-	char *in = NULL;
-	size_t inlen = 0;
-	/* Read whole, then parsed by jsonmp_loadb: never a request read with
-	 * a byte left out for want of memory. */
-	int e = read_all(stdin, &in, &inlen);
-	if (!e)
-		e = jsonmp_loadb(in, inlen, 0, &req, &je);
-	free(in);
-	if (e || !json_is_object(req)) {
-		if (e == -ENOMEM)
-			fprintf(stderr, "agentd-model: out of memory reading the request\n");
-		else
-			fprintf(stderr, "agentd-model: the request on stdin is not a JSON object: %s\n",
-				e ? je.text : "another JSON value");
-		json_decref(req);
+	int rc = read_request(&req);
+	if (rc) {
 		config_free(&cfg);
-		return e == -ENOMEM ? 1 : 2;
+		return rc;
 	}
 	if (model_http_init()) {
 		fprintf(stderr, "agentd-model: cannot initialise libcurl\n");
@@ -156,7 +167,7 @@ int main(int argc, char **argv)
 	struct model_hooks h = { on_delta, -1, NULL, NULL };
 	struct model_reply r;
 	struct model_outcome oc;
-	int rc = model_http_run(mc, req, &h, &r, &oc);
+	rc = model_http_run(mc, req, &h, &r, &oc);
 	json_t *att = model_attempts_json(&oc);
 	json_t *out = !att ? NULL
 		      : rc == 0 ? reply_json(&r, att)
