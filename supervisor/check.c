@@ -3,7 +3,8 @@
  *
  * The log is the truth; everything else is derived from it or caches it. This
  * reads a store (read-only, safe while agentd runs) and reports every place
- * where a derived row disagrees with the log: seqs not 1..N, a tool call row
+ * where a derived row disagrees with the log: seqs not 1..N (or F..N for a
+ * log that begins at F after a summary standing in for 1..F-1), a tool call row
  * without its tool_call event or the other way round, a call settled twice, a
  * row's status against its settlement, an expiry without its pending row (or
  * the reverse), an event_id the idempotency index does not send back to its
@@ -36,6 +37,8 @@ struct ck {
 	json_t *calls;    /* tool_call_id -> {"executor", "settled": n, "status"} */
 	json_t *events;   /* the working set (after the latest summary), for tail_decide */
 	uint64_t after;   /* the latest summary's to_seq */
+	uint64_t first;   /* where the log begins: 1, or after a summary (a fork's) */
+	json_t *outside;  /* tool_call_id -> settlements, of calls whose tool_call lies before first */
 	json_t *expiries; /* tool_call_id -> {"deadline", "conversation"} (all conversations) */
 	json_t *eids;     /* event_id -> seq, of the conversation's events */
 	json_t *rows;     /* tool_call_id -> true: rows reached through their conversation's index */
@@ -72,7 +75,10 @@ static int on_event(void *arg, const struct store_event *ev)
 	struct ck *c = arg;
 	char type[40];
 	c->nevents++;
-	if (ev->seq != c->prev_seq + 1)
+	if (ev->seq != c->prev_seq + 1 && c->first > 1)
+		problem(c, "seq %llu follows %llu: the log must be %llu..N without a gap", (unsigned long long)ev->seq,
+			(unsigned long long)c->prev_seq, (unsigned long long)c->first);
+	else if (ev->seq != c->prev_seq + 1)
 		problem(c, "seq %llu follows %llu: the log must be 1..N without a gap", (unsigned long long)ev->seq,
 			(unsigned long long)c->prev_seq);
 	c->prev_seq = ev->seq;
@@ -115,7 +121,15 @@ static int on_event(void *arg, const struct store_event *ev)
 		}
 	} else if (!strcmp(type, "tool_result") || !strcmp(type, "resolution")) {
 		json_t *call = id ? json_object_get(c->calls, id) : NULL;
-		if (!call) {
+		if (!call && id && c->first > 1) {
+			/* Its tool_call may be in what the summary stands in for:
+			 * only settling it twice is wrong. */
+			json_int_t n = json_integer_value(json_object_get(c->outside, id)) + 1;
+			kept(c, json_object_set_new(c->outside, id, json_integer(n)));
+			if (n > 1)
+				problem(c, "tool call %s settled %lld times (seq %llu)", id, (long long)n,
+					(unsigned long long)ev->seq);
+		} else if (!call) {
 			problem(c, "seq %llu: %s for tool call %s that has no tool_call event", (unsigned long long)ev->seq,
 				type, id ? id : "(none)");
 		} else {
@@ -291,13 +305,17 @@ static int check_conv(struct ck *c, const char *id)
 	if (!json_is_object(settings))
 		problem(c, "settings are not a JSON object");
 	json_decref(settings);
-	c->prev_seq = 0;
 	c->last_ctx = 0;
 	c->after = 0;
+	c->first = 1;
+	if ((e = store_event_first_seq(c->t, id, &c->first)))
+		problem(c, "where the log begins: %s", store_strerror(e));
+	c->prev_seq = c->first - 1;
+	c->outside = json_object();
 	c->calls = json_object();
 	c->events = json_array();
 	c->eids = json_object();
-	kept(c, !c->calls || !c->events || !c->eids ? -1 : 0);
+	kept(c, !c->calls || !c->events || !c->eids || !c->outside ? -1 : 0);
 	uint64_t last = 0;
 	store_event_latest_seq(c->t, id, &last);
 	e = store_summary_latest(c->t, id, &sum);
@@ -309,6 +327,11 @@ static int check_conv(struct ck *c, const char *id)
 	} else if (e != STORE_E_NOTFOUND) {
 		problem(c, "summary: %s", store_strerror(e));
 	}
+	/* A log may begin after seq 1 only where a summary stands in for the
+	 * seqs before it (the latest summary covers 1..its to_seq). */
+	if (c->first > 1 && (e != 0 || c->after + 1 < c->first))
+		problem(c, "the log begins at seq %llu but no summary stands in for seqs 1..%llu",
+			(unsigned long long)c->first, (unsigned long long)c->first - 1);
 	struct store_range r = { 0 };
 	while ((e = store_events_stream(c->t, id, &r, on_event, c))) {
 		/* The stream stops at a record it cannot decode; name it, then go
@@ -338,6 +361,7 @@ static int check_conv(struct ck *c, const char *id)
 	json_decref(c->calls);
 	json_decref(c->events);
 	json_decref(c->eids);
+	json_decref(c->outside);
 	return 0;
 }
 

@@ -114,6 +114,7 @@ class Conversation:
     metadata: Dict[str, str] = field(default_factory=dict)
     forked_from: Optional[Dict[str, Any]] = None
     run: Optional[Run] = None
+    first_seq: Optional[int] = None  # `get` only: where the log begins (a fork's may begin after its summary)
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
     _nested = {"usage": Usage, "worker": Worker, "run": Run}
 
@@ -177,7 +178,8 @@ class Delta:
 class ForkResult:
     """`fork`: the new conversation's id, where it came from ({"conversation", "seq"}), its last seq, the
     events copied, the tool calls settled cancelled in it, the to_seq of the summary it carries (None:
-    none), and its status (idle, or active when its log owes a turn, which it then runs)."""
+    none), its status (idle, or active when its log owes a turn, which it then runs), and where its log
+    begins (1, or summary_to + 1: the carried summary stands in for the events before it)."""
     conversation: str
     forked_from: Dict[str, Any]
     last_seq: int
@@ -185,6 +187,7 @@ class ForkResult:
     cancelled: int
     summary_to: Optional[int]
     status: str
+    first_seq: int = 1
 
 
 @dataclass

@@ -55,6 +55,7 @@ def test_fork(agentd):
         assert r == ForkResult("f", {"conversation": "src", "seq": 2}, 2, 2, 0, None, "idle"), r
         f = c.get("f")
         assert f.forked_from == {"conversation": "src", "seq": 2} and f.metadata == {"team": "red"}
+        assert f.first_seq == 1 and r.first_seq == 1, (f, r)
         assert f.settings == {"model": "echo", "system": "Be long."}
         assert [e.content for e in c.events("f").events] == [e.content for e in c.events("src").events]
         g = c.fork("src", 1, metadata={"team": "blue"})
