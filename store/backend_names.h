@@ -54,6 +54,7 @@
 #define store_load_since STORE_BACKEND_NAME(load_since)
 #define store_conv_create_at STORE_BACKEND_NAME(conv_create_at)
 #define store_event_first_seq STORE_BACKEND_NAME(event_first_seq)
+#define store_runs_each STORE_BACKEND_NAME(runs_each)
 #define store_tool_call_upsert STORE_BACKEND_NAME(tool_call_upsert)
 #define store_tool_call_get STORE_BACKEND_NAME(tool_call_get)
 #define store_tool_calls_list STORE_BACKEND_NAME(tool_calls_list)

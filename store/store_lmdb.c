@@ -3539,3 +3539,56 @@ int store_event_first_seq(store_txn *x, const char *conv, uint64_t *seq)
 	*seq = base + 1;
 	return 0;
 }
+
+/* ---- every run row (store_runs_each) ------------------------------------ */
+
+int store_runs_each(store_txn *x, int (*fn)(void *arg, store_bytes conv, const struct store_run *r), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	if (x->s->runs == DBI_ABSENT) /* a store from before runs, opened read-only: none */
+		return 0;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->runs, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	uint64_t num = 0;
+	store_bytes conv = { NULL, 0 };
+	int err = 0, have = 0;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct store_run r;
+		if (run_decode(&k, &v, &r)) {
+			err = fail(x, STORE_E_CORRUPT);
+			break;
+		}
+		if (!have || get_be64(k.mv_data) != num) {
+			/* The conversation these rows are under: its record's id,
+			 * none when no record has the number. */
+			unsigned char ck[8];
+			MDB_val cv;
+			struct store_conv cr;
+			num = get_be64(k.mv_data);
+			have = 1;
+			memcpy(ck, k.mv_data, 8);
+			conv = (store_bytes){ NULL, 0 };
+			err = get(x, x->s->convs, ck, 8, &cv);
+			if (err == STORE_E_NOTFOUND)
+				err = 0;
+			else if (err)
+				break;
+			else if (conv_decode(&cv, &cr)) {
+				err = fail(x, STORE_E_CORRUPT);
+				break;
+			} else
+				conv = cr.id;
+		}
+		if ((err = fn(arg, conv, &r)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (!err && rc && rc != MDB_NOTFOUND)
+		err = fail(x, map_err(rc));
+	return err;
+}

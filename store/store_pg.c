@@ -77,7 +77,7 @@ enum {
 	Q_NOTIFY,
 	Q_EXP_CLAIM, Q_EXP_CLAIM_READ,
 	Q_META_SET, Q_META_DEL, Q_META_INS, Q_CONV_FIND_META,
-	Q_LOG_START,
+	Q_LOG_START, Q_RUN_EACH,
 	NQ
 };
 
@@ -238,6 +238,10 @@ static const char *const sql[NQ] = {
 			     "ORDER BY m.conv LIMIT $4::int8",
 	/* A log that begins after seq 1 (store_conv_create_at), on the row just made. */
 	[Q_LOG_START] = "UPDATE convs SET first_seq = $2::int8, last_seq = $2::int8 - 1 WHERE id = $1::text",
+	/* Every run row, and whether its conversation exists (c.id null: not). */
+	[Q_RUN_EACH] = "SELECT r.id, r.status, r.attempt, r.from_seq, r.to_seq, r.first_seq, r.last_seq, r.model, "
+		       "r.in_tok, r.out_tok, r.cost, r.started_at, r.ended_at, c.id FROM runs r "
+		       "LEFT JOIN convs c ON c.id = r.conv ORDER BY r.conv, r.id",
 };
 
 /* Schema version 1, created in one transaction under an advisory lock (two
@@ -2537,5 +2541,28 @@ int store_event_first_seq(store_txn *x, const char *conv, uint64_t *seq)
 	if (PQntuples(r) == 0)
 		return STORE_E_NOTFOUND;
 	*seq = (uint64_t)g_i64(r, 0, 1);
+	return 0;
+}
+
+/* ---- every run row (store_runs_each) ------------------------------------ */
+
+int store_runs_each(store_txn *x, int (*fn)(void *arg, store_bytes conv, const struct store_run *r), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	int err;
+	PGresult *r = run(x, Q_RUN_EACH, NULL, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_run rr;
+		if (run_row(r, i, &rr))
+			return fail(x, STORE_E_CORRUPT);
+		store_bytes conv = PQgetisnull(r, i, 13) ? (store_bytes){ NULL, 0 } : g_bytes(r, i, 13);
+		int rc = fn(arg, conv, &rr);
+		if (rc)
+			return rc;
+	}
 	return 0;
 }

@@ -844,6 +844,11 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 		p.metadata = (store_bytes){ mb.sb.data, mb.sb.size };
 	}
 	e = p.set ? store_conv_put(t, j->rq.conv, &p) : 0;
+	/* Ended, its worker is stopped and none starts again: a run still
+	 * running would stay so for good. It ends interrupted here; a worker
+	 * that still completes the turn ends it as it does every run. */
+	if (!e && j->rq.status == STORE_ENDED && c.status != STORE_ENDED)
+		e = conv_run_end(t, j->rq.conv, STORE_RUN_INTERRUPTED);
 	if (!e && r->resumed)
 		e = lease_ahead(t, j->rq.conv);
 	if (have_buf)

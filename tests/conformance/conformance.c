@@ -5468,6 +5468,73 @@ START_TEST(log_at_rules_and_delete)
 }
 END_TEST
 
+
+/* ---- every run row (store_runs_each) ----------------------------------- */
+
+struct run_seen {
+	char conv[8][16];
+	uint64_t id[8];
+	uint32_t attempt[8];
+	int n, stop_at;
+};
+
+static int run_seen_one(void *arg, store_bytes conv, const struct store_run *r)
+{
+	struct run_seen *rs = arg;
+	ck_assert_int_lt(rs->n, 8);
+	ck_assert_uint_lt(conv.len, 16);
+	memcpy(rs->conv[rs->n], conv.ptr, conv.len);
+	rs->conv[rs->n][conv.len] = 0;
+	rs->id[rs->n] = r->id;
+	rs->attempt[rs->n] = r->attempt;
+	rs->n++;
+	return rs->n == rs->stop_at ? 7 : 0;
+}
+
+START_TEST(runs_each_walks_every_row_by_conversation)
+{
+	mkconv("b");
+	mkconv("a");
+	mkconv("gone");
+	ck_assert_int_eq(put_run("b", mkrun(2, STORE_RUN_RUNNING, 2)), 0);
+	ck_assert_int_eq(put_run("b", mkrun(1, STORE_RUN_INTERRUPTED, 1)), 0);
+	ck_assert_int_eq(put_run("a", mkrun(1, STORE_RUN_COMPLETED, 1)), 0);
+	ck_assert_int_eq(put_run("gone", mkrun(1, STORE_RUN_COMPLETED, 1)), 0);
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_delete(t, "gone"), 0); /* its runs go with it */
+	commit(t);
+	struct run_seen rs = { .stop_at = 0 };
+	t = rbegin();
+	ck_assert_int_eq(store_runs_each(t, run_seen_one, &rs), 0);
+	ck_assert_int_eq(rs.n, 3);
+	/* Grouped by conversation (in no order promised), ascending id within each. */
+	int ia = strcmp(rs.conv[0], "a") == 0 ? 0 : 2, ib = ia == 0 ? 1 : 0;
+	ck_assert_str_eq(rs.conv[ia], "a");
+	ck_assert_uint_eq(rs.id[ia], 1);
+	ck_assert_str_eq(rs.conv[ib], "b");
+	ck_assert_str_eq(rs.conv[ib + 1], "b");
+	ck_assert_uint_eq(rs.id[ib], 1);
+	ck_assert_uint_eq(rs.attempt[ib], 1);
+	ck_assert_uint_eq(rs.id[ib + 1], 2);
+	ck_assert_uint_eq(rs.attempt[ib + 1], 2);
+	/* The callback's return stops the walk and comes back; no fn is INVAL. */
+	memset(&rs, 0, sizeof rs);
+	rs.stop_at = 2;
+	ck_assert_int_eq(store_runs_each(t, run_seen_one, &rs), 7);
+	ck_assert_int_eq(rs.n, 2);
+	ck_assert_int_eq(store_runs_each(t, NULL, NULL), STORE_E_INVAL);
+	store_txn_abort(t);
+	/* An empty store has none. */
+	t = wbegin();
+	ck_assert_int_eq(store_conv_delete(t, "a"), 0);
+	ck_assert_int_eq(store_conv_delete(t, "b"), 0);
+	memset(&rs, 0, sizeof rs);
+	ck_assert_int_eq(store_runs_each(t, run_seen_one, &rs), 0); /* in a write txn too */
+	ck_assert_int_eq(rs.n, 0);
+	store_txn_abort(t);
+}
+END_TEST
+
 static TCase *tc_new(Suite *s, const char *name, void (*su)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -5663,5 +5730,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, log_at_starts_after_its_base);
 	tcase_add_test(tc, log_at_takes_a_summary_of_what_it_stands_in_for);
 	tcase_add_test(tc, log_at_rules_and_delete);
+	tc = tc_new(s, "runs_each", setup);
+	tcase_add_test(tc, runs_each_walks_every_row_by_conversation);
 	return s;
 }
