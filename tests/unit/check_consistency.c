@@ -261,6 +261,50 @@ START_TEST(a_log_that_begins_after_1_needs_a_summary)
 }
 END_TEST
 
+/* Remove event seq of conversation number 1 (the store's first) behind the store's back. */
+static void drop_event(uint64_t seq)
+{
+	MDB_env *env;
+	MDB_txn *mt;
+	MDB_dbi dbi;
+	unsigned char k[16] = { 0, 0, 0, 0, 0, 0, 0, 1 }; /* (num, seq), big-endian */
+	for (int i = 0; i < 8; i++)
+		k[8 + i] = (unsigned char)(seq >> (56 - 8 * i));
+	MDB_val key = { 16, k };
+	ck_assert_int_eq(mdb_env_create(&env), 0);
+	ck_assert_int_eq(mdb_env_set_maxdbs(env, 64), 0);
+	ck_assert_int_eq(mdb_env_open(env, dir, 0, 0600), 0);
+	ck_assert_int_eq(mdb_txn_begin(env, NULL, 0, &mt), 0);
+	ck_assert_int_eq(mdb_dbi_open(mt, "events", 0, &dbi), 0);
+	ck_assert_int_eq(mdb_del(mt, dbi, &key, NULL), 0);
+	ck_assert_int_eq(mdb_txn_commit(mt), 0);
+	mdb_env_close(env);
+}
+
+START_TEST(a_gap_in_a_log_that_begins_after_1)
+{
+	char out[4096];
+	store_txn *t = begin_at(11);
+	ev(t, "user_msg", "{\"text\":\"a\"}");
+	ev(t, "user_msg", "{\"text\":\"b\"}");
+	ev(t, "user_msg", "{\"text\":\"c\"}");
+	ev(t, "assistant_msg", "{\"text\":\"ok\",\"context_seq\":13}");
+	summary(t, 1, 10);
+	status(t, STORE_IDLE, "{\"state\":\"idle\",\"pending\":{},\"last_seq\":14}");
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	ck_assert_int_eq(run(out, sizeof out), 0);
+	store_close(st);
+	st = NULL;
+	drop_event(12); /* inside the log */
+	ck_assert_int_eq(run(out, sizeof out), 1);
+	ck_assert_ptr_nonnull(strstr(out, "c1: seq 13 follows 11: the log must be 11..N without a gap"));
+	drop_event(11); /* its first event */
+	ck_assert_int_eq(run(out, sizeof out), 1);
+	ck_assert_ptr_nonnull(strstr(out, "c1: seq 13 follows 10: the log must be 11..N without a gap"));
+	ck_assert_int_eq(store_open(&st, dir, NULL), 0);
+}
+END_TEST
+
 static int count_conv(void *arg, const struct store_conv *c)
 {
 	(void)c;
@@ -331,6 +375,7 @@ Suite *make_consistency_suite(void)
 	tcase_add_test(tc, an_older_store_opens_read_only);
 	tcase_add_test(tc, a_log_that_begins_after_its_summary);
 	tcase_add_test(tc, a_log_that_begins_after_1_needs_a_summary);
+	tcase_add_test(tc, a_gap_in_a_log_that_begins_after_1);
 	suite_add_tcase(s, tc);
 	return s;
 }
