@@ -284,8 +284,13 @@ function toLocalInput(iso) {
 
 function timeInput(id, iso) {
   const input = el('input', { type: 'datetime-local', id, step: 1, value: toLocalInput(iso) });
-  // Unchanged, it keeps the URL's exact time (the input shows whole seconds only).
-  input.isoOf = () => (!input.value ? '' : input.value === toLocalInput(iso) ? iso : new Date(input.value).toISOString());
+  // Unchanged, it keeps the URL's exact time (the input shows whole seconds only). Compared as times, not
+  // as text: the browser drops ':00' seconds from the value it gives back.
+  input.isoOf = () => {
+    if (!input.value) return '';
+    const shown = new Date(input.value).getTime();
+    return shown === Date.parse(toLocalInput(iso)) ? iso : new Date(shown).toISOString();
+  };
   return input;
 }
 
