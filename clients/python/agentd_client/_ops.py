@@ -102,7 +102,8 @@ def _page(reply):
 
 
 def _events(reply):
-    return EventPage([_build(Event, e) for e in reply["events"]], reply["last_seq"], reply.get("next_after"))
+    return EventPage([_build(Event, e) for e in reply["events"]], reply["last_seq"], reply.get("next_after"),
+                     reply.get("first_seq"))
 
 
 class _Ops:

@@ -161,10 +161,12 @@ class Event:
 @dataclass
 class EventPage:
     """`events`. next_after is set when a reply without limit stopped at 10,000 seqs: ask again with
-    after=next_after."""
+    after=next_after. first_seq is set when the log begins after seq 1 (a fork's, after its summary) and
+    after was before it: the events begin there."""
     events: List[Event]
     last_seq: int
     next_after: Optional[int] = None
+    first_seq: Optional[int] = None
 
 
 @dataclass
