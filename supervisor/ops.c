@@ -17,6 +17,7 @@
 #include "supervisor/backup.h"
 #include "supervisor/control.h"
 #include "supervisor/durable.h"
+#include "supervisor/forward.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
@@ -263,6 +264,49 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t 
 	return a;
 }
 
+/* Park j's reply until owner, the node that runs its conversation, has
+ * acted (forward.h); get's reply so far goes with it. A failure to ask is
+ * j's error (get: its reply as it is, without the owner's worker). */
+static void park_forward(struct job *j, int action, const char *owner, int sig)
+{
+	json_t *partial = action == FORWARD_WORKER ? j->reply : NULL;
+	if (!j->slot)
+		return; /* its client went: nobody to answer */
+	int e = forward_ask(action, j->rq.conv, owner, j->slot, j->rq.id, sig, json_incref(partial));
+	if (e) {
+		if (action != FORWARD_WORKER)
+			job_error(j, PERR_UNAVAILABLE, "conversation %s is run by node %s, which cannot be asked: %s",
+				  j->rq.conv, owner, e == -ENOMEM ? "out of memory" : store_strerror(e));
+		return;
+	}
+	json_decref(j->reply);
+	j->reply = NULL;
+	j->slot = NULL; /* answered when the owner answers, or after lease_time */
+	j->parked = 1;
+}
+
+/* Whether j's conversation is run by another live node, to which j went
+ * (parked, or failed with j's error): 1, or 0 to act here. */
+static int forwarded(struct job *j, int action)
+{
+	store_txn *t;
+	char owner[STORE_ID_MAX + 1];
+	if (!nodes_shared())
+		return 0;
+	int e = store_txn_begin(O.env->st, STORE_READ, &t);
+	if (!e) {
+		e = forward_owner(t, j->rq.conv, owner);
+		store_txn_abort(t);
+	}
+	if (e < 0) {
+		job_store_error(j, e, "conversation");
+		return 1;
+	}
+	if (e == 1)
+		park_forward(j, action, owner, j->rq.signal);
+	return e == 1;
+}
+
 static void op_get(store_txn *t, struct job *j)
 {
 	struct store_conv c;
@@ -280,6 +324,9 @@ static void op_get(store_txn *t, struct job *j)
 	if (o && store_event_first_seq(t, j->rq.conv, &first) == 0) /* where its log begins (a fork's may begin later) */
 		json_object_set_new(o, "first_seq", json_integer((json_int_t)first));
 	j->reply = json_pack("{so}", "conversation", o);
+	char owner[STORE_ID_MAX + 1];
+	if (j->reply && o && forward_owner(t, j->rq.conv, owner) == 1)
+		park_forward(j, FORWARD_WORKER, owner, 0);
 }
 
 struct runs_ctx {
@@ -574,7 +621,7 @@ static int conv_exists(struct job *j)
 
 static void op_kill(store_txn *t, struct job *j)
 {
-	if (!conv_exists(j))
+	if (!conv_exists(j) || forwarded(j, FORWARD_KILL))
 		return;
 	json_t *worker = workers_conv_json(j->rq.conv);
 	if (!worker)
@@ -590,14 +637,14 @@ static void op_kill(store_txn *t, struct job *j)
 
 static void op_stop(store_txn *t, struct job *j)
 {
-	if (!conv_exists(j))
+	if (!conv_exists(j) || forwarded(j, FORWARD_STOP))
 		return;
 	j->reply = json_pack("{sb}", "stopping", workers_stop(j->rq.conv) == 0);
 }
 
 static void op_compact(store_txn *t, struct job *j)
 {
-	if (!conv_exists(j))
+	if (!conv_exists(j) || forwarded(j, FORWARD_COMPACT))
 		return;
 	if (workers_wake(j->rq.conv)) {
 		job_error(j, PERR_INTERNAL, "could not start a worker for %s", j->rq.conv);
@@ -850,6 +897,8 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 	 * that still completes the turn ends it as it does every run. */
 	if (!e && j->rq.status == STORE_ENDED && c.status != STORE_ENDED)
 		e = conv_run_end(t, j->rq.conv, STORE_RUN_INTERRUPTED);
+	if (!e && j->rq.status == STORE_ENDED) /* a worker on another node: that node stops it */
+		e = forward_tell(t, j->rq.conv, "end");
 	if (!e && r->resumed)
 		e = lease_ahead(t, j->rq.conv);
 	if (have_buf)
@@ -870,7 +919,10 @@ static int w_delete(store_txn *t, struct job *j, struct wres *r)
 	 * be fenced (its conversation is gone), but it must not run a model or
 	 * tool for a deleted conversation either. */
 	workers_deleted(j->rq.conv);
-	int e = store_conv_delete(t, j->rq.conv);
+	int e = forward_tell(t, j->rq.conv, "delete"); /* another node's worker: that node kills it */
+	if (e)
+		return job_store_error(j, e, "delete"), e;
+	e = store_conv_delete(t, j->rq.conv);
 	if (e && e != STORE_E_NOTFOUND)
 		return job_store_error(j, e, "delete"), e;
 	j->reply = json_pack("{sb}", "deleted", e == 0);
@@ -1115,6 +1167,8 @@ static int w_cancel(store_txn *t, struct job *j, struct wres *r)
 	e = conv_turn_cancel(t, j->rq.conv, &ids, &r->seq);
 	if (!e)
 		e = workers_fence(t, j->rq.conv);
+	if (!e) /* a worker on another node: that node kills it and its model or tool */
+		e = forward_tell(t, j->rq.conv, "cancel");
 	if (e) {
 		json_decref(ids);
 		return job_store_error(j, e, "cancel"), e;
@@ -1190,6 +1244,11 @@ static int w_resume(store_txn *t, struct job *j, struct wres *r)
 		return job_store_error(j, e, "resume"), e;
 	r->seq = 1; /* for after_resume: a worker is owed */
 	j->reply = json_pack("{sbsb}", "resumed", 1, "rerun", gave_up);
+	/* Another node's live lease: lease_ahead's claim told that node, which
+	 * starts the worker if none runs there (docs/scale-out.md). */
+	char owner[STORE_ID_MAX + 1];
+	if (j->reply && forward_owner(t, j->rq.conv, owner) == 1)
+		json_object_set_new(j->reply, "node", json_string(owner));
 	return 0;
 }
 
