@@ -62,6 +62,11 @@
 	X(summary_latest, (store_txn *x, const char *conv, struct store_summary *out), (x, conv, out)) \
 	X(load_since, (store_txn *x, const char *conv, struct store_summary *sum, int *has_summary, \
 		       store_event_fn fn, void *arg), (x, conv, sum, has_summary, fn, arg)) \
+	X(conv_create_at, (store_txn *x, const char *id, store_bytes settings, uint64_t first_seq), \
+	  (x, id, settings, first_seq)) \
+	X(event_first_seq, (store_txn *x, const char *conv, uint64_t *seq), (x, conv, seq)) \
+	X(runs_each, (store_txn *x, int (*fn)(void *arg, store_bytes conv, const struct store_run *r), void *arg), \
+	  (x, fn, arg)) \
 	X(tool_call_upsert, (store_txn *x, const char *conv, const struct store_tool_call_in *tc), (x, conv, tc)) \
 	X(tool_call_get, (store_txn *x, const char *id, struct store_tool_call *out), (x, id, out)) \
 	X(tool_calls_list, (store_txn *x, const char *conv, unsigned mask, \

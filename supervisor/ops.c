@@ -320,6 +320,9 @@ static void op_get(store_txn *t, struct job *j)
 	int running = o ? conv_run_running(t, j->rq.conv, &run) : 0;
 	if (o) /* the active run (docs/protocol.md, "Runs"), null between turns */
 		json_object_set_new(o, "run", running > 0 ? conv_run_json(&run) : json_null());
+	uint64_t first = 1;
+	if (o && store_event_first_seq(t, j->rq.conv, &first) == 0) /* where its log begins (a fork's may begin later) */
+		json_object_set_new(o, "first_seq", json_integer((json_int_t)first));
 	j->reply = json_pack("{so}", "conversation", o);
 	char owner[STORE_ID_MAX + 1];
 	if (j->reply && o && forward_owner(t, j->rq.conv, owner) == 1)
@@ -445,6 +448,23 @@ json_t *ops_events_reply(json_t *evs, uint64_t last, uint64_t next)
 	return o;
 }
 
+/* A range asked from before where the log begins (a fork's log begins
+ * after the summary that stands in for what came before): the reply says
+ * first_seq (an extension), so a client paging from 0 sees why its first
+ * event is not seq 1. Asked only when the events did not start at after + 1. */
+static int events_first_seq(struct job *j)
+{
+	store_txn *t;
+	uint64_t first = 1;
+	if (store_txn_begin(O.env->st, STORE_READ, &t))
+		return 0; /* an extension left out, never the events */
+	int e = store_event_first_seq(t, j->rq.conv, &first);
+	store_txn_abort(t);
+	if (e || first <= 1 || j->rq.after + 1 >= first)
+		return 0;
+	return json_object_set_new(j->reply, "first_seq", json_integer((json_int_t)first));
+}
+
 static void op_events(store_txn *t, struct job *j)
 {
 	uint64_t last = 0, next;
@@ -466,7 +486,12 @@ static void op_events(store_txn *t, struct job *j)
 		j->parked = 1;
 		return;
 	}
+	json_t *first = json_array_get(evs, 0);
+	uint64_t from = (uint64_t)json_integer_value(json_object_get(first, "seq"));
+	int asked_before = j->rq.after < last && (!first || from > j->rq.after + 1);
 	j->reply = ops_events_reply(evs, last, next);
+	if (j->reply && asked_before && events_first_seq(j))
+		j->reply = NULL; /* answered "out of memory" */
 }
 
 static void op_watch(store_txn *t, struct job *j)
@@ -477,7 +502,17 @@ static void op_watch(store_txn *t, struct job *j)
 		job_store_error(j, e, "conversation");
 		return;
 	}
-	int e2 = waiters_watch(slot_client(j->slot), j->rq.conv, j->rq.has_after ? j->rq.after : last);
+	uint64_t after = j->rq.has_after ? j->rq.after : last, first = 1;
+	/* A log that begins after seq 1 (a fork's): a watch from before it
+	 * starts at its first seq, as `events` does (the pump reads batches
+	 * from `after` on and would find nothing before it). */
+	if ((e = store_event_first_seq(t, j->rq.conv, &first))) {
+		job_store_error(j, e, "conversation");
+		return;
+	}
+	if (after + 1 < first)
+		after = first - 1;
+	int e2 = waiters_watch(slot_client(j->slot), j->rq.conv, after);
 	if (e2 == -EEXIST) {
 		job_error(j, PERR_CONFLICT, "this connection is already watching");
 		return;
@@ -857,6 +892,11 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 		p.metadata = (store_bytes){ mb.sb.data, mb.sb.size };
 	}
 	e = p.set ? store_conv_put(t, j->rq.conv, &p) : 0;
+	/* Ended, its worker is stopped and none starts again: a run still
+	 * running would stay so for good. It ends interrupted here; a worker
+	 * that still completes the turn ends it as it does every run. */
+	if (!e && j->rq.status == STORE_ENDED && c.status != STORE_ENDED)
+		e = conv_run_end(t, j->rq.conv, STORE_RUN_INTERRUPTED);
 	if (!e && j->rq.status == STORE_ENDED) /* a worker on another node: that node stops it */
 		e = forward_tell(t, j->rq.conv, "end");
 	if (!e && r->resumed)
@@ -1073,6 +1113,11 @@ static int w_fork(store_txn *t, struct job *j, struct wres *r)
 	int e = conv_fork(t, &in, &out);
 	if (e == STORE_E_NOTFOUND)
 		return job_error(j, PERR_NOT_FOUND, "conversation '%s' not found", j->rq.conv), 0;
+	if (e == STORE_E_INVAL && out.src_first > 1)
+		return job_error(j, PERR_BAD_REQUEST, "seq %llu of %s: its log begins at seq %llu and its latest summary "
+				 "cannot stand in for the seqs before that at this seq (fork at a seq after a turn that "
+				 "follows its latest summary)", (unsigned long long)j->rq.seq, j->rq.conv,
+				 (unsigned long long)out.src_first), 0;
 	if (e == STORE_E_INVAL)
 		return job_error(j, PERR_BAD_REQUEST, "seq %llu is past the last seq of %s (%llu)",
 				 (unsigned long long)j->rq.seq, j->rq.conv, (unsigned long long)out.src_last), 0;
@@ -1094,6 +1139,8 @@ static int w_fork(store_txn *t, struct job *j, struct wres *r)
 	if (j->reply)
 		json_object_set_new(j->reply, "summary_to", out.summary_to ? json_integer((json_int_t)out.summary_to)
 									   : json_null());
+	if (j->reply)
+		json_object_set_new(j->reply, "first_seq", json_integer((json_int_t)out.first_seq));
 	return 0;
 }
 
