@@ -609,6 +609,20 @@ int store_summary_latest(store_txn *txn, const char *conv, struct store_summary 
 int store_load_since(store_txn *txn, const char *conv, struct store_summary *sum,
 		     int *has_summary, store_event_fn fn, void *arg);
 
+/* Every summary of the conversation, superseded ones too, in to_seq order
+ * (agentd export). fn's non-zero return stops the walk and is returned.
+ * Errors: STORE_E_NOTFOUND (conversation), STORE_E_CORRUPT, STORE_E_INVAL. */
+int store_summaries_list(store_txn *txn, const char *conv,
+			 int (*fn)(void *arg, const struct store_summary *s), void *arg);
+/* Write a summary exactly as given: its from_seq, to_seq, version and
+ * inserted_at (not the next version, not the clock's time), replacing one
+ * with its to_seq; for agentd import, which carries each summary of a store
+ * as its source had it. Later puts number on from the greatest version.
+ * Errors: STORE_E_NOTFOUND, STORE_E_INVAL (as store_summary_put, or version
+ * 0 or past INT64_MAX), STORE_E_CONFLICT (another to_seq of the
+ * conversation has that version: a version names one summary). */
+int store_summary_restore(store_txn *txn, const char *conv, const struct store_summary *s);
+
 /* ---- tool calls ------------------------------------------------------ */
 
 /* CANCELLED: settled by a `cancel` of its turn (it never ran to an outcome). */

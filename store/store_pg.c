@@ -1721,6 +1721,93 @@ int store_load_since(store_txn *x, const char *conv, struct store_summary *sum, 
 	return stream(x, conv, &r, fn, arg);
 }
 
+/* ---- every summary, and one restored as it was (agentd export/import) --- */
+
+/* A statement of the few that run once per conversation at most (export
+ * and import): not prepared, so they take no bit of struct pgconn's. */
+static PGresult *run_sql(store_txn *x, const char *q, const struct args *a, int *err)
+{
+	PGconn *c = x->pc->c;
+	PGresult *r = PQexecParams(c, q, a ? a->n : 0, NULL, a ? a->v : NULL, a ? a->len : NULL,
+				   a ? a->fmt : NULL, 1);
+	ExecStatusType st = PQresultStatus(r);
+	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+		*err = sqlstate_err(r, c);
+		PQclear(r);
+		x->err = x->err ? x->err : *err;
+		return NULL;
+	}
+	if ((*err = keep(x, r)) != 0) {
+		x->err = x->err ? x->err : *err;
+		return NULL;
+	}
+	return r;
+}
+
+int store_summaries_list(store_txn *x, const char *conv, int (*fn)(void *, const struct store_summary *),
+			 void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	int err = conv_exists(x, conv);
+	if (err)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	PGresult *r = run_sql(x, "SELECT from_seq, to_seq, version, inserted_at, content FROM summaries "
+			      "WHERE conv = $1::text ORDER BY to_seq", &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_summary sm = {
+			.from_seq = (uint64_t)g_i64(r, i, 0),
+			.to_seq = (uint64_t)g_i64(r, i, 1),
+			.version = (uint64_t)g_i64(r, i, 2),
+			.inserted_at = g_i64(r, i, 3),
+			.content = g_bytes(r, i, 4),
+		};
+		int rc = fn(arg, &sm);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_summary_restore(store_txn *x, const char *conv, const struct store_summary *in)
+{
+	CHECK_WRITE(x);
+	if (!in || in->to_seq == 0 || in->from_seq > in->to_seq || in->version == 0 || in->version > INT64_MAX ||
+	    in->to_seq > INT64_MAX || !in->content.ptr || !mp_valid_one(in->content.ptr, in->content.len))
+		return STORE_E_INVAL;
+	uint64_t last;
+	int err = conv_load(x, conv, NULL, &last);
+	if (err)
+		return err;
+	if (in->to_seq > last)
+		return STORE_E_INVAL;
+	if ((err = quota(x, in->content.len)) != 0)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	a_i64(&a, (int64_t)in->to_seq);
+	a_i64(&a, (int64_t)in->from_seq);
+	a_i64(&a, (int64_t)in->version);
+	a_i64(&a, in->inserted_at);
+	a_bytes(&a, in->content, 0);
+	/* No row back: another to_seq holds the version (the conversation's
+	 * row lock keeps that true until the commit). */
+	PGresult *r = run_sql(x, "INSERT INTO summaries (conv, to_seq, from_seq, version, inserted_at, content) "
+			      "SELECT $1::text, $2::int8, $3::int8, $4::int8, $5::int8, $6::bytea WHERE NOT EXISTS "
+			      "(SELECT 1 FROM summaries WHERE conv = $1::text AND version = $4::int8 "
+			      "AND to_seq <> $2::int8) ON CONFLICT (conv, to_seq) DO UPDATE SET "
+			      "from_seq = EXCLUDED.from_seq, version = EXCLUDED.version, "
+			      "inserted_at = EXCLUDED.inserted_at, content = EXCLUDED.content RETURNING 1", &a, &err);
+	if (!r)
+		return err;
+	return PQntuples(r) == 1 ? 0 : STORE_E_CONFLICT;
+}
+
 /* ---- tool calls ------------------------------------------------------ */
 
 static int tc_row(const PGresult *r, int row, struct store_tool_call *tc)
