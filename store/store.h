@@ -56,7 +56,8 @@
  *    valid until the transaction ends, in a write transaction too.
  *  - A server error poisons the transaction, read or write (PostgreSQL has
  *    aborted it): every later operation and the commit return it. Disk full
- *    is STORE_E_FULL; a deadlock or serialisation failure -EAGAIN; a lost
+ *    is STORE_E_FULL; a database refusing writes (default_transaction_read_only,
+ *    a hot standby) -EROFS; a deadlock or serialisation failure -EAGAIN; a lost
  *    connection -ECONNRESET (a begin retries once on a new connection); no
  *    server, or one refusing the connection (too many clients, bad
  *    credentials) -ECONNREFUSED; a statement timeout -ETIMEDOUT; anything
@@ -267,7 +268,8 @@ uint64_t store_last_id(store *s);
  * -EBUSY (a write transaction of this process is already open), -EAGAIN (no
  * free reader slot; or another process grew the map while a transaction of
  * this process is open: end it, then retry), STORE_E_FULL (the map could not
- * grow), -errno. */
+ * grow), -errno. On failure *out is NULL (store_txn_abort(NULL) does
+ * nothing), so a caller's shared abort path is safe. */
 int store_txn_begin(store *s, int mode, store_txn **out);
 /* Commit and free. On failure nothing was written and txn is freed.
  * Errors: the poisoning error, STORE_E_FULL, -errno (-EIO, -ENOSPC). */

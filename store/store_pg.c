@@ -285,7 +285,14 @@ static const char schema_v1[] =
 	" cost float8 NOT NULL, started_at bigint NOT NULL, ended_at bigint NOT NULL, PRIMARY KEY (conv, id));"
 	"INSERT INTO schema_version VALUES (1);";
 
-#define SCHEMA_LOCK "SELECT pg_advisory_xact_lock(7270018)"
+/* Held by the session across the transaction that creates (or migrates)
+ * the schema, and released after its commit. Not a transaction-level lock:
+ * a process that waited for it must look again in a transaction begun
+ * after the wait, since one begun before would keep its catalog cache's
+ * word that the tables are absent (a wait on an advisory lock, unlike one
+ * on a table's, does not refresh it) and create them a second time. */
+#define SCHEMA_LOCK "SELECT pg_advisory_lock(7270018)"
+#define SCHEMA_UNLOCK "SELECT pg_advisory_unlock(7270018)"
 
 /* The bytes of this schema's tables, their indexes and TOAST included. */
 #define SIZE_SQL \
@@ -354,6 +361,8 @@ static int sqlstate_err(const PGresult *r, PGconn *c)
 		return -EAGAIN; /* too many connections, serialisation failure, deadlock, lock timeout */
 	if (strcmp(st, "57014") == 0)
 		return -ETIMEDOUT; /* statement_timeout */
+	if (strcmp(st, "25006") == 0)
+		return -EROFS; /* a read-only transaction: default_transaction_read_only, a hot standby */
 	if (strncmp(st, "08", 2) == 0 || strncmp(st, "57P", 3) == 0)
 		return -ECONNRESET;
 	/* Every insert the store makes names its conflict (ON CONFLICT): a
@@ -931,16 +940,19 @@ static int schema_check(store *s, PGconn *c)
 			store_open_error_set("no agentd store in this database and schema (no schema_version table)");
 			return STORE_E_CORRUPT; /* not an agentd store */
 		}
-		if ((err = exec_simple(c, "BEGIN; " SCHEMA_LOCK)) != 0)
+		if ((err = exec_simple(c, SCHEMA_LOCK)) != 0)
 			return err;
-		if ((err = query_i64(c, "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8", &present,
-				     &rows)) == 0 && !present)
-			err = exec_simple(c, schema_v1);
-		if (!err)
-			err = exec_simple(c, "COMMIT");
-		else
-			exec_simple(c, "ROLLBACK");
-		if (err)
+		if ((err = exec_simple(c, "BEGIN")) == 0) {
+			if ((err = query_i64(c, "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8",
+					     &present, &rows)) == 0 && !present)
+				err = exec_simple(c, schema_v1);
+			if (!err)
+				err = exec_simple(c, "COMMIT");
+			else
+				exec_simple(c, "ROLLBACK");
+		}
+		int unlock = exec_simple(c, SCHEMA_UNLOCK);
+		if (err || (err = unlock))
 			return err;
 	}
 	rows = 0;
