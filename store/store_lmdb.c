@@ -152,6 +152,7 @@ const char *store_strerror(int err)
 	case STORE_E_FULL: return "store full";
 	case STORE_E_CORRUPT: return "corrupt record";
 	case STORE_E_INVAL: return "invalid argument";
+	case -EROFS: return "read-only: the store refuses writes"; /* a read-only database, or file system */
 	}
 	return err < 0 ? strerror(-err) : "unknown error";
 }

@@ -150,14 +150,21 @@ def assert_gapless_and_once(a, c, acked):
 
 def test_a_read_only_database_refuses_writes_clearly_and_loses_nothing():
     """The database turns read-only under agentd: sends and creates answer `unavailable` saying so (nothing
-    written), reads go on; once it takes writes again agentd and its workers carry on, every acknowledged
-    send there once and answered."""
+    written), reads go on, and a worker in a turn cannot write its answer; once it takes
+    writes again agentd and its workers carry on, every acknowledged send there once and answered."""
     with Agentd(start=False) as a:
+        gate = a.gated_model()
         a.start()
         c = a.create(conversation="ro")
         acked = {}
         for i in range(3):
             acked[f"a{i}"] = send_answered(a, c, f"before {i}", event_id=f"a{i}")
+        # A turn in flight when the database turns read-only: its model answers only once the gate opens.
+        g = a.create(model="gated", conversation="in-flight")
+        g_seq = a.send(g, "slow", event_id="g0")
+        wait_for(lambda: a.ok({"op": "get", "conversation": g})["conversation"]["status"] == "active", 10,
+                 "the gated turn running")
+        mark = len(a.log())
         try:
             set_read_only(True)
             n = [0]
@@ -182,6 +189,12 @@ def test_a_read_only_database_refuses_writes_clearly_and_loses_nothing():
             assert a.ok({"op": "get", "conversation": c})["conversation"]["id"] == c
             assert len(a.events(c)) >= 6
             assert "refuses writes (its database is read-only)" in a.log()
+            # The gated turn ends now: its worker cannot write (its lease check or its answer is refused).
+            with open(gate, "w"):
+                pass
+            wait_for(lambda: "in-flight: worker" in a.log()[mark:] and "read-only: the store refuses writes" in
+                     a.log()[mark:], 20, "the worker's write refused")
+            assert [e["type"] for e in a.events(g)] == ["user_msg"], a.events(g)
         finally:
             set_read_only(False)
         eid = "after"
@@ -193,6 +206,8 @@ def test_a_read_only_database_refuses_writes_clearly_and_loses_nothing():
         # Every acknowledged send is answered (a worker whose commit was refused ran its turn again).
         answered(a, c, acked[eid])
         assert_gapless_and_once(a, c, acked)
+        answered(a, g, g_seq)  # the turn in flight ran again once writes were taken
+        assert_gapless_and_once(a, g, {"g0": g_seq})
         assert not any(e.get("event_id", "").startswith("ro") for e in a.events(c))
         assert a.request({"op": "get", "conversation": "new-while-ro"})["error"] == "not_found"
         rc, out = check(pg_target(a.data_dir))
