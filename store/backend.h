@@ -37,6 +37,7 @@
 	  (x, id, node, ttl_ms, gen)) \
 	X(conv_release, (store_txn *x, const char *id, const char *node, uint64_t gen), (x, id, node, gen)) \
 	X(notify, (store_txn *x, const char *node, const char *conv), (x, node, conv)) \
+	X(notify_msg, (store_txn *x, const char *node, const char *msg), (x, node, msg)) \
 	X(expiries_claim, (store_txn *x, int64_t now_ms, size_t limit, \
 			   int (*fn)(void *arg, const struct store_expiry *e), void *arg), (x, now_ms, limit, fn, arg)) \
 	X(convs_claimable, (store_txn *x, unsigned mask, size_t limit, store_conv_id_fn fn, void *arg), \

@@ -42,6 +42,7 @@
 #define store_convs_claimable STORE_BACKEND_NAME(convs_claimable)
 #define store_node_leases STORE_BACKEND_NAME(node_leases)
 #define store_notify STORE_BACKEND_NAME(notify)
+#define store_notify_msg STORE_BACKEND_NAME(notify_msg)
 #define store_expiries_claim STORE_BACKEND_NAME(expiries_claim)
 #define store_event_append STORE_BACKEND_NAME(event_append)
 #define store_events_append STORE_BACKEND_NAME(events_append)

@@ -498,7 +498,8 @@ int store_node_leases(store_txn *txn, const char *node,
  * conversation named twice in one transaction arrives once). The owner
  * listens on a connection of its own, store_listen, whose descriptor goes
  * into its poll loop; when it is readable, store_notified hands over the
- * conversation ids that arrived. A notification is a hint, never the
+ * conversation ids that arrived (and store_notify_msg's messages, below).
+ * A notification is a hint, never the
  * truth: one is lost when the listening connection breaks (store_notified
  * then fails -ECONNRESET: listen again, and look at the log, as a poll
  * would), so a listener also polls now and then. Channels are per node and
@@ -513,6 +514,18 @@ int store_node_leases(store_txn *txn, const char *node,
 int store_notify(store_txn *txn, const char *node, const char *conv);
 int store_listen(store *s, const char *node, int *fd);
 int store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t len), void *arg);
+
+/* A message for `node`'s listener, sent as store_notify sends a wakeup (at
+ * commit, only if it commits; the same message twice in one transaction
+ * arrives once): nodes asking each other to act on the workers they run
+ * (supervisor/forward.h). msg is 1 to STORE_NOTIFY_MSG_MAX bytes of
+ * printable ASCII (0x20-0x7e) holding at least one space, which no
+ * conversation id holds: store_notified hands it to its callback as it
+ * arrived (not NUL-terminated), and the callback tells a message from a
+ * wakeup by that space. The LMDB store validates and does nothing.
+ * Errors: STORE_E_INVAL (a bad node id or message, a read transaction). */
+#define STORE_NOTIFY_MSG_MAX 4000
+int store_notify_msg(store_txn *txn, const char *node, const char *msg);
 
 /* Add a model call's usage to the conversation's running totals. They
  * saturate: tokens at INT64_MAX (what a JSON integer holds), the cost at

@@ -3409,6 +3409,27 @@ int store_notify(store_txn *x, const char *node, const char *conv)
 	return id_ok(node) && id_ok(conv) ? 0 : STORE_E_INVAL;
 }
 
+/* A message a node's listener takes for one (store.h). */
+static int notify_msg_ok(const char *msg)
+{
+	size_t n = 0;
+	int space = 0;
+	if (!msg)
+		return 0;
+	for (; msg[n]; n++) {
+		if ((unsigned char)msg[n] < 0x20 || (unsigned char)msg[n] > 0x7e || n >= STORE_NOTIFY_MSG_MAX)
+			return 0;
+		space |= msg[n] == ' ';
+	}
+	return n > 0 && space;
+}
+
+int store_notify_msg(store_txn *x, const char *node, const char *msg)
+{
+	CHECK_WRITE(x);
+	return id_ok(node) && notify_msg_ok(msg) ? 0 : STORE_E_INVAL;
+}
+
 /* ---- the backend's table (store/store.c) -------------------------------- */
 
 #define LMDB_ENTRY(name, params, args) .name = lmdb_store_##name,

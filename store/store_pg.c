@@ -2617,6 +2617,33 @@ int store_notify(store_txn *x, const char *node, const char *conv)
 	return run(x, Q_NOTIFY, &a, &err) ? 0 : err;
 }
 
+/* A message a node's listener takes for one (store.h). */
+static int notify_msg_ok(const char *msg)
+{
+	size_t n = 0;
+	int space = 0;
+	if (!msg)
+		return 0;
+	for (; msg[n]; n++) {
+		if ((unsigned char)msg[n] < 0x20 || (unsigned char)msg[n] > 0x7e || n >= STORE_NOTIFY_MSG_MAX)
+			return 0;
+		space |= msg[n] == ' ';
+	}
+	return n > 0 && space;
+}
+
+int store_notify_msg(store_txn *x, const char *node, const char *msg)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(node) || !notify_msg_ok(msg))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, node);
+	a_str(&a, msg);
+	return run(x, Q_NOTIFY, &a, &err) ? 0 : err;
+}
+
 int pg_store_listen(store *s, const char *node, int *fd)
 {
 	if (!id_ok(node))

@@ -17,6 +17,7 @@
 #include "supervisor/backup.h"
 #include "supervisor/control.h"
 #include "supervisor/durable.h"
+#include "supervisor/forward.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
@@ -276,6 +277,49 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t 
 	return a;
 }
 
+/* Park j's reply until owner, the node that runs its conversation, has
+ * acted (forward.h); get's reply so far goes with it. A failure to ask is
+ * j's error (get: its reply as it is, without the owner's worker). */
+static void park_forward(struct job *j, int action, const char *owner, int sig)
+{
+	json_t *partial = action == FORWARD_WORKER ? j->reply : NULL;
+	if (!j->slot)
+		return; /* its client went: nobody to answer */
+	int e = forward_ask(action, j->rq.conv, owner, j->slot, j->rq.id, sig, json_incref(partial));
+	if (e) {
+		if (action != FORWARD_WORKER)
+			job_error(j, PERR_UNAVAILABLE, "conversation %s is run by node %s, which cannot be asked: %s",
+				  j->rq.conv, owner, e == -ENOMEM ? "out of memory" : store_strerror(e));
+		return;
+	}
+	json_decref(j->reply);
+	j->reply = NULL;
+	j->slot = NULL; /* answered when the owner answers, or after lease_time */
+	j->parked = 1;
+}
+
+/* Whether j's conversation is run by another live node, to which j went
+ * (parked, or failed with j's error): 1, or 0 to act here. */
+static int forwarded(struct job *j, int action)
+{
+	store_txn *t;
+	char owner[STORE_ID_MAX + 1];
+	if (!nodes_shared())
+		return 0;
+	int e = store_txn_begin(O.env->st, STORE_READ, &t);
+	if (!e) {
+		e = forward_owner(t, j->rq.conv, owner);
+		store_txn_abort(t);
+	}
+	if (e < 0) {
+		job_store_error(j, e, "conversation");
+		return 1;
+	}
+	if (e == 1)
+		park_forward(j, action, owner, j->rq.signal);
+	return e == 1;
+}
+
 static void op_get(store_txn *t, struct job *j)
 {
 	struct store_conv c;
@@ -290,6 +334,9 @@ static void op_get(store_txn *t, struct job *j)
 	if (o) /* the active run (docs/protocol.md, "Runs"), null between turns */
 		json_object_set_new(o, "run", running > 0 ? conv_run_json(&run) : json_null());
 	j->reply = json_pack("{so}", "conversation", o);
+	char owner[STORE_ID_MAX + 1];
+	if (j->reply && o && forward_owner(t, j->rq.conv, owner) == 1)
+		park_forward(j, FORWARD_WORKER, owner, 0);
 }
 
 struct runs_ctx {
@@ -552,7 +599,7 @@ static int conv_exists(struct job *j)
 
 static void op_kill(store_txn *t, struct job *j)
 {
-	if (!conv_exists(j))
+	if (!conv_exists(j) || forwarded(j, FORWARD_KILL))
 		return;
 	json_t *worker = workers_conv_json(j->rq.conv);
 	if (!worker)
@@ -568,14 +615,14 @@ static void op_kill(store_txn *t, struct job *j)
 
 static void op_stop(store_txn *t, struct job *j)
 {
-	if (!conv_exists(j))
+	if (!conv_exists(j) || forwarded(j, FORWARD_STOP))
 		return;
 	j->reply = json_pack("{sb}", "stopping", workers_stop(j->rq.conv) == 0);
 }
 
 static void op_compact(store_txn *t, struct job *j)
 {
-	if (!conv_exists(j))
+	if (!conv_exists(j) || forwarded(j, FORWARD_COMPACT))
 		return;
 	if (workers_wake(j->rq.conv)) {
 		job_error(j, PERR_INTERNAL, "could not start a worker for %s", j->rq.conv);
@@ -613,7 +660,8 @@ static void op_metrics(store_txn *t, struct job *j)
 {
 	struct store_stat st = { 0 };
 	store_stat(O.env->st, &st);
-	struct metrics_gauges g = { workers_live(), control_nclients(), st.size_bytes, st.map_size, durable_flushes() };
+	struct metrics_gauges g = { workers_live(), control_nclients(), st.size_bytes, st.map_size, durable_flushes(),
+				    durable_flush_failures() };
 	size_t len = 0;
 	char *buf = metrics_text(&g, &len);
 	char *more = buf ? nodes_metrics_text() : NULL;
@@ -822,6 +870,8 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 		p.metadata = (store_bytes){ mb.sb.data, mb.sb.size };
 	}
 	e = p.set ? store_conv_put(t, j->rq.conv, &p) : 0;
+	if (!e && j->rq.status == STORE_ENDED) /* a worker on another node: that node stops it */
+		e = forward_tell(t, j->rq.conv, "end");
 	if (!e && r->resumed)
 		e = lease_ahead(t, j->rq.conv);
 	if (have_buf)
@@ -842,7 +892,10 @@ static int w_delete(store_txn *t, struct job *j, struct wres *r)
 	 * be fenced (its conversation is gone), but it must not run a model or
 	 * tool for a deleted conversation either. */
 	workers_deleted(j->rq.conv);
-	int e = store_conv_delete(t, j->rq.conv);
+	int e = forward_tell(t, j->rq.conv, "delete"); /* another node's worker: that node kills it */
+	if (e)
+		return job_store_error(j, e, "delete"), e;
+	e = store_conv_delete(t, j->rq.conv);
 	if (e && e != STORE_E_NOTFOUND)
 		return job_store_error(j, e, "delete"), e;
 	j->reply = json_pack("{sb}", "deleted", e == 0);
@@ -1080,6 +1133,8 @@ static int w_cancel(store_txn *t, struct job *j, struct wres *r)
 	e = conv_turn_cancel(t, j->rq.conv, &ids, &r->seq);
 	if (!e)
 		e = workers_fence(t, j->rq.conv);
+	if (!e) /* a worker on another node: that node kills it and its model or tool */
+		e = forward_tell(t, j->rq.conv, "cancel");
 	if (e) {
 		json_decref(ids);
 		return job_store_error(j, e, "cancel"), e;
@@ -1155,6 +1210,11 @@ static int w_resume(store_txn *t, struct job *j, struct wres *r)
 		return job_store_error(j, e, "resume"), e;
 	r->seq = 1; /* for after_resume: a worker is owed */
 	j->reply = json_pack("{sbsb}", "resumed", 1, "rerun", gave_up);
+	/* Another node's live lease: lease_ahead's claim told that node, which
+	 * starts the worker if none runs there (docs/scale-out.md). */
+	char owner[STORE_ID_MAX + 1];
+	if (j->reply && forward_owner(t, j->rq.conv, owner) == 1)
+		json_object_set_new(j->reply, "node", json_string(owner));
 	return 0;
 }
 

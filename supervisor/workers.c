@@ -36,6 +36,9 @@ struct compact_req {
 	int64_t num;
 	struct slot *slot; /* NULL: its client went */
 	json_t *id;
+	/* Or asked by another node (forward.h): told through done, once. */
+	void (*done)(void *arg, int ok, const char *msg, size_t len);
+	void *done_arg;
 };
 
 /* One per conversation the supervisor tracks: a live worker, one queued for
@@ -144,6 +147,8 @@ static void compacts_fail(struct worker *w, const char *why)
 	workers_changed();
 	while ((r = w->compacts)) {
 		w->compacts = r->next;
+		if (r->done)
+			r->done(r->done_arg, 0, why, strlen(why));
 		if (r->slot) {
 			struct client *c = slot_client(r->slot);
 			slot_error(r->slot, r->id, PERR_INTERNAL, why);
@@ -649,6 +654,8 @@ static void on_compacted(struct worker *w, const struct ipc_msg *m)
 		return;
 	*pp = r->next;
 	workers_changed();
+	if (r->done)
+		r->done(r->done_arg, m->ok, m->text ? m->text : "", m->ok ? 0 : m->text_len);
 	if (r->slot) {
 		struct client *c = slot_client(r->slot);
 		if (m->ok) {
@@ -1013,6 +1020,19 @@ int workers_compact(const char *conv, struct slot *s, json_t *id)
 {
 	struct worker *w = worker_find(conv);
 	return w ? worker_compact(w, s, id) : -ENOENT;
+}
+
+int workers_compact_cb(const char *conv, void (*done)(void *arg, int ok, const char *msg, size_t len), void *arg)
+{
+	struct worker *w = worker_find(conv);
+	if (!w)
+		return -ENOENT;
+	int e = worker_compact(w, NULL, NULL);
+	if (!e) {
+		w->compacts->done = done; /* worker_compact put it first */
+		w->compacts->done_arg = arg;
+	}
+	return e;
 }
 
 void workers_deleted(const char *conv)

@@ -5365,6 +5365,22 @@ START_TEST(notify_validates_and_keeps_the_txn_usable)
 	ck_assert_int_eq(store_notify(t, "bad id", "c1"), STORE_E_INVAL);
 	ck_assert_int_eq(store_notify(t, "n1", NULL), STORE_E_INVAL);
 	ck_assert_int_eq(store_notify(NULL, "n1", "c1"), STORE_E_INVAL);
+	/* messages: printable, 1..STORE_NOTIFY_MSG_MAX bytes, with a space */
+	char big[STORE_NOTIFY_MSG_MAX + 2];
+	memset(big, 'a', sizeof big - 1);
+	big[sizeof big - 1] = 0;
+	big[1] = ' ';
+	ck_assert_int_eq(store_notify_msg(t, "n1", "ask 1 n2 kill c1 9"), 0);
+	ck_assert_int_eq(store_notify_msg(t, "n1", big), STORE_E_INVAL);
+	big[STORE_NOTIFY_MSG_MAX] = 0;
+	ck_assert_int_eq(store_notify_msg(t, "n1", big), 0);
+	ck_assert_int_eq(store_notify_msg(t, "n1", "no-space"), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(t, "n1", ""), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(t, "n1", "tab\there x"), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(t, "n1", "caf\xc3\xa9 x"), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(t, "n1", NULL), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(t, "bad id", "a b"), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(NULL, "n1", "a b"), STORE_E_INVAL);
 	struct store_event_in e = ev("user_msg", mint(1), NULL);
 	uint64_t seq;
 	ck_assert_int_eq(store_event_append(t, "c1", &e, &seq, NULL), 0);
@@ -5372,6 +5388,7 @@ START_TEST(notify_validates_and_keeps_the_txn_usable)
 	ck_assert_uint_eq(latest("c1"), 1);
 	t = rbegin();
 	ck_assert_int_eq(store_notify(t, "n1", "c1"), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(t, "n1", "a b"), STORE_E_INVAL);
 	store_txn_abort(t);
 	ck_assert_int_eq(store_notified(S, NULL, NULL), STORE_E_INVAL);
 }
