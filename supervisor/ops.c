@@ -1377,8 +1377,6 @@ static void group_commit_failed(int e, size_t n)
 	}
 }
 
-/* Long because one transaction and its retries (a damaged record left
- * out, a full map grown) are one loop; what each write then owes is after it. */
 /* A full map that cannot grow: keep only the deletes, for a transaction
  * that may use the store's delete reserve (STORE_WRITE_FREEING); the other
  * writes are refused store_full, since they are what must not spend it.
@@ -1401,130 +1399,177 @@ static size_t keep_deletes(struct job **w, size_t n)
 	return dels;
 }
 
-static void group_commit(struct job **w, struct wres *res, size_t n)
+/* One group transaction across its attempts: a damaged record or a write
+ * too large for a full map is left out and the rest run again, as after a
+ * lock conflict with another node or once the map has grown. */
+struct group {
+	struct job **w;
+	struct wres *res;
+	size_t n;           /* writes in the group */
+	size_t left;        /* of those, not left out (excluded) yet */
+	int grown;          /* attempts that met a full map which then grew */
+	int freeing;        /* the deletes alone, with the store's delete reserve */
+	int deadlocks;      /* attempts aborted for a lock conflict */
+	uint64_t committed; /* the id its replies show */
+};
+
+static void job_clear_result(struct job *j)
 {
-	int e = 0, grown = 0, freeing = 0, deadlocks = 0;
-	uint64_t committed = 0;
-	size_t left = n;
-	for (;;) {
-		store_txn *t;
-		size_t bad = n;
-		struct store_stat st;
-		size_t map0 = store_map_size(O.env->st); /* store_stat lists the readers: too dear for every commit */
-		/* Lazy: one flush under the writer lock; the replies wait for
-		 * the durable frontier instead (durable.h). */
-		e = gate_write_begin(STORE_WRITE_LAZY | (freeing ? STORE_WRITE_FREEING : 0), &t);
-		uint64_t id = e ? 0 : store_txn_id(t);
-		for (size_t i = 0; !e && i < n; i++) {
-			if (w[i]->excluded)
-				continue;
-			w[i]->err = 0;
-			json_decref(w[i]->reply);
-			w[i]->reply = NULL;
-			json_decref(w[i]->err_extra);
-			w[i]->err_extra = NULL;
-			int we = write_one(t, w[i], &res[i]);
-			if (fatal(we))
-				e = we, bad = i;
-		}
-		if (e) {
-			store_txn_abort(t);
-		} else {
-			e = commit_spawning(t);
-			if (!e) {
-				/* A transaction that changed nothing commits no
-				 * id: its replies show the one before. */
-				uint64_t last = store_last_id(O.env->st);
-				committed = last < id ? last : id;
-				if (committed == id)
-					durable_committed(id); /* its page flush covered those before */
-				durable_need(committed);
-				metrics_add(M_GROUP_COMMITS, 1);
-				metrics_add(M_GROUP_WRITES, n);
-			}
-		}
-		if (e)
-			leases_ahead_drop(); /* taken in a transaction that did not commit */
-		if (e == STORE_E_CORRUPT && bad < n) {
-			/* One write met a damaged record (`agentd check` names
-			 * it): it fails alone, with the error it set; the
-			 * others are retried without it. */
-			w[bad]->excluded = 1;
-			if (!w[bad]->err)
-				job_store_error(w[bad], e, proto_op_name(w[bad]->rq.op));
-			left--;
-			log_error("a %s of %s met a damaged record: refused; %zu other write(s) retried without it",
-				  proto_op_name(w[bad]->rq.op),
-				  w[bad]->rq.conv ? w[bad]->rq.conv
-						  : w[bad]->rq.tool_call_id ? w[bad]->rq.tool_call_id : "a new conversation",
-				  left);
-			if (left)
-				continue;
-			e = 0;
-			break;
-		}
-		/* A store shared by several nodes: another node's transaction
-		 * locked some of these conversations in another order, and the
-		 * server aborted this one to let it go on (-EAGAIN). Nothing of
-		 * it was written: run it again, a few times. */
-		if (e == -EAGAIN && deadlocks++ < 8) {
-			log_info("a group commit of %zu writes met a lock conflict with another node: retrying it", left);
+	json_decref(j->reply);
+	j->reply = NULL;
+	json_decref(j->err_extra);
+	j->err_extra = NULL;
+}
+
+static void group_committed(struct group *g, uint64_t id)
+{
+	/* A transaction that changed nothing commits no id: its replies
+	 * show the one before. */
+	uint64_t last = store_last_id(O.env->st);
+	g->committed = last < id ? last : id;
+	if (g->committed == id)
+		durable_committed(id); /* its page flush covered those before */
+	durable_need(g->committed);
+	metrics_add(M_GROUP_COMMITS, 1);
+	metrics_add(M_GROUP_WRITES, g->n);
+}
+
+/* One attempt: every write not left out, in one transaction, committed.
+ * Returns 0 or the store error; *bad is the write that met it (g->n: the
+ * begin or the commit did). */
+static int group_attempt(struct group *g, size_t *bad)
+{
+	store_txn *t;
+	*bad = g->n;
+	/* Lazy: one flush under the writer lock; the replies wait for the
+	 * durable frontier instead (durable.h). */
+	int e = gate_write_begin(STORE_WRITE_LAZY | (g->freeing ? STORE_WRITE_FREEING : 0), &t);
+	uint64_t id = e ? 0 : store_txn_id(t);
+	for (size_t i = 0; !e && i < g->n; i++) {
+		if (g->w[i]->excluded)
 			continue;
-		}
-		/* A full map: the store doubled it, or does before the next
-		 * begin, up to max_map_size; a large send may need several
-		 * doublings. A full disk, or a map at its maximum: no retry. */
-		if (e != STORE_E_FULL)
-			break;
-		if (grown >= 64 || store_stat(O.env->st, &st) || !(st.map_full || st.map_size > map0)) {
-			/* No room to grow, and a delete among the writes: the
-			 * deletes alone, with the reserve, so that an operator can
-			 * always free room. */
-			size_t dels = freeing ? 0 : keep_deletes(w, n);
-			if (dels) {
-				log_error("the store is full: %zu delete(s) run alone with the delete reserve, %zu other "
-					  "write(s) refused", dels, left - dels);
-				freeing = 1;
-				left = dels;
-				continue;
-			}
-			/* No room to grow: the write that met the full map (a
-			 * large send or batch) fails alone, as a damaged record
-			 * does, and the others are retried without it; a small
-			 * write, a delete above all, still fits. */
-			if (bad >= n || left < 2)
-				break;
-			w[bad]->excluded = 1;
-			job_error(w[bad], PERR_STORE_FULL, "the store is full (map size limit reached, or the disk is full)");
-			left--;
-			log_error("a %s of %s does not fit the full store (max_map_size): refused; %zu other write(s) "
-				  "retried without it", proto_op_name(w[bad]->rq.op), w[bad]->rq.conv ? w[bad]->rq.conv : "?", left);
-			continue;
-		}
-		if (!grown++)
-			log_info("the map is full during a group commit of %zu writes: growing it from %zu bytes", left,
-				 map0);
+		g->w[i]->err = 0;
+		job_clear_result(g->w[i]);
+		int we = write_one(t, g->w[i], &g->res[i]);
+		if (fatal(we))
+			e = we, *bad = i;
 	}
-	for (size_t i = 0; i < n; i++) {
-		w[i]->txnid = committed;
-		if (w[i]->excluded)
+	if (e)
+		store_txn_abort(t);
+	else if (!(e = commit_spawning(t)))
+		group_committed(g, id);
+	if (e)
+		leases_ahead_drop(); /* taken in a transaction that did not commit */
+	return e;
+}
+
+/* One write met a damaged record (`agentd check` names it): it fails
+ * alone, with the error it set; the others are retried without it. */
+static void group_leave_out_damaged(struct group *g, size_t bad, int e)
+{
+	struct job *j = g->w[bad];
+	j->excluded = 1;
+	if (!j->err)
+		job_store_error(j, e, proto_op_name(j->rq.op));
+	g->left--;
+	log_error("a %s of %s met a damaged record: refused; %zu other write(s) retried without it",
+		  proto_op_name(j->rq.op),
+		  j->rq.conv ? j->rq.conv : j->rq.tool_call_id ? j->rq.tool_call_id : "a new conversation", g->left);
+}
+
+/* The map is full and cannot grow: 1 when the group runs again smaller. */
+static int group_shrink_full(struct group *g, size_t bad)
+{
+	/* A delete among the writes: the deletes alone, with the reserve,
+	 * so that an operator can always free room. */
+	size_t dels = g->freeing ? 0 : keep_deletes(g->w, g->n);
+	if (dels) {
+		log_error("the store is full: %zu delete(s) run alone with the delete reserve, %zu other "
+			  "write(s) refused", dels, g->left - dels);
+		g->freeing = 1;
+		g->left = dels;
+		return 1;
+	}
+	/* The write that met the full map (a large send or batch) fails
+	 * alone, as a damaged record does, and the others are retried
+	 * without it; a small write, a delete above all, still fits. */
+	if (bad >= g->n || g->left < 2)
+		return 0;
+	struct job *j = g->w[bad];
+	j->excluded = 1;
+	job_error(j, PERR_STORE_FULL, "the store is full (map size limit reached, or the disk is full)");
+	g->left--;
+	log_error("a %s of %s does not fit the full store (max_map_size): refused; %zu other write(s) "
+		  "retried without it", proto_op_name(j->rq.op), j->rq.conv ? j->rq.conv : "?", g->left);
+	return 1;
+}
+
+/* After an attempt failed with *e: 1 when the group runs again, 0 when *e
+ * stands (0 once every write was left out). map0: the map's size before
+ * the attempt. */
+static int group_retry(struct group *g, int *e, size_t bad, size_t map0)
+{
+	if (*e == STORE_E_CORRUPT && bad < g->n) {
+		group_leave_out_damaged(g, bad, *e);
+		if (!g->left)
+			*e = 0;
+		return g->left > 0;
+	}
+	/* A store shared by several nodes: another node's transaction locked
+	 * some of these conversations in another order, and the server
+	 * aborted this one to let it go on (-EAGAIN). Nothing of it was
+	 * written: run it again, a few times. */
+	if (*e == -EAGAIN && g->deadlocks++ < 8) {
+		log_info("a group commit of %zu writes met a lock conflict with another node: retrying it", g->left);
+		return 1;
+	}
+	/* A full map: the store doubled it, or does before the next begin, up
+	 * to max_map_size; a large send may need several doublings. A full
+	 * disk, or a map at its maximum: no retry. */
+	if (*e != STORE_E_FULL)
+		return 0;
+	struct store_stat st;
+	if (g->grown >= 64 || store_stat(O.env->st, &st) || !(st.map_full || st.map_size > map0))
+		return group_shrink_full(g, bad);
+	if (!g->grown++)
+		log_info("the map is full during a group commit of %zu writes: growing it from %zu bytes", g->left, map0);
+	return 1;
+}
+
+/* What each write owes once the group is done: its after step, or the
+ * group's error (a write left out has its own). */
+static void group_settle(struct group *g, int e)
+{
+	for (size_t i = 0; i < g->n; i++) {
+		struct job *j = g->w[i];
+		j->txnid = g->committed;
+		if (j->excluded)
 			continue; /* its error is set */
 		if (e) {
-			json_decref(w[i]->reply);
-			w[i]->reply = NULL;
-			json_decref(w[i]->err_extra);
-			w[i]->err_extra = NULL;
+			job_clear_result(j);
 			if (e == STORE_E_FULL)
-				job_error(w[i], PERR_STORE_FULL,
-					  "the store is full (map size limit reached, or the disk is full)");
+				job_error(j, PERR_STORE_FULL, "the store is full (map size limit reached, or the disk is full)");
 			else if (perr_from_store(e) == PERR_UNAVAILABLE)
-				job_error(w[i], PERR_UNAVAILABLE, "%s", store_unavailable_why(e));
+				job_error(j, PERR_UNAVAILABLE, "%s", store_unavailable_why(e));
 			else
-				job_error(w[i], PERR_INTERNAL, "commit failed: %s", store_strerror(e));
-		} else if (!w[i]->err) {
-			after_write(w[i], &res[i]);
+				job_error(j, PERR_INTERNAL, "commit failed: %s", store_strerror(e));
+		} else if (!j->err) {
+			after_write(j, &g->res[i]);
 		}
 	}
+}
+
+static void group_commit(struct job **w, struct wres *res, size_t n)
+{
+	struct group g = { .w = w, .res = res, .n = n, .left = n };
+	int e;
+	for (;;) {
+		size_t bad, map0 = store_map_size(O.env->st); /* store_stat lists the readers: too dear for every commit */
+		e = group_attempt(&g, &bad);
+		if (!e || !group_retry(&g, &e, bad, map0))
+			break;
+	}
+	group_settle(&g, e);
 	leases_ahead_drop();
 	if (e)
 		group_commit_failed(e, n);
