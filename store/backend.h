@@ -99,7 +99,10 @@
 	X(run_get, (store_txn *x, const char *conv, uint64_t id, struct store_run *out), (x, conv, id, out)) \
 	X(runs_list, (store_txn *x, const char *conv, uint64_t before, size_t limit, \
 		      int (*fn)(void *arg, const struct store_run *r), void *arg, int *more), \
-	  (x, conv, before, limit, fn, arg, more))
+	  (x, conv, before, limit, fn, arg, more)) \
+	X(summaries_list, (store_txn *x, const char *conv, int (*fn)(void *arg, const struct store_summary *s), \
+			   void *arg), (x, conv, fn, arg)) \
+	X(summary_restore, (store_txn *x, const char *conv, const struct store_summary *s), (x, conv, s))
 
 #define STORE_VT_FIELD(name, params, args) int (*name) params;
 

@@ -77,3 +77,5 @@
 #define store_run_put STORE_BACKEND_NAME(run_put)
 #define store_run_get STORE_BACKEND_NAME(run_get)
 #define store_runs_list STORE_BACKEND_NAME(runs_list)
+#define store_summaries_list STORE_BACKEND_NAME(summaries_list)
+#define store_summary_restore STORE_BACKEND_NAME(summary_restore)

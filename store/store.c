@@ -124,6 +124,8 @@ int64_t store_now(store *s)
 
 int store_txn_begin(store *s, int mode, store_txn **out)
 {
+	if (out)
+		*out = NULL; /* a failed begin leaves nothing to abort */
 	return s ? VT(s)->txn_begin(s, mode, out) : STORE_E_INVAL;
 }
 

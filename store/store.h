@@ -56,7 +56,8 @@
  *    valid until the transaction ends, in a write transaction too.
  *  - A server error poisons the transaction, read or write (PostgreSQL has
  *    aborted it): every later operation and the commit return it. Disk full
- *    is STORE_E_FULL; a deadlock or serialisation failure -EAGAIN; a lost
+ *    is STORE_E_FULL; a database refusing writes (default_transaction_read_only,
+ *    a hot standby) -EROFS; a deadlock or serialisation failure -EAGAIN; a lost
  *    connection -ECONNRESET (a begin retries once on a new connection); no
  *    server, or one refusing the connection (too many clients, bad
  *    credentials) -ECONNREFUSED; a statement timeout -ETIMEDOUT; anything
@@ -267,7 +268,8 @@ uint64_t store_last_id(store *s);
  * -EBUSY (a write transaction of this process is already open), -EAGAIN (no
  * free reader slot; or another process grew the map while a transaction of
  * this process is open: end it, then retry), STORE_E_FULL (the map could not
- * grow), -errno. */
+ * grow), -errno. On failure *out is NULL (store_txn_abort(NULL) does
+ * nothing), so a caller's shared abort path is safe. */
 int store_txn_begin(store *s, int mode, store_txn **out);
 /* Commit and free. On failure nothing was written and txn is freed.
  * Errors: the poisoning error, STORE_E_FULL, -errno (-EIO, -ENOSPC). */
@@ -640,6 +642,20 @@ int store_conv_create_at(store_txn *txn, const char *id, store_bytes settings, u
  * created with (whether or not an event is there yet).
  * Errors: STORE_E_NOTFOUND, STORE_E_INVAL. */
 int store_event_first_seq(store_txn *txn, const char *conv, uint64_t *seq);
+
+/* Every summary of the conversation, superseded ones too, in to_seq order
+ * (agentd export). fn's non-zero return stops the walk and is returned.
+ * Errors: STORE_E_NOTFOUND (conversation), STORE_E_CORRUPT, STORE_E_INVAL. */
+int store_summaries_list(store_txn *txn, const char *conv,
+			 int (*fn)(void *arg, const struct store_summary *s), void *arg);
+/* Write a summary exactly as given: its from_seq, to_seq, version and
+ * inserted_at (not the next version, not the clock's time), replacing one
+ * with its to_seq; for agentd import, which carries each summary of a store
+ * as its source had it. Later puts number on from the greatest version.
+ * Errors: STORE_E_NOTFOUND, STORE_E_INVAL (as store_summary_put, or version
+ * 0 or past INT64_MAX), STORE_E_CONFLICT (another to_seq of the
+ * conversation has that version: a version names one summary). */
+int store_summary_restore(store_txn *txn, const char *conv, const struct store_summary *s);
 
 /* ---- tool calls ------------------------------------------------------ */
 

@@ -155,6 +155,7 @@ const char *store_strerror(int err)
 	case STORE_E_FULL: return "store full";
 	case STORE_E_CORRUPT: return "corrupt record";
 	case STORE_E_INVAL: return "invalid argument";
+	case -EROFS: return "read-only: the store refuses writes"; /* a read-only database, or file system */
 	}
 	return err < 0 ? strerror(-err) : "unknown error";
 }
@@ -2455,6 +2456,84 @@ int store_load_since(store_txn *x, const char *conv, struct store_summary *sum, 
 	else
 		memset(sum, 0, sizeof *sum);
 	return stream(x, num, NULL, &r, fn, arg);
+}
+
+/* ---- every summary, and one restored as it was (agentd export/import) --- */
+
+struct sml_ctx {
+	int (*fn)(void *, const struct store_summary *);
+	void *arg;
+};
+
+static int sml_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v)
+{
+	struct sml_ctx *c = arg;
+	struct store_summary s;
+	(void)k;
+	if (summary_decode(v, &s))
+		return fail(x, STORE_E_CORRUPT);
+	return c->fn(c->arg, &s);
+}
+
+int store_summaries_list(store_txn *x, const char *conv, int (*fn)(void *, const struct store_summary *),
+			 void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	struct sml_ctx c = { fn, arg };
+	return conv_scan(x, conv, x->s->summaries, sml_each, &c);
+}
+
+struct ver_taken {
+	uint64_t version, to_seq;
+	int taken;
+};
+
+static int summary_ver_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v)
+{
+	struct store_summary s;
+	struct ver_taken *w = arg;
+	(void)k;
+	if (summary_decode(v, &s))
+		return fail(x, STORE_E_CORRUPT);
+	if (s.version == w->version && s.to_seq != w->to_seq)
+		w->taken = 1;
+	return 0;
+}
+
+int store_summary_restore(store_txn *x, const char *conv, const struct store_summary *in)
+{
+	CHECK_WRITE(x);
+	if (!in || in->to_seq == 0 || in->from_seq > in->to_seq || in->version == 0 || in->version > INT64_MAX ||
+	    !in->content.ptr || !mp_valid_one(in->content.ptr, in->content.len))
+		return STORE_E_INVAL;
+	uint64_t num, last;
+	struct conv_ent *e;
+	int err = conv_find(x, conv, &num, &e);
+	if (err || (err = latest_seq(x, num, e, &last)))
+		return err;
+	if (in->to_seq > last)
+		return STORE_E_INVAL;
+	/* A version is handed out once per conversation (the next put takes
+	 * the greatest + 1): another to_seq holding it is a conflict. */
+	struct ver_taken w = { in->version, in->to_seq, 0 };
+	unsigned char from[8];
+	put_be64(from, num);
+	if ((err = scan_prefix(x, x->s->summaries, from, 8, summary_ver_each, &w)) != 0)
+		return err;
+	if (w.taken)
+		return STORE_E_CONFLICT;
+	msgpack_packer *pk = rec(x);
+	msgpack_pack_array(pk, 5);
+	msgpack_pack_uint64(pk, in->from_seq);
+	msgpack_pack_uint64(pk, in->to_seq);
+	msgpack_pack_uint64(pk, in->version);
+	msgpack_pack_int64(pk, in->inserted_at);
+	msgpack_sbuffer_write(&x->buf, in->content.ptr, in->content.len);
+	unsigned char k[16];
+	key2(k, num, in->to_seq);
+	return put(x, x->s->summaries, k, 16, 0);
 }
 
 /* ---- tool calls ------------------------------------------------------ */

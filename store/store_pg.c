@@ -294,7 +294,14 @@ static const char schema_v1[] =
 	"ALTER TABLE convs ADD COLUMN first_seq bigint NOT NULL DEFAULT 1;"
 	"INSERT INTO schema_version VALUES (1);";
 
-#define SCHEMA_LOCK "SELECT pg_advisory_xact_lock(7270018)"
+/* Held by the session across the transaction that creates (or migrates)
+ * the schema, and released after its commit. Not a transaction-level lock:
+ * a process that waited for it must look again in a transaction begun
+ * after the wait, since one begun before would keep its catalog cache's
+ * word that the tables are absent (a wait on an advisory lock, unlike one
+ * on a table's, does not refresh it) and create them a second time. */
+#define SCHEMA_LOCK "SELECT pg_advisory_lock(7270018)"
+#define SCHEMA_UNLOCK "SELECT pg_advisory_unlock(7270018)"
 
 /* The bytes of this schema's tables, their indexes and TOAST included. */
 #define SIZE_SQL \
@@ -363,6 +370,8 @@ static int sqlstate_err(const PGresult *r, PGconn *c)
 		return -EAGAIN; /* too many connections, serialisation failure, deadlock, lock timeout */
 	if (strcmp(st, "57014") == 0)
 		return -ETIMEDOUT; /* statement_timeout */
+	if (strcmp(st, "25006") == 0)
+		return -EROFS; /* a read-only transaction: default_transaction_read_only, a hot standby */
 	if (strncmp(st, "08", 2) == 0 || strncmp(st, "57P", 3) == 0)
 		return -ECONNRESET;
 	/* Every insert the store makes names its conflict (ON CONFLICT): a
@@ -736,6 +745,197 @@ static int query_i64(PGconn *c, const char *q, int64_t *v, int *rows)
 	return err;
 }
 
+/* ---- the schema as agentd needs it ------------------------------------ */
+
+/* What schema_v1 creates, read from its own text (so a column added there
+ * is checked without a second list to keep): each relation (table,
+ * sequence, index, a table's primary key) and each column with its type.
+ * Three parallel PostgreSQL text[] literals: relation, column ("" for a
+ * relation alone), type ("" when not checked; for a relation alone, what
+ * it is: table, sequence, index, primary key). */
+struct need {
+	char *rel, *col, *type;
+	size_t len[3], cap[3];
+	int n;
+};
+
+static int need_add1(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+	if (*len + n + 6 > *cap) { /* sep, quotes, NUL, and a closing brace */
+		size_t c = (*cap ? *cap * 2 : 1024) + n;
+		char *p = realloc(*buf, c);
+		if (!p)
+			return -ENOMEM;
+		*buf = p;
+		*cap = c;
+	}
+	char sep = *len ? ',' : '{';
+	(*buf)[(*len)++] = sep;
+	(*buf)[(*len)++] = '"';
+	memcpy(*buf + *len, s, n);
+	*len += n;
+	(*buf)[(*len)++] = '"';
+	(*buf)[*len] = 0;
+	return 0;
+}
+
+static int need_add(struct need *nd, const char *rel, size_t rl, const char *col, size_t cl, const char *type)
+{
+	if (need_add1(&nd->rel, &nd->len[0], &nd->cap[0], rel, rl) ||
+	    need_add1(&nd->col, &nd->len[1], &nd->cap[1], col, cl) ||
+	    need_add1(&nd->type, &nd->len[2], &nd->cap[2], type, strlen(type)))
+		return -ENOMEM;
+	nd->n++;
+	return 0;
+}
+
+static size_t tok_len(const char *p)
+{
+	size_t n = 0;
+	while (p[n] && p[n] != ' ' && p[n] != ',' && p[n] != '(' && p[n] != ')' && p[n] != ';')
+		n++;
+	return n;
+}
+
+static int tok_is(const char *p, const char *w)
+{
+	size_t n = strlen(w);
+	return strncmp(p, w, n) == 0 && tok_len(p) == n;
+}
+
+/* The name format_type() gives a type as schema_v1 spells it; "" for one
+ * not listed (not checked). */
+static const char *type_name(const char *p, size_t n)
+{
+	static const char *const map[][2] = { { "bigint", "bigint" }, { "int8", "bigint" }, { "text", "text" },
+					      { "bytea", "bytea" }, { "float8", "double precision" },
+					      { "integer", "integer" }, { "boolean", "boolean" } };
+	for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+		if (strlen(map[i][0]) == n && strncmp(p, map[i][0], n) == 0)
+			return map[i][1];
+	return "";
+}
+
+/* One CREATE TABLE's columns (p after "CREATE TABLE "). */
+static int need_table(struct need *nd, const char *p, const char *end)
+{
+	size_t tl = tok_len(p);
+	const char *name = p;
+	char pkey[64]; /* PostgreSQL's names are 63 bytes at most */
+	int err = need_add(nd, name, tl, "", 0, "table"), has_pkey = 0;
+	p = strchr(p, '(');
+	if (!p || p > end)
+		return err;
+	for (p++; !err && p < end;) {
+		while (*p == ' ')
+			p++;
+		if (tok_is(p, "PRIMARY")) {
+			has_pkey = 1;
+		} else if (!tok_is(p, "UNIQUE") && !tok_is(p, "CONSTRAINT") && !tok_is(p, "CHECK") &&
+			   !tok_is(p, "FOREIGN")) {
+			size_t cl = tok_len(p);
+			const char *ty = p + cl;
+			while (*ty == ' ')
+				ty++;
+			err = need_add(nd, name, tl, p, cl, type_name(ty, tok_len(ty)));
+		}
+		/* to the next column at depth 0: past this one's parentheses */
+		int depth = 0;
+		for (; p < end; p++) {
+			if (*p == '(')
+				depth++;
+			else if (*p == ')' && depth-- == 0)
+				break;
+			else if (*p == ',' && depth == 0)
+				break;
+			else if (depth == 0 && strncmp(p, "PRIMARY KEY", 11) == 0)
+				has_pkey = 1;
+		}
+		if (p >= end || *p == ')')
+			break;
+		p++;
+	}
+	if (!err && has_pkey && tl + 5 < sizeof pkey) {
+		snprintf(pkey, sizeof pkey, "%.*s_pkey", (int)tl, name);
+		err = need_add(nd, pkey, strlen(pkey), "", 0, "primary key");
+	}
+	return err;
+}
+
+static int need_build(struct need *nd)
+{
+	int err = 0;
+	for (const char *p = schema_v1; !err && *p;) {
+		const char *end = strchr(p, ';');
+		if (!end)
+			break;
+		if (strncmp(p, "CREATE TABLE ", 13) == 0)
+			err = need_table(nd, p + 13, end);
+		else if (strncmp(p, "CREATE SEQUENCE ", 16) == 0)
+			err = need_add(nd, p + 16, tok_len(p + 16), "", 0, "sequence");
+		else if (strncmp(p, "CREATE INDEX ", 13) == 0)
+			err = need_add(nd, p + 13, tok_len(p + 13), "", 0, "index");
+		else if (strncmp(p, "CREATE UNIQUE INDEX ", 20) == 0)
+			err = need_add(nd, p + 20, tok_len(p + 20), "", 0, "index");
+		p = end + 1;
+	}
+	/* Close each literal (need_add1 left room for it). */
+	for (int i = 0; !err && i < 3; i++) {
+		char *b = i == 0 ? nd->rel : i == 1 ? nd->col : nd->type;
+		if (!b)
+			return STORE_E_CORRUPT; /* schema_v1 lists nothing: never */
+		b[nd->len[i]++] = '}';
+		b[nd->len[i]] = 0;
+	}
+	return err;
+}
+
+/* The first relation or column schema_v1 has that the store's schema
+ * lacks or has with another type, in one query. A missing table, index or
+ * sequence, or an altered column, would otherwise fail some statement
+ * later with a bare -EIO; open says which instead. */
+static int schema_verify(PGconn *c)
+{
+	struct need nd = { 0 };
+	int err = need_build(&nd);
+	if (err)
+		goto out;
+	const char *vals[3] = { nd.rel, nd.col, nd.type };
+	PGresult *r = PQexecParams(c,
+		"WITH e AS (SELECT e.*, to_regclass(quote_ident(current_schema()) || '.' || quote_ident(e.r)) AS oid "
+		"FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY e(r, c, ty, n)) "
+		"SELECT e.r, e.c, e.ty, CASE WHEN e.oid IS NULL THEN NULL "
+		"ELSE coalesce(format_type(a.atttypid, a.atttypmod), '') END "
+		"FROM e LEFT JOIN pg_attribute a ON e.c <> '' AND a.attrelid = e.oid AND a.attname = e.c "
+		"AND a.attnum > 0 AND NOT a.attisdropped "
+		"WHERE e.oid IS NULL OR (e.c <> '' AND (a.attname IS NULL OR "
+		"(e.ty <> '' AND format_type(a.atttypid, a.atttypmod) <> e.ty))) ORDER BY e.n LIMIT 1",
+		3, NULL, vals, NULL, NULL, 0);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		err = sqlstate_err(r, c);
+	} else if (PQntuples(r) == 1) {
+		const char *rel = PQgetvalue(r, 0, 0), *col = PQgetvalue(r, 0, 1), *ty = PQgetvalue(r, 0, 2),
+			   *got = PQgetvalue(r, 0, 3);
+		if (PQgetisnull(r, 0, 3) && !*col)
+			store_open_error_set("the store's schema is damaged: the %s %s is missing", ty, rel);
+		else if (PQgetisnull(r, 0, 3))
+			store_open_error_set("the store's schema is damaged: the table %s is missing", rel);
+		else if (!*got)
+			store_open_error_set("the store's schema is damaged: the table %s has no column %s (%s)", rel,
+					     col, ty);
+		else
+			store_open_error_set("the store's schema is damaged: the column %s.%s is %s where agentd needs %s",
+					     rel, col, got, ty);
+		err = STORE_E_CORRUPT;
+	}
+	PQclear(r);
+out:
+	free(nd.rel);
+	free(nd.col);
+	free(nd.type);
+	return err;
+}
+
 /* Create the schema when absent (unless read-only), refuse a newer one. */
 static int schema_check(store *s, PGconn *c)
 {
@@ -749,16 +949,19 @@ static int schema_check(store *s, PGconn *c)
 			store_open_error_set("no agentd store in this database and schema (no schema_version table)");
 			return STORE_E_CORRUPT; /* not an agentd store */
 		}
-		if ((err = exec_simple(c, "BEGIN; " SCHEMA_LOCK)) != 0)
+		if ((err = exec_simple(c, SCHEMA_LOCK)) != 0)
 			return err;
-		if ((err = query_i64(c, "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8", &present,
-				     &rows)) == 0 && !present)
-			err = exec_simple(c, schema_v1);
-		if (!err)
-			err = exec_simple(c, "COMMIT");
-		else
-			exec_simple(c, "ROLLBACK");
-		if (err)
+		if ((err = exec_simple(c, "BEGIN")) == 0) {
+			if ((err = query_i64(c, "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8",
+					     &present, &rows)) == 0 && !present)
+				err = exec_simple(c, schema_v1);
+			if (!err)
+				err = exec_simple(c, "COMMIT");
+			else
+				exec_simple(c, "ROLLBACK");
+		}
+		int unlock = exec_simple(c, SCHEMA_UNLOCK);
+		if (err || (err = unlock))
 			return err;
 	}
 	rows = 0;
@@ -773,7 +976,7 @@ static int schema_check(store *s, PGconn *c)
 	}
 	/* Migrations from older versions go here, each in its own
 	 * transaction under SCHEMA_LOCK. Version 1 is the first. */
-	return 0;
+	return schema_verify(c);
 }
 
 static int store_size(PGconn *c, uint64_t *bytes)
@@ -1728,6 +1931,93 @@ int store_load_since(store_txn *x, const char *conv, struct store_summary *sum, 
 	else
 		memset(sum, 0, sizeof *sum);
 	return stream(x, conv, &r, fn, arg);
+}
+
+/* ---- every summary, and one restored as it was (agentd export/import) --- */
+
+/* A statement of the few that run once per conversation at most (export
+ * and import): not prepared, so they take no bit of struct pgconn's. */
+static PGresult *run_sql(store_txn *x, const char *q, const struct args *a, int *err)
+{
+	PGconn *c = x->pc->c;
+	PGresult *r = PQexecParams(c, q, a ? a->n : 0, NULL, a ? a->v : NULL, a ? a->len : NULL,
+				   a ? a->fmt : NULL, 1);
+	ExecStatusType st = PQresultStatus(r);
+	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+		*err = sqlstate_err(r, c);
+		PQclear(r);
+		x->err = x->err ? x->err : *err;
+		return NULL;
+	}
+	if ((*err = keep(x, r)) != 0) {
+		x->err = x->err ? x->err : *err;
+		return NULL;
+	}
+	return r;
+}
+
+int store_summaries_list(store_txn *x, const char *conv, int (*fn)(void *, const struct store_summary *),
+			 void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	int err = conv_exists(x, conv);
+	if (err)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	PGresult *r = run_sql(x, "SELECT from_seq, to_seq, version, inserted_at, content FROM summaries "
+			      "WHERE conv = $1::text ORDER BY to_seq", &a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_summary sm = {
+			.from_seq = (uint64_t)g_i64(r, i, 0),
+			.to_seq = (uint64_t)g_i64(r, i, 1),
+			.version = (uint64_t)g_i64(r, i, 2),
+			.inserted_at = g_i64(r, i, 3),
+			.content = g_bytes(r, i, 4),
+		};
+		int rc = fn(arg, &sm);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_summary_restore(store_txn *x, const char *conv, const struct store_summary *in)
+{
+	CHECK_WRITE(x);
+	if (!in || in->to_seq == 0 || in->from_seq > in->to_seq || in->version == 0 || in->version > INT64_MAX ||
+	    in->to_seq > INT64_MAX || !in->content.ptr || !mp_valid_one(in->content.ptr, in->content.len))
+		return STORE_E_INVAL;
+	uint64_t last;
+	int err = conv_load(x, conv, NULL, &last);
+	if (err)
+		return err;
+	if (in->to_seq > last)
+		return STORE_E_INVAL;
+	if ((err = quota(x, in->content.len)) != 0)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, conv);
+	a_i64(&a, (int64_t)in->to_seq);
+	a_i64(&a, (int64_t)in->from_seq);
+	a_i64(&a, (int64_t)in->version);
+	a_i64(&a, in->inserted_at);
+	a_bytes(&a, in->content, 0);
+	/* No row back: another to_seq holds the version (the conversation's
+	 * row lock keeps that true until the commit). */
+	PGresult *r = run_sql(x, "INSERT INTO summaries (conv, to_seq, from_seq, version, inserted_at, content) "
+			      "SELECT $1::text, $2::int8, $3::int8, $4::int8, $5::int8, $6::bytea WHERE NOT EXISTS "
+			      "(SELECT 1 FROM summaries WHERE conv = $1::text AND version = $4::int8 "
+			      "AND to_seq <> $2::int8) ON CONFLICT (conv, to_seq) DO UPDATE SET "
+			      "from_seq = EXCLUDED.from_seq, version = EXCLUDED.version, "
+			      "inserted_at = EXCLUDED.inserted_at, content = EXCLUDED.content RETURNING 1", &a, &err);
+	if (!r)
+		return err;
+	return PQntuples(r) == 1 ? 0 : STORE_E_CONFLICT;
 }
 
 /* ---- tool calls ------------------------------------------------------ */

@@ -96,8 +96,19 @@ static int perr_from_store(int e)
 	case STORE_E_CONFLICT: return PERR_CONFLICT;
 	case STORE_E_FULL: return PERR_STORE_FULL;
 	case STORE_E_INVAL: return PERR_BAD_REQUEST;
+	/* A PostgreSQL store that refuses writes for now (read-only) or
+	 * cannot be reached (a restart, a failover): nothing was written,
+	 * and a retry once it is back succeeds. */
+	case -EROFS: case -ECONNRESET: case -ECONNREFUSED: return PERR_UNAVAILABLE;
 	}
 	return PERR_INTERNAL;
+}
+
+/* What a client is told of a store that is unavailable (perr_from_store). */
+static const char *store_unavailable_why(int e)
+{
+	return e == -EROFS ? "the store refuses writes (its database is read-only): nothing was written; retry later"
+			   : "the store's database cannot be reached: nothing was written; retry later";
 }
 
 _Static_assert((int)PROTO_ENDED == (int)STORE_ENDED && (int)PROTO_SUSPENDED == (int)STORE_SUSPENDED && (int)PROTO_IDLE == (int)STORE_IDLE &&
@@ -131,6 +142,8 @@ static int job_store_error(struct job *j, int e, const char *what)
 		job_error(j, err, "%s not found", what);
 	else if (e == STORE_E_FULL)
 		job_error(j, err, "the store is full (map size limit reached, or the disk is full)");
+	else if (err == PERR_UNAVAILABLE)
+		job_error(j, err, "%s: %s", what, store_unavailable_why(e));
 	else
 		job_error(j, err, "%s: %s", what, store_strerror(e));
 	return err;
@@ -1382,7 +1395,19 @@ static void after_write(struct job *j, struct wres *r)
  * (clients retry into it), anything else each time. */
 static void group_commit_failed(int e, size_t n)
 {
-	if (e == STORE_E_FULL) {
+	if (perr_from_store(e) == PERR_UNAVAILABLE) {
+		static int64_t last;
+		static unsigned more;
+		int64_t now = loop_now_ms();
+		if (last && now - last < 1000) {
+			more++;
+		} else {
+			log_error("group commit of %zu writes failed: %s (%s); %u more failed so since the last such "
+				  "line", n, store_unavailable_why(e), store_strerror(e), more);
+			last = now;
+			more = 0;
+		}
+	} else if (e == STORE_E_FULL) {
 		static int64_t last;
 		static unsigned more;
 		int64_t now = loop_now_ms();
@@ -1571,6 +1596,8 @@ static void group_settle(struct group *g, int e)
 			job_clear_result(j);
 			if (e == STORE_E_FULL)
 				job_error(j, PERR_STORE_FULL, "the store is full (map size limit reached, or the disk is full)");
+			else if (perr_from_store(e) == PERR_UNAVAILABLE)
+				job_error(j, PERR_UNAVAILABLE, "%s", store_unavailable_why(e));
 			else
 				job_error(j, PERR_INTERNAL, "commit failed: %s", store_strerror(e));
 		} else if (!j->err) {

@@ -12,7 +12,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define FORMAT_VERSION 1
+/* Version 2 adds every summary (not only the latest), runs, expiry
+ * warnings (a tool call's warn_at) and the conversation's turn count.
+ * Version 1 streams still import: what they lack is absent (no runs, no
+ * warnings, turns 0). */
+#define FORMAT_VERSION 2
+#define FORMAT_OLDEST 1
 #define PROGRESS_EVERY 1000
 
 /* ---- base64 (RFC 4648, with padding) --------------------------------- */
@@ -72,11 +77,20 @@ static int b64_decode(const char *s, size_t len, unsigned char **out, size_t *ou
 
 /* ---- export ---------------------------------------------------------- */
 
+/* An expiry warning: the store lists them by time, across conversations;
+ * export looks each tool call's up by its id. */
+struct warn {
+	char id[STORE_ID_MAX + 1];
+	int64_t at;
+};
+
 struct xp {
 	FILE *out;
 	int err;             /* a write or memory failure */
-	unsigned long long nev, ntc, nsum, nmc;
+	unsigned long long nev, ntc, nsum, nmc, nrun;
 	const char *conv;
+	struct warn *warn;   /* sorted by id */
+	size_t nwarn, warncap;
 };
 
 static json_t *jbytes(store_bytes b)
@@ -117,16 +131,81 @@ static int on_event(void *arg, const struct store_event *e)
 	return x->err;
 }
 
+static int warn_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct warn *)a)->id, ((const struct warn *)b)->id);
+}
+
+static int on_warning(void *arg, const struct store_expiry *e)
+{
+	struct xp *x = arg;
+	if (e->tool_call_id.len > STORE_ID_MAX)
+		return STORE_E_CORRUPT;
+	if (x->nwarn == x->warncap) {
+		size_t cap = x->warncap ? x->warncap * 2 : 64;
+		void *p = realloc(x->warn, cap * sizeof *x->warn);
+		if (!p)
+			return -ENOMEM;
+		x->warn = p;
+		x->warncap = cap;
+	}
+	struct warn *w = &x->warn[x->nwarn++];
+	memcpy(w->id, e->tool_call_id.ptr, e->tool_call_id.len);
+	w->id[e->tool_call_id.len] = 0;
+	w->at = e->deadline;
+	return 0;
+}
+
+/* The call's warning time; 0: none. Only a pending call has one. */
+static int64_t warn_at(struct xp *x, const struct store_tool_call *t)
+{
+	struct warn key;
+	if (t->status != STORE_TC_PENDING || !x->nwarn || t->id.len > STORE_ID_MAX)
+		return 0;
+	memcpy(key.id, t->id.ptr, t->id.len);
+	key.id[t->id.len] = 0;
+	const struct warn *w = bsearch(&key, x->warn, x->nwarn, sizeof *x->warn, warn_cmp);
+	return w ? w->at : 0;
+}
+
 static int on_tool_call(void *arg, const struct store_tool_call *t)
 {
 	struct xp *x = arg;
 	x->ntc++;
-	emit(x, json_pack("{sssssososssssIsIsIsIsososo}", "kind", "tool_call", "conv", x->conv, "id", jstr(t->id),
-			  "name", jstr(t->name), "executor", t->executor == STORE_EXEC_HUMAN ? "human" : "server",
-			  "status", store_tc_status_name(t->status), "inserted_at", (json_int_t)t->inserted_at,
-			  "resolved_at", (json_int_t)t->resolved_at, "deadline", (json_int_t)t->deadline,
-			  "attempts", (json_int_t)t->attempts, "args", jbytes(t->args), "prompt", jbytes(t->prompt),
-			  "result", jbytes(t->result)));
+	emit(x, json_pack("{sssssososssssIsIsIsIsIsososo}", "kind", "tool_call", "conv", x->conv, "id",
+			  jstr(t->id), "name", jstr(t->name), "executor",
+			  t->executor == STORE_EXEC_HUMAN ? "human" : "server", "status",
+			  store_tc_status_name(t->status), "inserted_at", (json_int_t)t->inserted_at, "resolved_at",
+			  (json_int_t)t->resolved_at, "deadline", (json_int_t)t->deadline, "warn_at",
+			  (json_int_t)warn_at(x, t), "attempts", (json_int_t)t->attempts, "args", jbytes(t->args),
+			  "prompt", jbytes(t->prompt), "result", jbytes(t->result)));
+	return x->err;
+}
+
+static int on_summary(void *arg, const struct store_summary *s)
+{
+	struct xp *x = arg;
+	x->nsum++;
+	emit(x, json_pack("{sssssIsIsIsIso}", "kind", "summary", "conv", x->conv, "from_seq", (json_int_t)s->from_seq,
+			  "to_seq", (json_int_t)s->to_seq, "version", (json_int_t)s->version, "inserted_at",
+			  (json_int_t)s->inserted_at, "content", jbytes(s->content)));
+	return x->err;
+}
+
+static int on_run(void *arg, const struct store_run *r)
+{
+	struct xp *x = arg;
+	const char *status = store_run_status_name(r->status);
+	if (!status)
+		return STORE_E_CORRUPT;
+	x->nrun++;
+	emit(x, json_pack("{sssssIsssIsIsIsIsIsosIsIsfsIsI}", "kind", "run", "conv", x->conv, "id", (json_int_t)r->id,
+			  "status", status, "attempt", (json_int_t)r->attempt, "from_seq", (json_int_t)r->from_seq,
+			  "to_seq", (json_int_t)r->to_seq, "first_seq", (json_int_t)r->first_seq, "last_seq",
+			  (json_int_t)r->last_seq, "model", json_stringn(r->model.len ? r->model.ptr : "", r->model.len),
+			  "input_tokens",
+			  (json_int_t)r->usage.input_tokens, "output_tokens", (json_int_t)r->usage.output_tokens, "cost",
+			  r->usage.cost, "started_at", (json_int_t)r->started_at, "ended_at", (json_int_t)r->ended_at));
 	return x->err;
 }
 
@@ -191,31 +270,22 @@ static int export_conv(store *st, struct xp *x, const char *id)
 	uint64_t first = 1;
 	if ((e = store_event_first_seq(t, id, &first)))
 		goto out;
-	json_t *head = json_pack("{sssssssIsIsIsIsfsososo}", "kind", "conv", "id", id, "status",
+	json_t *head = json_pack("{sssssssIsIsIsIsfsIsososo}", "kind", "conv", "id", id, "status",
 				 store_status_name(c.status), "created_at", (json_int_t)c.created_at, "updated_at",
 				 (json_int_t)c.updated_at, "input_tokens", (json_int_t)c.usage.input_tokens,
-				 "output_tokens", (json_int_t)c.usage.output_tokens, "cost", c.usage.cost, "settings",
-				 jbytes(c.settings), "fsm", jbytes(c.fsm_state), "metadata", jbytes(c.metadata));
+				 "output_tokens", (json_int_t)c.usage.output_tokens, "cost", c.usage.cost, "turns",
+				 (json_int_t)c.turns, "settings", jbytes(c.settings), "fsm", jbytes(c.fsm_state), "metadata",
+				 jbytes(c.metadata));
 	if (head && first > 1 && json_object_set_new(head, "first_seq", json_integer((json_int_t)first))) {
 		json_decref(head);
 		head = NULL;
 	}
 	emit(x, head);
 	struct store_range all = { 0 };
-	if (x->err || (e = store_events_stream(t, id, &all, on_event, x)))
-		goto out;
-	struct store_summary s;
-	e = store_summary_latest(t, id, &s);
-	if (e == 0) {
-		x->nsum++;
-		emit(x, json_pack("{sssssIsIsIsIso}", "kind", "summary", "conv", id, "from_seq", (json_int_t)s.from_seq,
-				  "to_seq", (json_int_t)s.to_seq, "version", (json_int_t)s.version, "inserted_at",
-				  (json_int_t)s.inserted_at, "content", jbytes(s.content)));
-	} else if (e != STORE_E_NOTFOUND) {
-		goto out;
-	}
-	if (x->err || (e = store_tool_calls_list(t, id, 0, on_tool_call, x)) ||
-	    (e = store_model_calls_list(t, id, on_model_call, x)))
+	if (x->err || (e = store_events_stream(t, id, &all, on_event, x)) ||
+	    (e = store_summaries_list(t, id, on_summary, x)) || (e = store_tool_calls_list(t, id, 0, on_tool_call, x)) ||
+	    (e = store_model_calls_list(t, id, on_model_call, x)) ||
+	    (e = store_runs_list(t, id, 0, 0, on_run, x, NULL)))
 		goto out;
 	e = x->err;
 out:
@@ -237,12 +307,16 @@ int transfer_export(const char *target, FILE *out, FILE *progress)
 	store_txn *t;
 	if ((e = store_txn_begin(st, STORE_READ, &t)) == 0) {
 		e = store_conv_ids(t, collect, &ids);
+		if (!e)
+			e = store_warnings_due(t, INT64_MAX, on_warning, &x);
 		store_txn_abort(t);
 	}
 	if (e) {
 		fprintf(stderr, "agentd export: listing the conversations: %s\n", store_strerror(e));
 		goto fail;
 	}
+	if (x.nwarn)
+		qsort(x.warn, x.nwarn, sizeof *x.warn, warn_cmp);
 	emit(&x, json_pack("{sisssssI}", "agentd_export", FORMAT_VERSION, "agentd", AGENTD_VERSION, "from",
 			   config_store_is_pg(target) ? "postgresql" : "lmdb", "conversations", (json_int_t)ids.n));
 	for (size_t i = 0; i < ids.n && !x.err; i++) {
@@ -256,9 +330,9 @@ int transfer_export(const char *target, FILE *out, FILE *progress)
 		if (progress && (i + 1) % PROGRESS_EVERY == 0)
 			fprintf(progress, "agentd export: %zu of %zu conversations\n", i + 1, ids.n);
 	}
-	emit(&x, json_pack("{s{sIsIsIsIsI}}", "end", "conversations", (json_int_t)ids.n, "events",
+	emit(&x, json_pack("{s{sIsIsIsIsIsI}}", "end", "conversations", (json_int_t)ids.n, "events",
 			   (json_int_t)x.nev, "summaries", (json_int_t)x.nsum, "tool_calls", (json_int_t)x.ntc,
-			   "model_calls", (json_int_t)x.nmc));
+			   "model_calls", (json_int_t)x.nmc, "runs", (json_int_t)x.nrun));
 	if (!x.err && fflush(out))
 		x.err = -errno;
 	if (x.err) {
@@ -267,12 +341,14 @@ int transfer_export(const char *target, FILE *out, FILE *progress)
 	}
 	if (progress)
 		fprintf(progress, "agentd export: %zu conversations, %llu events, %llu tool calls, %llu summaries, %llu "
-			"audit rows\n", ids.n, x.nev, x.ntc, x.nsum, x.nmc);
+			"audit rows, %llu runs\n", ids.n, x.nev, x.ntc, x.nsum, x.nmc, x.nrun);
 	free(ids.id);
+	free(x.warn);
 	store_close(st);
 	return 0;
 fail:
 	free(ids.id);
+	free(x.warn);
 	store_close(st);
 	return -1;
 }
@@ -326,6 +402,26 @@ static int g_int(json_t *o, const char *k, int64_t *v)
 	return 0;
 }
 
+/* A field version 2 added: required in a version 2 stream, 0 when a
+ * version 1 stream lacks it. A present one is a non-negative integer. */
+static int g_int_v2(json_t *o, const char *k, int ver, int64_t *v)
+{
+	if (!json_object_get(o, k) && ver < 2) {
+		*v = 0;
+		return 0;
+	}
+	return g_int(o, k, v) || *v < 0 ? -1 : 0;
+}
+
+/* A run status by name; -1 when it is none. */
+static int run_status_parse(const char *name)
+{
+	for (int i = 0; name && store_run_status_name(i); i++)
+		if (!strcmp(store_run_status_name(i), name))
+			return i;
+	return -1;
+}
+
 /* A base64 field (null: empty when nullable). Malloc'd into *b. */
 static int g_bytes(json_t *o, const char *k, int nullable, store_bytes *b, unsigned char **mem)
 {
@@ -345,13 +441,13 @@ static int g_bytes(json_t *o, const char *k, int nullable, store_bytes *b, unsig
 
 /* Pass 1: every line well formed, in order, and the counts of the trailer
  * those of the lines. nconv gets the conversations. 0 or -1 (err set). */
-static int check_stream(FILE *in, size_t *nconv, char *err, size_t errlen)
+static int check_stream(FILE *in, size_t *nconv, int *version, char *err, size_t errlen)
 {
 	struct line l = { 0 };
 	char *buf = NULL;
 	size_t cap = 0;
-	int rc = -1, r;
-	long long n[5] = { 0 }; /* conversations, events, summaries, tool calls, audit rows */
+	int rc = -1, r, fv;
+	long long n[6] = { 0 }; /* conversations, events, summaries, tool calls, audit rows, runs */
 	int ended = 0, in_conv = 0;
 	if ((r = next_line(in, &l, &buf, &cap, err, errlen)) != 0) {
 		if (r > 0)
@@ -363,11 +459,12 @@ static int check_stream(FILE *in, size_t *nconv, char *err, size_t errlen)
 		snprintf(err, errlen, "line 1: not an agentd export (no agentd_export version)");
 		goto out;
 	}
-	if (json_integer_value(ver) != FORMAT_VERSION) {
-		snprintf(err, errlen, "line 1: export format version %lld; this agentd reads version %d",
-			 (long long)json_integer_value(ver), FORMAT_VERSION);
+	if (json_integer_value(ver) < FORMAT_OLDEST || json_integer_value(ver) > FORMAT_VERSION) {
+		snprintf(err, errlen, "line 1: export format version %lld; this agentd reads versions %d to %d",
+			 (long long)json_integer_value(ver), FORMAT_OLDEST, FORMAT_VERSION);
 		goto out;
 	}
+	fv = *version = (int)json_integer_value(ver);
 	while ((r = next_line(in, &l, &buf, &cap, err, errlen)) == 0) {
 		if (ended) {
 			snprintf(err, errlen, "line %lu: a line after the end", l.no);
@@ -376,10 +473,10 @@ static int check_stream(FILE *in, size_t *nconv, char *err, size_t errlen)
 		json_t *end = json_object_get(l.j, "end");
 		if (end) {
 			static const char *const keys[] = { "conversations", "events", "summaries", "tool_calls",
-							    "model_calls" };
-			for (int i = 0; i < 5; i++) {
+							    "model_calls", "runs" };
+			for (int i = 0; i < 6; i++) {
 				int64_t v;
-				if (g_int(end, keys[i], &v) || v != n[i]) {
+				if ((i < 5 ? g_int(end, keys[i], &v) : g_int_v2(end, keys[i], fv, &v)) || v != n[i]) {
 					snprintf(err, errlen, "line %lu: the end line's count of %s is not the %lld the "
 						 "stream holds", l.no, keys[i], n[i]);
 					goto out;
@@ -401,7 +498,8 @@ static int check_stream(FILE *in, size_t *nconv, char *err, size_t errlen)
 			      store_status_parse(g_str(l.j, "status"), strlen(g_str(l.j, "status"))) < 0 ||
 			      g_int(l.j, "created_at", &v) || g_int(l.j, "updated_at", &v) ||
 			      g_int(l.j, "input_tokens", &v) || g_int(l.j, "output_tokens", &v) ||
-			      !json_is_number(json_object_get(l.j, "cost")) || g_bytes(l.j, "settings", 0, &b, &m);
+			      !json_is_number(json_object_get(l.j, "cost")) || g_int_v2(l.j, "turns", fv, &v) ||
+			      g_bytes(l.j, "settings", 0, &b, &m);
 			free(m), m = NULL;
 			bad = bad || g_bytes(l.j, "fsm", 1, &b, &m);
 			free(m), m = NULL;
@@ -419,7 +517,7 @@ static int check_stream(FILE *in, size_t *nconv, char *err, size_t errlen)
 			n[1]++;
 		} else if (!strcmp(k, "summary")) {
 			bad = !in_conv || g_int(l.j, "from_seq", &v) || g_int(l.j, "to_seq", &v) ||
-			      g_int(l.j, "version", &v) || v < 1 || v > 1000000 || g_int(l.j, "inserted_at", &v) ||
+			      g_int(l.j, "version", &v) || v < 1 || g_int(l.j, "inserted_at", &v) ||
 			      g_bytes(l.j, "content", 0, &b, &m);
 			free(m), m = NULL;
 			n[2]++;
@@ -428,8 +526,9 @@ static int check_stream(FILE *in, size_t *nconv, char *err, size_t errlen)
 			bad = !in_conv || !g_str(l.j, "id") || !g_str(l.j, "name") || !st ||
 			      store_tc_status_parse(st, strlen(st)) < 0 || !ex ||
 			      (strcmp(ex, "server") && strcmp(ex, "human")) || g_int(l.j, "inserted_at", &v) ||
-			      g_int(l.j, "resolved_at", &v) || g_int(l.j, "deadline", &v) || g_int(l.j, "attempts", &v) ||
-			      v < 0 || v > 1000000 || g_bytes(l.j, "args", 0, &b, &m);
+			      g_int(l.j, "resolved_at", &v) || g_int(l.j, "deadline", &v) ||
+			      g_int_v2(l.j, "warn_at", fv, &v) || g_int(l.j, "attempts", &v) || v < 0 || v > 1000000 ||
+			      g_bytes(l.j, "args", 0, &b, &m);
 			free(m), m = NULL;
 			bad = bad || g_bytes(l.j, "prompt", 1, &b, &m);
 			free(m), m = NULL;
@@ -444,6 +543,14 @@ static int check_stream(FILE *in, size_t *nconv, char *err, size_t errlen)
 			      g_bytes(l.j, "rendered", 0, &b, &m);
 			free(m), m = NULL;
 			n[4]++;
+		} else if (!strcmp(k, "run") && fv >= 2) {
+			bad = !in_conv || g_int(l.j, "id", &v) || v < 1 || run_status_parse(g_str(l.j, "status")) < 0 ||
+			      g_int(l.j, "attempt", &v) || v < 1 || v > UINT32_MAX || g_int(l.j, "from_seq", &v) ||
+			      g_int(l.j, "to_seq", &v) || g_int(l.j, "first_seq", &v) || g_int(l.j, "last_seq", &v) ||
+			      !g_str(l.j, "model") || g_int(l.j, "input_tokens", &v) || g_int(l.j, "output_tokens", &v) ||
+			      !json_is_number(json_object_get(l.j, "cost")) || g_int(l.j, "started_at", &v) ||
+			      g_int(l.j, "ended_at", &v);
+			n[5]++;
 		} else {
 			snprintf(err, errlen, "line %lu: an unknown kind of record '%s'", l.no, k);
 			goto out;
@@ -574,7 +681,8 @@ static int conv_finish(struct imp *im)
 	if (e || !im->head)
 		return e;
 	json_t *h = im->head;
-	int64_t at = 0, in_tok = 0, out_tok = 0;
+	int64_t at = 0, in_tok = 0, out_tok = 0, turns = 0;
+	g_int(h, "turns", &turns); /* absent from a version 1 stream: 0 */
 	g_int(h, "updated_at", &at);
 	g_int(h, "input_tokens", &in_tok);
 	g_int(h, "output_tokens", &out_tok);
@@ -592,6 +700,8 @@ static int conv_finish(struct imp *im)
 	if (!(e = begin(im, at, &t))) {
 		if (u.input_tokens || u.output_tokens || u.cost != 0)
 			e = store_usage_add(t, im->conv, &u);
+		if (!e && turns > 0)
+			e = store_turns_add(t, im->conv, (uint64_t)turns);
 		e = commit_or_abort(t, e ? e : store_conv_put(t, im->conv, &p));
 	}
 	free(mem);
@@ -639,22 +749,21 @@ static int summary_put(struct imp *im, json_t *j)
 	unsigned char *mem;
 	g_bytes(j, "content", 0, &content, &mem);
 	store_txn *t;
+	struct store_summary sm = { (uint64_t)from, (uint64_t)to, content, (uint64_t)version, at };
 	int e = events_flush(im);
-	if (!e && !(e = begin(im, at, &t))) {
-		/* Only the latest summary is carried: putting it `version`
-		 * times gives it its version (each put replaces the one with
-		 * its to_seq, one version up). */
-		for (int64_t i = 0; !e && i < version; i++)
-			e = store_summary_put(t, im->conv, (uint64_t)from, (uint64_t)to, content, NULL);
-		e = commit_or_abort(t, e);
-	}
+	if (!e && !(e = begin(im, at, &t)))
+		e = commit_or_abort(t, store_summary_restore(t, im->conv, &sm));
+	if (e == STORE_E_CONFLICT)
+		snprintf(im->err, sizeof im->err, "conversation %s: summary version %lld is in the stream twice",
+			 im->conv, (long long)version);
 	free(mem);
 	return e;
 }
 
 static int tool_call_put(struct imp *im, json_t *j)
 {
-	int64_t at = 0, resolved_at = 0, deadline = 0, attempts = 0;
+	int64_t at = 0, resolved_at = 0, deadline = 0, attempts = 0, warn = 0;
+	g_int(j, "warn_at", &warn); /* absent from a version 1 stream: none */
 	g_int(j, "inserted_at", &at);
 	g_int(j, "resolved_at", &resolved_at);
 	g_int(j, "deadline", &deadline);
@@ -678,6 +787,8 @@ static int tool_call_put(struct imp *im, json_t *j)
 			e = store_tool_call_attempt(t, id, &n);
 		if (!e && status == STORE_TC_PENDING && deadline)
 			e = store_expiry_schedule(t, id, deadline);
+		if (!e && status == STORE_TC_PENDING && warn > 0)
+			e = store_warning_schedule(t, id, warn);
 		e = commit_or_abort(t, e);
 	}
 	if (!e && status != STORE_TC_PENDING && !(e = begin(im, resolved_at, &t)))
@@ -714,6 +825,32 @@ static int model_call_put(struct imp *im, json_t *j)
 	return e;
 }
 
+static int run_put(struct imp *im, json_t *j)
+{
+	int64_t id = 0, attempt = 0, from = 0, to = 0, first = 0, last = 0, in_tok = 0, out_tok = 0, started = 0,
+		ended = 0;
+	g_int(j, "id", &id);
+	g_int(j, "attempt", &attempt);
+	g_int(j, "from_seq", &from);
+	g_int(j, "to_seq", &to);
+	g_int(j, "first_seq", &first);
+	g_int(j, "last_seq", &last);
+	g_int(j, "input_tokens", &in_tok);
+	g_int(j, "output_tokens", &out_tok);
+	g_int(j, "started_at", &started);
+	g_int(j, "ended_at", &ended);
+	const char *model = g_str(j, "model");
+	struct store_run r = { (uint64_t)id, run_status_parse(g_str(j, "status")), (uint32_t)attempt, (uint64_t)from,
+			       (uint64_t)to, (uint64_t)first, (uint64_t)last, { model, strlen(model) },
+			       { (uint64_t)in_tok, (uint64_t)out_tok, json_number_value(json_object_get(j, "cost")) },
+			       started, ended };
+	store_txn *t;
+	int e = events_flush(im);
+	if (!e && !(e = begin(im, started, &t)))
+		e = commit_or_abort(t, store_run_put(t, im->conv, &r));
+	return e;
+}
+
 static int count_any(void *arg, const char *id, size_t len)
 {
 	(void)id;
@@ -743,13 +880,14 @@ int transfer_import(const char *target, FILE *in, const char *in_name, FILE *pro
 {
 	char err[512];
 	size_t nconv = 0;
+	int version = 0;
 	struct stat sb;
 	if (fstat(fileno(in), &sb) || !S_ISREG(sb.st_mode)) {
 		fprintf(stderr, "agentd import: %s is not a regular file (it is read twice: checked whole first)\n",
 			in_name);
 		return 1;
 	}
-	if (check_stream(in, &nconv, err, sizeof err)) {
+	if (check_stream(in, &nconv, &version, err, sizeof err)) {
 		fprintf(stderr, "agentd import: %s: %s; nothing was written\n", in_name, err);
 		return 1;
 	}
@@ -804,6 +942,8 @@ int transfer_import(const char *target, FILE *in, const char *in_name, FILE *pro
 			e = summary_put(&im, l.j);
 		} else if (!strcmp(k, "tool_call")) {
 			e = tool_call_put(&im, l.j);
+		} else if (!strcmp(k, "run")) {
+			e = run_put(&im, l.j);
 		} else {
 			e = model_call_put(&im, l.j);
 		}

@@ -1225,6 +1225,138 @@ START_TEST(summary_put_rejects_bad_range)
 }
 END_TEST
 
+/* ---- every summary, and a restored one (agentd export/import) --------- */
+
+struct sums {
+	struct store_summary s[8];
+	size_t n;
+	int stop_after, stop_ret;
+};
+
+static int collect_sum(void *arg, const struct store_summary *sm)
+{
+	struct sums *c = arg;
+	ck_assert_uint_lt(c->n, 8);
+	c->s[c->n] = *sm;
+	B(); /* the content lives until the txn ends: keep a copy */
+	msgpack_sbuffer_write(pool[npool - 1], sm->content.ptr, sm->content.len);
+	c->s[c->n++].content = built();
+	return c->stop_after && (int)c->n == c->stop_after ? c->stop_ret : 0;
+}
+
+static int list_sums(const char *conv, struct sums *c)
+{
+	memset(c, 0, sizeof *c);
+	store_txn *t = rbegin();
+	int rc = store_summaries_list(t, conv, collect_sum, c);
+	store_txn_abort(t);
+	return rc;
+}
+
+START_TEST(summaries_list_every_summary_in_to_seq_order)
+{
+	mkconv("c1");
+	append_n("c1", 10, "user_msg");
+	struct sums c;
+	ck_assert_int_eq(list_sums("c1", &c), 0);
+	ck_assert_uint_eq(c.n, 0);
+	NOW = T0 + 1;
+	put_summary("c1", 1, 8, mstr("s8"), 1);
+	NOW = T0 + 2;
+	put_summary("c1", 1, 3, mstr("s3"), 2);
+	NOW = T0 + 3;
+	put_summary("c1", 2, 8, mstr("s8b"), 3); /* replaces to_seq 8 */
+	mkconv("c2");
+	append_n("c2", 2, "user_msg");
+	put_summary("c2", 1, 2, mstr("other"), 1);
+	ck_assert_int_eq(list_sums("c1", &c), 0);
+	ck_assert_uint_eq(c.n, 2);
+	ck_assert_uint_eq(c.s[0].to_seq, 3);
+	ck_assert_uint_eq(c.s[0].from_seq, 1);
+	ck_assert_uint_eq(c.s[0].version, 2);
+	ck_assert_int_eq(c.s[0].inserted_at, T0 + 2);
+	ck_assert(bytes_eq_b(c.s[0].content, mstr("s3")));
+	ck_assert_uint_eq(c.s[1].to_seq, 8);
+	ck_assert_uint_eq(c.s[1].from_seq, 2);
+	ck_assert_uint_eq(c.s[1].version, 3);
+	ck_assert_int_eq(c.s[1].inserted_at, T0 + 3);
+	ck_assert(bytes_eq_b(c.s[1].content, mstr("s8b")));
+	/* the callback's return stops the walk */
+	memset(&c, 0, sizeof c);
+	c.stop_after = 1;
+	c.stop_ret = 7;
+	store_txn *t = rbegin();
+	ck_assert_int_eq(store_summaries_list(t, "c1", collect_sum, &c), 7);
+	ck_assert_uint_eq(c.n, 1);
+	ck_assert_int_eq(store_summaries_list(t, "nope", collect_sum, &c), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_summaries_list(t, "c1", NULL, NULL), STORE_E_INVAL);
+	store_txn_abort(t);
+}
+END_TEST
+
+START_TEST(summary_restore_writes_it_as_given)
+{
+	mkconv("c1");
+	append_n("c1", 10, "user_msg");
+	NOW = T0 + 100;
+	store_txn *t = wbegin();
+	struct store_summary a = { 1, 4, mstr("four"), 5, T0 - 7 }, b = { 2, 9, mstr("nine"), 12, T0 - 3 };
+	ck_assert_int_eq(store_summary_restore(t, "c1", &a), 0);
+	ck_assert_int_eq(store_summary_restore(t, "c1", &b), 0);
+	commit(t);
+	struct sums c;
+	ck_assert_int_eq(list_sums("c1", &c), 0);
+	ck_assert_uint_eq(c.n, 2);
+	ck_assert_uint_eq(c.s[0].version, 5);
+	ck_assert_int_eq(c.s[0].inserted_at, T0 - 7);
+	ck_assert_uint_eq(c.s[1].from_seq, 2);
+	ck_assert_uint_eq(c.s[1].version, 12);
+	ck_assert_int_eq(c.s[1].inserted_at, T0 - 3);
+	ck_assert(bytes_eq_b(c.s[1].content, mstr("nine")));
+	t = rbegin();
+	struct store_summary sum;
+	ck_assert_int_eq(store_summary_latest(t, "c1", &sum), 0);
+	ck_assert_uint_eq(sum.to_seq, 9);
+	ck_assert_uint_eq(sum.version, 12);
+	store_txn_abort(t);
+	/* the next put numbers on from the greatest version */
+	put_summary("c1", 1, 10, mstr("ten"), 13);
+	/* a version another to_seq holds is a conflict, and writes nothing;
+	 * the same to_seq takes its own version again (a replace) */
+	t = wbegin();
+	struct store_summary dup = { 1, 6, mstr("six"), 5, T0 };
+	ck_assert_int_eq(store_summary_restore(t, "c1", &dup), STORE_E_CONFLICT);
+	struct store_summary again = { 3, 4, mstr("four again"), 5, T0 };
+	ck_assert_int_eq(store_summary_restore(t, "c1", &again), 0);
+	commit(t);
+	ck_assert_int_eq(list_sums("c1", &c), 0);
+	ck_assert_uint_eq(c.n, 3);
+	ck_assert_uint_eq(c.s[0].from_seq, 3);
+	ck_assert(bytes_eq_b(c.s[0].content, mstr("four again")));
+	/* bad input writes nothing */
+	t = wbegin();
+	struct store_summary bad[] = {
+		{ 1, 4, mstr("x"), 0, T0 },                        /* version 0 */
+		{ 1, 4, mstr("x"), (uint64_t)INT64_MAX + 1, T0 },  /* past INT64_MAX */
+		{ 5, 4, mstr("x"), 20, T0 },                       /* from > to */
+		{ 0, 0, mstr("x"), 20, T0 },                       /* to 0 */
+		{ 1, 11, mstr("x"), 20, T0 },                      /* past the last seq */
+		{ 1, 4, raw(two_objs, sizeof two_objs), 20, T0 },  /* not one msgpack object */
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		ck_assert_int_eq(store_summary_restore(t, "c1", &bad[i]), STORE_E_INVAL);
+	ck_assert_int_eq(store_summary_restore(t, "c1", NULL), STORE_E_INVAL);
+	ck_assert_int_eq(store_summary_restore(t, "nope", &a), STORE_E_NOTFOUND);
+	commit(t);
+	ck_assert_int_eq(list_sums("c1", &c), 0);
+	ck_assert_uint_eq(c.n, 3);
+	/* in a read transaction: refused */
+	t = rbegin();
+	ck_assert_int_eq(store_summary_restore(t, "c1", &a), STORE_E_INVAL);
+	store_txn_abort(t);
+}
+END_TEST
+
 /* ---- conversations ---------------------------------------------------- */
 
 #define CONV_MAX 64
@@ -3455,8 +3587,10 @@ END_TEST
 
 START_TEST(txn_one_writer_at_a_time)
 {
-	store_txn *w = wbegin(), *w2 = NULL, *r = NULL;
+	store_txn *w = wbegin(), *w2 = (store_txn *)&w, *r = NULL;
 	ck_assert_int_eq(store_txn_begin(S, STORE_WRITE, &w2), -EBUSY);
+	ck_assert_ptr_null(w2); /* a failed begin leaves nothing to abort */
+	store_txn_abort(w2);
 	ck_assert_int_eq(store_txn_begin(S, STORE_READ, &r), 0); /* reads beside it */
 	ck_assert_int_eq(store_conv_create(w, "c1", mmap0()), 0);
 	struct store_conv c;
@@ -5602,6 +5736,8 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, summary_same_to_seq_replaces);
 	tcase_add_test(tc, summary_versions_increment);
 	tcase_add_test(tc, summary_put_rejects_bad_range);
+	tcase_add_test(tc, summaries_list_every_summary_in_to_seq_order);
+	tcase_add_test(tc, summary_restore_writes_it_as_given);
 
 	tc = tc_new(s, "conversations", setup);
 	tcase_add_test(tc, conv_create_and_get);

@@ -6,12 +6,13 @@
 #
 #   tests/pg/cluster.sh start DIR   prints the conninfo prefix: host=DIR/sock port=5432 user=agentd
 #   tests/pg/cluster.sh stop DIR    stops the server by the pid in its pid file
+#   tests/pg/cluster.sh restart DIR restarts it (fast shutdown: sessions are ended), same settings
 #
 # Settings favour speed over durability (fsync off): the data is thrown away.
 set -euo pipefail
 cmd=${1:-}
 dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|restart DIR" >&2; exit 2; }
 
 bindir=""
 for d in /usr/lib/postgresql/*/bin; do
@@ -51,6 +52,13 @@ start)
 		{ cat "$dir/log" >&2; exit 1; }
 	echo "host=$dir/sock port=5432 user=agentd" # the port names the socket file, whatever PGPORT says
 	;;
+restart)
+	[ -n "$bindir" ] || { echo "cluster.sh: pg_ctl not found" >&2; exit 1; }
+	dir=$(cd "$dir" && pwd)
+	# pg_ctl restart starts the server with the options it was started with (postmaster.opts).
+	as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 -m fast restart >/dev/null ||
+		{ tail -n 20 "$dir/log" >&2; exit 1; }
+	;;
 stop)
 	pidfile="$dir/data/postmaster.pid"
 	[ -f "$pidfile" ] || exit 0
@@ -64,7 +72,7 @@ stop)
 	kill -KILL "$pid" 2>/dev/null || true
 	;;
 *)
-	echo "usage: $0 start|stop DIR" >&2
+	echo "usage: $0 start|stop|restart DIR" >&2
 	exit 2
 	;;
 esac

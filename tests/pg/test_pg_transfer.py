@@ -7,6 +7,7 @@ nothing written.
 """
 import json
 import os
+import subprocess
 import sys
 
 os.environ["AGENTD_TEST_STORE"] = "pg"
@@ -37,7 +38,7 @@ def body(path):
     """The stream's lines without its header (which names the backend it came from)."""
     with open(path) as f:
         lines = f.read().splitlines()
-    assert json.loads(lines[0])["agentd_export"] == 1, lines[0]
+    assert json.loads(lines[0])["agentd_export"] == 2, lines[0]
     assert "end" in json.loads(lines[-1]), lines[-1]
     return lines[1:]
 
@@ -126,6 +127,203 @@ def test_lmdb_to_postgresql_and_back_is_the_same_store():
         wait_for(lambda: b.events(waiting)[-1]["type"] == "assistant_msg", 10, "the answer after the move")
 
 
+# ---- every table, every field: dumps of the stores on both sides of a move ---------------------------------
+
+FULL_CONFIG = """
+[agentd]
+audit = on
+[tool.approve]
+executor = human
+prompt = Approve?
+expires = 1h
+warn_before = 30m
+"""
+
+# What a move does not carry (runtime state: leases, nodes) or keeps elsewhere (LMDB's counters).
+LMDB_SKIP = {"meta", "nodes", "owners"}
+PG_SKIP_COLS = {"convs": {"lease", "owner", "lease_expires"}}
+PG_TABLES = ("convs", "conv_meta", "events", "summaries", "tool_calls", "expiries", "warnings", "model_calls",
+             "runs")
+
+
+def _mp_scalar_end(b, i):
+    """Where the msgpack integer or string at b[i] ends."""
+    t = b[i]
+    if t <= 0x7f or t >= 0xe0:
+        return i + 1
+    if 0xa0 <= t <= 0xbf:
+        return i + 1 + (t & 0x1f)
+    width = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8, 0xd0: 1, 0xd1: 2, 0xd2: 4, 0xd3: 8}
+    if t in width:
+        return i + 1 + width[t]
+    lens = {0xd9: 1, 0xda: 2, 0xdb: 4}
+    n = int.from_bytes(b[i + 1:i + 1 + lens[t]], "big")
+    return i + 1 + lens[t] + n
+
+
+def lmdb_dump(data):
+    """Every named database of an LMDB store but LMDB_SKIP, key -> value (hex), with the writer lease of
+    each conversation record (its 5th field) zeroed."""
+    out = subprocess.run(["mdb_dump", "-a", data], capture_output=True, text=True, check=True).stdout
+    dump = {}
+    for part in out.split("VERSION=3\n")[1:]:
+        head, body = part.split("HEADER=END\n", 1)
+        name = next(x.split("=", 1)[1] for x in head.splitlines() if x.startswith("database="))
+        if name in LMDB_SKIP:
+            continue
+        lines = body.split("DATA=END")[0].splitlines()
+        rows = dict(zip((k.strip() for k in lines[0::2]), (v.strip() for v in lines[1::2])))
+        if name == "convs":
+            for k, v in rows.items():
+                b = bytes.fromhex(v)
+                assert b[0] == 0x9b, v  # an array of 11
+                i = 1
+                for _ in range(4):
+                    i = _mp_scalar_end(b, i)
+                rows[k] = (b[:i] + b"\x00" + b[_mp_scalar_end(b, i):]).hex()
+        dump[name] = rows
+    return dump
+
+
+def pg_dump(target):
+    """Every row of every table of a PostgreSQL store, every column but PG_SKIP_COLS, in a fixed order."""
+    db = target.rsplit("dbname=", 1)[1]
+    dump = {}
+    for t in PG_TABLES:
+        rows = [json.loads(x) for x in pg_sql(f"SELECT row_to_json(r)::text FROM {t} r", db).splitlines()]
+        for r in rows:
+            for c in PG_SKIP_COLS.get(t, ()):
+                del r[c]
+        dump[t] = sorted(rows, key=lambda r: json.dumps(r, sort_keys=True))
+    return dump
+
+
+def make_full_store(a):
+    """Conversations created in id order (so a fresh LMDB store numbers them alike), holding every kind of
+    record: several summaries (export carries the superseded ones too), runs, turns, a pending call with its expiry and
+    warning, a settled call, audit rows, metadata, an ended conversation."""
+    a.write_config(FULL_CONFIG)
+    a.start()
+    s = a.create(conversation="a-sum", settings={"model": "echo", "tools": ["approve"]})
+    for i in range(3):
+        a.send(s, f"m{i}", event_id=f"e-{i}")
+        wait_for(lambda: len(a.events(s)) >= 2 * (i + 1), 10, "the echo reply")
+    a.ok({"op": "compact", "conversation": s}, timeout=30)
+    a.send(s, "m3")
+    wait_for(lambda: len(a.events(s)) >= 8, 10, "the echo reply")
+    a.ok({"op": "compact", "conversation": s}, timeout=30)
+    w = a.create(conversation="b-wait", settings={"model": "echo", "tools": ["approve"]})
+    a.send(w, "/tool approve")
+    wait_for(lambda: pending(a, w), 10, "a pending approval")
+    d = a.create(conversation="c-done", settings={"model": "echo", "tools": ["approve"]})
+    a.send(d, "/tool approve")
+    call = wait_for(lambda: pending(a, d), 10, "a pending approval")[0]
+    a.ok({"op": "resolve", "tool_call_id": call["id"], "result": "yes"})
+    wait_for(lambda: a.events(d)[-1]["type"] == "assistant_msg" and len(a.events(d)) >= 5, 10, "the answer")
+    e = a.create(conversation="d-end", metadata={"team": "a", "ticket": "T-1"})
+    a.send(e, "bye")
+    wait_for(lambda: len(a.events(e)) == 2, 10, "the echo reply")
+    a.ok({"op": "update", "conversation": e, "status": "ended"})
+    wait_for(lambda: all(a.ok({"op": "get", "conversation": c})["conversation"]["status"] in ("idle", "suspended",
+                                                                                              "ended")
+                         for c in (s, w, d, e)), 10, "every conversation at rest")
+    a.stop()
+
+
+def test_every_table_and_field_survives_lmdb_to_postgresql_and_back():
+    with Agentd(start=False, lmdb=True) as a:
+        make_full_store(a)
+        src = lmdb_dump(a.data_dir)
+        e1, e2, e3 = (os.path.join(a.dir, f"f{i}.jsonl") for i in (1, 2, 3))
+        assert run("export", "--data", a.data_dir, "--output", e1)[0] == 0
+        lines = [json.loads(x) for x in body(e1)]
+        sums = [(x["to_seq"], x["version"]) for x in lines if x.get("kind") == "summary"]
+        assert len(sums) >= 2 and [v for _, v in sums] == list(range(1, len(sums) + 1)), sums
+        assert any(x.get("kind") == "run" for x in lines), lines
+        assert [x["warn_at"] > 0 for x in lines if x.get("kind") == "tool_call" and x["status"] == "pending"] == \
+            [True], lines
+        assert all(x["turns"] > 0 for x in lines if x.get("kind") == "conv"), lines
+        # LMDB -> PostgreSQL: the tables hold every record.
+        pg1 = pg_target(os.path.join(a.dir, "pg1"))
+        rc, out, err = run("import", "--store", pg1, "--input", e1)
+        assert rc == 0, (rc, out, err)
+        d1 = pg_dump(pg1)
+        assert len(d1["runs"]) == len([x for x in lines if x.get("kind") == "run"]) and d1["warnings"], \
+            {t: len(rows) for t, rows in d1.items()}
+        assert sorted((r["to_seq"], r["version"]) for r in d1["summaries"]) == sorted(sums), d1["summaries"]
+        assert {r["id"]: r["turns"] for r in d1["convs"]} == \
+            {x["id"]: x["turns"] for x in lines if x.get("kind") == "conv"}
+        # -> LMDB: every database of the new store, byte for byte, is the source's.
+        assert run("export", "--store", pg1, "--output", e2)[0] == 0
+        back = os.path.join(a.dir, "back")
+        assert run("import", "--data", back, "--input", e2)[0] == 0
+        got = lmdb_dump(back)
+        assert set(got) == set(src), (set(got), set(src))
+        for name in src:
+            assert got[name] == src[name], (name, src[name], got[name])
+        # -> PostgreSQL again: every row and column as in the first.
+        assert run("export", "--data", back, "--output", e3)[0] == 0
+        assert body(e3) == body(e2) == body(e1)
+        pg2 = pg_target(os.path.join(a.dir, "pg2"))
+        assert run("import", "--store", pg2, "--input", e3)[0] == 0
+        assert pg_dump(pg2) == d1
+        for target in (pg1, pg2):
+            rc, out, err = run("check", "--store", target)
+            assert rc == 0 and "consistent" in out, (rc, out, err)
+        rc, out, err = run("check", "--data", back)
+        assert rc == 0 and "consistent" in out, (rc, out, err)
+
+
+def test_a_version_1_stream_still_imports():
+    """A stream of the first format (no runs, no turns, no warn_at, the latest summary only) imports: what
+    it lacks is absent, the rest as before."""
+    with Agentd(start=False, lmdb=True) as a:
+        make_full_store(a)
+        e2 = os.path.join(a.dir, "v2.jsonl")
+        assert run("export", "--data", a.data_dir, "--output", e2)[0] == 0
+        with open(e2) as f:
+            v2 = [json.loads(x) for x in f.read().splitlines()]
+        v1, latest = [], {}
+        for x in v2:
+            if x.get("kind") == "summary":
+                latest[x["conv"]] = x
+        for x in v2:
+            x = dict(x)
+            if "agentd_export" in x:
+                x["agentd_export"] = 1
+            elif "end" in x:
+                del x["end"]["runs"]
+                x["end"]["summaries"] = len(latest)
+            elif x["kind"] == "run" or (x["kind"] == "summary" and latest[x["conv"]] is not x and
+                                        latest[x["conv"]] != x):
+                continue
+            elif x["kind"] == "conv":
+                del x["turns"]
+            elif x["kind"] == "tool_call":
+                del x["warn_at"]
+            v1.append(x)
+        e1 = os.path.join(a.dir, "v1.jsonl")
+        with open(e1, "w") as f:
+            f.write("".join(json.dumps(x) + "\n" for x in v1))
+        target = pg_target(os.path.join(a.dir, "old"))
+        rc, out, err = run("import", "--store", target, "--input", e1)
+        assert rc == 0, (rc, out, err)
+        d = pg_dump(target)
+        assert not d["runs"] and not d["warnings"] and all(r["turns"] == 0 for r in d["convs"]), d
+        assert [(r["conv"], r["version"]) for r in d["summaries"]] == \
+            [(c, x["version"]) for c, x in sorted(latest.items())], d["summaries"]
+        assert len(d["events"]) == sum(1 for x in v2 if x.get("kind") == "event") and len(d["expiries"]) == 1
+        # The v2 fields are required in a v2 stream: one missing is refused, naming its line.
+        bad = [dict(x) for x in v2]
+        i = next(i for i, x in enumerate(bad) if x.get("kind") == "conv")
+        del bad[i]["turns"]
+        p = os.path.join(a.dir, "bad.jsonl")
+        with open(p, "w") as f:
+            f.write("".join(json.dumps(x) + "\n" for x in bad))
+        rc, out, err = run("import", "--store", pg_target(os.path.join(a.dir, "bad")), "--input", p)
+        assert rc == 1 and f"line {i + 1}: a conv record with a missing or bad field" in err, (rc, err)
+
+
 def test_a_damaged_stream_or_store_refusal_writes_nothing():
     with Agentd(start=False, lmdb=True) as a:
         a.start()
@@ -149,12 +347,12 @@ def test_a_damaged_stream_or_store_refusal_writes_nothing():
         bad_b64 = json.loads(lines[ev])
         bad_b64["content"] = "!!not base64"
         newer = json.loads(lines[0])
-        newer["agentd_export"] = 2
+        newer["agentd_export"] = 3
         cases = [
             ("truncated", lines[:-2], "ends without its end line"),
             ("garbled", lines[:ev] + ["{not json"] + lines[ev + 1:], f"line {ev + 1}: not a JSON object"),
             ("base64", lines[:ev] + [json.dumps(bad_b64)] + lines[ev + 1:], f"line {ev + 1}: a event record"),
-            ("newer", [json.dumps(newer)] + lines[1:], "export format version 2; this agentd reads version 1"),
+            ("newer", [json.dumps(newer)] + lines[1:], "export format version 3; this agentd reads versions 1 to 2"),
             ("counts", lines[:ev] + lines[ev + 1:], "the end line's count of events is not"),
             ("unknown", lines[:ev] + ['{"kind":"bogus"}'] + lines[ev:], "an unknown kind of record 'bogus'"),
             ("empty", [], "an empty stream"),
