@@ -3,7 +3,7 @@
  * (docs/benchmarks.md, "bench_pg").
  *
  * send    durable `send` throughput with 50 clients (a closed loop: each
- *         client sends and waits for its reply), four systems side by side,
+ *         client sends and waits for its reply), five rows side by side,
  *         their order rotating from round to round:
  *           - a bare libpq loop: 50 connections in 50 threads, each inserting
  *             one event row per send into a table laid out as agentd's
@@ -14,7 +14,10 @@
  *           - agentd on PostgreSQL, one node;
  *           - agentd on PostgreSQL, three nodes sharing the database, each
  *             client on one of them (client i on node i mod 3), sending to a
- *             conversation that node owns.
+ *             conversation that node owns;
+ *           - the same three nodes and conversations, each client on the
+ *             next node instead: every send is committed by a node that does
+ *             not own its conversation, and wakes the owner (NOTIFY).
  *         Every client sends to its own conversation, whose worker sits in a
  *         model call that never returns (a `sleep`), so what is measured is
  *         the send's durable commit and reply, the work the bare loop does,
@@ -44,7 +47,7 @@
  *   -d DIR     where the scratch directory goes (default "."): the disk to measure
  *   -r ROUNDS  rounds of the send phase (default 5, at most 15); the expiry
  *              phase runs half as many (at least 1)
- *   -n SENDS   sends per system per round (default 8000)
+ *   -n SENDS   sends per system per round (default 6000)
  *   -t TIMERS  expiry timers per backend per round (default 200)
  *   -i MS      the expiry phase's pace (default 20)
  *   -o PHASE   only this phase
@@ -79,7 +82,7 @@
 #define NODES_MAX 8
 
 static int nrounds = 5, quick, keep, verbose, ntimers = 200, pace_ms = 20;
-static long nsends = 8000;
+static long nsends = 6000;
 static const char *only;
 static char scratch[PATH_MAX], bindir[PATH_MAX], cluster_dir[PATH_MAX], prefix[512];
 static int own_cluster;
@@ -366,11 +369,14 @@ static double node_counter(const struct node *n, const char *name)
 
 /* ---- the send phase --------------------------------------------------- */
 
-enum { S_BARE, S_LMDB, S_PG1, S_PG3, NSYS };
+/* S_PG3X: the three nodes of S_PG3 and their conversations, each client on
+ * the node after its conversation's owner: every send crosses nodes. */
+enum { S_BARE, S_LMDB, S_PG1, S_PG3, S_PG3X, NSYS };
 static const char *const sys_name[NSYS] = { "bare libpq loop, 50 connections", "agentd on LMDB, 1 node",
-					    "agentd on PostgreSQL, 1 node", "agentd on PostgreSQL, 3 nodes" };
-static const char *const sys_prefix[NSYS] = { "bare", "l", "p1", "p3" };
-static const char *const sys_db[NSYS] = { "bare", NULL, "send1", "send3" };
+					    "agentd on PostgreSQL, 1 node", "agentd on PostgreSQL, 3 nodes",
+					    "  the same, via a non-owner node" };
+static const char *const sys_prefix[NSYS] = { "bare", "l", "p1", "p3", "p3" };
+static const char *const sys_db[NSYS] = { "bare", NULL, "send1", "send3", "send3" };
 
 struct system {
 	struct node nodes[3];
@@ -388,6 +394,7 @@ struct sample {
 	double flushes;               /* LMDB: flushes per send */
 	double cpu_agentd, cpu_pg, cpu_client; /* CPU seconds per send */
 	double idle;                  /* the machine's idle share */
+	double rtt_us;                /* S_BARE only: one round trip, p50 */
 };
 
 static struct sample samples[NSYS][BENCH_MAX_RUNS];
@@ -534,7 +541,7 @@ static void send_setup(void)
 {
 	char cfg[512], name[32];
 	bare_setup();
-	for (int s = S_LMDB; s < NSYS; s++) {
+	for (int s = S_LMDB; s < S_PG3X; s++) {
 		struct system *y = &sys[s];
 		y->nnodes = s == S_PG3 ? 3 : 1;
 		if (sys_db[s])
@@ -559,10 +566,33 @@ static void send_setup(void)
 			ctl_close(&c);
 		}
 	}
+	sys[S_PG3X] = sys[S_PG3];
+	for (int k = 0; k < 3; k++)
+		sys[S_PG3X].socks[k] = sys[S_PG3].nodes[(k + 1) % 3].sock;
 	if (PQstatus(admin) == CONNECTION_OK) {
 		/* The views of pg_stat_statements live in a database: the admin one. */
 		pg_exec(admin, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
 	}
+}
+
+/* One round trip to the server: `SELECT 1` (prepared) on one idle
+ * connection, 300 times; the median in microseconds. What each of agentd's
+ * statements costs its single-threaded supervisor at least. */
+static double round_trip_us(void)
+{
+	double v[300];
+	PGconn *c = bare[0].c;
+	PGresult *r = PQprepare(c, "one", "SELECT 1", 0, NULL);
+	PQclear(r);
+	for (int i = 0; i < 300; i++) {
+		double t0 = bench_now();
+		r = PQexecPrepared(c, "one", 0, NULL, NULL, NULL, 0);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK)
+			bench_fail("SELECT 1: %s", PQerrorMessage(c));
+		PQclear(r);
+		v[i] = (bench_now() - t0) * 1e6;
+	}
+	return ctl_pct(v, 300, 50);
 }
 
 static void send_run(int s, long n, struct sample *out)
@@ -607,6 +637,8 @@ static void send_run(int s, long n, struct sample *out)
 	}
 	if (s == S_LMDB)
 		out->flushes = ((c1 - c0) + (f1 - f0)) / dn;
+	if (s == S_BARE)
+		out->rtt_us = round_trip_us();
 	out->cpu_pg = (pg1 - pg0) / dn;
 	out->cpu_client = (me1 - me0) / dn;
 	out->idle = t1 > t0 ? (i1 - i0) / (t1 - t0) : 0;
@@ -623,14 +655,17 @@ static void statements_top(const char *db, double sends)
 {
 	char sql[600];
 	snprintf(sql, sizeof sql,
-		 "SELECT s.calls, regexp_replace(left(s.query, 110), '\\s+', ' ', 'g') FROM pg_stat_statements s "
-		 "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '%s' ORDER BY s.calls DESC LIMIT 10", db);
+		 "SELECT s.calls, s.total_exec_time, regexp_replace(left(s.query, 100), '\\s+', ' ', 'g') "
+		 "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '%s' "
+		 "ORDER BY s.total_exec_time DESC LIMIT 12", db);
 	PGresult *r = PQexec(admin, sql);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK)
 		bench_fail("pg_stat_statements: %s", PQerrorMessage(admin));
-	printf("\nstatements of one run of agentd on PostgreSQL, 1 node (%.0f sends), per send:\n", sends);
+	printf("\nstatements of the last round's run of agentd on PostgreSQL, 1 node (%.0f sends): calls per send, "
+	       "server execution time per send (us)\n", sends);
 	for (int i = 0; i < PQntuples(r); i++)
-		printf("  %6.3f  %s\n", strtod(PQgetvalue(r, i, 0), NULL) / sends, PQgetvalue(r, i, 1));
+		printf("  %6.3f %7.1f  %s\n", strtod(PQgetvalue(r, i, 0), NULL) / sends,
+		       strtod(PQgetvalue(r, i, 1), NULL) * 1e3 / sends, PQgetvalue(r, i, 2));
 	PQclear(r);
 }
 
@@ -691,7 +726,17 @@ static void send_report(void)
 		printf("%-32s agentd %6.0f  postgres %6.0f  client %6.0f  idle %3.0f%%\n", sys_name[s],
 		       med(s, F(cpu_agentd), n) * 1e6, med(s, F(cpu_pg), n) * 1e6, med(s, F(cpu_client), n) * 1e6,
 		       med(s, F(idle), n) * 100);
-	double q[BENCH_MAX_RUNS], lo, hi;
+	/* The serial chain: a node's supervisor runs its group commit's
+	 * statements one after another on one connection. */
+	double rtt = med(S_BARE, F(rtt_us), n), lo, hi;
+	rng(S_BARE, F(rtt_us), n, &lo, &hi);
+	double chain = med(S_PG1, F(stmts), n) * rtt;
+	printf("\none round trip (SELECT 1 on one idle connection, right after the bare loop): p50 %.0f us "
+	       "(%.0f-%.0f over rounds)\n", rtt, lo, hi);
+	printf("one node's statements in a row: %.2f per send x %.0f us = %.0f us per send: at most %.0f sends/s per "
+	       "node from round trips alone (measured: %.0f)\n", med(S_PG1, F(stmts), n), rtt, chain,
+	       chain > 0 ? 1e6 / chain : 0, med(S_PG1, F(rps), n));
+	double q[BENCH_MAX_RUNS];
 	for (int k = 0; k < n; k++)
 		q[k] = samples[S_BARE][k].rps > 0 ? samples[S_PG1][k].rps / samples[S_BARE][k].rps : 0;
 	bench_range(q, n, &lo, &hi);
@@ -706,7 +751,7 @@ static void phase_send(void)
 	say("send: warm-up (starts every conversation's worker)");
 	for (int s = 0; s < NSYS; s++)
 		send_run(s, nsends / 5 > CLIENTS * 4 ? nsends / 5 : CLIENTS * 4, NULL);
-	for (int s = S_LMDB; s < NSYS; s++)
+	for (int s = S_LMDB; s < S_PG3X; s++)
 		wait_parked(s);
 	for (int r = 0; r < nrounds; r++) {
 		say("send: round %d of %d", r + 1, nrounds);
@@ -720,7 +765,7 @@ static void phase_send(void)
 	}
 	send_report();
 	statements_top("send1", (double)nsends);
-	for (int s = S_LMDB; s < NSYS; s++)
+	for (int s = S_LMDB; s < S_PG3X; s++)
 		for (int k = 0; k < sys[s].nnodes; k++)
 			node_stop(&sys[s].nodes[k]);
 	for (int i = 0; i < CLIENTS; i++)
