@@ -34,7 +34,8 @@
  *         model for a human tool, one every -i ms, and the calls expire while
  *         their workers wait; lateness is the `resolution` event's
  *         inserted_at minus the call's deadline (ms, as the store stamps
- *         them). agentd on LMDB and on PostgreSQL (one node), the order
+ *         them); the deadline is the pending row's, or, for a call that
+ *         expired before its row was read, its inserted_at plus the expiry. agentd on LMDB and on PostgreSQL (one node), the order
  *         alternating from round to round.
  *
  * The database: a throwaway cluster started with `tests/pg/cluster.sh start
@@ -47,8 +48,12 @@
  *   -d DIR     where the scratch directory goes (default "."): the disk to measure
  *   -r ROUNDS  rounds of the send phase (default 5, at most 15); the expiry
  *              phase runs half as many (at least 1)
- *   -n SENDS   sends per system per round (default 6000)
- *   -t TIMERS  expiry timers per backend per round (default 200)
+ *
+ * Each phase takes about a minute on an idle 2-core machine (more on a busy
+ * one); -r, -n and -t make them longer.
+ *   -n SENDS   sends per system per round (default 3000; the row via a
+ *              non-owner node gets a fifth as many)
+ *   -t TIMERS  expiry timers per backend per round (default 100)
  *   -i MS      the expiry phase's pace (default 20)
  *   -o PHASE   only this phase
  *   -q         quick: 3 rounds of 1500 sends, 1 round of 50 timers
@@ -58,7 +63,6 @@
 #include "bench/bench.h"
 #include "bench/ctl.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <libpq-fe.h>
@@ -81,8 +85,8 @@
 #define CLIENTS 50
 #define NODES_MAX 8
 
-static int nrounds = 5, quick, keep, verbose, ntimers = 200, pace_ms = 20;
-static long nsends = 6000;
+static int nrounds = 5, quick, keep, verbose, ntimers = 100, pace_ms = 20;
+static long nsends = 3000;
 static const char *only;
 static char scratch[PATH_MAX], bindir[PATH_MAX], cluster_dir[PATH_MAX], prefix[512];
 static int own_cluster;
@@ -133,6 +137,12 @@ static void cluster_stop(void)
 	snprintf(cmd, sizeof cmd, "%s/tests/pg/cluster.sh stop %s", AGENTD_SRC, cluster_dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "bench_pg: stopping the cluster in %s failed\n", cluster_dir);
+}
+
+static void notice_quiet(void *arg, const char *msg)
+{
+	(void)arg;
+	(void)msg;
 }
 
 static PGconn *pg_connect(const char *db)
@@ -199,30 +209,47 @@ static struct pgcount pg_count(PGconn *admin, const char *db)
 
 /* ---- CPU -------------------------------------------------------------- */
 
-/* CPU seconds of every process named `postgres` (the postmaster's include
- * its reaped backends'). */
+/* The cluster's postmaster: the parent of the admin connection's backend
+ * (the server may be on this machine only; other clusters here, such as
+ * other tests', are not counted). */
+static pid_t postmaster;
+
+static pid_t parent_of(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');
+	int ppid = 0;
+	if (!p || sscanf(p + 2, "%*c %d", &ppid) != 1)
+		return 0;
+	return (pid_t)ppid;
+}
+
+/* CPU seconds of the cluster: its postmaster (whose count includes the
+ * backends it reaped) and every live child of it. 0 when the server is
+ * not on this machine. */
 static double cpu_postgres(void)
 {
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	double total = 0;
-	while (d && (e = readdir(d))) {
-		char path[300], comm[64] = "";
-		if (e->d_name[0] < '1' || e->d_name[0] > '9')
-			continue;
-		snprintf(path, sizeof path, "/proc/%s/comm", e->d_name);
-		FILE *f = fopen(path, "re");
-		if (!f)
-			continue;
-		if (fgets(comm, sizeof comm, f) && !strncmp(comm, "postgres", 8) && comm[8] == '\n') {
-			double s = ctl_cpu_seconds((pid_t)atoi(e->d_name));
-			total += s > 0 ? s : 0;
-		}
-		fclose(f);
+	if (postmaster <= 0)
+		return 0;
+	double total = ctl_cpu_seconds(postmaster);
+	char path[100];
+	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)postmaster, (int)postmaster);
+	FILE *f = fopen(path, "re");
+	int child;
+	while (f && fscanf(f, "%d", &child) == 1) {
+		double c = ctl_cpu_seconds(child);
+		total += c > 0 ? c : 0;
 	}
-	if (d)
-		closedir(d);
-	return total;
+	if (f)
+		fclose(f);
+	return total > 0 ? total : 0;
 }
 
 static double cpu_self(void)
@@ -690,8 +717,8 @@ static void rng(int s, size_t off, int n, double *lo, double *hi)
 static void send_report(void)
 {
 	int n = nrounds;
-	printf("\n== durable send, %d clients (closed loop), %ld sends per system per round, %d rounds, order rotating\n",
-	       CLIENTS, nsends, n);
+	printf("\n== durable send, %d clients (closed loop), %ld sends per system per round (the row via a non-owner "
+	       "node: %ld), %d rounds, order rotating\n", CLIENTS, nsends, nsends / 5, n);
 	printf("%-32s %8s %13s %7s %7s | %-18s | %6s %7s %6s %6s\n", "system", "sends/s", "(range)", "p50 ms",
 	       "p99 ms", "/ bare loop", "stmts", "commits", "WAL B", "group");
 	for (int s = 0; s < NSYS; s++) {
@@ -736,6 +763,11 @@ static void send_report(void)
 	printf("one node's statements in a row: %.2f per send x %.0f us = %.0f us per send: at most %.0f sends/s per "
 	       "node from round trips alone (measured: %.0f)\n", med(S_PG1, F(stmts), n), rtt, chain,
 	       chain > 0 ? 1e6 / chain : 0, med(S_PG1, F(rps), n));
+	double r1 = med(S_PG1, F(rps), n), r3 = med(S_PG3, F(rps), n);
+	printf("each statement of that chain took, in the run: %.0f us on 1 node (1 / (sends/s x stmts)), %.0f us on "
+	       "each of 3 nodes: the wait for a CPU on a busy machine, on top of the round trip\n",
+	       r1 > 0 ? 1e6 / (r1 * med(S_PG1, F(stmts), n)) : 0,
+	       r3 > 0 ? 1e6 / (r3 / 3 * med(S_PG3, F(stmts), n)) : 0);
 	double q[BENCH_MAX_RUNS];
 	for (int k = 0; k < n; k++)
 		q[k] = samples[S_BARE][k].rps > 0 ? samples[S_PG1][k].rps / samples[S_BARE][k].rps : 0;
@@ -760,7 +792,8 @@ static void phase_send(void)
 			/* The statements of the last round's one-node run, alone. */
 			if (s == S_PG1 && r == nrounds - 1)
 				pg_exec(admin, "SELECT pg_stat_statements_reset()");
-			send_run(s, nsends, &samples[s][r]);
+			/* Sends across nodes are slower by far: a fifth as many. */
+			send_run(s, s == S_PG3X ? nsends / 5 : nsends, &samples[s][r]);
 		}
 	}
 	send_report();
@@ -784,7 +817,7 @@ struct late {
 static struct late expiry_run(int pg, int round, int n)
 {
 	char name[32], db[32], config[512];
-	int expires = (int)(1.5 * n * pace_ms / 1e3) + 5;
+	int expires = (int)(2.0 * n * pace_ms / 1e3) + 10;
 	snprintf(name, sizeof name, "exp-%s-%d", pg ? "pg" : "lmdb", round);
 	snprintf(db, sizeof db, "exp%d", round);
 	if (pg)
@@ -822,6 +855,7 @@ static struct late expiry_run(int pg, int round, int n)
 		json_decref(ctl_ok(&c, json_pack("{ssssss}", "op", "send", "conversation", id, "content",
 						 "/tool approve {\"what\":\"deploy\"}"), "send"));
 	}
+	int derived = 0;
 	int64_t *deadline = calloc((size_t)n, sizeof *deadline);
 	double *late = calloc((size_t)n, sizeof *late);
 	if (!deadline || !late)
@@ -835,11 +869,15 @@ static struct late expiry_run(int pg, int round, int n)
 			json_t *a = json_object_get(r, "tool_calls");
 			if (json_array_size(a) == 1) {
 				json_t *tc = json_array_get(a, 0);
-				const char *st = json_string_value(json_object_get(tc, "status"));
-				if (st && strcmp(st, "pending"))
-					bench_fail("%s: the call was %s before its deadline was read: raise -i or lower -t",
-						   id, st);
+				/* Pending, the row has its deadline; once expired it has
+				 * none, and it is the call's inserted_at plus the expiry
+				 * (the worker stamps both in one transaction). */
 				deadline[i] = json_integer_value(json_object_get(tc, "deadline"));
+				if (!deadline[i]) {
+					deadline[i] = json_integer_value(json_object_get(tc, "inserted_at")) +
+						      (int64_t)expires * 1000;
+					derived++;
+				}
 			}
 			json_decref(r);
 			if (!deadline[i] && bench_now() > until)
@@ -848,11 +886,8 @@ static struct late expiry_run(int pg, int round, int n)
 				usleep(2000);
 		}
 	}
-	int64_t first = deadline[0];
-	for (int i = 1; i < n; i++)
-		first = deadline[i] < first ? deadline[i] : first;
-	if (first <= ctl_wall_us() / 1000 + 200)
-		bench_fail("expiry: the first deadline came before all calls were pending");
+	if (derived)
+		say("expiry: %d calls had expired before their rows were read (deadlines derived)", derived);
 	for (int i = 0; i < n; i++) {
 		char id[32];
 		snprintf(id, sizeof id, "x-%d", i);
@@ -983,6 +1018,8 @@ int main(int argc, char **argv)
 		sh(cmd, prefix, sizeof prefix);
 	}
 	admin = pg_connect("postgres");
+	PQsetNoticeProcessor(admin, notice_quiet, NULL); /* DROP DATABASE IF EXISTS's notices */
+	postmaster = parent_of((pid_t)PQbackendPID(admin));
 	bench_filesystem(scratch, fs, sizeof fs, &tmpfs);
 	char ver[64], fsync_s[16], sc[16], fpw[16], wsm[32];
 	pg_text(admin, "SHOW server_version", NULL, ver, sizeof ver);
