@@ -43,7 +43,8 @@ static struct {
 	uint64_t done;           /* the last target flushed */
 	int err;                 /* the last flush's error */
 	int quit;
-	uint64_t nflush;
+	uint64_t nflush;         /* flushes that succeeded */
+	uint64_t nfailed;        /* flushes that failed */
 	const char *fail_path;   /* test-only: flushes fail while this file exists */
 } D = { .efd = -1, .lw = { on_flushed }, .tfd = -1, .tw = { on_timer }, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
@@ -68,7 +69,10 @@ static void *flusher(void *arg)
 		uint64_t last = store_last_id(D.st);
 		int e = D.fail_path && access(D.fail_path, F_OK) == 0 ? -EIO : store_flush(D.st);
 		pthread_mutex_lock(&D.mu);
-		D.nflush++;
+		if (e)
+			D.nfailed++;
+		else
+			D.nflush++;
 		D.err = e;
 		if (!e && last > D.done)
 			D.done = last;
@@ -254,6 +258,14 @@ uint64_t durable_flushes(void)
 {
 	pthread_mutex_lock(&D.mu);
 	uint64_t n = D.nflush;
+	pthread_mutex_unlock(&D.mu);
+	return n;
+}
+
+uint64_t durable_flush_failures(void)
+{
+	pthread_mutex_lock(&D.mu);
+	uint64_t n = D.nfailed;
 	pthread_mutex_unlock(&D.mu);
 	return n;
 }

@@ -51,7 +51,10 @@ void durable_before_wait(void);
 /* A write transaction of this process committed id (its own page flush
  * returned): every id below it is durable. */
 void durable_committed(uint64_t id);
-/* Flushes made by the flusher so far (agentd_durable_flushes_total). */
+/* Flushes made by the flusher so far that succeeded (and so may have
+ * moved the frontier: agentd_durable_flushes_total), and that failed
+ * (agentd_durable_flush_failures_total). */
 uint64_t durable_flushes(void);
+uint64_t durable_flush_failures(void);
 
 #endif

@@ -121,9 +121,13 @@ char *metrics_text(const struct metrics_gauges *g, size_t *len)
 	fprintf(f, "# HELP agentd_store_map_size_bytes The store's map size.\n"
 		   "# TYPE agentd_store_map_size_bytes gauge\nagentd_store_map_size_bytes %llu\n",
 		(unsigned long long)g->map_size);
-	fprintf(f, "# HELP agentd_durable_flushes_total Flushes of the data file that moved the durable frontier "
-		   "(docs/durability.md).\n# TYPE agentd_durable_flushes_total counter\n"
-		   "agentd_durable_flushes_total %llu\n", (unsigned long long)g->durable_flushes);
+	fprintf(f, "# HELP agentd_durable_flushes_total Flushes of the data file that succeeded: each made what "
+		   "was committed before it durable (docs/durability.md).\n"
+		   "# TYPE agentd_durable_flushes_total counter\nagentd_durable_flushes_total %llu\n",
+		(unsigned long long)g->durable_flushes);
+	fprintf(f, "# HELP agentd_durable_flush_failures_total Flushes of the data file that failed; the replies "
+		   "they held wait for one that succeeds.\n# TYPE agentd_durable_flush_failures_total counter\n"
+		   "agentd_durable_flush_failures_total %llu\n", (unsigned long long)g->durable_flush_failures);
 	fprintf(f, "# HELP agentd_op_duration_seconds Control request latency.\n"
 		   "# TYPE agentd_op_duration_seconds histogram\n");
 	for (int i = 0; i < OP_COUNT; i++) {

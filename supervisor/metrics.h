@@ -34,6 +34,7 @@ struct metrics_gauges {
 	uint64_t store_size;
 	uint64_t map_size;
 	uint64_t durable_flushes; /* the durable frontier's flushes (durable.h) */
+	uint64_t durable_flush_failures;
 };
 /* The whole text, malloc'd (length in *len), or NULL when out of memory. */
 char *metrics_text(const struct metrics_gauges *g, size_t *len);

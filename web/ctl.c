@@ -256,14 +256,18 @@ fail:
 	return e;
 }
 
-int ctl_watch_open(const char *path, const char *conv, long long after, int timeout_ms, struct ctl_watch *w,
-		   json_t **reply)
+int ctl_watch_open(const char *path, const char *conv, long long after, int runs, int timeout_ms,
+		   struct ctl_watch *w, json_t **reply)
 {
 	*reply = NULL;
 	memset(w, 0, sizeof *w);
 	w->fd = -1;
 	json_t *req = after >= 0 ? json_pack("{sssssI}", "op", "watch", "conversation", conv, "after", (json_int_t)after)
 				 : json_pack("{ssss}", "op", "watch", "conversation", conv);
+	if (req && runs && json_object_set_new(req, "runs", json_true())) {
+		json_decref(req);
+		req = NULL;
+	}
 	if (!req)
 		return -ENOMEM;
 	int e = (w->fd = ctl_connect(path)) < 0 ? w->fd : first_reply(w, req, timeout_ms, reply);

@@ -40,12 +40,13 @@ struct ctl_watch {
 	size_t drop; /* the line returned last: dropped at the next call */
 };
 
-/* Start a watch of conv after seq `after` (-1: from the current last seq).
- * Returns 0 with w set up and *reply the first reply (ok or not: on an error
- * reply the connection is closed already and w->fd is -1), or -errno as
- * ctl_request. */
-int ctl_watch_open(const char *path, const char *conv, long long after, int timeout_ms, struct ctl_watch *w,
-		   json_t **reply);
+/* Start a watch of conv after seq `after` (-1: from the current last seq),
+ * with runs (the watch's `runs: true`: run starts and ends stream too, as
+ * {"run": {...}} lines) when runs is nonzero. Returns 0 with w set up and
+ * *reply the first reply (ok or not: on an error reply the connection is
+ * closed already and w->fd is -1), or -errno as ctl_request. */
+int ctl_watch_open(const char *path, const char *conv, long long after, int runs, int timeout_ms,
+		   struct ctl_watch *w, json_t **reply);
 /* The next complete line of the watch, without its newline, in *line (a
  * pointer into w->buf valid until the next call; *len its length). Waits at
  * most timeout_ms (poll also watches extra_fd for POLLHUP/POLLRDHUP/POLLIN

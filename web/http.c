@@ -350,12 +350,30 @@ static enum MHD_Result api_conversations(struct MHD_Connection *c)
 	return proxy(c, req);
 }
 
+/* An id from the query (?name=ID): 1 and *out when given as valid UTF-8
+ * (agentd checks the rest: a JSON request cannot carry other bytes);
+ * otherwise 0 with the request answered 400. */
+static int id_arg(struct MHD_Connection *c, const char *name, const char **out, enum MHD_Result *ret)
+{
+	char msg[96];
+	json_t *s;
+	*out = arg(c, name);
+	if (*out && (s = json_string(*out))) {
+		json_decref(s);
+		return 1;
+	}
+	snprintf(msg, sizeof msg, *out ? "'%s' is not valid UTF-8" : "'%s' is required", name);
+	*ret = send_error(c, 400, "bad_request", msg);
+	return 0;
+}
+
 /* ?NAME=ID into {"op": op, field: ID}; agentd validates the id. */
 static enum MHD_Result api_by_id(struct MHD_Connection *c, const char *op, const char *q, const char *field)
 {
-	const char *id = arg(c, q);
-	if (!id)
-		return send_error(c, 400, "bad_request", "missing query parameter");
+	const char *id;
+	enum MHD_Result ret;
+	if (!id_arg(c, q, &id, &ret))
+		return ret;
 	return proxy(c, json_pack("{ssss}", "op", op, field, id));
 }
 
@@ -363,11 +381,48 @@ static enum MHD_Result api_events(struct MHD_Connection *c)
 {
 	int bad = 0;
 	long long limit = 500;
-	const char *conv = arg(c, "conversation");
+	const char *conv;
+	enum MHD_Result ret;
+	if (!id_arg(c, "conversation", &conv, &ret))
+		return ret;
 	arg_num(c, "limit", 10000, &limit, &bad);
-	if (bad || limit < 1 || !conv)
-		return send_error(c, 400, "bad_request", "'conversation' is required; 'limit' is 1 to 10000");
+	if (bad || limit < 1)
+		return send_error(c, 400, "bad_request", "'limit' is 1 to 10000");
 	return proxy(c, json_pack("{sssssI}", "op", "events", "conversation", conv, "limit", (json_int_t)limit));
+}
+
+/* The runs op: a conversation's runs newest first, `limit` (1-1000) at a
+ * time, `before` the cursor (the `next` of the page before: a run id). */
+static enum MHD_Result api_runs(struct MHD_Connection *c)
+{
+	int bad = 0, has_before;
+	long long limit = 100, before = 0;
+	const char *conv;
+	enum MHD_Result ret;
+	if (!id_arg(c, "conversation", &conv, &ret))
+		return ret;
+	arg_num(c, "limit", 1000, &limit, &bad);
+	if (bad || limit < 1)
+		return send_error(c, 400, "bad_request", "'limit' must be a number from 1 to 1000");
+	has_before = arg_num(c, "before", INT64_MAX, &before, &bad);
+	if (bad || (has_before && before < 1))
+		return send_error(c, 400, "bad_request",
+				  "'before' must be a run id (a whole number from 1: the 'next' of the page before)");
+	json_t *req = json_pack("{sssssI}", "op", "runs", "conversation", conv, "limit", (json_int_t)limit);
+	if (req && has_before)
+		json_object_set_new(req, "before", json_integer((json_int_t)before));
+	return proxy(c, req);
+}
+
+/* The nodes op, with agentd-web's clock (`now`, ms) for "how long ago". */
+static enum MHD_Result api_nodes(struct MHD_Connection *c)
+{
+	enum MHD_Result ret;
+	json_t *r = agentd(c, json_pack("{ss}", "op", "nodes"), &ret);
+	if (!r)
+		return ret;
+	json_object_set_new(r, "now", json_integer((json_int_t)now_ms()));
+	return send_json(c, 200, r);
 }
 
 /* ---- server-sent events over watch ---- */
@@ -403,11 +458,12 @@ static int sse_puts(struct sse *s, const char *a)
 }
 
 /* One line of agentd's watch as one SSE message (JSON lines hold no raw
- * newline, so each fits one data: field). */
+ * newline, so each fits one data: field). A run has no id: Last-Event-ID
+ * stays the seq of the last event. */
 static int sse_line(struct sse *s, const char *line, size_t len)
 {
 	json_t *o = json_loadb(line, len, 0, NULL);
-	json_t *ev = json_object_get(o, "event"), *delta = json_object_get(o, "delta");
+	json_t *ev = json_object_get(o, "event"), *delta = json_object_get(o, "delta"), *run = json_object_get(o, "run");
 	int e = 0;
 	char head[64];
 	if (ev) {
@@ -419,6 +475,10 @@ static int sse_line(struct sse *s, const char *line, size_t len)
 	} else if (delta) {
 		char *d = json_dumps(delta, JSON_COMPACT);
 		e = !d || sse_puts(s, "event: delta\ndata: ") || sse_puts(s, d) || sse_puts(s, "\n\n");
+		free(d);
+	} else if (run) {
+		char *d = json_dumps(run, JSON_COMPACT);
+		e = !d || sse_puts(s, "event: run\ndata: ") || sse_puts(s, d) || sse_puts(s, "\n\n");
 		free(d);
 	}
 	json_decref(o);
@@ -465,24 +525,29 @@ static void sse_free(void *cls)
 
 static enum MHD_Result api_watch(struct MHD_Connection *c)
 {
-	int bad = 0;
-	long long after = -1;
-	const char *conv = arg(c, "conversation");
+	int bad = 0, bad_runs = 0;
+	long long after = -1, runs = 0;
+	const char *conv;
 	const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
+	enum MHD_Result refused;
+	if (!id_arg(c, "conversation", &conv, &refused))
+		return refused;
 	arg_num(c, "after", INT64_MAX, &after, &bad);
+	if (arg_num(c, "runs", 1, &runs, &bad_runs), bad_runs)
+		return send_error(c, 400, "bad_request", "'runs' is 1 (stream run starts and ends too) or 0");
 	if (last && *last) { /* EventSource reconnecting: go on after what it saw */
 		char *end;
 		long long l = strtoll(last, &end, 10);
 		if (!*end && l >= 0)
 			after = l;
 	}
-	if (bad || !conv)
-		return send_error(c, 400, "bad_request", "'conversation' is required; 'after' is a seq");
+	if (bad)
+		return send_error(c, 400, "bad_request", "'after' is a seq (a whole number)");
 	struct sse *s = calloc(1, sizeof *s);
 	json_t *reply = NULL;
 	if (!s)
 		return MHD_NO;
-	int e = ctl_watch_open(CFG->socket, conv, after, CTL_TIMEOUT_MS, &s->w, &reply);
+	int e = ctl_watch_open(CFG->socket, conv, after, (int)runs, CTL_TIMEOUT_MS, &s->w, &reply);
 	if (e || !json_is_true(json_object_get(reply, "ok"))) {
 		free(s);
 		if (e) {
@@ -806,6 +871,10 @@ static enum MHD_Result route(struct MHD_Connection *c, const char *url, const ch
 		return api_watch(c);
 	if (get && !strcmp(url, "/api/status"))
 		return proxy(c, json_pack("{ss}", "op", "status"));
+	if (get && !strcmp(url, "/api/runs"))
+		return api_runs(c);
+	if (get && !strcmp(url, "/api/nodes"))
+		return api_nodes(c);
 	if (post && !strcmp(url, "/api/resolve"))
 		return api_resolve(c, rq, &w);
 	return send_error(c, 404, "not_found", "no such page");

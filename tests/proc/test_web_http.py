@@ -1,7 +1,9 @@
 """agentd-web over plain HTTP, without a browser (docs/web.md): the token file, login (form and one-time
 link), every route refused without credentials, the CSRF checks on POST (Origin and the session's token),
 Host checks, decisions recorded with who made them, server-sent events over watch, /metrics, and bad
-start-up input; the conversation list's filters (metadata, status, model, updated-time range) with the cursor."""
+start-up input; the conversation list's filters (metadata, status, model, updated-time range) with the cursor;
+a conversation's runs (paged, streamed over watch as their own event type) and the nodes sharing the store
+(two under AGENTD_TEST_STORE=pg)."""
 import http.client
 import json
 import os
@@ -59,7 +61,7 @@ def test_token_file_and_refusals():
         assert "script-src 'self'" in h["Content-Security-Policy"] and "frame-ancestors 'none'" in h["Content-Security-Policy"]
         assert h["X-Content-Type-Options"] == "nosniff"
         for path_ in ["/app.js", "/api/pending", "/api/status", "/api/session", "/api/conversations",
-                      "/api/watch?conversation=x", "/metrics", "/nope"]:
+                      "/api/watch?conversation=x", "/api/runs?conversation=x", "/api/nodes", "/metrics", "/nope"]:
             st, _, b = w.get(path_, token=False)
             assert st == 401, (path_, st, b)
             st, _, b = w.get(path_, {"Authorization": "Bearer " + "0" * 64}, token=False)
@@ -366,6 +368,205 @@ def test_server_sent_events_follow_watch():
         # an unknown conversation is 404
         st, _, b = w.get("/api/watch?conversation=nope")
         assert st == 404 and json.loads(b)["error"] == "not_found", (st, b)
+
+
+class Sse:
+    """An /api/watch stream read message by message: each a list of its lines."""
+
+    def __init__(self, w, query, headers=None):
+        self.hc = http.client.HTTPConnection(w.base[len("http://"):], timeout=scaled(10))
+        self.hc.request("GET", "/api/watch?" + query, headers={"Authorization": "Bearer " + w.token, **(headers or {})})
+        self.r = self.hc.getresponse()
+        assert self.r.status == 200 and self.r.getheader("Content-Type") == "text/event-stream", self.r.status
+
+    def next(self):
+        lines = []
+        while True:
+            line = self.r.readline()
+            assert line, "the stream ended"
+            line = line.decode().rstrip("\n")
+            if line == "":
+                if lines and not all(x.startswith(":") for x in lines):  # keepalive comments are not messages
+                    return lines
+                lines = []
+                continue
+            lines.append(line)
+
+    def close(self):
+        self.hc.close()
+
+
+def sse_kind(m):
+    """(event type, its data parsed) of an SSE message."""
+    ev = next(x[len("event: "):] for x in m if x.startswith("event: "))
+    return ev, json.loads(next(x[len("data: "):] for x in m if x.startswith("data: ")))
+
+
+def runs_of(w, query):
+    st, h, b = w.get("/api/runs?" + query)
+    assert h["Content-Type"] == "application/json", dict(h)
+    return st, json.loads(b)
+
+
+def test_runs_paged_with_bad_input_refused():
+    """/api/runs is the runs op: newest first, `limit` a page, `before` the cursor; by token or session (a GET:
+    no CSRF token needed); every bad parameter a 400 that names it, an unknown conversation 404."""
+    with Agentd() as a, AgentdWeb(a) as w:
+        c = a.ok({"op": "create", "settings": {"model": "echo"}})["conversation"]
+        st, r = runs_of(w, "conversation=" + c)
+        assert st == 200 and r == {"runs": []}, r
+        for i in range(3):
+            a.send(c, f"m{i}")
+            wait_for(lambda: len(a.events(c)) == 2 * (i + 1), 10, f"answer {i}")
+        st, r = runs_of(w, "conversation=" + c)
+        assert st == 200 and "next" not in r, r
+        assert [(x["id"], x["status"], x["attempt"], x["model"]) for x in r["runs"]] == \
+            [(3, "completed", 1, "echo"), (2, "completed", 1, "echo"), (1, "completed", 1, "echo")], r
+        assert r["runs"] == a.ok({"op": "runs", "conversation": c})["runs"]  # as agentd says, nothing added
+        assert all(x["ended_at"] >= x["started_at"] > 0 for x in r["runs"]), r
+        st, r = runs_of(w, f"conversation={c}&limit=2")
+        assert [x["id"] for x in r["runs"]] == [3, 2] and r["next"] == 2, r
+        st, r = runs_of(w, f"conversation={c}&limit=2&before=2")
+        assert [x["id"] for x in r["runs"]] == [1] and "next" not in r, r
+        st, r = runs_of(w, f"conversation={c}&before=1")
+        assert st == 200 and r == {"runs": []}, r
+        # a session cookie reads it too
+        ck, _ = login(w)
+        st, _, b = w.get("/api/runs?conversation=" + c, {"Cookie": ck}, token=False)
+        assert st == 200 and [x["id"] for x in json.loads(b)["runs"]] == [3, 2, 1], (st, b)
+        # bad input: a 400 naming what is wrong
+        for q, says in [("", "'conversation' is required"), ("conversation=", "'conversation' is required"),
+                        ("limit=5", "'conversation' is required"),
+                        ("conversation=%FF", "'conversation' is not valid UTF-8"),
+                        (f"conversation={c}&limit=0", "'limit' must be a number from 1 to 1000"),
+                        (f"conversation={c}&limit=1001", "'limit' must be a number from 1 to 1000"),
+                        (f"conversation={c}&limit=ten", "'limit' must be a number from 1 to 1000"),
+                        (f"conversation={c}&limit=-1", "'limit' must be a number from 1 to 1000"),
+                        (f"conversation={c}&before=0", "'before' must be a run id"),
+                        (f"conversation={c}&before=-2", "'before' must be a run id"),
+                        (f"conversation={c}&before=2x", "'before' must be a run id"),
+                        (f"conversation={c}&before=99999999999999999999", "'before' must be a run id")]:
+            st, r = runs_of(w, q)
+            assert st == 400 and r["error"] == "bad_request" and r["message"].startswith(says), (q, st, r)
+        # agentd's own checks come through with its message
+        st, r = runs_of(w, "conversation=" + urllib.parse.quote("bad id!"))
+        assert st == 400 and r["error"] == "bad_request" and "conversation" in r["message"], r
+        st, r = runs_of(w, "conversation=nope")
+        assert st == 404 and r["error"] == "not_found", r
+        # nothing changed meanwhile
+        assert [x["id"] for x in a.ok({"op": "runs", "conversation": c})["runs"]] == [3, 2, 1]
+
+
+def test_runs_stream_over_watch():
+    """With runs=1 the stream carries each run's start and end as `run` messages (no id: Last-Event-ID stays
+    an event seq), the end after the events that end it; without it, none; runs must be 0 or 1."""
+    with Agentd(start=False) as a:
+        gate = a.gated_model()
+        a.start()
+        with AgentdWeb(a) as w:
+            c = a.ok({"op": "create", "settings": {"model": "gated"}})["conversation"]
+            plain = Sse(w, f"conversation={c}")
+            s = Sse(w, f"conversation={c}&runs=1")
+            assert sse_kind(s.next()) == ("ready", {"last_seq": 0})
+            assert sse_kind(plain.next()) == ("ready", {"last_seq": 0})
+            a.send(c, "hi")
+            m = s.next()
+            assert sse_kind(m) == ("event", sse_kind(m)[1]) and sse_kind(m)[1]["type"] == "user_msg", m
+            m = s.next()
+            kind, run = sse_kind(m)
+            assert kind == "run" and not any(x.startswith("id:") for x in m), m
+            assert (run["id"], run["status"], run["attempt"], run["ended_at"]) == (1, "running", 1, None), run
+            open(gate, "w").close()
+            m = s.next()
+            assert sse_kind(m)[0] == "event" and sse_kind(m)[1]["type"] == "assistant_msg" and m[0] == "id: 2", m
+            kind, run = sse_kind(s.next())
+            assert kind == "run" and (run["id"], run["status"], run["first_seq"], run["last_seq"]) == \
+                (1, "completed", 2, 2), run
+            # the stream without runs: the same events, and no run between them
+            a.send(c, "again")
+            seen = []
+            while len([k for k in seen if k == ("event", "assistant_msg")]) < 2:
+                k, d = sse_kind(plain.next())
+                seen.append((k, d.get("type")))
+            assert ("run", None) not in seen and seen[0] == ("event", "user_msg"), seen
+            kinds = []
+            while ("run", "completed") not in kinds:
+                k, d = sse_kind(s.next())
+                kinds.append((k, d.get("type") if k == "event" else d["status"]))
+            assert kinds[-2:] == [("event", "assistant_msg"), ("run", "completed")], kinds
+            s.close()
+            plain.close()
+            for q in ("runs=2", "runs=yes", "runs=-1", "after=1&runs=x"):
+                st, _, b = w.get(f"/api/watch?conversation={c}&{q}")
+                assert st == 400 and json.loads(b)["message"].startswith("'runs' is 1"), (q, st, b)
+            st, _, b = w.get(f"/api/watch?conversation={c}&after=x&runs=1")
+            assert st == 400 and json.loads(b)["message"].startswith("'after' is a seq"), (st, b)
+
+
+def test_ids_not_utf8_or_missing_are_refused():
+    """An id in the query that is missing, or not UTF-8 (a JSON request to agentd cannot carry it): 400 naming
+    the parameter, on every route that takes one."""
+    with Agentd() as a, AgentdWeb(a) as w:
+        for route, name in [("/api/conversation", "id"), ("/api/tool_call", "id"), ("/api/tool_calls", "conversation"),
+                            ("/api/audit", "conversation"), ("/api/events", "conversation"),
+                            ("/api/watch", "conversation"), ("/api/runs", "conversation")]:
+            for q, says in [("", f"'{name}' is required"), (f"{name}=", f"'{name}' is required"),
+                            (f"{name}=%FF%FE", f"'{name}' is not valid UTF-8"),
+                            (f"{name}=a%C3", f"'{name}' is not valid UTF-8")]:
+                st, h, b = w.get(f"{route}?{q}")
+                r = json.loads(b)
+                assert (st, r["error"], r["message"]) == (400, "bad_request", says), (route, q, st, r)
+        assert a.ok({"op": "list"})["conversations"] == []
+
+
+class SecondNode(Agentd):
+    """Another node on the first one's PostgreSQL store, with a run directory of its own."""
+
+    def __init__(self, first, config):
+        self.target = harness.pg_target(first.data_dir)
+        super().__init__(config=config, start=False)
+
+    def command(self):
+        return [harness.AGENTD_BIN, "--store", self.target, "--run-dir", self.dir, "--socket", self.socket,
+                "--config", self.config_path]
+
+
+NODE = "[agentd]\nnode_id = {}\nlease_time = 1s\nheartbeat = 200ms\n"
+
+
+def nodes_of(w):
+    st, h, b = w.get("/api/nodes")
+    assert st == 200 and h["Content-Type"] == "application/json", (st, b)
+    return json.loads(b)
+
+
+def test_nodes():
+    """/api/nodes is the nodes op with agentd-web's clock (`now`) added; /api/status names the node. One node
+    on its store lists itself; under AGENTD_TEST_STORE=pg a second node on the same store is listed live
+    beside it, then expired once it is killed and its lease runs out."""
+    with Agentd(config=NODE.format("alpha")) as a, AgentdWeb(a) as w:
+        t0 = time.time() * 1000
+        r = nodes_of(w)
+        assert r["node"] == "alpha" and r["lease_ms"] == 1000 and r["heartbeat_ms"] == 200, r
+        assert abs(r["now"] - t0) < scaled(10) * 1000, r
+        assert [(n["node"], n["live"], n["self"]) for n in r["nodes"]] == [("alpha", True, True)], r
+        assert r["now"] >= r["nodes"][0]["beat_at"] - 1000, r
+        st = json.loads(w.get("/api/status")[2])["node"]
+        assert st["id"] == "alpha" and st["other_nodes"] == 0, st
+        if not harness.PG:
+            return
+        b = SecondNode(a, NODE.format("beta"))
+        with b:
+            b.start()
+            r = wait_for(lambda: (lambda r: len(r["nodes"]) == 2 and r)(nodes_of(w)), 10, "beta listed")
+            assert [(n["node"], n["live"], n["self"]) for n in r["nodes"]] == \
+                [("alpha", True, True), ("beta", True, False)], r
+            wait_for(lambda: json.loads(w.get("/api/status")[2])["node"]["other_nodes_live"] == 1, 10,
+                     "alpha's status counting beta")
+            b.kill()
+            r = wait_for(lambda: (lambda r: not r["nodes"][1]["live"] and r)(nodes_of(w)), 10, "beta expired")
+            assert [(n["node"], n["live"]) for n in r["nodes"]] == [("alpha", True), ("beta", False)], r
+            assert r["now"] > r["nodes"][1]["expires_at"] - 1000, r
 
 
 def test_agentd_not_running():

@@ -1,7 +1,10 @@
 // browser.mjs: agentd-web in a real browser (the system Chromium, headless, driven by puppeteer-core).
 // Run by tests/proc/test_web_browser.py, which starts agentd and agentd-web and passes:
 //   WEB_BASE, WEB_LINK (a one-time login link), AGENTCTL, AGENTD_SOCKET, GATE (the streaming model's gate
-//   file), CHROMIUM (default /usr/bin/chromium), AGENTD_TEST_SLOW (multiplies every timeout).
+//   file), RUN_GATE (the gate of the model `blocker`, which waits for it before answering), NODE_ID (agentd's
+//   node id), SECOND_NODE and SECOND_NODE_PID (under AGENTD_TEST_STORE=pg: another node on the same store,
+//   which this script kills), CHROMIUM (default /usr/bin/chromium), AGENTD_TEST_SLOW (multiplies every
+//   timeout).
 // Prints one line per step; exits 1 with the reason on the first failure.
 import fs from 'node:fs';
 import { env, base, T, assert, ctl, ctlJson, until, textOf, waitText, step, openBrowser } from './lib.mjs';
@@ -159,6 +162,60 @@ try {
     assert((await textOf(page, '#delta')) === '', 'the preview is gone once the message is in');
   });
 
+  await step('runs show live: a kill -9 mid-turn interrupts run 1, attempt 2 completes', async () => {
+    const c5 = ctl('create', '--id', 'c5', '--model', 'blocker').trim();
+    await page.goto(base + `/#/c/${c5}`);
+    await waitText(page, '#live', 'live');
+    await waitText(page, '#runs-note', 'No model turn has run yet.');
+    await page.evaluate(() => { window.__marker = 'no reload'; });
+    const row = (id) => `#runs-body tr[data-run="${id}"]`;
+    const cells = (id) => page.$eval(row(id), (tr) => Object.fromEntries([...tr.children].map((td) => [td.className, td.textContent])));
+    ctl('send', c5, 'go');
+    await page.waitForSelector(`${row(1)}[data-status="running"]`, { timeout: T(10) });
+    let r1 = await cells(1);
+    assert(r1['run-attempt'] === '1' && r1['run-status'] === 'running' && r1['run-model'] === 'blocker'
+      && r1['run-turn'] === '#1' && r1['run-ended'] === '' && r1['run-duration'].endsWith('so far'), 'run 1 running: ' + JSON.stringify(r1));
+    assert((await textOf(page, '#runs-note')) === '', 'the "no run" note is gone');
+    // the model is running (the run is recorded just before the call): kill -9 its worker from outside agentd
+    const pid = await until(() => { const c = ctlJson('get', c5).conversation; return c.run && c.worker && c.worker.pid; }, 10, 'the worker');
+    process.kill(pid, 'SIGKILL');
+    await page.waitForSelector(`${row(1)}[data-status="interrupted"]`, { timeout: T(20) });
+    await page.waitForSelector(`${row(2)}[data-status="running"]`, { timeout: T(20) });
+    r1 = await cells(1);
+    const r2 = await cells(2);
+    assert(r1['run-attempt'] === '1' && r1['run-status'] === 'interrupted' && r1['run-ended'] !== '', 'run 1: ' + JSON.stringify(r1));
+    assert(r2['run-attempt'] === '2' && r2['run-turn'] === '#1', 'run 2 runs the same turn again: ' + JSON.stringify(r2));
+    fs.writeFileSync(env.RUN_GATE, '');
+    await page.waitForSelector(`${row(2)}[data-status="completed"]`, { timeout: T(20) });
+    const done = await cells(2);
+    assert(done['run-status'] === 'completed' && done['run-ended'] !== '' && !done['run-duration'].endsWith('so far')
+      && done['run-usage'] !== '', 'run 2 completed: ' + JSON.stringify(done));
+    const order = await page.$$eval('#runs-body tr[data-run]', (trs) => trs.map((t) => t.dataset.run).join(','));
+    assert(order === '2,1', 'newest first: ' + order);
+    await page.waitForFunction(() => [...document.querySelectorAll('#log .event.assistant_msg')]
+      .some((e) => e.textContent.includes('unblocked answer')), { timeout: T(10), polling: 50 });
+    assert(await page.evaluate(() => window.__marker) === 'no reload', 'all of it without a reload');
+    const runs = ctlJson('runs', c5).runs.map((x) => `${x.id}:${x.status}:${x.attempt}`).join(',');
+    assert(runs === '2:completed:2,1:interrupted:1', 'as agentd says: ' + runs);
+    // the audit table is still there
+    assert(await page.$$eval('h2', (hs) => hs.some((h) => h.textContent === 'Model calls (audit)')), 'the audit table');
+  });
+
+  await step('runs are paged: "More" reads on from the cursor', async () => {
+    await page.goto(base + '/#/c/many'); // 52 runs, made by the Python test
+    await waitText(page, '#live', 'live');
+    const ids = () => page.$$eval('#runs-body tr[data-run]', (trs) => trs.map((t) => Number(t.dataset.run)));
+    await until(async () => (await ids()).length === 50, 10, 'the first page of runs');
+    let got = await ids();
+    assert(got[0] === 52 && got[49] === 3, 'newest first: ' + got.join(','));
+    assert(await page.$eval('#runs-more', (b) => !b.hidden), 'More offered');
+    await page.click('#runs-more');
+    await until(async () => (await ids()).length === 52, 10, 'the second page');
+    got = await ids();
+    assert(got.every((id, i) => id === 52 - i), 'in order, each once: ' + got.join(','));
+    await page.waitForSelector('#runs-more', { hidden: true });
+  });
+
   await step('CSRF: a POST without the token, or from another origin, is refused', async () => {
     ctl('send', c1, '/tool approve {"amount": 3}');
     const id = (await pendingCall(c1)).id;
@@ -192,6 +249,24 @@ try {
     await page.goto(base + '/#/status');
     await waitText(page, '#status', 'Workers (');
     await waitText(page, '#status', 'map_size');
+    if (!env.SECOND_NODE) {
+      // one node on its store: its id, no table
+      await waitText(page, '#node', `node ${env.NODE_ID}`);
+      assert(await page.$('#nodes') === null, 'no nodes table for one node');
+      return;
+    }
+    const state = (n) => textOf(page, `#nodes tr[data-node="${n}"] .node-state`);
+    await page.waitForSelector(`#nodes tr[data-node="${env.SECOND_NODE}"]`);
+    assert(await state(env.NODE_ID) === 'live' && await state(env.SECOND_NODE) === 'live', 'both live');
+    assert((await textOf(page, `#nodes tr[data-node="${env.NODE_ID}"]`)).includes('(this one)'), 'this node marked');
+    assert(await page.$('#node') === null, 'the table instead of the line');
+    await waitText(page, '#status', 'Nodes (2, 2 live)');
+    process.kill(Number(env.SECOND_NODE_PID), 'SIGKILL');
+    await page.waitForFunction((n) => {
+      const e = document.querySelector(`#nodes tr[data-node="${n}"] .node-state`);
+      return e && e.textContent === 'expired';
+    }, { timeout: T(15), polling: 100 }, env.SECOND_NODE);
+    await waitText(page, '#status', 'Nodes (2, 1 live)');
   });
 
   await step('signing out ends the session', async () => {

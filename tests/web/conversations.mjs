@@ -107,6 +107,16 @@ try {
     assert(same(await listed(page), ['t03', 't05']), 'the same after submitting');
     assert(await page.$('#old-count') === null, 'listed again');
     assert(await page.evaluate(() => decodeURIComponent(location.hash)) === decodeURIComponent(hash), 'the same URL');
+    // a time at a whole minute: the browser gives the input's value back without ':00', and it is still the URL's
+    const minute = new Date(Math.floor(t / 60000) * 60000 + 123).toISOString();
+    const hash2 = '#/conversations?updated_after=' + encodeURIComponent(minute);
+    await page.goto(base + '/' + hash2);
+    await listed(page);
+    await page.$eval('#list-count', (e) => { e.id = 'old-count'; });
+    await page.click('#filter button[type=submit]');
+    await listed(page);
+    assert(await page.evaluate(() => decodeURIComponent(location.hash)) === decodeURIComponent(hash2),
+      'a whole minute kept exactly: ' + await page.evaluate(() => location.hash));
   });
 
   await step('a metadata chip filters by its pair; markup in a key or value filters as text', async () => {

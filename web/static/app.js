@@ -36,6 +36,9 @@ function fmtLeft(ms) {
   return `${sec}s`;
 }
 
+// A duration: milliseconds under a second, else as fmtLeft.
+function fmtDuration(ms) { return ms < 1000 ? `${Math.max(0, ms)} ms` : fmtLeft(ms); }
+
 function json(v, indent) { return JSON.stringify(v, null, indent); }
 
 // A value readable as is: strings without quotes, short values as one line of JSON, the rest indented.
@@ -284,8 +287,13 @@ function toLocalInput(iso) {
 
 function timeInput(id, iso) {
   const input = el('input', { type: 'datetime-local', id, step: 1, value: toLocalInput(iso) });
-  // Unchanged, it keeps the URL's exact time (the input shows whole seconds only).
-  input.isoOf = () => (!input.value ? '' : input.value === toLocalInput(iso) ? iso : new Date(input.value).toISOString());
+  // Unchanged, it keeps the URL's exact time (the input shows whole seconds only). Compared as times, not
+  // as text: the browser drops ':00' seconds from the value it gives back.
+  input.isoOf = () => {
+    if (!input.value) return '';
+    const shown = new Date(input.value).getTime();
+    return shown === Date.parse(toLocalInput(iso)) ? iso : new Date(shown).toISOString();
+  };
   return input;
 }
 
@@ -387,12 +395,65 @@ function eventSummary(ev) {
   }
 }
 
+// A conversation's runs (model turn attempts, docs/protocol.md "Runs"), newest first: one row per run,
+// kept by id, so a run streamed by the watch (or read again) replaces its row or goes in its place.
+function runsTable(conv) {
+  const body = el('tbody', { id: 'runs-body' });
+  const more = el('button', { type: 'button', id: 'runs-more', hidden: true }, 'More');
+  const note = el('p', { id: 'runs-note', class: 'muted' });
+  const rows = new Map();
+  const cell = (cls, text) => el('td', { class: cls }, text);
+  const duration = (r) => (r.ended_at ? fmtDuration(r.ended_at - r.started_at)
+    : `${fmtDuration(Date.now() - r.started_at)} so far`);
+  const put = (r) => {
+    const tr = el('tr', { 'data-run': r.id, 'data-status': r.status, class: 'run-' + r.status },
+      cell('run-id', r.id),
+      el('td', { class: 'run-turn', title: `answers events ${r.from_seq + 1} to ${r.to_seq}` },
+        r.to_seq > r.from_seq + 1 ? `#${r.from_seq + 1}–#${r.to_seq}` : `#${r.to_seq}`),
+      cell('run-attempt', r.attempt), cell('run-status', r.status), cell('run-model', r.model),
+      cell('run-started', fmtTime(r.started_at)), cell('run-ended', r.ended_at ? fmtTime(r.ended_at) : ''),
+      cell('run-duration', duration(r)),
+      cell('run-usage', r.usage ? `${r.usage.input_tokens} in, ${r.usage.output_tokens} out` : ''));
+    tr.run = r;
+    const old = rows.get(r.id);
+    rows.set(r.id, tr);
+    note.textContent = '';
+    if (old) { old.replaceWith(tr); return; }
+    const after = [...body.children].find((x) => x.run && x.run.id < r.id);
+    body.insertBefore(tr, after || null);
+  };
+  let cursor = null; // the `next` of the oldest page read: "More" reads on from it
+  // first: the newest page, read again at every (re)connection of the watch (runs stream from then on, so
+  // what changed before is read here); else the page after the oldest one shown.
+  const load = async (first) => {
+    more.disabled = true;
+    try {
+      const q = new URLSearchParams({ conversation: conv, limit: '50' });
+      if (!first && cursor) q.set('before', cursor);
+      const r = await api('/api/runs?' + q);
+      for (const run of r.runs) put(run);
+      if (!first || cursor === null) { cursor = r.next || 0; more.hidden = !r.next; }
+      if (!rows.size) note.textContent = 'No model turn has run yet.';
+    } catch (e) { note.textContent = `Cannot list the runs: ${e.message}`; } finally { more.disabled = false; }
+  };
+  more.addEventListener('click', () => load(false));
+  // a running run's duration grows
+  const tick = () => { for (const tr of rows.values()) if (!tr.run.ended_at) tr.querySelector('.run-duration').textContent = duration(tr.run); };
+  return {
+    put, load, tick,
+    nodes: [el('table', { id: 'runs' }, el('thead', {}, el('tr', {},
+      ['run', 'turn (events)', 'attempt', 'status', 'model', 'started', 'ended', 'duration', 'tokens'].map((h) => el('th', {}, h)))), body),
+    note, more],
+  };
+}
+
 function viewConversation(main, id) {
   const head = el('div', { id: 'conv-head', class: 'muted' });
   const meta = el('div', { id: 'conv-meta', class: 'meta-cell' });
   const approvals = el('div', { id: 'conv-approvals' });
   const calls = el('tbody');
-  const runs = el('tbody');
+  const audit = el('tbody');
+  const runs = runsTable(id);
   const log = el('div', { id: 'log' });
   const delta = el('div', { id: 'delta', 'aria-live': 'polite' });
   const live = el('span', { class: 'live off', id: 'live' }, 'connecting…');
@@ -402,10 +463,11 @@ function viewConversation(main, id) {
   main.append(el('h1', {}, 'Conversation ', el('span', { id: 'conv-id' }, id)), head, meta,
     el('h2', {}, 'Waiting for a decision'), approvals,
     el('h2', {}, 'Log ', live), log, delta,
+    el('h2', {}, 'Runs'), ...runs.nodes,
     el('h2', {}, 'Tool calls'),
     el('table', {}, el('thead', {}, el('tr', {}, ['id', 'name', 'executor', 'status', 'args', 'result', 'asked', 'settled'].map((h) => el('th', {}, h)))), calls),
     el('h2', {}, 'Model calls (audit)'),
-    el('table', {}, el('thead', {}, el('tr', {}, ['turn', 'task', 'model', 'latency ms', 'usage', 'at'].map((h) => el('th', {}, h)))), runs));
+    el('table', {}, el('thead', {}, el('tr', {}, ['turn', 'task', 'model', 'latency ms', 'usage', 'at'].map((h) => el('th', {}, h)))), audit));
 
   const loadHead = async () => {
     try {
@@ -440,15 +502,15 @@ function viewConversation(main, id) {
       }
     } catch (e) { /* the head says what is wrong */ }
   };
-  const loadRuns = async () => {
+  const loadAudit = async () => {
     try {
       const r = await api('/api/audit?conversation=' + encodeURIComponent(id));
-      clear(runs);
+      clear(audit);
       for (const m of r.model_calls) {
-        runs.append(el('tr', {}, el('td', {}, m.turn_ref), el('td', {}, m.task), el('td', {}, m.model),
+        audit.append(el('tr', {}, el('td', {}, m.turn_ref), el('td', {}, m.task), el('td', {}, m.model),
           el('td', {}, m.latency_ms), el('td', {}, json(m.usage)), el('td', {}, fmtTime(m.inserted_at))));
       }
-      if (!r.model_calls.length) runs.append(el('tr', {}, el('td', { colspan: 6, class: 'muted' }, 'none recorded (audit is off in agentd\'s configuration, or no turn ran)')));
+      if (!r.model_calls.length) audit.append(el('tr', {}, el('td', { colspan: 6, class: 'muted' }, 'none recorded (audit is off in agentd\'s configuration, or no turn ran)')));
     } catch (e) { /* optional */ }
   };
   const addEvent = (ev, fresh) => {
@@ -462,13 +524,18 @@ function viewConversation(main, id) {
   };
   const connect = () => {
     if (closed) return;
-    es = new EventSource(`/api/watch?conversation=${encodeURIComponent(id)}&after=${last}`);
-    es.addEventListener('ready', () => { live.textContent = 'live'; live.className = 'live on'; });
+    es = new EventSource(`/api/watch?conversation=${encodeURIComponent(id)}&after=${last}&runs=1`);
+    es.addEventListener('ready', () => {
+      live.textContent = 'live';
+      live.className = 'live on';
+      runs.load(true);
+    });
+    es.addEventListener('run', (m) => runs.put(JSON.parse(m.data)));
     es.addEventListener('event', (m) => {
       const ev = JSON.parse(m.data);
       addEvent(ev, true);
       if (['tool_call', 'suspension', 'resolution', 'tool_result'].includes(ev.type)) loadCalls();
-      if (ev.type === 'assistant_msg') loadRuns();
+      if (ev.type === 'assistant_msg') loadAudit();
       loadHead();
     });
     es.addEventListener('delta', (m) => { delta.append(JSON.parse(m.data).text || ''); });
@@ -488,11 +555,33 @@ function viewConversation(main, id) {
       last = Math.max(last, r.last_seq);
     } catch (e) { /* the head says it */ }
     await loadCalls();
-    await loadRuns();
+    await loadAudit();
     connect();
   })();
-  const timer = setInterval(() => { for (const c of cards.values()) tick(c); }, 1000);
+  const timer = setInterval(() => { for (const c of cards.values()) tick(c); runs.tick(); }, 1000);
   return { close: () => { closed = true; if (es) es.close(); clearInterval(timer); } };
+}
+
+// The nodes sharing the store (docs/scale-out.md): a table when there are several, else this node's id.
+function nodesView(s, n) {
+  const list = (n && n.nodes) || [];
+  if (list.length <= 1) {
+    const id = (s.node && s.node.id) || n.node;
+    return el('p', { id: 'node' }, 'node ', el('strong', {}, id || 'unknown'),
+      n.error ? el('span', { class: 'muted' }, ` (cannot list the nodes: ${n.error})`) : null);
+  }
+  const live = list.filter((x) => x.live).length;
+  return el('div', {},
+    el('h2', {}, `Nodes (${list.length}, ${live} live)`),
+    el('p', { class: 'muted' }, `this page's agentd is node ${n.node}; leases last ${fmtDuration(n.lease_ms)}, renewed every ${fmtDuration(n.heartbeat_ms)}`),
+    el('table', { id: 'nodes' },
+      el('thead', {}, el('tr', {}, ['node', 'state', 'leases', 'last heartbeat', 'started'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, list.map((x) => el('tr', { 'data-node': x.node, class: x.live ? 'node-live' : 'node-expired' },
+        el('td', {}, x.node, x.self ? el('span', { class: 'muted' }, ' (this one)') : null),
+        el('td', { class: 'node-state' }, x.live ? 'live' : 'expired'),
+        el('td', { class: 'node-leases' }, x.leases),
+        el('td', {}, `${fmtDuration(Math.max(0, n.now - x.beat_at))} ago (${fmtTime(x.beat_at)})`),
+        el('td', {}, fmtTime(x.started_at)))))));
 }
 
 function viewStatus(main) {
@@ -500,9 +589,10 @@ function viewStatus(main) {
   main.append(el('h1', {}, 'Status'), box);
   const load = async () => {
     try {
-      const s = await api('/api/status');
+      const [s, n] = await Promise.all([api('/api/status'), api('/api/nodes').catch((e) => ({ error: e.message }))]);
       clear(box).append(
         el('p', {}, `agentd ${s.version}, up ${fmtLeft(s.uptime_ms)}`),
+        nodesView(s, n),
         el('h2', {}, 'Store'),
         el('table', { class: 'args' }, Object.entries(s.store).map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, String(v))))),
         el('h2', {}, `Workers (${s.workers.length})`),
