@@ -98,8 +98,10 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 		keep = len;
 	if (keep) {
 		char *b = realloc(r->body, r->body_len + keep + 1);
-		if (!b)
+		if (!b) {
+			x->rc = -ENOMEM; /* the attempt fails saying so, not as a write error */
 			return 0;
+		}
 		memcpy(b + r->body_len, p, keep);
 		r->body = b;
 		r->body_len += keep;

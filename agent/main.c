@@ -461,24 +461,41 @@ static int ipc_drain(void)
 
 /* ---- the working set ------------------------------------------------- */
 
-static json_t *ev_json(const struct store_event *ev)
+/* Out of memory where going on would leave a record or this worker's view
+ * short of something: end here (an open transaction commits nothing); the
+ * next worker does the work again. */
+static void die_oom(store_txn *t, const char *what) __attribute__((noreturn));
+static void die_oom(store_txn *t, const char *what)
 {
-	json_t *c = jsonmp_unpack(ev->content.ptr, ev->content.len);
-	if (!c)
-		return NULL;
-	return json_pack("{sIss#so}", "seq", (json_int_t)ev->seq, "type", (const char *)ev->type.ptr, (int)ev->type.len,
+	if (t)
+		store_txn_abort(t);
+	log_error("%s: out of memory %s; exiting", W.conv, what);
+	exit(IPC_EXIT_STORE);
+}
+
+/* 0 with *out, -ENOMEM, or STORE_E_CORRUPT (its content cannot be decoded). */
+static int ev_json(const struct store_event *ev, json_t **out)
+{
+	json_t *c;
+	int e = jsonmp_decode(ev->content.ptr, ev->content.len, &c);
+	if (e)
+		return e == -ENOMEM ? e : STORE_E_CORRUPT;
+	*out = json_pack("{sIss#so}", "seq", (json_int_t)ev->seq, "type", (const char *)ev->type.ptr, (int)ev->type.len,
 			 "content", c);
+	return *out ? 0 : -ENOMEM;
 }
 
 static int ws_add(void *arg, const struct store_event *ev)
 {
 	(void)arg;
-	json_t *e = ev_json(ev);
-	if (!e) {
+	json_t *e = NULL;
+	int r = ev_json(ev, &e);
+	if (r == STORE_E_CORRUPT)
 		log_error("%s: event %llu cannot be decoded", W.conv, (unsigned long long)ev->seq);
-		return STORE_E_CORRUPT;
-	}
-	json_array_append_new(W.events, e);
+	if (!r && json_array_append_new(W.events, e))
+		r = -ENOMEM; /* never a working set short of an event */
+	if (r)
+		return r;
 	W.last_seq = ev->seq;
 	return 0;
 }
@@ -495,7 +512,9 @@ static void load_settings(store_txn *t)
 	W.active = c.status == STORE_ACTIVE;
 	W.paused = c.status == STORE_PAUSED;
 	json_decref(W.settings);
-	W.settings = jsonmp_unpack(c.settings.ptr, c.settings.len);
+	W.settings = NULL;
+	if (jsonmp_decode(c.settings.ptr, c.settings.len, &W.settings) == -ENOMEM)
+		die_oom(t, "reading the conversation's settings");
 	if (!json_is_object(W.settings)) {
 		store_txn_abort(t);
 		die_store(STORE_E_CORRUPT, "conversation settings");
@@ -509,8 +528,11 @@ static void load(void)
 	struct store_summary s;
 	int has = 0;
 	load_settings(t);
-	W.events = json_array();
+	if (!(W.events = json_array()))
+		die_oom(t, "reading the log");
 	int e = store_load_since(t, W.conv, &s, &has, ws_add, NULL);
+	if (e == -ENOMEM)
+		die_oom(t, "reading the log");
 	if (e) {
 		store_txn_abort(t);
 		die_store(e, "load_since");
@@ -527,13 +549,17 @@ static void load(void)
 		W.sum_version = s.version;
 		if (!W.last_seq)
 			W.last_seq = s.to_seq;
-		json_t *content = jsonmp_unpack(s.content.ptr, s.content.len);
+		json_t *content = NULL;
+		if (jsonmp_decode(s.content.ptr, s.content.len, &content) == -ENOMEM)
+			die_oom(t, "reading the summary");
 		if (!content) {
 			store_txn_abort(t);
 			die_store(STORE_E_CORRUPT, "summary");
 		}
 		W.summary = json_pack("{sIsIsosI}", "from_seq", (json_int_t)s.from_seq, "to_seq", (json_int_t)s.to_seq,
 				      "content", content, "version", (json_int_t)s.version);
+		if (!W.summary)
+			die_oom(t, "reading the summary"); /* never a turn rendered without it */
 	}
 	store_txn_abort(t);
 }
@@ -624,6 +650,8 @@ static int model_attempt(const struct model_cfg *mc, const json_t *req, struct m
 		char *line = jsonmp_dumps(out, JSON_COMPACT, 0, NULL);
 		json_decref(out);
 		int rc = line ? model_output_parse(line, strlen(line), &mr->final, mr->err, sizeof mr->err) : -1;
+		if (!line) /* an empty err would read as success */
+			snprintf(mr->err, sizeof mr->err, "model %s (echo): out of memory", mc->name);
 		free(line);
 		*latency = 0;
 		return rc;
@@ -702,7 +730,11 @@ static const char *model_helper(void)
 static int on_http_line(void *arg, const char *line, size_t len)
 {
 	struct model_run *mr = arg;
-	json_t *j = json_loadb(line, len, 0, NULL);
+	json_t *j;
+	if (jsonmp_loadb(line, len, 0, &j, NULL) == -ENOMEM) {
+		snprintf(mr->err, sizeof mr->err, "out of memory reading agentd-model's output");
+		return 2; /* never its failure or attempts missed */
+	}
 	json_t *att = json_object_get(j, "attempts");
 	if (json_is_array(att)) {
 		json_decref(mr->attempts);
@@ -906,6 +938,8 @@ static const struct tool_cfg *conv_tool(const char *name)
 /* Status and fsm_state together; an ended conversation stays ended. */
 static void put_state(store_txn *t, int status, json_t *fsm)
 {
+	if (!fsm)
+		die_oom(t, "recording the state"); /* stored, it would be a null fsm_state */
 	struct store_conv c;
 	must(t, store_conv_get(t, W.conv, &c), "read conversation");
 	struct jsonmp_buf b;
@@ -1002,10 +1036,13 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, int round, cons
 	uint64_t before = 0;
 	must(t, store_event_latest_seq(t, W.conv, &before), "latest seq");
 	json_t *content = json_pack("{sssI}", "text", r->text, "context_seq", (json_int_t)ctx_seq);
-	if (content && round > 1) /* the rounds max_tool_rounds counts; a first round says nothing */
-		json_object_set_new(content, "round", json_integer(round));
+	/* the rounds max_tool_rounds counts; a first round says nothing */
+	if (content && round > 1 && json_object_set_new(content, "round", json_integer(round)))
+		die_oom(t, "recording the turn");
 	uint64_t a = append(t, "assistant_msg", content);
 	json_t *pending = json_object();
+	if (!pending)
+		die_oom(t, "recording the turn");
 	int humans = 0, servers = 0;
 	for (size_t i = 0; i < r->ncalls; i++) {
 		struct model_call *mc = &r->calls[i];
@@ -1022,6 +1059,8 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, int round, cons
 						 "executor", human ? "human" : "server"));
 		struct jsonmp_buf ab, pb;
 		json_t *prompt = human ? json_string(tc->prompt) : NULL;
+		if (human && !prompt)
+			die_oom(t, "recording the turn"); /* stored, it would be a null prompt */
 		struct store_tool_call_in in = { id, mc->name, human ? STORE_EXEC_HUMAN : STORE_EXEC_SERVER,
 						 packed(&ab, mc->args), human ? packed(&pb, prompt) : (store_bytes){ 0 } };
 		int e = store_tool_call_upsert(t, W.conv, &in);
@@ -1034,8 +1073,9 @@ static void commit_turn(struct model_reply *r, uint64_t ctx_seq, int round, cons
 			append(t, "suspension", json_pack("{ssso}", "tool_call_id", id, "prompt", prompt));
 			if (tc->expires_ms > 0)
 				must(t, schedule_deadline(t, id, tc), "expiry");
-			json_object_set_new(pending, id, json_pack("{s:s, s:s, s:s}", "executor", "human", "name", mc->name,
-								   "prompt", tc->prompt));
+			if (json_object_set_new(pending, id, json_pack("{s:s, s:s, s:s}", "executor", "human", "name",
+									mc->name, "prompt", tc->prompt)))
+				die_oom(t, "recording the turn"); /* never a call missing from the awaited ones */
 		} else {
 			servers++;
 		}
@@ -1100,8 +1140,8 @@ static void commit_error(const char *msg, int attempts, uint64_t ctx_seq)
 static int on_tool_watch(void *arg);
 
 /* The tools of the MCP servers the turn offers (started at their first
- * turn), in place of the servers' names. */
-static void offer_mcp(json_t *req)
+ * turn), in place of the servers' names. -ENOMEM: the turn is not to run. */
+static int offer_mcp(json_t *req)
 {
 	int stop = 0, any = 0;
 	struct mcp_watch w = { W.ipc, on_tool_watch, &stop, report_child };
@@ -1113,15 +1153,16 @@ static void offer_mcp(json_t *req)
 		any |= tc && tc->mcp;
 	}
 	if (!any)
-		return; /* the common case keeps the store open: no server to wait for */
+		return 0; /* the common case keeps the store open: no server to wait for */
 	store_let_go();
-	mcp_offer(W.mcp, json_object_get(req, "tools"), &w);
+	int e = mcp_offer(W.mcp, json_object_get(req, "tools"), &w);
 	store_take();
 	if (stop) {
 		json_decref(req);
 		log_info("%s: stopped while starting an MCP server; the turn is run on revival", W.conv);
 		exit(0);
 	}
+	return e;
 }
 
 /* The conversation's max_tool_rounds, else the configuration's. */
@@ -1209,7 +1250,14 @@ static void run_turn(int round, uint64_t from_seq)
 		return;
 	run_begin(from_seq, ctx_seq, mc->name); /* after the budget: a paused turn calls no model, makes no run */
 	json_t *req = render_turn(W.conv, ctx_seq, W.settings, &W.cfg, W.summary, W.events);
-	offer_mcp(req);
+	if (!req || offer_mcp(req)) {
+		/* Never a model called with a message or a tool left out: the
+		 * turn fails, and the next message asks again. */
+		json_decref(req);
+		log_error("%s: out of memory rendering the model's request", W.conv);
+		commit_error("out of memory rendering the model's request", 0, ctx_seq);
+		return;
+	}
 	struct model_run mr;
 	int64_t latency = 0;
 	int attempts = model_run(mc, req, &mr, &latency);
@@ -1454,6 +1502,8 @@ static int await_people(const json_t *unsettled)
 		return 1;
 	}
 	json_t *pending = json_object();
+	if (!pending)
+		die_oom(t, "recording the awaited calls");
 	size_t i;
 	json_t *call;
 	json_array_foreach(unsettled, i, call) {
@@ -1466,6 +1516,8 @@ static int await_people(const json_t *unsettled)
 		if (e == STORE_E_NOTFOUND) {
 			struct jsonmp_buf ab, pb;
 			json_t *p = json_string(prompt);
+			if (!p)
+				die_oom(t, "recording the awaited calls"); /* stored, it would be a null prompt */
 			struct store_tool_call_in in = { id, name, STORE_EXEC_HUMAN, packed(&ab, json_object_get(call, "args")),
 							 packed(&pb, p) };
 			e = store_tool_call_upsert(t, W.conv, &in);
@@ -1478,7 +1530,9 @@ static int await_people(const json_t *unsettled)
 			e = schedule_deadline(t, id, tc);
 		}
 		must(t, e, "pending row");
-		json_object_set_new(pending, id, json_pack("{s:s, s:s, s:s}", "executor", "human", "name", name, "prompt", prompt));
+		if (json_object_set_new(pending, id,
+					json_pack("{s:s, s:s, s:s}", "executor", "human", "name", name, "prompt", prompt)))
+			die_oom(t, "recording the awaited calls"); /* never a call missing from them */
 	}
 	put_state(t, STORE_SUSPENDED, conv_fsm_state("awaiting_input", pending, W.last_seq));
 	commit(t, "await", 0);
@@ -1488,31 +1542,97 @@ static int await_people(const json_t *unsettled)
 
 /* ---- compaction ------------------------------------------------------ */
 
-/* Summarise the oldest part of the working set. The log is untouched; the
- * next revival starts from the summary. Never past the last turn boundary,
- * so the tail decision still sees the last turn. keep: events left after it. */
-static int compact(int keep, char *err, size_t errlen)
+/* The working set's events with lo <= seq <= hi: a new array, or NULL
+ * when out of memory (never one short of an event). */
+static json_t *events_between(uint64_t lo, uint64_t hi)
+{
+	json_t *a = json_array();
+	int oom = !a;
+	size_t i;
+	json_t *e;
+	json_array_foreach(W.events, i, e) {
+		uint64_t seq = (uint64_t)json_integer_value(json_object_get(e, "seq"));
+		if (seq >= lo && seq <= hi && json_array_append(a, e))
+			oom = 1;
+	}
+	if (oom) {
+		json_decref(a);
+		return NULL;
+	}
+	return a;
+}
+
+/* The seqs the next summary covers: after the last summary, up to keep
+ * events short of the end, never past the last turn boundary (so the tail
+ * decision still sees the last turn). *to < *from: nothing to summarise. -1
+ * when the tail cannot be read. */
+static int compact_range(int keep, uint64_t *from, uint64_t *to)
 {
 	struct tail tl;
-	if (tail_decide(W.events, W.sum_to, &tl)) {
+	if (tail_decide(W.events, W.sum_to, &tl))
+		return -1;
+	*to = W.last_seq > (uint64_t)keep ? W.last_seq - (uint64_t)keep : 0;
+	if (tl.marker_seq && *to >= tl.marker_seq)
+		*to = tl.marker_seq - 1;
+	if (!tl.marker_seq)
+		*to = 0;
+	tail_free(&tl);
+	*from = W.sum_to + 1;
+	return 0;
+}
+
+/* Commit the summary of from..to (content, stolen) with the call's usage
+ * and audit row (req), then start the working set after it. */
+static void compact_commit(const struct model_cfg *mc, uint64_t from, uint64_t to, json_t *content, const json_t *req,
+			   const struct model_reply *r, int64_t latency)
+{
+	reserve(strlen(r->text) + (W.cfg.audit ? json_size(req) : 0));
+	store_txn *t = wbegin(1);
+	struct jsonmp_buf b;
+	uint64_t version = 0;
+	int rc = store_summary_put(t, W.conv, from, to, packed(&b, content), &version);
+	jsonmp_buf_destroy(&b);
+	must(t, rc, "put summary");
+	struct store_usage u = { r->input_tokens, r->output_tokens, r->cost };
+	must(t, store_usage_add(t, W.conv, &u), "usage");
+	audit(t, AUDIT_SUMMARY_BIT | to, req, mc->name, &u, latency);
+	commit(t, "commit summary", 0);
+	json_t *rest = events_between(to + 1, UINT64_MAX);
+	json_t *sum = json_pack("{sIsIsosI}", "from_seq", (json_int_t)from, "to_seq", (json_int_t)to, "content", content,
+				"version", (json_int_t)version);
+	if (!rest || !sum) {
+		/* Committed: the next worker reads the summary and the log
+		 * after it from the store; this one's view would be short. */
+		log_error("%s: out of memory after compacting; exiting", W.conv);
+		exit(IPC_EXIT_STORE);
+	}
+	json_decref(W.events);
+	W.events = rest;
+	json_decref(W.summary);
+	W.summary = sum;
+	W.sum_to = to;
+	W.sum_version = version;
+	log_info("%s: compacted seqs %llu-%llu into summary v%llu", W.conv, (unsigned long long)from,
+		 (unsigned long long)to, (unsigned long long)version);
+}
+
+/* Summarise the oldest part of the working set (compact_range). The log is
+ * untouched; the next revival starts from the summary. keep: events left
+ * after it. */
+static int compact(int keep, char *err, size_t errlen)
+{
+	uint64_t from, to;
+	if (compact_range(keep, &from, &to)) {
 		snprintf(err, errlen, "the log's tail cannot be read");
 		return -1;
 	}
-	uint64_t to = W.last_seq > (uint64_t)keep ? W.last_seq - (uint64_t)keep : 0;
-	if (tl.marker_seq && to >= tl.marker_seq)
-		to = tl.marker_seq - 1;
-	if (!tl.marker_seq)
-		to = 0;
-	tail_free(&tl);
-	uint64_t from = W.sum_to + 1;
 	if (to < from)
 		return 0; /* nothing old enough to summarise */
-	json_t *msgs = json_array();
-	size_t i;
-	json_t *e;
-	json_array_foreach(W.events, i, e)
-		if ((uint64_t)json_integer_value(json_object_get(e, "seq")) <= to)
-			json_array_append(msgs, e);
+	json_t *msgs = events_between(0, to);
+	if (!msgs) { /* a summary short of an event would stand for it */
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
 	const char *model = json_string_value(json_object_get(W.settings, "model"));
 	const struct model_cfg *mc = model ? config_model(&W.cfg, model) : NULL;
 	if (!mc) {
@@ -1532,48 +1652,26 @@ static int compact(int keep, char *err, size_t errlen)
 	report_state("compacting");
 	json_t *req = render_summarize(W.conv, W.settings, W.summary, msgs);
 	json_decref(msgs);
+	if (!req) {
+		snprintf(err, errlen, "out of memory rendering the summary's request");
+		return -1;
+	}
 	struct model_run mr;
 	int64_t latency = 0;
 	model_run(mc, req, &mr, &latency);
-	if (mr.err[0]) {
-		json_decref(req);
-		json_decref(mr.audit);
-		snprintf(err, errlen, "%s", mr.err);
-		return -1;
-	}
 	if (mr.audit) { /* what an HTTP model was sent, and its attempts */
 		json_decref(req);
 		req = mr.audit;
 	}
-	json_t *content = json_pack("{ss}", "text", mr.final.text);
-	reserve(strlen(mr.final.text) + (W.cfg.audit ? json_size(req) : 0));
-	store_txn *t = wbegin(1);
-	struct jsonmp_buf b;
-	uint64_t version = 0;
-	int rc = store_summary_put(t, W.conv, from, to, packed(&b, content), &version);
-	jsonmp_buf_destroy(&b);
-	must(t, rc, "put summary");
-	struct store_usage u = { mr.final.input_tokens, mr.final.output_tokens, mr.final.cost };
-	must(t, store_usage_add(t, W.conv, &u), "usage");
-	audit(t, AUDIT_SUMMARY_BIT | to, req, mc->name, &u, latency);
-	commit(t, "commit summary", 0);
+	/* Stored without its text, it would be a summary of nothing. */
+	json_t *content = mr.err[0] ? NULL : json_pack("{ss}", "text", mr.final.text);
+	if (content)
+		compact_commit(mc, from, to, content, req, &mr.final, latency);
+	else
+		snprintf(err, errlen, "%s", mr.err[0] ? mr.err : "out of memory");
 	json_decref(req);
 	model_reply_free(&mr.final);
-	/* The working set now starts after the summary. */
-	json_t *rest = json_array();
-	json_array_foreach(W.events, i, e)
-		if ((uint64_t)json_integer_value(json_object_get(e, "seq")) > to)
-			json_array_append(rest, e);
-	json_decref(W.events);
-	W.events = rest;
-	json_decref(W.summary);
-	W.summary = json_pack("{sIsIsosI}", "from_seq", (json_int_t)from, "to_seq", (json_int_t)to, "content", content,
-			      "version", (json_int_t)version);
-	W.sum_to = to;
-	W.sum_version = version;
-	log_info("%s: compacted seqs %llu-%llu into summary v%llu", W.conv, (unsigned long long)from,
-		 (unsigned long long)to, (unsigned long long)version);
-	return 0;
+	return content ? 0 : -1;
 }
 
 /* One compaction answers every request queued before it began; those that
@@ -1670,10 +1768,13 @@ static void run(void)
 			json_t *call;
 			json_t *humans = json_array();
 			int ran = 0;
+			if (!humans)
+				die_oom(NULL, "deciding the next step");
 			json_array_foreach(tl.unsettled, i, call) {
 				const char *ex = json_string_value(json_object_get(call, "executor"));
 				if (ex && !strcmp(ex, "human")) {
-					json_array_append(humans, call);
+					if (json_array_append(humans, call)) /* never a call left unawaited */
+						die_oom(NULL, "deciding the next step");
 				} else if (!ran) {
 					dispatch(call);
 					ran = 1;
@@ -1780,6 +1881,7 @@ int main(int argc, char **argv, char **envp)
 	int sync = STORE_SYNC_FULL, audit_on = 0;
 	W.ipc = -1;
 	W.slot = W.slotfd = -1;
+	jsonmp_alloc_init(); /* before any JSON is read: jsonmp_loadb sees every failed allocation */
 	if (ipc_stdio_guard())
 		return EXIT_FAILURE;
 	setproctitle_init(argc, argv, envp);

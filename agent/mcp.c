@@ -1,5 +1,6 @@
 /* mcp.c: MCP servers over stdio, as tools (see mcp.h). */
 #include "agent/mcp.h"
+#include "agent/jsonb.h"
 #include "agent/proc.h"
 #include "common/cmdline.h"
 #include "common/jsonmp.h"
@@ -205,14 +206,17 @@ static void answer_request(struct server *sv, json_t *msg)
 			    ? json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", id, "result")
 			    : json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id, "error", "code", -32601,
 					"message", "method not supported by agentd");
-	(void)send_msg(sv, r, now_ms() + CANCEL_WRITE_MS);
+	if (send_msg(sv, r, now_ms() + CANCEL_WRITE_MS) == -ENOMEM)
+		log_warn("mcp %s: out of memory answering its %s request", sv->tc->name, method ? method : "?");
 }
 
-/* One line from the server. 1 when it is the response to want (then *resp). */
+/* One line from the server. 1 when it is the response to want (then *resp);
+ * -ENOMEM when it could not be read (it may have been that response). */
 static int take_line(struct server *sv, const char *line, size_t len, json_int_t want, json_t **resp)
 {
-	json_error_t e;
-	json_t *msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, &e);
+	json_t *msg;
+	if (jsonmp_loadb(line, len, JSON_REJECT_DUPLICATES, &msg, NULL) == -ENOMEM)
+		return -ENOMEM;
 	if (!json_is_object(msg)) {
 		if (len && !(len == 1 && line[0] == '\r'))
 			log_debug("mcp %s: not a JSON-RPC message on stdout: %.100s", sv->tc->name, line);
@@ -235,12 +239,13 @@ static int take_line(struct server *sv, const char *line, size_t len, json_int_t
 	return got;
 }
 
-/* Handle the whole lines in buf; stop at the one answering want. */
+/* Handle the whole lines in buf; stop at the one answering want (1), or
+ * at one that could not be read (-ENOMEM). */
 static int take_lines(struct server *sv, json_int_t want, json_t **resp)
 {
 	size_t off = 0;
 	int got = 0;
-	while (!got && off < sv->len) {
+	while (got == 0 && off < sv->len) {
 		char *nl = memchr(sv->buf + off, '\n', sv->len - off);
 		if (!nl)
 			break;
@@ -266,8 +271,9 @@ static int srv_wait(struct server *sv, json_int_t want, int64_t deadline, const 
 	/* At least one look, even past the deadline: a deadline of now takes
 	 * what the server wrote meanwhile without waiting. */
 	for (int looked = 0;; looked = 1) {
-		if (take_lines(sv, want, resp))
-			return 0;
+		int got = take_lines(sv, want, resp);
+		if (got)
+			return got < 0 ? got : 0;
 		int64_t left = deadline - now_ms();
 		if (left < 0 && looked)
 			return -ETIMEDOUT;
@@ -287,8 +293,9 @@ static int srv_wait(struct server *sv, json_int_t want, int64_t deadline, const 
 			int e = out_take(sv);
 			if (e == -EPIPE) {
 				/* The lines before the end still count (a response, then exit). */
-				if (take_lines(sv, want, resp))
-					return 0;
+				got = take_lines(sv, want, resp);
+				if (got)
+					return got < 0 ? got : 0;
 				/* Its stderr's last words, before it is reaped. */
 				while (sv->ch.err_fd >= 0)
 					err_take(sv);
@@ -350,15 +357,19 @@ static int send_msg(struct server *sv, json_t *msg, int64_t deadline)
 	return e;
 }
 
-/* A request; 0 with the response (a new reference, with "result" or "error"). */
+/* A request; 0 with the response (a new reference, with "result" or
+ * "error"). params (stolen) NULL: the caller ran out of memory building
+ * them, -ENOMEM (never a request sent with other params). */
 static int request(struct server *sv, const char *method, json_t *params, int64_t deadline,
 		   const struct mcp_watch *w, json_int_t *idp, json_t **resp)
 {
 	json_int_t id = ++sv->next_id;
 	if (idp)
 		*idp = id;
+	if (!params)
+		return -ENOMEM;
 	json_t *msg = json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", id, "method", method, "params",
-				params ? params : json_object());
+				params);
 	int e = send_msg(sv, msg, deadline);
 	return e ? e : srv_wait(sv, id, deadline, w, resp);
 }
@@ -380,8 +391,10 @@ static json_t *rpc_error(const json_t *err)
 			      json_sprintf("MCP error %lld: %s", (long long)json_integer_value(json_object_get(err, "code")),
 					   m ? m : "(no message)"),
 			      "code", json_object_get(err, "code") ? json_object_get(err, "code") : json_null());
-	if (r && json_object_get(err, "data"))
-		json_object_set(r, "data", json_object_get(err, "data"));
+	if (r && json_object_get(err, "data") && json_object_set(r, "data", json_object_get(err, "data"))) {
+		json_decref(r);
+		return NULL;
+	}
 	return r;
 }
 
@@ -412,6 +425,8 @@ static int list_tools(struct server *sv, int64_t deadline, const struct mcp_watc
 {
 	json_t *all = json_array();
 	json_t *cursor = NULL;
+	if (!all)
+		return -ENOMEM;
 	sv->stale = 0; /* a change announced from here on is after this list */
 	for (int page = 0; page < LIST_PAGES_MAX; page++) {
 		json_t *params = cursor ? json_pack("{s:O}", "cursor", cursor) : json_object();
@@ -437,8 +452,13 @@ static int list_tools(struct server *sv, int64_t deadline, const struct mcp_watc
 		size_t i;
 		json_t *t;
 		json_array_foreach(tools, i, t)
-			if (json_is_string(json_object_get(t, "name")))
-				json_array_append(all, t);
+			if (json_is_string(json_object_get(t, "name")) && json_array_append(all, t))
+				e = -ENOMEM; /* never a list short of a tool */
+		if (e) {
+			json_decref(resp);
+			json_decref(all);
+			return e;
+		}
 		json_t *next = json_object_get(res, "nextCursor");
 		if (json_is_string(next) && json_string_length(next))
 			cursor = json_incref(next);
@@ -619,37 +639,44 @@ static int srv_ensure(mcp_set *s, struct server *sv, const struct mcp_watch *w)
 
 /* ---- offering -------------------------------------------------------- */
 
-static void offer_server(struct server *sv, json_t *out)
+/* The server's tools, as render_turn's tools, into out. -ENOMEM: one could
+ * not be added. */
+static int offer_server(struct server *sv, json_t *out)
 {
 	size_t i;
 	json_t *t;
+	int oom = 0;
 	json_array_foreach(sv->tools, i, t) {
 		json_t *schema = json_object_get(t, "inputSchema");
 		json_t *desc = json_object_get(t, "description");
 		/* "o" steals a reference: borrowed values are increfed first. */
-		json_t *e = json_pack("{s:o, s:o, s:s, s:o}", "name",
-				      json_sprintf("%s%s", sv->tc->mcp->prefix, json_string_value(json_object_get(t, "name"))),
-				      "description", json_is_string(desc) ? json_incref(desc) : json_string(""), "executor",
-				      "server", "input_schema",
-				      json_is_object(schema) ? json_incref(schema) : json_pack("{s:s}", "type", "object"));
-		if (e)
-			json_array_append_new(out, e);
+		jb_append(&oom, out,
+			  json_pack("{s:o, s:o, s:s, s:o}", "name",
+				    json_sprintf("%s%s", sv->tc->mcp->prefix, json_string_value(json_object_get(t, "name"))),
+				    "description", json_is_string(desc) ? json_incref(desc) : json_string(""), "executor",
+				    "server", "input_schema",
+				    json_is_object(schema) ? json_incref(schema) : json_pack("{s:s}", "type", "object")));
 	}
+	return oom ? -ENOMEM : 0;
 }
 
-void mcp_offer(mcp_set *s, json_t *tools, const struct mcp_watch *w)
+int mcp_offer(mcp_set *s, json_t *tools, const struct mcp_watch *w)
 {
 	if (!s || !s->n || !json_is_array(tools))
-		return;
+		return 0;
 	json_t *out = json_array();
+	if (!out)
+		return -ENOMEM;
 	size_t i;
 	json_t *t;
+	int oom = 0;
 	json_array_foreach(tools, i, t) {
 		const char *name = json_string_value(json_object_get(t, "name"));
 		const struct tool_cfg *tc = name ? config_tool(s->cfg, name) : NULL;
 		struct server *sv = tc && tc->mcp ? srv_of(s, tc) : NULL;
 		if (!sv) {
-			json_array_append(out, t);
+			if (json_array_append(out, t))
+				oom = 1;
 			continue;
 		}
 		int e = srv_ensure(s, sv, w);
@@ -666,49 +693,74 @@ void mcp_offer(mcp_set *s, json_t *tools, const struct mcp_watch *w)
 		}
 		if (e == -ECANCELED)
 			break;
-		if (sv->tools)
-			offer_server(sv, out);
+		if (e == -ENOMEM || (sv->tools && offer_server(sv, out)))
+			oom = 1; /* not a server that cannot start: a turn short of its tools */
 	}
-	json_array_clear(tools);
-	json_array_extend(tools, out);
+	/* Out of memory: the caller fails the turn (tools may be half replaced). */
+	if (oom || json_array_clear(tools) || json_array_extend(tools, out)) {
+		json_decref(out);
+		return -ENOMEM;
+	}
 	json_decref(out);
+	return 0;
 }
 
 /* ---- calling --------------------------------------------------------- */
 
-/* A tools/call result as the tool result (docs/tools.md). */
-static json_t *call_result(const json_t *res, int *is_error)
+/* The text items of a tools/call result's content, one a line, into *text
+ * (free it); -ENOMEM. *texts and *others count the items. */
+static int result_text(const json_t *content, char **text, size_t *tlen, int *texts, int *others)
 {
-	json_t *content = json_object_get(res, "content");
-	json_t *structured = json_object_get(res, "structuredContent");
-	*is_error = json_is_true(json_object_get(res, "isError"));
-	char *text = NULL;
-	size_t tlen = 0;
-	FILE *f = open_memstream(&text, &tlen);
-	int texts = 0, others = 0;
+	*text = NULL;
+	*tlen = 0;
+	*texts = *others = 0;
+	FILE *f = open_memstream(text, tlen);
+	if (!f)
+		return -ENOMEM;
 	size_t i;
 	json_t *c;
 	json_array_foreach(content, i, c) {
 		const char *type = json_string_value(json_object_get(c, "type"));
 		const char *s = json_string_value(json_object_get(c, "text"));
 		if (type && !strcmp(type, "text") && s)
-			fprintf(f, "%s%s", texts++ ? "\n" : "", s);
+			fprintf(f, "%s%s", (*texts)++ ? "\n" : "", s);
 		else
-			others++;
+			(*others)++;
 	}
-	if (f)
-		fclose(f);
-	json_t *r = json_object();
+	/* A write that failed leaves the text short: ferror keeps it. */
+	int bad = ferror(f);
+	if (fclose(f) || bad || !*text) {
+		free(*text);
+		*text = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* A tools/call result as the tool result (docs/tools.md); NULL when out of
+ * memory (never a result with a part left out). */
+static json_t *call_result(const json_t *res, int *is_error)
+{
+	json_t *content = json_object_get(res, "content");
+	json_t *structured = json_object_get(res, "structuredContent");
+	*is_error = json_is_true(json_object_get(res, "isError"));
+	char *text;
+	size_t tlen;
+	int texts, others;
+	if (result_text(content, &text, &tlen, &texts, &others))
+		return NULL;
+	int oom = 0;
+	json_t *r = jb_check(&oom, json_object());
 	if (texts)
-		json_object_set_new(r, *is_error ? "error" : "text", json_stringn(text ? text : "", tlen));
+		jb_set(&oom, r, *is_error ? "error" : "text", json_stringn(text, tlen));
 	else if (*is_error)
-		json_object_set_new(r, "error", json_string("the tool reported an error"));
+		jb_set(&oom, r, "error", json_string("the tool reported an error"));
 	free(text);
 	if (structured)
-		json_object_set(r, "structuredContent", structured);
+		jb_set(&oom, r, "structuredContent", json_incref(structured));
 	if (others || (!texts && !structured))
-		json_object_set(r, "content", json_is_array(content) ? content : json_array());
-	return r;
+		jb_set(&oom, r, "content", json_is_array(content) ? json_incref(content) : json_array());
+	return jb_done(oom, r);
 }
 
 static void on_start(const struct mcp_watch *w, pid_t pid)

@@ -61,8 +61,10 @@ struct mcp_watch {
  * server not yet running is started (and listed) now; one listed before is
  * listed again when it said notifications/tools/list_changed. A server that
  * cannot start offers no tool (the reason is logged). w may be NULL.
+ * Returns 0, or -ENOMEM: tools are then not to be offered (a tool left out
+ * would be a turn that cannot call it).
  */
-void mcp_offer(mcp_set *s, json_t *tools, const struct mcp_watch *w);
+int mcp_offer(mcp_set *s, json_t *tools, const struct mcp_watch *w);
 
 /* The MCP tool a call of `name` means: the server tc whose prefix name starts
  * with, and the server's own tool name after it. */

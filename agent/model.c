@@ -1,6 +1,7 @@
 /* model.c: what the HTTP model clients share: the transcript, streaming,
  * retries (see model.h). */
 #include "agent/model.h"
+#include "agent/jsonb.h"
 #include "common/jsonmp.h"
 
 #include <errno.h>
@@ -36,19 +37,24 @@ static json_int_t seq_of(const json_t *e)
 	return json_integer_value(json_object_get(e, "seq"));
 }
 
-/* A user_msg's content as text: its "text" when that is all it holds. */
+/* A user_msg's content as text: its "text" when that is all it holds.
+ * NULL when out of memory. */
 static char *user_text(const json_t *c)
 {
 	const char *t = json_string_value(json_object_get(c, "text"));
 	if (t && json_object_size(c) == 1)
 		return strdup(t);
-	return jsonmp_dumps(c, JSON_COMPACT | JSON_ENCODE_ANY, 0, NULL);
+	return c ? jsonmp_dumps(c, JSON_COMPACT | JSON_ENCODE_ANY, 0, NULL) : strdup("");
 }
 
-static void add_user(json_t *out, const json_t *content)
+static void add_user(json_t *out, const json_t *content, int *oom)
 {
 	char *t = user_text(content);
-	json_array_append_new(out, json_pack("{ssss}", "role", "user", "text", t ? t : ""));
+	if (!t) {
+		*oom = 1;
+		return;
+	}
+	jb_append(oom, out, json_pack("{ssss}", "role", "user", "text", t));
 	free(t);
 }
 
@@ -59,7 +65,7 @@ char *model_result_text(const json_t *item)
 	if (status && !strcmp(status, "resolved")) {
 		if (json_is_string(res))
 			return strdup(json_string_value(res));
-		return jsonmp_dumps(res, JSON_COMPACT | JSON_ENCODE_ANY, 0, NULL);
+		return res ? jsonmp_dumps(res, JSON_COMPACT | JSON_ENCODE_ANY, 0, NULL) : strdup("null");
 	}
 	if (status && !strcmp(status, "missing"))
 		return strdup("{\"status\":\"missing\",\"error\":\"no result was recorded for this call\"}");
@@ -72,73 +78,136 @@ char *model_result_text(const json_t *item)
 /* Close the open assistant item: calls never answered get a "missing" tool
  * item (an API refuses a call without its result), then the messages held
  * back follow. */
-static void close_turn(json_t *out, json_t *open, json_t *held)
+static void close_turn(json_t *out, json_t *open, json_t *held, int *oom)
 {
 	if (open) {
 		const char *k;
 		json_t *name;
 		json_object_foreach(open, k, name)
-			json_array_append_new(out, json_pack("{sssssOssso}", "role", "tool", "id", k, "name", name,
-							     "status", "missing", "result", json_null()));
+			jb_append(oom, out, json_pack("{sssssOssso}", "role", "tool", "id", k, "name", name, "status",
+						      "missing", "result", json_null()));
 		json_object_clear(open);
 	}
 	size_t i;
 	json_t *m;
 	json_array_foreach(held, i, m)
-		add_user(out, json_object_get(m, "content"));
+		add_user(out, json_object_get(m, "content"), oom);
 	json_array_clear(held);
+}
+
+/* An assistant item's calls told as text after its own. */
+static json_t *flat_calls(const json_t *it, int *oom)
+{
+	json_t *text = jb_check(oom, json_string(json_string_value(json_object_get(it, "text"))));
+	size_t j;
+	json_t *c;
+	json_array_foreach(json_object_get(it, "calls"), j, c) {
+		if (!text)
+			break;
+		json_t *args = json_object_get(c, "args");
+		char *a = args ? jsonmp_dumps(args, JSON_COMPACT, 0, NULL) : NULL;
+		json_t *t = args && !a ? NULL
+				       : json_sprintf("%s%s[called %s (%s) with %s]", json_string_value(text),
+						      json_string_length(text) ? "\n" : "",
+						      json_string_value(json_object_get(c, "name")),
+						      json_string_value(json_object_get(c, "id")), a ? a : "{}");
+		free(a);
+		json_decref(text);
+		text = jb_check(oom, t);
+	}
+	return text;
 }
 
 /* With no tools offered (a summary, or tools since removed from the
  * conversation or the configuration), calls and results are told as text:
  * the APIs refuse tool blocks without tool definitions. */
-static void flatten(json_t *out)
+static void flatten(json_t *out, int *oom)
 {
 	size_t i;
 	json_t *it;
 	json_array_foreach(out, i, it) {
 		const char *role = json_string_value(json_object_get(it, "role"));
 		if (!strcmp(role, "assistant") && json_array_size(json_object_get(it, "calls"))) {
-			json_t *text = json_string(json_string_value(json_object_get(it, "text")));
-			size_t j;
-			json_t *c;
-			json_array_foreach(json_object_get(it, "calls"), j, c) {
-				char *a = jsonmp_dumps(json_object_get(c, "args"), JSON_COMPACT, 0, NULL);
-				json_t *t = json_sprintf("%s%s[called %s (%s) with %s]", json_string_value(text),
-							 json_string_length(text) ? "\n" : "",
-							 json_string_value(json_object_get(c, "name")),
-							 json_string_value(json_object_get(c, "id")), a ? a : "{}");
-				free(a);
-				if (t) {
-					json_decref(text);
-					text = t;
-				}
-			}
-			json_object_set_new(it, "text", text);
-			json_object_set_new(it, "calls", json_array());
+			jb_set(oom, it, "text", flat_calls(it, oom));
+			jb_set(oom, it, "calls", json_array());
 		} else if (!strcmp(role, "tool")) {
 			char *r = model_result_text(it);
-			json_t *t = json_sprintf("[result of %s (%s): %s]", json_string_value(json_object_get(it, "name")),
-						 json_string_value(json_object_get(it, "id")), r ? r : "null");
+			json_t *t = r ? json_sprintf("[result of %s (%s): %s]", json_string_value(json_object_get(it, "name")),
+						     json_string_value(json_object_get(it, "id")), r)
+				      : NULL;
 			free(r);
-			json_array_set_new(out, i, json_pack("{ssso}", "role", "user", "text", t ? t : json_string("")));
+			if (!jb_check(oom, t) || json_array_set_new(out, i, json_pack("{ssso}", "role", "user", "text", t)))
+				*oom = 1;
 		}
 	}
 }
 
-/* Long because it is the one place the ordering rules of both APIs are
- * applied, in the order the turn's events are walked (results after their
- * call, what arrived meanwhile after the results); split, the walk would be. */
+/* The walk of model_transcript: what is open while the events are read. */
+struct walk {
+	json_t *out;
+	json_t *open;      /* the open assistant item's unanswered calls: id -> name */
+	json_t *answered;  /* ids answered once */
+	json_t *held;      /* user_msgs to place after the open turn's results */
+	json_t *assistant; /* the last assistant item, while its tool_calls follow */
+	json_t *empty;     /* args of a call that has none */
+	int oom;
+};
+
+static void walk_call(struct walk *w, const json_t *c)
+{
+	const char *id = json_string_value(json_object_get(c, "tool_call_id"));
+	const char *name = json_string_value(json_object_get(c, "name"));
+	json_t *args = json_object_get(c, "args");
+	if (!id || !name)
+		return;
+	jb_append(&w->oom, json_object_get(w->assistant, "calls"),
+		  json_pack("{sssssO}", "id", id, "name", name, "args", json_is_object(args) ? args : w->empty));
+	jb_set(&w->oom, w->open, id, json_string(name));
+}
+
+static void walk_result(struct walk *w, const json_t *c)
+{
+	const char *id = json_string_value(json_object_get(c, "tool_call_id"));
+	if (!id || json_object_get(w->answered, id))
+		return; /* answered once */
+	json_t *name = json_object_get(w->open, id);
+	if (name) {
+		jb_append(&w->oom, w->out, json_pack("{sssssOsOsO}", "role", "tool", "id", id, "name", name, "status",
+						     json_object_get(c, "status"), "result", json_object_get(c, "result")));
+		json_object_del(w->open, id);
+		jb_set(&w->oom, w->answered, id, json_true());
+		if (!json_object_size(w->open))
+			close_turn(w->out, w->open, w->held, &w->oom);
+		return;
+	}
+	/* Its call was summarised away (or never seen): a note, not a tool
+	 * message with no call. */
+	char *r = model_result_text(c);
+	json_t *text = r ? json_sprintf("[result of tool call %s: %s]", id, r) : NULL;
+	free(r);
+	json_t *note = jb_check(&w->oom, json_pack("{so}", "text", jb_check(&w->oom, text)));
+	if (!note)
+		return;
+	if (json_object_size(w->open))
+		jb_append(&w->oom, w->held, json_pack("{so}", "content", note));
+	else {
+		add_user(w->out, note, &w->oom);
+		json_decref(note);
+	}
+}
+
+/* The one place the ordering rules of both APIs are applied, in the order
+ * the turn's events are walked (results after their call, what arrived
+ * meanwhile after the results). */
 json_t *model_transcript(const json_t *req)
 {
 	const json_t *evs = json_object_get(req, "messages");
 	size_t n = json_array_size(evs);
-	json_t *out = json_array();
 	/* next_ctx[i]: the context_seq of the first assistant_msg after i
 	 * (-1: none). A user_msg past it arrived while that turn ran. */
 	json_int_t *next_ctx = calloc(n + 1, sizeof *next_ctx);
 	if (!next_ctx)
-		return out;
+		return NULL;
 	next_ctx[n] = -1;
 	for (size_t i = n; i-- > 0;) {
 		const json_t *e = json_array_get(evs, i);
@@ -146,92 +215,82 @@ json_t *model_transcript(const json_t *req)
 				      json_integer_value(json_object_get(json_object_get(e, "content"), "context_seq")) :
 				      next_ctx[i + 1];
 	}
-	json_t *open = json_object(); /* the open assistant item's unanswered calls: id -> name */
-	json_t *answered = json_object();
-	json_t *held = json_array();  /* user_msgs to place after the open turn's results */
-	json_t *assistant = NULL;     /* the last assistant item, while its tool_calls follow */
-	json_t *empty = json_object(); /* args of a call that has none */
-	for (size_t i = 0; i < n; i++) {
+	struct walk w = { 0 };
+	w.out = jb_check(&w.oom, json_array());
+	w.open = jb_check(&w.oom, json_object());
+	w.answered = jb_check(&w.oom, json_object());
+	w.held = jb_check(&w.oom, json_array());
+	w.empty = jb_check(&w.oom, json_object());
+	for (size_t i = 0; i < n && !w.oom; i++) {
 		const json_t *e = json_array_get(evs, i);
 		const char *t = type_of(e);
 		const json_t *c = json_object_get(e, "content");
 		if (strcmp(t, "tool_call"))
-			assistant = NULL;
+			w.assistant = NULL;
 		if (!strcmp(t, "user_msg")) {
-			if (json_object_size(open) || (next_ctx[i + 1] >= 0 && seq_of(e) > next_ctx[i + 1]))
-				json_array_append(held, (json_t *)e);
+			if (json_object_size(w.open) || (next_ctx[i + 1] >= 0 && seq_of(e) > next_ctx[i + 1]))
+				jb_append(&w.oom, w.held, json_incref((json_t *)e));
 			else
-				add_user(out, c);
+				add_user(w.out, c, &w.oom);
 		} else if (!strcmp(t, "assistant_msg")) {
-			close_turn(out, open, NULL);
+			close_turn(w.out, w.open, NULL, &w.oom);
 			const char *text = json_string_value(json_object_get(c, "text"));
-			assistant = json_pack("{sssss[]}", "role", "assistant", "text", text ? text : "", "calls");
-			json_array_append_new(out, assistant);
+			w.assistant = json_pack("{sssss[]}", "role", "assistant", "text", text ? text : "", "calls");
+			jb_append(&w.oom, w.out, w.assistant);
 			/* Messages that arrived while this turn ran come after
 			 * its results (or right after it, with no calls). */
 			if (i + 1 >= n || strcmp(type_of(json_array_get(evs, i + 1)), "tool_call"))
-				close_turn(out, open, held);
-		} else if (!strcmp(t, "tool_call") && assistant) {
-			const char *id = json_string_value(json_object_get(c, "tool_call_id"));
-			const char *name = json_string_value(json_object_get(c, "name"));
-			json_t *args = json_object_get(c, "args");
-			if (!id || !name)
-				continue;
-			json_array_append_new(json_object_get(assistant, "calls"),
-					      json_pack("{sssssO}", "id", id, "name", name, "args",
-							json_is_object(args) ? args : empty));
-			json_object_set_new(open, id, json_string(name));
-			/* The last call of the turn: held messages wait for results. */
+				close_turn(w.out, w.open, w.held, &w.oom);
+		} else if (!strcmp(t, "tool_call") && w.assistant) {
+			walk_call(&w, c);
 		} else if (!strcmp(t, "tool_result") || !strcmp(t, "resolution")) {
-			const char *id = json_string_value(json_object_get(c, "tool_call_id"));
-			if (!id || json_object_get(answered, id))
-				continue; /* answered once */
-			json_t *name = json_object_get(open, id);
-			if (name) {
-				json_array_append_new(out, json_pack("{sssssOsOsO}", "role", "tool", "id", id, "name", name,
-								     "status", json_object_get(c, "status"), "result",
-								     json_object_get(c, "result")));
-				json_object_del(open, id);
-				json_object_set_new(answered, id, json_true());
-				if (!json_object_size(open))
-					close_turn(out, open, held);
-			} else {
-				/* Its call was summarised away (or never seen):
-				 * a note, not a tool message with no call. */
-				char *r = model_result_text(c);
-				json_t *note = json_pack("{ss}", "text", "");
-				json_object_set_new(note, "text", json_sprintf("[result of tool call %s: %s]", id,
-										 r ? r : "null"));
-				free(r);
-				if (json_object_size(open))
-					json_array_append_new(held, json_pack("{so}", "content", note));
-				else {
-					add_user(out, note);
-					json_decref(note);
-				}
-			}
+			walk_result(&w, c);
 		}
 	}
-	close_turn(out, open, held);
-	json_decref(open);
-	json_decref(answered);
-	json_decref(held);
-	json_decref(empty);
+	close_turn(w.out, w.open, w.held, &w.oom);
+	json_decref(w.open);
+	json_decref(w.answered);
+	json_decref(w.held);
+	json_decref(w.empty);
 	free(next_ctx);
-	if (!json_array_size(json_object_get(req, "tools")))
-		flatten(out);
-	return out;
+	if (!w.oom && !json_array_size(json_object_get(req, "tools")))
+		flatten(w.out, &w.oom);
+	return jb_done(w.oom, w.out);
+}
+
+static json_t *tool_def(const json_t *tool, const char *schema_key, int *oom)
+{
+	json_t *p = json_object_get(tool, "input_schema"); /* an MCP tool's (mcp.h) */
+	const char *d = json_string_value(json_object_get(tool, "description"));
+	json_t *o = jb_check(oom, json_pack("{sOso}", "name", json_object_get(tool, "name"), schema_key,
+					    json_is_object(p) ? json_incref(p)
+							      : json_pack("{sss{}}", "type", "object", "properties")));
+	if (d && *d)
+		jb_set(oom, o, "description", json_string(d));
+	return o;
+}
+
+json_t *model_tools(const json_t *tools, const char *schema_key, const char *wrap)
+{
+	int oom = 0;
+	json_t *ts = jb_check(&oom, json_array());
+	size_t i;
+	json_t *t;
+	json_array_foreach(tools, i, t) {
+		json_t *def = tool_def(t, schema_key, &oom);
+		jb_append(&oom, ts, wrap ? json_pack("{ssso}", "type", wrap, wrap, def) : def);
+	}
+	return jb_done(oom, ts);
 }
 
 char *model_system_text(const json_t *req)
 {
 	const char *sys = json_string_value(json_object_get(req, "system"));
 	const json_t *sum = json_object_get(req, "summary");
-	char *st = NULL;
-	if (json_is_object(sum)) {
-		const json_t *c = json_object_get(sum, "content");
-		st = user_text(c);
-	}
+	const json_t *c = json_is_object(sum) ? json_object_get(sum, "content") : NULL;
+	char *st = c ? user_text(c) : NULL;
+	if (c && !st)
+		return NULL; /* never a request that lost its summary */
 	char *out = NULL;
 	if (st && sys && *sys) {
 		if (asprintf(&out, "%s\n\nSummary of the earlier conversation:\n%s", sys, st) < 0)
@@ -329,11 +388,19 @@ int stream_reply(struct stream *s, struct model_reply *r, char *err, size_t errl
 			snprintf(err, errlen, "the model's tool call %zu has no usable name", i + 1);
 			return -1;
 		}
-		json_t *a = c->alen ? json_loadb(c->args, c->alen, JSON_DECODE_ANY, NULL) : json_object();
-		if (!a)
+		json_t *a = NULL;
+		int le = c->alen ? jsonmp_loadb(c->args, c->alen, JSON_DECODE_ANY, &a, NULL) : 0;
+		if (!c->alen)
+			a = json_object();
+		else if (le == -EINVAL)
 			a = json_pack("{ss#}", "raw", c->args, (int)c->alen); /* not JSON: kept as given */
-		else if (!json_is_object(a))
+		else if (a && !json_is_object(a))
 			a = json_pack("{so}", "value", a);
+		if (!a) {
+			model_reply_free(r);
+			snprintf(err, errlen, "out of memory"); /* never args other than the model gave */
+			return -1;
+		}
 		if (!jsonmp_fits(a, 1)) {
 			json_decref(a);
 			model_reply_free(r);
@@ -345,11 +412,12 @@ int stream_reply(struct stream *s, struct model_reply *r, char *err, size_t errl
 		for (size_t j = 0; c->id && j < r->ncalls; j++)
 			if (r->calls[j].id && !strcmp(r->calls[j].id, c->id))
 				dup = 1;
-		mc->id = c->id && id_ok(c->id) && !dup ? strdup(c->id) : NULL;
+		int keep_id = c->id && id_ok(c->id) && !dup;
+		mc->id = keep_id ? strdup(c->id) : NULL;
 		mc->name = strdup(c->name);
 		mc->args = a;
 		r->ncalls++;
-		if (!mc->name) {
+		if (!mc->name || (keep_id && !mc->id)) {
 			model_reply_free(r);
 			snprintf(err, errlen, "out of memory");
 			return -1;

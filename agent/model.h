@@ -77,7 +77,7 @@ int model_http_init(void);
 int model_http_run(const struct model_cfg *mc, const json_t *req, const struct model_hooks *h,
 		   struct model_reply *out, struct model_outcome *oc);
 void model_outcome_free(struct model_outcome *oc);
-/* Each attempt: [{"status", "elapsed_ms", "wait_ms", "retry_after_ms"?, "error"?}]. */
+/* Each attempt: [{"status", "elapsed_ms", "wait_ms", "retry_after_ms"?, "error"?}]; NULL when out of memory. */
 json_t *model_attempts_json(const struct model_outcome *oc);
 
 /* The longest Retry-After a call waits for: max(backoff_max, 60 s). A
@@ -105,14 +105,16 @@ void model_url(const struct model_cfg *mc, char *buf, size_t len);
  * name,args}]}, {"role":"tool","id","name","status","result"}]. Every call
  * gets exactly one tool item right after its assistant item (a call with no
  * result yet: status "missing"); a result whose call is not in the
- * transcript (summarised away) becomes a user note.
+ * transcript (summarised away) becomes a user note. NULL when out of memory
+ * (never a transcript with an item left out).
  */
 json_t *model_transcript(const json_t *req);
-/* The system text: the request's system prompt and its summary, if any. */
+/* The system text: the request's system prompt and its summary, if any;
+ * NULL when out of memory. */
 char *model_system_text(const json_t *req);
 /* The instruction appended to a summarize request. */
 extern const char model_summarize_prompt[];
-/* A tool result's content as text for the APIs. */
+/* A tool result's content as text for the APIs; NULL when out of memory. */
 char *model_result_text(const json_t *tool_item);
 
 /* ---- between model.c and the two APIs -------------------------------- */
@@ -145,17 +147,24 @@ struct stream_call *stream_call_at(struct stream *s, int index);
 int stream_append(char **buf, size_t *len, const char *p, size_t n);
 
 /* settings.params and the configured params merged into an API body,
- * never over the keys is_owned names. */
-void model_merge_params(json_t *body, const struct model_cfg *mc, const json_t *req, int (*is_owned)(const char *));
-/* A summarize request's one user text: the transcript and the instruction. */
+ * never over the keys is_owned names. 0, or -1 when out of memory. */
+int model_merge_params(json_t *body, const struct model_cfg *mc, const json_t *req, int (*is_owned)(const char *));
+/* The request's tools as an API defines them: each {name, <schema_key>:
+ * its input schema (an MCP tool's, else an object schema with no
+ * properties), description when it has one}, inside {"type": wrap, wrap:
+ * ...} when wrap is not NULL. NULL when out of memory. */
+json_t *model_tools(const json_t *tools, const char *schema_key, const char *wrap);
+/* A summarize request's one user text: the transcript and the instruction;
+ * NULL when out of memory. */
 json_t *model_summary_text(const json_t *transcript);
 
 struct model_api {
 	const char *path; /* appended to base_url */
-	json_t *(*body)(const struct model_cfg *mc, const json_t *req);
+	json_t *(*body)(const struct model_cfg *mc, const json_t *req); /* NULL: out of memory */
 	/* Its headers into out (at most 4), given the key (NULL: the
 	 * variable is unset); returns how many. */
 	size_t (*headers)(const char *key, char out[][600]);
+	/* 0, or non-zero with s->err when out of memory (the transfer stops). */
 	int (*event)(struct stream *s, const char *type, const char *data, size_t len);
 };
 extern const struct model_api model_api_openai, model_api_anthropic;

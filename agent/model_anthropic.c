@@ -1,8 +1,10 @@
 /* model_anthropic.c: kind anthropic, the Messages API (POST
  * {base_url}/messages, streamed); see model.h. */
 #include "agent/model.h"
+#include "agent/jsonb.h"
 #include "common/jsonmp.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,38 +21,51 @@ static int owned(const char *k)
 
 /* Append blocks as role's: merged into the last message when it has the
  * same role (the API wants user and assistant to alternate). */
-static void add(json_t *msgs, const char *role, json_t *blocks)
+static void add(json_t *msgs, const char *role, json_t *blocks, int *oom)
 {
 	json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
-	if (!json_array_size(blocks)) {
+	if (!jb_check(oom, blocks) || !json_array_size(blocks)) {
 		json_decref(blocks);
 		return;
 	}
 	if (last && !strcmp(json_string_value(json_object_get(last, "role")), role)) {
-		json_array_extend(json_object_get(last, "content"), blocks);
+		if (json_array_extend(json_object_get(last, "content"), blocks))
+			*oom = 1;
 		json_decref(blocks);
 		return;
 	}
-	json_array_append_new(msgs, json_pack("{ssso}", "role", role, "content", blocks));
+	jb_append(oom, msgs, json_pack("{ssso}", "role", role, "content", blocks));
 }
 
-static json_t *text_blocks(const char *text)
+static json_t *text_blocks(const char *text, int *oom)
 {
-	json_t *a = json_array();
+	json_t *a = jb_check(oom, json_array());
 	if (text && *text) /* the API refuses empty text blocks */
-		json_array_append_new(a, json_pack("{ssss}", "type", "text", "text", text));
+		jb_append(oom, a, json_pack("{ssss}", "type", "text", "text", text));
 	return a;
 }
 
-static json_t *body(const struct model_cfg *mc, const json_t *req)
+static json_t *result_block(const json_t *it)
 {
-	json_t *tr = model_transcript(req);
-	json_t *msgs = json_array();
-	const char *task = json_string_value(json_object_get(req, "task"));
-	int summarize = task && !strcmp(task, "summarize");
+	const char *st = json_string_value(json_object_get(it, "status"));
+	char *r = model_result_text(it);
+	json_t *blk = r ? json_pack("{sssOss}", "type", "tool_result", "tool_use_id", json_object_get(it, "id"),
+				    "content", r)
+			: NULL;
+	free(r);
+	if (blk && st && strcmp(st, "resolved") && json_object_set_new(blk, "is_error", json_true())) {
+		json_decref(blk);
+		return NULL;
+	}
+	return blk;
+}
+
+static json_t *messages(const json_t *tr, int summarize, int *oom)
+{
+	json_t *msgs = jb_check(oom, json_array());
 	if (summarize) {
-		json_t *t = model_summary_text(tr);
-		add(msgs, "user", text_blocks(json_string_value(t)));
+		json_t *t = jb_check(oom, model_summary_text(tr));
+		add(msgs, "user", text_blocks(json_string_value(t), oom), oom);
 		json_decref(t);
 	} else {
 		size_t i;
@@ -58,62 +73,64 @@ static json_t *body(const struct model_cfg *mc, const json_t *req)
 		json_array_foreach(tr, i, it) {
 			const char *role = json_string_value(json_object_get(it, "role"));
 			if (!strcmp(role, "user")) {
-				add(msgs, "user", text_blocks(json_string_value(json_object_get(it, "text"))));
+				add(msgs, "user", text_blocks(json_string_value(json_object_get(it, "text")), oom), oom);
 			} else if (!strcmp(role, "assistant")) {
-				json_t *b = text_blocks(json_string_value(json_object_get(it, "text")));
+				json_t *b = text_blocks(json_string_value(json_object_get(it, "text")), oom);
 				size_t j;
 				json_t *c;
 				json_array_foreach(json_object_get(it, "calls"), j, c)
-					json_array_append_new(b, json_pack("{sssOsOsO}", "type", "tool_use", "id",
-									   json_object_get(c, "id"), "name",
-									   json_object_get(c, "name"), "input",
-									   json_object_get(c, "args")));
-				add(msgs, "assistant", b);
+					jb_append(oom, b, json_pack("{sssOsOsO}", "type", "tool_use", "id",
+								    json_object_get(c, "id"), "name",
+								    json_object_get(c, "name"), "input",
+								    json_object_get(c, "args")));
+				add(msgs, "assistant", b, oom);
 			} else {
-				const char *st = json_string_value(json_object_get(it, "status"));
-				char *r = model_result_text(it);
-				json_t *blk = json_pack("{sssOss}", "type", "tool_result", "tool_use_id",
-							json_object_get(it, "id"), "content", r ? r : "null");
-				free(r);
-				if (st && strcmp(st, "resolved"))
-					json_object_set_new(blk, "is_error", json_true());
-				add(msgs, "user", json_pack("[o]", blk));
+				json_t *blk = jb_check(oom, result_block(it));
+				add(msgs, "user", blk ? json_pack("[o]", blk) : NULL, oom);
 			}
 		}
 	}
-	json_decref(tr);
 	/* The first message must be the user's (the start of a log read after
 	 * a summary may be an assistant's). */
 	json_t *first = json_array_get(msgs, 0);
-	if (!first || strcmp(json_string_value(json_object_get(first, "role")), "user"))
-		json_array_insert_new(msgs, 0,
-				      json_pack("{sss[{ssss}]}", "role", "user", "content", "type", "text", "text",
-						"(The conversation continues from the summary.)"));
-	json_t *b = json_pack("{sssisosb}", "model", mc->model, "max_tokens", mc->max_tokens, "messages", msgs, "stream",
-			      1);
+	if (!*oom && (!first || strcmp(json_string_value(json_object_get(first, "role")), "user")) &&
+	    json_array_insert_new(msgs, 0,
+				  json_pack("{sss[{ssss}]}", "role", "user", "content", "type", "text", "text",
+					    "(The conversation continues from the summary.)")))
+		*oom = 1;
+	return msgs;
+}
+
+/* NULL when out of memory: never a body with a message, a tool or a param
+ * left out. */
+static json_t *body(const struct model_cfg *mc, const json_t *req)
+{
+	int oom = 0;
+	json_t *tr = model_transcript(req);
+	if (!tr)
+		return NULL;
+	const char *task = json_string_value(json_object_get(req, "task"));
+	int summarize = task && !strcmp(task, "summarize");
+	json_t *msgs = messages(tr, summarize, &oom);
+	json_decref(tr);
+	if (oom) {
+		json_decref(msgs);
+		return NULL;
+	}
+	json_t *b = jb_check(&oom, json_pack("{sssisosb}", "model", mc->model, "max_tokens", mc->max_tokens,
+					     "messages", msgs, "stream", 1));
 	char *sys = model_system_text(req);
-	if (sys && *sys)
-		json_object_set_new(b, "system", json_string(sys));
+	if (!sys)
+		oom = 1;
+	else if (*sys)
+		jb_set(&oom, b, "system", json_string(sys));
 	free(sys);
 	json_t *tools = json_object_get(req, "tools");
-	if (!summarize && json_array_size(tools)) {
-		json_t *ts = json_array();
-		size_t i;
-		json_t *t;
-		json_array_foreach(tools, i, t) {
-			json_t *p = json_object_get(t, "input_schema"); /* an MCP tool's (mcp.h) */
-			const char *d = json_string_value(json_object_get(t, "description"));
-			json_t *o = json_pack("{sOso}", "name", json_object_get(t, "name"), "input_schema",
-					      json_is_object(p) ? json_incref(p) : json_pack("{sss{}}", "type", "object",
-											    "properties"));
-			if (d && *d)
-				json_object_set_new(o, "description", json_string(d));
-			json_array_append_new(ts, o);
-		}
-		json_object_set_new(b, "tools", ts);
-	}
-	model_merge_params(b, mc, req, owned);
-	return b;
+	if (!summarize && json_array_size(tools))
+		jb_set(&oom, b, "tools", model_tools(tools, "input_schema", NULL));
+	if (!oom && model_merge_params(b, mc, req, owned))
+		oom = 1;
+	return jb_done(oom, b);
 }
 
 static size_t headers(const char *key, char out[][600])
@@ -136,7 +153,11 @@ static uint64_t tokens(const json_t *u, const char *k)
 static int event(struct stream *s, const char *type, const char *data, size_t len)
 {
 	(void)type;
-	json_t *j = json_loadb(data, len, 0, NULL);
+	json_t *j;
+	if (jsonmp_loadb(data, len, 0, &j, NULL) == -ENOMEM) {
+		snprintf(s->err, sizeof s->err, "out of memory reading the stream");
+		return -ENOMEM;
+	}
 	const char *t = json_string_value(json_object_get(j, "type"));
 	if (!t) {
 		json_decref(j);
@@ -171,9 +192,11 @@ static int event(struct stream *s, const char *type, const char *data, size_t le
 				c->alen = 0;
 				c->id = id ? strdup(id) : NULL;
 				c->name = name ? strdup(name) : NULL;
+				if ((id && !c->id) || (name && !c->name))
+					rc = -1;
 				if (json_object_size(in)) {
 					char *a = jsonmp_dumps(in, JSON_COMPACT, 0, NULL);
-					if (a && stream_append(&c->args, &c->alen, a, strlen(a)))
+					if (!a || stream_append(&c->args, &c->alen, a, strlen(a)))
 						rc = -1;
 					free(a);
 				}
@@ -215,6 +238,8 @@ static int event(struct stream *s, const char *type, const char *data, size_t le
 				      !strcmp(et, "rate_limit_error") || !strcmp(et, "timeout_error"));
 	}
 	json_decref(j);
+	if (rc)
+		snprintf(s->err, sizeof s->err, "out of memory reading the stream");
 	return rc;
 }
 

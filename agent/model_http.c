@@ -1,6 +1,7 @@
 /* model_http.c: one HTTP model call with its retries (see model.h); the
  * agentd-model helper's core, the only part that needs libcurl. */
 #include "agent/http.h"
+#include "agent/jsonb.h"
 #include "agent/model.h"
 #include "common/jsonmp.h"
 
@@ -245,16 +246,17 @@ void model_outcome_free(struct model_outcome *oc)
 
 json_t *model_attempts_json(const struct model_outcome *oc)
 {
-	json_t *a = json_array();
+	int oom = 0;
+	json_t *a = jb_check(&oom, json_array());
 	for (int i = 0; i < oc->attempts; i++) {
 		const struct model_attempt *t = &oc->att[i];
-		json_t *o = json_pack("{sisIsI}", "status", (int)t->status, "elapsed_ms", (json_int_t)t->elapsed_ms,
-				      "wait_ms", (json_int_t)t->wait_ms);
+		json_t *o = jb_check(&oom, json_pack("{sisIsI}", "status", (int)t->status, "elapsed_ms",
+						     (json_int_t)t->elapsed_ms, "wait_ms", (json_int_t)t->wait_ms));
 		if (t->retry_after_ms >= 0)
-			json_object_set_new(o, "retry_after_ms", json_integer(t->retry_after_ms));
+			jb_set(&oom, o, "retry_after_ms", json_integer(t->retry_after_ms));
 		if (t->error[0])
-			json_object_set_new(o, "error", json_text(t->error, strlen(t->error)));
-		json_array_append_new(a, o);
+			jb_set(&oom, o, "error", json_text(t->error, strlen(t->error)));
+		jb_append(&oom, a, o);
 	}
-	return a;
+	return jb_done(oom, a);
 }

@@ -250,7 +250,11 @@ int model_line_parse(const char *line, size_t len, char **delta, struct model_re
 		return 0;
 	json_error_t je;
 	/* Duplicate keys would make the reply ambiguous; NUL cannot be in our C strings. */
-	json_t *v = json_loadb(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+	json_t *v;
+	if (jsonmp_loadb(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &v, &je) == -ENOMEM) {
+		seterr(err, errlen, "out of memory"); /* not the model's fault */
+		return -1;
+	}
 	if (!v) {
 		seterr(err, errlen, "not JSON (at byte %d): %s", je.position, je.text);
 		return -1;
@@ -329,14 +333,14 @@ int tool_output_parse(const char *out, size_t len, json_t **result)
 	if (len) {
 		json_error_t je;
 		/* NUL is allowed: a string's length is kept, as for the text below. */
-		json_t *v = json_loadb(out, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+		json_t *v;
+		if (jsonmp_loadb(out, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &v, &je) == -ENOMEM)
+			return -ENOMEM; /* never JSON output taken for text */
 		/* JSON nested deeper than its event can hold is kept as text. */
 		if (v && jsonmp_fits(v, 1)) {
 			*result = v;
 			return 0;
 		}
-		if (!v && json_error_code(&je) == json_error_out_of_memory)
-			return -ENOMEM;
 		json_decref(v);
 	}
 	if (len && out[len - 1] == '\n') {

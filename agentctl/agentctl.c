@@ -35,6 +35,8 @@
 
 #include <jansson.h>
 
+#include "common/jsonmp.h"
+
 #ifndef AGENTD_VERSION
 #define AGENTD_VERSION "unknown"
 #endif
@@ -57,7 +59,9 @@ enum {
 
 /* Real numbers: requests carry 17 significant digits so agentd gets exactly the
  * double that was parsed; readable output uses 15, which gives back the decimal
- * a person typed (0.1 rather than 0.10000000000000001). */
+ * a person typed (0.1 rather than 0.10000000000000001). Text is made by
+ * jsonmp_dumps: json_dumps can leave out an object key when an allocation
+ * inside it fails, and a request short of a key is another request. */
 #define SEND_FLAGS (JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17))
 #define SHOW_FLAGS (JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15))
 
@@ -946,7 +950,7 @@ static char *build_request(const struct command *cmd, int argc, char **argv, str
 			apply(p, pos[k], req);
 	}
 	if (!line)
-		line = must(json_dumps(req, SEND_FLAGS));
+		line = must(jsonmp_dumps(req, SEND_FLAGS, 0, NULL));
 
 	/* A long-poll legitimately takes up to wait_ms: the reply deadline grows by it. */
 	json_t *w = json_object_get(req, "wait_ms");
@@ -1201,7 +1205,7 @@ static void check_stdout(int code_if_gone)
 
 static char *dump(const json_t *v)
 {
-	return must(json_dumps(v, SHOW_FLAGS));
+	return must(jsonmp_dumps(v, SHOW_FLAGS, 0, NULL));
 }
 
 /* A string shows as itself unless it would not read as one token on one line
@@ -1853,7 +1857,7 @@ static int run(const struct command *cmd, const struct sockets *ss, const char *
 		if (json_object_set(rq, "after", json_object_get(reply, "next_after")))
 			fail("out of memory"); /* the same page again, for ever */
 		json_object_del(rq, "wait_ms"); /* the wait was met by the first page */
-		char *next = must(json_dumps(rq, JSON_COMPACT));
+		char *next = must(jsonmp_dumps(rq, JSON_COMPACT, 0, NULL));
 		json_decref(rq);
 		json_decref(reply);
 		reply = exchange(c, next, &line, &len);
@@ -1948,7 +1952,7 @@ static void print_reply_error(const json_t *reply)
  * error when it is not ok (not_found too, when not_found_ok is unset). */
 static json_t *pending_ask(struct conn *c, json_t *rq, bool not_found_ok)
 {
-	char *req = must(json_dumps(rq, SEND_FLAGS)), *line;
+	char *req = must(jsonmp_dumps(rq, SEND_FLAGS, 0, NULL)), *line;
 	size_t len;
 	json_decref(rq);
 	json_t *reply = exchange(c, req, &line, &len);
@@ -2015,7 +2019,7 @@ static int run_pending(const struct sockets *ss, const struct options *o)
 	if (rc == EXIT_OK) {
 		json_t *out = must(json_pack("{sbsO}", "ok", 1, "tool_calls", all));
 		if (o->json) {
-			char *t = must(json_dumps(out, SEND_FLAGS));
+			char *t = must(jsonmp_dumps(out, SEND_FLAGS, 0, NULL));
 			puts(t);
 			free(t);
 		} else if (o->quiet) {

@@ -8,6 +8,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+static unsigned long alloc_failures; /* jansson's, counted by counted_malloc */
+
+static void *counted_malloc(size_t n)
+{
+	void *p = malloc(n);
+	if (!p)
+		__atomic_add_fetch(&alloc_failures, 1, __ATOMIC_RELAXED);
+	return p;
+}
+
+static void counted_free(void *p)
+{
+	free(p);
+}
+
+void jsonmp_alloc_init(void)
+{
+	json_set_alloc_funcs(counted_malloc, counted_free);
+}
+
+int jsonmp_loadb(const char *buf, size_t len, size_t flags, json_t **out, json_error_t *je)
+{
+	json_error_t mine;
+	if (!je)
+		je = &mine;
+	unsigned long before = __atomic_load_n(&alloc_failures, __ATOMIC_RELAXED);
+	json_t *v = json_loadb(buf, len, flags, je);
+	if (__atomic_load_n(&alloc_failures, __ATOMIC_RELAXED) != before ||
+	    (!v && json_error_code(je) == json_error_out_of_memory)) {
+		json_decref(v);
+		*out = NULL;
+		return -ENOMEM;
+	}
+	*out = v;
+	return v ? 0 : -EINVAL;
+}
+
 void jsonmp_buf_init(struct jsonmp_buf *b)
 {
 	msgpack_sbuffer_init(&b->sb);

@@ -41,6 +41,19 @@ int jsonmp_decode(const void *p, size_t len, json_t **out);
  * fails too, and the failure is seen. */
 char *jsonmp_dumps(const json_t *v, size_t flags, int nl, size_t *len);
 
+/* Reading JSON text with every allocation failure seen. jansson 2.14 does
+ * not report each one: a token whose buffer cannot grow loses the byte (a
+ * string comes back a character short: "content_block_tart"), and one that
+ * cannot be copied reads as a syntax error. jsonmp_alloc_init, called once
+ * at a program's start, makes jansson allocate through a counter of
+ * failures; jsonmp_loadb then returns 0 with *out a new reference, -ENOMEM
+ * when an allocation failed while it read (also one another thread made:
+ * an error, never a wrong value), or -EINVAL when the text is not JSON
+ * (je, which may be NULL, says where). Without jsonmp_alloc_init it is
+ * json_loadb with the failures it sees. */
+void jsonmp_alloc_init(void);
+int jsonmp_loadb(const char *buf, size_t len, size_t flags, json_t **out, json_error_t *je);
+
 /* A packer writing into a fresh buffer, for one-off encodings. */
 struct jsonmp_buf {
 	msgpack_sbuffer sb;

@@ -167,20 +167,28 @@ struct conv_fork_in {
 struct conv_fork_out {
 	uint64_t src_last;  /* the source's last seq (also on STORE_E_INVAL) */
 	uint64_t last_seq;  /* the fork's last seq */
-	uint64_t copied;    /* events copied (seq) */
+	uint64_t copied;    /* events copied: seq, or seq - summary_to when the fork's log begins after it */
+	uint64_t first_seq; /* where the fork's log begins: 1, or summary_to + 1 */
+	uint64_t src_first; /* where the source's log begins (0 when not read) */
 	uint64_t summary_to; /* to_seq of the summary carried; 0: none */
-	unsigned cancelled; /* calls unsettled at seq, settled errored "cancelled" in the fork */
+	unsigned cancelled; /* calls unsettled at seq, settled cancelled in the fork */
 	int status;         /* enum store_status: idle, or active when the log owes a turn */
 };
 /* Make conversation dst from src's events 1..seq in t (docs/protocol.md,
- * "Fork"): the events are copied (tool call ids renamed, since they are
- * unique across the store; every call gets its row, settled as in the log;
- * one unsettled at seq is settled errored {"error": "cancelled", ...} by a
- * resolution event after them), the source's latest summary carried when it
- * ends before the fork's last turn boundary, settings and metadata copied
- * unless given, fsm_state and status from tail_decide. src is not touched.
+ * "Fork"): the source's latest summary is carried when it ends before the
+ * fork's last turn boundary, and then stands in for events 1..to_seq: the
+ * fork's log begins at to_seq + 1 (store_conv_create_at) and only the
+ * events after it are read and copied; otherwise events 1..seq are. Copied
+ * events get new tool call ids (unique across the store); every call whose
+ * tool_call event is copied gets its row, settled as in the log; one
+ * unsettled at seq is settled cancelled {"forked_from": ...} by a resolution
+ * event after them. Settings and metadata copied unless given, fsm_state and
+ * status from tail_decide. src is not touched.
  * Errors, nothing written and t usable: STORE_E_NOTFOUND (src),
- * STORE_E_INVAL (seq outside 1..src_last), STORE_E_CONFLICT (dst exists).
+ * STORE_E_INVAL (seq outside 1..src_last; or, with out->src_first > 1, a
+ * seq the source's log cannot give: it begins after 1 and its latest
+ * summary cannot stand in for the fork's prefix), STORE_E_CONFLICT (dst
+ * exists).
  * Past the first write every error means t holds half a fork: abort it
  * (STORE_E_CORRUPT: a source record that cannot be copied; STORE_E_FULL,
  * -ENOMEM, -errno). No refusal code is returned then, so a caller that

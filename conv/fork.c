@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Events are copied this many at a time: what a read of the source returns
- * is valid only until the next write, so each chunk is decoded first. */
+/* Events are appended this many at a time (their decoded copies, read
+ * before the first write: what a read returns is valid only until the next
+ * write). */
 #define FORK_CHUNK 256
 
 struct fork_ctx {
@@ -127,6 +128,32 @@ static int append_chunk(struct fork_ctx *f, size_t from, size_t to)
 	return e == STORE_E_INVAL || e == STORE_E_NOTFOUND ? STORE_E_CORRUPT : e;
 }
 
+/* Read src's events (base, seq] into f->evs, checking they are all there. */
+static int read_range(struct fork_ctx *f, const char *src, uint64_t base, uint64_t seq)
+{
+	struct store_range r = { base, seq + 1, 0, NULL };
+	int e = store_events_stream(f->t, src, &r, collect, f);
+	if (e)
+		return f->err ? f->err : e;
+	if (json_array_size(f->evs) != seq - base)
+		return STORE_E_CORRUPT; /* the source's log has a gap */
+	return 0;
+}
+
+/* Does the working set hold a turn boundary (what a carried summary must
+ * end before)? */
+static int has_marker(const json_t *evs)
+{
+	size_t i;
+	json_t *ev;
+	json_array_foreach(evs, i, ev) {
+		const char *type = json_string_value(json_object_get(ev, "type"));
+		if (type && (!strcmp(type, "assistant_msg") || !strcmp(type, "error")))
+			return 1;
+	}
+	return 0;
+}
+
 static int pack_put(store_txn *t, const char *dst, const json_t *v, unsigned what)
 {
 	struct jsonmp_buf b;
@@ -144,7 +171,7 @@ static int pack_put(store_txn *t, const char *dst, const json_t *v, unsigned wha
 }
 
 /* Each call of the prefix gets its row in the fork; one the prefix leaves
- * unsettled is settled errored {"error": "cancelled"} by a resolution event. */
+ * unsettled is settled cancelled {"forked_from": ...} by a resolution event. */
 static int rows(struct fork_ctx *f, const struct conv_fork_in *in, struct conv_fork_out *out)
 {
 	size_t i;
@@ -178,14 +205,14 @@ static int rows(struct fork_ctx *f, const struct conv_fork_in *in, struct conv_f
 				e = store_tool_call_resolve(f->t, id, s, (store_bytes){ rb.sb.data, rb.sb.size }, NULL);
 			jsonmp_buf_destroy(&rb);
 		} else {
-			json_t *res = json_pack("{sss{sssI}}", "error", "cancelled", "forked_from", "conversation", in->src,
-						"seq", (json_int_t)in->seq);
+			json_t *res = json_pack("{s{sssI}}", "forked_from", "conversation", in->src, "seq",
+						(json_int_t)in->seq);
 			uint64_t seq = 0;
-			e = res ? conv_settle(f->t, id, STORE_TC_ERRORED, "resolution", res, NULL, &seq) : -ENOMEM;
+			e = res ? conv_settle(f->t, id, STORE_TC_CANCELLED, "resolution", res, NULL, &seq) : -ENOMEM;
 			json_t *ev = NULL;
 			if (!e)
 				ev = json_pack("{sIsss{sssssO}}", "seq", (json_int_t)seq, "type", "resolution", "content",
-					       "tool_call_id", id, "status", "errored", "result", res);
+					       "tool_call_id", id, "status", "cancelled", "result", res);
 			json_decref(res);
 			if (!e && (!ev || json_array_append_new(f->evs, ev)))
 				e = -ENOMEM;
@@ -248,28 +275,44 @@ int conv_fork(store_txn *t, const struct conv_fork_in *in, struct conv_fork_out 
 	} else if (e && e != STORE_E_NOTFOUND) {
 		goto out;
 	}
+	/* The log to copy, read before anything is written. When the summary
+	 * will be carried (a turn boundary follows it within 1..seq), it
+	 * stands in for 1..to_seq: the fork's log begins at to_seq + 1 and
+	 * only seq - to_seq events are read and written. */
+	uint64_t base = 0;
+	if ((e = store_event_first_seq(t, in->src, &out->src_first)))
+		goto out;
+	if (sum_content && sum_to < in->seq) {
+		if ((e = read_range(&f, in->src, sum_to, in->seq)))
+			goto out;
+		if (has_marker(f.evs))
+			base = sum_to;
+		else
+			json_array_clear(f.evs);
+	}
+	if (!base) {
+		/* The whole prefix: only a log that holds it can give it. */
+		if (out->src_first > 1) {
+			e = STORE_E_INVAL;
+			goto out;
+		}
+		if ((e = read_range(&f, in->src, 0, in->seq)))
+			goto out;
+	}
 	/* The writes. */
 	struct jsonmp_buf sb;
 	if ((e = conv_pack(&sb, settings)) == 0)
-		e = store_conv_create(t, in->dst, (store_bytes){ sb.sb.data, sb.sb.size });
+		e = store_conv_create_at(t, in->dst, (store_bytes){ sb.sb.data, sb.sb.size }, base + 1);
 	jsonmp_buf_destroy(&sb);
 	if (e)
 		goto written;
 	if (json_object_size(meta) && (e = pack_put(t, in->dst, meta, STORE_SET_METADATA)))
 		goto written;
-	for (uint64_t at = 0; at < in->seq;) {
-		uint64_t to = in->seq - at > FORK_CHUNK ? at + FORK_CHUNK : in->seq;
-		struct store_range r = { at, to + 1, 0, NULL };
-		size_t from = json_array_size(f.evs);
-		if ((e = store_events_stream(t, in->src, &r, collect, &f)))
-			e = f.err ? f.err : e;
-		else if (json_array_size(f.evs) - from != to - at)
-			e = STORE_E_CORRUPT; /* the source's log has a gap */
-		if (e || (e = append_chunk(&f, from, json_array_size(f.evs))))
+	for (size_t at = 0, n = json_array_size(f.evs); at < n; at += FORK_CHUNK)
+		if ((e = append_chunk(&f, at, n - at > FORK_CHUNK ? at + FORK_CHUNK : n)))
 			goto written;
-		at = to;
-	}
-	out->copied = in->seq;
+	out->copied = in->seq - base;
+	out->first_seq = base + 1;
 	if ((e = rows(&f, in, out)))
 		goto written;
 	/* A summary is carried only when the fork's log keeps the rule that

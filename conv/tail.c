@@ -37,71 +37,97 @@ static int reopened(const char *ty, const json_t *content, int active)
 	return active && !strcmp(ty, "error") && json_is_true(json_object_get(content, "gave_up"));
 }
 
+/* The last turn boundary (an assistant_msg, an error or a turn_cancelled):
+ * its index in *marker ((size_t)-1: none), its context in t. -1 when an
+ * event is malformed. */
+static int tail_find_marker(const json_t *events, int active, struct tail *t, size_t *marker)
+{
+	size_t i;
+	json_t *e;
+	*marker = (size_t)-1;
+	json_array_foreach(events, i, e) {
+		const char *ty = ev_type(e);
+		if (!ty || !json_is_integer(json_object_get(e, "seq")) || !json_is_object(json_object_get(e, "content")))
+			return -1;
+		if ((!strcmp(ty, "assistant_msg") || !strcmp(ty, "error") || !strcmp(ty, "turn_cancelled")) &&
+		    !reopened(ty, json_object_get(e, "content"), active)) {
+			json_t *cs = json_object_get(json_object_get(e, "content"), "context_seq");
+			if (!json_is_integer(cs) || json_integer_value(cs) < 0)
+				return -1;
+			*marker = i;
+			t->ctx_seq = (uint64_t)json_integer_value(cs);
+			t->marker_seq = ev_seq(e);
+		}
+	}
+	return 0;
+}
+
+/* The tool calls that follow the marker, and what settled them, into
+ * t->calls and t->settled. -1 when one is malformed or out of memory (a
+ * call left out would read as not owed). */
+static int tail_collect(const json_t *events, size_t marker, struct tail *t)
+{
+	for (size_t i = marker + 1; i < json_array_size(events); i++) {
+		json_t *ev = json_array_get(events, i);
+		json_t *c = json_object_get(ev, "content");
+		const char *ty = ev_type(ev);
+		if (!strcmp(ty, "tool_call")) {
+			if (!call_id(c) || !json_is_string(json_object_get(c, "name")) || json_array_append(t->calls, c))
+				return -1;
+		} else if (!strcmp(ty, "tool_result") || !strcmp(ty, "resolution")) {
+			if (!call_id(c) || json_array_append(t->settled, c))
+				return -1;
+		}
+	}
+	return 0;
+}
+
+/* The calls no settlement names, into t->unsettled. By id, through a hash:
+ * comparing every call with every settlement made a reply of 1,000 calls
+ * take seconds per step (and a step per call). -1 when out of memory
+ * (never a settled call taken for unsettled). */
+static int tail_match(struct tail *t)
+{
+	size_t i;
+	json_t *e, *done = json_object();
+	int r = done ? 0 : -1;
+	json_array_foreach(t->settled, i, e)
+		if (!r && json_object_set_nocheck(done, call_id(e), json_true()))
+			r = -1;
+	json_array_foreach(t->calls, i, e)
+		if (!r && !json_object_get(done, call_id(e)) && json_array_append(t->unsettled, e))
+			r = -1;
+	json_decref(done);
+	return r;
+}
+
+/* The round of the assistant_msg at the marker: its content's "round", 1
+ * when absent. */
+static int tail_marker_round(const json_t *marker_ev)
+{
+	json_t *rd = json_object_get(json_object_get(marker_ev, "content"), "round");
+	if (json_is_integer(rd) && json_integer_value(rd) > 1)
+		return (int)(json_integer_value(rd) < INT32_MAX ? json_integer_value(rd) : INT32_MAX - 1);
+	return 1;
+}
+
 int tail_decide_active(const json_t *events, uint64_t base_ctx, int active, struct tail *t)
 {
-	size_t i, marker = (size_t)-1;
+	size_t i, marker;
 	json_t *e;
 	memset(t, 0, sizeof *t);
 	t->ctx_seq = base_ctx;
 	t->calls = json_array();
 	t->unsettled = json_array();
 	t->settled = json_array();
-	if (!json_is_array(events) || !t->calls || !t->unsettled || !t->settled)
+	if (!json_is_array(events) || !t->calls || !t->unsettled || !t->settled ||
+	    tail_find_marker(events, active, t, &marker))
 		goto bad;
-	/* The last turn boundary: an assistant_msg, an error or a turn_cancelled. */
-	json_array_foreach(events, i, e) {
-		const char *ty = ev_type(e);
-		if (!ty || !json_is_integer(json_object_get(e, "seq")) || !json_is_object(json_object_get(e, "content")))
-			goto bad;
-		if ((!strcmp(ty, "assistant_msg") || !strcmp(ty, "error") || !strcmp(ty, "turn_cancelled")) &&
-		    !reopened(ty, json_object_get(e, "content"), active)) {
-			json_t *cs = json_object_get(json_object_get(e, "content"), "context_seq");
-			if (!json_is_integer(cs) || json_integer_value(cs) < 0)
-				goto bad;
-			marker = i;
-			t->ctx_seq = (uint64_t)json_integer_value(cs);
-			t->marker_seq = ev_seq(e);
-		}
-	}
 	int turn_had_calls = 0, last_round = 1;
 	if (marker != (size_t)-1 && !strcmp(ev_type(json_array_get(events, marker)), "assistant_msg")) {
-		json_t *rd = json_object_get(json_object_get(json_array_get(events, marker), "content"), "round");
-		if (json_is_integer(rd) && json_integer_value(rd) > 1)
-			last_round = (int)(json_integer_value(rd) < INT32_MAX ? json_integer_value(rd) : INT32_MAX - 1);
-		/* Its tool calls, and what settled them, follow it. */
-		for (i = marker + 1; i < json_array_size(events); i++) {
-			json_t *ev = json_array_get(events, i);
-			json_t *c = json_object_get(ev, "content");
-			const char *ty = ev_type(ev);
-			if (!strcmp(ty, "tool_call")) {
-				if (!call_id(c) || !json_is_string(json_object_get(c, "name")))
-					goto bad;
-				if (json_array_append(t->calls, c))
-					goto bad; /* out of memory: a call left out would read as not owed */
-			} else if (!strcmp(ty, "tool_result") || !strcmp(ty, "resolution")) {
-				if (!call_id(c))
-					goto bad;
-				if (json_array_append(t->settled, c))
-					goto bad;
-			}
-		}
-		/* By id, through a hash: comparing every call with every
-		 * settlement made a reply of 1,000 calls take seconds per
-		 * step (and a step per call). */
-		json_t *done = json_object();
-		if (!done)
+		last_round = tail_marker_round(json_array_get(events, marker));
+		if (tail_collect(events, marker, t) || tail_match(t))
 			goto bad;
-		json_array_foreach(t->settled, i, e)
-			if (json_object_set_nocheck(done, call_id(e), json_true())) {
-				json_decref(done); /* out of memory: never take a settled call for unsettled */
-				goto bad;
-			}
-		json_array_foreach(t->calls, i, e)
-			if (!json_object_get(done, call_id(e)) && json_array_append(t->unsettled, e)) {
-				json_decref(done);
-				goto bad;
-			}
-		json_decref(done);
 		turn_had_calls = json_array_size(t->calls) > 0;
 	}
 	if (json_array_size(t->unsettled)) {

@@ -345,171 +345,244 @@ static int send_batch(struct pctx *p, struct request *rq)
 	return e;
 }
 
-#define ONLY(...) do { static const char *const f_[] = { __VA_ARGS__, NULL }; if ((e = only(p, f_))) return e; } while (0)
+/* ---- one parser per op ---------------------------------------------------
+ * Each takes the request whose fields only() has let through (the op's row
+ * in op_fields below) and checks and copies them into rq. */
 
-/* One case per op, each the whole of that op's field checks: long, and kept
- * so, because split up the fields of one op would be far apart. */
-static int parse_fields(struct pctx *p, struct request *rq)
+static const char *const conv_status[] = { "idle", "active", "suspended", "ended", "paused" };
+static const char *const tc_status[] = { "pending", "resolved", "errored", "expired", "cancelled" };
+static const char *const res_status[] = { NULL, "resolved", "errored" };
+
+static int parse_none(struct pctx *p, struct request *rq)
+{
+	(void)p;
+	(void)rq;
+	return 0;
+}
+
+static int parse_conv(struct pctx *p, struct request *rq)
+{
+	return get_id(p, "conversation", 1, &rq->conv);
+}
+
+static int parse_create(struct pctx *p, struct request *rq)
+{
+	int e;
+	if ((e = get_id(p, "conversation", 0, &rq->conv)))
+		return e;
+	if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 0)))
+		return e;
+	if (!(rq->settings = json_object_get(p->o, "settings")))
+		return bad(p, "missing field 'settings'");
+	return settings_check(p, rq->settings, 1);
+}
+
+static int parse_list(struct pctx *p, struct request *rq)
 {
 	int e;
 	uint64_t u = 0; /* GCC -O3 cannot see get_uint sets it before use */
-	json_t *v;
-	static const char *const conv_status[] = { "idle", "active", "suspended", "ended", "paused" };
-	static const char *const tc_status[] = { "pending", "resolved", "errored", "expired", "cancelled" };
-	static const char *const res_status[] = { NULL, "resolved", "errored" };
+	if ((e = get_enum(p, "status", conv_status, 5, &rq->status)) ||
+	    (e = get_uint_in(p, "limit", 1, PROTO_LIST_MAX, NULL, &u)))
+		return e;
+	rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 100;
+	if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 0)))
+		return e;
+	json_t *v = json_object_get(p->o, "model");
+	if (v && (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 128 ||
+		  strlen(json_string_value(v)) != json_string_length(v)))
+		return bad(p, "'model' must be a model name (a string of 1-128 bytes)");
+	rq->model = v ? json_string_value(v) : NULL;
+	if ((e = get_uint(p, "updated_after", INT64_MAX, NULL, &u)))
+		return e;
+	rq->updated_after = json_object_get(p->o, "updated_after") ? (int64_t)u : 0;
+	if ((e = get_uint_in(p, "updated_before", 1, INT64_MAX, NULL, &u)))
+		return e;
+	rq->updated_before = json_object_get(p->o, "updated_before") ? (int64_t)u : 0;
+	return get_id(p, "after", 0, &rq->conv);
+}
 
-	switch (rq->op) {
-	case OP_PING: case OP_STATUS: case OP_METRICS: case OP_SHUTDOWN: case OP_NODES:
-		ONLY(NULL);
-		return 0;
-	case OP_GET: case OP_DELETE: case OP_SUMMARY: case OP_COMPACT: case OP_AUDIT: case OP_STOP:
-	case OP_CANCEL: case OP_RESUME:
-		ONLY("conversation");
-		return get_id(p, "conversation", 1, &rq->conv);
-	case OP_CREATE:
-		ONLY("conversation", "settings", "metadata");
-		if ((e = get_id(p, "conversation", 0, &rq->conv)))
+static int parse_update(struct pctx *p, struct request *rq)
+{
+	int e;
+	if ((e = get_id(p, "conversation", 1, &rq->conv)))
+		return e;
+	if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 1)))
+		return e;
+	if ((rq->settings = json_object_get(p->o, "settings")) && (e = settings_check(p, rq->settings, 0)))
+		return e;
+	json_t *v = json_object_get(p->o, "status");
+	if (v && (!json_is_string(v) || strcmp(json_string_value(v), "ended")))
+		return bad(p, "'status' can only be set to \"ended\"");
+	rq->status = v ? PROTO_ENDED : -1;
+	return 0;
+}
+
+static int parse_send(struct pctx *p, struct request *rq)
+{
+	int e;
+	if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
+	    (e = get_uint(p, "expected_seq", INT64_MAX, &rq->has_expected_seq, &rq->expected_seq)))
+		return e;
+	if (json_object_get(p->o, "events"))
+		return send_batch(p, rq);
+	if ((e = send_content(p, json_object_get(p->o, "content"), "content", &rq->content)))
+		return e;
+	return send_event_id(p, json_object_get(p->o, "event_id"), "event_id", &rq->event_id);
+}
+
+/* events and watch: the fields they share (only() has refused the others). */
+static int parse_events(struct pctx *p, struct request *rq)
+{
+	int e;
+	uint64_t u = 0; /* GCC -O3 cannot see get_uint sets it before use */
+	if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
+	    (e = get_uint(p, "after", INT64_MAX, &rq->has_after, &rq->after)) ||
+	    (e = get_uint_in(p, "before", 1, INT64_MAX, NULL, &rq->before)) ||
+	    (e = get_uint_in(p, "limit", 1, PROTO_EVENTS_MAX, NULL, &u)))
+		return e;
+	rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 0;
+	if ((e = get_uint(p, "wait_ms", PROTO_WAIT_MAX, NULL, &u)))
+		return e;
+	rq->wait_ms = json_object_get(p->o, "wait_ms") ? (int64_t)u : 0;
+	json_t *v = json_object_get(p->o, "runs");
+	if (v && !json_is_boolean(v))
+		return bad(p, "'runs' must be true or false");
+	rq->runs = json_is_true(v);
+	if (json_object_get(p->o, "type")) {
+		static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
+			"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled" };
+		int t;
+		if ((e = get_enum(p, "type", types, 10, &t)))
 			return e;
-		if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 0)))
-			return e;
-		if (!(rq->settings = json_object_get(p->o, "settings")))
-			return bad(p, "missing field 'settings'");
-		return settings_check(p, rq->settings, 1);
-	case OP_LIST:
-		ONLY("status", "limit", "after", "metadata", "model", "updated_after", "updated_before");
-		if ((e = get_enum(p, "status", conv_status, 5, &rq->status)) ||
-		    (e = get_uint_in(p, "limit", 1, PROTO_LIST_MAX, NULL, &u)))
-			return e;
-		rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 100;
-		if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 0)))
-			return e;
-		v = json_object_get(p->o, "model");
-		if (v && (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 128 ||
-			  strlen(json_string_value(v)) != json_string_length(v)))
-			return bad(p, "'model' must be a model name (a string of 1-128 bytes)");
-		rq->model = v ? json_string_value(v) : NULL;
-		if ((e = get_uint(p, "updated_after", INT64_MAX, NULL, &u)))
-			return e;
-		rq->updated_after = json_object_get(p->o, "updated_after") ? (int64_t)u : 0;
-		if ((e = get_uint_in(p, "updated_before", 1, INT64_MAX, NULL, &u)))
-			return e;
-		rq->updated_before = json_object_get(p->o, "updated_before") ? (int64_t)u : 0;
-		return get_id(p, "after", 0, &rq->conv);
-	case OP_UPDATE:
-		ONLY("conversation", "settings", "status", "metadata");
-		if ((e = get_id(p, "conversation", 1, &rq->conv)))
-			return e;
-		if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 1)))
-			return e;
-		if ((rq->settings = json_object_get(p->o, "settings")) && (e = settings_check(p, rq->settings, 0)))
-			return e;
-		v = json_object_get(p->o, "status");
-		if (v && (!json_is_string(v) || strcmp(json_string_value(v), "ended")))
-			return bad(p, "'status' can only be set to \"ended\"");
-		rq->status = v ? PROTO_ENDED : -1;
-		return 0;
-	case OP_SEND:
-		ONLY("conversation", "content", "event_id", "expected_seq", "events");
-		if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
-		    (e = get_uint(p, "expected_seq", INT64_MAX, &rq->has_expected_seq, &rq->expected_seq)))
-			return e;
-		if (json_object_get(p->o, "events"))
-			return send_batch(p, rq);
-		if ((e = send_content(p, json_object_get(p->o, "content"), "content", &rq->content)))
-			return e;
-		return send_event_id(p, json_object_get(p->o, "event_id"), "event_id", &rq->event_id);
-	case OP_EVENTS: case OP_WATCH:
-		if (rq->op == OP_WATCH)
-			ONLY("conversation", "after", "runs");
-		else
-			ONLY("conversation", "after", "before", "limit", "type", "wait_ms");
-		if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
-		    (e = get_uint(p, "after", INT64_MAX, &rq->has_after, &rq->after)) ||
-		    (e = get_uint_in(p, "before", 1, INT64_MAX, NULL, &rq->before)) ||
-		    (e = get_uint_in(p, "limit", 1, PROTO_EVENTS_MAX, NULL, &u)))
-			return e;
-		rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 0;
-		if ((e = get_uint(p, "wait_ms", PROTO_WAIT_MAX, NULL, &u)))
-			return e;
-		rq->wait_ms = json_object_get(p->o, "wait_ms") ? (int64_t)u : 0;
-		v = json_object_get(p->o, "runs");
-		if (v && !json_is_boolean(v))
-			return bad(p, "'runs' must be true or false");
-		rq->runs = json_is_true(v);
-		v = json_object_get(p->o, "type");
-		if (v) {
-			static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
-				"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled" };
-			int t;
-			if ((e = get_enum(p, "type", types, 10, &t)))
-				return e;
-			rq->type = types[t];
-		}
-		return 0;
-	case OP_RESOLVE:
-		ONLY("tool_call_id", "status", "result", "by");
-		if ((e = get_id(p, "tool_call_id", 1, &rq->tool_call_id)) ||
-		    (e = get_enum(p, "status", res_status, 3, &rq->status)))
-			return e;
-		if (rq->status < 0)
-			rq->status = PROTO_TC_RESOLVED;
-		rq->result = json_object_get(p->o, "result");
-		/* one level into its resolution event */
-		if (rq->result && !jsonmp_fits(rq->result, 1))
-			return bad(p, "'result' nests more than %d levels of objects and arrays", JSONMP_MAX_DEPTH);
-		return get_by(p, &rq->by);
-	case OP_TOOL_CALL:
-		ONLY("tool_call_id");
-		return get_id(p, "tool_call_id", 1, &rq->tool_call_id);
-	case OP_TOOL_CALLS:
-		ONLY("conversation", "status");
-		if ((e = get_id(p, "conversation", 1, &rq->conv)))
-			return e;
-		return get_enum(p, "status", tc_status, 5, &rq->status);
-	case OP_FORK:
-		ONLY("conversation", "seq", "new_conversation", "settings", "metadata");
-		if ((e = get_id(p, "conversation", 1, &rq->conv)) || (e = get_id(p, "new_conversation", 0, &rq->new_conv)))
-			return e;
-		if (!json_object_get(p->o, "seq"))
-			return bad(p, "missing field 'seq'");
-		if ((e = get_uint_in(p, "seq", 1, INT64_MAX, NULL, &rq->seq)))
-			return e;
-		if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 0)))
-			return e;
-		if ((rq->settings = json_object_get(p->o, "settings")) && (e = settings_check(p, rq->settings, 0)))
-			return e;
-		return 0;
-	case OP_BACKUP:
-		ONLY("path");
-		v = json_object_get(p->o, "path");
-		if (!v)
-			return bad(p, "missing field 'path'");
-		if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > PROTO_PATH_MAX ||
-		    strlen(json_string_value(v)) != json_string_length(v))
-			return bad(p, "'path' must be a directory path (a string of 1-%d bytes)", PROTO_PATH_MAX);
-		if (json_string_value(v)[0] != '/')
-			return bad(p, "'path' must be absolute (agentd's working directory is not the client's)");
-		rq->path = json_string_value(v);
-		return 0;
-	case OP_RUNS:
-		ONLY("conversation", "limit", "before");
-		if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
-		    (e = get_uint_in(p, "limit", 1, PROTO_LIST_MAX, NULL, &u)) ||
-		    (e = get_uint_in(p, "before", 1, INT64_MAX, NULL, &rq->before)))
-			return e;
-		rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 100;
-		return 0;
-	case OP_KILL: {
-		static const char *const sigs[] = { "KILL", "TERM" };
-		int s;
-		ONLY("conversation", "signal");
-		if ((e = get_id(p, "conversation", 1, &rq->conv)) || (e = get_enum(p, "signal", sigs, 2, &s)))
-			return e;
-		rq->signal = s == 1 ? SIGTERM : SIGKILL;
-		return 0;
+		rq->type = types[t];
 	}
-	}
-	return PERR_INTERNAL;
+	return 0;
+}
+
+static int parse_resolve(struct pctx *p, struct request *rq)
+{
+	int e;
+	if ((e = get_id(p, "tool_call_id", 1, &rq->tool_call_id)) ||
+	    (e = get_enum(p, "status", res_status, 3, &rq->status)))
+		return e;
+	if (rq->status < 0)
+		rq->status = PROTO_TC_RESOLVED;
+	rq->result = json_object_get(p->o, "result");
+	/* one level into its resolution event */
+	if (rq->result && !jsonmp_fits(rq->result, 1))
+		return bad(p, "'result' nests more than %d levels of objects and arrays", JSONMP_MAX_DEPTH);
+	return get_by(p, &rq->by);
+}
+
+static int parse_tool_call(struct pctx *p, struct request *rq)
+{
+	return get_id(p, "tool_call_id", 1, &rq->tool_call_id);
+}
+
+static int parse_tool_calls(struct pctx *p, struct request *rq)
+{
+	int e;
+	if ((e = get_id(p, "conversation", 1, &rq->conv)))
+		return e;
+	return get_enum(p, "status", tc_status, 5, &rq->status);
+}
+
+static int parse_fork(struct pctx *p, struct request *rq)
+{
+	int e;
+	if ((e = get_id(p, "conversation", 1, &rq->conv)) || (e = get_id(p, "new_conversation", 0, &rq->new_conv)))
+		return e;
+	if (!json_object_get(p->o, "seq"))
+		return bad(p, "missing field 'seq'");
+	if ((e = get_uint_in(p, "seq", 1, INT64_MAX, NULL, &rq->seq)))
+		return e;
+	if ((rq->metadata = json_object_get(p->o, "metadata")) && (e = metadata_check(p, rq->metadata, 0)))
+		return e;
+	if ((rq->settings = json_object_get(p->o, "settings")) && (e = settings_check(p, rq->settings, 0)))
+		return e;
+	return 0;
+}
+
+static int parse_backup(struct pctx *p, struct request *rq)
+{
+	json_t *v = json_object_get(p->o, "path");
+	if (!v)
+		return bad(p, "missing field 'path'");
+	if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > PROTO_PATH_MAX ||
+	    strlen(json_string_value(v)) != json_string_length(v))
+		return bad(p, "'path' must be a directory path (a string of 1-%d bytes)", PROTO_PATH_MAX);
+	if (json_string_value(v)[0] != '/')
+		return bad(p, "'path' must be absolute (agentd's working directory is not the client's)");
+	rq->path = json_string_value(v);
+	return 0;
+}
+
+static int parse_runs(struct pctx *p, struct request *rq)
+{
+	int e;
+	uint64_t u = 0; /* GCC -O3 cannot see get_uint sets it before use */
+	if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
+	    (e = get_uint_in(p, "limit", 1, PROTO_LIST_MAX, NULL, &u)) ||
+	    (e = get_uint_in(p, "before", 1, INT64_MAX, NULL, &rq->before)))
+		return e;
+	rq->limit = json_object_get(p->o, "limit") ? (size_t)u : 100;
+	return 0;
+}
+
+static int parse_kill(struct pctx *p, struct request *rq)
+{
+	static const char *const sigs[] = { "KILL", "TERM" };
+	int e, s;
+	if ((e = get_id(p, "conversation", 1, &rq->conv)) || (e = get_enum(p, "signal", sigs, 2, &s)))
+		return e;
+	rq->signal = s == 1 ? SIGTERM : SIGKILL;
+	return 0;
+}
+
+/* The codec's op table, one row per op: the fields it allows (besides op
+ * and id; any other is refused, so that a typo is an error and not a
+ * no-op) and the parser of their values. */
+#define FIELDS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+static const struct {
+	const char *const *fields;
+	int (*parse)(struct pctx *p, struct request *rq);
+} op_fields[OP_COUNT] = {
+	[OP_PING] = { FIELDS(NULL), parse_none },
+	[OP_STATUS] = { FIELDS(NULL), parse_none },
+	[OP_METRICS] = { FIELDS(NULL), parse_none },
+	[OP_SHUTDOWN] = { FIELDS(NULL), parse_none },
+	[OP_NODES] = { FIELDS(NULL), parse_none },
+	[OP_GET] = { FIELDS("conversation"), parse_conv },
+	[OP_DELETE] = { FIELDS("conversation"), parse_conv },
+	[OP_SUMMARY] = { FIELDS("conversation"), parse_conv },
+	[OP_COMPACT] = { FIELDS("conversation"), parse_conv },
+	[OP_AUDIT] = { FIELDS("conversation"), parse_conv },
+	[OP_STOP] = { FIELDS("conversation"), parse_conv },
+	[OP_CANCEL] = { FIELDS("conversation"), parse_conv },
+	[OP_RESUME] = { FIELDS("conversation"), parse_conv },
+	[OP_CREATE] = { FIELDS("conversation", "settings", "metadata"), parse_create },
+	[OP_LIST] = { FIELDS("status", "limit", "after", "metadata", "model", "updated_after", "updated_before"),
+		      parse_list },
+	[OP_UPDATE] = { FIELDS("conversation", "settings", "status", "metadata"), parse_update },
+	[OP_SEND] = { FIELDS("conversation", "content", "event_id", "expected_seq", "events"), parse_send },
+	[OP_EVENTS] = { FIELDS("conversation", "after", "before", "limit", "type", "wait_ms"), parse_events },
+	[OP_WATCH] = { FIELDS("conversation", "after", "runs"), parse_events },
+	[OP_RESOLVE] = { FIELDS("tool_call_id", "status", "result", "by"), parse_resolve },
+	[OP_TOOL_CALL] = { FIELDS("tool_call_id"), parse_tool_call },
+	[OP_TOOL_CALLS] = { FIELDS("conversation", "status"), parse_tool_calls },
+	[OP_FORK] = { FIELDS("conversation", "seq", "new_conversation", "settings", "metadata"), parse_fork },
+	[OP_BACKUP] = { FIELDS("path"), parse_backup },
+	[OP_RUNS] = { FIELDS("conversation", "limit", "before"), parse_runs },
+	[OP_KILL] = { FIELDS("conversation", "signal"), parse_kill },
+};
+#undef FIELDS
+
+static int parse_fields(struct pctx *p, struct request *rq)
+{
+	if (!op_fields[rq->op].parse)
+		return PERR_INTERNAL; /* an op without its row */
+	int e = only(p, op_fields[rq->op].fields);
+	return e ? e : op_fields[rq->op].parse(p, rq);
 }
 
 int proto_parse(const char *line, size_t len, const struct proto_names *names, struct request *rq, char *msg,
@@ -523,10 +596,9 @@ int proto_parse(const char *line, size_t len, const struct proto_names *names, s
 	msg[0] = 0;
 	if (len == 0)
 		return bad(&p, "empty line: expected a JSON object");
-	rq->root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
-	/* Not the client's fault: jansson says so, or (its lexer's buffer
-	 * could not be made) fails before reading anything, with no text. */
-	if (!rq->root && (json_error_code(&je) == json_error_out_of_memory || !je.text[0])) {
+	/* Out of memory is not the client's fault, and never a request read
+	 * with a byte left out (jsonmp.h). */
+	if (jsonmp_loadb(line, len, JSON_REJECT_DUPLICATES, &rq->root, &je) == -ENOMEM) {
 		snprintf(msg, msglen, "out of memory");
 		return PERR_INTERNAL;
 	}

@@ -37,6 +37,7 @@
 	  (x, id, node, ttl_ms, gen)) \
 	X(conv_release, (store_txn *x, const char *id, const char *node, uint64_t gen), (x, id, node, gen)) \
 	X(notify, (store_txn *x, const char *node, const char *conv), (x, node, conv)) \
+	X(notify_msg, (store_txn *x, const char *node, const char *msg), (x, node, msg)) \
 	X(expiries_claim, (store_txn *x, int64_t now_ms, size_t limit, \
 			   int (*fn)(void *arg, const struct store_expiry *e), void *arg), (x, now_ms, limit, fn, arg)) \
 	X(convs_claimable, (store_txn *x, unsigned mask, size_t limit, store_conv_id_fn fn, void *arg), \
@@ -61,6 +62,11 @@
 	X(summary_latest, (store_txn *x, const char *conv, struct store_summary *out), (x, conv, out)) \
 	X(load_since, (store_txn *x, const char *conv, struct store_summary *sum, int *has_summary, \
 		       store_event_fn fn, void *arg), (x, conv, sum, has_summary, fn, arg)) \
+	X(conv_create_at, (store_txn *x, const char *id, store_bytes settings, uint64_t first_seq), \
+	  (x, id, settings, first_seq)) \
+	X(event_first_seq, (store_txn *x, const char *conv, uint64_t *seq), (x, conv, seq)) \
+	X(runs_each, (store_txn *x, int (*fn)(void *arg, store_bytes conv, const struct store_run *r), void *arg), \
+	  (x, fn, arg)) \
 	X(tool_call_upsert, (store_txn *x, const char *conv, const struct store_tool_call_in *tc), (x, conv, tc)) \
 	X(tool_call_get, (store_txn *x, const char *id, struct store_tool_call *out), (x, id, out)) \
 	X(tool_calls_list, (store_txn *x, const char *conv, unsigned mask, \

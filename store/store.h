@@ -497,7 +497,8 @@ int store_node_leases(store_txn *txn, const char *node,
  * conversation named twice in one transaction arrives once). The owner
  * listens on a connection of its own, store_listen, whose descriptor goes
  * into its poll loop; when it is readable, store_notified hands over the
- * conversation ids that arrived. A notification is a hint, never the
+ * conversation ids that arrived (and store_notify_msg's messages, below).
+ * A notification is a hint, never the
  * truth: one is lost when the listening connection breaks (store_notified
  * then fails -ECONNRESET: listen again, and look at the log, as a poll
  * would), so a listener also polls now and then. Channels are per node and
@@ -512,6 +513,18 @@ int store_node_leases(store_txn *txn, const char *node,
 int store_notify(store_txn *txn, const char *node, const char *conv);
 int store_listen(store *s, const char *node, int *fd);
 int store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t len), void *arg);
+
+/* A message for `node`'s listener, sent as store_notify sends a wakeup (at
+ * commit, only if it commits; the same message twice in one transaction
+ * arrives once): nodes asking each other to act on the workers they run
+ * (supervisor/forward.h). msg is 1 to STORE_NOTIFY_MSG_MAX bytes of
+ * printable ASCII (0x20-0x7e) holding at least one space, which no
+ * conversation id holds: store_notified hands it to its callback as it
+ * arrived (not NUL-terminated), and the callback tells a message from a
+ * wakeup by that space. The LMDB store validates and does nothing.
+ * Errors: STORE_E_INVAL (a bad node id or message, a read transaction). */
+#define STORE_NOTIFY_MSG_MAX 4000
+int store_notify_msg(store_txn *txn, const char *node, const char *msg);
 
 /* Add a model call's usage to the conversation's running totals. They
  * saturate: tokens at INT64_MAX (what a JSON integer holds), the cost at
@@ -609,6 +622,25 @@ int store_summary_latest(store_txn *txn, const char *conv, struct store_summary 
  * event after its to_seq; with no summary, every event. */
 int store_load_since(store_txn *txn, const char *conv, struct store_summary *sum,
 		     int *has_summary, store_event_fn fn, void *arg);
+
+/* ---- logs that begin after seq 1 --------------------------------------
+ *
+ * A conversation made with store_conv_create_at(k + 1) has a log that
+ * begins at seq k + 1: events 1..k were never its own (a fork whose carried
+ * summary stands in for them, docs/protocol.md "Fork"). Its last seq is k
+ * until the first append, which is k + 1; a range starting before k + 1
+ * delivers from k + 1 on (there is nothing before it); load_since, summaries
+ * (a to_seq up to the last seq), the idempotency index, delete and every
+ * other operation treat it as any conversation. */
+
+/* As store_conv_create, with the log beginning at first_seq (1 is
+ * store_conv_create's). Errors: STORE_E_INVAL (bad id or settings,
+ * first_seq 0 or past INT64_MAX), STORE_E_CONFLICT (exists). */
+int store_conv_create_at(store_txn *txn, const char *id, store_bytes settings, uint64_t first_seq);
+/* The seq the conversation's log begins at: 1, or the first_seq it was
+ * created with (whether or not an event is there yet).
+ * Errors: STORE_E_NOTFOUND, STORE_E_INVAL. */
+int store_event_first_seq(store_txn *txn, const char *conv, uint64_t *seq);
 
 /* ---- tool calls ------------------------------------------------------ */
 
@@ -787,5 +819,13 @@ int store_run_get(store_txn *txn, const char *conv, uint64_t id, struct store_ru
  * Errors: STORE_E_NOTFOUND (no such conversation), STORE_E_INVAL. */
 int store_runs_list(store_txn *txn, const char *conv, uint64_t before, size_t limit,
 		    int (*fn)(void *arg, const struct store_run *r), void *arg, int *more);
+/* Every run row of the store, whatever its conversation (for consistency
+ * checks): grouped by conversation, in ascending id within each; conv is
+ * the id of the conversation the row belongs to, len 0 when that
+ * conversation does not exist (a row left behind: a damaged store). fn's
+ * non-zero return stops the walk and is returned. Errors: STORE_E_INVAL
+ * (no fn), STORE_E_CORRUPT (an undecodable row, or the record of its
+ * conversation, after the rows before it). */
+int store_runs_each(store_txn *txn, int (*fn)(void *arg, store_bytes conv, const struct store_run *r), void *arg);
 
 #endif

@@ -26,6 +26,8 @@
  *   runs            num, run id                  -> [status, attempt, from, to, first, last,
  *                                                    model, in, out, cost, started, ended]
  *   nodes           node id                      -> [started_at, beat_at, expires_at]
+ *   log_starts      num                          -> uint first_seq (only a log that begins
+ *                                                    after seq 1: store_conv_create_at)
  *   owners          conversation id              -> [node id, expires_at] (its lease; the
  *                                                    generation is the convs record's)
  *
@@ -91,6 +93,7 @@ struct store {
 	MDB_dbi nodes, owners;
 	int has_nodes; /* nodes and owners exist (a read-only open of an older store: not) */
 	MDB_dbi conv_meta, meta_index; /* metadata by conv number; its index "key\0value\0id" -> number */
+	MDB_dbi log_starts; /* where a log begins, for one that begins after seq 1 */
 	struct store_opts opts;
 	size_t map_size;
 	int grow_pending; /* a txn hit MDB_MAP_FULL: grow before the next begins */
@@ -507,6 +510,7 @@ static int open_dbis_in(store *s, int write)
 		{ "conv_meta", &s->conv_meta, 1 }, { "meta_index", &s->meta_index, 1 },
 		{ "warnings", &s->warnings, 1 }, { "warning_at", &s->warning_at, 1 },
 		{ "runs", &s->runs, 1 },
+		{ "log_starts", &s->log_starts, 1 },
 	};
 	for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
 		rc = mdb_dbi_open(t, dbs[i].name, write ? MDB_CREATE : 0, dbs[i].dbi);
@@ -1792,6 +1796,14 @@ static int del_conv_tool_call(store_txn *x, const MDB_val *k, const MDB_val *v)
 	return del(x, x->s->tool_calls, id, len);
 }
 
+static int del_log_start(store_txn *x, uint64_t num)
+{
+	unsigned char k[8];
+	put_be64(k, num);
+	int err = del(x, x->s->log_starts, k, 8);
+	return err == STORE_E_NOTFOUND ? 0 : err;
+}
+
 int store_conv_delete(store_txn *x, const char *id)
 {
 	CHECK_WRITE(x);
@@ -1810,6 +1822,7 @@ int store_conv_delete(store_txn *x, const char *id)
 	    (err = del_prefix(x, x->s->summaries, num, NULL)) ||
 	    (err = del_prefix(x, x->s->model_calls, num, NULL)) ||
 	    (err = del_prefix(x, x->s->runs, num, NULL)) ||
+	    (err = del_log_start(x, num)) ||
 	    (x->s->has_nodes && (err = del(x, x->s->owners, id, strlen(id)))) ||
 	    (err = del(x, x->s->convs, k, 8)) || (err = del(x, x->s->conv_ids, id, strlen(id))))
 		return err;
@@ -1922,6 +1935,27 @@ static int event_in_ok(const struct store_event_in *ev)
 	return 1;
 }
 
+/* The seq before the conversation's log begins: 0, or first_seq - 1 of a
+ * log made by store_conv_create_at. What the last seq is while the log has
+ * no event. */
+static int log_base(store_txn *x, uint64_t num, uint64_t *base)
+{
+	unsigned char k[8];
+	MDB_val v;
+	uint64_t first;
+	put_be64(k, num);
+	*base = 0;
+	int err = get(x, x->s->log_starts, k, 8, &v);
+	if (err == STORE_E_NOTFOUND)
+		return 0;
+	if (err)
+		return err;
+	if (val_uint(&v, &first) || first < 2)
+		return fail(x, STORE_E_CORRUPT);
+	*base = first - 1;
+	return 0;
+}
+
 /* Put cursor c on the conversation's last event; *seq gets its seq, 0 when
  * it has none (c is then elsewhere). */
 static int seek_last(store_txn *x, MDB_cursor *c, uint64_t num, uint64_t *seq)
@@ -1954,6 +1988,8 @@ static int latest_seq(store_txn *x, uint64_t num, struct conv_ent *e, uint64_t *
 		return err;
 	err = seek_last(x, c, num, seq);
 	cursor_give(x, CUR_EVENTS, c);
+	if (!err && *seq == 0)
+		err = log_base(x, num, seq);
 	if (!err && e) {
 		e->last = *seq;
 		e->has_last = 1;
@@ -2043,8 +2079,8 @@ int store_events_append(store_txn *x, const char *conv, const struct store_event
 	}
 	if (e->has_last)
 		last = e->last;
-	else
-		err = seek_last(x, c, num, &last);
+	else if ((err = seek_last(x, c, num, &last)) == 0 && last == 0)
+		err = log_base(x, num, &last);
 	e->has_last = 0; /* until every event is written */
 	for (size_t i = 0; i < n && !err; i++) {
 		int dup;
@@ -3330,6 +3366,27 @@ int store_notify(store_txn *x, const char *node, const char *conv)
 	return id_ok(node) && id_ok(conv) ? 0 : STORE_E_INVAL;
 }
 
+/* A message a node's listener takes for one (store.h). */
+static int notify_msg_ok(const char *msg)
+{
+	size_t n = 0;
+	int space = 0;
+	if (!msg)
+		return 0;
+	for (; msg[n]; n++) {
+		if ((unsigned char)msg[n] < 0x20 || (unsigned char)msg[n] > 0x7e || n >= STORE_NOTIFY_MSG_MAX)
+			return 0;
+		space |= msg[n] == ' ';
+	}
+	return n > 0 && space;
+}
+
+int store_notify_msg(store_txn *x, const char *node, const char *msg)
+{
+	CHECK_WRITE(x);
+	return id_ok(node) && notify_msg_ok(msg) ? 0 : STORE_E_INVAL;
+}
+
 /* ---- the backend's table (store/store.c) -------------------------------- */
 
 #define LMDB_ENTRY(name, params, args) .name = lmdb_store_##name,
@@ -3456,6 +3513,99 @@ int store_runs_list(store_txn *x, const char *conv, uint64_t before, size_t limi
 		}
 		n++;
 		if ((err = fn(arg, &r)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (!err && rc && rc != MDB_NOTFOUND)
+		err = fail(x, map_err(rc));
+	return err;
+}
+
+/* ---- logs that begin after seq 1 --------------------------------------- */
+
+int store_conv_create_at(store_txn *x, const char *id, store_bytes settings, uint64_t first_seq)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || !settings_ok(settings) || first_seq == 0 || first_seq > (uint64_t)INT64_MAX)
+		return STORE_E_INVAL;
+	uint64_t num;
+	int err = conv_num(x, id, &num);
+	if (err == 0)
+		return STORE_E_CONFLICT;
+	if (err != STORE_E_NOTFOUND)
+		return err;
+	if ((err = conv_insert(x, id, settings, &num)) != 0 || first_seq == 1)
+		return err;
+	unsigned char k[8];
+	put_be64(k, num);
+	struct conv_ent *e;
+	if ((err = put_uint(x, x->s->log_starts, k, 8, first_seq)) != 0 || (err = conv_find(x, id, &num, &e)) != 0)
+		return err;
+	if (e) {
+		e->last = first_seq - 1;
+		e->has_last = 1;
+	}
+	return 0;
+}
+
+int store_event_first_seq(store_txn *x, const char *conv, uint64_t *seq)
+{
+	CHECK_TXN(x);
+	uint64_t num, base;
+	if (!seq)
+		return STORE_E_INVAL;
+	int err = conv_num(x, conv, &num);
+	if (err || (err = log_base(x, num, &base)))
+		return err;
+	*seq = base + 1;
+	return 0;
+}
+
+/* ---- every run row (store_runs_each) ------------------------------------ */
+
+int store_runs_each(store_txn *x, int (*fn)(void *arg, store_bytes conv, const struct store_run *r), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	if (x->s->runs == DBI_ABSENT) /* a store from before runs, opened read-only: none */
+		return 0;
+	MDB_cursor *c;
+	int rc = mdb_cursor_open(x->t, x->s->runs, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	uint64_t num = 0;
+	store_bytes conv = { NULL, 0 };
+	int err = 0, have = 0;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct store_run r;
+		if (run_decode(&k, &v, &r)) {
+			err = fail(x, STORE_E_CORRUPT);
+			break;
+		}
+		if (!have || get_be64(k.mv_data) != num) {
+			/* The conversation these rows are under: its record's id,
+			 * none when no record has the number. */
+			unsigned char ck[8];
+			MDB_val cv;
+			struct store_conv cr;
+			num = get_be64(k.mv_data);
+			have = 1;
+			memcpy(ck, k.mv_data, 8);
+			conv = (store_bytes){ NULL, 0 };
+			err = get(x, x->s->convs, ck, 8, &cv);
+			if (err == STORE_E_NOTFOUND)
+				err = 0;
+			else if (err)
+				break;
+			else if (conv_decode(&cv, &cr)) {
+				err = fail(x, STORE_E_CORRUPT);
+				break;
+			} else
+				conv = cr.id;
+		}
+		if ((err = fn(arg, conv, &r)) != 0)
 			break;
 	}
 	mdb_cursor_close(c);

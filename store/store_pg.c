@@ -5,7 +5,8 @@
  * in schema_version; see docs/scale-out.md, "The PostgreSQL store"):
  *
  *   convs        id -> status, created_at, updated_at, lease, in_tok, out_tok,
- *                      cost, last_seq, settings, fsm, metadata, turns, owner, lease_expires
+ *                      cost, last_seq, settings, fsm, metadata, turns, owner, lease_expires,
+ *                      first_seq (where the log begins: 1, or store_conv_create_at's)
  *   events       (conv, seq) -> type, inserted_at, event_id, content
  *                (unique (conv, event_id) where event_id is not null: the
  *                idempotency index)
@@ -76,6 +77,7 @@ enum {
 	Q_NOTIFY,
 	Q_EXP_CLAIM, Q_EXP_CLAIM_READ,
 	Q_META_SET, Q_META_DEL, Q_META_INS, Q_CONV_FIND_META,
+	Q_LOG_START, Q_RUN_EACH,
 	NQ
 };
 
@@ -114,7 +116,7 @@ static const char *const sql[NQ] = {
 	[Q_USAGE_SET] = "UPDATE convs SET in_tok = $2::int8, out_tok = $3::int8, cost = $4::float8, "
 			"updated_at = $5::int8 WHERE id = $1::text",
 	[Q_TURNS_SET] = "UPDATE convs SET turns = $2::int8, updated_at = $3::int8 WHERE id = $1::text",
-	[Q_LAST_SEQ] = "SELECT last_seq FROM convs WHERE id = $1::text",
+	[Q_LAST_SEQ] = "SELECT last_seq, first_seq FROM convs WHERE id = $1::text",
 	[Q_EVENT_DUP] = "SELECT seq FROM events WHERE conv = $1::text AND event_id = $2::bytea",
 	/* One round trip per event: the insert, or nothing for a repeated
 	 * event_id (then Q_EVENT_DUP says its seq), and last_seq follows. */
@@ -234,6 +236,12 @@ static const char *const sql[NQ] = {
 	[Q_CONV_FIND_META] = "SELECT " CONV_COLS " FROM conv_meta m JOIN convs c ON c.id = m.conv "
 			     "WHERE m.k = $1::bytea AND m.v = $2::bytea AND ($3::text IS NULL OR m.conv > $3::text) "
 			     "ORDER BY m.conv LIMIT $4::int8",
+	/* A log that begins after seq 1 (store_conv_create_at), on the row just made. */
+	[Q_LOG_START] = "UPDATE convs SET first_seq = $2::int8, last_seq = $2::int8 - 1 WHERE id = $1::text",
+	/* Every run row, and whether its conversation exists (c.id null: not). */
+	[Q_RUN_EACH] = "SELECT r.id, r.status, r.attempt, r.from_seq, r.to_seq, r.first_seq, r.last_seq, r.model, "
+		       "r.in_tok, r.out_tok, r.cost, r.started_at, r.ended_at, c.id FROM runs r "
+		       "LEFT JOIN convs c ON c.id = r.conv ORDER BY r.conv, r.id",
 };
 
 /* Schema version 1, created in one transaction under an advisory lock (two
@@ -283,6 +291,7 @@ static const char schema_v1[] =
 	" attempt bigint NOT NULL, from_seq bigint NOT NULL, to_seq bigint NOT NULL, first_seq bigint NOT NULL,"
 	" last_seq bigint NOT NULL, model bytea NOT NULL, in_tok bigint NOT NULL, out_tok bigint NOT NULL,"
 	" cost float8 NOT NULL, started_at bigint NOT NULL, ended_at bigint NOT NULL, PRIMARY KEY (conv, id));"
+	"ALTER TABLE convs ADD COLUMN first_seq bigint NOT NULL DEFAULT 1;"
 	"INSERT INTO schema_version VALUES (1);";
 
 #define SCHEMA_LOCK "SELECT pg_advisory_xact_lock(7270018)"
@@ -2336,6 +2345,33 @@ int store_notify(store_txn *x, const char *node, const char *conv)
 	return run(x, Q_NOTIFY, &a, &err) ? 0 : err;
 }
 
+/* A message a node's listener takes for one (store.h). */
+static int notify_msg_ok(const char *msg)
+{
+	size_t n = 0;
+	int space = 0;
+	if (!msg)
+		return 0;
+	for (; msg[n]; n++) {
+		if ((unsigned char)msg[n] < 0x20 || (unsigned char)msg[n] > 0x7e || n >= STORE_NOTIFY_MSG_MAX)
+			return 0;
+		space |= msg[n] == ' ';
+	}
+	return n > 0 && space;
+}
+
+int store_notify_msg(store_txn *x, const char *node, const char *msg)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(node) || !notify_msg_ok(msg))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, node);
+	a_str(&a, msg);
+	return run(x, Q_NOTIFY, &a, &err) ? 0 : err;
+}
+
 int pg_store_listen(store *s, const char *node, int *fd)
 {
 	if (!id_ok(node))
@@ -2497,6 +2533,70 @@ int store_runs_list(store_txn *x, const char *conv, uint64_t before, size_t limi
 		if (run_row(r, i, &rr))
 			return fail(x, STORE_E_CORRUPT);
 		int rc = fn(arg, &rr);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- logs that begin after seq 1 --------------------------------------- */
+
+int store_conv_create_at(store_txn *x, const char *id, store_bytes settings, uint64_t first_seq)
+{
+	CHECK_WRITE(x);
+	if (!id_ok(id) || !settings_ok(settings) || first_seq == 0 || first_seq > (uint64_t)INT64_MAX)
+		return STORE_E_INVAL;
+	int made, err = conv_insert(x, id, settings, &made);
+	if (err)
+		return err;
+	if (!made)
+		return STORE_E_CONFLICT;
+	if (first_seq == 1)
+		return 0;
+	struct args a = { 0 };
+	a_str(&a, id);
+	a_i64(&a, (int64_t)first_seq);
+	if (!run(x, Q_LOG_START, &a, &err))
+		return err;
+	if (x->held_ok && strcmp(x->held, id) == 0)
+		x->held_last = first_seq - 1;
+	return 0;
+}
+
+int store_event_first_seq(store_txn *x, const char *conv, uint64_t *seq)
+{
+	CHECK_TXN(x);
+	if (!seq || !id_ok(conv))
+		return STORE_E_INVAL;
+	struct args a = { 0 };
+	int err;
+	a_str(&a, conv);
+	PGresult *r = run(x, Q_LAST_SEQ, &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	*seq = (uint64_t)g_i64(r, 0, 1);
+	return 0;
+}
+
+/* ---- every run row (store_runs_each) ------------------------------------ */
+
+int store_runs_each(store_txn *x, int (*fn)(void *arg, store_bytes conv, const struct store_run *r), void *arg)
+{
+	CHECK_TXN(x);
+	if (!fn)
+		return STORE_E_INVAL;
+	int err;
+	PGresult *r = run(x, Q_RUN_EACH, NULL, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_run rr;
+		if (run_row(r, i, &rr))
+			return fail(x, STORE_E_CORRUPT);
+		store_bytes conv = PQgetisnull(r, i, 13) ? (store_bytes){ NULL, 0 } : g_bytes(r, i, 13);
+		int rc = fn(arg, conv, &rr);
 		if (rc)
 			return rc;
 	}

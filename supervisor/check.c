@@ -3,13 +3,17 @@
  *
  * The log is the truth; everything else is derived from it or caches it. This
  * reads a store (read-only, safe while agentd runs) and reports every place
- * where a derived row disagrees with the log: seqs not 1..N, a tool call row
+ * where a derived row disagrees with the log: seqs not 1..N (or F..N for a
+ * log that begins at F after a summary standing in for 1..F-1), a tool call row
  * without its tool_call event or the other way round, a call settled twice, a
  * row's status against its settlement, an expiry without its pending row (or
  * the reverse), an event_id the idempotency index does not send back to its
  * event or an index row that leads to no such event, a tool call row that no
- * conversation's index reaches, and fsm_state or status against what the
- * log's tail owes.
+ * conversation's index reaches, fsm_state or status against what the
+ * log's tail owes; runs (each of an existing conversation, a turn's
+ * attempts 1..n without a gap, at most one running per conversation and
+ * none in an ended one) and expiry warnings (each of an existing pending
+ * call with a deadline).
  */
 #include "supervisor/check.h"
 #include "conv/conv.h"
@@ -36,6 +40,8 @@ struct ck {
 	json_t *calls;    /* tool_call_id -> {"executor", "settled": n, "status"} */
 	json_t *events;   /* the working set (after the latest summary), for tail_decide */
 	uint64_t after;   /* the latest summary's to_seq */
+	uint64_t first;   /* where the log begins: 1, or after a summary (a fork's) */
+	json_t *outside;  /* tool_call_id -> settlements, of calls whose tool_call lies before first */
 	json_t *expiries; /* tool_call_id -> {"deadline", "conversation"} (all conversations) */
 	json_t *eids;     /* event_id -> seq, of the conversation's events */
 	json_t *rows;     /* tool_call_id -> true: rows reached through their conversation's index */
@@ -72,7 +78,10 @@ static int on_event(void *arg, const struct store_event *ev)
 	struct ck *c = arg;
 	char type[40];
 	c->nevents++;
-	if (ev->seq != c->prev_seq + 1)
+	if (ev->seq != c->prev_seq + 1 && c->first > 1)
+		problem(c, "seq %llu follows %llu: the log must be %llu..N without a gap", (unsigned long long)ev->seq,
+			(unsigned long long)c->prev_seq, (unsigned long long)c->first);
+	else if (ev->seq != c->prev_seq + 1)
 		problem(c, "seq %llu follows %llu: the log must be 1..N without a gap", (unsigned long long)ev->seq,
 			(unsigned long long)c->prev_seq);
 	c->prev_seq = ev->seq;
@@ -115,7 +124,15 @@ static int on_event(void *arg, const struct store_event *ev)
 		}
 	} else if (!strcmp(type, "tool_result") || !strcmp(type, "resolution")) {
 		json_t *call = id ? json_object_get(c->calls, id) : NULL;
-		if (!call) {
+		if (!call && id && c->first > 1) {
+			/* Its tool_call may be in what the summary stands in for:
+			 * only settling it twice is wrong. */
+			json_int_t n = json_integer_value(json_object_get(c->outside, id)) + 1;
+			kept(c, json_object_set_new(c->outside, id, json_integer(n)));
+			if (n > 1)
+				problem(c, "tool call %s settled %lld times (seq %llu)", id, (long long)n,
+					(unsigned long long)ev->seq);
+		} else if (!call) {
 			problem(c, "seq %llu: %s for tool call %s that has no tool_call event", (unsigned long long)ev->seq,
 				type, id ? id : "(none)");
 		} else {
@@ -226,6 +243,83 @@ static int on_expiry(void *arg, const struct store_expiry *e)
 	return 0;
 }
 
+/* ---- runs and expiry warnings ------------------------------------------ */
+
+struct runs_ck {
+	struct ck *c;
+	char conv[STORE_ID_MAX + 1]; /* the conversation whose runs come now */
+	int have, ended;
+	struct store_run prev;       /* its run before this one (id 0: none) */
+	uint64_t running;            /* the id of its running run, 0: none seen */
+	uint64_t n;
+};
+
+static int on_run(void *arg, store_bytes conv, const struct store_run *r)
+{
+	struct runs_ck *rc = arg;
+	struct ck *c = rc->c;
+	rc->n++;
+	if (!conv.len) {
+		c->conv = NULL;
+		problem(c, "run %llu (%s, attempt %u) belongs to no conversation", (unsigned long long)r->id,
+			str_or(store_run_status_name(r->status), "?"), r->attempt);
+		rc->have = 0;
+		return 0;
+	}
+	if (!rc->have || conv.len != strlen(rc->conv) || memcmp(conv.ptr, rc->conv, conv.len)) {
+		struct store_conv cv;
+		snprintf(rc->conv, sizeof rc->conv, "%.*s", (int)conv.len, (const char *)conv.ptr);
+		rc->have = 1;
+		rc->ended = store_conv_get(c->t, rc->conv, &cv) == 0 && cv.status == STORE_ENDED;
+		rc->prev.id = 0;
+		rc->running = 0;
+	}
+	c->conv = rc->conv;
+	/* A turn run again is the next attempt of the run before it (the same
+	 * from_seq): attempts go 1..n without a gap (docs/protocol.md, "Runs"). */
+	if (r->attempt > 1 && (!rc->prev.id || rc->prev.from_seq != r->from_seq || rc->prev.attempt + 1 != r->attempt))
+		problem(c, "run %llu: attempt %u does not follow the run before it (%s): a turn's attempts go 1..n "
+			   "without a gap", (unsigned long long)r->id, r->attempt,
+			rc->prev.id ? "another turn, or another attempt" : "none");
+	if (r->status == STORE_RUN_RUNNING) {
+		if (rc->running)
+			problem(c, "runs %llu and %llu are both running: at most one run of a conversation is",
+				(unsigned long long)rc->running, (unsigned long long)r->id);
+		else
+			rc->running = r->id;
+		if (rc->ended)
+			problem(c, "run %llu is running but the conversation is ended", (unsigned long long)r->id);
+	}
+	rc->prev = *r;
+	c->conv = NULL;
+	return 0;
+}
+
+static int on_warning(void *arg, const struct store_expiry *w)
+{
+	struct ck *c = arg;
+	char id[STORE_ID_MAX + 1], conv[STORE_ID_MAX + 1];
+	struct store_tool_call tc;
+	snprintf(id, sizeof id, "%.*s", (int)w->tool_call_id.len, (const char *)w->tool_call_id.ptr);
+	snprintf(conv, sizeof conv, "%.*s", (int)w->conversation.len, (const char *)w->conversation.ptr);
+	c->conv = conv;
+	int e = store_tool_call_get(c->t, id, &tc);
+	if (e)
+		problem(c, "expiry warning of tool call %s: %s", id,
+			e == STORE_E_NOTFOUND ? "no such tool call" : store_strerror(e));
+	else if (tc.status != STORE_TC_PENDING)
+		problem(c, "expiry warning of tool call %s, which is %s: a stale warning row", id,
+			str_or(store_tc_status_name(tc.status), "?"));
+	else if (tc.deadline <= 0)
+		problem(c, "expiry warning of tool call %s, which has no deadline", id);
+	if (!e && (tc.conversation.len != w->conversation.len ||
+		   memcmp(tc.conversation.ptr, w->conversation.ptr, w->conversation.len)))
+		problem(c, "expiry warning of tool call %s names this conversation; the call is %.*s's", id,
+			(int)tc.conversation.len, (const char *)tc.conversation.ptr);
+	c->conv = NULL;
+	return 0;
+}
+
 /* fsm_state and status against what the log's tail owes. */
 static void check_state(struct ck *c, const struct store_conv *conv)
 {
@@ -291,13 +385,17 @@ static int check_conv(struct ck *c, const char *id)
 	if (!json_is_object(settings))
 		problem(c, "settings are not a JSON object");
 	json_decref(settings);
-	c->prev_seq = 0;
 	c->last_ctx = 0;
 	c->after = 0;
+	c->first = 1;
+	if ((e = store_event_first_seq(c->t, id, &c->first)))
+		problem(c, "where the log begins: %s", store_strerror(e));
+	c->prev_seq = c->first - 1;
+	c->outside = json_object();
 	c->calls = json_object();
 	c->events = json_array();
 	c->eids = json_object();
-	kept(c, !c->calls || !c->events || !c->eids ? -1 : 0);
+	kept(c, !c->calls || !c->events || !c->eids || !c->outside ? -1 : 0);
 	uint64_t last = 0;
 	store_event_latest_seq(c->t, id, &last);
 	e = store_summary_latest(c->t, id, &sum);
@@ -309,6 +407,11 @@ static int check_conv(struct ck *c, const char *id)
 	} else if (e != STORE_E_NOTFOUND) {
 		problem(c, "summary: %s", store_strerror(e));
 	}
+	/* A log may begin after seq 1 only where a summary stands in for the
+	 * seqs before it (the latest summary covers 1..its to_seq). */
+	if (c->first > 1 && (e != 0 || c->after + 1 < c->first))
+		problem(c, "the log begins at seq %llu but no summary stands in for seqs 1..%llu",
+			(unsigned long long)c->first, (unsigned long long)c->first - 1);
 	struct store_range r = { 0 };
 	while ((e = store_events_stream(c->t, id, &r, on_event, c))) {
 		/* The stream stops at a record it cannot decode; name it, then go
@@ -338,6 +441,7 @@ static int check_conv(struct ck *c, const char *id)
 	json_decref(c->calls);
 	json_decref(c->events);
 	json_decref(c->eids);
+	json_decref(c->outside);
 	return 0;
 }
 
@@ -403,6 +507,15 @@ int check_store(const char *dir, FILE *out)
 		c.conv = NULL;
 		if ((e = store_tool_calls_each(c.t, on_any_row, &c)))
 			problem(&c, "tool call rows: %s", store_strerror(e));
+		struct runs_ck rc = { .c = &c };
+		if ((e = store_runs_each(c.t, on_run, &rc))) {
+			c.conv = NULL;
+			problem(&c, "runs: %s", store_strerror(e));
+		}
+		if ((e = store_warnings_due(c.t, INT64_MAX, on_warning, &c))) {
+			c.conv = NULL;
+			problem(&c, "expiry warnings: %s", store_strerror(e));
+		}
 		const char *k;
 		json_t *v;
 		json_object_foreach(c.expiries, k, v)

@@ -159,6 +159,110 @@ static int expiry_due(void)
 	return any;
 }
 
+/* One batch of due calls being fired, and what became of each. */
+struct batch {
+	struct due_ctx c;
+	int64_t at_us; /* wall clock at the claim, for how late each fired */
+	char convs[EXPIRY_BATCH][STORE_ID_MAX + 1];
+	uint64_t seqs[EXPIRY_BATCH];
+	int fired[EXPIRY_BATCH], ended[EXPIRY_BATCH];
+};
+
+/* Begin the batch's transaction and claim up to cap due calls into d:
+ * 0 with *t open and at least one call claimed; 1 when there is nothing
+ * to fire now (a failed begin retries later, deadlines all held elsewhere
+ * shortly). */
+static int batch_claim(struct batch *b, struct due *d, size_t cap, store_txn **t)
+{
+	b->c = (struct due_ctx){ d, 0, cap };
+	memset(b->fired, 0, sizeof b->fired);
+	memset(b->ended, 0, sizeof b->ended);
+	/* Lazy: the waiters of what fires read it once it is durable. */
+	if (gate_write_begin(STORE_WRITE_LAZY, t)) {
+		expiry_retry_later();
+		return 1;
+	}
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	b->at_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	/* Claimed: on a store shared by several nodes, deadlines whose
+	 * conversation another transaction holds (another node firing them,
+	 * a worker writing) are skipped rather than waited for. */
+	int e = store_expiries_claim(*t, store_now(X.st), cap, due_one, &b->c);
+	if ((e && e != 1) || b->c.n == 0) {
+		store_txn_abort(*t);
+		if (!e && b->c.n == 0) /* due, all held elsewhere: look again shortly, not at once */
+			X.retry_at = store_now(X.st) + EXPIRY_HELD_MS;
+		return 1;
+	}
+	return 0;
+}
+
+/* Each claimed call still pending becomes expired in t. Returns 0 or the
+ * first error, *bad the call that met it. */
+static int batch_settle(store_txn *t, struct batch *b, size_t *bad)
+{
+	struct due *d = b->c.d;
+	*bad = b->c.n;
+	for (size_t i = 0; i < b->c.n; i++) {
+		int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, b->convs[i], &b->seqs[i], &b->ended[i]);
+		if (r == 0) {
+			b->fired[i] = 1;
+		} else if (r == STORE_E_STALE) {
+			/* Settled already, or gone: only a damaged store keeps
+			 * its row (resolve removes it). The row goes. */
+			if ((r = store_expiry_drop(t, d[i].deadline, d[i].id)) == 0)
+				log_warn("tool call %s: dropped a deadline row for a call that is settled or gone", d[i].id);
+		}
+		if (r) {
+			*bad = i;
+			return r;
+		}
+	}
+	return 0;
+}
+
+/* The batch's transaction failed with e: 1 when it is to run again (a
+ * damaged call's row dropped, or in halves in a full store), 0 when the
+ * next attempt waits EXPIRY_RETRY_MS. */
+static int batch_failed(struct batch *b, int e, size_t bad, size_t *cap)
+{
+	if ((e == STORE_E_CORRUPT || e == STORE_E_NOTFOUND) && bad < b->c.n) {
+		if (expiry_drop_damaged(&b->c.d[bad], e)) {
+			expiry_retry_later();
+			return 0;
+		}
+		return 1; /* the others again, without it */
+	}
+	if (e == STORE_E_FULL && b->c.n > 1) {
+		*cap = b->c.n / 2;
+		log_warn("store full firing %zu expiries: retrying in batches of %zu", b->c.n, *cap);
+		return 1;
+	}
+	log_error("firing %zu expiries failed: %s: retrying in %d ms", b->c.n, store_strerror(e), EXPIRY_RETRY_MS);
+	expiry_retry_later();
+	return 0;
+}
+
+/* After the commit: each call that fired wakes its conversation. Returns
+ * how many fired. */
+static int batch_wake(const struct batch *b)
+{
+	int n = 0;
+	for (size_t i = 0; i < b->c.n; i++) {
+		if (!b->fired[i])
+			continue;
+		n++;
+		metrics_add(M_EXPIRIES_FIRED, 1);
+		metrics_expiry_late(b->at_us, b->c.d[i].deadline);
+		log_info("%s: tool call %s expired", b->convs[i], b->c.d[i].id);
+		if (!b->ended[i])
+			workers_wake(b->convs[i]);
+		waiters_notify(b->convs[i]);
+	}
+	return n;
+}
+
 /* Fire every deadline that has passed: in one transaction per batch, each
  * still-pending call becomes `expired` with its resolution event and its
  * expiry row gone; then its conversation is woken. What is due is read
@@ -175,98 +279,37 @@ static int expiry_due(void)
  * store must not keep them all from firing. One that fails alone, or for
  * another reason, is retried EXPIRY_RETRY_MS later (expiry_rearm),
  * not at once: a failing commit must not spin the loop. */
-/* Long because the batch, its retries (a full store halves it, a damaged
- * row goes alone) and what each fired call wakes are one loop (above). */
 int expiry_fire(void)
 {
 	static struct due d[EXPIRY_BATCH];
 	static size_t cap = EXPIRY_BATCH; /* halved when the store is full, doubled back after a commit */
 	int total = 0;
 	for (int round = 0; expiry_due(); round++) {
-		struct due_ctx c = { d, 0, cap };
+		struct batch b;
 		store_txn *t;
-		/* Lazy: the waiters of what fires read it once it is durable. */
-		if (gate_write_begin(STORE_WRITE_LAZY, &t)) {
-			expiry_retry_later();
+		if (batch_claim(&b, d, cap, &t))
 			return total;
-		}
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		int64_t at_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-		/* Claimed: on a store shared by several nodes, deadlines whose
-		 * conversation another transaction holds (another node firing
-		 * them, a worker writing) are skipped rather than waited for. */
-		int e = store_expiries_claim(t, store_now(X.st), c.cap, due_one, &c);
-		if ((e && e != 1) || c.n == 0) {
-			store_txn_abort(t);
-			if (!e && c.n == 0) /* due, all held elsewhere: look again shortly, not at once */
-				X.retry_at = store_now(X.st) + EXPIRY_HELD_MS;
-			return total;
-		}
-		e = 0;
-		char convs[EXPIRY_BATCH][STORE_ID_MAX + 1];
-		uint64_t seqs[EXPIRY_BATCH];
-		int fired[EXPIRY_BATCH] = { 0 }, ended[EXPIRY_BATCH] = { 0 };
-		size_t bad = c.n;
-		for (size_t i = 0; i < c.n && !e; i++) {
-			int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, convs[i], &seqs[i], &ended[i]);
-			if (r == 0) {
-				fired[i] = 1;
-			} else if (r == STORE_E_STALE) {
-				/* Settled already, or gone: only a damaged store
-				 * keeps its row (resolve removes it). The row goes. */
-				if ((r = store_expiry_drop(t, d[i].deadline, d[i].id)) == 0)
-					log_warn("tool call %s: dropped a deadline row for a call that is settled or gone",
-						 d[i].id);
-			}
-			if (r)
-				e = r, bad = i;
-		}
+		size_t bad;
+		int e = batch_settle(t, &b, &bad);
 		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
-		if (!e)
-			durable_need(store_last_id(X.st));
 		if (e) {
 			leases_ahead_drop();
-			if ((e == STORE_E_CORRUPT || e == STORE_E_NOTFOUND) && bad < c.n) {
-				if (expiry_drop_damaged(&d[bad], e)) {
-					expiry_retry_later();
-					return total;
-				}
-				round--; /* the others again, without it */
-				continue;
-			}
-			if (e == STORE_E_FULL && c.n > 1) {
-				cap = c.n / 2;
-				log_warn("store full firing %zu expiries: retrying in batches of %zu", c.n, cap);
-				round--;
-				continue;
-			}
-			log_error("firing %zu expiries failed: %s: retrying in %d ms", c.n, store_strerror(e),
-				  EXPIRY_RETRY_MS);
-			expiry_retry_later();
-			return total;
+			if (!batch_failed(&b, e, bad, &cap))
+				return total;
+			round--; /* the batch again, smaller */
+			continue;
 		}
+		durable_need(store_last_id(X.st));
 		X.retry_at = 0;
 		cap = cap < EXPIRY_BATCH / 2 ? cap * 2 : EXPIRY_BATCH;
 		metrics_add(M_EXPIRY_COMMITS, 1);
-		for (size_t i = 0; i < c.n; i++) {
-			if (!fired[i])
-				continue;
-			total++;
-			metrics_add(M_EXPIRIES_FIRED, 1);
-			metrics_expiry_late(at_us, d[i].deadline);
-			log_info("%s: tool call %s expired", convs[i], d[i].id);
-			if (!ended[i])
-				workers_wake(convs[i]);
-			waiters_notify(convs[i]);
-		}
+		total += batch_wake(&b);
 		leases_ahead_drop();
-		if (c.n < EXPIRY_BATCH && round + 1 >= EXPIRY_ROUNDS)
+		if (b.c.n < EXPIRY_BATCH && round + 1 >= EXPIRY_ROUNDS)
 			return total;
 	}
 	return total;
 }
-
 
 /* ---- expiry warnings --------------------------------------------------- */
 

@@ -5,6 +5,7 @@
  * runs the loop until SIGTERM, SIGINT or the `shutdown` op.
  */
 #include "common/config.h"
+#include "common/jsonmp.h"
 #include "common/log.h"
 #include "ipc/ipc.h"
 #include "store/store.h"
@@ -667,6 +668,7 @@ int main(int argc, char **argv)
 	const char *o_config = NULL;
 	if (ipc_stdio_guard())
 		return EXIT_FAILURE; /* no stderr to say it on */
+	jsonmp_alloc_init(); /* before any JSON is read: jsonmp_loadb sees every failed allocation */
 	/* The umask may take from group and others, never from the owner: with
 	 * 0277 the data directory was created unwritable and the store files
 	 * read-only, so agentd could not lock its pid file nor a worker open

@@ -68,14 +68,8 @@ void metrics_expiry_late(int64_t at_us, int64_t deadline_ms)
 	m.late_sum += secs;
 }
 
-/* One block per metric family, in the order the text shows them: long, and
- * read top to bottom as the output is. */
-char *metrics_text(const struct metrics_gauges *g, size_t *len)
+static void text_requests(FILE *f)
 {
-	char *buf = NULL;
-	FILE *f = open_memstream(&buf, len);
-	if (!f)
-		return NULL;
 	fprintf(f, "# HELP agentd_ops_total Control requests by op.\n# TYPE agentd_ops_total counter\n");
 	for (int i = 0; i < OP_COUNT; i++)
 		fprintf(f, "agentd_ops_total{op=\"%s\"} %llu\n", proto_op_name(i), (unsigned long long)m.ops[i]);
@@ -83,6 +77,10 @@ char *metrics_text(const struct metrics_gauges *g, size_t *len)
 	for (int i = 1; i < PERR_COUNT; i++)
 		fprintf(f, "agentd_errors_total{code=\"%s\"} %llu\n", proto_err_code(i),
 			(unsigned long long)m.errors[i]);
+}
+
+static void text_counters(FILE *f)
+{
 	struct { const char *name, *help; uint64_t v; } counters[] = {
 		{ "agentd_worker_spawns_total", "Worker processes started.", m.c[M_SPAWNS] },
 		{ "agentd_worker_crashes_total", "Workers that died without being asked to.", m.c[M_CRASHES] },
@@ -111,6 +109,10 @@ char *metrics_text(const struct metrics_gauges *g, size_t *len)
 	fprintf(f, "# HELP agentd_write_gate_wait_seconds_total Time supervisor writes waited for a worker's.\n"
 		   "# TYPE agentd_write_gate_wait_seconds_total counter\nagentd_write_gate_wait_seconds_total %.6f\n",
 		(double)m.gate_wait_us / 1e6);
+}
+
+static void text_gauges(FILE *f, const struct metrics_gauges *g)
+{
 	fprintf(f, "# HELP agentd_workers_live Worker processes alive.\n# TYPE agentd_workers_live gauge\n"
 		   "agentd_workers_live %d\n", g->workers_live);
 	fprintf(f, "# HELP agentd_clients Connected control clients.\n# TYPE agentd_clients gauge\n"
@@ -128,36 +130,52 @@ char *metrics_text(const struct metrics_gauges *g, size_t *len)
 	fprintf(f, "# HELP agentd_durable_flush_failures_total Flushes of the data file that failed; the replies "
 		   "they held wait for one that succeeds.\n# TYPE agentd_durable_flush_failures_total counter\n"
 		   "agentd_durable_flush_failures_total %llu\n", (unsigned long long)g->durable_flush_failures);
-	fprintf(f, "# HELP agentd_op_duration_seconds Control request latency.\n"
-		   "# TYPE agentd_op_duration_seconds histogram\n");
-	for (int i = 0; i < OP_COUNT; i++) {
-		uint64_t cum = 0;
-		for (int b = 0; b < 12; b++) {
-			cum += m.lat_buckets[i][b];
-			if (b < 11)
-				fprintf(f, "agentd_op_duration_seconds_bucket{op=\"%s\",le=\"%g\"} %llu\n",
-					proto_op_name(i), lat_bounds[b], (unsigned long long)cum);
-			else
-				fprintf(f, "agentd_op_duration_seconds_bucket{op=\"%s\",le=\"+Inf\"} %llu\n",
-					proto_op_name(i), (unsigned long long)cum);
-		}
-		fprintf(f, "agentd_op_duration_seconds_sum{op=\"%s\"} %.6f\n", proto_op_name(i), m.lat_sum[i]);
-		fprintf(f, "agentd_op_duration_seconds_count{op=\"%s\"} %llu\n", proto_op_name(i),
-			(unsigned long long)cum);
+}
+
+/* One histogram's series: its 12 cumulative buckets (11 bounds and +Inf),
+ * sum and count, labelled by op when op is not NULL. */
+static void text_histogram(FILE *f, const char *name, const char *op, const double bounds[11],
+			   const uint64_t buckets[12], double sum)
+{
+	char by[64] = "", in[80] = "";
+	if (op) {
+		snprintf(by, sizeof by, "op=\"%s\",", op);
+		snprintf(in, sizeof in, "{op=\"%s\"}", op);
 	}
-	fprintf(f, "# HELP agentd_expiry_lateness_seconds How long after its deadline an expired call was "
-		   "settled (its transaction's start).\n# TYPE agentd_expiry_lateness_seconds histogram\n");
 	uint64_t cum = 0;
 	for (int b = 0; b < 12; b++) {
-		cum += m.late_buckets[b];
+		cum += buckets[b];
 		if (b < 11)
-			fprintf(f, "agentd_expiry_lateness_seconds_bucket{le=\"%g\"} %llu\n", late_bounds[b],
-				(unsigned long long)cum);
+			fprintf(f, "%s_bucket{%sle=\"%g\"} %llu\n", name, by, bounds[b], (unsigned long long)cum);
 		else
-			fprintf(f, "agentd_expiry_lateness_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+			fprintf(f, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, by, (unsigned long long)cum);
 	}
-	fprintf(f, "agentd_expiry_lateness_seconds_sum %.6f\nagentd_expiry_lateness_seconds_count %llu\n",
-		m.late_sum, (unsigned long long)cum);
+	fprintf(f, "%s_sum%s %.6f\n%s_count%s %llu\n", name, in, sum, name, in, (unsigned long long)cum);
+}
+
+static void text_histograms(FILE *f)
+{
+	fprintf(f, "# HELP agentd_op_duration_seconds Control request latency.\n"
+		   "# TYPE agentd_op_duration_seconds histogram\n");
+	for (int i = 0; i < OP_COUNT; i++)
+		text_histogram(f, "agentd_op_duration_seconds", proto_op_name(i), lat_bounds, m.lat_buckets[i],
+			       m.lat_sum[i]);
+	fprintf(f, "# HELP agentd_expiry_lateness_seconds How long after its deadline an expired call was "
+		   "settled (its transaction's start).\n# TYPE agentd_expiry_lateness_seconds histogram\n");
+	text_histogram(f, "agentd_expiry_lateness_seconds", NULL, late_bounds, m.late_buckets, m.late_sum);
+}
+
+/* The families in the order the text shows them. */
+char *metrics_text(const struct metrics_gauges *g, size_t *len)
+{
+	char *buf = NULL;
+	FILE *f = open_memstream(&buf, len);
+	if (!f)
+		return NULL;
+	text_requests(f);
+	text_counters(f);
+	text_gauges(f, g);
+	text_histograms(f);
 	/* A write that failed (out of memory) leaves the text short: ferror
 	 * keeps it, fclose may not report it. */
 	int bad = ferror(f);

@@ -1,6 +1,7 @@
 /* nodes.c: this supervisor as one node of those sharing a store (see nodes.h). */
 #include "supervisor/nodes.h"
 #include "common/log.h"
+#include "supervisor/forward.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
 #include "supervisor/waiters.h"
@@ -54,7 +55,57 @@ const char *nodes_self(void)
 	return N.id;
 }
 
+int nodes_shared(void)
+{
+	return N.multi;
+}
+
+int64_t nodes_lease_ms(void)
+{
+	return N.lease_ms;
+}
+
 /* ---- claims ------------------------------------------------------------- */
+
+/* Conversations whose worker ended while they still owe work: an
+ * operator's `stop`, which is "go quiet until the next event or a resume".
+ * This node keeps their leases (renewed by its beats), so no node claims
+ * them as orphans, and its poll gives them no worker; a claim (the next
+ * event or a resume, here or woken from another node) takes them off. */
+static struct {
+	char (*v)[STORE_ID_MAX + 1];
+	size_t n, cap;
+} Q;
+
+static size_t quiet_find(const char *conv)
+{
+	for (size_t i = 0; i < Q.n; i++)
+		if (!strcmp(Q.v[i], conv))
+			return i;
+	return SIZE_MAX;
+}
+
+static int quiet_add(const char *conv)
+{
+	if (quiet_find(conv) != SIZE_MAX)
+		return 0;
+	if (Q.n == Q.cap) {
+		size_t cap = Q.cap ? Q.cap * 2 : 16;
+		void *v = realloc(Q.v, cap * sizeof *Q.v);
+		if (!v)
+			return -ENOMEM;
+		Q.v = v;
+		Q.cap = cap;
+	}
+	snprintf(Q.v[Q.n++], sizeof *Q.v, "%s", conv);
+	return 0;
+}
+
+static void quiet_del(size_t i)
+{
+	if (i < Q.n)
+		memmove(Q.v[i], Q.v[--Q.n], sizeof *Q.v);
+}
 
 int nodes_claim(store_txn *t, const char *conv, uint64_t *gen)
 {
@@ -62,8 +113,10 @@ int nodes_claim(store_txn *t, const char *conv, uint64_t *gen)
 		return store_lease_next(t, conv, gen);
 	int e = store_conv_claim(t, conv, N.id, N.lease_ms, gen);
 	if (e != STORE_E_CONFLICT) {
-		if (!e)
+		if (!e) {
 			N.claims++;
+			quiet_del(quiet_find(conv)); /* it gets a worker again */
+		}
 		return e;
 	}
 	/* Another node's live lease: its worker runs it. Tell that node (at
@@ -82,10 +135,29 @@ int nodes_claim(store_txn *t, const char *conv, uint64_t *gen)
 	return WORKERS_ELSEWHERE;
 }
 
+/* Whether conv still owes work (its status is active). */
+static int owes_work(const char *conv)
+{
+	store_txn *t;
+	struct store_conv c;
+	int active = 0;
+	if (store_txn_begin(N.st, STORE_READ, &t) == 0) {
+		active = store_conv_get(t, conv, &c) == 0 && c.status == STORE_ACTIVE;
+		store_txn_abort(t);
+	}
+	return active;
+}
+
 void nodes_release(const char *conv, uint64_t gen)
 {
 	store_txn *t;
-	if (!N.st || gate_write_begin(STORE_WRITE_LAZY, &t))
+	if (!N.st)
+		return;
+	if (N.multi && owes_work(conv) && quiet_add(conv) == 0) {
+		log_debug("%s: stopped while it owes work: its lease is kept, for it to stay quiet", conv);
+		return;
+	}
+	if (gate_write_begin(STORE_WRITE_LAZY, &t))
 		return;
 	int e = store_conv_release(t, conv, N.id, gen);
 	if (e) {
@@ -223,9 +295,18 @@ static void poll_fallback(void)
 	if (store_txn_begin(N.st, STORE_READ, &t))
 		return;
 	int e = store_node_leases(t, N.id, lease_add, &l);
+	/* Quiet ones whose lease moved (claimed after this node was not
+	 * heard from, or deleted) are another node's business now. */
+	for (size_t i = Q.n; i-- > 0 && !e;) {
+		struct lease key;
+		snprintf(key.conv, sizeof key.conv, "%s", Q.v[i]);
+		if (!l.n || !bsearch(&key, l.v, l.n, sizeof *l.v, lease_cmp))
+			quiet_del(i);
+	}
 	for (size_t i = 0; i < l.n && !e; i++) {
 		struct store_conv c;
-		if (workers_running(l.v[i].conv))
+		l.v[i].gen = 0;
+		if (workers_running(l.v[i].conv) || quiet_find(l.v[i].conv) != SIZE_MAX)
 			continue;
 		if (store_conv_get(t, l.v[i].conv, &c) == 0 && c.status == STORE_ACTIVE)
 			l.v[i].gen = 1; /* marked: woken below, after the read ends */
@@ -292,12 +373,17 @@ static void on_beat(struct loop_watch *lw, uint32_t events)
 	if (read(N.tfd, &n, sizeof n) < 0 && errno != EAGAIN)
 		log_error("node heartbeat timer: %s", strerror(errno));
 	beat();
+	forward_tick(); /* also when the beat failed: waits on other nodes end on time */
 }
 
 static int woken(void *arg, const char *conv, size_t len)
 {
 	(void)arg;
 	char id[STORE_ID_MAX + 1];
+	if (memchr(conv, ' ', len)) { /* a message, not a wakeup (store_notify_msg) */
+		forward_heard(conv, len);
+		return 0;
+	}
 	if (len == 0 || len > STORE_ID_MAX)
 		return 0;
 	memcpy(id, conv, len);
@@ -413,6 +499,9 @@ void nodes_leave(void)
 
 void nodes_close(void)
 {
+	free(Q.v);
+	Q.v = NULL;
+	Q.n = Q.cap = 0;
 	if (N.tfd >= 0)
 		close(N.tfd);
 	N.tfd = -1;
@@ -489,6 +578,8 @@ json_t *nodes_status_json(void)
 char *nodes_metrics_text(void)
 {
 	struct seen s = nodes_seen();
+	struct forward_counts f;
+	forward_counts(&f);
 	char *buf = NULL;
 	if (asprintf(&buf,
 		     "# HELP agentd_node_info This node's id.\n# TYPE agentd_node_info gauge\n"
@@ -510,10 +601,20 @@ char *nodes_metrics_text(void)
 		     "# HELP agentd_node_wakeups_total Wakeups received from other nodes.\n"
 		     "# TYPE agentd_node_wakeups_total counter\nagentd_node_wakeups_total %llu\n"
 		     "# HELP agentd_node_elsewhere_total Work committed here for conversations other nodes own.\n"
-		     "# TYPE agentd_node_elsewhere_total counter\nagentd_node_elsewhere_total %llu\n",
+		     "# TYPE agentd_node_elsewhere_total counter\nagentd_node_elsewhere_total %llu\n"
+		     "# HELP agentd_node_asks_total Ops asked of the node that runs their conversation.\n"
+		     "# TYPE agentd_node_asks_total counter\nagentd_node_asks_total %llu\n"
+		     "# HELP agentd_node_asks_unanswered_total Asks whose node did not answer in time.\n"
+		     "# TYPE agentd_node_asks_unanswered_total counter\nagentd_node_asks_unanswered_total %llu\n"
+		     "# HELP agentd_node_asks_served_total Asks of other nodes served here.\n"
+		     "# TYPE agentd_node_asks_served_total counter\nagentd_node_asks_served_total %llu\n"
+		     "# HELP agentd_node_tells_total Deletes, cancels and ends told to other nodes.\n"
+		     "# TYPE agentd_node_tells_total counter\nagentd_node_tells_total %llu\n",
 		     N.id, (unsigned long long)N.leases, (unsigned long long)s.live, (unsigned long long)N.beats,
 		     (unsigned long long)N.beat_failures, (unsigned long long)N.claims, (unsigned long long)N.orphans,
-		     (unsigned long long)N.fenced, (unsigned long long)N.wakeups, (unsigned long long)N.elsewhere) < 0)
+		     (unsigned long long)N.fenced, (unsigned long long)N.wakeups, (unsigned long long)N.elsewhere,
+		     (unsigned long long)f.asked, (unsigned long long)f.unanswered, (unsigned long long)f.served,
+		     (unsigned long long)f.told) < 0)
 		return NULL;
 	return buf;
 }

@@ -40,6 +40,10 @@ void nodes_leave(void);
 void nodes_close(void);
 
 const char *nodes_self(void);
+/* Whether other nodes may share the store (PostgreSQL), and the lease time
+ * (ms): what forward.c bounds its waits for another node by. */
+int nodes_shared(void);
+int64_t nodes_lease_ms(void);
 
 /* Claim conv for this node in t, for its next worker (workers_hooks.claim):
  * 0 with *gen, WORKERS_ELSEWHERE when another node owns it (it was told:

@@ -17,6 +17,7 @@
 #include "supervisor/backup.h"
 #include "supervisor/control.h"
 #include "supervisor/durable.h"
+#include "supervisor/forward.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
@@ -263,6 +264,49 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t 
 	return a;
 }
 
+/* Park j's reply until owner, the node that runs its conversation, has
+ * acted (forward.h); get's reply so far goes with it. A failure to ask is
+ * j's error (get: its reply as it is, without the owner's worker). */
+static void park_forward(struct job *j, int action, const char *owner, int sig)
+{
+	json_t *partial = action == FORWARD_WORKER ? j->reply : NULL;
+	if (!j->slot)
+		return; /* its client went: nobody to answer */
+	int e = forward_ask(action, j->rq.conv, owner, j->slot, j->rq.id, sig, json_incref(partial));
+	if (e) {
+		if (action != FORWARD_WORKER)
+			job_error(j, PERR_UNAVAILABLE, "conversation %s is run by node %s, which cannot be asked: %s",
+				  j->rq.conv, owner, e == -ENOMEM ? "out of memory" : store_strerror(e));
+		return;
+	}
+	json_decref(j->reply);
+	j->reply = NULL;
+	j->slot = NULL; /* answered when the owner answers, or after lease_time */
+	j->parked = 1;
+}
+
+/* Whether j's conversation is run by another live node, to which j went
+ * (parked, or failed with j's error): 1, or 0 to act here. */
+static int forwarded(struct job *j, int action)
+{
+	store_txn *t;
+	char owner[STORE_ID_MAX + 1];
+	if (!nodes_shared())
+		return 0;
+	int e = store_txn_begin(O.env->st, STORE_READ, &t);
+	if (!e) {
+		e = forward_owner(t, j->rq.conv, owner);
+		store_txn_abort(t);
+	}
+	if (e < 0) {
+		job_store_error(j, e, "conversation");
+		return 1;
+	}
+	if (e == 1)
+		park_forward(j, action, owner, j->rq.signal);
+	return e == 1;
+}
+
 static void op_get(store_txn *t, struct job *j)
 {
 	struct store_conv c;
@@ -276,7 +320,13 @@ static void op_get(store_txn *t, struct job *j)
 	int running = o ? conv_run_running(t, j->rq.conv, &run) : 0;
 	if (o) /* the active run (docs/protocol.md, "Runs"), null between turns */
 		json_object_set_new(o, "run", running > 0 ? conv_run_json(&run) : json_null());
+	uint64_t first = 1;
+	if (o && store_event_first_seq(t, j->rq.conv, &first) == 0) /* where its log begins (a fork's may begin later) */
+		json_object_set_new(o, "first_seq", json_integer((json_int_t)first));
 	j->reply = json_pack("{so}", "conversation", o);
+	char owner[STORE_ID_MAX + 1];
+	if (j->reply && o && forward_owner(t, j->rq.conv, owner) == 1)
+		park_forward(j, FORWARD_WORKER, owner, 0);
 }
 
 struct runs_ctx {
@@ -398,6 +448,23 @@ json_t *ops_events_reply(json_t *evs, uint64_t last, uint64_t next)
 	return o;
 }
 
+/* A range asked from before where the log begins (a fork's log begins
+ * after the summary that stands in for what came before): the reply says
+ * first_seq (an extension), so a client paging from 0 sees why its first
+ * event is not seq 1. Asked only when the events did not start at after + 1. */
+static int events_first_seq(struct job *j)
+{
+	store_txn *t;
+	uint64_t first = 1;
+	if (store_txn_begin(O.env->st, STORE_READ, &t))
+		return 0; /* an extension left out, never the events */
+	int e = store_event_first_seq(t, j->rq.conv, &first);
+	store_txn_abort(t);
+	if (e || first <= 1 || j->rq.after + 1 >= first)
+		return 0;
+	return json_object_set_new(j->reply, "first_seq", json_integer((json_int_t)first));
+}
+
 static void op_events(store_txn *t, struct job *j)
 {
 	uint64_t last = 0, next;
@@ -419,7 +486,12 @@ static void op_events(store_txn *t, struct job *j)
 		j->parked = 1;
 		return;
 	}
+	json_t *first = json_array_get(evs, 0);
+	uint64_t from = (uint64_t)json_integer_value(json_object_get(first, "seq"));
+	int asked_before = j->rq.after < last && (!first || from > j->rq.after + 1);
 	j->reply = ops_events_reply(evs, last, next);
+	if (j->reply && asked_before && events_first_seq(j))
+		j->reply = NULL; /* answered "out of memory" */
 }
 
 static void op_watch(store_txn *t, struct job *j)
@@ -430,7 +502,17 @@ static void op_watch(store_txn *t, struct job *j)
 		job_store_error(j, e, "conversation");
 		return;
 	}
-	int e2 = waiters_watch(slot_client(j->slot), j->rq.conv, j->rq.has_after ? j->rq.after : last);
+	uint64_t after = j->rq.has_after ? j->rq.after : last, first = 1;
+	/* A log that begins after seq 1 (a fork's): a watch from before it
+	 * starts at its first seq, as `events` does (the pump reads batches
+	 * from `after` on and would find nothing before it). */
+	if ((e = store_event_first_seq(t, j->rq.conv, &first))) {
+		job_store_error(j, e, "conversation");
+		return;
+	}
+	if (after + 1 < first)
+		after = first - 1;
+	int e2 = waiters_watch(slot_client(j->slot), j->rq.conv, after);
 	if (e2 == -EEXIST) {
 		job_error(j, PERR_CONFLICT, "this connection is already watching");
 		return;
@@ -539,7 +621,7 @@ static int conv_exists(struct job *j)
 
 static void op_kill(store_txn *t, struct job *j)
 {
-	if (!conv_exists(j))
+	if (!conv_exists(j) || forwarded(j, FORWARD_KILL))
 		return;
 	json_t *worker = workers_conv_json(j->rq.conv);
 	if (!worker)
@@ -555,14 +637,14 @@ static void op_kill(store_txn *t, struct job *j)
 
 static void op_stop(store_txn *t, struct job *j)
 {
-	if (!conv_exists(j))
+	if (!conv_exists(j) || forwarded(j, FORWARD_STOP))
 		return;
 	j->reply = json_pack("{sb}", "stopping", workers_stop(j->rq.conv) == 0);
 }
 
 static void op_compact(store_txn *t, struct job *j)
 {
-	if (!conv_exists(j))
+	if (!conv_exists(j) || forwarded(j, FORWARD_COMPACT))
 		return;
 	if (workers_wake(j->rq.conv)) {
 		job_error(j, PERR_INTERNAL, "could not start a worker for %s", j->rq.conv);
@@ -810,6 +892,13 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 		p.metadata = (store_bytes){ mb.sb.data, mb.sb.size };
 	}
 	e = p.set ? store_conv_put(t, j->rq.conv, &p) : 0;
+	/* Ended, its worker is stopped and none starts again: a run still
+	 * running would stay so for good. It ends interrupted here; a worker
+	 * that still completes the turn ends it as it does every run. */
+	if (!e && j->rq.status == STORE_ENDED && c.status != STORE_ENDED)
+		e = conv_run_end(t, j->rq.conv, STORE_RUN_INTERRUPTED);
+	if (!e && j->rq.status == STORE_ENDED) /* a worker on another node: that node stops it */
+		e = forward_tell(t, j->rq.conv, "end");
 	if (!e && r->resumed)
 		e = lease_ahead(t, j->rq.conv);
 	if (have_buf)
@@ -830,7 +919,10 @@ static int w_delete(store_txn *t, struct job *j, struct wres *r)
 	 * be fenced (its conversation is gone), but it must not run a model or
 	 * tool for a deleted conversation either. */
 	workers_deleted(j->rq.conv);
-	int e = store_conv_delete(t, j->rq.conv);
+	int e = forward_tell(t, j->rq.conv, "delete"); /* another node's worker: that node kills it */
+	if (e)
+		return job_store_error(j, e, "delete"), e;
+	e = store_conv_delete(t, j->rq.conv);
 	if (e && e != STORE_E_NOTFOUND)
 		return job_store_error(j, e, "delete"), e;
 	j->reply = json_pack("{sb}", "deleted", e == 0);
@@ -1021,6 +1113,11 @@ static int w_fork(store_txn *t, struct job *j, struct wres *r)
 	int e = conv_fork(t, &in, &out);
 	if (e == STORE_E_NOTFOUND)
 		return job_error(j, PERR_NOT_FOUND, "conversation '%s' not found", j->rq.conv), 0;
+	if (e == STORE_E_INVAL && out.src_first > 1)
+		return job_error(j, PERR_BAD_REQUEST, "seq %llu of %s: its log begins at seq %llu and its latest summary "
+				 "cannot stand in for the seqs before that at this seq (fork at a seq after a turn that "
+				 "follows its latest summary)", (unsigned long long)j->rq.seq, j->rq.conv,
+				 (unsigned long long)out.src_first), 0;
 	if (e == STORE_E_INVAL)
 		return job_error(j, PERR_BAD_REQUEST, "seq %llu is past the last seq of %s (%llu)",
 				 (unsigned long long)j->rq.seq, j->rq.conv, (unsigned long long)out.src_last), 0;
@@ -1042,6 +1139,8 @@ static int w_fork(store_txn *t, struct job *j, struct wres *r)
 	if (j->reply)
 		json_object_set_new(j->reply, "summary_to", out.summary_to ? json_integer((json_int_t)out.summary_to)
 									   : json_null());
+	if (j->reply)
+		json_object_set_new(j->reply, "first_seq", json_integer((json_int_t)out.first_seq));
 	return 0;
 }
 
@@ -1068,6 +1167,8 @@ static int w_cancel(store_txn *t, struct job *j, struct wres *r)
 	e = conv_turn_cancel(t, j->rq.conv, &ids, &r->seq);
 	if (!e)
 		e = workers_fence(t, j->rq.conv);
+	if (!e) /* a worker on another node: that node kills it and its model or tool */
+		e = forward_tell(t, j->rq.conv, "cancel");
 	if (e) {
 		json_decref(ids);
 		return job_store_error(j, e, "cancel"), e;
@@ -1143,6 +1244,11 @@ static int w_resume(store_txn *t, struct job *j, struct wres *r)
 		return job_store_error(j, e, "resume"), e;
 	r->seq = 1; /* for after_resume: a worker is owed */
 	j->reply = json_pack("{sbsb}", "resumed", 1, "rerun", gave_up);
+	/* Another node's live lease: lease_ahead's claim told that node, which
+	 * starts the worker if none runs there (docs/scale-out.md). */
+	char owner[STORE_ID_MAX + 1];
+	if (j->reply && forward_owner(t, j->rq.conv, owner) == 1)
+		json_object_set_new(j->reply, "node", json_string(owner));
 	return 0;
 }
 
@@ -1293,8 +1399,6 @@ static void group_commit_failed(int e, size_t n)
 	}
 }
 
-/* Long because one transaction and its retries (a damaged record left
- * out, a full map grown) are one loop; what each write then owes is after it. */
 /* A full map that cannot grow: keep only the deletes, for a transaction
  * that may use the store's delete reserve (STORE_WRITE_FREEING); the other
  * writes are refused store_full, since they are what must not spend it.
@@ -1317,128 +1421,175 @@ static size_t keep_deletes(struct job **w, size_t n)
 	return dels;
 }
 
-static void group_commit(struct job **w, struct wres *res, size_t n)
+/* One group transaction across its attempts: a damaged record or a write
+ * too large for a full map is left out and the rest run again, as after a
+ * lock conflict with another node or once the map has grown. */
+struct group {
+	struct job **w;
+	struct wres *res;
+	size_t n;           /* writes in the group */
+	size_t left;        /* of those, not left out (excluded) yet */
+	int grown;          /* attempts that met a full map which then grew */
+	int freeing;        /* the deletes alone, with the store's delete reserve */
+	int deadlocks;      /* attempts aborted for a lock conflict */
+	uint64_t committed; /* the id its replies show */
+};
+
+static void job_clear_result(struct job *j)
 {
-	int e = 0, grown = 0, freeing = 0, deadlocks = 0;
-	uint64_t committed = 0;
-	size_t left = n;
-	for (;;) {
-		store_txn *t;
-		size_t bad = n;
-		struct store_stat st;
-		size_t map0 = store_map_size(O.env->st); /* store_stat lists the readers: too dear for every commit */
-		/* Lazy: one flush under the writer lock; the replies wait for
-		 * the durable frontier instead (durable.h). */
-		e = gate_write_begin(STORE_WRITE_LAZY | (freeing ? STORE_WRITE_FREEING : 0), &t);
-		uint64_t id = e ? 0 : store_txn_id(t);
-		for (size_t i = 0; !e && i < n; i++) {
-			if (w[i]->excluded)
-				continue;
-			w[i]->err = 0;
-			json_decref(w[i]->reply);
-			w[i]->reply = NULL;
-			json_decref(w[i]->err_extra);
-			w[i]->err_extra = NULL;
-			int we = write_one(t, w[i], &res[i]);
-			if (fatal(we))
-				e = we, bad = i;
-		}
-		if (e) {
-			store_txn_abort(t);
-		} else {
-			e = commit_spawning(t);
-			if (!e) {
-				/* A transaction that changed nothing commits no
-				 * id: its replies show the one before. */
-				uint64_t last = store_last_id(O.env->st);
-				committed = last < id ? last : id;
-				if (committed == id)
-					durable_committed(id); /* its page flush covered those before */
-				durable_need(committed);
-				metrics_add(M_GROUP_COMMITS, 1);
-				metrics_add(M_GROUP_WRITES, n);
-			}
-		}
-		if (e)
-			leases_ahead_drop(); /* taken in a transaction that did not commit */
-		if (e == STORE_E_CORRUPT && bad < n) {
-			/* One write met a damaged record (`agentd check` names
-			 * it): it fails alone, with the error it set; the
-			 * others are retried without it. */
-			w[bad]->excluded = 1;
-			if (!w[bad]->err)
-				job_store_error(w[bad], e, proto_op_name(w[bad]->rq.op));
-			left--;
-			log_error("a %s of %s met a damaged record: refused; %zu other write(s) retried without it",
-				  proto_op_name(w[bad]->rq.op),
-				  w[bad]->rq.conv ? w[bad]->rq.conv
-						  : w[bad]->rq.tool_call_id ? w[bad]->rq.tool_call_id : "a new conversation",
-				  left);
-			if (left)
-				continue;
-			e = 0;
-			break;
-		}
-		/* A store shared by several nodes: another node's transaction
-		 * locked some of these conversations in another order, and the
-		 * server aborted this one to let it go on (-EAGAIN). Nothing of
-		 * it was written: run it again, a few times. */
-		if (e == -EAGAIN && deadlocks++ < 8) {
-			log_info("a group commit of %zu writes met a lock conflict with another node: retrying it", left);
+	json_decref(j->reply);
+	j->reply = NULL;
+	json_decref(j->err_extra);
+	j->err_extra = NULL;
+}
+
+static void group_committed(struct group *g, uint64_t id)
+{
+	/* A transaction that changed nothing commits no id: its replies
+	 * show the one before. */
+	uint64_t last = store_last_id(O.env->st);
+	g->committed = last < id ? last : id;
+	if (g->committed == id)
+		durable_committed(id); /* its page flush covered those before */
+	durable_need(g->committed);
+	metrics_add(M_GROUP_COMMITS, 1);
+	metrics_add(M_GROUP_WRITES, g->n);
+}
+
+/* One attempt: every write not left out, in one transaction, committed.
+ * Returns 0 or the store error; *bad is the write that met it (g->n: the
+ * begin or the commit did). */
+static int group_attempt(struct group *g, size_t *bad)
+{
+	store_txn *t;
+	*bad = g->n;
+	/* Lazy: one flush under the writer lock; the replies wait for the
+	 * durable frontier instead (durable.h). */
+	int e = gate_write_begin(STORE_WRITE_LAZY | (g->freeing ? STORE_WRITE_FREEING : 0), &t);
+	uint64_t id = e ? 0 : store_txn_id(t);
+	for (size_t i = 0; !e && i < g->n; i++) {
+		if (g->w[i]->excluded)
 			continue;
-		}
-		/* A full map: the store doubled it, or does before the next
-		 * begin, up to max_map_size; a large send may need several
-		 * doublings. A full disk, or a map at its maximum: no retry. */
-		if (e != STORE_E_FULL)
-			break;
-		if (grown >= 64 || store_stat(O.env->st, &st) || !(st.map_full || st.map_size > map0)) {
-			/* No room to grow, and a delete among the writes: the
-			 * deletes alone, with the reserve, so that an operator can
-			 * always free room. */
-			size_t dels = freeing ? 0 : keep_deletes(w, n);
-			if (dels) {
-				log_error("the store is full: %zu delete(s) run alone with the delete reserve, %zu other "
-					  "write(s) refused", dels, left - dels);
-				freeing = 1;
-				left = dels;
-				continue;
-			}
-			/* No room to grow: the write that met the full map (a
-			 * large send or batch) fails alone, as a damaged record
-			 * does, and the others are retried without it; a small
-			 * write, a delete above all, still fits. */
-			if (bad >= n || left < 2)
-				break;
-			w[bad]->excluded = 1;
-			job_error(w[bad], PERR_STORE_FULL, "the store is full (map size limit reached, or the disk is full)");
-			left--;
-			log_error("a %s of %s does not fit the full store (max_map_size): refused; %zu other write(s) "
-				  "retried without it", proto_op_name(w[bad]->rq.op), w[bad]->rq.conv ? w[bad]->rq.conv : "?", left);
-			continue;
-		}
-		if (!grown++)
-			log_info("the map is full during a group commit of %zu writes: growing it from %zu bytes", left,
-				 map0);
+		g->w[i]->err = 0;
+		job_clear_result(g->w[i]);
+		int we = write_one(t, g->w[i], &g->res[i]);
+		if (fatal(we))
+			e = we, *bad = i;
 	}
-	for (size_t i = 0; i < n; i++) {
-		w[i]->txnid = committed;
-		if (w[i]->excluded)
+	if (e)
+		store_txn_abort(t);
+	else if (!(e = commit_spawning(t)))
+		group_committed(g, id);
+	if (e)
+		leases_ahead_drop(); /* taken in a transaction that did not commit */
+	return e;
+}
+
+/* One write met a damaged record (`agentd check` names it): it fails
+ * alone, with the error it set; the others are retried without it. */
+static void group_leave_out_damaged(struct group *g, size_t bad, int e)
+{
+	struct job *j = g->w[bad];
+	j->excluded = 1;
+	if (!j->err)
+		job_store_error(j, e, proto_op_name(j->rq.op));
+	g->left--;
+	log_error("a %s of %s met a damaged record: refused; %zu other write(s) retried without it",
+		  proto_op_name(j->rq.op),
+		  j->rq.conv ? j->rq.conv : j->rq.tool_call_id ? j->rq.tool_call_id : "a new conversation", g->left);
+}
+
+/* The map is full and cannot grow: 1 when the group runs again smaller. */
+static int group_shrink_full(struct group *g, size_t bad)
+{
+	/* A delete among the writes: the deletes alone, with the reserve,
+	 * so that an operator can always free room. */
+	size_t dels = g->freeing ? 0 : keep_deletes(g->w, g->n);
+	if (dels) {
+		log_error("the store is full: %zu delete(s) run alone with the delete reserve, %zu other "
+			  "write(s) refused", dels, g->left - dels);
+		g->freeing = 1;
+		g->left = dels;
+		return 1;
+	}
+	/* The write that met the full map (a large send or batch) fails
+	 * alone, as a damaged record does, and the others are retried
+	 * without it; a small write, a delete above all, still fits. */
+	if (bad >= g->n || g->left < 2)
+		return 0;
+	struct job *j = g->w[bad];
+	j->excluded = 1;
+	job_error(j, PERR_STORE_FULL, "the store is full (map size limit reached, or the disk is full)");
+	g->left--;
+	log_error("a %s of %s does not fit the full store (max_map_size): refused; %zu other write(s) "
+		  "retried without it", proto_op_name(j->rq.op), j->rq.conv ? j->rq.conv : "?", g->left);
+	return 1;
+}
+
+/* After an attempt failed with *e: 1 when the group runs again, 0 when *e
+ * stands (0 once every write was left out). map0: the map's size before
+ * the attempt. */
+static int group_retry(struct group *g, int *e, size_t bad, size_t map0)
+{
+	if (*e == STORE_E_CORRUPT && bad < g->n) {
+		group_leave_out_damaged(g, bad, *e);
+		if (!g->left)
+			*e = 0;
+		return g->left > 0;
+	}
+	/* A store shared by several nodes: another node's transaction locked
+	 * some of these conversations in another order, and the server
+	 * aborted this one to let it go on (-EAGAIN). Nothing of it was
+	 * written: run it again, a few times. */
+	if (*e == -EAGAIN && g->deadlocks++ < 8) {
+		log_info("a group commit of %zu writes met a lock conflict with another node: retrying it", g->left);
+		return 1;
+	}
+	/* A full map: the store doubled it, or does before the next begin, up
+	 * to max_map_size; a large send may need several doublings. A full
+	 * disk, or a map at its maximum: no retry. */
+	if (*e != STORE_E_FULL)
+		return 0;
+	struct store_stat st;
+	if (g->grown >= 64 || store_stat(O.env->st, &st) || !(st.map_full || st.map_size > map0))
+		return group_shrink_full(g, bad);
+	if (!g->grown++)
+		log_info("the map is full during a group commit of %zu writes: growing it from %zu bytes", g->left, map0);
+	return 1;
+}
+
+/* What each write owes once the group is done: its after step, or the
+ * group's error (a write left out has its own). */
+static void group_settle(struct group *g, int e)
+{
+	for (size_t i = 0; i < g->n; i++) {
+		struct job *j = g->w[i];
+		j->txnid = g->committed;
+		if (j->excluded)
 			continue; /* its error is set */
 		if (e) {
-			json_decref(w[i]->reply);
-			w[i]->reply = NULL;
-			json_decref(w[i]->err_extra);
-			w[i]->err_extra = NULL;
+			job_clear_result(j);
 			if (e == STORE_E_FULL)
-				job_error(w[i], PERR_STORE_FULL,
-					  "the store is full (map size limit reached, or the disk is full)");
+				job_error(j, PERR_STORE_FULL, "the store is full (map size limit reached, or the disk is full)");
 			else
-				job_error(w[i], PERR_INTERNAL, "commit failed: %s", store_strerror(e));
-		} else if (!w[i]->err) {
-			after_write(w[i], &res[i]);
+				job_error(j, PERR_INTERNAL, "commit failed: %s", store_strerror(e));
+		} else if (!j->err) {
+			after_write(j, &g->res[i]);
 		}
 	}
+}
+
+static void group_commit(struct job **w, struct wres *res, size_t n)
+{
+	struct group g = { .w = w, .res = res, .n = n, .left = n };
+	int e;
+	for (;;) {
+		size_t bad, map0 = store_map_size(O.env->st); /* store_stat lists the readers: too dear for every commit */
+		e = group_attempt(&g, &bad);
+		if (!e || !group_retry(&g, &e, bad, map0))
+			break;
+	}
+	group_settle(&g, e);
 	leases_ahead_drop();
 	if (e)
 		group_commit_failed(e, n);

@@ -5,6 +5,7 @@
 #include "supervisor/control.h"
 #include "supervisor/durable.h"
 #include "supervisor/expiry.h"
+#include "supervisor/forward.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
 #include "supervisor/nodes.h"
@@ -166,6 +167,7 @@ static void client_gone(struct client *c)
 	workers_client_gone(c);
 	ops_client_gone(c);
 	backup_client_gone(c);
+	forward_client_gone(c);
 }
 
 /* The durable frontier moved: replies and waiters it lets through go out. */
@@ -261,6 +263,7 @@ int server_open(const struct server_opts *o)
 	/* Deadlines that passed while nothing ran fire now; then the
 	 * conversations that were mid-turn get their workers back. */
 	/* The node first: what follows claims conversations for it. */
+	forward_open(o->st);
 	if (nodes_open(o->st, o->cfg))
 		return -1;
 	int fired = expiry_fire();
@@ -282,6 +285,7 @@ int server_run(void)
 		nodes_leave(); /* its workers are stopped: its leases go now, for other nodes */
 	durable_close(); /* a last flush: every reply held for it goes out */
 	waiters_shutdown();
+	forward_close();
 	control_close_all();
 	int se = store_sync(SV.o->st);
 	if (se)

@@ -185,11 +185,22 @@ static int export_conv(store *st, struct xp *x, const char *id)
 	x->conv = id;
 	if ((e = store_conv_get(t, id, &c)))
 		goto out;
-	emit(x, json_pack("{sssssssIsIsIsIsfsososo}", "kind", "conv", "id", id, "status", store_status_name(c.status),
-			  "created_at", (json_int_t)c.created_at, "updated_at", (json_int_t)c.updated_at, "input_tokens",
-			  (json_int_t)c.usage.input_tokens, "output_tokens", (json_int_t)c.usage.output_tokens, "cost",
-			  c.usage.cost, "settings", jbytes(c.settings), "fsm", jbytes(c.fsm_state), "metadata",
-			  jbytes(c.metadata)));
+	/* A log that begins after seq 1 (a fork's, after its summary): its
+	 * conv line says where (first_seq), so the import makes it begin there
+	 * too. Left out for a log that begins at 1, as older streams have it. */
+	uint64_t first = 1;
+	if ((e = store_event_first_seq(t, id, &first)))
+		goto out;
+	json_t *head = json_pack("{sssssssIsIsIsIsfsososo}", "kind", "conv", "id", id, "status",
+				 store_status_name(c.status), "created_at", (json_int_t)c.created_at, "updated_at",
+				 (json_int_t)c.updated_at, "input_tokens", (json_int_t)c.usage.input_tokens,
+				 "output_tokens", (json_int_t)c.usage.output_tokens, "cost", c.usage.cost, "settings",
+				 jbytes(c.settings), "fsm", jbytes(c.fsm_state), "metadata", jbytes(c.metadata));
+	if (head && first > 1 && json_object_set_new(head, "first_seq", json_integer((json_int_t)first))) {
+		json_decref(head);
+		head = NULL;
+	}
+	emit(x, head);
 	struct store_range all = { 0 };
 	if (x->err || (e = store_events_stream(t, id, &all, on_event, x)))
 		goto out;
@@ -396,6 +407,8 @@ static int check_stream(FILE *in, size_t *nconv, char *err, size_t errlen)
 			free(m), m = NULL;
 			bad = bad || g_bytes(l.j, "metadata", 1, &b, &m);
 			free(m), m = NULL;
+			json_t *fs = json_object_get(l.j, "first_seq"); /* optional: where the log begins */
+			bad = bad || (fs && (!json_is_integer(fs) || json_integer_value(fs) < 1));
 			n[0]++;
 			in_conv = 1;
 		} else if (!strcmp(k, "event")) {
@@ -599,9 +612,11 @@ static int conv_start(struct imp *im, json_t *j)
 	store_bytes settings;
 	unsigned char *mem;
 	g_bytes(j, "settings", 0, &settings, &mem);
+	int64_t first = 1;
+	g_int(j, "first_seq", &first); /* absent: the log begins at 1 */
 	store_txn *t;
 	if (!(e = begin(im, at, &t)))
-		e = commit_or_abort(t, store_conv_create(t, im->conv, settings));
+		e = commit_or_abort(t, store_conv_create_at(t, im->conv, settings, (uint64_t)first));
 	free(mem);
 	if (e == STORE_E_CONFLICT)
 		snprintf(im->err, sizeof im->err, "conversation %s is in the stream twice", im->conv);

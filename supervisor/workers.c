@@ -36,6 +36,9 @@ struct compact_req {
 	int64_t num;
 	struct slot *slot; /* NULL: its client went */
 	json_t *id;
+	/* Or asked by another node (forward.h): told through done, once. */
+	void (*done)(void *arg, int ok, const char *msg, size_t len);
+	void *done_arg;
 };
 
 /* One per conversation the supervisor tracks: a live worker, one queued for
@@ -144,6 +147,8 @@ static void compacts_fail(struct worker *w, const char *why)
 	workers_changed();
 	while ((r = w->compacts)) {
 		w->compacts = r->next;
+		if (r->done)
+			r->done(r->done_arg, 0, why, strlen(why));
 		if (r->slot) {
 			struct client *c = slot_client(r->slot);
 			slot_error(r->slot, r->id, PERR_INTERNAL, why);
@@ -649,6 +654,8 @@ static void on_compacted(struct worker *w, const struct ipc_msg *m)
 		return;
 	*pp = r->next;
 	workers_changed();
+	if (r->done)
+		r->done(r->done_arg, m->ok, m->text ? m->text : "", m->ok ? 0 : m->text_len);
 	if (r->slot) {
 		struct client *c = slot_client(r->slot);
 		if (m->ok) {
@@ -686,8 +693,110 @@ static void on_compacted(struct worker *w, const struct ipc_msg *m)
 	free(r);
 }
 
+/* The worker's IPC socket closed (it is exiting) or sent garbage (rc < 0):
+ * stop listening; SIGCHLD does the rest. */
+static void worker_ipc_close(struct worker *w, int rc)
+{
+	if (rc < 0 && rc != -ECONNRESET) {
+		log_error("%s: bad IPC message from worker %d: %s: killing it", w->conv, (int)w->pid, strerror(-rc));
+		worker_kill(w, SIGKILL);
+	}
+	loop_del(w->ipc);
+	close(w->ipc);
+	w->ipc = -1;
+	gate_drop(&w->gm);
+}
+
+static void on_state(struct worker *w, const struct ipc_msg *m)
+{
+	if (m->text_len == 4 && !memcmp(m->text, "idle", 4))
+		worker_event(w, E_IDLE, NULL);
+	else if (m->text_len == 14 && !memcmp(m->text, "awaiting_input", 14))
+		worker_event(w, E_AWAITING, NULL);
+	else
+		worker_event(w, E_RUNNING, NULL);
+}
+
+/* A model call ended: its attempts, for the metrics. */
+static void on_model(const struct ipc_msg *m)
+{
+	if (m->num <= 0 || m->num > 1000)
+		return;
+	metrics_add(M_MODEL_CALLS, 1);
+	metrics_add(M_MODEL_ATTEMPTS, (uint64_t)m->num);
+	metrics_add(M_MODEL_ATTEMPT_FAILURES, (uint64_t)m->num - (m->ok ? 1 : 0));
+	if (!m->ok)
+		metrics_add(M_MODEL_CALL_FAILURES, 1);
+}
+
+static void on_written(struct worker *w)
+{
+	gate_release(&w->gm);
+	/* Also a commit without an event: a run started, which watchers
+	 * that asked for runs stream (waiters.c). */
+	W.env->hooks.committed(w->conv);
+	/* The commit may have scheduled an expiry, also one that appended
+	 * no event (seq 0: a deadline added to a pending call by a revived
+	 * worker). */
+	W.env->hooks.rearm_expiry();
+}
+
+static void on_woken(struct worker *w)
+{
+	/* Events committed since the last wake may be newer than the log
+	 * the worker is about to read: wake it again. */
+	if (w->lc.wake_missed) {
+		if (wake_send(w))
+			w->lc.wake_pending = 1; /* it is woken when it restarts */
+		w->lc.wake_missed = 0;
+	} else {
+		w->lc.wake_sent = 0;
+	}
+}
+
 /* One case per message a worker sends, each a lifecycle event or a hook up:
  * the switch is the IPC protocol's table, read in one place. */
+static void worker_msg(struct worker *w, const struct ipc_msg *m)
+{
+	switch (m->type) {
+	case IPC_READY:
+		worker_event(w, E_READY, NULL);
+		break;
+	case IPC_STATE:
+		on_state(w, m);
+		break;
+	case IPC_DELTA:
+		W.env->hooks.delta(w->conv, m->text, m->text_len);
+		break;
+	case IPC_MODEL:
+		on_model(m);
+		break;
+	case IPC_COMPACTED:
+		on_compacted(w, m);
+		break;
+	case IPC_CHILD:
+		w->child_pgid = m->num > 1 ? (pid_t)m->num : 0;
+		break;
+	case IPC_WRITE:
+		if (gate_ask(&w->gm)) {
+			log_error("%s: worker %d asked for the write gate twice: killing it", w->conv, (int)w->pid);
+			worker_kill(w, SIGKILL);
+		}
+		break;
+	case IPC_WRITTEN:
+		on_written(w);
+		break;
+	case IPC_WOKEN:
+		on_woken(w);
+		break;
+	default:
+		log_warn("%s: unexpected IPC message '%s' from the worker", w->conv,
+			 ipc_type_name(m->type) ? ipc_type_name(m->type) : "?");
+	}
+}
+
+/* At most 256 messages a wake-up, so that one chatty worker cannot keep
+ * the loop from the others. */
 static void worker_ipc(struct worker *w)
 {
 	static char buf[IPC_MAX];
@@ -697,85 +806,14 @@ static void worker_ipc(struct worker *w)
 		if (rc == -EAGAIN)
 			return;
 		if (rc <= 0) {
-			/* Closed (the worker is exiting) or garbage: stop
-			 * listening; SIGCHLD does the rest. */
-			if (rc < 0 && rc != -ECONNRESET) {
-				log_error("%s: bad IPC message from worker %d: %s: killing it", w->conv, (int)w->pid,
-					  strerror(-rc));
-				worker_kill(w, SIGKILL);
-			}
-			loop_del(w->ipc);
-			close(w->ipc);
-			w->ipc = -1;
-			gate_drop(&w->gm);
+			worker_ipc_close(w, rc);
 			return;
 		}
 		/* Drained after its exit: only what it reported counts (answers,
 		 * commits, its child), not what it asked for. */
 		if (w->reaped && (m.type == IPC_WRITE || m.type == IPC_STATE || m.type == IPC_READY))
 			continue;
-		switch (m.type) {
-		case IPC_READY:
-			worker_event(w, E_READY, NULL);
-			break;
-		case IPC_STATE:
-			if (m.text_len == 4 && !memcmp(m.text, "idle", 4))
-				worker_event(w, E_IDLE, NULL);
-			else if (m.text_len == 14 && !memcmp(m.text, "awaiting_input", 14))
-				worker_event(w, E_AWAITING, NULL);
-			else
-				worker_event(w, E_RUNNING, NULL);
-			break;
-		case IPC_DELTA:
-			W.env->hooks.delta(w->conv, m.text, m.text_len);
-			break;
-		case IPC_MODEL: /* a model call ended: its attempts, for the metrics */
-			if (m.num > 0 && m.num <= 1000) {
-				metrics_add(M_MODEL_CALLS, 1);
-				metrics_add(M_MODEL_ATTEMPTS, (uint64_t)m.num);
-				metrics_add(M_MODEL_ATTEMPT_FAILURES, (uint64_t)m.num - (m.ok ? 1 : 0));
-				if (!m.ok)
-					metrics_add(M_MODEL_CALL_FAILURES, 1);
-			}
-			break;
-		case IPC_COMPACTED:
-			on_compacted(w, &m);
-			break;
-		case IPC_CHILD:
-			w->child_pgid = m.num > 1 ? (pid_t)m.num : 0;
-			break;
-		case IPC_WRITE:
-			if (gate_ask(&w->gm)) {
-				log_error("%s: worker %d asked for the write gate twice: killing it", w->conv,
-					  (int)w->pid);
-				worker_kill(w, SIGKILL);
-			}
-			break;
-		case IPC_WRITTEN:
-			gate_release(&w->gm);
-			/* Also a commit without an event: a run started, which
-			 * watchers that asked for runs stream (waiters.c). */
-			W.env->hooks.committed(w->conv);
-			/* The commit may have scheduled an expiry, also one that
-			 * appended no event (seq 0: a deadline added to a pending
-			 * call by a revived worker). */
-			W.env->hooks.rearm_expiry();
-			break;
-		case IPC_WOKEN:
-			/* Events committed since the last wake may be newer than
-			 * the log the worker is about to read: wake it again. */
-			if (w->lc.wake_missed) {
-				if (wake_send(w))
-					w->lc.wake_pending = 1; /* it is woken when it restarts */
-				w->lc.wake_missed = 0;
-			} else {
-				w->lc.wake_sent = 0;
-			}
-			break;
-		default:
-			log_warn("%s: unexpected IPC message '%s' from the worker", w->conv,
-				 ipc_type_name(m.type) ? ipc_type_name(m.type) : "?");
-		}
+		worker_msg(w, &m);
 	}
 }
 
@@ -1013,6 +1051,19 @@ int workers_compact(const char *conv, struct slot *s, json_t *id)
 {
 	struct worker *w = worker_find(conv);
 	return w ? worker_compact(w, s, id) : -ENOENT;
+}
+
+int workers_compact_cb(const char *conv, void (*done)(void *arg, int ok, const char *msg, size_t len), void *arg)
+{
+	struct worker *w = worker_find(conv);
+	if (!w)
+		return -ENOENT;
+	int e = worker_compact(w, NULL, NULL);
+	if (!e) {
+		w->compacts->done = done; /* worker_compact put it first */
+		w->compacts->done_arg = arg;
+	}
+	return e;
 }
 
 void workers_deleted(const char *conv)

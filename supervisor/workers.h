@@ -63,6 +63,10 @@ int workers_stop(const char *conv);
  * failure. 0, or (s not taken) -ENOENT (no worker record), -ENOMEM, or
  * ipc_send's error (its socket is full or gone). */
 int workers_compact(const char *conv, struct slot *s, json_t *id);
+/* The same for a compaction another node asked for (forward.h): done(arg,
+ * ok, msg, len) is called once, when the worker reports (msg: why it
+ * failed) or exits without compacting; not when this returns an error. */
+int workers_compact_cb(const char *conv, void (*done)(void *arg, int ok, const char *msg, size_t len), void *arg);
 /* conv was deleted (in the transaction that deletes it): kill its worker,
  * take it off the queue or out of backoff, so nothing starts for it. */
 void workers_deleted(const char *conv);

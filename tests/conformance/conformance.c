@@ -5231,6 +5231,22 @@ START_TEST(notify_validates_and_keeps_the_txn_usable)
 	ck_assert_int_eq(store_notify(t, "bad id", "c1"), STORE_E_INVAL);
 	ck_assert_int_eq(store_notify(t, "n1", NULL), STORE_E_INVAL);
 	ck_assert_int_eq(store_notify(NULL, "n1", "c1"), STORE_E_INVAL);
+	/* messages: printable, 1..STORE_NOTIFY_MSG_MAX bytes, with a space */
+	char big[STORE_NOTIFY_MSG_MAX + 2];
+	memset(big, 'a', sizeof big - 1);
+	big[sizeof big - 1] = 0;
+	big[1] = ' ';
+	ck_assert_int_eq(store_notify_msg(t, "n1", "ask 1 n2 kill c1 9"), 0);
+	ck_assert_int_eq(store_notify_msg(t, "n1", big), STORE_E_INVAL);
+	big[STORE_NOTIFY_MSG_MAX] = 0;
+	ck_assert_int_eq(store_notify_msg(t, "n1", big), 0);
+	ck_assert_int_eq(store_notify_msg(t, "n1", "no-space"), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(t, "n1", ""), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(t, "n1", "tab\there x"), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(t, "n1", "caf\xc3\xa9 x"), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(t, "n1", NULL), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(t, "bad id", "a b"), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(NULL, "n1", "a b"), STORE_E_INVAL);
 	struct store_event_in e = ev("user_msg", mint(1), NULL);
 	uint64_t seq;
 	ck_assert_int_eq(store_event_append(t, "c1", &e, &seq, NULL), 0);
@@ -5238,6 +5254,7 @@ START_TEST(notify_validates_and_keeps_the_txn_usable)
 	ck_assert_uint_eq(latest("c1"), 1);
 	t = rbegin();
 	ck_assert_int_eq(store_notify(t, "n1", "c1"), STORE_E_INVAL);
+	ck_assert_int_eq(store_notify_msg(t, "n1", "a b"), STORE_E_INVAL);
 	store_txn_abort(t);
 	ck_assert_int_eq(store_notified(S, NULL, NULL), STORE_E_INVAL);
 }
@@ -5308,6 +5325,232 @@ END_TEST
 
 
 /* ---- suite ------------------------------------------------------------ */
+
+
+/* ---- logs that begin after seq 1 (store_conv_create_at) --------------- */
+
+static void mkconv_at(const char *id, uint64_t first)
+{
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_create_at(t, id, mmap0(), first), 0);
+	commit(t);
+}
+
+static uint64_t first_seq(const char *conv)
+{
+	store_txn *t = rbegin();
+	uint64_t seq = 99;
+	ck_assert_int_eq(store_event_first_seq(t, conv, &seq), 0);
+	store_txn_abort(t);
+	return seq;
+}
+
+START_TEST(log_at_starts_after_its_base)
+{
+	mkconv_at("f", 101);
+	/* No event yet: the last seq is the base, in a read and in a write txn. */
+	ck_assert_uint_eq(latest("f"), 100);
+	ck_assert_uint_eq(first_seq("f"), 101);
+	ck_assert_int_eq(stream("f", 0, 0, 0, NULL), 0);
+	EXPECT_NO_EVENTS();
+	ck_assert_int_eq(stream("f", 0, 0, 5, NULL), 0);
+	EXPECT_NO_EVENTS();
+	store_txn *t = wbegin();
+	uint64_t seq = 0, seqs[3];
+	ck_assert_int_eq(store_event_latest_seq(t, "f", &seq), 0);
+	ck_assert_uint_eq(seq, 100);
+	struct store_event_in e = ev("user_msg", mstr("a"), "k1");
+	ck_assert_int_eq(store_event_append(t, "f", &e, &seq, NULL), 0);
+	ck_assert_uint_eq(seq, 101);
+	struct store_event_in b[3] = { ev("assistant_msg", mstr("b"), NULL), ev("user_msg", mstr("c"), "k1"),
+				       ev("user_msg", mstr("d"), NULL) };
+	int dups[3];
+	ck_assert_int_eq(store_events_append(t, "f", b, 3, seqs, dups), 0);
+	ck_assert_uint_eq(seqs[0], 102);
+	ck_assert_uint_eq(seqs[1], 101); /* the event_id's original seq */
+	ck_assert_int_eq(dups[1], 1);
+	ck_assert_uint_eq(seqs[2], 103);
+	commit(t);
+	ck_assert_uint_eq(latest("f"), 103);
+	ck_assert_uint_eq(first_seq("f"), 101);
+	/* A range that starts before the log delivers from its first seq. */
+	ck_assert_int_eq(stream("f", 0, 0, 0, NULL), 0);
+	expect_run(101, 103);
+	ck_assert_int_eq(stream("f", 50, 103, 0, NULL), 0);
+	EXPECT_SEQS(101, 102);
+	ck_assert_int_eq(stream("f", 0, 0, 10, NULL), 0);
+	expect_run(101, 103);
+	ck_assert_int_eq(stream("f", 0, 0, 2, NULL), 0);
+	EXPECT_SEQS(102, 103);
+	ck_assert_int_eq(stream("f", 0, 0, 10, "user_msg"), 0);
+	EXPECT_SEQS(101, 103);
+	ck_assert_int_eq(stream("f", 101, 0, 0, NULL), 0);
+	EXPECT_SEQS(102, 103);
+	t = rbegin();
+	ck_assert_int_eq(store_event_id_seq(t, "f", "k1", 2, &seq), 0);
+	ck_assert_uint_eq(seq, 101);
+	store_txn_abort(t);
+	/* What it holds outlives a reopen. */
+	reopen_store();
+	ck_assert_uint_eq(first_seq("f"), 101);
+	ck_assert_uint_eq(latest("f"), 103);
+}
+END_TEST
+
+START_TEST(log_at_takes_a_summary_of_what_it_stands_in_for)
+{
+	mkconv_at("f", 41);
+	/* The summary that stands in for 1..40: to_seq up to the last seq, as always. */
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_summary_put(t, "f", 1, 41, mstr("s"), NULL), STORE_E_INVAL);
+	ck_assert_int_eq(store_summary_put(t, "f", 1, 40, mstr("s40"), NULL), 0);
+	store_txn_abort(t);
+	put_summary("f", 1, 40, mstr("s40"), 1);
+	struct store_summary sum;
+	int has = 0;
+	ck_assert_int_eq(load_since("f", &sum, &has), 0);
+	ck_assert_int_eq(has, 1);
+	ck_assert_uint_eq(sum.to_seq, 40);
+	EXPECT_NO_EVENTS();
+	append_n("f", 4, "user_msg");
+	ck_assert_int_eq(load_since("f", &sum, &has), 0);
+	expect_run(41, 44);
+	put_summary("f", 41, 42, mstr("s42"), 2);
+	ck_assert_int_eq(load_since("f", &sum, &has), 0);
+	ck_assert_uint_eq(sum.to_seq, 42);
+	EXPECT_SEQS(43, 44);
+	/* Without a summary load_since reads the whole (shorter) log. */
+	mkconv_at("g", 7);
+	append_n("g", 2, "user_msg");
+	ck_assert_int_eq(load_since("g", &sum, &has), 0);
+	ck_assert_int_eq(has, 0);
+	EXPECT_SEQS(7, 8);
+}
+END_TEST
+
+START_TEST(log_at_rules_and_delete)
+{
+	/* An ordinary conversation's log begins at 1; create_at(1) is create. */
+	mkconv("c");
+	ck_assert_uint_eq(first_seq("c"), 1);
+	mkconv_at("one", 1);
+	ck_assert_uint_eq(first_seq("one"), 1);
+	ck_assert_uint_eq(latest("one"), 0);
+	store_txn *t = wbegin();
+	uint64_t seq;
+	ck_assert_int_eq(store_conv_create_at(t, "c", mmap0(), 5), STORE_E_CONFLICT);
+	ck_assert_int_eq(store_conv_create_at(t, "z", mmap0(), 0), STORE_E_INVAL);
+	ck_assert_int_eq(store_conv_create_at(t, "z", mmap0(), (uint64_t)INT64_MAX + 1), STORE_E_INVAL);
+	ck_assert_int_eq(store_conv_create_at(t, "bad id", mmap0(), 5), STORE_E_INVAL);
+	ck_assert_int_eq(store_conv_create_at(t, "z", mstr("not a map"), 5), STORE_E_INVAL);
+	ck_assert_int_eq(store_event_first_seq(t, "nope", &seq), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_event_first_seq(t, "c", NULL), STORE_E_INVAL);
+	/* each refusal left the txn usable, and nothing written */
+	ck_assert_int_eq(store_conv_create_at(t, "d", mmap0(), 5), 0);
+	ck_assert_int_eq(store_event_latest_seq(t, "d", &seq), 0);
+	ck_assert_uint_eq(seq, 4);
+	commit(t);
+	t = rbegin();
+	struct store_conv cv;
+	ck_assert_int_eq(store_conv_get(t, "z", &cv), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_conv_get(t, "d", &cv), 0);
+	ck_assert_int_eq(cv.status, STORE_IDLE);
+	store_txn_abort(t);
+	/* Created and deleted in one txn, or deleted later: nothing of it stays;
+	 * the id made again begins at 1. */
+	append_n("d", 2, "user_msg");
+	t = wbegin();
+	ck_assert_int_eq(store_conv_delete(t, "d"), 0);
+	ck_assert_int_eq(store_conv_create_at(t, "e", mmap0(), 9), 0);
+	ck_assert_int_eq(store_conv_delete(t, "e"), 0);
+	commit(t);
+	t = rbegin();
+	ck_assert_int_eq(store_event_first_seq(t, "d", &seq), STORE_E_NOTFOUND);
+	ck_assert_int_eq(store_event_first_seq(t, "e", &seq), STORE_E_NOTFOUND);
+	store_txn_abort(t);
+	mkconv("d");
+	ck_assert_uint_eq(first_seq("d"), 1);
+	ck_assert_uint_eq(latest("d"), 0);
+	append_n("d", 1, "user_msg");
+	ck_assert_uint_eq(latest("d"), 1);
+	/* An aborted create_at leaves nothing. */
+	t = wbegin();
+	ck_assert_int_eq(store_conv_create_at(t, "gone", mmap0(), 3), 0);
+	store_txn_abort(t);
+	t = rbegin();
+	ck_assert_int_eq(store_event_first_seq(t, "gone", &seq), STORE_E_NOTFOUND);
+	store_txn_abort(t);
+	mkconv("gone");
+	ck_assert_uint_eq(first_seq("gone"), 1);
+}
+END_TEST
+
+
+/* ---- every run row (store_runs_each) ----------------------------------- */
+
+struct run_seen {
+	char conv[8][16];
+	uint64_t id[8];
+	uint32_t attempt[8];
+	int n, stop_at;
+};
+
+static int run_seen_one(void *arg, store_bytes conv, const struct store_run *r)
+{
+	struct run_seen *rs = arg;
+	ck_assert_int_lt(rs->n, 8);
+	ck_assert_uint_lt(conv.len, 16);
+	memcpy(rs->conv[rs->n], conv.ptr, conv.len);
+	rs->conv[rs->n][conv.len] = 0;
+	rs->id[rs->n] = r->id;
+	rs->attempt[rs->n] = r->attempt;
+	rs->n++;
+	return rs->n == rs->stop_at ? 7 : 0;
+}
+
+START_TEST(runs_each_walks_every_row_by_conversation)
+{
+	mkconv("b");
+	mkconv("a");
+	mkconv("gone");
+	ck_assert_int_eq(put_run("b", mkrun(2, STORE_RUN_RUNNING, 2)), 0);
+	ck_assert_int_eq(put_run("b", mkrun(1, STORE_RUN_INTERRUPTED, 1)), 0);
+	ck_assert_int_eq(put_run("a", mkrun(1, STORE_RUN_COMPLETED, 1)), 0);
+	ck_assert_int_eq(put_run("gone", mkrun(1, STORE_RUN_COMPLETED, 1)), 0);
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_conv_delete(t, "gone"), 0); /* its runs go with it */
+	commit(t);
+	struct run_seen rs = { .stop_at = 0 };
+	t = rbegin();
+	ck_assert_int_eq(store_runs_each(t, run_seen_one, &rs), 0);
+	ck_assert_int_eq(rs.n, 3);
+	/* Grouped by conversation (in no order promised), ascending id within each. */
+	int ia = strcmp(rs.conv[0], "a") == 0 ? 0 : 2, ib = ia == 0 ? 1 : 0;
+	ck_assert_str_eq(rs.conv[ia], "a");
+	ck_assert_uint_eq(rs.id[ia], 1);
+	ck_assert_str_eq(rs.conv[ib], "b");
+	ck_assert_str_eq(rs.conv[ib + 1], "b");
+	ck_assert_uint_eq(rs.id[ib], 1);
+	ck_assert_uint_eq(rs.attempt[ib], 1);
+	ck_assert_uint_eq(rs.id[ib + 1], 2);
+	ck_assert_uint_eq(rs.attempt[ib + 1], 2);
+	/* The callback's return stops the walk and comes back; no fn is INVAL. */
+	memset(&rs, 0, sizeof rs);
+	rs.stop_at = 2;
+	ck_assert_int_eq(store_runs_each(t, run_seen_one, &rs), 7);
+	ck_assert_int_eq(rs.n, 2);
+	ck_assert_int_eq(store_runs_each(t, NULL, NULL), STORE_E_INVAL);
+	store_txn_abort(t);
+	/* An empty store has none. */
+	t = wbegin();
+	ck_assert_int_eq(store_conv_delete(t, "a"), 0);
+	ck_assert_int_eq(store_conv_delete(t, "b"), 0);
+	memset(&rs, 0, sizeof rs);
+	ck_assert_int_eq(store_runs_each(t, run_seen_one, &rs), 0); /* in a write txn too */
+	ck_assert_int_eq(rs.n, 0);
+	store_txn_abort(t);
+}
+END_TEST
 
 static TCase *tc_new(Suite *s, const char *name, void (*su)(void))
 {
@@ -5500,5 +5743,11 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, nodes_and_leases_are_durable);
 	tcase_add_test(tc, notify_validates_and_keeps_the_txn_usable);
 	tcase_add_test(tc, expiries_claim_due_in_order_with_limit);
+	tc = tc_new(s, "log_at", setup);
+	tcase_add_test(tc, log_at_starts_after_its_base);
+	tcase_add_test(tc, log_at_takes_a_summary_of_what_it_stands_in_for);
+	tcase_add_test(tc, log_at_rules_and_delete);
+	tc = tc_new(s, "runs_each", setup);
+	tcase_add_test(tc, runs_each_walks_every_row_by_conversation);
 	return s;
 }

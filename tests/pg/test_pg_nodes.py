@@ -8,9 +8,7 @@ end, from the log: every acknowledged send is there exactly once at its acknowle
 tool call is settled exactly once (one tool_result, or one resolution: `expired` for the human ones), nothing is
 left active or pending, and every conversation, those of the killed node too, answers a last send on the node
 that was stopped."""
-import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -22,7 +20,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "proc"))
 
 import harness  # noqa: E402
-from harness import Agentd, Client, wait_for, scaled  # noqa: E402
+from harness import Agentd, wait_for, scaled  # noqa: E402
+from nodesutil import Clients, check_logs, settled  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLUSTER = os.path.join(HERE, "cluster.sh")
@@ -74,94 +73,6 @@ class Node(Agentd):
         if self.config_path:
             args += ["--config", self.config_path]
         return args
-
-
-def try_request(node, obj, timeout=5):
-    """One request; None when the node does not answer (killed, stopped, or cut off)."""
-    try:
-        with Client(node.socket, timeout=scaled(timeout)) as c:
-            return c.request(obj)
-    except (OSError, AssertionError):
-        return None
-
-
-class Clients:
-    def __init__(self, nodes, convs, seed):
-        self.nodes, self.convs = nodes, convs
-        self.rng = random.Random(seed)
-        self.lock = threading.Lock()
-        self.acked = {}  # event_id -> (conv, seq)
-        self.stop = threading.Event()
-        self.errors = []
-        self.n = 0
-
-    def send_one(self, rng, tid, i):
-        conv = rng.choice(self.convs)
-        eid = f"e-{tid}-{i}"
-        r = rng.random()
-        text = ('/tool add {"a": %d, "b": 1}' % i) if r < 0.2 else "/tool approve {}" if r < 0.3 else f"hi {eid}"
-        deadline = time.monotonic() + scaled(30)
-        while time.monotonic() < deadline:
-            node = rng.choice(self.nodes)
-            rep = try_request(node, {"op": "send", "conversation": conv, "content": text, "event_id": eid}, 3)
-            if rep is None:
-                continue  # that node is down or stopped: the same send on another one
-            if not rep.get("ok"):
-                self.errors.append((eid, rep))
-                return
-            with self.lock:
-                self.acked[eid] = (conv, rep["seq"])
-            return
-        self.errors.append((eid, "never acknowledged"))
-
-    def run(self, tid):
-        rng = random.Random(self.rng.random())
-        i = 0
-        while not self.stop.is_set():
-            self.send_one(rng, tid, i)
-            i += 1
-            time.sleep(rng.uniform(0.01, 0.06))
-
-
-def settled(node, convs):
-    for c in convs:
-        r = try_request(node, {"op": "get", "conversation": c})
-        if r is None or r["conversation"]["status"] not in ("idle",):
-            return False
-        p = try_request(node, {"op": "tool_calls", "conversation": c, "status": "pending"})
-        if p is None or p["tool_calls"]:
-            return False
-    return True
-
-
-def check_logs(node, convs, acked):
-    sends_seen = {}
-    for c in convs:
-        evs = node.ok({"op": "events", "conversation": c})["events"]
-        assert [e["seq"] for e in evs] == list(range(1, len(evs) + 1)), f"{c}: seqs not 1..N"
-        calls, results, resolutions = {}, {}, {}
-        for e in evs:
-            if e["type"] == "user_msg" and e.get("event_id"):
-                assert e["event_id"] not in sends_seen, f"send {e['event_id']} twice"
-                sends_seen[e["event_id"]] = (c, e["seq"])
-            elif e["type"] == "tool_call":
-                calls[e["content"]["tool_call_id"]] = e["content"]["executor"]
-            elif e["type"] == "tool_result":
-                results.setdefault(e["content"]["tool_call_id"], []).append(e)
-            elif e["type"] == "resolution":
-                resolutions.setdefault(e["content"]["tool_call_id"], []).append(e)
-        for tc, executor in calls.items():
-            if executor == "server":
-                assert len(results.get(tc, [])) == 1 and tc not in resolutions, f"{c}: {tc} settled {results.get(tc)}"
-            else:
-                rs = resolutions.get(tc, [])
-                assert len(rs) == 1 and rs[0]["content"]["status"] == "expired", f"{c}: {tc}: {rs}"
-        stored = node.ok({"op": "tool_calls", "conversation": c})["tool_calls"]
-        assert {t["id"] for t in stored} == set(calls), f"{c}: tool call rows {stored} vs log {calls}"
-        assert all(t["status"] != "pending" for t in stored), stored
-    for eid, where in acked.items():
-        assert sends_seen.get(eid) == where, f"acknowledged send {eid} at {where}, in the log at {sends_seen.get(eid)}"
-    return sends_seen
 
 
 def test_three_nodes_survive_a_kill_and_a_stop():

@@ -1,7 +1,10 @@
 """Fork (docs/protocol.md, "Fork"): a new conversation whose log is another's events 1..seq, settings and
-metadata copied unless given, tool calls unsettled at seq settled errored "cancelled" in the fork, a summary
-carried when it fits, fsm_state and status from the conversation rules, and the source untouched; through
-the socket and agentctl. Every bad input is refused with a clear error and nothing written."""
+metadata copied unless given, tool calls unsettled at seq settled "cancelled" in the fork, a summary carried
+when it fits (and then standing in for the events it covers: the fork's log begins after it), fsm_state and
+status from the conversation rules, and the source untouched; through the socket and agentctl. Every bad
+input is refused with a clear error and nothing written."""
+import json
+import os
 import subprocess
 import time
 
@@ -133,11 +136,11 @@ def test_unsettled_calls_end_cancelled_in_the_fork():
         assert [e["type"] for e in fe[:n]] == [e["type"] for e in evs]
         last = fe[n]
         assert last["type"] == "resolution" and last["content"]["tool_call_id"] == new_id, last
-        assert last["content"]["status"] == "errored", last
-        assert last["content"]["result"] == {"error": "cancelled", "forked_from": {"conversation": "src",
-                                                                                   "seq": n}}, last
+        assert last["content"]["status"] == "cancelled", last
+        assert last["content"]["result"] == {"forked_from": {"conversation": "src", "seq": n}}, last
         tcs = a.ok({"op": "tool_calls", "conversation": "f"})["tool_calls"]
-        assert [(t["id"], t["status"]) for t in tcs] == [(new_id, "errored")], tcs
+        assert [(t["id"], t["status"]) for t in tcs] == [(new_id, "cancelled")], tcs
+        assert tcs[0]["result"] == {"forked_from": {"conversation": "src", "seq": n}}, tcs
         # the source's call is still pending, and settling it reaches only the source
         after = snapshot(a, c)
         assert after == before, [(x, y) for x, y in zip(before, after) if x != y]
@@ -159,26 +162,92 @@ def test_unsettled_calls_end_cancelled_in_the_fork():
         assert "consistent" in out, out
 
 
-def test_a_summary_that_fits_is_carried():
+def run(*args):
+    p = harness.run_agentd(*args, capture_output=True, text=True, timeout=harness.scaled(60))
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_a_summary_that_fits_is_carried_and_the_fork_log_begins_after_it():
     with Agentd() as a:
         c = a.create(conversation="src")
         for i in range(4):
-            a.send(c, f"m{i}")
+            a.send(c, f"m{i}", event_id=f"e{i}")
             wait_for(lambda: len(a.events(c)) >= 2 * (i + 1), 10, "the echo reply")
         s = a.ok({"op": "compact", "conversation": c}, timeout=30)["summary"]
-        assert s, s
-        r = a.ok({"op": "fork", "conversation": c, "seq": 8, "new_conversation": "f"})
-        assert r["summary_to"] == s["to_seq"], (r, s)
+        assert s and s["to_seq"] == 7, s
+        to = 7
+        for i in (4, 5):
+            a.send(c, f"m{i}", event_id=f"e{i}")
+            wait_for(lambda: len(a.events(c)) >= 2 * (i + 1), 10, "the echo reply")
+        src = a.events(c, limit=10000)
+        # The summary stands in for 1..7: only the events after it are copied.
+        r = a.ok({"op": "fork", "conversation": c, "seq": 12, "new_conversation": "f"})
+        assert r["summary_to"] == to and r["first_seq"] == to + 1 and r["copied"] == 12 - to, (r, s)
+        assert r["last_seq"] == 12 and r["status"] == "idle", r
         fs = a.ok({"op": "summary", "conversation": "f"})["summary"]
-        assert (fs["from_seq"], fs["to_seq"], fs["content"], fs["version"]) == (s["from_seq"], s["to_seq"],
-                                                                               s["content"], 1), fs
-        assert len(a.events("f", limit=10000)) == 8
-        # a fork that ends at or before the summary's end does not carry it
-        r = a.ok({"op": "fork", "conversation": c, "seq": s["to_seq"], "new_conversation": "g"})
-        assert r["summary_to"] is None and a.ok({"op": "summary", "conversation": "g"})["summary"] is None, r
+        assert (fs["from_seq"], fs["to_seq"], fs["content"], fs["version"]) == (s["from_seq"], to, s["content"],
+                                                                               1), fs
+        assert strip(a.events("f", limit=10000)) == strip(src[to:12])
+        got = a.ok({"op": "get", "conversation": "f"})["conversation"]
+        assert got["first_seq"] == to + 1 and got["last_seq"] == 12, got
+        assert got["fsm_state"] == {"state": "idle", "pending": {}, "last_seq": 12}, got
+        assert a.ok({"op": "get", "conversation": c})["conversation"]["first_seq"] == 1
+        # `events` from before the log's start delivers from it and says where it begins
+        r = a.ok({"op": "events", "conversation": "f", "after": 0})
+        assert r["first_seq"] == to + 1 and [e["seq"] for e in r["events"]] == list(range(to + 1, 13)), r
+        r = a.ok({"op": "events", "conversation": "f", "after": to})
+        assert "first_seq" not in r and len(r["events"]) == 12 - to, r
+        # an event_id of the copied events answers its seq in the fork
+        r = a.ok({"op": "send", "conversation": "f", "content": "again", "event_id": "e4"})
+        assert r["seq"] == 9 and r["duplicate"] is True, r
+        # a watch from 0 streams from the log's first seq
+        w = a.watch("f", after=0)
+        assert w.recv()["event"]["seq"] == to + 1
+        w.close()
+        # a fork that ends at or before the summary's end copies its prefix whole and carries no summary
+        r = a.ok({"op": "fork", "conversation": c, "seq": to, "new_conversation": "g"})
+        assert r["summary_to"] is None and r["first_seq"] == 1 and r["copied"] == to, r
+        assert a.ok({"op": "summary", "conversation": "g"})["summary"] is None
+        # the fork answers: its worker revives from the summary and the events after it
         a.send("f", "after")
-        wait_for(lambda: len(a.events("f")) >= 10, 10, "the fork's answer")
-        check_store(a)
+        wait_for(lambda: a.events("f")[-1]["seq"] == 14, 10, "the fork's answer")
+        assert a.events("f")[-1]["content"]["text"] == "echo: after"
+        # compaction of the fork, and a fork of the fork at its end: the latest summary stands in again
+        fs2 = a.ok({"op": "compact", "conversation": "f"}, timeout=30)["summary"]
+        assert fs2 and fs2["to_seq"] == 13 and fs2["version"] == 2, fs2
+        r = a.ok({"op": "fork", "conversation": "f", "seq": 14, "new_conversation": "ff"})
+        assert r["summary_to"] == 13 and r["first_seq"] == 14 and r["copied"] == 1, r
+        a.send("ff", "deeper")
+        wait_for(lambda: a.events("ff")[-1]["seq"] == 16, 10, "the fork of the fork's answer")
+        assert a.events("ff")[-1]["content"]["text"] == "echo: deeper"
+        # a fork of f at a seq its latest summary does not cover needs events f does not hold: refused
+        r = a.request({"op": "fork", "conversation": "f", "seq": 9, "new_conversation": "no"})
+        assert r["error"] == "bad_request" and f"its log begins at seq {to + 1}" in r["message"], r
+        assert a.request({"op": "get", "conversation": "no"})["error"] == "not_found"
+        # an event_id the summary stands in for is not the fork's: the send is a new event
+        r = a.ok({"op": "send", "conversation": "f", "content": "e0 again", "event_id": "e0"})
+        assert r["seq"] == 15 and "duplicate" not in r, r
+        wait_for(lambda: a.events("f")[-1]["seq"] == 16, 10, "the fork's answer")
+        # deleting a fork frees it: the id made again begins at 1
+        a.ok({"op": "delete", "conversation": "ff"})
+        a.create(conversation="ff")
+        assert a.ok({"op": "get", "conversation": "ff"})["conversation"]["first_seq"] == 1
+        out = check_store(a)
+        assert "consistent" in out, out
+        # export and import carry a log that begins after 1, and check passes on the copy
+        e1, e2 = (os.path.join(a.dir, f"e{i}.jsonl") for i in (1, 2))
+        rc, out, err = run("export", *a.check_args(), "--output", e1)
+        assert rc == 0, (rc, out, err)
+        head = [json.loads(x) for x in open(e1) if '"kind":"conv"' in x]
+        assert {x["id"]: x.get("first_seq") for x in head}["f"] == to + 1, head
+        assert {x["id"]: x.get("first_seq") for x in head}["src"] is None, head
+        back = os.path.join(a.dir, "back")
+        rc, out, err = run("import", "--data", back, "--input", e1)
+        assert rc == 0, (rc, out, err)
+        rc, out, err = run("check", "--data", back)
+        assert rc == 0 and "consistent" in out, (rc, out, err)
+        rc, out, err = run("export", "--data", back, "--output", e2)
+        assert rc == 0 and open(e2).read().splitlines()[1:] == open(e1).read().splitlines()[1:], (rc, err)
 
 
 def test_bad_forks_are_refused_and_write_nothing():

@@ -4,7 +4,8 @@
  * This runner is linked with -Wl,--wrap for malloc, calloc, realloc, free,
  * strdup, strndup and asprintf (and glibc's fortified __asprintf_chk), so
  * every call the modules under test make goes through the injector below;
- * jansson's own allocations come through json_set_alloc_funcs. For each
+ * jansson's own allocations come through jsonmp_alloc_init's counter, whose
+ * malloc is wrapped too. For each
  * operation, run n = 1, 2, ... fails the n-th allocation it makes, until a
  * run makes fewer than n (it then must succeed, with the result a run
  * without failures gives). Each failed run must report the failure the
@@ -16,7 +17,10 @@
  *
  * The modules: JSON <-> msgpack (common/jsonmp.c), the control codec
  * (ipc/proto.c), the tail decision and event JSON (conv/), command lines
- * and the configuration (common/).
+ * and the configuration (common/); in the worker, the model's request
+ * (agent/render.c, and the HTTP APIs' bodies in agent/model*.c), the
+ * echo model, and the model's reply (an exec model's output, agent/protocol.c;
+ * an HTTP model's streamed events).
  */
 
 #include <check.h>
@@ -29,6 +33,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/model.h"
+#include "agent/protocol.h"
+#include "agent/render.h"
 #include "common/cmdline.h"
 #include "common/config.h"
 #include "common/jsonmp.h"
@@ -190,16 +197,6 @@ int __wrap___asprintf_chk(char **out, int flag, const char *fmt, ...)
 	return r;
 }
 
-static void *json_alloc(size_t n)
-{
-	return __wrap_malloc(n);
-}
-
-static void json_release(void *p)
-{
-	__wrap_free(p);
-}
-
 /* One operation under injection: returns 0 when it reported success. */
 typedef int op_fn(void *arg);
 
@@ -323,21 +320,10 @@ static int names_any(void *arg, const char *n)
 	return 1;
 }
 
-/* How many allocations jansson's json_loadb makes for the line: a failure
- * among those its lexer may report as a syntax error (it keeps no "out of
- * memory" for a token it could not copy), which proto_parse cannot tell
- * from one. */
-static long nload;
-
-static int op_load(void *arg)
-{
-	json_t *v = json_loadb(arg, strlen(arg), JSON_REJECT_DUPLICATES, NULL);
-	json_decref(v);
-	return v ? 0 : -1;
-}
-
 /* A request that cannot be parsed for want of memory is agentd's fault
- * (internal), never the client's (bad_request), past that limit of jansson. */
+ * (internal), never the client's (bad_request), and never a request read
+ * with a byte left out (jansson's lexer drops one when its buffer cannot
+ * grow: jsonmp_loadb sees it). */
 static int op_parse(void *arg)
 {
 	const char *line = arg;
@@ -346,13 +332,13 @@ static int op_parse(void *arg)
 	char msg[200];
 	int e = proto_parse(line, strlen(line), &names, &rq, msg, sizeof msg);
 	if (e) {
-		if (!(e == PERR_BAD_REQUEST && I.fail_at <= nload))
-			PAUSED(ck_assert_msg(e == PERR_INTERNAL && !strcmp(msg, "out of memory"),
-					     "proto_parse with allocation %ld failed answered %s: %s", I.fail_at,
-					     proto_err_code(e), msg));
+		PAUSED(ck_assert_msg(e == PERR_INTERNAL && !strcmp(msg, "out of memory"),
+				     "proto_parse with allocation %ld failed answered %s: %s", I.fail_at,
+				     proto_err_code(e), msg));
 	} else {
 		PAUSED(ck_assert_msg(json_is_string(json_object_get(rq.content, "text")) &&
-				     !strcmp(json_string_value(json_object_get(rq.content, "text")), "hi there"),
+				     !strcmp(json_string_value(json_object_get(rq.content, "text")),
+					     "hi there, a text past sixteen bytes"),
 				     "proto_parse with allocation %ld failed: content %s", I.fail_at,
 				     json_dumps(rq.content, 0)));
 	}
@@ -362,9 +348,8 @@ static int op_parse(void *arg)
 
 START_TEST(proto_parse_each_failure)
 {
-	char line[] = "{\"op\":\"send\",\"id\":[1,{\"a\":\"b\"}],\"conversation\":\"c-1\",\"content\":\"hi there\","
-		      "\"event_id\":\"e-1\"}";
-	nload = each_failure(op_load, line, "json_loadb");
+	char line[] = "{\"op\":\"send\",\"id\":[1,{\"a\":\"b\"}],\"conversation\":\"c-1\","
+		      "\"content\":\"hi there, a text past sixteen bytes\",\"event_id\":\"e-1\"}";
 	each_failure(op_parse, line, "proto_parse");
 }
 END_TEST
@@ -524,6 +509,299 @@ START_TEST(config_each_failure)
 }
 END_TEST
 
+/* ---- the worker: the model's request, its reply ------------------------ */
+
+/* The working set a turn renders: a message, a turn that called two tools
+ * (one settled, one awaiting a person), a message queued meanwhile, the
+ * settlement, a message that is no text alone. */
+static json_t *worker_events(void)
+{
+	json_t *ev = json_pack(
+		"[{sIsss{ss}} {sIsss{sssI}} {sIsss{sssss{si}}} {sIsss{sssss{}}} {sIsss{ss}}"
+		" {sIsss{sssss{si}}} {sIsss{ssss}}]",
+		"seq", (json_int_t)1, "type", "user_msg", "content", "text", "add two numbers",
+		"seq", (json_int_t)2, "type", "assistant_msg", "content", "text", "calling", "context_seq", (json_int_t)1,
+		"seq", (json_int_t)3, "type", "tool_call", "content", "tool_call_id", "c1", "name", "add", "args", "a", 1,
+		"seq", (json_int_t)4, "type", "tool_call", "content", "tool_call_id", "c2", "name", "approve", "args",
+		"seq", (json_int_t)5, "type", "user_msg", "content", "text", "/tool add {\"a\": 2}",
+		"seq", (json_int_t)6, "type", "tool_result", "content", "tool_call_id", "c1", "status", "resolved", "result",
+		"sum", 3,
+		"seq", (json_int_t)7, "type", "user_msg", "content", "text", "again", "lang", "en");
+	ck_assert_ptr_nonnull(ev);
+	return ev;
+}
+
+static void worker_config(struct config *c)
+{
+	char path[] = "/tmp/agentd-check-alloc-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	static const char text[] = "[model.m]\ncommand = /bin/true\n"
+				   "[tool.add]\nexecutor = server\ncommand = python3 add.py\ndescription = adds\n"
+				   "[tool.approve]\nexecutor = human\n";
+	ck_assert_int_eq(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+	close(fd);
+	char err[300] = "";
+	ck_assert_int_eq(config_init(c), 0);
+	ck_assert_msg(config_load(c, path, err, sizeof err) == 0, "%s", err);
+	unlink(path);
+}
+
+/* An operation whose result must be the same JSON as a run without
+ * failures gives (the first run keeps it), or NULL. */
+struct built {
+	json_t *(*make)(struct built *b);
+	json_t *want;
+	struct config cfg;
+	const struct model_api *api;
+	struct model_cfg mc;
+	json_t *req, *settings, *events;
+};
+
+static int op_built(void *arg)
+{
+	struct built *b = arg;
+	json_t *v = b->make(b);
+	if (!v)
+		return -1;
+	if (!b->want)
+		PAUSED(b->want = json_deep_copy(v));
+	else
+		PAUSED(ck_assert_msg(json_equal(v, b->want), "a value other than a run without failures gives, with "
+					"allocation %ld failed", I.fail_at));
+	json_decref(v);
+	return 0;
+}
+
+static void built_each_failure(struct built *b, const char *name)
+{
+	b->want = NULL;
+	each_failure(op_built, b, name);
+	ck_assert_ptr_nonnull(b->want);
+	json_decref(b->want);
+	b->want = NULL;
+}
+
+static json_t *make_turn(struct built *b)
+{
+	json_t *sum = json_pack("{sIs{ss}}", "to_seq", (json_int_t)0, "content", "text", "earlier");
+	if (!sum)
+		return NULL;
+	json_t *r = render_turn("c-1", 6, b->settings, &b->cfg, sum, b->events);
+	json_decref(sum);
+	return r;
+}
+
+static json_t *make_summarize(struct built *b)
+{
+	return render_summarize("c-1", b->settings, NULL, b->events);
+}
+
+START_TEST(render_each_failure)
+{
+	struct built b = { .make = make_turn };
+	worker_config(&b.cfg);
+	b.events = worker_events();
+	b.settings = json_pack("{sssss[sss]s{sf}}", "model", "m", "system", "be brief", "tools", "add", "approve",
+			       "gone", "params", "temperature", 0.5);
+	ck_assert_ptr_nonnull(b.settings);
+	built_each_failure(&b, "render_turn");
+	b.make = make_summarize;
+	built_each_failure(&b, "render_summarize");
+	json_decref(b.settings);
+	json_decref(b.events);
+	config_free(&b.cfg);
+}
+END_TEST
+
+static json_t *make_echo(struct built *b)
+{
+	return echo_model(b->req);
+}
+
+START_TEST(echo_model_each_failure)
+{
+	struct built b = { .make = make_echo };
+	/* The turn after seq 2 answered: the queued /tool message asks for a
+	 * call, the result of c1 and the message with two keys are echoed. */
+	b.req = json_pack("{ssso}", "task", "turn", "messages", worker_events());
+	ck_assert_ptr_nonnull(b.req);
+	built_each_failure(&b, "echo_model");
+	json_t *out = echo_model(b.req);
+	ck_assert_uint_eq(json_array_size(json_object_get(out, "tool_calls")), 1);
+	ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_array_get(
+				 json_object_get(out, "tool_calls"), 0), "args"), "a")), 2);
+	json_decref(out);
+	json_object_set_new(b.req, "task", json_string("summarize"));
+	built_each_failure(&b, "echo_model (summarize)");
+	json_decref(b.req);
+}
+END_TEST
+
+static json_t *make_body(struct built *b)
+{
+	return b->api->body(&b->mc, b->req);
+}
+
+/* What an HTTP model is sent, for both APIs: with tools (the calls and
+ * results as tool blocks), without (told as text), and a summary. */
+static void bodies_each_failure(const struct model_api *api, const char *name)
+{
+	struct built b = { .make = make_body, .api = api };
+	worker_config(&b.cfg);
+	b.events = worker_events();
+	b.settings = json_pack("{sss[ss]s{sf}}", "model", "m", "tools", "add", "approve", "params", "top_p", 0.9);
+	ck_assert_ptr_nonnull(b.settings);
+	b.mc = (struct model_cfg){ .name = "m", .kind = api == &model_api_openai ? MODEL_OPENAI : MODEL_ANTHROPIC,
+				   .model = "the-model", .max_tokens = 100, .params = "{\"temperature\": 0.5}" };
+	json_t *sum = json_pack("{sIs{ss}}", "to_seq", (json_int_t)0, "content", "text", "earlier");
+	b.req = render_turn("c-1", 6, b.settings, &b.cfg, sum, b.events);
+	ck_assert_ptr_nonnull(b.req);
+	/* An MCP tool's schema, as mcp_offer gives it. */
+	ck_assert_int_eq(json_object_set_new(json_array_get(json_object_get(b.req, "tools"), 0), "input_schema",
+					     json_pack("{sss{s{ss}}}", "type", "object", "properties", "a", "type",
+						       "number")),
+			 0);
+	char what[80];
+	snprintf(what, sizeof what, "%s body", name);
+	built_each_failure(&b, what);
+	json_object_set_new(b.req, "tools", json_array());
+	snprintf(what, sizeof what, "%s body without tools", name);
+	built_each_failure(&b, what);
+	json_decref(b.req);
+	b.req = render_summarize("c-1", b.settings, sum, b.events);
+	ck_assert_ptr_nonnull(b.req);
+	snprintf(what, sizeof what, "%s summary body", name);
+	built_each_failure(&b, what);
+	json_decref(b.req);
+	json_decref(sum);
+	json_decref(b.settings);
+	json_decref(b.events);
+	config_free(&b.cfg);
+}
+
+START_TEST(openai_body_each_failure)
+{
+	bodies_each_failure(&model_api_openai, "openai");
+}
+END_TEST
+
+START_TEST(anthropic_body_each_failure)
+{
+	bodies_each_failure(&model_api_anthropic, "anthropic");
+}
+END_TEST
+
+/* A streamed reply: its events fed to the API's parser, then the reply. */
+struct streamed {
+	const struct model_api *api;
+	const char *const *events; /* NULL-terminated */
+	const char *text;          /* the reply's text */
+	size_t ncalls;
+};
+
+static int op_stream(void *arg)
+{
+	struct streamed *a = arg;
+	struct stream s = { 0 };
+	struct model_reply r;
+	char err[300];
+	int e = 0;
+	for (const char *const *ev = a->events; !e && *ev; ev++) {
+		e = a->api->event(&s, "", *ev, strlen(*ev));
+		if (e)
+			PAUSED(ck_assert_str_eq(s.err, "out of memory reading the stream"));
+		if (!e && s.failed) {
+			/* a line jansson could not read for want of memory reads as not one */
+			PAUSED(ck_assert_msg(I.failed, "the stream failed with no allocation failed: %s", s.err));
+			e = -1;
+		}
+	}
+	if (!e)
+		e = stream_reply(&s, &r, err, sizeof err);
+	stream_free(&s);
+	if (e)
+		return -1;
+	PAUSED(ck_assert_str_eq(r.text, a->text));
+	PAUSED(ck_assert_uint_eq(r.ncalls, a->ncalls));
+	PAUSED(ck_assert_str_eq(r.calls[0].id, "call_1"));
+	PAUSED(ck_assert_str_eq(r.calls[0].name, "add"));
+	PAUSED(ck_assert_int_eq(json_integer_value(json_object_get(r.calls[0].args, "a")), 1));
+	PAUSED(ck_assert_str_eq(json_string_value(json_object_get(r.calls[1].args, "raw")), "not json"));
+	PAUSED(ck_assert_uint_eq(r.input_tokens, 10));
+	model_reply_free(&r);
+	return 0;
+}
+
+START_TEST(openai_stream_each_failure)
+{
+	static const char *const evs[] = {
+		"{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}",
+		"{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\",\"tool_calls\":[{\"index\":0,\"id\":\"call_1\","
+		"\"function\":{\"name\":\"add\",\"arguments\":\"{\\\"a\\\":\"}}]}}]}",
+		"{\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"1}\"}},"
+		"{\"index\":1,\"id\":\"call_2\",\"function\":{\"name\":\"add\",\"arguments\":\"not json\"}}]}}]}",
+		"{\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5}}",
+		"[DONE]",
+		NULL,
+	};
+	struct streamed a = { &model_api_openai, evs, "Hello", 2 };
+	each_failure(op_stream, &a, "openai stream");
+}
+END_TEST
+
+START_TEST(anthropic_stream_each_failure)
+{
+	static const char *const evs[] = {
+		"{\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}",
+		"{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"Hel\"}}",
+		"{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"lo\"}}",
+		"{\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"call_1\","
+		"\"name\":\"add\",\"input\":{}}}",
+		"{\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\","
+		"\"partial_json\":\"{\\\"a\\\": 1}\"}}",
+		"{\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":\"call_2\","
+		"\"name\":\"add\",\"input\":{}}}",
+		"{\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"input_json_delta\","
+		"\"partial_json\":\"not json\"}}",
+		"{\"type\":\"message_delta\",\"usage\":{\"output_tokens\":5}}",
+		"{\"type\":\"message_stop\"}",
+		NULL,
+	};
+	struct streamed a = { &model_api_anthropic, evs, "Hello", 2 };
+	each_failure(op_stream, &a, "anthropic stream");
+}
+END_TEST
+
+/* An exec model's output: a delta, then the final line with two calls. */
+static int op_model_output(void *arg)
+{
+	const char *out = arg;
+	struct model_reply r;
+	char err[320];
+	if (model_output_parse(out, strlen(out), &r, err, sizeof err)) {
+		/* A failure inside jansson's lexer may read as a syntax error
+		 * (see proto_parse_each_failure): an error either way. */
+		PAUSED(ck_assert_msg(strstr(err, "out of memory") || strstr(err, ": not JSON"),
+				     "model_output_parse with allocation %ld failed: %s", I.fail_at, err));
+		return -1;
+	}
+	PAUSED(ck_assert_str_eq(r.text, "done"));
+	PAUSED(ck_assert_uint_eq(r.ncalls, 2));
+	PAUSED(ck_assert_str_eq(r.calls[1].id, "k2"));
+	PAUSED(ck_assert_int_eq(json_integer_value(json_object_get(r.calls[1].args, "b")), 2));
+	model_reply_free(&r);
+	return 0;
+}
+
+START_TEST(model_output_each_failure)
+{
+	char out[] = "{\"delta\":\"do\"}\n{\"text\":\"done\",\"tool_calls\":[{\"name\":\"add\",\"id\":\"k1\",\"args\":{\"a\":1}},"
+		     "{\"name\":\"add\",\"id\":\"k2\",\"args\":{\"b\":2}}],\"usage\":{\"input_tokens\":3}}\n";
+	each_failure(op_model_output, out, "model_output_parse");
+}
+END_TEST
+
 static Suite *make_alloc_suite(void)
 {
 	Suite *s = suite_create("alloc");
@@ -537,13 +815,20 @@ static Suite *make_alloc_suite(void)
 	tcase_add_test(tc, conv_event_json_each_failure);
 	tcase_add_test(tc, cmdline_each_failure);
 	tcase_add_test(tc, config_each_failure);
+	tcase_add_test(tc, render_each_failure);
+	tcase_add_test(tc, echo_model_each_failure);
+	tcase_add_test(tc, openai_body_each_failure);
+	tcase_add_test(tc, anthropic_body_each_failure);
+	tcase_add_test(tc, openai_stream_each_failure);
+	tcase_add_test(tc, anthropic_stream_each_failure);
+	tcase_add_test(tc, model_output_each_failure);
 	suite_add_tcase(s, tc);
 	return s;
 }
 
 int main(void)
 {
-	json_set_alloc_funcs(json_alloc, json_release);
+	jsonmp_alloc_init(); /* jansson allocates through it, and so through the wrappers */
 	SRunner *sr = srunner_create(make_alloc_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);

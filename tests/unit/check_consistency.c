@@ -204,6 +204,107 @@ START_TEST(missing_store_is_an_error)
 }
 END_TEST
 
+/* c1 made with its log beginning at first (a fork's, after its summary). */
+static store_txn *begin_at(uint64_t first)
+{
+	store_txn *t;
+	static const unsigned char settings[] = { 0x81, 0xa5, 'm', 'o', 'd', 'e', 'l', 0xa4, 'e', 'c', 'h', 'o' };
+	ck_assert_int_eq(store_txn_begin(st, STORE_WRITE, &t), 0);
+	ck_assert_int_eq(store_conv_create_at(t, "c1", (store_bytes){ settings, sizeof settings }, first), 0);
+	return t;
+}
+
+static void summary(store_txn *t, uint64_t from, uint64_t to)
+{
+	static const unsigned char text[] = { 0x81, 0xa4, 't', 'e', 'x', 't', 0xa1, 's' };
+	ck_assert_int_eq(store_summary_put(t, "c1", from, to, (store_bytes){ text, sizeof text }, NULL), 0);
+}
+
+START_TEST(a_log_that_begins_after_its_summary)
+{
+	char out[4096];
+	store_txn *t = begin_at(11);
+	/* The settlement of a call whose tool_call the summary stands in for. */
+	ev(t, "tool_result", "{\"tool_call_id\":\"old\",\"status\":\"resolved\",\"result\":1}");
+	ev(t, "assistant_msg", "{\"text\":\"ok\",\"context_seq\":11}");
+	summary(t, 1, 10);
+	status(t, STORE_IDLE, "{\"state\":\"idle\",\"pending\":{},\"last_seq\":12}");
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	ck_assert_int_eq(run(out, sizeof out), 0);
+	ck_assert_ptr_nonnull(strstr(out, "consistent"));
+	/* A later summary still covers the start; settling that call again does not pass. */
+	t = begin();
+	summary(t, 11, 11);
+	ev(t, "tool_result", "{\"tool_call_id\":\"old\",\"status\":\"resolved\",\"result\":2}");
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	ck_assert_int_eq(run(out, sizeof out), 1);
+	ck_assert_ptr_nonnull(strstr(out, "c1: tool call old settled 2 times (seq 13)"));
+}
+END_TEST
+
+START_TEST(a_log_that_begins_after_1_needs_a_summary)
+{
+	char out[4096];
+	store_txn *t = begin_at(11);
+	ev(t, "user_msg", "{\"text\":\"hi\"}");
+	ev(t, "assistant_msg", "{\"text\":\"ok\",\"context_seq\":11}");
+	status(t, STORE_IDLE, "{\"state\":\"idle\",\"pending\":{},\"last_seq\":12}");
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	ck_assert_int_eq(run(out, sizeof out), 1);
+	ck_assert_ptr_nonnull(strstr(out, "c1: the log begins at seq 11 but no summary stands in for seqs 1..10"));
+	/* A summary that ends short of the start does not either. */
+	t = begin();
+	summary(t, 1, 9);
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	ck_assert_int_eq(run(out, sizeof out), 1);
+	ck_assert_ptr_nonnull(strstr(out, "no summary stands in for seqs 1..10"));
+}
+END_TEST
+
+/* Remove event seq of conversation number 1 (the store's first) behind the store's back. */
+static void drop_event(uint64_t seq)
+{
+	MDB_env *env;
+	MDB_txn *mt;
+	MDB_dbi dbi;
+	unsigned char k[16] = { 0, 0, 0, 0, 0, 0, 0, 1 }; /* (num, seq), big-endian */
+	for (int i = 0; i < 8; i++)
+		k[8 + i] = (unsigned char)(seq >> (56 - 8 * i));
+	MDB_val key = { 16, k };
+	ck_assert_int_eq(mdb_env_create(&env), 0);
+	ck_assert_int_eq(mdb_env_set_maxdbs(env, 64), 0);
+	ck_assert_int_eq(mdb_env_open(env, dir, 0, 0600), 0);
+	ck_assert_int_eq(mdb_txn_begin(env, NULL, 0, &mt), 0);
+	ck_assert_int_eq(mdb_dbi_open(mt, "events", 0, &dbi), 0);
+	ck_assert_int_eq(mdb_del(mt, dbi, &key, NULL), 0);
+	ck_assert_int_eq(mdb_txn_commit(mt), 0);
+	mdb_env_close(env);
+}
+
+START_TEST(a_gap_in_a_log_that_begins_after_1)
+{
+	char out[4096];
+	store_txn *t = begin_at(11);
+	ev(t, "user_msg", "{\"text\":\"a\"}");
+	ev(t, "user_msg", "{\"text\":\"b\"}");
+	ev(t, "user_msg", "{\"text\":\"c\"}");
+	ev(t, "assistant_msg", "{\"text\":\"ok\",\"context_seq\":13}");
+	summary(t, 1, 10);
+	status(t, STORE_IDLE, "{\"state\":\"idle\",\"pending\":{},\"last_seq\":14}");
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	ck_assert_int_eq(run(out, sizeof out), 0);
+	store_close(st);
+	st = NULL;
+	drop_event(12); /* inside the log */
+	ck_assert_int_eq(run(out, sizeof out), 1);
+	ck_assert_ptr_nonnull(strstr(out, "c1: seq 13 follows 11: the log must be 11..N without a gap"));
+	drop_event(11); /* its first event */
+	ck_assert_int_eq(run(out, sizeof out), 1);
+	ck_assert_ptr_nonnull(strstr(out, "c1: seq 13 follows 10: the log must be 11..N without a gap"));
+	ck_assert_int_eq(store_open(&st, dir, NULL), 0);
+}
+END_TEST
+
 static int count_conv(void *arg, const struct store_conv *c)
 {
 	(void)c;
@@ -230,7 +331,7 @@ START_TEST(an_older_store_opens_read_only)
 	ck_assert_int_eq(mdb_env_set_maxdbs(env, 64), 0);
 	ck_assert_int_eq(mdb_env_open(env, dir, 0, 0600), 0);
 	ck_assert_int_eq(mdb_txn_begin(env, NULL, 0, &mt), 0);
-	const char *later[] = { "conv_meta", "meta_index", "warnings", "warning_at", "runs" };
+	const char *later[] = { "conv_meta", "meta_index", "warnings", "warning_at", "runs", "log_starts" };
 	for (size_t i = 0; i < sizeof later / sizeof later[0]; i++) {
 		ck_assert_int_eq(mdb_dbi_open(mt, later[i], 0, &dbi), 0);
 		ck_assert_int_eq(mdb_drop(mt, dbi, 1), 0);
@@ -272,6 +373,9 @@ Suite *make_consistency_suite(void)
 	tcase_add_test(tc, a_second_answer_to_one_turn);
 	tcase_add_test(tc, missing_store_is_an_error);
 	tcase_add_test(tc, an_older_store_opens_read_only);
+	tcase_add_test(tc, a_log_that_begins_after_its_summary);
+	tcase_add_test(tc, a_log_that_begins_after_1_needs_a_summary);
+	tcase_add_test(tc, a_gap_in_a_log_that_begins_after_1);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -652,6 +652,31 @@ START_TEST(notify_reaches_its_node_at_commit)
 }
 END_TEST
 
+/* A message reaches its node whole, beside a wakeup, at the commit; the
+ * listener tells them apart by the space only a message holds. */
+START_TEST(notify_msg_reaches_its_node_whole)
+{
+	store *s1 = open_ok(), *s2 = open_ok();
+	int fd = -1;
+	ck_assert_int_eq(store_listen(s1, "n1", &fd), 0);
+	store_txn *x;
+	ck_assert_int_eq(store_txn_begin(s2, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_notify_msg(x, "n1", "ask 1 n2 kill c1 9"), 0);
+	ck_assert_int_eq(store_notify_msg(x, "n1", "ans 7 {\"pid\":12,\"a\":\"x y\"}"), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	struct id_list l = { "" };
+	int64_t dl = deadline_in(5000);
+	while (mono_ms() < dl && !strchr(l.s, ',')) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 50) > 0)
+			ck_assert_int_eq(store_notified(s1, add_id, &l), 0);
+	}
+	ck_assert_str_eq(l.s, "ask 1 n2 kill c1 9,ans 7 {\"pid\":12,\"a\":\"x y\"}");
+	store_close(s2);
+	store_close(s1);
+}
+END_TEST
+
 /* The server drops the store's connections: a transaction open then fails
  * (and says so at commit), the next begins on a new connection. */
 START_TEST(lost_connection_fails_the_txn_not_the_handle)
@@ -726,6 +751,7 @@ Suite *make_store_pg_suite(void)
 		tcase_add_test(tc, claimable_skips_rows_another_node_holds);
 		tcase_add_test(tc, beat_behind_a_claim_renews_nothing_lost);
 		tcase_add_test(tc, notify_reaches_its_node_at_commit);
+		tcase_add_test(tc, notify_msg_reaches_its_node_whole);
 		tcase_add_test(tc, expiries_claim_skips_held_conversations);
 		tcase_add_test(tc, lazy_commit_is_flushed_when_it_returns);
 		suite_add_tcase(s, tc);

@@ -102,7 +102,8 @@ def _page(reply):
 
 
 def _events(reply):
-    return EventPage([_build(Event, e) for e in reply["events"]], reply["last_seq"], reply.get("next_after"))
+    return EventPage([_build(Event, e) for e in reply["events"]], reply["last_seq"], reply.get("next_after"),
+                     reply.get("first_seq"))
 
 
 class _Ops:
@@ -282,10 +283,11 @@ class _Ops:
     def fork(self, conversation: str, seq: int, *, new_conversation: Optional[str] = None,
              model: Optional[str] = None, system: Optional[str] = None, tools: Optional[list] = None,
              params: Optional[dict] = None, metadata: Optional[dict] = None):
-        """A new conversation whose log is conversation's events 1..seq (ForkResult); the source is not
-        changed. new_conversation is its id (generated when None); model, system, tools and params
-        override the copied settings; metadata replaces the copied metadata. Tool calls unsettled at seq
-        are settled errored (cancelled) in the fork. NotFound (no source), BadRequest (seq 0 or past the
+        """A new conversation whose log is conversation's events 1..seq (ForkResult; when the source's
+        summary is carried, it stands in for the events it covers and the fork's log begins after it);
+        the source is not changed. new_conversation is its id (generated when None); model, system,
+        tools and params override the copied settings; metadata replaces the copied metadata. Tool calls
+        unsettled at seq are settled cancelled in the fork. NotFound (no source), BadRequest (seq 0 or past the
         source's last seq, bad settings), Conflict (new_conversation exists). Not retried after a lost
         connection (a retry would fork twice): on AgentdConnectionError with .sent, get() the id to see."""
         settings = _opt(model=model, system=system, tools=tools, params=params)
@@ -294,7 +296,7 @@ class _Ops:
             fields["settings"] = settings
         return self._run(_Call("fork", fields, lambda r: ForkResult(
             r["conversation"], r["forked_from"], r["last_seq"], r["copied"], r["cancelled"], r.get("summary_to"),
-            r["status"])))
+            r["status"], r.get("first_seq", 1))))
 
     def backup(self, path: str):
         """Copy the store into path (a new or empty directory; made absolute against this process's

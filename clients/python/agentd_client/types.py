@@ -114,6 +114,7 @@ class Conversation:
     metadata: Dict[str, str] = field(default_factory=dict)
     forked_from: Optional[Dict[str, Any]] = None
     run: Optional[Run] = None
+    first_seq: Optional[int] = None  # `get` only: where the log begins (a fork's may begin after its summary)
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
     _nested = {"usage": Usage, "worker": Worker, "run": Run}
 
@@ -160,10 +161,12 @@ class Event:
 @dataclass
 class EventPage:
     """`events`. next_after is set when a reply without limit stopped at 10,000 seqs: ask again with
-    after=next_after."""
+    after=next_after. first_seq is set when the log begins after seq 1 (a fork's, after its summary) and
+    after was before it: the events begin there."""
     events: List[Event]
     last_seq: int
     next_after: Optional[int] = None
+    first_seq: Optional[int] = None
 
 
 @dataclass
@@ -177,7 +180,8 @@ class Delta:
 class ForkResult:
     """`fork`: the new conversation's id, where it came from ({"conversation", "seq"}), its last seq, the
     events copied, the tool calls settled cancelled in it, the to_seq of the summary it carries (None:
-    none), and its status (idle, or active when its log owes a turn, which it then runs)."""
+    none), its status (idle, or active when its log owes a turn, which it then runs), and where its log
+    begins (1, or summary_to + 1: the carried summary stands in for the events before it)."""
     conversation: str
     forked_from: Dict[str, Any]
     last_seq: int
@@ -185,6 +189,7 @@ class ForkResult:
     cancelled: int
     summary_to: Optional[int]
     status: str
+    first_seq: int = 1
 
 
 @dataclass

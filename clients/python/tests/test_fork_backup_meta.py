@@ -55,6 +55,7 @@ def test_fork(agentd):
         assert r == ForkResult("f", {"conversation": "src", "seq": 2}, 2, 2, 0, None, "idle"), r
         f = c.get("f")
         assert f.forked_from == {"conversation": "src", "seq": 2} and f.metadata == {"team": "red"}
+        assert f.first_seq == 1 and r.first_seq == 1, (f, r)
         assert f.settings == {"model": "echo", "system": "Be long."}
         assert [e.content for e in c.events("f").events] == [e.content for e in c.events("src").events]
         g = c.fork("src", 1, metadata={"team": "blue"})
@@ -110,6 +111,22 @@ def test_busy_while_a_backup_runs(agentd, tmp_path):
             first = raw.recv()
         assert first["ok"] is True and first["bytes"] > 10 << 20, first
         assert not os.path.exists(tmp_path / "two") or os.listdir(tmp_path / "two") == []
+
+
+def test_a_fork_after_a_summary_begins_after_it(agentd):
+    with Client(agentd.socket) as c:
+        c.create("echo", conversation="s")
+        for i in range(2):
+            c.send("s", f"m{i}")
+            wait_for(lambda: c.get("s").last_seq == 2 * (i + 1) and c.get("s").status == "idle", 10, "answered")
+        s = c.compact("s")
+        assert s and s.to_seq == 3, s
+        r = c.fork("s", 4, new_conversation="sf")
+        assert (r.summary_to, r.first_seq, r.copied, r.last_seq) == (3, 4, 1, 4), r
+        assert c.get("sf").first_seq == 4 and c.get("s").first_seq == 1
+        page = c.events("sf", after=0)
+        assert page.first_seq == 4 and [e.seq for e in page.events] == [4], page
+        assert c.events("sf", after=3).first_seq is None
 
 
 def test_async_fork_backup_and_metadata(agentd, tmp_path):
