@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -373,4 +374,119 @@ long ctl_mem_available_kib(void)
 {
 	static const char *const names[] = { "MemAvailable" };
 	return field_kib("/proc/meminfo", names, 1);
+}
+
+/* ---- a closed loop of many clients ----------------------------------- */
+
+struct load_conn {
+	int fd, idx;
+	double sent; /* when the outstanding request was written */
+	size_t len;
+	char buf[8192];
+};
+
+static void load_write(struct load_conn *c, ctl_line_fn fn, void *arg)
+{
+	char line[512];
+	size_t n = fn(c->idx, line, sizeof line, arg);
+	if (n >= sizeof line)
+		bench_fail("a request line is longer than %zu bytes", sizeof line);
+	c->sent = bench_now();
+	for (size_t off = 0; off < n;) {
+		ssize_t w = write(c->fd, line + off, n - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			bench_die("write to agentd", -errno);
+		off += (size_t)w;
+	}
+}
+
+struct ctl_load_fig ctl_load(const char *const *socks, int nsocks, int clients, long nreq, ctl_line_fn fn,
+			     void *arg)
+{
+	struct load_conn *cs = calloc((size_t)clients, sizeof *cs);
+	double *lat = malloc((size_t)nreq * sizeof *lat);
+	struct epoll_event *evs = calloc((size_t)clients, sizeof *evs);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	if (!cs || !lat || !evs || ep < 0 || nsocks < 1)
+		bench_fail("out of memory");
+	for (int i = 0; i < clients; i++) {
+		struct ctl_conn cc;
+		if (ctl_connect(&cc, socks[i % nsocks], 5000))
+			bench_fail("cannot connect to agentd on %s", socks[i % nsocks]);
+		cs[i].fd = cc.fd;
+		cc.fd = -1;
+		ctl_close(&cc);
+		cs[i].idx = i;
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &cs[i] };
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, cs[i].fd, &ev) < 0)
+			bench_die("epoll_ctl", -errno);
+	}
+	long issued = 0, done = 0;
+	double t0 = bench_now();
+	for (int i = 0; i < clients && issued < nreq; i++, issued++)
+		load_write(&cs[i], fn, arg);
+	while (done < nreq) {
+		int n = epoll_wait(ep, evs, clients, 30000);
+		if (n == 0)
+			bench_fail("agentd stopped answering (%ld of %ld done)", done, nreq);
+		if (n < 0 && errno != EINTR)
+			bench_die("epoll_wait", -errno);
+		for (int k = 0; k < n; k++) {
+			struct load_conn *c = evs[k].data.ptr;
+			ssize_t r = read(c->fd, c->buf + c->len, sizeof c->buf - c->len - 1);
+			if (r <= 0)
+				bench_fail("agentd closed a client connection");
+			c->len += (size_t)r;
+			char *nl;
+			while ((nl = memchr(c->buf, '\n', c->len))) {
+				double now = bench_now();
+				*nl = 0;
+				if (!strstr(c->buf, "\"ok\":true"))
+					bench_fail("error reply: %.300s", c->buf);
+				lat[done++] = now - c->sent;
+				size_t used = (size_t)(nl - c->buf) + 1;
+				memmove(c->buf, c->buf + used, c->len - used);
+				c->len -= used;
+				if (issued < nreq) {
+					issued++;
+					load_write(c, fn, arg);
+				}
+			}
+		}
+	}
+	double elapsed = bench_now() - t0;
+	struct ctl_load_fig fg = { (double)nreq / elapsed, ctl_pct(lat, (size_t)nreq, 50) * 1e3,
+				   ctl_pct(lat, (size_t)nreq, 99) * 1e3 };
+	for (int i = 0; i < clients; i++)
+		close(cs[i].fd);
+	close(ep);
+	free(cs);
+	free(lat);
+	free(evs);
+	return fg;
+}
+
+double ctl_cpu_seconds(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* Fields after the command (which may hold spaces): from the last ')'. */
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return -1;
+	unsigned long long v[4];
+	/* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime */
+	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+		   &v[3]) != 4)
+		return -1;
+	long hz = sysconf(_SC_CLK_TCK);
+	return (double)(v[0] + v[1] + v[2] + v[3]) / (double)(hz > 0 ? hz : 100);
 }

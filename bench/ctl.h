@@ -95,4 +95,26 @@ long ctl_private_kib(pid_t pid);
 /* MemAvailable from /proc/meminfo, KiB. */
 long ctl_mem_available_kib(void);
 
+/* ---- a closed loop of many clients ----------------------------------- */
+
+/* One load's figures: requests per second and latency percentiles (ms). */
+struct ctl_load_fig {
+	double rps, p50_ms, p99_ms;
+};
+
+/* The request line of client `client` into buf (ending in '\n'); returns
+ * its length. */
+typedef size_t (*ctl_line_fn)(int client, char *buf, size_t cap, void *arg);
+
+/* nreq requests over `clients` connections, client i on socks[i % nsocks],
+ * each with one request in flight (a closed loop, as redis-benchmark without
+ * pipelining), all in one epoll thread. Latency is from the write to the
+ * reply's arrival. An error reply ends the benchmark. */
+struct ctl_load_fig ctl_load(const char *const *socks, int nsocks, int clients, long nreq, ctl_line_fn fn,
+			     void *arg);
+
+/* CPU time (user + system) of a process and its reaped children, seconds,
+ * from /proc/PID/stat; -1 when unreadable. */
+double ctl_cpu_seconds(pid_t pid);
+
 #endif

@@ -32,3 +32,7 @@ if [ ${#quick[@]} -gt 0 ]; then
 else
 	build-bench/bench/bench_failover 20 2000
 fi
+# agentd on PostgreSQL (docs/benchmarks.md, "bench_pg"): durable sends with 50
+# clients on 1 and 3 nodes beside a bare libpq loop and LMDB, and expiry
+# lateness on both backends, in a durable throwaway cluster (fsync on).
+build-bench/bench/bench_pg -d build-bench "${quick[@]}"

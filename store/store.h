@@ -64,8 +64,9 @@
  *    else -EIO.
  *  - STORE_SYNC_NONE is synchronous_commit off for the handle's sessions, and
  *    store_sync() one synchronous commit, which flushes every commit before
- *    it. STORE_WRITE_LAZY is synchronous_commit off for that transaction: a
- *    server crash may undo it, a client's kill never does.
+ *    it. STORE_WRITE_LAZY commits as STORE_WRITE does, durable when it
+ *    returns: txn ids are all 0 and store_flush has nothing to do, so what
+ *    a caller acknowledges after a commit must not wait for a later flush.
  *  - map_size and max_map_size: with max_map_size given, a quota on the bytes
  *    of the store's tables (indexes and TOAST included) plus what the write
  *    transaction writes: passing it is STORE_E_FULL. The size is measured at

@@ -694,9 +694,14 @@ static int conn_open(store *s, struct pgconn **out)
 	int fd = PQsocket(pc->c);
 	if (fd >= 0)
 		fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+	/* STORE_SYNC_FULL: a commit must be durable when it returns (see
+	 * txn_start), whatever the server's default: `off` there becomes `on`
+	 * for the store's sessions; a stronger setting (remote_apply, ...) is
+	 * kept. */
 	int err = exec_simple(pc->c, s->opts.sync == STORE_SYNC_NONE
 				     ? "SET synchronous_commit = off; SET client_min_messages = warning"
-				     : "SET client_min_messages = warning");
+				     : "SET client_min_messages = warning; SELECT set_config('synchronous_commit', 'on', "
+				       "false) WHERE current_setting('synchronous_commit') = 'off'");
 	if (!err && s->opts.idle_txn_timeout_ms > 0) {
 		char set[96];
 		snprintf(set, sizeof set, "SET idle_in_transaction_session_timeout = %lld",
@@ -1196,12 +1201,16 @@ static int txn_start(store_txn *x, int lazy)
 		s->grow_pending = 0;
 	}
 	/* A read txn's snapshot is taken by its first statement: take it now,
-	 * as LMDB's is taken at begin. */
+	 * as LMDB's is taken at begin. A lazy write commits synchronously as
+	 * any other: here every txn id is 0 and store_flush does nothing, so
+	 * agentd's frontier covers a commit as soon as it returns and sends
+	 * its replies and events at once; a commit whose WAL was not flushed
+	 * yet (synchronous_commit off) could then be undone by a crash of the
+	 * server after it was acknowledged. */
+	(void)lazy;
 	if (!err)
 		err = exec_simple(x->pc->c, !x->write ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
-				  : lazy && s->opts.sync == STORE_SYNC_FULL
-					  ? "BEGIN; SET LOCAL synchronous_commit = off"
-					  : "BEGIN");
+						      : "BEGIN");
 	return err;
 }
 

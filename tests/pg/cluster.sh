@@ -5,14 +5,26 @@
 # user "nobody" (PostgreSQL refuses root); DIR is made traversable for it.
 #
 #   tests/pg/cluster.sh start DIR   prints the conninfo prefix: host=DIR/sock port=5432 user=agentd
+#   tests/pg/cluster.sh start DIR durable   the same, durable: for benchmarks
 #   tests/pg/cluster.sh stop DIR    stops the server by the pid in its pid file
 #   tests/pg/cluster.sh restart DIR restarts it (fast shutdown: sessions are ended), same settings
 #
 # Settings favour speed over durability (fsync off): the data is thrown away.
+# `durable` keeps PostgreSQL's defaults for durability instead (fsync,
+# synchronous_commit and full_page_writes on), so a commit waits for its WAL
+# flush as on a production server, and preloads pg_stat_statements (each
+# statement counted: the benchmarks' round trips) with WAL I/O timing on.
 set -euo pipefail
 cmd=${1:-}
 dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|restart DIR" >&2; exit 2; }
+mode=${3:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|restart DIR [durable]" >&2; exit 2; }
+case "$mode" in
+"") settings="-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=32MB" ;;
+durable) settings="-c fsync=on -c synchronous_commit=on -c full_page_writes=on -c shared_buffers=128MB \
+	-c shared_preload_libraries=pg_stat_statements -c track_wal_io_timing=on" ;;
+*) echo "usage: $0 start|stop|restart DIR [durable]" >&2; exit 2 ;;
+esac
 
 bindir=""
 for d in /usr/lib/postgresql/*/bin; do
@@ -47,8 +59,7 @@ start)
 	as_owner "$bindir/initdb" -D "$dir/data" -U agentd --auth=trust --no-sync -E UTF8 --locale=C >"$dir/initdb.log" 2>&1 ||
 		{ cat "$dir/initdb.log" >&2; exit 1; }
 	as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 -o "-c listen_addresses='' -c port=5432 \
-		-c unix_socket_directories='$dir/sock' -c fsync=off -c synchronous_commit=off \
-		-c full_page_writes=off -c max_connections=200 -c shared_buffers=32MB" start >/dev/null ||
+		-c unix_socket_directories='$dir/sock' $settings -c max_connections=200" start >/dev/null ||
 		{ cat "$dir/log" >&2; exit 1; }
 	echo "host=$dir/sock port=5432 user=agentd" # the port names the socket file, whatever PGPORT says
 	;;

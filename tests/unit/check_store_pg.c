@@ -703,6 +703,34 @@ START_TEST(lost_connection_fails_the_txn_not_the_handle)
 }
 END_TEST
 
+/* Every commit is durable when it returns, a lazy one too: nothing waits
+ * for a later flush on PostgreSQL (txn ids are 0, store_flush does nothing),
+ * so agentd acknowledges right after it. The server's WAL is flushed past
+ * the commit (fsync off in the test cluster skips the disk's flush, not the
+ * flush pointer); a commit with synchronous_commit off would leave it for
+ * the WAL writer, up to 200 ms later. */
+START_TEST(lazy_commit_is_flushed_when_it_returns)
+{
+	store *s = open_ok();
+	conv_create(s, "c");
+	for (int i = 0; i < 20; i++) {
+		long before = admin_sql("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint");
+		store_txn *x;
+		uint64_t seq;
+		char eid[16];
+		snprintf(eid, sizeof eid, "e%d", i);
+		ck_assert_int_eq(store_txn_begin(s, STORE_WRITE_LAZY, &x), 0);
+		ck_assert_int_eq(append(x, "c", eid, &seq), 0);
+		ck_assert_int_eq(store_txn_commit(x), 0);
+		long flushed = admin_sql("SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint");
+		ck_assert_msg(flushed > before, "commit %d: WAL flushed to %ld, not past %ld where it began", i, flushed,
+			      before);
+		ck_assert_int_eq(store_flush(s), 0);
+	}
+	store_close(s);
+}
+END_TEST
+
 Suite *make_store_pg_suite(void)
 {
 	Suite *s = suite_create("store_pg");
@@ -725,6 +753,7 @@ Suite *make_store_pg_suite(void)
 		tcase_add_test(tc, notify_reaches_its_node_at_commit);
 		tcase_add_test(tc, notify_msg_reaches_its_node_whole);
 		tcase_add_test(tc, expiries_claim_skips_held_conversations);
+		tcase_add_test(tc, lazy_commit_is_flushed_when_it_returns);
 		suite_add_tcase(s, tc);
 	}
 	return s;
