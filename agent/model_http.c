@@ -132,6 +132,89 @@ static int retryable_status(long s)
 	return s == 408 || s == 409 || s == 429 || s >= 500;
 }
 
+/* Sorts an attempt that ran to its end: 0 when it gave the reply; -1 when
+ * it failed, with a->error saying why and *transient set when asking again
+ * may pass. The order matters: an error the stream carried is more specific
+ * than the status or the transfer's end that followed it. */
+static int attempt_classify(struct feed *f, int e, const struct http_resp *resp, const char *url,
+			    struct model_attempt *a, struct model_reply *out, int *transient)
+{
+	char msg[300];
+	*transient = 0;
+	if (f->st.failed) {
+		/* An error the stream itself carried (or one too big). */
+		seterr(a->error, sizeof a->error, "%s", f->st.err);
+		*transient = f->st.transient;
+	} else if (e == -EIO && resp->status >= 200 && resp->status < 300) {
+		seterr(a->error, sizeof a->error, "the response was cut mid-stream: %s", resp->err);
+		*transient = 1;
+	} else if (e) {
+		seterr(a->error, sizeof a->error, "cannot reach %s: %s", url, e == -EIO ? resp->err : strerror(-e));
+		*transient = 1;
+	} else if (resp->status < 200 || resp->status >= 300) {
+		server_message(resp->body, resp->body_len, msg, sizeof msg);
+		seterr(a->error, sizeof a->error, "HTTP %ld: %s", resp->status, msg);
+		*transient = retryable_status(resp->status);
+	} else if (!f->st.done && !f->events && f->hlen && f->head[0] == '{') {
+		/* A server that ignored "stream": true; asking again would
+		 * get the same. */
+		seterr(a->error, sizeof a->error, "the server answered without streaming (not an event stream): %.*s",
+		       (int)f->hlen, f->head);
+	} else if (!f->st.done) {
+		seterr(a->error, sizeof a->error, "the response ended before the stream's end");
+		*transient = 1;
+	} else if (stream_reply(&f->st, out, a->error, sizeof a->error) == 0) {
+		return 0;
+	}
+	return -1;
+}
+
+/* One POST of the rendered request, recorded in a: 0 with the reply in out,
+ * -ECANCELED when the watch said stop (nothing recorded as an error), -1
+ * when it failed (see attempt_classify). */
+static int attempt_run(const struct model_cfg *mc, const struct model_api *api, const struct model_hooks *h,
+		       const char *body, const char *const *hdrs, struct model_attempt *a, struct model_reply *out,
+		       struct model_outcome *oc, int *transient)
+{
+	struct feed f = { .api = api, .h = h };
+	sse_init(&f.sse);
+	f.st.h = h;
+	struct http_req rq = { oc->url, body, strlen(body), hdrs, mc->timeout_ms, mc->connect_timeout_ms,
+			       on_data, h ? h->watch_fd : -1, on_watch, &f };
+	struct http_resp resp;
+	int e = http_post(&rq, &resp);
+	a->status = resp.status;
+	a->elapsed_ms = resp.elapsed_ms;
+	a->retry_after_ms = resp.retry_after_ms;
+	*transient = 0;
+	int rc = e == -ECANCELED ? -ECANCELED : attempt_classify(&f, e, &resp, oc->url, a, out, transient);
+	if (rc == 0)
+		oc->latency_ms = resp.elapsed_ms;
+	http_resp_free(&resp);
+	sse_free(&f.sse);
+	stream_free(&f.st);
+	return rc;
+}
+
+/* How long to wait before attempt retry + 1: the jittered back-off, or the
+ * server's Retry-After when longer; -1 when the server asks for more than
+ * the call may wait (oc->err then says so). */
+static int64_t attempt_wait_ms(const struct model_cfg *mc, int retry, const struct model_attempt *a,
+			       struct model_outcome *oc)
+{
+	int64_t wait = jittered(mc, retry);
+	if (a->retry_after_ms > model_retry_after_max(mc)) {
+		/* Waiting that long would outlast what the worker allows
+		 * the call: say so rather than retry early. */
+		seterr(oc->err, sizeof oc->err, "model %s: %s (the server asks to retry after %lld s, over %lld s)",
+		       mc->name, a->error, (long long)(a->retry_after_ms / 1000),
+		       (long long)(model_retry_after_max(mc) / 1000));
+		log_warn("%s", oc->err);
+		return -1;
+	}
+	return a->retry_after_ms > wait ? a->retry_after_ms : wait;
+}
+
 int model_http_run(const struct model_cfg *mc, const json_t *req, const struct model_hooks *h,
 		   struct model_reply *out, struct model_outcome *oc)
 {
@@ -157,56 +240,9 @@ int model_http_run(const struct model_cfg *mc, const json_t *req, const struct m
 	int rc = -1;
 	for (int i = 0; i <= mc->retries; i++) {
 		struct model_attempt *a = &oc->att[oc->attempts++];
-		struct feed f = { .api = api, .h = h };
-		sse_init(&f.sse);
-		f.st.h = h;
-		struct http_req rq = { oc->url, body, strlen(body), hdrs, mc->timeout_ms, mc->connect_timeout_ms,
-				       on_data, h ? h->watch_fd : -1, on_watch, &f };
-		struct http_resp resp;
-		int e = http_post(&rq, &resp);
-		a->status = resp.status;
-		a->elapsed_ms = resp.elapsed_ms;
-		a->retry_after_ms = resp.retry_after_ms;
-		int transient = 0;
-		if (e == -ECANCELED) {
-			http_resp_free(&resp);
-			sse_free(&f.sse);
-			stream_free(&f.st);
-			rc = -ECANCELED;
-			break;
-		}
-		char msg[300];
-		if (f.st.failed) {
-			/* An error the stream itself carried (or one too big). */
-			seterr(a->error, sizeof a->error, "%s", f.st.err);
-			transient = f.st.transient;
-		} else if (e == -EIO && resp.status >= 200 && resp.status < 300) {
-			seterr(a->error, sizeof a->error, "the response was cut mid-stream: %s", resp.err);
-			transient = 1;
-		} else if (e) {
-			seterr(a->error, sizeof a->error, "cannot reach %s: %s", oc->url,
-				 e == -EIO ? resp.err : strerror(-e));
-			transient = 1;
-		} else if (resp.status < 200 || resp.status >= 300) {
-			server_message(resp.body, resp.body_len, msg, sizeof msg);
-			seterr(a->error, sizeof a->error, "HTTP %ld: %s", resp.status, msg);
-			transient = retryable_status(resp.status);
-		} else if (!f.st.done && !f.events && f.hlen && f.head[0] == '{') {
-			/* A server that ignored "stream": true; asking again would
-			 * get the same. */
-			seterr(a->error, sizeof a->error, "the server answered without streaming (not an event stream): %.*s",
-			       (int)f.hlen, f.head);
-		} else if (!f.st.done) {
-			seterr(a->error, sizeof a->error, "the response ended before the stream's end");
-			transient = 1;
-		} else if (stream_reply(&f.st, out, a->error, sizeof a->error) == 0) {
-			oc->latency_ms = resp.elapsed_ms;
-			rc = 0;
-		}
-		http_resp_free(&resp);
-		sse_free(&f.sse);
-		stream_free(&f.st);
-		if (rc == 0)
+		int transient;
+		rc = attempt_run(mc, api, h, body, hdrs, a, out, oc, &transient);
+		if (rc == 0 || rc == -ECANCELED)
 			break;
 		seterr(oc->err, sizeof oc->err, "model %s: %s", mc->name, a->error);
 		if (!transient || i == mc->retries) {
@@ -214,18 +250,9 @@ int model_http_run(const struct model_cfg *mc, const json_t *req, const struct m
 				 transient ? "" : " (not retried)", a->error);
 			break;
 		}
-		int64_t wait = jittered(mc, i);
-		if (a->retry_after_ms > model_retry_after_max(mc)) {
-			/* Waiting that long would outlast what the worker allows
-			 * the call: say so rather than retry early. */
-			seterr(oc->err, sizeof oc->err, "model %s: %s (the server asks to retry after %lld s, over %lld s)",
-			       mc->name, a->error, (long long)(a->retry_after_ms / 1000),
-			       (long long)(model_retry_after_max(mc) / 1000));
-			log_warn("%s", oc->err);
+		int64_t wait = attempt_wait_ms(mc, i, a, oc);
+		if (wait < 0)
 			break;
-		}
-		if (a->retry_after_ms > wait)
-			wait = a->retry_after_ms;
 		a->wait_ms = wait;
 		log_warn("model %s: attempt %d of %d failed: %s; retrying in %lld ms", mc->name, oc->attempts,
 			 mc->retries + 1, a->error, (long long)wait);
