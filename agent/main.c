@@ -1875,19 +1875,10 @@ static int parse_args(int argc, char **argv, const char **data, const char **con
 	return 0;
 }
 
-int main(int argc, char **argv, char **envp)
+/* Logging, the descriptor agentd passed, SIGPIPE, the config and the MCP
+ * servers, before the store is touched: 0, or the status to exit with. */
+static int start_up(const char *config, const char *level, int sync, int audit_on)
 {
-	const char *data = NULL, *config = NULL, *level = "info";
-	int sync = STORE_SYNC_FULL, audit_on = 0;
-	W.ipc = -1;
-	W.slot = W.slotfd = -1;
-	jsonmp_alloc_init(); /* before any JSON is read: jsonmp_loadb sees every failed allocation */
-	if (ipc_stdio_guard())
-		return EXIT_FAILURE;
-	setproctitle_init(argc, argv, envp);
-	int rc = parse_args(argc, argv, &data, &config, &level, &sync, &audit_on);
-	if (rc)
-		return rc < 0 ? 0 : rc;
 	int lv = config_log_level(level);
 	log_init("agentd-worker", lv < 0 ? LOG_INFO : lv);
 	struct stat ipc_st;
@@ -1909,6 +1900,13 @@ int main(int argc, char **argv, char **envp)
 		log_error("%s: out of memory", W.conv);
 		return IPC_EXIT_STORE;
 	}
+	return 0;
+}
+
+/* The store, opened as agentd opened it (a connection slot first on
+ * PostgreSQL): 0, or the status to exit with. */
+static int open_store(const char *data, int sync, int audit_on)
+{
 	W.data = data;
 	if (!W.run_dir)
 		W.run_dir = data;
@@ -1931,13 +1929,13 @@ int main(int argc, char **argv, char **envp)
 			  *store_open_error() ? ": " : "", store_open_error());
 		return IPC_EXIT_STORE;
 	}
-	setproctitle("%s starting", W.conv);
-	/* ipc.h: the commit this worker was started for may still be in flight. */
-	if (await_msg(IPC_GO, 0))
-		return 0;
-	load();
-	struct ipc_msg ready = { .type = IPC_READY, .num = getpid() };
-	ipc_send(W.ipc, &ready);
+	return 0;
+}
+
+/* Act on the log, then wait for the supervisor, until it says stop or is
+ * gone. */
+static void serve(void)
+{
 	for (;;) {
 		run();
 		/* Wait for the supervisor: wake, stop, compact, or its death;
@@ -1949,17 +1947,22 @@ int main(int argc, char **argv, char **envp)
 			n = poll(&p, 1, -1);
 		}
 		if (n < 0 && errno != EINTR)
-			break;
+			return;
 		int d = ipc_drain();
-		if (d == 1 && W.ncompact) { /* as stop_now, then the clean exit below */
+		if (d == 1 && W.ncompact) { /* as stop_now, then shut_down() */
 			W.compacting = 1;
 			store_take();
 			answer_compacts();
 		}
 		if (d)
-			break;
+			return;
 		store_take();
 	}
+}
+
+/* The clean exit's frees, so a leak checker sees only real leaks. */
+static void shut_down(void)
+{
 	if (W.st)
 		store_close(W.st);
 	json_decref(W.events);
@@ -1968,5 +1971,31 @@ int main(int argc, char **argv, char **envp)
 	free(W.compacts);
 	mcp_end();
 	config_free(&W.cfg);
+}
+
+int main(int argc, char **argv, char **envp)
+{
+	const char *data = NULL, *config = NULL, *level = "info";
+	int sync = STORE_SYNC_FULL, audit_on = 0;
+	W.ipc = -1;
+	W.slot = W.slotfd = -1;
+	jsonmp_alloc_init(); /* before any JSON is read: jsonmp_loadb sees every failed allocation */
+	if (ipc_stdio_guard())
+		return EXIT_FAILURE;
+	setproctitle_init(argc, argv, envp);
+	int rc = parse_args(argc, argv, &data, &config, &level, &sync, &audit_on);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	if ((rc = start_up(config, level, sync, audit_on)) || (rc = open_store(data, sync, audit_on)))
+		return rc;
+	setproctitle("%s starting", W.conv);
+	/* ipc.h: the commit this worker was started for may still be in flight. */
+	if (await_msg(IPC_GO, 0))
+		return 0;
+	load();
+	struct ipc_msg ready = { .type = IPC_READY, .num = getpid() };
+	ipc_send(W.ipc, &ready);
+	serve();
+	shut_down();
 	return 0;
 }
