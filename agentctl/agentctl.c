@@ -849,33 +849,74 @@ static const struct param *find_option(const struct param *opts, const char *nam
 static void print_command_help(const struct command *cmd, FILE *f);
 static void check_stdout(int code_if_gone);
 
-/* Parse a command's arguments into its request: a JSON object, or for raw the
- * user's line. Exits on usage errors and on --help. */
-static char *build_request(const struct command *cmd, int argc, char **argv, struct options *o,
-			   int64_t *extra_ms)
-{
-	const char **pos = held.pos = must(calloc((size_t)argc + 1, sizeof *pos));
-	int npos = 0, want = 0, nopts = 0;
-	bool only_pos = false, json_content = false;
-	const struct param *p;
-	json_t *req = held.req = must(json_object());
+/* What a command line held besides the options already applied to the
+ * request. */
+struct cmdline {
+	const char **pos;  /* positional arguments, in order (held.pos) */
+	int npos;
+	int nopts;         /* the command's own options given (not the global ones) */
+	bool json_content; /* --json-content: TEXT is JSON */
+};
 
-	for (p = cmd->pos; p->name; p++)
-		want++;
+/* The request before its arguments: id and op, and for approve and deny
+ * what the verb means, before the options add to it. */
+static json_t *request_start(const struct command *cmd)
+{
+	json_t *req = held.req = must(json_object());
 	if (cmd->op) {
 		put(req, "id", must(json_integer(1)));
 		put(req, "op", must(json_string(cmd->op)));
 	}
-	if (cmd->fixed) { /* approve, deny: what the verb means, before the options add to it */
+	if (cmd->fixed) {
 		json_t *f = must(json_loads(cmd->fixed, 0, NULL));
 		json_object_update(req, f);
 		json_decref(f);
 	}
+	return req;
+}
 
+/* -h/--help and --version answer at once wherever they stand among a
+ * command's arguments: the rest need not be valid. */
+static void exit_if_info(const struct command *cmd, const char *a)
+{
+	if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+		print_command_help(cmd, stdout);
+		check_stdout(EXIT_OK);
+		exit(EXIT_OK);
+	}
+	if (strcmp(a, "--version") == 0) {
+		printf("agentctl %s\n", AGENTD_VERSION);
+		check_stdout(EXIT_OK);
+		exit(EXIT_OK);
+	}
+}
+
+/* Option p's value: "--opt=V", or "--opt V" (then *i moves onto V); NULL
+ * for a flag. */
+static const char *option_value(const struct param *p, const char *a, size_t nlen, int argc, char **argv, int *i)
+{
+	if (p->meta) {
+		if (a[nlen] == '=')
+			return a + nlen + 1;
+		if (*i + 1 < argc)
+			return argv[++*i];
+		usage_error("option %s needs an argument (%s)", p->name, p->meta);
+	}
+	if (a[nlen] == '=')
+		usage_error("option %s takes no argument", p->name);
+	return NULL;
+}
+
+/* Sort argv: positionals into cl, global options into o, the command's
+ * options applied to req as they come. */
+static void parse_command_line(const struct command *cmd, int argc, char **argv, struct options *o, json_t *req,
+			       struct cmdline *cl)
+{
+	bool only_pos = false;
 	for (int i = 0; i < argc;) {
 		const char *a = argv[i];
 		if (only_pos || a[0] != '-' || a[1] == '\0') {
-			pos[npos++] = a;
+			cl->pos[cl->npos++] = a;
 			i++;
 			continue;
 		}
@@ -884,79 +925,85 @@ static char *build_request(const struct command *cmd, int argc, char **argv, str
 			i++;
 			continue;
 		}
-		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-			print_command_help(cmd, stdout);
-			check_stdout(EXIT_OK);
-			exit(EXIT_OK);
-		}
-		if (strcmp(a, "--version") == 0) {
-			printf("agentctl %s\n", AGENTD_VERSION);
-			check_stdout(EXIT_OK);
-			exit(EXIT_OK);
-		}
+		exit_if_info(cmd, a);
 		if (global_option(argc, argv, &i, o))
 			continue;
 		size_t nlen = strcspn(a, "=");
-		p = find_option(cmd->opt, a, nlen);
+		const struct param *p = find_option(cmd->opt, a, nlen);
 		if (!p)
 			usage_error("unknown option '%.*s'%s", (int)nlen, a,
 				    a[1] != '-' ? " (a value starting with '-' goes after --)" : "");
-		const char *val = NULL;
-		if (p->meta) {
-			if (a[nlen] == '=')
-				val = a + nlen + 1;
-			else if (i + 1 < argc)
-				val = argv[++i];
-			else
-				usage_error("option %s needs an argument (%s)", p->name, p->meta);
-		} else if (a[nlen] == '=') {
-			usage_error("option %s takes no argument", p->name);
-		}
+		const char *val = option_value(p, a, nlen, argc, argv, &i);
 		i++;
-		nopts++;
+		cl->nopts++;
 		if (p->kind == K_LOCAL)
-			json_content = true;
+			cl->json_content = true;
 		else
 			apply(p, val, req);
 	}
+}
 
+/* Usage errors for arguments missing, extra or clashing, before the
+ * positionals are applied. */
+static void check_command_line(const struct command *cmd, json_t *req, const struct cmdline *cl)
+{
+	int want = 0;
+	const struct param *p;
+	for (p = cmd->pos; p->name; p++)
+		want++;
 	if (json_object_get(req, "events")) { /* send --batch: it replaces TEXT */
-		if (npos == want)
+		if (cl->npos == want)
 			usage_error("--batch replaces TEXT: give one or the other");
-		if (json_content || json_object_get(req, "event_id"))
+		if (cl->json_content || json_object_get(req, "event_id"))
 			usage_error("--batch: each event carries its own content and event_id (no --json-content, --event-id)");
 		want--;
 	}
-	if (npos < want)
-		usage_error("missing %s", cmd->pos[npos].name);
-	if (npos > want)
-		usage_error("unexpected argument '%s'", pos[want]);
+	if (cl->npos < want)
+		usage_error("missing %s", cmd->pos[cl->npos].name);
+	if (cl->npos > want)
+		usage_error("unexpected argument '%s'", cl->pos[want]);
 	for (p = cmd->opt; p->name; p++) {
 		bool in_settings = p->kind == K_SET_STR || p->kind == K_SET_LIST || p->kind == K_SET_KV;
 		if (p->required && !json_object_get(in_settings ? json_object_get(req, "settings") : req, p->field))
 			usage_error("%s %s is required", p->name, p->meta);
 	}
-	if ((cmd->flags & CMD_NEED_OPT) && nopts == 0)
+	if ((cmd->flags & CMD_NEED_OPT) && cl->nopts == 0)
 		usage_error("nothing to do: give at least one option");
+}
 
+/* The positionals into req, then the line to send: raw's is the user's
+ * own line, every other command's is req. */
+static char *request_line(const struct command *cmd, json_t *req, const struct cmdline *cl)
+{
 	char *line = NULL;
-	for (int k = 0; k < npos; k++) {
-		p = &cmd->pos[k];
+	for (int k = 0; k < cl->npos; k++) {
+		const struct param *p = &cmd->pos[k];
 		if (p->kind == K_RAW)
-			line = raw_line(p, pos[k]);
+			line = raw_line(p, cl->pos[k]);
 		else if (p->kind == K_CONTENT)
-			add_content(p, pos[k], req, json_content);
+			add_content(p, cl->pos[k], req, cl->json_content);
 		else
-			apply(p, pos[k], req);
+			apply(p, cl->pos[k], req);
 	}
-	if (!line)
-		line = must(jsonmp_dumps(req, SEND_FLAGS, 0, NULL));
+	return line ? line : must(jsonmp_dumps(req, SEND_FLAGS, 0, NULL));
+}
+
+/* Parse a command's arguments into its request: a JSON object, or for raw the
+ * user's line. Exits on usage errors and on --help. */
+static char *build_request(const struct command *cmd, int argc, char **argv, struct options *o,
+			   int64_t *extra_ms)
+{
+	struct cmdline cl = { .pos = held.pos = must(calloc((size_t)argc + 1, sizeof *cl.pos)) };
+	json_t *req = request_start(cmd);
+	parse_command_line(cmd, argc, argv, o, req, &cl);
+	check_command_line(cmd, req, &cl);
+	char *line = request_line(cmd, req, &cl);
 
 	/* A long-poll legitimately takes up to wait_ms: the reply deadline grows by it. */
 	json_t *w = json_object_get(req, "wait_ms");
 	*extra_ms = w ? (int64_t)json_integer_value(w) : 0;
 	json_decref(req);
-	free(pos);
+	free(cl.pos);
 	held.req = NULL;
 	held.pos = NULL;
 	return line;
