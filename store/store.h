@@ -838,10 +838,11 @@ int store_runs_list(store_txn *txn, const char *conv, uint64_t before, size_t li
 /* Every run row of the store, whatever its conversation (for consistency
  * checks): grouped by conversation, in ascending id within each; conv is
  * the id of the conversation the row belongs to, len 0 when that
- * conversation does not exist (a row left behind: a damaged store). fn's
- * non-zero return stops the walk and is returned. Errors: STORE_E_INVAL
- * (no fn), STORE_E_CORRUPT (an undecodable row, or the record of its
- * conversation, after the rows before it). */
+ * conversation does not exist (a row left behind: a damaged store); the
+ * rows of a conversation whose record cannot be decoded are passed over
+ * (reading that record reports it). fn's non-zero return stops the walk
+ * and is returned. Errors: STORE_E_INVAL (no fn), STORE_E_CORRUPT (an
+ * undecodable row, after the rows before it). */
 int store_runs_each(store_txn *txn, int (*fn)(void *arg, store_bytes conv, const struct store_run *r), void *arg);
 
 #endif

@@ -3656,7 +3656,7 @@ int store_runs_each(store_txn *x, int (*fn)(void *arg, store_bytes conv, const s
 	MDB_val k, v;
 	uint64_t num = 0;
 	store_bytes conv = { NULL, 0 };
-	int err = 0, have = 0;
+	int err = 0, have = 0, unnamed = 0;
 	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
 		struct store_run r;
 		if (run_decode(&k, &v, &r)) {
@@ -3665,7 +3665,9 @@ int store_runs_each(store_txn *x, int (*fn)(void *arg, store_bytes conv, const s
 		}
 		if (!have || get_be64(k.mv_data) != num) {
 			/* The conversation these rows are under: its record's id,
-			 * none when no record has the number. */
+			 * none when no record has the number. A record that
+			 * cannot be decoded names nobody: its rows are passed
+			 * over (the record's damage is its reader's to report). */
 			unsigned char ck[8];
 			MDB_val cv;
 			struct store_conv cr;
@@ -3673,17 +3675,19 @@ int store_runs_each(store_txn *x, int (*fn)(void *arg, store_bytes conv, const s
 			have = 1;
 			memcpy(ck, k.mv_data, 8);
 			conv = (store_bytes){ NULL, 0 };
+			unnamed = 0;
 			err = get(x, x->s->convs, ck, 8, &cv);
 			if (err == STORE_E_NOTFOUND)
 				err = 0;
 			else if (err)
 				break;
-			else if (conv_decode(&cv, &cr)) {
-				err = fail(x, STORE_E_CORRUPT);
-				break;
-			} else
+			else if (conv_decode(&cv, &cr))
+				unnamed = 1;
+			else
 				conv = cr.id;
 		}
+		if (unnamed)
+			continue;
 		if ((err = fn(arg, conv, &r)) != 0)
 			break;
 	}
