@@ -501,6 +501,25 @@ static int keep(store_txn *x, PGresult *r)
 	return 0;
 }
 
+/* A statement's result r: kept on the txn, or NULL with *err set (a
+ * server error poisons the txn, read or write, since PostgreSQL aborts the
+ * transaction). */
+static PGresult *result_kept(store_txn *x, PGresult *r, int *err)
+{
+	ExecStatusType st = PQresultStatus(r);
+	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+		*err = sqlstate_err(r, x->pc->c);
+		PQclear(r);
+		x->err = x->err ? x->err : *err;
+		return NULL;
+	}
+	if ((*err = keep(x, r)) != 0) {
+		x->err = x->err ? x->err : *err;
+		return NULL;
+	}
+	return r;
+}
+
 /* Run statement q (prepared on the txn's connection at its first use) with
  * binary parameters and results. Returns the result, kept on the txn, or
  * NULL with *err set: a server error poisons the txn, read or write, since
@@ -523,18 +542,7 @@ static PGresult *run(store_txn *x, int q, const struct args *a, int *err)
 	}
 	PGresult *r = PQexecPrepared(c, name, a ? a->n : 0, a ? a->v : NULL, a ? a->len : NULL,
 				     a ? a->fmt : NULL, 1);
-	ExecStatusType st = PQresultStatus(r);
-	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-		*err = sqlstate_err(r, c);
-		PQclear(r);
-		x->err = x->err ? x->err : *err;
-		return NULL;
-	}
-	if ((*err = keep(x, r)) != 0) {
-		x->err = x->err ? x->err : *err;
-		return NULL;
-	}
-	return r;
+	return result_kept(x, r, err);
 }
 
 /* Count bytes against the quota, when there is one. A record past 1 GiB
@@ -1951,18 +1959,7 @@ static PGresult *run_sql(store_txn *x, const char *q, const struct args *a, int 
 	PGconn *c = x->pc->c;
 	PGresult *r = PQexecParams(c, q, a ? a->n : 0, NULL, a ? a->v : NULL, a ? a->len : NULL,
 				   a ? a->fmt : NULL, 1);
-	ExecStatusType st = PQresultStatus(r);
-	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-		*err = sqlstate_err(r, c);
-		PQclear(r);
-		x->err = x->err ? x->err : *err;
-		return NULL;
-	}
-	if ((*err = keep(x, r)) != 0) {
-		x->err = x->err ? x->err : *err;
-		return NULL;
-	}
-	return r;
+	return result_kept(x, r, err);
 }
 
 int store_summaries_list(store_txn *x, const char *conv, int (*fn)(void *, const struct store_summary *),
