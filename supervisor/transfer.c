@@ -934,6 +934,78 @@ static void rollback(struct imp *im)
 	}
 }
 
+/* Import loads into an empty store only: 0 when it is, else 1 (not empty)
+ * or -1 (cannot read), said on stderr. */
+static int import_check_empty(store *st, const char *shown)
+{
+	store_txn *t;
+	size_t nc = 0, ntc = 0;
+	int e;
+	if ((e = store_txn_begin(st, STORE_READ, &t)) == 0) {
+		if ((e = store_conv_ids(t, count_any, &nc)) == 1)
+			e = 0;
+		if (!e && (e = store_tool_calls_each(t, count_tc, &ntc)) == 1)
+			e = 0;
+		store_txn_abort(t);
+	}
+	if (e) {
+		fprintf(stderr, "agentd import: reading %s: %s\n", shown, store_strerror(e));
+		return -1;
+	}
+	if (nc || ntc) {
+		fprintf(stderr, "agentd import: the store %s is not empty: import loads into an empty store only; "
+			"nothing was written\n", shown);
+		return 1;
+	}
+	return 0;
+}
+
+/* Pass 2: write the checked stream, record by record, then flush the
+ * store. 0, or an error with im->err set. */
+static int import_records(struct imp *im, FILE *in, size_t nconv, FILE *progress)
+{
+	char err[512];
+	struct line l = { 0 };
+	char *buf = NULL;
+	size_t cap = 0, done = 0;
+	int e = 0;
+	rewind(in);
+	next_line(in, &l, &buf, &cap, err, sizeof err); /* the header, checked */
+	while (!e && next_line(in, &l, &buf, &cap, err, sizeof err) == 0) {
+		if (json_object_get(l.j, "end"))
+			break;
+		const char *k = l.kind;
+		if (!strcmp(k, "conv")) {
+			e = conv_start(im, l.j);
+			if (!e && progress && ++done % PROGRESS_EVERY == 0)
+				fprintf(progress, "agentd import: %zu of %zu conversations\n", done, nconv);
+		} else if (!strcmp(k, "event")) {
+			e = event_add(im, l.j);
+		} else if (!strcmp(k, "summary")) {
+			e = summary_put(im, l.j);
+		} else if (!strcmp(k, "tool_call")) {
+			e = tool_call_put(im, l.j);
+		} else if (!strcmp(k, "run")) {
+			e = run_put(im, l.j);
+		} else {
+			e = model_call_put(im, l.j);
+		}
+		if (e && !im->err[0])
+			snprintf(im->err, sizeof im->err, "line %lu (%s of conversation %s): %s", l.no, k, im->conv,
+				 store_strerror(e));
+	}
+	if (!e && (e = conv_finish(im)) && !im->err[0])
+		snprintf(im->err, sizeof im->err, "conversation %s: %s", im->conv, store_strerror(e));
+	if (!e && (e = store_sync(im->st)))
+		snprintf(im->err, sizeof im->err, "flushing the store: %s", store_strerror(e));
+	json_decref(l.j);
+	free(buf);
+	events_clear(im);
+	json_decref(im->head);
+	im->head = NULL;
+	return e;
+}
+
 int transfer_import(const char *target, FILE *in, const char *in_name, FILE *progress)
 {
 	char err[512];
@@ -961,63 +1033,11 @@ int transfer_import(const char *target, FILE *in, const char *in_name, FILE *pro
 		return -1;
 	}
 	char *shown = config_store_shown(target);
-	int rc = -1;
-	store_txn *t;
-	size_t nc = 0, ntc = 0;
-	if ((e = store_txn_begin(im.st, STORE_READ, &t)) == 0) {
-		if ((e = store_conv_ids(t, count_any, &nc)) == 1)
-			e = 0;
-		if (!e && (e = store_tool_calls_each(t, count_tc, &ntc)) == 1)
-			e = 0;
-		store_txn_abort(t);
-	}
-	if (e) {
-		fprintf(stderr, "agentd import: reading %s: %s\n", shown, store_strerror(e));
+	int rc = import_check_empty(im.st, shown);
+	if (rc)
 		goto out;
-	}
-	if (nc || ntc) {
-		fprintf(stderr, "agentd import: the store %s is not empty: import loads into an empty store only; "
-			"nothing was written\n", shown);
-		rc = 1;
-		goto out;
-	}
-	rewind(in);
-	struct line l = { 0 };
-	char *buf = NULL;
-	size_t cap = 0, done = 0;
-	next_line(in, &l, &buf, &cap, err, sizeof err); /* the header, checked */
-	while (!e && next_line(in, &l, &buf, &cap, err, sizeof err) == 0) {
-		if (json_object_get(l.j, "end"))
-			break;
-		const char *k = l.kind;
-		if (!strcmp(k, "conv")) {
-			e = conv_start(&im, l.j);
-			if (!e && progress && ++done % PROGRESS_EVERY == 0)
-				fprintf(progress, "agentd import: %zu of %zu conversations\n", done, nconv);
-		} else if (!strcmp(k, "event")) {
-			e = event_add(&im, l.j);
-		} else if (!strcmp(k, "summary")) {
-			e = summary_put(&im, l.j);
-		} else if (!strcmp(k, "tool_call")) {
-			e = tool_call_put(&im, l.j);
-		} else if (!strcmp(k, "run")) {
-			e = run_put(&im, l.j);
-		} else {
-			e = model_call_put(&im, l.j);
-		}
-		if (e && !im.err[0])
-			snprintf(im.err, sizeof im.err, "line %lu (%s of conversation %s): %s", l.no, k, im.conv,
-				 store_strerror(e));
-	}
-	if (!e && (e = conv_finish(&im)) && !im.err[0])
-		snprintf(im.err, sizeof im.err, "conversation %s: %s", im.conv, store_strerror(e));
-	if (!e && (e = store_sync(im.st)))
-		snprintf(im.err, sizeof im.err, "flushing the store: %s", store_strerror(e));
-	json_decref(l.j);
-	free(buf);
-	events_clear(&im);
-	json_decref(im.head);
-	if (e) {
+	rc = -1;
+	if (import_records(&im, in, nconv, progress)) {
 		fprintf(stderr, "agentd import: %s: %s; removing the %zu conversation(s) written\n", in_name, im.err,
 			im.done.n);
 		rollback(&im);
