@@ -224,146 +224,199 @@ static int rows(struct fork_ctx *f, const struct conv_fork_in *in, struct conv_f
 	return 0;
 }
 
+/* What the checks and reads settle before anything is written. */
+struct fork_plan {
+	json_t *settings;    /* the fork's settings, forked_from included */
+	json_t *meta;        /* the fork's metadata */
+	json_t *sum_content; /* the source's latest summary if it ends within 1..seq, else NULL */
+	uint64_t sum_from, sum_to;
+	uint64_t base; /* the fork's log begins at base + 1 */
+};
+
+static void fork_plan_free(struct fork_plan *p)
+{
+	json_decref(p->sum_content);
+	json_decref(p->settings);
+	json_decref(p->meta);
+}
+
+/* The refusals: src must exist and hold seq, dst must not exist. */
+static int fork_check(store_txn *t, const struct conv_fork_in *in, struct conv_fork_out *out, struct store_conv *src)
+{
+	struct store_conv dst;
+	int e;
+	if ((e = store_conv_get(t, in->src, src)))
+		return e;
+	if ((e = store_event_latest_seq(t, in->src, &out->src_last)))
+		return e;
+	if (in->seq < 1 || in->seq > out->src_last)
+		return STORE_E_INVAL;
+	if ((e = store_conv_get(t, in->dst, &dst)) != STORE_E_NOTFOUND)
+		return e ? e : STORE_E_CONFLICT;
+	return 0;
+}
+
+/* The fork's settings (src's, overridden by the caller's, plus where it was
+ * forked from) and metadata (the caller's, else src's). */
+static int fork_settings_make(const struct conv_fork_in *in, const struct store_conv *src, struct fork_plan *p)
+{
+	p->settings = jsonmp_unpack(src->settings.ptr, src->settings.len);
+	p->meta = in->metadata ? json_incref((json_t *)in->metadata)
+			       : src->metadata.len ? jsonmp_unpack(src->metadata.ptr, src->metadata.len) : json_object();
+	if (!json_is_object(p->settings) || !json_is_object(p->meta))
+		return STORE_E_CORRUPT;
+	if (in->settings)
+		json_object_update(p->settings, (json_t *)in->settings);
+	json_t *origin = json_pack("{sssI}", "conversation", in->src, "seq", (json_int_t)in->seq);
+	if (!origin || json_object_set_new(p->settings, CONV_FORKED_FROM, origin))
+		return -ENOMEM;
+	return 0;
+}
+
+/* src's latest summary, kept only when it ends within the prefix. */
+static int fork_summary_get(store_txn *t, const struct conv_fork_in *in, struct fork_plan *p)
+{
+	struct store_summary sum;
+	int e = store_summary_latest(t, in->src, &sum);
+	if (e == STORE_E_NOTFOUND || (e == 0 && sum.to_seq > in->seq))
+		return 0;
+	if (e)
+		return e;
+	p->sum_from = sum.from_seq;
+	p->sum_to = sum.to_seq;
+	if (!(p->sum_content = jsonmp_unpack(sum.content.ptr, sum.content.len)))
+		return STORE_E_CORRUPT;
+	return 0;
+}
+
+/* The log to copy, read before anything is written. When the summary will
+ * be carried (a turn boundary follows it within 1..seq), it stands in for
+ * 1..to_seq: the fork's log begins at to_seq + 1 and only seq - to_seq
+ * events are read and written. */
+static int fork_log_read(struct fork_ctx *f, const struct conv_fork_in *in, struct conv_fork_out *out,
+			 struct fork_plan *p)
+{
+	int e;
+	p->base = 0;
+	if ((e = store_event_first_seq(f->t, in->src, &out->src_first)))
+		return e;
+	if (p->sum_content && p->sum_to < in->seq) {
+		if ((e = read_range(f, in->src, p->sum_to, in->seq)))
+			return e;
+		if (has_marker(f->evs))
+			p->base = p->sum_to;
+		else
+			json_array_clear(f->evs);
+	}
+	if (p->base)
+		return 0;
+	/* The whole prefix: only a log that holds it can give it. */
+	if (out->src_first > 1)
+		return STORE_E_INVAL;
+	return read_range(f, in->src, 0, in->seq);
+}
+
+/* The first writes: the conversation, its metadata, the copied events and
+ * the tool call rows. */
+static int fork_log_write(struct fork_ctx *f, const struct conv_fork_in *in, struct conv_fork_out *out,
+			  const struct fork_plan *p)
+{
+	struct jsonmp_buf sb;
+	int e;
+	if ((e = conv_pack(&sb, p->settings)) == 0)
+		e = store_conv_create_at(f->t, in->dst, (store_bytes){ sb.sb.data, sb.sb.size }, p->base + 1);
+	jsonmp_buf_destroy(&sb);
+	if (e)
+		return e;
+	if (json_object_size(p->meta) && (e = pack_put(f->t, in->dst, p->meta, STORE_SET_METADATA)))
+		return e;
+	for (size_t at = 0, n = json_array_size(f->evs); at < n; at += FORK_CHUNK)
+		if ((e = append_chunk(f, at, n - at > FORK_CHUNK ? at + FORK_CHUNK : n)))
+			return e;
+	out->copied = in->seq - p->base;
+	out->first_seq = p->base + 1;
+	return rows(f, in, out);
+}
+
+/* A summary is carried only when the fork's log keeps the rule that made
+ * it: it ends before the last turn boundary, so the revival decision over
+ * "summary + the events after it" is the log's own. */
+static int fork_summary_carry(struct fork_ctx *f, const struct fork_plan *p, struct conv_fork_out *out, int *has_sum)
+{
+	struct jsonmp_buf cb;
+	int e;
+	*has_sum = 0;
+	if (!p->sum_content || p->sum_to >= f->marker)
+		return 0;
+	if ((e = conv_pack(&cb, p->sum_content)) == 0)
+		e = store_summary_put(f->t, f->dst, p->sum_from, p->sum_to, (store_bytes){ cb.sb.data, cb.sb.size },
+				      NULL);
+	jsonmp_buf_destroy(&cb);
+	if (e)
+		return e;
+	*has_sum = 1;
+	out->summary_to = p->sum_to;
+	return 0;
+}
+
+/* fsm_state and status from the conversation rules over the fork's working
+ * set (the events after a carried summary): idle, or active when its log
+ * owes a turn. */
+static int fork_state_set(struct fork_ctx *f, uint64_t sum_to, int has_sum, struct conv_fork_out *out)
+{
+	json_t *work = json_array();
+	size_t i;
+	json_t *ev;
+	int e;
+	json_array_foreach(f->evs, i, ev)
+		if (!has_sum || (uint64_t)json_integer_value(json_object_get(ev, "seq")) > sum_to)
+			json_array_append(work, ev);
+	struct tail tl;
+	if (tail_decide(work, has_sum ? sum_to : 0, &tl)) {
+		e = STORE_E_CORRUPT;
+		goto fail;
+	}
+	int owed = tl.action != TAIL_IDLE;
+	tail_free(&tl);
+	if ((e = store_event_latest_seq(f->t, f->dst, &out->last_seq)))
+		goto fail;
+	out->status = owed ? STORE_ACTIVE : STORE_IDLE;
+	if (owed) {
+		struct store_conv_patch pa = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+		e = store_conv_put(f->t, f->dst, &pa);
+	} else {
+		json_t *fsm = conv_fsm_state("idle", NULL, out->last_seq);
+		e = fsm ? pack_put(f->t, f->dst, fsm, STORE_SET_FSM) : -ENOMEM;
+		json_decref(fsm);
+	}
+fail:
+	json_decref(work);
+	return e;
+}
+
 int conv_fork(store_txn *t, const struct conv_fork_in *in, struct conv_fork_out *out)
 {
-	struct store_conv src, dst;
-	struct store_summary sum;
+	struct store_conv src;
 	struct fork_ctx f = { t, in->dst, json_array(), json_object(), json_object(), json_array(), 0, 0 };
-	json_t *settings = NULL, *meta = NULL, *sum_content = NULL, *work = NULL;
-	uint64_t sum_from = 0, sum_to = 0;
+	struct fork_plan p = { 0 };
 	int e, has_sum = 0;
 	memset(out, 0, sizeof *out);
 	if (!f.evs || !f.ids || !f.calls || !f.order) {
 		e = -ENOMEM;
 		goto out;
 	}
-	/* Checks first: each refusal leaves t usable, nothing written. */
-	if ((e = store_conv_get(t, in->src, &src)))
+	/* Checks and reads first: each refusal leaves t usable, nothing written. */
+	if ((e = fork_check(t, in, out, &src)) || (e = fork_settings_make(in, &src, &p)) ||
+	    (e = fork_summary_get(t, in, &p)) || (e = fork_log_read(&f, in, out, &p)))
 		goto out;
-	if ((e = store_event_latest_seq(t, in->src, &out->src_last)))
-		goto out;
-	if (in->seq < 1 || in->seq > out->src_last) {
-		e = STORE_E_INVAL;
-		goto out;
-	}
-	if ((e = store_conv_get(t, in->dst, &dst)) != STORE_E_NOTFOUND) {
-		e = e ? e : STORE_E_CONFLICT;
-		goto out;
-	}
-	settings = jsonmp_unpack(src.settings.ptr, src.settings.len);
-	meta = in->metadata ? json_incref((json_t *)in->metadata)
-			    : src.metadata.len ? jsonmp_unpack(src.metadata.ptr, src.metadata.len) : json_object();
-	if (!json_is_object(settings) || !json_is_object(meta)) {
-		e = STORE_E_CORRUPT;
-		goto out;
-	}
-	if (in->settings)
-		json_object_update(settings, (json_t *)in->settings);
-	json_t *origin = json_pack("{sssI}", "conversation", in->src, "seq", (json_int_t)in->seq);
-	if (!origin || json_object_set_new(settings, CONV_FORKED_FROM, origin)) {
-		e = -ENOMEM;
-		goto out;
-	}
-	e = store_summary_latest(t, in->src, &sum);
-	if (e == 0 && sum.to_seq <= in->seq) {
-		sum_from = sum.from_seq;
-		sum_to = sum.to_seq;
-		if (!(sum_content = jsonmp_unpack(sum.content.ptr, sum.content.len))) {
-			e = STORE_E_CORRUPT;
-			goto out;
-		}
-	} else if (e && e != STORE_E_NOTFOUND) {
-		goto out;
-	}
-	/* The log to copy, read before anything is written. When the summary
-	 * will be carried (a turn boundary follows it within 1..seq), it
-	 * stands in for 1..to_seq: the fork's log begins at to_seq + 1 and
-	 * only seq - to_seq events are read and written. */
-	uint64_t base = 0;
-	if ((e = store_event_first_seq(t, in->src, &out->src_first)))
-		goto out;
-	if (sum_content && sum_to < in->seq) {
-		if ((e = read_range(&f, in->src, sum_to, in->seq)))
-			goto out;
-		if (has_marker(f.evs))
-			base = sum_to;
-		else
-			json_array_clear(f.evs);
-	}
-	if (!base) {
-		/* The whole prefix: only a log that holds it can give it. */
-		if (out->src_first > 1) {
-			e = STORE_E_INVAL;
-			goto out;
-		}
-		if ((e = read_range(&f, in->src, 0, in->seq)))
-			goto out;
-	}
-	/* The writes. */
-	struct jsonmp_buf sb;
-	if ((e = conv_pack(&sb, settings)) == 0)
-		e = store_conv_create_at(t, in->dst, (store_bytes){ sb.sb.data, sb.sb.size }, base + 1);
-	jsonmp_buf_destroy(&sb);
-	if (e)
-		goto written;
-	if (json_object_size(meta) && (e = pack_put(t, in->dst, meta, STORE_SET_METADATA)))
-		goto written;
-	for (size_t at = 0, n = json_array_size(f.evs); at < n; at += FORK_CHUNK)
-		if ((e = append_chunk(&f, at, n - at > FORK_CHUNK ? at + FORK_CHUNK : n)))
-			goto written;
-	out->copied = in->seq - base;
-	out->first_seq = base + 1;
-	if ((e = rows(&f, in, out)))
-		goto written;
-	/* A summary is carried only when the fork's log keeps the rule that
-	 * made it: it ends before the last turn boundary, so the revival
-	 * decision over "summary + the events after it" is the log's own. */
-	if (sum_content && sum_to < f.marker) {
-		struct jsonmp_buf cb;
-		if ((e = conv_pack(&cb, sum_content)) == 0)
-			e = store_summary_put(t, in->dst, sum_from, sum_to, (store_bytes){ cb.sb.data, cb.sb.size }, NULL);
-		jsonmp_buf_destroy(&cb);
-		if (e)
-			goto written;
-		has_sum = 1;
-		out->summary_to = sum_to;
-	}
-	/* fsm_state and status from the conversation rules over the fork's
-	 * working set: idle, or active when its log owes a turn. */
-	work = json_array();
-	size_t i;
-	json_t *ev;
-	json_array_foreach(f.evs, i, ev)
-		if (!has_sum || (uint64_t)json_integer_value(json_object_get(ev, "seq")) > sum_to)
-			json_array_append(work, ev);
-	struct tail tl;
-	if (tail_decide(work, has_sum ? sum_to : 0, &tl)) {
-		e = STORE_E_CORRUPT;
-		goto written;
-	}
-	int owed = tl.action != TAIL_IDLE;
-	tail_free(&tl);
-	if ((e = store_event_latest_seq(t, in->dst, &out->last_seq)))
-		goto written;
-	out->status = owed ? STORE_ACTIVE : STORE_IDLE;
-	if (owed) {
-		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
-		e = store_conv_put(t, in->dst, &p);
-	} else {
-		json_t *fsm = conv_fsm_state("idle", NULL, out->last_seq);
-		e = fsm ? pack_put(t, in->dst, fsm, STORE_SET_FSM) : -ENOMEM;
-		json_decref(fsm);
-	}
-written:
+	if (!(e = fork_log_write(&f, in, out, &p)) && !(e = fork_summary_carry(&f, &p, out, &has_sum)))
+		e = fork_state_set(&f, p.sum_to, has_sum, out);
 	/* Past the first write, a refusal code would let a half-made fork
 	 * commit with the group: make it one that aborts the transaction. */
 	if (e == STORE_E_NOTFOUND || e == STORE_E_INVAL || e == STORE_E_STALE || e == STORE_E_CONFLICT)
 		e = STORE_E_CORRUPT;
 out:
-	json_decref(work);
-	json_decref(sum_content);
-	json_decref(settings);
-	json_decref(meta);
+	fork_plan_free(&p);
 	json_decref(f.evs);
 	json_decref(f.ids);
 	json_decref(f.calls);

@@ -235,6 +235,36 @@ static int check_main(int argc, char **argv)
 	return n == 0 ? 0 : n < 0 ? 2 : 1;
 }
 
+/* Export into FILE whole or not at all: written to FILE.tmp, synced, then
+ * renamed into place, so a failed export never leaves a truncated FILE. */
+static int transfer_export_file(const char *target, const char *file)
+{
+	char *tmp = NULL;
+	FILE *out = NULL;
+	if (asprintf(&tmp, "%s.tmp", file) < 0 || !(out = fopen(tmp, "we"))) {
+		fprintf(stderr, "agentd export: cannot write %s: %s\n", tmp ? tmp : file, strerror(errno));
+		free(tmp);
+		return 1;
+	}
+	int rc = transfer_export(target, out, stderr);
+	if (fsync(fileno(out)) < 0 && !rc) {
+		fprintf(stderr, "agentd export: %s: %s\n", tmp, strerror(errno));
+		rc = -1;
+	}
+	if (fclose(out) && !rc) {
+		fprintf(stderr, "agentd export: %s: %s\n", tmp, strerror(errno));
+		rc = -1;
+	}
+	if (!rc && rename(tmp, file) < 0) {
+		fprintf(stderr, "agentd export: cannot rename %s to %s: %s\n", tmp, file, strerror(errno));
+		rc = -1;
+	}
+	if (rc)
+		unlink(tmp);
+	free(tmp);
+	return rc ? 1 : 0;
+}
+
 /* `agentd export|import [--data DIR | --store TARGET] [--output|--input FILE]`. */
 static int transfer_main(int argc, char **argv)
 {
@@ -293,30 +323,7 @@ static int transfer_main(int argc, char **argv)
 	}
 	if (!file)
 		return transfer_export(target, stdout, stderr) ? 1 : 0;
-	char *tmp = NULL;
-	FILE *out = NULL;
-	if (asprintf(&tmp, "%s.tmp", file) < 0 || !(out = fopen(tmp, "we"))) {
-		fprintf(stderr, "agentd export: cannot write %s: %s\n", tmp ? tmp : file, strerror(errno));
-		free(tmp);
-		return 1;
-	}
-	int rc = transfer_export(target, out, stderr);
-	if (fsync(fileno(out)) < 0 && !rc) {
-		fprintf(stderr, "agentd export: %s: %s\n", tmp, strerror(errno));
-		rc = -1;
-	}
-	if (fclose(out) && !rc) {
-		fprintf(stderr, "agentd export: %s: %s\n", tmp, strerror(errno));
-		rc = -1;
-	}
-	if (!rc && rename(tmp, file) < 0) {
-		fprintf(stderr, "agentd export: cannot rename %s to %s: %s\n", tmp, file, strerror(errno));
-		rc = -1;
-	}
-	if (rc)
-		unlink(tmp);
-	free(tmp);
-	return rc ? 1 : 0;
+	return transfer_export_file(target, file);
 }
 
 /* `agentd backup [--data DIR] PATH`: store_backup from a process of its

@@ -439,6 +439,160 @@ static int g_bytes(json_t *o, const char *k, int nullable, store_bytes *b, unsig
 	return 0;
 }
 
+/* A base64 field is well formed (the decoded copy is freed at once). */
+static int check_bytes(json_t *o, const char *k, int nullable)
+{
+	store_bytes b;
+	unsigned char *m;
+	int r = g_bytes(o, k, nullable, &b, &m);
+	free(m);
+	return r;
+}
+
+/* The header line: an agentd export of a version this agentd reads. 0 or
+ * -1 (err set). */
+static int check_header(FILE *in, struct line *l, char **buf, size_t *cap, int *version, char *err, size_t errlen)
+{
+	int r = next_line(in, l, buf, cap, err, errlen);
+	if (r) {
+		if (r > 0)
+			snprintf(err, errlen, "an empty stream (no header line)");
+		return -1;
+	}
+	json_t *ver = json_object_get(l->j, "agentd_export");
+	if (!json_is_integer(ver)) {
+		snprintf(err, errlen, "line 1: not an agentd export (no agentd_export version)");
+		return -1;
+	}
+	if (json_integer_value(ver) < FORMAT_OLDEST || json_integer_value(ver) > FORMAT_VERSION) {
+		snprintf(err, errlen, "line 1: export format version %lld; this agentd reads versions %d to %d",
+			 (long long)json_integer_value(ver), FORMAT_OLDEST, FORMAT_VERSION);
+		return -1;
+	}
+	*version = (int)json_integer_value(ver);
+	return 0;
+}
+
+/* Each record check below: 1 when a field is missing or bad. */
+static int check_conv(json_t *j, int fv)
+{
+	int64_t v;
+	const char *id = g_str(j, "id"), *st = g_str(j, "status");
+	json_t *fs = json_object_get(j, "first_seq"); /* optional: where the log begins */
+	return !id || !store_id_valid(id, strlen(id)) || !st || store_status_parse(st, strlen(st)) < 0 ||
+	       g_int(j, "created_at", &v) || g_int(j, "updated_at", &v) || g_int(j, "input_tokens", &v) ||
+	       g_int(j, "output_tokens", &v) || !json_is_number(json_object_get(j, "cost")) ||
+	       g_int_v2(j, "turns", fv, &v) || check_bytes(j, "settings", 0) || check_bytes(j, "fsm", 1) ||
+	       check_bytes(j, "metadata", 1) || (fs && (!json_is_integer(fs) || json_integer_value(fs) < 1));
+}
+
+static int check_event(json_t *j, int fv)
+{
+	int64_t v;
+	(void)fv;
+	return g_int(j, "seq", &v) || !g_str(j, "type") || g_int(j, "inserted_at", &v) ||
+	       check_bytes(j, "content", 0) || !(json_is_null(json_object_get(j, "event_id")) || g_str(j, "event_id"));
+}
+
+static int check_summary(json_t *j, int fv)
+{
+	int64_t v;
+	(void)fv;
+	return g_int(j, "from_seq", &v) || g_int(j, "to_seq", &v) || g_int(j, "version", &v) || v < 1 ||
+	       g_int(j, "inserted_at", &v) || check_bytes(j, "content", 0);
+}
+
+static int check_tool_call(json_t *j, int fv)
+{
+	int64_t v;
+	const char *st = g_str(j, "status"), *ex = g_str(j, "executor");
+	return !g_str(j, "id") || !g_str(j, "name") || !st || store_tc_status_parse(st, strlen(st)) < 0 || !ex ||
+	       (strcmp(ex, "server") && strcmp(ex, "human")) || g_int(j, "inserted_at", &v) ||
+	       g_int(j, "resolved_at", &v) || g_int(j, "deadline", &v) || g_int_v2(j, "warn_at", fv, &v) ||
+	       g_int(j, "attempts", &v) || v < 0 || v > 1000000 || check_bytes(j, "args", 0) ||
+	       check_bytes(j, "prompt", 1) || check_bytes(j, "result", 1);
+}
+
+static int check_model_call(json_t *j, int fv)
+{
+	int64_t v;
+	(void)fv;
+	return g_int(j, "turn_ref", &v) || !g_str(j, "model") || g_int(j, "input_tokens", &v) ||
+	       g_int(j, "output_tokens", &v) || !json_is_number(json_object_get(j, "cost")) ||
+	       g_int(j, "latency_ms", &v) || g_int(j, "summary_version", &v) || g_int(j, "inserted_at", &v) ||
+	       check_bytes(j, "rendered", 0);
+}
+
+static int check_run(json_t *j, int fv)
+{
+	int64_t v;
+	(void)fv;
+	return g_int(j, "id", &v) || v < 1 || run_status_parse(g_str(j, "status")) < 0 || g_int(j, "attempt", &v) ||
+	       v < 1 || v > UINT32_MAX || g_int(j, "from_seq", &v) || g_int(j, "to_seq", &v) ||
+	       g_int(j, "first_seq", &v) || g_int(j, "last_seq", &v) || !g_str(j, "model") ||
+	       g_int(j, "input_tokens", &v) || g_int(j, "output_tokens", &v) ||
+	       !json_is_number(json_object_get(j, "cost")) || g_int(j, "started_at", &v) || g_int(j, "ended_at", &v);
+}
+
+/* The kinds of record line, in the order of the end line's counts; a kind
+ * is known only in streams of the version that added it or later. */
+#define CHECK_KINDS 6
+static const struct {
+	const char *kind;
+	const char *count; /* its key in the end line */
+	int since;
+	int (*check)(json_t *j, int fv);
+} check_kinds[CHECK_KINDS] = {
+	{ "conv", "conversations", 1, check_conv },	    { "event", "events", 1, check_event },
+	{ "summary", "summaries", 1, check_summary },	    { "tool_call", "tool_calls", 1, check_tool_call },
+	{ "model_call", "model_calls", 1, check_model_call }, { "run", "runs", 2, check_run },
+};
+
+/* The end line: each count is that of the lines before it (a count of a
+ * kind added after version 1 may be absent from a version 1 end line). 0 or
+ * -1 (err set). */
+static int check_end(json_t *end, const long long n[CHECK_KINDS], int fv, unsigned long no, char *err, size_t errlen)
+{
+	for (int i = 0; i < CHECK_KINDS; i++) {
+		const char *key = check_kinds[i].count;
+		int64_t v;
+		if ((check_kinds[i].since > 1 ? g_int_v2(end, key, fv, &v) : g_int(end, key, &v)) || v != n[i]) {
+			snprintf(err, errlen, "line %lu: the end line's count of %s is not the %lld the stream holds", no,
+				 key, n[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* One record line, counted into n; every kind but conv needs a conv line
+ * before it. 0 or -1 (err set). */
+static int check_record(const struct line *l, int fv, int *in_conv, long long n[CHECK_KINDS], char *err,
+			size_t errlen)
+{
+	const char *k = l->kind;
+	int bad = 1;
+	if (k) {
+		int i = 0;
+		while (i < CHECK_KINDS && (strcmp(k, check_kinds[i].kind) || fv < check_kinds[i].since))
+			i++;
+		if (i == CHECK_KINDS) {
+			snprintf(err, errlen, "line %lu: an unknown kind of record '%s'", l->no, k);
+			return -1;
+		}
+		if (i == 0)
+			*in_conv = 1;
+		bad = !*in_conv || check_kinds[i].check(l->j, fv);
+		n[i]++;
+	}
+	if (bad) {
+		snprintf(err, errlen, "line %lu: a %s record with a missing or bad field%s", l->no, k ? k : "kindless",
+			 *in_conv ? "" : " (or before any conversation)");
+		return -1;
+	}
+	return 0;
+}
+
 /* Pass 1: every line well formed, in order, and the counts of the trailer
  * those of the lines. nconv gets the conversations. 0 or -1 (err set). */
 static int check_stream(FILE *in, size_t *nconv, int *version, char *err, size_t errlen)
@@ -446,25 +600,11 @@ static int check_stream(FILE *in, size_t *nconv, int *version, char *err, size_t
 	struct line l = { 0 };
 	char *buf = NULL;
 	size_t cap = 0;
-	int rc = -1, r, fv;
-	long long n[6] = { 0 }; /* conversations, events, summaries, tool calls, audit rows, runs */
+	int rc = -1, r;
+	long long n[CHECK_KINDS] = { 0 };
 	int ended = 0, in_conv = 0;
-	if ((r = next_line(in, &l, &buf, &cap, err, errlen)) != 0) {
-		if (r > 0)
-			snprintf(err, errlen, "an empty stream (no header line)");
+	if (check_header(in, &l, &buf, &cap, version, err, errlen))
 		goto out;
-	}
-	json_t *ver = json_object_get(l.j, "agentd_export");
-	if (!json_is_integer(ver)) {
-		snprintf(err, errlen, "line 1: not an agentd export (no agentd_export version)");
-		goto out;
-	}
-	if (json_integer_value(ver) < FORMAT_OLDEST || json_integer_value(ver) > FORMAT_VERSION) {
-		snprintf(err, errlen, "line 1: export format version %lld; this agentd reads versions %d to %d",
-			 (long long)json_integer_value(ver), FORMAT_OLDEST, FORMAT_VERSION);
-		goto out;
-	}
-	fv = *version = (int)json_integer_value(ver);
 	while ((r = next_line(in, &l, &buf, &cap, err, errlen)) == 0) {
 		if (ended) {
 			snprintf(err, errlen, "line %lu: a line after the end", l.no);
@@ -472,92 +612,10 @@ static int check_stream(FILE *in, size_t *nconv, int *version, char *err, size_t
 		}
 		json_t *end = json_object_get(l.j, "end");
 		if (end) {
-			static const char *const keys[] = { "conversations", "events", "summaries", "tool_calls",
-							    "model_calls", "runs" };
-			for (int i = 0; i < 6; i++) {
-				int64_t v;
-				if ((i < 5 ? g_int(end, keys[i], &v) : g_int_v2(end, keys[i], fv, &v)) || v != n[i]) {
-					snprintf(err, errlen, "line %lu: the end line's count of %s is not the %lld the "
-						 "stream holds", l.no, keys[i], n[i]);
-					goto out;
-				}
-			}
+			if (check_end(end, n, *version, l.no, err, errlen))
+				goto out;
 			ended = 1;
-			continue;
-		}
-		const char *k = l.kind;
-		int64_t v;
-		store_bytes b;
-		unsigned char *m = NULL;
-		int bad = 0;
-		if (!k) {
-			bad = 1;
-		} else if (!strcmp(k, "conv")) {
-			const char *id = g_str(l.j, "id");
-			bad = !id || !store_id_valid(id, strlen(id)) || !g_str(l.j, "status") ||
-			      store_status_parse(g_str(l.j, "status"), strlen(g_str(l.j, "status"))) < 0 ||
-			      g_int(l.j, "created_at", &v) || g_int(l.j, "updated_at", &v) ||
-			      g_int(l.j, "input_tokens", &v) || g_int(l.j, "output_tokens", &v) ||
-			      !json_is_number(json_object_get(l.j, "cost")) || g_int_v2(l.j, "turns", fv, &v) ||
-			      g_bytes(l.j, "settings", 0, &b, &m);
-			free(m), m = NULL;
-			bad = bad || g_bytes(l.j, "fsm", 1, &b, &m);
-			free(m), m = NULL;
-			bad = bad || g_bytes(l.j, "metadata", 1, &b, &m);
-			free(m), m = NULL;
-			json_t *fs = json_object_get(l.j, "first_seq"); /* optional: where the log begins */
-			bad = bad || (fs && (!json_is_integer(fs) || json_integer_value(fs) < 1));
-			n[0]++;
-			in_conv = 1;
-		} else if (!strcmp(k, "event")) {
-			bad = !in_conv || g_int(l.j, "seq", &v) || !g_str(l.j, "type") || g_int(l.j, "inserted_at", &v) ||
-			      g_bytes(l.j, "content", 0, &b, &m) ||
-			      !(json_is_null(json_object_get(l.j, "event_id")) || g_str(l.j, "event_id"));
-			free(m), m = NULL;
-			n[1]++;
-		} else if (!strcmp(k, "summary")) {
-			bad = !in_conv || g_int(l.j, "from_seq", &v) || g_int(l.j, "to_seq", &v) ||
-			      g_int(l.j, "version", &v) || v < 1 || g_int(l.j, "inserted_at", &v) ||
-			      g_bytes(l.j, "content", 0, &b, &m);
-			free(m), m = NULL;
-			n[2]++;
-		} else if (!strcmp(k, "tool_call")) {
-			const char *st = g_str(l.j, "status"), *ex = g_str(l.j, "executor");
-			bad = !in_conv || !g_str(l.j, "id") || !g_str(l.j, "name") || !st ||
-			      store_tc_status_parse(st, strlen(st)) < 0 || !ex ||
-			      (strcmp(ex, "server") && strcmp(ex, "human")) || g_int(l.j, "inserted_at", &v) ||
-			      g_int(l.j, "resolved_at", &v) || g_int(l.j, "deadline", &v) ||
-			      g_int_v2(l.j, "warn_at", fv, &v) || g_int(l.j, "attempts", &v) || v < 0 || v > 1000000 ||
-			      g_bytes(l.j, "args", 0, &b, &m);
-			free(m), m = NULL;
-			bad = bad || g_bytes(l.j, "prompt", 1, &b, &m);
-			free(m), m = NULL;
-			bad = bad || g_bytes(l.j, "result", 1, &b, &m);
-			free(m), m = NULL;
-			n[3]++;
-		} else if (!strcmp(k, "model_call")) {
-			bad = !in_conv || g_int(l.j, "turn_ref", &v) || !g_str(l.j, "model") ||
-			      g_int(l.j, "input_tokens", &v) || g_int(l.j, "output_tokens", &v) ||
-			      !json_is_number(json_object_get(l.j, "cost")) || g_int(l.j, "latency_ms", &v) ||
-			      g_int(l.j, "summary_version", &v) || g_int(l.j, "inserted_at", &v) ||
-			      g_bytes(l.j, "rendered", 0, &b, &m);
-			free(m), m = NULL;
-			n[4]++;
-		} else if (!strcmp(k, "run") && fv >= 2) {
-			bad = !in_conv || g_int(l.j, "id", &v) || v < 1 || run_status_parse(g_str(l.j, "status")) < 0 ||
-			      g_int(l.j, "attempt", &v) || v < 1 || v > UINT32_MAX || g_int(l.j, "from_seq", &v) ||
-			      g_int(l.j, "to_seq", &v) || g_int(l.j, "first_seq", &v) || g_int(l.j, "last_seq", &v) ||
-			      !g_str(l.j, "model") || g_int(l.j, "input_tokens", &v) || g_int(l.j, "output_tokens", &v) ||
-			      !json_is_number(json_object_get(l.j, "cost")) || g_int(l.j, "started_at", &v) ||
-			      g_int(l.j, "ended_at", &v);
-			n[5]++;
-		} else {
-			snprintf(err, errlen, "line %lu: an unknown kind of record '%s'", l.no, k);
-			goto out;
-		}
-		if (bad) {
-			snprintf(err, errlen, "line %lu: a %s record with a missing or bad field%s", l.no, k ? k : "kindless",
-				 in_conv ? "" : " (or before any conversation)");
+		} else if (check_record(&l, *version, &in_conv, n, err, errlen)) {
 			goto out;
 		}
 	}
@@ -876,6 +934,78 @@ static void rollback(struct imp *im)
 	}
 }
 
+/* Import loads into an empty store only: 0 when it is, else 1 (not empty)
+ * or -1 (cannot read), said on stderr. */
+static int import_check_empty(store *st, const char *shown)
+{
+	store_txn *t;
+	size_t nc = 0, ntc = 0;
+	int e;
+	if ((e = store_txn_begin(st, STORE_READ, &t)) == 0) {
+		if ((e = store_conv_ids(t, count_any, &nc)) == 1)
+			e = 0;
+		if (!e && (e = store_tool_calls_each(t, count_tc, &ntc)) == 1)
+			e = 0;
+		store_txn_abort(t);
+	}
+	if (e) {
+		fprintf(stderr, "agentd import: reading %s: %s\n", shown, store_strerror(e));
+		return -1;
+	}
+	if (nc || ntc) {
+		fprintf(stderr, "agentd import: the store %s is not empty: import loads into an empty store only; "
+			"nothing was written\n", shown);
+		return 1;
+	}
+	return 0;
+}
+
+/* Pass 2: write the checked stream, record by record, then flush the
+ * store. 0, or an error with im->err set. */
+static int import_records(struct imp *im, FILE *in, size_t nconv, FILE *progress)
+{
+	char err[512];
+	struct line l = { 0 };
+	char *buf = NULL;
+	size_t cap = 0, done = 0;
+	int e = 0;
+	rewind(in);
+	next_line(in, &l, &buf, &cap, err, sizeof err); /* the header, checked */
+	while (!e && next_line(in, &l, &buf, &cap, err, sizeof err) == 0) {
+		if (json_object_get(l.j, "end"))
+			break;
+		const char *k = l.kind;
+		if (!strcmp(k, "conv")) {
+			e = conv_start(im, l.j);
+			if (!e && progress && ++done % PROGRESS_EVERY == 0)
+				fprintf(progress, "agentd import: %zu of %zu conversations\n", done, nconv);
+		} else if (!strcmp(k, "event")) {
+			e = event_add(im, l.j);
+		} else if (!strcmp(k, "summary")) {
+			e = summary_put(im, l.j);
+		} else if (!strcmp(k, "tool_call")) {
+			e = tool_call_put(im, l.j);
+		} else if (!strcmp(k, "run")) {
+			e = run_put(im, l.j);
+		} else {
+			e = model_call_put(im, l.j);
+		}
+		if (e && !im->err[0])
+			snprintf(im->err, sizeof im->err, "line %lu (%s of conversation %s): %s", l.no, k, im->conv,
+				 store_strerror(e));
+	}
+	if (!e && (e = conv_finish(im)) && !im->err[0])
+		snprintf(im->err, sizeof im->err, "conversation %s: %s", im->conv, store_strerror(e));
+	if (!e && (e = store_sync(im->st)))
+		snprintf(im->err, sizeof im->err, "flushing the store: %s", store_strerror(e));
+	json_decref(l.j);
+	free(buf);
+	events_clear(im);
+	json_decref(im->head);
+	im->head = NULL;
+	return e;
+}
+
 int transfer_import(const char *target, FILE *in, const char *in_name, FILE *progress)
 {
 	char err[512];
@@ -903,63 +1033,11 @@ int transfer_import(const char *target, FILE *in, const char *in_name, FILE *pro
 		return -1;
 	}
 	char *shown = config_store_shown(target);
-	int rc = -1;
-	store_txn *t;
-	size_t nc = 0, ntc = 0;
-	if ((e = store_txn_begin(im.st, STORE_READ, &t)) == 0) {
-		if ((e = store_conv_ids(t, count_any, &nc)) == 1)
-			e = 0;
-		if (!e && (e = store_tool_calls_each(t, count_tc, &ntc)) == 1)
-			e = 0;
-		store_txn_abort(t);
-	}
-	if (e) {
-		fprintf(stderr, "agentd import: reading %s: %s\n", shown, store_strerror(e));
+	int rc = import_check_empty(im.st, shown);
+	if (rc)
 		goto out;
-	}
-	if (nc || ntc) {
-		fprintf(stderr, "agentd import: the store %s is not empty: import loads into an empty store only; "
-			"nothing was written\n", shown);
-		rc = 1;
-		goto out;
-	}
-	rewind(in);
-	struct line l = { 0 };
-	char *buf = NULL;
-	size_t cap = 0, done = 0;
-	next_line(in, &l, &buf, &cap, err, sizeof err); /* the header, checked */
-	while (!e && next_line(in, &l, &buf, &cap, err, sizeof err) == 0) {
-		if (json_object_get(l.j, "end"))
-			break;
-		const char *k = l.kind;
-		if (!strcmp(k, "conv")) {
-			e = conv_start(&im, l.j);
-			if (!e && progress && ++done % PROGRESS_EVERY == 0)
-				fprintf(progress, "agentd import: %zu of %zu conversations\n", done, nconv);
-		} else if (!strcmp(k, "event")) {
-			e = event_add(&im, l.j);
-		} else if (!strcmp(k, "summary")) {
-			e = summary_put(&im, l.j);
-		} else if (!strcmp(k, "tool_call")) {
-			e = tool_call_put(&im, l.j);
-		} else if (!strcmp(k, "run")) {
-			e = run_put(&im, l.j);
-		} else {
-			e = model_call_put(&im, l.j);
-		}
-		if (e && !im.err[0])
-			snprintf(im.err, sizeof im.err, "line %lu (%s of conversation %s): %s", l.no, k, im.conv,
-				 store_strerror(e));
-	}
-	if (!e && (e = conv_finish(&im)) && !im.err[0])
-		snprintf(im.err, sizeof im.err, "conversation %s: %s", im.conv, store_strerror(e));
-	if (!e && (e = store_sync(im.st)))
-		snprintf(im.err, sizeof im.err, "flushing the store: %s", store_strerror(e));
-	json_decref(l.j);
-	free(buf);
-	events_clear(&im);
-	json_decref(im.head);
-	if (e) {
+	rc = -1;
+	if (import_records(&im, in, nconv, progress)) {
 		fprintf(stderr, "agentd import: %s: %s; removing the %zu conversation(s) written\n", in_name, im.err,
 			im.done.n);
 		rollback(&im);
