@@ -73,11 +73,9 @@ static void problem(struct ck *c, const char *fmt, ...)
 	fputc('\n', c->out);
 }
 
-static int on_event(void *arg, const struct store_event *ev)
+/* The seq follows the one before it, from where the log begins. */
+static void event_seq_check(struct ck *c, const struct store_event *ev)
 {
-	struct ck *c = arg;
-	char type[40];
-	c->nevents++;
 	if (ev->seq != c->prev_seq + 1 && c->first > 1)
 		problem(c, "seq %llu follows %llu: the log must be %llu..N without a gap", (unsigned long long)ev->seq,
 			(unsigned long long)c->prev_seq, (unsigned long long)c->first);
@@ -85,64 +83,66 @@ static int on_event(void *arg, const struct store_event *ev)
 		problem(c, "seq %llu follows %llu: the log must be 1..N without a gap", (unsigned long long)ev->seq,
 			(unsigned long long)c->prev_seq);
 	c->prev_seq = ev->seq;
-	snprintf(type, sizeof type, "%.*s", (int)ev->type.len, (const char *)ev->type.ptr);
-	if (ev->event_id.len) {
-		/* The idempotency index must send a repeated event_id to this
-		 * event: anything else would append a retried send twice. */
-		uint64_t at = 0;
-		int e = store_event_id_seq(c->t, c->conv, (const char *)ev->event_id.ptr, ev->event_id.len, &at);
-		if (e)
-			problem(c, "seq %llu: its event_id %.*s is not in the idempotency index (%s)",
-				(unsigned long long)ev->seq, (int)ev->event_id.len, (const char *)ev->event_id.ptr,
-				store_strerror(e));
-		else if (at != ev->seq)
-			problem(c, "seq %llu: its event_id %.*s is indexed to seq %llu", (unsigned long long)ev->seq,
-				(int)ev->event_id.len, (const char *)ev->event_id.ptr, (unsigned long long)at);
-		char eid[STORE_EVENT_ID_MAX + 1];
-		snprintf(eid, sizeof eid, "%.*s", (int)ev->event_id.len, (const char *)ev->event_id.ptr);
-		kept(c, json_object_set_new_nocheck(c->eids, eid, json_integer((json_int_t)ev->seq))); /* any bytes */
+}
+
+/* The idempotency index must send a repeated event_id to this event:
+ * anything else would append a retried send twice. */
+static void event_id_check(struct ck *c, const struct store_event *ev)
+{
+	uint64_t at = 0;
+	int e = store_event_id_seq(c->t, c->conv, (const char *)ev->event_id.ptr, ev->event_id.len, &at);
+	if (e)
+		problem(c, "seq %llu: its event_id %.*s is not in the idempotency index (%s)", (unsigned long long)ev->seq,
+			(int)ev->event_id.len, (const char *)ev->event_id.ptr, store_strerror(e));
+	else if (at != ev->seq)
+		problem(c, "seq %llu: its event_id %.*s is indexed to seq %llu", (unsigned long long)ev->seq,
+			(int)ev->event_id.len, (const char *)ev->event_id.ptr, (unsigned long long)at);
+	char eid[STORE_EVENT_ID_MAX + 1];
+	snprintf(eid, sizeof eid, "%.*s", (int)ev->event_id.len, (const char *)ev->event_id.ptr);
+	kept(c, json_object_set_new_nocheck(c->eids, eid, json_integer((json_int_t)ev->seq))); /* any bytes */
+}
+
+/* A tool_result or resolution settles a call once. */
+static void event_settles(struct ck *c, const struct store_event *ev, const char *type, const char *id,
+			  json_t *content)
+{
+	json_t *call = id ? json_object_get(c->calls, id) : NULL;
+	if (!call && id && c->first > 1) {
+		/* Its tool_call may be in what the summary stands in for:
+		 * only settling it twice is wrong. */
+		json_int_t n = json_integer_value(json_object_get(c->outside, id)) + 1;
+		kept(c, json_object_set_new(c->outside, id, json_integer(n)));
+		if (n > 1)
+			problem(c, "tool call %s settled %lld times (seq %llu)", id, (long long)n,
+				(unsigned long long)ev->seq);
+	} else if (!call) {
+		problem(c, "seq %llu: %s for tool call %s that has no tool_call event", (unsigned long long)ev->seq, type,
+			id ? id : "(none)");
+	} else {
+		json_int_t n = json_integer_value(json_object_get(call, "settled")) + 1;
+		kept(c, json_object_set_new(call, "settled", json_integer(n)));
+		kept(c, json_object_set(call, "status", json_object_get(content, "status")));
+		if (n > 1)
+			problem(c, "tool call %s settled %lld times (seq %llu)", id, (long long)n,
+				(unsigned long long)ev->seq);
 	}
-	json_t *content;
-	if (jsonmp_decode(ev->content.ptr, ev->content.len, &content) == -ENOMEM) {
-		kept(c, -1); /* not the record's fault */
-		return 0;
-	}
-	if (!json_is_object(content)) {
-		problem(c, "seq %llu (%s): content is not a JSON object", (unsigned long long)ev->seq, type);
-		json_decref(content);
-		return 0;
-	}
+}
+
+/* What each type of event must say: a tool_call once, a settlement of a
+ * known call once, one model answer per turn context. */
+static void event_content_check(struct ck *c, const struct store_event *ev, const char *type, json_t *content)
+{
 	const char *id = json_string_value(json_object_get(content, "tool_call_id"));
 	if (!strcmp(type, "tool_call")) {
-		if (!id) {
+		if (!id)
 			problem(c, "seq %llu: tool_call without tool_call_id", (unsigned long long)ev->seq);
-		} else if (json_object_get(c->calls, id)) {
+		else if (json_object_get(c->calls, id))
 			problem(c, "seq %llu: tool_call %s appears twice", (unsigned long long)ev->seq, id);
-		} else {
+		else
 			kept(c, json_object_set_new(c->calls, id, json_pack("{s:O, s:i, s:s}", "executor",
 						    json_object_get(content, "executor"), "settled", 0, "status", "")));
-		}
 	} else if (!strcmp(type, "tool_result") || !strcmp(type, "resolution")) {
-		json_t *call = id ? json_object_get(c->calls, id) : NULL;
-		if (!call && id && c->first > 1) {
-			/* Its tool_call may be in what the summary stands in for:
-			 * only settling it twice is wrong. */
-			json_int_t n = json_integer_value(json_object_get(c->outside, id)) + 1;
-			kept(c, json_object_set_new(c->outside, id, json_integer(n)));
-			if (n > 1)
-				problem(c, "tool call %s settled %lld times (seq %llu)", id, (long long)n,
-					(unsigned long long)ev->seq);
-		} else if (!call) {
-			problem(c, "seq %llu: %s for tool call %s that has no tool_call event", (unsigned long long)ev->seq,
-				type, id ? id : "(none)");
-		} else {
-			json_int_t n = json_integer_value(json_object_get(call, "settled")) + 1;
-			kept(c, json_object_set_new(call, "settled", json_integer(n)));
-			kept(c, json_object_set(call, "status", json_object_get(content, "status")));
-			if (n > 1)
-				problem(c, "tool call %s settled %lld times (seq %llu)", id, (long long)n,
-					(unsigned long long)ev->seq);
-		}
+		event_settles(c, ev, type, id, content);
 	} else if (!strcmp(type, "assistant_msg")) {
 		json_t *cs = json_object_get(content, "context_seq");
 		uint64_t ctx = json_is_integer(cs) ? (uint64_t)json_integer_value(cs) : 0;
@@ -153,6 +153,28 @@ static int on_event(void *arg, const struct store_event *ev)
 				(unsigned long long)ev->seq, (unsigned long long)ctx, (unsigned long long)c->last_ctx);
 		c->last_ctx = ctx;
 	}
+}
+
+static int on_event(void *arg, const struct store_event *ev)
+{
+	struct ck *c = arg;
+	char type[40];
+	c->nevents++;
+	event_seq_check(c, ev);
+	snprintf(type, sizeof type, "%.*s", (int)ev->type.len, (const char *)ev->type.ptr);
+	if (ev->event_id.len)
+		event_id_check(c, ev);
+	json_t *content;
+	if (jsonmp_decode(ev->content.ptr, ev->content.len, &content) == -ENOMEM) {
+		kept(c, -1); /* not the record's fault */
+		return 0;
+	}
+	if (!json_is_object(content)) {
+		problem(c, "seq %llu (%s): content is not a JSON object", (unsigned long long)ev->seq, type);
+		json_decref(content);
+		return 0;
+	}
+	event_content_check(c, ev, type, content);
 	if (ev->seq > c->after)
 		kept(c, json_array_append_new(c->events, json_pack("{s:I, s:s, s:o}", "seq", (json_int_t)ev->seq, "type",
 								   type, "content", content)));

@@ -837,6 +837,69 @@ static void budget_resume(struct store_conv_patch *p, struct wres *r)
 	}
 }
 
+/* w_update's new settings: the stored ones with the request's merged in,
+ * packed into b and set in p. 0, or -1 with j's error set. */
+static int update_settings(struct job *j, const struct store_conv *c, struct jsonmp_buf *b,
+			   struct store_conv_patch *p)
+{
+	json_t *merged;
+	int de = jsonmp_decode(c->settings.ptr, c->settings.len, &merged);
+	if (de == -ENOMEM || (!de && json_object_update(merged, j->rq.settings))) {
+		json_decref(merged);
+		job_error(j, PERR_INTERNAL, "out of memory"); /* never settings stored short of a key */
+		return -1;
+	}
+	if (!json_is_object(merged)) {
+		json_decref(merged);
+		job_error(j, PERR_INTERNAL, "stored settings of %s are unreadable", j->rq.conv);
+		return -1;
+	}
+	de = pack_json(b, merged);
+	json_decref(merged);
+	if (de) {
+		pack_error(j, de, "settings");
+		return -1;
+	}
+	p->set |= STORE_SET_SETTINGS;
+	p->settings = (store_bytes){ b->sb.data, b->sb.size };
+	return 0;
+}
+
+/* w_update's new metadata, merged as settings are; allowed on an ended
+ * conversation too (labels for what is kept, not for what runs). Packed
+ * into mb and set in p. 0, or -1 with j's error set. */
+static int update_metadata(struct job *j, const struct store_conv *c, struct jsonmp_buf *mb,
+			   struct store_conv_patch *p)
+{
+	json_t *m = meta_merge(j, c);
+	if (!m)
+		return -1;
+	int bad = pack_json(mb, m);
+	json_decref(m);
+	if (bad)
+		return job_error(j, PERR_INTERNAL, "metadata cannot be packed"), -1;
+	p->set |= STORE_SET_METADATA;
+	p->metadata = (store_bytes){ mb->sb.data, mb->sb.size };
+	return 0;
+}
+
+/* w_update's writes: the patch, and what ending or resuming brings. */
+static int update_write(store_txn *t, struct job *j, const struct store_conv *c, const struct store_conv_patch *p,
+			const struct wres *r)
+{
+	int e = p->set ? store_conv_put(t, j->rq.conv, p) : 0;
+	/* Ended, its worker is stopped and none starts again: a run still
+	 * running would stay so for good. It ends interrupted here; a worker
+	 * that still completes the turn ends it as it does every run. */
+	if (!e && j->rq.status == STORE_ENDED && c->status != STORE_ENDED)
+		e = conv_run_end(t, j->rq.conv, STORE_RUN_INTERRUPTED);
+	if (!e && j->rq.status == STORE_ENDED) /* a worker on another node: that node stops it */
+		e = forward_tell(t, j->rq.conv, "end");
+	if (!e && r->resumed)
+		e = lease_ahead(t, j->rq.conv);
+	return e;
+}
+
 static int w_update(store_txn *t, struct job *j, struct wres *r)
 {
 	struct store_conv c;
@@ -848,33 +911,15 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 		return 0;
 	}
 	struct store_conv_patch p = { 0 };
-	struct jsonmp_buf b = { 0 };
-	int have_buf = 0;
+	struct jsonmp_buf b = { 0 }, mb = { 0 };
+	int have_buf = 0, have_mb = 0;
 	r->usage = c.usage;
 	r->turns = c.turns;
 	r->resumed = 0;
 	if (j->rq.settings) {
-		json_t *merged;
-		int de = jsonmp_decode(c.settings.ptr, c.settings.len, &merged);
-		if (de == -ENOMEM || (!de && json_object_update(merged, j->rq.settings))) {
-			json_decref(merged);
-			job_error(j, PERR_INTERNAL, "out of memory"); /* never settings stored short of a key */
+		if (update_settings(j, &c, &b, &p))
 			return 0;
-		}
-		if (!json_is_object(merged)) {
-			json_decref(merged);
-			job_error(j, PERR_INTERNAL, "stored settings of %s are unreadable", j->rq.conv);
-			return 0;
-		}
-		de = pack_json(&b, merged);
-		json_decref(merged);
-		if (de) {
-			pack_error(j, de, "settings");
-			return 0;
-		}
 		have_buf = 1;
-		p.set |= STORE_SET_SETTINGS;
-		p.settings = (store_bytes){ b.sb.data, b.sb.size };
 	}
 	if (j->rq.status == STORE_ENDED) {
 		p.set |= STORE_SET_STATUS;
@@ -882,38 +927,15 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 	} else if (c.status == STORE_PAUSED && j->rq.settings) {
 		budget_resume(&p, r);
 	}
-	struct jsonmp_buf mb = { 0 };
-	int have_mb = 0;
 	if (j->rq.metadata) {
-		/* Merged, as settings are; allowed on an ended conversation too
-		 * (labels for what is kept, not for what runs). */
-		json_t *m = meta_merge(j, &c);
-		if (!m) {
+		if (update_metadata(j, &c, &mb, &p)) {
 			if (have_buf)
 				jsonmp_buf_destroy(&b);
 			return 0;
 		}
-		int bad = pack_json(&mb, m);
-		json_decref(m);
-		if (bad) {
-			if (have_buf)
-				jsonmp_buf_destroy(&b);
-			return job_error(j, PERR_INTERNAL, "metadata cannot be packed"), 0;
-		}
 		have_mb = 1;
-		p.set |= STORE_SET_METADATA;
-		p.metadata = (store_bytes){ mb.sb.data, mb.sb.size };
 	}
-	e = p.set ? store_conv_put(t, j->rq.conv, &p) : 0;
-	/* Ended, its worker is stopped and none starts again: a run still
-	 * running would stay so for good. It ends interrupted here; a worker
-	 * that still completes the turn ends it as it does every run. */
-	if (!e && j->rq.status == STORE_ENDED && c.status != STORE_ENDED)
-		e = conv_run_end(t, j->rq.conv, STORE_RUN_INTERRUPTED);
-	if (!e && j->rq.status == STORE_ENDED) /* a worker on another node: that node stops it */
-		e = forward_tell(t, j->rq.conv, "end");
-	if (!e && r->resumed)
-		e = lease_ahead(t, j->rq.conv);
+	e = update_write(t, j, &c, &p, r);
 	if (have_buf)
 		jsonmp_buf_destroy(&b);
 	if (have_mb)
