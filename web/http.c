@@ -753,9 +753,171 @@ static int authenticate(struct MHD_Connection *c, struct who *w)
 	return 0;
 }
 
+/* ---- routes ---- */
+
 static int is_page(const char *url)
 {
 	return !strcmp(url, "/") || !strcmp(url, "/index.html");
+}
+
+/* A route's handler. w is who asked: zeroed on the open routes. */
+typedef enum MHD_Result route_fn(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w);
+
+static enum MHD_Result route_asset(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+{
+	return send_asset(c, url);
+}
+
+static enum MHD_Result route_page(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+{
+	return send_asset(c, "/index.html");
+}
+
+static enum MHD_Result route_login_form(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+{
+	const char *once = arg(c, "once");
+	if (!once)
+		return send_login(c, 200, "Enter the access token (from the token file) to sign in.");
+	if (!auth_link_use(once))
+		return send_login(c, 403, "This login link was used already or has expired: ask for a new one, or use the token.");
+	return start_session(c, "", 1);
+}
+
+static enum MHD_Result route_login(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+{
+	char token[300], name[AUTH_NAME_MAX + 8];
+	form_value(rq->body, rq->len, "name", name, sizeof name);
+	if (!form_value(rq->body, rq->len, "token", token, sizeof token) || !auth_token_ok(token, strlen(token)))
+		return send_login(c, 403, "Wrong token.");
+	if (!auth_name_ok(name))
+		return send_login(c, 400, "The name must be at most 100 bytes of printable text.");
+	return start_session(c, name, 0);
+}
+
+static enum MHD_Result route_metrics(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+{
+	enum MHD_Result ret;
+	json_t *r = agentd(c, json_pack("{ss}", "op", "metrics"), &ret);
+	if (!r)
+		return ret;
+	const char *t = json_string_value(json_object_get(r, "text"));
+	char *copy = strdup(t ? t : "");
+	json_decref(r);
+	if (!copy)
+		return MHD_NO;
+	return send_buf(c, 200, "text/plain; version=0.0.4; charset=utf-8", copy, strlen(copy), MHD_RESPMEM_MUST_FREE,
+			NULL);
+}
+
+static enum MHD_Result route_session(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+{
+	char name[AUTH_NAME_MAX + 1];
+	by_name(c, w, name, sizeof name);
+	return send_json(c, 200, json_pack("{sssssbsisbss}", "name", w->name, "csrf", w->session ? w->csrf : "",
+					   "session", w->session, "poll_ms", CFG->poll_ms, "name_from_proxy",
+					   CFG->user_header && MHD_lookup_connection_value(c, MHD_HEADER_KIND, CFG->user_header),
+					   "by", name));
+}
+
+static enum MHD_Result route_session_name(struct MHD_Connection *c, const char *url, struct req *rq,
+					  const struct who *w)
+{
+	json_t *b = json_loadb(rq->body ? rq->body : "", rq->len, 0, NULL);
+	const char *name = json_string_value(json_object_get(b, "name"));
+	int e = !w->session ? -EPERM : !name ? -EINVAL : auth_session_name(w->id, name);
+	json_decref(b);
+	if (e)
+		return send_error(c, 400, "bad_request", "expected {\"name\": at most 100 bytes of printable text}");
+	return send_json(c, 200, json_pack("{sb}", "ok", 1));
+}
+
+static enum MHD_Result route_logout(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+{
+	char cookie[256];
+	if (w->session)
+		auth_session_end(w->id);
+	cookie_line(cookie, sizeof cookie, "", 1);
+	return send_buf(c, 200, "application/json", "{\"ok\":true}", 11, MHD_RESPMEM_PERSISTENT, cookie);
+}
+
+/* The API routes: each passes on to its api_* function. */
+#define ROUTE_API(fname, call)                                                                                  \
+	static enum MHD_Result fname(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w) \
+	{                                                                                                        \
+		return call;                                                                                     \
+	}
+ROUTE_API(route_pending, api_pending(c))
+ROUTE_API(route_conversations, api_conversations(c))
+ROUTE_API(route_conversation, api_by_id(c, "get", "id", "conversation"))
+ROUTE_API(route_tool_calls, api_by_id(c, "tool_calls", "conversation", "conversation"))
+ROUTE_API(route_tool_call, api_by_id(c, "tool_call", "id", "tool_call_id"))
+ROUTE_API(route_audit, api_by_id(c, "audit", "conversation", "conversation"))
+ROUTE_API(route_events, api_events(c))
+ROUTE_API(route_watch, api_watch(c))
+ROUTE_API(route_status, proxy(c, json_pack("{ss}", "op", "status")))
+ROUTE_API(route_runs, api_runs(c))
+ROUTE_API(route_nodes, api_nodes(c))
+ROUTE_API(route_resolve, api_resolve(c, rq, w))
+#undef ROUTE_API
+
+enum {
+	ROUTE_OPEN = 1,   /* served without credentials: the login form and what signs in */
+	ROUTE_ORIGIN = 2, /* an open POST that must still come from our page (Origin) */
+};
+
+/* One row per method and path; "GET" answers HEAD too. Every row without
+ * ROUTE_OPEN needs a session or the token, and a session's POST also passes
+ * the Origin and CSRF checks. A path known under the other method only is
+ * answered 404, like an unknown path. */
+static const struct route {
+	const char *method, *path;
+	int flags;
+	route_fn *fn;
+} ROUTES[] = {
+	{"GET", "/login.css", ROUTE_OPEN, route_asset},
+	{"GET", "/favicon.svg", ROUTE_OPEN, route_asset},
+	{"GET", "/login", ROUTE_OPEN, route_login_form},
+	{"POST", "/login", ROUTE_OPEN | ROUTE_ORIGIN, route_login},
+	{"GET", "/", 0, route_page},
+	{"GET", "/index.html", 0, route_page},
+	{"GET", "/app.js", 0, route_asset},
+	{"GET", "/app.css", 0, route_asset},
+	{"GET", "/metrics", 0, route_metrics},
+	{"GET", "/api/session", 0, route_session},
+	{"POST", "/api/session", 0, route_session_name},
+	{"POST", "/logout", 0, route_logout},
+	{"GET", "/api/pending", 0, route_pending},
+	{"GET", "/api/conversations", 0, route_conversations},
+	{"GET", "/api/conversation", 0, route_conversation},
+	{"GET", "/api/tool_calls", 0, route_tool_calls},
+	{"GET", "/api/tool_call", 0, route_tool_call},
+	{"GET", "/api/audit", 0, route_audit},
+	{"GET", "/api/events", 0, route_events},
+	{"GET", "/api/watch", 0, route_watch},
+	{"GET", "/api/status", 0, route_status},
+	{"GET", "/api/runs", 0, route_runs},
+	{"GET", "/api/nodes", 0, route_nodes},
+	{"POST", "/api/resolve", 0, route_resolve},
+};
+
+static const struct route *route_find(const char *url, int post)
+{
+	for (size_t i = 0; i < sizeof ROUTES / sizeof *ROUTES; i++)
+		if (!strcmp(ROUTES[i].method, post ? "POST" : "GET") && !strcmp(ROUTES[i].path, url))
+			return &ROUTES[i];
+	return NULL;
+}
+
+/* 401 in the form the asker reads: the sign-in page for the page, text for
+ * a metrics scraper, JSON for the API. */
+static enum MHD_Result send_unauthorized(struct MHD_Connection *c, const char *url, int get)
+{
+	if (is_page(url) && get)
+		return send_login(c, 401, "Sign in first: enter the access token (from the token file).");
+	if (!strcmp(url, "/metrics"))
+		return send_buf(c, 401, "text/plain; charset=utf-8", "401 unauthorized: send Authorization: Bearer TOKEN\n", 51,
+				MHD_RESPMEM_PERSISTENT, NULL);
+	return send_error(c, 401, "unauthorized", "sign in, or send Authorization: Bearer TOKEN");
 }
 
 static enum MHD_Result route(struct MHD_Connection *c, const char *url, const char *method, struct req *rq)
@@ -769,115 +931,29 @@ static enum MHD_Result route(struct MHD_Connection *c, const char *url, const ch
 	if (rq->too_large)
 		return send_error(c, 413, "too_large", "the request body is too large");
 
-	/* The only routes open without credentials: the login form, and
-	 * what signs in. */
-	if ((!strcmp(url, "/login.css") || !strcmp(url, "/favicon.svg")) && get)
-		return send_asset(c, url);
-	if (!strcmp(url, "/login") && get) {
-		const char *once = arg(c, "once");
-		if (!once)
-			return send_login(c, 200, "Enter the access token (from the token file) to sign in.");
-		if (!auth_link_use(once))
-			return send_login(c, 403, "This login link was used already or has expired: ask for a new one, or use the token.");
-		return start_session(c, "", 1);
-	}
-	if (!strcmp(url, "/login") && post) {
-		char token[300], name[AUTH_NAME_MAX + 8];
-		if (!origin_ok(c))
+	const struct route *rt = route_find(url, post);
+	if (rt && (rt->flags & ROUTE_OPEN)) {
+		if ((rt->flags & ROUTE_ORIGIN) && !origin_ok(c))
 			return send_error(c, 403, "forbidden", "cross-origin request refused");
-		form_value(rq->body, rq->len, "name", name, sizeof name);
-		if (!form_value(rq->body, rq->len, "token", token, sizeof token) || !auth_token_ok(token, strlen(token)))
-			return send_login(c, 403, "Wrong token.");
-		if (!auth_name_ok(name))
-			return send_login(c, 400, "The name must be at most 100 bytes of printable text.");
-		return start_session(c, name, 0);
+		memset(&w, 0, sizeof w);
+		return rt->fn(c, url, rq, &w);
 	}
-
-	if (!authenticate(c, &w)) {
-		if (is_page(url) && get)
-			return send_login(c, 401, "Sign in first: enter the access token (from the token file).");
-		if (!strcmp(url, "/metrics"))
-			return send_buf(c, 401, "text/plain; charset=utf-8", "401 unauthorized: send Authorization: Bearer TOKEN\n",
-					51, MHD_RESPMEM_PERSISTENT, NULL);
-		return send_error(c, 401, "unauthorized", "sign in, or send Authorization: Bearer TOKEN");
-	}
+	if (!authenticate(c, &w))
+		return send_unauthorized(c, url, get);
 	if (post && w.session) {
 		/* A cookie goes along with any request the browser makes,
 		 * whoever's page asks: a POST must come from our page (Origin)
-		 * and prove it read our session (the CSRF token). */
+		 * and prove it read our session (the CSRF token). Checked
+		 * before the lookup, so an unknown path tells nothing more. */
 		const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-CSRF-Token");
 		if (!origin_ok(c))
 			return send_error(c, 403, "forbidden", "cross-origin request refused (Origin)");
 		if (!t || strlen(t) != AUTH_ID_LEN || strcmp(t, w.csrf))
 			return send_error(c, 403, "forbidden", "missing or wrong CSRF token");
 	}
-
-	if (get && is_page(url))
-		return send_asset(c, "/index.html");
-	if (get && (!strcmp(url, "/app.js") || !strcmp(url, "/app.css")))
-		return send_asset(c, url);
-	if (get && !strcmp(url, "/metrics")) {
-		enum MHD_Result ret;
-		json_t *r = agentd(c, json_pack("{ss}", "op", "metrics"), &ret);
-		if (!r)
-			return ret;
-		const char *t = json_string_value(json_object_get(r, "text"));
-		char *copy = strdup(t ? t : "");
-		json_decref(r);
-		if (!copy)
-			return MHD_NO;
-		return send_buf(c, 200, "text/plain; version=0.0.4; charset=utf-8", copy, strlen(copy),
-				MHD_RESPMEM_MUST_FREE, NULL);
-	}
-	if (get && !strcmp(url, "/api/session")) {
-		char name[AUTH_NAME_MAX + 1];
-		by_name(c, &w, name, sizeof name);
-		return send_json(c, 200, json_pack("{sssssbsisbss}", "name", w.name, "csrf", w.session ? w.csrf : "",
-						   "session", w.session, "poll_ms", CFG->poll_ms, "name_from_proxy",
-						   CFG->user_header && MHD_lookup_connection_value(c, MHD_HEADER_KIND, CFG->user_header),
-						   "by", name));
-	}
-	if (post && !strcmp(url, "/api/session")) {
-		json_t *b = json_loadb(rq->body ? rq->body : "", rq->len, 0, NULL);
-		const char *name = json_string_value(json_object_get(b, "name"));
-		int e = !w.session ? -EPERM : !name ? -EINVAL : auth_session_name(w.id, name);
-		json_decref(b);
-		if (e)
-			return send_error(c, 400, "bad_request", "expected {\"name\": at most 100 bytes of printable text}");
-		return send_json(c, 200, json_pack("{sb}", "ok", 1));
-	}
-	if (post && !strcmp(url, "/logout")) {
-		char cookie[256];
-		if (w.session)
-			auth_session_end(w.id);
-		cookie_line(cookie, sizeof cookie, "", 1);
-		return send_buf(c, 200, "application/json", "{\"ok\":true}", 11, MHD_RESPMEM_PERSISTENT, cookie);
-	}
-	if (get && !strcmp(url, "/api/pending"))
-		return api_pending(c);
-	if (get && !strcmp(url, "/api/conversations"))
-		return api_conversations(c);
-	if (get && !strcmp(url, "/api/conversation"))
-		return api_by_id(c, "get", "id", "conversation");
-	if (get && !strcmp(url, "/api/tool_calls"))
-		return api_by_id(c, "tool_calls", "conversation", "conversation");
-	if (get && !strcmp(url, "/api/tool_call"))
-		return api_by_id(c, "tool_call", "id", "tool_call_id");
-	if (get && !strcmp(url, "/api/audit"))
-		return api_by_id(c, "audit", "conversation", "conversation");
-	if (get && !strcmp(url, "/api/events"))
-		return api_events(c);
-	if (get && !strcmp(url, "/api/watch"))
-		return api_watch(c);
-	if (get && !strcmp(url, "/api/status"))
-		return proxy(c, json_pack("{ss}", "op", "status"));
-	if (get && !strcmp(url, "/api/runs"))
-		return api_runs(c);
-	if (get && !strcmp(url, "/api/nodes"))
-		return api_nodes(c);
-	if (post && !strcmp(url, "/api/resolve"))
-		return api_resolve(c, rq, &w);
-	return send_error(c, 404, "not_found", "no such page");
+	if (!rt)
+		return send_error(c, 404, "not_found", "no such page");
+	return rt->fn(c, url, rq, &w);
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,

@@ -124,7 +124,22 @@ static void print_link(const char *base)
 	fflush(stdout);
 }
 
-int main(int argc, char **argv)
+/* What main's steps share. cfg points into the buffers here, so this lives
+ * as long as main does. */
+struct web {
+	struct http_config cfg;
+	const char *data, *listen_s, *token_file;
+	const char *extra[HTTP_ORIGINS_MAX]; /* --origin, added after our own */
+	size_t nextra;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	char sockbuf[4096], tokbuf[4096], host[80], base[128], own[2][128];
+};
+
+#define GO_ON (-1) /* a step's answer when main should carry on; else the exit code */
+
+/* The options into w; --listen parsed into w->ss. */
+static int web_args(int argc, char **argv, struct web *w)
 {
 	static const struct option opts[] = {
 		{ "socket", required_argument, 0, 's' }, { "data", required_argument, 0, 'd' },
@@ -134,42 +149,38 @@ int main(int argc, char **argv)
 		{ "max-connections", required_argument, 0, 'm' }, { "help", no_argument, 0, 'h' },
 		{ "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
 	};
-	const char *data = "./agentd-data", *listen_s = "127.0.0.1:8080", *token_file = NULL;
-	const char *extra[HTTP_ORIGINS_MAX];
-	size_t nextra = 0;
-	struct http_config cfg = { .poll_ms = 1000, .max_connections = 64 };
-	char sockbuf[4096], tokbuf[4096], msg[512], host[80], base[128], own[2][128];
+	struct http_config *cfg = &w->cfg;
 	int c;
 	char *end;
 
-	cfg.socket = getenv("AGENTD_SOCKET") && *getenv("AGENTD_SOCKET") ? getenv("AGENTD_SOCKET") : NULL;
+	cfg->socket = getenv("AGENTD_SOCKET") && *getenv("AGENTD_SOCKET") ? getenv("AGENTD_SOCKET") : NULL;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case 's': cfg.socket = optarg; break;
-		case 'd': data = optarg; break;
-		case 'l': listen_s = optarg; break;
-		case 't': token_file = optarg; break;
+		case 's': cfg->socket = optarg; break;
+		case 'd': w->data = optarg; break;
+		case 'l': w->listen_s = optarg; break;
+		case 't': w->token_file = optarg; break;
 		case 'o':
 			if (!origin_valid(optarg))
 				return usage_error("--origin: expected http://HOST[:PORT] or https://HOST[:PORT], got '%s'", optarg);
-			if (nextra + 2 >= HTTP_ORIGINS_MAX)
+			if (w->nextra + 2 >= HTTP_ORIGINS_MAX)
 				return usage_error("--origin: at most %s", "6");
-			extra[nextra++] = optarg;
+			w->extra[w->nextra++] = optarg;
 			break;
 		case 'u':
 			if (!*optarg || strpbrk(optarg, " :\r\n"))
 				return usage_error("--user-header: expected a header name, got '%s'", optarg);
-			cfg.user_header = optarg;
+			cfg->user_header = optarg;
 			break;
-		case 'S': cfg.secure_cookie = 1; break;
+		case 'S': cfg->secure_cookie = 1; break;
 		case 'p':
-			cfg.poll_ms = (int)strtol(optarg, &end, 10);
-			if (*end || cfg.poll_ms < 100 || cfg.poll_ms > 60000)
+			cfg->poll_ms = (int)strtol(optarg, &end, 10);
+			if (*end || cfg->poll_ms < 100 || cfg->poll_ms > 60000)
 				return usage_error("--poll-ms: expected 100 to 60000, got '%s'", optarg);
 			break;
 		case 'm':
-			cfg.max_connections = (unsigned)strtoul(optarg, &end, 10);
-			if (*end || cfg.max_connections < 4 || cfg.max_connections > 4096)
+			cfg->max_connections = (unsigned)strtoul(optarg, &end, 10);
+			if (*end || cfg->max_connections < 4 || cfg->max_connections > 4096)
 				return usage_error("--max-connections: expected 4 to 4096, got '%s'", optarg);
 			break;
 		case 'h': fputs(USAGE, stdout); return 0;
@@ -179,88 +190,131 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
-	if (!cfg.socket) {
-		snprintf(sockbuf, sizeof sockbuf, "%s/agentd.sock", data);
-		cfg.socket = sockbuf;
+	if (!cfg->socket) {
+		snprintf(w->sockbuf, sizeof w->sockbuf, "%s/agentd.sock", w->data);
+		cfg->socket = w->sockbuf;
 	}
-
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	if (parse_listen(listen_s, &ss, &sl, host, sizeof host))
+	if (parse_listen(w->listen_s, &w->ss, &w->sl, w->host, sizeof w->host))
 		return usage_error("--listen: expected HOST:PORT (an IP address: 127.0.0.1:8080, [::1]:8080), got '%s'",
-				   listen_s);
+				   w->listen_s);
+	return GO_ON;
+}
 
+/* The access token: $AGENTD_WEB_TOKEN, else the token file (made on first start). */
+static int web_token(struct web *w)
+{
 	const char *env_token = getenv("AGENTD_WEB_TOKEN");
+	char msg[512];
+	int created;
 	if (env_token && *env_token) {
 		if (auth_token_set(env_token)) {
 			fprintf(stderr, "agentd-web: AGENTD_WEB_TOKEN must be 16-256 printable characters without spaces\n");
 			return EXIT_USAGE;
 		}
-	} else {
-		int created;
-		if (!token_file) {
-			snprintf(tokbuf, sizeof tokbuf, "%s/web-token", data);
-			token_file = tokbuf;
-		}
-		if (auth_token_load(token_file, 1, &created, msg, sizeof msg) < 0) {
-			fprintf(stderr, "agentd-web: %s\n", msg);
-			return 1;
-		}
-		if (created)
-			fprintf(stderr, "agentd-web: created the access token in %s (mode 0600)\n", token_file);
+		return GO_ON;
 	}
-
-	unsigned port = 0;
-	int fd = listen_on(&ss, sl, &port);
-	if (fd < 0) {
-		fprintf(stderr, "agentd-web: cannot listen on %s: %s\n", listen_s, strerror(-fd));
-		return 1;
+	if (!w->token_file) {
+		snprintf(w->tokbuf, sizeof w->tokbuf, "%s/web-token", w->data);
+		w->token_file = w->tokbuf;
 	}
-	snprintf(base, sizeof base, "http://%s:%u", host, port);
-	snprintf(own[0], sizeof own[0], "%s", base);
-	cfg.origins[cfg.norigins++] = own[0];
-	if (!strcmp(host, "127.0.0.1") || !strcmp(host, "[::1]")) {
-		snprintf(own[1], sizeof own[1], "http://localhost:%u", port);
-		cfg.origins[cfg.norigins++] = own[1];
-	}
-	for (size_t i = 0; i < nextra; i++)
-		cfg.origins[cfg.norigins++] = extra[i];
-
-	/* Signals arrive at sigwaitinfo below, never in a handler: every
-	 * thread libmicrohttpd starts inherits this mask. */
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGHUP);
-	sigaddset(&set, SIGUSR1);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
-	struct http_server *srv;
-	if (http_start(&cfg, fd, &srv, msg, sizeof msg)) {
+	if (auth_token_load(w->token_file, 1, &created, msg, sizeof msg) < 0) {
 		fprintf(stderr, "agentd-web: %s\n", msg);
 		return 1;
 	}
+	if (created)
+		fprintf(stderr, "agentd-web: created the access token in %s (mode 0600)\n", w->token_file);
+	return GO_ON;
+}
+
+/* The listening socket (fd, or -1 said on stderr), and the origins it makes
+ * ours: the address as listened on, localhost for a loopback address, then
+ * each --origin. */
+static int web_listen(struct web *w)
+{
+	struct http_config *cfg = &w->cfg;
+	unsigned port = 0;
+	int fd = listen_on(&w->ss, w->sl, &port);
+	if (fd < 0) {
+		fprintf(stderr, "agentd-web: cannot listen on %s: %s\n", w->listen_s, strerror(-fd));
+		return -1;
+	}
+	snprintf(w->base, sizeof w->base, "http://%s:%u", w->host, port);
+	snprintf(w->own[0], sizeof w->own[0], "%s", w->base);
+	cfg->origins[cfg->norigins++] = w->own[0];
+	if (!strcmp(w->host, "127.0.0.1") || !strcmp(w->host, "[::1]")) {
+		snprintf(w->own[1], sizeof w->own[1], "http://localhost:%u", port);
+		cfg->origins[cfg->norigins++] = w->own[1];
+	}
+	for (size_t i = 0; i < w->nextra; i++)
+		cfg->origins[cfg->norigins++] = w->extra[i];
+	return fd;
+}
+
+/* Signals arrive at sigwaitinfo in web_wait, never in a handler: every
+ * thread libmicrohttpd starts inherits this mask, so block before
+ * http_start. */
+static void web_signals_block(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGHUP);
+	sigaddset(set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* Is agentd there? Only a warning: the pages say so until it is. */
+static void web_agentd_check(const char *socket)
+{
 	json_t *ping = json_pack("{ss}", "op", "ping"), *pong = NULL;
-	int e = ctl_request(cfg.socket, ping, 2000, &pong);
+	int e = ctl_request(socket, ping, 2000, &pong);
 	if (e)
-		fprintf(stderr, "agentd-web: warning: %s: %s (pages say so until it is)\n", cfg.socket, ctl_strerror(e));
+		fprintf(stderr, "agentd-web: warning: %s: %s (pages say so until it is)\n", socket, ctl_strerror(e));
 	json_decref(ping);
 	json_decref(pong);
-	printf("agentd-web: listening on %s (agentd at %s)\n", base, cfg.socket);
-	print_link(base);
+}
 
+/* Until SIGINT, SIGTERM or SIGHUP; SIGUSR1 prints a new login link. */
+static void web_wait(const sigset_t *set, const char *base)
+{
 	for (;;) {
 		siginfo_t si;
-		int sig = sigwaitinfo(&set, &si);
+		int sig = sigwaitinfo(set, &si);
 		if (sig == SIGUSR1) {
 			print_link(base);
 			continue;
 		}
 		if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
-			break;
+			return;
 	}
+}
+
+int main(int argc, char **argv)
+{
+	struct web w = {
+		.cfg = { .poll_ms = 1000, .max_connections = 64 },
+		.data = "./agentd-data",
+		.listen_s = "127.0.0.1:8080",
+	};
+	struct http_server *srv;
+	sigset_t set;
+	char msg[512];
+	int rc, fd;
+
+	if ((rc = web_args(argc, argv, &w)) != GO_ON || (rc = web_token(&w)) != GO_ON)
+		return rc;
+	if ((fd = web_listen(&w)) < 0)
+		return 1;
+	web_signals_block(&set);
+	if (http_start(&w.cfg, fd, &srv, msg, sizeof msg)) {
+		fprintf(stderr, "agentd-web: %s\n", msg);
+		return 1;
+	}
+	web_agentd_check(w.cfg.socket);
+	printf("agentd-web: listening on %s (agentd at %s)\n", w.base, w.cfg.socket);
+	print_link(w.base);
+	web_wait(&set, w.base);
 	http_stop(srv);
 	return 0;
 }
