@@ -277,6 +277,8 @@ json_t *model_tools(const json_t *tools, const char *schema_key, const char *wra
 	size_t i;
 	json_t *t;
 	json_array_foreach(tools, i, t) {
+		if (!json_is_string(json_object_get(t, "name")))
+			continue; /* no tool the model could call by name: not offered */
 		json_t *def = tool_def(t, schema_key, &oom);
 		jb_append(&oom, ts, wrap ? json_pack("{ssso}", "type", wrap, wrap, def) : def);
 	}

@@ -250,6 +250,30 @@ START_TEST(test_tool_schemas)
 }
 END_TEST
 
+/* A tool without a string name cannot be called by the model: it is left
+ * out of both bodies, which are still made (not taken for out of memory). */
+START_TEST(test_tool_without_a_name_is_not_offered)
+{
+	json_t *req = json_loads("{\"task\":\"turn\",\"messages\":[{\"seq\":1,\"type\":\"user_msg\",\"content\":"
+				 "{\"text\":\"hi\"}}],\"tools\":[{\"naAe\":\"calc\"},{\"name\":7},{\"name\":\"ok\"}]}",
+				 0, NULL);
+	ck_assert_ptr_nonnull(req);
+	struct model_cfg mc = { .name = "m", .model = "m", .base_url = "http://x/v1", .max_tokens = 10 };
+	for (int k = MODEL_OPENAI; k <= MODEL_ANTHROPIC; k++) {
+		mc.kind = k;
+		json_t *b = model_api_of(&mc)->body(&mc, req);
+		ck_assert_ptr_nonnull(b);
+		json_t *ts = json_object_get(b, "tools");
+		ck_assert_uint_eq(json_array_size(ts), 1);
+		json_t *t = json_array_get(ts, 0);
+		json_t *fn = k == MODEL_OPENAI ? json_object_get(t, "function") : t;
+		ck_assert_str_eq(json_string_value(json_object_get(fn, "name")), "ok");
+		json_decref(b);
+	}
+	json_decref(req);
+}
+END_TEST
+
 Suite *make_model_suite(void)
 {
 	Suite *s = suite_create("model");
@@ -260,6 +284,7 @@ Suite *make_model_suite(void)
 	tcase_add_test(tc, test_transcript_order);
 	tcase_add_test(tc, test_fuzz_regressions);
 	tcase_add_test(tc, test_tool_schemas);
+	tcase_add_test(tc, test_tool_without_a_name_is_not_offered);
 	suite_add_tcase(s, tc);
 	return s;
 }
