@@ -172,8 +172,11 @@ static void walk_result(struct walk *w, const json_t *c)
 		return; /* answered once */
 	json_t *name = json_object_get(w->open, id);
 	if (name) {
+		/* A status or result missing from the event is null (read as
+		 * "errored", no result), never a message lost for it. */
+		json_t *st = json_object_get(c, "status"), *res = json_object_get(c, "result");
 		jb_append(&w->oom, w->out, json_pack("{sssssOsOsO}", "role", "tool", "id", id, "name", name, "status",
-						     json_object_get(c, "status"), "result", json_object_get(c, "result")));
+						     st ? st : json_null(), "result", res ? res : json_null()));
 		json_object_del(w->open, id);
 		jb_set(&w->oom, w->answered, id, json_true());
 		if (!json_object_size(w->open))

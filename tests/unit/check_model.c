@@ -274,6 +274,34 @@ START_TEST(test_tool_without_a_name_is_not_offered)
 }
 END_TEST
 
+/* A resolution event without status or result still answers its call (an
+ * errored one with no result), and both bodies are made. */
+START_TEST(test_resolution_without_a_result_still_answers_its_call)
+{
+	json_t *req = json_loads("{\"task\":\"turn\",\"tools\":[{\"name\":\"calc\"}],\"messages\":["
+				 "{\"seq\":1,\"type\":\"user_msg\",\"content\":{\"text\":\"u\"}},"
+				 "{\"seq\":2,\"type\":\"assistant_msg\",\"content\":{\"text\":\"\",\"context_seq\":1}},"
+				 "{\"seq\":3,\"type\":\"tool_call\",\"content\":{\"tool_call_id\":\"t3\",\"name\":\"calc\"}},"
+				 "{\"seq\":4,\"type\":\"resolution\",\"content\":{\"tool_call_id\":\"t3\"}}]}",
+				 0, NULL);
+	ck_assert_ptr_nonnull(req);
+	json_t *tr = model_transcript(req);
+	ck_assert_ptr_nonnull(tr);
+	json_t *tool = json_array_get(tr, 2);
+	ck_assert_str_eq(json_string_value(json_object_get(tool, "role")), "tool");
+	ck_assert_str_eq(json_string_value(json_object_get(tool, "id")), "t3");
+	json_decref(tr);
+	struct model_cfg mc = { .name = "m", .model = "m", .base_url = "http://x/v1", .max_tokens = 10 };
+	for (int k = MODEL_OPENAI; k <= MODEL_ANTHROPIC; k++) {
+		mc.kind = k;
+		json_t *b = model_api_of(&mc)->body(&mc, req);
+		ck_assert_ptr_nonnull(b);
+		json_decref(b);
+	}
+	json_decref(req);
+}
+END_TEST
+
 Suite *make_model_suite(void)
 {
 	Suite *s = suite_create("model");
@@ -285,6 +313,7 @@ Suite *make_model_suite(void)
 	tcase_add_test(tc, test_fuzz_regressions);
 	tcase_add_test(tc, test_tool_schemas);
 	tcase_add_test(tc, test_tool_without_a_name_is_not_offered);
+	tcase_add_test(tc, test_resolution_without_a_result_still_answers_its_call);
 	suite_add_tcase(s, tc);
 	return s;
 }
