@@ -149,109 +149,29 @@ static struct fig redis_bench(const char *test, const char *name, int clients, l
 
 /* ---- agentd: the closed loop ----------------------------------------- */
 
-struct lg_conn {
-	int fd;
-	int idx;
-	double sent;     /* when the outstanding request was written */
-	size_t len;
-	char buf[8192];
-};
-
-/* The request line of client `idx` into buf; returns its length. */
-typedef size_t (*line_fn)(int idx, char *buf, size_t cap);
-
-static size_t line_ping(int idx, char *buf, size_t cap)
+static size_t line_ping(int idx, char *buf, size_t cap, void *arg)
 {
 	(void)idx;
+	(void)arg;
 	return (size_t)snprintf(buf, cap, "{\"op\":\"ping\"}\n");
 }
 
 static const char *send_prefix = "b";
 
-static size_t line_send(int idx, char *buf, size_t cap)
+static size_t line_send(int idx, char *buf, size_t cap, void *arg)
 {
+	(void)arg;
 	return (size_t)snprintf(buf, cap, "{\"op\":\"send\",\"conversation\":\"%s-%d\",\"content\":\"hello from client %d\"}\n",
 				send_prefix, idx, idx);
 }
 
-static void lg_write(struct lg_conn *c, line_fn fn)
+/* nreq requests over `clients` connections, each with one request in
+ * flight (ctl.h's closed loop, on agentd's one socket). */
+static struct fig agentd_load(int clients, long nreq, ctl_line_fn fn)
 {
-	char line[256];
-	size_t n = fn(c->idx, line, sizeof line);
-	c->sent = bench_now();
-	for (size_t off = 0; off < n;) {
-		ssize_t w = write(c->fd, line + off, n - off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			bench_die("write to agentd", -errno);
-		off += (size_t)w;
-	}
-}
-
-/* nreq requests over `clients` connections, each with one request in flight. */
-static struct fig agentd_load(int clients, long nreq, line_fn fn)
-{
-	struct lg_conn *cs = calloc((size_t)clients, sizeof *cs);
-	double *lat = malloc((size_t)nreq * sizeof *lat);
-	int ep = epoll_create1(EPOLL_CLOEXEC);
-	if (!cs || !lat || ep < 0)
-		bench_fail("out of memory");
-	for (int i = 0; i < clients; i++) {
-		struct ctl_conn cc;
-		if (ctl_connect(&cc, agentd.sock, 5000))
-			bench_fail("cannot connect to agentd");
-		cs[i].fd = cc.fd;
-		cc.fd = -1;
-		ctl_close(&cc);
-		cs[i].idx = i;
-		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &cs[i] };
-		if (epoll_ctl(ep, EPOLL_CTL_ADD, cs[i].fd, &ev) < 0)
-			bench_die("epoll_ctl", -errno);
-	}
-	long issued = 0, done = 0;
-	double t0 = bench_now();
-	for (int i = 0; i < clients && issued < nreq; i++, issued++)
-		lg_write(&cs[i], fn);
-	struct epoll_event evs[NCLIENTS_MAX];
-	while (done < nreq) {
-		int n = epoll_wait(ep, evs, NCLIENTS_MAX, 30000);
-		if (n == 0)
-			bench_fail("agentd stopped answering (%ld of %ld done)", done, nreq);
-		if (n < 0 && errno != EINTR)
-			bench_die("epoll_wait", -errno);
-		for (int k = 0; k < n; k++) {
-			struct lg_conn *c = evs[k].data.ptr;
-			ssize_t r = read(c->fd, c->buf + c->len, sizeof c->buf - c->len - 1);
-			if (r <= 0)
-				bench_fail("agentd closed a client connection");
-			c->len += (size_t)r;
-			char *nl;
-			while ((nl = memchr(c->buf, '\n', c->len))) {
-				double now = bench_now();
-				*nl = 0;
-				if (!strstr(c->buf, "\"ok\":true"))
-					bench_fail("error reply: %s", c->buf);
-				lat[done++] = now - c->sent;
-				size_t used = (size_t)(nl - c->buf) + 1;
-				memmove(c->buf, c->buf + used, c->len - used);
-				c->len -= used;
-				if (issued < nreq) {
-					issued++;
-					lg_write(c, fn);
-				}
-			}
-		}
-	}
-	double elapsed = bench_now() - t0;
-	struct fig fg = { (double)nreq / elapsed, ctl_pct(lat, (size_t)nreq, 50) * 1e3,
-			  ctl_pct(lat, (size_t)nreq, 99) * 1e3 };
-	for (int i = 0; i < clients; i++)
-		close(cs[i].fd);
-	close(ep);
-	free(cs);
-	free(lat);
-	return fg;
+	const char *socks[] = { agentd.sock };
+	struct ctl_load_fig f = ctl_load(socks, 1, clients, nreq, fn, NULL);
+	return (struct fig){ f.rps, f.p50_ms, f.p99_ms };
 }
 
 /* The value of one counter in the metrics op's Prometheus text. */
