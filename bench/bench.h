@@ -21,6 +21,10 @@ double bench_now(void);
 void bench_die(const char *what, int err) __attribute__((noreturn));
 /* Print a formatted message and exit 1. */
 void bench_fail(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+/* Run cmd with the shell; its output (trailing blanks and newlines cut)
+ * into out when out is given, else read and dropped. Fails the benchmark
+ * when cmd exits non-zero. */
+void bench_sh(const char *cmd, char *out, size_t cap);
 
 /* One row of the report: seconds per operation in each run, per system
  * (system 0 is agentd, the others are its baselines). */

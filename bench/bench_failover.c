@@ -48,26 +48,6 @@ static void nodes_kill(void)
 	ngroups = 0;
 }
 
-static void sh(const char *cmd, char *out, size_t cap)
-{
-	FILE *p = popen(cmd, "re");
-	if (!p)
-		bench_die(cmd, -errno);
-	size_t n = out ? fread(out, 1, cap - 1, p) : 0;
-	if (out) {
-		out[n] = 0;
-		while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
-			out[--n] = 0;
-	} else {
-		char b[256];
-		while (fread(b, 1, sizeof b, p) > 0)
-			;
-	}
-	int st = pclose(p);
-	if (st != 0)
-		bench_fail("%s: exit status %d", cmd, st);
-}
-
 static void cluster_stop(void)
 {
 	char cmd[PATH_MAX * 2];
@@ -136,14 +116,14 @@ int main(int argc, char **argv)
 		 * this runs as root, and must reach it. */
 		ctl_scratch(cluster_dir, sizeof cluster_dir, "/tmp", "bench-failover-pg");
 		snprintf(cmd, sizeof cmd, "%s/tests/pg/cluster.sh start %s", AGENTD_SRC, cluster_dir);
-		sh(cmd, prefix, sizeof prefix);
+		bench_sh(cmd, prefix, sizeof prefix);
 		own_cluster = 1;
 		atexit(cluster_stop);
 	}
 	atexit(nodes_kill); /* runs before cluster_stop */
 	snprintf(cmd, sizeof cmd, "psql -X -q '%s dbname=postgres' -c 'DROP DATABASE IF EXISTS failover' "
 		 "-c 'CREATE DATABASE failover' >/dev/null 2>&1", prefix);
-	sh(cmd, NULL, 0);
+	bench_sh(cmd, NULL, 0);
 	snprintf(target, sizeof target, "%s dbname=failover", prefix);
 
 	/* One model name, two behaviours: the victim's never answers (its turn

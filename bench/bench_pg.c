@@ -108,26 +108,6 @@ static void say(const char *fmt, ...)
 
 /* ---- the cluster ------------------------------------------------------ */
 
-static void sh(const char *cmd, char *out, size_t cap)
-{
-	FILE *p = popen(cmd, "re");
-	if (!p)
-		bench_die(cmd, -errno);
-	size_t n = out ? fread(out, 1, cap - 1, p) : 0;
-	if (out) {
-		out[n] = 0;
-		while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
-			out[--n] = 0;
-	} else {
-		char b[256];
-		while (fread(b, 1, sizeof b, p) > 0)
-			;
-	}
-	int st = pclose(p);
-	if (st != 0)
-		bench_fail("%s: exit status %d", cmd, st);
-}
-
 static void cluster_stop(void)
 {
 	char cmd[PATH_MAX * 2];
@@ -1020,7 +1000,7 @@ int main(int argc, char **argv)
 		bench_mkdir(cluster_dir);
 		snprintf(cmd, sizeof cmd, "%s/tests/pg/cluster.sh start %s durable", AGENTD_SRC, cluster_dir);
 		own_cluster = 1;
-		sh(cmd, prefix, sizeof prefix);
+		bench_sh(cmd, prefix, sizeof prefix);
 	}
 	admin = pg_connect("postgres");
 	PQsetNoticeProcessor(admin, notice_quiet, NULL); /* DROP DATABASE IF EXISTS's notices */

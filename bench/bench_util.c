@@ -162,3 +162,24 @@ void bench_rmtree(const char *path)
 {
 	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
+
+void bench_sh(const char *cmd, char *out, size_t cap)
+{
+	FILE *p = popen(cmd, "re");
+	if (!p)
+		bench_die(cmd, -errno);
+	size_t n = out ? fread(out, 1, cap - 1, p) : 0;
+	if (out) {
+		out[n] = 0;
+		while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
+			out[--n] = 0;
+	} else {
+		char b[256];
+		while (fread(b, 1, sizeof b, p) > 0)
+			;
+	}
+	int st = pclose(p);
+	if (st != 0)
+		bench_fail("%s: exit status %d", cmd, st);
+}
+
