@@ -62,6 +62,11 @@
  *    server, or one refusing the connection (too many clients, bad
  *    credentials) -ECONNREFUSED; a statement timeout -ETIMEDOUT; anything
  *    else -EIO.
+ *  - A connection lost during COMMIT leaves its outcome to be learned: the
+ *    commit asks the server on a new connection (txid_status of the txn's
+ *    id, taken at begin) and returns 0 when it was made, -ECONNRESET when
+ *    it was not; STORE_E_INDOUBT only when the server cannot say within a
+ *    few seconds (unreachable, or the old session still open).
  *  - STORE_SYNC_NONE is synchronous_commit off for the handle's sessions, and
  *    store_sync() one synchronous commit, which flushes every commit before
  *    it. STORE_WRITE_LAZY commits as STORE_WRITE does, durable when it
@@ -116,6 +121,7 @@ enum {
 	STORE_E_CONFLICT = -30004, /* already exists, or belongs to another conversation */
 	STORE_E_FULL = -30005,     /* map (or disk) full; nothing of the txn was written */
 	STORE_E_CORRUPT = -30006,  /* a record that cannot be decoded */
+	STORE_E_INDOUBT = -30007,  /* a commit's outcome is unknown: it may be written */
 	STORE_E_INVAL = -22,       /* invalid argument (== -EINVAL) */
 };
 
@@ -272,8 +278,11 @@ uint64_t store_last_id(store *s);
  * grow), -errno. On failure *out is NULL (store_txn_abort(NULL) does
  * nothing), so a caller's shared abort path is safe. */
 int store_txn_begin(store *s, int mode, store_txn **out);
-/* Commit and free. On failure nothing was written and txn is freed.
- * Errors: the poisoning error, STORE_E_FULL, -errno (-EIO, -ENOSPC). */
+/* Commit and free. On failure nothing was written and txn is freed, but
+ * for STORE_E_INDOUBT (PostgreSQL only): the outcome is unknown, and a
+ * caller must learn it from the store before acting on either.
+ * Errors: the poisoning error, STORE_E_FULL, STORE_E_INDOUBT, -errno (-EIO,
+ * -ENOSPC). */
 int store_txn_commit(store_txn *txn);
 /* Abort and free; NULL is accepted. */
 void store_txn_abort(store_txn *txn);

@@ -154,6 +154,7 @@ const char *store_strerror(int err)
 	case STORE_E_CONFLICT: return "already exists";
 	case STORE_E_FULL: return "store full";
 	case STORE_E_CORRUPT: return "corrupt record";
+	case STORE_E_INDOUBT: return "the connection was lost during the commit: it may or may not be written";
 	case STORE_E_INVAL: return "invalid argument";
 	case -EROFS: return "read-only: the store refuses writes"; /* a read-only database, or file system */
 	}

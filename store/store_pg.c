@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SCHEMA_VERSION 1
 #define MiB ((size_t)1 << 20)
@@ -343,6 +344,7 @@ struct store_txn {
 	int64_t now;
 	uint64_t base;    /* with a quota: the store's bytes when the txn began */
 	uint64_t written; /* bytes this txn wrote, counted against the quota */
+	int64_t txid;     /* a write txn's server id, taken at begin (commit_outcome) */
 	PGresult **res;   /* every result, cleared when the txn ends */
 	size_t nres, cap;
 	/* A write txn holds the row lock of conversation `held` (held_ok),
@@ -372,7 +374,9 @@ static int sqlstate_err(const PGresult *r, PGconn *c)
 		return -ETIMEDOUT; /* statement_timeout */
 	if (strcmp(st, "25006") == 0)
 		return -EROFS; /* a read-only transaction: default_transaction_read_only, a hot standby */
-	if (strncmp(st, "08", 2) == 0 || strncmp(st, "57P", 3) == 0)
+	/* A lost connection, or a session the server ended: a restart, an
+	 * operator, idle_in_transaction_session_timeout (25P03). */
+	if (strncmp(st, "08", 2) == 0 || strncmp(st, "57P", 3) == 0 || strcmp(st, "25P03") == 0)
 		return -ECONNRESET;
 	/* Every insert the store makes names its conflict (ON CONFLICT): a
 	 * unique violation is a row the store's own records say is absent. */
@@ -1216,10 +1220,50 @@ static int txn_start(store_txn *x, int lazy)
 	 * yet (synchronous_commit off) could then be undone by a crash of the
 	 * server after it was acknowledged. */
 	(void)lazy;
-	if (!err)
-		err = exec_simple(x->pc->c, !x->write ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
-						      : "BEGIN");
+	if (err)
+		return err;
+	if (!x->write)
+		return exec_simple(x->pc->c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1");
+	/* A write txn learns its id in the same round trip, for the case its
+	 * COMMIT's answer is lost (commit_outcome). */
+	PGresult *r = PQexec(x->pc->c, "BEGIN; SELECT txid_current()");
+	if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+		x->txid = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+	else
+		err = sqlstate_err(r, x->pc->c);
+	PQclear(r);
 	return err;
+}
+
+/* The connection went during COMMIT: whether the server made it is asked
+ * on a new connection, until the old session has ended (its COMMIT, if
+ * the server read it, is then either made or not). 0: made; -ECONNRESET:
+ * not; STORE_E_INDOUBT: no answer within a few seconds. */
+static int commit_outcome(store *s, int64_t txid)
+{
+	int64_t until = mono_ms() + 3000;
+	int delay_ms = 10;
+	char q[64];
+	snprintf(q, sizeof q, "SELECT txid_status(%lld)", (long long)txid);
+	for (;;) {
+		struct pgconn *pc;
+		int made = -1; /* unknown yet */
+		if (txid > 0 && conn_open(s, &pc) == 0) {
+			PGresult *r = PQexec(pc->c, q);
+			if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
+				const char *v = PQgetvalue(r, 0, 0);
+				made = strcmp(v, "committed") == 0 ? 1 : strcmp(v, "aborted") == 0 ? 0 : -1;
+			}
+			PQclear(r);
+			conn_give(s, pc);
+		}
+		if (made >= 0)
+			return made ? 0 : -ECONNRESET;
+		if (txid <= 0 || mono_ms() >= until)
+			return STORE_E_INDOUBT;
+		usleep((useconds_t)delay_ms * 1000);
+		delay_ms = delay_ms < 100 ? delay_ms * 2 : 200;
+	}
 }
 
 int store_txn_begin(store *s, int mode, store_txn **out)
@@ -1292,6 +1336,8 @@ int store_txn_commit(store_txn *x)
 		else if (strcmp(PQcmdStatus(r), "COMMIT") != 0)
 			err = -EIO; /* the server had aborted it */
 		PQclear(r);
+		if (err == -ECONNRESET && x->write)
+			err = commit_outcome(x->s, x->txid);
 		if (!err)
 			x->s->size_est += x->written;
 	}

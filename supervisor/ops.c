@@ -99,7 +99,7 @@ static int perr_from_store(int e)
 	/* A PostgreSQL store that refuses writes for now (read-only) or
 	 * cannot be reached (a restart, a failover): nothing was written,
 	 * and a retry once it is back succeeds. */
-	case -EROFS: case -ECONNRESET: case -ECONNREFUSED: return PERR_UNAVAILABLE;
+	case -EROFS: case -ECONNRESET: case -ECONNREFUSED: case STORE_E_INDOUBT: return PERR_UNAVAILABLE;
 	}
 	return PERR_INTERNAL;
 }
@@ -107,6 +107,9 @@ static int perr_from_store(int e)
 /* What a client is told of a store that is unavailable (perr_from_store). */
 static const char *store_unavailable_why(int e)
 {
+	if (e == STORE_E_INDOUBT)
+		return "the connection to the store's database was lost during the commit, and whether it was made "
+		       "is unknown; a retry with the same event_id is written once";
 	return e == -EROFS ? "the store refuses writes (its database is read-only): nothing was written; retry later"
 			   : "the store's database cannot be reached: nothing was written; retry later";
 }
@@ -1479,6 +1482,7 @@ struct group {
 	int grown;          /* attempts that met a full map which then grew */
 	int freeing;        /* the deletes alone, with the store's delete reserve */
 	int deadlocks;      /* attempts aborted for a lock conflict */
+	int resets;         /* attempts whose connection was lost */
 	uint64_t committed; /* the id its replies show */
 };
 
@@ -1590,6 +1594,14 @@ static int group_retry(struct group *g, int *e, size_t bad, size_t map0)
 	 * written: run it again, a few times. */
 	if (*e == -EAGAIN && g->deadlocks++ < 8) {
 		log_info("a group commit of %zu writes met a lock conflict with another node: retrying it", g->left);
+		return 1;
+	}
+	/* The connection went before the commit was made (the server
+	 * restarted, or ended a session left idle in its transaction while
+	 * this process was stopped): nothing was written; once more, on a new
+	 * connection. STORE_E_INDOUBT is not retried: it may be written. */
+	if (*e == -ECONNRESET && g->resets++ < 1) {
+		log_info("a group commit of %zu writes lost its connection to the store: retrying it", g->left);
 		return 1;
 	}
 	/* A full map: the store doubled it, or does before the next begin, up

@@ -48,7 +48,7 @@ def try_request(node, obj, timeout=5):
 
 class Clients:
     """Client threads: each sends to a random conversation on a random node, each send with a unique event_id,
-    retried with the same event_id on another node when a node does not answer. Some sends start a server tool
+    retried with the same event_id on another node when a node does not answer or answers `unavailable`. Some sends start a server tool
     call (`add`), some a human one (`approve`) that nobody answers and that expires."""
 
     def __init__(self, nodes, convs, seed):
@@ -58,6 +58,7 @@ class Clients:
         self.acked = {}  # event_id -> (conv, seq)
         self.stop = threading.Event()
         self.errors = []
+        self.retried_unavailable = 0
 
     def send_one(self, rng, tid, i):
         conv = rng.choice(self.convs)
@@ -70,6 +71,12 @@ class Clients:
             rep = try_request(node, {"op": "send", "conversation": conv, "content": text, "event_id": eid}, 3)
             if rep is None:
                 continue  # that node is down or stopped: the same send on another one
+            if rep.get("error") == "unavailable":
+                # the store could not be reached, or a node stopped past the lease time had its session ended
+                # by the server: the same send again, as docs/protocol.md tells a client to do
+                self.retried_unavailable += 1
+                time.sleep(0.05)
+                continue
             if not rep.get("ok"):
                 self.errors.append((eid, rep))
                 return

@@ -73,7 +73,8 @@ def test_nodes_killed_and_stopped_round_after_round():
     assert not cls.errors, cls.errors[:5]
     assert len(cls.acked) > 50, len(cls.acked)
     assert taken_over > 0, "no conversation was taken over from a lost node"
-    print(f"{len(cls.acked)} sends acknowledged, {taken_over} conversation(s) taken over from lost nodes", flush=True)
+    print(f"{len(cls.acked)} sends acknowledged ({cls.retried_unavailable} answered `unavailable` first), "
+          f"{taken_over} conversation(s) taken over from lost nodes", flush=True)
     wait_for(lambda: settled(nodes[0], convs), 60, "every conversation idle, no call pending")
     for n in nodes:
         check_logs(n, convs, cls.acked)

@@ -3,7 +3,7 @@
  * runs unchanged on it): the choice of backend by target, the schema
  * version check, row locks serialising writers of one conversation across
  * processes (lease fencing, resolvers behind workers), a killed writer,
- * concurrent appenders, and a lost connection.
+ * concurrent appenders, a lost connection, and a COMMIT whose answer is lost.
  *
  * The "server" tests need the throwaway cluster of tests/pg/cluster.sh,
  * named by AGENTD_TEST_PG (the conninfo prefix it printed), with a database
@@ -18,7 +18,10 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <poll.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -703,6 +706,135 @@ START_TEST(lost_connection_fails_the_txn_not_the_handle)
 }
 END_TEST
 
+/* ---- a proxy that loses a COMMIT ---------------------------------------- */
+
+/* Between a store and the test cluster's socket, relaying bytes both ways.
+ * Armed, at the next COMMIT a client sends it drops both connections,
+ * after passing the COMMIT on (PROXY_MADE: the server makes it, its answer
+ * is lost) or before (PROXY_NOT_MADE: the server never reads it). */
+enum { PROXY_OFF, PROXY_MADE, PROXY_NOT_MADE };
+static struct {
+	int lfd;
+	char dir[64];
+	struct sockaddr_un up;
+	volatile int mode;
+	volatile int fired;
+} px;
+
+static int relay(int from, int to)
+{
+	char buf[65536];
+	ssize_t n = read(from, buf, sizeof buf);
+	if (n <= 0)
+		return -1;
+	int mode = px.mode;
+	/* A simple query's text ends in its NUL: "COMMIT\0". */
+	if (mode != PROXY_OFF && memmem(buf, (size_t)n, "COMMIT", 7)) {
+		if (mode == PROXY_MADE && write(to, buf, (size_t)n) != n)
+			return -1;
+		px.mode = PROXY_OFF;
+		px.fired++;
+		return -1;
+	}
+	return write(to, buf, (size_t)n) == n ? 0 : -1;
+}
+
+static void *proxy_conn(void *arg)
+{
+	int c = (int)(intptr_t)arg, u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (u >= 0 && connect(u, (struct sockaddr *)&px.up, sizeof px.up) == 0) {
+		struct pollfd p[2] = { { .fd = c, .events = POLLIN }, { .fd = u, .events = POLLIN } };
+		while (poll(p, 2, -1) > 0) {
+			if ((p[0].revents && relay(c, u)) || (p[1].revents && p[1].fd >= 0 && relay(u, c)))
+				break;
+		}
+	}
+	if (u >= 0)
+		close(u);
+	close(c);
+	return NULL;
+}
+
+static void *proxy_accept(void *arg)
+{
+	(void)arg;
+	int c;
+	while ((c = accept4(px.lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+		pthread_t t;
+		ck_assert_int_eq(pthread_create(&t, NULL, proxy_conn, (void *)(intptr_t)c), 0);
+		pthread_detach(t);
+	}
+	return NULL;
+}
+
+/* Start the proxy; the conninfo of the store's schema through it. */
+static void proxy_start(char *via, size_t cap)
+{
+	char host[256] = "", port[16] = "5432";
+	const char *ci = getenv("AGENTD_TEST_PG"), *h = strstr(ci, "host="), *p = strstr(ci, "port=");
+	ck_assert_ptr_nonnull(h);
+	sscanf(h, "host=%255s", host);
+	if (p)
+		sscanf(p, "port=%15s", port);
+	memset(&px, 0, sizeof px);
+	px.up.sun_family = AF_UNIX;
+	snprintf(px.up.sun_path, sizeof px.up.sun_path, "%s/.s.PGSQL.%s", host, port);
+	snprintf(px.dir, sizeof px.dir, "/tmp/agentd-pgpx-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(px.dir));
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	snprintf(a.sun_path, sizeof a.sun_path, "%s/.s.PGSQL.%s", px.dir, port);
+	px.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_eq(bind(px.lfd, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(listen(px.lfd, 16), 0);
+	pthread_t t;
+	ck_assert_int_eq(pthread_create(&t, NULL, proxy_accept, NULL), 0);
+	pthread_detach(t);
+	snprintf(via, cap, "%s host=%s", target, px.dir); /* the later host wins */
+}
+
+static void proxy_stop(void)
+{
+	char path[128];
+	snprintf(path, sizeof path, "%s/.s.PGSQL.5432", px.dir);
+	unlink(path);
+	rmdir(px.dir);
+}
+
+/* The connection goes during COMMIT: the commit asks the server whether it
+ * was made (on a new connection) and says so, 0 or -ECONNRESET, never
+ * "failed" for a transaction that is in the log. */
+START_TEST(lost_commit_answer_is_learned)
+{
+	store *s = open_ok(), *p = NULL;
+	conv_create(s, "c");
+	char via[1024];
+	proxy_start(via, sizeof via);
+	ck_assert_int_eq(store_open(&p, via, NULL), 0);
+	store_txn *x;
+	uint64_t seq;
+	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(append(x, "c", "made", &seq), 0);
+	px.mode = PROXY_MADE;
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	ck_assert_int_eq(px.fired, 1); /* its answer was lost */
+	ck_assert_uint_eq(latest(s, "c"), 1);
+	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(append(x, "c", "not-made", &seq), 0);
+	px.mode = PROXY_NOT_MADE;
+	ck_assert_int_eq(store_txn_commit(x), -ECONNRESET);
+	ck_assert_int_eq(px.fired, 2);
+	ck_assert_uint_eq(latest(s, "c"), 1);
+	/* the handle goes on */
+	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(append(x, "c", "next", &seq), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	ck_assert_uint_eq(latest(s, "c"), 2);
+	store_close(p);
+	store_close(s);
+	proxy_stop();
+}
+END_TEST
+
 /* Every commit is durable when it returns, a lazy one too: nothing waits
  * for a later flush on PostgreSQL (txn ids are 0, store_flush does nothing),
  * so agentd acknowledges right after it. The server's WAL is flushed past
@@ -748,6 +880,7 @@ Suite *make_store_pg_suite(void)
 		tcase_add_test(tc, killed_writer_releases_the_row);
 		tcase_add_test(tc, concurrent_appenders_get_gapless_seqs);
 		tcase_add_test(tc, lost_connection_fails_the_txn_not_the_handle);
+		tcase_add_test(tc, lost_commit_answer_is_learned);
 		tcase_add_test(tc, claimable_skips_rows_another_node_holds);
 		tcase_add_test(tc, beat_behind_a_claim_renews_nothing_lost);
 		tcase_add_test(tc, notify_reaches_its_node_at_commit);
