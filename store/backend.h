@@ -102,7 +102,8 @@
 	  (x, conv, before, limit, fn, arg, more)) \
 	X(summaries_list, (store_txn *x, const char *conv, int (*fn)(void *arg, const struct store_summary *s), \
 			   void *arg), (x, conv, fn, arg)) \
-	X(summary_restore, (store_txn *x, const char *conv, const struct store_summary *s), (x, conv, s))
+	X(summary_restore, (store_txn *x, const char *conv, const struct store_summary *s), (x, conv, s)) \
+	X(convs_lock, (store_txn *x, const char *const *ids, size_t n), (x, ids, n))
 
 #define STORE_VT_FIELD(name, params, args) int (*name) params;
 

@@ -79,3 +79,4 @@
 #define store_runs_list STORE_BACKEND_NAME(runs_list)
 #define store_summaries_list STORE_BACKEND_NAME(summaries_list)
 #define store_summary_restore STORE_BACKEND_NAME(summary_restore)
+#define store_convs_lock STORE_BACKEND_NAME(convs_lock)

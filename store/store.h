@@ -854,4 +854,18 @@ int store_runs_list(store_txn *txn, const char *conv, uint64_t before, size_t li
  * undecodable row, after the rows before it). */
 int store_runs_each(store_txn *txn, int (*fn)(void *arg, store_bytes conv, const struct store_run *r), void *arg);
 
+/* ---- several conversations locked at once ----------------------------- */
+
+/* Lock the conversations ids[0..n) for the rest of a write transaction, in
+ * one step: a transaction about to write to several conversations (agentd's
+ * group commit) names them up front. Ids not in the store are passed over,
+ * repeated ones count once; it changes nothing and nothing a later operation
+ * returns. On LMDB (one writer at a time) it only checks its arguments. On
+ * PostgreSQL it locks their rows in one statement, in id order (two such
+ * transactions do not deadlock over them), and keeps what it read, so the
+ * next store_conv_get of each in this transaction needs no round trip (until
+ * an operation of the transaction may have changed the row).
+ * Errors: STORE_E_INVAL (a read transaction, a bad id, ids NULL with n > 0). */
+int store_convs_lock(store_txn *txn, const char *const *ids, size_t n);
+
 #endif

@@ -3697,3 +3697,17 @@ int store_runs_each(store_txn *x, int (*fn)(void *arg, store_bytes conv, const s
 		err = fail(x, map_err(rc));
 	return err;
 }
+
+/* ---- several conversations locked at once (store_convs_lock) ----------- */
+
+int store_convs_lock(store_txn *x, const char *const *ids, size_t n)
+{
+	/* One writer at a time: every conversation is the writer's already. */
+	CHECK_WRITE(x);
+	if (!ids && n)
+		return STORE_E_INVAL;
+	for (size_t i = 0; i < n; i++)
+		if (!id_ok(ids[i]))
+			return STORE_E_INVAL;
+	return 0;
+}

@@ -79,6 +79,7 @@ enum {
 	Q_EXP_CLAIM, Q_EXP_CLAIM_READ,
 	Q_META_SET, Q_META_DEL, Q_META_INS, Q_CONV_FIND_META,
 	Q_LOG_START, Q_RUN_EACH,
+	Q_CONVS_LOCK,
 	NQ
 };
 
@@ -243,6 +244,10 @@ static const char *const sql[NQ] = {
 	[Q_RUN_EACH] = "SELECT r.id, r.status, r.attempt, r.from_seq, r.to_seq, r.first_seq, r.last_seq, r.model, "
 		       "r.in_tok, r.out_tok, r.cost, r.started_at, r.ended_at, c.id FROM runs r "
 		       "LEFT JOIN convs c ON c.id = r.conv ORDER BY r.conv, r.id",
+	/* ids joined by spaces (an id has none); the rows are locked as
+	 * sorted, in id order. */
+	[Q_CONVS_LOCK] = "SELECT " CONV_COLS ", last_seq FROM convs "
+			 "WHERE id = ANY(string_to_array($1::text, ' ')) ORDER BY id FOR UPDATE",
 };
 
 /* Schema version 1, created in one transaction under an advisory lock (two
@@ -353,6 +358,10 @@ struct store_txn {
 	int held_ok;
 	uint64_t held_last;
 	char held[STORE_ID_MAX + 1];
+	/* store_convs_lock's rows (a result kept on the txn): conv_load hands
+	 * row i out while pre_ok[i], until a statement may have changed it. */
+	PGresult *pre;
+	unsigned char *pre_ok;
 };
 
 /* ---- errors ---------------------------------------------------------- */
@@ -524,6 +533,22 @@ static PGresult *result_kept(store_txn *x, PGresult *r, int *err)
 	return r;
 }
 
+/* Statement q changes no conversation row (Q_EVENT_INSERT changes one's
+ * last_seq: store_events_append forgets that row): store_convs_lock's rows
+ * stay as read. Any other statement may change some: they are forgotten. */
+static int q_keeps_convs(int q)
+{
+	switch (q) {
+	case Q_CONV_GET: case Q_CONV_LOCK: case Q_CONV_LIST: case Q_CONV_IDS: case Q_LEASE_GET: case Q_LEASE_LOCK:
+	case Q_LAST_SEQ: case Q_EVENT_DUP: case Q_EVENT_INSERT: case Q_EVENT_ID_SEQ: case Q_EVENT_IDS: case Q_STREAM:
+	case Q_STREAM_TAIL: case Q_SUMMARY_LATEST: case Q_TC_GET: case Q_TC_LOCK: case Q_TC_CONV_LOCK: case Q_TC_LIST:
+	case Q_OWNER_GET: case Q_OWNER_LOCK: case Q_NOTIFY: case Q_CONVS_LOCK:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 /* Run statement q (prepared on the txn's connection at its first use) with
  * binary parameters and results. Returns the result, kept on the txn, or
  * NULL with *err set: a server error poisons the txn, read or write, since
@@ -532,6 +557,8 @@ static PGresult *run(store_txn *x, int q, const struct args *a, int *err)
 {
 	PGconn *c = x->pc->c;
 	char name[8];
+	if (!q_keeps_convs(q))
+		x->pre = NULL; /* kept on the txn, freed at its end */
 	snprintf(name, sizeof name, "s%d", q);
 	if (!(x->pc->prepared & ((uint64_t)1 << q))) {
 		PGresult *p = PQprepare(c, name, sql[q], 0, NULL);
@@ -1178,6 +1205,7 @@ static void txn_end(store_txn *x, int ok_conn)
 	for (size_t i = 0; i < x->nres; i++)
 		PQclear(x->res[i]);
 	free(x->res);
+	free(x->pre_ok);
 	s->ntxn--;
 	if (x->write)
 		s->writing = 0;
@@ -1383,6 +1411,30 @@ static void held_set(store_txn *x, const char *id, uint64_t last)
 	x->held_ok = 1;
 }
 
+/* The row of conversation id among store_convs_lock's, still as read, or -1. */
+static int pre_find(store_txn *x, const char *id)
+{
+	if (!x->pre)
+		return -1;
+	size_t n = strlen(id);
+	for (int i = 0; i < PQntuples(x->pre); i++)
+		if (x->pre_ok[i] && (size_t)PQgetlength(x->pre, i, 0) == n && memcmp(PQgetvalue(x->pre, i, 0), id, n) == 0)
+			return i;
+	return -1;
+}
+
+/* Conversation id's row, or all of them (id NULL), may have changed. */
+static void pre_drop(store_txn *x, const char *id)
+{
+	if (!id) {
+		x->pre = NULL; /* still kept on the txn: freed at its end */
+		return;
+	}
+	int i = pre_find(x, id);
+	if (i >= 0)
+		x->pre_ok[i] = 0;
+}
+
 /* Load a conversation; in a write txn its row is locked until the end.
  * *last (may be NULL) gets its last seq (write txns only). */
 static int conv_load(store_txn *x, const char *id, struct store_conv *c, uint64_t *last)
@@ -1395,19 +1447,22 @@ static int conv_load(store_txn *x, const char *id, struct store_conv *c, uint64_
 		return 0;
 	}
 	struct args a = { 0 };
-	int err;
-	a_str(&a, id);
-	PGresult *r = run(x, x->write ? Q_CONV_LOCK : Q_CONV_GET, &a, &err);
-	if (!r)
-		return err;
-	if (PQntuples(r) == 0)
-		return STORE_E_NOTFOUND;
+	int err, row = pre_find(x, id);
+	PGresult *r = row >= 0 ? x->pre : NULL;
+	if (!r) {
+		a_str(&a, id);
+		if (!(r = run(x, x->write ? Q_CONV_LOCK : Q_CONV_GET, &a, &err)))
+			return err;
+		if (PQntuples(r) == 0)
+			return STORE_E_NOTFOUND;
+		row = 0;
+	}
 	if (x->write)
-		held_set(x, id, (uint64_t)g_i64(r, 0, CONV_NCOLS));
+		held_set(x, id, (uint64_t)g_i64(r, row, CONV_NCOLS));
 	if (last)
-		*last = x->write ? (uint64_t)g_i64(r, 0, CONV_NCOLS) : 0;
+		*last = x->write ? (uint64_t)g_i64(r, row, CONV_NCOLS) : 0;
 	struct store_conv tmp;
-	return conv_row(r, 0, c ? c : &tmp) ? fail(x, STORE_E_CORRUPT) : 0;
+	return conv_row(r, row, c ? c : &tmp) ? fail(x, STORE_E_CORRUPT) : 0;
 }
 
 /* The conversation exists (and, in a write txn, is locked). */
@@ -1785,6 +1840,7 @@ int store_events_append(store_txn *x, const char *conv, const struct store_event
 		if (PQntuples(r) == 1) {
 			seqs[i] = ++last;
 			x->held_last = last; /* conv_load left conv held */
+			pre_drop(x, conv);   /* its last_seq moved */
 			if (dups)
 				dups[i] = 0;
 			continue;
@@ -2003,6 +2059,7 @@ int store_load_since(store_txn *x, const char *conv, struct store_summary *sum, 
 static PGresult *run_sql(store_txn *x, const char *q, const struct args *a, int *err)
 {
 	PGconn *c = x->pc->c;
+	x->pre = NULL; /* it may change conversation rows (run's q_keeps_convs) */
 	PGresult *r = PQexecParams(c, q, a ? a->n : 0, NULL, a ? a->v : NULL, a ? a->len : NULL,
 				   a ? a->fmt : NULL, 1);
 	return result_kept(x, r, err);
@@ -2933,5 +2990,47 @@ int store_runs_each(store_txn *x, int (*fn)(void *arg, store_bytes conv, const s
 		if (rc)
 			return rc;
 	}
+	return 0;
+}
+
+/* ---- several conversations locked at once (store_convs_lock) ----------- */
+
+int store_convs_lock(store_txn *x, const char *const *ids, size_t n)
+{
+	CHECK_WRITE(x);
+	if (!ids && n)
+		return STORE_E_INVAL;
+	size_t len = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!id_ok(ids[i]))
+			return STORE_E_INVAL;
+		len += strlen(ids[i]) + 1;
+	}
+	if (!n)
+		return 0;
+	char *list = malloc(len), *p = list;
+	if (!list)
+		return fail(x, -ENOMEM);
+	for (size_t i = 0; i < n; i++) {
+		size_t l = strlen(ids[i]);
+		memcpy(p, ids[i], l);
+		p += l;
+		*p++ = i + 1 < n ? ' ' : 0;
+	}
+	struct args a = { 0 };
+	int err;
+	a_str(&a, list);
+	PGresult *r = run(x, Q_CONVS_LOCK, &a, &err);
+	free(list);
+	if (!r)
+		return err;
+	/* Without memory for the marks the rows are locked all the same, and
+	 * conv_load reads them again. */
+	unsigned char *ok = PQntuples(r) ? malloc((size_t)PQntuples(r)) : NULL;
+	if (ok)
+		memset(ok, 1, (size_t)PQntuples(r));
+	free(x->pre_ok);
+	x->pre_ok = ok;
+	x->pre = ok ? r : NULL;
 	return 0;
 }

@@ -1507,6 +1507,23 @@ static void group_committed(struct group *g, uint64_t id)
 	metrics_add(M_GROUP_WRITES, g->n);
 }
 
+/* The conversations the group's sends write to, locked in one step
+ * (store_convs_lock: on PostgreSQL one round trip for them all, where each
+ * send's own lock would take one). A bad id is its send's to refuse. */
+static int group_lock_sends(struct group *g, store_txn *t)
+{
+	const char **ids = calloc(g->n + 1, sizeof *ids);
+	size_t k = 0;
+	if (!ids)
+		return 0; /* each send locks its own */
+	for (size_t i = 0; i < g->n; i++)
+		if (!g->w[i]->excluded && g->w[i]->rq.op == OP_SEND && g->w[i]->rq.conv)
+			ids[k++] = g->w[i]->rq.conv;
+	int e = k > 1 ? store_convs_lock(t, ids, k) : 0;
+	free(ids);
+	return fatal(e) ? e : 0;
+}
+
 /* One attempt: every write not left out, in one transaction, committed.
  * Returns 0 or the store error; *bad is the write that met it (g->n: the
  * begin or the commit did). */
@@ -1518,6 +1535,8 @@ static int group_attempt(struct group *g, size_t *bad)
 	 * durable frontier instead (durable.h). */
 	int e = gate_write_begin(STORE_WRITE_LAZY | (g->freeing ? STORE_WRITE_FREEING : 0), &t);
 	uint64_t id = e ? 0 : store_txn_id(t);
+	if (!e && (e = group_lock_sends(g, t)))
+		*bad = g->n;
 	for (size_t i = 0; !e && i < g->n; i++) {
 		if (g->w[i]->excluded)
 			continue;
