@@ -59,6 +59,7 @@
 #define GiB ((size_t)1 << 30)
 #define NSPARE 2          /* idle connections a handle keeps */
 #define ROW_OVERHEAD 64   /* bytes counted per row written against the quota */
+#define PIPE_MAX 256      /* event inserts sent ahead before their answers are read */
 
 /* ---- statements ------------------------------------------------------ */
 
@@ -362,6 +363,9 @@ struct store_txn {
 	 * row i out while pre_ok[i], until a statement may have changed it. */
 	PGresult *pre;
 	unsigned char *pre_ok;
+	/* Event inserts sent ahead in pipeline mode, their answers not read
+	 * yet (pipe_drain). */
+	int npipe;
 };
 
 /* ---- errors ---------------------------------------------------------- */
@@ -533,6 +537,112 @@ static PGresult *result_kept(store_txn *x, PGresult *r, int *err)
 	return r;
 }
 
+/* Statement q prepared on the txn's connection (at its first use there);
+ * name (8 bytes) gets its name. */
+static int prepare(store_txn *x, int q, char *name)
+{
+	PGconn *c = x->pc->c;
+	snprintf(name, 8, "s%d", q);
+	if (x->pc->prepared & ((uint64_t)1 << q))
+		return 0;
+	PGresult *p = PQprepare(c, name, sql[q], 0, NULL);
+	if (PQresultStatus(p) != PGRES_COMMAND_OK) {
+		int err = sqlstate_err(p, c);
+		PQclear(p);
+		x->err = x->err ? x->err : err;
+		return err;
+	}
+	PQclear(p);
+	x->pc->prepared |= (uint64_t)1 << q;
+	return 0;
+}
+
+/* Read the answers to the event inserts sent ahead (x->npipe) and leave
+ * pipeline mode: one round trip for them all, and with commit set the
+ * txn's COMMIT too, sent behind them. An error there poisons the txn: the
+ * append that met it was told 0, so the next operation or the commit says
+ * it (nothing of a txn is acknowledged before its commit). Returns x->err,
+ * or with commit the COMMIT's outcome as store_txn_commit's (but for a
+ * lost connection, -ECONNRESET: it may have been made). */
+static int pipe_finish(store_txn *x, int commit)
+{
+	PGconn *c = x->pc->c;
+	int err = 0, left = x->npipe, nulls = 0, seen = 0;
+	if (!left)
+		return x->err;
+	x->npipe = 0;
+	if (commit && PQsendQueryParams(c, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1)
+		left++;
+	else if (commit)
+		err = sqlstate_err(NULL, c);
+	if (!err && PQpipelineSync(c) != 1)
+		err = sqlstate_err(NULL, c);
+	while (!err || PQstatus(c) == CONNECTION_OK) {
+		PGresult *r = PQgetResult(c);
+		if (!r) {
+			/* One follows each statement's answer; past those, the
+			 * sync's answer will not come. */
+			if (++nulls > left || PQstatus(c) != CONNECTION_OK) {
+				err = err ? err : sqlstate_err(NULL, c);
+				break;
+			}
+			continue;
+		}
+		ExecStatusType st = PQresultStatus(r);
+		if (st == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			break;
+		}
+		if (commit && ++seen == left) {
+			/* the COMMIT's: made, or the server had aborted the txn */
+			if (!err && st == PGRES_COMMAND_OK && strcmp(PQcmdStatus(r), "COMMIT") != 0)
+				err = -EIO;
+			else if (!err && st != PGRES_COMMAND_OK)
+				err = st == PGRES_PIPELINE_ABORTED ? -EIO : sqlstate_err(r, c);
+		} else if (!err && st == PGRES_TUPLES_OK && PQntuples(r) != 1) {
+			err = STORE_E_CORRUPT; /* without an event_id no insert is passed over */
+		} else if (!err && st != PGRES_TUPLES_OK) {
+			err = st == PGRES_PIPELINE_ABORTED ? -EIO : sqlstate_err(r, c);
+		}
+		PQclear(r);
+	}
+	if (PQexitPipelineMode(c) != 1 && !err)
+		err = sqlstate_err(NULL, c);
+	return err ? fail(x, err) : x->err;
+}
+
+static int pipe_drain(store_txn *x)
+{
+	return pipe_finish(x, 0);
+}
+
+/* Send event insert a ahead, in pipeline mode (libpq 14+), and go on
+ * without its answer: the conversation's row is locked, so its seq is
+ * known, and without an event_id it cannot be a repeat. */
+static int pipe_insert(store_txn *x, const struct args *a)
+{
+	PGconn *c = x->pc->c;
+	char name[8];
+	int err = prepare(x, Q_EVENT_INSERT, name); /* outside pipeline mode: first in the txn, or prepared */
+	if (err)
+		return err;
+	if (!x->npipe && PQenterPipelineMode(c) != 1)
+		return fail(x, sqlstate_err(NULL, c));
+	if (PQsendQueryPrepared(c, name, a->n, a->v, a->len, a->fmt, 1) != 1) {
+		err = sqlstate_err(NULL, c);
+		if (x->npipe)
+			pipe_drain(x);
+		else
+			PQexitPipelineMode(c);
+		return fail(x, err);
+	}
+	/* Out now, so that the server works on it while this process goes on;
+	 * the answers waiting are bounded (a large batch drains on the way). */
+	if (++x->npipe >= PIPE_MAX || PQflush(c) != 0)
+		return pipe_drain(x);
+	return 0;
+}
+
 /* Statement q changes no conversation row (Q_EVENT_INSERT changes one's
  * last_seq: store_events_append forgets that row): store_convs_lock's rows
  * stay as read. Any other statement may change some: they are forgotten. */
@@ -559,18 +669,8 @@ static PGresult *run(store_txn *x, int q, const struct args *a, int *err)
 	char name[8];
 	if (!q_keeps_convs(q))
 		x->pre = NULL; /* kept on the txn, freed at its end */
-	snprintf(name, sizeof name, "s%d", q);
-	if (!(x->pc->prepared & ((uint64_t)1 << q))) {
-		PGresult *p = PQprepare(c, name, sql[q], 0, NULL);
-		if (PQresultStatus(p) != PGRES_COMMAND_OK) {
-			*err = sqlstate_err(p, c);
-			PQclear(p);
-			x->err = x->err ? x->err : *err;
-			return NULL;
-		}
-		PQclear(p);
-		x->pc->prepared |= (uint64_t)1 << q;
-	}
+	if ((*err = pipe_drain(x)) != 0 || (*err = prepare(x, q, name)) != 0)
+		return NULL;
 	PGresult *r = PQexecPrepared(c, name, a ? a->n : 0, a ? a->v : NULL, a ? a->len : NULL,
 				     a ? a->fmt : NULL, 1);
 	return result_kept(x, r, err);
@@ -1355,7 +1455,17 @@ int store_txn_commit(store_txn *x)
 		return STORE_E_INVAL;
 	int err = x->err;
 	PGconn *c = x->pc->c;
-	if (err) {
+	if (!err && x->npipe) {
+		/* The COMMIT goes behind the inserts sent ahead: one round trip
+		 * for them all. Refused, the txn is aborted and still open. */
+		err = pipe_finish(x, 1);
+		if (err == -ECONNRESET && x->write)
+			err = commit_outcome(x->s, x->txid);
+		else if (err)
+			exec_simple(c, "ROLLBACK");
+		if (!err)
+			x->s->size_est += x->written;
+	} else if ((err = pipe_drain(x)) != 0) {
 		exec_simple(c, "ROLLBACK");
 	} else {
 		PGresult *r = PQexec(c, "COMMIT");
@@ -1377,6 +1487,7 @@ void store_txn_abort(store_txn *x)
 {
 	if (!x)
 		return;
+	pipe_drain(x);
 	int ok = exec_simple(x->pc->c, "ROLLBACK") == 0;
 	txn_end(x, ok);
 }
@@ -1835,6 +1946,16 @@ int store_events_append(store_txn *x, const char *conv, const struct store_event
 		a_i64(&a, x->now);
 		a_str(&a, ev[i].event_id);
 		a_bytes(&a, ev[i].content, 0);
+		if (!ev[i].event_id) {
+			if ((err = pipe_insert(x, &a)) != 0)
+				return err;
+			seqs[i] = ++last;
+			x->held_last = last;
+			pre_drop(x, conv);
+			if (dups)
+				dups[i] = 0;
+			continue;
+		}
 		if (!(r = run(x, Q_EVENT_INSERT, &a, &err)))
 			return err;
 		if (PQntuples(r) == 1) {
@@ -2060,6 +2181,8 @@ static PGresult *run_sql(store_txn *x, const char *q, const struct args *a, int 
 {
 	PGconn *c = x->pc->c;
 	x->pre = NULL; /* it may change conversation rows (run's q_keeps_convs) */
+	if ((*err = pipe_drain(x)) != 0)
+		return NULL;
 	PGresult *r = PQexecParams(c, q, a ? a->n : 0, NULL, a ? a->v : NULL, a ? a->len : NULL,
 				   a ? a->fmt : NULL, 1);
 	return result_kept(x, r, err);

@@ -863,6 +863,124 @@ START_TEST(lazy_commit_is_flushed_when_it_returns)
 }
 END_TEST
 
+/* ---- event inserts sent ahead (pipeline mode) ---------------------------- */
+
+/* An event of the given type without an event_id: its insert is sent ahead. */
+static int append_ahead(store_txn *x, const char *conv, const char *type, uint64_t *seq)
+{
+	msgpack_sbuffer sb;
+	struct store_event_in ev = { type, mstr(&sb, type), NULL };
+	int err = store_event_append(x, conv, &ev, seq, NULL);
+	msgpack_sbuffer_destroy(&sb);
+	return err;
+}
+
+/* The server refuses an insert sent ahead (here a check the test adds to
+ * the events table): the append was told 0, the next operation that waits
+ * for an answer, or the commit, says it, nothing of the txn is written,
+ * and the handle goes on. */
+START_TEST(append_sent_ahead_fails_at_the_next_answer)
+{
+	store *s = open_ok();
+	conv_create(s, "c");
+	char sql[160];
+	snprintf(sql, sizeof sql, "ALTER TABLE %s.events ADD CONSTRAINT no_boom CHECK (type <> 'boom')", schema);
+	admin_sql(sql);
+	store_txn *x;
+	uint64_t seq = 0, last = 0;
+	/* at the next operation */
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+	ck_assert_uint_eq(seq, 1);
+	ck_assert_int_eq(append_ahead(x, "c", "boom", &seq), 0);
+	ck_assert_uint_eq(seq, 2);
+	ck_assert_int_eq(store_event_latest_seq(x, "c", &last), -EIO);
+	ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), -EIO); /* poisoned */
+	ck_assert_int_eq(store_txn_commit(x), -EIO);
+	ck_assert_uint_eq(latest(s, "c"), 0);
+	/* at the commit */
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+	ck_assert_int_eq(append_ahead(x, "c", "boom", &seq), 0);
+	ck_assert_int_eq(store_txn_commit(x), -EIO);
+	ck_assert_uint_eq(latest(s, "c"), 0);
+	/* aborted with inserts sent ahead */
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+	store_txn_abort(x);
+	ck_assert_uint_eq(latest(s, "c"), 0);
+	/* the handle goes on, its connections usable */
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+		ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+		ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+		ck_assert_int_eq(append(x, "c", i == 0 ? "a" : i == 1 ? "b" : "c", &seq), 0); /* waits for its answer */
+		ck_assert_uint_eq(seq, 3 * (uint64_t)i + 3);
+		ck_assert_int_eq(store_txn_commit(x), 0);
+	}
+	ck_assert_uint_eq(latest(s, "c"), 9);
+	store_close(s);
+}
+END_TEST
+
+/* More inserts sent ahead than are kept waiting (a large batch): each seq
+ * in order, all of them committed. */
+START_TEST(many_appends_sent_ahead_commit_in_order)
+{
+	store *s = open_ok();
+	conv_create(s, "c");
+	store_txn *x;
+	uint64_t seq = 0;
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	for (uint64_t i = 1; i <= 1000; i++) {
+		ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+		ck_assert_uint_eq(seq, i);
+	}
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	ck_assert_uint_eq(latest(s, "c"), 1000);
+	char sql[160];
+	snprintf(sql, sizeof sql, "SELECT count(DISTINCT seq) FROM %s.events WHERE conv = 'c' AND seq BETWEEN 1 AND 1000",
+		 schema);
+	ck_assert_int_eq(admin_sql(sql), 1000);
+	store_close(s);
+}
+END_TEST
+
+/* As lost_commit_answer_is_learned, the txn's inserts sent ahead. */
+START_TEST(lost_commit_answer_after_appends_sent_ahead)
+{
+	store *s = open_ok(), *p = NULL;
+	conv_create(s, "c");
+	char via[1024];
+	proxy_start(via, sizeof via);
+	ck_assert_int_eq(store_open(&p, via, NULL), 0);
+	store_txn *x;
+	uint64_t seq;
+	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+	ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+	px.mode = PROXY_MADE;
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	ck_assert_int_eq(px.fired, 1);
+	ck_assert_uint_eq(latest(s, "c"), 2);
+	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+	px.mode = PROXY_NOT_MADE;
+	ck_assert_int_eq(store_txn_commit(x), -ECONNRESET);
+	ck_assert_int_eq(px.fired, 2);
+	ck_assert_uint_eq(latest(s, "c"), 2);
+	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+	ck_assert_uint_eq(seq, 3);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	ck_assert_uint_eq(latest(s, "c"), 3);
+	store_close(p);
+	store_close(s);
+	proxy_stop();
+}
+END_TEST
+
+
 Suite *make_store_pg_suite(void)
 {
 	Suite *s = suite_create("store_pg");
@@ -887,6 +1005,9 @@ Suite *make_store_pg_suite(void)
 		tcase_add_test(tc, notify_msg_reaches_its_node_whole);
 		tcase_add_test(tc, expiries_claim_skips_held_conversations);
 		tcase_add_test(tc, lazy_commit_is_flushed_when_it_returns);
+		tcase_add_test(tc, append_sent_ahead_fails_at_the_next_answer);
+		tcase_add_test(tc, many_appends_sent_ahead_commit_in_order);
+		tcase_add_test(tc, lost_commit_answer_after_appends_sent_ahead);
 		suite_add_tcase(s, tc);
 	}
 	return s;
