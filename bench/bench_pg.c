@@ -22,14 +22,16 @@
  *         model call that never returns (a `sleep`), so what is measured is
  *         the send's durable commit and reply, the work the bare loop does,
  *         with no turns committing beside it.
- *         Counted per send, from the server: statements (pg_stat_statements:
- *         each one round trip, as store_pg sends them one at a time; a read's
- *         begin carries two in one), write transactions (transaction ids
- *         assigned: pg_current_snapshot()'s xmax; every commit that writes
- *         takes one, a read-only one takes none and flushes nothing) and WAL
- *         bytes; from agentd's metrics, sends per group commit; and where
- *         the CPU went (agentd's processes, the server's, this program's, and
- *         the machine's idle share: 2 cores are shared by all of them).
+ *         Counted per send, from the server: statements (pg_stat_statements)
+ *         and round trips (the statements but agentd's event inserts, which
+ *         store_pg sends ahead in pipeline mode, their answers read with the
+ *         next statement's; a begin's two statements take one), write
+ *         transactions (transaction ids assigned: pg_current_snapshot()'s
+ *         xmax; every commit that writes takes one, a read-only one takes
+ *         none and flushes nothing) and WAL bytes; from agentd's metrics,
+ *         sends per group commit; and where the CPU went (agentd's
+ *         processes, the server's, this program's, and the machine's idle
+ *         share: 2 cores are shared by all of them).
  * expiry  lateness of human-tool deadlines: n conversations ask the echo
  *         model for a human tool, one every -i ms, and the calls expire while
  *         their workers wait; lateness is the `resolution` event's
@@ -171,10 +173,13 @@ static void db_create(PGconn *admin, const char *db)
 	pg_exec(admin, sql);
 }
 
-/* What the server counted: statements in database db, transaction ids
- * assigned and WAL bytes written in the whole cluster. */
+/* What the server counted: statements in database db, and of those agentd's
+ * event inserts (store_pg sends one without an event_id ahead, in pipeline
+ * mode: its answer comes back with the next statement's, not a round trip
+ * of its own; the bench's sends have none), transaction ids assigned and
+ * WAL bytes written in the whole cluster. */
 struct pgcount {
-	double stmts, xids, wal;
+	double stmts, ahead, xids, wal;
 };
 
 static struct pgcount pg_count(PGconn *admin, const char *db)
@@ -182,6 +187,9 @@ static struct pgcount pg_count(PGconn *admin, const char *db)
 	struct pgcount k;
 	k.stmts = pg_num(admin, "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d "
 				"ON d.oid = s.dbid WHERE d.datname = $1", db);
+	k.ahead = pg_num(admin, "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d "
+				"ON d.oid = s.dbid WHERE d.datname = $1 AND s.query LIKE 'WITH i AS (INSERT INTO events %'",
+			 db);
 	k.xids = pg_num(admin, "SELECT pg_snapshot_xmax(pg_current_snapshot())", NULL);
 	k.wal = pg_num(admin, "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn", NULL);
 	return k;
@@ -397,6 +405,7 @@ static struct system sys[NSYS];
 struct sample {
 	double rps, p50_ms, p99_ms;
 	double stmts, xids, wal;      /* per send (PostgreSQL systems) */
+	double trips;                 /* round trips per send: stmts but the inserts sent ahead */
 	double group;                 /* sends per group commit (agentd) */
 	double flushes;               /* LMDB: flushes per send */
 	double cpu_agentd, cpu_pg, cpu_client; /* CPU seconds per send */
@@ -640,6 +649,7 @@ static void send_run(int s, long n, struct sample *out)
 	if (s != S_LMDB) {
 		/* The counting queries run in the admin database: not counted. */
 		out->stmts = (k1.stmts - k0.stmts) / dn;
+		out->trips = (k1.stmts - k0.stmts - (k1.ahead - k0.ahead)) / dn;
 		out->xids = (k1.xids - k0.xids) / dn;
 		out->wal = (k1.wal - k0.wal) / dn;
 	}
@@ -655,9 +665,9 @@ static void send_run(int s, long n, struct sample *out)
 	out->cpu_client = (me1 - me0) / dn;
 	out->idle = t1 > t0 ? (i1 - i0) / (t1 - t0) : 0;
 	if (verbose)
-		fprintf(stderr, "%-32s %8.0f sends/s p50 %.2f ms p99 %.2f ms; per send: %.2f stmts, %.3f xids, %.0f WAL B; "
+		fprintf(stderr, "%-32s %8.0f sends/s p50 %.2f ms p99 %.2f ms; per send: %.2f round trips, %.3f xids, %.0f WAL B; "
 			"%.1f sends/group; CPU us/send agentd %.0f, postgres %.0f, client %.0f; idle %.0f%%\n",
-			sys_name[s], f.rps, f.p50_ms, f.p99_ms, out->stmts, out->xids, out->wal, out->group,
+			sys_name[s], f.rps, f.p50_ms, f.p99_ms, out->trips, out->xids, out->wal, out->group,
 			out->cpu_agentd * 1e6, out->cpu_pg * 1e6, out->cpu_client * 1e6, out->idle * 100);
 }
 
@@ -704,22 +714,22 @@ static void send_report(void)
 	int n = nrounds;
 	printf("\n== durable send, %d clients (closed loop), %ld sends per system per round (the row via a non-owner "
 	       "node: %ld), %d rounds, order rotating\n", CLIENTS, nsends, nsends / 5, n);
-	printf("%-32s %8s %13s %7s %7s | %-18s | %6s %7s %6s %6s\n", "system", "sends/s", "(range)", "p50 ms",
-	       "p99 ms", "/ bare loop", "stmts", "commits", "WAL B", "group");
+	printf("%-32s %8s %13s %7s %7s | %-18s | %6s %6s %7s %6s %6s\n", "system", "sends/s", "(range)", "p50 ms",
+	       "p99 ms", "/ bare loop", "stmts", "trips", "commits", "WAL B", "group");
 	for (int s = 0; s < NSYS; s++) {
 		double lo, hi, q[BENCH_MAX_RUNS], rlo, rhi;
 		rng(s, F(rps), n, &lo, &hi);
 		for (int k = 0; k < n; k++)
 			q[k] = samples[S_BARE][k].rps > 0 ? samples[s][k].rps / samples[S_BARE][k].rps : 0;
 		bench_range(q, n, &rlo, &rhi);
-		char range[32], ratio[40], pgc[40], grp[16];
+		char range[32], ratio[40], pgc[48], grp[16];
 		snprintf(range, sizeof range, "(%.0f-%.0f)", lo, hi);
 		snprintf(ratio, sizeof ratio, "%.2fx (%.2f-%.2f)", bench_median(q, n), rlo, rhi);
 		if (s == S_LMDB)
-			snprintf(pgc, sizeof pgc, "%6s %7s %6s", "-", "-", "-");
+			snprintf(pgc, sizeof pgc, "%6s %6s %7s %6s", "-", "-", "-", "-");
 		else
-			snprintf(pgc, sizeof pgc, "%6.2f %7.3f %6.0f", med(s, F(stmts), n), med(s, F(xids), n),
-				 med(s, F(wal), n));
+			snprintf(pgc, sizeof pgc, "%6.2f %6.2f %7.3f %6.0f", med(s, F(stmts), n), med(s, F(trips), n),
+				 med(s, F(xids), n), med(s, F(wal), n));
 		if (s == S_BARE)
 			snprintf(grp, sizeof grp, "%6s", "-");
 		else
@@ -727,7 +737,8 @@ static void send_report(void)
 		printf("%-32s %8.0f %13s %7.2f %7.2f | %-18s | %s %s\n", sys_name[s], med(s, F(rps), n), range,
 		       med(s, F(p50_ms), n), med(s, F(p99_ms), n), ratio, pgc, grp);
 	}
-	printf("stmts: statements per send (pg_stat_statements; each a round trip); commits: write transactions per "
+	printf("stmts: statements per send (pg_stat_statements); trips: round trips per send (the statements but "
+	       "agentd's event inserts, sent ahead in pipeline mode); commits: write transactions per "
 	       "send (transaction ids assigned, whole cluster); WAL B: WAL bytes per send; group: sends per group "
 	       "commit (agentd's metrics)\n");
 	printf("agentd on LMDB: %.2f flushes per send (group commits + the durable frontier's)\n",
@@ -738,21 +749,23 @@ static void send_report(void)
 		printf("%-32s agentd %6.0f  postgres %6.0f  client %6.0f  idle %3.0f%%\n", sys_name[s],
 		       med(s, F(cpu_agentd), n) * 1e6, med(s, F(cpu_pg), n) * 1e6, med(s, F(cpu_client), n) * 1e6,
 		       med(s, F(idle), n) * 100);
-	/* The serial chain: a node's supervisor runs its group commit's
-	 * statements one after another on one connection. */
+	/* The serial chain: a node's supervisor waits for its group commit's
+	 * round trips one after another on one connection. */
 	double rtt = med(S_BARE, F(rtt_us), n), lo, hi;
 	rng(S_BARE, F(rtt_us), n, &lo, &hi);
-	double chain = med(S_PG1, F(stmts), n) * rtt;
+	double chain = med(S_PG1, F(trips), n) * rtt;
 	printf("\none round trip (SELECT 1 on one idle connection, right after the bare loop): p50 %.0f us "
 	       "(%.0f-%.0f over rounds)\n", rtt, lo, hi);
-	printf("one node's statements in a row: %.2f per send x %.0f us = %.0f us per send: at most %.0f sends/s per "
-	       "node from round trips alone (measured: %.0f)\n", med(S_PG1, F(stmts), n), rtt, chain,
+	printf("one node's round trips in a row: %.2f per send x %.0f us = %.0f us per send: at most %.0f sends/s per "
+	       "node from round trips alone (measured: %.0f)\n", med(S_PG1, F(trips), n), rtt, chain,
 	       chain > 0 ? 1e6 / chain : 0, med(S_PG1, F(rps), n));
 	double r1 = med(S_PG1, F(rps), n), r3 = med(S_PG3, F(rps), n);
-	printf("each statement of that chain took, in the run: %.0f us on 1 node (1 / (sends/s x stmts)), %.0f us on "
-	       "each of 3 nodes: the wait for a CPU on a busy machine, on top of the round trip\n",
-	       r1 > 0 ? 1e6 / (r1 * med(S_PG1, F(stmts), n)) : 0,
-	       r3 > 0 ? 1e6 / (r3 / 3 * med(S_PG3, F(stmts), n)) : 0);
+	double g1 = med(S_PG1, F(group), n), g3 = med(S_PG3, F(group), n);
+	printf("one group commit took, in the run: %.1f ms on 1 node (sends per group / sends/s) for %.1f round trips, "
+	       "%.1f ms on each of 3 nodes for %.1f: the rest is its sends' work in agentd and in the node's one server "
+	       "backend, and their wait for a CPU on a busy machine\n",
+	       r1 > 0 ? g1 / r1 * 1e3 : 0, g1 * med(S_PG1, F(trips), n), r3 > 0 ? g3 / (r3 / 3) * 1e3 : 0,
+	       g3 * med(S_PG3, F(trips), n));
 	double q[BENCH_MAX_RUNS];
 	for (int k = 0; k < n; k++)
 		q[k] = samples[S_BARE][k].rps > 0 ? samples[S_PG1][k].rps / samples[S_BARE][k].rps : 0;
