@@ -174,10 +174,11 @@ static void db_create(PGconn *admin, const char *db)
 }
 
 /* What the server counted: statements in database db, and of those agentd's
- * event inserts (store_pg sends one without an event_id ahead, in pipeline
- * mode: its answer comes back with the next statement's, not a round trip
- * of its own; the bench's sends have none), transaction ids assigned and
- * WAL bytes written in the whole cluster. */
+ * event inserts sent ahead (store_pg gathers events without an event_id
+ * into one insert, sent in pipeline mode: its answer comes back with the
+ * next statement's, not a round trip of its own; the bench's sends have
+ * none), transaction ids assigned and WAL bytes written in the whole
+ * cluster. */
 struct pgcount {
 	double stmts, ahead, xids, wal;
 };
@@ -188,8 +189,8 @@ static struct pgcount pg_count(PGconn *admin, const char *db)
 	k.stmts = pg_num(admin, "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d "
 				"ON d.oid = s.dbid WHERE d.datname = $1", db);
 	k.ahead = pg_num(admin, "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d "
-				"ON d.oid = s.dbid WHERE d.datname = $1 AND s.query LIKE 'WITH i AS (INSERT INTO events %'",
-			 db);
+				"ON d.oid = s.dbid WHERE d.datname = $1 AND (s.query LIKE 'WITH i AS (INSERT INTO events %' "
+				"OR s.query LIKE 'WITH v AS (SELECT * FROM unnest(%')", db);
 	k.xids = pg_num(admin, "SELECT pg_snapshot_xmax(pg_current_snapshot())", NULL);
 	k.wal = pg_num(admin, "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn", NULL);
 	return k;

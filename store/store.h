@@ -67,12 +67,14 @@
  *    id, taken at begin) and returns 0 when it was made, -ECONNRESET when
  *    it was not; STORE_E_INDOUBT only when the server cannot say within a
  *    few seconds (unreachable, or the old session still open).
- *  - An event appended without an event_id is sent ahead (libpq's pipeline
- *    mode) and its answer read with the next operation that waits for one,
- *    or the commit: its seq is known from the locked row, and it cannot be
- *    a repeat. A server error it meets (a full disk, a lost connection) is
- *    returned by that later operation or the commit, and poisons the
- *    transaction as any server error does; the append itself returned 0.
+ *  - An event appended without an event_id (of up to 1 MiB) is gathered
+ *    with the transaction's others into one insert, sent ahead (libpq's
+ *    pipeline mode) before the next operation that waits for an answer, or
+ *    with the commit, and its answer read with that one's: its seq is known
+ *    from the locked row, and it cannot be a repeat. A server error it
+ *    meets (a full disk, a lost connection) is returned by that later
+ *    operation or the commit, and poisons the transaction as any server
+ *    error does; the append itself returned 0.
  *  - STORE_SYNC_NONE is synchronous_commit off for the handle's sessions, and
  *    store_sync() one synchronous commit, which flushes every commit before
  *    it. STORE_WRITE_LAZY commits as STORE_WRITE does, durable when it

@@ -59,7 +59,8 @@
 #define GiB ((size_t)1 << 30)
 #define NSPARE 2          /* idle connections a handle keeps */
 #define ROW_OVERHEAD 64   /* bytes counted per row written against the quota */
-#define PIPE_MAX 256      /* event inserts sent ahead before their answers are read */
+#define GATHER_MAX (8u << 20) /* event content gathered before it goes out as one insert */
+#define GATHER_ONE (1u << 20) /* a larger event is inserted alone */
 
 /* ---- statements ------------------------------------------------------ */
 
@@ -364,8 +365,17 @@ struct store_txn {
 	PGresult *pre;
 	unsigned char *pre_ok;
 	/* Event inserts sent ahead in pipeline mode, their answers not read
-	 * yet (pipe_drain). */
+	 * yet (pipe_drain): npipe statements inserting nahead events. */
 	int npipe;
+	size_t nahead;
+	/* Events without an event_id gathered for one insert (gather_send):
+	 * the elements of its arrays in PostgreSQL's binary array format, each
+	 * buffer starting with room for the array's header. */
+	struct {
+		char *b;
+		size_t len, cap;
+	} g[4]; /* conv, seq, type, content */
+	size_t ngather, gather_bytes;
 };
 
 /* ---- errors ---------------------------------------------------------- */
@@ -557,6 +567,8 @@ static int prepare(store_txn *x, int q, char *name)
 	return 0;
 }
 
+static int gather_send(store_txn *x);
+
 /* Read the answers to the event inserts sent ahead (x->npipe) and leave
  * pipeline mode: one round trip for them all, and with commit set the
  * txn's COMMIT too, sent behind them. An error there poisons the txn: the
@@ -567,15 +579,19 @@ static int prepare(store_txn *x, int q, char *name)
 static int pipe_finish(store_txn *x, int commit)
 {
 	PGconn *c = x->pc->c;
-	int err = 0, left = x->npipe, nulls = 0, seen = 0;
+	int err = gather_send(x);
+	int left = x->npipe, nulls = 0, seen = 0;
+	size_t inserted = 0, ahead = x->nahead;
 	if (!left)
-		return x->err;
+		return err ? err : x->err;
 	x->npipe = 0;
-	if (commit && PQsendQueryParams(c, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1)
+	x->nahead = 0;
+	if (commit && !err && PQsendQueryParams(c, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1)
 		left++;
-	else if (commit)
+	else if (commit && !err)
 		err = sqlstate_err(NULL, c);
-	if (!err && PQpipelineSync(c) != 1)
+	/* Always the sync: without it the server need not send its answers. */
+	if (PQpipelineSync(c) != 1 && !err)
 		err = sqlstate_err(NULL, c);
 	while (!err || PQstatus(c) == CONNECTION_OK) {
 		PGresult *r = PQgetResult(c);
@@ -599,8 +615,10 @@ static int pipe_finish(store_txn *x, int commit)
 				err = -EIO;
 			else if (!err && st != PGRES_COMMAND_OK)
 				err = st == PGRES_PIPELINE_ABORTED ? -EIO : sqlstate_err(r, c);
-		} else if (!err && st == PGRES_TUPLES_OK && PQntuples(r) != 1) {
-			err = STORE_E_CORRUPT; /* without an event_id no insert is passed over */
+		} else if (!err && st == PGRES_TUPLES_OK && PQntuples(r) == 1 && PQnfields(r) == 2) {
+			inserted += (size_t)g_i64(r, 0, 0);
+		} else if (!err && st == PGRES_TUPLES_OK) {
+			err = STORE_E_CORRUPT;
 		} else if (!err && st != PGRES_TUPLES_OK) {
 			err = st == PGRES_PIPELINE_ABORTED ? -EIO : sqlstate_err(r, c);
 		}
@@ -608,6 +626,8 @@ static int pipe_finish(store_txn *x, int commit)
 	}
 	if (PQexitPipelineMode(c) != 1 && !err)
 		err = sqlstate_err(NULL, c);
+	if (!err && inserted != ahead)
+		err = STORE_E_CORRUPT; /* without an event_id no insert is passed over */
 	return err ? fail(x, err) : x->err;
 }
 
@@ -616,30 +636,94 @@ static int pipe_drain(store_txn *x)
 	return pipe_finish(x, 0);
 }
 
-/* Send event insert a ahead, in pipeline mode (libpq 14+), and go on
- * without its answer: the conversation's row is locked, so its seq is
- * known, and without an event_id it cannot be a repeat. */
-static int pipe_insert(store_txn *x, const struct args *a)
+/* Gathered events (store_events_append without an event_id): their
+ * seqs are known from the locked row, and without an event_id none can be
+ * a repeat, so they need no answer to go on. They go out as one statement
+ * (gather_send) in pipeline mode before the next statement that waits for
+ * an answer, or the COMMIT, whose round trip brings its answer too. */
+static const char gather_sql[] =
+	"WITH v AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::bytea[]) AS v(conv, seq, type, content)), "
+	"i AS (INSERT INTO events (conv, seq, type, inserted_at, content) "
+	"SELECT conv, seq, type, $5::int8, content FROM v RETURNING conv, seq), "
+	"u AS (UPDATE convs SET last_seq = m.s FROM (SELECT conv, max(seq) AS s FROM i GROUP BY conv) m "
+	"WHERE convs.id = m.conv RETURNING 1) "
+	"SELECT (SELECT count(*) FROM i)::int8, (SELECT count(*) FROM u)::int8";
+
+#define ARR_HDR 20 /* ndim, flags, element type, length, lower bound */
+
+static int gather_put(store_txn *x, int k, const void *d, size_t len)
 {
+	size_t need = x->g[k].len + 4 + len + (x->g[k].len ? 0 : ARR_HDR);
+	if (need > x->g[k].cap) {
+		size_t cap = x->g[k].cap ? x->g[k].cap : 4096;
+		while (cap < need)
+			cap *= 2;
+		char *n = realloc(x->g[k].b, cap);
+		if (!n)
+			return -ENOMEM;
+		x->g[k].b = n;
+		x->g[k].cap = cap;
+	}
+	if (!x->g[k].len)
+		x->g[k].len = ARR_HDR;
+	uint32_t l = htobe32((uint32_t)len);
+	memcpy(x->g[k].b + x->g[k].len, &l, 4);
+	memcpy(x->g[k].b + x->g[k].len + 4, d, len);
+	x->g[k].len += 4 + len;
+	return 0;
+}
+
+static int gather_add(store_txn *x, const char *conv, uint64_t seq, const char *type, store_bytes content)
+{
+	uint64_t be = htobe64(seq);
+	if (gather_put(x, 0, conv, strlen(conv)) || gather_put(x, 1, &be, 8) ||
+	    gather_put(x, 2, type, strlen(type)) || gather_put(x, 3, content.ptr ? content.ptr : "", content.len))
+		return fail(x, -ENOMEM); /* the arrays may be a part longer than the others: poisoned */
+	x->ngather++;
+	x->gather_bytes += content.len;
+	return 0;
+}
+
+static void gather_drop(store_txn *x)
+{
+	for (int k = 0; k < 4; k++)
+		x->g[k].len = 0;
+	x->ngather = x->gather_bytes = 0;
+}
+
+/* Send the gathered events as one insert, ahead in pipeline mode (libpq
+ * 14+), flushed at once so that the server works on it meanwhile. */
+static int gather_send(store_txn *x)
+{
+	static const uint32_t oid[4] = { 25, 20, 25, 17 }; /* text, int8, text, bytea */
 	PGconn *c = x->pc->c;
-	char name[8];
-	int err = prepare(x, Q_EVENT_INSERT, name); /* outside pipeline mode: first in the txn, or prepared */
-	if (err)
-		return err;
-	if (!x->npipe && PQenterPipelineMode(c) != 1)
+	if (x->err)
+		gather_drop(x); /* nothing more goes out */
+	if (!x->ngather)
+		return x->err;
+	struct args a = { 0 };
+	for (int k = 0; k < 4; k++) {
+		uint32_t h[5] = { htobe32(1), 0, htobe32(oid[k]), htobe32((uint32_t)x->ngather), htobe32(1) };
+		memcpy(x->g[k].b, h, ARR_HDR);
+		a_bin(&a, x->g[k].b, x->g[k].len);
+	}
+	a_i64(&a, x->now);
+	size_t n = x->ngather;
+	if (!x->npipe && PQenterPipelineMode(c) != 1) {
+		gather_drop(x);
 		return fail(x, sqlstate_err(NULL, c));
-	if (PQsendQueryPrepared(c, name, a->n, a->v, a->len, a->fmt, 1) != 1) {
-		err = sqlstate_err(NULL, c);
-		if (x->npipe)
-			pipe_drain(x);
-		else
+	}
+	int sent = PQsendQueryParams(c, gather_sql, a.n, NULL, a.v, a.len, a.fmt, 1); /* copies the arrays */
+	gather_drop(x);
+	if (sent != 1) {
+		int err = sqlstate_err(NULL, c);
+		if (!x->npipe)
 			PQexitPipelineMode(c);
 		return fail(x, err);
 	}
-	/* Out now, so that the server works on it while this process goes on;
-	 * the answers waiting are bounded (a large batch drains on the way). */
-	if (++x->npipe >= PIPE_MAX || PQflush(c) != 0)
-		return pipe_drain(x);
+	x->npipe++;
+	x->nahead += n;
+	PQflush(c); /* a failure shows when the answer is read */
 	return 0;
 }
 
@@ -1306,6 +1390,8 @@ static void txn_end(store_txn *x, int ok_conn)
 		PQclear(x->res[i]);
 	free(x->res);
 	free(x->pre_ok);
+	for (int k = 0; k < 4; k++)
+		free(x->g[k].b);
 	s->ntxn--;
 	if (x->write)
 		s->writing = 0;
@@ -1455,7 +1541,7 @@ int store_txn_commit(store_txn *x)
 		return STORE_E_INVAL;
 	int err = x->err;
 	PGconn *c = x->pc->c;
-	if (!err && x->npipe) {
+	if (!err && (x->npipe || x->ngather)) {
 		/* The COMMIT goes behind the inserts sent ahead: one round trip
 		 * for them all. Refused, the txn is aborted and still open. */
 		err = pipe_finish(x, 1);
@@ -1487,6 +1573,7 @@ void store_txn_abort(store_txn *x)
 {
 	if (!x)
 		return;
+	gather_drop(x);
 	pipe_drain(x);
 	int ok = exec_simple(x->pc->c, "ROLLBACK") == 0;
 	txn_end(x, ok);
@@ -1946,8 +2033,10 @@ int store_events_append(store_txn *x, const char *conv, const struct store_event
 		a_i64(&a, x->now);
 		a_str(&a, ev[i].event_id);
 		a_bytes(&a, ev[i].content, 0);
-		if (!ev[i].event_id) {
-			if ((err = pipe_insert(x, &a)) != 0)
+		if (!ev[i].event_id && ev[i].content.len <= GATHER_ONE) {
+			if (x->gather_bytes + ev[i].content.len > GATHER_MAX && (err = gather_send(x)) != 0)
+				return err;
+			if ((err = gather_add(x, conv, last + 1, ev[i].type, ev[i].content)) != 0)
 				return err;
 			seqs[i] = ++last;
 			x->held_last = last;

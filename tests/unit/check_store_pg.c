@@ -923,8 +923,8 @@ START_TEST(append_sent_ahead_fails_at_the_next_answer)
 }
 END_TEST
 
-/* More inserts sent ahead than are kept waiting (a large batch): each seq
- * in order, all of them committed. */
+/* Many inserts sent ahead in one txn, small and large: each seq in order,
+ * all of them committed whole. */
 START_TEST(many_appends_sent_ahead_commit_in_order)
 {
 	store *s = open_ok();
@@ -942,6 +942,33 @@ START_TEST(many_appends_sent_ahead_commit_in_order)
 	snprintf(sql, sizeof sql, "SELECT count(DISTINCT seq) FROM %s.events WHERE conv = 'c' AND seq BETWEEN 1 AND 1000",
 		 schema);
 	ck_assert_int_eq(admin_sql(sql), 1000);
+	/* Large ones, interleaved over two conversations: more than one
+	 * insert's worth is gathered (8 MiB), the largest go alone. */
+	conv_create(s, "d");
+	char *big = malloc(1600000);
+	ck_assert_ptr_nonnull(big);
+	memset(big, 'x', 1600000);
+	long bytes = 0;
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	for (int i = 0; i < 24; i++) {
+		size_t len = i == 20 ? 1500000 : i % 5 == 4 ? 10 : 900000;
+		msgpack_sbuffer sb;
+		msgpack_packer pk;
+		msgpack_sbuffer_init(&sb);
+		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+		msgpack_pack_str_with_body(&pk, big, len);
+		bytes += (long)sb.size;
+		struct store_event_in ev = { "user_msg", { sb.data, sb.size }, NULL };
+		ck_assert_int_eq(store_event_append(x, i % 2 ? "d" : "c", &ev, &seq, NULL), 0);
+		ck_assert_uint_eq(seq, i % 2 ? (uint64_t)i / 2 + 1 : 1000 + (uint64_t)i / 2 + 1);
+		msgpack_sbuffer_destroy(&sb);
+	}
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	free(big);
+	ck_assert_uint_eq(latest(s, "c"), 1012);
+	ck_assert_uint_eq(latest(s, "d"), 12);
+	snprintf(sql, sizeof sql, "SELECT sum(length(content)) FROM %s.events WHERE seq > 1000 OR conv = 'd'", schema);
+	ck_assert_int_eq(admin_sql(sql), bytes);
 	store_close(s);
 }
 END_TEST
