@@ -563,19 +563,12 @@ static int quota(store_txn *x, size_t bytes)
 	return 0;
 }
 
-/* ---- small helpers (as store_lmdb.c's) ------------------------------- */
+/* ---- small helpers (the argument rules are in store/backend.h) ------ */
 
 static int64_t mono_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t clock_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -608,53 +601,6 @@ int store_flush(store *s)
 {
 	return s ? 0 : STORE_E_INVAL;
 }
-
-static int id_ok(const char *id)
-{
-	return id && store_id_valid(id, strnlen(id, STORE_ID_MAX + 1));
-}
-
-static int opt_mp_ok(store_bytes b)
-{
-	return b.len == 0 || (b.ptr && mp_valid_one(b.ptr, b.len));
-}
-
-static int settings_ok(store_bytes b)
-{
-	struct mp m;
-	uint32_t n;
-	if (!b.ptr || !mp_valid_one(b.ptr, b.len))
-		return 0;
-	mp_init(&m, b.ptr, b.len);
-	return mp_map(&m, &n) == 0;
-}
-
-static int type_ok(const char *t)
-{
-	if (!t)
-		return 0;
-	size_t n = strnlen(t, 33);
-	if (n == 0 || n > 32)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!((t[i] >= 'a' && t[i] <= 'z') || t[i] == '_'))
-			return 0;
-	return 1;
-}
-
-static int event_in_ok(const struct store_event_in *ev)
-{
-	if (!ev || !type_ok(ev->type) || !ev->content.ptr || !mp_valid_one(ev->content.ptr, ev->content.len))
-		return 0;
-	if (ev->event_id) {
-		size_t n = strnlen(ev->event_id, STORE_EVENT_ID_MAX + 1);
-		if (n == 0 || n > STORE_EVENT_ID_MAX)
-			return 0;
-	}
-	return 1;
-}
-
-static const unsigned char empty_map[1] = { 0x80 };
 
 /* ---- connections ----------------------------------------------------- */
 
