@@ -214,6 +214,34 @@ static inline int event_in_ok(const struct store_event_in *ev)
 	return 1;
 }
 
+/* A lease or heartbeat time: positive, and far from overflowing a deadline. */
+static inline int ttl_ok(int64_t ttl_ms)
+{
+	return ttl_ms > 0 && ttl_ms <= INT64_MAX / 4;
+}
+
+/* A message a node's listener takes for one (store.h): printable ASCII,
+ * shorter than STORE_NOTIFY_MSG_MAX, with a space. */
+static inline int notify_msg_ok(const char *msg)
+{
+	size_t n = 0;
+	int space = 0;
+	if (!msg)
+		return 0;
+	for (; msg[n]; n++) {
+		if ((unsigned char)msg[n] < 0x20 || (unsigned char)msg[n] > 0x7e || n >= STORE_NOTIFY_MSG_MAX)
+			return 0;
+		space |= msg[n] == ' ';
+	}
+	return n > 0 && space;
+}
+
+/* Usage counters saturate at INT64_MAX (both backends store them signed). */
+static inline uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > (uint64_t)INT64_MAX || b > (uint64_t)INT64_MAX - a ? (uint64_t)INT64_MAX : a + b;
+}
+
 /* Settings nobody gave: an empty map. */
 static const unsigned char empty_map[1] = { 0x80 };
 

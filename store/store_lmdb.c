@@ -1840,11 +1840,6 @@ int store_lease_check(store_txn *x, const char *id, uint64_t gen)
 	return c.lease == gen ? 0 : STORE_E_FENCED;
 }
 
-static uint64_t sat_add(uint64_t a, uint64_t b)
-{
-	return a > (uint64_t)INT64_MAX || b > (uint64_t)INT64_MAX - a ? (uint64_t)INT64_MAX : a + b;
-}
-
 int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
 {
 	CHECK_WRITE(x);
@@ -3045,11 +3040,6 @@ int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_
 
 /* ---- nodes and leases ------------------------------------------------ */
 
-static int ttl_ok(int64_t ttl_ms)
-{
-	return ttl_ms > 0 && ttl_ms <= INT64_MAX / 4;
-}
-
 struct owner_rec {
 	store_bytes node;
 	int64_t expires_at;
@@ -3389,21 +3379,6 @@ int store_notify(store_txn *x, const char *node, const char *conv)
 {
 	CHECK_WRITE(x);
 	return id_ok(node) && id_ok(conv) ? 0 : STORE_E_INVAL;
-}
-
-/* A message a node's listener takes for one (store.h). */
-static int notify_msg_ok(const char *msg)
-{
-	size_t n = 0;
-	int space = 0;
-	if (!msg)
-		return 0;
-	for (; msg[n]; n++) {
-		if ((unsigned char)msg[n] < 0x20 || (unsigned char)msg[n] > 0x7e || n >= STORE_NOTIFY_MSG_MAX)
-			return 0;
-		space |= msg[n] == ' ';
-	}
-	return n > 0 && space;
 }
 
 int store_notify_msg(store_txn *x, const char *node, const char *msg)
