@@ -51,6 +51,14 @@ void tail_free(struct tail *t);
  * shown as null: `agentd check` names it). */
 json_t *conv_event_json(const struct store_event *ev);
 
+/* A summary as the protocol shows it: {from_seq, to_seq, content, version,
+ * inserted_at}. NULL when out of memory. */
+json_t *conv_summary_json(const struct store_summary *s);
+/* conv's latest summary as JSON in *out (null when it has none), read in a
+ * read txn of its own. Errors: the store's (a read that failed is never
+ * "no summary"), -ENOMEM. */
+int conv_summary_read(store *st, const char *conv, json_t **out);
+
 /* A run as the protocol shows it (docs/protocol.md, "Runs"): {id, status,
  * attempt, from_seq, to_seq, first_seq, last_seq, model, usage, started_at,
  * ended_at}, first/last_seq and ended_at null until it ends. NULL when out

@@ -29,6 +29,33 @@ json_t *conv_event_json(const struct store_event *ev)
 	return o;
 }
 
+json_t *conv_summary_json(const struct store_summary *s)
+{
+	json_t *content;
+	if (jsonmp_decode(s->content.ptr, s->content.len, &content) == -ENOMEM)
+		return NULL;
+	return json_pack("{sIsIsosIsI}", "from_seq", (json_int_t)s->from_seq, "to_seq", (json_int_t)s->to_seq,
+			 "content", content ? content : json_null(), "version", (json_int_t)s->version, "inserted_at",
+			 (json_int_t)s->inserted_at);
+}
+
+int conv_summary_read(store *st, const char *conv, json_t **out)
+{
+	store_txn *t;
+	struct store_summary s;
+	*out = NULL;
+	int e = store_txn_begin(st, STORE_READ, &t);
+	if (e)
+		return e;
+	e = store_summary_latest(t, conv, &s);
+	if (!e)
+		e = (*out = conv_summary_json(&s)) ? 0 : -ENOMEM;
+	else if (e == STORE_E_NOTFOUND)
+		*out = json_null(), e = 0;
+	store_txn_abort(t);
+	return e;
+}
+
 json_t *conv_run_json(const struct store_run *r)
 {
 	json_t *o = json_pack("{sIsssIsIsIss#s{sIsIsf}sI}", "id", (json_int_t)r->id, "status",

@@ -2,6 +2,7 @@
 #include "supervisor/forward.h"
 #include "common/jsonmp.h"
 #include "common/log.h"
+#include "conv/conv.h"
 #include "supervisor/control.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
@@ -214,24 +215,11 @@ static struct ask *ask_find(const char *id, size_t len)
  * committed (a summary may not fit a message). */
 static json_t *summary_reply(struct ask *a, int *err, char *msg, size_t cap)
 {
-	store_txn *t;
-	struct store_summary s;
-	json_t *sum = NULL;
-	int e = store_txn_begin(F.st, STORE_READ, &t);
-	if (!e) {
-		e = store_summary_latest(t, a->conv, &s);
-		if (!e)
-			sum = json_pack("{sIsIsosI}", "from_seq", (json_int_t)s.from_seq, "to_seq", (json_int_t)s.to_seq,
-					"content", jsonmp_unpack(s.content.ptr, s.content.len), "version",
-					(json_int_t)s.version);
-		else if (e == STORE_E_NOTFOUND)
-			sum = json_null(), e = 0;
-		store_txn_abort(t);
-	}
+	json_t *sum;
+	int e = conv_summary_read(F.st, a->conv, &sum);
 	if (e) {
 		*err = PERR_INTERNAL;
 		snprintf(msg, cap, "compacted on node %s, but reading the summary failed: %s", a->owner, store_strerror(e));
-		json_decref(sum);
 		return NULL;
 	}
 	return json_pack("{soss}", "summary", sum, "node", a->owner);

@@ -571,13 +571,6 @@ static void op_tool_calls(store_txn *t, struct job *j)
 	j->reply = json_pack("{so}", "tool_calls", a);
 }
 
-static json_t *summary_json(const struct store_summary *s)
-{
-	return json_pack("{sIsIsosIsI}", "from_seq", (json_int_t)s->from_seq, "to_seq", (json_int_t)s->to_seq,
-			 "content", mp_json(s->content), "version", (json_int_t)s->version, "inserted_at",
-			 (json_int_t)s->inserted_at);
-}
-
 static void op_summary(store_txn *t, struct job *j)
 {
 	struct store_summary s;
@@ -593,7 +586,7 @@ static void op_summary(store_txn *t, struct job *j)
 		job_store_error(j, e, "conversation");
 		return;
 	}
-	j->reply = json_pack("{so}", "summary", summary_json(&s));
+	j->reply = json_pack("{so}", "summary", conv_summary_json(&s));
 }
 
 static int mc_one(void *arg, const struct store_model_call *mc)
