@@ -162,7 +162,11 @@ static void ask_fail(struct ask *a, const char *why)
 			snprintf(msg, sizeof msg, "conversation %s is run by node %s, which %s: %s", a->conv, a->owner, why,
 				 a->action == FORWARD_COMPACT ? "no summary was made here"
 							      : "nothing was done (retry: once its lease lapses, any node acts)");
-			slot_error_with(a->slot, a->rqid, PERR_UNAVAILABLE, msg, json_pack("{ss}", "node", a->owner));
+			json_t *node = json_pack("{ss}", "node", a->owner);
+			if (node)
+				slot_error_with(a->slot, a->rqid, PERR_UNAVAILABLE, msg, node);
+			else /* never an unavailable short of its node */
+				slot_error(a->slot, a->rqid, PERR_INTERNAL, "out of memory");
 		}
 		client_flush(c);
 	}

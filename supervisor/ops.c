@@ -1685,7 +1685,8 @@ static void group_settle(struct group *g, int e)
 			else if (perr_from_store(e) == PERR_UNAVAILABLE)
 				job_error(j, PERR_UNAVAILABLE, "%s", store_unavailable_why(e));
 			else
-				job_error(j, PERR_INTERNAL, "commit failed: %s", store_strerror(e));
+				job_error(j, PERR_INTERNAL, "commit failed: %s",
+					  e == -ENOMEM ? "out of memory" : store_strerror(e));
 		} else if (!j->err) {
 			after_write(j, &g->res[i]);
 		}
