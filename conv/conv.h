@@ -34,9 +34,10 @@ struct tail {
 };
 
 /* Decide from the working set. base_ctx is the summary's to_seq (0 without):
- * everything up to it was answered before it was summarised. Returns 0, or -1
- * when an event is malformed (a record we cannot trust: the caller stops) or
- * memory ran out (never a decision made on part of the tail). */
+ * everything up to it was answered before it was summarised. Returns 0,
+ * -EINVAL when an event is malformed (a record we cannot trust: the caller
+ * stops) or -ENOMEM when memory ran out (never a decision made on part of the
+ * tail). */
 int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t);
 /* As tail_decide; with active set (the conversation's status is active), an
  * `error` with "gave_up": true is no turn boundary: a resumed conversation

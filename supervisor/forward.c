@@ -162,7 +162,11 @@ static void ask_fail(struct ask *a, const char *why)
 			snprintf(msg, sizeof msg, "conversation %s is run by node %s, which %s: %s", a->conv, a->owner, why,
 				 a->action == FORWARD_COMPACT ? "no summary was made here"
 							      : "nothing was done (retry: once its lease lapses, any node acts)");
-			slot_error_with(a->slot, a->rqid, PERR_UNAVAILABLE, msg, json_pack("{ss}", "node", a->owner));
+			json_t *node = json_pack("{ss}", "node", a->owner);
+			if (node)
+				slot_error_with(a->slot, a->rqid, PERR_UNAVAILABLE, msg, node);
+			else /* never an unavailable short of its node */
+				slot_error(a->slot, a->rqid, PERR_INTERNAL, "out of memory");
 		}
 		client_flush(c);
 	}
@@ -242,8 +246,10 @@ static void ask_answered(struct ask *a, json_t *ans)
 	case FORWARD_WORKER: {
 		json_t *w = json_object_get(ans, "worker");
 		w = json_is_object(w) ? json_deep_copy(w) : json_null();
-		if (json_is_object(w))
-			json_object_set_new(w, "node", json_string(a->owner));
+		if (json_is_object(w) && json_object_set_new(w, "node", json_string(a->owner))) {
+			json_decref(w); /* never a worker short of its node: answered "out of memory" */
+			w = NULL;
+		}
 		r = partial_with(a, w);
 		break;
 	}
@@ -276,7 +282,8 @@ static void ask_answered(struct ask *a, json_t *ans)
 
 static void answer(const char *to, const char *id, json_t *v)
 {
-	char *js = v ? json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+	/* jsonmp_dumps: json_dumps can leave a key out when memory runs out. */
+	char *js = v ? jsonmp_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII, 0, NULL) : NULL;
 	json_decref(v);
 	char *msg = NULL;
 	int e = -ENOMEM;
@@ -333,6 +340,10 @@ static void serve_ask(const char *id, const char *from, const char *action, cons
 	F.n.served++;
 	if (!strcmp(action, "kill")) {
 		json_t *w = workers_conv_json(conv);
+		if (!w) { /* out of memory: unanswered (the asker says so after lease_time), never "no worker" */
+			answer(from, id, NULL);
+			return;
+		}
 		json_t *pid = json_incref(json_object_get(w, "pid"));
 		json_decref(w);
 		if (sig != SIGKILL && sig != SIGTERM)
@@ -411,7 +422,18 @@ void forward_heard(const char *msg, size_t len)
 			a->deadline = 0;
 			return;
 		}
-		json_t *ans = json_loadb(p, (size_t)(end - p), 0, NULL);
+		json_t *ans;
+		/* jsonmp_loadb: json_loadb may drop a byte when memory runs out. */
+		if (jsonmp_loadb(p, (size_t)(end - p), 0, &ans, NULL) == -ENOMEM) {
+			log_warn("an answer from node %s could not be read: out of memory", a->owner);
+			if (a->slot) {
+				struct client *c = slot_client(a->slot);
+				slot_error(a->slot, a->rqid, PERR_INTERNAL, "out of memory");
+				client_flush(c);
+			}
+			ask_free(a);
+			return;
+		}
 		if (!json_is_object(ans)) {
 			json_decref(ans);
 			goto bad;
