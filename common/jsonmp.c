@@ -89,8 +89,99 @@ static int dbuf_put(const char *s, size_t n, void *arg)
 	return 0;
 }
 
+/* Whether s is written by jansson as it is: printable ASCII, no '"' or '\\'. */
+static int plain(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e || s[i] == '"' || s[i] == '\\')
+			return 0;
+	return 1;
+}
+
+/* The common reply ({"seq":N,"ok":true}, an id, a status) written directly,
+ * byte for byte what json_dump_callback writes with JSON_COMPACT: a flat
+ * object whose keys and string values are plain and whose other values are
+ * integers, booleans or null. *done = 0 for anything else (jansson writes it).
+ * Every send is answered with one: this spares it jansson's callback per
+ * token and its buffer growth (docs/benchmarks.md, "bench_control", has the
+ * reply's share of a send's CPU). */
+static char *flat_dumps(const json_t *v, size_t flags, int nl, size_t *len, int *done)
+{
+	const char *k;
+	json_t *e;
+	size_t need = 2 + (nl ? 1 : 0) + 1; /* {} '\n' NUL */
+	*done = 0;
+	if (flags != JSON_COMPACT || !json_is_object(v))
+		return NULL;
+	json_object_foreach((json_t *)v, k, e) {
+		size_t kl = strlen(k);
+		if (!plain(k, kl))
+			return NULL;
+		need += kl + 4; /* "k": and a comma */
+		if (json_is_string(e)) {
+			if (!plain(json_string_value(e), json_string_length(e)))
+				return NULL;
+			need += json_string_length(e) + 2;
+		} else if (json_is_integer(e) || json_is_boolean(e) || json_is_null(e)) {
+			need += 21; /* -9223372036854775808, false */
+		} else {
+			return NULL;
+		}
+	}
+	*done = 1;
+	char *p = malloc(need), *q = p;
+	if (!p)
+		return NULL;
+	*q++ = '{';
+	json_object_foreach((json_t *)v, k, e) {
+		if (q > p + 1)
+			*q++ = ',';
+		size_t kl = strlen(k);
+		*q++ = '"';
+		memcpy(q, k, kl);
+		q += kl;
+		*q++ = '"';
+		*q++ = ':';
+		if (json_is_string(e)) {
+			*q++ = '"';
+			memcpy(q, json_string_value(e), json_string_length(e));
+			q += json_string_length(e);
+			*q++ = '"';
+		} else if (json_is_integer(e)) {
+			/* The digits backwards, as "%lld" writes them forwards. */
+			json_int_t x = json_integer_value(e);
+			unsigned long long u = x < 0 ? 0ull - (unsigned long long)x : (unsigned long long)x;
+			char dig[20];
+			int nd = 0;
+			do
+				dig[nd++] = (char)('0' + u % 10);
+			while (u /= 10);
+			if (x < 0)
+				*q++ = '-';
+			while (nd)
+				*q++ = dig[--nd];
+		} else {
+			const char *lit = json_is_true(e) ? "true" : json_is_false(e) ? "false" : "null";
+			size_t ll = strlen(lit);
+			memcpy(q, lit, ll);
+			q += ll;
+		}
+	}
+	*q++ = '}';
+	if (nl)
+		*q++ = '\n';
+	*q = 0;
+	if (len)
+		*len = (size_t)(q - p);
+	return p;
+}
+
 char *jsonmp_dumps(const json_t *v, size_t flags, int nl, size_t *len)
 {
+	int done;
+	char *fast = flat_dumps(v, flags, nl, len, &done);
+	if (done)
+		return fast;
 	struct dbuf b = { NULL, 0, 0, 0 };
 	if (!v || json_dump_callback(v, dbuf_put, &b, flags) || b.failed || !b.p) {
 		free(b.p);

@@ -1,8 +1,10 @@
 /* The in-place msgpack reader: every truncation and type mismatch fails. */
 #include <check.h>
 #include <msgpack.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/jsonmp.h"
 #include "common/mp.h"
 #include "tests/suites.h"
 
@@ -101,6 +103,78 @@ START_TEST(lying_counts_fail)
 }
 END_TEST
 
+/* jsonmp_dumps writes a flat object of plain strings, integers, booleans
+ * and null itself: byte for byte what jansson writes, with and without the
+ * newline; anything else (escapes, UTF-8, nesting, reals, other flags) is
+ * jansson's own output. */
+static void dumps_as_jansson(const char *text, size_t flags)
+{
+	json_error_t je;
+	json_t *v = json_loads(text, JSON_DECODE_ANY, &je);
+	ck_assert_msg(v != NULL, "%s: %s", text, je.text);
+	char *want = json_dumps(v, flags);
+	size_t len = 0;
+	if (!want) { /* a bare string without JSON_ENCODE_ANY: refused by both */
+		ck_assert(jsonmp_dumps(v, flags, 1, &len) == NULL);
+		json_decref(v);
+		return;
+	}
+	char *got = jsonmp_dumps(v, flags, 0, &len);
+	ck_assert_msg(got && !strcmp(got, want), "%s: got %s, want %s", text, got ? got : "NULL", want);
+	ck_assert_uint_eq(len, strlen(want));
+	free(got);
+	got = jsonmp_dumps(v, flags, 1, &len);
+	ck_assert(got != NULL);
+	ck_assert_uint_eq(len, strlen(want) + 1);
+	ck_assert(!strncmp(got, want, strlen(want)) && got[len - 1] == '\n' && got[len] == 0);
+	free(got);
+	free(want);
+	json_decref(v);
+}
+
+START_TEST(flat_dumps_match_jansson)
+{
+	static const char *const texts[] = {
+		"{}",
+		"{\"seq\":1,\"ok\":true}",
+		"{\"seq\":9223372036854775807,\"id\":-9223372036854775808,\"ok\":false,\"x\":null}",
+		"{\"seq\":0,\"duplicate\":true,\"id\":\"req-7 ~!#$%&'()*+,-./:;<=>?@[]^_`{|}\",\"ok\":true}",
+		"{\"status\":\"paused\",\"seq\":3,\"ok\":true,\"empty\":\"\"}",
+		"{\"b\":1,\"a\":2,\"c\":3}",                      /* insertion order, not sorted */
+		"{\"id\":\"quote \\\" in it\",\"ok\":true}",       /* escapes: jansson's */
+		"{\"id\":\"back\\\\slash\",\"ok\":true}",
+		"{\"id\":\"tab\\there\",\"ok\":true}",
+		"{\"id\":\"\\u00e9t\\u00e9 \\u2603\",\"ok\":true}",  /* UTF-8 */
+		"{\"id\":\"\\u007f\",\"ok\":true}",
+		"{\"id\":\"sl/ash\",\"ok\":true}",
+		"{\"k\\u00e9y\":1}",
+		"{\"seqs\":[1,2,3],\"ok\":true}",                 /* nested: jansson's */
+		"{\"o\":{},\"ok\":true}",
+		"{\"r\":1.5,\"ok\":true}",
+		"[1,2]",
+		"\"top\"",
+	};
+	for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+		dumps_as_jansson(texts[i], JSON_COMPACT);
+		dumps_as_jansson(texts[i], JSON_COMPACT | JSON_SORT_KEYS);
+		dumps_as_jansson(texts[i], 0);
+	}
+	/* Every byte as a string value and as a key. */
+	for (int c = 1; c < 256; c++) {
+		char raw[2] = { (char)c, 0 };
+		json_t *o = json_object();
+		json_object_set_new(o, "v", json_stringn_nocheck(raw, 1));
+		json_object_set_new(o, raw, json_integer(c));
+		char *want = json_dumps(o, JSON_COMPACT), *got = jsonmp_dumps(o, JSON_COMPACT, 0, NULL);
+		ck_assert_msg((!want && !got) || (want && got && !strcmp(got, want)), "byte %d: got %s, want %s", c,
+			      got ? got : "NULL", want ? want : "NULL");
+		free(want);
+		free(got);
+		json_decref(o);
+	}
+}
+END_TEST
+
 Suite *make_mp_suite(void)
 {
 	Suite *s = suite_create("mp");
@@ -110,5 +184,8 @@ Suite *make_mp_suite(void)
 	tcase_add_test(tc, every_truncation_fails);
 	tcase_add_test(tc, lying_counts_fail);
 	suite_add_tcase(s, tc);
+	TCase *td = tcase_create("jsonmp_dumps");
+	tcase_add_test(td, flat_dumps_match_jansson);
+	suite_add_tcase(s, td);
 	return s;
 }
