@@ -28,11 +28,144 @@ void jsonmp_alloc_init(void)
 	json_set_alloc_funcs(counted_malloc, counted_free);
 }
 
+static int json_ws(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* A byte jansson reads inside a string as itself: printable ASCII, not '"' or '\\'. */
+static int plain_byte(char c)
+{
+	return (unsigned char)c >= 0x20 && (unsigned char)c <= 0x7e && c != '"' && c != '\\';
+}
+
+/* A flat object built straight into jansson values, as json_loadb would
+ * build it: keys and string values of plain bytes, values strings, unsigned
+ * integers of at most 18 digits, true, false or null, no key twice, nothing
+ * after it but whitespace. That is nearly every control request (a send);
+ * jansson's lexer reads it a byte at a time through a stream and costs a
+ * third of a send's instructions (docs/benchmarks.md, "bench_control").
+ * Returns 1 with *out set, -ENOMEM, or 0 for any other text: jansson parses
+ * it, and words any error. */
+static int flat_loadb(const char *s, size_t n, json_t **out)
+{
+	size_t i = 0;
+	*out = NULL;
+	while (i < n && json_ws(s[i]))
+		i++;
+	if (i == n || s[i] != '{')
+		return 0;
+	json_t *o = json_object();
+	if (!o)
+		return -ENOMEM;
+	for (i++; i < n && json_ws(s[i]); i++)
+		;
+	if (i < n && s[i] == '}') {
+		i++;
+		goto end;
+	}
+	for (;;) {
+		if (i >= n || s[i] != '"')
+			goto other;
+		size_t k0 = ++i;
+		while (i < n && plain_byte(s[i]))
+			i++;
+		if (i >= n || s[i] != '"')
+			goto other;
+		size_t kl = i - k0;
+		for (i++; i < n && json_ws(s[i]); i++)
+			;
+		if (i >= n || s[i] != ':')
+			goto other;
+		for (i++; i < n && json_ws(s[i]); i++)
+			;
+		if (i >= n)
+			goto other;
+		json_t *v;
+		if (s[i] == '"') {
+			size_t v0 = ++i;
+			while (i < n && plain_byte(s[i]))
+				i++;
+			if (i >= n || s[i] != '"')
+				goto other;
+			v = json_stringn_nocheck(s + v0, i - v0);
+			i++;
+		} else if (s[i] >= '0' && s[i] <= '9') {
+			size_t d0 = i;
+			json_int_t x = 0;
+			for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+				if (i - d0 >= 18)
+					goto other;
+				x = x * 10 + (s[i] - '0');
+			}
+			if (s[d0] == '0' && i - d0 > 1)
+				goto other; /* a leading zero: jansson's error */
+			v = json_integer(x);
+		} else {
+			static const char *const lit[] = { "true", "false", "null" };
+			int which = s[i] == 't' ? 0 : s[i] == 'f' ? 1 : s[i] == 'n' ? 2 : -1;
+			size_t ll = which < 0 ? 0 : strlen(lit[which]);
+			if (which < 0 || n - i < ll || memcmp(s + i, lit[which], ll))
+				goto other;
+			i += ll;
+			v = which == 0 ? json_true() : which == 1 ? json_false() : json_null();
+		}
+		if (!v) { /* out of memory, whatever the text turns out to be */
+			json_decref(o);
+			return -ENOMEM;
+		}
+		/* What follows a value: whitespace, ',' or '}' (a number or a
+		 * word running on, "1.5" or "truex", is jansson's). */
+		if (i < n && !json_ws(s[i]) && s[i] != ',' && s[i] != '}') {
+			json_decref(v);
+			goto other;
+		}
+		if (json_object_getn(o, s + k0, kl)) {
+			json_decref(v);
+			goto other; /* a key twice: jansson keeps the last, or refuses it */
+		}
+		if (json_object_setn_new_nocheck(o, s + k0, kl, v)) { /* v is taken either way */
+			json_decref(o);
+			return -ENOMEM;
+		}
+		while (i < n && json_ws(s[i]))
+			i++;
+		if (i < n && s[i] == ',') {
+			for (i++; i < n && json_ws(s[i]); i++)
+				;
+			continue;
+		}
+		if (i < n && s[i] == '}') {
+			i++;
+			break;
+		}
+		goto other;
+	}
+end:
+	while (i < n && json_ws(s[i]))
+		i++;
+	if (i != n)
+		goto other;
+	*out = o;
+	return 1;
+other:
+	json_decref(o);
+	return 0;
+}
+
 int jsonmp_loadb(const char *buf, size_t len, size_t flags, json_t **out, json_error_t *je)
 {
 	json_error_t mine;
 	if (!je)
 		je = &mine;
+	/* The flags that change what a flat object reads as: jansson's. */
+	if (!(flags & ~(size_t)(JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK | JSON_ALLOW_NUL))) {
+		int r = flat_loadb(buf, len, out);
+		if (r) {
+			memset(je, 0, sizeof *je);
+			return r < 0 ? r : 0;
+		}
+	}
 	unsigned long before = __atomic_load_n(&alloc_failures, __ATOMIC_RELAXED);
 	json_t *v = json_loadb(buf, len, flags, je);
 	if (__atomic_load_n(&alloc_failures, __ATOMIC_RELAXED) != before ||

@@ -1,6 +1,8 @@
 /* The in-place msgpack reader: every truncation and type mismatch fails. */
 #include <check.h>
+#include <errno.h>
 #include <msgpack.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +177,97 @@ START_TEST(flat_dumps_match_jansson)
 }
 END_TEST
 
+/* jsonmp_loadb reads a flat object itself: for any text, it must give what
+ * json_loadb gives (the same values in the same key order), or fail where
+ * json_loadb fails. Random texts from JSON's pieces, many of them flat
+ * objects, some only nearly so. */
+static void loads_as_jansson(const char *text, size_t n, size_t flags)
+{
+	json_error_t je;
+	json_t *want = json_loadb(text, n, flags, &je), *got = NULL;
+	int e = jsonmp_loadb(text, n, flags, &got, NULL);
+	if (!want) {
+		ck_assert_msg(e == -EINVAL && !got, "%.*s: jansson refuses it (%s), jsonmp_loadb returned %d", (int)n,
+			      text, je.text, e);
+		return;
+	}
+	ck_assert_msg(e == 0 && got, "%.*s: jansson reads it, jsonmp_loadb returned %d", (int)n, text, e);
+	char *a = json_dumps(want, JSON_COMPACT | JSON_ENCODE_ANY), *b = json_dumps(got, JSON_COMPACT | JSON_ENCODE_ANY);
+	ck_assert_msg(json_equal(want, got) && a && b && !strcmp(a, b), "%.*s: jansson %s, jsonmp_loadb %s", (int)n, text,
+		      a, b);
+	free(a);
+	free(b);
+	json_decref(want);
+	json_decref(got);
+}
+
+START_TEST(flat_loads_match_jansson)
+{
+	static const char *const pieces[] = {
+		"{", "}", "\"", ":", ",", " ", "\t", "\n", "\r", "\"op\"", "\"send\"", "\"k\"", "\"\"", "a", "0", "1", "9",
+		"123456789", "999999999999999999", "1000000000000000000", "-", ".", "e", "E", "+", "true", "false",
+		"null", "tru", "nul", "\\", "\\\"", "\\u00e9", "\xc3\xa9", "\xff", "\x01", "\x7f", "[", "]", "/",
+		"\"conversation\":\"s-1\"", "\"content\":\"hello\"", "\"id\":7", "\"x\":null", "\"op\":\"ping\"",
+	};
+	const size_t np = sizeof pieces / sizeof *pieces;
+	static const size_t flags[] = { JSON_REJECT_DUPLICATES, 0, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
+					JSON_DISABLE_EOF_CHECK, JSON_ALLOW_NUL };
+	uint64_t r = 0x9e3779b97f4a7c15ull;
+	char text[512];
+	for (int round = 0; round < 200000; round++) {
+		size_t n = 0;
+		int flat = round % 2;
+		int k = (int)(r >> 59) + 1;
+		if (flat) /* a flat object, its pieces drawn at random, then maybe one byte changed */
+			n += (size_t)snprintf(text + n, sizeof text - n, "{");
+		for (int i = 0; i < k; i++) {
+			r = r * 6364136223846793005ull + 1442695040888963407ull;
+			const char *pc = pieces[(r >> 33) % np];
+			if (flat) {
+				static const char *const vals[] = { "\"v\"", "0", "12", "true", "false", "null", "\"\"",
+								    "999999999999999999", "\" sp ace ~\"" };
+				static const char *const keys[] = { "\"op\"", "\"id\"", "\"k\"", "\"\"", "\"a b\"" };
+				n += (size_t)snprintf(text + n, sizeof text - n, "%s%s%s:%s%s", i ? "," : "",
+						      (r >> 20) % 4 ? "" : " ", keys[(r >> 24) % 5], (r >> 28) % 3 ? "" : " ",
+						      vals[(r >> 40) % 9]);
+			} else {
+				n += (size_t)snprintf(text + n, sizeof text - n, "%s", pc);
+			}
+		}
+		if (flat) {
+			n += (size_t)snprintf(text + n, sizeof text - n, "}");
+			r = r * 6364136223846793005ull + 1442695040888963407ull;
+			if ((r >> 60) < 6) { /* one byte replaced or cut */
+				size_t at = (size_t)((r >> 20) % n);
+				const char *pc = pieces[(r >> 33) % np];
+				if ((r >> 56) & 1)
+					n = at;
+				else
+					text[at] = pc[0];
+			}
+		}
+		loads_as_jansson(text, n, flags[round % 5]);
+	}
+	/* The edges by hand: numbers jansson refuses or reads otherwise,
+	 * words running on, commas and colons missing or extra, keys twice. */
+	static const char *const edges[] = {
+		"{\"a\":01}", "{\"a\":00}", "{\"a\":0}", "{\"a\":-0}", "{\"a\":-1}", "{\"a\":1e5}", "{\"a\":1E5}",
+		"{\"a\":1.0}", "{\"a\":1.}", "{\"a\":truex}", "{\"a\":true1}", "{\"a\":nul}", "{\"a\":1}x",
+		"{\"a\":1,}", "{\"a\":1 \"b\":2}", "{\"a\" 1}", "{\"a\":1}{", "{\"a\":1,\"a\":2}",
+		"{\"\":1,\"\":2}", "{,}", "{ }", " {\"a\" : \"b\" , \"c\" : null } \r\n", "{\"a\":\"b\"\"c\"}",
+		"{\"a\":999999999999999999}", "{\"a\":9999999999999999999}", "{\"a\":9223372036854775808}",
+		"{\"a\":\"\t\"}", "{\"a\t\":1}", "{\"a\":{}}", "{\"a\":[]}", "{\"a\":1", "{\"a\":", "{\"a\"", "{",
+	};
+	for (size_t i = 0; i < sizeof edges / sizeof *edges; i++)
+		for (size_t f = 0; f < sizeof flags / sizeof *flags; f++)
+			loads_as_jansson(edges[i], strlen(edges[i]), flags[f]);
+	/* A NUL inside the text, and the empty text. */
+	loads_as_jansson("{\"a\":\"b\0c\"}", 11, JSON_ALLOW_NUL);
+	loads_as_jansson("{\"a\":1}\0", 8, 0);
+	loads_as_jansson("", 0, 0);
+}
+END_TEST
+
 Suite *make_mp_suite(void)
 {
 	Suite *s = suite_create("mp");
@@ -186,6 +279,8 @@ Suite *make_mp_suite(void)
 	suite_add_tcase(s, tc);
 	TCase *td = tcase_create("jsonmp_dumps");
 	tcase_add_test(td, flat_dumps_match_jansson);
+	tcase_add_test(td, flat_loads_match_jansson);
+	tcase_set_timeout(td, 60);
 	suite_add_tcase(s, td);
 	return s;
 }
