@@ -1738,7 +1738,10 @@ static void run(void)
 		W.woken = 0; /* this refresh sees what every wake so far announced */
 		refresh();
 		struct tail tl;
-		if (tail_decide_active(W.events, W.sum_to, W.active, &tl)) {
+		int te = tail_decide_active(W.events, W.sum_to, W.active, &tl);
+		if (te == -ENOMEM)
+			die_oom(NULL, "deciding what the log owes"); /* not a damaged record */
+		if (te) {
 			log_error("%s: the log's tail holds a malformed event: refusing to guess", W.conv);
 			exit(IPC_EXIT_CORRUPT);
 		}

@@ -3,22 +3,13 @@
 #include "agent/model.h"
 #include "agent/jsonb.h"
 #include "common/jsonmp.h"
+#include "common/text.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* snprintf whose cut is intended (messages quoting the server). */
-static void seterr(char *dst, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *dst, size_t n, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(dst, n, fmt, ap);
-	va_end(ap);
-}
 
 const char model_summarize_prompt[] =
 	"Summarize the conversation above in a few sentences, keeping every fact, decision and open question a "
@@ -444,5 +435,5 @@ void model_url(const struct model_cfg *mc, char *buf, size_t len)
 {
 	const char *path = model_api_of(mc)->path;
 	size_t n = strlen(mc->base_url);
-	seterr(buf, len, "%s%s", mc->base_url, n && mc->base_url[n - 1] == '/' ? path + 1 : path);
+	text_fmt(buf, len, "%s%s", mc->base_url, n && mc->base_url[n - 1] == '/' ? path + 1 : path);
 }

@@ -4,25 +4,16 @@
 #include "agent/jsonb.h"
 #include "agent/model.h"
 #include "common/jsonmp.h"
+#include "common/text.h"
 
 #include <errno.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
 
-/* snprintf whose cut is intended (messages quoting the server). */
-static void seterr(char *dst, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *dst, size_t n, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(dst, n, fmt, ap);
-	va_end(ap);
-}
 
 int model_http_init(void)
 {
@@ -143,25 +134,25 @@ static int attempt_classify(struct feed *f, int e, const struct http_resp *resp,
 	*transient = 0;
 	if (f->st.failed) {
 		/* An error the stream itself carried (or one too big). */
-		seterr(a->error, sizeof a->error, "%s", f->st.err);
+		text_fmt(a->error, sizeof a->error, "%s", f->st.err);
 		*transient = f->st.transient;
 	} else if (e == -EIO && resp->status >= 200 && resp->status < 300) {
-		seterr(a->error, sizeof a->error, "the response was cut mid-stream: %s", resp->err);
+		text_fmt(a->error, sizeof a->error, "the response was cut mid-stream: %s", resp->err);
 		*transient = 1;
 	} else if (e) {
-		seterr(a->error, sizeof a->error, "cannot reach %s: %s", url, e == -EIO ? resp->err : strerror(-e));
+		text_fmt(a->error, sizeof a->error, "cannot reach %s: %s", url, e == -EIO ? resp->err : strerror(-e));
 		*transient = 1;
 	} else if (resp->status < 200 || resp->status >= 300) {
 		server_message(resp->body, resp->body_len, msg, sizeof msg);
-		seterr(a->error, sizeof a->error, "HTTP %ld: %s", resp->status, msg);
+		text_fmt(a->error, sizeof a->error, "HTTP %ld: %s", resp->status, msg);
 		*transient = retryable_status(resp->status);
 	} else if (!f->st.done && !f->events && f->hlen && f->head[0] == '{') {
 		/* A server that ignored "stream": true; asking again would
 		 * get the same. */
-		seterr(a->error, sizeof a->error, "the server answered without streaming (not an event stream): %.*s",
+		text_fmt(a->error, sizeof a->error, "the server answered without streaming (not an event stream): %.*s",
 		       (int)f->hlen, f->head);
 	} else if (!f->st.done) {
-		seterr(a->error, sizeof a->error, "the response ended before the stream's end");
+		text_fmt(a->error, sizeof a->error, "the response ended before the stream's end");
 		*transient = 1;
 	} else if (stream_reply(&f->st, out, a->error, sizeof a->error) == 0) {
 		return 0;
@@ -206,7 +197,7 @@ static int64_t attempt_wait_ms(const struct model_cfg *mc, int retry, const stru
 	if (a->retry_after_ms > model_retry_after_max(mc)) {
 		/* Waiting that long would outlast what the worker allows
 		 * the call: say so rather than retry early. */
-		seterr(oc->err, sizeof oc->err, "model %s: %s (the server asks to retry after %lld s, over %lld s)",
+		text_fmt(oc->err, sizeof oc->err, "model %s: %s (the server asks to retry after %lld s, over %lld s)",
 		       mc->name, a->error, (long long)(a->retry_after_ms / 1000),
 		       (long long)(model_retry_after_max(mc) / 1000));
 		log_warn("%s", oc->err);
@@ -225,7 +216,7 @@ int model_http_run(const struct model_cfg *mc, const json_t *req, const struct m
 	oc->body = api->body(mc, req);
 	char *body = oc->body ? jsonmp_dumps(oc->body, JSON_COMPACT, 0, NULL) : NULL;
 	if (!body) {
-		seterr(oc->err, sizeof oc->err, "model %s: cannot render the request: out of memory", mc->name);
+		text_fmt(oc->err, sizeof oc->err, "model %s: cannot render the request: out of memory", mc->name);
 		return -1;
 	}
 	const char *key = mc->api_key_env ? getenv(mc->api_key_env) : NULL;
@@ -244,7 +235,7 @@ int model_http_run(const struct model_cfg *mc, const json_t *req, const struct m
 		rc = attempt_run(mc, api, h, body, hdrs, a, out, oc, &transient);
 		if (rc == 0 || rc == -ECANCELED)
 			break;
-		seterr(oc->err, sizeof oc->err, "model %s: %s", mc->name, a->error);
+		text_fmt(oc->err, sizeof oc->err, "model %s: %s", mc->name, a->error);
 		if (!transient || i == mc->retries) {
 			log_warn("model %s: attempt %d of %d failed%s: %s", mc->name, oc->attempts, mc->retries + 1,
 				 transient ? "" : " (not retried)", a->error);

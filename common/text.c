@@ -1,6 +1,8 @@
 /* text.c: bytes from outside as JSON text (see text.h). */
 #include "common/text.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,4 +70,12 @@ json_t *json_text(const char *text, size_t len)
 	json_t *v = json_stringn_nocheck(buf, o);
 	free(buf);
 	return v;
+}
+
+void text_fmt(char *dst, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(dst, n, fmt, ap);
+	va_end(ap);
 }

@@ -22,4 +22,8 @@ size_t utf8_seq(const unsigned char *s, size_t n, int *ok);
  */
 json_t *json_text(const char *text, size_t len);
 
+/* snprintf into dst whose cut is intended: a message quoting text from
+ * outside (a server's error body) keeps what fits. */
+void text_fmt(char *dst, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif

@@ -34,9 +34,10 @@ struct tail {
 };
 
 /* Decide from the working set. base_ctx is the summary's to_seq (0 without):
- * everything up to it was answered before it was summarised. Returns 0, or -1
- * when an event is malformed (a record we cannot trust: the caller stops) or
- * memory ran out (never a decision made on part of the tail). */
+ * everything up to it was answered before it was summarised. Returns 0,
+ * -EINVAL when an event is malformed (a record we cannot trust: the caller
+ * stops) or -ENOMEM when memory ran out (never a decision made on part of the
+ * tail). */
 int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t);
 /* As tail_decide; with active set (the conversation's status is active), an
  * `error` with "gave_up": true is no turn boundary: a resumed conversation
@@ -50,6 +51,14 @@ void tail_free(struct tail *t);
  * event_id?}. NULL when out of memory (content that cannot be decoded is
  * shown as null: `agentd check` names it). */
 json_t *conv_event_json(const struct store_event *ev);
+
+/* A summary as the protocol shows it: {from_seq, to_seq, content, version,
+ * inserted_at}. NULL when out of memory. */
+json_t *conv_summary_json(const struct store_summary *s);
+/* conv's latest summary as JSON in *out (null when it has none), read in a
+ * read txn of its own. Errors: the store's (a read that failed is never
+ * "no summary"), -ENOMEM. */
+int conv_summary_read(store *st, const char *conv, json_t **out);
 
 /* A run as the protocol shows it (docs/protocol.md, "Runs"): {id, status,
  * attempt, from_seq, to_seq, first_seq, last_seq, model, usage, started_at,

@@ -26,15 +26,20 @@ struct fork_ctx {
 static int collect(void *arg, const struct store_event *ev)
 {
 	struct fork_ctx *f = arg;
-	json_t *content = jsonmp_unpack(ev->content.ptr, ev->content.len);
-	if (!content) {
-		f->err = STORE_E_CORRUPT;
+	json_t *content;
+	int de = jsonmp_decode(ev->content.ptr, ev->content.len, &content);
+	if (de) {
+		f->err = de == -ENOMEM ? -ENOMEM : STORE_E_CORRUPT; /* out of memory is no damaged record */
 		return 1;
 	}
 	json_t *o = json_pack("{sIss#so}", "seq", (json_int_t)ev->seq, "type", (const char *)ev->type.ptr,
 			      (int)ev->type.len, "content", content);
-	if (o && ev->event_id.len)
-		json_object_set_new(o, "event_id", json_stringn(ev->event_id.ptr, ev->event_id.len));
+	/* Never a copy short of its event_id (a retried send would be written twice). */
+	if (o && ev->event_id.len &&
+	    json_object_set_new(o, "event_id", json_stringn(ev->event_id.ptr, ev->event_id.len))) {
+		json_decref(o);
+		o = NULL;
+	}
 	if (!o || json_array_append_new(f->evs, o)) {
 		f->err = -ENOMEM;
 		return 1;
@@ -92,10 +97,15 @@ static int note(struct fork_ctx *f, json_t *ev)
 	} else if (!call) {
 		return 0; /* a settlement of a call this prefix does not hold: copied as it is */
 	} else if (!strcmp(type, "suspension")) {
-		json_object_set(call, "prompt", json_object_get(c, "prompt"));
+		/* A value absent from the event is not set: the row is as before. */
+		json_t *pr = json_object_get(c, "prompt");
+		if (pr && json_object_set(call, "prompt", pr))
+			return -ENOMEM;
 	} else if ((!strcmp(type, "tool_result") || !strcmp(type, "resolution")) && !json_object_get(call, "status")) {
-		json_object_set(call, "status", json_object_get(c, "status"));
-		json_object_set(call, "result", json_object_get(c, "result"));
+		/* A settled call's row short of its status would be copied pending. */
+		json_t *st = json_object_get(c, "status"), *res = json_object_get(c, "result");
+		if ((st && json_object_set(call, "status", st)) || (res && json_object_set(call, "result", res)))
+			return -ENOMEM;
 	}
 	return 0;
 }
@@ -184,14 +194,16 @@ static int rows(struct fork_ctx *f, const struct conv_fork_in *in, struct conv_f
 		json_t *prompt = json_object_get(call, "prompt");
 		struct jsonmp_buf ab, pb, rb;
 		int e = conv_pack(&ab, json_object_get(call, "args"));
-		int pe = human && prompt ? conv_pack(&pb, prompt) : 1;
+		int pe = human && prompt ? conv_pack(&pb, prompt) : 1; /* 1: none; -ENOMEM: never a row short of it */
+		if (!e && pe < 0)
+			e = pe;
 		struct store_tool_call_in tin = { id, json_string_value(json_object_get(call, "name")),
 						  human ? STORE_EXEC_HUMAN : STORE_EXEC_SERVER, { ab.sb.data, ab.sb.size },
 						  pe ? (store_bytes){ 0 } : (store_bytes){ pb.sb.data, pb.sb.size } };
 		if (!e)
 			e = store_tool_call_upsert(f->t, f->dst, &tin);
 		jsonmp_buf_destroy(&ab);
-		if (!pe)
+		if (pe <= 0)
 			jsonmp_buf_destroy(&pb);
 		if (e)
 			return e == STORE_E_INVAL || e == STORE_E_CONFLICT ? STORE_E_CORRUPT : e;
@@ -260,13 +272,20 @@ static int fork_check(store_txn *t, const struct conv_fork_in *in, struct conv_f
  * forked from) and metadata (the caller's, else src's). */
 static int fork_settings_make(const struct conv_fork_in *in, const struct store_conv *src, struct fork_plan *p)
 {
-	p->settings = jsonmp_unpack(src->settings.ptr, src->settings.len);
-	p->meta = in->metadata ? json_incref((json_t *)in->metadata)
-			       : src->metadata.len ? jsonmp_unpack(src->metadata.ptr, src->metadata.len) : json_object();
+	int se = jsonmp_decode(src->settings.ptr, src->settings.len, &p->settings), me = 0;
+	if (in->metadata)
+		p->meta = json_incref((json_t *)in->metadata);
+	else if (src->metadata.len)
+		me = jsonmp_decode(src->metadata.ptr, src->metadata.len, &p->meta);
+	else if (!(p->meta = json_object()))
+		me = -ENOMEM;
+	if (se == -ENOMEM || me == -ENOMEM)
+		return -ENOMEM; /* not a damaged record */
 	if (!json_is_object(p->settings) || !json_is_object(p->meta))
 		return STORE_E_CORRUPT;
-	if (in->settings)
-		json_object_update(p->settings, (json_t *)in->settings);
+	/* Never a fork without the caller's settings (out of memory). */
+	if (in->settings && json_object_update(p->settings, (json_t *)in->settings))
+		return -ENOMEM;
 	json_t *origin = json_pack("{sssI}", "conversation", in->src, "seq", (json_int_t)in->seq);
 	if (!origin || json_object_set_new(p->settings, CONV_FORKED_FROM, origin))
 		return -ENOMEM;
@@ -284,8 +303,9 @@ static int fork_summary_get(store_txn *t, const struct conv_fork_in *in, struct 
 		return e;
 	p->sum_from = sum.from_seq;
 	p->sum_to = sum.to_seq;
-	if (!(p->sum_content = jsonmp_unpack(sum.content.ptr, sum.content.len)))
-		return STORE_E_CORRUPT;
+	int de = jsonmp_decode(sum.content.ptr, sum.content.len, &p->sum_content);
+	if (de)
+		return de == -ENOMEM ? -ENOMEM : STORE_E_CORRUPT;
 	return 0;
 }
 
@@ -367,13 +387,18 @@ static int fork_state_set(struct fork_ctx *f, uint64_t sum_to, int has_sum, stru
 	json_t *work = json_array();
 	size_t i;
 	json_t *ev;
-	int e;
+	int e = work ? 0 : -ENOMEM;
+	/* The whole working set or none: a state decided over part of it
+	 * would be wrong. */
 	json_array_foreach(f->evs, i, ev)
-		if (!has_sum || (uint64_t)json_integer_value(json_object_get(ev, "seq")) > sum_to)
-			json_array_append(work, ev);
+		if (!e && (!has_sum || (uint64_t)json_integer_value(json_object_get(ev, "seq")) > sum_to) &&
+		    json_array_append(work, ev))
+			e = -ENOMEM;
+	if (e)
+		goto fail;
 	struct tail tl;
-	if (tail_decide(work, has_sum ? sum_to : 0, &tl)) {
-		e = STORE_E_CORRUPT;
+	if ((e = tail_decide(work, has_sum ? sum_to : 0, &tl))) {
+		e = e == -ENOMEM ? -ENOMEM : STORE_E_CORRUPT;
 		goto fail;
 	}
 	int owed = tl.action != TAIL_IDLE;

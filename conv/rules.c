@@ -29,6 +29,33 @@ json_t *conv_event_json(const struct store_event *ev)
 	return o;
 }
 
+json_t *conv_summary_json(const struct store_summary *s)
+{
+	json_t *content;
+	if (jsonmp_decode(s->content.ptr, s->content.len, &content) == -ENOMEM)
+		return NULL;
+	return json_pack("{sIsIsosIsI}", "from_seq", (json_int_t)s->from_seq, "to_seq", (json_int_t)s->to_seq,
+			 "content", content ? content : json_null(), "version", (json_int_t)s->version, "inserted_at",
+			 (json_int_t)s->inserted_at);
+}
+
+int conv_summary_read(store *st, const char *conv, json_t **out)
+{
+	store_txn *t;
+	struct store_summary s;
+	*out = NULL;
+	int e = store_txn_begin(st, STORE_READ, &t);
+	if (e)
+		return e;
+	e = store_summary_latest(t, conv, &s);
+	if (!e)
+		e = (*out = conv_summary_json(&s)) ? 0 : -ENOMEM;
+	else if (e == STORE_E_NOTFOUND)
+		*out = json_null(), e = 0;
+	store_txn_abort(t);
+	return e;
+}
+
 json_t *conv_run_json(const struct store_run *r)
 {
 	json_t *o = json_pack("{sIsssIsIsIss#s{sIsIsf}sI}", "id", (json_int_t)r->id, "status",
@@ -37,11 +64,14 @@ json_t *conv_run_json(const struct store_run *r)
 			      (int)r->model.len, "usage", "input_tokens", (json_int_t)r->usage.input_tokens,
 			      "output_tokens", (json_int_t)r->usage.output_tokens, "cost", r->usage.cost, "started_at",
 			      (json_int_t)r->started_at);
-	if (!o)
+	/* Never a run short of a field (out of memory): NULL instead. */
+	if (o && (json_object_set_new(o, "first_seq",
+				      r->first_seq ? json_integer((json_int_t)r->first_seq) : json_null()) ||
+		  json_object_set_new(o, "last_seq", r->last_seq ? json_integer((json_int_t)r->last_seq) : json_null()) ||
+		  json_object_set_new(o, "ended_at", r->ended_at ? json_integer(r->ended_at) : json_null()))) {
+		json_decref(o);
 		return NULL;
-	json_object_set_new(o, "first_seq", r->first_seq ? json_integer((json_int_t)r->first_seq) : json_null());
-	json_object_set_new(o, "last_seq", r->last_seq ? json_integer((json_int_t)r->last_seq) : json_null());
-	json_object_set_new(o, "ended_at", r->ended_at ? json_integer(r->ended_at) : json_null());
+	}
 	return o;
 }
 
@@ -121,7 +151,11 @@ static int count_human(void *arg, const struct store_tool_call *tc)
  * none left, an ended conversation's state is idle (nothing is owed). */
 static int fsm_prune(store_txn *t, const char *conv, const struct store_conv *c)
 {
-	json_t *fsm = c->fsm_state.len ? jsonmp_unpack(c->fsm_state.ptr, c->fsm_state.len) : NULL;
+	json_t *fsm = NULL;
+	/* Undecodable: left as it is (agentd check names it); out of memory
+	 * fails the settlement rather than leave the call pending here. */
+	if (c->fsm_state.len && jsonmp_decode(c->fsm_state.ptr, c->fsm_state.len, &fsm) == -ENOMEM)
+		return -ENOMEM;
 	json_t *pend = json_object_get(fsm, "pending"), *v;
 	const char *id;
 	void *tmp;
@@ -143,9 +177,13 @@ static int fsm_prune(store_txn *t, const char *conv, const struct store_conv *c)
 	uint64_t last = 0;
 	if ((e = store_event_latest_seq(t, conv, &last)))
 		goto out;
-	if (c->status == STORE_ENDED && json_object_size(pend) == 0)
-		json_object_set_new(fsm, "state", json_string("idle"));
-	json_object_set_new(fsm, "last_seq", json_integer((json_int_t)last));
+	/* Never a state stored short of either (out of memory). */
+	if ((c->status == STORE_ENDED && json_object_size(pend) == 0 &&
+	     json_object_set_new(fsm, "state", json_string("idle"))) ||
+	    json_object_set_new(fsm, "last_seq", json_integer((json_int_t)last))) {
+		e = -ENOMEM;
+		goto out;
+	}
 	struct jsonmp_buf b;
 	if (!(e = conv_pack(&b, fsm)))
 		e = store_conv_put_fsm(t, conv, (store_bytes){ b.sb.data, b.sb.size });

@@ -1,6 +1,7 @@
 /* tail.c: what a conversation's log owes (see conv.h). */
 #include "conv/conv.h"
 
+#include <errno.h>
 #include <string.h>
 
 static const char *ev_type(const json_t *e)
@@ -63,8 +64,8 @@ static int tail_find_marker(const json_t *events, int active, struct tail *t, si
 }
 
 /* The tool calls that follow the marker, and what settled them, into
- * t->calls and t->settled. -1 when one is malformed or out of memory (a
- * call left out would read as not owed). */
+ * t->calls and t->settled. -EINVAL when one is malformed, -ENOMEM when out
+ * of memory (a call left out would read as not owed). */
 static int tail_collect(const json_t *events, size_t marker, struct tail *t)
 {
 	for (size_t i = marker + 1; i < json_array_size(events); i++) {
@@ -72,11 +73,15 @@ static int tail_collect(const json_t *events, size_t marker, struct tail *t)
 		json_t *c = json_object_get(ev, "content");
 		const char *ty = ev_type(ev);
 		if (!strcmp(ty, "tool_call")) {
-			if (!call_id(c) || !json_is_string(json_object_get(c, "name")) || json_array_append(t->calls, c))
-				return -1;
+			if (!call_id(c) || !json_is_string(json_object_get(c, "name")))
+				return -EINVAL;
+			if (json_array_append(t->calls, c))
+				return -ENOMEM;
 		} else if (!strcmp(ty, "tool_result") || !strcmp(ty, "resolution")) {
-			if (!call_id(c) || json_array_append(t->settled, c))
-				return -1;
+			if (!call_id(c))
+				return -EINVAL;
+			if (json_array_append(t->settled, c))
+				return -ENOMEM;
 		}
 	}
 	return 0;
@@ -84,19 +89,19 @@ static int tail_collect(const json_t *events, size_t marker, struct tail *t)
 
 /* The calls no settlement names, into t->unsettled. By id, through a hash:
  * comparing every call with every settlement made a reply of 1,000 calls
- * take seconds per step (and a step per call). -1 when out of memory
+ * take seconds per step (and a step per call). -ENOMEM when out of memory
  * (never a settled call taken for unsettled). */
 static int tail_match(struct tail *t)
 {
 	size_t i;
 	json_t *e, *done = json_object();
-	int r = done ? 0 : -1;
+	int r = done ? 0 : -ENOMEM;
 	json_array_foreach(t->settled, i, e)
 		if (!r && json_object_set_nocheck(done, call_id(e), json_true()))
-			r = -1;
+			r = -ENOMEM;
 	json_array_foreach(t->calls, i, e)
 		if (!r && !json_object_get(done, call_id(e)) && json_array_append(t->unsettled, e))
-			r = -1;
+			r = -ENOMEM;
 	json_decref(done);
 	return r;
 }
@@ -115,18 +120,22 @@ int tail_decide_active(const json_t *events, uint64_t base_ctx, int active, stru
 {
 	size_t i, marker;
 	json_t *e;
+	int err = -EINVAL;
 	memset(t, 0, sizeof *t);
 	t->ctx_seq = base_ctx;
 	t->calls = json_array();
 	t->unsettled = json_array();
 	t->settled = json_array();
-	if (!json_is_array(events) || !t->calls || !t->unsettled || !t->settled ||
-	    tail_find_marker(events, active, t, &marker))
+	if (!t->calls || !t->unsettled || !t->settled) {
+		err = -ENOMEM;
+		goto bad;
+	}
+	if (!json_is_array(events) || tail_find_marker(events, active, t, &marker))
 		goto bad;
 	int turn_had_calls = 0, last_round = 1;
 	if (marker != (size_t)-1 && !strcmp(ev_type(json_array_get(events, marker)), "assistant_msg")) {
 		last_round = tail_marker_round(json_array_get(events, marker));
-		if (tail_collect(events, marker, t) || tail_match(t))
+		if ((err = tail_collect(events, marker, t)) || (err = tail_match(t)))
 			goto bad;
 		turn_had_calls = json_array_size(t->calls) > 0;
 	}
@@ -147,5 +156,5 @@ int tail_decide_active(const json_t *events, uint64_t base_ctx, int active, stru
 	return 0;
 bad:
 	tail_free(t);
-	return -1;
+	return err;
 }

@@ -49,6 +49,13 @@ static int bad(struct pctx *p, const char *fmt, ...)
 	return PERR_BAD_REQUEST;
 }
 
+/* Out of memory: agentd's fault (internal), never the client's. */
+static int oom(struct pctx *p)
+{
+	snprintf(p->msg, p->msglen, "out of memory");
+	return PERR_INTERNAL;
+}
+
 /* Each getter: 0 when absent (and not required) or valid, else an error. */
 static int get_id(struct pctx *p, const char *key, int required, const char **out)
 {
@@ -235,11 +242,7 @@ static int send_content(struct pctx *p, json_t *v, const char *name, json_t **ou
 	} else {
 		*out = json_incref(v);
 	}
-	if (!*out) {
-		snprintf(p->msg, p->msglen, "out of memory");
-		return PERR_INTERNAL;
-	}
-	return 0;
+	return *out ? 0 : oom(p);
 }
 
 static int send_event_id(struct pctx *p, json_t *v, const char *name, const char **out)
@@ -282,7 +285,7 @@ static int send_batch_events(struct pctx *p, struct request *rq, json_t *a, json
 		jsonmp_pack(&pk, content); /* it fits: checked above */
 		json_t *o = json_pack("{so}", "content", content); /* content stolen */
 		if (!o || json_array_append_new(rq->events, o))
-			return PERR_INTERNAL;
+			return oom(p);
 		snprintf(name, sizeof name, "events[%zu].event_id", i);
 		if ((e = send_event_id(p, json_object_get(ev, "event_id"), name, &id)))
 			return e;
@@ -294,7 +297,7 @@ static int send_batch_events(struct pctx *p, struct request *rq, json_t *a, json
 				   (long long)json_integer_value(first), id);
 		if (json_object_set_new(o, "event_id", json_string(id)) ||
 		    json_object_set_new(seen, id, json_integer((json_int_t)i)))
-			return PERR_INTERNAL;
+			return oom(p);
 	}
 	return 0;
 }
@@ -345,7 +348,7 @@ static int send_batch(struct pctx *p, struct request *rq)
 		return bad(p, "'events' holds %zu events: at most %zu in one batch (batch_max_events)",
 			   json_array_size(a), p->names->batch_max_events);
 	if (!(rq->events = json_array()) || !(seen = json_object()))
-		return PERR_INTERNAL;
+		return oom(p);
 	e = send_batch_events(p, rq, a, seen, &bytes);
 	json_decref(seen);
 	if (!e && p->names->batch_max_bytes && bytes > p->names->batch_max_bytes)

@@ -11,6 +11,10 @@
 #define AGENTD_STORE_BACKEND_H
 
 #include "store/store.h"
+#include "common/mp.h"
+
+#include <string.h>
+#include <time.h>
 
 /* Every transaction operation that returns int with the txn first. */
 #define STORE_TXN_FUNCS(X) \
@@ -159,6 +163,94 @@ int store_meta_each(store_bytes m, int (*fn)(void *arg, const char *k, size_t kl
 		    void *arg);
 /* f's status and metadata pairs within bounds (NULL is valid). */
 int store_filter_valid(const struct store_conv_filter *f);
+
+/* ---- what every backend accepts (store.h's argument rules, one copy) ---- */
+
+static inline int id_ok(const char *id)
+{
+	return id && store_id_valid(id, strnlen(id, STORE_ID_MAX + 1));
+}
+
+/* Optional msgpack: len 0 means nil; otherwise it must be one object. */
+static inline int opt_mp_ok(store_bytes b)
+{
+	return b.len == 0 || (b.ptr && mp_valid_one(b.ptr, b.len));
+}
+
+/* Settings: one msgpack map. */
+static inline int settings_ok(store_bytes b)
+{
+	struct mp m;
+	uint32_t n;
+	if (!b.ptr || !mp_valid_one(b.ptr, b.len))
+		return 0;
+	mp_init(&m, b.ptr, b.len);
+	return mp_map(&m, &n) == 0;
+}
+
+/* An event type: 1 to 32 of [a-z_]. */
+static inline int type_ok(const char *t)
+{
+	if (!t)
+		return 0;
+	size_t n = strnlen(t, 33);
+	if (n == 0 || n > 32)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((t[i] >= 'a' && t[i] <= 'z') || t[i] == '_'))
+			return 0;
+	return 1;
+}
+
+static inline int event_in_ok(const struct store_event_in *ev)
+{
+	if (!ev || !type_ok(ev->type) || !ev->content.ptr || !mp_valid_one(ev->content.ptr, ev->content.len))
+		return 0;
+	if (ev->event_id) {
+		size_t n = strnlen(ev->event_id, STORE_EVENT_ID_MAX + 1);
+		if (n == 0 || n > STORE_EVENT_ID_MAX)
+			return 0;
+	}
+	return 1;
+}
+
+/* A lease or heartbeat time: positive, and far from overflowing a deadline. */
+static inline int ttl_ok(int64_t ttl_ms)
+{
+	return ttl_ms > 0 && ttl_ms <= INT64_MAX / 4;
+}
+
+/* A message a node's listener takes for one (store.h): printable ASCII,
+ * shorter than STORE_NOTIFY_MSG_MAX, with a space. */
+static inline int notify_msg_ok(const char *msg)
+{
+	size_t n = 0;
+	int space = 0;
+	if (!msg)
+		return 0;
+	for (; msg[n]; n++) {
+		if ((unsigned char)msg[n] < 0x20 || (unsigned char)msg[n] > 0x7e || n >= STORE_NOTIFY_MSG_MAX)
+			return 0;
+		space |= msg[n] == ' ';
+	}
+	return n > 0 && space;
+}
+
+/* Usage counters saturate at INT64_MAX (both backends store them signed). */
+static inline uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > (uint64_t)INT64_MAX || b > (uint64_t)INT64_MAX - a ? (uint64_t)INT64_MAX : a + b;
+}
+
+/* Settings nobody gave: an empty map. */
+static const unsigned char empty_map[1] = { 0x80 };
+
+static inline int64_t clock_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* Is target one for the PostgreSQL backend: a postgresql:// or postgres://
  * URI, or a libpq key=value conninfo starting with host= or dbname=? */

@@ -212,13 +212,6 @@ static uint64_t get_be64(const unsigned char *p)
 	return mp_be64(p);
 }
 
-static int64_t clock_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int64_t store_now(store *s)
 {
 	return s->opts.clock ? s->opts.clock(s->opts.clock_arg) : clock_ms();
@@ -232,11 +225,6 @@ int64_t store_txn_now(store_txn *x)
 int store_id_valid(const char *id, size_t len)
 {
 	return id_valid(id, len);
-}
-
-static int id_ok(const char *id)
-{
-	return id && store_id_valid(id, strnlen(id, STORE_ID_MAX + 1));
 }
 
 static const char *const tc_status_names[] = { "pending", "resolved", "errored", "expired", "cancelled" };
@@ -256,12 +244,6 @@ static const char *const run_status_names[] = { "running", "completed", "failed"
 const char *store_run_status_name(int st) { return st >= 0 && st <= STORE_RUN_INTERRUPTED ? run_status_names[st] : NULL; }
 const char *store_status_name(int st) { return st >= 0 && st <= STORE_STATUS_MAX ? status_names[st] : NULL; }
 int store_status_parse(const char *s, size_t len) { return name_parse(status_names, STORE_STATUS_MAX + 1, s, len); }
-
-/* Optional msgpack: len 0 means nil; otherwise it must be one object. */
-static int opt_mp_ok(store_bytes b)
-{
-	return b.len == 0 || (b.ptr && mp_valid_one(b.ptr, b.len));
-}
 
 static void pack_raw(store_txn *x, store_bytes b)
 {
@@ -1350,18 +1332,6 @@ static int conv_store(store_txn *x, uint64_t num, const struct store_conv *c)
 	return put(x, x->s->convs, k, 8, 0);
 }
 
-static int settings_ok(store_bytes b)
-{
-	struct mp m;
-	uint32_t n;
-	if (!b.ptr || !mp_valid_one(b.ptr, b.len))
-		return 0;
-	mp_init(&m, b.ptr, b.len);
-	return mp_map(&m, &n) == 0;
-}
-
-static const unsigned char empty_map[1] = { 0x80 };
-
 static int conv_insert(store_txn *x, const char *id, store_bytes settings, uint64_t *num_out)
 {
 	MDB_val v;
@@ -1870,11 +1840,6 @@ int store_lease_check(store_txn *x, const char *id, uint64_t gen)
 	return c.lease == gen ? 0 : STORE_E_FENCED;
 }
 
-static uint64_t sat_add(uint64_t a, uint64_t b)
-{
-	return a > (uint64_t)INT64_MAX || b > (uint64_t)INT64_MAX - a ? (uint64_t)INT64_MAX : a + b;
-}
-
 int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
 {
 	CHECK_WRITE(x);
@@ -1911,31 +1876,6 @@ int store_turns_add(store_txn *x, const char *id, uint64_t n)
 }
 
 /* ---- events ---------------------------------------------------------- */
-
-static int type_ok(const char *t)
-{
-	if (!t)
-		return 0;
-	size_t n = strnlen(t, 33);
-	if (n == 0 || n > 32)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!((t[i] >= 'a' && t[i] <= 'z') || t[i] == '_'))
-			return 0;
-	return 1;
-}
-
-static int event_in_ok(const struct store_event_in *ev)
-{
-	if (!ev || !type_ok(ev->type) || !ev->content.ptr || !mp_valid_one(ev->content.ptr, ev->content.len))
-		return 0;
-	if (ev->event_id) {
-		size_t n = strnlen(ev->event_id, STORE_EVENT_ID_MAX + 1);
-		if (n == 0 || n > STORE_EVENT_ID_MAX)
-			return 0;
-	}
-	return 1;
-}
 
 /* The seq before the conversation's log begins: 0, or first_seq - 1 of a
  * log made by store_conv_create_at. What the last seq is while the log has
@@ -3100,11 +3040,6 @@ int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_
 
 /* ---- nodes and leases ------------------------------------------------ */
 
-static int ttl_ok(int64_t ttl_ms)
-{
-	return ttl_ms > 0 && ttl_ms <= INT64_MAX / 4;
-}
-
 struct owner_rec {
 	store_bytes node;
 	int64_t expires_at;
@@ -3444,21 +3379,6 @@ int store_notify(store_txn *x, const char *node, const char *conv)
 {
 	CHECK_WRITE(x);
 	return id_ok(node) && id_ok(conv) ? 0 : STORE_E_INVAL;
-}
-
-/* A message a node's listener takes for one (store.h). */
-static int notify_msg_ok(const char *msg)
-{
-	size_t n = 0;
-	int space = 0;
-	if (!msg)
-		return 0;
-	for (; msg[n]; n++) {
-		if ((unsigned char)msg[n] < 0x20 || (unsigned char)msg[n] > 0x7e || n >= STORE_NOTIFY_MSG_MAX)
-			return 0;
-		space |= msg[n] == ' ';
-	}
-	return n > 0 && space;
 }
 
 int store_notify_msg(store_txn *x, const char *node, const char *msg)

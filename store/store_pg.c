@@ -563,19 +563,12 @@ static int quota(store_txn *x, size_t bytes)
 	return 0;
 }
 
-/* ---- small helpers (as store_lmdb.c's) ------------------------------- */
+/* ---- small helpers (the argument rules are in store/backend.h) ------ */
 
 static int64_t mono_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t clock_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -608,53 +601,6 @@ int store_flush(store *s)
 {
 	return s ? 0 : STORE_E_INVAL;
 }
-
-static int id_ok(const char *id)
-{
-	return id && store_id_valid(id, strnlen(id, STORE_ID_MAX + 1));
-}
-
-static int opt_mp_ok(store_bytes b)
-{
-	return b.len == 0 || (b.ptr && mp_valid_one(b.ptr, b.len));
-}
-
-static int settings_ok(store_bytes b)
-{
-	struct mp m;
-	uint32_t n;
-	if (!b.ptr || !mp_valid_one(b.ptr, b.len))
-		return 0;
-	mp_init(&m, b.ptr, b.len);
-	return mp_map(&m, &n) == 0;
-}
-
-static int type_ok(const char *t)
-{
-	if (!t)
-		return 0;
-	size_t n = strnlen(t, 33);
-	if (n == 0 || n > 32)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!((t[i] >= 'a' && t[i] <= 'z') || t[i] == '_'))
-			return 0;
-	return 1;
-}
-
-static int event_in_ok(const struct store_event_in *ev)
-{
-	if (!ev || !type_ok(ev->type) || !ev->content.ptr || !mp_valid_one(ev->content.ptr, ev->content.len))
-		return 0;
-	if (ev->event_id) {
-		size_t n = strnlen(ev->event_id, STORE_EVENT_ID_MAX + 1);
-		if (n == 0 || n > STORE_EVENT_ID_MAX)
-			return 0;
-	}
-	return 1;
-}
-
-static const unsigned char empty_map[1] = { 0x80 };
 
 /* ---- connections ----------------------------------------------------- */
 
@@ -1712,11 +1658,6 @@ int store_lease_check(store_txn *x, const char *id, uint64_t gen)
 	return (uint64_t)g_i64(r, 0, 0) == gen ? 0 : STORE_E_FENCED;
 }
 
-static uint64_t sat_add(uint64_t a, uint64_t b)
-{
-	return a > (uint64_t)INT64_MAX || b > (uint64_t)INT64_MAX - a ? (uint64_t)INT64_MAX : a + b;
-}
-
 int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
 {
 	CHECK_WRITE(x);
@@ -2237,27 +2178,36 @@ int store_tool_call_resolve(store_txn *x, const char *id, int status, store_byte
 
 /* ---- expiries -------------------------------------------------------- */
 
+/* The row of pending tool call id, locked (its conversation's row first),
+ * with room for a timer row of it: NULL with *err set, STORE_E_NOTFOUND
+ * or STORE_E_STALE among them. Columns: status, deadline, conv. */
+static PGresult *tc_pending_locked(store_txn *x, const char *id, int *err)
+{
+	struct args a = { 0 };
+	if ((*err = tc_conv_lock(x, id)) != 0)
+		return NULL;
+	a_str(&a, id);
+	PGresult *r = run(x, Q_TC_LOCK, &a, err);
+	if (r && PQntuples(r) == 0)
+		*err = STORE_E_NOTFOUND, r = NULL;
+	else if (r && g_i64(r, 0, 0) != STORE_TC_PENDING)
+		*err = STORE_E_STALE, r = NULL;
+	else if (r && (*err = quota(x, strlen(id))) != 0)
+		r = NULL;
+	return r;
+}
+
 int store_expiry_schedule(store_txn *x, const char *id, int64_t deadline)
 {
 	CHECK_WRITE(x);
 	if (!id_ok(id) || deadline <= 0)
 		return STORE_E_INVAL;
-	struct args a = { 0 };
-	int err = tc_conv_lock(x, id);
-	if (err)
-		return err;
-	a_str(&a, id);
-	PGresult *r = run(x, Q_TC_LOCK, &a, &err);
+	int err;
+	PGresult *r = tc_pending_locked(x, id, &err);
 	if (!r)
 		return err;
-	if (PQntuples(r) == 0)
-		return STORE_E_NOTFOUND;
-	if (g_i64(r, 0, 0) != STORE_TC_PENDING)
-		return STORE_E_STALE;
 	int64_t old = g_i64(r, 0, 1);
-	if ((err = quota(x, strlen(id))) != 0)
-		return err;
-	memset(&a, 0, sizeof a);
+	struct args a = { 0 };
 	a_str(&a, id);
 	a_i64(&a, deadline);
 	a_i64(&a, old == deadline ? 0 : old); /* the same row is not deleted and inserted at once */
@@ -2363,21 +2313,11 @@ int store_warning_schedule(store_txn *x, const char *id, int64_t at)
 	CHECK_WRITE(x);
 	if (!id_ok(id) || at <= 0)
 		return STORE_E_INVAL;
-	struct args a = { 0 };
-	int err = tc_conv_lock(x, id);
-	if (err)
-		return err;
-	a_str(&a, id);
-	PGresult *r = run(x, Q_TC_LOCK, &a, &err);
+	int err;
+	PGresult *r = tc_pending_locked(x, id, &err);
 	if (!r)
 		return err;
-	if (PQntuples(r) == 0)
-		return STORE_E_NOTFOUND;
-	if (g_i64(r, 0, 0) != STORE_TC_PENDING)
-		return STORE_E_STALE;
-	if ((err = quota(x, strlen(id))) != 0)
-		return err;
-	memset(&a, 0, sizeof a);
+	struct args a = { 0 };
 	a_str(&a, id);
 	a_i64(&a, at);
 	a_bytes(&a, g_bytes(r, 0, 2), 0);
@@ -2491,11 +2431,6 @@ int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_
 }
 
 /* ---- nodes and leases -------------------------------------------------- */
-
-static int ttl_ok(int64_t ttl_ms)
-{
-	return ttl_ms > 0 && ttl_ms <= INT64_MAX / 4;
-}
 
 int store_node_beat(store_txn *x, const char *node, int64_t ttl_ms, uint64_t *leases)
 {
@@ -2676,21 +2611,6 @@ int store_notify(store_txn *x, const char *node, const char *conv)
 	a_str(&a, node);
 	a_str(&a, conv);
 	return run(x, Q_NOTIFY, &a, &err) ? 0 : err;
-}
-
-/* A message a node's listener takes for one (store.h). */
-static int notify_msg_ok(const char *msg)
-{
-	size_t n = 0;
-	int space = 0;
-	if (!msg)
-		return 0;
-	for (; msg[n]; n++) {
-		if ((unsigned char)msg[n] < 0x20 || (unsigned char)msg[n] > 0x7e || n >= STORE_NOTIFY_MSG_MAX)
-			return 0;
-		space |= msg[n] == ' ';
-	}
-	return n > 0 && space;
 }
 
 int store_notify_msg(store_txn *x, const char *node, const char *msg)

@@ -346,7 +346,12 @@ static int on_warning(void *arg, const struct store_expiry *w)
 static void check_state(struct ck *c, const struct store_conv *conv)
 {
 	struct tail tl;
-	if (tail_decide(c->events, c->after, &tl)) {
+	int te = tail_decide(c->events, c->after, &tl);
+	if (te == -ENOMEM) {
+		kept(c, -1); /* incomplete, not a problem of the store's */
+		return;
+	}
+	if (te) {
 		problem(c, "the log's tail holds a malformed event");
 		return;
 	}
@@ -403,8 +408,10 @@ static int check_conv(struct ck *c, const char *id)
 		problem(c, "conversation record: %s", store_strerror(e));
 		return 0;
 	}
-	json_t *settings = jsonmp_unpack(conv.settings.ptr, conv.settings.len);
-	if (!json_is_object(settings))
+	json_t *settings;
+	if (jsonmp_decode(conv.settings.ptr, conv.settings.len, &settings) == -ENOMEM)
+		kept(c, -1); /* incomplete, not a problem of the store's */
+	else if (!json_is_object(settings))
 		problem(c, "settings are not a JSON object");
 	json_decref(settings);
 	c->last_ctx = 0;

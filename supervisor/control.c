@@ -621,7 +621,11 @@ static int client_line(struct client *c, const char *line, size_t len)
 	}
 	struct slot *s = slot_new(c);
 	if (!s) {
+		/* No slot, no reply: every later reply would pair with the wrong
+		 * request. The connection closes instead. */
 		proto_request_free(&rq);
+		c->dead = 1;
+		c->closing = 1;
 		return 0;
 	}
 	metrics_op(rq.op);
@@ -638,8 +642,8 @@ static int client_line(struct client *c, const char *line, size_t len)
 	}
 	int op = rq.op, write = C.h->is_write(op);
 	if (C.h->request(c, s, &rq, started_us, write ? 0 : c->batch_write)) {
+		slot_error(s, rq.id, PERR_INTERNAL, "out of memory"); /* rq is still ours: with its id */
 		proto_request_free(&rq);
-		slot_error(s, NULL, PERR_INTERNAL, "out of memory");
 		return 0;
 	}
 	if (write) {

@@ -2,6 +2,7 @@
 #include "supervisor/forward.h"
 #include "common/jsonmp.h"
 #include "common/log.h"
+#include "conv/conv.h"
 #include "supervisor/control.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
@@ -161,7 +162,11 @@ static void ask_fail(struct ask *a, const char *why)
 			snprintf(msg, sizeof msg, "conversation %s is run by node %s, which %s: %s", a->conv, a->owner, why,
 				 a->action == FORWARD_COMPACT ? "no summary was made here"
 							      : "nothing was done (retry: once its lease lapses, any node acts)");
-			slot_error_with(a->slot, a->rqid, PERR_UNAVAILABLE, msg, json_pack("{ss}", "node", a->owner));
+			json_t *node = json_pack("{ss}", "node", a->owner);
+			if (node)
+				slot_error_with(a->slot, a->rqid, PERR_UNAVAILABLE, msg, node);
+			else /* never an unavailable short of its node */
+				slot_error(a->slot, a->rqid, PERR_INTERNAL, "out of memory");
 		}
 		client_flush(c);
 	}
@@ -214,24 +219,11 @@ static struct ask *ask_find(const char *id, size_t len)
  * committed (a summary may not fit a message). */
 static json_t *summary_reply(struct ask *a, int *err, char *msg, size_t cap)
 {
-	store_txn *t;
-	struct store_summary s;
-	json_t *sum = NULL;
-	int e = store_txn_begin(F.st, STORE_READ, &t);
-	if (!e) {
-		e = store_summary_latest(t, a->conv, &s);
-		if (!e)
-			sum = json_pack("{sIsIsosI}", "from_seq", (json_int_t)s.from_seq, "to_seq", (json_int_t)s.to_seq,
-					"content", jsonmp_unpack(s.content.ptr, s.content.len), "version",
-					(json_int_t)s.version);
-		else if (e == STORE_E_NOTFOUND)
-			sum = json_null(), e = 0;
-		store_txn_abort(t);
-	}
+	json_t *sum;
+	int e = conv_summary_read(F.st, a->conv, &sum);
 	if (e) {
 		*err = PERR_INTERNAL;
 		snprintf(msg, cap, "compacted on node %s, but reading the summary failed: %s", a->owner, store_strerror(e));
-		json_decref(sum);
 		return NULL;
 	}
 	return json_pack("{soss}", "summary", sum, "node", a->owner);
@@ -254,8 +246,10 @@ static void ask_answered(struct ask *a, json_t *ans)
 	case FORWARD_WORKER: {
 		json_t *w = json_object_get(ans, "worker");
 		w = json_is_object(w) ? json_deep_copy(w) : json_null();
-		if (json_is_object(w))
-			json_object_set_new(w, "node", json_string(a->owner));
+		if (json_is_object(w) && json_object_set_new(w, "node", json_string(a->owner))) {
+			json_decref(w); /* never a worker short of its node: answered "out of memory" */
+			w = NULL;
+		}
 		r = partial_with(a, w);
 		break;
 	}
@@ -288,7 +282,8 @@ static void ask_answered(struct ask *a, json_t *ans)
 
 static void answer(const char *to, const char *id, json_t *v)
 {
-	char *js = v ? json_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+	/* jsonmp_dumps: json_dumps can leave a key out when memory runs out. */
+	char *js = v ? jsonmp_dumps(v, JSON_COMPACT | JSON_ENSURE_ASCII, 0, NULL) : NULL;
 	json_decref(v);
 	char *msg = NULL;
 	int e = -ENOMEM;
@@ -345,6 +340,10 @@ static void serve_ask(const char *id, const char *from, const char *action, cons
 	F.n.served++;
 	if (!strcmp(action, "kill")) {
 		json_t *w = workers_conv_json(conv);
+		if (!w) { /* out of memory: unanswered (the asker says so after lease_time), never "no worker" */
+			answer(from, id, NULL);
+			return;
+		}
 		json_t *pid = json_incref(json_object_get(w, "pid"));
 		json_decref(w);
 		if (sig != SIGKILL && sig != SIGTERM)
@@ -423,7 +422,18 @@ void forward_heard(const char *msg, size_t len)
 			a->deadline = 0;
 			return;
 		}
-		json_t *ans = json_loadb(p, (size_t)(end - p), 0, NULL);
+		json_t *ans;
+		/* jsonmp_loadb: json_loadb may drop a byte when memory runs out. */
+		if (jsonmp_loadb(p, (size_t)(end - p), 0, &ans, NULL) == -ENOMEM) {
+			log_warn("an answer from node %s could not be read: out of memory", a->owner);
+			if (a->slot) {
+				struct client *c = slot_client(a->slot);
+				slot_error(a->slot, a->rqid, PERR_INTERNAL, "out of memory");
+				client_flush(c);
+			}
+			ask_free(a);
+			return;
+		}
 		if (!json_is_object(ans)) {
 			json_decref(ans);
 			goto bad;

@@ -241,7 +241,9 @@ static int transfer_export_file(const char *target, const char *file)
 {
 	char *tmp = NULL;
 	FILE *out = NULL;
-	if (asprintf(&tmp, "%s.tmp", file) < 0 || !(out = fopen(tmp, "we"))) {
+	if (asprintf(&tmp, "%s.tmp", file) < 0)
+		tmp = NULL; /* undefined after a failed asprintf */
+	if (!tmp || !(out = fopen(tmp, "we"))) {
 		fprintf(stderr, "agentd export: cannot write %s: %s\n", tmp ? tmp : file, strerror(errno));
 		free(tmp);
 		return 1;

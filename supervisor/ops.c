@@ -139,7 +139,9 @@ static int job_store_error(struct job *j, int e, const char *what)
 	/* Name what was not found (messages name what was wrong):
 	 * "conversation 'demo' not found", not just "conversation not found". */
 	const char *id = j->rq.tool_call_id ? j->rq.tool_call_id : j->rq.conv;
-	if (e == STORE_E_NOTFOUND && id)
+	if (e == -ENOMEM)
+		job_error(j, PERR_INTERNAL, "out of memory");
+	else if (e == STORE_E_NOTFOUND && id)
 		job_error(j, err, "%s '%s' not found", what, id);
 	else if (e == STORE_E_NOTFOUND)
 		job_error(j, err, "%s not found", what);
@@ -240,7 +242,7 @@ static json_t *tool_call_json(const struct store_tool_call *tc)
 static int append_json(void *arg, const struct store_event *ev)
 {
 	json_t *e = conv_event_json(ev);
-	return e ? json_array_append_new(arg, e) : -ENOMEM;
+	return e && !json_array_append_new(arg, e) ? 0 : -ENOMEM;
 }
 
 json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t *next, uint64_t *txnid, int *err,
@@ -251,6 +253,8 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t 
 	json_t *a = json_array();
 	*next = 0;
 	*txnid = e ? 0 : store_txn_id(t);
+	if (!e && !a)
+		e = -ENOMEM;
 	if (!e)
 		e = store_event_latest_seq(t, rq->conv, last_seq);
 	if (!e) {
@@ -271,8 +275,11 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t 
 	store_txn_abort(t);
 	if (e) {
 		*err = perr_from_store(e);
-		snprintf(msg, msglen, e == STORE_E_NOTFOUND ? "conversation '%s' not found" : "%s: %s", rq->conv,
-			 store_strerror(e));
+		if (e == -ENOMEM)
+			snprintf(msg, msglen, "out of memory");
+		else
+			snprintf(msg, msglen, e == STORE_E_NOTFOUND ? "conversation '%s' not found" : "%s: %s",
+				 rq->conv, store_strerror(e));
 		json_decref(a);
 		return NULL;
 	}
@@ -289,6 +296,10 @@ static void park_forward(struct job *j, int action, const char *owner, int sig)
 	if (!j->slot)
 		return; /* its client went: nobody to answer */
 	int e = forward_ask(action, j->rq.conv, owner, j->slot, j->rq.id, sig, json_incref(partial));
+	if (e == -ENOMEM) {
+		job_error(j, PERR_INTERNAL, "out of memory"); /* never a get short of the owner's worker */
+		return;
+	}
 	if (e) {
 		if (action != FORWARD_WORKER)
 			job_error(j, PERR_UNAVAILABLE, "conversation %s is run by node %s, which cannot be asked: %s",
@@ -334,12 +345,20 @@ static void op_get(store_txn *t, struct job *j)
 	}
 	json_t *o = conv_json(t, &c, 1);
 	int running = o ? conv_run_running(t, j->rq.conv, &run) : 0;
-	if (o) /* the active run (docs/protocol.md, "Runs"), null between turns */
-		json_object_set_new(o, "run", running > 0 ? conv_run_json(&run) : json_null());
+	/* the active run (docs/protocol.md, "Runs"), null between turns; a
+	 * field that cannot be added fails the reply (out of memory) */
+	if (o && json_object_set_new(o, "run", running > 0 ? conv_run_json(&run) : json_null())) {
+		json_decref(o);
+		o = NULL;
+	}
 	uint64_t first = 1;
-	if (o && store_event_first_seq(t, j->rq.conv, &first) == 0) /* where its log begins (a fork's may begin later) */
-		json_object_set_new(o, "first_seq", json_integer((json_int_t)first));
-	j->reply = json_pack("{so}", "conversation", o);
+	/* where its log begins (a fork's may begin later) */
+	if (o && store_event_first_seq(t, j->rq.conv, &first) == 0 &&
+	    json_object_set_new(o, "first_seq", json_integer((json_int_t)first))) {
+		json_decref(o);
+		o = NULL;
+	}
+	j->reply = json_pack("{so}", "conversation", o); /* NULL o: NULL, answered "out of memory" */
 	char owner[STORE_ID_MAX + 1];
 	if (j->reply && o && forward_owner(t, j->rq.conv, owner) == 1)
 		park_forward(j, FORWARD_WORKER, owner, 0);
@@ -368,8 +387,11 @@ static void op_runs(store_txn *t, struct job *j)
 		return;
 	}
 	j->reply = json_pack("{so}", "runs", c.a);
-	if (more)
-		json_object_set_new(j->reply, "next", json_integer((json_int_t)c.last));
+	/* Without `next` a client takes the page as the last one. */
+	if (more && j->reply && json_object_set_new(j->reply, "next", json_integer((json_int_t)c.last))) {
+		json_decref(j->reply);
+		j->reply = NULL; /* answered "out of memory" */
+	}
 }
 
 struct list_ctx {
@@ -571,13 +593,6 @@ static void op_tool_calls(store_txn *t, struct job *j)
 	j->reply = json_pack("{so}", "tool_calls", a);
 }
 
-static json_t *summary_json(const struct store_summary *s)
-{
-	return json_pack("{sIsIsosIsI}", "from_seq", (json_int_t)s->from_seq, "to_seq", (json_int_t)s->to_seq,
-			 "content", mp_json(s->content), "version", (json_int_t)s->version, "inserted_at",
-			 (json_int_t)s->inserted_at);
-}
-
 static void op_summary(store_txn *t, struct job *j)
 {
 	struct store_summary s;
@@ -593,7 +608,7 @@ static void op_summary(store_txn *t, struct job *j)
 		job_store_error(j, e, "conversation");
 		return;
 	}
-	j->reply = json_pack("{so}", "summary", summary_json(&s));
+	j->reply = json_pack("{so}", "summary", conv_summary_json(&s));
 }
 
 static int mc_one(void *arg, const struct store_model_call *mc)
@@ -688,10 +703,12 @@ static void op_status(store_txn *t, struct job *j)
 			     (json_int_t)st.readers, "sync", st.sync == STORE_SYNC_NONE ? "none" : "full");
 	free(pg);
 	json_t *node = nodes_status_json();
-	if (j->reply && node)
-		json_object_set_new(j->reply, "node", node);
-	else
+	if (j->reply && (!node || json_object_set_new(j->reply, "node", node))) { /* node is taken either way */
+		json_decref(j->reply);
+		j->reply = NULL; /* answered "out of memory": never a status short of its node */
+	} else if (!j->reply) {
 		json_decref(node);
+	}
 }
 
 static void op_metrics(store_txn *t, struct job *j)
@@ -703,6 +720,10 @@ static void op_metrics(store_txn *t, struct job *j)
 	size_t len = 0;
 	char *buf = metrics_text(&g, &len);
 	char *more = buf ? nodes_metrics_text() : NULL;
+	if (buf && !more) {
+		free(buf); /* never a text short of the node's lines */
+		buf = NULL;
+	}
 	if (more) {
 		size_t m = strlen(more);
 		char *both = realloc(buf, len + m + 1);
@@ -774,19 +795,29 @@ static int meta_put(store_txn *t, struct job *j, const char *id, json_t *m)
  * deleting its key. NULL with j's error set when the result breaks a bound. */
 static json_t *meta_merge(struct job *j, const struct store_conv *c)
 {
-	json_t *m = c->metadata.len ? jsonmp_unpack(c->metadata.ptr, c->metadata.len) : json_object();
+	json_t *m = NULL;
+	int de = c->metadata.len ? jsonmp_decode(c->metadata.ptr, c->metadata.len, &m) : 0;
+	if (!c->metadata.len && !(m = json_object()))
+		de = -ENOMEM;
 	const char *k;
 	json_t *v;
+	if (de == -ENOMEM) {
+		job_error(j, PERR_INTERNAL, "out of memory");
+		return NULL;
+	}
 	if (!json_is_object(m)) {
 		json_decref(m);
 		job_error(j, PERR_INTERNAL, "stored metadata of %s is unreadable", j->rq.conv);
 		return NULL;
 	}
 	json_object_foreach(j->rq.metadata, k, v) {
-		if (json_is_null(v))
+		if (json_is_null(v)) {
 			json_object_del(m, k);
-		else
-			json_object_set(m, k, v);
+		} else if (json_object_set(m, k, v)) {
+			json_decref(m); /* never metadata stored short of a key */
+			job_error(j, PERR_INTERNAL, "out of memory");
+			return NULL;
+		}
 	}
 	if (json_object_size(m) > PROTO_META_MAX) {
 		job_error(j, PERR_BAD_REQUEST, "metadata of %s would have %zu keys (at most %d)", j->rq.conv,
@@ -827,9 +858,11 @@ static int w_create(store_txn *t, struct job *j, struct wres *r)
 /* A paused conversation's update whose settings (p's, merged) give a
  * budget its committed usage is under: active again, so its owed turn runs.
  * Still spent: it stays paused (the reply says so), with no new event. */
-static void budget_resume(struct store_conv_patch *p, struct wres *r)
+static int budget_resume(struct store_conv_patch *p, struct wres *r)
 {
 	json_t *settings = jsonmp_unpack(p->settings.ptr, p->settings.len);
+	if (!settings)
+		return -ENOMEM; /* just packed: only memory can fail; never decided on the defaults */
 	struct config_budget b;
 	conv_budget_of(settings, &O.env->cfg->budget, &b);
 	json_decref(settings);
@@ -838,6 +871,7 @@ static void budget_resume(struct store_conv_patch *p, struct wres *r)
 		p->set |= STORE_SET_STATUS;
 		p->status = STORE_ACTIVE;
 	}
+	return 0;
 }
 
 /* w_update's new settings: the stored ones with the request's merged in,
@@ -880,7 +914,7 @@ static int update_metadata(struct job *j, const struct store_conv *c, struct jso
 	int bad = pack_json(mb, m);
 	json_decref(m);
 	if (bad)
-		return job_error(j, PERR_INTERNAL, "metadata cannot be packed"), -1;
+		return pack_error(j, bad, "metadata"), -1;
 	p->set |= STORE_SET_METADATA;
 	p->metadata = (store_bytes){ mb->sb.data, mb->sb.size };
 	return 0;
@@ -927,8 +961,10 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 	if (j->rq.status == STORE_ENDED) {
 		p.set |= STORE_SET_STATUS;
 		p.status = STORE_ENDED;
-	} else if (c.status == STORE_PAUSED && j->rq.settings) {
-		budget_resume(&p, r);
+	} else if (c.status == STORE_PAUSED && j->rq.settings && budget_resume(&p, r)) {
+		jsonmp_buf_destroy(&b);
+		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written yet */
+		return 0;
 	}
 	if (j->rq.metadata) {
 		if (update_metadata(j, &c, &mb, &p)) {
@@ -946,8 +982,12 @@ static int w_update(store_txn *t, struct job *j, struct wres *r)
 	if (e)
 		return job_store_error(j, e, "update"), e;
 	j->reply = json_object();
-	if (c.status == STORE_PAUSED && j->rq.status != STORE_ENDED)
-		json_object_set_new(j->reply, "status", json_string(r->resumed ? "active" : "paused"));
+	/* Committed either way: a reply short of status is answered "out of memory". */
+	if (j->reply && c.status == STORE_PAUSED && j->rq.status != STORE_ENDED &&
+	    json_object_set_new(j->reply, "status", json_string(r->resumed ? "active" : "paused"))) {
+		json_decref(j->reply);
+		j->reply = NULL;
+	}
 	return 0;
 }
 
@@ -1013,6 +1053,8 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 			job_error(j, PERR_CONFLICT, "conversation %s is at seq %llu, not the expected_seq %llu: nothing was written",
 				  conv, (unsigned long long)last, (unsigned long long)j->rq.expected_seq);
 			j->err_extra = json_pack("{sI}", "last_seq", (json_int_t)last);
+			if (!j->err_extra) /* never a conflict short of last_seq */
+				job_error(j, PERR_INTERNAL, "out of memory");
 			return 0;
 		}
 	}
@@ -1186,11 +1228,13 @@ static int w_fork(store_txn *t, struct job *j, struct wres *r)
 			     (json_int_t)j->rq.seq, "last_seq", (json_int_t)out.last_seq, "copied",
 			     (json_int_t)out.copied, "cancelled", (json_int_t)out.cancelled, "status",
 			     store_status_name(out.status));
-	if (j->reply)
-		json_object_set_new(j->reply, "summary_to", out.summary_to ? json_integer((json_int_t)out.summary_to)
-									   : json_null());
-	if (j->reply)
-		json_object_set_new(j->reply, "first_seq", json_integer((json_int_t)out.first_seq));
+	/* Committed either way: a reply short of a field is answered "out of memory". */
+	if (j->reply && (json_object_set_new(j->reply, "summary_to",
+					     out.summary_to ? json_integer((json_int_t)out.summary_to) : json_null()) ||
+			 json_object_set_new(j->reply, "first_seq", json_integer((json_int_t)out.first_seq)))) {
+		json_decref(j->reply);
+		j->reply = NULL;
+	}
 	return 0;
 }
 
@@ -1268,6 +1312,10 @@ static int w_resume(store_txn *t, struct job *j, struct wres *r)
 	json_t *w = workers_conv_json(j->rq.conv);
 	int live = json_is_object(w);
 	json_decref(w);
+	if (!w) { /* out of memory: never taken for "no worker" (a resume would fence a live one) */
+		job_error(j, PERR_INTERNAL, "out of memory");
+		return 0;
+	}
 	if (live) {
 		j->reply = json_pack("{sbss}", "resumed", 0, "message", "its worker is already running");
 		return 0;
@@ -1297,8 +1345,11 @@ static int w_resume(store_txn *t, struct job *j, struct wres *r)
 	/* Another node's live lease: lease_ahead's claim told that node, which
 	 * starts the worker if none runs there (docs/scale-out.md). */
 	char owner[STORE_ID_MAX + 1];
-	if (j->reply && forward_owner(t, j->rq.conv, owner) == 1)
-		json_object_set_new(j->reply, "node", json_string(owner));
+	if (j->reply && forward_owner(t, j->rq.conv, owner) == 1 &&
+	    json_object_set_new(j->reply, "node", json_string(owner))) {
+		json_decref(j->reply);
+		j->reply = NULL; /* committed: answered "out of memory" */
+	}
 	return 0;
 }
 
@@ -1548,8 +1599,9 @@ static int group_attempt(struct group *g, size_t *bad)
 	return e;
 }
 
-/* One write met a damaged record (`agentd check` names it): it fails
- * alone, with the error it set; the others are retried without it. */
+/* One write met a damaged record (`agentd check` names it), or ran out of
+ * memory: it fails alone, with the error it set; the others are retried
+ * without it. */
 static void group_leave_out_damaged(struct group *g, size_t bad, int e)
 {
 	struct job *j = g->w[bad];
@@ -1557,9 +1609,9 @@ static void group_leave_out_damaged(struct group *g, size_t bad, int e)
 	if (!j->err)
 		job_store_error(j, e, proto_op_name(j->rq.op));
 	g->left--;
-	log_error("a %s of %s met a damaged record: refused; %zu other write(s) retried without it",
-		  proto_op_name(j->rq.op),
-		  j->rq.conv ? j->rq.conv : j->rq.tool_call_id ? j->rq.tool_call_id : "a new conversation", g->left);
+	log_error("a %s of %s %s: refused; %zu other write(s) retried without it", proto_op_name(j->rq.op),
+		  j->rq.conv ? j->rq.conv : j->rq.tool_call_id ? j->rq.tool_call_id : "a new conversation",
+		  e == -ENOMEM ? "ran out of memory" : "met a damaged record", g->left);
 }
 
 /* The map is full and cannot grow: 1 when the group runs again smaller. */
@@ -1594,7 +1646,7 @@ static int group_shrink_full(struct group *g, size_t bad)
  * the attempt. */
 static int group_retry(struct group *g, int *e, size_t bad, size_t map0)
 {
-	if (*e == STORE_E_CORRUPT && bad < g->n) {
+	if ((*e == STORE_E_CORRUPT || *e == -ENOMEM) && bad < g->n) {
 		group_leave_out_damaged(g, bad, *e);
 		if (!g->left)
 			*e = 0;
@@ -1645,7 +1697,8 @@ static void group_settle(struct group *g, int e)
 			else if (perr_from_store(e) == PERR_UNAVAILABLE)
 				job_error(j, PERR_UNAVAILABLE, "%s", store_unavailable_why(e));
 			else
-				job_error(j, PERR_INTERNAL, "commit failed: %s", store_strerror(e));
+				job_error(j, PERR_INTERNAL, "commit failed: %s",
+					  e == -ENOMEM ? "out of memory" : store_strerror(e));
 		} else if (!j->err) {
 			after_write(j, &g->res[i]);
 		}

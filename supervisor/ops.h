@@ -30,7 +30,7 @@ void ops_init(const struct ops_env *env);
 
 /* A parsed request for this iteration (control_hooks.request): rq is moved
  * in. after_write: a read behind a write of its client, run after the
- * commit. 0 or -ENOMEM. */
+ * commit. 0 or -ENOMEM (rq then stays the caller's, untouched). */
 int ops_request(struct client *c, struct slot *s, struct request *rq, int64_t started_us, int after_write);
 int ops_is_write(int op);
 /* Whether op's reply carries stored data and may be large (control_hooks.is_large). */

@@ -3,6 +3,7 @@
  */
 #include "supervisor/transfer.h"
 #include "common/config.h"
+#include "common/jsonmp.h"
 #include "store/store.h"
 
 #include <errno.h>
@@ -114,7 +115,7 @@ static void emit(struct xp *x, json_t *j)
 		x->err = x->err ? x->err : -ENOMEM;
 		return;
 	}
-	char *s = json_dumps(j, JSON_COMPACT);
+	char *s = jsonmp_dumps(j, JSON_COMPACT, 0, NULL); /* json_dumps can leave a key out when memory runs out */
 	json_decref(j);
 	if (!s || fputs(s, x->out) == EOF || fputc('\n', x->out) == EOF)
 		x->err = x->err ? x->err : s ? -EIO : -ENOMEM;
@@ -379,7 +380,11 @@ static int next_line(FILE *in, struct line *l, char **buf, size_t *cap, char *er
 	l->no++;
 	json_error_t je;
 	json_decref(l->j);
-	l->j = json_loadb(*buf, (size_t)n, 0, &je);
+	/* jsonmp_loadb: json_loadb can drop a byte when memory runs out. */
+	if (jsonmp_loadb(*buf, (size_t)n, 0, &l->j, &je) == -ENOMEM) {
+		snprintf(err, errlen, "line %lu: out of memory", l->no);
+		return -1;
+	}
 	if (!l->j || !json_is_object(l->j)) {
 		snprintf(err, errlen, "line %lu: not a JSON object%s%s", l->no, l->j ? "" : ": ", l->j ? "" : je.text);
 		return -1;
@@ -722,7 +727,9 @@ static int event_add(struct imp *im, json_t *j)
 	}
 	size_t i = im->nev;
 	store_bytes content;
-	g_bytes(j, "content", 0, &content, &im->evmem[i]);
+	/* Checked in the first pass: a failure now is out of memory. */
+	if (g_bytes(j, "content", 0, &content, &im->evmem[i]))
+		return -ENOMEM;
 	const char *eid = g_str(j, "event_id");
 	im->ev[i] = (struct store_event_in){ strdup(g_str(j, "type")), content, eid ? strdup(eid) : NULL };
 	im->seq[i] = (uint64_t)seq;
@@ -748,8 +755,12 @@ static int conv_finish(struct imp *im)
 	const char *status = g_str(h, "status");
 	store_bytes fsm, meta;
 	unsigned char *mem, *meta_mem;
-	g_bytes(h, "fsm", 1, &fsm, &mem);
-	g_bytes(h, "metadata", 1, &meta, &meta_mem);
+	/* Checked in the first pass: a failure now is out of memory. */
+	if (g_bytes(h, "fsm", 1, &fsm, &mem) | g_bytes(h, "metadata", 1, &meta, &meta_mem)) {
+		free(mem);
+		free(meta_mem);
+		return -ENOMEM;
+	}
 	struct store_conv_patch p = { .set = STORE_SET_STATUS | (fsm.len ? STORE_SET_FSM : 0) |
 					     (meta.len ? STORE_SET_METADATA : 0),
 				      .status = store_status_parse(status, strlen(status)), .fsm_state = fsm,
@@ -779,7 +790,8 @@ static int conv_start(struct imp *im, json_t *j)
 	g_int(j, "created_at", &at);
 	store_bytes settings;
 	unsigned char *mem;
-	g_bytes(j, "settings", 0, &settings, &mem);
+	if (g_bytes(j, "settings", 0, &settings, &mem))
+		return -ENOMEM; /* checked in the first pass */
 	int64_t first = 1;
 	g_int(j, "first_seq", &first); /* absent: the log begins at 1 */
 	store_txn *t;
@@ -805,7 +817,8 @@ static int summary_put(struct imp *im, json_t *j)
 	g_int(j, "inserted_at", &at);
 	store_bytes content;
 	unsigned char *mem;
-	g_bytes(j, "content", 0, &content, &mem);
+	if (g_bytes(j, "content", 0, &content, &mem))
+		return -ENOMEM; /* checked in the first pass */
 	store_txn *t;
 	struct store_summary sm = { (uint64_t)from, (uint64_t)to, content, (uint64_t)version, at };
 	int e = events_flush(im);
@@ -830,9 +843,14 @@ static int tool_call_put(struct imp *im, json_t *j)
 	int status = store_tc_status_parse(st, strlen(st));
 	store_bytes args, prompt, result;
 	unsigned char *m1, *m2 = NULL, *m3 = NULL;
-	g_bytes(j, "args", 0, &args, &m1);
-	g_bytes(j, "prompt", 1, &prompt, &m2);
-	g_bytes(j, "result", 1, &result, &m3);
+	/* Checked in the first pass: a failure now is out of memory. */
+	if (g_bytes(j, "args", 0, &args, &m1) | g_bytes(j, "prompt", 1, &prompt, &m2) |
+	    g_bytes(j, "result", 1, &result, &m3)) {
+		free(m1);
+		free(m2);
+		free(m3);
+		return -ENOMEM;
+	}
 	struct store_tool_call_in in = { id, g_str(j, "name"),
 					 strcmp(g_str(j, "executor"), "human") ? STORE_EXEC_SERVER : STORE_EXEC_HUMAN, args,
 					 prompt };
@@ -870,7 +888,8 @@ static int model_call_put(struct imp *im, json_t *j)
 	g_int(j, "inserted_at", &at);
 	store_bytes rendered;
 	unsigned char *mem;
-	g_bytes(j, "rendered", 0, &rendered, &mem);
+	if (g_bytes(j, "rendered", 0, &rendered, &mem))
+		return -ENOMEM; /* checked in the first pass */
 	struct store_model_call_in mc = { (uint64_t)ref, rendered, g_str(j, "model"),
 					  { (uint64_t)in_tok, (uint64_t)out_tok,
 					    json_number_value(json_object_get(j, "cost")) },
@@ -968,10 +987,10 @@ static int import_records(struct imp *im, FILE *in, size_t nconv, FILE *progress
 	struct line l = { 0 };
 	char *buf = NULL;
 	size_t cap = 0, done = 0;
-	int e = 0;
+	int e = 0, r = 0;
 	rewind(in);
 	next_line(in, &l, &buf, &cap, err, sizeof err); /* the header, checked */
-	while (!e && next_line(in, &l, &buf, &cap, err, sizeof err) == 0) {
+	while (!e && (r = next_line(in, &l, &buf, &cap, err, sizeof err)) == 0) {
 		if (json_object_get(l.j, "end"))
 			break;
 		const char *k = l.kind;
@@ -993,6 +1012,12 @@ static int import_records(struct imp *im, FILE *in, size_t nconv, FILE *progress
 		if (e && !im->err[0])
 			snprintf(im->err, sizeof im->err, "line %lu (%s of conversation %s): %s", l.no, k, im->conv,
 				 store_strerror(e));
+	}
+	/* A line checked in the first pass that cannot be read now (out of
+	 * memory): never taken for the end of the stream. */
+	if (!e && r < 0) {
+		e = -EIO;
+		snprintf(im->err, sizeof im->err, "%s", err);
 	}
 	if (!e && (e = conv_finish(im)) && !im->err[0])
 		snprintf(im->err, sizeof im->err, "conversation %s: %s", im->conv, store_strerror(e));

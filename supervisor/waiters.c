@@ -248,7 +248,10 @@ static void runs_pump(struct waiter *wt, store_txn *t)
 		const struct store_run *r = &p.r[p.n];
 		if (r->id == wt->run_id && r->status == wt->run_status)
 			continue;
-		line_write(wt->c, json_pack("{so}", "run", conv_run_json(r)));
+		if (line_write(wt->c, json_pack("{so}", "run", conv_run_json(r)))) {
+			wt->broken = 1; /* as an event: never a stream with a run left out */
+			return;
+		}
 		wt->run_id = r->id;
 		wt->run_status = r->status;
 	}

@@ -659,22 +659,8 @@ static void on_compacted(struct worker *w, const struct ipc_msg *m)
 	if (r->slot) {
 		struct client *c = slot_client(r->slot);
 		if (m->ok) {
-			store_txn *t;
-			struct store_summary s;
-			json_t *sum = NULL;
-			/* A read that failed is an error, not "no summary". */
-			int e = store_txn_begin(W.st, STORE_READ, &t);
-			if (!e) {
-				e = store_summary_latest(t, w->conv, &s);
-				if (!e)
-					sum = json_pack("{sIsIsosI}", "from_seq", (json_int_t)s.from_seq, "to_seq",
-							(json_int_t)s.to_seq, "content",
-							jsonmp_unpack(s.content.ptr, s.content.len), "version",
-							(json_int_t)s.version);
-				else if (e == STORE_E_NOTFOUND)
-					sum = json_null(), e = 0;
-				store_txn_abort(t);
-			}
+			json_t *sum;
+			int e = conv_summary_read(W.st, w->conv, &sum);
 			if (e) {
 				char msg[200];
 				snprintf(msg, sizeof msg, "compacted, but reading the summary failed: %s", store_strerror(e));

@@ -177,7 +177,7 @@ def test_compact_from_another_node():
     r = n0.ok({"op": "compact", "conversation": c}, timeout=30)
     s = r["summary"]
     assert r["node"] == "n1" and s["version"] >= 1 and s["to_seq"] >= s["from_seq"] >= 1, r
-    assert n2.ok({"op": "summary", "conversation": c})["summary"]["version"] == s["version"]
+    assert n2.ok({"op": "summary", "conversation": c})["summary"] == s  # as `summary` shows it, on any node
     assert n1.worker_pid(c) == pid  # n1's own worker compacted: n0 started none
     assert c not in {w["conversation"] for w in n0.ok({"op": "status"})["workers"]}
     stop_all(nodes)

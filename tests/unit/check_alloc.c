@@ -16,8 +16,10 @@
  * (ASan's runs it too, in the sanitizer build).
  *
  * The modules: JSON <-> msgpack (common/jsonmp.c), the control codec
- * (ipc/proto.c), the tail decision and event JSON (conv/), command lines
- * and the configuration (common/); in the worker, the model's request
+ * (ipc/proto.c, a batch send too), the tail decision, event and run JSON,
+ * forking a conversation and settling a call of an ended one (conv/, in a
+ * write transaction of a real store, aborted after each run), command
+ * lines and the configuration (common/); in the worker, the model's request
  * (agent/render.c, and the HTTP APIs' bodies in agent/model*.c), the
  * echo model, and the model's reply (an exec model's output, agent/protocol.c;
  * an HTTP model's streamed events).
@@ -25,6 +27,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -41,6 +44,7 @@
 #include "common/jsonmp.h"
 #include "conv/conv.h"
 #include "ipc/proto.h"
+#include "store/store.h"
 
 /* ---- the injector ----------------------------------------------------- */
 
@@ -386,8 +390,11 @@ END_TEST
 static int op_tail(void *arg)
 {
 	struct tail t;
-	if (tail_decide(arg, 0, &t))
+	int e = tail_decide(arg, 0, &t);
+	if (e) {
+		PAUSED(ck_assert_int_eq(e, -ENOMEM)); /* never taken for a malformed record */
 		return -1;
+	}
 	PAUSED(ck_assert_int_eq(t.action, TAIL_TOOLS));
 	PAUSED(ck_assert_uint_eq(json_array_size(t.calls), 10));
 	PAUSED(ck_assert_uint_eq(json_array_size(t.settled), 9));
@@ -506,6 +513,326 @@ START_TEST(config_each_failure)
 	close(fd);
 	each_failure(op_config, path, "config_load");
 	unlink(path);
+}
+END_TEST
+
+/* A batch send: each event's content and event_id, or internal "out of
+ * memory" (never an empty message, never the client's fault). */
+static int op_parse_batch(void *arg)
+{
+	const char *line = arg;
+	struct proto_names names = { .model_ok = names_any, .tool_ok = names_any };
+	struct request rq;
+	char msg[200];
+	int e = proto_parse(line, strlen(line), &names, &rq, msg, sizeof msg);
+	if (e) {
+		PAUSED(ck_assert_msg(e == PERR_INTERNAL && !strcmp(msg, "out of memory"),
+				     "proto_parse (batch) with allocation %ld failed answered %s: '%s'", I.fail_at,
+				     proto_err_code(e), msg));
+	} else {
+		PAUSED(ck_assert_uint_eq(json_array_size(rq.events), 3));
+		PAUSED(ck_assert_str_eq(json_string_value(json_object_get(json_array_get(rq.events, 2), "event_id")),
+					"e-3"));
+		PAUSED(ck_assert_str_eq(json_string_value(json_object_get(
+						json_object_get(json_array_get(rq.events, 0), "content"), "text")),
+					"hi there, a text past sixteen bytes"));
+	}
+	proto_request_free(&rq);
+	return e;
+}
+
+START_TEST(proto_parse_batch_each_failure)
+{
+	char line[] = "{\"op\":\"send\",\"id\":2,\"conversation\":\"c-1\",\"events\":["
+		      "{\"content\":\"hi there, a text past sixteen bytes\",\"event_id\":\"e-1\"},"
+		      "{\"content\":{\"text\":\"two\"},\"event_id\":\"e-2\"},"
+		      "{\"content\":\"three\",\"event_id\":\"e-3\"}]}";
+	each_failure(op_parse_batch, line, "proto_parse (batch)");
+}
+END_TEST
+
+/* A run as the protocol shows it: every field, or NULL. */
+static int op_run_json(void *arg)
+{
+	json_t *o = conv_run_json(arg);
+	if (!o)
+		return -1;
+	PAUSED(ck_assert_int_eq(json_integer_value(json_object_get(o, "first_seq")), 3));
+	PAUSED(ck_assert_int_eq(json_integer_value(json_object_get(o, "last_seq")), 5));
+	PAUSED(ck_assert_int_eq(json_integer_value(json_object_get(o, "ended_at")), 1700000000500));
+	PAUSED(ck_assert_str_eq(json_string_value(json_object_get(o, "model")), "m"));
+	json_decref(o);
+	return 0;
+}
+
+START_TEST(conv_run_json_each_failure)
+{
+	struct store_run r = { .id = 1, .status = STORE_RUN_COMPLETED, .attempt = 1, .from_seq = 1, .to_seq = 2,
+			       .first_seq = 3, .last_seq = 5, .model = { "m", 1 }, .started_at = 1700000000000,
+			       .ended_at = 1700000000500 };
+	each_failure(op_run_json, &r, "conv_run_json");
+}
+END_TEST
+
+/* ---- conversation rules in a store's write transaction ------------------- */
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+/* A store in a fresh directory, with conversation src: a message, a turn
+ * that called a server tool (settled) and a human one (awaiting, with its
+ * prompt), and a message queued after it, two of them with event_ids. */
+struct in_store {
+	char dir[64];
+	store *st;
+};
+
+static void append_ev(store_txn *t, const char *conv, const char *type, json_t *content, const char *eid)
+{
+	struct jsonmp_buf b;
+	ck_assert_ptr_nonnull(content);
+	ck_assert_int_eq(conv_pack(&b, content), 0);
+	struct store_event_in ev = { type, { b.sb.data, b.sb.size }, eid };
+	uint64_t seq;
+	ck_assert_int_eq(store_event_append(t, conv, &ev, &seq, NULL), 0);
+	jsonmp_buf_destroy(&b);
+	json_decref(content);
+}
+
+static void store_with_src(struct in_store *s)
+{
+	snprintf(s->dir, sizeof s->dir, "/tmp/agentd-check-alloc-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(s->dir));
+	ck_assert_int_eq(store_open(&s->st, s->dir, NULL), 0);
+	store_txn *t;
+	ck_assert_int_eq(store_txn_begin(s->st, STORE_WRITE, &t), 0);
+	struct jsonmp_buf b;
+	json_t *settings = json_pack("{sss{si}}", "model", "m", "budget", "max_turns", 10);
+	ck_assert_int_eq(conv_pack(&b, settings), 0);
+	ck_assert_int_eq(store_conv_create(t, "src", (store_bytes){ b.sb.data, b.sb.size }), 0);
+	jsonmp_buf_destroy(&b);
+	json_decref(settings);
+	append_ev(t, "src", "user_msg", json_pack("{ss}", "text", "go"), "e-1");
+	append_ev(t, "src", "assistant_msg", json_pack("{sssI}", "text", "calling", "context_seq", (json_int_t)1), NULL);
+	append_ev(t, "src", "tool_call",
+		  json_pack("{sssssss{si}}", "tool_call_id", "k1", "name", "add", "executor", "server", "args", "a", 1),
+		  NULL);
+	append_ev(t, "src", "tool_call",
+		  json_pack("{sssssss{}}", "tool_call_id", "k2", "name", "approve", "executor", "human", "args"), NULL);
+	append_ev(t, "src", "suspension", json_pack("{ssss}", "tool_call_id", "k2", "prompt", "ok?"), NULL);
+	append_ev(t, "src", "tool_result",
+		  json_pack("{sssss{si}}", "tool_call_id", "k1", "status", "resolved", "result", "sum", 1), NULL);
+	append_ev(t, "src", "user_msg", json_pack("{ss}", "text", "more"), "e-2");
+	ck_assert_int_eq(store_txn_commit(t), 0);
+}
+
+static void store_gone(struct in_store *s)
+{
+	store_close(s->st);
+	nftw(s->dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static int fork_row(void *arg, const struct store_tool_call *tc)
+{
+	json_t *v;
+	ck_assert_int_eq(jsonmp_decode(tc->prompt.ptr, tc->prompt.len, &v), 0);
+	json_t *r = json_pack("{ss#sisisoso}", "name", (const char *)tc->name.ptr, (int)tc->name.len, "status",
+			      tc->status, "executor", tc->executor, "prompt", v, "result",
+			      tc->result.len ? jsonmp_unpack(tc->result.ptr, tc->result.len) : json_null());
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(json_array_append_new(arg, r), 0);
+	return 0;
+}
+
+static int fork_event(void *arg, const struct store_event *ev)
+{
+	json_t *o = conv_event_json(ev);
+	ck_assert_ptr_nonnull(o);
+	json_t *c = json_object_get(o, "content");
+	json_object_del(c, "tool_call_id"); /* new, random ids in each fork */
+	json_object_del(o, "inserted_at");
+	ck_assert_int_eq(json_array_append_new(arg, o), 0);
+	return 0;
+}
+
+/* What a fork made, read back in its transaction (nothing allocated in it
+ * is counted: the injector is paused). */
+static json_t *fork_made(store_txn *t, const struct conv_fork_out *out)
+{
+	json_t *evs = json_array(), *rows = json_array(), *settings;
+	struct store_conv c;
+	struct store_range all = { 0 };
+	ck_assert_int_eq(store_events_stream(t, "fork", &all, fork_event, evs), 0);
+	ck_assert_int_eq(store_tool_calls_list(t, "fork", 0, fork_row, rows), 0);
+	ck_assert_int_eq(store_conv_get(t, "fork", &c), 0);
+	ck_assert_int_eq(jsonmp_decode(c.settings.ptr, c.settings.len, &settings), 0);
+	json_t *fsm = c.fsm_state.len ? jsonmp_unpack(c.fsm_state.ptr, c.fsm_state.len) : json_null();
+	/* in id order, and the ids are random: by name */
+	if (json_array_size(rows) == 2 &&
+	    strcmp(json_string_value(json_object_get(json_array_get(rows, 0), "name")), "add")) {
+		json_t *first = json_incref(json_array_get(rows, 0));
+		json_array_remove(rows, 0);
+		json_array_append_new(rows, first);
+	}
+	json_t *r = json_pack("{sososososisisIsI}", "events", evs, "rows", rows, "settings", settings, "fsm", fsm,
+			      "status", c.status, "out_status", out->status, "copied", (json_int_t)out->copied,
+			      "cancelled", (json_int_t)out->cancelled);
+	ck_assert_ptr_nonnull(r);
+	return r;
+}
+
+struct forking {
+	store *st;
+	json_t *settings, *want;
+};
+
+static void fork_same(struct forking *f, store_txn *t, const struct conv_fork_out *out)
+{
+	json_t *got = fork_made(t, out);
+	char *g = json_dumps(got, JSON_SORT_KEYS), *w = json_dumps(f->want, JSON_SORT_KEYS);
+	ck_assert_msg(json_equal(got, f->want), "a fork other than a run without failures makes, with allocation %ld "
+		      "failed:\n%s\nnot\n%s", I.fail_at, g, w);
+	free(g);
+	free(w);
+	json_decref(got);
+}
+
+/* Each run forks src at its last seq in a write transaction, reads back
+ * what it made, and aborts: every run starts from the same store. */
+static int op_fork(void *arg)
+{
+	struct forking *f = arg;
+	store_txn *t;
+	PAUSED(ck_assert_int_eq(store_txn_begin(f->st, STORE_WRITE, &t), 0));
+	struct conv_fork_in in = { "src", 7, "fork", f->settings, NULL };
+	struct conv_fork_out out;
+	int e = conv_fork(t, &in, &out);
+	if (e)
+		PAUSED(ck_assert_msg(e == -ENOMEM, "conv_fork with allocation %ld failed: %s, not out of memory",
+				     I.fail_at, store_strerror(e)));
+	else if (!f->want)
+		PAUSED(f->want = fork_made(t, &out));
+	else
+		PAUSED(fork_same(f, t, &out));
+	PAUSED(store_txn_abort(t));
+	return e;
+}
+
+START_TEST(conv_fork_each_failure)
+{
+	struct in_store s;
+	store_with_src(&s);
+	struct forking f = { s.st, json_pack("{ss}", "system", "be brief"), NULL };
+	ck_assert_ptr_nonnull(f.settings);
+	/* Once unwatched: the store's caches of a process's first write. */
+	ck_assert_int_eq(op_fork(&f), 0);
+	json_decref(f.want);
+	f.want = NULL;
+	each_failure(op_fork, &f, "conv_fork");
+	/* The run without failures made what a fork must: both calls' rows (the
+	 * server one resolved, the human one cancelled with its prompt), the
+	 * event_ids, the caller's settings beside the source's. */
+	json_t *rows = json_object_get(f.want, "rows");
+	ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(rows, 0), "status")), STORE_TC_RESOLVED);
+	ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(rows, 1), "status")), STORE_TC_CANCELLED);
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(rows, 1), "prompt")), "ok?");
+	ck_assert_str_eq(json_string_value(json_object_get(json_array_get(json_object_get(f.want, "events"), 6),
+							   "event_id")),
+			 "e-2");
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(f.want, "settings"), "system")), "be brief");
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(f.want, "settings"), "model")), "m");
+	json_decref(f.want);
+	json_decref(f.settings);
+	store_gone(&s);
+}
+END_TEST
+
+/* A person's answer to the last pending call of an ended conversation:
+ * its fsm_state is pruned here (no worker runs for it), to idle, or the
+ * settlement fails whole; never a state stored short of a key. */
+struct settling {
+	store *st;
+	json_t *want;
+};
+
+static json_t *fsm_of(store_txn *t, const char *conv)
+{
+	struct store_conv c;
+	json_t *fsm;
+	ck_assert_int_eq(store_conv_get(t, conv, &c), 0);
+	ck_assert_int_eq(jsonmp_decode(c.fsm_state.ptr, c.fsm_state.len, &fsm), 0);
+	return fsm;
+}
+
+static void fsm_same(struct settling *s, store_txn *t)
+{
+	json_t *got = fsm_of(t, "src");
+	if (!s->want) {
+		s->want = got;
+		return;
+	}
+	char *g = json_dumps(got, JSON_SORT_KEYS);
+	ck_assert_msg(json_equal(got, s->want), "fsm_state %s with allocation %ld failed", g, I.fail_at);
+	free(g);
+	json_decref(got);
+}
+
+static int op_settle_ended(void *arg)
+{
+	struct settling *s = arg;
+	store_txn *t;
+	char conv[STORE_ID_MAX + 1];
+	uint64_t seq;
+	int ended = 0;
+	PAUSED(ck_assert_int_eq(store_txn_begin(s->st, STORE_WRITE, &t), 0));
+	json_t *res = json_pack("{sb}", "approved", 1);
+	int e = res ? conv_settle(t, "h1", STORE_TC_RESOLVED, "resolution", res, conv, &seq) : -ENOMEM;
+	json_decref(res);
+	if (!e)
+		e = conv_after_resolution(t, conv, &ended);
+	if (e)
+		PAUSED(ck_assert_msg(e == -ENOMEM, "settling with allocation %ld failed: %s", I.fail_at,
+				     store_strerror(e)));
+	else
+		PAUSED(fsm_same(s, t));
+	PAUSED(store_txn_abort(t));
+	return e;
+}
+
+START_TEST(conv_settle_ended_each_failure)
+{
+	struct in_store s;
+	store_with_src(&s);
+	store_txn *t;
+	ck_assert_int_eq(store_txn_begin(s.st, STORE_WRITE, &t), 0);
+	struct jsonmp_buf pb, fb;
+	json_t *prompt = json_string("approve?"), *fsm = json_pack("{sss{s{}}sI}", "state", "awaiting_input",
+								  "pending", "h1", "last_seq", (json_int_t)7);
+	ck_assert_int_eq(conv_pack(&pb, prompt), 0);
+	ck_assert_int_eq(conv_pack(&fb, fsm), 0);
+	struct store_tool_call_in in = { "h1", "approve", STORE_EXEC_HUMAN, { "\x80", 1 }, { pb.sb.data, pb.sb.size } };
+	ck_assert_int_eq(store_tool_call_upsert(t, "src", &in), 0);
+	struct store_conv_patch p = { .set = STORE_SET_STATUS | STORE_SET_FSM, .status = STORE_ENDED,
+				      .fsm_state = { fb.sb.data, fb.sb.size } };
+	ck_assert_int_eq(store_conv_put(t, "src", &p), 0);
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	jsonmp_buf_destroy(&pb);
+	jsonmp_buf_destroy(&fb);
+	json_decref(prompt);
+	json_decref(fsm);
+	struct settling st = { s.st, NULL };
+	ck_assert_int_eq(op_settle_ended(&st), 0); /* once unwatched, as conv_fork's */
+	ck_assert_str_eq(json_string_value(json_object_get(st.want, "state")), "idle");
+	ck_assert_int_eq(json_integer_value(json_object_get(st.want, "last_seq")), 8);
+	ck_assert_uint_eq(json_object_size(json_object_get(st.want, "pending")), 0);
+	each_failure(op_settle_ended, &st, "conv_settle + conv_after_resolution (ended)");
+	json_decref(st.want);
+	store_gone(&s);
 }
 END_TEST
 
@@ -811,6 +1138,10 @@ static Suite *make_alloc_suite(void)
 	tcase_add_test(tc, jsonmp_unpack_each_failure);
 	tcase_add_test(tc, proto_parse_each_failure);
 	tcase_add_test(tc, proto_lines_each_failure);
+	tcase_add_test(tc, proto_parse_batch_each_failure);
+	tcase_add_test(tc, conv_run_json_each_failure);
+	tcase_add_test(tc, conv_fork_each_failure);
+	tcase_add_test(tc, conv_settle_ended_each_failure);
 	tcase_add_test(tc, tail_decide_each_failure);
 	tcase_add_test(tc, conv_event_json_each_failure);
 	tcase_add_test(tc, cmdline_each_failure);

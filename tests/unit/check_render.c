@@ -2,6 +2,7 @@
  * (conv/tail.c; docs/protocol.md, "Semantics"), the model's input
  * (agent/render.c; docs/configuration.md), and the built-in echo model. */
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,7 @@ static void bad(const char *spec)
 {
 	struct tail t;
 	json_t *e = evs(spec);
-	ck_assert_msg(tail_decide(e, 0, &t) == -1, "accepted %s", spec);
+	ck_assert_msg(tail_decide(e, 0, &t) == -EINVAL, "accepted %s", spec);
 	ck_assert_ptr_null(t.calls);
 	ck_assert_ptr_null(t.unsettled);
 	ck_assert_ptr_null(t.settled);
@@ -304,21 +305,21 @@ START_TEST(tail_malformed)
 	/* Missing keys altogether. */
 	struct tail t;
 	json_t *e = js("[{\"type\":\"user_msg\",\"content\":{}}]");
-	ck_assert_int_eq(tail_decide(e, 0, &t), -1);
+	ck_assert_int_eq(tail_decide(e, 0, &t), -EINVAL);
 	json_decref(e);
 	e = js("[{\"seq\":1,\"content\":{}}]");
-	ck_assert_int_eq(tail_decide(e, 0, &t), -1);
+	ck_assert_int_eq(tail_decide(e, 0, &t), -EINVAL);
 	json_decref(e);
 	e = js("[{\"seq\":1,\"type\":\"user_msg\"}]");
-	ck_assert_int_eq(tail_decide(e, 0, &t), -1);
+	ck_assert_int_eq(tail_decide(e, 0, &t), -EINVAL);
 	json_decref(e);
 	e = js("[\"not an event\"]");
-	ck_assert_int_eq(tail_decide(e, 0, &t), -1);
+	ck_assert_int_eq(tail_decide(e, 0, &t), -EINVAL);
 	json_decref(e);
 	e = js("{\"not\":\"an array\"}");
-	ck_assert_int_eq(tail_decide(e, 0, &t), -1);
+	ck_assert_int_eq(tail_decide(e, 0, &t), -EINVAL);
 	json_decref(e);
-	ck_assert_int_eq(tail_decide(NULL, 0, &t), -1);
+	ck_assert_int_eq(tail_decide(NULL, 0, &t), -EINVAL);
 	ck_assert_ptr_null(t.calls);
 }
 END_TEST
