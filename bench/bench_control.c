@@ -35,7 +35,9 @@
  *   -r RUNS  timed runs (default 5, at most 15)
  *   -q       quick: a tenth of the requests, 3 runs (a smoke test)
  *   -o NAME  only the figures whose name contains NAME ("parked" for the
- *            diagnostic row), no report (for profiling; -v prints them)
+ *            diagnostic row, measured beside the bare LMDB loop and summed up
+ *            in one line with both CPU times per send), no report (for
+ *            profiling; -v prints every run)
  *   -k       keep the scratch directory (agentd's and Redis's logs are there)
  *   -v       print every run's figures (on stderr)
  */
