@@ -35,7 +35,9 @@
  *   -r RUNS  timed runs (default 5, at most 15)
  *   -q       quick: a tenth of the requests, 3 runs (a smoke test)
  *   -o NAME  only the figures whose name contains NAME ("parked" for the
- *            diagnostic row), no report (for profiling; -v prints them)
+ *            diagnostic row, measured beside the bare LMDB loop and summed up
+ *            in one line with both CPU times per send), no report (for
+ *            profiling; -v prints every run)
  *   -k       keep the scratch directory (agentd's and Redis's logs are there)
  *   -v       print every run's figures (on stderr)
  */
@@ -52,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -238,6 +241,35 @@ static void agentd_settle(const char *prefix, int n)
 	ctl_close(&c);
 }
 
+/* CPU seconds (user + system, every thread) agentd has used so far, from
+ * /proc/PID/stat: with the sends of a row, its CPU per send. */
+static double agentd_cpu_s(void)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)agentd.pid);
+	FILE *f = fopen(path, "re");
+	size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	/* Fields after the command's closing parenthesis: state is the 3rd,
+	 * utime and stime the 14th and 15th. */
+	char *p = strrchr(buf, ')');
+	unsigned long ut = 0, st = 0;
+	if (!p || sscanf(p + 2, "%*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %lu %lu", &ut, &st) != 2)
+		return 0;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* CPU seconds this thread has used so far. */
+static double thread_cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_THREAD, &ru);
+	return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+	       ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
+}
+
 /* ---- one event per transaction --------------------------------------- */
 
 /* A fresh durable store in the scratch directory (name-run), and the
@@ -295,6 +327,7 @@ enum { T_PING1, T_PING50, T_SEND1, T_SEND50, NTESTS };
  * transaction each that writes the rows a `send` writes (the event, its
  * event_id index, the conversation record) and is acked once durable
  * (STORE_WRITE: LMDB's own two flushes). Sends per second. */
+static double loop_cpu_us; /* the last lmdb_loop_rate's CPU per send, microseconds */
 static double lmdb_loop_rate(int clients, long n, int run)
 {
 	msgpack_sbuffer sb;
@@ -312,7 +345,7 @@ static double lmdb_loop_rate(int clients, long n, int run)
 	if ((e = store_txn_commit(t)))
 		bench_die("commit", e);
 	struct store_conv_patch st = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
-	double t0 = bench_now();
+	double t0 = bench_now(), cpu0 = thread_cpu_s();
 	long done = 0;
 	while (done < n) {
 		if ((e = store_txn_begin(s, STORE_WRITE, &t)))
@@ -330,6 +363,7 @@ static double lmdb_loop_rate(int clients, long n, int run)
 		done += clients;
 	}
 	double rate = (double)n / (bench_now() - t0);
+	loop_cpu_us = (thread_cpu_s() - cpu0) * 1e6 / (double)n;
 	msgpack_sbuffer_destroy(&sb);
 	store_close(s);
 	return rate;
@@ -354,6 +388,7 @@ static double one_txn[BENCH_MAX_RUNS], group_size[BENCH_MAX_RUNS], turns_per_sen
 static double grants_per_group[BENCH_MAX_RUNS];
 static double diag_group[BENCH_MAX_RUNS];
 static double lmdb_loop[BENCH_MAX_RUNS], flushes_per_send[BENCH_MAX_RUNS];
+static double parked_cpu_us[BENCH_MAX_RUNS], bare_cpu_us[BENCH_MAX_RUNS]; /* CPU per send */
 
 static double med_field(const struct fig *f, int n, int field)
 {
@@ -433,7 +468,9 @@ static void run_once(int run, int timed)
 	double w0 = agentd_counter("agentd_group_writes_total");
 	double f0 = agentd_counter("agentd_durable_flushes_total");
 	send_prefix = "s";
+	double cpu0 = agentd_cpu_s();
 	struct fig d = agentd_load(50, n, line_send);
+	double cpu1 = agentd_cpu_s();
 	send_prefix = "b";
 	if (timed) {
 		double c1 = agentd_counter("agentd_group_commits_total");
@@ -443,17 +480,24 @@ static void run_once(int run, int timed)
 		 * flusher adds its own. Per acknowledged send. */
 		double f1 = agentd_counter("agentd_durable_flushes_total");
 		flushes_per_send[run] = ((c1 - c0) + (f1 - f0)) / (double)n;
+		parked_cpu_us[run] = (cpu1 - cpu0) * 1e6 / (double)n;
 		fdiag[run] = d;
+	}
+	/* The bare LMDB loop runs with the parked row even in a partial run:
+	 * the parked row is only meaningful beside it. */
+	double loop = lmdb_loop_rate(50, timed ? scaled(20000) : 500, timed ? run : 99);
+	if (timed) {
+		lmdb_loop[run] = loop;
+		bare_cpu_us[run] = loop_cpu_us;
 	}
 	if (only) {
 		if (timed && verbose)
-			fprintf(stderr, "run %d send50 no turns %.0f/s p50 %.3f p99 %.3f (group %.1f)\n", run, d.rps,
-				d.p50_ms, d.p99_ms, diag_group[run]);
+			fprintf(stderr, "run %d send50 no turns %.0f/s p50 %.3f p99 %.3f (group %.1f, %.3f flushes/send, "
+				"agentd CPU %.1f us/send) | bare LMDB loop %.0f/s (CPU %.1f us/send) | parked/bare %.2fx\n",
+				run, d.rps, d.p50_ms, d.p99_ms, diag_group[run], flushes_per_send[run], parked_cpu_us[run],
+				loop, bare_cpu_us[run], loop > 0 ? d.rps / loop : 0);
 		return;
 	}
-	double loop = lmdb_loop_rate(50, timed ? scaled(20000) : 500, timed ? run : 99);
-	if (timed)
-		lmdb_loop[run] = loop;
 	double rate = one_txn_rate(timed ? scaled(400) : 50, timed ? run : 99);
 	if (timed) {
 		one_txn[run] = rate;
@@ -514,6 +558,8 @@ static void report(const char *machine, const char *fs, const char *load0, const
 	bench_range(ep, n, &l3, &h3);
 	printf("%-44s %10.0f/s, %.2fx (%.2f-%.2f) of Redis SET, 50 clients: the ceiling\n",
 	       "bare LMDB closed loop, 50 clients", bench_median(lmdb_loop, n), bench_median(lr, n), l2, h2);
+	printf("%-44s %10.1f us agentd (every thread), %.1f us the bare loop\n", "CPU per send, parked / bare loop",
+	       bench_median(parked_cpu_us, n), bench_median(bare_cpu_us, n));
 	printf("%-44s %10.2fx (%.2f-%.2f)   target >= 0.8x %s\n", "send, 50 clients, parked / bare LMDB loop",
 	       bench_median(pl, n), lo, hi, verdict(bench_median(pl, n), 0.8));
 	printf("%-44s %10.2fx (%.2f-%.2f)   target >= 0.8x %s\n", "send, 50 clients, echo / parked", bench_median(ep, n),
@@ -599,8 +645,28 @@ int main(int argc, char **argv)
 		run_once(run, 1);
 	}
 	bench_loadavg(load1, sizeof load1);
-	if (only)
-		return 0; /* a partial run, for profiling: no report */
+	if (only) {
+		/* A partial run, for profiling: no report, only the parked row
+		 * beside the bare loop when it ran. */
+		if (strstr("send, 50 clients, workers parked", only)) {
+			double pl[BENCH_MAX_RUNS], dr[BENCH_MAX_RUNS], lo, hi;
+			for (int k = 0; k < nruns; k++) {
+				pl[k] = lmdb_loop[k] > 0 ? fdiag[k].rps / lmdb_loop[k] : 0;
+				dr[k] = fdiag[k].rps;
+			}
+			bench_range(pl, nruns, &lo, &hi);
+			double dl, dh, bl, bh;
+			bench_range(dr, nruns, &dl, &dh);
+			bench_range(lmdb_loop, nruns, &bl, &bh);
+			printf("parked %.0f/s (%.0f-%.0f), bare LMDB loop %.0f/s (%.0f-%.0f), parked/bare %.2fx (%.2f-%.2f); "
+			       "CPU per send: agentd %.1f us, bare loop %.1f us; %.1f sends per group commit, "
+			       "%.3f flushes per send; median of %d runs\n",
+			       bench_median(dr, nruns), dl, dh, bench_median(lmdb_loop, nruns), bl, bh, bench_median(pl, nruns),
+			       lo, hi, bench_median(parked_cpu_us, nruns), bench_median(bare_cpu_us, nruns),
+			       bench_median(diag_group, nruns), bench_median(flushes_per_send, nruns), nruns);
+		}
+		return 0;
+	}
 	report(machine, fs, load0, load1);
 	printf("\nscratch: %s%s\n", scratch, keep ? " (kept)" : "");
 	return 0;

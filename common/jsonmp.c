@@ -28,11 +28,144 @@ void jsonmp_alloc_init(void)
 	json_set_alloc_funcs(counted_malloc, counted_free);
 }
 
+static int json_ws(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* A byte jansson reads inside a string as itself: printable ASCII, not '"' or '\\'. */
+static int plain_byte(char c)
+{
+	return (unsigned char)c >= 0x20 && (unsigned char)c <= 0x7e && c != '"' && c != '\\';
+}
+
+/* A flat object built straight into jansson values, as json_loadb would
+ * build it: keys and string values of plain bytes, values strings, unsigned
+ * integers of at most 18 digits, true, false or null, no key twice, nothing
+ * after it but whitespace. That is nearly every control request (a send);
+ * jansson's lexer reads it a byte at a time through a stream and costs a
+ * third of a send's instructions (docs/benchmarks.md, "bench_control").
+ * Returns 1 with *out set, -ENOMEM, or 0 for any other text: jansson parses
+ * it, and words any error. */
+static int flat_loadb(const char *s, size_t n, json_t **out)
+{
+	size_t i = 0;
+	*out = NULL;
+	while (i < n && json_ws(s[i]))
+		i++;
+	if (i == n || s[i] != '{')
+		return 0;
+	json_t *o = json_object();
+	if (!o)
+		return -ENOMEM;
+	for (i++; i < n && json_ws(s[i]); i++)
+		;
+	if (i < n && s[i] == '}') {
+		i++;
+		goto end;
+	}
+	for (;;) {
+		if (i >= n || s[i] != '"')
+			goto other;
+		size_t k0 = ++i;
+		while (i < n && plain_byte(s[i]))
+			i++;
+		if (i >= n || s[i] != '"')
+			goto other;
+		size_t kl = i - k0;
+		for (i++; i < n && json_ws(s[i]); i++)
+			;
+		if (i >= n || s[i] != ':')
+			goto other;
+		for (i++; i < n && json_ws(s[i]); i++)
+			;
+		if (i >= n)
+			goto other;
+		json_t *v;
+		if (s[i] == '"') {
+			size_t v0 = ++i;
+			while (i < n && plain_byte(s[i]))
+				i++;
+			if (i >= n || s[i] != '"')
+				goto other;
+			v = json_stringn_nocheck(s + v0, i - v0);
+			i++;
+		} else if (s[i] >= '0' && s[i] <= '9') {
+			size_t d0 = i;
+			json_int_t x = 0;
+			for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+				if (i - d0 >= 18)
+					goto other;
+				x = x * 10 + (s[i] - '0');
+			}
+			if (s[d0] == '0' && i - d0 > 1)
+				goto other; /* a leading zero: jansson's error */
+			v = json_integer(x);
+		} else {
+			static const char *const lit[] = { "true", "false", "null" };
+			int which = s[i] == 't' ? 0 : s[i] == 'f' ? 1 : s[i] == 'n' ? 2 : -1;
+			size_t ll = which < 0 ? 0 : strlen(lit[which]);
+			if (which < 0 || n - i < ll || memcmp(s + i, lit[which], ll))
+				goto other;
+			i += ll;
+			v = which == 0 ? json_true() : which == 1 ? json_false() : json_null();
+		}
+		if (!v) { /* out of memory, whatever the text turns out to be */
+			json_decref(o);
+			return -ENOMEM;
+		}
+		/* What follows a value: whitespace, ',' or '}' (a number or a
+		 * word running on, "1.5" or "truex", is jansson's). */
+		if (i < n && !json_ws(s[i]) && s[i] != ',' && s[i] != '}') {
+			json_decref(v);
+			goto other;
+		}
+		if (json_object_getn(o, s + k0, kl)) {
+			json_decref(v);
+			goto other; /* a key twice: jansson keeps the last, or refuses it */
+		}
+		if (json_object_setn_new_nocheck(o, s + k0, kl, v)) { /* v is taken either way */
+			json_decref(o);
+			return -ENOMEM;
+		}
+		while (i < n && json_ws(s[i]))
+			i++;
+		if (i < n && s[i] == ',') {
+			for (i++; i < n && json_ws(s[i]); i++)
+				;
+			continue;
+		}
+		if (i < n && s[i] == '}') {
+			i++;
+			break;
+		}
+		goto other;
+	}
+end:
+	while (i < n && json_ws(s[i]))
+		i++;
+	if (i != n)
+		goto other;
+	*out = o;
+	return 1;
+other:
+	json_decref(o);
+	return 0;
+}
+
 int jsonmp_loadb(const char *buf, size_t len, size_t flags, json_t **out, json_error_t *je)
 {
 	json_error_t mine;
 	if (!je)
 		je = &mine;
+	/* The flags that change what a flat object reads as: jansson's. */
+	if (!(flags & ~(size_t)(JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK | JSON_ALLOW_NUL))) {
+		int r = flat_loadb(buf, len, out);
+		if (r) {
+			memset(je, 0, sizeof *je);
+			return r < 0 ? r : 0;
+		}
+	}
 	unsigned long before = __atomic_load_n(&alloc_failures, __ATOMIC_RELAXED);
 	json_t *v = json_loadb(buf, len, flags, je);
 	if (__atomic_load_n(&alloc_failures, __ATOMIC_RELAXED) != before ||
@@ -89,8 +222,99 @@ static int dbuf_put(const char *s, size_t n, void *arg)
 	return 0;
 }
 
+/* Whether s is written by jansson as it is: printable ASCII, no '"' or '\\'. */
+static int plain(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e || s[i] == '"' || s[i] == '\\')
+			return 0;
+	return 1;
+}
+
+/* The common reply ({"seq":N,"ok":true}, an id, a status) written directly,
+ * byte for byte what json_dump_callback writes with JSON_COMPACT: a flat
+ * object whose keys and string values are plain and whose other values are
+ * integers, booleans or null. *done = 0 for anything else (jansson writes it).
+ * Every send is answered with one: this spares it jansson's callback per
+ * token and its buffer growth (docs/benchmarks.md, "bench_control", has the
+ * reply's share of a send's CPU). */
+static char *flat_dumps(const json_t *v, size_t flags, int nl, size_t *len, int *done)
+{
+	const char *k;
+	json_t *e;
+	size_t need = 2 + (nl ? 1 : 0) + 1; /* {} '\n' NUL */
+	*done = 0;
+	if (flags != JSON_COMPACT || !json_is_object(v))
+		return NULL;
+	json_object_foreach((json_t *)v, k, e) {
+		size_t kl = strlen(k);
+		if (!plain(k, kl))
+			return NULL;
+		need += kl + 4; /* "k": and a comma */
+		if (json_is_string(e)) {
+			if (!plain(json_string_value(e), json_string_length(e)))
+				return NULL;
+			need += json_string_length(e) + 2;
+		} else if (json_is_integer(e) || json_is_boolean(e) || json_is_null(e)) {
+			need += 21; /* -9223372036854775808, false */
+		} else {
+			return NULL;
+		}
+	}
+	*done = 1;
+	char *p = malloc(need), *q = p;
+	if (!p)
+		return NULL;
+	*q++ = '{';
+	json_object_foreach((json_t *)v, k, e) {
+		if (q > p + 1)
+			*q++ = ',';
+		size_t kl = strlen(k);
+		*q++ = '"';
+		memcpy(q, k, kl);
+		q += kl;
+		*q++ = '"';
+		*q++ = ':';
+		if (json_is_string(e)) {
+			*q++ = '"';
+			memcpy(q, json_string_value(e), json_string_length(e));
+			q += json_string_length(e);
+			*q++ = '"';
+		} else if (json_is_integer(e)) {
+			/* The digits backwards, as "%lld" writes them forwards. */
+			json_int_t x = json_integer_value(e);
+			unsigned long long u = x < 0 ? 0ull - (unsigned long long)x : (unsigned long long)x;
+			char dig[20];
+			int nd = 0;
+			do
+				dig[nd++] = (char)('0' + u % 10);
+			while (u /= 10);
+			if (x < 0)
+				*q++ = '-';
+			while (nd)
+				*q++ = dig[--nd];
+		} else {
+			const char *lit = json_is_true(e) ? "true" : json_is_false(e) ? "false" : "null";
+			size_t ll = strlen(lit);
+			memcpy(q, lit, ll);
+			q += ll;
+		}
+	}
+	*q++ = '}';
+	if (nl)
+		*q++ = '\n';
+	*q = 0;
+	if (len)
+		*len = (size_t)(q - p);
+	return p;
+}
+
 char *jsonmp_dumps(const json_t *v, size_t flags, int nl, size_t *len)
 {
+	int done;
+	char *fast = flat_dumps(v, flags, nl, len, &done);
+	if (done)
+		return fast;
 	struct dbuf b = { NULL, 0, 0, 0 };
 	if (!v || json_dump_callback(v, dbuf_put, &b, flags) || b.failed || !b.p) {
 		free(b.p);

@@ -232,7 +232,16 @@ static int send_content(struct pctx *p, json_t *v, const char *name, json_t **ou
 		return bad(p, "'%s' must be a string or an object", name);
 	if (!jsonmp_fits(v, 0)) /* content is its event's whole record */
 		return bad(p, "'%s' nests more than %d levels of objects and arrays", name, JSONMP_MAX_DEPTH + 1);
-	*out = json_is_string(v) ? json_pack("{sO}", "text", v) : json_incref(v);
+	if (json_is_string(v)) {
+		/* json_pack("{sO}") would parse its format on every send. */
+		*out = json_object();
+		if (*out && json_object_set(*out, "text", v)) {
+			json_decref(*out);
+			*out = NULL;
+		}
+	} else {
+		*out = json_incref(v);
+	}
 	return *out ? 0 : oom(p);
 }
 
@@ -616,7 +625,7 @@ int proto_parse(const char *line, size_t len, const struct proto_names *names, s
 		return bad(&p, "missing field 'op'");
 	if (!json_is_string(op))
 		return bad(&p, "'op' must be a string");
-	for (int i = 0; i < OP_COUNT; i++)
+	for (int i = 0; i < OP_COUNT && rq->op < 0; i++)
 		if (!strcmp(json_string_value(op), op_names[i]))
 			rq->op = i;
 	if (rq->op < 0) {

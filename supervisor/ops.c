@@ -1075,7 +1075,12 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 	 * memory" instead (a retry with the event_ids then gets the seqs). */
 	int oom = 0;
 	if (!j->rq.events) {
-		j->reply = json_pack("{sI}", "seq", (json_int_t)seqs[0]);
+		/* Not json_pack: it parses its format on every send. */
+		j->reply = json_object();
+		if (j->reply && json_object_set_new(j->reply, "seq", json_integer((json_int_t)seqs[0]))) {
+			json_decref(j->reply);
+			j->reply = NULL;
+		}
 		if (j->reply && dups[0])
 			oom = json_object_set_new(j->reply, "duplicate", json_true());
 	} else {
@@ -1110,10 +1115,15 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 static int w_send(store_txn *t, struct job *j, struct wres *r)
 {
 	size_t n = j->rq.events ? json_array_size(j->rq.events) : 1, packed = 0;
-	struct store_event_in *ev = calloc(n, sizeof *ev);
-	struct jsonmp_buf *b = calloc(n, sizeof *b);
-	uint64_t *seqs = calloc(n, sizeof *seqs);
-	int *dups = calloc(n, sizeof *dups);
+	/* One event (nearly every send): on the stack, no allocation. */
+	struct store_event_in ev1 = { 0 };
+	struct jsonmp_buf b1 = { 0 };
+	uint64_t seq1 = 0;
+	int dup1 = 0;
+	struct store_event_in *ev = n == 1 ? &ev1 : calloc(n, sizeof *ev);
+	struct jsonmp_buf *b = n == 1 ? &b1 : calloc(n, sizeof *b);
+	uint64_t *seqs = n == 1 ? &seq1 : calloc(n, sizeof *seqs);
+	int *dups = n == 1 ? &dup1 : calloc(n, sizeof *dups);
 	int e = 0;
 	if (!ev || !b || !seqs || !dups) {
 		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written yet */
@@ -1133,10 +1143,12 @@ static int w_send(store_txn *t, struct job *j, struct wres *r)
 done:
 	for (size_t i = 0; i < packed; i++)
 		jsonmp_buf_destroy(&b[i]);
-	free(ev);
-	free(b);
-	free(seqs);
-	free(dups);
+	if (n != 1) {
+		free(ev);
+		free(b);
+		free(seqs);
+		free(dups);
+	}
 	return e;
 }
 
