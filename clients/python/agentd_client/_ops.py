@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 import uuid
 from typing import Any, Callable, Dict, Optional
 
-from .errors import AgentdConnectionError, BadRequest
+from .errors import AgentdConnectionError, AgentdTimeout, BadRequest
 from .types import (BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, Event, EventPage, ForkResult,
                     ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Status, Summary, ToolCall, _build)
 
@@ -83,6 +84,26 @@ def finish(call: "_Call", reply: dict):
 
 def _opt(**kw) -> Dict[str, Any]:
     return {k: v for k, v in kw.items() if v is not None}
+
+
+class _Backoff:
+    """The retry rule of both clients: an idempotent call on a connection that once reached agentd is tried
+    again after a lost connection or an `unavailable`, not after a timeout, with pauses of 20 ms doubling to
+    1 s, until retry_for seconds have passed since the first try."""
+
+    def __init__(self, retry_for: float):
+        self.retry_for = retry_for
+        self.give_up = time.monotonic() + retry_for
+        self.pause = 0.02
+
+    def next_pause(self, call: "_Call", reached: bool, e: Exception) -> Optional[float]:
+        """Seconds to wait before the next try, or None when e stands."""
+        if not (call.idempotent and reached and self.retry_for > 0 and not isinstance(e, AgentdTimeout)
+                and time.monotonic() < self.give_up):
+            return None
+        pause = min(self.pause, max(0.0, self.give_up - time.monotonic()))
+        self.pause = min(self.pause * 2, 1.0)
+        return pause
 
 
 class _Call:

@@ -11,7 +11,7 @@ import socket
 import time
 from typing import List, Optional, Union
 
-from ._ops import NO_LIMIT, _Call, _Ops, decode, encode, finish, socket_path, watch_item
+from ._ops import NO_LIMIT, _Backoff, _Call, _Ops, decode, encode, finish, socket_path, watch_item
 from .errors import (AgentdConnectionError, AgentdError, AgentdTimeout, NotFound, TooLarge, Unavailable,
                      error_from_reply)
 from .types import Delta, Event
@@ -164,8 +164,7 @@ class AsyncClient(_Ops):
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
-            give_up = time.monotonic() + self.retry_for
-            pause = 0.02
+            backoff = _Backoff(self.retry_for)
             while True:
                 try:
                     try:
@@ -178,13 +177,11 @@ class AsyncClient(_Ops):
                         self._drop()
                         raise
                 except (AgentdConnectionError, Unavailable) as e:
-                    retry = (call.idempotent and self._reached and self.retry_for > 0
-                             and not isinstance(e, AgentdTimeout) and time.monotonic() < give_up)
-                    if not retry:
+                    pause = backoff.next_pause(call, self._reached, e)
+                    if pause is None:
                         raise
                     self.retries += 1
-                    await asyncio.sleep(min(pause, max(0.0, give_up - time.monotonic())))
-                    pause = min(pause * 2, 1.0)
+                    await asyncio.sleep(pause)
 
     async def _attempt(self, call: _Call):
         # A connection agentd closed while idle is replaced before a request that must not be sent

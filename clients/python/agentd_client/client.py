@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Optional, Union
 
-from ._ops import NO_LIMIT, _Call, _Ops, decode, encode, finish, socket_path, watch_item
+from ._ops import NO_LIMIT, _Backoff, _Call, _Ops, decode, encode, finish, socket_path, watch_item
 from .errors import (AgentdConnectionError, AgentdError, AgentdTimeout, NotFound, TooLarge, Unavailable,
                      error_from_reply)
 from .types import Delta, Event
@@ -132,8 +132,7 @@ class Client(_Ops):
 
     def _run(self, call: _Call):
         with self._lock:
-            give_up = time.monotonic() + self.retry_for
-            pause = 0.02
+            backoff = _Backoff(self.retry_for)
             while True:
                 try:
                     try:
@@ -146,13 +145,11 @@ class Client(_Ops):
                         self._drop()
                         raise
                 except (AgentdConnectionError, Unavailable) as e:
-                    retry = (call.idempotent and self._reached and self.retry_for > 0
-                             and not isinstance(e, AgentdTimeout) and time.monotonic() < give_up)
-                    if not retry:
+                    pause = backoff.next_pause(call, self._reached, e)
+                    if pause is None:
                         raise
                     self.retries += 1
-                    time.sleep(min(pause, max(0.0, give_up - time.monotonic())))
-                    pause = min(pause * 2, 1.0)
+                    time.sleep(pause)
 
     def _attempt(self, call: _Call):
         if self._conn is not None and self._conn.closed_by_peer():
