@@ -800,40 +800,6 @@ static void proxy_stop(void)
 	rmdir(px.dir);
 }
 
-/* The connection goes during COMMIT: the commit asks the server whether it
- * was made (on a new connection) and says so, 0 or -ECONNRESET, never
- * "failed" for a transaction that is in the log. */
-START_TEST(lost_commit_answer_is_learned)
-{
-	store *s = open_ok(), *p = NULL;
-	conv_create(s, "c");
-	char via[1024];
-	proxy_start(via, sizeof via);
-	ck_assert_int_eq(store_open(&p, via, NULL), 0);
-	store_txn *x;
-	uint64_t seq;
-	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
-	ck_assert_int_eq(append(x, "c", "made", &seq), 0);
-	px.mode = PROXY_MADE;
-	ck_assert_int_eq(store_txn_commit(x), 0);
-	ck_assert_int_eq(px.fired, 1); /* its answer was lost */
-	ck_assert_uint_eq(latest(s, "c"), 1);
-	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
-	ck_assert_int_eq(append(x, "c", "not-made", &seq), 0);
-	px.mode = PROXY_NOT_MADE;
-	ck_assert_int_eq(store_txn_commit(x), -ECONNRESET);
-	ck_assert_int_eq(px.fired, 2);
-	ck_assert_uint_eq(latest(s, "c"), 1);
-	/* the handle goes on */
-	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
-	ck_assert_int_eq(append(x, "c", "next", &seq), 0);
-	ck_assert_int_eq(store_txn_commit(x), 0);
-	ck_assert_uint_eq(latest(s, "c"), 2);
-	store_close(p);
-	store_close(s);
-	proxy_stop();
-}
-END_TEST
 
 /* Every commit is durable when it returns, a lazy one too: nothing waits
  * for a later flush on PostgreSQL (txn ids are 0, store_flush does nothing),
@@ -973,8 +939,12 @@ START_TEST(many_appends_sent_ahead_commit_in_order)
 }
 END_TEST
 
-/* As lost_commit_answer_is_learned, the txn's inserts sent ahead. */
-START_TEST(lost_commit_answer_after_appends_sent_ahead)
+/* The connection goes during COMMIT: the commit asks the server whether it
+ * was made (on a new connection) and says so, 0 or -ECONNRESET, never
+ * "failed" for a transaction that is in the log. add appends the k-th
+ * event to "c": with an event_id, or without (sent ahead in pipeline mode,
+ * its COMMIT behind it). */
+static void lost_commit_case(int (*add)(store_txn *x, int k, uint64_t *seq))
 {
 	store *s = open_ok(), *p = NULL;
 	conv_create(s, "c");
@@ -984,26 +954,51 @@ START_TEST(lost_commit_answer_after_appends_sent_ahead)
 	store_txn *x;
 	uint64_t seq;
 	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
-	ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
-	ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+	ck_assert_int_eq(add(x, 1, &seq), 0);
+	ck_assert_int_eq(add(x, 2, &seq), 0);
 	px.mode = PROXY_MADE;
 	ck_assert_int_eq(store_txn_commit(x), 0);
-	ck_assert_int_eq(px.fired, 1);
+	ck_assert_int_eq(px.fired, 1); /* its answer was lost */
 	ck_assert_uint_eq(latest(s, "c"), 2);
 	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
-	ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+	ck_assert_int_eq(add(x, 3, &seq), 0);
 	px.mode = PROXY_NOT_MADE;
 	ck_assert_int_eq(store_txn_commit(x), -ECONNRESET);
 	ck_assert_int_eq(px.fired, 2);
 	ck_assert_uint_eq(latest(s, "c"), 2);
+	/* the handle goes on */
 	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
-	ck_assert_int_eq(append_ahead(x, "c", "user_msg", &seq), 0);
+	ck_assert_int_eq(add(x, 4, &seq), 0);
 	ck_assert_uint_eq(seq, 3);
 	ck_assert_int_eq(store_txn_commit(x), 0);
 	ck_assert_uint_eq(latest(s, "c"), 3);
 	store_close(p);
 	store_close(s);
 	proxy_stop();
+}
+
+static int add_with_id(store_txn *x, int k, uint64_t *seq)
+{
+	char eid[16];
+	snprintf(eid, sizeof eid, "e%d", k);
+	return append(x, "c", eid, seq);
+}
+
+static int add_ahead(store_txn *x, int k, uint64_t *seq)
+{
+	(void)k;
+	return append_ahead(x, "c", "user_msg", seq);
+}
+
+START_TEST(lost_commit_answer_is_learned)
+{
+	lost_commit_case(add_with_id);
+}
+END_TEST
+
+START_TEST(lost_commit_answer_after_appends_sent_ahead)
+{
+	lost_commit_case(add_ahead);
 }
 END_TEST
 
