@@ -14,7 +14,6 @@
 #include "supervisor/server.h"
 #include "supervisor/transfer.h"
 
-#include <bsd/libutil.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -592,6 +592,40 @@ static int data_dir_open(const struct config *cfg, int *made)
 	return 0;
 }
 
+/* The data directory's single-instance lock: agentd.pid, held locked
+ * (flock) while agentd runs, with its pid written in for people. A pid that
+ * cannot be written (a full disk) costs the text, never the lock: libbsd's
+ * pidfile_write drops the lock when its write fails. Returns the locked
+ * descriptor, or -1 with errno (EEXIST: another agentd, *other its pid when
+ * it could be read). */
+static int pid_lock(const char *path, pid_t *other)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		int e = errno == EWOULDBLOCK ? EEXIST : errno;
+		char b[24] = "";
+		if (e == EEXIST && pread(fd, b, sizeof b - 1, 0) > 0)
+			*other = (pid_t)strtol(b, NULL, 10);
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	char b[24];
+	int n = snprintf(b, sizeof b, "%d", (int)getpid());
+	if (ftruncate(fd, 0) != 0 || pwrite(fd, b, (size_t)n, 0) != n)
+		log_warn("cannot write agentd's pid into %s: %s (the lock holds: another agentd is still refused)", path,
+			 strerror(errno));
+	return fd;
+}
+
+static void pid_unlock(const char *path, int fd)
+{
+	unlink(path); /* before the close: a file left behind is never taken for a live agentd's */
+	close(fd);
+}
+
 /* Lock the data directory, open the store and serve until shut down.
  * *served: the socket listened. Returns the exit status. */
 static int run_locked(const struct config *cfg, const char *o_config, int *served)
@@ -601,15 +635,16 @@ static int run_locked(const struct config *cfg, const char *o_config, int *serve
 	char pidpath[PATH_MAX];
 	pid_t other = 0;
 	snprintf(pidpath, sizeof pidpath, "%s/agentd.pid", S.data_dir);
-	struct pidfh *pfh = pidfile_open(pidpath, 0600, &other);
-	if (!pfh) {
-		if (errno == EEXIST)
+	int pidfd = pid_lock(pidpath, &other);
+	if (pidfd < 0) {
+		if (errno == EEXIST && other > 0)
 			log_error("another agentd (pid %d) is already running on %s", (int)other, S.data_dir);
+		else if (errno == EEXIST) /* it holds the lock, its pid not written (yet, or a full disk) */
+			log_error("another agentd is already running on %s", S.data_dir);
 		else
 			log_error("cannot lock %s: %s", pidpath, strerror(errno));
 		return 1;
 	}
-	pidfile_write(pfh);
 	/* Workers read the configuration too, at every start: give them the
 	 * file as agentd read it, not as it may be edited later (it is read
 	 * at start only: operations.md). */
@@ -667,7 +702,7 @@ close:
 	server_close();
 	store_close(S.st);
 unlock:
-	pidfile_remove(pfh);
+	pid_unlock(pidpath, pidfd);
 	return rc;
 }
 

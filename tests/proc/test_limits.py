@@ -1,6 +1,7 @@
 """Resource exhaustion: the map filling up, the disk filling up, the descriptor limit, the worker
 limit, and a model writing far more than its cap. In each: a clear error to whoever asked, agentd goes on
 serving, and nothing committed is lost."""
+import errno
 import json
 import os
 import re
@@ -356,9 +357,29 @@ def test_agentd_starts_on_a_full_disk():
             wait_for(lambda: len(a.events(c)) >= 2, 10, "the echo")
             fill_disk(a, a.create(conversation="filler"))
             a.kill(signal.SIGKILL)
+            # Not one block left, and no pid file whose block a truncation frees: the restart cannot write its
+            # pid. libbsd's pidfile_write then dropped the data directory's lock (and leaked its handle): a
+            # second agentd could run on the same store.
+            os.unlink(os.path.join(a.data_dir, "agentd.pid"))
+            fd = os.open(os.path.join(mnt, "rest"), os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                while os.write(fd, b"\0" * 4096):
+                    pass
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+            finally:
+                os.close(fd)
             a.start()
             assert "workers will read" in a.log() and "itself" in a.log(), a.log_tail()
+            assert "cannot write agentd's pid" in a.log() and "the lock holds" in a.log(), a.log_tail()
             assert a.events(c)[0]["content"] == {"text": "kept"}
+            b = Agentd(data_dir=a.data_dir, start=False)
+            try:
+                assert b.expect_exit() == 1
+                assert "another agentd is already running on" in b.log(), b.log()
+            finally:
+                b.close()
+            assert a.ok({"op": "get", "conversation": c})
             a.stop(expect=None)
 
 
