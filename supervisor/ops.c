@@ -1479,33 +1479,40 @@ static void after_write(struct job *j, struct wres *r)
 		op_table[j->rq.op].after(j, r);
 }
 
-/* Say why a group commit of n writes failed: a full store once a second
- * (clients retry into it), anything else each time. */
+/* A line clients retrying into the same failure would repeat: logged at
+ * most once a second, saying how many were held back since. */
+struct every_second {
+	int64_t last;
+	unsigned more; /* held back since the last line */
+};
+
+static int every_second_due(struct every_second *r)
+{
+	int64_t now = loop_now_ms();
+	if (r->last && now - r->last < 1000) {
+		r->more++;
+		return 0;
+	}
+	r->last = now;
+	return 1;
+}
+
+/* Say why a group commit of n writes failed: an unavailable or full store
+ * once a second (clients retry into it), anything else each time. */
 static void group_commit_failed(int e, size_t n)
 {
+	static struct every_second unavailable, full;
 	if (perr_from_store(e) == PERR_UNAVAILABLE) {
-		static int64_t last;
-		static unsigned more;
-		int64_t now = loop_now_ms();
-		if (last && now - last < 1000) {
-			more++;
-		} else {
+		if (every_second_due(&unavailable)) {
 			log_error("group commit of %zu writes failed: %s (%s); %u more failed so since the last such "
-				  "line", n, store_unavailable_why(e), store_strerror(e), more);
-			last = now;
-			more = 0;
+				  "line", n, store_unavailable_why(e), store_strerror(e), unavailable.more);
+			unavailable.more = 0;
 		}
 	} else if (e == STORE_E_FULL) {
-		static int64_t last;
-		static unsigned more;
-		int64_t now = loop_now_ms();
-		if (last && now - last < 1000) {
-			more++;
-		} else {
+		if (every_second_due(&full)) {
 			log_error("group commit of %zu writes failed: the store is full (map at max_map_size, or the "
-				  "disk is full); %u more failed so since the last such line", n, more);
-			last = now;
-			more = 0;
+				  "disk is full); %u more failed so since the last such line", n, full.more);
+			full.more = 0;
 		}
 	} else {
 		log_error("group commit of %zu writes failed: %s", n, store_strerror(e));
