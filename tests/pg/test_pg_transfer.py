@@ -47,34 +47,56 @@ def pending(a, c):
     return a.ok({"op": "tool_calls", "conversation": c, "status": "pending"})["tool_calls"]
 
 
+def summarised(a, name, tools):
+    """A conversation of three echoed sends (with event_ids), compacted."""
+    s = a.create(conversation=name, settings={"model": "echo", "tools": tools})
+    for i in range(3):
+        a.send(s, f"m{i}", event_id=f"e-{i}")
+        wait_for(lambda: len(a.events(s)) >= 2 * (i + 1), 10, "the echo reply")
+    a.ok({"op": "compact", "conversation": s}, timeout=30)
+    return s
+
+
+def approvals(a, waiting, answered):
+    """One conversation whose approval is pending (with its expiry and warning), one whose was answered."""
+    h = a.create(conversation=waiting, settings={"model": "echo", "tools": ["approve"]})
+    a.send(h, "/tool approve")
+    wait_for(lambda: pending(a, h), 10, "a pending approval")
+    r = a.create(conversation=answered, settings={"model": "echo", "tools": ["approve"]})
+    a.send(r, "/tool approve")
+    call = wait_for(lambda: pending(a, r), 10, "a pending approval")[0]
+    a.ok({"op": "resolve", "tool_call_id": call["id"], "result": "yes"})
+    wait_for(lambda: a.events(r)[-1]["type"] == "assistant_msg" and len(a.events(r)) >= 5, 10, "the answer")
+    return h, r
+
+
+def ended(a, name):
+    """A conversation with metadata, ended after one echoed send."""
+    e = a.create(conversation=name, metadata={"team": "a", "ticket": "T-1"})
+    a.send(e, "bye")
+    wait_for(lambda: len(a.events(e)) == 2, 10, "the echo reply")
+    a.ok({"op": "update", "conversation": e, "status": "ended"})
+    return e
+
+
+def stop_at_rest(a, convs):
+    wait_for(lambda: all(a.ok({"op": "get", "conversation": c})["conversation"]["status"] in ("idle", "suspended",
+                                                                                              "ended")
+                         for c in convs), 10, "every conversation at rest")
+    a.stop()
+
+
 def make_store(a):
     """Conversations with everything a store holds: events with and without event_id, a summary, server and
     human tool calls (settled, pending with a deadline), audit rows, an ended conversation."""
     a.write_config(CONFIG)
     a.start()
-    s = a.create(conversation="sum", settings={"model": "echo", "tools": ["approve", "add"]})
-    for i in range(3):
-        a.send(s, f"m{i}", event_id=f"e-{i}")
-        wait_for(lambda: len(a.events(s)) >= 2 * (i + 1), 10, "the echo reply")
-    a.ok({"op": "compact", "conversation": s}, timeout=30)
+    s = summarised(a, "sum", ["approve", "add"])
     a.send(s, '/tool add {"a": 2, "b": 3}')
     wait_for(lambda: a.events(s)[-1]["type"] == "assistant_msg" and len(a.events(s)) >= 10, 10, "the tool turn")
-    h = a.create(conversation="wait", settings={"model": "echo", "tools": ["approve"]})
-    a.send(h, "/tool approve")
-    wait_for(lambda: pending(a, h), 10, "a pending approval")
-    r = a.create(conversation="done", settings={"model": "echo", "tools": ["approve"]})
-    a.send(r, "/tool approve")
-    call = wait_for(lambda: pending(a, r), 10, "a pending approval")[0]
-    a.ok({"op": "resolve", "tool_call_id": call["id"], "result": "yes"})
-    wait_for(lambda: a.events(r)[-1]["type"] == "assistant_msg" and len(a.events(r)) >= 5, 10, "the answer")
-    e = a.create(conversation="end", metadata={"team": "a", "ticket": "T-1"})
-    a.send(e, "bye")
-    wait_for(lambda: len(a.events(e)) == 2, 10, "the echo reply")
-    a.ok({"op": "update", "conversation": e, "status": "ended"})
-    wait_for(lambda: all(a.ok({"op": "get", "conversation": c})["conversation"]["status"] in ("idle", "suspended",
-                                                                                              "ended")
-                         for c in (s, h, r, e)), 10, "every conversation at rest")
-    a.stop()
+    h, r = approvals(a, "wait", "done")
+    e = ended(a, "end")
+    stop_at_rest(a, (s, h, r, e))
     return h
 
 
@@ -204,30 +226,13 @@ def make_full_store(a):
     warning, a settled call, audit rows, metadata, an ended conversation."""
     a.write_config(FULL_CONFIG)
     a.start()
-    s = a.create(conversation="a-sum", settings={"model": "echo", "tools": ["approve"]})
-    for i in range(3):
-        a.send(s, f"m{i}", event_id=f"e-{i}")
-        wait_for(lambda: len(a.events(s)) >= 2 * (i + 1), 10, "the echo reply")
-    a.ok({"op": "compact", "conversation": s}, timeout=30)
+    s = summarised(a, "a-sum", ["approve"])
     a.send(s, "m3")
     wait_for(lambda: len(a.events(s)) >= 8, 10, "the echo reply")
     a.ok({"op": "compact", "conversation": s}, timeout=30)
-    w = a.create(conversation="b-wait", settings={"model": "echo", "tools": ["approve"]})
-    a.send(w, "/tool approve")
-    wait_for(lambda: pending(a, w), 10, "a pending approval")
-    d = a.create(conversation="c-done", settings={"model": "echo", "tools": ["approve"]})
-    a.send(d, "/tool approve")
-    call = wait_for(lambda: pending(a, d), 10, "a pending approval")[0]
-    a.ok({"op": "resolve", "tool_call_id": call["id"], "result": "yes"})
-    wait_for(lambda: a.events(d)[-1]["type"] == "assistant_msg" and len(a.events(d)) >= 5, 10, "the answer")
-    e = a.create(conversation="d-end", metadata={"team": "a", "ticket": "T-1"})
-    a.send(e, "bye")
-    wait_for(lambda: len(a.events(e)) == 2, 10, "the echo reply")
-    a.ok({"op": "update", "conversation": e, "status": "ended"})
-    wait_for(lambda: all(a.ok({"op": "get", "conversation": c})["conversation"]["status"] in ("idle", "suspended",
-                                                                                              "ended")
-                         for c in (s, w, d, e)), 10, "every conversation at rest")
-    a.stop()
+    w, d = approvals(a, "b-wait", "c-done")
+    e = ended(a, "d-end")
+    stop_at_rest(a, (s, w, d, e))
 
 
 def test_every_table_and_field_survives_lmdb_to_postgresql_and_back():
