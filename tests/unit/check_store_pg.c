@@ -719,6 +719,7 @@ static struct {
 	struct sockaddr_un up;
 	volatile int mode;
 	volatile int fired;
+	volatile int refuse; /* new connections are closed at once: the server cannot be asked */
 } px;
 
 static int relay(int from, int to)
@@ -741,7 +742,7 @@ static int relay(int from, int to)
 
 static void *proxy_conn(void *arg)
 {
-	int c = (int)(intptr_t)arg, u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int c = (int)(intptr_t)arg, u = px.refuse ? -1 : socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (u >= 0 && connect(u, (struct sockaddr *)&px.up, sizeof px.up) == 0) {
 		struct pollfd p[2] = { { .fd = c, .events = POLLIN }, { .fd = u, .events = POLLIN } };
 		while (poll(p, 2, -1) > 0) {
@@ -990,6 +991,32 @@ static int add_ahead(store_txn *x, int k, uint64_t *seq)
 	return append_ahead(x, "c", "user_msg", seq);
 }
 
+/* The answer is lost and the server cannot be asked (every new connection
+ * fails): the commit says it does not know, STORE_E_INDOUBT, after its
+ * few seconds of asking; the transaction was in fact made. */
+START_TEST(lost_commit_answer_that_cannot_be_learned_is_in_doubt)
+{
+	store *s = open_ok(), *p = NULL;
+	conv_create(s, "c");
+	char via[1024];
+	proxy_start(via, sizeof via);
+	ck_assert_int_eq(store_open(&p, via, NULL), 0);
+	store_txn *x;
+	uint64_t seq;
+	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(add_with_id(x, 1, &seq), 0);
+	px.mode = PROXY_MADE;
+	px.refuse = 1;
+	ck_assert_int_eq(store_txn_commit(x), STORE_E_INDOUBT);
+	ck_assert_int_eq(px.fired, 1);
+	ck_assert_uint_eq(latest(s, "c"), 1);
+	px.refuse = 0;
+	store_close(p);
+	store_close(s);
+	proxy_stop();
+}
+END_TEST
+
 START_TEST(lost_commit_answer_is_learned)
 {
 	lost_commit_case(add_with_id);
@@ -1021,6 +1048,7 @@ Suite *make_store_pg_suite(void)
 		tcase_add_test(tc, concurrent_appenders_get_gapless_seqs);
 		tcase_add_test(tc, lost_connection_fails_the_txn_not_the_handle);
 		tcase_add_test(tc, lost_commit_answer_is_learned);
+		tcase_add_test(tc, lost_commit_answer_that_cannot_be_learned_is_in_doubt);
 		tcase_add_test(tc, claimable_skips_rows_another_node_holds);
 		tcase_add_test(tc, beat_behind_a_claim_renews_nothing_lost);
 		tcase_add_test(tc, notify_reaches_its_node_at_commit);
