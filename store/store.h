@@ -426,7 +426,10 @@ typedef int (*store_conv_id_fn)(void *arg, const char *id, size_t len);
 int store_conv_ids(store_txn *txn, store_conv_id_fn fn, void *arg);
 
 /* Delete every row of the conversation (events, event ids, summaries, tool
- * calls and their expiries, audit rows). Errors: STORE_E_NOTFOUND. */
+ * calls and their expiries, audit rows). The room it frees serves the very
+ * next write, also in a store full to its limit (LMDB settles the freed
+ * pages with a commit of its own when its map cannot grow). Errors:
+ * STORE_E_NOTFOUND. */
 int store_conv_delete(store_txn *txn, const char *id);
 
 /* Writer lease. The supervisor takes a new generation for each worker it

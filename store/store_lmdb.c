@@ -125,6 +125,7 @@ struct store_txn {
 	int err;     /* poisoned: the first fatal error, returned from then on */
 	int lazy;    /* STORE_WRITE_LAZY: commit without flushing the meta page */
 	int freeing; /* STORE_WRITE_FREEING: may map the delete reserve */
+	int deleted; /* a conversation was deleted: its pages settle at the commit */
 	int dirty;   /* a write succeeded: the commit takes a txn id */
 	int64_t now;
 	/* cur[i] is bound to t when bound[i]; busy[i] while an operation holds
@@ -1054,6 +1055,7 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 	x->freeing = freeing;
 	x->err = 0;
 	x->dirty = 0;
+	x->deleted = 0;
 	x->head_len = 0;
 	x->now = store_now(s);
 	if (x->write && cache_begin(x) != 0) {
@@ -1135,11 +1137,19 @@ int store_txn_commit(store_txn *x)
 		cache_end(x, id, err == 0);
 	store *s = x->s;
 	int freeing = x->freeing;
+	/* A delete that found room without the reserve frees pages the next
+	 * write cannot use either (freeing_settle): in a map that cannot grow,
+	 * settle them too, with the reserve mapped for the settling commit. */
+	int settle = freeing || (x->deleted && s->map_size >= s->opts.max_map_size);
 	txn_free(x);
-	if (freeing && !err && s->ntxn == 0)
+	if (settle && !err && s->ntxn == 0) {
+		if (!freeing)
+			freeing_map(s);
 		freeing_settle(s);
-	if (freeing)
 		freeing_unmap(s);
+	} else if (freeing) {
+		freeing_unmap(s);
+	}
 	maybe_grow(s, 0);
 	return err;
 }
@@ -1798,6 +1808,7 @@ int store_conv_delete(store_txn *x, const char *id)
 	    (x->s->has_nodes && (err = del(x, x->s->owners, id, strlen(id)))) ||
 	    (err = del(x, x->s->convs, k, 8)) || (err = del(x, x->s->conv_ids, id, strlen(id))))
 		return err;
+	x->deleted = 1;
 	return 0;
 }
 

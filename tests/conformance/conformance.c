@@ -4116,6 +4116,39 @@ START_TEST(freeing_txn_deletes_in_a_full_store)
 }
 END_TEST
 
+/* An ordinary delete that still finds room in a store full to its limit
+ * frees room the very next write can use (LMDB reuses a transaction's freed
+ * pages only from the second transaction after it, so the store settles
+ * them), as a delete with the reserve does. */
+START_TEST(ordinary_delete_in_a_full_store_frees_room_at_once)
+{
+	const size_t max = (size_t)1 << 20;
+	int lmdb = strcmp(conf_backend(), "pg") != 0;
+	OPTS.map_size = OPTS.max_map_size = max;
+	reopen_store();
+	mkconv("a");
+	mkconv("small");
+	mkconv("big");
+	ck_assert_int_eq(append_big("small", 64 << 10), 0);
+	ck_assert_int_eq(append_big("big", 64 << 10), 0);
+	ck_assert_int_eq(append_big("big", 64 << 10), 0);
+	fill_to_the_limit("a");
+	/* room for the next delete's copied pages, not for a 64 KiB event */
+	store_txn *t;
+	ck_assert_int_eq(store_txn_begin(S, STORE_WRITE_LAZY | STORE_WRITE_FREEING, &t), 0);
+	ck_assert_int_eq(store_conv_delete(t, "small"), 0);
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	t = wbegin();
+	ck_assert_int_eq(store_conv_delete(t, "big"), 0);
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	/* the 128 KiB "big" held serve the next write */
+	ck_assert_int_eq(append_big("a", 64 << 10), lmdb ? 0 : STORE_E_FULL);
+	struct store_stat st;
+	ck_assert_int_eq(store_stat(S, &st), 0);
+	ck_assert_uint_le(st.map_size, lmdb ? max : st.map_size);
+}
+END_TEST
+
 START_TEST(map_full_grows_for_retry)
 {
 	OPTS.map_size = (size_t)1 << 20;
@@ -5920,6 +5953,7 @@ Suite *make_conformance_suite(void)
 	tcase_add_test(tc, map_full_without_growth_loses_nothing);
 	tcase_add_test(tc, map_full_grows_for_retry);
 	tcase_add_test(tc, freeing_txn_deletes_in_a_full_store);
+	tcase_add_test(tc, ordinary_delete_in_a_full_store_frees_room_at_once);
 	tcase_add_test(tc, a_map_without_address_space_to_grow_stays_usable);
 	tcase_add_test(tc, max_map_size_alone_bounds_the_map);
 	tcase_add_test(tc, reserve_grows_ahead);
