@@ -526,18 +526,20 @@ static int node_row(void *arg, const struct store_node *nd)
 		       : 0;
 }
 
-json_t *nodes_json(store_txn *t)
+int nodes_json(store_txn *t, json_t **out)
 {
 	json_t *a = json_array();
+	*out = NULL;
 	if (!a)
-		return NULL;
+		return -ENOMEM;
 	int e = store_nodes_list(t, node_row, a);
 	if (e) {
 		json_decref(a);
-		return NULL;
+		return e;
 	}
-	return json_pack("{sssIsIso}", "node", N.id, "lease_ms", (json_int_t)N.lease_ms, "heartbeat_ms",
+	*out = json_pack("{sssIsIso}", "node", N.id, "lease_ms", (json_int_t)N.lease_ms, "heartbeat_ms",
 			 (json_int_t)N.beat_ms, "nodes", a);
+	return *out ? 0 : -ENOMEM;
 }
 
 struct seen {

@@ -55,9 +55,10 @@ int nodes_claim(store_txn *t, const char *conv, uint64_t *gen);
  * back (nothing when it moved already; workers_hooks.released). */
 void nodes_release(const char *conv, uint64_t gen);
 
-/* The `nodes` op's reply fields, `status`'s `node` object, and the lines
- * `metrics` adds (a malloc'd string, NULL when out of memory). */
-json_t *nodes_json(store_txn *t);
+/* The `nodes` op's reply fields (0, -ENOMEM, or the store's error reading
+ * the nodes), `status`'s `node` object, and the lines `metrics` adds (a
+ * malloc'd string, NULL when out of memory). */
+int nodes_json(store_txn *t, json_t **out);
 json_t *nodes_status_json(void);
 char *nodes_metrics_text(void);
 

@@ -760,8 +760,9 @@ static void op_backup(store_txn *t, struct job *j)
 /* The nodes sharing the store, as their heartbeats left them. */
 static void op_nodes(store_txn *t, struct job *j)
 {
-	if (!(j->reply = nodes_json(t)))
-		job_error(j, PERR_INTERNAL, "could not list the nodes");
+	int e = nodes_json(t, &j->reply);
+	if (e)
+		job_store_error(j, e, "the nodes");
 }
 
 /* ---- writes (inside the group transaction) --------------------------- */
