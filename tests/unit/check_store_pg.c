@@ -779,11 +779,13 @@ static void proxy_start(char *via, size_t cap)
 		sscanf(p, "port=%15s", port);
 	memset(&px, 0, sizeof px);
 	px.up.sun_family = AF_UNIX;
-	snprintf(px.up.sun_path, sizeof px.up.sun_path, "%s/.s.PGSQL.%s", host, port);
+	int n = snprintf(px.up.sun_path, sizeof px.up.sun_path, "%s/.s.PGSQL.%s", host, port);
+	ck_assert(n > 0 && (size_t)n < sizeof px.up.sun_path); /* the server's socket path fits */
 	snprintf(px.dir, sizeof px.dir, "/tmp/agentd-pgpx-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(px.dir));
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	snprintf(a.sun_path, sizeof a.sun_path, "%s/.s.PGSQL.%s", px.dir, port);
+	n = snprintf(a.sun_path, sizeof a.sun_path, "%s/.s.PGSQL.%s", px.dir, port);
+	ck_assert(n > 0 && (size_t)n < sizeof a.sun_path);
 	px.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	ck_assert_int_eq(bind(px.lfd, (struct sockaddr *)&a, sizeof a), 0);
 	ck_assert_int_eq(listen(px.lfd, 16), 0);
