@@ -66,19 +66,14 @@ int backup_start(const char *dir, struct slot *slot, json_t *id)
 	B.slot = slot;
 	B.id = json_incref(id);
 	B.started_ms = loop_now_ms();
-	/* The thread must not take the loop's signals (signalfd reads them). */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &old);
-	int e = pthread_create(&B.thread, NULL, copier, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	int e = loop_thread(&B.thread, copier, NULL);
 	if (e) {
 		free(B.dir);
 		json_decref(B.id);
 		B.dir = NULL;
 		B.id = NULL;
 		B.slot = NULL;
-		return -e;
+		return e;
 	}
 	B.running = 1;
 	log_info("backup into %s started", dir);

@@ -87,7 +87,7 @@ static struct {
 	size_t large_bytes;
 	uint64_t large_round;
 	int large_turned_away, large_served;
-} C = { .lw = { on_listen }, .listen_fd = -1, .reserve_fd = -1, .clients = LIST_HEAD_INITIALIZER(C.clients),
+} C = { .lw = { on_listen, 1 }, .listen_fd = -1, .reserve_fd = -1, .clients = LIST_HEAD_INITIALIZER(C.clients),
       .held = LIST_HEAD_INITIALIZER(C.held), .large_round = 1 };
 
 /* ---- listening ------------------------------------------------------- */
@@ -253,6 +253,7 @@ static void client_new(int fd)
 		return;
 	}
 	c->lw.fn = on_client_io;
+	c->lw.during_commit = 1; /* read and answered while a group commits (ops.c) */
 	c->fd = fd;
 	c->uid = cred.uid;
 	c->pid = cred.pid;
@@ -491,7 +492,9 @@ void client_flush(struct client *c)
 		return;
 	}
 	c->paused = out_queued(c) > CONTROL_OUT_CAP || c->nslots >= CONTROL_REQS_PER_WAKEUP;
-	if (c->watch && !c->paused && out_pending(c) < CONTROL_OUT_CAP / 2)
+	/* A watch's next events are read from the store: not while another
+	 * thread commits (loop_restrict); control_drain_watches then. */
+	if (c->watch && !c->paused && out_pending(c) < CONTROL_OUT_CAP / 2 && !loop_restricted())
 		C.h->drained(c);
 	control_want_write(c);
 }
@@ -549,6 +552,14 @@ void control_durable_advanced(void)
 		c->held = 0;
 		client_flush(c);
 	}
+}
+
+void control_drain_watches(void)
+{
+	struct client *c;
+	LIST_FOREACH(c, &C.clients, link)
+		if (c->watch && !c->dead)
+			client_flush(c);
 }
 
 void slot_error(struct slot *s, json_t *id, int err, const char *msg)

@@ -102,6 +102,10 @@ void slot_need(struct slot *s, uint64_t txnid);
 /* The durable frontier moved: send the replies it lets through. */
 void control_durable_advanced(void);
 
+/* A group commit ran on another thread (loop_restrict): the watches whose
+ * output drained meanwhile read their next events now. */
+void control_drain_watches(void);
+
 void client_write(struct client *c, const char *p, size_t n);
 /* Write the replies that are done, in order, and what else is queued. */
 void client_flush(struct client *c);

@@ -46,7 +46,9 @@ static struct {
 	uint64_t nflush;         /* flushes that succeeded */
 	uint64_t nfailed;        /* flushes that failed */
 	const char *fail_path;   /* test-only: flushes fail while this file exists */
-} D = { .efd = -1, .lw = { on_flushed }, .tfd = -1, .tw = { on_timer }, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+} D = { .efd = -1,
+	.lw = { on_flushed, 1 }, /* also while a group commits off the loop (ops.c) */
+	.tfd = -1, .tw = { on_timer }, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
 static void *flusher(void *arg)
 {
@@ -176,14 +178,8 @@ int durable_open(store *st, int sync_full, durable_advanced_fn *advanced, durabl
 		return -errno;
 	if ((e = loop_add(D.tfd, EPOLLIN, &D.tw)))
 		return e;
-	/* The thread gets no signal: the loop takes them all through its signalfd. */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	e = pthread_create(&D.thread, NULL, flusher, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (e)
-		return -e;
+	if ((e = loop_thread(&D.thread, flusher, NULL)))
+		return e;
 	D.started = 1;
 	return 0;
 }
@@ -243,6 +239,12 @@ void durable_before_wait(void)
 		D.armed = 1;
 	else
 		start_flush();
+}
+
+void durable_flush_now(void)
+{
+	if (!D.all)
+		start_flush(); /* none when one runs: its end leaves the rest to durable_before_wait */
 }
 
 void durable_committed(uint64_t id)

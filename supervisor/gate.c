@@ -64,6 +64,11 @@ int64_t gate_deadline(void)
 	return G.holder && (G.writes_held || !TAILQ_EMPTY(&G.queue)) ? G.granted_at + GATE_HOLD_MS : 0;
 }
 
+int gate_wanted(void)
+{
+	return G.holder || !TAILQ_EMPTY(&G.queue);
+}
+
 int gate_busy(void)
 {
 	return G.holder && !revoke(loop_now_ms());

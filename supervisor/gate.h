@@ -50,6 +50,8 @@ void gate_pump(void);
 int64_t gate_deadline(void);
 /* Whether a member holds the gate now (a grant held too long is revoked). */
 int gate_busy(void);
+/* A worker holds the gate or waits for it. */
+int gate_wanted(void);
 /* This iteration's writes wait for the holder (their deadline counts). */
 void gate_hold_writes(int held);
 /* Begin a supervisor write transaction: first let the member holding the

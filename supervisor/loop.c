@@ -3,6 +3,7 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <time.h>
@@ -10,7 +11,12 @@
 
 #define LOOP_EVENTS 64 /* ready descriptors taken per wait */
 
-static int ep = -1;
+/* ep holds every watch but those marked during_commit, which are in
+ * ep_commit; ep_commit is itself in ep, so an unrestricted wait sees both. */
+static int ep = -1, ep_commit = -1, restricted;
+
+static void on_commit_set(struct loop_watch *w, uint32_t events);
+static struct loop_watch commit_set = { on_commit_set, 0 };
 
 int64_t loop_now_ms(void)
 {
@@ -29,50 +35,110 @@ int64_t loop_now_us(void)
 int loop_open(void)
 {
 	ep = epoll_create1(EPOLL_CLOEXEC);
-	return ep < 0 ? -errno : 0;
+	ep_commit = epoll_create1(EPOLL_CLOEXEC);
+	if (ep < 0 || ep_commit < 0)
+		return -errno;
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &commit_set };
+	return epoll_ctl(ep, EPOLL_CTL_ADD, ep_commit, &ev) < 0 ? -errno : 0;
 }
 
 void loop_close(void)
 {
 	if (ep >= 0)
 		close(ep);
-	ep = -1;
+	if (ep_commit >= 0)
+		close(ep_commit);
+	ep = ep_commit = -1;
 }
 
 int loop_add(int fd, uint32_t events, struct loop_watch *w)
 {
 	struct epoll_event ev = { .events = events, .data.ptr = w };
-	return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+	return epoll_ctl(w->during_commit ? ep_commit : ep, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
 int loop_mod(int fd, uint32_t events, struct loop_watch *w)
 {
 	struct epoll_event ev = { .events = events, .data.ptr = w };
-	return epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) < 0 ? -errno : 0;
+	return epoll_ctl(w->during_commit ? ep_commit : ep, EPOLL_CTL_MOD, fd, &ev) < 0 ? -errno : 0;
 }
 
 void loop_del(int fd)
 {
+	/* In one of the two sets: the other says ENOENT. */
 	epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+	epoll_ctl(ep_commit, EPOLL_CTL_DEL, fd, NULL);
+}
+
+int loop_thread(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int e = pthread_create(t, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return -e;
+}
+
+void loop_restrict(int on)
+{
+	restricted = on;
+}
+
+int loop_restricted(void)
+{
+	return restricted;
+}
+
+/* Wait on set (-1: forever) and call back what is ready; -errno when
+ * epoll fails. */
+static int dispatch(int set, int timeout, int (*after)(const struct loop_hooks *), const struct loop_hooks *h)
+{
+	struct epoll_event evs[LOOP_EVENTS];
+	int n = epoll_wait(set, evs, LOOP_EVENTS, timeout);
+	if (n < 0 && errno != EINTR) {
+		int e = errno;
+		log_error("epoll_wait: %s", strerror(e));
+		return -e;
+	}
+	if (after)
+		after(h);
+	for (int i = 0; i < n; i++) {
+		struct loop_watch *w = evs[i].data.ptr;
+		w->fn(w, evs[i].events);
+	}
+	return 0;
+}
+
+/* ep_commit is ready, in an unrestricted wait: what is ready in it. */
+static void on_commit_set(struct loop_watch *w, uint32_t events)
+{
+	(void)w;
+	(void)events;
+	dispatch(ep_commit, 0, NULL, NULL);
+}
+
+static int after_wait(const struct loop_hooks *h)
+{
+	if (h->after_wait)
+		h->after_wait(h->arg);
+	return 0;
 }
 
 int loop_run(const struct loop_hooks *h)
 {
-	struct epoll_event evs[LOOP_EVENTS];
 	for (;;) {
+		int e;
+		/* Restricted, no hook runs; once lifted, the next iteration is a
+		 * whole one, so every watch gets its turn between two commits. */
+		if (restricted) {
+			if ((e = dispatch(ep_commit, -1, NULL, h)) < 0)
+				return e;
+			continue;
+		}
 		int busy = h->before_wait ? h->before_wait(h->arg) : 0;
-		int n = epoll_wait(ep, evs, LOOP_EVENTS, busy ? 0 : -1);
-		if (n < 0 && errno != EINTR) {
-			int e = errno;
-			log_error("epoll_wait: %s", strerror(e));
-			return -e;
-		}
-		if (h->after_wait)
-			h->after_wait(h->arg);
-		for (int i = 0; i < n; i++) {
-			struct loop_watch *w = evs[i].data.ptr;
-			w->fn(w, evs[i].events);
-		}
+		if ((e = dispatch(ep, busy ? 0 : -1, after_wait, h)) < 0)
+			return e;
 		if (h->end && h->end(h->arg))
 			return 0;
 	}

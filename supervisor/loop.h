@@ -16,6 +16,7 @@
 #ifndef AGENTD_LOOP_H
 #define AGENTD_LOOP_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,7 @@
 #define container_of(p, type, m) ((type *)(void *)((char *)(p)-offsetof(type, m)))
 struct loop_watch {
 	void (*fn)(struct loop_watch *w, uint32_t events);
+	int during_commit; /* also called back while the loop is restricted (loop_restrict) */
 };
 
 /* What the caller runs around each wait. Any may be NULL. */
@@ -47,6 +49,17 @@ void loop_del(int fd);
 
 /* Run until the end hook returns 1 (0), or epoll fails (-errno, logged). */
 int loop_run(const struct loop_hooks *h);
+
+/* Restricted (on = 1): while another thread commits a group of writes, the
+ * loop calls back only the watches marked during_commit, and runs none of
+ * its hooks; the others' events wait (level-triggered) until it is lifted.
+ * A watch must be marked before loop_add, and keep its mark. */
+void loop_restrict(int on);
+int loop_restricted(void);
+
+/* Start a thread beside the loop that takes no signal: the loop reads them
+ * all through its signalfd. 0 or -errno. */
+int loop_thread(pthread_t *t, void *(*fn)(void *), void *arg);
 
 /* CLOCK_MONOTONIC in milliseconds and in microseconds. */
 int64_t loop_now_ms(void);

@@ -89,6 +89,8 @@ static void text_counters(FILE *f)
 		{ "agentd_expiry_commits_total", "Write transactions that fired expiries.", m.c[M_EXPIRY_COMMITS] },
 		{ "agentd_group_commits_total", "Write transactions of the control plane.", m.c[M_GROUP_COMMITS] },
 		{ "agentd_group_writes_total", "Write requests committed in them.", m.c[M_GROUP_WRITES] },
+		{ "agentd_group_commits_thread_total", "Of those, committed on the writer thread while the loop read on.",
+		  m.c[M_GROUP_COMMITS_THREAD] },
 		{ "agentd_write_gate_grants_total", "Writes granted to workers.", m.c[M_GATE_GRANTS] },
 		{ "agentd_write_gate_waits_total", "Supervisor writes that waited for a worker's.", m.c[M_GATE_WAITS] },
 		{ "agentd_write_gate_revoked_total", "Grants taken back from a worker that held one too long.",

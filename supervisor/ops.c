@@ -27,10 +27,13 @@
 
 #include <bsd/sys/queue.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 /* A request parsed this iteration, executed at its end (after the group
@@ -58,9 +61,32 @@ static struct {
 	TAILQ_HEAD(, job) jobs; /* this iteration's requests */
 } O = { .jobs = TAILQ_HEAD_INITIALIZER(O.jobs) };
 
+/* The writer thread's state (below, "the writer thread"). */
+struct agroup;
+static void on_group_done(struct loop_watch *lw, uint32_t events);
+
+static struct {
+	int off;                /* AGENTD_WRITER_THREAD=0: every group on the loop (benchmarks compare) */
+	int started, quit;
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct agroup *todo;    /* handed to the thread (under mu) */
+	struct agroup *done;    /* handed back (under mu) */
+	struct agroup *ready;   /* made by ops_execute, handed over at the iteration's end */
+	struct agroup *flying;  /* on the thread (the loop's view) */
+	int kick;               /* requests came during the commit: the next wait must not block */
+	int efd;
+	struct loop_watch lw;
+} WT = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .efd = -1, .lw = { on_group_done, 1 } };
+
+static void writer_client_gone(struct client *c);
+
 void ops_init(const struct ops_env *env)
 {
 	O.env = env;
+	const char *wt = getenv("AGENTD_WRITER_THREAD");
+	WT.off = wt && !strcmp(wt, "0");
 }
 
 int ops_request(struct client *c, struct slot *s, struct request *rq, int64_t started_us, int after_write)
@@ -78,12 +104,17 @@ int ops_request(struct client *c, struct slot *s, struct request *rq, int64_t st
 	return 0;
 }
 
-void ops_client_gone(struct client *c)
+static void jobs_client_gone(struct job *first, struct client *c)
 {
-	struct job *j;
-	TAILQ_FOREACH(j, &O.jobs, q)
+	for (struct job *j = first; j; j = TAILQ_NEXT(j, q))
 		if (j->slot && slot_client(j->slot) == c)
 			j->slot = NULL;
+}
+
+void ops_client_gone(struct client *c)
+{
+	jobs_client_gone(TAILQ_FIRST(&O.jobs), c);
+	writer_client_gone(c);
 }
 
 /* A store error as the protocol's code. */
@@ -1554,6 +1585,9 @@ struct group {
 	int freeing;        /* the deletes alone, with the store's delete reserve */
 	int deadlocks;      /* attempts aborted for a lock conflict */
 	int resets;         /* attempts whose connection was lost */
+	int async;          /* on the writer thread: nothing of the loop's is touched */
+	int made;           /* committed, as id */
+	uint64_t id;        /* the id its commit made current */
 	uint64_t committed; /* the id its replies show */
 };
 
@@ -1565,17 +1599,33 @@ static void job_clear_result(struct job *j)
 	j->err_extra = NULL;
 }
 
+/* The loop's part of a commit: the frontier and the counters. */
+static void group_committed_note(struct group *g)
+{
+	if (g->committed == g->id)
+		durable_committed(g->id); /* its page flush covered those before */
+	durable_need(g->committed);
+	metrics_add(M_GROUP_COMMITS, 1);
+	metrics_add(M_GROUP_WRITES, g->n);
+	/* Off the loop the next group is made while this one commits, and
+	 * commits right after it: this one's replies do not wait for that
+	 * commit to cover them; the flusher covers them beside it, at once. */
+	if (g->async) {
+		metrics_add(M_GROUP_COMMITS_THREAD, 1);
+		durable_flush_now();
+	}
+}
+
 static void group_committed(struct group *g, uint64_t id)
 {
 	/* A transaction that changed nothing commits no id: its replies
 	 * show the one before. */
 	uint64_t last = store_last_id(O.env->st);
 	g->committed = last < id ? last : id;
-	if (g->committed == id)
-		durable_committed(id); /* its page flush covered those before */
-	durable_need(g->committed);
-	metrics_add(M_GROUP_COMMITS, 1);
-	metrics_add(M_GROUP_WRITES, g->n);
+	g->id = id;
+	g->made = 1;
+	if (!g->async)
+		group_committed_note(g); /* else the loop's, once the thread is done */
 }
 
 /* The conversations the group's sends write to, locked in one step
@@ -1604,7 +1654,10 @@ static int group_attempt(struct group *g, size_t *bad)
 	*bad = g->n;
 	/* Lazy: one flush under the writer lock; the replies wait for the
 	 * durable frontier instead (durable.h). */
-	int e = gate_write_begin(STORE_WRITE_LAZY | (g->freeing ? STORE_WRITE_FREEING : 0), &t);
+	int mode = STORE_WRITE_LAZY | (g->freeing ? STORE_WRITE_FREEING : 0);
+	/* The writer thread leaves the gate to the loop: a worker granted it
+	 * commits first, and LMDB's writer lock makes this thread wait. */
+	int e = g->async ? store_txn_begin(O.env->st, mode, &t) : gate_write_begin(mode, &t);
 	uint64_t id = e ? 0 : store_txn_id(t);
 	if (!e && (e = group_lock_sends(g, t)))
 		*bad = g->n;
@@ -1619,8 +1672,8 @@ static int group_attempt(struct group *g, size_t *bad)
 	}
 	if (e)
 		store_txn_abort(t);
-	else if (!(e = commit_spawning(t)))
-		group_committed(g, id);
+	else if (!(e = g->async ? store_txn_commit(t) : commit_spawning(t)))
+		group_committed(g, id); /* async: workers_wake spawns after it, on the loop */
 	if (e)
 		leases_ahead_drop(); /* taken in a transaction that did not commit */
 	return e;
@@ -1732,20 +1785,234 @@ static void group_settle(struct group *g, int e)
 	}
 }
 
-static void group_commit(struct job **w, struct wres *res, size_t n)
+/* The attempts, on the loop or the writer thread: 0 or the error that
+ * stands. */
+static int group_run(struct group *g)
 {
-	struct group g = { .w = w, .res = res, .n = n, .left = n };
 	int e;
 	for (;;) {
 		size_t bad, map0 = store_map_size(O.env->st); /* store_stat lists the readers: too dear for every commit */
-		e = group_attempt(&g, &bad);
-		if (!e || !group_retry(&g, &e, bad, map0))
+		e = group_attempt(g, &bad);
+		if (!e || !group_retry(g, &e, bad, map0))
 			break;
 	}
-	group_settle(&g, e);
+	return e;
+}
+
+/* The loop's part once the attempts are done. */
+static void group_finish(struct group *g, int e)
+{
+	group_settle(g, e);
 	leases_ahead_drop();
 	if (e)
-		group_commit_failed(e, n);
+		group_commit_failed(e, g->n);
+}
+
+static void group_commit(struct job **w, struct wres *res, size_t n)
+{
+	struct group g = { .w = w, .res = res, .n = n, .left = n };
+	group_finish(&g, group_run(&g));
+}
+
+/* ---- the writer thread --------------------------------------------------
+ *
+ * LMDB flushes a commit's pages under its writer lock, in the thread that
+ * commits. On the loop thread that flush stalls every client for its length:
+ * the loop neither reads the next requests nor parses them meanwhile. So a
+ * group of sends on an LMDB store commits on a thread of its own, while the
+ * loop, restricted (loop_restrict), only reads, parses and queues requests
+ * and writes replies already made: nothing the group's writes touch (the
+ * store handle, the workers, the gate, the frontier, the counters). Once
+ * the thread is done, the loop starts the frontier's flush for the group
+ * (the next group commits beside it, and the replies leave when it
+ * returns, restricted or not), settles the group (its replies, the workers
+ * it wakes) and runs one whole iteration before the next group goes.
+ * docs/architecture.md, "The writer thread". */
+
+struct agroup {
+	struct group g;
+	int e;
+	struct job **deferred; /* reads behind a write of their client */
+	size_t nd;
+	TAILQ_HEAD(, job) jobs; /* its writes and those reads, in request order */
+};
+
+static void *writer_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&WT.mu);
+	for (;;) {
+		while (!WT.todo && !WT.quit)
+			pthread_cond_wait(&WT.cv, &WT.mu);
+		if (WT.quit)
+			break;
+		struct agroup *ag = WT.todo;
+		WT.todo = NULL;
+		pthread_mutex_unlock(&WT.mu);
+		ag->e = group_run(&ag->g);
+		pthread_mutex_lock(&WT.mu);
+		WT.done = ag;
+		uint64_t one = 1;
+		ssize_t w = write(WT.efd, &one, sizeof one);
+		(void)w;
+	}
+	pthread_mutex_unlock(&WT.mu);
+	return NULL;
+}
+
+static int writer_start(void)
+{
+	if (WT.started)
+		return 0;
+	WT.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (WT.efd < 0)
+		return -errno;
+	int e = loop_add(WT.efd, EPOLLIN, &WT.lw);
+	if (e) {
+		close(WT.efd);
+		WT.efd = -1;
+		return e;
+	}
+	if ((e = loop_thread(&WT.th, writer_main, NULL))) {
+		loop_del(WT.efd);
+		close(WT.efd);
+		WT.efd = -1;
+		return e;
+	}
+	WT.started = 1;
+	return 0;
+}
+
+/* A group the writer thread may commit: sends alone (their writes touch the
+ * store, the workers' leases and nothing else of the loop's), on LMDB with
+ * sync = full, where the flush it takes off the loop is, and no worker
+ * holding the gate or waiting for it: restricted, the loop would not read
+ * their `written` and `write` to hand it on. */
+static int group_async_ok(struct job **w, size_t n)
+{
+	if (WT.off || O.env->cfg->store || O.env->cfg->sync != STORE_SYNC_FULL || gate_wanted())
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (w[i]->rq.op != OP_SEND)
+			return 0;
+	return 1;
+}
+
+/* Make the group for the thread: its writes and the reads behind them
+ * leave O.jobs for it. 0, or -ENOMEM (then it commits on the loop). */
+static int group_ready(struct job **w, struct wres *res, size_t n, struct job **deferred, size_t nd)
+{
+	struct agroup *ag = calloc(1, sizeof *ag);
+	if (!ag)
+		return -ENOMEM;
+	ag->g = (struct group){ .w = w, .res = res, .n = n, .left = n, .async = 1 };
+	ag->deferred = deferred;
+	ag->nd = nd;
+	TAILQ_INIT(&ag->jobs);
+	struct job *j, *next;
+	TAILQ_FOREACH_SAFE(j, &O.jobs, q, next)
+		if (ops_is_write(j->rq.op) || (j->after_write && !j->ran)) {
+			TAILQ_REMOVE(&O.jobs, j, q);
+			TAILQ_INSERT_TAIL(&ag->jobs, j, q);
+		}
+	WT.ready = ag;
+	return 0;
+}
+
+/* The writer thread never reads a send's slot: the loop may clear it. */
+static void writer_client_gone(struct client *c)
+{
+	if (WT.ready)
+		jobs_client_gone(TAILQ_FIRST(&WT.ready->jobs), c);
+	if (WT.flying)
+		jobs_client_gone(TAILQ_FIRST(&WT.flying->jobs), c);
+}
+
+int ops_commit_start(void)
+{
+	struct agroup *ag = WT.ready;
+	if (!ag)
+		return 0;
+	WT.ready = NULL;
+	int e = writer_start();
+	if (e) {
+		/* No thread: on the loop, as any other group, from now on. */
+		log_warn("cannot start the writer thread (%s): groups of sends commit on the loop", strerror(-e));
+		WT.off = 1;
+		ag->g.async = 0;
+		ag->e = group_run(&ag->g);
+		WT.flying = ag;
+		pthread_mutex_lock(&WT.mu);
+		WT.done = ag;
+		pthread_mutex_unlock(&WT.mu);
+		on_group_done(NULL, 0);
+		return 0;
+	}
+	WT.flying = ag;
+	loop_restrict(1);
+	pthread_mutex_lock(&WT.mu);
+	WT.todo = ag;
+	pthread_cond_signal(&WT.cv);
+	pthread_mutex_unlock(&WT.mu);
+	return 1;
+}
+
+static void job_finish(struct job *j);
+static void read_one(struct job *j);
+
+static void on_group_done(struct loop_watch *lw, uint32_t events)
+{
+	(void)events;
+	uint64_t n;
+	if (lw && read(WT.efd, &n, sizeof n) < 0)
+		return;
+	pthread_mutex_lock(&WT.mu);
+	struct agroup *ag = WT.done;
+	WT.done = NULL;
+	pthread_mutex_unlock(&WT.mu);
+	if (!ag)
+		return;
+	WT.flying = NULL;
+	loop_restrict(0);
+	if (ag->g.made && ag->g.async)
+		group_committed_note(&ag->g);
+	group_finish(&ag->g, ag->e);
+	for (size_t k = 0; k < ag->nd; k++)
+		read_one(ag->deferred[k]);
+	struct job *j;
+	while ((j = TAILQ_FIRST(&ag->jobs))) {
+		TAILQ_REMOVE(&ag->jobs, j, q);
+		struct client *c = j->slot ? slot_client(j->slot) : NULL;
+		job_finish(j);
+		if (c)
+			client_flush(c);
+	}
+	control_drain_watches();
+	WT.kick = !TAILQ_EMPTY(&O.jobs);
+	free(ag->g.w);
+	free(ag->g.res);
+	free(ag->deferred);
+	free(ag);
+}
+
+int ops_pending(void)
+{
+	return WT.kick;
+}
+
+void ops_close(void)
+{
+	if (!WT.started)
+		return;
+	pthread_mutex_lock(&WT.mu);
+	WT.quit = 1;
+	pthread_cond_signal(&WT.cv);
+	pthread_mutex_unlock(&WT.mu);
+	pthread_join(WT.th, NULL);
+	loop_del(WT.efd);
+	close(WT.efd);
+	WT.efd = -1;
+	WT.started = 0;
 }
 
 /* ---- dispatch -------------------------------------------------------- */
@@ -1797,6 +2064,9 @@ void ops_execute(void)
 {
 	struct job *j, *next;
 	size_t nw = 0, n = 0;
+	WT.kick = 0;
+	if (WT.ready || WT.flying)
+		return; /* the requests wait for the group committing */
 	TAILQ_FOREACH(j, &O.jobs, q) {
 		n++;
 		nw += ops_is_write(j->rq.op);
@@ -1854,7 +2124,10 @@ void ops_execute(void)
 			j->ran = 1;
 		}
 	}
-	if (!held && !oom) {
+	int handed = 0;
+	if (!held && !oom && iw && group_async_ok(w, iw) && group_ready(w, res, iw, deferred, nd) == 0) {
+		handed = 1; /* ops_commit_start hands it over at the iteration's end */
+	} else if (!held && !oom) {
 		if (iw)
 			group_commit(w, res, iw);
 		for (size_t k = 0; k < nd; k++)
@@ -1870,6 +2143,8 @@ void ops_execute(void)
 		if (c)
 			client_flush(c);
 	}
+	if (handed)
+		return; /* w, res and deferred are the group's */
 	free(w);
 	free(deferred);
 	free(res);

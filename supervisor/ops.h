@@ -39,6 +39,14 @@ int ops_reply_large(int op);
 void ops_client_gone(struct client *c);
 /* At the iteration's end: execute what was read. */
 void ops_execute(void);
+/* Last at the iteration's end: hand a group of sends ops_execute made to
+ * the writer thread (ops.c). 1 when one went: the loop is restricted
+ * (loop_restrict) until it is done. */
+int ops_commit_start(void);
+/* Requests came while a group committed: the next wait must not block. */
+int ops_pending(void);
+/* Stop the writer thread (after the loop ended: no group is in flight). */
+void ops_close(void);
 
 /* Settle a pending tool call in t as a resolution from outside (resolve,
  * expiry): row, event, status and the lease of the worker it wakes, all in

@@ -36,6 +36,7 @@ static struct {
 	int shutting_down;
 	int64_t shutdown_deadline;
 	int killed_all;
+	int waiters_owed;        /* the frontier moved while the loop was restricted */
 	struct loop_watch w_signal, w_tick;
 	struct ops_env ops;
 	struct workers_env workers;
@@ -174,7 +175,12 @@ static void client_gone(struct client *c)
 static void durable_advanced(uint64_t frontier)
 {
 	control_durable_advanced();
-	waiters_durable_advanced();
+	/* Waiters read the store: not while a group commits off the loop
+	 * (ops.c); before the next wait, once it is done. */
+	if (loop_restricted())
+		SV.waiters_owed = 1;
+	else
+		waiters_durable_advanced();
 }
 
 /* Another group commit may come soon (durable.h): a client is free to send. */
@@ -190,11 +196,15 @@ static const struct control_hooks control_hooks = { ops_request, ops_is_write, o
 
 static int before_wait(void *arg)
 {
+	if (SV.waiters_owed) {
+		SV.waiters_owed = 0;
+		waiters_durable_advanced();
+	}
 	rearm_tick();
 	durable_before_wait();
 	/* Lines left over from the per-wakeup cap are parsed every iteration,
 	 * without waiting for new input that may never come. */
-	return control_backlog_ready();
+	return control_backlog_ready() || ops_pending();
 }
 
 static void after_wait(void *arg)
@@ -208,6 +218,8 @@ static int iteration_end(void *arg)
 	gate_pump();
 	control_reap();
 	workers_gc();
+	if (ops_commit_start())
+		return 0; /* restricted until the group is committed (ops.c, the writer thread) */
 	return SV.shutting_down && workers_live() == 0;
 }
 
@@ -280,6 +292,7 @@ int server_run(void)
 {
 	static const struct loop_hooks hooks = { before_wait, after_wait, iteration_end, NULL };
 	int e = loop_run(&hooks);
+	ops_close();
 	backup_close(); /* a copy in flight is finished and answered */
 	if (!e)
 		nodes_leave(); /* its workers are stopped: its leases go now, for other nodes */

@@ -939,6 +939,81 @@ def test_concurrent_clients_and_group_commit():
         assert metric(a, "agentd_group_commits_total") - c0 <= 3
 
 
+def test_writer_thread_sends_beside_reads_watches_and_other_writes():
+    """While groups of sends commit on the writer thread (LMDB, sync = full), the loop keeps reading: reads,
+    a watch and writes of other kinds interleaved with the flood see exactly the acknowledged sends, in seq
+    order, and nothing is answered before it is in the log. With AGENTD_WRITER_THREAD=0 every group commits
+    on the loop and the same holds. The conversations' model never answers: no worker wants the write gate,
+    which would send the groups to the loop."""
+    for off in ("1", "0"):
+        env = dict(os.environ, AGENTD_WRITER_THREAD="0") if off == "0" else None
+        with Agentd(env=env, start=False) as a:
+            a.gated_model()
+            a.start()
+            convs = [a.create(conversation=f"wt{i:02d}", model="gated") for i in range(8)]
+            watcher = a.conn(timeout=60)
+            watcher.send({"op": "watch", "conversation": "wt00"})
+            assert watcher.recv()["ok"] is True
+            acks = {c: [] for c in convs}
+            errors = []
+            stop = threading.Event()
+
+            def sender(c):
+                try:
+                    with a.conn(timeout=60) as k:
+                        for i in range(60):
+                            r = k.request({"op": "send", "conversation": c, "content": f"{c}/{i}"})
+                            assert r["ok"] is True, r
+                            acks[c].append(r["seq"])
+                except BaseException as e:  # noqa: BLE001 (reported below)
+                    errors.append(repr(e))
+
+            def other():
+                # gets, creates, updates and deletes between the sends: they commit on the loop
+                try:
+                    with a.conn(timeout=60) as k:
+                        n = 0
+                        while not stop.is_set():
+                            acked = len(acks["wt01"])  # every send acknowledged before the get is in its view
+                            g = k.request({"op": "get", "conversation": "wt01"})
+                            assert g["ok"] is True and g["conversation"]["last_seq"] >= acked, (acked, g)
+                            c = k.request({"op": "create", "settings": {"model": "echo"}})
+                            assert c["ok"] is True, c
+                            u = k.request({"op": "update", "conversation": c["conversation"], "metadata": {"n": str(n)}})
+                            assert u["ok"] is True, u
+                            d = k.request({"op": "delete", "conversation": c["conversation"]})
+                            assert d["ok"] is True, d
+                            n += 1
+                except BaseException as e:  # noqa: BLE001
+                    errors.append(repr(e))
+
+            threads = [threading.Thread(target=sender, args=(c,)) for c in convs]
+            o = threading.Thread(target=other)
+            o.start()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(scaled(120))
+            stop.set()
+            o.join(scaled(60))
+            assert not errors, errors[:3]
+            for c in convs:
+                user = [e["seq"] for e in a.events(c) if e["type"] == "user_msg"]
+                assert user == acks[c] and len(user) == 60, (c, user[:5], acks[c][:5])
+            seen = []
+            while len(seen) < 60:
+                m = watcher.recv(30)
+                if "event" in m and m["event"]["type"] == "user_msg":
+                    seen.append(m["event"]["seq"])
+            assert seen == acks["wt00"], (seen[:5], acks["wt00"][:5])
+            watcher.close()
+            thread = metric(a, "agentd_group_commits_thread_total")
+            if off == "0" or harness.PG:
+                assert thread == 0, thread
+            else:
+                assert thread > 0, thread
+
+
 def test_nesting_limits_are_bad_requests_that_spoil_nothing():
     # The store keeps JSON 65 levels of objects and arrays deep, counted from the record: a send's
     # content is a whole event; a resolve's result sits one level into its resolution event. Deeper is
