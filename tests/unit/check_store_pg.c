@@ -942,6 +942,25 @@ START_TEST(many_appends_sent_ahead_commit_in_order)
 }
 END_TEST
 
+/* A store s with conversation "c", and p, the same store opened through the
+ * proxy; proxied_close undoes both. */
+static void proxied_open(store **s, store **p)
+{
+	*s = open_ok();
+	*p = NULL;
+	conv_create(*s, "c");
+	char via[1024];
+	proxy_start(via, sizeof via);
+	ck_assert_int_eq(store_open(p, via, NULL), 0);
+}
+
+static void proxied_close(store *s, store *p)
+{
+	store_close(p);
+	store_close(s);
+	proxy_stop();
+}
+
 /* The connection goes during COMMIT: the commit asks the server whether it
  * was made (on a new connection) and says so, 0 or -ECONNRESET, never
  * "failed" for a transaction that is in the log. add appends the k-th
@@ -949,11 +968,8 @@ END_TEST
  * its COMMIT behind it). */
 static void lost_commit_case(int (*add)(store_txn *x, int k, uint64_t *seq))
 {
-	store *s = open_ok(), *p = NULL;
-	conv_create(s, "c");
-	char via[1024];
-	proxy_start(via, sizeof via);
-	ck_assert_int_eq(store_open(&p, via, NULL), 0);
+	store *s, *p;
+	proxied_open(&s, &p);
 	store_txn *x;
 	uint64_t seq;
 	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
@@ -975,9 +991,7 @@ static void lost_commit_case(int (*add)(store_txn *x, int k, uint64_t *seq))
 	ck_assert_uint_eq(seq, 3);
 	ck_assert_int_eq(store_txn_commit(x), 0);
 	ck_assert_uint_eq(latest(s, "c"), 3);
-	store_close(p);
-	store_close(s);
-	proxy_stop();
+	proxied_close(s, p);
 }
 
 static int add_with_id(store_txn *x, int k, uint64_t *seq)
@@ -998,11 +1012,8 @@ static int add_ahead(store_txn *x, int k, uint64_t *seq)
  * few seconds of asking; the transaction was in fact made. */
 START_TEST(lost_commit_answer_that_cannot_be_learned_is_in_doubt)
 {
-	store *s = open_ok(), *p = NULL;
-	conv_create(s, "c");
-	char via[1024];
-	proxy_start(via, sizeof via);
-	ck_assert_int_eq(store_open(&p, via, NULL), 0);
+	store *s, *p;
+	proxied_open(&s, &p);
 	store_txn *x;
 	uint64_t seq;
 	ck_assert_int_eq(store_txn_begin(p, STORE_WRITE, &x), 0);
@@ -1013,9 +1024,7 @@ START_TEST(lost_commit_answer_that_cannot_be_learned_is_in_doubt)
 	ck_assert_int_eq(px.fired, 1);
 	ck_assert_uint_eq(latest(s, "c"), 1);
 	px.refuse = 0;
-	store_close(p);
-	store_close(s);
-	proxy_stop();
+	proxied_close(s, p);
 }
 END_TEST
 
