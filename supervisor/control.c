@@ -87,6 +87,7 @@ static struct {
 	size_t large_bytes;
 	uint64_t large_round;
 	int large_turned_away, large_served;
+	int drain_owed;         /* a watch drained while the loop was restricted */
 } C = { .lw = { on_listen, 1 }, .listen_fd = -1, .reserve_fd = -1, .clients = LIST_HEAD_INITIALIZER(C.clients),
       .held = LIST_HEAD_INITIALIZER(C.held), .large_round = 1 };
 
@@ -494,8 +495,12 @@ void client_flush(struct client *c)
 	c->paused = out_queued(c) > CONTROL_OUT_CAP || c->nslots >= CONTROL_REQS_PER_WAKEUP;
 	/* A watch's next events are read from the store: not while another
 	 * thread commits (loop_restrict); control_drain_watches then. */
-	if (c->watch && !c->paused && out_pending(c) < CONTROL_OUT_CAP / 2 && !loop_restricted())
-		C.h->drained(c);
+	if (c->watch && !c->paused && out_pending(c) < CONTROL_OUT_CAP / 2) {
+		if (loop_restricted())
+			C.drain_owed = 1;
+		else
+			C.h->drained(c);
+	}
 	control_want_write(c);
 }
 
@@ -557,6 +562,9 @@ void control_durable_advanced(void)
 void control_drain_watches(void)
 {
 	struct client *c;
+	if (!C.drain_owed)
+		return; /* no walk of every client per group commit when none is owed */
+	C.drain_owed = 0;
 	LIST_FOREACH(c, &C.clients, link)
 		if (c->watch && !c->dead)
 			client_flush(c);

@@ -74,7 +74,6 @@ static struct {
 	struct agroup *todo;    /* handed to the thread (under mu) */
 	struct agroup *done;    /* handed back (under mu) */
 	struct agroup *ready;   /* made by ops_execute, handed over at the iteration's end */
-	struct agroup *flying;  /* on the thread (the loop's view) */
 	int kick;               /* requests came during the commit: the next wait must not block */
 	int efd;
 	struct loop_watch lw;
@@ -1919,14 +1918,15 @@ static int group_ready(struct job **w, struct wres *res, size_t n, struct job **
 	return 0;
 }
 
-/* The writer thread never reads a send's slot: the loop may clear it. */
+/* A group made and not handed over yet. No client is freed while one is on
+ * the thread: control_reap runs at an iteration's end, never restricted. */
 static void writer_client_gone(struct client *c)
 {
 	if (WT.ready)
 		jobs_client_gone(TAILQ_FIRST(&WT.ready->jobs), c);
-	if (WT.flying)
-		jobs_client_gone(TAILQ_FIRST(&WT.flying->jobs), c);
 }
+
+static void agroup_finish(struct agroup *ag);
 
 int ops_commit_start(void)
 {
@@ -1941,14 +1941,9 @@ int ops_commit_start(void)
 		WT.off = 1;
 		ag->g.async = 0;
 		ag->e = group_run(&ag->g);
-		WT.flying = ag;
-		pthread_mutex_lock(&WT.mu);
-		WT.done = ag;
-		pthread_mutex_unlock(&WT.mu);
-		on_group_done(NULL, 0);
+		agroup_finish(ag);
 		return 0;
 	}
-	WT.flying = ag;
 	loop_restrict(1);
 	pthread_mutex_lock(&WT.mu);
 	WT.todo = ag;
@@ -1964,7 +1959,7 @@ static void on_group_done(struct loop_watch *lw, uint32_t events)
 {
 	(void)events;
 	uint64_t n;
-	if (lw && read(WT.efd, &n, sizeof n) < 0)
+	if (read(WT.efd, &n, sizeof n) < 0)
 		return;
 	pthread_mutex_lock(&WT.mu);
 	struct agroup *ag = WT.done;
@@ -1972,8 +1967,13 @@ static void on_group_done(struct loop_watch *lw, uint32_t events)
 	pthread_mutex_unlock(&WT.mu);
 	if (!ag)
 		return;
-	WT.flying = NULL;
 	loop_restrict(0);
+	agroup_finish(ag);
+}
+
+/* The loop's part of a group once its attempts are done. */
+static void agroup_finish(struct agroup *ag)
+{
 	if (ag->g.made && ag->g.async)
 		group_committed_note(&ag->g);
 	group_finish(&ag->g, ag->e);
@@ -2065,7 +2065,7 @@ void ops_execute(void)
 	struct job *j, *next;
 	size_t nw = 0, n = 0;
 	WT.kick = 0;
-	if (WT.ready || WT.flying)
+	if (WT.ready || loop_restricted())
 		return; /* the requests wait for the group committing */
 	TAILQ_FOREACH(j, &O.jobs, q) {
 		n++;
