@@ -57,6 +57,11 @@ void bench_loadavg(char *buf, size_t len);
 void bench_filesystem(const char *path, char *buf, size_t len, int *tmpfs);
 
 /* mkdir -p of one level, failing loudly. */
+/* The disk's cost per flushed page: the median fdatasync, in ms, after
+ * writing `pages` 4 KiB pages into a file of 64 MiB already on disk, at
+ * random places (contiguous: one run of them), `reps` times (at most
+ * BENCH_MAX_RUNS). The file is made in dir and removed. */
+double bench_flush_ms(const char *dir, int pages, int contiguous, int reps);
 void bench_mkdir(const char *path);
 /* rm -rf. */
 void bench_rmtree(const char *path);

@@ -25,6 +25,13 @@
  * whose worker sits in a model call that never returns, so no turn commits:
  * the control plane's group commit alone.
  *
+ * The bare LMDB loop: what a send writes, committed with the store library
+ * in this process by a closed loop of 50 clients served one transaction per
+ * batch: the ceiling of the send rows. Its store grows with agentd's (the
+ * same sends per run into its own conversations, ballast topped up to the
+ * echo row's events), so it writes into a tree as deep as agentd's; the
+ * same loop on a fresh store each run is printed beside it.
+ *
  * One-event-per-transaction: the same event appended with the store library
  * in this process, one durable transaction each, on the same filesystem: the
  * most a server that commits each event on its own could give. Group commit
@@ -161,11 +168,17 @@ static size_t line_ping(int idx, char *buf, size_t cap, void *arg)
 
 static const char *send_prefix = "b";
 
+/* A send with its own event_id, as a client that retries sends it: the
+ * rows the bare LMDB loop writes (the event, its event_id index entry, the
+ * conversation record). */
 static size_t line_send(int idx, char *buf, size_t cap, void *arg)
 {
+	static long eid;
 	(void)arg;
-	return (size_t)snprintf(buf, cap, "{\"op\":\"send\",\"conversation\":\"%s-%d\",\"content\":\"hello from client %d\"}\n",
-				send_prefix, idx, idx);
+	return (size_t)snprintf(buf, cap,
+				"{\"op\":\"send\",\"conversation\":\"%s-%d\",\"content\":\"hello from client %d\","
+				"\"event_id\":\"e-%ld\"}\n",
+				send_prefix, idx, idx, eid++);
 }
 
 /* nreq requests over `clients` connections, each with one request in
@@ -261,6 +274,26 @@ static double agentd_cpu_s(void)
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* Bytes process pid (0: this one) has written to storage so far
+ * (/proc/PID/io write_bytes, counted as pages are dirtied): over a row,
+ * divided by its commits and the page size, the pages a commit flushes. */
+static double write_bytes(pid_t pid)
+{
+	char path[64], line[128];
+	unsigned long long v = 0;
+	if (pid)
+		snprintf(path, sizeof path, "/proc/%d/io", (int)pid);
+	else
+		snprintf(path, sizeof path, "/proc/self/io");
+	FILE *f = fopen(path, "re");
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "write_bytes: %llu", &v) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (double)v;
+}
+
 /* CPU seconds this thread has used so far. */
 static double thread_cpu_s(void)
 {
@@ -293,7 +326,7 @@ static store *scratch_store(const char *name, int run, msgpack_sbuffer *sb)
 	return s;
 }
 
-/* n appends of the send's event, each in its own durable transaction, with
+/* n appends of the send's event (with its event_id), each in its own durable transaction, with
  * the store library in this process (opened and closed here: nothing of it
  * crosses the forks of this program). Returns events per second. */
 static double one_txn_rate(long n, int run)
@@ -305,10 +338,12 @@ static double one_txn_rate(long n, int run)
 	if ((e = store_txn_begin(s, STORE_WRITE, &t)) || (e = store_conv_create(t, "one", (store_bytes){ "\x80", 1 })) ||
 	    (e = store_txn_commit(t)))
 		bench_die("create", e);
-	struct store_event_in ev = { "user_msg", { sb.data, sb.size }, NULL };
 	double t0 = bench_now();
 	for (long i = 0; i < n; i++) {
 		uint64_t seq;
+		char eid[48];
+		snprintf(eid, sizeof eid, "e-%ld", i);
+		struct store_event_in ev = { "user_msg", { sb.data, sb.size }, eid };
 		if ((e = store_txn_begin(s, STORE_WRITE, &t)) || (e = store_event_append(t, "one", &ev, &seq, NULL)) ||
 		    (e = store_txn_commit(t)))
 			bench_die("append", e);
@@ -322,37 +357,77 @@ static double one_txn_rate(long n, int run)
 /* ---- the report ------------------------------------------------------ */
 
 enum { T_PING1, T_PING50, T_SEND1, T_SEND50, NTESTS };
+static double loop_cpu_us; /* the last lmdb_loop_rate's CPU per send, microseconds */
+static double loop_pages;  /* and the pages each of its commits wrote */
+static long loop_eid;      /* event_ids written so far in the grown store (each unique) */
+static double loop_ballast; /* events written as ballast so far in the grown store */
+
+/* Events appended untimed to the grown store's ballast conversations, in
+ * large transactions, until it holds `upto` of them: each with an event_id,
+ * as the echo row's sends have (its turns, a few in a hundred, have none). */
+static void loop_top_up(store *s, const msgpack_sbuffer *sb, double upto)
+{
+	int e;
+	store_txn *t;
+	char conv[32];
+	while (loop_ballast < upto) {
+		if ((e = store_txn_begin(s, STORE_WRITE, &t)))
+			bench_die("begin", e);
+		for (int k = 0; k < 5000 && loop_ballast < upto; k++, loop_ballast++) {
+			char eid[48];
+			snprintf(conv, sizeof conv, "ballast-%d", (int)loop_ballast % NCLIENTS_MAX);
+			snprintf(eid, sizeof eid, "b-%.0f", loop_ballast);
+			struct store_event_in ev = { "user_msg", { sb->data, sb->size }, eid };
+			uint64_t seq;
+			if ((e = store_event_append(t, conv, &ev, &seq, NULL)))
+				bench_die("ballast", e);
+		}
+		if ((e = store_txn_commit(t)))
+			bench_die("commit", e);
+	}
+}
+
 /* The most any LMDB-based server can do on this disk: a closed loop of
  * `clients` clients, each waiting for its ack, served in batches of one
  * transaction each that writes the rows a `send` writes (the event, its
  * event_id index, the conversation record) and is acked once durable
- * (STORE_WRITE: LMDB's own two flushes). Sends per second. */
-static double loop_cpu_us; /* the last lmdb_loop_rate's CPU per send, microseconds */
-static double lmdb_loop_rate(int clients, long n, int run)
+ * (STORE_WRITE: LMDB's own two flushes). Sends per second.
+ *
+ * grown: the store lives for the whole invocation, as agentd's does: its
+ * own conversations take every run's sends as the parked row's do, and
+ * ballast conversations are topped up (untimed) to as many events as
+ * agentd's other conversations hold, so the loop writes into a tree as
+ * deep as agentd's. Otherwise a fresh store per run. */
+static double lmdb_loop_rate(int clients, long n, int run, int grown, double ballast)
 {
 	msgpack_sbuffer sb;
-	store *s = scratch_store("lmdb-loop", run, &sb);
+	store *s = scratch_store(grown ? "lmdb-loop-grown" : "lmdb-loop", grown ? 0 : run, &sb);
 	int e;
 	store_txn *t;
 	char conv[32], eid[48];
 	if ((e = store_txn_begin(s, STORE_WRITE, &t)))
 		bench_die("begin", e);
-	for (int c = 0; c < clients; c++) {
+	for (int c = 0; c < NCLIENTS_MAX; c++) {
 		snprintf(conv, sizeof conv, "loop-%d", c);
-		if ((e = store_conv_create(t, conv, (store_bytes){ "\x80", 1 })))
+		if ((e = store_conv_create(t, conv, (store_bytes){ "\x80", 1 })) && e != STORE_E_CONFLICT)
+			bench_die("create", e);
+		snprintf(conv, sizeof conv, "ballast-%d", c);
+		if ((e = store_conv_create(t, conv, (store_bytes){ "\x80", 1 })) && e != STORE_E_CONFLICT)
 			bench_die("create", e);
 	}
 	if ((e = store_txn_commit(t)))
 		bench_die("commit", e);
+	if (grown)
+		loop_top_up(s, &sb, ballast);
 	struct store_conv_patch st = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
-	double t0 = bench_now(), cpu0 = thread_cpu_s();
-	long done = 0;
+	double t0 = bench_now(), cpu0 = thread_cpu_s(), wb0 = write_bytes(0);
+	long done = 0, txns = 0;
 	while (done < n) {
 		if ((e = store_txn_begin(s, STORE_WRITE, &t)))
 			bench_die("begin", e);
 		for (int c = 0; c < clients && done + c < n; c++) {
 			snprintf(conv, sizeof conv, "loop-%d", c);
-			snprintf(eid, sizeof eid, "e-%ld", done + c);
+			snprintf(eid, sizeof eid, "e-%ld", grown ? loop_eid++ : done + c);
 			struct store_event_in ev = { "user_msg", { sb.data, sb.size }, eid };
 			uint64_t seq;
 			if ((e = store_event_append(t, conv, &ev, &seq, NULL)) || (e = store_conv_put(t, conv, &st)))
@@ -361,9 +436,11 @@ static double lmdb_loop_rate(int clients, long n, int run)
 		if ((e = store_txn_commit(t)))
 			bench_die("commit", e);
 		done += clients;
+		txns++;
 	}
 	double rate = (double)n / (bench_now() - t0);
 	loop_cpu_us = (thread_cpu_s() - cpu0) * 1e6 / (double)n;
+	loop_pages = (write_bytes(0) - wb0) / 4096 / (double)txns;
 	msgpack_sbuffer_destroy(&sb);
 	store_close(s);
 	return rate;
@@ -387,8 +464,9 @@ static struct fig fa[NTESTS][BENCH_MAX_RUNS], fr[NTESTS][BENCH_MAX_RUNS], fdiag[
 static double one_txn[BENCH_MAX_RUNS], group_size[BENCH_MAX_RUNS], turns_per_send[BENCH_MAX_RUNS];
 static double grants_per_group[BENCH_MAX_RUNS];
 static double diag_group[BENCH_MAX_RUNS];
-static double lmdb_loop[BENCH_MAX_RUNS], flushes_per_send[BENCH_MAX_RUNS];
+static double lmdb_loop[BENCH_MAX_RUNS], lmdb_loop_fresh[BENCH_MAX_RUNS], flushes_per_send[BENCH_MAX_RUNS];
 static double parked_cpu_us[BENCH_MAX_RUNS], bare_cpu_us[BENCH_MAX_RUNS]; /* CPU per send */
+static double parked_pages[BENCH_MAX_RUNS], bare_pages[BENCH_MAX_RUNS];     /* pages written per commit */
 
 static double med_field(const struct fig *f, int n, int field)
 {
@@ -468,9 +546,9 @@ static void run_once(int run, int timed)
 	double w0 = agentd_counter("agentd_group_writes_total");
 	double f0 = agentd_counter("agentd_durable_flushes_total");
 	send_prefix = "s";
-	double cpu0 = agentd_cpu_s();
+	double cpu0 = agentd_cpu_s(), wb0 = write_bytes(agentd.pid);
 	struct fig d = agentd_load(50, n, line_send);
-	double cpu1 = agentd_cpu_s();
+	double cpu1 = agentd_cpu_s(), wb1 = write_bytes(agentd.pid);
 	send_prefix = "b";
 	if (timed) {
 		double c1 = agentd_counter("agentd_group_commits_total");
@@ -481,31 +559,49 @@ static void run_once(int run, int timed)
 		double f1 = agentd_counter("agentd_durable_flushes_total");
 		flushes_per_send[run] = ((c1 - c0) + (f1 - f0)) / (double)n;
 		parked_cpu_us[run] = (cpu1 - cpu0) * 1e6 / (double)n;
+		parked_pages[run] = c1 > c0 ? (wb1 - wb0) / 4096 / (c1 - c0) : 0;
 		fdiag[run] = d;
 	}
 	/* The bare LMDB loop runs with the parked row even in a partial run:
-	 * the parked row is only meaningful beside it. */
-	double loop = lmdb_loop_rate(50, timed ? scaled(20000) : 500, timed ? run : 99);
+	 * the parked row is only meaningful beside it. Its store grows as
+	 * agentd's: its own conversations as the parked ones, ballast as the
+	 * echo row's. The same loop on a fresh store is printed beside it. */
+	double loop = lmdb_loop_rate(50, timed ? scaled(20000) : 500, run, 1, agentd_events("b", NCLIENTS_MAX));
 	if (timed) {
 		lmdb_loop[run] = loop;
 		bare_cpu_us[run] = loop_cpu_us;
+		bare_pages[run] = loop_pages;
+		lmdb_loop_fresh[run] = lmdb_loop_rate(50, scaled(20000), run, 0, 0);
 	}
 	if (only) {
 		if (timed && verbose)
 			fprintf(stderr, "run %d send50 no turns %.0f/s p50 %.3f p99 %.3f (group %.1f, %.3f flushes/send, "
-				"agentd CPU %.1f us/send) | bare LMDB loop %.0f/s (CPU %.1f us/send) | parked/bare %.2fx\n",
+				"agentd CPU %.1f us/send, %.0f pages/commit) | bare LMDB loop %.0f/s (CPU %.1f us/send, "
+				"%.0f pages/commit; fresh store %.0f/s) | parked/bare %.2fx\n",
 				run, d.rps, d.p50_ms, d.p99_ms, diag_group[run], flushes_per_send[run], parked_cpu_us[run],
-				loop, bare_cpu_us[run], loop > 0 ? d.rps / loop : 0);
+				parked_pages[run], loop, bare_cpu_us[run], bare_pages[run], lmdb_loop_fresh[run],
+				loop > 0 ? d.rps / loop : 0);
 		return;
 	}
 	double rate = one_txn_rate(timed ? scaled(400) : 50, timed ? run : 99);
 	if (timed) {
 		one_txn[run] = rate;
 		if (verbose)
-			fprintf(stderr, "run %d send50 no turns %.0f/s (group %.1f); one event per txn %.0f/s; "
-				"group %.1f sends/commit, %.2f turns/send\n", run, d.rps, diag_group[run], rate,
-				group_size[run], turns_per_send[run]);
+			fprintf(stderr, "run %d send50 no turns %.0f/s (group %.1f); bare LMDB loop %.0f/s (fresh store "
+				"%.0f/s); one event per txn %.0f/s; group %.1f sends/commit, %.2f turns/send\n", run, d.rps,
+				diag_group[run], loop, lmdb_loop_fresh[run], rate, group_size[run], turns_per_send[run]);
 	}
+}
+
+static double probe[4]; /* bench_flush_ms: 1, 10, 50 scattered pages; 50 contiguous */
+
+static const char *probe_line(void)
+{
+	static char line[200];
+	snprintf(line, sizeof line,
+		 "disk: fdatasync after 1, 10, 50 scattered 4 KiB pages %.2f, %.2f, %.2f ms; after 50 contiguous %.2f ms",
+		 probe[0], probe[1], probe[2], probe[3]);
+	return line;
 }
 
 static const char *verdict(double v, double target)
@@ -517,7 +613,8 @@ static void report(const char *machine, const char *fs, const char *load0, const
 {
 	int n = nruns;
 	printf("\nagentd control protocol beside Redis %s, Unix sockets, median of %d runs\n", redis_version, n);
-	printf("machine: %s\nfilesystem: %s\nload average: before %s, after %s\n\n", machine, fs, load0, load1);
+	printf("machine: %s\nfilesystem: %s\nload average: before %s, after %s\n%s\n\n", machine, fs, load0, load1,
+	       probe_line());
 	printf("%-30s %10s %8s %8s | %10s %8s %8s | %-22s %s\n", "figure", "agentd/s", "p50 ms", "p99 ms", "redis/s",
 	       "p50 ms", "p99 ms", "ratio (range)", "target");
 	for (int t = 0; t < NTESTS; t++) {
@@ -558,8 +655,13 @@ static void report(const char *machine, const char *fs, const char *load0, const
 	bench_range(ep, n, &l3, &h3);
 	printf("%-44s %10.0f/s, %.2fx (%.2f-%.2f) of Redis SET, 50 clients: the ceiling\n",
 	       "bare LMDB closed loop, 50 clients", bench_median(lmdb_loop, n), bench_median(lr, n), l2, h2);
+	printf("%-44s %10.0f/s (a fresh store each run)\n", "bare LMDB closed loop, fresh store",
+	       bench_median(lmdb_loop_fresh, n));
 	printf("%-44s %10.1f us agentd (every thread), %.1f us the bare loop\n", "CPU per send, parked / bare loop",
 	       bench_median(parked_cpu_us, n), bench_median(bare_cpu_us, n));
+	printf("%-44s %10.0f agentd's group commit (%.1f sends), %.0f the bare loop's (50 sends)\n",
+	       "pages written per commit, parked / bare loop", bench_median(parked_pages, n), bench_median(diag_group, n),
+	       bench_median(bare_pages, n));
 	printf("%-44s %10.2fx (%.2f-%.2f)   target >= 0.8x %s\n", "send, 50 clients, parked / bare LMDB loop",
 	       bench_median(pl, n), lo, hi, verdict(bench_median(pl, n), 0.8));
 	printf("%-44s %10.2fx (%.2f-%.2f)   target >= 0.8x %s\n", "send, 50 clients, echo / parked", bench_median(ep, n),
@@ -618,6 +720,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_control: warning: %s is a memory filesystem: the durable figures flush nothing\n",
 			scratch);
 
+	/* What a flushed page costs on this disk: an LMDB commit flushes its
+	 * dirty pages wherever the tree and the free list put them. */
+	probe[0] = bench_flush_ms(scratch, 1, 0, 15);
+	probe[1] = bench_flush_ms(scratch, 10, 0, 15);
+	probe[2] = bench_flush_ms(scratch, 50, 0, 15);
+	probe[3] = bench_flush_ms(scratch, 50, 1, 15);
+	if (verbose)
+		fprintf(stderr, "bench_control: %s\n", probe_line());
+
 	redis_start();
 	static const char config[] =
 		"; bench_control: the echo model is built in; `slow` parks a worker in a model\n"
@@ -658,11 +769,14 @@ int main(int argc, char **argv)
 			double dl, dh, bl, bh;
 			bench_range(dr, nruns, &dl, &dh);
 			bench_range(lmdb_loop, nruns, &bl, &bh);
-			printf("parked %.0f/s (%.0f-%.0f), bare LMDB loop %.0f/s (%.0f-%.0f), parked/bare %.2fx (%.2f-%.2f); "
-			       "CPU per send: agentd %.1f us, bare loop %.1f us; %.1f sends per group commit, "
-			       "%.3f flushes per send; median of %d runs\n",
-			       bench_median(dr, nruns), dl, dh, bench_median(lmdb_loop, nruns), bl, bh, bench_median(pl, nruns),
+			printf("parked %.0f/s (%.0f-%.0f), bare LMDB loop %.0f/s (%.0f-%.0f; fresh store %.0f/s), "
+			       "parked/bare %.2fx (%.2f-%.2f); "
+			       "CPU per send: agentd %.1f us, bare loop %.1f us; pages per commit: agentd %.0f, bare loop "
+			       "%.0f; %.1f sends per group commit, %.3f flushes per send; median of %d runs\n",
+			       bench_median(dr, nruns), dl, dh, bench_median(lmdb_loop, nruns), bl, bh,
+			       bench_median(lmdb_loop_fresh, nruns), bench_median(pl, nruns),
 			       lo, hi, bench_median(parked_cpu_us, nruns), bench_median(bare_cpu_us, nruns),
+			       bench_median(parked_pages, nruns), bench_median(bare_pages, nruns),
 			       bench_median(diag_group, nruns), bench_median(flushes_per_send, nruns), nruns);
 		}
 		return 0;

@@ -3,6 +3,7 @@
 #include "bench/bench.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -183,3 +184,44 @@ void bench_sh(const char *cmd, char *out, size_t cap)
 		bench_fail("%s: exit status %d", cmd, st);
 }
 
+
+double bench_flush_ms(const char *dir, int pages, int contiguous, int reps)
+{
+	enum { PAGE = 4096, FILE_PAGES = 16384 }; /* 64 MiB */
+	static char buf[256 * 1024];
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/flush-probe", dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		bench_fail("%s: %s", path, strerror(errno));
+	memset(buf, 'x', sizeof buf);
+	for (off_t off = 0; off < (off_t)FILE_PAGES * PAGE; off += (off_t)sizeof buf)
+		if (pwrite(fd, buf, sizeof buf, off) != (ssize_t)sizeof buf)
+			bench_fail("%s: %s", path, strerror(errno));
+	if (fsync(fd))
+		bench_fail("%s: fsync: %s", path, strerror(errno));
+	double v[BENCH_MAX_RUNS]; /* bench_median takes no more */
+	if (reps > BENCH_MAX_RUNS)
+		reps = BENCH_MAX_RUNS;
+	if (pages * PAGE > (int)sizeof buf)
+		pages = (int)(sizeof buf / PAGE);
+	unsigned seed = 1;
+	for (int r = 0; r < reps; r++) {
+		long first = rand_r(&seed) % (FILE_PAGES - pages);
+		if (contiguous) {
+			if (pwrite(fd, buf, (size_t)pages * PAGE, (off_t)first * PAGE) != (ssize_t)pages * PAGE)
+				bench_fail("%s: %s", path, strerror(errno));
+		} else {
+			for (int i = 0; i < pages; i++)
+				if (pwrite(fd, buf, PAGE, (off_t)(rand_r(&seed) % FILE_PAGES) * PAGE) != PAGE)
+					bench_fail("%s: %s", path, strerror(errno));
+		}
+		double t0 = bench_now();
+		if (fdatasync(fd))
+			bench_fail("%s: fdatasync: %s", path, strerror(errno));
+		v[r] = (bench_now() - t0) * 1e3;
+	}
+	close(fd);
+	unlink(path);
+	return bench_median(v, reps);
+}
