@@ -360,12 +360,12 @@ enum { T_PING1, T_PING50, T_SEND1, T_SEND50, NTESTS };
 static double loop_cpu_us; /* the last lmdb_loop_rate's CPU per send, microseconds */
 static double loop_pages;  /* and the pages each of its commits wrote */
 static long loop_eid;      /* event_ids written so far in the grown store (each unique) */
-static double loop_ballast; /* events written as ballast so far in the grown store */
+static long loop_ballast;  /* events written as ballast so far in the grown store */
 
 /* Events appended untimed to the grown store's ballast conversations, in
  * large transactions, until it holds `upto` of them: each with an event_id,
  * as the echo row's sends have (its turns, a few in a hundred, have none). */
-static void loop_top_up(store *s, const msgpack_sbuffer *sb, double upto)
+static void loop_top_up(store *s, const msgpack_sbuffer *sb, long upto)
 {
 	int e;
 	store_txn *t;
@@ -375,8 +375,8 @@ static void loop_top_up(store *s, const msgpack_sbuffer *sb, double upto)
 			bench_die("begin", e);
 		for (int k = 0; k < 5000 && loop_ballast < upto; k++, loop_ballast++) {
 			char eid[48];
-			snprintf(conv, sizeof conv, "ballast-%d", (int)loop_ballast % NCLIENTS_MAX);
-			snprintf(eid, sizeof eid, "b-%.0f", loop_ballast);
+			snprintf(conv, sizeof conv, "ballast-%ld", loop_ballast % NCLIENTS_MAX);
+			snprintf(eid, sizeof eid, "b-%ld", loop_ballast);
 			struct store_event_in ev = { "user_msg", { sb->data, sb->size }, eid };
 			uint64_t seq;
 			if ((e = store_event_append(t, conv, &ev, &seq, NULL)))
@@ -398,7 +398,7 @@ static void loop_top_up(store *s, const msgpack_sbuffer *sb, double upto)
  * ballast conversations are topped up (untimed) to as many events as
  * agentd's other conversations hold, so the loop writes into a tree as
  * deep as agentd's. Otherwise a fresh store per run. */
-static double lmdb_loop_rate(int clients, long n, int run, int grown, double ballast)
+static double lmdb_loop_rate(int clients, long n, int run, int grown, long ballast)
 {
 	msgpack_sbuffer sb;
 	store *s = scratch_store(grown ? "lmdb-loop-grown" : "lmdb-loop", grown ? 0 : run, &sb);
@@ -566,7 +566,7 @@ static void run_once(int run, int timed)
 	 * the parked row is only meaningful beside it. Its store grows as
 	 * agentd's: its own conversations as the parked ones, ballast as the
 	 * echo row's. The same loop on a fresh store is printed beside it. */
-	double loop = lmdb_loop_rate(50, timed ? scaled(20000) : 500, run, 1, agentd_events("b", NCLIENTS_MAX));
+	double loop = lmdb_loop_rate(50, timed ? scaled(20000) : 500, run, 1, (long)agentd_events("b", NCLIENTS_MAX));
 	if (timed) {
 		lmdb_loop[run] = loop;
 		bare_cpu_us[run] = loop_cpu_us;
