@@ -326,9 +326,10 @@ static store *scratch_store(const char *name, int run, msgpack_sbuffer *sb)
 	return s;
 }
 
-/* n appends of the send's event (with its event_id), each in its own durable transaction, with
- * the store library in this process (opened and closed here: nothing of it
- * crosses the forks of this program). Returns events per second. */
+/* n appends of the send's event (with its event_id), each in its own
+ * durable transaction, with the store library in this process (opened and
+ * closed here: nothing of it crosses the forks of this program). Returns
+ * events per second. */
 static double one_txn_rate(long n, int run)
 {
 	msgpack_sbuffer sb;
@@ -354,9 +355,8 @@ static double one_txn_rate(long n, int run)
 	return rate;
 }
 
-/* ---- the report ------------------------------------------------------ */
+/* ---- the bare LMDB loop ---------------------------------------------- */
 
-enum { T_PING1, T_PING50, T_SEND1, T_SEND50, NTESTS };
 static double loop_cpu_us; /* the last lmdb_loop_rate's CPU per send, microseconds */
 static double loop_pages;  /* and the pages each of its commits wrote */
 static long loop_eid;      /* event_ids written so far in the grown store (each unique) */
@@ -446,6 +446,9 @@ static double lmdb_loop_rate(int clients, long n, int run, int grown, long balla
 	return rate;
 }
 
+/* ---- the report ------------------------------------------------------ */
+
+enum { T_PING1, T_PING50, T_SEND1, T_SEND50, NTESTS };
 static const struct {
 	const char *name, *redis_test, *redis_row;
 	int clients, send;
