@@ -189,7 +189,10 @@ int store_sync(store *s);
 
 /* The durable frontier's flush: fdatasync of the data file. Every
  * transaction committed (by any process) before this call began is durable
- * when it returns 0, also one committed STORE_WRITE_LAZY. Under
+ * when it returns 0, also one committed STORE_WRITE_LAZY. On LMDB the flush
+ * is not made when a flush or commit of another process (or thread) covers
+ * the same, under way or done: the call then waits for it instead
+ * (store/flushrec.h; store_stat counts both kinds). Under
  * STORE_SYNC_NONE it does nothing and returns 0. The one call that may run
  * in another thread of this process while the others use s: it touches only
  * the data file's descriptor. */
@@ -218,6 +221,10 @@ struct store_stat {
 	unsigned readers;     /* reader slots in use */
 	unsigned max_readers;
 	int sync;
+	/* This handle's store_flush calls that flushed the data file, and
+	 * those that did not need to: a flush or commit of another process, or
+	 * thread, covered them (LMDB; 0 on PostgreSQL). */
+	uint64_t flushes, flushes_spared;
 };
 int store_stat(store *s, struct store_stat *st);
 /* This handle's map size now, as store_stat's map_size, without its system

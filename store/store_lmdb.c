@@ -42,6 +42,7 @@
 #include "store/store.h"
 #include "store/backend.h"
 #include "common/mp.h"
+#include "store/flushrec.h"
 
 #include <dirent.h>
 #include <endian.h>
@@ -107,6 +108,8 @@ struct store {
 	uint64_t tick;
 	unsigned psize;     /* LMDB's page size */
 	int fd;             /* the data file, for store_flush (from any thread) */
+	struct flushrec *fr; /* the flushes shared with the other processes (sync full, not read-only) */
+	uint64_t flushes, flushes_spared; /* store_flush's (store_stat), atomics: any thread */
 	uint64_t file_seen; /* the data file is at least this long */
 	/* One ended transaction object of each kind, kept for the next begin:
 	 * no allocation per transaction, and a read one keeps its cursors for
@@ -608,6 +611,8 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 		fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
 		s->fd = fd;
 	}
+	if (s->opts.sync == STORE_SYNC_FULL && !s->opts.read_only)
+		s->fr = flushrec_open(dir);
 	MDB_stat ms;
 	s->psize = mdb_env_stat(s->env, &ms) == 0 ? ms.ms_psize : 4096;
 	/* Another process may have grown the map beyond our size: adopt it. */
@@ -618,6 +623,7 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 	if (!err)
 		err = open_node_dbis(s);
 	if (err) {
+		flushrec_close(s->fr);
 		mdb_env_close(s->env);
 		free(s);
 		return err;
@@ -639,6 +645,7 @@ void store_close(store *s)
 		return;
 	txn_destroy(s->spare_r);
 	txn_destroy(s->spare_w);
+	flushrec_close(s->fr);
 	mdb_env_close(s->env);
 	free(s->cache);
 	free(s);
@@ -650,7 +657,16 @@ int lmdb_store_sync(store *s)
 		return STORE_E_INVAL;
 	if (s->opts.read_only)
 		return 0;
-	return map_err(mdb_env_sync(s->env, 1));
+	uint64_t last = store_last_id(s);
+	int rc = mdb_env_sync(s->env, 1);
+	if (!rc)
+		flushrec_end(s->fr, 0, last);
+	return map_err(rc);
+}
+
+static uint64_t last_id(void *s)
+{
+	return store_last_id(s);
 }
 
 int store_flush(store *s)
@@ -660,11 +676,13 @@ int store_flush(store *s)
 	if (s->opts.read_only || s->opts.sync == STORE_SYNC_NONE)
 		return 0;
 	/* Not mdb_env_sync: it reads the handle's flags, which a lazy commit
-	 * of another thread toggles; the descriptor is all a flush needs. */
-	while (fdatasync(s->fd) < 0)
-		if (errno != EINTR)
-			return -errno;
-	return 0;
+	 * of another thread toggles; the descriptor is all a flush needs. A
+	 * flush under way in any process that covers the last id does
+	 * instead (flushrec.h). */
+	int e = flushrec_flush(s->fr, s->fd, store_last_id(s), last_id, s);
+	if (e >= 0)
+		__atomic_add_fetch(e ? &s->flushes_spared : &s->flushes, 1, __ATOMIC_RELAXED);
+	return e < 0 ? e : 0;
 }
 
 /* A directory holding nothing: 1; -errno when it cannot be read. */
@@ -773,6 +791,8 @@ int lmdb_store_stat(store *s, struct store_stat *st)
 	mdb_reader_list(s->env, count_reader_line, &st->readers);
 	st->max_readers = info.me_maxreaders;
 	st->sync = s->opts.sync;
+	st->flushes = __atomic_load_n(&s->flushes, __ATOMIC_RELAXED);
+	st->flushes_spared = __atomic_load_n(&s->flushes_spared, __ATOMIC_RELAXED);
 	int fd;
 	struct stat sb;
 	if (mdb_env_get_fd(s->env, &fd) == 0 && fstat(fd, &sb) == 0)
@@ -1030,6 +1050,8 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 	if (!x)
 		return -ENOMEM;
 	int rc;
+	if (mode == STORE_WRITE)
+		flushrec_want(s->fr, 1);
 	for (int tries = 0;; tries++) {
 		rc = mdb_txn_begin(s->env, NULL, mode == STORE_WRITE ? 0 : MDB_RDONLY, &x->t);
 		if (rc != MDB_MAP_RESIZED || tries > 2 || s->ntxn > 0)
@@ -1043,7 +1065,13 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 				freeing_unmap(s); /* the size a freeing txn left in the meta page */
 		}
 	}
+	if (rc == 0 && mode == STORE_WRITE) /* before the lock is let go: no gap */
+		flushrec_begin(s->fr, mdb_txn_id(x->t) - 1); /* its commit's page flush covers that */
+	if (mode == STORE_WRITE)
+		flushrec_want(s->fr, 0);
 	if (rc) {
+		if (mode == STORE_WRITE)
+			flushrec_end(s->fr, 0, 0);
 		txn_destroy(x);
 		if (freeing)
 			freeing_unmap(s);
@@ -1059,6 +1087,7 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 	x->head_len = 0;
 	x->now = store_now(s);
 	if (x->write && cache_begin(x) != 0) {
+		flushrec_end(s->fr, mdb_txn_id(x->t) - 1, 0);
 		mdb_txn_abort(x->t);
 		txn_destroy(x);
 		return -ENOMEM;
@@ -1133,9 +1162,14 @@ int store_txn_commit(store_txn *x)
 		else if (rc == MDB_MAP_FULL)
 			x->s->grow_pending = 1; /* not for ENOSPC: a larger map would not help a full disk */
 	}
-	if (x->write)
-		cache_end(x, id, err == 0);
 	store *s = x->s;
+	if (x->write) {
+		cache_end(x, id, err == 0);
+		/* A commit that wrote flushed its pages after every earlier meta
+		 * page was written, and a full one its own meta page too. */
+		int wrote = !err && x->dirty && store_last_id(s) >= id;
+		flushrec_end(s->fr, id - 1, !wrote ? 0 : x->lazy ? id - 1 : id);
+	}
 	int freeing = x->freeing;
 	/* A delete that found room without the reserve frees pages the next
 	 * write cannot use either (freeing_settle): in a map that cannot grow,
@@ -1158,10 +1192,12 @@ void store_txn_abort(store_txn *x)
 {
 	if (!x)
 		return;
-	if (x->write)
-		cache_end(x, 0, 0);
-	mdb_txn_abort(x->t);
 	store *s = x->s;
+	if (x->write) {
+		cache_end(x, 0, 0);
+		flushrec_end(s->fr, mdb_txn_id(x->t) - 1, 0);
+	}
+	mdb_txn_abort(x->t);
 	int freeing = x->freeing;
 	txn_free(x);
 	if (freeing)

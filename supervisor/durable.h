@@ -51,10 +51,12 @@ void durable_before_wait(void);
 /* A write transaction of this process committed id (its own page flush
  * returned): every id below it is durable. */
 void durable_committed(uint64_t id);
-/* Flushes made by the flusher so far that succeeded (and so may have
- * moved the frontier: agentd_durable_flushes_total), and that failed
- * (agentd_durable_flush_failures_total). */
-uint64_t durable_flushes(void);
+/* Flushes of the data file the flusher made that succeeded (and so may
+ * have moved the frontier: agentd_durable_flushes_total); in *spared (may
+ * be NULL) those it did not need to make, as a flush or commit of a worker
+ * covered them (agentd_durable_flushes_spared_total); and flushes that
+ * failed (agentd_durable_flush_failures_total). */
+uint64_t durable_flushes(uint64_t *spared);
 uint64_t durable_flush_failures(void);
 
 /* Start a flush for what was asked, without waiting for the next group

@@ -129,6 +129,10 @@ static void text_gauges(FILE *f, const struct metrics_gauges *g)
 		   "was committed before it durable (docs/durability.md).\n"
 		   "# TYPE agentd_durable_flushes_total counter\nagentd_durable_flushes_total %llu\n",
 		(unsigned long long)g->durable_flushes);
+	fprintf(f, "# HELP agentd_durable_flushes_spared_total Flushes the durable frontier did not make: a worker's "
+		   "commit or flush made the same durable (docs/durability.md).\n"
+		   "# TYPE agentd_durable_flushes_spared_total counter\nagentd_durable_flushes_spared_total %llu\n",
+		(unsigned long long)g->durable_flushes_spared);
 	fprintf(f, "# HELP agentd_durable_flush_failures_total Flushes of the data file that failed; the replies "
 		   "they held wait for one that succeeds.\n# TYPE agentd_durable_flush_failures_total counter\n"
 		   "agentd_durable_flush_failures_total %llu\n", (unsigned long long)g->durable_flush_failures);

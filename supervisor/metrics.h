@@ -34,7 +34,8 @@ struct metrics_gauges {
 	int clients;
 	uint64_t store_size;
 	uint64_t map_size;
-	uint64_t durable_flushes; /* the durable frontier's flushes (durable.h) */
+	uint64_t durable_flushes; /* the durable frontier's flushes (durable.h): made, */
+	uint64_t durable_flushes_spared; /* not needed */
 	uint64_t durable_flush_failures;
 };
 /* The whole text, malloc'd (length in *len), or NULL when out of memory. */

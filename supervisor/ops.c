@@ -745,8 +745,8 @@ static void op_metrics(store_txn *t, struct job *j)
 {
 	struct store_stat st = { 0 };
 	store_stat(O.env->st, &st);
-	struct metrics_gauges g = { workers_live(), control_nclients(), st.size_bytes, st.map_size, durable_flushes(),
-				    durable_flush_failures() };
+	struct metrics_gauges g = { workers_live(), control_nclients(), st.size_bytes, st.map_size, st.flushes,
+				    st.flushes_spared, durable_flush_failures() };
 	size_t len = 0;
 	char *buf = metrics_text(&g, &len);
 	char *more = buf ? nodes_metrics_text() : NULL;

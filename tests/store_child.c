@@ -24,10 +24,12 @@
  *   count CONV            print "COUNT LAST BYTES\n": the events of CONV, its
  *                         last seq, and the total content bytes, after checking
  *                         the seqs run 1..LAST (exit 1 when they do not).
- *   hold-write CONV EID   begin a write txn, append an event with event_id EID,
+ *   hold-write CONV EID [commit]
+ *                         begin a write txn, append an event with event_id EID,
  *                         write 'W' to stdout, then wait for EOF on stdin and
- *                         exit WITHOUT committing: the test SIGKILLs it inside
- *                         the transaction.
+ *                         exit WITHOUT committing (the test SIGKILLs it inside
+ *                         the transaction, or it aborts at EOF); with commit,
+ *                         commit at EOF (STORE_WRITE_LAZY) and write 'C'.
  *   hold-read             begin a read txn, write 'R', wait for EOF on stdin.
  *   resolve TCID TAG      resolve the tool call with the msgpack string TAG.
  *   worker CONV GEN TAG   a fenced writer: for every byte read on stdin, one
@@ -236,12 +238,13 @@ static int cmd_hold_write(store *s, int argc, char **argv)
 	store_txn *x;
 	msgpack_sbuffer sb;
 	uint64_t seq;
-	if (argc != 3)
+	if (argc != 3 && !(argc == 4 && !strcmp(argv[3], "commit")))
 		return usage();
+	int commit = argc == 4;
 	msgpack_sbuffer_init(&sb);
 	pack_text(&sb, argv[2]);
 	struct store_event_in ev = { "user_msg", { sb.data, sb.size }, argv[2] };
-	int err = store_txn_begin(s, STORE_WRITE, &x);
+	int err = store_txn_begin(s, commit ? STORE_WRITE_LAZY : STORE_WRITE, &x);
 	if (err)
 		goto out;
 	if ((err = store_event_append(x, argv[1], &ev, &seq, NULL)) == 0) {
@@ -252,7 +255,12 @@ static int cmd_hold_write(store *s, int argc, char **argv)
 		else
 			err = -errno;
 	}
-	store_txn_abort(x);
+	if (commit && !err) {
+		if ((err = store_txn_commit(x)) == 0 && put_byte('C'))
+			err = -errno;
+	} else {
+		store_txn_abort(x);
+	}
 out:
 	msgpack_sbuffer_destroy(&sb);
 	return report("hold-write", err);

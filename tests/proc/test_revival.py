@@ -868,7 +868,7 @@ def _store_fd(t):
     its connections' sockets (only while it has the store open)."""
     if harness.PG:
         return os.path.basename(t) == "connections.lock" or t.startswith("socket:")
-    return os.path.basename(t) in ("data.mdb", "lock.mdb")
+    return os.path.basename(t) in ("data.mdb", "lock.mdb", "flush.lock")
 
 
 def test_no_zombies_and_no_leaked_descriptors():
@@ -902,11 +902,11 @@ def test_no_zombies_and_no_leaked_descriptors():
             assert not any(t.startswith("socket:") for fd, t in f.items() if fd != 3 and not (harness.PG and what == "idle")), (what, f)
             if what == "mid-tool":
                 # While it waits for the tool it has let go of the store (agent/main.c, store_let_go).
-                assert not any(t.endswith(".mdb") for t in f.values()), (what, f)
+                assert not any(t.endswith((".mdb", "/flush.lock")) for t in f.values()), (what, f)
         # What the worker's children (model and tool processes) inherited: stdin/stdout/stderr only.
         for r in tool_calls_rec(a) + model_calls(a, c):
             assert set(r["fds"]) == {"0", "1", "2"}, r
-            assert not any(t.endswith((".mdb", ".sock")) or t.startswith("socket:") for t in r["fds"].values()), r
+            assert not any(t.endswith((".mdb", ".sock", "/flush.lock")) or t.startswith("socket:") for t in r["fds"].values()), r
         # Kill it mid-turn once more and let it be revived, then look for zombies.
         a.send(c, "block d10b")
         wait_for(lambda: len(model_calls(a, c)) == 4, 10, "the blocked model call")

@@ -88,7 +88,7 @@ def test_the_configuration_copy_is_the_owners_alone():
             a.start()
             run = os.path.join(a.data_dir, "agentd.ini.running")
             assert mode(run) == 0o600, (oct(m), oct(mode(run)))
-            for f in ("agentd.pid",) + (() if harness.PG else ("data.mdb", "lock.mdb")):
+            for f in ("agentd.pid",) + (() if harness.PG else ("data.mdb", "lock.mdb", "flush.lock")):
                 assert mode(os.path.join(a.data_dir, f)) == 0o600, (f, oct(mode(os.path.join(a.data_dir, f))))
             assert mode(a.data_dir) == 0o700 and mode(a.socket) == 0o600
 

@@ -268,7 +268,7 @@ def test_started_with_standard_descriptors_closed():
         assert rc.returncode == 0 and "1 conversations, 2 events" in rc.stdout, rc.stdout
 
 
-@harness.lmdb_only('the modes of data.mdb and lock.mdb')
+@harness.lmdb_only('the modes of data.mdb, lock.mdb and flush.lock')
 def test_a_umask_never_takes_the_owners_access():
     # Under umask 0277 the data directory was created r-x and the store files read-only: as any user but
     # root, agentd could not lock its pid file ("Permission denied") nor a worker open the store.
@@ -281,9 +281,10 @@ def test_a_umask_never_takes_the_owners_access():
             """)]
         a.data_dir = data  # created by agentd itself
         a.start()
-        modes = {n: os.stat(os.path.join(data, n)).st_mode & 0o777 for n in ("data.mdb", "lock.mdb", "agentd.pid")}
+        modes = {n: os.stat(os.path.join(data, n)).st_mode & 0o777
+                 for n in ("data.mdb", "lock.mdb", "flush.lock", "agentd.pid")}
         assert os.stat(data).st_mode & 0o777 == 0o700, oct(os.stat(data).st_mode)
-        assert modes == {"data.mdb": 0o600, "lock.mdb": 0o600, "agentd.pid": 0o600}, modes
+        assert modes == {"data.mdb": 0o600, "lock.mdb": 0o600, "flush.lock": 0o600, "agentd.pid": 0o600}, modes
         c = a.create()
         a.send(c, "hi")
         wait_for(lambda: len(a.events(c)) == 2, 10, "the answer")
