@@ -24,7 +24,7 @@ struct shared {
 };
 
 struct flushrec {
-	int fd;
+	int fd; /* data.mdb's (the store's): its OFD locks, not its bytes */
 	struct shared *sh;
 	long wait_ms;
 };
@@ -49,35 +49,36 @@ static int lock_byte(int fd, short type, off_t at, int wait)
 	return 0;
 }
 
-struct flushrec *flushrec_open(const char *dir)
+struct flushrec *flushrec_open(const char *dir, int data_fd)
 {
 	char path[PATH_MAX];
-	if (snprintf(path, sizeof path, "%s/%s", dir, FLUSHREC_FILE) >= (int)sizeof path)
+	if (data_fd < 0 || snprintf(path, sizeof path, "%s/%s", dir, FLUSHREC_FILE) >= (int)sizeof path)
 		return NULL;
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return NULL;
 	struct stat st;
-	struct flushrec *r = calloc(1, sizeof *r);
-	if (!r || fstat(fd, &st) < 0 || (st.st_size < PAGE && ftruncate(fd, PAGE) < 0))
+	void *m = MAP_FAILED;
+	if (fstat(fd, &st) == 0 && (st.st_size >= PAGE || ftruncate(fd, PAGE) == 0))
+		m = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd); /* the mapping keeps the page: no descriptor per process */
+	struct flushrec *r = m == MAP_FAILED ? NULL : calloc(1, sizeof *r);
+	if (!r)
 		goto fail;
-	void *m = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (m == MAP_FAILED)
-		goto fail;
-	r->fd = fd;
+	r->fd = data_fd;
 	r->sh = m;
 	const char *w = getenv("AGENTD_TEST_FLUSH_WAIT_MS"); /* test-only */
 	r->wait_ms = w && atol(w) > 0 ? atol(w) : FLUSHREC_WAIT_MS;
 	/* Alone on the store: what the record holds is from processes gone,
 	 * perhaps from before a power loss, perhaps of another data file. */
-	if (lock_byte(fd, F_WRLCK, 0, 0) == 0)
+	if (lock_byte(data_fd, F_WRLCK, 0, 0) == 0)
 		*r->sh = (struct shared){ 0 };
-	if (lock_byte(fd, F_RDLCK, 0, 1) == 0) /* from the write lock: atomic, no gap */
+	if (lock_byte(data_fd, F_RDLCK, 0, 1) == 0) /* from the write lock: atomic, no gap */
 		return r;
-	munmap(m, PAGE);
 fail:
+	if (m != MAP_FAILED)
+		munmap(m, PAGE);
 	free(r);
-	close(fd);
 	return NULL;
 }
 
@@ -85,8 +86,9 @@ void flushrec_close(struct flushrec *r)
 {
 	if (!r)
 		return;
+	lock_byte(r->fd, F_UNLCK, 0, 0);
+	lock_byte(r->fd, F_UNLCK, 1, 0);
 	munmap(r->sh, PAGE);
-	close(r->fd);
 	free(r);
 }
 

@@ -28,10 +28,12 @@
  * and nwait are hints whose error costs a sleep of FLUSHREC_WAIT_MS at
  * most (a process killed with a write transaction open), never
  * durability. Nothing in the record outlives the processes: it lives in
- * FLUSHREC_FILE next to data.mdb, and a process that opens the store while
- * no other has it open (it gets an OFD write lock on the file's first byte,
- * which every opener holds a read lock on) zeroes it, as LMDB re-initialises
- * its lock file.
+ * FLUSHREC_FILE next to data.mdb (mapped, its descriptor closed), and a
+ * process that opens the store while no other has it open (it gets an OFD
+ * write lock on data.mdb's first byte, which every opener holds a read lock
+ * on) zeroes it, as LMDB re-initialises its lock file. The locks are
+ * advisory and on data.mdb's descriptor, so they die with it: LMDB never
+ * locks data.mdb (its own locks are on lock.mdb).
  */
 #ifndef AGENTD_FLUSHREC_H
 #define AGENTD_FLUSHREC_H
@@ -43,16 +45,18 @@
 
 struct flushrec;
 
-/* Map dir's record, creating the file; NULL when it cannot be (a read-only
- * directory): then every store_flush flushes, as without sharing. */
-struct flushrec *flushrec_open(const char *dir);
+/* Map dir's record, creating the file; data_fd is the store's descriptor
+ * onto data.mdb, which must stay open until flushrec_close. NULL when it
+ * cannot be (a read-only directory): then every store_flush flushes, as
+ * without sharing. */
+struct flushrec *flushrec_open(const char *dir, int data_fd);
 void flushrec_close(struct flushrec *r);
 
 /* A write transaction is about to wait for LMDB's writer lock (on), or
  * has it or gave up (off). A process waiting for it begins after every
  * commit that returned, so it too is going to cover them. An OFD read lock
- * on the record's second byte, so that a process killed while it waits
- * says so no longer. */
+ * on data.mdb's second byte, so that a process killed while it waits says
+ * so no longer. */
 void flushrec_want(struct flushrec *r, int on);
 /* A write transaction began with last the last committed id: its commit
  * will flush, covering last. */

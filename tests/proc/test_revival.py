@@ -868,7 +868,7 @@ def _store_fd(t):
     its connections' sockets (only while it has the store open)."""
     if harness.PG:
         return os.path.basename(t) == "connections.lock" or t.startswith("socket:")
-    return os.path.basename(t) in ("data.mdb", "lock.mdb", "flush.lock")
+    return os.path.basename(t) in ("data.mdb", "lock.mdb")
 
 
 def test_no_zombies_and_no_leaked_descriptors():

@@ -872,7 +872,8 @@ END_TEST
 /* ---- 5. close-on-exec ------------------------------------------------- */
 
 /* The store's files never leak into programs a worker execs (models, tools):
- * every descriptor onto data.mdb (and lock.mdb, flush.lock) is FD_CLOEXEC, and an exec'd
+ * every descriptor onto data.mdb (and lock.mdb; flush.lock is mapped, its
+ * descriptor closed at once) is FD_CLOEXEC, and an exec'd
  * child holds none. */
 START_TEST(data_fd_cloexec)
 {
@@ -1168,9 +1169,9 @@ START_TEST(flush_waits_for_a_queued_writer)
 	ck_assert_int_eq(store_txn_begin(st, STORE_WRITE_LAZY, &x), 0);
 	ck_assert_int_eq(store_event_append(x, "c", &ev, &seq, NULL), 0);
 	release(w);
-	/* Until it says it waits: a read lock on the record's second byte. */
+	/* Until it says it waits: a read lock on data.mdb's second byte. */
 	char path[PATH_MAX + 16];
-	snprintf(path, sizeof path, "%s/flush.lock", dir);
+	snprintf(path, sizeof path, "%s/data.mdb", dir);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	ck_assert_int_ge(fd, 0);
 	int64_t dl = deadline_in(10000);
