@@ -301,13 +301,17 @@ struct writers_ctx {
 	int flushed; /* append_flushed: a lazy commit, then a flush outside the writer lock */
 	size_t n;
 	uint64_t last[NSYS][WRITERS];
+	double flushes[NSYS][BENCH_MAX_RUNS]; /* flushed: data-file flushes per event (s->flushes) */
 };
+
+/* The lazy row's flushes per event, for the report's header (0: not run). */
+static double lazy_flushes[NSYS];
 
 /* A writer: its own handle, opened after fork (never an inherited one),
  * waits for the start, appends n events to its conversation one per
  * transaction (flushed: each through append_flushed). */
 static void writer(const struct bench_sys *s, const char *dir, int durable, int flushed, unsigned conv,
-		   uint64_t first, size_t n, int ready, int go)
+		   uint64_t first, size_t n, int ready, int go, int counts)
 {
 	void *h = s->open(dir, durable, MAP_SIZE);
 	char c = 'r', g;
@@ -320,6 +324,9 @@ static void writer(const struct bench_sys *s, const char *dir, int durable, int 
 		struct bench_ev ev = { conv, first + i };
 		(flushed ? s->append_flushed : s->append)(h, &ev, 1);
 	}
+	uint64_t f = flushed && s->flushes ? s->flushes(h) : 0;
+	if (write(counts, &f, sizeof f) != sizeof f) /* atomic: under PIPE_BUF */
+		_exit(2);
 	s->close(h);
 	_exit(0);
 }
@@ -327,12 +334,12 @@ static void writer(const struct bench_sys *s, const char *dir, int durable, int 
 /* Fork WRITERS writers of system sys, n events each, and return the
  * seconds per event from the start signal (every writer open and waiting)
  * to the last exit. The parent holds no store handle while it forks. */
-static double writers_run(struct writers_ctx *w, int sys, size_t n)
+static double writers_run(struct writers_ctx *w, int sys, size_t n, double *flushes)
 {
 	const struct bench_sys *s = systems[sys];
-	int ready[2], go[2];
+	int ready[2], go[2], counts[2];
 	pid_t pid[WRITERS];
-	if (pipe2(ready, O_CLOEXEC) || pipe2(go, O_CLOEXEC))
+	if (pipe2(ready, O_CLOEXEC) || pipe2(go, O_CLOEXEC) || pipe2(counts, O_CLOEXEC))
 		bench_die("pipe", -errno);
 	fflush(NULL);
 	for (unsigned k = 0; k < WRITERS; k++) {
@@ -342,11 +349,14 @@ static double writers_run(struct writers_ctx *w, int sys, size_t n)
 		if (pid[k] == 0) {
 			close(ready[0]);
 			close(go[1]);
-			writer(s, w->dir[sys], w->durable, w->flushed, k, w->last[sys][k] + 1, n, ready[1], go[0]);
+			close(counts[0]);
+			writer(s, w->dir[sys], w->durable, w->flushed, k, w->last[sys][k] + 1, n, ready[1], go[0],
+			       counts[1]);
 		}
 	}
 	close(ready[1]);
 	close(go[0]);
+	close(counts[1]);
 	for (unsigned k = 0; k < WRITERS; k++) {
 		char c;
 		if (read(ready[0], &c, 1) != 1)
@@ -364,6 +374,12 @@ static double writers_run(struct writers_ctx *w, int sys, size_t n)
 	double t = bench_now() - t0;
 	if (failed)
 		bench_fail("%s: a writer failed", s->name);
+	uint64_t f, sum = 0;
+	for (unsigned k = 0; k < WRITERS; k++)
+		if (read(counts[0], &f, sizeof f) == sizeof f)
+			sum += f;
+	close(counts[0]);
+	*flushes = (double)sum / (double)(n * WRITERS);
 	for (unsigned k = 0; k < WRITERS; k++)
 		w->last[sys][k] += n;
 	return t / (double)(n * WRITERS);
@@ -389,11 +405,16 @@ static void bench_writers(const char *name, const char *scenario, int durable, i
 		for (int k = 0; k < NSYS; k++) {
 			int i = (run + 1 + k) % NSYS;
 			settle();
-			double spo = writers_run(&w, i, run < 0 ? n / 5 + 1 : n);
-			if (run >= 0)
+			double f, spo = writers_run(&w, i, run < 0 ? n / 5 + 1 : n, &f);
+			if (run >= 0) {
 				r->spo[i][run] = spo;
+				w.flushes[i][run] = f;
+			}
 		}
 	}
+	if (flushed)
+		for (int i = 0; i < NSYS; i++)
+			lazy_flushes[i] = systems[i]->flushes ? bench_median(w.flushes[i], nruns) : 0;
 	for (int i = 0; i < NSYS; i++)
 		discard(w.dir[i]);
 }
@@ -726,6 +747,11 @@ int main(int argc, char **argv)
 	progress("done");
 	char load_end[128];
 	bench_loadavg(load_end, sizeof load_end);
+	if (lazy_flushes[0] > 0)
+		printf("- append, 8 writer processes, lazy commit + flush: flushes of the data file per event, median: "
+		       "%s %.2f, %s %.2f (a commit's own flush and the writer's store_flush or mdb_env_sync; agentd's "
+		       "store_flush makes none when another writer's commit covers it)\n",
+		       systems[0]->name, lazy_flushes[0], systems[1]->name, lazy_flushes[1]);
 	printf("- load average (/proc/loadavg) before: %s; after: %s\n", load, load_end);
 	if (verbose)
 		dump_runs();

@@ -96,6 +96,9 @@ struct bench_sys {
 	 * outside the lock, so the next writer commits while this one waits.
 	 * Durable when it returns. SQLite: append (a WAL commit is one flush). */
 	void (*append_flushed)(void *h, const struct bench_ev *ev, size_t n);
+	/* The flushes of the data file append_flushed made through h so far,
+	 * its commits' own among them; NULL: not counted (SQLite). */
+	uint64_t (*flushes)(void *h);
 };
 
 extern const struct bench_sys bench_sys_agentd, bench_sys_lmdb, bench_sys_sqlite;

@@ -10,6 +10,7 @@ struct agentd {
 	store *s;
 	struct store_event_in in[BENCH_MAX_BATCH];
 	uint64_t seqs[BENCH_MAX_BATCH];
+	uint64_t lazy_commits; /* append_flushed's: one flush each, of its pages */
 };
 
 static void check(const char *what, int err)
@@ -92,7 +93,18 @@ static void ag_append_flushed(void *h, const struct bench_ev *ev, size_t n)
 {
 	struct agentd *a = h;
 	append_mode(a, ev, n, STORE_WRITE_LAZY);
+	a->lazy_commits++;
 	check("flush", store_flush(a->s));
+}
+
+/* The commits' page flushes, and the flushes store_flush made (not those
+ * another writer's flush or commit spared it: store/flushrec.h). */
+static uint64_t ag_flushes(void *h)
+{
+	struct agentd *a = h;
+	struct store_stat st;
+	check("stat", store_stat(a->s, &st));
+	return a->lazy_commits + st.flushes;
 }
 
 static void ag_summary_put(void *h, unsigned conv, uint64_t to_seq)
@@ -176,5 +188,5 @@ static void ag_sync(void *h)
 
 const struct bench_sys bench_sys_agentd = {
 	"agentd", ag_open, ag_close, ag_convs_create, ag_append, ag_summary_put, ag_load_since, ag_newest,
-	ag_calls_create, ag_calls_resolve, ag_sync, ag_append_flushed,
+	ag_calls_create, ag_calls_resolve, ag_sync, ag_append_flushed, ag_flushes,
 };

@@ -21,6 +21,7 @@ struct raw {
 	msgpack_sbuffer buf;
 	msgpack_packer pk;
 	size_t status_off; /* where a tool call record's status byte sits */
+	uint64_t flushed;  /* append_flushed's flushes: its commit's and mdb_env_sync's */
 };
 
 static void check(const char *what, int rc)
@@ -292,9 +293,15 @@ static void raw_append_flushed(void *h, const struct bench_ev *ev, size_t n)
 	raw_append(h, ev, n);
 	check("env_set_flags", mdb_env_set_flags(r->env, MDB_NOMETASYNC, 0));
 	raw_sync(h);
+	r->flushed += 2;
+}
+
+static uint64_t raw_flushes(void *h)
+{
+	return ((struct raw *)h)->flushed;
 }
 
 const struct bench_sys bench_sys_lmdb = {
 	"raw LMDB", raw_open, raw_close, raw_convs_create, raw_append, raw_summary_put, raw_load_since,
-	raw_newest, raw_calls_create, raw_calls_resolve, raw_sync, raw_append_flushed,
+	raw_newest, raw_calls_create, raw_calls_resolve, raw_sync, raw_append_flushed, raw_flushes,
 };

@@ -285,5 +285,5 @@ static void lite_sync(void *h)
 
 const struct bench_sys bench_sys_sqlite = {
 	"SQLite", lite_open, lite_close, lite_convs_create, lite_append, lite_summary_put, lite_load_since,
-	lite_newest, lite_calls_create, lite_calls_resolve, lite_sync, lite_append,
+	lite_newest, lite_calls_create, lite_calls_resolve, lite_sync, lite_append, NULL,
 };
