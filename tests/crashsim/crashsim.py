@@ -34,6 +34,7 @@ import json
 import mmap
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -181,6 +182,12 @@ def run_workload(work, must_fail, sync="full"):
                     return
         raise AssertionError(f"no {etype} in {conv} within {timeout}s")
 
+    def frontier_flushes():
+        """The durable frontier's flushes this agentd made, and those a worker's commit or flush spared."""
+        text = a.ok({"op": "metrics"})["text"]
+        return [int(re.search(rf"^agentd_durable_flushes{k}_total (\d+)$", text, re.M).group(1))
+                for k in ("", "_spared")]
+
     convs = [create() for _ in range(4)]
     tool_conv = create(["add"])
     human_conv = create(["hurry"])
@@ -196,6 +203,7 @@ def run_workload(work, must_fail, sync="full"):
     # A power cut is not a clean stop: agentd is killed, started again (start-up recovery commits), and
     # the clients go on.
     pids = [a.pid]
+    flushes = frontier_flushes()
     a.kill(signal.SIGKILL)
     a.start()
     pids.append(a.pid)
@@ -205,6 +213,9 @@ def run_workload(work, must_fail, sync="full"):
     for t in ts:
         t.join()
     long_poll_until(tool_conv, "assistant_msg")
+    flushes = [x + y for x, y in zip(flushes, frontier_flushes())]
+    print(f"crashsim: the durable frontier made {flushes[0]} flushes; {flushes[1]} more were spared, a worker's "
+          f"commit or flush covering them (docs/durability.md)", flush=True)
     a.stop()
     cfg = os.path.join(work, "agentd.ini")
     shutil.copy(a.config_path, cfg)
