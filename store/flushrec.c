@@ -86,8 +86,10 @@ void flushrec_close(struct flushrec *r)
 {
 	if (!r)
 		return;
-	lock_byte(r->fd, F_UNLCK, 0, 0);
-	lock_byte(r->fd, F_UNLCK, 1, 0);
+	/* No unlock: the locks go when the store closes its descriptor onto
+	 * data.mdb, the last one onto that open file description. A fork
+	 * shares it, so an unlock in a forked child would drop its parent's
+	 * locks too. */
 	munmap(r->sh, PAGE);
 	free(r);
 }
