@@ -52,11 +52,10 @@ void durable_before_wait(void);
  * returned): every id below it is durable. */
 void durable_committed(uint64_t id);
 /* Flushes of the data file the flusher made that succeeded (and so may
- * have moved the frontier: agentd_durable_flushes_total); in *spared (may
- * be NULL) those it did not need to make, as a flush or commit of a worker
- * covered them (agentd_durable_flushes_spared_total); and flushes that
- * failed (agentd_durable_flush_failures_total). */
-uint64_t durable_flushes(uint64_t *spared);
+ * have moved the frontier: agentd_durable_flushes_total; those a worker's
+ * commit or flush spared are store_stat's flushes_spared), and that failed
+ * (agentd_durable_flush_failures_total). */
+uint64_t durable_flushes(void);
 uint64_t durable_flush_failures(void);
 
 /* Start a flush for what was asked, without waiting for the next group

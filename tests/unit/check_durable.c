@@ -99,7 +99,7 @@ START_TEST(a_lazy_commit_is_covered_once_flushed)
 	/* The flush began after b committed too: it covers both. */
 	ck_assert(durable_covers(b));
 	ck_assert_uint_ge(seen, b);
-	ck_assert_uint_ge(durable_flushes(NULL), 1);
+	ck_assert_uint_ge(durable_flushes(), 1);
 	/* A read sees the last commit: covered. */
 	store_txn *t;
 	ck_assert_int_eq(store_txn_begin(st, STORE_READ, &t), 0);
@@ -113,10 +113,10 @@ START_TEST(a_lazy_commit_is_covered_once_flushed)
 	ck_assert_int_ge(advances, 2);
 	/* A later commit's own page flush covers those before it, not itself. */
 	uint64_t d = commit_one("d"), e = commit_one("e");
-	uint64_t flushes = durable_flushes(NULL);
+	uint64_t flushes = durable_flushes();
 	durable_committed(e);
 	ck_assert(durable_covers(d) && !durable_covers(e));
-	ck_assert_uint_eq(durable_flushes(NULL), flushes);
+	ck_assert_uint_eq(durable_flushes(), flushes);
 	durable_close();
 	ck_assert(durable_covers(UINT64_MAX)); /* closed: everything goes out */
 	close_store();
@@ -139,11 +139,11 @@ START_TEST(a_flush_is_deferred_while_a_commit_may_come)
 	uint64_t b = commit_one("b");
 	durable_committed(b);
 	ck_assert(durable_covers(a));
-	ck_assert_uint_eq(durable_flushes(NULL), 0);
+	ck_assert_uint_eq(durable_flushes(), 0);
 	/* Nothing more comes: the deferred flush still covers b. */
 	durable_need(b);
 	run_until_covered(b);
-	ck_assert_uint_eq(durable_flushes(NULL), 1);
+	ck_assert_uint_eq(durable_flushes(), 1);
 	more_coming = 0;
 	durable_close();
 	close_store();
@@ -157,7 +157,7 @@ START_TEST(sync_none_covers_everything_at_once)
 	uint64_t a = commit_one("a");
 	ck_assert(durable_covers(a));
 	durable_need(a);
-	ck_assert_uint_eq(durable_flushes(NULL), 0);
+	ck_assert_uint_eq(durable_flushes(), 0);
 	durable_close();
 	close_store();
 }
@@ -170,7 +170,7 @@ START_TEST(the_test_only_early_ack_covers_before_the_flush)
 	ck_assert_int_eq(durable_open(st, 1, on_advanced, more), 0);
 	uint64_t a = commit_one("a");
 	ck_assert(durable_covers(a));
-	ck_assert_uint_eq(durable_flushes(NULL), 0);
+	ck_assert_uint_eq(durable_flushes(), 0);
 	unsetenv("AGENTD_TEST_ACK_EARLY");
 	durable_close();
 	close_store();
