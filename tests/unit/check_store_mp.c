@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1243,6 +1244,35 @@ START_TEST(flush_record_from_before_is_ignored)
 }
 END_TEST
 
+/* No record to share (flush.lock cannot be opened: here a directory in
+ * its place, which no permission lets a process open for writing, root's
+ * included): the store opens and works, and every store_flush flushes
+ * itself, even where another process's commit covered it. */
+START_TEST(flush_without_the_record)
+{
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof path, "%s/flush.lock", dir);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	open_store(0, 0);
+	conv_create("c");
+	append_lazy("c", "mine-1");
+	const char *app[] = { dir, "append", "1", "theirs", "c", NULL };
+	ck_assert_int_eq(kid_exit(spawn(app), 10000), CHILD_OK);
+	ck_assert_int_eq(store_flush(st), 0);
+	assert_flushes(1, 0);
+	append_lazy("c", "mine-2");
+	ck_assert_int_eq(store_flush(st), 0);
+	assert_flushes(2, 0);
+	struct recs r;
+	load("c", &r);
+	ck_assert_uint_eq(r.n, 3);
+	ck_assert_str_eq(r.v[0].eid, "mine-1");
+	ck_assert_str_eq(r.v[1].eid, "theirs-1");
+	ck_assert_str_eq(r.v[2].eid, "mine-2");
+	recs_free(&r);
+}
+END_TEST
+
 /* ---- 10. the writer's cache ------------------------------------------- */
 
 /* A write transaction remembers each conversation's number and last seq
@@ -1629,6 +1659,7 @@ Suite *make_store_mp_suite(void)
 	tcase_add_test(tc, flush_after_an_aborted_writer);
 	tcase_add_test(tc, flush_after_a_killed_writer);
 	tcase_add_test(tc, flush_record_from_before_is_ignored);
+	tcase_add_test(tc, flush_without_the_record);
 	tc = mp_case(s, "writer cache");
 	tcase_add_test(tc, cache_other_writer_appends);
 	tcase_add_test(tc, cache_other_writer_recreates);
