@@ -466,6 +466,7 @@ static const struct {
 static struct fig fa[NTESTS][BENCH_MAX_RUNS], fr[NTESTS][BENCH_MAX_RUNS], fdiag[BENCH_MAX_RUNS];
 static double one_txn[BENCH_MAX_RUNS], group_size[BENCH_MAX_RUNS], turns_per_send[BENCH_MAX_RUNS];
 static double grants_per_group[BENCH_MAX_RUNS];
+static double dwait_ms[NTESTS][BENCH_MAX_RUNS]; /* a send reply's mean wait for the durable frontier */
 static double diag_group[BENCH_MAX_RUNS];
 static double lmdb_loop[BENCH_MAX_RUNS], lmdb_loop_fresh[BENCH_MAX_RUNS], flushes_per_send[BENCH_MAX_RUNS];
 static double parked_cpu_us[BENCH_MAX_RUNS], bare_cpu_us[BENCH_MAX_RUNS]; /* CPU per send */
@@ -514,8 +515,18 @@ static void run_once(int run, int timed)
 			g0 = agentd_counter("agentd_write_gate_grants_total");
 			e0 = agentd_events("b", 50);
 		}
+		double ds0 = 0, dn0 = 0;
+		if (tests[t].send) {
+			ds0 = agentd_counter("agentd_reply_durable_wait_seconds_sum");
+			dn0 = agentd_counter("agentd_reply_durable_wait_seconds_count");
+		}
 		send_prefix = "b";
 		a = agentd_load(tests[t].clients, n, tests[t].send ? line_send : line_ping);
+		if (tests[t].send && timed) {
+			double ds1 = agentd_counter("agentd_reply_durable_wait_seconds_sum");
+			double dn1 = agentd_counter("agentd_reply_durable_wait_seconds_count");
+			dwait_ms[t][run] = dn1 > dn0 ? (ds1 - ds0) * 1e3 / (dn1 - dn0) : 0;
+		}
 		if (t == T_SEND50 && timed) {
 			double c1 = agentd_counter("agentd_group_commits_total");
 			double w1 = agentd_counter("agentd_group_writes_total");
@@ -534,6 +545,9 @@ static void run_once(int run, int timed)
 			if (verbose)
 				fprintf(stderr, "run %d %-30s agentd %9.0f/s p50 %.3f p99 %.3f | redis %9.0f/s p50 %.3f p99 %.3f\n",
 					run, tests[t].name, a.rps, a.p50_ms, a.p99_ms, r.rps, r.p50_ms, r.p99_ms);
+			if (verbose && tests[t].send)
+				fprintf(stderr, "run %d   %.3f ms mean wait of a reply for the durable frontier\n", run,
+					dwait_ms[t][run]);
 			if (verbose && t == T_SEND50)
 				fprintf(stderr, "run %d   %.1f sends and %.2f worker writes per group commit, %.3f turns per send\n",
 					run, group_size[run], grants_per_group[run], turns_per_send[run]);
@@ -629,6 +643,13 @@ static void report(const char *machine, const char *fs, const char *load0, const
 		       med_field(fa[t], n, 0), med_field(fa[t], n, 1), med_field(fa[t], n, 2), med_field(fr[t], n, 0),
 		       med_field(fr[t], n, 1), med_field(fr[t], n, 2), q, lo, hi, 4, "", tg);
 	}
+	/* What waiting for durability adds to a reply, once its commit returned. */
+	for (int t = 0; t < NTESTS; t++)
+		if (tests[t].send)
+			printf("%-44s %10.3f ms mean, of a p50 reply of %.3f ms\n",
+			       t == T_SEND1 ? "send, 1 client: wait for the durable frontier"
+					    : "send, 50 clients: wait for the frontier",
+			       bench_median(dwait_ms[t], n), med_field(fa[t], n, 1));
 	/* Group commit's gain: 50-client sends over one event per transaction. */
 	double g[BENCH_MAX_RUNS], lo, hi;
 	for (int k = 0; k < n; k++)

@@ -31,6 +31,7 @@ struct slot {
 	int op;             /* counted in the metrics when answered; -1: not (yet) an op */
 	int64_t started_us; /* when its line was parsed */
 	uint64_t need;      /* the transaction its reply shows: it leaves once that is durable */
+	int64_t held_us;    /* when its reply, ready, was first held for that; 0: not held */
 };
 
 struct client {
@@ -450,6 +451,8 @@ void client_flush(struct client *c)
 		if (!durable_covers(s->need)) {
 			/* Its reply shows a transaction an OS crash could
 			 * still take back: it waits, and so do those after it. */
+			if (!s->held_us)
+				s->held_us = loop_now_us();
 			if (!c->held) {
 				c->held = 1;
 				C.nheld++;
@@ -462,6 +465,8 @@ void client_flush(struct client *c)
 		 * durability). */
 		if (s->op >= 0)
 			metrics_op_latency(s->op, s->started_us);
+		if (s->held_us)
+			metrics_durable_wait(s->held_us);
 		client_write(c, s->line, s->len);
 		c->owed -= s->len;
 		c->nslots--;

@@ -15,6 +15,8 @@ static struct {
 	double lat_sum[OP_COUNT];
 	uint64_t late_buckets[12]; /* expiry lateness histogram, le 1ms..+Inf */
 	double late_sum;
+	uint64_t dwait_buckets[12]; /* replies' wait for the durable frontier, le 0.1ms..+Inf */
+	double dwait_sum;
 } m;
 
 void metrics_add(enum metric c, uint64_t n)
@@ -50,6 +52,16 @@ void metrics_op_latency(int op, int64_t started_us)
 		b++;
 	m.lat_buckets[op][b]++;
 	m.lat_sum[op] += secs;
+}
+
+void metrics_durable_wait(int64_t held_us)
+{
+	double secs = (double)(loop_now_us() - held_us) / 1e6;
+	int b = 0;
+	while (b < 11 && secs > lat_bounds[b])
+		b++;
+	m.dwait_buckets[b]++;
+	m.dwait_sum += secs;
 }
 
 /* Deadlines fire late by a disk flush when all is well, by the downtime after
@@ -169,6 +181,9 @@ static void text_histograms(FILE *f)
 	fprintf(f, "# HELP agentd_expiry_lateness_seconds How long after its deadline an expired call was "
 		   "settled (its transaction's start).\n# TYPE agentd_expiry_lateness_seconds histogram\n");
 	text_histogram(f, "agentd_expiry_lateness_seconds", NULL, late_bounds, m.late_buckets, m.late_sum);
+	fprintf(f, "# HELP agentd_reply_durable_wait_seconds How long a reply, ready, waited for the durable frontier "
+		   "to pass its transaction.\n# TYPE agentd_reply_durable_wait_seconds histogram\n");
+	text_histogram(f, "agentd_reply_durable_wait_seconds", NULL, lat_bounds, m.dwait_buckets, m.dwait_sum);
 }
 
 /* The families in the order the text shows them. */

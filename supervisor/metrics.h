@@ -25,6 +25,8 @@ void metrics_op_latency(int op, int64_t started_us);
 void metrics_error(int err);
 /* Time a supervisor write waited for a worker holding the write gate. */
 void metrics_gate_wait(int64_t us);
+/* A reply held for the durable frontier since held_us (monotonic) leaves. */
+void metrics_durable_wait(int64_t held_us);
 /* An expiry fired at realtime at_us for a deadline of deadline_ms. */
 void metrics_expiry_late(int64_t at_us, int64_t deadline_ms);
 

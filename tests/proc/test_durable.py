@@ -30,6 +30,33 @@ def flushes(a, name="agentd_durable_flushes_total"):
     return int(re.search(r"^" + name + r" (\d+)$", text, re.M).group(1))
 
 
+def waits(a):
+    """agentd_reply_durable_wait_seconds: (count, sum, observations over 0.5 s)."""
+    text = a.ok({"op": "metrics"})["text"]
+    name = "agentd_reply_durable_wait_seconds"
+
+    def num(pattern):
+        return float(re.search(r"^" + pattern + r" ([0-9.]+)$", text, re.M).group(1))
+
+    count = num(name + "_count")
+    return count, num(name + "_sum"), count - num(name + r'_bucket\{le="0.5"\}')
+
+
+@harness.lmdb_only("the durable frontier flushes data.mdb; a PostgreSQL commit is durable when it returns")
+def test_reply_wait_for_the_frontier_is_measured():
+    with Agentd() as a:
+        c = a.create()
+        n0, s0, slow0 = waits(a)
+        for i in range(3):
+            assert a.ok({"op": "send", "conversation": c, "content": f"m{i}"})["seq"] >= 1
+        n1, s1, slow1 = waits(a)
+        # Each send's reply shows a lazy commit, which its own page flush does not make durable: it waits for
+        # the next flush, and that wait is counted (the reads around it may wait too).
+        assert n1 - n0 >= 3, (n0, n1)
+        assert s1 > s0, (s0, s1)
+        assert slow1 == slow0, "a reply waited over 0.5 s with flushes working"
+
+
 @harness.lmdb_only("the durable frontier flushes data.mdb; a PostgreSQL commit is durable when it returns")
 def test_failed_flush_holds_replies_until_one_succeeds():
     d = harness._mkdtemp()
@@ -38,6 +65,7 @@ def test_failed_flush_holds_replies_until_one_succeeds():
         c = a.create()
         w = a.watch(c)
         before, failed_before = flushes(a), flushes(a, "agentd_durable_flush_failures_total")
+        _, wait_sum0, slow0 = waits(a)
         open(fail, "w").close()
         sender = a.conn()
         sender.send({"op": "send", "conversation": c, "content": "held", "id": 1})
@@ -64,6 +92,10 @@ def test_failed_flush_holds_replies_until_one_succeeds():
         assert 3 <= tries <= window / 0.1 + 5, f"{tries} failed flushes in {window:.2f}s of failing"
         # The failed ones are not counted as flushes; the one that let the write out is.
         assert flushes(a) - before >= 1
+        # The held reply's wait is in the histogram, longer than the time it was seen to be held.
+        _, wait_sum1, slow1 = waits(a)
+        assert slow1 - slow0 >= 1, (slow0, slow1)
+        assert wait_sum1 - wait_sum0 >= harness.scaled(1.0), (wait_sum0, wait_sum1)
         wait_for(lambda: re.search(r"flushing the store works again after \d+ failed flushes", a.log()), 10,
                  "the recovery in the log")
         sender.close()
