@@ -93,10 +93,19 @@ def test_readme_examples_work_literally():
             subprocess.run(["rm", "-rf", d])
 
 
+def build_type(build_dir):
+    cache = open(os.path.join(build_dir, "CMakeCache.txt")).read()
+    return re.search(r"^CMAKE_BUILD_TYPE:\w+=(.*)$", cache, re.M).group(1)
+
+
 def test_run_sh_shows_the_build():
     env = dict(os.environ, AGENTD_BUILD_DIR=BUILD)
+    before = build_type(BUILD)
     p = subprocess.run([str(REPO / "scripts/run.sh"), "--version"], capture_output=True, text=True, env=env,
                        timeout=scaled(300))
+    # The build directory keeps the type it was configured with: run.sh rebuilding the suite's own build
+    # as another type would swap the binaries under the tests running beside it.
+    assert build_type(BUILD) == before, (before, build_type(BUILD))
     assert p.returncode == 0 and re.fullmatch(r"agentd \S+\n", p.stdout), p
     assert f"run.sh: configuring and building in {BUILD}/" in p.stderr, p.stderr
     # make's progress (or ninja's): the build is not silent.
