@@ -35,6 +35,13 @@ tests() { # dir, ctest args...: as many at once as there are cores (AGENTD_TEST_
 	(cd "$dir" && ctest --output-on-failure -j "${AGENTD_TEST_JOBS:-$jobs}" "$@")
 }
 
+other_types() { # the check suites in each other build type CMakeLists.txt offers, each in build-TYPE/
+	local t
+	for t in Debug Release MinSizeRel; do
+		build "build-$t" -DCMAKE_BUILD_TYPE="$t" && tests "build-$t" -R '^check_' || return 1
+	done
+}
+
 stage "build (normal)" build build
 stage "Check suites and process tests" tests build -E '^valgrind_|^pg_proc_'
 stage "process tests on PostgreSQL" tests build -R '^pg_proc_'
@@ -45,6 +52,7 @@ if [ "${1:-}" != "--quick" ]; then
 	AGENTD_TEST_SLOW=3 stage "Check suites and process tests under ASan+UBSan" tests build-asan
 	unset ASAN_OPTIONS UBSAN_OPTIONS
 	# Bounded fuzzing of every parser (libFuzzer, clang).
+	stage "Check suites in the other build types" other_types
 	stage "fuzzing (${AGENTD_FUZZ_SECS:-20} s per target)" scripts/fuzz.sh "${AGENTD_FUZZ_SECS:-20}"
 fi
 echo "test.sh: time per stage:" >&2
