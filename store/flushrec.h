@@ -51,6 +51,9 @@ struct flushrec;
  * cannot be (a read-only directory): then every store_flush flushes, as
  * without sharing. */
 struct flushrec *flushrec_open(const char *dir, int data_fd);
+/* This process's flushrec_flush never sleeps for another's flush or commit:
+ * it returns at once when durable covers want, and flushes otherwise. */
+void flushrec_alone(struct flushrec *r);
 void flushrec_close(struct flushrec *r);
 
 /* A write transaction is about to wait for LMDB's writer lock (on), or

@@ -162,6 +162,12 @@ struct store_opts {
 	 * 0: no limit. LMDB ignores it (a dead process's reader slot is
 	 * cleared, and writers are one machine's). */
 	int64_t idle_txn_timeout_ms;
+	/* LMDB, STORE_SYNC_FULL: this handle's store_flush never waits for a
+	 * commit or flush of another process to cover it (one already done
+	 * still spares it). For a flush that replies wait on: a commit under
+	 * way would hold them for its whole transaction, where a flush of
+	 * their own runs beside it. */
+	int flush_alone;
 };
 
 /* Open (creating when absent, unless read_only) the store at `target`: a
@@ -191,8 +197,9 @@ int store_sync(store *s);
  * transaction committed (by any process) before this call began is durable
  * when it returns 0, also one committed STORE_WRITE_LAZY. On LMDB the flush
  * is not made when a flush or commit of another process (or thread) covers
- * the same, under way or done: the call then waits for it instead
- * (store/flushrec.h; store_stat counts both kinds). Under
+ * the same, under way or done: the call then waits for it instead (for one
+ * done only, with flush_alone) (store/flushrec.h; store_stat counts both
+ * kinds). Under
  * STORE_SYNC_NONE it does nothing and returns 0. The one call that may run
  * in another thread of this process while the others use s: it touches only
  * the data file's descriptor. */

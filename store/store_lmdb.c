@@ -613,6 +613,8 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 	}
 	if (s->opts.sync == STORE_SYNC_FULL && !s->opts.read_only)
 		s->fr = flushrec_open(dir, s->fd);
+	if (s->opts.flush_alone)
+		flushrec_alone(s->fr);
 	MDB_stat ms;
 	s->psize = mdb_env_stat(s->env, &ms) == 0 ? ms.ms_psize : 4096;
 	/* Another process may have grown the map beyond our size: adopt it. */

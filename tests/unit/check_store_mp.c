@@ -1244,6 +1244,35 @@ START_TEST(flush_record_from_before_is_ignored)
 }
 END_TEST
 
+/* flush_alone (the supervisor's handle): a commit under way in another
+ * process is not waited for, the flush is made at once; a flush or commit
+ * already done still spares it. */
+START_TEST(flush_alone_does_not_wait)
+{
+	setenv("AGENTD_TEST_FLUSH_WAIT_MS", "20000", 1);
+	struct store_opts o = { .flush_alone = 1 };
+	ck_assert_int_eq(store_open(&st, dir, &o), 0);
+	conv_create("c");
+	append_lazy("c", "mine-1");
+	const char *app[] = { dir, "append", "1", "theirs", "c", NULL };
+	ck_assert_int_eq(kid_exit(spawn(app), 10000), CHILD_OK);
+	ck_assert_int_eq(store_flush(st), 0);
+	assert_flushes(0, 1); /* its commit, done, covered ours */
+	append_lazy("c", "mine-2");
+	const char *hold[] = { dir, "hold-write", "c", "theirs-2", "commit", NULL };
+	struct kid *h = spawn(hold);
+	expect_byte(h, 'W', 5000); /* its write transaction open, begun after our commit */
+	int64_t t0 = mono_ms();
+	ck_assert_int_eq(store_flush(st), 0);
+	int64_t ms = mono_ms() - t0;
+	assert_flushes(1, 1); /* made: the child has not committed, and is not waited for */
+	ck_assert_msg(ms < 10000, "the flush took %lld ms: it waited for the other writer", (long long)ms);
+	release(h);
+	expect_byte(h, 'C', 10000);
+	ck_assert_int_eq(kid_exit(h, 10000), CHILD_OK);
+}
+END_TEST
+
 /* No record to share (flush.lock cannot be opened: here a directory in
  * its place, which no permission lets a process open for writing, root's
  * included): the store opens and works, and every store_flush flushes
@@ -1660,6 +1689,7 @@ Suite *make_store_mp_suite(void)
 	tcase_add_test(tc, flush_after_a_killed_writer);
 	tcase_add_test(tc, flush_record_from_before_is_ignored);
 	tcase_add_test(tc, flush_without_the_record);
+	tcase_add_test(tc, flush_alone_does_not_wait);
 	tc = mp_case(s, "writer cache");
 	tcase_add_test(tc, cache_other_writer_appends);
 	tcase_add_test(tc, cache_other_writer_recreates);
