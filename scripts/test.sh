@@ -51,8 +51,8 @@ if [ "${1:-}" != "--quick" ]; then
 	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 	AGENTD_TEST_SLOW=3 stage "Check suites and process tests under ASan+UBSan" tests build-asan
 	unset ASAN_OPTIONS UBSAN_OPTIONS
-	# Bounded fuzzing of every parser (libFuzzer, clang).
 	stage "Check suites in the other build types" other_types
+	# Bounded fuzzing of every parser (libFuzzer, clang).
 	stage "fuzzing (${AGENTD_FUZZ_SECS:-20} s per target)" scripts/fuzz.sh "${AGENTD_FUZZ_SECS:-20}"
 fi
 echo "test.sh: time per stage:" >&2

@@ -197,12 +197,11 @@ int store_sync(store *s);
  * transaction committed (by any process) before this call began is durable
  * when it returns 0, also one committed STORE_WRITE_LAZY. On LMDB the flush
  * is not made when a flush or commit of another process (or thread) covers
- * the same, under way or done: the call then waits for it instead (for one
- * done only, with flush_alone) (store/flushrec.h; store_stat counts both
- * kinds). Under
- * STORE_SYNC_NONE it does nothing and returns 0. The one call that may run
- * in another thread of this process while the others use s: it touches only
- * the data file's descriptor. */
+ * the same, under way or done: the call then waits for it instead, or with
+ * flush_alone only for one done (store/flushrec.h; store_stat counts both
+ * kinds). Under STORE_SYNC_NONE it does nothing and returns 0. The one call
+ * that may run in another thread of this process while the others use s: it
+ * touches only the data file's descriptor. */
 int store_flush(store *s);
 
 /* Hot backup: write a compacted, consistent copy of the store, as one read
