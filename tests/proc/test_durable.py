@@ -46,15 +46,14 @@ def waits(a):
 def test_reply_wait_for_the_frontier_is_measured():
     with Agentd() as a:
         c = a.create()
-        n0, s0, slow0 = waits(a)
+        n0, s0, _ = waits(a)
         for i in range(3):
             assert a.ok({"op": "send", "conversation": c, "content": f"m{i}"})["seq"] >= 1
-        n1, s1, slow1 = waits(a)
+        n1, s1, _ = waits(a)
         # Each send's reply shows a lazy commit, which its own page flush does not make durable: it waits for
         # the next flush, and that wait is counted (the reads around it may wait too).
         assert n1 - n0 >= 3, (n0, n1)
         assert s1 > s0, (s0, s1)
-        assert slow1 == slow0, "a reply waited over 0.5 s with flushes working"
 
 
 @harness.lmdb_only("the durable frontier flushes data.mdb; a PostgreSQL commit is durable when it returns")
