@@ -1069,6 +1069,24 @@ static void assert_flushes(uint64_t made, uint64_t spared)
 		      (unsigned long long)ss.flushes_spared, (unsigned long long)made, (unsigned long long)spared);
 }
 
+/* store_flush succeeds, with this handle's count of flushes then made and
+ * spared. */
+static void flush_expect(uint64_t made, uint64_t spared)
+{
+	ck_assert_int_eq(store_flush(st), 0);
+	assert_flushes(made, spared);
+}
+
+/* Conversation c, our lazy commit of "mine-1" in it, then another
+ * process's (full) commit of "theirs-1" after it. */
+static void ours_then_theirs(void)
+{
+	conv_create("c");
+	append_lazy("c", "mine-1");
+	const char *app[] = { dir, "append", "1", "theirs", "c", NULL };
+	ck_assert_int_eq(kid_exit(spawn(app), 10000), CHILD_OK);
+}
+
 /* store_flush on a thread, timed, while the test drives a child. */
 struct flusher {
 	pthread_t t;
@@ -1122,17 +1140,11 @@ static struct kid *writer_after_ours(const char *wait_ms, int commit)
 START_TEST(flush_covered_by_another_commit)
 {
 	open_store(0, 0);
-	conv_create("c");
-	append_lazy("c", "mine-1");
-	const char *app[] = { dir, "append", "1", "theirs", "c", NULL };
-	ck_assert_int_eq(kid_exit(spawn(app), 10000), CHILD_OK);
-	ck_assert_int_eq(store_flush(st), 0);
-	assert_flushes(0, 1);
+	ours_then_theirs();
+	flush_expect(0, 1);
 	append_lazy("c", "mine-2");
-	ck_assert_int_eq(store_flush(st), 0);
-	assert_flushes(1, 1);
-	ck_assert_int_eq(store_flush(st), 0); /* nothing since: covered by our own */
-	assert_flushes(1, 2);
+	flush_expect(1, 1);
+	flush_expect(1, 2); /* nothing since: covered by our own */
 }
 END_TEST
 
@@ -1220,8 +1232,7 @@ START_TEST(flush_after_a_killed_writer)
 	ck_assert_int_ge(mono_ms() - t0, 250);
 	assert_flushes(1, 0);
 	append_lazy("c", "mine-2"); /* the writer lock is free again; our commit covers no more than before */
-	ck_assert_int_eq(store_flush(st), 0);
-	assert_flushes(2, 0);
+	flush_expect(2, 0);
 }
 END_TEST
 
@@ -1239,8 +1250,7 @@ START_TEST(flush_record_from_before_is_ignored)
 	open_store(0, 0);
 	conv_create("c");
 	append_lazy("c", "mine-1");
-	ck_assert_int_eq(store_flush(st), 0);
-	assert_flushes(1, 0);
+	flush_expect(1, 0);
 }
 END_TEST
 
@@ -1252,12 +1262,8 @@ START_TEST(flush_alone_does_not_wait)
 	setenv("AGENTD_TEST_FLUSH_WAIT_MS", "20000", 1);
 	struct store_opts o = { .flush_alone = 1 };
 	ck_assert_int_eq(store_open(&st, dir, &o), 0);
-	conv_create("c");
-	append_lazy("c", "mine-1");
-	const char *app[] = { dir, "append", "1", "theirs", "c", NULL };
-	ck_assert_int_eq(kid_exit(spawn(app), 10000), CHILD_OK);
-	ck_assert_int_eq(store_flush(st), 0);
-	assert_flushes(0, 1); /* its commit, done, covered ours */
+	ours_then_theirs();
+	flush_expect(0, 1); /* its commit, done, covered ours */
 	append_lazy("c", "mine-2");
 	const char *hold[] = { dir, "hold-write", "c", "theirs-2", "commit", NULL };
 	struct kid *h = spawn(hold);
@@ -1283,15 +1289,10 @@ START_TEST(flush_without_the_record)
 	snprintf(path, sizeof path, "%s/flush.lock", dir);
 	ck_assert_int_eq(mkdir(path, 0700), 0);
 	open_store(0, 0);
-	conv_create("c");
-	append_lazy("c", "mine-1");
-	const char *app[] = { dir, "append", "1", "theirs", "c", NULL };
-	ck_assert_int_eq(kid_exit(spawn(app), 10000), CHILD_OK);
-	ck_assert_int_eq(store_flush(st), 0);
-	assert_flushes(1, 0);
+	ours_then_theirs();
+	flush_expect(1, 0);
 	append_lazy("c", "mine-2");
-	ck_assert_int_eq(store_flush(st), 0);
-	assert_flushes(2, 0);
+	flush_expect(2, 0);
 	struct recs r;
 	load("c", &r);
 	ck_assert_uint_eq(r.n, 3);
