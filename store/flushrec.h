@@ -47,9 +47,8 @@ struct flushrec;
 
 /* Map dir's record, creating the file; data_fd is the store's descriptor
  * onto data.mdb, which must stay open until flushrec_close (closing it after
- * drops this process's locks on it). NULL when it
- * cannot be (a read-only directory): then every store_flush flushes, as
- * without sharing. */
+ * drops this process's locks on it). NULL when it cannot be (a read-only
+ * directory): then every store_flush flushes, as without sharing. */
 struct flushrec *flushrec_open(const char *dir, int data_fd);
 /* This process's flushrec_flush never sleeps for another's flush or commit:
  * it returns at once when durable covers want, and flushes otherwise. */
