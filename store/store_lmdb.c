@@ -108,6 +108,7 @@ struct store {
 	uint64_t tick;
 	unsigned psize;     /* LMDB's page size */
 	int fd;             /* the data file, for store_flush (from any thread) */
+	int rofd;           /* the data file again, read-only: what the map is made of (map_unshared) */
 	struct flushrec *fr; /* the flushes shared with the other processes (sync full, not read-only) */
 	uint64_t flushes, flushes_spared; /* store_flush's (store_stat), atomics: any thread */
 	uint64_t file_seen; /* the data file is at least this long */
@@ -569,6 +570,75 @@ static int open_node_dbis(store *s)
 	return map_err(rc);
 }
 
+/* The data file opened once more, read-only, if it is the file fd is. */
+static int open_again(const char *dir, int fd)
+{
+	char path[PATH_MAX];
+	struct stat a, b;
+	if (snprintf(path, sizeof path, "%s/data.mdb", dir) >= (int)sizeof path)
+		return -1;
+	int ro = open(path, O_RDONLY | O_CLOEXEC);
+	if (ro < 0)
+		return -1;
+	if (fstat(ro, &a) || fstat(fd, &b) || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+		close(ro);
+		return -1;
+	}
+	return ro;
+}
+
+/* Where LMDB's map of the data file begins (LMDB does not say): the map
+ * of this process that holds a value a read txn returns, which points into
+ * the map. NULL when it cannot be told. */
+static void *map_find(store *s, size_t len)
+{
+	MDB_txn *t;
+	MDB_val k = { 6, "schema" }, v;
+	struct stat st;
+	void *base = NULL;
+	if (fstat(s->rofd, &st) || mdb_txn_begin(s->env, NULL, MDB_RDONLY, &t))
+		return NULL;
+	FILE *f = mdb_get(t, s->meta, &k, &v) == 0 ? fopen("/proc/self/maps", "re") : NULL;
+	uintptr_t p = f ? (uintptr_t)v.mv_data : 0;
+	char line[512];
+	while (f && fgets(line, sizeof line, f)) {
+		unsigned long lo, hi, off, ino;
+		if (sscanf(line, "%lx-%lx %*s %lx %*s %lu", &lo, &hi, &off, &ino) != 4 || p < lo || p >= hi)
+			continue;
+		if (ino == (unsigned long)st.st_ino && off == 0 && hi - lo == len)
+			base = (void *)lo;
+		break;
+	}
+	if (f)
+		fclose(f);
+	mdb_txn_abort(t);
+	return base;
+}
+
+/* Put a read-only descriptor under LMDB's map, in place. LMDB maps the data
+ * file through its read-write descriptor, so the map counts as writable
+ * shared memory although LMDB never writes through it (no MDB_WRITEMAP).
+ * Before the kernel writes back a dirty page of a file, it write-protects
+ * that page in every writable shared map of the file: it walks the page
+ * tables of each process that maps it, the supervisor and every worker,
+ * for every page of every flush. A map made through a read-only
+ * descriptor is not writable shared memory, and the walk passes it by.
+ * Same file, same pages, same address: LMDB sees no difference. Called
+ * after every (re)map, with no txn open; should the new map fail, the old
+ * one is put back, and if that fails too every txn fails, as after a
+ * failed resize. */
+static void map_unshared(store *s)
+{
+	MDB_envinfo info;
+	void *base;
+	if (s->rofd < 0 || mdb_env_info(s->env, &info) || !(base = map_find(s, info.me_mapsize)))
+		return;
+	if (mmap(base, info.me_mapsize, PROT_READ, MAP_SHARED | MAP_FIXED, s->rofd, 0) != MAP_FAILED)
+		return;
+	if (mmap(base, info.me_mapsize, PROT_READ, MAP_SHARED | MAP_FIXED, s->fd, 0) == MAP_FAILED)
+		s->unmapped = 1;
+}
+
 int store_open(store **out, const char *dir, const struct store_opts *opts)
 {
 	if (!out || !dir)
@@ -577,6 +647,7 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 	if (!s)
 		return -ENOMEM;
 	s->vt = &store_lmdb_vt;
+	s->rofd = -1;
 	if (opts)
 		s->opts = *opts;
 	if (!s->opts.map_size) /* the default, or all that max_map_size allows */
@@ -611,6 +682,8 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 		fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
 		s->fd = fd;
 	}
+	if (!s->opts.read_only && s->fd >= 0)
+		s->rofd = open_again(dir, s->fd);
 	if (s->opts.sync == STORE_SYNC_FULL && !s->opts.read_only)
 		s->fr = flushrec_open(dir, s->fd);
 	if (s->opts.flush_alone)
@@ -624,9 +697,13 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 	int err = open_dbis(s);
 	if (!err)
 		err = open_node_dbis(s);
+	if (!err)
+		map_unshared(s);
 	if (err) {
 		flushrec_close(s->fr);
 		mdb_env_close(s->env);
+		if (s->rofd >= 0)
+			close(s->rofd);
 		free(s);
 		return err;
 	}
@@ -635,6 +712,8 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 fail:
 	if (s->env)
 		mdb_env_close(s->env);
+	if (s->rofd >= 0)
+		close(s->rofd);
 	free(s);
 	return map_err(rc);
 }
@@ -649,6 +728,8 @@ void store_close(store *s)
 	txn_destroy(s->spare_w);
 	flushrec_close(s->fr);
 	mdb_env_close(s->env);
+	if (s->rofd >= 0)
+		close(s->rofd);
 	free(s->cache);
 	free(s);
 }
@@ -818,6 +899,7 @@ static int map_resize(store *s, size_t want)
 	munmap(p, want);
 	if (mdb_env_set_mapsize(s->env, want) == 0) {
 		s->map_size = want;
+		map_unshared(s);
 		return 0;
 	}
 	s->unmapped = 1;
@@ -1060,6 +1142,7 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 			break;
 		/* Another process grew the map: adopt its size and retry. */
 		if (mdb_env_set_mapsize(s->env, 0) == 0) {
+			map_unshared(s);
 			MDB_envinfo info;
 			if (mdb_env_info(s->env, &info) == 0)
 				s->map_size = info.me_mapsize;

@@ -870,6 +870,94 @@ START_TEST(map_resized_while_txn_open)
 }
 END_TEST
 
+/* This process's maps of the store's data file, from /proc/self/smaps:
+ * how many, the size of the last, and how many are writable shared memory
+ * (VmFlags "sh"). */
+struct data_maps {
+	int n, shared;
+	size_t size;
+};
+
+static struct data_maps data_maps(void)
+{
+	char real[PATH_MAX], data[PATH_MAX + 16], line[PATH_MAX + 128];
+	struct data_maps m = { 0 };
+	int in_data = 0;
+	ck_assert_ptr_nonnull(realpath(dir, real));
+	snprintf(data, sizeof data, "%s/data.mdb", real);
+	FILE *f = fopen("/proc/self/smaps", "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof line, f)) {
+		unsigned long lo, hi;
+		char path[PATH_MAX + 1] = "";
+		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %4096s", &lo, &hi, path) >= 2) { /* a map's first line */
+			in_data = strcmp(path, data) == 0;
+			if (in_data) {
+				m.n++;
+				m.size = hi - lo;
+			}
+		} else if (in_data && strncmp(line, "VmFlags:", 8) == 0) {
+			m.shared += strstr(line, " sh") != NULL;
+		}
+	}
+	fclose(f);
+	return m;
+}
+
+/* LMDB never writes through its map (no MDB_WRITEMAP), yet maps the file
+ * through its read-write descriptor, which makes the map writable shared
+ * memory: then every page a flush writes back is first write-protected in
+ * every process that maps the file, a page-table walk per process per page,
+ * the supervisor's and every worker's (store_lmdb.c, map_unshared). The
+ * store's map is not writable shared memory: not at open, not after it grew
+ * its own map, not after it adopted the larger map another process made. */
+START_TEST(map_not_writable_shared)
+{
+	char m[32], mx[32], pad[32];
+	struct store_stat ss;
+	open_store(1 * MiB, 64 * MiB);
+	conv_create("c");
+	struct data_maps dm = data_maps();
+	ck_assert_int_eq(dm.n, 1);
+	ck_assert_uint_eq(dm.size, 1 * MiB);
+	ck_assert_msg(dm.shared == 0, "the data file is mapped as writable shared memory at open");
+
+	/* Grown by this handle ahead of need. */
+	size_t n = 0;
+	char eid[32];
+	do {
+		snprintf(eid, sizeof eid, "g-%zu", ++n);
+		ck_assert_int_eq(append1("c", eid, GROW_PAD), 0);
+		ck_assert_int_eq(store_stat(st, &ss), 0);
+	} while (ss.map_size == 1 * MiB && n < 10000);
+	ck_assert_uint_gt(ss.map_size, 1 * MiB);
+	dm = data_maps();
+	ck_assert_int_eq(dm.n, 1);
+	ck_assert_uint_eq(dm.size, ss.map_size);
+	ck_assert_msg(dm.shared == 0, "the data file is mapped as writable shared memory after growing");
+
+	/* Grown by another process, past the end of this handle's map: adopted
+	 * at the next begin, here a read's (a write's would grow its own map
+	 * ahead of need first). */
+	size_t ours = ss.map_size;
+	const char *grow[] = { "-m", sz(m, 32 * MiB), "-M", sz(mx, 64 * MiB), "-p", sz(pad, GROW_PAD), dir, "append",
+			       "1024", "o", "c", NULL };
+	ck_assert_int_eq(kid_exit(spawn(grow), 15000), CHILD_OK);
+	struct recs r;
+	load("c", &r);
+	ck_assert_uint_eq(r.n, n + 1024);
+	ck_assert_str_eq(r.v[n].eid, "o-1");
+	ck_assert_str_eq(r.v[n + 1023].eid, "o-1024");
+	recs_free(&r);
+	ck_assert_int_eq(store_stat(st, &ss), 0);
+	ck_assert_uint_gt(ss.map_size, ours);
+	dm = data_maps();
+	ck_assert_int_eq(dm.n, 1);
+	ck_assert_uint_eq(dm.size, ss.map_size);
+	ck_assert_msg(dm.shared == 0, "the data file is mapped as writable shared memory after adopting a map");
+}
+END_TEST
+
 /* ---- 5. close-on-exec ------------------------------------------------- */
 
 /* The store's files never leak into programs a worker execs (models, tools):
@@ -1679,6 +1767,7 @@ Suite *make_store_mp_suite(void)
 	tcase_add_test(tc, map_full_then_grown);
 	tcase_add_test(tc, map_grows_across_processes);
 	tcase_add_test(tc, map_resized_while_txn_open);
+	tcase_add_test(tc, map_not_writable_shared);
 	tcase_add_test(tc, data_fd_cloexec);
 	tcase_add_test(tc, concurrent_resolvers);
 	tcase_add_test(tc, fencing);
