@@ -28,6 +28,7 @@ static struct {
 	uint64_t frontier;       /* loop thread only */
 	uint64_t wanted;         /* the highest id asked for (loop thread) */
 	int running;             /* a flush is asked or in flight (loop thread) */
+	int now;                 /* a flush was asked at once while one ran: the next starts at its end */
 	uint64_t failing;        /* flushes failed in a row (loop thread) */
 	int efd;                 /* the flusher's "done" to the loop */
 	struct loop_watch lw;
@@ -122,6 +123,8 @@ static void on_flushed(struct loop_watch *lw, uint32_t events)
 	int err = D.err;
 	pthread_mutex_unlock(&D.mu);
 	D.running = 0;
+	int now = D.now;
+	D.now = 0;
 	if (err) {
 		/* Nothing waiting is let through on a failed flush: the replies
 		 * wait, and the next request tries again. */
@@ -137,7 +140,11 @@ static void on_flushed(struct loop_watch *lw, uint32_t events)
 		D.failing = 0;
 	}
 	advance(done);
-	/* What was committed while this one ran waits for durable_before_wait. */
+	/* What was committed while this one ran: at once if a group off the
+	 * loop asked for it so (its replies wait for nothing else, and the
+	 * next group's commit runs beside it), else durable_before_wait's. */
+	if (now && !err)
+		start_flush();
 }
 
 static void on_timer(struct loop_watch *lw, uint32_t events)
@@ -240,8 +247,12 @@ void durable_before_wait(void)
 
 void durable_flush_now(void)
 {
-	if (!D.all)
-		start_flush(); /* none when one runs: its end leaves the rest to durable_before_wait */
+	if (D.all)
+		return;
+	if (D.running)
+		D.now = 1; /* on_flushed starts it */
+	else
+		start_flush();
 }
 
 void durable_committed(uint64_t id)

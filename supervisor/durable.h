@@ -59,8 +59,9 @@ uint64_t durable_flushes(void);
 uint64_t durable_flush_failures(void);
 
 /* Start a flush for what was asked, without waiting for the next group
- * commit to cover it (none when one is running): after a group committed
- * off the loop, whose next group then commits beside this flush. */
+ * commit to cover it (when one is running, the next starts as it ends):
+ * after a group committed off the loop, whose next group then commits
+ * beside this flush. */
 void durable_flush_now(void);
 
 #endif

@@ -150,6 +150,38 @@ START_TEST(a_flush_is_deferred_while_a_commit_may_come)
 }
 END_TEST
 
+/* A group committed off the loop asks for its flush at once. Asked while
+ * one runs, that flush starts as the running one ends: not after the
+ * deferral (durable_before_wait), which this loop never calls, so without
+ * it the second commit would never be covered. */
+static int no_before_wait(void *arg)
+{
+	return 0;
+}
+
+START_TEST(a_flush_asked_at_once_follows_the_running_one)
+{
+	open_store(STORE_SYNC_FULL);
+	unsetenv("AGENTD_TEST_ACK_EARLY");
+	ck_assert_int_eq(durable_open(st, 1, on_advanced, more), 0);
+	more_coming = 1;
+	uint64_t a = commit_one("a");
+	durable_need(a);
+	durable_flush_now(); /* the flusher reads the last id, then flushes */
+	uint64_t b = commit_one("b");
+	durable_need(b);
+	durable_flush_now(); /* the first one has not ended on the loop yet */
+	struct loop_hooks h = { no_before_wait, NULL, covered, NULL };
+	target = b;
+	ck_assert_int_eq(loop_run(&h), 0);
+	ck_assert(durable_covers(a) && durable_covers(b));
+	ck_assert_uint_le(durable_flushes(), 2);
+	more_coming = 0;
+	durable_close();
+	close_store();
+}
+END_TEST
+
 START_TEST(sync_none_covers_everything_at_once)
 {
 	open_store(STORE_SYNC_NONE);
@@ -183,6 +215,7 @@ Suite *make_durable_suite(void)
 	TCase *tc = tcase_create("frontier");
 	tcase_add_test(tc, a_lazy_commit_is_covered_once_flushed);
 	tcase_add_test(tc, a_flush_is_deferred_while_a_commit_may_come);
+	tcase_add_test(tc, a_flush_asked_at_once_follows_the_running_one);
 	tcase_add_test(tc, sync_none_covers_everything_at_once);
 	tcase_add_test(tc, the_test_only_early_ack_covers_before_the_flush);
 	suite_add_tcase(s, tc);
