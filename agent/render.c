@@ -8,6 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Each message is {seq, type, content}. The worker's working set holds
+ * events of just that shape: those are shared with the request, not copied
+ * (neither side changes them; a copy per event per turn was most of a
+ * turn's work on a long log). */
+static json_t *message(json_t *e)
+{
+	json_t *seq = json_object_get(e, "seq"), *type = json_object_get(e, "type"),
+	       *content = json_object_get(e, "content");
+	if (json_object_size(e) == 3 && seq && type && content)
+		return json_incref(e);
+	return json_pack("{sOsOsO}", "seq", seq, "type", type, "content", content);
+}
+
 /* NULL when out of memory: never a request with a message left out. */
 static json_t *messages(const json_t *events)
 {
@@ -16,8 +29,7 @@ static json_t *messages(const json_t *events)
 	size_t i;
 	json_t *e;
 	json_array_foreach(events, i, e)
-		jb_append(&oom, a, json_pack("{sOsOsO}", "seq", json_object_get(e, "seq"), "type",
-					     json_object_get(e, "type"), "content", json_object_get(e, "content")));
+		jb_append(&oom, a, message(e));
 	return jb_done(oom, a);
 }
 
