@@ -11,12 +11,9 @@
 
 #define LOOP_EVENTS 64 /* ready descriptors taken per wait */
 
-/* ep holds every watch but those marked during_commit, which are in
- * ep_commit; ep_commit is itself in ep, so an unrestricted wait sees both. */
+/* ep holds every watch; ep_commit also holds those marked during_commit,
+ * for the restricted wait. An unrestricted wait is one epoll_wait on ep. */
 static int ep = -1, ep_commit = -1, restricted;
-
-static void on_commit_set(struct loop_watch *w, uint32_t events);
-static struct loop_watch commit_set = { on_commit_set, 0 };
 
 int64_t loop_now_ms(void)
 {
@@ -36,10 +33,7 @@ int loop_open(void)
 {
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	ep_commit = epoll_create1(EPOLL_CLOEXEC);
-	if (ep < 0 || ep_commit < 0)
-		return -errno;
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &commit_set };
-	return epoll_ctl(ep, EPOLL_CTL_ADD, ep_commit, &ev) < 0 ? -errno : 0;
+	return ep < 0 || ep_commit < 0 ? -errno : 0;
 }
 
 void loop_close(void)
@@ -51,21 +45,33 @@ void loop_close(void)
 	ep = ep_commit = -1;
 }
 
-int loop_add(int fd, uint32_t events, struct loop_watch *w)
+static int ctl(int op, int fd, uint32_t events, struct loop_watch *w)
 {
 	struct epoll_event ev = { .events = events, .data.ptr = w };
-	return epoll_ctl(w->during_commit ? ep_commit : ep, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+	if (epoll_ctl(ep, op, fd, &ev) < 0)
+		return -errno;
+	if (w->during_commit && epoll_ctl(ep_commit, op, fd, &ev) < 0) {
+		int e = -errno;
+		if (op == EPOLL_CTL_ADD)
+			epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL); /* in both sets or in neither */
+		return e;
+	}
+	return 0;
+}
+
+int loop_add(int fd, uint32_t events, struct loop_watch *w)
+{
+	return ctl(EPOLL_CTL_ADD, fd, events, w);
 }
 
 int loop_mod(int fd, uint32_t events, struct loop_watch *w)
 {
-	struct epoll_event ev = { .events = events, .data.ptr = w };
-	return epoll_ctl(w->during_commit ? ep_commit : ep, EPOLL_CTL_MOD, fd, &ev) < 0 ? -errno : 0;
+	return ctl(EPOLL_CTL_MOD, fd, events, w);
 }
 
 void loop_del(int fd)
 {
-	/* In one of the two sets: the other says ENOENT. */
+	/* ep_commit holds only the during_commit ones: the others say ENOENT. */
 	epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
 	epoll_ctl(ep_commit, EPOLL_CTL_DEL, fd, NULL);
 }
@@ -108,14 +114,6 @@ static int dispatch(int set, int timeout, int (*after)(const struct loop_hooks *
 		w->fn(w, evs[i].events);
 	}
 	return 0;
-}
-
-/* ep_commit is ready, in an unrestricted wait: what is ready in it. */
-static void on_commit_set(struct loop_watch *w, uint32_t events)
-{
-	(void)w;
-	(void)events;
-	dispatch(ep_commit, 0, NULL, NULL);
 }
 
 static int after_wait(const struct loop_hooks *h)

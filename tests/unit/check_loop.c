@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <sys/epoll.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "supervisor/loop.h"
@@ -65,7 +66,7 @@ static int end(void *arg)
 static void setup(struct pipe_watch *p)
 {
 	ck_assert_int_eq(pipe(p->fd), 0);
-	p->lw.fn = on_pipe;
+	p->lw = (struct loop_watch){ on_pipe, 0 };
 	p->calls = 0;
 	p->remove = 0;
 	ntrace = 0;
@@ -136,6 +137,73 @@ START_TEST(level_triggered_until_read)
 }
 END_TEST
 
+/* Restricted, only the watches marked during_commit are called, and no
+ * hook; lifted (here by such a watch, as the writer thread's eventfd does),
+ * the others' events, kept meanwhile, are called in the next whole
+ * iteration. Unrestricted, a marked watch is called as any other, and once
+ * removed it is called in neither mode. */
+static struct pipe_watch *lifter; /* lifts the restriction when called */
+
+static void on_marked(struct loop_watch *lw, uint32_t events)
+{
+	struct pipe_watch *p = (struct pipe_watch *)(void *)((char *)lw - offsetof(struct pipe_watch, lw));
+	char buf[16];
+	p->calls++;
+	mark(loop_restricted() ? 'R' : 'M');
+	if (read(p->fd[0], buf, sizeof buf) < 0)
+		return;
+	if (p == lifter)
+		loop_restrict(0);
+}
+
+START_TEST(restricted_calls_only_the_marked)
+{
+	struct pipe_watch p, m;
+	struct loop_hooks h = { before, after, end, NULL };
+	setup(&p); /* unmarked: its callback marks 'W' */
+	ck_assert_int_eq(pipe(m.fd), 0);
+	m.lw = (struct loop_watch){ on_marked, 1 };
+	m.calls = 0;
+	ck_assert_int_eq(loop_add(m.fd[0], EPOLLIN, &m.lw), 0);
+
+	/* Unrestricted: both, in one iteration between the hooks. */
+	ck_assert_int_eq(write(p.fd[1], "x", 1), 1);
+	ck_assert_int_eq(write(m.fd[1], "x", 1), 1);
+	stop_after = 1;
+	ck_assert_int_eq(loop_run(&h), 0);
+	ck_assert_int_eq(p.calls, 1);
+	ck_assert_int_eq(m.calls, 1);
+	ck_assert_msg(!strcmp(trace, "BAWME") || !strcmp(trace, "BAMWE"), "trace %s", trace);
+
+	/* Restricted: the unmarked one waits; the marked one lifts it. */
+	ntrace = 0;
+	iterations = 0;
+	lifter = &m;
+	ck_assert_int_eq(write(p.fd[1], "y", 1), 1);
+	loop_restrict(1);
+	ck_assert_int_eq(write(m.fd[1], "y", 1), 1);
+	ck_assert_int_eq(loop_run(&h), 0);
+	ck_assert_str_eq(trace, "RBAWE");
+	ck_assert_int_eq(p.calls, 2);
+	ck_assert_int_eq(m.calls, 2);
+
+	/* Removed: called in neither mode. */
+	loop_del(m.fd[0]);
+	ntrace = 0;
+	iterations = 0;
+	busy_left = 2;
+	stop_after = 2;
+	ck_assert_int_eq(write(m.fd[1], "z", 1), 1);
+	ck_assert_int_eq(loop_run(&h), 0);
+	ck_assert_str_eq(trace, "BAEBAE");
+	ck_assert_int_eq(m.calls, 2);
+	close(m.fd[0]);
+	close(m.fd[1]);
+	lifter = NULL;
+	loop_close();
+}
+END_TEST
+
 START_TEST(errors_are_negative_errno)
 {
 	struct loop_watch w = { NULL };
@@ -168,6 +236,7 @@ Suite *make_loop_suite(void)
 	tcase_add_test(tc, busy_hook_does_not_block);
 	tcase_add_test(tc, removed_in_its_callback_is_not_called_again);
 	tcase_add_test(tc, level_triggered_until_read);
+	tcase_add_test(tc, restricted_calls_only_the_marked);
 	tcase_add_test(tc, errors_are_negative_errno);
 	tcase_add_test(tc, clocks_are_monotonic);
 	suite_add_tcase(s, tc);
