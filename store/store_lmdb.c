@@ -108,7 +108,6 @@ struct store {
 	uint64_t tick;
 	unsigned psize;     /* LMDB's page size */
 	int fd;             /* the data file, for store_flush (from any thread) */
-	int rofd;           /* the data file again, read-only: what the map is made of (map_unshared) */
 	struct flushrec *fr; /* the flushes shared with the other processes (sync full, not read-only) */
 	uint64_t flushes, flushes_spared; /* store_flush's (store_stat), atomics: any thread */
 	uint64_t file_seen; /* the data file is at least this long */
@@ -570,13 +569,12 @@ static int open_node_dbis(store *s)
 	return map_err(rc);
 }
 
-/* The data file opened once more, read-only, if it is the file fd is. */
-static int open_again(const char *dir, int fd)
+/* The file fd is, opened once more, read-only. */
+static int open_again(int fd)
 {
-	char path[PATH_MAX];
+	char path[64];
 	struct stat a, b;
-	if (snprintf(path, sizeof path, "%s/data.mdb", dir) >= (int)sizeof path)
-		return -1;
+	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
 	int ro = open(path, O_RDONLY | O_CLOEXEC);
 	if (ro < 0)
 		return -1;
@@ -596,7 +594,7 @@ static void *map_find(store *s, size_t len)
 	MDB_val k = { 6, "schema" }, v;
 	struct stat st;
 	void *base = NULL;
-	if (fstat(s->rofd, &st) || mdb_txn_begin(s->env, NULL, MDB_RDONLY, &t))
+	if (fstat(s->fd, &st) || mdb_txn_begin(s->env, NULL, MDB_RDONLY, &t))
 		return NULL;
 	FILE *f = mdb_get(t, s->meta, &k, &v) == 0 ? fopen("/proc/self/maps", "re") : NULL;
 	uintptr_t p = f ? (uintptr_t)v.mv_data : 0;
@@ -631,12 +629,18 @@ static void map_unshared(store *s)
 {
 	MDB_envinfo info;
 	void *base;
-	if (s->rofd < 0 || mdb_env_info(s->env, &info) || !(base = map_find(s, info.me_mapsize)))
+	if (s->opts.read_only || s->fd < 0 || mdb_env_info(s->env, &info) ||
+	    !(base = map_find(s, info.me_mapsize)))
 		return;
-	if (mmap(base, info.me_mapsize, PROT_READ, MAP_SHARED | MAP_FIXED, s->rofd, 0) != MAP_FAILED)
+	/* The map holds the file, not the descriptor: it is closed at once,
+	 * and the process keeps no more descriptors than LMDB's. */
+	int ro = open_again(s->fd);
+	if (ro < 0)
 		return;
-	if (mmap(base, info.me_mapsize, PROT_READ, MAP_SHARED | MAP_FIXED, s->fd, 0) == MAP_FAILED)
+	if (mmap(base, info.me_mapsize, PROT_READ, MAP_SHARED | MAP_FIXED, ro, 0) == MAP_FAILED &&
+	    mmap(base, info.me_mapsize, PROT_READ, MAP_SHARED | MAP_FIXED, s->fd, 0) == MAP_FAILED)
 		s->unmapped = 1;
+	close(ro);
 }
 
 int store_open(store **out, const char *dir, const struct store_opts *opts)
@@ -647,7 +651,6 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 	if (!s)
 		return -ENOMEM;
 	s->vt = &store_lmdb_vt;
-	s->rofd = -1;
 	if (opts)
 		s->opts = *opts;
 	if (!s->opts.map_size) /* the default, or all that max_map_size allows */
@@ -682,8 +685,6 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 		fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
 		s->fd = fd;
 	}
-	if (!s->opts.read_only && s->fd >= 0)
-		s->rofd = open_again(dir, s->fd);
 	if (s->opts.sync == STORE_SYNC_FULL && !s->opts.read_only)
 		s->fr = flushrec_open(dir, s->fd);
 	if (s->opts.flush_alone)
@@ -702,8 +703,6 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 	if (err) {
 		flushrec_close(s->fr);
 		mdb_env_close(s->env);
-		if (s->rofd >= 0)
-			close(s->rofd);
 		free(s);
 		return err;
 	}
@@ -712,8 +711,6 @@ int store_open(store **out, const char *dir, const struct store_opts *opts)
 fail:
 	if (s->env)
 		mdb_env_close(s->env);
-	if (s->rofd >= 0)
-		close(s->rofd);
 	free(s);
 	return map_err(rc);
 }
@@ -728,8 +725,6 @@ void store_close(store *s)
 	txn_destroy(s->spare_w);
 	flushrec_close(s->fr);
 	mdb_env_close(s->env);
-	if (s->rofd >= 0)
-		close(s->rofd);
 	free(s->cache);
 	free(s);
 }

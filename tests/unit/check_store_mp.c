@@ -872,10 +872,11 @@ END_TEST
 
 /* This process's maps of the store's data file, from /proc/self/smaps:
  * how many, the size of the last, and how many are writable shared memory
- * (VmFlags "sh"). */
+ * (VmFlags "sh"); and its descriptors onto the file. */
 struct data_maps {
 	int n, shared;
 	size_t size;
+	int fds; /* this process's descriptors onto the data file */
 };
 
 static struct data_maps data_maps(void)
@@ -901,6 +902,19 @@ static struct data_maps data_maps(void)
 		}
 	}
 	fclose(f);
+	DIR *d = opendir("/proc/self/fd");
+	ck_assert_ptr_nonnull(d);
+	struct dirent *de;
+	while ((de = readdir(d)) != NULL) {
+		char fdpath[300], target[PATH_MAX];
+		snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%s", de->d_name);
+		ssize_t len = readlink(fdpath, target, sizeof target - 1);
+		if (len > 0) {
+			target[len] = 0;
+			m.fds += strcmp(target, data) == 0;
+		}
+	}
+	closedir(d);
 	return m;
 }
 
@@ -921,6 +935,9 @@ START_TEST(map_not_writable_shared)
 	ck_assert_int_eq(dm.n, 1);
 	ck_assert_uint_eq(dm.size, 1 * MiB);
 	ck_assert_msg(dm.shared == 0, "the data file is mapped as writable shared memory at open");
+	/* LMDB's own two (its descriptor, and the O_DSYNC one it writes meta
+	 * pages through): the read-only one is closed once mapped. */
+	ck_assert_int_eq(dm.fds, 2);
 
 	/* Grown by this handle ahead of need. */
 	size_t n = 0;
@@ -935,6 +952,7 @@ START_TEST(map_not_writable_shared)
 	ck_assert_int_eq(dm.n, 1);
 	ck_assert_uint_eq(dm.size, ss.map_size);
 	ck_assert_msg(dm.shared == 0, "the data file is mapped as writable shared memory after growing");
+	ck_assert_int_eq(dm.fds, 2);
 
 	/* Grown by another process, past the end of this handle's map: adopted
 	 * at the next begin, here a read's (a write's would grow its own map
@@ -955,6 +973,7 @@ START_TEST(map_not_writable_shared)
 	ck_assert_int_eq(dm.n, 1);
 	ck_assert_uint_eq(dm.size, ss.map_size);
 	ck_assert_msg(dm.shared == 0, "the data file is mapped as writable shared memory after adopting a map");
+	ck_assert_int_eq(dm.fds, 2);
 }
 END_TEST
 
