@@ -229,6 +229,11 @@ int control_all_held(void)
 	return C.nheld == C.nclients;
 }
 
+int control_only_free(const struct client *c)
+{
+	return C.nclients - C.nheld - !c->held == 0;
+}
+
 static void on_client_io(struct loop_watch *lw, uint32_t events);
 
 static void client_new(int fd)

@@ -87,6 +87,9 @@ int control_nclients(void);
 /* Every client waits on a reply held for the durable frontier: none can
  * send a request until the frontier moves. */
 int control_all_held(void);
+/* Every client but c waits on a held reply: once c's requests are answered,
+ * none can send the next commit before the frontier moves. */
+int control_only_free(const struct client *c);
 
 /* ---- one client -------------------------------------------------------- */
 struct slot *slot_new(struct client *c);

@@ -245,6 +245,32 @@ void durable_before_wait(void)
 		start_flush();
 }
 
+int durable_flush_here(uint64_t *id)
+{
+	if (D.all || !D.started)
+		return -EAGAIN;
+	/* As the flusher: the last id, read before the flush begins. */
+	uint64_t last = store_last_id(D.st);
+	int e = D.fail_path && access(D.fail_path, F_OK) == 0 ? -EIO : store_flush(D.st);
+	if (e) {
+		pthread_mutex_lock(&D.mu);
+		D.nfailed++;
+		pthread_mutex_unlock(&D.mu);
+		return e;
+	}
+	*id = last;
+	return 0;
+}
+
+void durable_flushed(uint64_t id)
+{
+	if (D.all)
+		return;
+	advance(id);
+	if (D.wanted <= D.frontier)
+		disarm();
+}
+
 void durable_flush_now(void)
 {
 	if (D.all)

@@ -51,12 +51,22 @@ void durable_before_wait(void);
 /* A write transaction of this process committed id (its own page flush
  * returned): every id below it is durable. */
 void durable_committed(uint64_t id);
-/* Flushes of the data file the flusher made that succeeded (and so may
- * have moved the frontier: agentd_durable_flushes_total; those a worker's
- * commit or flush spared are store_stat's flushes_spared), and that failed
+/* Flushes of the data file the flusher (or durable_flush_here) made that
+ * succeeded (and so may have moved the frontier:
+ * agentd_durable_flushes_total; those a worker's commit or flush spared
+ * are store_stat's flushes_spared), and that failed
  * (agentd_durable_flush_failures_total). */
 uint64_t durable_flushes(void);
 uint64_t durable_flush_failures(void);
+
+/* On any thread (the writer thread, after its commit returned, outside the
+ * writer lock): flush, and on success set *id to the last id committed
+ * before the flush began, now durable, for durable_flushed on the loop.
+ * -EAGAIN when nothing is ever flushed here (sync = none, the test-only
+ * early ack); a failed flush counts as the flusher's do. */
+int durable_flush_here(uint64_t *id);
+/* On the loop: a durable_flush_here covered id. */
+void durable_flushed(uint64_t id);
 
 /* Start a flush for what was asked, without waiting for the next group
  * commit to cover it (when one is running, the next starts as it ends):

@@ -56,7 +56,12 @@ void metrics_op_latency(int op, int64_t started_us)
 
 void metrics_durable_wait(int64_t held_us)
 {
-	double secs = (double)(loop_now_us() - held_us) / 1e6;
+	metrics_durable_waited(loop_now_us() - held_us);
+}
+
+void metrics_durable_waited(int64_t us)
+{
+	double secs = (double)us / 1e6;
 	int b = 0;
 	while (b < 11 && secs > lat_bounds[b])
 		b++;
@@ -103,6 +108,9 @@ static void text_counters(FILE *f)
 		{ "agentd_group_writes_total", "Write requests committed in them.", m.c[M_GROUP_WRITES] },
 		{ "agentd_group_commits_thread_total", "Of those, committed on the writer thread while the loop read on.",
 		  m.c[M_GROUP_COMMITS_THREAD] },
+		{ "agentd_group_commits_flushed_total",
+		  "Of those, made durable by the writer thread's own flush: one client's writes, every other client held.",
+		  m.c[M_GROUP_COMMITS_FLUSHED] },
 		{ "agentd_write_gate_grants_total", "Writes granted to workers.", m.c[M_GATE_GRANTS] },
 		{ "agentd_write_gate_waits_total", "Supervisor writes that waited for a worker's.", m.c[M_GATE_WAITS] },
 		{ "agentd_write_gate_revoked_total", "Grants taken back from a worker that held one too long.",

@@ -12,6 +12,7 @@
 enum metric {
 	M_SPAWNS, M_CRASHES, M_REVIVALS, M_EXPIRIES_FIRED, M_EXPIRY_COMMITS, M_GROUP_COMMITS, M_GROUP_WRITES,
 	M_GROUP_COMMITS_THREAD,
+	M_GROUP_COMMITS_FLUSHED,
 	M_GATE_GRANTS, M_GATE_WAITS, M_GATE_REVOKED, M_WAKES, M_WAKES_COALESCED, M_MODEL_CALLS, M_MODEL_ATTEMPTS,
 	M_MODEL_ATTEMPT_FAILURES, M_MODEL_CALL_FAILURES, M_COUNT
 };
@@ -27,6 +28,9 @@ void metrics_error(int err);
 void metrics_gate_wait(int64_t us);
 /* A reply held for the durable frontier since held_us (monotonic) leaves. */
 void metrics_durable_wait(int64_t held_us);
+/* A reply waited us for the flush that made its transaction durable before
+ * it was made (the writer thread's own flush: ops.c). */
+void metrics_durable_waited(int64_t us);
 /* An expiry fired at realtime at_us for a deadline of deadline_ms. */
 void metrics_expiry_late(int64_t at_us, int64_t deadline_ms);
 

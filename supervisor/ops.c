@@ -1831,6 +1831,9 @@ static void group_commit(struct job **w, struct wres *res, size_t n)
 struct agroup {
 	struct group g;
 	int e;
+	int flush;        /* the thread flushes after the commit (group_ready) */
+	uint64_t flushed; /* and that flush covered this id (0: none made) */
+	int64_t flush_us; /* how long it took: each reply waited that for the frontier */
 	struct job **deferred; /* reads behind a write of their client */
 	size_t nd;
 	TAILQ_HEAD(, job) jobs; /* its writes and those reads, in request order */
@@ -1849,6 +1852,12 @@ static void *writer_main(void *arg)
 		WT.todo = NULL;
 		pthread_mutex_unlock(&WT.mu);
 		ag->e = group_run(&ag->g);
+		uint64_t id;
+		int64_t t0 = loop_now_us();
+		if (ag->flush && ag->g.made && durable_flush_here(&id) == 0) {
+			ag->flushed = id;
+			ag->flush_us = loop_now_us() - t0;
+		}
 		pthread_mutex_lock(&WT.mu);
 		WT.done = ag;
 		uint64_t one = 1;
@@ -1897,6 +1906,23 @@ static int group_async_ok(struct job **w, size_t n)
 	return 1;
 }
 
+/* The group's writes are all one client's, and every other client waits on
+ * a held reply: no next commit can come before these replies leave, so
+ * nothing would commit beside the frontier's flush, and the thread makes
+ * that flush itself, right after the commit (outside the writer lock):
+ * the replies leave without the hand-offs to and from the flusher thread
+ * (docs/durability.md). */
+static int group_alone(struct job **w, size_t n)
+{
+	struct client *c = w[0]->slot ? slot_client(w[0]->slot) : NULL;
+	if (!c)
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if (!w[i]->slot || slot_client(w[i]->slot) != c)
+			return 0;
+	return control_only_free(c);
+}
+
 /* Make the group for the thread: its writes and the reads behind them
  * leave O.jobs for it. 0, or -ENOMEM (then it commits on the loop). */
 static int group_ready(struct job **w, struct wres *res, size_t n, struct job **deferred, size_t nd)
@@ -1907,6 +1933,7 @@ static int group_ready(struct job **w, struct wres *res, size_t n, struct job **
 	ag->g = (struct group){ .w = w, .res = res, .n = n, .left = n, .async = 1 };
 	ag->deferred = deferred;
 	ag->nd = nd;
+	ag->flush = group_alone(w, n);
 	TAILQ_INIT(&ag->jobs);
 	struct job *j, *next;
 	TAILQ_FOREACH_SAFE(j, &O.jobs, q, next)
@@ -1974,6 +2001,12 @@ static void on_group_done(struct loop_watch *lw, uint32_t events)
 /* The loop's part of a group once its attempts are done. */
 static void agroup_finish(struct agroup *ag)
 {
+	if (ag->flushed) {
+		durable_flushed(ag->flushed); /* before the note: it asks the flusher for nothing then */
+		metrics_add(M_GROUP_COMMITS_FLUSHED, 1);
+		for (size_t i = 0; i < ag->g.n; i++) /* never held, yet they waited for it */
+			metrics_durable_waited(ag->flush_us);
+	}
 	if (ag->g.made && ag->g.async)
 		group_committed_note(&ag->g);
 	group_finish(&ag->g, ag->e);

@@ -57,6 +57,37 @@ def test_reply_wait_for_the_frontier_is_measured():
 
 
 @harness.lmdb_only("the durable frontier flushes data.mdb; a PostgreSQL commit is durable when it returns")
+def test_a_lone_clients_send_is_flushed_by_the_writer_thread():
+    # One client's send while no other client is free to send: the writer thread flushes right after the
+    # commit, and the reply leaves without the flusher (agentd_group_commits_flushed_total). With another
+    # client connected and free, the flusher makes the flush, as it may commit beside the next group.
+    name = "agentd_group_commits_flushed_total"
+    with Agentd() as a:
+        c = a.create()
+
+        def answered(n):
+            ev = a.events(c)
+            return len(ev) >= 2 * n and ev[-1]["type"] == "assistant_msg"
+
+        f0 = flushes(a, name)
+        for i in range(5):
+            # each on a connection of its own, the only one; the worker's turn done before the next (a
+            # worker waiting for the write gate keeps a group off the writer thread)
+            assert a.send(c, f"alone {i}") == 2 * i + 1
+            wait_for(lambda: answered(i + 1), 10, "the echo's answer")
+        f1 = flushes(a, name)
+        assert f1 - f0 >= 3, (f0, f1)
+        with a.conn() as idle:  # connected, waiting on nothing: free to send
+            idle.request({"op": "ping"})
+            for i in range(3):
+                assert a.send(c, f"beside {i}") == 2 * (5 + i) + 1
+                wait_for(lambda: answered(6 + i), 10, "the echo's answer")
+            assert flushes(a, name) == f1
+        assert [e["content"]["text"] for e in a.events(c) if e["type"] == "user_msg"] == \
+            [f"alone {i}" for i in range(5)] + [f"beside {i}" for i in range(3)]
+
+
+@harness.lmdb_only("the durable frontier flushes data.mdb; a PostgreSQL commit is durable when it returns")
 def test_failed_flush_holds_replies_until_one_succeeds():
     d = harness._mkdtemp()
     fail = os.path.join(d, "flush-fails")
