@@ -50,6 +50,15 @@ static struct {
 	.lw = { on_flushed, 1 }, /* also while a group commits off the loop (ops.c) */
 	.tfd = -1, .tw = { on_timer }, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
 
+/* One flush of the data file, on any thread. *last, read before it begins,
+ * is what it makes durable: every transaction up to it had its meta page
+ * written (and what was asked for was committed before it was asked). */
+static int flush_once(uint64_t *last)
+{
+	*last = store_last_id(D.st);
+	return D.fail_path && access(D.fail_path, F_OK) == 0 ? -EIO : store_flush(D.st);
+}
+
 static void *flusher(void *arg)
 {
 	pthread_mutex_lock(&D.mu);
@@ -65,11 +74,8 @@ static void *flusher(void *arg)
 		 * little: the loop asks again at once, and must not spin. */
 		if (failed)
 			usleep(100 * 1000);
-		/* Read before the flush begins: every transaction up to it had
-		 * its meta page written, so the flush covers them (and what was
-		 * asked for, committed before it was asked). */
-		uint64_t last = store_last_id(D.st);
-		int e = D.fail_path && access(D.fail_path, F_OK) == 0 ? -EIO : store_flush(D.st);
+		uint64_t last;
+		int e = flush_once(&last);
 		pthread_mutex_lock(&D.mu);
 		if (e)
 			D.nfailed++;
@@ -249,9 +255,8 @@ int durable_flush_here(uint64_t *id)
 {
 	if (D.all || !D.started)
 		return -EAGAIN;
-	/* As the flusher: the last id, read before the flush begins. */
-	uint64_t last = store_last_id(D.st);
-	int e = D.fail_path && access(D.fail_path, F_OK) == 0 ? -EIO : store_flush(D.st);
+	uint64_t last;
+	int e = flush_once(&last);
 	if (e) {
 		pthread_mutex_lock(&D.mu);
 		D.nfailed++;
@@ -262,13 +267,19 @@ int durable_flush_here(uint64_t *id)
 	return 0;
 }
 
-void durable_flushed(uint64_t id)
+/* id is durable: the frontier moves, and a deferred flush no longer owed
+ * is called off. */
+static void covered_to(uint64_t id)
 {
-	if (D.all)
-		return;
 	advance(id);
 	if (D.wanted <= D.frontier)
 		disarm();
+}
+
+void durable_flushed(uint64_t id)
+{
+	if (!D.all)
+		covered_to(id);
 }
 
 void durable_flush_now(void)
@@ -283,11 +294,8 @@ void durable_flush_now(void)
 
 void durable_committed(uint64_t id)
 {
-	if (D.all || id < 2)
-		return;
-	advance(id - 1);
-	if (D.wanted <= D.frontier)
-		disarm();
+	if (!D.all && id >= 2)
+		covered_to(id - 1);
 }
 
 uint64_t durable_flushes(void)

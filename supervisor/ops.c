@@ -1852,11 +1852,13 @@ static void *writer_main(void *arg)
 		WT.todo = NULL;
 		pthread_mutex_unlock(&WT.mu);
 		ag->e = group_run(&ag->g);
-		uint64_t id;
-		int64_t t0 = loop_now_us();
-		if (ag->flush && ag->g.made && durable_flush_here(&id) == 0) {
-			ag->flushed = id;
-			ag->flush_us = loop_now_us() - t0;
+		if (ag->flush && ag->g.made) {
+			uint64_t id;
+			int64_t t0 = loop_now_us();
+			if (durable_flush_here(&id) == 0) {
+				ag->flushed = id;
+				ag->flush_us = loop_now_us() - t0;
+			}
 		}
 		pthread_mutex_lock(&WT.mu);
 		WT.done = ag;
