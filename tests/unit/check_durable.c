@@ -77,20 +77,41 @@ static int before_wait(void *arg)
 	return 0;
 }
 
-/* Run the loop until target is covered (the test's timeout stops a hang). */
-static void run_until_covered(uint64_t id)
+/* Run the loop until id is covered, before_wait run before each wait (the
+ * test's timeout stops a hang). */
+static void run_until(uint64_t id, int (*before)(void *))
 {
-	struct loop_hooks h = { before_wait, NULL, covered, NULL };
+	struct loop_hooks h = { before, NULL, covered, NULL };
 	target = id;
 	if (!durable_covers(id))
 		ck_assert_int_eq(loop_run(&h), 0);
 }
 
-START_TEST(a_lazy_commit_is_covered_once_flushed)
+static void run_until_covered(uint64_t id)
+{
+	run_until(id, before_wait);
+}
+
+/* The frontier over a store with sync = full; free: whether a client is
+ * free to send (what more() answers). */
+static void open_full(int free)
 {
 	open_store(STORE_SYNC_FULL);
 	unsetenv("AGENTD_TEST_ACK_EARLY");
 	ck_assert_int_eq(durable_open(st, 1, on_advanced, more), 0);
+	more_coming = free;
+}
+
+static void close_full(void)
+{
+	more_coming = 0;
+	durable_close();
+	close_store();
+}
+
+START_TEST(a_lazy_commit_is_covered_once_flushed)
+{
+	open_full(0);
 	uint64_t a = commit_one("a"), b = commit_one("b");
 	ck_assert_uint_eq(b, a + 1);
 	ck_assert(!durable_covers(a) && !durable_covers(b));
@@ -127,10 +148,7 @@ END_TEST
  * cover it; with none coming it still starts, after the delay. */
 START_TEST(a_flush_is_deferred_while_a_commit_may_come)
 {
-	open_store(STORE_SYNC_FULL);
-	unsetenv("AGENTD_TEST_ACK_EARLY");
-	ck_assert_int_eq(durable_open(st, 1, on_advanced, more), 0);
-	more_coming = 1;
+	open_full(1);
 	uint64_t a = commit_one("a");
 	durable_need(a);
 	durable_before_wait();
@@ -144,9 +162,7 @@ START_TEST(a_flush_is_deferred_while_a_commit_may_come)
 	durable_need(b);
 	run_until_covered(b);
 	ck_assert_uint_eq(durable_flushes(), 1);
-	more_coming = 0;
-	durable_close();
-	close_store();
+	close_full();
 }
 END_TEST
 
@@ -161,24 +177,17 @@ static int no_before_wait(void *arg)
 
 START_TEST(a_flush_asked_at_once_follows_the_running_one)
 {
-	open_store(STORE_SYNC_FULL);
-	unsetenv("AGENTD_TEST_ACK_EARLY");
-	ck_assert_int_eq(durable_open(st, 1, on_advanced, more), 0);
-	more_coming = 1;
+	open_full(1);
 	uint64_t a = commit_one("a");
 	durable_need(a);
 	durable_flush_now(); /* the flusher reads the last id, then flushes */
 	uint64_t b = commit_one("b");
 	durable_need(b);
 	durable_flush_now(); /* the first one has not ended on the loop yet */
-	struct loop_hooks h = { no_before_wait, NULL, covered, NULL };
-	target = b;
-	ck_assert_int_eq(loop_run(&h), 0);
+	run_until(b, no_before_wait);
 	ck_assert(durable_covers(a) && durable_covers(b));
 	ck_assert_uint_le(durable_flushes(), 2);
-	more_coming = 0;
-	durable_close();
-	close_store();
+	close_full();
 }
 END_TEST
 
