@@ -32,6 +32,12 @@
  * echo row's events), so it writes into a tree as deep as agentd's; the
  * same loop on a fresh store each run is printed beside it.
  *
+ * The bare LMDB servers: the same rows, but served over a Unix socket to the
+ * same 50 clients agentd serves, by a process of its own that does nothing
+ * else (below): what the loop leaves out, reading requests as they come and
+ * acking each one, measured on its own. One commits in its loop with LMDB's
+ * two flushes; the other is agentd's pipeline without the rest of agentd.
+ *
  * One-event-per-transaction: the same event appended with the store library
  * in this process, one durable transaction each, on the same filesystem: the
  * most a server that commits each event on its own could give. Group commit
@@ -42,8 +48,8 @@
  *   -r RUNS  timed runs (default 5, at most 15)
  *   -q       quick: a tenth of the requests, 3 runs (a smoke test)
  *   -o NAME  only the figures whose name contains NAME ("parked" for the
- *            diagnostic row, measured beside the bare LMDB loop and summed up
- *            in one line with both CPU times per send), no report (for
+ *            diagnostic row, measured beside the bare LMDB loop and the bare
+ *            servers and summed up with their CPU times per send), no report (for
  *            profiling; -v prints every run)
  *   -k       keep the scratch directory (agentd's and Redis's logs are there)
  *   -v       print every run's figures (on stderr)
@@ -55,6 +61,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <msgpack.h>
 #include <signal.h>
 #include <stdio.h>
@@ -446,6 +453,334 @@ static double lmdb_loop_rate(int clients, long n, int run, int grown, long balla
 	return rate;
 }
 
+/* ---- the bare LMDB servers ------------------------------------------- */
+
+/* The bare loop above batches exactly its 50 clients, in this process, with
+ * no request to read and no reply to write. A server cannot: it reads
+ * requests as they arrive on its sockets and acks each one. These two are
+ * the least such a server can do, each in a process of its own beside the
+ * same 50 clients (ctl_load, the agentd rows' own driver). Each reads every
+ * readable connection, takes the conversation and event_id out of each
+ * complete request line (a scan, no JSON parser) and writes the rows a
+ * send writes, with the content the bare loop writes.
+ *
+ * plain: one batch per iteration, as Redis's appendfsync always: the
+ *        batch's transaction committed with LMDB's own two flushes
+ *        (STORE_WRITE), then one reply per request. What arrives during a
+ *        commit waits for the next.
+ * pipelined: agentd's design with nothing else: the loop only reads; a
+ *        writer thread commits each batch with one flush (STORE_WRITE_LAZY)
+ *        and takes the next at once; a flusher thread flushes the data file
+ *        once for every batch committed before it began and writes their
+ *        replies. */
+
+struct srv_req {
+	int fd;
+	char conv[32], eid[48];
+};
+
+struct srv_stats {
+	double cpu_s, wbytes;
+	long txns;
+};
+
+struct srv_conn {
+	int fd;
+	size_t len;
+	char buf[8192];
+};
+
+#define SRV_MAXREQ (NCLIENTS_MAX * 4)
+
+static struct {
+	store *s;
+	msgpack_sbuffer sb;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct srv_req todo[SRV_MAXREQ]; /* read, for the writer thread */
+	int ntodo;
+	int fds[SRV_MAXREQ]; /* committed, for the flusher thread */
+	int nfds;
+	int quit;
+	long txns;
+} SRV = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+/* The string value of "key":"..." in line (no escapes: the benchmark's own
+ * lines), copied to out. 0, or -1 when absent or too long. */
+static int srv_field(const char *line, const char *key, char *out, size_t cap)
+{
+	const char *p = strstr(line, key);
+	if (!p)
+		return -1;
+	p += strlen(key);
+	const char *q = strchr(p, '"');
+	if (!q || (size_t)(q - p) >= cap)
+		return -1;
+	memcpy(out, p, (size_t)(q - p));
+	out[q - p] = 0;
+	return 0;
+}
+
+static void srv_write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			_exit(3); /* a client gone mid-run: the parent's ctl_load fails with it */
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+static void srv_reply(int fd)
+{
+	static const char ok[] = "{\"ok\":true}\n";
+	srv_write_all(fd, ok, sizeof ok - 1);
+}
+
+/* One transaction writing the rows of n requests, committed in mode. */
+static void srv_commit(const struct srv_req *rq, int n, int mode)
+{
+	static const struct store_conv_patch st = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+	store_txn *t;
+	int e;
+	if ((e = store_txn_begin(SRV.s, mode, &t)))
+		bench_die("begin", e);
+	for (int i = 0; i < n; i++) {
+		struct store_event_in ev = { "user_msg", { SRV.sb.data, SRV.sb.size }, rq[i].eid };
+		uint64_t seq;
+		if ((e = store_event_append(t, rq[i].conv, &ev, &seq, NULL)) || (e = store_conv_put(t, rq[i].conv, &st)))
+			bench_die("append", e);
+	}
+	if ((e = store_txn_commit(t)))
+		bench_die("commit", e);
+	SRV.txns++;
+}
+
+static void *srv_writer(void *arg)
+{
+	(void)arg;
+	struct srv_req rq[SRV_MAXREQ];
+	pthread_mutex_lock(&SRV.mu);
+	for (;;) {
+		while (!SRV.ntodo && !SRV.quit)
+			pthread_cond_wait(&SRV.cv, &SRV.mu);
+		if (!SRV.ntodo)
+			break;
+		int n = SRV.ntodo;
+		memcpy(rq, SRV.todo, (size_t)n * sizeof *rq);
+		SRV.ntodo = 0;
+		pthread_mutex_unlock(&SRV.mu);
+		srv_commit(rq, n, STORE_WRITE_LAZY);
+		pthread_mutex_lock(&SRV.mu);
+		for (int i = 0; i < n; i++)
+			SRV.fds[SRV.nfds++] = rq[i].fd;
+		pthread_cond_broadcast(&SRV.cv);
+	}
+	pthread_mutex_unlock(&SRV.mu);
+	return NULL;
+}
+
+static void *srv_flusher(void *arg)
+{
+	(void)arg;
+	int fds[SRV_MAXREQ];
+	pthread_mutex_lock(&SRV.mu);
+	for (;;) {
+		while (!SRV.nfds && !SRV.quit)
+			pthread_cond_wait(&SRV.cv, &SRV.mu);
+		if (!SRV.nfds)
+			break;
+		int n = SRV.nfds;
+		memcpy(fds, SRV.fds, (size_t)n * sizeof *fds);
+		SRV.nfds = 0;
+		pthread_mutex_unlock(&SRV.mu);
+		int e = store_flush(SRV.s); /* every batch taken was committed before it began */
+		if (e)
+			bench_die("flush", e);
+		for (int i = 0; i < n; i++)
+			srv_reply(fds[i]);
+		pthread_mutex_lock(&SRV.mu);
+	}
+	pthread_mutex_unlock(&SRV.mu);
+	return NULL;
+}
+
+/* The server's process: serve until every client that connected has hung
+ * up, then write its figures to `out` and exit. */
+static void srv_main(const char *sockpath, int piped, int ready, int out, long ballast_have, long ballast_upto)
+{
+	SRV.s = scratch_store(piped ? "lmdb-server-piped" : "lmdb-server", 0, &SRV.sb);
+	store_txn *t;
+	int e;
+	char conv[32];
+	if ((e = store_txn_begin(SRV.s, STORE_WRITE, &t)))
+		bench_die("begin", e);
+	for (int c = 0; c < NCLIENTS_MAX; c++) {
+		snprintf(conv, sizeof conv, "srv-%d", c);
+		if ((e = store_conv_create(t, conv, (store_bytes){ "\x80", 1 })) && e != STORE_E_CONFLICT)
+			bench_die("create", e);
+		snprintf(conv, sizeof conv, "ballast-%d", c);
+		if ((e = store_conv_create(t, conv, (store_bytes){ "\x80", 1 })) && e != STORE_E_CONFLICT)
+			bench_die("create", e);
+	}
+	if ((e = store_txn_commit(t)))
+		bench_die("commit", e);
+	loop_ballast = ballast_have;
+	loop_top_up(SRV.s, &SRV.sb, ballast_upto);
+	SRV.txns = 0;
+	int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(sockpath) >= sizeof sa.sun_path)
+		bench_fail("the bare server's socket path is too long: %s", sockpath);
+	memcpy(sa.sun_path, sockpath, strlen(sockpath) + 1);
+	unlink(sockpath);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 128) < 0)
+		bench_die("the bare server's socket", -errno);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) < 0)
+		bench_die("epoll", -errno);
+	pthread_t wt, ft;
+	if (piped && (pthread_create(&wt, NULL, srv_writer, NULL) || pthread_create(&ft, NULL, srv_flusher, NULL)))
+		bench_fail("the bare server's threads");
+	srv_write_all(ready, "r", 1);
+	struct srv_conn *cs[NCLIENTS_MAX];
+	struct srv_req rq[SRV_MAXREQ];
+	int ncs = 0, ever = 0;
+	struct rusage ru0, ru1;
+	getrusage(RUSAGE_SELF, &ru0);
+	double wb0 = write_bytes(0);
+	while (!ever || ncs > 0) {
+		struct epoll_event evs[NCLIENTS_MAX + 1];
+		int n = epoll_wait(ep, evs, NCLIENTS_MAX + 1, -1);
+		if (n < 0 && errno != EINTR)
+			bench_die("epoll_wait", -errno);
+		int nr = 0;
+		for (int k = 0; k < n; k++) {
+			struct srv_conn *c = evs[k].data.ptr;
+			if (!c) {
+				int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+				if (fd < 0 || ncs == NCLIENTS_MAX)
+					bench_fail("the bare server: accept (%d clients)", ncs);
+				c = cs[ncs++] = calloc(1, sizeof *c);
+				ever = 1;
+				struct epoll_event cev = { .events = EPOLLIN, .data.ptr = c };
+				if (!c || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &cev) < 0)
+					bench_die("epoll_ctl", -errno);
+				c->fd = fd;
+				continue;
+			}
+			ssize_t r = read(c->fd, c->buf + c->len, sizeof c->buf - c->len - 1);
+			if (r <= 0) {
+				epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+				close(c->fd);
+				for (int i = 0; i < ncs; i++)
+					if (cs[i] == c)
+						cs[i] = cs[--ncs];
+				free(c);
+				continue;
+			}
+			c->len += (size_t)r;
+			char *nl;
+			while ((nl = memchr(c->buf, '\n', c->len))) {
+				*nl = 0;
+				if (nr == SRV_MAXREQ || srv_field(c->buf, "\"conversation\":\"", rq[nr].conv, sizeof rq[nr].conv) ||
+				    srv_field(c->buf, "\"event_id\":\"", rq[nr].eid, sizeof rq[nr].eid))
+					bench_fail("the bare server: a request it cannot serve: %.200s", c->buf);
+				rq[nr++].fd = c->fd;
+				size_t used = (size_t)(nl - c->buf) + 1;
+				memmove(c->buf, c->buf + used, c->len - used);
+				c->len -= used;
+			}
+		}
+		if (!nr)
+			continue;
+		if (!piped) {
+			srv_commit(rq, nr, STORE_WRITE);
+			for (int i = 0; i < nr; i++)
+				srv_reply(rq[i].fd);
+			continue;
+		}
+		pthread_mutex_lock(&SRV.mu);
+		if (SRV.ntodo + nr > SRV_MAXREQ)
+			bench_fail("the bare server: %d requests waiting", SRV.ntodo + nr);
+		memcpy(SRV.todo + SRV.ntodo, rq, (size_t)nr * sizeof *rq);
+		SRV.ntodo += nr;
+		pthread_cond_broadcast(&SRV.cv);
+		pthread_mutex_unlock(&SRV.mu);
+	}
+	if (piped) {
+		pthread_mutex_lock(&SRV.mu);
+		SRV.quit = 1;
+		pthread_cond_broadcast(&SRV.cv);
+		pthread_mutex_unlock(&SRV.mu);
+		pthread_join(wt, NULL);
+		pthread_join(ft, NULL);
+	}
+	getrusage(RUSAGE_SELF, &ru1);
+	struct srv_stats fs = { (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec -
+					 ru0.ru_stime.tv_sec) +
+					(double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec -
+						 ru0.ru_stime.tv_usec) / 1e6,
+				write_bytes(0) - wb0, SRV.txns };
+	srv_write_all(out, (const char *)&fs, sizeof fs);
+	store_close(SRV.s);
+	msgpack_sbuffer_destroy(&SRV.sb);
+	_exit(0);
+}
+
+static long srv_ballast[2]; /* ballast events in each server's grown store */
+
+/* A bare server (piped: the pipelined one), started on its grown store
+ * (topped up to `ballast` events), served n sends by the 50 clients. Sends
+ * per second; its CPU per send (every thread), pages per commit and sends
+ * per commit into f. */
+struct srv_fig {
+	double rps, cpu_us, pages, batch;
+};
+
+static struct srv_fig lmdb_server_rate(int piped, long n, long ballast)
+{
+	char sock[PATH_MAX];
+	ctl_path(sock, sizeof sock, "%s/lmdb-server.sock", scratch);
+	int rp[2], op[2];
+	if (pipe2(rp, O_CLOEXEC) < 0 || pipe2(op, O_CLOEXEC) < 0)
+		bench_die("pipe", -errno);
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		bench_die("fork", -errno);
+	if (pid == 0) {
+		close(rp[0]);
+		close(op[0]);
+		srv_main(sock, piped, rp[1], op[1], srv_ballast[piped], ballast);
+	}
+	close(rp[1]);
+	close(op[1]);
+	char b;
+	if (read(rp[0], &b, 1) != 1)
+		bench_fail("the bare LMDB server did not start");
+	close(rp[0]);
+	if (ballast > srv_ballast[piped])
+		srv_ballast[piped] = ballast;
+	const char *socks[] = { sock };
+	send_prefix = "srv";
+	struct ctl_load_fig f = ctl_load(socks, 1, NCLIENTS_MAX, n, line_send, NULL);
+	send_prefix = "b";
+	struct srv_stats fs;
+	if (read(op[0], &fs, sizeof fs) != (ssize_t)sizeof fs)
+		bench_fail("the bare LMDB server ended without its figures");
+	close(op[0]);
+	int st = ctl_reap(pid, 10000);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		bench_fail("the bare LMDB server failed (status %d)", st);
+	return (struct srv_fig){ f.rps, fs.cpu_s * 1e6 / (double)n, fs.txns ? fs.wbytes / 4096 / (double)fs.txns : 0,
+				 fs.txns ? (double)n / (double)fs.txns : 0 };
+}
+
 /* ---- the report ------------------------------------------------------ */
 
 enum { T_PING1, T_PING50, T_SEND1, T_SEND50, NTESTS };
@@ -471,6 +806,7 @@ static double diag_group[BENCH_MAX_RUNS];
 static double lmdb_loop[BENCH_MAX_RUNS], lmdb_loop_fresh[BENCH_MAX_RUNS], flushes_per_send[BENCH_MAX_RUNS];
 static double parked_cpu_us[BENCH_MAX_RUNS], bare_cpu_us[BENCH_MAX_RUNS]; /* CPU per send */
 static double parked_pages[BENCH_MAX_RUNS], bare_pages[BENCH_MAX_RUNS];     /* pages written per commit */
+static struct srv_fig srv_plain[BENCH_MAX_RUNS], srv_piped[BENCH_MAX_RUNS]; /* the bare servers */
 
 static double med_field(const struct fig *f, int n, int field)
 {
@@ -583,21 +919,38 @@ static void run_once(int run, int timed)
 	 * the parked row is only meaningful beside it. Its store grows as
 	 * agentd's: its own conversations as the parked ones, ballast as the
 	 * echo row's. The same loop on a fresh store is printed beside it. */
-	double loop = lmdb_loop_rate(50, timed ? scaled(20000) : 500, run, 1, (long)agentd_events("b", NCLIENTS_MAX));
+	long ballast = (long)agentd_events("b", NCLIENTS_MAX);
+	long nl = timed ? scaled(20000) : 500;
+	struct srv_fig sp = { 0 }, sq = { 0 };
+	if (run % 2) {
+		sp = lmdb_server_rate(0, nl, ballast);
+		sq = lmdb_server_rate(1, nl, ballast);
+	}
+	double loop = lmdb_loop_rate(50, nl, run, 1, ballast);
+	if (!(run % 2)) {
+		sq = lmdb_server_rate(1, nl, ballast);
+		sp = lmdb_server_rate(0, nl, ballast);
+	}
 	if (timed) {
 		lmdb_loop[run] = loop;
 		bare_cpu_us[run] = loop_cpu_us;
 		bare_pages[run] = loop_pages;
+		srv_plain[run] = sp;
+		srv_piped[run] = sq;
 		lmdb_loop_fresh[run] = lmdb_loop_rate(50, scaled(20000), run, 0, 0);
 	}
 	if (only) {
 		if (timed && verbose)
 			fprintf(stderr, "run %d send50 no turns %.0f/s p50 %.3f p99 %.3f (group %.1f, %.3f flushes/send, "
 				"agentd CPU %.1f us/send, %.0f pages/commit) | bare LMDB loop %.0f/s (CPU %.1f us/send, "
-				"%.0f pages/commit; fresh store %.0f/s) | parked/bare %.2fx\n",
+				"%.0f pages/commit; fresh store %.0f/s) | parked/loop %.2fx\n"
+				"run %d   bare servers: plain %.0f/s (%.1f sends/commit, CPU %.1f us/send, %.0f pages/commit), "
+				"pipelined %.0f/s (%.1f sends/commit, CPU %.1f us/send, %.0f pages/commit) | parked/plain "
+				"%.2fx, parked/pipelined %.2fx\n",
 				run, d.rps, d.p50_ms, d.p99_ms, diag_group[run], flushes_per_send[run], parked_cpu_us[run],
 				parked_pages[run], loop, bare_cpu_us[run], bare_pages[run], lmdb_loop_fresh[run],
-				loop > 0 ? d.rps / loop : 0);
+				loop > 0 ? d.rps / loop : 0, run, sp.rps, sp.batch, sp.cpu_us, sp.pages, sq.rps, sq.batch,
+				sq.cpu_us, sq.pages, sp.rps > 0 ? d.rps / sp.rps : 0, sq.rps > 0 ? d.rps / sq.rps : 0);
 		return;
 	}
 	double rate = one_txn_rate(timed ? scaled(400) : 50, timed ? run : 99);
@@ -624,6 +977,28 @@ static const char *probe_line(void)
 static const char *verdict(double v, double target)
 {
 	return v >= target ? "PASS" : "MISS";
+}
+
+/* The bare servers' rows, and the parked row's ratio to each, over n runs. */
+static void servers_report(int n)
+{
+	const struct srv_fig *sv[2] = { srv_plain, srv_piped };
+	static const char *const sname[2] = { "bare LMDB server, plain", "bare LMDB server, pipelined" };
+	for (int i = 0; i < 2; i++) {
+		double r[BENCH_MAX_RUNS], v[4][BENCH_MAX_RUNS], lo, hi;
+		for (int k = 0; k < n; k++) {
+			r[k] = sv[i][k].rps > 0 ? fdiag[k].rps / sv[i][k].rps : 0;
+			v[0][k] = sv[i][k].rps;
+			v[1][k] = sv[i][k].batch;
+			v[2][k] = sv[i][k].cpu_us;
+			v[3][k] = sv[i][k].pages;
+		}
+		bench_range(r, n, &lo, &hi);
+		printf("%-44s %10.0f/s, %.1f sends per commit, CPU %.1f us per send, %.0f pages per commit; "
+		       "parked / it %.2fx (%.2f-%.2f)\n",
+		       sname[i], bench_median(v[0], n), bench_median(v[1], n), bench_median(v[2], n), bench_median(v[3], n),
+		       bench_median(r, n), lo, hi);
+	}
 }
 
 static void report(const char *machine, const char *fs, const char *load0, const char *load1)
@@ -681,6 +1056,7 @@ static void report(const char *machine, const char *fs, const char *load0, const
 	       "bare LMDB closed loop, 50 clients", bench_median(lmdb_loop, n), bench_median(lr, n), l2, h2);
 	printf("%-44s %10.0f/s (a fresh store each run)\n", "bare LMDB closed loop, fresh store",
 	       bench_median(lmdb_loop_fresh, n));
+	servers_report(n);
 	printf("%-44s %10.1f us agentd (every thread), %.1f us the bare loop\n", "CPU per send, parked / bare loop",
 	       bench_median(parked_cpu_us, n), bench_median(bare_cpu_us, n));
 	printf("%-44s %10.0f agentd's group commit (%.1f sends), %.0f the bare loop's (50 sends)\n",
@@ -697,8 +1073,12 @@ static void usage(FILE *f)
 	fprintf(f, "usage: bench_control [-d DIR] [-r RUNS] [-o NAME] [-q] [-k] [-v]\n");
 }
 
+static pid_t main_pid; /* cleanup is the benchmark's, not a forked helper's */
+
 static void cleanup(void)
 {
+	if (getpid() != main_pid)
+		return;
 	ctl_agentd_stop(&agentd);
 	redis_stop();
 	if (!keep && scratch[0])
@@ -733,6 +1113,7 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	ctl_bindir(bindir, sizeof bindir);
 	ctl_scratch(scratch, sizeof scratch, dir, "bench-control");
+	main_pid = getpid();
 	atexit(cleanup);
 
 	char machine[512], fs[512], load0[128], load1[128];
@@ -802,6 +1183,7 @@ int main(int argc, char **argv)
 			       lo, hi, bench_median(parked_cpu_us, nruns), bench_median(bare_cpu_us, nruns),
 			       bench_median(parked_pages, nruns), bench_median(bare_pages, nruns),
 			       bench_median(diag_group, nruns), bench_median(flushes_per_send, nruns), nruns);
+			servers_report(nruns);
 		}
 		return 0;
 	}
