@@ -36,7 +36,8 @@
  * same 50 clients agentd serves, by a process of its own that does nothing
  * else (below): what the loop leaves out, reading requests as they come and
  * acking each one, measured on its own. One commits in its loop with LMDB's
- * two flushes; the other is agentd's pipeline without the rest of agentd.
+ * two flushes; one is agentd's pipeline without the rest of agentd; one
+ * waits for every client before it commits, as the loop's batches do.
  *
  * One-event-per-transaction: the same event appended with the store library
  * in this process, one durable transaction each, on the same filesystem: the
@@ -49,7 +50,7 @@
  *   -q       quick: a tenth of the requests, 3 runs (a smoke test)
  *   -o NAME  only the figures whose name contains NAME ("parked" for the
  *            diagnostic row, measured beside the bare LMDB loop and the bare
- *            servers and summed up with their CPU times per send), no report (for
+ *            servers, each with its CPU time per send), no report (for
  *            profiling; -v prints every run)
  *   -k       keep the scratch directory (agentd's and Redis's logs are there)
  *   -v       print every run's figures (on stderr)
@@ -472,7 +473,10 @@ static double lmdb_loop_rate(int clients, long n, int run, int grown, long balla
  *        writer thread commits each batch with one flush (STORE_WRITE_LAZY)
  *        and takes the next at once; a flusher thread flushes the data file
  *        once for every batch committed before it began and writes their
- *        replies. */
+ *        replies.
+ * gathering: plain, but a batch waits until every connected client has a
+ *        request in it, or its oldest request has waited SRV_GATHER_US: in a
+ *        closed loop, the batches of 50 the bare loop makes by construction. */
 
 struct srv_req {
 	int fd;
@@ -610,9 +614,16 @@ static void *srv_flusher(void *arg)
 
 /* The server's process: serve until every client that connected has hung
  * up, then write its figures to `out` and exit. */
-static void srv_main(const char *sockpath, int piped, int ready, int out, long ballast_have, long ballast_upto)
+enum { SRV_PLAIN, SRV_PIPED, SRV_GATHER, SRV_KINDS };
+static const char *const srv_name[SRV_KINDS] = { "plain", "pipelined", "gathering" };
+#define SRV_GATHER_US 1000 /* how long the gathering server waits for every client */
+
+static void srv_main(const char *sockpath, int kind, int ready, int out, long ballast_have, long ballast_upto)
 {
-	SRV.s = scratch_store(piped ? "lmdb-server-piped" : "lmdb-server", 0, &SRV.sb);
+	char name[64];
+	snprintf(name, sizeof name, "lmdb-server-%s", srv_name[kind]);
+	SRV.s = scratch_store(name, 0, &SRV.sb);
+	int piped = kind == SRV_PIPED;
 	store_txn *t;
 	int e;
 	char conv[32];
@@ -653,12 +664,18 @@ static void srv_main(const char *sockpath, int piped, int ready, int out, long b
 	struct rusage ru0, ru1;
 	getrusage(RUSAGE_SELF, &ru0);
 	double wb0 = write_bytes(0);
+	int nr = 0;       /* requests read, not yet committed */
+	double first = 0; /* when the oldest of them was read */
 	while (!ever || ncs > 0) {
 		struct epoll_event evs[NCLIENTS_MAX + 1];
-		int n = epoll_wait(ep, evs, NCLIENTS_MAX + 1, -1);
+		/* Gathering with requests in hand: wait no longer than their deadline. */
+		int gathering = kind == SRV_GATHER && nr;
+		double left = gathering ? first + SRV_GATHER_US / 1e6 - bench_now() : 0;
+		struct timespec ts = { 0, left > 0 ? (long)(left * 1e9) : 0 };
+		int n = epoll_pwait2(ep, evs, NCLIENTS_MAX + 1, gathering ? &ts : NULL, NULL);
 		if (n < 0 && errno != EINTR)
 			bench_die("epoll_wait", -errno);
-		int nr = 0;
+		int had = nr;
 		for (int k = 0; k < n; k++) {
 			struct srv_conn *c = evs[k].data.ptr;
 			if (!c) {
@@ -698,10 +715,16 @@ static void srv_main(const char *sockpath, int piped, int ready, int out, long b
 		}
 		if (!nr)
 			continue;
+		if (!had)
+			first = bench_now();
+		/* Gathering: until every client has a request in, or the oldest waited SRV_GATHER_US. */
+		if (kind == SRV_GATHER && nr < ncs && bench_now() < first + SRV_GATHER_US / 1e6)
+			continue;
 		if (!piped) {
 			srv_commit(rq, nr, STORE_WRITE);
 			for (int i = 0; i < nr; i++)
 				srv_reply(rq[i].fd);
+			nr = 0;
 			continue;
 		}
 		pthread_mutex_lock(&SRV.mu);
@@ -709,6 +732,7 @@ static void srv_main(const char *sockpath, int piped, int ready, int out, long b
 			bench_fail("the bare server: %d requests waiting", SRV.ntodo + nr);
 		memcpy(SRV.todo + SRV.ntodo, rq, (size_t)nr * sizeof *rq);
 		SRV.ntodo += nr;
+		nr = 0;
 		pthread_cond_broadcast(&SRV.cv);
 		pthread_mutex_unlock(&SRV.mu);
 	}
@@ -732,9 +756,9 @@ static void srv_main(const char *sockpath, int piped, int ready, int out, long b
 	_exit(0);
 }
 
-static long srv_ballast[2]; /* ballast events in each server's grown store */
+static long srv_ballast[SRV_KINDS]; /* ballast events in each server's grown store */
 
-/* A bare server (piped: the pipelined one), started on its grown store
+/* A bare server of that kind, started on its grown store
  * (topped up to `ballast` events), served n sends by the 50 clients. Sends
  * per second; its CPU per send (every thread), pages per commit and sends
  * per commit into f. */
@@ -742,7 +766,7 @@ struct srv_fig {
 	double rps, cpu_us, pages, batch;
 };
 
-static struct srv_fig lmdb_server_rate(int piped, long n, long ballast)
+static struct srv_fig lmdb_server_rate(int kind, long n, long ballast)
 {
 	char sock[PATH_MAX];
 	ctl_path(sock, sizeof sock, "%s/lmdb-server.sock", scratch);
@@ -756,7 +780,7 @@ static struct srv_fig lmdb_server_rate(int piped, long n, long ballast)
 	if (pid == 0) {
 		close(rp[0]);
 		close(op[0]);
-		srv_main(sock, piped, rp[1], op[1], srv_ballast[piped], ballast);
+		srv_main(sock, kind, rp[1], op[1], srv_ballast[kind], ballast);
 	}
 	close(rp[1]);
 	close(op[1]);
@@ -764,8 +788,8 @@ static struct srv_fig lmdb_server_rate(int piped, long n, long ballast)
 	if (read(rp[0], &b, 1) != 1)
 		bench_fail("the bare LMDB server did not start");
 	close(rp[0]);
-	if (ballast > srv_ballast[piped])
-		srv_ballast[piped] = ballast;
+	if (ballast > srv_ballast[kind])
+		srv_ballast[kind] = ballast;
 	const char *socks[] = { sock };
 	send_prefix = "srv";
 	struct ctl_load_fig f = ctl_load(socks, 1, NCLIENTS_MAX, n, line_send, NULL);
@@ -806,7 +830,7 @@ static double diag_group[BENCH_MAX_RUNS];
 static double lmdb_loop[BENCH_MAX_RUNS], lmdb_loop_fresh[BENCH_MAX_RUNS], flushes_per_send[BENCH_MAX_RUNS];
 static double parked_cpu_us[BENCH_MAX_RUNS], bare_cpu_us[BENCH_MAX_RUNS]; /* CPU per send */
 static double parked_pages[BENCH_MAX_RUNS], bare_pages[BENCH_MAX_RUNS];     /* pages written per commit */
-static struct srv_fig srv_plain[BENCH_MAX_RUNS], srv_piped[BENCH_MAX_RUNS]; /* the bare servers */
+static struct srv_fig srv_figs[SRV_KINDS][BENCH_MAX_RUNS]; /* the bare servers */
 
 static double med_field(const struct fig *f, int n, int field)
 {
@@ -921,36 +945,37 @@ static void run_once(int run, int timed)
 	 * echo row's. The same loop on a fresh store is printed beside it. */
 	long ballast = (long)agentd_events("b", NCLIENTS_MAX);
 	long nl = timed ? scaled(20000) : 500;
-	struct srv_fig sp = { 0 }, sq = { 0 };
-	if (run % 2) {
-		sp = lmdb_server_rate(0, nl, ballast);
-		sq = lmdb_server_rate(1, nl, ballast);
-	}
-	double loop = lmdb_loop_rate(50, nl, run, 1, ballast);
-	if (!(run % 2)) {
-		sq = lmdb_server_rate(1, nl, ballast);
-		sp = lmdb_server_rate(0, nl, ballast);
+	struct srv_fig sf[SRV_KINDS];
+	/* The servers and the loop, in an order turning with the run. */
+	double loop = 0;
+	for (int i = 0; i <= SRV_KINDS; i++) {
+		int k = (i + run) % (SRV_KINDS + 1);
+		if (k == SRV_KINDS)
+			loop = lmdb_loop_rate(50, nl, run, 1, ballast);
+		else
+			sf[k] = lmdb_server_rate(k, nl, ballast);
 	}
 	if (timed) {
 		lmdb_loop[run] = loop;
 		bare_cpu_us[run] = loop_cpu_us;
 		bare_pages[run] = loop_pages;
-		srv_plain[run] = sp;
-		srv_piped[run] = sq;
+		for (int k = 0; k < SRV_KINDS; k++)
+			srv_figs[k][run] = sf[k];
 		lmdb_loop_fresh[run] = lmdb_loop_rate(50, scaled(20000), run, 0, 0);
 	}
 	if (only) {
 		if (timed && verbose)
 			fprintf(stderr, "run %d send50 no turns %.0f/s p50 %.3f p99 %.3f (group %.1f, %.3f flushes/send, "
 				"agentd CPU %.1f us/send, %.0f pages/commit) | bare LMDB loop %.0f/s (CPU %.1f us/send, "
-				"%.0f pages/commit; fresh store %.0f/s) | parked/loop %.2fx\n"
-				"run %d   bare servers: plain %.0f/s (%.1f sends/commit, CPU %.1f us/send, %.0f pages/commit), "
-				"pipelined %.0f/s (%.1f sends/commit, CPU %.1f us/send, %.0f pages/commit) | parked/plain "
-				"%.2fx, parked/pipelined %.2fx\n",
+				"%.0f pages/commit; fresh store %.0f/s) | parked/loop %.2fx\n",
 				run, d.rps, d.p50_ms, d.p99_ms, diag_group[run], flushes_per_send[run], parked_cpu_us[run],
 				parked_pages[run], loop, bare_cpu_us[run], bare_pages[run], lmdb_loop_fresh[run],
-				loop > 0 ? d.rps / loop : 0, run, sp.rps, sp.batch, sp.cpu_us, sp.pages, sq.rps, sq.batch,
-				sq.cpu_us, sq.pages, sp.rps > 0 ? d.rps / sp.rps : 0, sq.rps > 0 ? d.rps / sq.rps : 0);
+				loop > 0 ? d.rps / loop : 0);
+		for (int k = 0; timed && verbose && k < SRV_KINDS; k++)
+			fprintf(stderr, "run %d   bare LMDB server, %s: %.0f/s (%.1f sends/commit, CPU %.1f us/send, %.0f "
+				"pages/commit) | parked/it %.2fx\n",
+				run, srv_name[k], sf[k].rps, sf[k].batch, sf[k].cpu_us, sf[k].pages,
+				sf[k].rps > 0 ? d.rps / sf[k].rps : 0);
 		return;
 	}
 	double rate = one_txn_rate(timed ? scaled(400) : 50, timed ? run : 99);
@@ -982,21 +1007,22 @@ static const char *verdict(double v, double target)
 /* The bare servers' rows, and the parked row's ratio to each, over n runs. */
 static void servers_report(int n)
 {
-	const struct srv_fig *sv[2] = { srv_plain, srv_piped };
-	static const char *const sname[2] = { "bare LMDB server, plain", "bare LMDB server, pipelined" };
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < SRV_KINDS; i++) {
+		const struct srv_fig *sv = srv_figs[i];
 		double r[BENCH_MAX_RUNS], v[4][BENCH_MAX_RUNS], lo, hi;
 		for (int k = 0; k < n; k++) {
-			r[k] = sv[i][k].rps > 0 ? fdiag[k].rps / sv[i][k].rps : 0;
-			v[0][k] = sv[i][k].rps;
-			v[1][k] = sv[i][k].batch;
-			v[2][k] = sv[i][k].cpu_us;
-			v[3][k] = sv[i][k].pages;
+			r[k] = sv[k].rps > 0 ? fdiag[k].rps / sv[k].rps : 0;
+			v[0][k] = sv[k].rps;
+			v[1][k] = sv[k].batch;
+			v[2][k] = sv[k].cpu_us;
+			v[3][k] = sv[k].pages;
 		}
 		bench_range(r, n, &lo, &hi);
+		char name[64];
+		snprintf(name, sizeof name, "bare LMDB server, %s", srv_name[i]);
 		printf("%-44s %10.0f/s, %.1f sends per commit, CPU %.1f us per send, %.0f pages per commit; "
 		       "parked / it %.2fx (%.2f-%.2f)\n",
-		       sname[i], bench_median(v[0], n), bench_median(v[1], n), bench_median(v[2], n), bench_median(v[3], n),
+		       name, bench_median(v[0], n), bench_median(v[1], n), bench_median(v[2], n), bench_median(v[3], n),
 		       bench_median(r, n), lo, hi);
 	}
 }
