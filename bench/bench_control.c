@@ -458,7 +458,7 @@ static double lmdb_loop_rate(int clients, long n, int run, int grown, long balla
 
 /* The bare loop above batches exactly its 50 clients, in this process, with
  * no request to read and no reply to write. A server cannot: it reads
- * requests as they arrive on its sockets and acks each one. These two are
+ * requests as they arrive on its sockets and acks each one. These three are
  * the least such a server can do, each in a process of its own beside the
  * same 50 clients (ctl_load, the agentd rows' own driver). Each reads every
  * readable connection, takes the conversation and event_id out of each
@@ -758,14 +758,14 @@ static void srv_main(const char *sockpath, int kind, int ready, int out, long ba
 
 static long srv_ballast[SRV_KINDS]; /* ballast events in each server's grown store */
 
-/* A bare server of that kind, started on its grown store
- * (topped up to `ballast` events), served n sends by the 50 clients. Sends
- * per second; its CPU per send (every thread), pages per commit and sends
- * per commit into f. */
+/* A bare server's figures: sends per second, its CPU per send (every
+ * thread), pages per commit and sends per commit. */
 struct srv_fig {
 	double rps, cpu_us, pages, batch;
 };
 
+/* A bare server of that kind, started on its grown store (topped up to
+ * `ballast` events), served n sends by the 50 clients. */
 static struct srv_fig lmdb_server_rate(int kind, long n, long ballast)
 {
 	char sock[PATH_MAX];
