@@ -397,11 +397,11 @@ static void loop_top_up(store *s, const msgpack_sbuffer *sb, long upto)
 
 /* The most LMDB can commit on this disk for the send rows, with batches
  * known to be complete and no socket (the bare servers below put those
- * back): a closed loop of
- * `clients` clients, each waiting for its ack, served in batches of one
- * transaction each that writes the rows a `send` writes (the event, its
- * event_id index, the conversation record) and is acked once durable
- * (STORE_WRITE: LMDB's own two flushes). Sends per second.
+ * back): a closed loop of `clients` clients, each waiting for its ack,
+ * served in batches of one transaction each that writes the rows a `send`
+ * writes (the event, its event_id index, the conversation record) and is
+ * acked once durable (STORE_WRITE: LMDB's own two flushes). Sends per
+ * second.
  *
  * grown: the store lives for the whole invocation, as agentd's does: its
  * own conversations take every run's sends as the parked row's do, and
