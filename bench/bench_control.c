@@ -395,6 +395,27 @@ static void loop_top_up(store *s, const msgpack_sbuffer *sb, long upto)
 	}
 }
 
+/* A peer's conversations in s, created unless there: PREFIX-i for its
+ * clients' sends and ballast-i, for i below NCLIENTS_MAX. */
+static void peer_convs(store *s, const char *prefix)
+{
+	int e;
+	store_txn *t;
+	char conv[32];
+	if ((e = store_txn_begin(s, STORE_WRITE, &t)))
+		bench_die("begin", e);
+	for (int c = 0; c < NCLIENTS_MAX; c++) {
+		snprintf(conv, sizeof conv, "%s-%d", prefix, c);
+		if ((e = store_conv_create(t, conv, (store_bytes){ "\x80", 1 })) && e != STORE_E_CONFLICT)
+			bench_die("create", e);
+		snprintf(conv, sizeof conv, "ballast-%d", c);
+		if ((e = store_conv_create(t, conv, (store_bytes){ "\x80", 1 })) && e != STORE_E_CONFLICT)
+			bench_die("create", e);
+	}
+	if ((e = store_txn_commit(t)))
+		bench_die("commit", e);
+}
+
 /* The most LMDB can commit on this disk for the send rows, with batches
  * known to be complete and no socket (the bare servers below put those
  * back): a closed loop of `clients` clients, each waiting for its ack,
@@ -415,18 +436,7 @@ static double lmdb_loop_rate(int clients, long n, int run, int grown, long balla
 	int e;
 	store_txn *t;
 	char conv[32], eid[48];
-	if ((e = store_txn_begin(s, STORE_WRITE, &t)))
-		bench_die("begin", e);
-	for (int c = 0; c < NCLIENTS_MAX; c++) {
-		snprintf(conv, sizeof conv, "loop-%d", c);
-		if ((e = store_conv_create(t, conv, (store_bytes){ "\x80", 1 })) && e != STORE_E_CONFLICT)
-			bench_die("create", e);
-		snprintf(conv, sizeof conv, "ballast-%d", c);
-		if ((e = store_conv_create(t, conv, (store_bytes){ "\x80", 1 })) && e != STORE_E_CONFLICT)
-			bench_die("create", e);
-	}
-	if ((e = store_txn_commit(t)))
-		bench_die("commit", e);
+	peer_convs(s, "loop");
 	if (grown)
 		loop_top_up(s, &sb, ballast);
 	struct store_conv_patch st = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
@@ -626,21 +636,7 @@ static void srv_main(const char *sockpath, int kind, int ready, int out, long ba
 	snprintf(name, sizeof name, "lmdb-server-%s", srv_name[kind]);
 	SRV.s = scratch_store(name, 0, &SRV.sb);
 	int piped = kind == SRV_PIPED;
-	store_txn *t;
-	int e;
-	char conv[32];
-	if ((e = store_txn_begin(SRV.s, STORE_WRITE, &t)))
-		bench_die("begin", e);
-	for (int c = 0; c < NCLIENTS_MAX; c++) {
-		snprintf(conv, sizeof conv, "srv-%d", c);
-		if ((e = store_conv_create(t, conv, (store_bytes){ "\x80", 1 })) && e != STORE_E_CONFLICT)
-			bench_die("create", e);
-		snprintf(conv, sizeof conv, "ballast-%d", c);
-		if ((e = store_conv_create(t, conv, (store_bytes){ "\x80", 1 })) && e != STORE_E_CONFLICT)
-			bench_die("create", e);
-	}
-	if ((e = store_txn_commit(t)))
-		bench_die("commit", e);
+	peer_convs(SRV.s, "srv");
 	loop_ballast = ballast_have;
 	loop_top_up(SRV.s, &SRV.sb, ballast_upto);
 	SRV.txns = 0;
