@@ -624,12 +624,12 @@ static void *srv_flusher(void *arg)
 	return NULL;
 }
 
-/* The server's process: serve until every client that connected has hung
- * up, then write its figures to `out` and exit. */
 enum { SRV_PLAIN, SRV_PIPED, SRV_GATHER, SRV_KINDS };
 static const char *const srv_name[SRV_KINDS] = { "plain", "pipelined", "gathering" };
 #define SRV_GATHER_US 1000 /* how long the gathering server waits for every client */
 
+/* The server's process: serve until every client that connected has hung
+ * up, then write its figures to `out` and exit. */
 static void srv_main(const char *sockpath, int kind, int ready, int out, long ballast_have, long ballast_upto)
 {
 	char name[64];
