@@ -302,11 +302,12 @@ static double write_bytes(pid_t pid)
 	return (double)v;
 }
 
-/* CPU seconds this thread has used so far. */
-static double thread_cpu_s(void)
+/* CPU seconds used so far (user and system): by this thread (RUSAGE_THREAD)
+ * or by this process, every thread (RUSAGE_SELF). */
+static double cpu_s(int who)
 {
 	struct rusage ru;
-	getrusage(RUSAGE_THREAD, &ru);
+	getrusage(who, &ru);
 	return (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
 	       ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
 }
@@ -440,7 +441,7 @@ static double lmdb_loop_rate(int clients, long n, int run, int grown, long balla
 	if (grown)
 		loop_top_up(s, &sb, ballast);
 	struct store_conv_patch st = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
-	double t0 = bench_now(), cpu0 = thread_cpu_s(), wb0 = write_bytes(0);
+	double t0 = bench_now(), cpu0 = cpu_s(RUSAGE_THREAD), wb0 = write_bytes(0);
 	long done = 0, txns = 0;
 	while (done < n) {
 		if ((e = store_txn_begin(s, STORE_WRITE, &t)))
@@ -459,7 +460,7 @@ static double lmdb_loop_rate(int clients, long n, int run, int grown, long balla
 		txns++;
 	}
 	double rate = (double)n / (bench_now() - t0);
-	loop_cpu_us = (thread_cpu_s() - cpu0) * 1e6 / (double)n;
+	loop_cpu_us = (cpu_s(RUSAGE_THREAD) - cpu0) * 1e6 / (double)n;
 	loop_pages = (write_bytes(0) - wb0) / 4096 / (double)txns;
 	msgpack_sbuffer_destroy(&sb);
 	store_close(s);
@@ -659,8 +660,7 @@ static void srv_main(const char *sockpath, int kind, int ready, int out, long ba
 	struct srv_conn *cs[NCLIENTS_MAX];
 	struct srv_req rq[SRV_MAXREQ];
 	int ncs = 0, ever = 0;
-	struct rusage ru0, ru1;
-	getrusage(RUSAGE_SELF, &ru0);
+	double cpu0 = cpu_s(RUSAGE_SELF);
 	double wb0 = write_bytes(0);
 	int nr = 0;       /* requests read, not yet committed */
 	double first = 0; /* when the oldest of them was read */
@@ -742,12 +742,7 @@ static void srv_main(const char *sockpath, int kind, int ready, int out, long ba
 		pthread_join(wt, NULL);
 		pthread_join(ft, NULL);
 	}
-	getrusage(RUSAGE_SELF, &ru1);
-	struct srv_stats fs = { (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec -
-					 ru0.ru_stime.tv_sec) +
-					(double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec -
-						 ru0.ru_stime.tv_usec) / 1e6,
-				write_bytes(0) - wb0, SRV.txns };
+	struct srv_stats fs = { cpu_s(RUSAGE_SELF) - cpu0, write_bytes(0) - wb0, SRV.txns };
 	srv_write_all(out, (const char *)&fs, sizeof fs);
 	store_close(SRV.s);
 	msgpack_sbuffer_destroy(&SRV.sb);
