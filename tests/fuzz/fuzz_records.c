@@ -26,11 +26,24 @@ static void ok(int rc)
 		__builtin_trap();
 }
 
+/* At a run's end (libFuzzer exits through exit()); a crash keeps the store
+ * beside its input. */
+static void remove_store(void)
+{
+	char p[96];
+	snprintf(p, sizeof p, "%s/data.mdb", dir);
+	unlink(p);
+	snprintf(p, sizeof p, "%s/lock.mdb", dir);
+	unlink(p);
+	rmdir(dir);
+}
+
 static void build(void)
 {
 	strcpy(dir, "/tmp/agentd-fuzz-records-XXXXXX");
 	if (!mkdtemp(dir))
 		abort();
+	atexit(remove_store);
 	store *s;
 	struct store_opts o = { .audit = 1, .sync = STORE_SYNC_NONE };
 	ok(store_open(&s, dir, &o));

@@ -290,7 +290,8 @@ def sanitizer_reports(text):
 def valgrind_prefix(log_file):
     """The memcheck command prefix AGENTD_VALGRIND runs agentd with: exit status 99 on any error or
     definite leak, the report in log_file ('%p' there is the pid), tests/valgrind.supp applied."""
-    return ["valgrind", "--quiet", "--error-exitcode=99", "--leak-check=full",
+    # --vgdb=no: no gdbserver FIFOs in /tmp, which a process killed with -9 would leave behind.
+    return ["valgrind", "--quiet", "--vgdb=no", "--error-exitcode=99", "--leak-check=full",
             "--show-leak-kinds=definite", "--errors-for-leak-kinds=definite",
             f"--suppressions={VALGRIND_SUPP}", f"--log-file={log_file}"]
 

@@ -5,18 +5,28 @@ and tests/pg/test_pg_nodes.py (a cluster of its own).
 
   Node(key, node_id, config="")      an Agentd on the database that `key` (any path) stands for, with a run
                                      directory of its own; config is INI text put after the node's [agentd] lines
+  new_database()                     a key that stands for a database no earlier call's key does
   try_request(node, obj, timeout)    one request; None when the node does not answer (killed, stopped)
   Clients(nodes, convs, seed)        client threads sending with unique event_ids, retried on another node
   settled(node, convs)               every conversation idle and no call pending, as node sees it
   check_logs(node, convs, acked)     the invariants: seqs 1..N, each acknowledged send once at its seq, each tool
                                      call settled once (server: one tool_result; human: one resolution, expired)
 """
+import itertools
 import random
 import threading
 import time
 
 import harness
 from harness import Agentd, Client, scaled
+
+
+_databases = itertools.count(1)
+
+
+def new_database():
+    """A key for Node: a path that is never made, for a database of its own (harness.pg_target)."""
+    return f"/nonexistent/agentd-nodes-db-{next(_databases)}"
 
 
 class Node(Agentd):

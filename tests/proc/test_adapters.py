@@ -3,6 +3,7 @@ and the calc tool's idempotency by tool_call_id."""
 import json
 import os
 import subprocess
+import tempfile
 
 import harness
 from harness import Agentd, wait_for
@@ -50,15 +51,14 @@ def run_calc(journal, call_id, expr):
 
 
 def test_calc_is_idempotent_by_tool_call_id():
-    import tempfile
-    d = tempfile.mkdtemp()
-    r1 = run_calc(d, "t1", "1 + 2")
-    assert r1.returncode == 0 and json.loads(r1.stdout)["value"] == 3, r1
-    r2 = run_calc(d, "t1", "100 * 100")  # a re-dispatch: same id, answered from the journal
-    assert r2.stdout == r1.stdout, r2
-    bad = run_calc(d, "t2", "__import__('os')")
-    assert bad.returncode != 0 and "only numbers" in bad.stderr, bad
-    assert run_calc(d, "t3", "1/0").returncode != 0
+    with tempfile.TemporaryDirectory() as d:
+        r1 = run_calc(d, "t1", "1 + 2")
+        assert r1.returncode == 0 and json.loads(r1.stdout)["value"] == 3, r1
+        r2 = run_calc(d, "t1", "100 * 100")  # a re-dispatch: same id, answered from the journal
+        assert r2.stdout == r1.stdout, r2
+        bad = run_calc(d, "t2", "__import__('os')")
+        assert bad.returncode != 0 and "only numbers" in bad.stderr, bad
+        assert run_calc(d, "t3", "1/0").returncode != 0
 
 
 harness.main(globals())

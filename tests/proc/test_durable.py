@@ -8,6 +8,7 @@ exists, each of the supervisor's frontier flushes fails with EIO instead of flus
 import os
 import re
 import socket
+import tempfile
 import time
 
 import harness
@@ -89,9 +90,9 @@ def test_a_lone_clients_send_is_flushed_by_the_writer_thread():
 
 @harness.lmdb_only("the durable frontier flushes data.mdb; a PostgreSQL commit is durable when it returns")
 def test_failed_flush_holds_replies_until_one_succeeds():
-    d = harness._mkdtemp()
-    fail = os.path.join(d, "flush-fails")
-    with Agentd(env=dict(os.environ, AGENTD_TEST_FLUSH_FAIL=fail)) as a:
+    with tempfile.TemporaryDirectory() as d, \
+            Agentd(env=dict(os.environ, AGENTD_TEST_FLUSH_FAIL=os.path.join(d, "flush-fails"))) as a:
+        fail = os.path.join(d, "flush-fails")
         c = a.create()
         w = a.watch(c)
         before, failed_before = flushes(a), flushes(a, "agentd_durable_flush_failures_total")

@@ -79,11 +79,10 @@ def test_revival_whose_commit_fails_starts_no_worker():
     fails (here: the disk is full, which shows at the commit's writes), the forked worker is killed and reaped at
     once: the send is refused with store_full, no worker runs for the conversation, no zombie is left, and nothing
     counts as a spawn or a crash."""
-    mnt = tempfile.mkdtemp()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", mnt], capture_output=True).returncode:
-        print("SKIP test_revival_whose_commit_fails_starts_no_worker: cannot mount a small tmpfs here (needs root)")
-        return
-    try:
+    with SmallDisk() as mnt:
+        if not mnt:
+            print("SKIP test_revival_whose_commit_fails_starts_no_worker: cannot mount a small tmpfs (needs root)")
+            return
         with Agentd(data_dir=os.path.join(mnt, "data"), start=False) as a:
             model = a.script("short.py", SHORT_MODEL)
             a.write_config(f"[model.short]\ncommand = python3 {model}\n")
@@ -106,8 +105,6 @@ def test_revival_whose_commit_fails_starts_no_worker():
             assert "agentd_worker_crashes_total 0\n" in text, text
             assert a.events(c) == []
             assert a.ok({"op": "ping"})
-    finally:
-        subprocess.run(["umount", "-l", mnt])
 
 
 @harness.lmdb_only("LMDB's map at max_map_size")
@@ -262,11 +259,10 @@ def test_workers_keep_to_max_map_size():
 
 @harness.lmdb_only('a full disk under the LMDB data directory')
 def test_disk_full_is_store_full():
-    mnt = tempfile.mkdtemp()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", mnt], capture_output=True).returncode:
-        print("SKIP test_disk_full_is_store_full: cannot mount a small tmpfs here (needs root)")
-        return
-    try:
+    with SmallDisk() as mnt:
+        if not mnt:
+            print("SKIP test_disk_full_is_store_full: cannot mount a small tmpfs (needs root)")
+            return
         data = os.path.join(mnt, "data")
         with Agentd(data_dir=data, start=False) as a:
             model = a.script("short.py", SHORT_MODEL)
@@ -278,8 +274,6 @@ def test_disk_full_is_store_full():
             got = {e.get("event_id") for e in evs}
             assert all(eid in got for eid, _ in acked)
             assert a.ok({"op": "ping"})
-    finally:
-        subprocess.run(["umount", "-l", mnt])
 
 
 class SmallDisk:

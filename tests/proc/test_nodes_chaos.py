@@ -10,13 +10,12 @@ send on each node. PostgreSQL only (AGENTD_TEST_STORE=pg); tests/pg/test_pg_node
 a cluster of its own. About 40 s."""
 import os
 import signal
-import tempfile
 import threading
 import time
 
 import harness
 from harness import scaled, wait_for
-from nodesutil import Clients, Node, check_logs, settled, try_request
+from nodesutil import Clients, Node, check_logs, new_database, settled, try_request
 
 CONVS = 9
 ROUNDS = 3
@@ -38,7 +37,7 @@ def live_as_seen_by(node):
 
 
 def test_nodes_killed_and_stopped_round_after_round():
-    key = tempfile.mkdtemp(prefix="agentd-nodes-chaos-", dir="/tmp")
+    key = new_database()
     nodes = [Node(key, f"n{i}", CONFIG, lease=f"{int(LEASE * 1000)}ms", heartbeat="250ms") for i in range(3)]
     wait_for(lambda: sum(live_as_seen_by(nodes[0]).values()) == 3, 10, "three live nodes")
     convs = [nodes[i % 3].create(settings={"model": "echo", "tools": ["approve", "add"]}) for i in range(CONVS)]

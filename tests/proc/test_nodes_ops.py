@@ -4,7 +4,9 @@ get's worker are asked of n1 and their replies say what n1 did (`node`: n1); del
 or settings the running worker reads) are committed by n0 and n1 acts on its worker; resume wakes n1. An owner
 that does not answer (stopped) fails kill `unavailable` naming it after lease_time, and get shows its worker as
 unknown. PostgreSQL only (AGENTD_TEST_STORE=pg: an LMDB store has one node)."""
+import atexit
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -12,9 +14,10 @@ import time
 
 import harness
 from harness import pid_alive, wait_for, write_script
-from nodesutil import Node
+from nodesutil import Node, new_database
 
 DIR = tempfile.mkdtemp(prefix="agentd-nodes-ops-", dir="/tmp")
+atexit.register(shutil.rmtree, DIR, True)
 GATE = os.path.join(DIR, "go")
 # A model that records its pid, then answers a turn only once GATE exists (a summary at once).
 GATED = write_script(DIR, "gated.py", f"""
@@ -58,7 +61,7 @@ retries = 0
 
 
 def cluster():
-    key = tempfile.mkdtemp(prefix="agentd-nodes-db-", dir="/tmp")
+    key = new_database()
     nodes = [Node(key, f"n{i}", CONFIG) for i in range(3)]
     wait_for(lambda: sum(n["live"] for n in nodes[0].ok({"op": "nodes"})["nodes"]) == 3, 10, "three live nodes")
     return nodes

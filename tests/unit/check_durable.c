@@ -26,7 +26,7 @@ static void on_advanced(uint64_t frontier)
 
 static void open_store(int sync)
 {
-	strcpy(dir, "/tmp/check-durable-XXXXXX");
+	strcpy(dir, "/tmp/agentd-check-durable-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	struct store_opts so = { .sync = sync };
 	ck_assert_int_eq(store_open(&st, dir, &so), 0);

@@ -330,7 +330,7 @@ static char cfg_path[64];
 
 static void cfg_load(struct config *c)
 {
-	snprintf(cfg_path, sizeof cfg_path, "/tmp/check-render-XXXXXX");
+	snprintf(cfg_path, sizeof cfg_path, "/tmp/agentd-check-render-XXXXXX");
 	int fd = mkstemp(cfg_path);
 	ck_assert_int_ge(fd, 0);
 	static const char text[] = "[model.m]\ncommand = /bin/true\n"
