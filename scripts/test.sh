@@ -4,7 +4,8 @@
 # (where every process test runs a second time with agentd and its workers
 # under valgrind memcheck), then again under ASan+UBSan, then the fuzz
 # targets for a bounded time. Each stage says what it runs and how long it
-# took; docs/testing.md ("Time") gives the time of each stage.
+# took; docs/testing.md ("Time") gives the time of each stage. Last, the
+# run fails if a test left anything of its own in /tmp or /dev/shm.
 # Usage: scripts/test.sh [--quick|--dry-run]   (--quick: the normal build's tests only;
 #        --dry-run: print the stages and their commands, run nothing)
 set -euo pipefail
@@ -14,6 +15,8 @@ dry=""
 [ -n "$dry" ] || scripts/deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 start=$SECONDS
+since=$(mktemp) # what is newer was made by this run
+trap 'rm -f "$since"' EXIT
 times=()
 
 stage() { # name, command...: run it, then say how long it took
@@ -33,6 +36,15 @@ build() { # dir, extra cmake args...
 tests() { # dir, ctest args...: as many at once as there are cores (AGENTD_TEST_JOBS overrides)
 	local dir=$1; shift
 	(cd "$dir" && ctest --output-on-failure -j "${AGENTD_TEST_JOBS:-$jobs}" "$@")
+}
+
+left_behind() { # the tests' temporary files and directories this run did not remove
+	local left
+	left=$(find /tmp /dev/shm -maxdepth 1 -newer "$since" \( -name 'agentd-*' -o -name 'vgdb-pipe-*' \) 2>/dev/null)
+	[ -z "$left" ] && return 0
+	echo "test.sh: the tests left these behind (each test removes what it makes):" >&2
+	echo "$left" | sed 's/^/  /' >&2
+	return 1
 }
 
 other_types() { # the check suites in each other build type CMakeLists.txt offers, each in build-TYPE/
@@ -55,6 +67,7 @@ if [ "${1:-}" != "--quick" ]; then
 	# Bounded fuzzing of every parser (libFuzzer, clang).
 	stage "fuzzing (${AGENTD_FUZZ_SECS:-20} s per target)" scripts/fuzz.sh "${AGENTD_FUZZ_SECS:-20}"
 fi
+[ -n "${AGENTD_KEEP:-}" ] || stage "nothing left in /tmp" left_behind
 echo "test.sh: time per stage:" >&2
 printf '  %s\n' "${times[@]}" >&2
 t=$((SECONDS - start))
