@@ -38,10 +38,11 @@ tests() { # dir, ctest args...: as many at once as there are cores (AGENTD_TEST_
 	(cd "$dir" && ctest --output-on-failure -j "${AGENTD_TEST_JOBS:-$jobs}" "$@")
 }
 
-left_behind() { # the tests' temporary files and directories this run did not remove
-	local left
+left_behind() { # marker, dirs...: the tests' temporary files and directories newer than marker, left there
+	local marker=$1 left
+	shift
 	# || true: find fails on a directory that is missing (no /dev/shm) and still lists the others.
-	left=$(find /tmp /dev/shm -maxdepth 1 -newer "$since" \( -name 'agentd-*' -o -name 'vgdb-pipe-*' \) 2>/dev/null || true)
+	left=$(find "$@" -maxdepth 1 -newer "$marker" \( -name 'agentd-*' -o -name 'vgdb-pipe-*' \) 2>/dev/null || true)
 	[ -z "$left" ] && return 0
 	echo "test.sh: the tests left these behind (each test removes what it makes):" >&2
 	echo "$left" | sed 's/^/  /' >&2
@@ -68,7 +69,7 @@ if [ "${1:-}" != "--quick" ]; then
 	# Bounded fuzzing of every parser (libFuzzer, clang).
 	stage "fuzzing (${AGENTD_FUZZ_SECS:-20} s per target)" scripts/fuzz.sh "${AGENTD_FUZZ_SECS:-20}"
 fi
-[ -n "${AGENTD_KEEP:-}" ] || stage "nothing left in /tmp" left_behind
+[ -n "${AGENTD_KEEP:-}" ] || stage "nothing left in /tmp" left_behind "$since" /tmp /dev/shm
 echo "test.sh: time per stage:" >&2
 printf '  %s\n' "${times[@]}" >&2
 t=$((SECONDS - start))

@@ -131,6 +131,36 @@ def test_test_sh_says_what_it_runs_and_how_long():
         assert re.search(rf"^\| {re.escape(n.split(' (')[0])}[^|]* \| [^|]+ \| [^|]*\w[^|]* \|$", doc, re.M), (n, doc)
 
 
+def test_test_sh_fails_on_what_the_tests_left_behind():
+    # test.sh's last stage, run on a directory of this test's own: what is older than the run's marker, or
+    # not named as the tests name their files, passes; an agentd-* entry or a vgdb FIFO made after it fails
+    # the stage, named; a missing directory (no /dev/shm) is passed over.
+    fn = re.search(r"^left_behind\(\) \{.*?^\}$", open(REPO / "scripts/test.sh").read(), re.M | re.S).group(0)
+    with tempfile.TemporaryDirectory() as d:
+        tmp, marker = os.path.join(d, "tmp"), os.path.join(d, "marker")
+        os.mkdir(tmp)
+        os.mkdir(os.path.join(tmp, "agentd-older"))
+        open(marker, "w").close()
+        later = time.time() + 5
+        os.mkdir(os.path.join(tmp, "someone-elses"))
+
+        def census():
+            for n in os.listdir(tmp):
+                if n != "agentd-older":
+                    os.utime(os.path.join(tmp, n), (later, later))
+            return subprocess.run(["bash", "-c", "set -euo pipefail\n" + fn + '\nleft_behind "$@"', "census", marker,
+                                   tmp, os.path.join(d, "missing")], capture_output=True, text=True, timeout=scaled(10))
+
+        p = census()
+        assert p.returncode == 0 and p.stderr == "", p
+        os.mkdir(os.path.join(tmp, "agentd-test-x"))
+        os.mkfifo(os.path.join(tmp, "vgdb-pipe-from-vgdb-to-1"))
+        p = census()
+        assert p.returncode == 1, p
+        assert "the tests left these behind" in p.stderr and "agentd-test-x" in p.stderr, p.stderr
+        assert "vgdb-pipe-from-vgdb-to-1" in p.stderr and "older" not in p.stderr and "someone" not in p.stderr, p.stderr
+
+
 def test_agentctl_finds_the_socket_and_names_every_path_tried():
     a = Agentd(start=False)
     os.makedirs(os.path.join(a.dir, "agentd-data"))
