@@ -577,10 +577,10 @@ static int srv_parse_json(const char *line, size_t len, struct srv_req *rq)
 		  strlen(conv) >= sizeof rq->conv || strlen(eid) >= sizeof rq->eid ||
 		  strlen(text) + 16 > sizeof rq->content;
 	if (!bad) {
+		static msgpack_sbuffer sb; /* one buffer, reused: no allocation per request once grown */
 		strcpy(rq->conv, conv);
 		strcpy(rq->eid, eid);
-		msgpack_sbuffer sb;
-		msgpack_sbuffer_init(&sb);
+		msgpack_sbuffer_clear(&sb);
 		msgpack_packer pk;
 		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
 		msgpack_pack_map(&pk, 1);
@@ -588,7 +588,6 @@ static int srv_parse_json(const char *line, size_t len, struct srv_req *rq)
 		msgpack_pack_str_with_body(&pk, text, strlen(text));
 		memcpy(rq->content, sb.data, sb.size);
 		rq->clen = sb.size;
-		msgpack_sbuffer_destroy(&sb);
 	}
 	json_decref(o);
 	return bad ? -1 : 0;
