@@ -244,7 +244,7 @@ int model_line_parse(const char *line, size_t len, char **delta, struct model_re
 	seterr(err, errlen, "%s", "");
 	if (!line && len) {
 		seterr(err, errlen, "no line");
-		return -1;
+		return -EINVAL;
 	}
 	if (is_blank(line, len))
 		return 0;
@@ -253,15 +253,15 @@ int model_line_parse(const char *line, size_t len, char **delta, struct model_re
 	json_t *v;
 	if (jsonmp_loadb(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &v, &je) == -ENOMEM) {
 		seterr(err, errlen, "out of memory"); /* not the model's fault */
-		return -1;
+		return -ENOMEM;
 	}
 	if (!v) {
 		seterr(err, errlen, "not JSON (at byte %d): %s", je.position, je.text);
-		return -1;
+		return -EINVAL;
 	}
 	int rc = line_object(v, delta, final, err, errlen);
 	json_decref(v);
-	return rc;
+	return rc < 0 ? -EINVAL : rc;
 }
 
 int model_output_parse(const char *out, size_t len, struct model_reply *r, char *err, size_t errlen)
@@ -270,12 +270,12 @@ int model_output_parse(const char *out, size_t len, struct model_reply *r, char 
 	size_t lineno = 0, final_line = 0;
 	if (!r) {
 		seterr(err, errlen, "no reply to fill");
-		return -1;
+		return -EINVAL;
 	}
 	memset(r, 0, sizeof *r);
 	if (!out && len) {
 		seterr(err, errlen, "no output");
-		return -1;
+		return -EINVAL;
 	}
 	for (const char *p = out, *end = out + len; p < end;) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -303,7 +303,7 @@ int model_output_parse(const char *out, size_t len, struct model_reply *r, char 
 	return 0;
 fail:
 	model_reply_free(r);
-	return -1;
+	return -EINVAL;
 }
 
 void model_reply_free(struct model_reply *r)

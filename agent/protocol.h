@@ -55,7 +55,8 @@ struct model_reply {
  *   1   a delta: *delta = its text, malloc'd (when delta is not NULL)
  *   2   the final object: *final is overwritten (when final is not NULL; free
  *       it with model_reply_free)
- *  -1   anything else, with a specific message in err
+ *  -EINVAL  anything else, with a specific message in err
+ *  -ENOMEM  out of memory reading it (err says so)
  * *delta and *final are written only on the return that names them.
  * Types: delta and text strings; tool_calls an array of objects; name a
  * non-empty string of at most TOOL_NAME_MAX bytes; id a string; args
@@ -70,7 +71,8 @@ int model_line_parse(const char *line, size_t len, char **delta, struct model_re
  * line but the last non-blank one a valid delta; the last non-blank one the
  * final. No final, a bad line, or anything after the final (a delta, a second
  * final) is an error. Returns 0 with *r filled (free with model_reply_free;
- * on error *r is zeroed), or -1 with a message like "line 3: ...".
+ * on error *r is zeroed), or -EINVAL with a message like "line 3: ..."
+ * (also for a NULL r, and when memory ran out: the message says so).
  */
 int model_output_parse(const char *out, size_t len, struct model_reply *r, char *err, size_t errlen);
 void model_reply_free(struct model_reply *r); /* frees everything, zeroes *r; NULL fine */

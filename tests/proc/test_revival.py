@@ -1035,9 +1035,9 @@ def test_a_deadline_whose_worker_died_before_announcing_it_still_fires():
     if harness.VALGRIND or not shutil.which("gdb"):
         print("SKIP test_a_deadline_whose_worker_died_before_announcing_it_still_fires: needs gdb, not valgrind")
         return
-    # The breakpoint is on gate_leave's address with seq read from the first argument register, so it holds
-    # on every build type: a Release worker has no debug information (no `seq` by name) and gate_leave is
-    # kept out of line and on the plain calling convention for this (agent/main.c).
+    # The breakpoint is on wipc_gate_leave's address with seq read from the first argument register, so it holds
+    # on every build type: a Release worker has no debug information (no `seq` by name) and wipc_gate_leave is
+    # kept out of line and on the plain calling convention for this (agent/wipc.c).
     arg0 = {"x86_64": "$rdi", "aarch64": "$x0", "riscv64": "$a0", "ppc64le": "$r3", "s390x": "$r2"}.get(
         platform.machine())
     if arg0 is None:
@@ -1051,7 +1051,7 @@ def test_a_deadline_whose_worker_died_before_announcing_it_still_fires():
             f.write(f"""#!/bin/sh
 if [ -e {a.dir}/arm ]; then
   rm -f {a.dir}/arm
-  exec gdb -q -batch -nx -ex 'set startup-with-shell off' -ex 'break *gate_leave if {arg0} > 0' -ex run \\
+  exec gdb -q -batch -nx -ex 'set startup-with-shell off' -ex 'break *wipc_gate_leave if {arg0} > 0' -ex run \\
     -ex 'signal SIGKILL' --args {real} "$@" >>{a.dir}/gdb.log 2>&1
 fi
 exec {real} "$@"

@@ -190,7 +190,7 @@ START_TEST(line_errors)
 		char *d = (char *)1;
 		struct model_reply f = { .text = (char *)2 };
 		int rc = model_line_parse(bad[i].line, strlen(bad[i].line), &d, &f, err, sizeof err);
-		ck_assert_msg(rc == -1, "[%s] gave %d", bad[i].line, rc);
+		ck_assert_msg(rc == -EINVAL, "[%s] gave %d", bad[i].line, rc);
 		ck_assert_msg(strstr(err, bad[i].msg), "[%s]: message [%s] lacks [%s]", bad[i].line, err, bad[i].msg);
 		ck_assert_ptr_eq(d, (char *)1);
 		ck_assert_ptr_eq(f.text, (char *)2);
@@ -202,9 +202,9 @@ START_TEST(line_errors)
 	model_reply_free(&ok);
 	/* A short buffer truncates the message, still terminated; none is fine too. */
 	char tiny[8];
-	ck_assert_int_eq(model_line_parse(S("{\"delta\":5}"), NULL, NULL, tiny, sizeof tiny), -1);
+	ck_assert_int_eq(model_line_parse(S("{\"delta\":5}"), NULL, NULL, tiny, sizeof tiny), -EINVAL);
 	ck_assert_uint_eq(strlen(tiny), 7);
-	ck_assert_int_eq(model_line_parse(S("{\"delta\":5}"), NULL, NULL, NULL, 0), -1);
+	ck_assert_int_eq(model_line_parse(S("{\"delta\":5}"), NULL, NULL, NULL, 0), -EINVAL);
 }
 END_TEST
 
@@ -221,12 +221,12 @@ START_TEST(line_huge)
 	free(d);
 	/* Deep nesting is refused, not recursed into without bound. */
 	memset(line, '[', n);
-	ck_assert_int_eq(model_line_parse(line, n, &d, NULL, err, sizeof err), -1);
+	ck_assert_int_eq(model_line_parse(line, n, &d, NULL, err, sizeof err), -EINVAL);
 	ck_assert(strstr(err, "not JSON"));
 	/* A huge line that is not JSON at its very end. */
 	memcpy(line, "{\"delta\":\"", 10);
 	memset(line + 10, 'z', n - 10);
-	ck_assert_int_eq(model_line_parse(line, n, &d, NULL, err, sizeof err), -1);
+	ck_assert_int_eq(model_line_parse(line, n, &d, NULL, err, sizeof err), -EINVAL);
 	ck_assert(strstr(err, "not JSON"));
 	free(line);
 }
@@ -272,7 +272,7 @@ static void output_fails(const char *out, const char *msg)
 {
 	char err[256] = "";
 	struct model_reply r = { .text = (char *)1 };
-	ck_assert_msg(model_output_parse(out, strlen(out), &r, err, sizeof err) == -1, "[%s] accepted", out);
+	ck_assert_msg(model_output_parse(out, strlen(out), &r, err, sizeof err) == -EINVAL, "[%s] accepted", out);
 	ck_assert_msg(strstr(err, msg), "[%s]: message [%s] lacks [%s]", out, err, msg);
 	ck_assert_ptr_null(r.text); /* zeroed on error, nothing leaked (ASan) */
 	ck_assert_uint_eq(r.ncalls, 0);
@@ -292,7 +292,7 @@ START_TEST(output_errors)
 	             "line 2: tool_calls[0].args must be an object");
 	output_fails("Sorry, I cannot do that.\n", "line 1: not JSON");
 	char err[64];
-	ck_assert_int_eq(model_output_parse(S("{\"text\":\"a\"}"), NULL, err, sizeof err), -1);
+	ck_assert_int_eq(model_output_parse(S("{\"text\":\"a\"}"), NULL, err, sizeof err), -EINVAL);
 }
 END_TEST
 
@@ -383,7 +383,7 @@ START_TEST(line_args_too_deep)
 			ck_assert_msg(rc == 2, "%d: %s", n, err);
 			ck_assert_uint_eq(r.ncalls, 1);
 		} else {
-			ck_assert_int_eq(rc, -1);
+			ck_assert_int_eq(rc, -EINVAL);
 			ck_assert_str_eq(err, "tool_calls[0].args nest more than 64 levels of objects and arrays");
 		}
 		model_reply_free(&r);

@@ -1,0 +1,360 @@
+/*
+ * model_run.c: the worker's model calls (model_run.h): a kind exec model
+ * run here (or the echo model), an HTTP kind through agentd-model.
+ */
+#include "agent/model_run.h"
+#include "agent/render.h"
+#include "agent/wipc.h"
+#include "agent/wstore.h"
+#include "common/cmdline.h"
+#include "common/jsonmp.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A model's streamed text to watchers. */
+static void send_delta(struct worker *w, const char *text, size_t len)
+{
+	struct ipc_msg m = { .type = IPC_DELTA, .text = text, .text_len = len };
+	if (m.text_len > IPC_MAX - 256) {
+		/* A live view only (the final text is whole), cut where
+		 * a character begins: watchers get UTF-8. */
+		m.text_len = IPC_MAX - 256;
+		while (m.text_len > 0 && ((unsigned char)text[m.text_len] & 0xC0) == 0x80)
+			m.text_len--;
+	}
+	ipc_send(w->ipc, &m);
+}
+
+static int on_model_line(void *arg, const char *line, size_t len)
+{
+	struct model_run *mr = arg;
+	struct worker *w = mr->watch.w;
+	char *delta = NULL;
+	struct model_reply fin = { 0 };
+	int rc = model_line_parse(line, len, &delta, &fin, mr->err, sizeof mr->err);
+	if ((rc == 1 || rc == 2) && mr->have_final) {
+		/* as model_output_parse: the final line is the last */
+		free(delta);
+		model_reply_free(&fin);
+		snprintf(mr->err, sizeof mr->err, "model printed output after its final line");
+		return 2;
+	}
+	if (rc == 1) {
+		send_delta(w, delta, strlen(delta));
+		free(delta);
+		return 0;
+	}
+	if (rc == 2) {
+		mr->final = fin;
+		mr->have_final = 1;
+		return 0;
+	}
+	if (rc == 0)
+		return 0;
+	return 2; /* bad line: err says why */
+}
+
+static int on_model_watch(void *arg)
+{
+	struct model_run *mr = arg;
+	if (wipc_drain(mr->watch.w)) {
+		mr->watch.stop = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* One attempt. 0 with mr->final, -EIO with mr->err; exits when told to stop. */
+static int model_attempt(struct worker *w, const struct model_cfg *mc, const json_t *req, struct model_run *mr,
+			 int64_t *latency)
+{
+	memset(mr, 0, sizeof *mr);
+	mr->watch.w = w;
+	if (!mc->command) {
+		json_t *out = echo_model(req);
+		char *line = jsonmp_dumps(out, JSON_COMPACT, 0, NULL);
+		json_decref(out);
+		int rc = line ? model_output_parse(line, strlen(line), &mr->final, mr->err, sizeof mr->err) : -ENOMEM;
+		if (!line) /* an empty err would read as success */
+			snprintf(mr->err, sizeof mr->err, "model %s (echo): out of memory", mc->name);
+		free(line);
+		*latency = 0;
+		return rc ? -EIO : 0;
+	}
+	char **argv = NULL;
+	if (cmdline_split(mc->command, &argv)) {
+		snprintf(mr->err, sizeof mr->err, "model %s: cannot split its command", mc->name);
+		return -EIO;
+	}
+	char *input = jsonmp_dumps(req, JSON_COMPACT, 0, NULL);
+	if (!input) { /* never run the model without its request */
+		cmdline_free(argv);
+		snprintf(mr->err, sizeof mr->err, "model %s: out of memory", mc->name);
+		return -EIO;
+	}
+	char env1[200];
+	snprintf(env1, sizeof env1, "AGENTD_CONVERSATION=%s", w->conv);
+	const char *env[] = { env1, NULL };
+	struct proc_opts o = {
+		.env_add = env, .iso = &mc->iso, .input = input, .input_len = input ? strlen(input) : 0,
+		.timeout_ms = mc->timeout_ms, .out_cap = w->cfg.model_out_cap, .on_line = on_model_line,
+		.arg = mr, .watch_fd = w->ipc, .on_watch = on_model_watch, .on_start = wipc_on_start,
+	};
+	struct proc_result r;
+	int rc = wstore_run_command(w, argv, &o, &r);
+	free(input);
+	cmdline_free(argv);
+	*latency = r.elapsed_ms;
+	if (mr->watch.stop || rc == -ECANCELED) {
+		proc_result_free(&r);
+		model_reply_free(&mr->final);
+		log_info("%s: stopped during a model call; the turn is re-run on revival", w->conv);
+		exit(0);
+	}
+	int ok = 0;
+	if (rc < 0 && rc != -ECANCELED && rc != 2)
+		snprintf(mr->err, sizeof mr->err, "cannot run model %s: %s", mc->name, strerror(-rc));
+	else if (rc == 2)
+		; /* err set by on_model_line */
+	else if (r.timed_out)
+		snprintf(mr->err, sizeof mr->err, "model %s timed out after %lld ms", mc->name, (long long)mc->timeout_ms);
+	else if (r.out_overflow)
+		snprintf(mr->err, sizeof mr->err, "model %s wrote more than %zu bytes", mc->name, w->cfg.model_out_cap);
+	else if (!r.exited || r.status != 0)
+		snprintf(mr->err, sizeof mr->err, "model %s %s %d: %.200s", mc->name,
+			 r.exited ? "exited with status" : "killed by signal", r.exited ? r.status : r.sig, r.err ? r.err : "");
+	else if (!mr->have_final)
+		snprintf(mr->err, sizeof mr->err, "model %s printed no final line", mc->name);
+	else
+		ok = 1;
+	proc_result_free(&r);
+	if (!ok) {
+		model_reply_free(&mr->final);
+		mr->have_final = 0;
+		return -EIO;
+	}
+	return 0;
+}
+
+/* agentd-model, beside this program (model.h). */
+static const char *model_helper(void)
+{
+	static char path[4096];
+	if (!path[0]) {
+		ssize_t n = readlink("/proc/self/exe", path, sizeof path - 16);
+		char *slash = n > 0 ? memrchr(path, '/', (size_t)n) : NULL;
+		if (!slash)
+			return "agentd-model";
+		strcpy(slash + 1, "agentd-model");
+	}
+	return path;
+}
+
+/* The helper's lines: attempts and a failure are its own; the rest is the
+ * model process protocol. */
+static int on_http_line(void *arg, const char *line, size_t len)
+{
+	struct model_run *mr = arg;
+	json_t *j;
+	if (jsonmp_loadb(line, len, 0, &j, NULL) == -ENOMEM) {
+		snprintf(mr->err, sizeof mr->err, "out of memory reading agentd-model's output");
+		return 2; /* never its failure or attempts missed */
+	}
+	json_t *att = json_object_get(j, "attempts");
+	if (json_is_array(att)) {
+		json_decref(mr->attempts);
+		mr->attempts = json_incref(att);
+	}
+	const char *failed = json_string_value(json_object_get(j, "failed"));
+	if (failed) {
+		snprintf(mr->err, sizeof mr->err, "%s", failed);
+		mr->failed = 1;
+		json_decref(j);
+		return 0;
+	}
+	json_decref(j);
+	return on_model_line(arg, line, len);
+}
+
+/* The helper's environment: the minimal one (isolate.h) plus what it needs
+ * of the worker's: the key api_key_env names, and libcurl's proxy and CA
+ * settings. envs holds 16; *ne gets the number set (free each, also on
+ * failure). 0, or -ENOMEM: a helper run without its key or conversation
+ * would fail as something else. */
+static int model_helper_env(struct worker *w, const struct model_cfg *mc, char *envs[16], size_t *ne)
+{
+	static const char *const pass[] = { "https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "no_proxy",
+					    "NO_PROXY", "all_proxy", "ALL_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR",
+					    "CURL_CA_BUNDLE", NULL };
+	int e = 0;
+	*ne = 0;
+	if (asprintf(&envs[*ne], "AGENTD_CONVERSATION=%s", w->conv) >= 0)
+		++*ne;
+	else
+		e = -ENOMEM;
+	const char *key = mc->api_key_env ? getenv(mc->api_key_env) : NULL;
+	if (!e && key) {
+		if (asprintf(&envs[*ne], "%s=%s", mc->api_key_env, key) >= 0)
+			++*ne;
+		else
+			e = -ENOMEM;
+	}
+	for (const char *const *p = pass; !e && *p; p++) {
+		const char *v = getenv(*p);
+		if (!v)
+			continue;
+		if (asprintf(&envs[*ne], "%s=%s", *p, v) >= 0)
+			++*ne;
+		else
+			e = -ENOMEM;
+	}
+	envs[*ne] = NULL; /* also where a failed asprintf left its pointer undefined */
+	return e;
+}
+
+/* Log each failed attempt, and make the audit row: what was sent (rendered
+ * here as the helper did) and every attempt. */
+static void model_attempts_done(struct worker *w, const struct model_cfg *mc, const json_t *req,
+				struct model_run *mr)
+{
+	size_t i;
+	json_t *a;
+	json_array_foreach(mr->attempts, i, a) {
+		const char *e = json_string_value(json_object_get(a, "error"));
+		if (!e)
+			continue;
+		json_int_t wait = json_integer_value(json_object_get(a, "wait_ms"));
+		if (wait > 0)
+			log_warn("%s: model %s attempt %zu of %d failed: %s; retrying in %lld ms", w->conv, mc->name, i + 1,
+				 mc->retries + 1, e, (long long)wait);
+		else
+			log_warn("%s: model %s attempt %zu of %d failed: %s", w->conv, mc->name, i + 1, mc->retries + 1, e);
+	}
+	/* The audit row: what was sent (rendered here as the helper did) and
+	 * every attempt. */
+	char url[512];
+	model_url(mc, url, sizeof url);
+	json_t *body = model_api_of(mc)->body(mc, req);
+	mr->audit = json_pack("{sssoso}", "url", url, "body", body ? body : json_null(), "attempts",
+			      mr->attempts ? json_incref(mr->attempts) : json_array());
+	json_decref(mr->attempts);
+	mr->attempts = NULL;
+}
+
+/* A kind openai or anthropic model: one run of agentd-model, which makes
+ * the attempts (model.h); each is in the audit row (mr->audit) and the log.
+ * The attempts made in mr->tries; mr->err empty on success. */
+static void model_run_http(struct worker *w, const struct model_cfg *mc, const json_t *req, struct model_run *mr,
+			   int64_t *latency)
+{
+	memset(mr, 0, sizeof *mr);
+	mr->watch.w = w;
+	if (!w->cfg.path) {
+		snprintf(mr->err, sizeof mr->err, "model %s: no configuration file to give agentd-model", mc->name);
+		mr->tries = 1;
+		return;
+	}
+	char *argv[] = { (char *)model_helper(), "--config", w->cfg.path, "--model", mc->name, NULL };
+	char *input = jsonmp_dumps(req, JSON_COMPACT, 0, NULL);
+	char *envs[16] = { 0 };
+	size_t ne = 0;
+	if (model_helper_env(w, mc, envs, &ne) || !input) {
+		for (size_t i = 0; i < ne; i++)
+			free(envs[i]);
+		free(input);
+		snprintf(mr->err, sizeof mr->err, "model %s: out of memory", mc->name);
+		mr->tries = 1;
+		return;
+	}
+	struct proc_opts o = {
+		.env_add = (const char *const *)envs, .iso = &mc->iso, .input = input,
+		.input_len = input ? strlen(input) : 0,
+		.timeout_ms = model_call_budget(mc), .out_cap = w->cfg.model_out_cap, .on_line = on_http_line,
+		.arg = mr, .watch_fd = w->ipc, .on_watch = on_model_watch, .on_start = wipc_on_start,
+	};
+	struct proc_result r;
+	int rc = wstore_run_command(w, argv, &o, &r);
+	free(input);
+	for (size_t i = 0; i < ne; i++)
+		free(envs[i]);
+	*latency = r.elapsed_ms;
+	if (mr->watch.stop || rc == -ECANCELED) {
+		proc_result_free(&r);
+		model_reply_free(&mr->final);
+		json_decref(mr->attempts);
+		log_info("%s: stopped during a model call; the turn is re-run on revival", w->conv);
+		exit(0);
+	}
+	int attempts = mr->attempts ? (int)json_array_size(mr->attempts) : 1;
+	if (mr->failed && rc == 0 && r.exited && r.status == 0)
+		; /* err holds the helper's message */
+	else if (rc < 0)
+		snprintf(mr->err, sizeof mr->err, "cannot run %s: %s", argv[0], strerror(-rc));
+	else if (rc == 2)
+		; /* err set by on_model_line */
+	else if (r.timed_out)
+		snprintf(mr->err, sizeof mr->err, "model %s: no answer within %lld ms", mc->name,
+			 (long long)model_call_budget(mc));
+	else if (r.out_overflow)
+		snprintf(mr->err, sizeof mr->err, "model %s wrote more than %zu bytes", mc->name, w->cfg.model_out_cap);
+	else if (!r.exited || r.status != 0)
+		snprintf(mr->err, sizeof mr->err, "%s %s %d: %.200s", argv[0], r.exited ? "exited with status" : "killed by signal",
+			 r.exited ? r.status : r.sig, r.err ? r.err : "");
+	else if (!mr->have_final)
+		snprintf(mr->err, sizeof mr->err, "%s printed no final line", argv[0]);
+	proc_result_free(&r);
+	if (mr->err[0]) {
+		model_reply_free(&mr->final);
+		mr->have_final = 0;
+	} else if (mr->attempts) {
+		/* the latency of the attempt that answered */
+		json_t *last = json_array_get(mr->attempts, json_array_size(mr->attempts) - 1);
+		*latency = json_integer_value(json_object_get(last, "elapsed_ms"));
+	}
+	model_attempts_done(w, mc, req, mr);
+	mr->tries = attempts;
+}
+
+/* Run with retries: the attempts made in mr->tries; mr->err empty on
+ * success. A new model kind that is not an HTTP API (those are run by
+ * agentd-model: model.h) is run from here. */
+static void model_run_attempts(struct worker *w, const struct model_cfg *mc, const json_t *req, struct model_run *mr,
+			       int64_t *latency)
+{
+	if (mc->kind != MODEL_EXEC) {
+		model_run_http(w, mc, req, mr, latency);
+		return;
+	}
+	int attempts = 0;
+	for (int i = 0; i <= mc->retries; i++) {
+		attempts++;
+		if (model_attempt(w, mc, req, mr, latency) == 0) {
+			mr->err[0] = 0;
+			mr->tries = attempts;
+			return;
+		}
+		log_warn("%s: model attempt %d of %d failed: %s", w->conv, attempts, mc->retries + 1, mr->err);
+		if (i < mc->retries) {
+			/* Back off a little, still listening for stop. */
+			struct pollfd p = { w->ipc, POLLIN, 0 };
+			if (poll(&p, 1, 200 * (i + 1)) > 0 && wipc_drain(w))
+				exit(0);
+		}
+	}
+	mr->tries = attempts;
+}
+
+/* model_run_attempts, and its attempts told to the supervisor's metrics. */
+int model_run(struct worker *w, const struct model_cfg *mc, const json_t *req, struct model_run *mr, int64_t *latency)
+{
+	model_run_attempts(w, mc, req, mr, latency);
+	struct ipc_msg m = { .type = IPC_MODEL, .num = mr->tries, .ok = !mr->err[0] };
+	ipc_send(w->ipc, &m);
+	return mr->err[0] ? -EIO : 0;
+}
