@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install agentd's build and test dependencies from Debian packages when any is missing.
 # Usage: scripts/deps.sh [--bench]   (--bench adds SQLite and Redis, used only by benchmarks)
-# Also installs the npm packages tests/mcp and tests/web pin (their node_modules, git-ignored).
+# Also installs the npm packages tests/mcp, tests/web and clients/typescript pin (their node_modules, git-ignored).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config liblmdb-dev lmdb-utils libmsgpack-dev check libbsd-dev
       libjansson-dev libinih-dev libcurl4-openssl-dev clang python3 python3-pytest procps valgrind gdb
@@ -26,9 +26,10 @@ if [ ${#missing[@]} -ne 0 ]; then
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# The npm packages each lock file pins (the real MCP servers, the browser driver), from the npm
-# registry, again only when a lock file changed.
-for dir in tests/mcp tests/web; do
+# The npm packages each lock file pins (the real MCP servers, the browser driver, the TypeScript
+# client's compiler and Node's type definitions), from the npm registry, again only when a lock file
+# changed.
+for dir in tests/mcp tests/web clients/typescript; do
 	d="$(cd "$(dirname "$0")/.." && pwd)/$dir"
 	if ! cmp -s "$d/package-lock.json" "$d/node_modules/.agentd-installed-lock" 2>/dev/null; then
 		echo "deps: npm ci in $dir" >&2

@@ -1,0 +1,172 @@
+/**
+ * The records agentd's replies carry (docs/protocol.md, "Ops"), as it sends them: field names are the
+ * protocol's own (snake_case), so a record reads the same here, in agentctl --json and in the docs.
+ * Fields an older agentd does not send are optional.
+ */
+
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+export type ConversationStatus = "idle" | "active" | "suspended" | "ended" | "paused";
+export type ToolCallStatus = "pending" | "resolved" | "errored" | "expired" | "cancelled";
+
+export interface Usage {
+  input_tokens: number;
+  output_tokens: number;
+  cost: number;
+  turns?: number;
+}
+
+export interface Settings {
+  model: string;
+  system?: string;
+  tools?: string[];
+  params?: { [key: string]: Json };
+  budget?: { max_tokens?: number; max_cost?: number; max_turns?: number };
+  max_tool_rounds?: number;
+}
+
+export interface Run {
+  id: number;
+  status: string;
+  [key: string]: Json | undefined;
+}
+
+export interface Conversation {
+  id: string;
+  settings: Settings;
+  status: ConversationStatus;
+  fsm_state: { [key: string]: Json } | null;
+  last_seq: number;
+  usage: Usage;
+  created_at: number;
+  updated_at: number;
+  metadata: { [key: string]: string };
+  forked_from: { conversation: string; seq: number } | null;
+  worker: { pid: number | null; state: string; node?: string } | null;
+  run?: Run | null;
+  first_seq?: number;
+}
+
+export interface ConversationPage {
+  conversations: Conversation[];
+  /** The cursor for the next page (pass as `after`), or undefined on the last page. */
+  next?: string;
+}
+
+export interface Event {
+  seq: number;
+  type: string;
+  content: Json;
+  event_id?: string;
+  inserted_at: number;
+}
+
+export interface EventPage {
+  events: Event[];
+  last_seq: number;
+  next_after?: number;
+  first_seq?: number;
+}
+
+export interface SendResult {
+  seq: number;
+  duplicate: boolean;
+  /** The event_id sent (generated when none was given): a retry with it is answered with this seq. */
+  event_id: string;
+  /** "paused" when the conversation's budget is spent (the message is kept). */
+  status?: string;
+}
+
+export interface BatchResult {
+  seqs: number[];
+  duplicates: number[];
+  event_ids: string[];
+}
+
+export interface ToolCall {
+  id: string;
+  conversation: string;
+  executor: string;
+  name: string;
+  status: ToolCallStatus;
+  args: Json;
+  result: Json;
+  inserted_at: number;
+  resolved_at: number | null;
+  deadline?: number | null;
+  attempts?: number;
+  prompt?: string;
+}
+
+export interface Resolution {
+  seq: number;
+  conversation?: string;
+}
+
+export interface Summary {
+  from_seq: number;
+  to_seq: number;
+  content: Json;
+  version: number;
+  inserted_at: number;
+}
+
+export interface RunPage {
+  runs: Run[];
+  next?: number;
+}
+
+export interface Cancelled {
+  cancelled: boolean;
+  seq?: number;
+  tool_calls?: string[];
+  message?: string;
+}
+
+export interface Resumed {
+  resumed: boolean;
+  rerun?: boolean;
+  node?: string;
+  message?: string;
+}
+
+export interface ForkResult {
+  conversation: string;
+  forked_from: { conversation: string; seq: number };
+  last_seq: number;
+  copied: number;
+  cancelled: number;
+  summary_to: number | null;
+  first_seq: number;
+  status: string;
+}
+
+export interface BackupResult {
+  path: string;
+  bytes: number;
+  ms: number;
+}
+
+export interface Status {
+  version: string;
+  uptime_ms: number;
+  workers: { conversation: string; pid: number; state: string; since_ms: number }[];
+  store: { [key: string]: Json };
+  node?: { [key: string]: Json };
+}
+
+/** A model's streamed text on a watch: a preview, which a slow reader may miss (never an event). */
+export interface Delta {
+  delta: string;
+}
+
+/** What sendAndWait returns: the send's seq, the events after it up to the end of the turn it caused,
+ * and the conversation's status then (idle: answered; suspended: a human tool call waits; paused: the
+ * budget is spent; ended). */
+export interface TurnResult {
+  seq: number;
+  duplicate: boolean;
+  event_id: string;
+  events: Event[];
+  status: ConversationStatus;
+}

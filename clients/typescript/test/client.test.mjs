@@ -1,0 +1,211 @@
+// The TypeScript client against the real agentd: every op it has a method for, its errors, send-and-wait,
+// approvals, and watch with resume across a kill -9 of agentd.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { Agentd, DIST, SLOW, waitFor } from "./harness.mjs";
+
+const A = await import(path.join(DIST, "index.js"));
+const { Client } = A;
+let agentd;
+let c;
+
+before(async () => {
+  agentd = await new Agentd().start();
+  c = new Client({ socket: agentd.socket, timeout: 30000 * SLOW });
+});
+
+after(async () => {
+  c.close();
+  await agentd.close();
+});
+
+test("ping, create, get, list, update, delete", async () => {
+  assert.match(await c.ping(), /^\d+\.\d+/);
+  const id = await c.create("echo", { conversation: "c-ts1", system: "Be brief.", tools: ["approve"],
+    metadata: { team: "ts" } });
+  assert.equal(id, "c-ts1");
+  const g = await c.get(id);
+  assert.deepEqual(g.settings, { model: "echo", system: "Be brief.", tools: ["approve"] });
+  assert.equal(g.status, "idle");
+  assert.equal(g.last_seq, 0);
+  assert.deepEqual(g.metadata, { team: "ts" });
+  const page = await c.list({ metadata: { team: "ts" } });
+  assert.deepEqual(page.conversations.map((x) => x.id), ["c-ts1"]);
+  assert.equal(page.next, undefined);
+  await c.update(id, { metadata: { team: null, owner: "ana" } });
+  assert.deepEqual((await c.get(id)).metadata, { owner: "ana" });
+  await c.update(id, { end: true });
+  assert.equal((await c.get(id)).status, "ended");
+  await assert.rejects(c.send(id, "late"), A.Conflict);
+  assert.equal(await c.delete(id), true);
+  assert.equal(await c.delete(id), false);
+  await assert.rejects(c.get(id), (e) => e instanceof A.NotFound && e.code === "not_found" && e.op === "get");
+});
+
+test("send is idempotent by event id; expectedSeq; batches", async () => {
+  const id = await c.create("echo");
+  const r = await c.send(id, "hello", { eventId: "ts-e1", expectedSeq: 0 });
+  assert.deepEqual([r.seq, r.duplicate, r.event_id], [1, false, "ts-e1"]);
+  const again = await c.send(id, "hello", { eventId: "ts-e1" });
+  assert.deepEqual([again.seq, again.duplicate], [1, true]);
+  await waitFor(async () => (await c.get(id)).status === "idle", "the echo turn");
+  const err = await c.send(id, "x", { expectedSeq: 1 }).catch((e) => e);
+  assert.ok(err instanceof A.Conflict, String(err));
+  assert.equal(err.lastSeq, 2);
+  const b = await c.sendBatch(id, ["a", { text: "b" }]);
+  assert.deepEqual(b.seqs, [3, 4]);
+  assert.equal(b.event_ids.length, 2);
+  assert.deepEqual(b.duplicates, []);
+  await assert.rejects(c.sendBatch(id, ["a"], { eventIds: [] }), RangeError);
+  const evs = await c.events(id, { limit: 2, after: 0, before: 5 });
+  assert.deepEqual(evs.events.map((e) => e.seq), [3, 4]);
+  assert.deepEqual(evs.events[1].content, { text: "b" });
+});
+
+test("sendAndWait returns the turn's reply, once idle", async () => {
+  const id = await c.create("echo");
+  const t = await c.sendAndWait(id, "hi there");
+  assert.equal(t.seq, 1);
+  assert.equal(t.status, "idle");
+  assert.deepEqual(t.events.map((e) => e.type), ["assistant_msg"]);
+  assert.equal(t.events[0].content.text, "echo: hi there");
+  assert.equal(t.events[0].seq, 2);
+});
+
+test("sendAndWait ends at an approval; pending, approve, deny, by", async () => {
+  const id = await c.create("echo", { tools: ["approve"] });
+  const t = await c.sendAndWait(id, '/tool approve {"amount": 120}');
+  assert.equal(t.status, "suspended");
+  const types = t.events.map((e) => e.type);
+  assert.ok(types.includes("tool_call") && types.includes("suspension"), types.join(","));
+  const pend = (await c.pending()).filter((p) => p.conversation === id);
+  assert.equal(pend.length, 1);
+  assert.equal(pend[0].name, "approve");
+  assert.deepEqual(pend[0].args, { amount: 120 });
+  assert.equal(pend[0].prompt, "Approve the payment?");
+  const res = await c.approve(pend[0].id, { comment: "ok", by: "ana" });
+  assert.equal(res.conversation, id);
+  const call = await c.toolCall(pend[0].id);
+  assert.equal(call.status, "resolved");
+  assert.deepEqual(call.result, { approved: true, comment: "ok" });
+  const resolution = (await c.events(id, { type: "resolution" })).events.at(-1);
+  assert.equal(resolution.content.by.name, "ana");
+  assert.equal(typeof resolution.content.by.uid, "number");
+  await assert.rejects(c.deny(pend[0].id), (e) => e instanceof A.Stale);
+  await waitFor(async () => (await c.get(id)).status === "idle", "the turn after the approval");
+  // A second call, denied.
+  const t2 = await c.sendAndWait(id, "/tool approve {}");
+  assert.equal(t2.status, "suspended");
+  const [p2] = await c.toolCalls(id, { status: "pending" });
+  await c.deny(p2.id, { by: "bo" });
+  assert.deepEqual((await c.toolCall(p2.id)).result, { approved: false });
+  await assert.rejects(c.resolve(p2.id, null, { by: "" }), A.BadRequest);
+  await assert.rejects(c.resolve("tc-nope", true), A.Stale);
+});
+
+test("sendAndWait times out with the message kept", async () => {
+  const id = await c.create("echo", { tools: ["approve"] });
+  await c.sendAndWait(id, "/tool approve {}");
+  // A message sent while a call is pending is answered after it: nothing more runs now.
+  const t = await c.sendAndWait(id, "meanwhile");
+  assert.equal(t.status, "suspended");
+  assert.deepEqual(t.events, []);
+  // A timeout: a turn that stays active (the worker is stopped by SIGSTOP) past the bound.
+  const id2 = await c.create("echo");
+  const t2 = await c.sendAndWait(id2, "warm up");
+  assert.equal(t2.status, "idle");
+  const st = await c.status();
+  const w = st.workers.find((x) => x.conversation === id2);
+  assert.ok(w, "a live worker");
+  process.kill(w.pid, "SIGSTOP");
+  try {
+    await assert.rejects(c.sendAndWait(id2, "stuck", { timeout: 300 }), (e) => e instanceof A.AgentdTimeout);
+    const evs = await c.events(id2);
+    assert.equal(evs.events.at(-1).content.text, "stuck");
+  } finally {
+    process.kill(w.pid, "SIGCONT");
+  }
+  await waitFor(async () => (await c.get(id2)).status === "idle", "the turn after SIGCONT");
+});
+
+test("errors: typed, with code and op; bad input never sent", async () => {
+  await assert.rejects(c.create("no-such-model"), (e) => e instanceof A.BadRequest && e.code === "bad_request");
+  await assert.rejects(c.request("frobnicate"), (e) => e instanceof A.UnknownOp);
+  await assert.rejects(c.send("c-x", { n: NaN }), (e) => e instanceof A.BadRequest && /JSON/.test(e.message));
+  await assert.rejects(c.send("c-x", { n: 1n }), A.BadRequest);
+  await assert.rejects(c.toolCall("tc-nope"), A.NotFound);
+  assert.throws(() => new Client({ socket: "/" + "x".repeat(120) }), RangeError);
+  const nobody = new Client({ socket: path.join(agentd.dir, "nobody.sock") });
+  await assert.rejects(nobody.ping(), (e) => e instanceof A.AgentdConnectionError && /is agentd running/.test(e.message));
+  // The connection still works after errors.
+  assert.match(await c.ping(), /\d/);
+});
+
+test("reads: tool_calls, summary, runs, status, metrics, nodes, fork, cancel, resume, stop, kill", async () => {
+  const id = await c.create("echo");
+  await c.sendAndWait(id, "one");
+  assert.deepEqual(await c.toolCalls(id), []);
+  assert.equal(await c.summary(id), null);
+  const runs = await c.runs(id);
+  assert.equal(runs.runs.length, 1);
+  assert.equal(runs.runs[0].status, "completed");
+  const st = await c.status();
+  assert.equal(typeof st.version, "string");
+  assert.ok(Array.isArray(st.workers));
+  assert.match(await c.metrics(), /agentd_/);
+  const n = await c.nodes();
+  assert.equal(n.nodes.length, 1);
+  const f = await c.fork(id, 1, { newConversation: "c-tsfork" });
+  assert.equal(f.conversation, "c-tsfork");
+  assert.deepEqual(f.forked_from, { conversation: id, seq: 1 });
+  const cz = await c.cancel(id);
+  assert.equal(cz.cancelled, false);
+  assert.equal(typeof cz.message, "string");
+  const rz = await c.resume(id);
+  assert.equal(rz.resumed, false);
+  assert.equal(typeof (await c.stop(id)), "boolean");
+  const pid = await c.kill(id);
+  assert.ok(pid === null || typeof pid === "number");
+  assert.deepEqual(await c.audit(id), []);
+});
+
+test("concurrent calls on one client are answered in order", async () => {
+  const id = await c.create("echo");
+  const rs = await Promise.all([1, 2, 3, 4, 5].map((i) => c.send(id, `m${i}`)));
+  assert.deepEqual(rs.map((r) => r.seq).sort((a, b) => a - b), rs.map((r) => r.seq));
+  const texts = (await c.events(id, { type: "user_msg" })).events.map((e) => e.content.text);
+  assert.deepEqual(texts, ["m1", "m2", "m3", "m4", "m5"]);
+});
+
+test("backup copies the store", async () => {
+  const dir = path.join(agentd.dir, "backup");
+  const b = await c.backup(dir);
+  assert.equal(b.path, dir);
+  assert.ok(b.bytes > 0);
+  assert.ok(fs.existsSync(path.join(dir, "data.mdb")));
+  await assert.rejects(c.backup(dir), A.BadRequest);
+});
+
+test("watch streams every event, and resumes across a kill -9 of agentd", async () => {
+  const id = await c.create("echo");
+  await c.send(id, "before");
+  const w = await c.watch(id, { after: 0, resume: true });
+  const seen = [];
+  const reader = (async () => {
+    for await (const ev of w.events()) {
+      seen.push(ev);
+      if (ev.type === "assistant_msg" && ev.content.text === "echo: after restart") break;
+    }
+  })();
+  await waitFor(() => seen.some((e) => e.type === "assistant_msg"), "the first reply on the watch");
+  await agentd.kill9();
+  await agentd.start();
+  await c.send(id, "after restart"); // the client reconnects (send is safe to repeat)
+  await reader;
+  assert.deepEqual(seen.map((e) => e.seq), [1, 2, 3, 4]);
+  assert.ok(w.resumes >= 1);
+  assert.ok(c.retries >= 0);
+  await assert.rejects(c.watch("c-none"), A.NotFound);
+});
