@@ -183,6 +183,21 @@ class AsyncClient(_Ops):
                     self.retries += 1
                     await asyncio.sleep(pause)
 
+    async def _flow(self, steps):
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    result = await self._run(call)
+                except AgentdError as e:
+                    call = steps.throw(e)
+                else:
+                    call = steps.send(result)
+        except StopIteration as done:
+            return done.value
+        finally:
+            steps.close()
+
     async def _attempt(self, call: _Call):
         # A connection agentd closed while idle is replaced before a request that must not be sent
         # twice goes out on it.

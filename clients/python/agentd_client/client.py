@@ -151,6 +151,21 @@ class Client(_Ops):
                     self.retries += 1
                     time.sleep(pause)
 
+    def _flow(self, steps):
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    result = self._run(call)
+                except AgentdError as e:
+                    call = steps.throw(e)
+                else:
+                    call = steps.send(result)
+        except StopIteration as done:
+            return done.value
+        finally:
+            steps.close()
+
     def _attempt(self, call: _Call):
         if self._conn is not None and self._conn.closed_by_peer():
             self._drop()
