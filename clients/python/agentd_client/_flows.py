@@ -15,6 +15,32 @@ from .types import Event, TurnResult
 LONG_POLL_MAX_MS = 3_600_000  # the protocol's bound on events' wait_ms
 
 
+class Stepper:
+    """Walks a flow for a client's _flow: next() is the next _Call (None once the flow returned, its value
+    in .value); set .result, or .error (an AgentdError, thrown into the flow), before the next next()."""
+
+    def __init__(self, steps):
+        self.steps = steps
+        self.started = False
+        self.result = None
+        self.error = None
+        self.value = None
+
+    def next(self):
+        try:
+            if not self.started:
+                self.started = True
+                return next(self.steps)
+            if self.error is not None:
+                error, self.error = self.error, None
+                return self.steps.throw(error)
+            result, self.result = self.result, None
+            return self.steps.send(result)
+        except StopIteration as done:
+            self.value = done.value
+            return None
+
+
 def pending_steps(ops, conversation: Optional[str]):
     """The pending human tool calls: of one conversation, or of every suspended one (a conversation with a
     pending human call is suspended until it is settled), conversation id order, page by page. A

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Optional, Union
 
+from ._flows import Stepper
 from ._ops import NO_LIMIT, _Backoff, _Call, _Ops, decode, encode, finish, socket_path, watch_item
 from .errors import (AgentdConnectionError, AgentdError, AgentdTimeout, NotFound, TooLarge, Unavailable,
                      error_from_reply)
@@ -152,19 +153,13 @@ class Client(_Ops):
                     time.sleep(pause)
 
     def _flow(self, steps):
-        try:
-            call = next(steps)
-            while True:
-                try:
-                    result = self._run(call)
-                except AgentdError as e:
-                    call = steps.throw(e)
-                else:
-                    call = steps.send(result)
-        except StopIteration as done:
-            return done.value
-        finally:
-            steps.close()
+        s = Stepper(steps)
+        while (call := s.next()) is not None:
+            try:
+                s.result = self._run(call)
+            except AgentdError as e:
+                s.error = e
+        return s.value
 
     def _attempt(self, call: _Call):
         if self._conn is not None and self._conn.closed_by_peer():
