@@ -2,6 +2,7 @@
 --no-index and no pip configuration, isolated build, --no-build-isolation and editable, then imported from
 where it went by a fresh interpreter; the build leaves nothing in the source tree; the in-tree backend's
 sdist and wheel (docs/python.md, "Install")."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -36,9 +37,7 @@ def offline_env():
 
 
 def pip(*args, python=sys.executable):
-    try:
-        import pip as _  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("pip") is None:
         pytest.fail(f"pip is not installed for {sys.executable}: install Debian's python3-pip (scripts/deps.sh does)")
     cmd = [sys.executable, "-m", "pip", "--python", python, "install", "--no-index", *args]
     r = subprocess.run(cmd, env=offline_env(), capture_output=True, text=True, timeout=600)

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from agentd_client import (AsyncClient, BadRequest, Client, NotFound, Resolution, Stale, ToolCall, TurnResult)
-from conftest import HUMAN_TOOL, streaming_model, wait_for
+from conftest import HUMAN_TOOL, streaming_model
 
 FAILING = """
 [model.broken]
