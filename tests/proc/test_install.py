@@ -104,7 +104,7 @@ def test_units_verify():
         print("SKIP systemd-analyze verify: no systemd-analyze here (Debian package `systemd`)")
         return
     env = dict(os.environ, MANPATH=f"{s}/share/man", SYSTEMD_LOG_COLOR="0")
-    # Together: agentd-web.service requires agentd.service, which verify finds among the files given.
+    # Together: agentd-web.service wants agentd.service, which verify finds among the files given.
     units = [f"{s}/{u}" for u in sorted(EXPECTED) if u.endswith(".service")]
     p = run(analyze, "verify", *units, env=env, check=False)
     # verify resolves Documentation=man:... against the staged pages and ExecStart against the staged
@@ -118,6 +118,16 @@ def test_units_verify():
     p = run(analyze, "verify", bad, env=env, check=False)
     os.unlink(bad)
     assert "sometimes" in p.stderr, p
+
+
+def test_the_page_is_not_bound_to_agentd():
+    """agentd-web.service wants agentd.service, ordered after it, but is not stopped or restarted with it
+    (Requires= would sign every approver out at each `systemctl restart agentd`)."""
+    if not WEB:
+        return
+    unit = open(f"{stage()}/lib/systemd/system/agentd-web.service").read()
+    deps = re.findall(r"^(Requires|Wants|BindsTo|PartOf|After)=(.*)$", unit, re.M)
+    assert sorted(deps) == [("After", "agentd.service"), ("Wants", "agentd.service")], deps
 
 
 def test_man_pages_render_without_warnings():

@@ -11,7 +11,7 @@ from .errors import (ERRORS, AgentdConnectionError, AgentdError, AgentdTimeout, 
                      error_from_reply)
 from .types import (BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, Delta, Event, EventPage,
                     ForkResult, ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Status, StoreStatus, Summary,
-                    ToolCall, Usage, Worker, WorkerStatus)
+                    ToolCall, TurnResult, Usage, Worker, WorkerStatus)
 
 __version__ = "0.1.0"
 
@@ -22,5 +22,5 @@ __all__ = [
     "BackupResult", "BatchResult", "ForkResult", "Conversation", "ConversationPage", "Delta", "Event", "EventPage",
     "ModelCall", "Resolution", "SendResult",
     "Status", "StoreStatus", "Summary", "ToolCall", "Usage", "Worker", "WorkerStatus",
-    "Run", "RunPage", "Cancelled", "Resumed",
+    "Run", "RunPage", "Cancelled", "Resumed", "TurnResult",
 ]

@@ -12,6 +12,7 @@ import time
 import uuid
 from typing import Any, Callable, Dict, Optional
 
+from . import _flows
 from .errors import AgentdConnectionError, AgentdTimeout, BadRequest
 from .types import (BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, Event, EventPage, ForkResult,
                     ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Status, Summary, ToolCall, _build)
@@ -134,6 +135,30 @@ class _Ops:
     def _run(self, call: _Call):  # pragma: no cover - provided by the clients
         raise NotImplementedError
 
+    def _flow(self, steps):  # pragma: no cover - provided by the clients
+        """Drive a generator of _flows: run each _Call it yields, send it the result (or throw it the
+        AgentdError), and give back what it returns."""
+        raise NotImplementedError
+
+    # The calls the methods below build, also yielded by the flows of _flows.
+    def _list_call(self, **filters) -> _Call:
+        return _Call("list", _opt(**filters), _page)
+
+    def _send_call(self, conversation: str, content, event_id: Optional[str], expected_seq: Optional[int]) -> _Call:
+        eid = new_event_id() if event_id is None else event_id
+        fields = {"conversation": conversation, "content": content, "event_id": eid,
+                  **_opt(expected_seq=expected_seq)}
+        return _Call("send", fields, lambda r: SendResult(r["seq"], bool(r.get("duplicate", False)), eid,
+                                                          r.get("status")))
+
+    def _events_call(self, conversation: str, **kw) -> _Call:
+        extra = (kw.get("wait_ms") or 0) / 1000.0
+        return _Call("events", _opt(conversation=conversation, **kw), _events, extra)
+
+    def _tool_calls_call(self, conversation: str, status: Optional[str]) -> _Call:
+        return _Call("tool_calls", _opt(conversation=conversation, status=status),
+                     lambda r: [_build(ToolCall, t) for t in r["tool_calls"]])
+
     def request(self, op: str, **fields):
         """Any request, for ops or fields this client has no method for: the reply as a dict
         (ok:true), or the error raised. Not retried after a lost connection unless op is a read or send."""
@@ -166,8 +191,8 @@ class _Ops:
         Filters, all of which must hold: metadata {key: value} (every pair in the conversation's
         metadata), model (settings.model), updated_after / updated_before (ms since the epoch, exclusive).
         Pass the same filters with after= for the next page."""
-        return self._run(_Call("list", _opt(status=status, limit=limit, after=after, metadata=metadata, model=model,
-                                            updated_after=updated_after, updated_before=updated_before), _page))
+        return self._run(self._list_call(status=status, limit=limit, after=after, metadata=metadata, model=model,
+                                         updated_after=updated_after, updated_before=updated_before))
 
     def update(self, conversation: str, *, model: Optional[str] = None, system: Optional[str] = None,
                tools: Optional[list] = None, params: Optional[dict] = None, end: bool = False,
@@ -197,11 +222,26 @@ class _Ops:
         the same one, so the message is in the log once (duplicate=True then says the first attempt had
         landed). Conflict when the conversation is ended. With expected_seq (the last seq you saw; 0: the
         log must be empty), Conflict with .last_seq when the conversation moved on: nothing was written.
-        A repeated event_id still gets its original seq (idempotency wins over the check)."""
-        eid = new_event_id() if event_id is None else event_id
-        fields = {"conversation": conversation, "content": content, "event_id": eid,
-                  **_opt(expected_seq=expected_seq)}
-        return self._run(_Call("send", fields, lambda r: SendResult(r["seq"], bool(r.get("duplicate", False)), eid)))
+        A repeated event_id still gets its original seq (idempotency wins over the check). SendResult.status
+        is "paused" when the conversation is paused (the message waits for a larger budget)."""
+        return self._run(self._send_call(conversation, content, event_id, expected_seq))
+
+    def send_and_wait(self, conversation: str, content, *, timeout: Optional[float] = 60.0,
+                      event_id: Optional[str] = None, expected_seq: Optional[int] = None):
+        """send, then wait for the turn it causes to end: a TurnResult whose status says how (completed,
+        suspended on a human tool call, error, cancelled, paused, or timeout after timeout seconds counted
+        from before the send; None: no limit) and whose events are the log after the message up to there.
+        Raises what send raises (Conflict, NotFound, ...), and NotFound when the conversation is deleted
+        while waiting. A conversation ended while waiting runs no turn: the wait ends in timeout."""
+        return self._flow(_flows.send_and_wait_steps(self, conversation, content, timeout, event_id, expected_seq))
+
+    def wait_turn(self, conversation: str, seq: int, *, timeout: Optional[float] = 60.0):
+        """Wait for the turn that answers the events up to seq (a user_msg's seq, or a resolution's after
+        approve) to end: a TurnResult as send_and_wait's (status timeout past timeout seconds; None: no
+        limit). Returns at once when the log already holds the end. NotFound when the conversation is
+        gone."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return self._flow(_flows.wait_turn_steps(self, conversation, seq, deadline))
 
     def send_batch(self, conversation: str, contents, *, event_ids: Optional[list] = None,
                    expected_seq: Optional[int] = None):
@@ -226,17 +266,36 @@ class _Ops:
         recent ones in range (1-10000), type filters, wait_ms long-polls: the reply comes as soon as an
         event after `after` exists, or with no events when wait_ms passes (the client's timeout is
         extended by wait_ms)."""
-        extra = (wait_ms or 0) / 1000.0
-        return self._run(_Call("events", _opt(conversation=conversation, after=after, before=before,
-                                              limit=limit, type=type, wait_ms=wait_ms), _events, extra))
+        return self._run(self._events_call(conversation, after=after, before=before, limit=limit, type=type,
+                                           wait_ms=wait_ms))
 
-    def resolve(self, tool_call_id: str, result: Any = None, *, status: Optional[str] = None):
+    def resolve(self, tool_call_id: str, result: Any = None, *, status: Optional[str] = None,
+                by: Optional[str] = None):
         """Settle a pending human tool call with result (any JSON value); status is resolved (agentd's
-        default) or errored. Returns Resolution(seq, conversation). Stale when the call is not pending."""
-        fields = _opt(tool_call_id=tool_call_id, status=status)
+        default) or errored; by names who decided (1-128 bytes, no control characters), recorded in the
+        resolution event beside the uid agentd sees. Returns Resolution(seq, conversation). Stale when the
+        call is not pending (unknown, settled, expired); BadRequest for a bad status or by."""
+        fields = _opt(tool_call_id=tool_call_id, status=status, by=by)
         if result is not None:
             fields["result"] = result
         return self._run(_Call("resolve", fields, lambda r: Resolution(r["seq"], r.get("conversation"))))
+
+    def approve(self, tool_call_id: str, *, comment: Optional[str] = None, by: Optional[str] = None):
+        """A person's yes to a pending human tool call: resolve with the result {"approved": true} (and
+        "comment" when given), as `agentctl approve`. Returns Resolution; errors as resolve's."""
+        return self.resolve(tool_call_id, {"approved": True, **_opt(comment=comment)}, by=by)
+
+    def deny(self, tool_call_id: str, *, comment: Optional[str] = None, by: Optional[str] = None):
+        """A person's no: resolve with the result {"approved": false} (and "comment"), status resolved,
+        as `agentctl deny`. Returns Resolution; errors as resolve's."""
+        return self.resolve(tool_call_id, {"approved": False, **_opt(comment=comment)}, by=by)
+
+    def pending(self, conversation: Optional[str] = None):
+        """The pending human tool calls (a list of ToolCall): of every conversation (the suspended ones,
+        in conversation id order, as `agentctl pending`), or of the one given (NotFound when it does not
+        exist). Not one op: a list of the suspended conversations, page by page, and tool_calls for each
+        (a conversation deleted meanwhile is skipped)."""
+        return self._flow(_flows.pending_steps(self, conversation))
 
     def tool_call(self, tool_call_id: str):
         """One tool call (ToolCall). NotFound when there is none."""
@@ -245,9 +304,8 @@ class _Ops:
 
     def tool_calls(self, conversation: str, *, status: Optional[str] = None):
         """The conversation's tool calls in id order (a list of ToolCall); status filters (pending,
-        resolved, errored, expired)."""
-        return self._run(_Call("tool_calls", _opt(conversation=conversation, status=status),
-                               lambda r: [_build(ToolCall, t) for t in r["tool_calls"]]))
+        resolved, errored, expired, cancelled)."""
+        return self._run(self._tool_calls_call(conversation, status))
 
     def summary(self, conversation: str):
         """The latest Summary, or None."""

@@ -11,6 +11,7 @@ import socket
 import time
 from typing import List, Optional, Union
 
+from ._flows import Stepper
 from ._ops import NO_LIMIT, _Backoff, _Call, _Ops, decode, encode, finish, socket_path, watch_item
 from .errors import (AgentdConnectionError, AgentdError, AgentdTimeout, NotFound, TooLarge, Unavailable,
                      error_from_reply)
@@ -182,6 +183,15 @@ class AsyncClient(_Ops):
                         raise
                     self.retries += 1
                     await asyncio.sleep(pause)
+
+    async def _flow(self, steps):
+        s = Stepper(steps)
+        while (call := s.next()) is not None:
+            try:
+                s.result = await self._run(call)
+            except AgentdError as e:
+                s.error = e
+        return s.value
 
     async def _attempt(self, call: _Call):
         # A connection agentd closed while idle is replaced before a request that must not be sent

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Optional, Union
 
+from ._flows import Stepper
 from ._ops import NO_LIMIT, _Backoff, _Call, _Ops, decode, encode, finish, socket_path, watch_item
 from .errors import (AgentdConnectionError, AgentdError, AgentdTimeout, NotFound, TooLarge, Unavailable,
                      error_from_reply)
@@ -150,6 +151,15 @@ class Client(_Ops):
                         raise
                     self.retries += 1
                     time.sleep(pause)
+
+    def _flow(self, steps):
+        s = Stepper(steps)
+        while (call := s.next()) is not None:
+            try:
+                s.result = self._run(call)
+            except AgentdError as e:
+                s.error = e
+        return s.value
 
     def _attempt(self, call: _Call):
         if self._conn is not None and self._conn.closed_by_peer():

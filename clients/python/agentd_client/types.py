@@ -130,10 +130,12 @@ class ConversationPage:
 class SendResult:
     """`send`: the seq of the user message. duplicate is True when agentd had already seen event_id
     (seq is then the original's): after the client retried a send whose first reply was lost, this is
-    how the first attempt's success shows. event_id is the one used (generated when not given)."""
+    how the first attempt's success shows. event_id is the one used (generated when not given). status
+    is "paused" when the conversation is paused (the message waits for a larger budget), else None."""
     seq: int
     duplicate: bool
     event_id: str
+    status: Optional[str] = None
 
 
 @dataclass
@@ -156,6 +158,59 @@ class Event:
     inserted_at: Optional[int] = None
     event_id: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class TurnResult:
+    """`wait_turn` and `send_and_wait`: how the wait for the turn that answers seq ended, and the events
+    after seq up to that point, in seq order (every event of the log there, another client's too).
+
+    status:
+      completed  the turn's last model round (an assistant_msg that called no tool): .text is its text
+      suspended  the turn waits for a person: every unsettled call of its last round is a human tool
+                 call; .pending lists their ids (approve/deny/resolve them, then wait_turn after the
+                 resolution's seq for the rest of the turn)
+      error      an error event ended the turn (the model failed after its retries, a crash loop given
+                 up, a full store, the loop cap): .error is its content
+      cancelled  a cancel ended the turn (its turn_cancelled event)
+      paused     the budget refused the turn (its budget_exceeded event, or the send answered paused):
+                 the turn stays owed until a larger budget resumes the conversation
+      timeout    none of these within the timeout: events holds what came; wait_turn(conversation, seq)
+                 waits again
+    last_seq is the seq of the last event in events (seq when none). send is the send's SendResult
+    (send_and_wait), else None."""
+    status: str
+    seq: int
+    events: List["Event"]
+    last_seq: int
+    send: Optional[SendResult] = None
+
+    @property
+    def text(self) -> Optional[str]:
+        """The text of the last assistant_msg in events, or None."""
+        for ev in reversed(self.events):
+            if ev.type == "assistant_msg" and isinstance(ev.content, dict):
+                return ev.content.get("text")
+        return None
+
+    @property
+    def pending(self) -> List[str]:
+        """status suspended: the ids of the human tool calls the turn waits for (oldest first); else []."""
+        if self.status != "suspended":
+            return []
+        settled = {e.content.get("tool_call_id") for e in self.events
+                   if e.type == "resolution" and isinstance(e.content, dict)}
+        start = max((i for i, e in enumerate(self.events) if e.type == "assistant_msg"), default=0)
+        return [e.content.get("tool_call_id") for e in self.events[start:]
+                if e.type == "suspension" and isinstance(e.content, dict)
+                and e.content.get("tool_call_id") not in settled]
+
+    @property
+    def error(self) -> Optional[Dict[str, Any]]:
+        """status error: the error event's content ({"message", "attempts", ...}); else None."""
+        if self.status != "error" or not self.events:
+            return None
+        return self.events[-1].content
 
 
 @dataclass
