@@ -132,10 +132,10 @@ int config_duration(const char *s, int64_t *ms)
 	 * "nan", "0x10" and "1e3". */
 	size_t n = s ? strspn(s, "0123456789.") : 0;
 	if (n == 0)
-		return -1;
+		return -EINVAL;
 	double v = strtod(s, &end);
 	if (errno || end != s + n || !(v >= 0))
-		return -1;
+		return -EINVAL;
 	double mul;
 	if (!*end || strcmp(end, "s") == 0)
 		mul = 1000;
@@ -148,9 +148,9 @@ int config_duration(const char *s, int64_t *ms)
 	else if (strcmp(end, "d") == 0)
 		mul = 86400e3;
 	else
-		return -1;
+		return -EINVAL;
 	if (v * mul > 9e15)
-		return -1;
+		return -EINVAL;
 	*ms = (int64_t)(v * mul + 0.5);
 	if (*ms == 0 && v > 0)
 		*ms = 1; /* a positive duration is never 0, which means "never" or "at once" to some keys */
@@ -162,10 +162,10 @@ int config_size(const char *s, size_t *bytes)
 	char *end;
 	errno = 0;
 	if (!s || !*s || *s == '-')
-		return -1;
+		return -EINVAL;
 	unsigned long long v = strtoull(s, &end, 10);
 	if (errno || end == s)
-		return -1;
+		return -EINVAL;
 	int shift = 0;
 	if (*end == 'k' || *end == 'K')
 		shift = 10;
@@ -174,11 +174,11 @@ int config_size(const char *s, size_t *bytes)
 	else if (*end == 'g' || *end == 'G')
 		shift = 30;
 	else if (*end)
-		return -1;
+		return -EINVAL;
 	if (shift && end[1] && strcmp(end + 1, "iB") && strcmp(end + 1, "b") && strcmp(end + 1, "B"))
-		return -1;
+		return -EINVAL;
 	if (v > (SIZE_MAX >> shift))
-		return -1;
+		return -EINVAL;
 	*bytes = (size_t)(v << shift);
 	return 0;
 }
@@ -189,7 +189,7 @@ int config_log_level(const char *s)
 	for (int i = 0; i < 4; i++)
 		if (strcmp(s, names[i]) == 0)
 			return i;
-	return -1;
+	return -EINVAL;
 }
 
 static int onoff(const char *v)
@@ -1115,13 +1115,14 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 	struct loader l = { c, err, errlen, 0, NULL, 0, 0 };
 	struct prescan p = { 0 };
 	struct stat sb;
-	int rc = -1;
+	int rc = -EINVAL;
 	if (set_str(&c->path, path))
-		return -1;
+		return -ENOMEM;
 	FILE *f = fopen(path, "re");
 	if (!f) {
+		rc = -errno;
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
-		return -1;
+		return rc;
 	}
 	/* Read twice (the pass below, then the parser) and copied for the
 	 * workers: a pipe or a device would give each reader something else. */
@@ -1153,10 +1154,11 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 		}
 	} else if (rerr) {
 		snprintf(err, errlen, "%s: cannot be read: %s", path, strerror(rerr));
+		rc = -rerr;
 	} else if (prc) {
 		snprintf(err, errlen, "%s:%d: syntax error", path, prc);
 	} else if (!sections_ok(c, &p, path, err, errlen)) {
-		rc = validate(c, err, errlen);
+		rc = validate(c, err, errlen) ? -EINVAL : 0;
 	}
 out:
 	fclose(f);

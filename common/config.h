@@ -129,8 +129,10 @@ struct config {
 
 /* The defaults. 0, or -ENOMEM (c is then still safe to config_free). */
 int config_init(struct config *c);
-/* Read an INI file over the defaults. On error returns -1 with a message
- * naming the file, line and key in err. */
+/* Read an INI file over the defaults. 0; on error a message naming the file,
+ * line and key in err and: the negative errno when the file cannot be opened
+ * or read, -ENOMEM when path cannot be copied, -EINVAL when its content is
+ * refused (or memory ran out while reading it: err says which). */
 int config_load(struct config *c, const char *path, char *err, size_t errlen);
 void config_free(struct config *c);
 
@@ -138,10 +140,11 @@ void config_free(struct config *c);
 const struct model_cfg *config_model(const struct config *c, const char *name);
 const struct tool_cfg *config_tool(const struct config *c, const char *name);
 
-/* "500ms", "30s", "5m", "1h", "7d", or a bare number of seconds. 0 or -1. */
+/* "500ms", "30s", "5m", "1h", "7d", or a bare number of seconds. 0 or -EINVAL. */
 int config_duration(const char *s, int64_t *ms);
-/* "64k", "1m", "1g" (bytes, binary units) or a bare number of bytes. */
+/* "64k", "1m", "1g" (bytes, binary units) or a bare number of bytes. 0 or -EINVAL. */
 int config_size(const char *s, size_t *bytes);
+/* "error", "warn", "info" or "debug": its LOG_* level (>= 0), or -EINVAL. */
 int config_log_level(const char *s);
 /* Whether t names a PostgreSQL store (postgresql://, postgres://, or a
  * conninfo starting host= or dbname=), as store_open dispatches. */

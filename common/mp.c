@@ -5,7 +5,7 @@
 
 static int need(const struct mp *m, size_t n)
 {
-	return (size_t)(m->end - m->p) >= n ? 0 : -1;
+	return (size_t)(m->end - m->p) >= n ? 0 : -EBADMSG;
 }
 
 static uint64_t be(const unsigned char *p, int n)
@@ -20,7 +20,7 @@ static uint64_t be(const unsigned char *p, int n)
 static int lenfield(struct mp *m, int n, uint64_t *v)
 {
 	if (need(m, 1 + (size_t)n))
-		return -1;
+		return -EBADMSG;
 	*v = be(m->p + 1, n);
 	m->p += 1 + n;
 	return 0;
@@ -30,7 +30,7 @@ static int container(struct mp *m, int is_map, uint32_t *n)
 {
 	uint64_t v;
 	if (need(m, 1))
-		return -1;
+		return -EBADMSG;
 	unsigned char t = *m->p;
 	if (!is_map && (t & 0xf0) == 0x90) {
 		*n = t & 0x0f;
@@ -44,12 +44,12 @@ static int container(struct mp *m, int is_map, uint32_t *n)
 	}
 	if (t == (is_map ? 0xde : 0xdc)) {
 		if (lenfield(m, 2, &v))
-			return -1;
+			return -EBADMSG;
 	} else if (t == (is_map ? 0xdf : 0xdd)) {
 		if (lenfield(m, 4, &v))
-			return -1;
+			return -EBADMSG;
 	} else {
-		return -1;
+		return -EBADMSG;
 	}
 	*n = (uint32_t)v;
 	return 0;
@@ -62,25 +62,25 @@ int mp_str_any(struct mp *m, const char **s, size_t *len)
 {
 	uint64_t v;
 	if (need(m, 1))
-		return -1;
+		return -EBADMSG;
 	unsigned char t = *m->p;
 	if ((t & 0xe0) == 0xa0) {
 		v = t & 0x1f;
 		m->p++;
 	} else if (t == 0xd9 || t == 0xc4) {
 		if (lenfield(m, 1, &v))
-			return -1;
+			return -EBADMSG;
 	} else if (t == 0xda || t == 0xc5) {
 		if (lenfield(m, 2, &v))
-			return -1;
+			return -EBADMSG;
 	} else if (t == 0xdb || t == 0xc6) {
 		if (lenfield(m, 4, &v))
-			return -1;
+			return -EBADMSG;
 	} else {
-		return -1;
+		return -EBADMSG;
 	}
 	if (need(m, v))
-		return -1;
+		return -EBADMSG;
 	*s = (const char *)m->p;
 	*len = (size_t)v;
 	m->p += v;
@@ -90,7 +90,7 @@ int mp_str_any(struct mp *m, const char **s, size_t *len)
 int mp_int_any(struct mp *m, int64_t *out)
 {
 	if (need(m, 1))
-		return -1;
+		return -EBADMSG;
 	unsigned char t = *m->p;
 	if (t <= 0x7f) {
 		*out = t;
@@ -113,14 +113,14 @@ int mp_int_any(struct mp *m, int64_t *out)
 	case 0xd1: n = 2; sign = 1; break;
 	case 0xd2: n = 4; sign = 1; break;
 	case 0xd3: n = 8; sign = 1; break;
-	default: return -1;
+	default: return -EBADMSG;
 	}
 	uint64_t v;
 	if (lenfield(m, n, &v))
-		return -1;
+		return -EBADMSG;
 	if (!sign) {
 		if (v > (uint64_t)INT64_MAX)
-			return -1;
+			return -EBADMSG;
 		*out = (int64_t)v;
 		return 0;
 	}
@@ -136,11 +136,11 @@ int mp_int_any(struct mp *m, int64_t *out)
 int mp_uint(struct mp *m, uint64_t *out)
 {
 	if (need(m, 1))
-		return -1;
+		return -EBADMSG;
 	if (*m->p == 0xcf) {
 		uint64_t v;
 		if (lenfield(m, 8, &v))
-			return -1;
+			return -EBADMSG;
 		*out = v;
 		return 0;
 	}
@@ -148,7 +148,7 @@ int mp_uint(struct mp *m, uint64_t *out)
 	int64_t v;
 	if (mp_int(m, &v) || v < 0) {
 		m->p = save;
-		return -1;
+		return -EBADMSG;
 	}
 	*out = (uint64_t)v;
 	return 0;
@@ -157,12 +157,12 @@ int mp_uint(struct mp *m, uint64_t *out)
 int mp_double(struct mp *m, double *out)
 {
 	if (need(m, 1))
-		return -1;
+		return -EBADMSG;
 	unsigned char t = *m->p;
 	if (t == 0xcb || t == 0xca) {
 		uint64_t v;
 		if (lenfield(m, t == 0xcb ? 8 : 4, &v))
-			return -1;
+			return -EBADMSG;
 		if (t == 0xcb) {
 			memcpy(out, &v, sizeof *out);
 		} else {
@@ -175,7 +175,7 @@ int mp_double(struct mp *m, double *out)
 	}
 	int64_t i;
 	if (mp_int(m, &i))
-		return -1;
+		return -EBADMSG;
 	*out = (double)i;
 	return 0;
 }
@@ -189,7 +189,7 @@ int mp_skip(struct mp *m, const void **start, size_t *len)
 	uint64_t pending = 1;
 	while (pending > 0) {
 		if (p == end)
-			return -1;
+			return -EBADMSG;
 		unsigned t = *p++;
 		uint64_t n = 0; /* bytes after the tag and its length field */
 		pending--;
@@ -203,7 +203,7 @@ int mp_skip(struct mp *m, const void **start, size_t *len)
 			n = t & 0x1f;
 		} else if (t == 0xd9) { /* str 8: text of 32-255 bytes, common in content */
 			if (p == end)
-				return -1;
+				return -EBADMSG;
 			n = *p++;
 		} else {
 			int w = 0;        /* width of the length or count field */
@@ -230,11 +230,11 @@ int mp_skip(struct mp *m, const void **start, size_t *len)
 			case 0xdd: w = 4; count = 1; break;
 			case 0xde: w = 2; count = 2; break;
 			case 0xdf: w = 4; count = 2; break;
-			default: return -1; /* 0xc1: never used */
+			default: return -EBADMSG; /* 0xc1: never used */
 			}
 			if (w) {
 				if ((size_t)(end - p) < (size_t)w)
-					return -1;
+					return -EBADMSG;
 				uint64_t v = 0;
 				for (int i = 0; i < w; i++)
 					v = (v << 8) | p[i];
@@ -246,12 +246,12 @@ int mp_skip(struct mp *m, const void **start, size_t *len)
 			}
 		}
 		if ((uint64_t)(end - p) < n)
-			return -1;
+			return -EBADMSG;
 		p += n;
 		/* A claimed count larger than the bytes left cannot be honest:
 		 * every object takes at least one byte. */
 		if (pending > (uint64_t)(end - p))
-			return -1;
+			return -EBADMSG;
 	}
 	m->p = p;
 	if (start)

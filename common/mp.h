@@ -10,6 +10,7 @@
 #define AGENTD_MP_H
 
 #include <endian.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -25,8 +26,8 @@ static inline void mp_init(struct mp *m, const void *p, size_t len)
 	m->end = (const unsigned char *)p + len;
 }
 
-/* Each returns 0, or -1 when the next object is missing, truncated or not of
- * the type asked for (the cursor is then unspecified). mp_array, mp_str and
+/* Each returns 0, or -EBADMSG when the next object is missing, truncated or
+ * not of the type asked for (the cursor is then unspecified). mp_array, mp_str and
  * mp_int are inline for the encodings records use most (a fixarray, a
  * fixstr, a fixint or 64-bit int) and call the general reader otherwise. */
 int mp_array_any(struct mp *m, uint32_t *n);
@@ -49,7 +50,7 @@ static inline int mp_str(struct mp *m, const char **s, size_t *len)
 	if (m->p < m->end && (*m->p & 0xe0) == 0xa0) {
 		size_t n = *m->p & 0x1f;
 		if ((size_t)(m->end - m->p) - 1 < n)
-			return -1;
+			return -EBADMSG;
 		*s = (const char *)m->p + 1;
 		*len = n;
 		m->p += 1 + n;
@@ -76,7 +77,7 @@ static inline int mp_int(struct mp *m, int64_t *v)
 	if (m->end - m->p >= 9 && *m->p == 0xcf) { /* uint 64, as timestamps are packed */
 		uint64_t u = mp_be64(m->p + 1);
 		if (u > (uint64_t)INT64_MAX)
-			return -1;
+			return -EBADMSG;
 		*v = (int64_t)u;
 		m->p += 9;
 		return 0;
@@ -87,17 +88,17 @@ static inline int mp_int(struct mp *m, int64_t *v)
 int mp_uint(struct mp *m, uint64_t *v);                  /* non-negative int */
 int mp_double(struct mp *m, double *v);                  /* float32/64 or int */
 
-/* 0 and consumed if nil, else -1 untouched. */
+/* 0 and consumed if nil, else -EBADMSG untouched. */
 static inline int mp_nil(struct mp *m)
 {
 	if (m->p == m->end || *m->p != 0xc0)
-		return -1;
+		return -EBADMSG;
 	m->p++;
 	return 0;
 }
 
 /* Skip one whole object (iteratively: no recursion, any depth); *start and *len (may be NULL)
- * get its bytes. */
+ * get its bytes. 0, or -EBADMSG as the readers above. */
 int mp_skip(struct mp *m, const void **start, size_t *len);
 /* 1 if [p, p+len) is exactly one well-formed msgpack object. */
 int mp_valid_one(const void *p, size_t len);

@@ -109,7 +109,7 @@ int ipc_decode(const char *buf, size_t len, struct ipc_msg *m)
 	}
 	if (r.p != r.end || m->type == 0)
 		return -EPROTO;
-	return 1;
+	return 0;
 }
 
 int ipc_recv(int fd, struct ipc_msg *m, char *buf)
@@ -123,7 +123,8 @@ int ipc_recv(int fd, struct ipc_msg *m, char *buf)
 		return 0;
 	if (mh.msg_flags & MSG_TRUNC)
 		return -EPROTO;
-	return ipc_decode(buf, (size_t)n, m);
+	int e = ipc_decode(buf, (size_t)n, m);
+	return e < 0 ? e : 1;
 }
 
 int ipc_stdio_guard(void)
@@ -133,11 +134,10 @@ int ipc_stdio_guard(void)
 			continue;
 		int n = open("/dev/null", O_RDWR); /* the lowest free number: fd */
 		if (n < 0)
-			return -1;
+			return -errno;
 		if (n != fd) {
 			close(n);
-			errno = EBADF;
-			return -1;
+			return -EBADF;
 		}
 	}
 	return 0;

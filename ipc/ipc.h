@@ -103,7 +103,7 @@ int ipc_send(int fd, const struct ipc_msg *m);
 int ipc_recv(int fd, struct ipc_msg *m, char *buf);
 
 /* Decode one message of len bytes (what ipc_recv does after reading it).
- * Returns 1, or -EPROTO for anything malformed; text points into buf. */
+ * Returns 0, or -EPROTO for anything malformed; text points into buf. */
 int ipc_decode(const char *buf, size_t len, struct ipc_msg *m);
 
 const char *ipc_type_name(int type);
@@ -111,7 +111,7 @@ const char *ipc_type_name(int type);
 /* Open /dev/null on any of descriptors 0, 1 and 2 that is closed, before
  * anything else is opened: started with them closed, the store's files or a
  * socket would take those numbers, and log lines written to "stderr" would
- * land in the data file or the lock file. Returns 0, or -1 (errno) when
+ * land in the data file or the lock file. Returns 0, or a negative errno when
  * /dev/null cannot be opened. agentd and agentd-worker call it first. */
 int ipc_stdio_guard(void);
 

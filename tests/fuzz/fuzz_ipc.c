@@ -10,7 +10,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct ipc_msg m;
 	int rc = ipc_decode((const char *)data, size, &m);
-	if (rc == 1) {
+	if (rc == 0) {
 		/* A decoded message's text lies inside the input. */
 		if (m.text && (m.text < (const char *)data || m.text + m.text_len > (const char *)data + size))
 			__builtin_trap();

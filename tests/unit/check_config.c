@@ -4,6 +4,7 @@
  * wrong, before agentd opens anything.
  */
 #include <check.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,10 +54,10 @@ START_TEST(durations)
 		"1.2.3", "5x", "5sec", "99999999999999999999d" };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		int64_t ms = 42;
-		ck_assert_msg(config_duration(bad[i], &ms) == -1, "'%s' accepted", bad[i]);
+		ck_assert_msg(config_duration(bad[i], &ms) == -EINVAL, "'%s' accepted", bad[i]);
 		ck_assert_int_eq(ms, 42);
 	}
-	ck_assert_int_eq(config_duration(NULL, &(int64_t){ 0 }), -1);
+	ck_assert_int_eq(config_duration(NULL, &(int64_t){ 0 }), -EINVAL);
 }
 END_TEST
 
@@ -78,7 +79,7 @@ START_TEST(sizes)
 		"17179869184g" };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		size_t b = 42;
-		ck_assert_msg(config_size(bad[i], &b) == -1, "'%s' accepted", bad[i]);
+		ck_assert_msg(config_size(bad[i], &b) == -EINVAL, "'%s' accepted", bad[i]);
 		ck_assert_uint_eq(b, 42);
 	}
 }
@@ -269,7 +270,7 @@ START_TEST(bad_file_refused)
 	struct config c;
 	char err[512];
 	int rc = load(bad_files[_i].text, &c, err, sizeof err);
-	ck_assert_msg(rc == -1, "accepted: %s", bad_files[_i].text);
+	ck_assert_msg(rc == -EINVAL, "accepted: %s", bad_files[_i].text);
 	ck_assert_msg(strncmp(err, bad_files[_i].err, strlen(bad_files[_i].err)) == 0, "for [%s]: '%s', want '%s'",
 		      bad_files[_i].text, err, bad_files[_i].err);
 	config_free(&c);
@@ -318,7 +319,7 @@ START_TEST(missing_file)
 	struct config c;
 	char err[512];
 	config_init(&c);
-	ck_assert_int_eq(config_load(&c, "/nonexistent/agentd.ini", err, sizeof err), -1);
+	ck_assert_int_eq(config_load(&c, "/nonexistent/agentd.ini", err, sizeof err), -ENOENT);
 	ck_assert_str_eq(err, "/nonexistent/agentd.ini: No such file or directory");
 	config_free(&c);
 }
@@ -331,7 +332,7 @@ START_TEST(directory_refused)
 	struct config c;
 	char err[512];
 	config_init(&c);
-	ck_assert_int_eq(config_load(&c, "/tmp", err, sizeof err), -1);
+	ck_assert_int_eq(config_load(&c, "/tmp", err, sizeof err), -EISDIR);
 	ck_assert_str_eq(err, "/tmp: cannot be read: Is a directory");
 	config_free(&c);
 }
