@@ -50,19 +50,9 @@ static int host_id(char *out, size_t cap)
 	return n ? 0 : -1;
 }
 
-const char *nodes_self(void)
-{
-	return N.id;
-}
-
 int nodes_shared(void)
 {
 	return N.multi;
-}
-
-int64_t nodes_lease_ms(void)
-{
-	return N.lease_ms;
 }
 
 /* ---- claims ------------------------------------------------------------- */
@@ -456,6 +446,9 @@ int nodes_open(store *st, const struct config *cfg)
 		log_error("node %s: cannot listen for wakeups: %s", N.id, store_strerror(e));
 		return -1;
 	}
+	/* forward.c hears this node's messages and keeps its clock: from
+	 * the first one on, it must know whom it speaks for. */
+	forward_open(st, N.id, N.multi, N.lease_ms);
 	if (!N.multi)
 		leave_others();
 	N.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);

@@ -275,7 +275,6 @@ int server_open(const struct server_opts *o)
 	/* Deadlines that passed while nothing ran fire now; then the
 	 * conversations that were mid-turn get their workers back. */
 	/* The node first: what follows claims conversations for it. */
-	forward_open(o->st);
 	if (nodes_open(o->st, o->cfg))
 		return -1;
 	int fired = expiry_fire();
