@@ -301,10 +301,11 @@ static void answer(const char *to, const char *id, json_t *v)
 	free(msg);
 }
 
-static void compacted(void *arg, int ok, const char *why, size_t len)
+/* workers_compacted_fn: the answer the asking node waits for. */
+static void compacted(void *arg, int err, const char *why, size_t len)
 {
 	struct served *s = arg;
-	if (ok)
+	if (!err)
 		answer(s->from, s->id, json_pack("{sb}", "ok", 1));
 	else
 		answer(s->from, s->id, json_pack("{ss%}", "error", why, len > 300 ? (size_t)300 : len));
@@ -321,7 +322,7 @@ static void serve_compact(const char *from, const char *id, const char *conv)
 	}
 	snprintf(s->id, sizeof s->id, "%s", id);
 	snprintf(s->from, sizeof s->from, "%s", from);
-	if (workers_compact_cb(conv, compacted, s)) {
+	if (workers_compact(conv, compacted, s)) {
 		free(s);
 		answer(from, id, json_pack("{ss}", "error", "could not reach the worker"));
 		return;

@@ -2,6 +2,7 @@
 #include "supervisor/server.h"
 #include "common/log.h"
 #include "supervisor/backup.h"
+#include "supervisor/compaction.h"
 #include "supervisor/control.h"
 #include "supervisor/durable.h"
 #include "supervisor/expiry.h"
@@ -165,7 +166,7 @@ static void on_tick(struct loop_watch *lw, uint32_t events)
 static void client_gone(struct client *c)
 {
 	waiters_client_gone(c);
-	workers_client_gone(c);
+	compaction_client_gone(c);
 	ops_client_gone(c);
 	backup_client_gone(c);
 	forward_client_gone(c);

@@ -5,7 +5,6 @@
 #include "common/log.h"
 #include "conv/conv.h"
 #include "ipc/ipc.h"
-#include "supervisor/control.h"
 #include "supervisor/convtree.h"
 #include "supervisor/gate.h"
 #include "supervisor/lifecycle.h"
@@ -30,14 +29,11 @@
 #define EARLY_MAX 4       /* workers forked while one commit flushes */
 #define ACTIVE_BATCH 512  /* conversations listed per read transaction at start */
 
-/* A compaction asked of a worker, answered when it reports. */
+/* A compaction asked of a worker: its asker is told through done, once. */
 struct compact_req {
 	struct compact_req *next;
 	int64_t num;
-	struct slot *slot; /* NULL: its client went */
-	json_t *id;
-	/* Or asked by another node (forward.h): told through done, once. */
-	void (*done)(void *arg, int ok, const char *msg, size_t len);
+	workers_compacted_fn *done;
 	void *done_arg;
 };
 
@@ -147,14 +143,7 @@ static void compacts_fail(struct worker *w, const char *why)
 	workers_changed();
 	while ((r = w->compacts)) {
 		w->compacts = r->next;
-		if (r->done)
-			r->done(r->done_arg, 0, why, strlen(why));
-		if (r->slot) {
-			struct client *c = slot_client(r->slot);
-			slot_error(r->slot, r->id, PERR_INTERNAL, why);
-			client_flush(c);
-		}
-		json_decref(r->id);
+		r->done(r->done_arg, -ECHILD, why, strlen(why));
 		free(r);
 	}
 }
@@ -654,28 +643,7 @@ static void on_compacted(struct worker *w, const struct ipc_msg *m)
 		return;
 	*pp = r->next;
 	workers_changed();
-	if (r->done)
-		r->done(r->done_arg, m->ok, m->text ? m->text : "", m->ok ? 0 : m->text_len);
-	if (r->slot) {
-		struct client *c = slot_client(r->slot);
-		if (m->ok) {
-			json_t *sum;
-			int e = conv_summary_read(W.st, w->conv, &sum);
-			if (e) {
-				char msg[200];
-				snprintf(msg, sizeof msg, "compacted, but reading the summary failed: %s", store_strerror(e));
-				slot_error(r->slot, r->id, PERR_INTERNAL, msg);
-			} else {
-				slot_ok(r->slot, r->id, json_pack("{so}", "summary", sum)); /* NULL: out of memory */
-			}
-		} else {
-			char msg[300];
-			snprintf(msg, sizeof msg, "compaction failed: %.*s", (int)m->text_len, m->text ? m->text : "");
-			slot_error(r->slot, r->id, PERR_INTERNAL, msg);
-		}
-		client_flush(c);
-	}
-	json_decref(r->id);
+	r->done(r->done_arg, m->ok ? 0 : -EIO, m->text ? m->text : "", m->ok ? 0 : m->text_len);
 	free(r);
 }
 
@@ -836,14 +804,14 @@ static void stop_send(struct worker *w)
 		worker_kill(w, SIGTERM);
 }
 
-static int worker_compact(struct worker *w, struct slot *slot, json_t *id)
+static int worker_compact(struct worker *w, workers_compacted_fn *done, void *arg)
 {
 	struct compact_req *r = calloc(1, sizeof *r);
 	if (!r)
 		return -ENOMEM;
 	r->num = ++W.compact_seq;
-	r->slot = slot;
-	r->id = json_incref(id);
+	r->done = done;
+	r->done_arg = arg;
 	r->next = w->compacts;
 	w->compacts = r;
 	if (w->pid && w->ipc >= 0) {
@@ -859,7 +827,6 @@ static int worker_compact(struct worker *w, struct slot *slot, json_t *id)
 		} else if (e < 0) {
 			/* Alive but not reading (its socket is full): refused. */
 			w->compacts = r->next;
-			json_decref(r->id);
 			free(r);
 			workers_changed();
 			return e;
@@ -1033,23 +1000,12 @@ int workers_stop(const char *conv)
 	return w && w->pid && worker_stop(w) == 0 ? 0 : -ESRCH;
 }
 
-int workers_compact(const char *conv, struct slot *s, json_t *id)
+int workers_compact(const char *conv, workers_compacted_fn *done, void *arg)
 {
 	struct worker *w = worker_find(conv);
-	return w ? worker_compact(w, s, id) : -ENOENT;
-}
-
-int workers_compact_cb(const char *conv, void (*done)(void *arg, int ok, const char *msg, size_t len), void *arg)
-{
-	struct worker *w = worker_find(conv);
-	if (!w)
-		return -ENOENT;
-	int e = worker_compact(w, NULL, NULL);
-	if (!e) {
-		w->compacts->done = done; /* worker_compact put it first */
-		w->compacts->done_arg = arg;
-	}
-	return e;
+	if (!done)
+		return -EINVAL;
+	return w ? worker_compact(w, done, arg) : -ENOENT;
 }
 
 void workers_deleted(const char *conv)
@@ -1057,15 +1013,6 @@ void workers_deleted(const char *conv)
 	struct worker *w = worker_find(conv);
 	if (w)
 		worker_deleted(w);
-}
-
-void workers_client_gone(struct client *c)
-{
-	struct worker *w;
-	RB_FOREACH(w, worker_tree, &W.tree)
-		for (struct compact_req *r = w->compacts; r; r = r->next)
-			if (r->slot && slot_client(r->slot) == c)
-				r->slot = NULL;
 }
 
 json_t *workers_conv_json(const char *conv)
