@@ -34,9 +34,10 @@
 #include "common/config.h"
 #include "store/store.h"
 
-/* Take the node's id, beat once, arm the heartbeat, and on PostgreSQL
- * listen for wakeups. 0, or -1 (logged: a bad host name without node_id,
- * a store that cannot be written). */
+/* Take the node's id, beat once, arm the heartbeat, open forward.c, and
+ * on PostgreSQL listen for wakeups. 0, or (logged) -EINVAL (no node_id and
+ * no usable host name), the store's error listening or beating the first
+ * time (-EIO when the beat failed without one), or the timer's -errno. */
 int nodes_open(store *st, const struct config *cfg);
 /* At a clean shutdown, after the workers stopped: leave (the leases go at
  * once, for the other nodes to claim). */

@@ -73,6 +73,7 @@ static struct {
 	int nlive;                   /* workers with a process */
 	int shutting_down;
 	int64_t compact_seq;
+	int spawn_err;               /* the last start's failure, for workers_wake's caller */
 	/* What changed since workers_next_deadline() and workers_gc() last
 	 * walked every worker: they walk again only then. */
 	int wdl_stale, wgc_stale;
@@ -226,8 +227,8 @@ void leases_ahead_drop(void)
 }
 
 /* fork+exec agentd-worker for w with lease gen, without waiting for the
- * exec: w->early holds the child until spawn_finish. Returns 0 or -1
- * (logged). */
+ * exec: w->early holds the child until spawn_finish. Returns 0 or
+ * spawn_start's -errno (logged). */
 static int spawn_fork(struct worker *w, uint64_t gen)
 {
 	char lease[24];
@@ -271,22 +272,22 @@ static int spawn_fork(struct worker *w, uint64_t gen)
 	int e = spawn_start(argv, &w->early.sp);
 	if (e) {
 		log_error("%s: cannot start a worker: %s", w->conv, strerror(-e));
-		return -1;
+		return e;
 	}
 	w->early.gen = gen;
 	return 0;
 }
 
 /* Wait for w->early's exec and make it w's live worker (not yet told go).
- * Returns 0, or -1 when the exec failed (logged, child reaped). */
+ * Returns 0, or the exec's -errno (logged, child reaped). */
 static int spawn_finish(struct worker *w)
 {
 	struct early sp = w->early;
 	w->early = (struct early){ SPAWN_NONE, 0 };
-	int child_errno = spawn_exec_wait(&sp.sp);
-	if (child_errno) {
-		log_error("%s: cannot run %s: %s", w->conv, W.env->worker_path, strerror(child_errno));
-		return -1;
+	int e = spawn_exec_wait(&sp.sp);
+	if (e) {
+		log_error("%s: cannot run %s: %s", w->conv, W.env->worker_path, strerror(-e));
+		return e;
 	}
 	w->pid = sp.sp.pid;
 	w->asked_kill = 0;
@@ -313,7 +314,9 @@ static void spawn_go(struct worker *w)
 }
 
 /* 0: started; 1: its conversation is gone; 2: a worker of an earlier agentd
- * still runs for it (orphan_running: E_SPAWN_WAIT); -1: could not start. */
+ * still runs for it (orphan_running: E_SPAWN_WAIT); or, when it could not
+ * start, the lease's store error or the fork's or exec's -errno (also kept
+ * in W.spawn_err for workers_wake). */
 static int spawn(struct worker *w)
 {
 	uint64_t gen = w->lease_ahead;
@@ -333,11 +336,12 @@ static int spawn(struct worker *w)
 		if (e == STORE_E_NOTFOUND || e == WORKERS_ELSEWHERE)
 			return 1; /* deleted meanwhile, or another node runs it: nothing to start */
 		log_error("%s: cannot take a writer lease: %s", w->conv, store_strerror(e));
-		return -1;
+		return W.spawn_err = e;
 	}
-	if (spawn_fork(w, gen) || spawn_finish(w)) {
+	if ((e = spawn_fork(w, gen)) || (e = spawn_finish(w))) {
+		W.spawn_err = e;
 		worker_event(w, E_SPAWN_FAILED, NULL);
-		return -1;
+		return e;
 	}
 	spawn_go(w);
 	return 0;
@@ -389,12 +393,13 @@ int commit_spawning(store_txn *t)
 }
 
 /* Tell a live worker new events exist; it answers woken before it re-reads
- * the log. -1 when unsent (a full or closed socket). */
+ * the log. 0, or ipc_send's -errno when unsent (a full or closed socket). */
 static int wake_send(struct worker *w)
 {
 	struct ipc_msg m = { .type = IPC_WAKE };
-	if (ipc_send(w->ipc, &m) < 0)
-		return -1;
+	int e = ipc_send(w->ipc, &m);
+	if (e < 0)
+		return e;
 	metrics_add(M_WAKES, 1);
 	return 0;
 }
@@ -438,11 +443,14 @@ int workers_wake(const char *conv)
 {
 	struct worker *w = worker_get(conv);
 	if (!w)
-		return -1;
+		return -ENOMEM;
 	int was = w->lc.state;
+	W.spawn_err = 0;
 	worker_event(w, E_WORK, NULL);
 	/* Could not start (exec or fork failure): it backs off as a crash would. */
-	return was == W_NONE && w->lc.state == W_BACKOFF ? -1 : 0;
+	if (was == W_NONE && w->lc.state == W_BACKOFF)
+		return W.spawn_err ? W.spawn_err : -EAGAIN;
+	return 0;
 }
 
 static void start_queued(void)

@@ -48,8 +48,9 @@ struct workers_env {
 void workers_init(const struct workers_env *env);
 
 /* conv owes work: wake its worker, or start one (queued past max_workers,
- * or backing off). 0, or -1 when a worker could not be started (it backs
- * off as after a crash) or out of memory. */
+ * or backing off). 0, or -ENOMEM (no record), or when a worker could not be
+ * started (it backs off as after a crash): the lease's store error, or the
+ * fork's or exec's -errno. */
 int workers_wake(const char *conv);
 /* Signal conv's worker: 0, -ESRCH (no process), -errno. Not a crash. */
 int workers_kill(const char *conv, int sig);
