@@ -1090,7 +1090,7 @@ static pid_t gm_pid(struct gate_member *m)
 	return container_of(m, struct worker, gm)->pid;
 }
 
-static const struct gate_hooks gate_hooks = { gm_grant, gm_refused, gm_drain, gm_fd, gm_name, gm_pid };
+static const struct gate_hooks gate_hooks = { gm_grant, gm_refused, gm_drain, gm_fd, gm_name, gm_pid, NULL };
 
 void workers_init(const struct workers_env *env)
 {
