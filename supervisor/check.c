@@ -494,9 +494,10 @@ static int collect(void *arg, const char *id, size_t len)
 	return 0;
 }
 
-int check_store(const char *dir, FILE *out)
+int check_store(const char *dir, FILE *out, int *problems)
 {
 	store *st;
+	*problems = 0;
 	struct store_opts so = { .read_only = 1 };
 	int e = store_open(&st, dir, &so);
 	char *shown = config_store_shown(dir);
@@ -504,7 +505,7 @@ int check_store(const char *dir, FILE *out)
 		fprintf(out, "agentd check: cannot open the PostgreSQL store %s: %s\n", shown ? shown : "",
 			*store_open_error() ? store_open_error() : store_strerror(e));
 		free(shown);
-		return -1;
+		return e;
 	}
 	if (shown)
 		dir = shown; /* a PostgreSQL target's password stays out of what is printed */
@@ -519,7 +520,7 @@ int check_store(const char *dir, FILE *out)
 		else
 			fprintf(out, "agentd check: cannot open the store in %s: %s\n", dir, store_strerror(e));
 		free(shown);
-		return -1;
+		return e;
 	}
 	struct ck c = { .out = out, .expiries = json_object(), .rows = json_object() };
 	kept(&c, !c.expiries || !c.rows ? -1 : 0);
@@ -567,5 +568,6 @@ int check_store(const char *dir, FILE *out)
 	json_decref(c.rows);
 	store_close(st);
 	free(shown);
-	return c.problems;
+	*problems = c.problems;
+	return 0;
 }

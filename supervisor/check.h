@@ -5,8 +5,9 @@
 #include <stdio.h>
 
 /* Check the store in dir (read-only; safe while agentd runs), one line per
- * problem on out, then a summary line. Returns the number of problems, or -1
- * when the store cannot be opened. */
-int check_store(const char *dir, FILE *out);
+ * problem on out, then a summary line. 0 with *problems the number found
+ * (0: consistent), or store_open's error when the store cannot be opened
+ * (said on out; *problems 0). */
+int check_store(const char *dir, FILE *out, int *problems);
 
 #endif

@@ -6,7 +6,6 @@
 #include "supervisor/control.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
-#include "supervisor/nodes.h"
 #include "supervisor/waiters.h"
 #include "supervisor/workers.h"
 
@@ -43,6 +42,9 @@ struct served {
 
 static struct {
 	store *st;
+	char self[STORE_ID_MAX + 1]; /* this node's id */
+	int shared;                  /* other nodes may share the store */
+	int64_t lease_ms;            /* what a wait for another node is bounded by */
 	int64_t boot;
 	uint64_t seq;
 	LIST_HEAD(, ask) asks;
@@ -54,9 +56,12 @@ void forward_counts(struct forward_counts *out)
 	*out = F.n;
 }
 
-void forward_open(store *st)
+void forward_open(store *st, const char *self, int shared, int64_t lease_ms)
 {
 	F.st = st;
+	snprintf(F.self, sizeof F.self, "%s", self);
+	F.shared = shared;
+	F.lease_ms = lease_ms;
 	F.boot = store_now(st);
 }
 
@@ -73,13 +78,13 @@ static int send_msg(const char *node, const char *msg)
 
 int forward_owner(store_txn *t, const char *conv, char owner[STORE_ID_MAX + 1])
 {
-	if (!nodes_shared())
+	if (!F.shared)
 		return 0;
 	struct store_owner o;
 	int e = store_conv_owner(t, conv, &o);
 	if (e)
 		return e;
-	const char *self = nodes_self();
+	const char *self = F.self;
 	if (!o.node.len || o.node.len > STORE_ID_MAX ||
 	    (o.node.len == strlen(self) && !memcmp(o.node.ptr, self, o.node.len)) || o.expires_at <= store_now(F.st))
 		return 0;
@@ -97,7 +102,7 @@ static int tell_one(void *arg, const struct store_node *n)
 {
 	struct tell_ctx *c = arg;
 	char id[STORE_ID_MAX + 1];
-	const char *self = nodes_self();
+	const char *self = F.self;
 	if (n->id.len > STORE_ID_MAX || (n->id.len == strlen(self) && !memcmp(n->id.ptr, self, n->id.len)))
 		return 0;
 	memcpy(id, n->id.ptr, n->id.len);
@@ -110,7 +115,7 @@ static int tell_one(void *arg, const struct store_node *n)
 int forward_tell(store_txn *t, const char *conv, const char *action)
 {
 	char owner[STORE_ID_MAX + 1], msg[STORE_ID_MAX + 32];
-	if (!strcmp(action, "delete") && nodes_shared()) {
+	if (!strcmp(action, "delete") && F.shared) {
 		/* Every node: the owner has the worker, any may have watchers. */
 		snprintf(msg, sizeof msg, "tell %s %s", action, conv);
 		struct tell_ctx c = { t, msg };
@@ -188,8 +193,8 @@ int forward_ask(int action, const char *conv, const char *owner, struct slot *s,
 	snprintf(a->owner, sizeof a->owner, "%s", owner);
 	/* The deadline (store time) lets an owner that hears it late, after it
 	 * was stopped or cut off, drop it: the asker has answered by then. */
-	snprintf(msg, sizeof msg, "ask %s %s %s %s %d %lld", a->id, nodes_self(), action_names[action], conv, sig,
-		 (long long)(store_now(F.st) + nodes_lease_ms()));
+	snprintf(msg, sizeof msg, "ask %s %s %s %s %d %lld", a->id, F.self, action_names[action], conv, sig,
+		 (long long)(store_now(F.st) + F.lease_ms));
 	int e = send_msg(owner, msg);
 	if (e) {
 		json_decref(partial);
@@ -199,7 +204,7 @@ int forward_ask(int action, const char *conv, const char *owner, struct slot *s,
 	a->slot = s;
 	a->rqid = json_incref(rqid);
 	a->partial = partial;
-	a->deadline = loop_now_ms() + nodes_lease_ms();
+	a->deadline = loop_now_ms() + F.lease_ms;
 	LIST_INSERT_HEAD(&F.asks, a, link);
 	F.n.asked++;
 	log_debug("%s: %s asked of node %s, which runs it (%s)", conv, action_names[action], owner, a->id);
@@ -296,10 +301,11 @@ static void answer(const char *to, const char *id, json_t *v)
 	free(msg);
 }
 
-static void compacted(void *arg, int ok, const char *why, size_t len)
+/* workers_compacted_fn: the answer the asking node waits for. */
+static void compacted(void *arg, int err, const char *why, size_t len)
 {
 	struct served *s = arg;
-	if (ok)
+	if (!err)
 		answer(s->from, s->id, json_pack("{sb}", "ok", 1));
 	else
 		answer(s->from, s->id, json_pack("{ss%}", "error", why, len > 300 ? (size_t)300 : len));
@@ -316,7 +322,7 @@ static void serve_compact(const char *from, const char *id, const char *conv)
 	}
 	snprintf(s->id, sizeof s->id, "%s", id);
 	snprintf(s->from, sizeof s->from, "%s", from);
-	if (workers_compact_cb(conv, compacted, s)) {
+	if (workers_compact(conv, compacted, s)) {
 		free(s);
 		answer(from, id, json_pack("{ss}", "error", "could not reach the worker"));
 		return;
@@ -482,7 +488,7 @@ void forward_tick(void)
 	char msg[64];
 	LIST_FOREACH_SAFE(a, &F.asks, link, next) {
 		if (a->deadline && now >= a->deadline) {
-			snprintf(msg, sizeof msg, "did not answer within %lld ms", (long long)nodes_lease_ms());
+			snprintf(msg, sizeof msg, "did not answer within %lld ms", (long long)F.lease_ms);
 			log_warn("%s: node %s did not answer a %s within lease_time", a->conv, a->owner,
 				 action_names[a->action]);
 			ask_fail(a, msg);

@@ -29,12 +29,18 @@
  *   ans ID JSON                        the owner's answer (compact JSON)
  *   tell ACTION CONV                   ACTION: delete, cancel, end
  * ID is the asker's (its start time and a counter), FROM its node id.
+ *
+ * It stands below nodes.c, which owns its input: nodes_open opens it with
+ * the node's id and lease time, the node's wakeup channel hands it the
+ * messages (forward_heard) and its heartbeat the clock (forward_tick). It
+ * calls nothing of nodes.c.
  */
 #ifndef AGENTD_FORWARD_H
 #define AGENTD_FORWARD_H
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "store/store.h"
 
@@ -43,7 +49,11 @@ struct slot;
 
 enum forward_action { FORWARD_KILL, FORWARD_STOP, FORWARD_COMPACT, FORWARD_WORKER };
 
-void forward_open(store *st);
+/* Called by nodes_open once the node is known: self, its id (copied);
+ * shared, whether other nodes may share the store (0: every call here acts
+ * as on a store of one node); lease_ms, what each wait for another node is
+ * bounded by. */
+void forward_open(store *st, const char *self, int shared, int64_t lease_ms);
 /* At shutdown, before the clients go: every parked reply is answered
  * `unavailable`. */
 void forward_close(void);
@@ -66,9 +76,10 @@ int forward_ask(int action, const char *conv, const char *owner, struct slot *s,
  * Before the delete (the row names the owner). 0 or a store error. */
 int forward_tell(store_txn *t, const char *conv, const char *action);
 
-/* A message heard on this node's channel (nodes.c). */
+/* A message heard on this node's channel (nodes.c calls it). */
 void forward_heard(const char *msg, size_t len);
-/* At each heartbeat: fail the asks whose owner did not answer in time. */
+/* At each heartbeat (nodes.c calls it): fail the asks whose owner did not
+ * answer in time. */
 void forward_tick(void);
 /* c goes: its parked replies are answered to nobody. */
 void forward_client_gone(struct client *c);

@@ -17,6 +17,11 @@ static struct {
 	TAILQ_HEAD(, gate_member) queue;  /* members that asked, in order */
 } G = { .queue = TAILQ_HEAD_INITIALIZER(G.queue) };
 
+static int64_t now_ms(void)
+{
+	return G.h && G.h->now ? G.h->now() : loop_now_ms();
+}
+
 void gate_init(store *st, const struct gate_hooks *h)
 {
 	G.st = st;
@@ -71,7 +76,7 @@ int gate_wanted(void)
 
 int gate_busy(void)
 {
-	return G.holder && !revoke(loop_now_ms());
+	return G.holder && !revoke(now_ms());
 }
 
 void gate_hold_writes(int held)
@@ -83,14 +88,14 @@ void gate_pump(void)
 {
 	struct gate_member *m;
 	if (G.holder && !TAILQ_EMPTY(&G.queue))
-		revoke(loop_now_ms());
+		revoke(now_ms());
 	while (!G.holder && (m = TAILQ_FIRST(&G.queue))) {
 		TAILQ_REMOVE(&G.queue, m, q);
 		m->waiting = 0;
 		int rc = G.h->grant(m);
 		if (rc == 0) {
 			G.holder = m;
-			G.granted_at = loop_now_ms();
+			G.granted_at = now_ms();
 			metrics_add(M_GATE_GRANTS, 1);
 		} else {
 			/* Its queue is full, yet it waits reading it: stuck. Or
@@ -111,8 +116,8 @@ static void wait_holder(void)
 	busy = 1;
 	int64_t t0 = loop_now_us();
 	metrics_add(M_GATE_WAITS, 1);
-	while (G.holder && !revoke(loop_now_ms())) {
-		int ms = (int)(G.granted_at + GATE_HOLD_MS - loop_now_ms());
+	while (G.holder && !revoke(now_ms())) {
+		int ms = (int)(G.granted_at + GATE_HOLD_MS - now_ms());
 		struct pollfd p = { G.h->fd(G.holder), POLLIN, 0 };
 		if (poll(&p, 1, ms > 0 ? ms : 0) < 0 && errno != EINTR)
 			break;

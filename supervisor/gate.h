@@ -34,6 +34,7 @@ struct gate_hooks {
 	int (*fd)(struct gate_member *m);      /* to poll while waiting for its commit */
 	const char *(*name)(struct gate_member *m);
 	pid_t (*pid)(struct gate_member *m);
+	int64_t (*now)(void);                  /* monotonic ms; NULL: loop_now_ms (a test's clock otherwise) */
 };
 
 void gate_init(store *st, const struct gate_hooks *h);

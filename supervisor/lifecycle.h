@@ -85,10 +85,11 @@ struct lifecycle_fx {
 	void (*queue_push)(void *owner);
 	void (*queue_remove)(void *owner);
 	void (*yield_slot)(void);              /* ask an idle worker to give its slot */
-	int (*spawn)(void *owner);             /* 0 started (E_SPAWNED follows), 1 its conversation is gone, -1 failed
-						* (E_SPAWN_FAILED follows), 2 not yet (E_SPAWN_WAIT follows) */
+	int (*spawn)(void *owner);             /* 0 started (E_SPAWNED follows), 1 its conversation is gone, 2 not
+						* yet (E_SPAWN_WAIT follows), or a negative errno or store error:
+						* failed (E_SPAWN_FAILED follows) */
 	int (*started_by_commit)(void *owner); /* forked by the commit that owes this work: it reads the log after it */
-	int (*wake)(void *owner);              /* 0 sent, -1 not (full or closed socket) */
+	int (*wake)(void *owner);              /* 0 sent, or -errno: not (full or closed socket) */
 	void (*stop)(void *owner);             /* ask the process to stop (or SIGTERM it) */
 	void (*kill)(void *owner);             /* SIGKILL it */
 	void (*rearm_expiry)(void);

@@ -231,8 +231,10 @@ static int check_main(int argc, char **argv)
 		fprintf(stderr, "usage: agentd check [--data DIR | --store TARGET]\n");
 		return EXIT_USAGE;
 	}
-	int n = check_store(dir, stdout);
-	return n == 0 ? 0 : n < 0 ? 2 : 1;
+	int n = 0;
+	if (check_store(dir, stdout, &n))
+		return 2;
+	return n == 0 ? 0 : 1;
 }
 
 /* Export into FILE whole or not at all: written to FILE.tmp, synced, then

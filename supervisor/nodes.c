@@ -50,19 +50,9 @@ static int host_id(char *out, size_t cap)
 	return n ? 0 : -1;
 }
 
-const char *nodes_self(void)
-{
-	return N.id;
-}
-
 int nodes_shared(void)
 {
 	return N.multi;
-}
-
-int64_t nodes_lease_ms(void)
-{
-	return N.lease_ms;
 }
 
 /* ---- claims ------------------------------------------------------------- */
@@ -335,7 +325,8 @@ static int listen_start(void)
 	return 0;
 }
 
-static void beat(void)
+/* 0, or the store's error beating (logged now and then). */
+static int beat(void)
 {
 	store_txn *t;
 	uint64_t n = 0;
@@ -348,13 +339,13 @@ static void beat(void)
 		if (N.beat_failures++ % 16 == 0)
 			log_warn("node %s: heartbeat failed: %s (its leases lapse %lld ms after the last one)", N.id,
 				 store_strerror(e), (long long)N.lease_ms);
-		return;
+		return e;
 	}
 	N.beats++;
 	N.leases = n;
 	N.last_beat = loop_now_ms();
 	if (!N.multi)
-		return; /* one node: nothing moves, nothing is orphaned while it runs */
+		return 0; /* one node: nothing moves, nothing is orphaned while it runs */
 	fence_lost();
 	claim_orphans();
 	if (N.multi && N.lfd < 0 && listen_start() == 0)
@@ -363,6 +354,7 @@ static void beat(void)
 		poll_fallback();
 		N.next_poll = loop_now_ms() + N.poll_ms;
 	}
+	return 0;
 }
 
 static void on_beat(struct loop_watch *lw, uint32_t events)
@@ -448,33 +440,41 @@ int nodes_open(store *st, const struct config *cfg)
 		snprintf(N.id, sizeof N.id, "%s", cfg->node_id);
 	else if (host_id(N.id, sizeof N.id)) {
 		log_error("no node_id set and the host has no usable name: set node_id in [agentd]");
-		return -1;
+		return -EINVAL;
 	}
 	int e = listen_start();
 	N.multi = e != -EOPNOTSUPP;
 	if (e && N.multi) {
 		log_error("node %s: cannot listen for wakeups: %s", N.id, store_strerror(e));
-		return -1;
+		return e;
 	}
+	/* forward.c hears this node's messages and keeps its clock: from
+	 * the first one on, it must know whom it speaks for. */
+	forward_open(st, N.id, N.multi, N.lease_ms);
 	if (!N.multi)
 		leave_others();
 	N.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (N.tfd < 0) {
-		log_error("timerfd_create: %s", strerror(errno));
-		return -1;
+		e = -errno;
+		log_error("timerfd_create: %s", strerror(-e));
+		return e;
 	}
 	struct itimerspec its = { { N.beat_ms / 1000, (N.beat_ms % 1000) * 1000000 },
 				  { N.beat_ms / 1000, (N.beat_ms % 1000) * 1000000 } };
-	if (timerfd_settime(N.tfd, 0, &its, NULL) < 0 || loop_add(N.tfd, EPOLLIN, &N.lw_beat) < 0) {
-		log_error("node heartbeat timer: %s", strerror(errno));
-		return -1;
+	if (timerfd_settime(N.tfd, 0, &its, NULL) < 0)
+		e = -errno;
+	else
+		e = loop_add(N.tfd, EPOLLIN, &N.lw_beat);
+	if (e) {
+		log_error("node heartbeat timer: %s", strerror(-e));
+		return e;
 	}
 	/* The first beat: the node is listed before any worker starts, and a
 	 * node coming back after lease_time finds which leases it lost. */
-	beat();
+	e = beat();
 	if (!N.last_beat && N.multi) {
 		log_error("node %s: cannot join: its first heartbeat failed", N.id);
-		return -1;
+		return e ? e : -EIO;
 	}
 	/* One node owns every conversation whatever its row says: a full
 	 * store must not keep it from starting to serve reads and deletes. */

@@ -20,6 +20,10 @@
  * so a long-poll or a watch sees what other nodes write. On LMDB there is
  * one node: it beats (the `nodes` op lists it) and claims, and at start it
  * takes over what an earlier id of this data directory held.
+ *
+ * It stands above forward.c (ops on conversations other nodes run) and owns
+ * its input: it opens it with the node's id and lease time, hands it the
+ * messages heard on the wakeup channel, and ticks it at each heartbeat.
  */
 #ifndef AGENTD_NODES_H
 #define AGENTD_NODES_H
@@ -30,20 +34,18 @@
 #include "common/config.h"
 #include "store/store.h"
 
-/* Take the node's id, beat once, arm the heartbeat, and on PostgreSQL
- * listen for wakeups. 0, or -1 (logged: a bad host name without node_id,
- * a store that cannot be written). */
+/* Take the node's id, beat once, arm the heartbeat, open forward.c, and
+ * on PostgreSQL listen for wakeups. 0, or (logged) -EINVAL (no node_id and
+ * no usable host name), the store's error listening or beating the first
+ * time (-EIO when the beat failed without one), or the timer's -errno. */
 int nodes_open(store *st, const struct config *cfg);
 /* At a clean shutdown, after the workers stopped: leave (the leases go at
  * once, for the other nodes to claim). */
 void nodes_leave(void);
 void nodes_close(void);
 
-const char *nodes_self(void);
-/* Whether other nodes may share the store (PostgreSQL), and the lease time
- * (ms): what forward.c bounds its waits for another node by. */
+/* Whether other nodes may share the store (PostgreSQL). */
 int nodes_shared(void);
-int64_t nodes_lease_ms(void);
 
 /* Claim conv for this node in t, for its next worker (workers_hooks.claim):
  * 0 with *gen, WORKERS_ELSEWHERE when another node owns it (it was told:

@@ -15,6 +15,7 @@
 #include "common/mp.h"
 #include "conv/conv.h"
 #include "supervisor/backup.h"
+#include "supervisor/compaction.h"
 #include "supervisor/control.h"
 #include "supervisor/durable.h"
 #include "supervisor/forward.h"
@@ -711,7 +712,7 @@ static void op_compact(store_txn *t, struct job *j)
 		job_error(j, PERR_INTERNAL, "could not start a worker for %s", j->rq.conv);
 		return;
 	}
-	if (workers_compact(j->rq.conv, j->slot, j->rq.id)) {
+	if (compaction_ask(O.env->st, j->rq.conv, j->slot, j->rq.id)) {
 		job_error(j, PERR_INTERNAL, "could not reach the worker of %s", j->rq.conv);
 		return;
 	}

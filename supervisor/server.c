@@ -2,6 +2,7 @@
 #include "supervisor/server.h"
 #include "common/log.h"
 #include "supervisor/backup.h"
+#include "supervisor/compaction.h"
 #include "supervisor/control.h"
 #include "supervisor/durable.h"
 #include "supervisor/expiry.h"
@@ -165,7 +166,7 @@ static void on_tick(struct loop_watch *lw, uint32_t events)
 static void client_gone(struct client *c)
 {
 	waiters_client_gone(c);
-	workers_client_gone(c);
+	compaction_client_gone(c);
 	ops_client_gone(c);
 	backup_client_gone(c);
 	forward_client_gone(c);
@@ -259,7 +260,7 @@ int server_open(const struct server_opts *o)
 	    (e = durable_open(o->st, o->cfg->sync == STORE_SYNC_FULL, durable_advanced, durable_more)) ||
 	    (e = backup_open(o->st))) {
 		log_error("cannot create the loop's descriptors: %s", strerror(-e));
-		return -1;
+		return e;
 	}
 	int64_t now = loop_now_ms();
 	SV.ops = (struct ops_env){ o->cfg, o->st, o->data_dir, now, shutdown_asked };
@@ -268,16 +269,15 @@ int server_open(const struct server_opts *o)
 	ops_init(&SV.ops);
 	workers_init(&SV.workers);
 	waiters_init(o->st, ops_events_query, ops_events_reply);
-	if (control_listen(o->cfg, o->sock_path, &control_hooks))
-		return -1;
+	if ((e = control_listen(o->cfg, o->sock_path, &control_hooks)) != 0)
+		return e;
 	SV.next_sync = o->cfg->sync == STORE_SYNC_NONE ? now + 1000 : 0;
 	SV.next_gc = now + 1000;
 	/* Deadlines that passed while nothing ran fire now; then the
 	 * conversations that were mid-turn get their workers back. */
 	/* The node first: what follows claims conversations for it. */
-	forward_open(o->st);
-	if (nodes_open(o->st, o->cfg))
-		return -1;
+	if ((e = nodes_open(o->st, o->cfg)) != 0)
+		return e;
 	int fired = expiry_fire();
 	if (fired)
 		log_info("fired %d expiry deadline(s) that passed while agentd was down", fired);

@@ -24,7 +24,8 @@ struct server_opts {
 
 /* Listen, fire the deadlines that passed while agentd was down, revive the
  * conversations left mid-turn. opts and what it points at are kept until
- * server_close. 0, or -1 (logged). */
+ * server_close. 0, or (logged) the -errno of a descriptor the loop needs,
+ * control_listen's error, or nodes_open's. */
 int server_open(const struct server_opts *opts);
 /* Serve until shut down and every worker has exited. 0, or -errno. */
 int server_run(void);

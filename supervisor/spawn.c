@@ -84,7 +84,7 @@ int spawn_exec_wait(struct spawn *sp)
 		waitpid(sp->pid, NULL, 0);
 		close(sp->ipc);
 		*sp = SPAWN_NONE;
-		return child_errno ? child_errno : EIO;
+		return child_errno > 0 ? -child_errno : -EIO;
 	}
 	fcntl(sp->ipc, F_SETFL, O_NONBLOCK);
 	return 0;

@@ -26,8 +26,9 @@ struct spawn {
  * child before it resets dispositions. */
 int spawn_start(char *const argv[], struct spawn *sp);
 /* Wait for the exec (only for it). 0: it runs, sp->ipc is agentd's end
- * (non-blocking), sp->ep closed. Otherwise the child's errno (> 0): it was
- * reaped and its descriptors closed. */
+ * (non-blocking), sp->ep closed. Otherwise the exec's -errno, as the child
+ * reported it (-EIO when it reported none): it was reaped and its
+ * descriptors closed. */
 int spawn_exec_wait(struct spawn *sp);
 /* Kill and reap a child started and not waited for; close its descriptors. */
 void spawn_abort(struct spawn *sp);

@@ -301,7 +301,7 @@ int transfer_export(const char *target, FILE *out, FILE *progress)
 	int e = store_open(&st, target, &so);
 	if (e) {
 		say_open_failure("export", target, e);
-		return -1;
+		return e;
 	}
 	struct idlist ids = { 0 };
 	struct xp x = { .out = out };
@@ -338,6 +338,7 @@ int transfer_export(const char *target, FILE *out, FILE *progress)
 		x.err = -errno;
 	if (x.err) {
 		fprintf(stderr, "agentd export: writing the stream: %s\n", strerror(-x.err));
+		e = x.err;
 		goto fail;
 	}
 	if (progress)
@@ -351,7 +352,7 @@ fail:
 	free(ids.id);
 	free(x.warn);
 	store_close(st);
-	return -1;
+	return e ? e : -EIO;
 }
 
 /* ---- import ---------------------------------------------------------- */
@@ -969,12 +970,12 @@ static int import_check_empty(store *st, const char *shown)
 	}
 	if (e) {
 		fprintf(stderr, "agentd import: reading %s: %s\n", shown, store_strerror(e));
-		return -1;
+		return e;
 	}
 	if (nc || ntc) {
 		fprintf(stderr, "agentd import: the store %s is not empty: import loads into an empty store only; "
 			"nothing was written\n", shown);
-		return 1;
+		return -ENOTEMPTY;
 	}
 	return 0;
 }
@@ -1040,29 +1041,29 @@ int transfer_import(const char *target, FILE *in, const char *in_name, FILE *pro
 	if (fstat(fileno(in), &sb) || !S_ISREG(sb.st_mode)) {
 		fprintf(stderr, "agentd import: %s is not a regular file (it is read twice: checked whole first)\n",
 			in_name);
-		return 1;
+		return -EINVAL;
 	}
 	if (check_stream(in, &nconv, &version, err, sizeof err)) {
 		fprintf(stderr, "agentd import: %s: %s; nothing was written\n", in_name, err);
-		return 1;
+		return -EINVAL;
 	}
 	if (!config_store_is_pg(target) && mkdir(target, 0700) < 0 && errno != EEXIST) {
-		fprintf(stderr, "agentd import: cannot create %s: %s\n", target, strerror(errno));
-		return -1;
+		int me = -errno;
+		fprintf(stderr, "agentd import: cannot create %s: %s\n", target, strerror(-me));
+		return me;
 	}
 	struct imp im = { 0 };
 	struct store_opts so = { .sync = STORE_SYNC_NONE, .audit = 1, .clock = import_clock };
 	int e = store_open(&im.st, target, &so);
 	if (e) {
 		say_open_failure("import", target, e);
-		return -1;
+		return e;
 	}
 	char *shown = config_store_shown(target);
 	int rc = import_check_empty(im.st, shown);
 	if (rc)
 		goto out;
-	rc = -1;
-	if (import_records(&im, in, nconv, progress)) {
+	if ((rc = import_records(&im, in, nconv, progress)) != 0) {
 		fprintf(stderr, "agentd import: %s: %s; removing the %zu conversation(s) written\n", in_name, im.err,
 			im.done.n);
 		rollback(&im);

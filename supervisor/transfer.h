@@ -22,14 +22,16 @@
 
 /* Write the store at target (an LMDB directory or a PostgreSQL target) to
  * out. progress: where a line per 1,000 conversations goes, or NULL. 0, or
- * -1 after printing why on stderr. */
+ * after printing why on stderr: the store's error (opening or reading it),
+ * or the -errno of writing out. */
 int transfer_export(const char *target, FILE *out, FILE *progress);
 
 /* Load the stream in (a regular file: it is read twice) into the empty store
  * at target (an LMDB directory, created if missing, or a PostgreSQL target).
- * 0; 1 when refused (a damaged stream, a store that is not empty), nothing
- * written; -1 on a store failure, after removing what was written. Why is
- * printed on stderr. */
+ * 0, or, after printing why on stderr: refused with nothing written,
+ * -EINVAL (in is not a regular file, or the stream is damaged or truncated)
+ * or -ENOTEMPTY (the store is not empty); failed, after removing what was
+ * written: the store's error, or mkdir's -errno. */
 int transfer_import(const char *target, FILE *in, const char *in_name, FILE *progress);
 
 #endif

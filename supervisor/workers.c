@@ -5,7 +5,6 @@
 #include "common/log.h"
 #include "conv/conv.h"
 #include "ipc/ipc.h"
-#include "supervisor/control.h"
 #include "supervisor/convtree.h"
 #include "supervisor/gate.h"
 #include "supervisor/lifecycle.h"
@@ -30,14 +29,11 @@
 #define EARLY_MAX 4       /* workers forked while one commit flushes */
 #define ACTIVE_BATCH 512  /* conversations listed per read transaction at start */
 
-/* A compaction asked of a worker, answered when it reports. */
+/* A compaction asked of a worker: its asker is told through done, once. */
 struct compact_req {
 	struct compact_req *next;
 	int64_t num;
-	struct slot *slot; /* NULL: its client went */
-	json_t *id;
-	/* Or asked by another node (forward.h): told through done, once. */
-	void (*done)(void *arg, int ok, const char *msg, size_t len);
+	workers_compacted_fn *done;
 	void *done_arg;
 };
 
@@ -77,6 +73,7 @@ static struct {
 	int nlive;                   /* workers with a process */
 	int shutting_down;
 	int64_t compact_seq;
+	int spawn_err;               /* the last start's failure, for workers_wake's caller */
 	/* What changed since workers_next_deadline() and workers_gc() last
 	 * walked every worker: they walk again only then. */
 	int wdl_stale, wgc_stale;
@@ -147,14 +144,7 @@ static void compacts_fail(struct worker *w, const char *why)
 	workers_changed();
 	while ((r = w->compacts)) {
 		w->compacts = r->next;
-		if (r->done)
-			r->done(r->done_arg, 0, why, strlen(why));
-		if (r->slot) {
-			struct client *c = slot_client(r->slot);
-			slot_error(r->slot, r->id, PERR_INTERNAL, why);
-			client_flush(c);
-		}
-		json_decref(r->id);
+		r->done(r->done_arg, -ECHILD, why, strlen(why));
 		free(r);
 	}
 }
@@ -237,8 +227,8 @@ void leases_ahead_drop(void)
 }
 
 /* fork+exec agentd-worker for w with lease gen, without waiting for the
- * exec: w->early holds the child until spawn_finish. Returns 0 or -1
- * (logged). */
+ * exec: w->early holds the child until spawn_finish. Returns 0 or
+ * spawn_start's -errno (logged). */
 static int spawn_fork(struct worker *w, uint64_t gen)
 {
 	char lease[24];
@@ -282,22 +272,22 @@ static int spawn_fork(struct worker *w, uint64_t gen)
 	int e = spawn_start(argv, &w->early.sp);
 	if (e) {
 		log_error("%s: cannot start a worker: %s", w->conv, strerror(-e));
-		return -1;
+		return e;
 	}
 	w->early.gen = gen;
 	return 0;
 }
 
 /* Wait for w->early's exec and make it w's live worker (not yet told go).
- * Returns 0, or -1 when the exec failed (logged, child reaped). */
+ * Returns 0, or the exec's -errno (logged, child reaped). */
 static int spawn_finish(struct worker *w)
 {
 	struct early sp = w->early;
 	w->early = (struct early){ SPAWN_NONE, 0 };
-	int child_errno = spawn_exec_wait(&sp.sp);
-	if (child_errno) {
-		log_error("%s: cannot run %s: %s", w->conv, W.env->worker_path, strerror(child_errno));
-		return -1;
+	int e = spawn_exec_wait(&sp.sp);
+	if (e) {
+		log_error("%s: cannot run %s: %s", w->conv, W.env->worker_path, strerror(-e));
+		return e;
 	}
 	w->pid = sp.sp.pid;
 	w->asked_kill = 0;
@@ -324,7 +314,9 @@ static void spawn_go(struct worker *w)
 }
 
 /* 0: started; 1: its conversation is gone; 2: a worker of an earlier agentd
- * still runs for it (orphan_running: E_SPAWN_WAIT); -1: could not start. */
+ * still runs for it (orphan_running: E_SPAWN_WAIT); or, when it could not
+ * start, the lease's store error or the fork's or exec's -errno (also kept
+ * in W.spawn_err for workers_wake). */
 static int spawn(struct worker *w)
 {
 	uint64_t gen = w->lease_ahead;
@@ -344,11 +336,12 @@ static int spawn(struct worker *w)
 		if (e == STORE_E_NOTFOUND || e == WORKERS_ELSEWHERE)
 			return 1; /* deleted meanwhile, or another node runs it: nothing to start */
 		log_error("%s: cannot take a writer lease: %s", w->conv, store_strerror(e));
-		return -1;
+		return W.spawn_err = e;
 	}
-	if (spawn_fork(w, gen) || spawn_finish(w)) {
+	if ((e = spawn_fork(w, gen)) || (e = spawn_finish(w))) {
+		W.spawn_err = e;
 		worker_event(w, E_SPAWN_FAILED, NULL);
-		return -1;
+		return e;
 	}
 	spawn_go(w);
 	return 0;
@@ -400,12 +393,13 @@ int commit_spawning(store_txn *t)
 }
 
 /* Tell a live worker new events exist; it answers woken before it re-reads
- * the log. -1 when unsent (a full or closed socket). */
+ * the log. 0, or ipc_send's -errno when unsent (a full or closed socket). */
 static int wake_send(struct worker *w)
 {
 	struct ipc_msg m = { .type = IPC_WAKE };
-	if (ipc_send(w->ipc, &m) < 0)
-		return -1;
+	int e = ipc_send(w->ipc, &m);
+	if (e < 0)
+		return e;
 	metrics_add(M_WAKES, 1);
 	return 0;
 }
@@ -449,11 +443,14 @@ int workers_wake(const char *conv)
 {
 	struct worker *w = worker_get(conv);
 	if (!w)
-		return -1;
+		return -ENOMEM;
 	int was = w->lc.state;
+	W.spawn_err = 0;
 	worker_event(w, E_WORK, NULL);
 	/* Could not start (exec or fork failure): it backs off as a crash would. */
-	return was == W_NONE && w->lc.state == W_BACKOFF ? -1 : 0;
+	if (was == W_NONE && w->lc.state == W_BACKOFF)
+		return W.spawn_err ? W.spawn_err : -EAGAIN;
+	return 0;
 }
 
 static void start_queued(void)
@@ -654,28 +651,7 @@ static void on_compacted(struct worker *w, const struct ipc_msg *m)
 		return;
 	*pp = r->next;
 	workers_changed();
-	if (r->done)
-		r->done(r->done_arg, m->ok, m->text ? m->text : "", m->ok ? 0 : m->text_len);
-	if (r->slot) {
-		struct client *c = slot_client(r->slot);
-		if (m->ok) {
-			json_t *sum;
-			int e = conv_summary_read(W.st, w->conv, &sum);
-			if (e) {
-				char msg[200];
-				snprintf(msg, sizeof msg, "compacted, but reading the summary failed: %s", store_strerror(e));
-				slot_error(r->slot, r->id, PERR_INTERNAL, msg);
-			} else {
-				slot_ok(r->slot, r->id, json_pack("{so}", "summary", sum)); /* NULL: out of memory */
-			}
-		} else {
-			char msg[300];
-			snprintf(msg, sizeof msg, "compaction failed: %.*s", (int)m->text_len, m->text ? m->text : "");
-			slot_error(r->slot, r->id, PERR_INTERNAL, msg);
-		}
-		client_flush(c);
-	}
-	json_decref(r->id);
+	r->done(r->done_arg, m->ok ? 0 : -EIO, m->text ? m->text : "", m->ok ? 0 : m->text_len);
 	free(r);
 }
 
@@ -836,14 +812,14 @@ static void stop_send(struct worker *w)
 		worker_kill(w, SIGTERM);
 }
 
-static int worker_compact(struct worker *w, struct slot *slot, json_t *id)
+static int worker_compact(struct worker *w, workers_compacted_fn *done, void *arg)
 {
 	struct compact_req *r = calloc(1, sizeof *r);
 	if (!r)
 		return -ENOMEM;
 	r->num = ++W.compact_seq;
-	r->slot = slot;
-	r->id = json_incref(id);
+	r->done = done;
+	r->done_arg = arg;
 	r->next = w->compacts;
 	w->compacts = r;
 	if (w->pid && w->ipc >= 0) {
@@ -859,7 +835,6 @@ static int worker_compact(struct worker *w, struct slot *slot, json_t *id)
 		} else if (e < 0) {
 			/* Alive but not reading (its socket is full): refused. */
 			w->compacts = r->next;
-			json_decref(r->id);
 			free(r);
 			workers_changed();
 			return e;
@@ -1033,23 +1008,12 @@ int workers_stop(const char *conv)
 	return w && w->pid && worker_stop(w) == 0 ? 0 : -ESRCH;
 }
 
-int workers_compact(const char *conv, struct slot *s, json_t *id)
+int workers_compact(const char *conv, workers_compacted_fn *done, void *arg)
 {
 	struct worker *w = worker_find(conv);
-	return w ? worker_compact(w, s, id) : -ENOENT;
-}
-
-int workers_compact_cb(const char *conv, void (*done)(void *arg, int ok, const char *msg, size_t len), void *arg)
-{
-	struct worker *w = worker_find(conv);
-	if (!w)
-		return -ENOENT;
-	int e = worker_compact(w, NULL, NULL);
-	if (!e) {
-		w->compacts->done = done; /* worker_compact put it first */
-		w->compacts->done_arg = arg;
-	}
-	return e;
+	if (!done)
+		return -EINVAL;
+	return w ? worker_compact(w, done, arg) : -ENOENT;
 }
 
 void workers_deleted(const char *conv)
@@ -1057,15 +1021,6 @@ void workers_deleted(const char *conv)
 	struct worker *w = worker_find(conv);
 	if (w)
 		worker_deleted(w);
-}
-
-void workers_client_gone(struct client *c)
-{
-	struct worker *w;
-	RB_FOREACH(w, worker_tree, &W.tree)
-		for (struct compact_req *r = w->compacts; r; r = r->next)
-			if (r->slot && slot_client(r->slot) == c)
-				r->slot = NULL;
 }
 
 json_t *workers_conv_json(const char *conv)
@@ -1135,7 +1090,7 @@ static pid_t gm_pid(struct gate_member *m)
 	return container_of(m, struct worker, gm)->pid;
 }
 
-static const struct gate_hooks gate_hooks = { gm_grant, gm_refused, gm_drain, gm_fd, gm_name, gm_pid };
+static const struct gate_hooks gate_hooks = { gm_grant, gm_refused, gm_drain, gm_fd, gm_name, gm_pid, NULL };
 
 void workers_init(const struct workers_env *env)
 {

@@ -21,9 +21,6 @@
 #include "common/config.h"
 #include "store/store.h"
 
-struct client;
-struct slot;
-
 struct workers_hooks {
 	void (*committed)(const char *conv);                         /* its log may have grown */
 	void (*delta)(const char *conv, const char *text, size_t len); /* a model's streamed text */
@@ -51,27 +48,30 @@ struct workers_env {
 void workers_init(const struct workers_env *env);
 
 /* conv owes work: wake its worker, or start one (queued past max_workers,
- * or backing off). 0, or -1 when a worker could not be started (it backs
- * off as after a crash) or out of memory. */
+ * or backing off). 0, or -ENOMEM (no record), or when a worker could not be
+ * started (it backs off as after a crash): the lease's store error, or the
+ * fork's or exec's -errno. */
 int workers_wake(const char *conv);
 /* Signal conv's worker: 0, -ESRCH (no process), -errno. Not a crash. */
 int workers_kill(const char *conv, int sig);
 /* Ask conv's worker to stop (it revives on the next event): 0, -ESRCH. */
 int workers_stop(const char *conv);
+/* How a compaction ended, told once to the one who asked (workers_compact):
+ * err 0, the summary is committed (msg empty, len 0); -EIO, the worker
+ * reported that it failed (msg, len bytes, not NUL-terminated: its reason);
+ * -ECHILD, it exited without compacting and no next worker took it over
+ * (msg, len: agentd's words for it). */
+typedef void workers_compacted_fn(void *arg, int err, const char *msg, size_t len);
 /* Ask conv's worker (workers_wake it first) to compact now, or the next
- * worker when this one is stopping; s is answered with the summary or the
- * failure. 0, or (s not taken) -ENOENT (no worker record), -ENOMEM, or
- * ipc_send's error (its socket is full or gone). */
-int workers_compact(const char *conv, struct slot *s, json_t *id);
-/* The same for a compaction another node asked for (forward.h): done(arg,
- * ok, msg, len) is called once, when the worker reports (msg: why it
- * failed) or exits without compacting; not when this returns an error. */
-int workers_compact_cb(const char *conv, void (*done)(void *arg, int ok, const char *msg, size_t len), void *arg);
+ * worker when this one is stopping; done(arg, ...) is called when it
+ * reports (compaction.h builds the op's reply, forward.c another node's
+ * answer). 0, or (done never called) -EINVAL (done is NULL), -ENOENT (no
+ * worker record), -ENOMEM, or ipc_send's error (its socket is full or
+ * gone). */
+int workers_compact(const char *conv, workers_compacted_fn *done, void *arg);
 /* conv was deleted (in the transaction that deletes it): kill its worker,
  * take it off the queue or out of backoff, so nothing starts for it. */
 void workers_deleted(const char *conv);
-/* c goes: compactions it asked for are answered to nobody. */
-void workers_client_gone(struct client *c);
 
 /* In the transaction that gives conv work, take the lease for the worker
  * workers_wake() will spawn after that commit, when it has none: one durable

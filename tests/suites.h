@@ -17,6 +17,8 @@ Suite *make_loop_suite(void);
 Suite *make_durable_suite(void);
 Suite *make_store_pg_suite(void);
 Suite *make_convtree_suite(void);
+Suite *make_gate_suite(void);
+Suite *make_waiters_suite(void);
 
 static Suite *(*const check_suites[])(void) = {
 	make_mp_suite,
@@ -33,6 +35,8 @@ static Suite *(*const check_suites[])(void) = {
 	make_durable_suite,
 	make_store_pg_suite,
 	make_convtree_suite,
+	make_gate_suite,
+	make_waiters_suite,
 	0,
 };
 #endif
