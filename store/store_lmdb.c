@@ -34,6 +34,18 @@
  * nodes and owners came after the first stores were made: an open that may
  * write creates them; a read-only open of a store without them sees them
  * empty.
+ *
+ * Kept whole because every query here is written against one private
+ * layer: the layout above, the key and record packers, the transaction's
+ * cursor pool and record buffer, the conversation-number cache and the
+ * poisoning of a write transaction, about a hundred static functions. Split,
+ * they would become an internal header of this one backend, as LMDB's own
+ * mdb.c keeps its B-tree in one file. It reads in sections (---- name ----)
+ * in store.h's order: helpers; open, map growth, flush and backup;
+ * transactions; conversations and their metadata index; events; summaries;
+ * tool calls, expiries and warnings; audit; nodes and leases; runs; the
+ * backend's table last. No function here checks its arguments: store.c did
+ * (store/backend.h, "Who checks what").
  */
 /* This file defines the backend's functions (store/backend.h) under
  * lmdb_store_*; store/store.c dispatches to them. */
@@ -3283,14 +3295,6 @@ int store_notify_msg(store_txn *x, const char *node, const char *msg)
 	return 0;
 }
 
-/* ---- the backend's table (store/store.c) -------------------------------- */
-
-#define LMDB_ENTRY(name, params, args) .name = lmdb_store_##name,
-const struct store_vt store_lmdb_vt = {
-	STORE_VT_INIT(lmdb, "lmdb"),
-	STORE_TXN_FUNCS(LMDB_ENTRY)
-};
-
 /* ---- runs ------------------------------------------------------------ */
 
 int store_run_put(store_txn *x, const char *conv, const struct store_run *r)
@@ -3496,3 +3500,11 @@ int store_convs_lock(store_txn *x, const char *const *ids, size_t n)
 	/* One writer at a time: every conversation is the writer's already. */
 	return 0;
 }
+
+/* ---- the backend's table (store/store.c) -------------------------------- */
+
+#define LMDB_ENTRY(name, params, args) .name = lmdb_store_##name,
+const struct store_vt store_lmdb_vt = {
+	STORE_VT_INIT(lmdb, "lmdb"),
+	STORE_TXN_FUNCS(LMDB_ENTRY)
+};

@@ -35,6 +35,17 @@
  * supersedes sees the new generation in its next transaction. Every query
  * asks for binary results, kept on the transaction until it ends: what a
  * read returns points into them.
+ *
+ * Kept whole because every query here is written against one private
+ * layer: the statement table (Q_*, prepared on a connection at its first use), the
+ * parameter packer and result readers, the connection pool, the row lock
+ * a write transaction holds and its gathered, pipelined event inserts.
+ * Split, they would become an internal header of this one backend, as
+ * LMDB's mdb.c keeps its B-tree in one file. It reads in sections
+ * (---- name ----): statements; handles; errors; parameters and results;
+ * connections; the schema; open, close, sync, stat; transactions; then the
+ * operations in store.h's order; the backend's table last. No function here
+ * checks its arguments: store.c did (store/backend.h, "Who checks what").
  */
 #define STORE_BACKEND_NAME(n) pg_store_##n
 #include "store/backend_names.h"
@@ -766,7 +777,7 @@ static int quota(store_txn *x, size_t bytes)
 	return 0;
 }
 
-/* ---- small helpers (the argument rules are in store/backend.h) ------ */
+/* ---- small helpers ---------------------------------------------------- */
 
 static int64_t mono_ms(void)
 {
@@ -2744,14 +2755,6 @@ int pg_store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t le
 	return rc;
 }
 
-/* ---- the backend's table (store/store.c) -------------------------------- */
-
-#define PG_ENTRY(name, params, args) .name = pg_store_##name,
-const struct store_vt store_pg_vt = {
-	STORE_VT_INIT(pg, "postgresql"),
-	STORE_TXN_FUNCS(PG_ENTRY)
-};
-
 /* ---- runs ------------------------------------------------------------ */
 
 int store_run_put(store_txn *x, const char *conv, const struct store_run *r)
@@ -2938,3 +2941,11 @@ int store_convs_lock(store_txn *x, const char *const *ids, size_t n)
 	x->pre = ok ? r : NULL;
 	return 0;
 }
+
+/* ---- the backend's table (store/store.c) -------------------------------- */
+
+#define PG_ENTRY(name, params, args) .name = pg_store_##name,
+const struct store_vt store_pg_vt = {
+	STORE_VT_INIT(pg, "postgresql"),
+	STORE_TXN_FUNCS(PG_ENTRY)
+};
