@@ -2,10 +2,21 @@
  * backend.h: how a store backend plugs in behind store.h (store/store.c
  * dispatches). Not a contract for anything above the store.
  *
- * A backend's store and store_txn objects begin with a pointer to its table
- * (struct store_hdr), so store.c finds the backend of any handle. The
- * functions store.c dispatches per backend are listed once here; a backend
- * defines them under its own prefix and exports its table.
+ * A backend's store begins with a pointer to its table (struct store_hdr),
+ * its store_txn with struct store_txn_hdr (the table, the mode, the poison),
+ * so store.c finds the backend of any handle. The functions store.c
+ * dispatches per backend are listed once here; a backend defines them under
+ * its own prefix and exports its table.
+ *
+ * Who checks what: store.c checks every argument store.h states a rule for
+ * (NULL pointers, ids, msgpack, modes, ranges) and the transaction's state
+ * (given, not poisoned, a write one for a write) before it calls a backend,
+ * so a backend's function is only ever called with arguments that pass
+ * them. A backend checks what only its storage knows: the data (a
+ * conversation absent, a seq past the last), its handle's state (read-only,
+ * a write transaction already open, a reader limit, a listener) and its own
+ * limits (PostgreSQL's bigint columns); it records an error on a write
+ * transaction with store_txn_poison.
  */
 #ifndef AGENTD_STORE_BACKEND_H
 #define AGENTD_STORE_BACKEND_H
@@ -22,7 +33,6 @@
 	X(conv_create, (store_txn *x, const char *id, store_bytes settings), (x, id, settings)) \
 	X(conv_get, (store_txn *x, const char *id, struct store_conv *out), (x, id, out)) \
 	X(conv_put, (store_txn *x, const char *id, const struct store_conv_patch *p), (x, id, p)) \
-	X(conv_put_fsm, (store_txn *x, const char *id, store_bytes fsm_state), (x, id, fsm_state)) \
 	X(conv_list, (store_txn *x, int status, const char *after, size_t limit, store_conv_fn fn, void *arg, \
 		      int *more), (x, status, after, limit, fn, arg, more)) \
 	X(conv_ids, (store_txn *x, store_conv_id_fn fn, void *arg), (x, fn, arg)) \
@@ -49,8 +59,6 @@
 	X(node_leases, (store_txn *x, const char *node, \
 			int (*fn)(void *arg, const char *id, size_t len, uint64_t gen, int64_t expires_at), \
 			void *arg), (x, node, fn, arg)) \
-	X(event_append, (store_txn *x, const char *conv, const struct store_event_in *ev, uint64_t *seq, \
-			 int *dup), (x, conv, ev, seq, dup)) \
 	X(events_append, (store_txn *x, const char *conv, const struct store_event_in *ev, size_t n, \
 			  uint64_t *seqs, int *dups), (x, conv, ev, n, seqs, dups)) \
 	X(event_latest_seq, (store_txn *x, const char *conv, uint64_t *seq), (x, conv, seq)) \
@@ -131,10 +139,23 @@ struct store_vt {
 	STORE_TXN_FUNCS(STORE_VT_FIELD)
 };
 
-/* What every backend's store and store_txn begin with. */
+/* What every backend's store begins with. */
 struct store_hdr {
 	const struct store_vt *vt;
 };
+
+/* What every backend's store_txn begins with (a member named h): store.c
+ * reads the mode and the poison to check a call before it dispatches. */
+struct store_txn_hdr {
+	const struct store_vt *vt;
+	int write; /* a write transaction */
+	int err;   /* poisoned: the first fatal error, returned from then on */
+};
+
+/* Record err on h: on a write transaction an error other than those that
+ * write nothing (store.h: NOTFOUND, STALE, CONFLICT, FENCED, INVAL) poisons
+ * it, the first one staying. Returns err. */
+int store_txn_poison(struct store_txn_hdr *h, int err);
 
 /* A backend defines its functions as PREFIX_store_* (store/backend_names.h
  * renames them in its file) and fills its table with STORE_VT_INIT and
@@ -162,80 +183,8 @@ extern const struct store_vt store_pg_vt;
  * when m is not valid metadata (store_meta_valid). */
 int store_meta_each(store_bytes m, int (*fn)(void *arg, const char *k, size_t kl, const char *v, size_t vl),
 		    void *arg);
-/* f's status and metadata pairs within bounds (NULL is valid). */
-int store_filter_valid(const struct store_conv_filter *f);
 
-/* ---- what every backend accepts (store.h's argument rules, one copy) ---- */
-
-static inline int id_ok(const char *id)
-{
-	return id && store_id_valid(id, strnlen(id, STORE_ID_MAX + 1));
-}
-
-/* Optional msgpack: len 0 means nil; otherwise it must be one object. */
-static inline int opt_mp_ok(store_bytes b)
-{
-	return b.len == 0 || (b.ptr && mp_valid_one(b.ptr, b.len));
-}
-
-/* Settings: one msgpack map. */
-static inline int settings_ok(store_bytes b)
-{
-	struct mp m;
-	uint32_t n;
-	if (!b.ptr || !mp_valid_one(b.ptr, b.len))
-		return 0;
-	mp_init(&m, b.ptr, b.len);
-	return mp_map(&m, &n) == 0;
-}
-
-/* An event type: 1 to 32 of [a-z_]. */
-static inline int type_ok(const char *t)
-{
-	if (!t)
-		return 0;
-	size_t n = strnlen(t, 33);
-	if (n == 0 || n > 32)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!((t[i] >= 'a' && t[i] <= 'z') || t[i] == '_'))
-			return 0;
-	return 1;
-}
-
-static inline int event_in_ok(const struct store_event_in *ev)
-{
-	if (!ev || !type_ok(ev->type) || !ev->content.ptr || !mp_valid_one(ev->content.ptr, ev->content.len))
-		return 0;
-	if (ev->event_id) {
-		size_t n = strnlen(ev->event_id, STORE_EVENT_ID_MAX + 1);
-		if (n == 0 || n > STORE_EVENT_ID_MAX)
-			return 0;
-	}
-	return 1;
-}
-
-/* A lease or heartbeat time: positive, and far from overflowing a deadline. */
-static inline int ttl_ok(int64_t ttl_ms)
-{
-	return ttl_ms > 0 && ttl_ms <= INT64_MAX / 4;
-}
-
-/* A message a node's listener takes for one (store.h): printable ASCII,
- * shorter than STORE_NOTIFY_MSG_MAX, with a space. */
-static inline int notify_msg_ok(const char *msg)
-{
-	size_t n = 0;
-	int space = 0;
-	if (!msg)
-		return 0;
-	for (; msg[n]; n++) {
-		if ((unsigned char)msg[n] < 0x20 || (unsigned char)msg[n] > 0x7e || n >= STORE_NOTIFY_MSG_MAX)
-			return 0;
-		space |= msg[n] == ' ';
-	}
-	return n > 0 && space;
-}
+/* ---- what both backends compute alike ---- */
 
 /* Usage counters saturate at INT64_MAX (both backends store them signed). */
 static inline uint64_t sat_add(uint64_t a, uint64_t b)

@@ -190,7 +190,8 @@ int store_open(store **out, const char *target, const struct store_opts *opts);
 const char *store_open_error(void);
 void store_close(store *s);
 
-/* Flush commits made under STORE_SYNC_NONE to disk. */
+/* Flush commits made under STORE_SYNC_NONE to disk (a read-only store: 0).
+ * Errors: STORE_E_INVAL (s NULL), -errno; PostgreSQL's server errors. */
 int store_sync(store *s);
 
 /* The durable frontier's flush: fdatasync of the data file. Every
@@ -199,7 +200,8 @@ int store_sync(store *s);
  * is not made when a flush or commit of another process (or thread) covers
  * the same, under way or done: the call then waits for it instead, or with
  * flush_alone only for one done (store/flushrec.h; store_stat counts both
- * kinds). Under STORE_SYNC_NONE it does nothing and returns 0. The one call
+ * kinds). Under STORE_SYNC_NONE it does nothing and returns 0. Errors: STORE_E_INVAL
+ * (s NULL), -errno (the fdatasync's). The one call
  * that may run in another thread of this process while the others use s: it
  * touches only the data file's descriptor. */
 int store_flush(store *s);
@@ -214,7 +216,8 @@ int store_flush(store *s);
  * is not empty), -errno. */
 int store_backup(store *s, const char *dir);
 
-/* Clear reader slots left by dead processes; *cleared (may be NULL) gets how many. */
+/* Clear reader slots left by dead processes; *cleared (may be NULL) gets how many.
+ * Errors: STORE_E_INVAL (s NULL), -errno. */
 int store_reader_check(store *s, int *cleared);
 
 struct store_stat {
@@ -232,6 +235,7 @@ struct store_stat {
 	 * thread, covered them (LMDB; 0 on PostgreSQL). */
 	uint64_t flushes, flushes_spared;
 };
+/* Errors: STORE_E_INVAL (s or st NULL), -errno; PostgreSQL's server errors. */
 int store_stat(store *s, struct store_stat *st);
 /* This handle's map size now, as store_stat's map_size, without its system
  * calls (for a check on every write). */
@@ -243,7 +247,8 @@ size_t store_map_size(store *s);
  * grows by itself before a write transaction once the data passes three
  * quarters of it; this is for a transaction larger than the last quarter.
  * Returns 0, or STORE_E_FULL when even max_map_size leaves less room (the
- * transaction may still fit), -EBUSY with a transaction open. */
+ * transaction may still fit), -EBUSY with a transaction open, STORE_E_INVAL
+ * (s NULL); on PostgreSQL the server's errors. */
 int store_reserve(store *s, size_t bytes);
 
 /* The milliseconds clock the store stamps records with. */
@@ -292,7 +297,8 @@ uint64_t store_txn_id(store_txn *txn);
  * store_flush, it may run in another thread while the others use s. */
 uint64_t store_last_id(store *s);
 
-/* Begin a transaction. Errors: STORE_E_INVAL (write on a read-only store),
+/* Begin a transaction. Errors: STORE_E_INVAL (s or out NULL, a mode not
+ * listed above, FREEING on a read, write on a read-only store),
  * -EBUSY (a write transaction of this process is already open), -EAGAIN (no
  * free reader slot; or another process grew the map while a transaction of
  * this process is open: end it, then retry), STORE_E_FULL (the map could not
@@ -314,6 +320,20 @@ int64_t store_txn_now(store_txn *txn);
  * return stops the iteration and is returned by the iterating call unchanged.
  * It is the caller's value, not a store failure: it never poisons a write
  * transaction, whatever its value. */
+
+/* Errors every operation on a transaction may return, besides those its
+ * own comment names (which it lists for what it adds):
+ *  - STORE_E_INVAL: txn NULL; a write operation in a read transaction; an
+ *    argument breaking a rule stated here (an id outside the alphabet, a
+ *    NULL out-pointer or callback it needs, msgpack that is not exactly one
+ *    object, a value out of its range). Every such rule is checked once, in
+ *    store/store.c, before a backend is called, and checked alike for both.
+ *  - the poisoning error of a poisoned transaction (see the caveats above),
+ *    checked first: the same error on every later call.
+ *  - a failure of the storage: -errno (-ENOMEM, -EIO, ...), STORE_E_FULL on a
+ *    write, STORE_E_CORRUPT for a record that cannot be decoded, and on
+ *    PostgreSQL the server's errors listed at the top (-EAGAIN, -ECONNRESET,
+ *    -ETIMEDOUT, -EROFS, ...). */
 
 /* ---- conversations --------------------------------------------------- */
 
@@ -356,7 +376,7 @@ int store_id_valid(const char *id, size_t len);
  * Errors: STORE_E_INVAL (bad id or settings), STORE_E_CONFLICT (exists). */
 int store_conv_create(store_txn *txn, const char *id, store_bytes settings);
 
-/* Errors: STORE_E_NOTFOUND, STORE_E_CORRUPT. */
+/* Errors: STORE_E_NOTFOUND, STORE_E_CORRUPT, STORE_E_INVAL. */
 int store_conv_get(store_txn *txn, const char *id, struct store_conv *out);
 
 /* Upsert: fields flagged in `set` replace the stored ones (settings
@@ -373,7 +393,8 @@ struct store_conv_patch {
 };
 int store_conv_put(store_txn *txn, const char *id, const struct store_conv_patch *p);
 
-/* Just fsm_state (a cache over the log), creating the row if absent. */
+/* Just fsm_state (a cache over the log), creating the row if absent.
+ * Errors: as store_conv_put. */
 int store_conv_put_fsm(store_txn *txn, const char *id, store_bytes fsm_state);
 
 /* Conversations in id order, strictly after `after` (NULL: from the start),
@@ -450,7 +471,8 @@ int store_conv_delete(store_txn *txn, const char *id);
  * since writers are serialised, a superseded worker can never write.
  * Generations are unique across the store (never reissued, even to a
  * conversation deleted and created again with the same id).
- * Errors: STORE_E_NOTFOUND; store_lease_check: STORE_E_FENCED. */
+ * Errors: STORE_E_NOTFOUND, STORE_E_INVAL (store_lease_next: gen NULL);
+ * store_lease_check: STORE_E_FENCED. */
 int store_lease_next(store_txn *txn, const char *id, uint64_t *gen);
 int store_lease_check(store_txn *txn, const char *id, uint64_t gen);
 
@@ -600,11 +622,13 @@ int store_event_append(store_txn *txn, const char *conv, const struct store_even
 /* Append n events in order, atomically: every event is validated first, and one
  * bad event writes nothing. A repeated event_id, within the batch or across
  * batches, is a duplicate of its first occurrence. seqs[] and dups[] (dups may
- * be NULL) get one entry per event. */
+ * be NULL) get one entry per event.
+ * Errors: STORE_E_NOTFOUND (conversation), STORE_E_INVAL (any bad event,
+ * seqs NULL, ev NULL with n > 0). */
 int store_events_append(store_txn *txn, const char *conv, const struct store_event_in *ev,
 			size_t n, uint64_t *seqs, int *dups);
 
-/* The last seq, 0 for an empty log. Errors: STORE_E_NOTFOUND. */
+/* The last seq, 0 for an empty log. Errors: STORE_E_NOTFOUND, STORE_E_INVAL. */
 int store_event_latest_seq(store_txn *txn, const char *conv, uint64_t *seq);
 
 /* The seq of the event appended with event_id (len bytes, 1-200, no NUL), as
@@ -622,7 +646,8 @@ int store_event_ids_each(store_txn *txn, const char *conv,
 
 /* Events with after < seq < before (before 0: unbounded), only of `type` when
  * non-NULL; limit > 0 keeps the most recent `limit` of them. Delivered in
- * ascending seq order. Errors: STORE_E_NOTFOUND, STORE_E_CORRUPT, the callback's. */
+ * ascending seq order. Errors: STORE_E_NOTFOUND, STORE_E_CORRUPT, STORE_E_INVAL
+ * (r or fn NULL, a bad type), the callback's. */
 struct store_range {
 	uint64_t after;
 	uint64_t before;
@@ -650,11 +675,13 @@ struct store_summary {
 int store_summary_put(store_txn *txn, const char *conv, uint64_t from_seq, uint64_t to_seq,
 		      store_bytes content, uint64_t *version);
 /* The summary with the greatest to_seq. Errors: STORE_E_NOTFOUND (no
- * conversation, or no summary). */
+ * conversation, or no summary), STORE_E_INVAL. */
 int store_summary_latest(store_txn *txn, const char *conv, struct store_summary *out);
 
 /* Revival read: the latest summary (*has_summary 1, *sum filled) and every
- * event after its to_seq; with no summary, every event. */
+ * event after its to_seq; with no summary, every event. sum and has_summary
+ * may be NULL. Errors: STORE_E_NOTFOUND (conversation), STORE_E_INVAL (no
+ * fn), STORE_E_CORRUPT, the callback's. */
 int store_load_since(store_txn *txn, const char *conv, struct store_summary *sum,
 		     int *has_summary, store_event_fn fn, void *arg);
 
@@ -728,10 +755,11 @@ struct store_tool_call {
  * Errors: STORE_E_NOTFOUND (conversation), STORE_E_CONFLICT (the id belongs to
  * another conversation), STORE_E_INVAL. */
 int store_tool_call_upsert(store_txn *txn, const char *conv, const struct store_tool_call_in *tc);
-/* Errors: STORE_E_NOTFOUND. */
+/* Errors: STORE_E_NOTFOUND, STORE_E_INVAL, STORE_E_CORRUPT. */
 int store_tool_call_get(store_txn *txn, const char *id, struct store_tool_call *out);
 /* Tool calls of a conversation in id order, only those whose status bit
- * (1 << status) is in `mask` (0: all). Errors: STORE_E_NOTFOUND. */
+ * (1 << status) is in `mask` (0: all). Errors: STORE_E_NOTFOUND, STORE_E_INVAL
+ * (no fn), STORE_E_CORRUPT, the callback's. */
 int store_tool_calls_list(store_txn *txn, const char *conv, unsigned mask,
 			  int (*fn)(void *arg, const struct store_tool_call *tc), void *arg);
 /* Every tool call row of the store, whatever its conversation, in id order
@@ -739,7 +767,8 @@ int store_tool_calls_list(store_txn *txn, const char *conv, unsigned mask,
  * delivered too). Errors: STORE_E_CORRUPT (an undecodable row, after the rows
  * before it), the callback's. */
 int store_tool_calls_each(store_txn *txn, int (*fn)(void *arg, const struct store_tool_call *tc), void *arg);
-/* Count one more dispatch; *attempts gets the new count. Errors: STORE_E_NOTFOUND. */
+/* Count one more dispatch; *attempts (may be NULL) gets the new count.
+ * Errors: STORE_E_NOTFOUND, STORE_E_INVAL. */
 int store_tool_call_attempt(store_txn *txn, const char *id, uint32_t *attempts);
 /* Settle a call if and only if it is pending: status is resolved, errored,
  * expired or cancelled, result one msgpack object (len 0: nil). Its expiry, if any, is
@@ -754,7 +783,8 @@ int store_tool_call_resolve(store_txn *txn, const char *id, int status, store_by
 /* Schedule the call to expire at deadline_ms, replacing an earlier deadline.
  * Errors: STORE_E_NOTFOUND (no such call), STORE_E_STALE (not pending), STORE_E_INVAL. */
 int store_expiry_schedule(store_txn *txn, const char *tool_call_id, int64_t deadline_ms);
-/* Remove the call's deadline; 0 also when there was none. */
+/* Remove the call's deadline; 0 also when there was none (or no such
+ * call). Errors: STORE_E_INVAL. */
 int store_expiry_cancel(store_txn *txn, const char *tool_call_id);
 /* Remove the deadline row (deadline_ms, tool_call_id) itself, reading no
  * tool call: for a row store_expiries_due gave whose call cannot be expired
@@ -762,7 +792,8 @@ int store_expiry_cancel(store_txn *txn, const char *tool_call_id);
  * `agentd check` lists). The call's record is left as it is. 0 also when
  * there was no such row. Errors: STORE_E_INVAL. */
 int store_expiry_drop(store_txn *txn, int64_t deadline_ms, const char *tool_call_id);
-/* Deadlines <= now_ms, earliest first (ties in tool call id order). */
+/* Deadlines <= now_ms, earliest first (ties in tool call id order).
+ * Errors: STORE_E_INVAL (no fn), STORE_E_CORRUPT, the callback's. */
 struct store_expiry {
 	int64_t deadline;
 	store_bytes tool_call_id;
@@ -782,7 +813,8 @@ int store_expiries_due(store_txn *txn, int64_t now_ms,
  * Errors: STORE_E_INVAL (no fn), STORE_E_CORRUPT, the callback's. */
 int store_expiries_claim(store_txn *txn, int64_t now_ms, size_t limit,
 			 int (*fn)(void *arg, const struct store_expiry *e), void *arg);
-/* The earliest deadline. Errors: STORE_E_NOTFOUND (none scheduled). */
+/* The earliest deadline. Errors: STORE_E_NOTFOUND (none scheduled),
+ * STORE_E_INVAL (deadline_ms NULL). */
 int store_expiry_earliest(store_txn *txn, int64_t *deadline_ms);
 
 /* ---- expiry warnings ------------------------------------------------- */
@@ -799,7 +831,8 @@ int store_expiry_earliest(store_txn *txn, int64_t *deadline_ms);
  * also when there was none, STORE_E_INVAL. */
 int store_warning_schedule(store_txn *txn, const char *tool_call_id, int64_t at_ms);
 int store_warning_drop(store_txn *txn, const char *tool_call_id);
-/* Warning times <= now_ms, earliest first (ties in tool call id order). */
+/* Warning times <= now_ms, earliest first (ties in tool call id order).
+ * Errors: as store_expiries_due. */
 int store_warnings_due(store_txn *txn, int64_t now_ms, int (*fn)(void *arg, const struct store_expiry *e),
 		       void *arg);
 int store_warning_earliest(store_txn *txn, int64_t *at_ms);
@@ -826,12 +859,14 @@ struct store_model_call {
 /* Record one model call; a no-op returning 0 unless the store was opened with
  * audit. A repeated turn_ref replaces the row. Errors: STORE_E_NOTFOUND, STORE_E_INVAL. */
 int store_model_call_put(store_txn *txn, const char *conv, const struct store_model_call_in *mc);
-/* The conversation's audit rows in turn_ref order. */
+/* The conversation's audit rows in turn_ref order. Errors:
+ * STORE_E_NOTFOUND, STORE_E_INVAL (no fn), STORE_E_CORRUPT, the callback's. */
 int store_model_calls_list(store_txn *txn, const char *conv,
 			   int (*fn)(void *arg, const struct store_model_call *mc), void *arg);
 /* Delete audit rows inserted more than ttl_ms before now (a row exactly ttl_ms
  * old is kept), of one conversation or, with conv NULL, of all. *removed gets
- * the count. */
+ * the count (may be NULL). Errors: STORE_E_NOTFOUND (conv given and absent),
+ * STORE_E_INVAL (ttl_ms < 0, a bad conv). */
 int store_model_calls_gc(store_txn *txn, const char *conv, int64_t ttl_ms, uint64_t *removed);
 
 /* ---- runs (one per model turn attempt) ------------------------------- */

@@ -35,6 +35,17 @@
  * supersedes sees the new generation in its next transaction. Every query
  * asks for binary results, kept on the transaction until it ends: what a
  * read returns points into them.
+ *
+ * Kept whole because every query here is written against one private
+ * layer: the statement table (Q_*, prepared on a connection at its first use), the
+ * parameter packer and result readers, the connection pool, the row lock
+ * a write transaction holds and its gathered, pipelined event inserts.
+ * Split, they would become an internal header of this one backend, as
+ * LMDB's mdb.c keeps its B-tree in one file. It reads in sections
+ * (---- name ----): statements; handles; errors; parameters and results;
+ * connections; the schema; open, close, sync, stat; transactions; then the
+ * operations in store.h's order; the backend's table last. No function here
+ * checks its arguments: store.c did (store/backend.h, "Who checks what").
  */
 #define STORE_BACKEND_NAME(n) pg_store_##n
 #include "store/backend_names.h"
@@ -343,11 +354,9 @@ struct store {
 };
 
 struct store_txn {
-	const struct store_vt *vt; /* first, for store/store.c */
+	struct store_txn_hdr h; /* first, for store/store.c: its table, mode and poison */
 	store *s;
 	struct pgconn *pc;
-	int write;
-	int err; /* poisoned: the first fatal error, returned from then on */
 	int64_t now;
 	uint64_t base;    /* with a quota: the store's bytes when the txn began */
 	uint64_t written; /* bytes this txn wrote, counted against the quota */
@@ -413,14 +422,8 @@ static int fail(store_txn *x, int err)
 {
 	if (err == STORE_E_FULL && x->s->quota)
 		x->s->grow_pending = 1;
-	if (x->write && err != 0 && err != STORE_E_NOTFOUND && err != STORE_E_STALE &&
-	    err != STORE_E_CONFLICT && err != STORE_E_FENCED && err != STORE_E_INVAL && !x->err)
-		x->err = err;
-	return err;
+	return store_txn_poison(&x->h, err);
 }
-
-#define CHECK_TXN(x) do { if (!(x)) return STORE_E_INVAL; if ((x)->err) return (x)->err; } while (0)
-#define CHECK_WRITE(x) do { CHECK_TXN(x); if (!(x)->write) return STORE_E_INVAL; } while (0)
 
 /* ---- parameters and results ------------------------------------------ */
 
@@ -537,11 +540,11 @@ static PGresult *result_kept(store_txn *x, PGresult *r, int *err)
 	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
 		*err = sqlstate_err(r, x->pc->c);
 		PQclear(r);
-		x->err = x->err ? x->err : *err;
+		x->h.err = x->h.err ? x->h.err : *err;
 		return NULL;
 	}
 	if ((*err = keep(x, r)) != 0) {
-		x->err = x->err ? x->err : *err;
+		x->h.err = x->h.err ? x->h.err : *err;
 		return NULL;
 	}
 	return r;
@@ -559,7 +562,7 @@ static int prepare(store_txn *x, int q, char *name)
 	if (PQresultStatus(p) != PGRES_COMMAND_OK) {
 		int err = sqlstate_err(p, c);
 		PQclear(p);
-		x->err = x->err ? x->err : err;
+		x->h.err = x->h.err ? x->h.err : err;
 		return err;
 	}
 	PQclear(p);
@@ -573,7 +576,7 @@ static int gather_send(store_txn *x);
  * pipeline mode: one round trip for them all, and with commit set the
  * txn's COMMIT too, sent behind them. An error there poisons the txn: the
  * append that met it was told 0, so the next operation or the commit says
- * it (nothing of a txn is acknowledged before its commit). Returns x->err,
+ * it (nothing of a txn is acknowledged before its commit). Returns x->h.err,
  * or with commit the COMMIT's outcome as store_txn_commit's (but for a
  * lost connection, -ECONNRESET: it may have been made). */
 static int pipe_finish(store_txn *x, int commit)
@@ -583,7 +586,7 @@ static int pipe_finish(store_txn *x, int commit)
 	int left = x->npipe, nulls = 0, seen = 0;
 	size_t inserted = 0, ahead = x->nahead;
 	if (!left)
-		return err ? err : x->err;
+		return err ? err : x->h.err;
 	x->npipe = 0;
 	x->nahead = 0;
 	if (commit && !err && PQsendQueryParams(c, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1)
@@ -628,7 +631,7 @@ static int pipe_finish(store_txn *x, int commit)
 		err = sqlstate_err(NULL, c);
 	if (!err && inserted != ahead)
 		err = STORE_E_CORRUPT; /* without an event_id no insert is passed over */
-	return err ? fail(x, err) : x->err;
+	return err ? fail(x, err) : x->h.err;
 }
 
 static int pipe_drain(store_txn *x)
@@ -697,10 +700,10 @@ static int gather_send(store_txn *x)
 {
 	static const uint32_t oid[4] = { 25, 20, 25, 17 }; /* text, int8, text, bytea */
 	PGconn *c = x->pc->c;
-	if (x->err)
+	if (x->h.err)
 		gather_drop(x); /* nothing more goes out */
 	if (!x->ngather)
-		return x->err;
+		return x->h.err;
 	struct args a = { 0 };
 	for (int k = 0; k < 4; k++) {
 		uint32_t h[5] = { htobe32(1), 0, htobe32(oid[k]), htobe32((uint32_t)x->ngather), htobe32(1) };
@@ -774,7 +777,7 @@ static int quota(store_txn *x, size_t bytes)
 	return 0;
 }
 
-/* ---- small helpers (the argument rules are in store/backend.h) ------ */
+/* ---- small helpers ---------------------------------------------------- */
 
 static int64_t mono_ms(void)
 {
@@ -810,7 +813,8 @@ uint64_t store_last_id(store *s)
 
 int store_flush(store *s)
 {
-	return s ? 0 : STORE_E_INVAL;
+	(void)s;
+	return 0;
 }
 
 /* ---- connections ----------------------------------------------------- */
@@ -1165,8 +1169,6 @@ static int store_size(PGconn *c, uint64_t *bytes)
 
 int store_open(store **out, const char *target, const struct store_opts *opts)
 {
-	if (!out || !target)
-		return STORE_E_INVAL;
 	*out = NULL;
 	store *s = calloc(1, sizeof *s);
 	if (!s)
@@ -1211,8 +1213,6 @@ int store_open(store **out, const char *target, const struct store_opts *opts)
 
 void store_close(store *s)
 {
-	if (!s)
-		return;
 	conn_close(s->listen);
 	while (s->nspare)
 		conn_close(s->spare[--s->nspare]);
@@ -1224,8 +1224,6 @@ void store_close(store *s)
  * the next synchronous commit: one that has a transaction id to commit. */
 int pg_store_sync(store *s)
 {
-	if (!s)
-		return STORE_E_INVAL;
 	if (s->opts.read_only)
 		return 0;
 	struct pgconn *pc;
@@ -1250,8 +1248,6 @@ int store_backup(store *s, const char *dir)
 
 int store_reader_check(store *s, int *cleared)
 {
-	if (!s)
-		return STORE_E_INVAL;
 	if (cleared)
 		*cleared = 0;
 	return 0;
@@ -1259,8 +1255,6 @@ int store_reader_check(store *s, int *cleared)
 
 int pg_store_stat(store *s, struct store_stat *st)
 {
-	if (!s || !st)
-		return STORE_E_INVAL;
 	struct pgconn *pc;
 	int err = conn_take(s, &pc);
 	if (err)
@@ -1288,7 +1282,7 @@ int pg_store_stat(store *s, struct store_stat *st)
 
 size_t store_map_size(store *s)
 {
-	return s ? s->map_size : 0;
+	return s->map_size;
 }
 
 /* The quota grows as LMDB's map does: doubling, within max_map_size. */
@@ -1302,8 +1296,6 @@ static void limit_grow(store *s, size_t want)
 
 int store_reserve(store *s, size_t bytes)
 {
-	if (!s)
-		return STORE_E_INVAL;
 	if (s->ntxn > 0)
 		return -EBUSY;
 	if (s->opts.read_only || !s->quota)
@@ -1339,7 +1331,7 @@ static void txn_end(store_txn *x, int ok_conn)
 	for (int k = 0; k < 4; k++)
 		free(x->g[k].b);
 	s->ntxn--;
-	if (x->write)
+	if (x->h.write)
 		s->writing = 0;
 	else
 		s->readers--;
@@ -1355,7 +1347,7 @@ static int txn_start(store_txn *x, int lazy)
 {
 	store *s = x->s;
 	int err = 0;
-	if (x->write && s->quota) {
+	if (x->h.write && s->quota) {
 		/* The size is measured (a query) when this handle's estimate is
 		 * near the quota, or a second old (other processes write too):
 		 * far below its quota, a write txn does not pay for it. */
@@ -1382,7 +1374,7 @@ static int txn_start(store_txn *x, int lazy)
 	(void)lazy;
 	if (err)
 		return err;
-	if (!x->write)
+	if (!x->h.write)
 		return exec_simple(x->pc->c, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1");
 	/* A write txn learns its id in the same round trip, for the case its
 	 * COMMIT's answer is lost (commit_outcome). */
@@ -1430,11 +1422,7 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 {
 	/* STORE_WRITE_FREEING changes nothing here: a delete is never refused
 	 * by the quota (store.h). */
-	if (mode == (STORE_READ | STORE_WRITE_FREEING))
-		return STORE_E_INVAL;
 	mode &= ~STORE_WRITE_FREEING;
-	if (!s || !out || (mode != STORE_READ && mode != STORE_WRITE && mode != STORE_WRITE_LAZY))
-		return STORE_E_INVAL;
 	int lazy = mode == STORE_WRITE_LAZY, write = mode != STORE_READ;
 	if (write && s->opts.read_only)
 		return STORE_E_INVAL;
@@ -1445,9 +1433,9 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 	store_txn *x = calloc(1, sizeof *x);
 	if (!x)
 		return -ENOMEM;
-	x->vt = &store_pg_vt;
+	x->h.vt = &store_pg_vt;
 	x->s = s;
-	x->write = write;
+	x->h.write = write;
 	int err = conn_take(s, &x->pc);
 	if (err) {
 		free(x);
@@ -1483,15 +1471,13 @@ int store_txn_begin(store *s, int mode, store_txn **out)
 
 int store_txn_commit(store_txn *x)
 {
-	if (!x)
-		return STORE_E_INVAL;
-	int err = x->err;
+	int err = x->h.err;
 	PGconn *c = x->pc->c;
 	if (!err && (x->npipe || x->ngather)) {
 		/* The COMMIT goes behind the inserts sent ahead: one round trip
 		 * for them all. Refused, the txn is aborted and still open. */
 		err = pipe_finish(x, 1);
-		if (err == -ECONNRESET && x->write)
+		if (err == -ECONNRESET && x->h.write)
 			err = commit_outcome(x->s, x->txid);
 		else if (err)
 			exec_simple(c, "ROLLBACK");
@@ -1506,7 +1492,7 @@ int store_txn_commit(store_txn *x)
 		else if (strcmp(PQcmdStatus(r), "COMMIT") != 0)
 			err = -EIO; /* the server had aborted it */
 		PQclear(r);
-		if (err == -ECONNRESET && x->write)
+		if (err == -ECONNRESET && x->h.write)
 			err = commit_outcome(x->s, x->txid);
 		if (!err)
 			x->s->size_est += x->written;
@@ -1517,8 +1503,6 @@ int store_txn_commit(store_txn *x)
 
 void store_txn_abort(store_txn *x)
 {
-	if (!x)
-		return;
 	gather_drop(x);
 	pipe_drain(x);
 	int ok = exec_simple(x->pc->c, "ROLLBACK") == 0;
@@ -1583,9 +1567,7 @@ static void pre_drop(store_txn *x, const char *id)
  * *last (may be NULL) gets its last seq (write txns only). */
 static int conv_load(store_txn *x, const char *id, struct store_conv *c, uint64_t *last)
 {
-	if (!id_ok(id))
-		return STORE_E_INVAL;
-	if (!c && x->write && x->held_ok && strcmp(x->held, id) == 0) {
+	if (!c && x->h.write && x->held_ok && strcmp(x->held, id) == 0) {
 		if (last)
 			*last = x->held_last;
 		return 0;
@@ -1595,16 +1577,16 @@ static int conv_load(store_txn *x, const char *id, struct store_conv *c, uint64_
 	PGresult *r = row >= 0 ? x->pre : NULL;
 	if (!r) {
 		a_str(&a, id);
-		if (!(r = run(x, x->write ? Q_CONV_LOCK : Q_CONV_GET, &a, &err)))
+		if (!(r = run(x, x->h.write ? Q_CONV_LOCK : Q_CONV_GET, &a, &err)))
 			return err;
 		if (PQntuples(r) == 0)
 			return STORE_E_NOTFOUND;
 		row = 0;
 	}
-	if (x->write)
+	if (x->h.write)
 		held_set(x, id, (uint64_t)g_i64(r, row, CONV_NCOLS));
 	if (last)
-		*last = x->write ? (uint64_t)g_i64(r, row, CONV_NCOLS) : 0;
+		*last = x->h.write ? (uint64_t)g_i64(r, row, CONV_NCOLS) : 0;
 	struct store_conv tmp;
 	return conv_row(r, row, c ? c : &tmp) ? fail(x, STORE_E_CORRUPT) : 0;
 }
@@ -1633,18 +1615,12 @@ static int conv_insert(store_txn *x, const char *id, store_bytes settings, int *
 
 int store_conv_create(store_txn *x, const char *id, store_bytes settings)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(id) || !settings_ok(settings))
-		return STORE_E_INVAL;
 	int made, err = conv_insert(x, id, settings, &made);
 	return err ? err : made ? 0 : STORE_E_CONFLICT;
 }
 
 int store_conv_get(store_txn *x, const char *id, struct store_conv *out)
 {
-	CHECK_TXN(x);
-	if (!out)
-		return STORE_E_INVAL;
 	return conv_load(x, id, out, NULL);
 }
 
@@ -1690,17 +1666,6 @@ static int meta_set(store_txn *x, const char *id, store_bytes m)
 
 int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *p)
 {
-	CHECK_WRITE(x);
-	if (!p || !id_ok(id))
-		return STORE_E_INVAL;
-	if ((p->set & STORE_SET_SETTINGS) && !settings_ok(p->settings))
-		return STORE_E_INVAL;
-	if ((p->set & STORE_SET_STATUS) && !store_status_name(p->status))
-		return STORE_E_INVAL;
-	if ((p->set & STORE_SET_FSM) && !opt_mp_ok(p->fsm_state))
-		return STORE_E_INVAL;
-	if ((p->set & STORE_SET_METADATA) && !store_meta_valid(p->metadata))
-		return STORE_E_INVAL;
 	struct store_conv c;
 	int err = conv_load(x, id, &c, NULL);
 	if (err == STORE_E_NOTFOUND) {
@@ -1730,18 +1695,9 @@ int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *
 	return p->set & STORE_SET_METADATA ? meta_set(x, id, p->metadata) : 0;
 }
 
-int store_conv_put_fsm(store_txn *x, const char *id, store_bytes fsm)
-{
-	struct store_conv_patch p = { .set = STORE_SET_FSM, .fsm_state = fsm };
-	return store_conv_put(x, id, &p);
-}
-
 int store_conv_list(store_txn *x, int status, const char *after, size_t limit, store_conv_fn fn, void *arg,
 		    int *more)
 {
-	CHECK_TXN(x);
-	if (!fn || (status != -1 && !store_status_name(status)) || (after && !id_ok(after)))
-		return STORE_E_INVAL;
 	if (more)
 		*more = 0;
 	struct args a = { 0 };
@@ -1782,9 +1738,6 @@ int store_conv_list(store_txn *x, int status, const char *after, size_t limit, s
 int store_conv_find(store_txn *x, const struct store_conv_filter *f, const char *after, size_t limit,
 		    store_conv_fn fn, void *arg, int *more)
 {
-	CHECK_TXN(x);
-	if (!fn || !store_filter_valid(f) || (after && !id_ok(after)))
-		return STORE_E_INVAL;
 	if (more)
 		*more = 0;
 	char cursor[STORE_ID_MAX + 1];
@@ -1847,9 +1800,6 @@ int store_conv_find(store_txn *x, const struct store_conv_filter *f, const char 
 
 int store_conv_ids(store_txn *x, store_conv_id_fn fn, void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	int err;
 	PGresult *r = run(x, Q_CONV_IDS, NULL, &err);
 	if (!r)
@@ -1864,7 +1814,6 @@ int store_conv_ids(store_txn *x, store_conv_id_fn fn, void *arg)
 
 int store_conv_delete(store_txn *x, const char *id)
 {
-	CHECK_WRITE(x);
 	int err = conv_exists(x, id);
 	if (err)
 		return err;
@@ -1876,9 +1825,6 @@ int store_conv_delete(store_txn *x, const char *id)
 
 int store_lease_next(store_txn *x, const char *id, uint64_t *gen)
 {
-	CHECK_WRITE(x);
-	if (!gen || !id_ok(id))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, id);
@@ -1893,29 +1839,23 @@ int store_lease_next(store_txn *x, const char *id, uint64_t *gen)
 
 int store_lease_check(store_txn *x, const char *id, uint64_t gen)
 {
-	CHECK_TXN(x);
-	if (!id_ok(id))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, id);
 	/* In a write txn the row stays locked: no lease_next can come
 	 * between this check and the commit. */
-	PGresult *r = run(x, x->write ? Q_LEASE_LOCK : Q_LEASE_GET, &a, &err);
+	PGresult *r = run(x, x->h.write ? Q_LEASE_LOCK : Q_LEASE_GET, &a, &err);
 	if (!r)
 		return err;
 	if (PQntuples(r) == 0)
 		return STORE_E_NOTFOUND;
-	if (x->write)
+	if (x->h.write)
 		held_set(x, id, (uint64_t)g_i64(r, 0, 1));
 	return (uint64_t)g_i64(r, 0, 0) == gen ? 0 : STORE_E_FENCED;
 }
 
 int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
 {
-	CHECK_WRITE(x);
-	if (!u || !(u->cost >= 0))
-		return STORE_E_INVAL;
 	struct store_conv c;
 	int err = conv_load(x, id, &c, NULL);
 	if (err)
@@ -1936,7 +1876,6 @@ int store_usage_add(store_txn *x, const char *id, const struct store_usage *u)
 
 int store_turns_add(store_txn *x, const char *id, uint64_t n)
 {
-	CHECK_WRITE(x);
 	struct store_conv c;
 	int err = conv_load(x, id, &c, NULL);
 	if (err)
@@ -1953,12 +1892,6 @@ int store_turns_add(store_txn *x, const char *id, uint64_t n)
 int store_events_append(store_txn *x, const char *conv, const struct store_event_in *ev, size_t n,
 			uint64_t *seqs, int *dups)
 {
-	CHECK_WRITE(x);
-	if ((!ev && n) || !seqs)
-		return STORE_E_INVAL;
-	for (size_t i = 0; i < n; i++)
-		if (!event_in_ok(&ev[i]))
-			return STORE_E_INVAL;
 	uint64_t last;
 	int err = conv_load(x, conv, NULL, &last);
 	if (err)
@@ -2011,16 +1944,8 @@ int store_events_append(store_txn *x, const char *conv, const struct store_event
 	return 0;
 }
 
-int store_event_append(store_txn *x, const char *conv, const struct store_event_in *ev, uint64_t *seq, int *dup)
-{
-	return store_events_append(x, conv, ev, 1, seq, dup);
-}
-
 int store_event_latest_seq(store_txn *x, const char *conv, uint64_t *seq)
 {
-	CHECK_TXN(x);
-	if (!seq || !id_ok(conv))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, conv);
@@ -2035,11 +1960,6 @@ int store_event_latest_seq(store_txn *x, const char *conv, uint64_t *seq)
 
 int store_event_id_seq(store_txn *x, const char *conv, const char *event_id, size_t len, uint64_t *seq)
 {
-	CHECK_TXN(x);
-	if (!seq || !event_id || len == 0 || len > STORE_EVENT_ID_MAX || memchr(event_id, 0, len))
-		return STORE_E_INVAL;
-	if (!id_ok(conv))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, conv);
@@ -2056,9 +1976,6 @@ int store_event_id_seq(store_txn *x, const char *conv, const char *event_id, siz
 int store_event_ids_each(store_txn *x, const char *conv,
 			 int (*fn)(void *arg, const char *event_id, size_t len, uint64_t seq), void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	int err = conv_exists(x, conv);
 	if (err)
 		return err;
@@ -2111,9 +2028,6 @@ static int stream(store_txn *x, const char *conv, const struct store_range *rg, 
 int store_events_stream(store_txn *x, const char *conv, const struct store_range *r, store_event_fn fn,
 			void *arg)
 {
-	CHECK_TXN(x);
-	if (!r || !fn || (r->type && !type_ok(r->type)))
-		return STORE_E_INVAL;
 	int err = conv_exists(x, conv);
 	return err ? err : stream(x, conv, r, fn, arg);
 }
@@ -2123,9 +2037,6 @@ int store_events_stream(store_txn *x, const char *conv, const struct store_range
 int store_summary_put(store_txn *x, const char *conv, uint64_t from_seq, uint64_t to_seq, store_bytes content,
 		      uint64_t *version)
 {
-	CHECK_WRITE(x);
-	if (to_seq == 0 || from_seq > to_seq || !content.ptr || !mp_valid_one(content.ptr, content.len))
-		return STORE_E_INVAL;
 	uint64_t last;
 	int err = conv_load(x, conv, NULL, &last);
 	if (err)
@@ -2152,8 +2063,6 @@ int store_summary_put(store_txn *x, const char *conv, uint64_t from_seq, uint64_
  * conversation itself is missing. */
 static int summary_latest(store_txn *x, const char *conv, struct store_summary *out)
 {
-	if (!id_ok(conv))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, conv);
@@ -2174,9 +2083,6 @@ static int summary_latest(store_txn *x, const char *conv, struct store_summary *
 
 int store_summary_latest(store_txn *x, const char *conv, struct store_summary *out)
 {
-	CHECK_TXN(x);
-	if (!out)
-		return STORE_E_INVAL;
 	int err = summary_latest(x, conv, out);
 	return err == 1 ? STORE_E_NOTFOUND : err;
 }
@@ -2184,10 +2090,7 @@ int store_summary_latest(store_txn *x, const char *conv, struct store_summary *o
 int store_load_since(store_txn *x, const char *conv, struct store_summary *sum, int *has_summary,
 		     store_event_fn fn, void *arg)
 {
-	CHECK_TXN(x);
 	struct store_summary tmp;
-	if (!fn)
-		return STORE_E_INVAL;
 	if (!sum)
 		sum = &tmp;
 	int err = summary_latest(x, conv, sum);
@@ -2221,9 +2124,6 @@ static PGresult *run_sql(store_txn *x, const char *q, const struct args *a, int 
 int store_summaries_list(store_txn *x, const char *conv, int (*fn)(void *, const struct store_summary *),
 			 void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	int err = conv_exists(x, conv);
 	if (err)
 		return err;
@@ -2250,10 +2150,8 @@ int store_summaries_list(store_txn *x, const char *conv, int (*fn)(void *, const
 
 int store_summary_restore(store_txn *x, const char *conv, const struct store_summary *in)
 {
-	CHECK_WRITE(x);
-	if (!in || in->to_seq == 0 || in->from_seq > in->to_seq || in->version == 0 || in->version > INT64_MAX ||
-	    in->to_seq > INT64_MAX || !in->content.ptr || !mp_valid_one(in->content.ptr, in->content.len))
-		return STORE_E_INVAL;
+	if (in->to_seq > INT64_MAX)
+		return STORE_E_INVAL; /* past a bigint: a limit of this backend's columns */
 	uint64_t last;
 	int err = conv_load(x, conv, NULL, &last);
 	if (err)
@@ -2318,11 +2216,6 @@ static int tc_conv_lock(store_txn *x, const char *id)
 
 int store_tool_call_upsert(store_txn *x, const char *conv, const struct store_tool_call_in *in)
 {
-	CHECK_WRITE(x);
-	if (!in || !id_ok(in->id) || !in->name || strnlen(in->name, 129) == 0 || strnlen(in->name, 129) > 128 ||
-	    (in->executor != STORE_EXEC_SERVER && in->executor != STORE_EXEC_HUMAN) || !in->args.ptr ||
-	    !mp_valid_one(in->args.ptr, in->args.len) || !opt_mp_ok(in->prompt))
-		return STORE_E_INVAL;
 	int err = conv_exists(x, conv);
 	if (err)
 		return err;
@@ -2344,9 +2237,6 @@ int store_tool_call_upsert(store_txn *x, const char *conv, const struct store_to
 
 int store_tool_call_get(store_txn *x, const char *id, struct store_tool_call *out)
 {
-	CHECK_TXN(x);
-	if (!out || !id_ok(id))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, id);
@@ -2374,9 +2264,6 @@ static int tc_deliver(store_txn *x, PGresult *r, int (*fn)(void *, const struct 
 int store_tool_calls_list(store_txn *x, const char *conv, unsigned mask,
 			  int (*fn)(void *arg, const struct store_tool_call *tc), void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	int err = conv_exists(x, conv);
 	if (err)
 		return err;
@@ -2389,9 +2276,6 @@ int store_tool_calls_list(store_txn *x, const char *conv, unsigned mask,
 
 int store_tool_calls_each(store_txn *x, int (*fn)(void *arg, const struct store_tool_call *tc), void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	int err;
 	PGresult *r = run(x, Q_TC_EACH, NULL, &err);
 	return r ? tc_deliver(x, r, fn, arg) : err;
@@ -2399,9 +2283,6 @@ int store_tool_calls_each(store_txn *x, int (*fn)(void *arg, const struct store_
 
 int store_tool_call_attempt(store_txn *x, const char *id, uint32_t *attempts)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(id))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err = tc_conv_lock(x, id);
 	if (err)
@@ -2419,9 +2300,6 @@ int store_tool_call_attempt(store_txn *x, const char *id, uint32_t *attempts)
 
 int store_tool_call_resolve(store_txn *x, const char *id, int status, store_bytes result, char *conv)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(id) || status < STORE_TC_RESOLVED || status > STORE_TC_CANCELLED || !opt_mp_ok(result))
-		return STORE_E_INVAL;
 	int err;
 	if ((err = quota(x, result.len)) != 0 || (err = tc_conv_lock(x, id)) != 0)
 		return err;
@@ -2468,9 +2346,6 @@ static PGresult *tc_pending_locked(store_txn *x, const char *id, int *err)
 
 int store_expiry_schedule(store_txn *x, const char *id, int64_t deadline)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(id) || deadline <= 0)
-		return STORE_E_INVAL;
 	int err;
 	PGresult *r = tc_pending_locked(x, id, &err);
 	if (!r)
@@ -2486,9 +2361,6 @@ int store_expiry_schedule(store_txn *x, const char *id, int64_t deadline)
 
 int store_expiry_cancel(store_txn *x, const char *id)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(id))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err = tc_conv_lock(x, id);
 	if (err)
@@ -2505,9 +2377,6 @@ int store_expiry_cancel(store_txn *x, const char *id)
 
 int store_expiry_drop(store_txn *x, int64_t deadline, const char *id)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(id) || deadline <= 0)
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_i64(&a, deadline);
@@ -2547,9 +2416,6 @@ static int time_first(store_txn *x, int q, int64_t *out)
 
 int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	a_i64(&a, now);
 	return time_rows(x, Q_EXP_DUE, &a, fn, arg);
@@ -2558,20 +2424,14 @@ int store_expiries_due(store_txn *x, int64_t now, int (*fn)(void *, const struct
 int store_expiries_claim(store_txn *x, int64_t now, size_t limit, int (*fn)(void *, const struct store_expiry *),
 			 void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	a_i64(&a, now);
 	a_i64(&a, limit && limit < (size_t)INT64_MAX ? (int64_t)limit : INT64_MAX);
-	return time_rows(x, x->write ? Q_EXP_CLAIM : Q_EXP_CLAIM_READ, &a, fn, arg);
+	return time_rows(x, x->h.write ? Q_EXP_CLAIM : Q_EXP_CLAIM_READ, &a, fn, arg);
 }
 
 int store_expiry_earliest(store_txn *x, int64_t *deadline)
 {
-	CHECK_TXN(x);
-	if (!deadline)
-		return STORE_E_INVAL;
 	return time_first(x, Q_EXP_EARLIEST, deadline);
 }
 
@@ -2579,9 +2439,6 @@ int store_expiry_earliest(store_txn *x, int64_t *deadline)
 
 int store_warning_schedule(store_txn *x, const char *id, int64_t at)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(id) || at <= 0)
-		return STORE_E_INVAL;
 	int err;
 	PGresult *r = tc_pending_locked(x, id, &err);
 	if (!r)
@@ -2595,9 +2452,6 @@ int store_warning_schedule(store_txn *x, const char *id, int64_t at)
 
 int store_warning_drop(store_txn *x, const char *id)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(id))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, id);
@@ -2606,9 +2460,6 @@ int store_warning_drop(store_txn *x, const char *id)
 
 int store_warnings_due(store_txn *x, int64_t now, int (*fn)(void *, const struct store_expiry *), void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	a_i64(&a, now);
 	return time_rows(x, Q_WARN_DUE, &a, fn, arg);
@@ -2616,9 +2467,6 @@ int store_warnings_due(store_txn *x, int64_t now, int (*fn)(void *, const struct
 
 int store_warning_earliest(store_txn *x, int64_t *at)
 {
-	CHECK_TXN(x);
-	if (!at)
-		return STORE_E_INVAL;
 	return time_first(x, Q_WARN_EARLIEST, at);
 }
 
@@ -2626,10 +2474,6 @@ int store_warning_earliest(store_txn *x, int64_t *at)
 
 int store_model_call_put(store_txn *x, const char *conv, const struct store_model_call_in *mc)
 {
-	CHECK_WRITE(x);
-	if (!mc || !mc->model || !mc->rendered.ptr || !mp_valid_one(mc->rendered.ptr, mc->rendered.len) ||
-	    !(mc->usage.cost >= 0))
-		return STORE_E_INVAL;
 	int err = conv_exists(x, conv);
 	if (err || !x->s->opts.audit)
 		return err;
@@ -2652,9 +2496,6 @@ int store_model_call_put(store_txn *x, const char *conv, const struct store_mode
 int store_model_calls_list(store_txn *x, const char *conv, int (*fn)(void *, const struct store_model_call *),
 			   void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	int err = conv_exists(x, conv);
 	if (err)
 		return err;
@@ -2682,9 +2523,6 @@ int store_model_calls_list(store_txn *x, const char *conv, int (*fn)(void *, con
 
 int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_t *removed)
 {
-	CHECK_WRITE(x);
-	if (ttl_ms < 0)
-		return STORE_E_INVAL;
 	int err;
 	if (conv && (err = conv_exists(x, conv)) != 0)
 		return err;
@@ -2703,9 +2541,6 @@ int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_
 
 int store_node_beat(store_txn *x, const char *node, int64_t ttl_ms, uint64_t *leases)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(node) || !ttl_ok(ttl_ms))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, node);
@@ -2721,9 +2556,6 @@ int store_node_beat(store_txn *x, const char *node, int64_t ttl_ms, uint64_t *le
 
 int store_node_leave(store_txn *x, const char *node)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(node))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, node);
@@ -2732,9 +2564,6 @@ int store_node_leave(store_txn *x, const char *node)
 
 int store_nodes_list(store_txn *x, int (*fn)(void *arg, const struct store_node *n), void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	int err;
 	PGresult *r = run(x, Q_NODES_LIST, NULL, &err);
 	if (!r)
@@ -2756,12 +2585,12 @@ static int owner_load(store_txn *x, const char *id, struct store_owner *o)
 	struct args a = { 0 };
 	int err;
 	a_str(&a, id);
-	PGresult *r = run(x, x->write ? Q_OWNER_LOCK : Q_OWNER_GET, &a, &err);
+	PGresult *r = run(x, x->h.write ? Q_OWNER_LOCK : Q_OWNER_GET, &a, &err);
 	if (!r)
 		return err;
 	if (PQntuples(r) == 0)
 		return STORE_E_NOTFOUND;
-	if (x->write)
+	if (x->h.write)
 		held_set(x, id, (uint64_t)g_i64(r, 0, 3));
 	o->node = g_bytes(r, 0, 0);
 	o->lease = (uint64_t)g_i64(r, 0, 1);
@@ -2771,17 +2600,11 @@ static int owner_load(store_txn *x, const char *id, struct store_owner *o)
 
 int store_conv_owner(store_txn *x, const char *id, struct store_owner *out)
 {
-	CHECK_TXN(x);
-	if (!out || !id_ok(id))
-		return STORE_E_INVAL;
 	return owner_load(x, id, out);
 }
 
 int store_conv_claim(store_txn *x, const char *id, const char *node, int64_t ttl_ms, uint64_t *gen)
 {
-	CHECK_WRITE(x);
-	if (!gen || !id_ok(id) || !id_ok(node) || !ttl_ok(ttl_ms))
-		return STORE_E_INVAL;
 	struct store_owner o;
 	int err = owner_load(x, id, &o);
 	if (err)
@@ -2804,9 +2627,6 @@ int store_conv_claim(store_txn *x, const char *id, const char *node, int64_t ttl
 
 int store_conv_release(store_txn *x, const char *id, const char *node, uint64_t gen)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(id) || !id_ok(node))
-		return STORE_E_INVAL;
 	struct store_owner o;
 	int err = owner_load(x, id, &o);
 	if (err)
@@ -2823,15 +2643,12 @@ int store_conv_release(store_txn *x, const char *id, const char *node, uint64_t 
 
 int store_convs_claimable(store_txn *x, unsigned mask, size_t limit, store_conv_id_fn fn, void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_i64(&a, (int64_t)mask);
 	a_i64(&a, x->now);
 	a_i64(&a, limit && limit < (size_t)INT64_MAX ? (int64_t)limit : INT64_MAX);
-	PGresult *r = run(x, x->write ? Q_CLAIMABLE_LOCK : Q_CLAIMABLE, &a, &err);
+	PGresult *r = run(x, x->h.write ? Q_CLAIMABLE_LOCK : Q_CLAIMABLE, &a, &err);
 	if (!r)
 		return err;
 	for (int i = 0, n = PQntuples(r); i < n; i++) {
@@ -2845,9 +2662,6 @@ int store_convs_claimable(store_txn *x, unsigned mask, size_t limit, store_conv_
 int store_node_leases(store_txn *x, const char *node,
 		      int (*fn)(void *arg, const char *id, size_t len, uint64_t gen, int64_t expires_at), void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn || !id_ok(node))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, node);
@@ -2872,9 +2686,6 @@ int store_node_leases(store_txn *x, const char *node,
 
 int store_notify(store_txn *x, const char *node, const char *conv)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(node) || !id_ok(conv))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, node);
@@ -2884,9 +2695,6 @@ int store_notify(store_txn *x, const char *node, const char *conv)
 
 int store_notify_msg(store_txn *x, const char *node, const char *msg)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(node) || !notify_msg_ok(msg))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, node);
@@ -2896,8 +2704,6 @@ int store_notify_msg(store_txn *x, const char *node, const char *msg)
 
 int pg_store_listen(store *s, const char *node, int *fd)
 {
-	if (!id_ok(node))
-		return STORE_E_INVAL;
 	if (s->listen) {
 		conn_close(s->listen);
 		s->listen = NULL;
@@ -2933,7 +2739,7 @@ int pg_store_listen(store *s, const char *node, int *fd)
 int pg_store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t len), void *arg)
 {
 	if (!s->listen)
-		return STORE_E_INVAL;
+		return STORE_E_INVAL; /* no store_listen before */
 	PGconn *c = s->listen->c;
 	if (!PQconsumeInput(c) || PQstatus(c) != CONNECTION_OK) {
 		conn_close(s->listen);
@@ -2949,22 +2755,12 @@ int pg_store_notified(store *s, int (*fn)(void *arg, const char *conv, size_t le
 	return rc;
 }
 
-/* ---- the backend's table (store/store.c) -------------------------------- */
-
-#define PG_ENTRY(name, params, args) .name = pg_store_##name,
-const struct store_vt store_pg_vt = {
-	STORE_VT_INIT(pg, "postgresql"),
-	STORE_TXN_FUNCS(PG_ENTRY)
-};
-
 /* ---- runs ------------------------------------------------------------ */
 
 int store_run_put(store_txn *x, const char *conv, const struct store_run *r)
 {
-	CHECK_WRITE(x);
-	if (!r || !r->id || r->id > INT64_MAX || !store_run_status_name(r->status) || !r->attempt || !r->model.ptr ||
-	    !(r->usage.cost >= 0) || r->usage.input_tokens > INT64_MAX || r->usage.output_tokens > INT64_MAX ||
-	    r->from_seq > INT64_MAX || r->to_seq > INT64_MAX || r->first_seq > INT64_MAX || r->last_seq > INT64_MAX)
+	/* Seqs past a bigint: a limit of this backend's columns. */
+	if (r->from_seq > INT64_MAX || r->to_seq > INT64_MAX || r->first_seq > INT64_MAX || r->last_seq > INT64_MAX)
 		return STORE_E_INVAL;
 	int err = conv_exists(x, conv);
 	if (err)
@@ -3007,9 +2803,6 @@ static int run_row(const PGresult *r, int i, struct store_run *out)
 
 int store_run_get(store_txn *x, const char *conv, uint64_t id, struct store_run *out)
 {
-	CHECK_TXN(x);
-	if (!out || !id)
-		return STORE_E_INVAL;
 	int err = conv_exists(x, conv);
 	if (err)
 		return err;
@@ -3029,9 +2822,6 @@ int store_run_get(store_txn *x, const char *conv, uint64_t id, struct store_run 
 int store_runs_list(store_txn *x, const char *conv, uint64_t before, size_t limit,
 		    int (*fn)(void *, const struct store_run *), void *arg, int *more)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	if (more)
 		*more = 0;
 	int err = conv_exists(x, conv);
@@ -3065,9 +2855,6 @@ int store_runs_list(store_txn *x, const char *conv, uint64_t before, size_t limi
 
 int store_conv_create_at(store_txn *x, const char *id, store_bytes settings, uint64_t first_seq)
 {
-	CHECK_WRITE(x);
-	if (!id_ok(id) || !settings_ok(settings) || first_seq == 0 || first_seq > (uint64_t)INT64_MAX)
-		return STORE_E_INVAL;
 	int made, err = conv_insert(x, id, settings, &made);
 	if (err)
 		return err;
@@ -3087,9 +2874,6 @@ int store_conv_create_at(store_txn *x, const char *id, store_bytes settings, uin
 
 int store_event_first_seq(store_txn *x, const char *conv, uint64_t *seq)
 {
-	CHECK_TXN(x);
-	if (!seq || !id_ok(conv))
-		return STORE_E_INVAL;
 	struct args a = { 0 };
 	int err;
 	a_str(&a, conv);
@@ -3106,9 +2890,6 @@ int store_event_first_seq(store_txn *x, const char *conv, uint64_t *seq)
 
 int store_runs_each(store_txn *x, int (*fn)(void *arg, store_bytes conv, const struct store_run *r), void *arg)
 {
-	CHECK_TXN(x);
-	if (!fn)
-		return STORE_E_INVAL;
 	int err;
 	PGresult *r = run(x, Q_RUN_EACH, NULL, &err);
 	if (!r)
@@ -3129,15 +2910,9 @@ int store_runs_each(store_txn *x, int (*fn)(void *arg, store_bytes conv, const s
 
 int store_convs_lock(store_txn *x, const char *const *ids, size_t n)
 {
-	CHECK_WRITE(x);
-	if (!ids && n)
-		return STORE_E_INVAL;
 	size_t len = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (!id_ok(ids[i]))
-			return STORE_E_INVAL;
+	for (size_t i = 0; i < n; i++)
 		len += strlen(ids[i]) + 1;
-	}
 	if (!n)
 		return 0;
 	char *list = malloc(len), *p = list;
@@ -3166,3 +2941,11 @@ int store_convs_lock(store_txn *x, const char *const *ids, size_t n)
 	x->pre = ok ? r : NULL;
 	return 0;
 }
+
+/* ---- the backend's table (store/store.c) -------------------------------- */
+
+#define PG_ENTRY(name, params, args) .name = pg_store_##name,
+const struct store_vt store_pg_vt = {
+	STORE_VT_INIT(pg, "postgresql"),
+	STORE_TXN_FUNCS(PG_ENTRY)
+};
