@@ -57,7 +57,8 @@
  *  - A server error poisons the transaction, read or write (PostgreSQL has
  *    aborted it): every later operation and the commit return it. Disk full
  *    is STORE_E_FULL; a database refusing writes (default_transaction_read_only,
- *    a hot standby) -EROFS; a deadlock or serialisation failure -EAGAIN; a lost
+ *    a hot standby) -EROFS; a deadlock, a serialisation failure or a row
+ *    lock waited for past lock_timeout_ms -EAGAIN; a lost
  *    connection -ECONNRESET (a begin retries once on a new connection); no
  *    server, or one refusing the connection (too many clients, bad
  *    credentials) -ECONNREFUSED; a statement timeout -ETIMEDOUT; anything
@@ -162,6 +163,12 @@ struct store_opts {
 	 * 0: no limit. LMDB ignores it (a dead process's reader slot is
 	 * cleared, and writers are one machine's). */
 	int64_t idle_txn_timeout_ms;
+	/* PostgreSQL: a statement that waits this long for a row lock another
+	 * session holds fails -EAGAIN (lock_timeout), as a deadlock does: abort
+	 * and retry later. For a process whose one thread must not wait on
+	 * another node's transaction (the supervisor's loop). 0: wait. LMDB
+	 * ignores it. */
+	int64_t lock_timeout_ms;
 	/* LMDB, STORE_SYNC_FULL: this handle's store_flush never waits for a
 	 * commit or flush of another process to cover it (one already done
 	 * still spares it). For a flush that replies wait on: a commit under
@@ -507,7 +514,10 @@ struct store_node {
 /* A heartbeat of `node`: its row is created (started_at now) or refreshed
  * (beat_at now, expires_at now + ttl_ms), and every lease it still holds is
  * renewed to expire at that time too. A lease another node claimed is gone
- * and is not renewed. *leases (may be NULL) gets how many it holds.
+ * and is not renewed. PostgreSQL: a lease whose row another transaction
+ * holds locked past lock_timeout_ms (store_opts) is left for the next beat
+ * rather than waited for; the beat still commits. *leases (may be NULL)
+ * gets how many it holds.
  * Errors: STORE_E_INVAL (bad id, ttl_ms <= 0). */
 int store_node_beat(store_txn *txn, const char *node, int64_t ttl_ms, uint64_t *leases);
 /* `node` leaves: its row goes and every lease it holds is released (no

@@ -213,12 +213,17 @@ static const char *const sql[NQ] = {
 		       "ORDER BY id DESC LIMIT $3::int8",
 	/* Nodes and leases. A node's leases are locked in id order, as every
 	 * transaction that locks several conversations should. */
+	/* A beat never waits on a row another transaction holds (another
+	 * node's, stopped inside it, above all): it renews the leases whose
+	 * rows are free, and says how many it holds; BEAT_REST_SQL then
+	 * renews the others, under lock_timeout. */
 	[Q_NODE_BEAT] = "WITH n AS (INSERT INTO nodes (id, started_at, beat_at, expires_at) "
 			"VALUES ($1::text, $2::int8, $2::int8, $3::int8) ON CONFLICT (id) DO UPDATE SET "
 			"beat_at = EXCLUDED.beat_at, expires_at = EXCLUDED.expires_at), "
 			"l AS (UPDATE convs c SET lease_expires = $3::int8 FROM (SELECT id FROM convs "
-			"WHERE owner = $1::text ORDER BY id FOR UPDATE) o WHERE c.id = o.id RETURNING 1) "
-			"SELECT count(*)::int8 FROM l",
+			"WHERE owner = $1::text ORDER BY id FOR UPDATE SKIP LOCKED) o WHERE c.id = o.id RETURNING 1) "
+			"SELECT (SELECT count(*) FROM l)::int8, "
+			"(SELECT count(*) FROM convs WHERE owner = $1::text)::int8",
 	[Q_NODE_LEAVE] = "WITH l AS (UPDATE convs c SET owner = NULL, lease_expires = 0 FROM (SELECT id FROM convs "
 			 "WHERE owner = $1::text ORDER BY id FOR UPDATE) o WHERE c.id = o.id) "
 			 "DELETE FROM nodes WHERE id = $1::text",
@@ -879,6 +884,11 @@ static int conn_open(store *s, struct pgconn **out)
 		char set[96];
 		snprintf(set, sizeof set, "SET idle_in_transaction_session_timeout = %lld",
 			 (long long)s->opts.idle_txn_timeout_ms);
+		err = exec_simple(pc->c, set);
+	}
+	if (!err && s->opts.lock_timeout_ms > 0) {
+		char set[64];
+		snprintf(set, sizeof set, "SET lock_timeout = %lld", (long long)s->opts.lock_timeout_ms);
 		err = exec_simple(pc->c, set);
 	}
 	if (err) {
@@ -2539,6 +2549,36 @@ int store_model_calls_gc(store_txn *x, const char *conv, int64_t ttl_ms, uint64_
 
 /* ---- nodes and leases -------------------------------------------------- */
 
+/* The leases a beat found locked (a writer of this node's, for a moment;
+ * another node's transaction, maybe stopped): renewed now, in a savepoint
+ * so that a lock waited for past lock_timeout leaves them for the next
+ * beat and this one still commits. */
+#define BEAT_REST_SQL /* not prepared: the table has no bit left, and it runs rarely */ \
+	"UPDATE convs c SET lease_expires = $2::int8 FROM (SELECT id FROM convs WHERE owner = $1::text " \
+	"AND lease_expires < $2::int8 ORDER BY id FOR UPDATE) o WHERE c.id = o.id"
+
+static int beat_rest(store_txn *x, const char *node, int64_t expires, int64_t *renewed)
+{
+	struct args a = { 0 };
+	a_str(&a, node);
+	a_i64(&a, expires);
+	int err = pipe_drain(x);
+	if (!err)
+		err = exec_simple(x->pc->c, "SAVEPOINT beat_rest");
+	if (err)
+		return fail(x, err);
+	PGresult *r = PQexecParams(x->pc->c, BEAT_REST_SQL, a.n, NULL, a.v, a.len, a.fmt, 1);
+	err = PQresultStatus(r) == PGRES_COMMAND_OK ? 0 : sqlstate_err(r, x->pc->c);
+	if (!err)
+		*renewed = strtoll(PQcmdTuples(r), NULL, 10); /* not those claimed meanwhile */
+	PQclear(r);
+	if (err == -EAGAIN) /* lock_timeout (or a deadlock): nothing of it stays, the beat does */
+		err = exec_simple(x->pc->c, "ROLLBACK TO SAVEPOINT beat_rest");
+	else if (!err)
+		err = exec_simple(x->pc->c, "RELEASE SAVEPOINT beat_rest");
+	return err ? fail(x, err) : 0;
+}
+
 int store_node_beat(store_txn *x, const char *node, int64_t ttl_ms, uint64_t *leases)
 {
 	struct args a = { 0 };
@@ -2549,8 +2589,13 @@ int store_node_beat(store_txn *x, const char *node, int64_t ttl_ms, uint64_t *le
 	PGresult *r = run(x, Q_NODE_BEAT, &a, &err);
 	if (!r)
 		return err;
+	int64_t renewed = g_i64(r, 0, 0), owned = g_i64(r, 0, 1), rest = owned - renewed;
+	/* Those left locked past lock_timeout count as held: no claim took
+	 * them yet, and the next beat renews them if none does. */
+	if (rest > 0 && (err = beat_rest(x, node, x->now + ttl_ms, &rest)) != 0)
+		return err;
 	if (leases)
-		*leases = PQntuples(r) ? (uint64_t)g_i64(r, 0, 0) : 0;
+		*leases = (uint64_t)(renewed + (rest > 0 ? rest : 0));
 	return 0;
 }
 

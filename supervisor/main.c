@@ -654,12 +654,15 @@ static int run_locked(const struct config *cfg, const char *o_config, int *serve
 		goto unlock;
 
 	/* A node stopped inside a transaction must not hold its row locks
-	 * past its lease: the other nodes take over by then. The frontier's
-	 * flush, which replies wait on, does not wait for a worker's commit
-	 * to cover it (store.h, flush_alone). */
+	 * past its lease: the other nodes take over by then. Nor may this
+	 * loop wait on one: a row lock not had within 20 ms fails the
+	 * statement (-EAGAIN), retried later (docs/scale-out.md, "Waits a
+	 * stopped node can cause"). The frontier's flush, which replies wait
+	 * on, does not wait for a worker's commit to cover it (store.h,
+	 * flush_alone). */
 	struct store_opts so = { .sync = cfg->sync, .audit = cfg->audit, .map_size = cfg->map_size,
 				 .max_map_size = cfg->max_map_size, .idle_txn_timeout_ms = cfg->lease_ms / 2,
-				 .flush_alone = 1 };
+				 .lock_timeout_ms = 20, .flush_alone = 1 };
 	if (cfg->store) {
 		/* The map is LMDB's; PostgreSQL's disk is the server's. */
 		if (cfg->map_size || cfg->max_map_size)

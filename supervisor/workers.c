@@ -932,9 +932,12 @@ void workers_start_active(void)
 		if (e && e != 1)
 			log_error("listing active conversations: %s%s", store_strerror(e),
 				  e == STORE_E_CORRUPT ? " (a record passed over: see agentd check)" : "");
+		/* Counted: those that got a worker here (or a place in the
+		 * queue); one another live node owns stays with it, told. */
 		for (size_t i = 0; i < c.n; i++) {
 			workers_wake(ids[i]);
-			n++;
+			struct worker *w = worker_find(ids[i]);
+			n += w && w->lc.state != W_NONE;
 		}
 		if (c.n < ACTIVE_BATCH)
 			break;
