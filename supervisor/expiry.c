@@ -6,7 +6,6 @@
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
-#include "supervisor/ops.h"
 #include "supervisor/waiters.h"
 #include "supervisor/workers.h"
 
@@ -205,7 +204,10 @@ static int batch_settle(store_txn *t, struct batch *b, size_t *bad)
 	struct due *d = b->c.d;
 	*bad = b->c.n;
 	for (size_t i = 0; i < b->c.n; i++) {
-		int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, b->convs[i], &b->seqs[i], &b->ended[i]);
+		/* The resolution rule, and the lease of the worker it wakes. */
+		int r = conv_resolve(t, d[i].id, STORE_TC_EXPIRED, NULL, NULL, b->convs[i], &b->seqs[i], &b->ended[i]);
+		if (r == 0 && !b->ended[i])
+			r = lease_ahead(t, b->convs[i]);
 		if (r == 0) {
 			b->fired[i] = 1;
 		} else if (r == STORE_E_STALE) {

@@ -1183,21 +1183,13 @@ done:
 	return e;
 }
 
-/* Settle and log a call, then revive its conversation when no person is
- * awaited any more; by (NULL: none) records who decided. */
+/* The resolution rule (conv_resolve), then the lease of the worker it
+ * wakes when the conversation owes work; by (NULL: none) records who decided. */
 static int settle(store_txn *t, const char *tool_call_id, int status, json_t *result, const json_t *by, char *conv,
 		  uint64_t *seq, int *ended)
 {
-	int e = conv_settle_by(t, tool_call_id, status, "resolution", result, by, conv, seq);
-	if (!e)
-		e = conv_after_resolution(t, conv, ended);
+	int e = conv_resolve(t, tool_call_id, status, result, by, conv, seq, ended);
 	return e || *ended ? e : lease_ahead(t, conv);
-}
-
-int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,
-	       int *ended)
-{
-	return settle(t, tool_call_id, status, result, NULL, conv, seq, ended);
 }
 
 static int w_resolve(store_txn *t, struct job *j, struct wres *r)

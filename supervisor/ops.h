@@ -48,12 +48,6 @@ int ops_pending(void);
 /* Stop the writer thread (after the loop ended: no group is in flight). */
 void ops_close(void);
 
-/* Settle a pending tool call in t as a resolution from outside (resolve,
- * expiry): row, event, status and the lease of the worker it wakes, all in
- * t. conv gets its conversation, *ended whether it is ended. */
-int ops_settle(store_txn *t, const char *tool_call_id, int status, json_t *result, char *conv, uint64_t *seq,
-	       int *ended);
-
 /* The `events` query and reply, shared with long-polls (waiters.h);
  * *txnid gets the id of the transaction it read (durable.h). */
 json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t *next, uint64_t *txnid, int *err,
