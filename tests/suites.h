@@ -17,6 +17,7 @@ Suite *make_loop_suite(void);
 Suite *make_durable_suite(void);
 Suite *make_store_pg_suite(void);
 Suite *make_convtree_suite(void);
+Suite *make_commit_suite(void);
 
 static Suite *(*const check_suites[])(void) = {
 	make_mp_suite,
@@ -33,6 +34,7 @@ static Suite *(*const check_suites[])(void) = {
 	make_durable_suite,
 	make_store_pg_suite,
 	make_convtree_suite,
+	make_commit_suite,
 	0,
 };
 #endif
