@@ -116,7 +116,8 @@ static int budget_resume(struct store_conv_patch *p, struct wres *r)
 }
 
 /* ops_w_update's new settings: the stored ones with the request's merged in,
- * packed into b and set in p. 0, or -1 with j's error set. */
+ * packed into b and set in p. 0, or -ENOMEM or -EINVAL (unreadable stored
+ * settings, or too deep to pack) with j's error set. */
 static int update_settings(struct job *j, const struct store_conv *c, struct jsonmp_buf *b,
 			   struct store_conv_patch *p)
 {
@@ -125,18 +126,18 @@ static int update_settings(struct job *j, const struct store_conv *c, struct jso
 	if (de == -ENOMEM || (!de && json_object_update(merged, j->rq.settings))) {
 		json_decref(merged);
 		job_error(j, PERR_INTERNAL, "out of memory"); /* never settings stored short of a key */
-		return -1;
+		return -ENOMEM;
 	}
 	if (!json_is_object(merged)) {
 		json_decref(merged);
 		job_error(j, PERR_INTERNAL, "stored settings of %s are unreadable", j->rq.conv);
-		return -1;
+		return -EINVAL;
 	}
 	de = ops_pack(b, merged);
 	json_decref(merged);
 	if (de) {
 		ops_pack_error(j, de, "settings");
-		return -1;
+		return de;
 	}
 	p->set |= STORE_SET_SETTINGS;
 	p->settings = (store_bytes){ b->sb.data, b->sb.size };
@@ -145,17 +146,17 @@ static int update_settings(struct job *j, const struct store_conv *c, struct jso
 
 /* ops_w_update's new metadata, merged as settings are; allowed on an ended
  * conversation too (labels for what is kept, not for what runs). Packed
- * into mb and set in p. 0, or -1 with j's error set. */
+ * into mb and set in p. 0, or -ENOMEM or -EINVAL with j's error set. */
 static int update_metadata(struct job *j, const struct store_conv *c, struct jsonmp_buf *mb,
 			   struct store_conv_patch *p)
 {
 	json_t *m = meta_merge(j, c);
 	if (!m)
-		return -1;
+		return -EINVAL; /* j's error says which bound was broken, or that memory ran out */
 	int bad = ops_pack(mb, m);
 	json_decref(m);
 	if (bad)
-		return ops_pack_error(j, bad, "metadata"), -1;
+		return ops_pack_error(j, bad, "metadata"), bad;
 	p->set |= STORE_SET_METADATA;
 	p->metadata = (store_bytes){ mb->sb.data, mb->sb.size };
 	return 0;
