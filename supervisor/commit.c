@@ -643,7 +643,7 @@ int commit_start(void)
 	return 1;
 }
 
-static void job_finish(struct job *j);
+static void job_answer(struct job *j);
 static void read_one(struct job *j);
 
 static void on_group_done(struct loop_watch *lw, uint32_t events)
@@ -679,10 +679,7 @@ static void agroup_finish(struct agroup *ag)
 	struct job *j;
 	while ((j = TAILQ_FIRST(&ag->jobs))) {
 		TAILQ_REMOVE(&ag->jobs, j, q);
-		struct client *c = j->slot ? slot_client(j->slot) : NULL;
-		job_finish(j);
-		if (c)
-			client_flush(c);
+		job_answer(j);
 	}
 	control_drain_watches();
 	WT.kick = !TAILQ_EMPTY(&C.jobs);
@@ -757,6 +754,16 @@ static void job_finish(struct job *j)
 	free(j);
 }
 
+/* j's reply to its slot, j freed, and its client's replies written out as
+ * far as their order allows (j is off its queue). */
+static void job_answer(struct job *j)
+{
+	struct client *c = j->slot ? slot_client(j->slot) : NULL;
+	job_finish(j);
+	if (c)
+		client_flush(c);
+}
+
 void commit_execute(void)
 {
 	struct job *j, *next;
@@ -789,10 +796,7 @@ void commit_execute(void)
 			continue;
 		read_one(j);
 		TAILQ_REMOVE(&C.jobs, j, q);
-		struct client *c = j->slot ? slot_client(j->slot) : NULL;
-		job_finish(j);
-		if (c)
-			client_flush(c);
+		job_answer(j);
 	}
 	struct job **w = calloc(nw + 1, sizeof *w);
 	struct job **deferred = calloc(n + 1, sizeof *deferred);
@@ -835,10 +839,7 @@ void commit_execute(void)
 		if (held && !j->ran)
 			continue;
 		TAILQ_REMOVE(&C.jobs, j, q);
-		struct client *c = j->slot ? slot_client(j->slot) : NULL;
-		job_finish(j);
-		if (c)
-			client_flush(c);
+		job_answer(j);
 	}
 	if (handed)
 		return; /* w, res and deferred are the group's */
