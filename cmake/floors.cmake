@@ -10,7 +10,8 @@
 #    and a folder that may use everything is on top: only its own tree uses it.
 #  - each module table "| module | owns | uses |" after a line beginning
 #    "Inside `DIR/`": every file of DIR belongs to a module (its name without
-#    .c or .h) with a row; a module includes the headers of the modules its uses
+#    .c or .h; a row naming several files makes them one module, named by the
+#    first) with a row; a module includes the headers of the modules its uses
 #    cell names ("everything below": every row under it; "nothing") and no
 #    other of DIR. The rows go from the top down: a use of a row above is
 #    refused unless written "`name` (fault: why)", a known layering fault the
@@ -121,8 +122,19 @@ foreach(line IN LISTS doc)
       refuse("${map}: row of \"Inside ${cur}/\" names no `module.c` or `module.h`: ${line}")
       continue()
     endif()
+    # A row naming several files is one module of several files (its first
+    # file's name): they include each other freely and share the row's cell.
+    set(first_m "")
     foreach(m ${names})
       string(REGEX REPLACE "^`(.*)\\.[ch]`$" "\\1" m "${m}")
+      if(first_m)
+        if(NOT m STREQUAL first_m)
+          set(alias_${cur}/${m} "${first_m}")
+          list(APPEND modfiles_${cur}/${first_m} "${m}")
+        endif()
+        continue()
+      endif()
+      set(first_m "${m}")
       set(key "${cur}/${m}")
       if(m IN_LIST order_${cur})
         refuse("${map}: two rows for `${m}` in \"Inside ${cur}/\"")
@@ -202,6 +214,9 @@ foreach(f ${files})
   endif()
   list(APPEND with_c "${d}")
   get_filename_component(mod "${f}" NAME_WE)
+  if(DEFINED alias_${d}/${mod})
+    set(mod "${alias_${d}/${mod}}")
+  endif()
   set(key "${d}/${mod}")
   set(modded OFF)
   if(d IN_LIST modfolders)
@@ -262,6 +277,9 @@ foreach(f ${files})
       set(td ".")
     endif()
     get_filename_component(tm "${rel}" NAME_WE)
+    if(DEFINED alias_${td}/${tm})
+      set(tm "${alias_${td}/${tm}}")
+    endif()
     if(NOT td STREQUAL d)
       string(REGEX REPLACE "/.*" "" dtop "${d}")
       string(REGEX REPLACE "/.*" "" ttop "${td}")

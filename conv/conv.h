@@ -102,6 +102,17 @@ int conv_settle_by(store_txn *t, const char *id, int status, const char *event_t
  * already active. *ended says whether it is ended (it then gets no worker). */
 int conv_after_resolution(store_txn *t, const char *conv, int *ended);
 
+/* The resolution rule: settle the pending call id as an answer from
+ * outside (`resolve`, an expiry): conv_settle_by with event type
+ * "resolution", then conv_after_resolution, in t. conv (STORE_ID_MAX + 1
+ * bytes, not NULL) gets the call's conversation, *seq the event's seq (may
+ * be NULL), *ended whether the conversation is ended. The caller gives the
+ * conversation its writer lease when it owes work (!*ended): that is the
+ * supervisor's (lease_ahead). Errors: those of conv_settle_by (STORE_E_STALE,
+ * STORE_E_INVAL: nothing written, t usable) and conv_after_resolution. */
+int conv_resolve(store_txn *t, const char *id, int status, const json_t *result, const json_t *by, char *conv,
+		 uint64_t *seq, int *ended);
+
 /* Record an error that ends a turn: an `error` event {message, attempts,
  * context_seq} (message: bytes from anywhere, kept readable by json_text's
  * rules), its seq in *seq. The tail treats it as the turn's end: nothing is

@@ -211,6 +211,13 @@ int conv_after_resolution(store_txn *t, const char *conv, int *ended)
 	return e;
 }
 
+int conv_resolve(store_txn *t, const char *id, int status, const json_t *result, const json_t *by, char *conv,
+		 uint64_t *seq, int *ended)
+{
+	int e = conv_settle_by(t, id, status, "resolution", result, by, conv, seq);
+	return e ? e : conv_after_resolution(t, conv, ended);
+}
+
 int conv_expiry_warn(store_txn *t, const char *id, char *conv, uint64_t *seq)
 {
 	struct store_tool_call tc;

@@ -39,8 +39,8 @@ static int reopened(const char *ty, const json_t *content, int active)
 }
 
 /* The last turn boundary (an assistant_msg, an error or a turn_cancelled):
- * its index in *marker ((size_t)-1: none), its context in t. -1 when an
- * event is malformed. */
+ * its index in *marker ((size_t)-1: none), its context in t. 0, or -EINVAL
+ * when an event is malformed. */
 static int tail_find_marker(const json_t *events, int active, struct tail *t, size_t *marker)
 {
 	size_t i;
@@ -49,12 +49,12 @@ static int tail_find_marker(const json_t *events, int active, struct tail *t, si
 	json_array_foreach(events, i, e) {
 		const char *ty = ev_type(e);
 		if (!ty || !json_is_integer(json_object_get(e, "seq")) || !json_is_object(json_object_get(e, "content")))
-			return -1;
+			return -EINVAL;
 		if ((!strcmp(ty, "assistant_msg") || !strcmp(ty, "error") || !strcmp(ty, "turn_cancelled")) &&
 		    !reopened(ty, json_object_get(e, "content"), active)) {
 			json_t *cs = json_object_get(json_object_get(e, "content"), "context_seq");
 			if (!json_is_integer(cs) || json_integer_value(cs) < 0)
-				return -1;
+				return -EINVAL;
 			*marker = i;
 			t->ctx_seq = (uint64_t)json_integer_value(cs);
 			t->marker_seq = ev_seq(e);

@@ -19,7 +19,7 @@
  *    asked has had one, and about 1 MiB of them per iteration (each client's
  *    next reply guessed from its last one; a line turned away stays in the
  *    buffer). With a ping answered before the iteration's other requests run
- *    (ops_execute), a ping waits for at most about 1 MiB of replies being
+ *    (commit_execute), a ping waits for at most about 1 MiB of replies being
  *    built, however many clients flood, and a client that never reads, never
  *    sends, or hangs up mid-line stalls nobody else.
  * Every request parsed is answered without the client's help: the backlog's

@@ -6,7 +6,6 @@
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
-#include "supervisor/ops.h"
 #include "supervisor/waiters.h"
 #include "supervisor/workers.h"
 
@@ -169,9 +168,9 @@ struct batch {
 };
 
 /* Begin the batch's transaction and claim up to cap due calls into d:
- * 0 with *t open and at least one call claimed; 1 when there is nothing
- * to fire now (a failed begin retries later, deadlines all held elsewhere
- * shortly). */
+ * 0 with *t open and at least one call claimed; -EAGAIN when there is
+ * nothing to fire now (a failed begin or claim retries later, deadlines all
+ * held elsewhere shortly). */
 static int batch_claim(struct batch *b, struct due *d, size_t cap, store_txn **t)
 {
 	b->c = (struct due_ctx){ d, 0, cap };
@@ -180,7 +179,7 @@ static int batch_claim(struct batch *b, struct due *d, size_t cap, store_txn **t
 	/* Lazy: the waiters of what fires read it once it is durable. */
 	if (gate_write_begin(STORE_WRITE_LAZY, t)) {
 		expiry_retry_later();
-		return 1;
+		return -EAGAIN;
 	}
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -193,7 +192,7 @@ static int batch_claim(struct batch *b, struct due *d, size_t cap, store_txn **t
 		store_txn_abort(*t);
 		if (!e && b->c.n == 0) /* due, all held elsewhere: look again shortly, not at once */
 			X.retry_at = store_now(X.st) + EXPIRY_HELD_MS;
-		return 1;
+		return -EAGAIN;
 	}
 	return 0;
 }
@@ -205,7 +204,10 @@ static int batch_settle(store_txn *t, struct batch *b, size_t *bad)
 	struct due *d = b->c.d;
 	*bad = b->c.n;
 	for (size_t i = 0; i < b->c.n; i++) {
-		int r = ops_settle(t, d[i].id, STORE_TC_EXPIRED, NULL, b->convs[i], &b->seqs[i], &b->ended[i]);
+		/* The resolution rule, and the lease of the worker it wakes. */
+		int r = conv_resolve(t, d[i].id, STORE_TC_EXPIRED, NULL, NULL, b->convs[i], &b->seqs[i], &b->ended[i]);
+		if (r == 0 && !b->ended[i])
+			r = lease_ahead(t, b->convs[i]);
 		if (r == 0) {
 			b->fired[i] = 1;
 		} else if (r == STORE_E_STALE) {

@@ -11,6 +11,7 @@
 #include "supervisor/loop.h"
 #include "supervisor/nodes.h"
 #include "supervisor/notify.h"
+#include "supervisor/commit.h"
 #include "supervisor/ops.h"
 #include "supervisor/waiters.h"
 #include "supervisor/workers.h"
@@ -167,7 +168,7 @@ static void client_gone(struct client *c)
 {
 	waiters_client_gone(c);
 	compaction_client_gone(c);
-	ops_client_gone(c);
+	commit_client_gone(c);
 	backup_client_gone(c);
 	forward_client_gone(c);
 }
@@ -177,7 +178,7 @@ static void durable_advanced(uint64_t frontier)
 {
 	control_durable_advanced();
 	/* Waiters read the store: not while a group commits off the loop
-	 * (ops.c); before the next wait, once it is done. */
+	 * (commit.c); before the next wait, once it is done. */
 	if (loop_restricted())
 		SV.waiters_owed = 1;
 	else
@@ -190,7 +191,7 @@ static int durable_more(void)
 	return !control_all_held();
 }
 
-static const struct control_hooks control_hooks = { ops_request, ops_is_write, ops_reply_large, waiters_drained,
+static const struct control_hooks control_hooks = { commit_request, ops_is_write, ops_reply_large, waiters_drained,
 						    client_gone };
 
 /* ---- one loop iteration -------------------------------------------------- */
@@ -205,7 +206,7 @@ static int before_wait(void *arg)
 	durable_before_wait();
 	/* Lines left over from the per-wakeup cap are parsed every iteration,
 	 * without waiting for new input that may never come. */
-	return control_backlog_ready() || ops_pending();
+	return control_backlog_ready() || commit_pending();
 }
 
 static void after_wait(void *arg)
@@ -215,12 +216,12 @@ static void after_wait(void *arg)
 
 static int iteration_end(void *arg)
 {
-	ops_execute();
+	commit_execute();
 	gate_pump();
 	control_reap();
 	workers_gc();
-	if (ops_commit_start())
-		return 0; /* restricted until the group is committed (ops.c, the writer thread) */
+	if (commit_start())
+		return 0; /* restricted until the group is committed (commit.c, the writer thread) */
 	return SV.shutting_down && workers_live() == 0;
 }
 
@@ -292,7 +293,7 @@ int server_run(void)
 {
 	static const struct loop_hooks hooks = { before_wait, after_wait, iteration_end, NULL };
 	int e = loop_run(&hooks);
-	ops_close();
+	commit_close();
 	backup_close(); /* a copy in flight is finished and answered */
 	if (!e)
 		nodes_leave(); /* its workers are stopped: its leases go now, for other nodes */

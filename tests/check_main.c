@@ -1,9 +1,17 @@
-/* The one runner for every Check suite (Check's fork mode: each test runs in
- * its own process, so a fixture's LMDB environment never crosses a fork). */
+/* The runner of the Check suites (Check's fork mode: each test runs in its
+ * own process, so a fixture's LMDB environment never crosses a fork): every
+ * suite of suites.h in check_all, or with CHECK_ONE_SUITE defined, that one
+ * suite alone, for a suite that fakes a module another suite links for real
+ * (check_commit's fake control socket beside check_waiters'). */
 #include <check.h>
 #include <stdlib.h>
 
+#ifdef CHECK_ONE_SUITE
+Suite *CHECK_ONE_SUITE(void);
+static Suite *(*const check_suites[])(void) = { CHECK_ONE_SUITE, 0 };
+#else
 #include "tests/suites.h"
+#endif
 
 int main(void)
 {

@@ -1,0 +1,507 @@
+/*
+ * ops_write.c: the ops that write (create, update, delete, send, resolve,
+ * fork): each runs inside the iteration's group transaction (commit.h), a
+ * send possibly on the writer thread, and its after step on the loop once
+ * the group committed. Everything that can refuse a write is checked before
+ * its first write, so a refused write leaves the group transaction usable
+ * for the others; a store error poisons it (the group then runs again
+ * without the write that met it, or fails).
+ */
+#include "common/id.h"
+#include "common/jsonmp.h"
+#include "conv/conv.h"
+#include "supervisor/forward.h"
+#include "supervisor/ops_int.h"
+#include "supervisor/waiters.h"
+#include "supervisor/workers.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Store metadata (checked by the codec) as the conversation's whole map. */
+static int meta_put(store_txn *t, struct job *j, const char *id, json_t *m)
+{
+	struct jsonmp_buf b;
+	if (ops_pack(&b, m))
+		return -ENOMEM;
+	struct store_conv_patch p = { .set = STORE_SET_METADATA, .metadata = { b.sb.data, b.sb.size } };
+	int e = store_conv_put(t, id, &p);
+	jsonmp_buf_destroy(&b);
+	return e;
+}
+
+/* update's metadata: the patch merged into the stored map, a null value
+ * deleting its key. NULL with j's error set when the result breaks a bound. */
+static json_t *meta_merge(struct job *j, const struct store_conv *c)
+{
+	json_t *m = NULL;
+	int de = c->metadata.len ? jsonmp_decode(c->metadata.ptr, c->metadata.len, &m) : 0;
+	if (!c->metadata.len && !(m = json_object()))
+		de = -ENOMEM;
+	const char *k;
+	json_t *v;
+	if (de == -ENOMEM) {
+		job_error(j, PERR_INTERNAL, "out of memory");
+		return NULL;
+	}
+	if (!json_is_object(m)) {
+		json_decref(m);
+		job_error(j, PERR_INTERNAL, "stored metadata of %s is unreadable", j->rq.conv);
+		return NULL;
+	}
+	json_object_foreach(j->rq.metadata, k, v) {
+		if (json_is_null(v)) {
+			json_object_del(m, k);
+		} else if (json_object_set(m, k, v)) {
+			json_decref(m); /* never metadata stored short of a key */
+			job_error(j, PERR_INTERNAL, "out of memory");
+			return NULL;
+		}
+	}
+	if (json_object_size(m) > PROTO_META_MAX) {
+		job_error(j, PERR_BAD_REQUEST, "metadata of %s would have %zu keys (at most %d)", j->rq.conv,
+			  json_object_size(m), PROTO_META_MAX);
+		json_decref(m);
+		return NULL;
+	}
+	return m;
+}
+
+int ops_w_create(store_txn *t, struct job *j, struct wres *r)
+{
+	char gen[20];
+	const char *id = j->rq.conv;
+	if (!id) {
+		id_random(gen, sizeof gen, "c-", 8);
+		id = gen;
+	}
+	struct jsonmp_buf b;
+	int e = ops_pack(&b, j->rq.settings);
+	if (e) {
+		ops_pack_error(j, e, "settings");
+		return 0;
+	}
+	e = store_conv_create(t, id, (store_bytes){ b.sb.data, b.sb.size });
+	jsonmp_buf_destroy(&b);
+	if (!e && j->rq.metadata && json_object_size(j->rq.metadata))
+		e = meta_put(t, j, id, j->rq.metadata);
+	if (e == STORE_E_CONFLICT)
+		job_error(j, PERR_CONFLICT, "conversation %s already exists", id);
+	else if (e)
+		return job_store_error(j, e, "create"), e;
+	else
+		j->reply = json_pack("{ss}", "conversation", id);
+	return 0;
+}
+
+/* A paused conversation's update whose settings (p's, merged) give a
+ * budget its committed usage is under: active again, so its owed turn runs.
+ * Still spent: it stays paused (the reply says so), with no new event. */
+static int budget_resume(struct store_conv_patch *p, struct wres *r)
+{
+	json_t *settings = jsonmp_unpack(p->settings.ptr, p->settings.len);
+	if (!settings)
+		return -ENOMEM; /* just packed: only memory can fail; never decided on the defaults */
+	struct config_budget b;
+	conv_budget_of(settings, &ops_ctx()->cfg->budget, &b);
+	json_decref(settings);
+	r->resumed = !conv_budget_exceeded(&b, &r->usage, r->turns, NULL);
+	if (r->resumed) {
+		p->set |= STORE_SET_STATUS;
+		p->status = STORE_ACTIVE;
+	}
+	return 0;
+}
+
+/* ops_w_update's new settings: the stored ones with the request's merged in,
+ * packed into b and set in p. 0, or -ENOMEM or -EINVAL (unreadable stored
+ * settings, or too deep to pack) with j's error set. */
+static int update_settings(struct job *j, const struct store_conv *c, struct jsonmp_buf *b,
+			   struct store_conv_patch *p)
+{
+	json_t *merged;
+	int de = jsonmp_decode(c->settings.ptr, c->settings.len, &merged);
+	if (de == -ENOMEM || (!de && json_object_update(merged, j->rq.settings))) {
+		json_decref(merged);
+		job_error(j, PERR_INTERNAL, "out of memory"); /* never settings stored short of a key */
+		return -ENOMEM;
+	}
+	if (!json_is_object(merged)) {
+		json_decref(merged);
+		job_error(j, PERR_INTERNAL, "stored settings of %s are unreadable", j->rq.conv);
+		return -EINVAL;
+	}
+	de = ops_pack(b, merged);
+	json_decref(merged);
+	if (de) {
+		ops_pack_error(j, de, "settings");
+		return de;
+	}
+	p->set |= STORE_SET_SETTINGS;
+	p->settings = (store_bytes){ b->sb.data, b->sb.size };
+	return 0;
+}
+
+/* ops_w_update's new metadata, merged as settings are; allowed on an ended
+ * conversation too (labels for what is kept, not for what runs). Packed
+ * into mb and set in p. 0, or -ENOMEM or -EINVAL with j's error set. */
+static int update_metadata(struct job *j, const struct store_conv *c, struct jsonmp_buf *mb,
+			   struct store_conv_patch *p)
+{
+	json_t *m = meta_merge(j, c);
+	if (!m)
+		return -EINVAL; /* j's error says which bound was broken, or that memory ran out */
+	int bad = ops_pack(mb, m);
+	json_decref(m);
+	if (bad)
+		return ops_pack_error(j, bad, "metadata"), bad;
+	p->set |= STORE_SET_METADATA;
+	p->metadata = (store_bytes){ mb->sb.data, mb->sb.size };
+	return 0;
+}
+
+/* ops_w_update's writes: the patch, and what ending or resuming brings. */
+static int update_write(store_txn *t, struct job *j, const struct store_conv *c, const struct store_conv_patch *p,
+			const struct wres *r)
+{
+	int e = p->set ? store_conv_put(t, j->rq.conv, p) : 0;
+	/* Ended, its worker is stopped and none starts again: a run still
+	 * running would stay so for good. It ends interrupted here; a worker
+	 * that still completes the turn ends it as it does every run. */
+	if (!e && j->rq.status == STORE_ENDED && c->status != STORE_ENDED)
+		e = conv_run_end(t, j->rq.conv, STORE_RUN_INTERRUPTED);
+	if (!e && j->rq.status == STORE_ENDED) /* a worker on another node: that node stops it */
+		e = forward_tell(t, j->rq.conv, "end");
+	if (!e && r->resumed)
+		e = lease_ahead(t, j->rq.conv);
+	return e;
+}
+
+int ops_w_update(store_txn *t, struct job *j, struct wres *r)
+{
+	struct store_conv c;
+	int e = store_conv_get(t, j->rq.conv, &c);
+	if (e)
+		return job_store_error(j, e, "conversation"), e == STORE_E_NOTFOUND ? 0 : e;
+	if (c.status == STORE_ENDED && j->rq.settings) {
+		job_error(j, PERR_CONFLICT, "conversation %s is ended", j->rq.conv);
+		return 0;
+	}
+	struct store_conv_patch p = { 0 };
+	struct jsonmp_buf b = { 0 }, mb = { 0 };
+	int have_buf = 0, have_mb = 0;
+	r->usage = c.usage;
+	r->turns = c.turns;
+	r->resumed = 0;
+	if (j->rq.settings) {
+		if (update_settings(j, &c, &b, &p))
+			return 0;
+		have_buf = 1;
+	}
+	if (j->rq.status == STORE_ENDED) {
+		p.set |= STORE_SET_STATUS;
+		p.status = STORE_ENDED;
+	} else if (c.status == STORE_PAUSED && j->rq.settings && budget_resume(&p, r)) {
+		jsonmp_buf_destroy(&b);
+		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written yet */
+		return 0;
+	}
+	if (j->rq.metadata) {
+		if (update_metadata(j, &c, &mb, &p)) {
+			if (have_buf)
+				jsonmp_buf_destroy(&b);
+			return 0;
+		}
+		have_mb = 1;
+	}
+	e = update_write(t, j, &c, &p, r);
+	if (have_buf)
+		jsonmp_buf_destroy(&b);
+	if (have_mb)
+		jsonmp_buf_destroy(&mb);
+	if (e)
+		return job_store_error(j, e, "update"), e;
+	j->reply = json_object();
+	/* Committed either way: a reply short of status is answered "out of memory". */
+	if (j->reply && c.status == STORE_PAUSED && j->rq.status != STORE_ENDED &&
+	    json_object_set_new(j->reply, "status", json_string(r->resumed ? "active" : "paused"))) {
+		json_decref(j->reply);
+		j->reply = NULL;
+	}
+	return 0;
+}
+
+int ops_w_delete(store_txn *t, struct job *j, struct wres *r)
+{
+	/* The rows go in this transaction; a worker left running would only
+	 * be fenced (its conversation is gone), but it must not run a model or
+	 * tool for a deleted conversation either. */
+	workers_deleted(j->rq.conv);
+	int e = forward_tell(t, j->rq.conv, "delete"); /* another node's worker: that node kills it */
+	if (e)
+		return job_store_error(j, e, "delete"), e;
+	e = store_conv_delete(t, j->rq.conv);
+	if (e && e != STORE_E_NOTFOUND)
+		return job_store_error(j, e, "delete"), e;
+	j->reply = json_pack("{sb}", "deleted", e == 0);
+	return 0;
+}
+
+/* Whether every event carries an event_id already in the log: a replay of
+ * a send whose reply was lost, which writes nothing. *e gets a store error
+ * other than "not found". */
+static int send_is_replay(store_txn *t, const char *conv, const struct store_event_in *ev, size_t n, int *e)
+{
+	*e = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t seq;
+		if (!ev[i].event_id)
+			return 0;
+		int r = store_event_id_seq(t, conv, ev[i].event_id, strlen(ev[i].event_id), &seq);
+		if (r) {
+			*e = r == STORE_E_NOTFOUND ? 0 : r;
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* send's checks and its append, in that order: the conversation exists and
+ * is not ended; expected_seq (unless the send is a replay: idempotency wins,
+ * and a replay writes nothing); then every event or none. */
+static int send_append(store_txn *t, struct job *j, struct wres *r, const struct store_event_in *ev, size_t n,
+		       uint64_t *seqs, int *dups)
+{
+	const char *conv = j->rq.conv;
+	struct store_conv c;
+	int e = store_conv_get(t, conv, &c);
+	if (e)
+		return job_store_error(j, e, "conversation"), e == STORE_E_NOTFOUND ? 0 : e;
+	if (c.status == STORE_ENDED) {
+		job_error(j, PERR_CONFLICT, "conversation %s is ended: sends are refused", conv);
+		return 0;
+	}
+	r->paused = 0;
+	int was_idle = c.status == STORE_IDLE;
+	if (j->rq.has_expected_seq && !send_is_replay(t, conv, ev, n, &e)) {
+		uint64_t last = 0;
+		if (!e)
+			e = store_event_latest_seq(t, conv, &last);
+		if (e)
+			return job_store_error(j, e, "send"), e;
+		if (last != j->rq.expected_seq) {
+			job_error(j, PERR_CONFLICT, "conversation %s is at seq %llu, not the expected_seq %llu: nothing was written",
+				  conv, (unsigned long long)last, (unsigned long long)j->rq.expected_seq);
+			j->err_extra = json_pack("{sI}", "last_seq", (json_int_t)last);
+			if (!j->err_extra) /* never a conflict short of last_seq */
+				job_error(j, PERR_INTERNAL, "out of memory");
+			return 0;
+		}
+	}
+	/* Atomic: the store checks every event before writing one. */
+	e = store_events_append(t, conv, ev, n, seqs, dups);
+	r->appended = 0;
+	for (size_t i = 0; !e && i < n; i++)
+		r->appended += !dups[i];
+	if (!e && r->appended && was_idle) {
+		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+		e = store_conv_put(t, conv, &p);
+	}
+	if (!e && r->appended)
+		e = lease_ahead(t, conv);
+	if (e)
+		return job_store_error(j, e, "send"), e;
+	/* Committed either way: a reply short of a field is answered "out of
+	 * memory" instead (a retry with the event_ids then gets the seqs). */
+	int oom = 0;
+	if (!j->rq.events) {
+		/* Not json_pack: it parses its format on every send. */
+		j->reply = json_object();
+		if (j->reply && json_object_set_new(j->reply, "seq", json_integer((json_int_t)seqs[0]))) {
+			json_decref(j->reply);
+			j->reply = NULL;
+		}
+		if (j->reply && dups[0])
+			oom = json_object_set_new(j->reply, "duplicate", json_true());
+	} else {
+		json_t *a = json_array(), *d = json_array();
+		for (size_t i = 0; a && d && !oom && i < n; i++) {
+			oom = json_array_append_new(a, json_integer((json_int_t)seqs[i]));
+			if (!oom && dups[i])
+				oom = json_array_append_new(d, json_integer((json_int_t)i));
+		}
+		j->reply = a && d && !oom ? json_pack("{sO}", "seqs", a) : NULL;
+		if (j->reply && json_array_size(d))
+			oom = json_object_set(j->reply, "duplicates", d);
+		json_decref(a);
+		json_decref(d);
+	}
+	if (j->reply && !oom && c.status == STORE_PAUSED) {
+		/* Kept, and answered once a larger budget resumes it. */
+		r->paused = 1;
+		oom = json_object_set_new(j->reply, "status", json_string("paused"));
+	}
+	if (oom) {
+		json_decref(j->reply);
+		j->reply = NULL;
+	}
+	return 0;
+}
+
+/* send: one event, or a batch (rq.events) appended in order in one
+ * transaction. Everything that can refuse it is checked before its first
+ * write, so a refused send writes nothing and leaves the group transaction
+ * usable for the others (a store error poisons it: group_commit then). */
+int ops_w_send(store_txn *t, struct job *j, struct wres *r)
+{
+	size_t n = j->rq.events ? json_array_size(j->rq.events) : 1, packed = 0;
+	/* One event (nearly every send): on the stack, no allocation. */
+	struct store_event_in ev1 = { 0 };
+	struct jsonmp_buf b1 = { 0 };
+	uint64_t seq1 = 0;
+	int dup1 = 0;
+	struct store_event_in *ev = n == 1 ? &ev1 : calloc(n, sizeof *ev);
+	struct jsonmp_buf *b = n == 1 ? &b1 : calloc(n, sizeof *b);
+	uint64_t *seqs = n == 1 ? &seq1 : calloc(n, sizeof *seqs);
+	int *dups = n == 1 ? &dup1 : calloc(n, sizeof *dups);
+	int e = 0;
+	if (!ev || !b || !seqs || !dups) {
+		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written yet */
+		goto done;
+	}
+	for (; packed < n; packed++) {
+		json_t *item = j->rq.events ? json_array_get(j->rq.events, packed) : NULL;
+		int pe = ops_pack(&b[packed], item ? json_object_get(item, "content") : j->rq.content);
+		if (pe) {
+			ops_pack_error(j, pe, "content");
+			goto done;
+		}
+		ev[packed] = (struct store_event_in){ "user_msg", { b[packed].sb.data, b[packed].sb.size },
+			item ? json_string_value(json_object_get(item, "event_id")) : j->rq.event_id };
+	}
+	e = send_append(t, j, r, ev, n, seqs, dups);
+done:
+	for (size_t i = 0; i < packed; i++)
+		jsonmp_buf_destroy(&b[i]);
+	if (n != 1) {
+		free(ev);
+		free(b);
+		free(seqs);
+		free(dups);
+	}
+	return e;
+}
+
+/* The resolution rule (conv_resolve), then the lease of the worker it
+ * wakes when the conversation owes work; by (NULL: none) records who decided. */
+static int settle(store_txn *t, const char *tool_call_id, int status, json_t *result, const json_t *by, char *conv,
+		  uint64_t *seq, int *ended)
+{
+	int e = conv_resolve(t, tool_call_id, status, result, by, conv, seq, ended);
+	return e || *ended ? e : lease_ahead(t, conv);
+}
+
+int ops_w_resolve(store_txn *t, struct job *j, struct wres *r)
+{
+	/* Who decided, for the audit trail: the peer's uid always (it cannot be
+	 * forged), and the name a client such as agentd-web gives for its user. */
+	json_t *by = json_pack("{sI}", "uid", (json_int_t)j->peer_uid);
+	if (!by || (j->rq.by && json_object_set_new(by, "name", json_string(j->rq.by)))) {
+		json_decref(by);
+		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written yet */
+		return 0;
+	}
+	int e = settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, by, r->conv, &r->seq, &r->ended);
+	json_decref(by);
+	if (e == STORE_E_STALE) {
+		job_error(j, PERR_STALE, "tool call %s is not pending (unknown, already settled or expired)",
+			  j->rq.tool_call_id);
+		return 0;
+	}
+	if (e)
+		return job_store_error(j, e, "resolve"), e;
+	j->reply = json_pack("{sIss}", "seq", (json_int_t)r->seq, "conversation", r->conv);
+	return 0;
+}
+
+int ops_w_fork(store_txn *t, struct job *j, struct wres *r)
+{
+	char gen[20];
+	const char *id = j->rq.new_conv;
+	if (!id) {
+		id_random(gen, sizeof gen, "c-", 8);
+		id = gen;
+	}
+	struct conv_fork_in in = { j->rq.conv, j->rq.seq, id, j->rq.settings, j->rq.metadata };
+	struct conv_fork_out out;
+	int e = conv_fork(t, &in, &out);
+	if (e == STORE_E_NOTFOUND)
+		return job_error(j, PERR_NOT_FOUND, "conversation '%s' not found", j->rq.conv), 0;
+	if (e == STORE_E_INVAL && out.src_first > 1)
+		return job_error(j, PERR_BAD_REQUEST, "seq %llu of %s: its log begins at seq %llu and its latest summary "
+				 "cannot stand in for the seqs before that at this seq (fork at a seq after a turn that "
+				 "follows its latest summary)", (unsigned long long)j->rq.seq, j->rq.conv,
+				 (unsigned long long)out.src_first), 0;
+	if (e == STORE_E_INVAL)
+		return job_error(j, PERR_BAD_REQUEST, "seq %llu is past the last seq of %s (%llu)",
+				 (unsigned long long)j->rq.seq, j->rq.conv, (unsigned long long)out.src_last), 0;
+	if (e == STORE_E_CONFLICT)
+		return job_error(j, PERR_CONFLICT, "conversation %s already exists", id), 0;
+	if (e == STORE_E_CORRUPT)
+		return job_error(j, PERR_INTERNAL, "fork of %s: a record of its log cannot be copied (agentd check)",
+				 j->rq.conv), e;
+	if (e)
+		return job_store_error(j, e, "fork"), e;
+	if (out.status == STORE_ACTIVE && (e = lease_ahead(t, id)))
+		return job_store_error(j, e, "fork"), e;
+	snprintf(r->conv, sizeof r->conv, "%s", id);
+	r->active = out.status == STORE_ACTIVE;
+	j->reply = json_pack("{sss{sssI}sIsIsIss}", "conversation", id, "forked_from", "conversation", j->rq.conv, "seq",
+			     (json_int_t)j->rq.seq, "last_seq", (json_int_t)out.last_seq, "copied",
+			     (json_int_t)out.copied, "cancelled", (json_int_t)out.cancelled, "status",
+			     store_status_name(out.status));
+	/* Committed either way: a reply short of a field is answered "out of memory". */
+	if (j->reply && (json_object_set_new(j->reply, "summary_to",
+					     out.summary_to ? json_integer((json_int_t)out.summary_to) : json_null()) ||
+			 json_object_set_new(j->reply, "first_seq", json_integer((json_int_t)out.first_seq)))) {
+		json_decref(j->reply);
+		j->reply = NULL;
+	}
+	return 0;
+}
+
+/* After the commit: wake workers and waiters. */
+void ops_after_send(struct job *j, struct wres *r)
+{
+	if (r->appended && !r->paused)
+		workers_wake(j->rq.conv);
+	waiters_notify(j->rq.conv);
+}
+
+void ops_after_resolve(struct job *j, struct wres *r)
+{
+	if (!r->ended)
+		workers_wake(r->conv);
+	waiters_notify(r->conv);
+}
+
+void ops_after_update(struct job *j, struct wres *r)
+{
+	if (j->rq.status == STORE_ENDED)
+		workers_stop(j->rq.conv);
+	if (r->resumed)
+		workers_wake(j->rq.conv);
+}
+
+void ops_after_fork(struct job *j, struct wres *r)
+{
+	if (r->active)
+		workers_wake(r->conv);
+}
+
+void ops_after_delete(struct job *j, struct wres *r)
+{
+	waiters_deleted(j->rq.conv);
+}
