@@ -35,6 +35,7 @@
 
 #include <jansson.h>
 
+#include "client/ctl.h"
 #include "common/jsonmp.h"
 
 #ifndef AGENTD_VERSION
@@ -55,7 +56,6 @@ enum {
 #define AGENTD_RUN_SOCKET "/run/agentd/agentd.sock"
 #endif
 #define DEFAULT_TIMEOUT_MS 60000
-#define READ_CHUNK 65536
 
 /* Real numbers: requests carry 17 significant digits so agentd gets exactly the
  * double that was parsed; readable output uses 15, which gives back the decimal
@@ -503,13 +503,6 @@ static void put(json_t *o, const char *key, json_t *v)
 {
 	if (json_object_set_new(o, key, v))
 		fail("out of memory");
-}
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Read all of stdin (for TEXT or JSON given as "-"). */
@@ -1083,158 +1076,10 @@ static void print_command_help(const struct command *cmd, FILE *f)
 /* The connection                                                           */
 
 static struct conn {
-	int fd;
+	ctl_conn *c;      /* client/ctl.h */
 	const char *path;
-	char *buf;
-	size_t off, len, cap; /* unread bytes are buf[off..len) */
-	size_t scan;          /* buf[off..scan) holds no newline */
-	bool eof;
-	int64_t deadline;     /* CLOCK_MONOTONIC ms; -1: none */
-	int64_t budget;       /* ms the deadline allowed, for the message */
-	const sigset_t *mask; /* ppoll's mask: SIGINT gets in only while we wait (watch) */
-} conn;                       /* file scope: see `held` */
-
-/* Wait until the socket is ready for `events`. -ETIMEDOUT past the deadline,
- * -EINTR when the user interrupted a watch. */
-static int conn_wait(struct conn *c, short events)
-{
-	struct pollfd pfd = {.fd = c->fd, .events = events};
-	for (;;) {
-		struct timespec ts, *tsp = NULL;
-		if (c->deadline >= 0) {
-			int64_t left = c->deadline - now_ms();
-			if (left <= 0)
-				return -ETIMEDOUT;
-			ts.tv_sec = left / 1000;
-			ts.tv_nsec = (left % 1000) * 1000000;
-			tsp = &ts;
-		}
-		int r = ppoll(&pfd, 1, tsp, c->mask);
-		if (r > 0)
-			return 0; /* POLLHUP and POLLERR too: the read or write reports them */
-		if (r < 0 && errno == EINTR) {
-			if (interrupted)
-				return -EINTR;
-		} else if (r < 0) {
-			return -errno;
-		}
-	}
-}
-
-static int conn_open(struct conn *c, const char *path, int64_t timeout_ms)
-{
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	size_t len = strlen(path);
-
-	memset(c, 0, sizeof *c);
-	c->fd = -1;
-	c->path = path;
-	c->deadline = -1;
-	if (len >= sizeof sa.sun_path)
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, path, len + 1);
-
-	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (c->fd < 0)
-		return -errno;
-	/* A blocking connect waits while agentd's listen backlog is full; on Linux
-	 * SO_SNDTIMEO bounds that wait (connect then fails with EAGAIN). */
-	if (timeout_ms > 0) {
-		struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
-		setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-	}
-	if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) < 0)
-		return -errno;
-	/* From here on every wait goes through conn_wait, which keeps the deadline. */
-	int fl = fcntl(c->fd, F_GETFL);
-	if (fl < 0 || fcntl(c->fd, F_SETFL, fl | O_NONBLOCK) < 0)
-		return -errno;
-	return 0;
-}
-
-/* Write all of p. -EPIPE when agentd closed first (its reply may still be
- * readable: a too_large reply comes before the close). */
-static int conn_write(struct conn *c, const char *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
-		if (w > 0) {
-			p += w;
-			n -= (size_t)w;
-			continue;
-		}
-		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			int r = conn_wait(c, POLLOUT);
-			if (r < 0)
-				return r;
-		} else if (w < 0 && errno == EINTR) {
-			if (interrupted)
-				return -EINTR;
-		} else if (w < 0 && errno == ECONNRESET) {
-			return -EPIPE;
-		} else {
-			return w < 0 ? -errno : -EIO;
-		}
-	}
-	return 0;
-}
-
-/* The next line, without its '\n' and NUL-terminated, valid until the next
- * call. Lines may be of any length: the buffer grows. Returns 1 with a line, 0
- * at end of stream (a final unterminated fragment is returned as a line
- * first), or a negative errno. */
-static int conn_read_line(struct conn *c, char **line, size_t *len)
-{
-	for (;;) {
-		char *nl = c->len > c->scan ? memchr(c->buf + c->scan, '\n', c->len - c->scan) : NULL;
-		if (nl) {
-			*line = c->buf + c->off;
-			*len = (size_t)(nl - *line);
-			*nl = '\0';
-			c->off = c->scan = (size_t)(nl - c->buf) + 1;
-			return 1;
-		}
-		c->scan = c->len;
-		if (c->eof) {
-			if (c->off == c->len)
-				return 0;
-			*line = c->buf + c->off;
-			*len = c->len - c->off;
-			c->buf[c->len] = '\0';
-			c->off = c->scan = c->len;
-			return 1;
-		}
-		if (c->off > 0) { /* the caller is done with earlier lines: reclaim them */
-			memmove(c->buf, c->buf + c->off, c->len - c->off);
-			c->len -= c->off;
-			c->scan -= c->off;
-			c->off = 0;
-		}
-		if (c->cap - c->len < READ_CHUNK / 2) {
-			size_t cap = c->cap ? c->cap * 2 : READ_CHUNK;
-			while (cap - c->len < READ_CHUNK / 2)
-				cap *= 2;
-			c->buf = must(realloc(c->buf, cap));
-			c->cap = cap;
-		}
-		/* Keep one byte spare for the terminating NUL of a final fragment. */
-		ssize_t n = read(c->fd, c->buf + c->len, c->cap - c->len - 1);
-		if (n > 0) {
-			c->len += (size_t)n;
-		} else if (n == 0 || errno == ECONNRESET) {
-			c->eof = true; /* a reset is a close too: nothing more will come */
-		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			int r = conn_wait(c, POLLIN);
-			if (r < 0)
-				return r;
-		} else if (errno == EINTR) {
-			if (interrupted)
-				return -EINTR;
-		} else {
-			return -errno;
-		}
-	}
-}
+	int64_t budget;   /* ms the deadline allowed, for the message */
+} conn;                   /* file scope: see `held` */
 
 /* ------------------------------------------------------------------------ */
 /* Readable output                                                          */
@@ -1689,14 +1534,11 @@ static const char *secs_text(int64_t ms)
 	return buf;
 }
 
+/* The line as JSON, or NULL when it is none. */
 static json_t *parse_line(const char *line, size_t len)
 {
-	/* NULs inside strings are legal JSON; integers past 64 bits are not
-	 * jansson's, so a second try reads them as reals rather than fail. */
-	json_t *v = json_loadb(line, len, JSON_ALLOW_NUL, NULL);
-	if (!v)
-		v = json_loadb(line, len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, NULL);
-	return v;
+	json_t *v;
+	return ctl_parse_line(line, len, &v) == 0 ? v : NULL;
 }
 
 static void print_line(const char *line, size_t len)
@@ -1720,6 +1562,8 @@ static void on_signal(int sig)
 
 static _Noreturn void conn_fail(const struct conn *c, const char *what, int err)
 {
+	if (err == -ENOMEM)
+		fail("out of memory");
 	if (err == -ETIMEDOUT)
 		fail("no reply from agentd within %s s (see --timeout)", secs_text(c->budget));
 	fail("%s %s: %s", what, c->path, strerror(-err));
@@ -1746,12 +1590,10 @@ static void open_or_fail(struct conn *c, const struct sockets *ss, const struct 
 	}
 	int err[2];
 	for (int k = 0; k < ss->n; k++) {
-		err[k] = conn_open(c, ss->path[k], o->timeout_ms);
+		err[k] = ctl_connect(ss->path[k], o->timeout_ms, &c->c);
+		c->path = ss->path[k];
 		if (err[k] == 0)
 			return;
-		if (c->fd >= 0)
-			close(c->fd);
-		c->fd = -1;
 		if (err[k] != -ENOENT && err[k] != -ECONNREFUSED) {
 			open_one(c, ss->path[k], o); /* says why, and exits */
 			return;
@@ -1763,7 +1605,8 @@ static void open_or_fail(struct conn *c, const struct sockets *ss, const struct 
 
 static void open_one(struct conn *c, const char *path, const struct options *o)
 {
-	int r = conn_open(c, path, o->timeout_ms);
+	int r = ctl_connect(path, o->timeout_ms, &c->c);
+	c->path = path;
 	if (r == -ENAMETOOLONG)
 		fail("socket path too long (%zu bytes; a Unix socket path holds at most %zu): %s", strlen(path),
 		     sizeof(((struct sockaddr_un *)0)->sun_path) - 1, path);
@@ -1778,16 +1621,15 @@ static void open_one(struct conn *c, const char *path, const struct options *o)
 
 /* After the watch reply: print each streamed line until agentd closes the
  * stream or the user interrupts. Both end the watch normally. */
-static _Noreturn void stream(struct conn *c, bool raw)
+static _Noreturn void stream(struct conn *c, const sigset_t *mask, bool raw)
 {
-	c->deadline = -1;
 	for (;;) {
-		char *line;
+		const char *line;
 		size_t len;
-		int r = conn_read_line(c, &line, &len);
+		int r = ctl_watch_next(c->c, -1, -1, &line, &len);
 		if (r == -EINTR)
 			exit(EXIT_OK);
-		if (r == 0) {
+		if (r == -ECONNRESET) {
 			/* Not the user's doing: say so, or a script cannot tell this
 			 * end from a quiet conversation. */
 			check_stdout(EXIT_OK);
@@ -1800,7 +1642,7 @@ static _Noreturn void stream(struct conn *c, bool raw)
 		 * SIGTERM get in meanwhile (they interrupt the write). */
 		sigset_t blocked;
 		in_output = 1;
-		sigprocmask(SIG_SETMASK, c->mask, &blocked);
+		sigprocmask(SIG_SETMASK, mask, &blocked);
 		json_t *v = raw ? NULL : parse_line(line, len);
 		const json_t *ev = json_object_get(v, "event");
 		const json_t *delta = json_object_get(v, "delta");
@@ -1826,24 +1668,19 @@ static _Noreturn void stream(struct conn *c, bool raw)
 }
 
 /* Send one request line and read its reply (held, for the exit paths). */
-static json_t *exchange(struct conn *c, const char *request, char **line, size_t *len)
+static json_t *exchange(struct conn *c, const char *request, const char **line, size_t *len)
 {
-	size_t reqlen = strlen(request);
-	char *out = must(malloc(reqlen + 2));
-	memcpy(out, request, reqlen);
-	out[reqlen] = '\n';
-	int r = conn_write(c, out, reqlen + 1);
-	free(out);
+	int r = ctl_send_line(c->c, request);
 	if (r == -EINTR)
 		exit(EXIT_OK);
 	if (r < 0 && r != -EPIPE) /* after EPIPE agentd may still have replied: read on */
 		conn_fail(c, "writing to", r);
 	json_t *reply = NULL;
 	while (!reply) {
-		r = conn_read_line(c, line, len);
+		r = ctl_read_line(c->c, line, len);
 		if (r == -EINTR)
 			exit(EXIT_OK);
-		if (r == 0)
+		if (r == -ECONNRESET)
 			fail("agentd closed the connection without replying");
 		if (r < 0)
 			conn_fail(c, "reading from", r);
@@ -1881,13 +1718,13 @@ static int run(const struct command *cmd, const struct sockets *ss, const char *
 		sigprocmask(SIG_BLOCK, &block, &orig);
 	}
 	open_or_fail(c, ss, o);
-	c->mask = watch ? &orig : NULL;
+	ctl_set_signals(c->c, watch ? &orig : NULL, &interrupted);
 	if (o->timeout_ms > 0) {
 		c->budget = o->timeout_ms + extra_ms;
-		c->deadline = now_ms() + c->budget;
+		ctl_set_timeout(c->c, c->budget);
 	}
 
-	char *line = NULL;
+	const char *line = NULL;
 	size_t len = 0;
 	json_t *reply = exchange(c, request, &line, &len);
 	bool ok = json_is_true(json_object_get(reply, "ok"));
@@ -1921,12 +1758,11 @@ static int run(const struct command *cmd, const struct sockets *ss, const char *
 		print_reply_error(reply);
 	check_stdout(ok ? EXIT_OK : EXIT_REPLY);
 	if (ok && watch)
-		stream(c, o->json); /* does not return */
+		stream(c, &orig, o->json); /* does not return */
 	json_decref(reply);
 	held.reply = NULL;
-	close(c->fd);
-	free(c->buf);
-	c->buf = NULL;
+	ctl_close(c->c);
+	c->c = NULL;
 	return ok ? EXIT_OK : EXIT_REPLY;
 }
 
@@ -1999,7 +1835,8 @@ static void print_reply_error(const json_t *reply)
  * error when it is not ok (not_found too, when not_found_ok is unset). */
 static json_t *pending_ask(struct conn *c, json_t *rq, bool not_found_ok)
 {
-	char *req = must(jsonmp_dumps(rq, SEND_FLAGS, 0, NULL)), *line;
+	char *req = must(jsonmp_dumps(rq, SEND_FLAGS, 0, NULL));
+	const char *line;
 	size_t len;
 	json_decref(rq);
 	json_t *reply = exchange(c, req, &line, &len);
@@ -2024,7 +1861,7 @@ static int run_pending(const struct sockets *ss, const struct options *o)
 	open_or_fail(c, ss, o);
 	if (o->timeout_ms > 0) {
 		c->budget = o->timeout_ms;
-		c->deadline = now_ms() + c->budget;
+		ctl_set_timeout(c->c, c->budget);
 	}
 	json_t *all = held.req = must(json_array());
 	int rc = EXIT_OK;
@@ -2079,7 +1916,8 @@ static int run_pending(const struct sockets *ss, const struct options *o)
 	json_decref(all);
 	held.req = NULL;
 	check_stdout(rc);
-	close(c->fd);
+	ctl_close(c->c);
+	c->c = NULL;
 	return rc;
 }
 
@@ -2093,9 +1931,9 @@ static void release_held(void)
 	json_decref(held.reply);
 	json_decref(held.page);
 	free(held.after);
-	free(conn.buf);
+	ctl_close(conn.c);
 	memset(&held, 0, sizeof held);
-	conn.buf = NULL;
+	conn.c = NULL;
 }
 
 static const struct command *find_command(const char *name)
