@@ -283,6 +283,17 @@ void show_summary(const json_t *reply)
 		show_member(reply, "summary");
 }
 
+/* A page's last line when more remain: `next: CURSOR`. */
+static void print_next(const json_t *reply)
+{
+	const json_t *next = json_object_get(reply, "next");
+	if (next && !json_is_null(next)) {
+		char *t = text_of(next, "null");
+		printf("next: %s\n", t);
+		free(t);
+	}
+}
+
 void show_list(const json_t *reply)
 {
 	static const struct column cols[] = {
@@ -295,12 +306,7 @@ void show_list(const json_t *reply)
 		return;
 	}
 	TABLE(rows, cols);
-	const json_t *next = json_object_get(reply, "next");
-	if (next && !json_is_null(next)) {
-		char *t = text_of(next, "null");
-		printf("next: %s\n", t);
-		free(t);
-	}
+	print_next(reply);
 }
 
 void show_tool_calls(const json_t *reply)
@@ -330,12 +336,7 @@ void show_runs(const json_t *reply)
 		return;
 	}
 	TABLE(rows, cols);
-	const json_t *next = json_object_get(reply, "next");
-	if (next && !json_is_null(next)) {
-		char *t = text_of(next, "null");
-		printf("next: %s\n", t);
-		free(t);
-	}
+	print_next(reply);
 }
 
 void show_audit(const json_t *reply)
