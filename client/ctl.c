@@ -144,16 +144,20 @@ int ctl_fd(const ctl_conn *c)
 
 void ctl_set_timeout(ctl_conn *c, int64_t timeout_ms)
 {
-	c->deadline = timeout_ms > 0 ? now_ms() + timeout_ms : -1;
+	if (c)
+		c->deadline = timeout_ms > 0 ? now_ms() + timeout_ms : -1;
 }
 
 void ctl_set_line_max(ctl_conn *c, size_t max)
 {
-	c->line_max = max;
+	if (c)
+		c->line_max = max;
 }
 
 void ctl_set_signals(ctl_conn *c, const sigset_t *mask, volatile sig_atomic_t *flag)
 {
+	if (!c)
+		return;
 	c->mask = mask;
 	c->interrupted = flag;
 }
@@ -311,6 +315,11 @@ int ctl_read_line(ctl_conn *c, const char **line, size_t *len)
 
 int ctl_parse_line(const char *line, size_t len, json_t **value)
 {
+	if (!value)
+		return -EINVAL;
+	*value = NULL;
+	if (!line)
+		return -EINVAL;
 	/* NULs inside strings are legal JSON; integers past 64 bits are not
 	 * jansson's, so a second try reads them as reals rather than fail. */
 	*value = json_loadb(line, len, JSON_ALLOW_NUL, NULL);

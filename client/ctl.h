@@ -61,6 +61,8 @@ void ctl_close(ctl_conn *c);
  * read from it directly bypass c's buffer. */
 int ctl_fd(const ctl_conn *c);
 
+/* The three setters ignore a NULL c. */
+
 /* The deadline of every call after this one: timeout_ms from now, or none
  * when timeout_ms <= 0. Past it a call returns -ETIMEDOUT. */
 void ctl_set_timeout(ctl_conn *c, int64_t timeout_ms);
@@ -96,7 +98,8 @@ int ctl_read_line(ctl_conn *c, const char **line, size_t *len);
 /* Parse one line as JSON: strings may hold NUL, and a reply with an integer
  * past 64 bits still reads (as a real). Returns 0 with *value a new
  * reference (any JSON value; the caller decrefs), or -EPROTO with *value
- * NULL when the line is not JSON (out of memory reads so too). */
+ * NULL when the line is not JSON (out of memory reads so too); -EINVAL for
+ * a NULL argument. */
 int ctl_parse_line(const char *line, size_t len, json_t **value);
 
 /* Send req (borrowed) as one line and read its reply line. Returns 0 with
