@@ -57,7 +57,7 @@
  *   -v       print every run's figures (on stderr)
  */
 #include "bench/bench.h"
-#include "bench/ctl.h"
+#include "bench/harness.h"
 #include "store/store.h"
 
 #include <errno.h>
@@ -82,7 +82,7 @@
 static int nruns = 5, quick, keep, verbose;
 static const char *only; /* -o: only the figures whose name contains it */
 static char scratch[PATH_MAX], bindir[PATH_MAX];
-static struct ctl_agentd agentd;
+static struct harness_agentd agentd;
 static pid_t redis_pid;
 static char redis_sock[PATH_MAX], redis_version[64];
 
@@ -96,20 +96,20 @@ struct fig {
 static void redis_start(void)
 {
 	char dir[PATH_MAX], log[PATH_MAX];
-	ctl_path(dir, sizeof dir, "%s/redis", scratch);
-	ctl_path(redis_sock, sizeof redis_sock, "%s/redis.sock", scratch);
-	ctl_path(log, sizeof log, "%s/redis.log", scratch);
+	harness_path(dir, sizeof dir, "%s/redis", scratch);
+	harness_path(redis_sock, sizeof redis_sock, "%s/redis.sock", scratch);
+	harness_path(log, sizeof log, "%s/redis.log", scratch);
 	bench_mkdir(dir);
 	char *argv[] = { "/usr/bin/redis-server", "--port", "0", "--unixsocket", redis_sock, "--save", "",
 			 "--appendonly", "yes", "--appendfsync", "always", "--dir", dir, NULL };
-	redis_pid = ctl_spawn(argv, log);
+	redis_pid = harness_spawn(argv, log);
 	/* Any connection accepted means it is listening; the benchmark's own
 	 * clients speak RESP, not this one. */
-	struct ctl_conn c;
-	if (ctl_connect(&c, redis_sock, 10000) != 0)
+	ctl_conn *c;
+	if (harness_connect(&c, redis_sock, 10000) != 0)
 		bench_fail("redis-server did not listen on %s (installed? scripts/deps.sh --bench): see %s",
 			   redis_sock, log);
-	ctl_close(&c);
+	ctl_close(c);
 	FILE *p = popen("redis-server --version", "re");
 	char line[256] = "";
 	if (p && fgets(line, sizeof line, p)) {
@@ -125,7 +125,7 @@ static void redis_stop(void)
 {
 	if (redis_pid > 0) {
 		kill(redis_pid, SIGTERM);
-		ctl_reap(redis_pid, 10000);
+		harness_reap(redis_pid, 10000);
 	}
 	redis_pid = 0;
 }
@@ -137,11 +137,11 @@ static struct fig redis_bench(const char *test, const char *name, int clients, l
 	char ns[32], cs[32], out[PATH_MAX];
 	snprintf(ns, sizeof ns, "%ld", n);
 	snprintf(cs, sizeof cs, "%d", clients);
-	ctl_path(out, sizeof out, "%s/redis-benchmark.csv", scratch);
+	harness_path(out, sizeof out, "%s/redis-benchmark.csv", scratch);
 	unlink(out);
 	char *argv[] = { "/usr/bin/redis-benchmark", "-s", redis_sock, "-t", (char *)test, "-n", ns, "-c", cs,
 			 "--csv", NULL };
-	int st = ctl_reap(ctl_spawn(argv, out), 600000);
+	int st = harness_reap(harness_spawn(argv, out), 600000);
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		bench_fail("redis-benchmark %s failed: see %s", test, out);
 	FILE *f = fopen(out, "re");
@@ -192,21 +192,21 @@ static size_t line_send(int idx, char *buf, size_t cap, void *arg)
 }
 
 /* nreq requests over `clients` connections, each with one request in
- * flight (ctl.h's closed loop, on agentd's one socket). */
-static struct fig agentd_load(int clients, long nreq, ctl_line_fn fn)
+ * flight (harness.h's closed loop, on agentd's one socket). */
+static struct fig agentd_load(int clients, long nreq, harness_line_fn fn)
 {
 	const char *socks[] = { agentd.sock };
-	struct ctl_load_fig f = ctl_load(socks, 1, clients, nreq, fn, NULL);
+	struct harness_load_fig f = harness_load(socks, 1, clients, nreq, fn, NULL);
 	return (struct fig){ f.rps, f.p50_ms, f.p99_ms };
 }
 
 /* The value of one counter in the metrics op's Prometheus text. */
 static double agentd_counter(const char *name)
 {
-	struct ctl_conn c;
-	if (ctl_connect(&c, agentd.sock, 5000))
+	ctl_conn *c;
+	if (harness_connect(&c, agentd.sock, 5000))
 		bench_fail("cannot connect to agentd");
-	json_t *r = ctl_ok(&c, json_pack("{ss}", "op", "metrics"), "metrics");
+	json_t *r = harness_ok(c, json_pack("{ss}", "op", "metrics"), "metrics");
 	const char *text = json_string_value(json_object_get(r, "text"));
 	double v = 0;
 	char key[128];
@@ -215,25 +215,25 @@ static double agentd_counter(const char *name)
 	if (p)
 		v = strtod(p + strlen(key), NULL);
 	json_decref(r);
-	ctl_close(&c);
+	ctl_close(c);
 	return v;
 }
 
 /* Sum of last_seq over the conversations PREFIX-0..n-1: events in the logs. */
 static double agentd_events(const char *prefix, int n)
 {
-	struct ctl_conn c;
+	ctl_conn *c;
 	double total = 0;
-	if (ctl_connect(&c, agentd.sock, 5000))
+	if (harness_connect(&c, agentd.sock, 5000))
 		bench_fail("cannot connect to agentd");
 	for (int i = 0; i < n; i++) {
 		char id[64];
 		snprintf(id, sizeof id, "%s-%d", prefix, i);
-		json_t *r = ctl_ok(&c, json_pack("{ssss}", "op", "get", "conversation", id), "get");
+		json_t *r = harness_ok(c, json_pack("{ssss}", "op", "get", "conversation", id), "get");
 		total += (double)json_integer_value(json_object_get(json_object_get(r, "conversation"), "last_seq"));
 		json_decref(r);
 	}
-	ctl_close(&c);
+	ctl_close(c);
 	return total;
 }
 
@@ -242,14 +242,14 @@ static double agentd_events(const char *prefix, int n)
  * otherwise commit during the next row and be counted against it. */
 static void agentd_settle(const char *prefix, int n)
 {
-	struct ctl_conn c;
-	if (ctl_connect(&c, agentd.sock, 5000))
+	ctl_conn *c;
+	if (harness_connect(&c, agentd.sock, 5000))
 		bench_fail("cannot connect to agentd");
-	int64_t until = ctl_wall_us() + 60 * 1000000LL;
+	int64_t until = harness_wall_us() + 60 * 1000000LL;
 	for (int i = 0; i < n;) {
 		char id[64];
 		snprintf(id, sizeof id, "%s-%d", prefix, i);
-		json_t *r = ctl_ok(&c, json_pack("{ssss}", "op", "get", "conversation", id), "get");
+		json_t *r = harness_ok(c, json_pack("{ssss}", "op", "get", "conversation", id), "get");
 		const char *st = json_string_value(json_object_get(json_object_get(r, "conversation"), "status"));
 		int idle = st && strcmp(st, "idle") == 0;
 		json_decref(r);
@@ -257,11 +257,11 @@ static void agentd_settle(const char *prefix, int n)
 			i++;
 			continue;
 		}
-		if (ctl_wall_us() > until)
+		if (harness_wall_us() > until)
 			bench_fail("%s has not answered its sends after 60 s", id);
 		usleep(2000);
 	}
-	ctl_close(&c);
+	ctl_close(c);
 }
 
 /* CPU seconds (user + system, every thread) agentd has used so far, from
@@ -321,7 +321,7 @@ static double cpu_s(int who)
 static store *scratch_store(const char *name, int run, msgpack_sbuffer *sb)
 {
 	char dir[PATH_MAX];
-	ctl_path(dir, sizeof dir, "%s/%s-%d", scratch, name, run);
+	harness_path(dir, sizeof dir, "%s/%s-%d", scratch, name, run);
 	bench_mkdir(dir);
 	store *s;
 	struct store_opts so = { .sync = STORE_SYNC_FULL };
@@ -475,7 +475,7 @@ static double lmdb_loop_rate(int clients, long n, int run, int grown, long balla
  * no request to read and no reply to write. A server cannot: it reads
  * requests as they arrive on its sockets and acks each one. These three are
  * the least such a server can do, each in a process of its own beside the
- * same 50 clients (ctl_load, the agentd rows' own driver). Each reads every
+ * same 50 clients (harness_load, the agentd rows' own driver). Each reads every
  * readable connection, takes the conversation and event_id out of each
  * complete request line (a scan, no JSON parser) and writes the rows a
  * send writes, with the content the bare loop writes.
@@ -554,7 +554,7 @@ static void srv_write_all(int fd, const char *p, size_t n)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
-			_exit(3); /* a client gone mid-run: the parent's ctl_load fails with it */
+			_exit(3); /* a client gone mid-run: the parent's harness_load fails with it */
 		p += w;
 		n -= (size_t)w;
 	}
@@ -820,7 +820,7 @@ struct srv_fig {
 static struct srv_fig lmdb_server_rate(int kind, long n, long ballast)
 {
 	char sock[PATH_MAX];
-	ctl_path(sock, sizeof sock, "%s/lmdb-server.sock", scratch);
+	harness_path(sock, sizeof sock, "%s/lmdb-server.sock", scratch);
 	int rp[2], op[2];
 	if (pipe2(rp, O_CLOEXEC) < 0 || pipe2(op, O_CLOEXEC) < 0)
 		bench_die("pipe", -errno);
@@ -843,13 +843,13 @@ static struct srv_fig lmdb_server_rate(int kind, long n, long ballast)
 		srv_ballast[kind] = ballast;
 	const char *socks[] = { sock };
 	send_prefix = "srv";
-	struct ctl_load_fig f = ctl_load(socks, 1, NCLIENTS_MAX, n, line_send, NULL);
+	struct harness_load_fig f = harness_load(socks, 1, NCLIENTS_MAX, n, line_send, NULL);
 	send_prefix = "b";
 	struct srv_stats fs;
 	if (read(op[0], &fs, sizeof fs) != (ssize_t)sizeof fs)
 		bench_fail("the bare LMDB server ended without its figures");
 	close(op[0]);
-	int st = ctl_reap(pid, 10000);
+	int st = harness_reap(pid, 10000);
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		bench_fail("the bare LMDB server failed (status %d)", st);
 	return (struct srv_fig){ f.rps, fs.cpu_s * 1e6 / (double)n, fs.txns ? fs.wbytes / 4096 / (double)fs.txns : 0,
@@ -1159,7 +1159,7 @@ static void cleanup(void)
 {
 	if (getpid() != main_pid)
 		return;
-	ctl_agentd_stop(&agentd);
+	harness_agentd_stop(&agentd);
 	redis_stop();
 	if (!keep && scratch[0])
 		bench_rmtree(scratch);
@@ -1191,8 +1191,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	ctl_bindir(bindir, sizeof bindir);
-	ctl_scratch(scratch, sizeof scratch, dir, "bench-control");
+	harness_bindir(bindir, sizeof bindir);
+	harness_scratch(scratch, sizeof scratch, dir, "bench-control");
 	main_pid = getpid();
 	atexit(cleanup);
 
@@ -1219,20 +1219,20 @@ int main(int argc, char **argv)
 		"; bench_control: the echo model is built in; `slow` parks a worker in a model\n"
 		"; call that never returns (the diagnostic row).\n"
 		"[model.slow]\ncommand = /bin/sleep 7200\ntimeout = 3h\nretries = 0\n";
-	ctl_agentd_start(&agentd, bindir, scratch, config, NULL);
-	struct ctl_conn cc;
-	if (ctl_connect(&cc, agentd.sock, 5000))
+	harness_agentd_start(&agentd, bindir, scratch, config, NULL);
+	ctl_conn *cc;
+	if (harness_connect(&cc, agentd.sock, 5000))
 		bench_fail("cannot connect to agentd");
 	for (int i = 0; i < NCLIENTS_MAX; i++) {
 		char id[32];
 		snprintf(id, sizeof id, "b-%d", i);
-		json_decref(ctl_ok(&cc, json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model",
+		json_decref(harness_ok(cc, json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model",
 						  "echo"), "create"));
 		snprintf(id, sizeof id, "s-%d", i);
-		json_decref(ctl_ok(&cc, json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model",
+		json_decref(harness_ok(cc, json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model",
 						  "slow"), "create"));
 	}
-	ctl_close(&cc);
+	ctl_close(cc);
 
 	fprintf(stderr, "bench_control: warm-up\n");
 	run_once(0, 0);

@@ -22,7 +22,7 @@
  * end.
  */
 #include "bench/bench.h"
-#include "bench/ctl.h"
+#include "bench/harness.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -71,26 +71,26 @@ struct node {
 static void node_start(struct node *n, const char *bindir, const char *name, const char *config)
 {
 	char agentd[PATH_MAX], cfg[PATH_MAX], logp[PATH_MAX];
-	ctl_path(n->dir, sizeof n->dir, "%s/%s", scratch, name);
+	harness_path(n->dir, sizeof n->dir, "%s/%s", scratch, name);
 	bench_mkdir(n->dir);
-	ctl_path(n->sock, sizeof n->sock, "%s/agentd.sock", n->dir);
-	ctl_path(cfg, sizeof cfg, "%s/agentd.ini", n->dir);
-	ctl_path(logp, sizeof logp, "%s/agentd.log", n->dir);
-	ctl_path(agentd, sizeof agentd, "%s/agentd", bindir);
+	harness_path(n->sock, sizeof n->sock, "%s/agentd.sock", n->dir);
+	harness_path(cfg, sizeof cfg, "%s/agentd.ini", n->dir);
+	harness_path(logp, sizeof logp, "%s/agentd.log", n->dir);
+	harness_path(agentd, sizeof agentd, "%s/agentd", bindir);
 	FILE *f = fopen(cfg, "we");
 	if (!f || fputs(config, f) < 0 || fclose(f) != 0)
 		bench_die(cfg, -errno);
 	char *argv[] = { "/usr/bin/setsid", agentd, "--store", target, "--run-dir", n->dir, "--config", cfg,
 			 "--log-level", "info", NULL };
 	unlink(n->sock);
-	n->pid = ctl_spawn(argv, logp);
+	n->pid = harness_spawn(argv, logp);
 	if (ngroups < 64)
 		groups[ngroups++] = n->pid;
-	struct ctl_conn c;
-	if (ctl_connect(&c, n->sock, 20000) != 0)
+	ctl_conn *c;
+	if (harness_connect(&c, n->sock, 20000) != 0)
 		bench_fail("agentd did not start listening on %s: see %s", n->sock, logp);
-	json_decref(ctl_ok(&c, json_pack("{ss}", "op", "ping"), "ping"));
-	ctl_close(&c);
+	json_decref(harness_ok(c, json_pack("{ss}", "op", "ping"), "ping"));
+	ctl_close(c);
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -106,15 +106,15 @@ int main(int argc, char **argv)
 	if (rounds < 1 || lease_ms < 1000)
 		bench_fail("usage: bench_failover [ROUNDS >= 1 [LEASE_MS >= 1000]]");
 	char bindir[PATH_MAX], cmd[PATH_MAX * 2];
-	ctl_bindir(bindir, sizeof bindir);
-	ctl_scratch(scratch, sizeof scratch, "/tmp", "bench-failover");
+	harness_bindir(bindir, sizeof bindir);
+	harness_scratch(scratch, sizeof scratch, "/tmp", "bench-failover");
 	const char *pg = getenv("AGENTD_BENCH_PG");
 	if (pg && *pg) {
 		snprintf(prefix, sizeof prefix, "%s", pg);
 	} else {
 		/* Its own directory under /tmp: the server runs as nobody when
 		 * this runs as root, and must reach it. */
-		ctl_scratch(cluster_dir, sizeof cluster_dir, "/tmp", "bench-failover-pg");
+		harness_scratch(cluster_dir, sizeof cluster_dir, "/tmp", "bench-failover-pg");
 		snprintf(cmd, sizeof cmd, "%s/tests/pg/cluster.sh start %s", AGENTD_SRC, cluster_dir);
 		bench_sh(cmd, prefix, sizeof prefix);
 		own_cluster = 1;
@@ -131,8 +131,8 @@ int main(int argc, char **argv)
 	char slow[PATH_MAX], fast[PATH_MAX], survivor_cfg[PATH_MAX + 256], victim_cfg[PATH_MAX + 256];
 	/* Shell scripts: a model that starts in a few ms, so the figure is
 	 * the takeover's, not an interpreter's start-up. */
-	ctl_path(slow, sizeof slow, "%s/slow.sh", scratch);
-	ctl_path(fast, sizeof fast, "%s/fast.sh", scratch);
+	harness_path(slow, sizeof slow, "%s/slow.sh", scratch);
+	harness_path(fast, sizeof fast, "%s/fast.sh", scratch);
 	FILE *f = fopen(slow, "we");
 	if (!f || fputs("cat >/dev/null\nexec sleep 3600\n", f) < 0 || fclose(f))
 		bench_die(slow, -errno);
@@ -144,8 +144,8 @@ int main(int argc, char **argv)
 
 	struct node surv;
 	node_start(&surv, bindir, "survivor", survivor_cfg);
-	struct ctl_conn sc;
-	if (ctl_connect(&sc, surv.sock, 5000))
+	ctl_conn *sc;
+	if (harness_connect(&sc, surv.sock, 5000))
 		bench_fail("connect to the survivor");
 	double *lat = calloc((size_t)rounds, sizeof *lat);
 	if (!lat)
@@ -157,16 +157,16 @@ int main(int argc, char **argv)
 		snprintf(victim_cfg, sizeof victim_cfg, tmpl, name, lease_ms, slow);
 		struct node v;
 		node_start(&v, bindir, name, victim_cfg);
-		struct ctl_conn vc;
-		if (ctl_connect(&vc, v.sock, 5000))
+		ctl_conn *vc;
+		if (harness_connect(&vc, v.sock, 5000))
 			bench_fail("connect to %s", name);
-		json_decref(ctl_ok(&vc, json_pack("{sssss{ss}}", "op", "create", "conversation", conv, "settings", "model",
+		json_decref(harness_ok(vc, json_pack("{sssss{ss}}", "op", "create", "conversation", conv, "settings", "model",
 						 "m"), "create"));
-		json_decref(ctl_ok(&vc, json_pack("{ssssss}", "op", "send", "conversation", conv, "content", "hi"),
+		json_decref(harness_ok(vc, json_pack("{ssssss}", "op", "send", "conversation", conv, "content", "hi"),
 				   "send"));
 		/* The victim's worker is in its model call: the node holds the lease. */
 		for (int i = 0;; i++) {
-			json_t *st = ctl_ok(&vc, json_pack("{ss}", "op", "status"), "status");
+			json_t *st = harness_ok(vc, json_pack("{ss}", "op", "status"), "status");
 			json_int_t leases = json_integer_value(json_object_get(json_object_get(st, "node"), "leases"));
 			json_t *w = json_object_get(st, "workers");
 			int running = json_array_size(w) == 1 &&
@@ -178,11 +178,11 @@ int main(int argc, char **argv)
 				bench_fail("%s never ran its turn", name);
 			usleep(5000);
 		}
-		ctl_close(&vc);
-		int64_t t0 = ctl_wall_us();
+		ctl_close(vc);
+		int64_t t0 = harness_wall_us();
 		kill(-v.pid, SIGKILL);
-		ctl_reap(v.pid, 5000);
-		json_t *rep = ctl_ok(&sc, json_pack("{sssssssisi}", "op", "events", "conversation", conv, "type",
+		harness_reap(v.pid, 5000);
+		json_t *rep = harness_ok(sc, json_pack("{sssssssisi}", "op", "events", "conversation", conv, "type",
 						    "assistant_msg", "after", 1, "wait_ms", 60000),
 				     "the survivor's long-poll");
 		json_t *evs = json_object_get(rep, "events");
@@ -194,9 +194,9 @@ int main(int argc, char **argv)
 		printf("round %2d: %.3f s (killed at %lld us)\n", r + 1, lat[r], (long long)t0);
 		fflush(stdout);
 	}
-	ctl_close(&sc);
+	ctl_close(sc);
 	qsort(lat, (size_t)rounds, sizeof *lat, cmp_d);
-	double p99 = ctl_pct(lat, (size_t)rounds, 99); /* sorted now */
+	double p99 = harness_pct(lat, (size_t)rounds, 99); /* sorted now */
 	double median = rounds % 2 ? lat[rounds / 2] : (lat[rounds / 2 - 1] + lat[rounds / 2]) / 2;
 	printf("\nfailover (kill -9 of a node's group to its conversation's next event committed on another node), "
 	       "%d rounds\n", rounds);
@@ -205,7 +205,7 @@ int main(int argc, char **argv)
 	printf("median %.3f s   p99 %.3f s   min %.3f s   max %.3f s\n", median, p99, lat[0],
 	       lat[rounds - 1]);
 	kill(-surv.pid, SIGTERM);
-	ctl_reap(surv.pid, 15000);
+	harness_reap(surv.pid, 15000);
 	nodes_kill();
 	free(lat);
 	cluster_stop();

@@ -27,7 +27,7 @@
  *   -v           print every run's figures (on stderr)
  */
 #include "bench/bench.h"
-#include "bench/ctl.h"
+#include "bench/harness.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -45,7 +45,7 @@
 #define FLOODERS_MAX 256
 
 static char bindir[PATH_MAX], scratch[PATH_MAX];
-static struct ctl_agentd agentd;
+static struct harness_agentd agentd;
 static int nruns = 5, nflood = 16, pings = 2000, keep, verbose;
 
 static void cleanup(void)
@@ -90,14 +90,14 @@ struct phase {
 	double p50_us, p99_us, max_us, rss0_mib, peak_mib;
 };
 
-static void ping_series(struct ctl_conn *p, double *lat, int n)
+static void ping_series(ctl_conn *p, double *lat, int n)
 {
 	static const char req[] = "{\"op\":\"ping\"}\n";
 	for (int i = 0; i < n; i++) {
 		double t0 = bench_now();
-		ctl_write(p, req, sizeof req - 1);
+		harness_write(p, req, sizeof req - 1);
 		size_t len;
-		char *line = ctl_read_line(p, &len);
+		const char *line = harness_read_line(p, &len);
 		lat[i] = (bench_now() - t0) * 1e6;
 		if (!strstr(line, "\"ok\":true"))
 			bench_fail("ping: %s", line);
@@ -106,11 +106,11 @@ static void ping_series(struct ctl_conn *p, double *lat, int n)
 
 static void phase_run(int flood, struct phase *out)
 {
-	struct ctl_conn p, fl[FLOODERS_MAX];
+	ctl_conn *p, *fl[FLOODERS_MAX];
 	double *lat = calloc((size_t)pings, sizeof *lat);
 	if (!lat)
 		bench_die("calloc", ENOMEM);
-	if (ctl_connect(&p, agentd.sock, 5000))
+	if (harness_connect(&p, agentd.sock, 5000))
 		bench_fail("cannot connect to agentd");
 	out->rss0_mib = status_kib(agentd.pid, "VmRSS") / 1024.0;
 	peak_reset(agentd.pid);
@@ -121,34 +121,34 @@ static void phase_run(int flood, struct phase *out)
 			bl += (size_t)snprintf(batch + bl, sizeof batch - bl,
 					       "{\"op\":\"events\",\"conversation\":\"big\",\"type\":\"user_msg\",\"id\":%d}\n", i);
 		for (int i = 0; i < nflood; i++) {
-			if (ctl_connect(&fl[i], agentd.sock, 5000))
+			if (harness_connect(&fl[i], agentd.sock, 5000))
 				bench_fail("cannot connect a flooder");
 			int small = 4096;
-			setsockopt(fl[i].fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-			ctl_write(&fl[i], batch, bl);
+			setsockopt(ctl_fd(fl[i]), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+			harness_write(fl[i], batch, bl);
 		}
 	}
-	ping_series(&p, lat, pings);
+	ping_series(p, lat, pings);
 	out->peak_mib = status_kib(agentd.pid, "VmHWM") / 1024.0;
-	out->max_us = ctl_pct(lat, (size_t)pings, 100);
-	out->p99_us = ctl_pct(lat, (size_t)pings, 99);
-	out->p50_us = ctl_pct(lat, (size_t)pings, 50);
+	out->max_us = harness_pct(lat, (size_t)pings, 100);
+	out->p99_us = harness_pct(lat, (size_t)pings, 99);
+	out->p50_us = harness_pct(lat, (size_t)pings, 50);
 	if (flood)
 		for (int i = 0; i < nflood; i++)
-			ctl_close(&fl[i]);
+			ctl_close(fl[i]);
 	/* Until agentd has freed the flooders: a ping after their hang-ups is
 	 * answered after the iteration that saw them. */
-	ping_series(&p, lat, 10);
-	ctl_close(&p);
+	ping_series(p, lat, 10);
+	ctl_close(p);
 	free(lat);
 }
 
 static void seed(void)
 {
-	struct ctl_conn cc;
-	if (ctl_connect(&cc, agentd.sock, 5000))
+	ctl_conn *cc;
+	if (harness_connect(&cc, agentd.sock, 5000))
 		bench_fail("cannot connect to agentd");
-	json_decref(ctl_ok(&cc, json_pack("{sssss{ss}}", "op", "create", "conversation", "big", "settings", "model",
+	json_decref(harness_ok(cc, json_pack("{sssss{ss}}", "op", "create", "conversation", "big", "settings", "model",
 					  "echo"), "create"));
 	char *pad = malloc(EVENT_BYTES + 1);
 	if (!pad)
@@ -156,15 +156,15 @@ static void seed(void)
 	memset(pad, 'p', EVENT_BYTES);
 	pad[EVENT_BYTES] = 0;
 	for (int i = 0; i < EVENTS; i++)
-		json_decref(ctl_ok(&cc, json_pack("{sssss{siss}}", "op", "send", "conversation", "big", "content", "n", i,
+		json_decref(harness_ok(cc, json_pack("{sssss{siss}}", "op", "send", "conversation", "big", "content", "n", i,
 						  "pad", pad), "send"));
 	free(pad);
-	json_t *r = ctl_ok(&cc, json_pack("{ssssss}", "op", "events", "conversation", "big", "type", "user_msg"), "events");
+	json_t *r = harness_ok(cc, json_pack("{ssssss}", "op", "events", "conversation", "big", "type", "user_msg"), "events");
 	char *line = json_dumps(r, JSON_COMPACT);
 	fprintf(stderr, "bench_fairness: one events reply is %zu bytes\n", line ? strlen(line) : 0);
 	free(line);
 	json_decref(r);
-	ctl_close(&cc);
+	ctl_close(cc);
 }
 
 int main(int argc, char **argv)
@@ -198,14 +198,14 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	ctl_bindir(bindir, sizeof bindir);
-	ctl_scratch(scratch, sizeof scratch, dir, "bench-fairness");
+	harness_bindir(bindir, sizeof bindir);
+	harness_scratch(scratch, sizeof scratch, dir, "bench-fairness");
 	atexit(cleanup);
 	char machine[512], load0[128], load1[128];
 	bench_machine(machine, sizeof machine);
 	bench_loadavg(load0, sizeof load0);
 	static const char config[] = "[agentd]\nmax_line = 64k\n";
-	ctl_agentd_start(&agentd, bindir, scratch, config, NULL);
+	harness_agentd_start(&agentd, bindir, scratch, config, NULL);
 	seed();
 
 	struct phase q[BENCH_MAX_RUNS], f[BENCH_MAX_RUNS];
@@ -220,7 +220,7 @@ int main(int argc, char **argv)
 				f[r].p99_us, f[r].max_us, f[r].rss0_mib, f[r].peak_mib);
 	}
 	bench_loadavg(load1, sizeof load1);
-	ctl_agentd_stop(&agentd);
+	harness_agentd_stop(&agentd);
 	agentd.pid = 0;
 
 	double v[6][BENCH_MAX_RUNS];

@@ -63,7 +63,7 @@
  *   -v         print every run's figures (on stderr)
  */
 #include "bench/bench.h"
-#include "bench/ctl.h"
+#include "bench/harness.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -227,13 +227,13 @@ static double cpu_postgres(void)
 {
 	if (postmaster <= 0)
 		return 0;
-	double total = ctl_cpu_seconds(postmaster);
+	double total = harness_cpu_seconds(postmaster);
 	char path[100];
 	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)postmaster, (int)postmaster);
 	FILE *f = fopen(path, "re");
 	int child;
 	while (f && fscanf(f, "%d", &child) == 1) {
-		double c = ctl_cpu_seconds(child);
+		double c = harness_cpu_seconds(child);
 		total += c > 0 ? c : 0;
 	}
 	if (f)
@@ -276,7 +276,7 @@ static void nodes_kill(void)
 	for (int i = 0; i < ngroups; i++)
 		kill(-groups[i], SIGKILL);
 	for (int i = 0; i < ngroups; i++)
-		ctl_reap(groups[i], 5000);
+		harness_reap(groups[i], 5000);
 	ngroups = 0;
 }
 
@@ -295,12 +295,12 @@ static void ungroup(pid_t pid)
 static void node_start(struct node *n, const char *name, const char *db, const char *config)
 {
 	char agentd[PATH_MAX], cfg[PATH_MAX], data[PATH_MAX], target[700];
-	ctl_path(n->dir, sizeof n->dir, "%s/%s", scratch, name);
+	harness_path(n->dir, sizeof n->dir, "%s/%s", scratch, name);
 	bench_mkdir(n->dir);
-	ctl_path(n->sock, sizeof n->sock, "%s/agentd.sock", n->dir);
-	ctl_path(cfg, sizeof cfg, "%s/agentd.ini", n->dir);
-	ctl_path(n->log, sizeof n->log, "%s/agentd.log", n->dir);
-	ctl_path(agentd, sizeof agentd, "%s/agentd", bindir);
+	harness_path(n->sock, sizeof n->sock, "%s/agentd.sock", n->dir);
+	harness_path(cfg, sizeof cfg, "%s/agentd.ini", n->dir);
+	harness_path(n->log, sizeof n->log, "%s/agentd.log", n->dir);
+	harness_path(agentd, sizeof agentd, "%s/agentd", bindir);
 	FILE *f = fopen(cfg, "we");
 	if (!f || fputs(config, f) < 0 || fclose(f) != 0)
 		bench_die(cfg, -errno);
@@ -315,7 +315,7 @@ static void node_start(struct node *n, const char *name, const char *db, const c
 		argv[k++] = "--run-dir";
 		argv[k++] = n->dir;
 	} else {
-		ctl_path(data, sizeof data, "%s/data", n->dir);
+		harness_path(data, sizeof data, "%s/data", n->dir);
 		bench_mkdir(data);
 		argv[k++] = "--data";
 		argv[k++] = data;
@@ -326,14 +326,14 @@ static void node_start(struct node *n, const char *name, const char *db, const c
 	argv[k++] = cfg;
 	argv[k] = NULL;
 	unlink(n->sock);
-	n->pid = ctl_spawn(argv, n->log);
+	n->pid = harness_spawn(argv, n->log);
 	if (ngroups < (int)(sizeof groups / sizeof groups[0]))
 		groups[ngroups++] = n->pid;
-	struct ctl_conn c;
-	if (ctl_connect(&c, n->sock, 30000) != 0)
+	ctl_conn *c;
+	if (harness_connect(&c, n->sock, 30000) != 0)
 		bench_fail("agentd did not start listening on %s: see %s", n->sock, n->log);
-	json_decref(ctl_ok(&c, json_pack("{ss}", "op", "ping"), "ping"));
-	ctl_close(&c);
+	json_decref(harness_ok(c, json_pack("{ss}", "op", "ping"), "ping"));
+	ctl_close(c);
 }
 
 static void node_stop(struct node *n)
@@ -341,7 +341,7 @@ static void node_stop(struct node *n)
 	if (n->pid <= 0)
 		return;
 	kill(-n->pid, SIGKILL);
-	ctl_reap(n->pid, 10000);
+	harness_reap(n->pid, 10000);
 	ungroup(n->pid);
 	n->pid = 0;
 }
@@ -350,13 +350,13 @@ static void node_stop(struct node *n)
  * (each a child of agentd). */
 static double cpu_agentd(const struct node *n)
 {
-	double t = ctl_cpu_seconds(n->pid);
+	double t = harness_cpu_seconds(n->pid);
 	char path[100];
 	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)n->pid, (int)n->pid);
 	FILE *f = fopen(path, "re");
 	int child;
 	while (f && fscanf(f, "%d", &child) == 1) {
-		double c = ctl_cpu_seconds(child);
+		double c = harness_cpu_seconds(child);
 		t += c > 0 ? c : 0;
 	}
 	if (f)
@@ -367,10 +367,10 @@ static double cpu_agentd(const struct node *n)
 /* The value of one counter in the metrics op's Prometheus text. */
 static double node_counter(const struct node *n, const char *name)
 {
-	struct ctl_conn c;
-	if (ctl_connect(&c, n->sock, 5000))
+	ctl_conn *c;
+	if (harness_connect(&c, n->sock, 5000))
 		bench_fail("cannot connect to agentd on %s", n->sock);
-	json_t *r = ctl_ok(&c, json_pack("{ss}", "op", "metrics"), "metrics");
+	json_t *r = harness_ok(c, json_pack("{ss}", "op", "metrics"), "metrics");
 	const char *text = json_string_value(json_object_get(r, "text"));
 	double v = 0;
 	char key[128];
@@ -379,7 +379,7 @@ static double node_counter(const struct node *n, const char *name)
 	if (p)
 		v = strtod(p + strlen(key), NULL);
 	json_decref(r);
-	ctl_close(&c);
+	ctl_close(c);
 	return v;
 }
 
@@ -459,7 +459,7 @@ static void *bare_thread(void *arg)
 	pthread_barrier_wait(&bare_start);
 	for (long i = 0; i < b->n; i++) {
 		snprintf(seq, sizeof seq, "%ld", ++b->seq);
-		snprintf(at, sizeof at, "%lld", (long long)(ctl_wall_us() / 1000));
+		snprintf(at, sizeof at, "%lld", (long long)(harness_wall_us() / 1000));
 		const char *v[4] = { b->conv, seq, at, content };
 		int len[4] = { 0, 0, 0, (int)cl };
 		int fmt[4] = { 0, 0, 0, 1 };
@@ -495,7 +495,7 @@ static void bare_setup(void)
 	}
 }
 
-static struct ctl_load_fig bare_run(long n)
+static struct harness_load_fig bare_run(long n)
 {
 	double *lat = malloc((size_t)n * sizeof *lat);
 	if (!lat)
@@ -515,8 +515,8 @@ static struct ctl_load_fig bare_run(long n)
 		pthread_join(bare[i].th, NULL);
 	double elapsed = bench_now() - t0;
 	pthread_barrier_destroy(&bare_start);
-	struct ctl_load_fig f = { (double)n / elapsed, ctl_pct(lat, (size_t)n, 50) * 1e3,
-				  ctl_pct(lat, (size_t)n, 99) * 1e3 };
+	struct harness_load_fig f = { (double)n / elapsed, harness_pct(lat, (size_t)n, 50) * 1e3,
+				  harness_pct(lat, (size_t)n, 99) * 1e3 };
 	free(lat);
 	return f;
 }
@@ -532,14 +532,14 @@ static void wait_parked(int s)
 {
 	struct system *y = &sys[s];
 	for (int i = 0; i < CLIENTS; i++) {
-		struct ctl_conn c;
+		ctl_conn *c;
 		char id[32];
 		snprintf(id, sizeof id, "%s-%d", sys_prefix[s], i);
-		if (ctl_connect(&c, y->socks[i % y->nnodes], 5000))
+		if (harness_connect(&c, y->socks[i % y->nnodes], 5000))
 			bench_fail("cannot connect to %s", y->socks[i % y->nnodes]);
 		double until = bench_now() + 60;
 		for (;;) {
-			json_t *r = ctl_ok(&c, json_pack("{ssss}", "op", "get", "conversation", id), "get");
+			json_t *r = harness_ok(c, json_pack("{ssss}", "op", "get", "conversation", id), "get");
 			json_t *w = json_object_get(json_object_get(r, "conversation"), "worker");
 			const char *st = json_string_value(json_object_get(w, "state"));
 			int running = st && !strcmp(st, "running");
@@ -550,7 +550,7 @@ static void wait_parked(int s)
 				bench_fail("%s: its worker is not in its model call after 60 s", id);
 			usleep(5000);
 		}
-		ctl_close(&c);
+		ctl_close(c);
 	}
 }
 
@@ -573,14 +573,14 @@ static void send_setup(void)
 		 * first send (the warm-up's) starts its worker there: that node
 		 * owns it. */
 		for (int i = 0; i < CLIENTS; i++) {
-			struct ctl_conn c;
+			ctl_conn *c;
 			char id[32];
 			snprintf(id, sizeof id, "%s-%d", sys_prefix[s], i);
-			if (ctl_connect(&c, y->socks[i % y->nnodes], 5000))
+			if (harness_connect(&c, y->socks[i % y->nnodes], 5000))
 				bench_fail("cannot connect to agentd");
-			json_decref(ctl_ok(&c, json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings",
+			json_decref(harness_ok(c, json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings",
 							 "model", "slow"), "create"));
-			ctl_close(&c);
+			ctl_close(c);
 		}
 	}
 	sys[S_PG3X] = sys[S_PG3];
@@ -614,7 +614,7 @@ static double round_trip_us(void)
 		PQclear(r);
 		v[i] = (bench_now() - t0) * 1e6;
 	}
-	return ctl_pct(v, 300, 50);
+	return harness_pct(v, 300, 50);
 }
 
 static void send_run(int s, long n, struct sample *out)
@@ -630,8 +630,8 @@ static void send_run(int s, long n, struct sample *out)
 	struct pgcount k0 = pg_count(admin, sys_db[s] ? sys_db[s] : "bare");
 	double pg0 = cpu_postgres(), me0 = cpu_self(), i0, t0;
 	cpu_machine(&i0, &t0);
-	struct ctl_load_fig f = s == S_BARE ? bare_run(n)
-					    : ctl_load(y->socks, y->nnodes, CLIENTS, n, send_line, (void *)sys_prefix[s]);
+	struct harness_load_fig f = s == S_BARE ? bare_run(n)
+					    : harness_load(y->socks, y->nnodes, CLIENTS, n, send_line, (void *)sys_prefix[s]);
 	double i1, t1;
 	cpu_machine(&i1, &t1);
 	double pg1 = cpu_postgres(), me1 = cpu_self();
@@ -827,8 +827,8 @@ static struct late expiry_run(int pg, int round, int n)
 		 name, n + 100, expires);
 	struct node nd;
 	node_start(&nd, name, pg ? db : NULL, config);
-	struct ctl_conn c;
-	if (ctl_connect(&c, nd.sock, 5000))
+	ctl_conn *c;
+	if (harness_connect(&c, nd.sock, 5000))
 		bench_fail("cannot connect to %s", nd.sock);
 	json_t *reqs[EXP_CHUNK];
 	for (int base = 0; base < n; base += EXP_CHUNK) {
@@ -839,7 +839,7 @@ static struct late expiry_run(int pg, int round, int n)
 			reqs[i] = json_pack("{sssss{sss[s]}}", "op", "create", "conversation", id, "settings", "model",
 					    "echo", "tools", "approve");
 		}
-		ctl_ok_many(&c, reqs, (size_t)k, NULL, "create");
+		harness_ok_many(c, reqs, (size_t)k, NULL, "create");
 	}
 	/* One call every pace ms: each expiry's commits (the resolution, then
 	 * the woken worker's turn) are done before the next deadline. */
@@ -851,7 +851,7 @@ static struct late expiry_run(int pg, int round, int n)
 		if (wait > 0)
 			usleep((useconds_t)(wait * 1e6));
 		next += pace_ms / 1e3;
-		json_decref(ctl_ok(&c, json_pack("{ssssss}", "op", "send", "conversation", id, "content",
+		json_decref(harness_ok(c, json_pack("{ssssss}", "op", "send", "conversation", id, "content",
 						 "/tool approve {\"what\":\"deploy\"}"), "send"));
 	}
 	int derived = 0;
@@ -864,7 +864,7 @@ static struct late expiry_run(int pg, int round, int n)
 		snprintf(id, sizeof id, "x-%d", i);
 		double until = bench_now() + 120;
 		while (!deadline[i]) {
-			json_t *r = ctl_ok(&c, json_pack("{ssss}", "op", "tool_calls", "conversation", id), "tool_calls");
+			json_t *r = harness_ok(c, json_pack("{ssss}", "op", "tool_calls", "conversation", id), "tool_calls");
 			json_t *a = json_object_get(r, "tool_calls");
 			if (json_array_size(a) == 1) {
 				json_t *tc = json_array_get(a, 0);
@@ -890,8 +890,8 @@ static struct late expiry_run(int pg, int round, int n)
 	for (int i = 0; i < n; i++) {
 		char id[32];
 		snprintf(id, sizeof id, "x-%d", i);
-		int64_t wait = deadline[i] - ctl_wall_us() / 1000 + 30000;
-		json_t *r = ctl_ok(&c, json_pack("{sssssssisI}", "op", "events", "conversation", id, "type", "resolution",
+		int64_t wait = deadline[i] - harness_wall_us() / 1000 + 30000;
+		json_t *r = harness_ok(c, json_pack("{sssssssisI}", "op", "events", "conversation", id, "type", "resolution",
 						 "after", 0, "wait_ms", (json_int_t)(wait > 1000 ? wait : 1000)),
 				   "events");
 		json_t *e = json_array_get(json_object_get(r, "events"), 0);
@@ -903,9 +903,9 @@ static struct late expiry_run(int pg, int round, int n)
 		late[i] = (double)(json_integer_value(json_object_get(e, "inserted_at")) - deadline[i]);
 		json_decref(r);
 	}
-	ctl_close(&c);
+	ctl_close(c);
 	node_stop(&nd);
-	struct late l = { ctl_pct(late, (size_t)n, 50), ctl_pct(late, (size_t)n, 99), late[n - 1] };
+	struct late l = { harness_pct(late, (size_t)n, 50), harness_pct(late, (size_t)n, 99), late[n - 1] };
 	say("expiry on %s, round %d: p50 %.0f ms p99 %.0f ms max %.0f ms", pg ? "PostgreSQL" : "LMDB", round + 1, l.p50,
 	    l.p99, l.max);
 	free(deadline);
@@ -993,8 +993,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	ctl_bindir(bindir, sizeof bindir);
-	ctl_scratch(scratch, sizeof scratch, dir, "bench-pg");
+	harness_bindir(bindir, sizeof bindir);
+	harness_scratch(scratch, sizeof scratch, dir, "bench-pg");
 	atexit(cleanup); /* the nodes first, then the cluster */
 
 	char machine[512], fs[512], load0[128], load1[128], cmd[PATH_MAX * 2];
@@ -1010,7 +1010,7 @@ int main(int argc, char **argv)
 		 * reach its directory (mkdtemp made the scratch 0700). */
 		if (chmod(scratch, 0755) < 0)
 			bench_die(scratch, -errno);
-		ctl_path(cluster_dir, sizeof cluster_dir, "%s/pg", scratch);
+		harness_path(cluster_dir, sizeof cluster_dir, "%s/pg", scratch);
 		bench_mkdir(cluster_dir);
 		snprintf(cmd, sizeof cmd, "%s/tests/pg/cluster.sh start %s durable", AGENTD_SRC, cluster_dir);
 		own_cluster = 1;

@@ -55,7 +55,7 @@
  *   -v       print progress and every sample's figure (on stderr)
  */
 #include "bench/bench.h"
-#include "bench/ctl.h"
+#include "bench/harness.h"
 #include "store/store.h"
 
 #include <dirent.h>
@@ -79,7 +79,7 @@
 static int reps = 20, max_workers = 2000, ntimers = 1000, pace_ms = 20, expires_s = 30, quick, keep, verbose;
 static const char *only;
 static char scratch[PATH_MAX], bindir[PATH_MAX];
-static struct ctl_agentd agentd;
+static struct harness_agentd agentd;
 
 #define SEC(x) ((x) * 1e3) /* seconds to ms, for printing */
 
@@ -98,22 +98,22 @@ static void say(const char *fmt, ...)
 
 static void phase_dir(char *buf, size_t len, const char *name)
 {
-	ctl_path(buf, len, "%s/%s", scratch, name);
+	harness_path(buf, len, "%s/%s", scratch, name);
 	bench_mkdir(buf);
 }
 
 /* ---- control helpers ------------------------------------------------- */
 
-static void conn_open(struct ctl_conn *c)
+static void conn_open(ctl_conn **c)
 {
-	if (ctl_connect(c, agentd.sock, 5000))
+	if (harness_connect(c, agentd.sock, 5000))
 		bench_fail("cannot connect to agentd on %s", agentd.sock);
 }
 
 /* The conversation's worker: 1 and its pid and state when it has a process. */
-static int worker_of(struct ctl_conn *c, const char *id, pid_t *pid, char *state, size_t n)
+static int worker_of(ctl_conn *c, const char *id, pid_t *pid, char *state, size_t n)
 {
-	json_t *r = ctl_ok(c, json_pack("{ssss}", "op", "get", "conversation", id), "get");
+	json_t *r = harness_ok(c, json_pack("{ssss}", "op", "get", "conversation", id), "get");
 	json_t *w = json_object_get(json_object_get(r, "conversation"), "worker");
 	int live = json_is_object(w);
 	if (live) {
@@ -128,7 +128,7 @@ static int worker_of(struct ctl_conn *c, const char *id, pid_t *pid, char *state
 
 /* Poll until the worker is in `want` ("" : gone), pausing `pause_us`
  * between polls. */
-static void wait_worker(struct ctl_conn *c, const char *id, const char *want, int pause_us, double timeout_s)
+static void wait_worker(ctl_conn *c, const char *id, const char *want, int pause_us, double timeout_s)
 {
 	double until = bench_now() + timeout_s;
 	char st[32] = "";
@@ -144,19 +144,19 @@ static void wait_worker(struct ctl_conn *c, const char *id, const char *want, in
 	}
 }
 
-static uint64_t send_text(struct ctl_conn *c, const char *id, const char *text)
+static uint64_t send_text(ctl_conn *c, const char *id, const char *text)
 {
-	json_t *r = ctl_ok(c, json_pack("{ssssss}", "op", "send", "conversation", id, "content", text), "send");
+	json_t *r = harness_ok(c, json_pack("{ssssss}", "op", "send", "conversation", id, "content", text), "send");
 	uint64_t seq = (uint64_t)json_integer_value(json_object_get(r, "seq"));
 	json_decref(r);
 	return seq;
 }
 
 /* Long-poll until an event of `type` after seq `after` is in the log. */
-static json_t *wait_event(struct ctl_conn *c, const char *id, uint64_t after, const char *type)
+static json_t *wait_event(ctl_conn *c, const char *id, uint64_t after, const char *type)
 {
 	for (int i = 0; i < 6; i++) {
-		json_t *r = ctl_ok(c, json_pack("{sssssIsssi}", "op", "events", "conversation", id, "after",
+		json_t *r = harness_ok(c, json_pack("{sssssIsssi}", "op", "events", "conversation", id, "after",
 						(json_int_t)after, "type", type, "wait_ms", 10000), "events");
 		json_t *evs = json_object_get(r, "events");
 		if (json_array_size(evs) > 0) {
@@ -323,13 +323,13 @@ struct revival {
 
 /* Warm the conversation (one answered turn), kill its idle worker and wait
  * for the reap, then time the revival. */
-static struct revival revive(struct ctl_conn *c, const char *id)
+static struct revival revive(ctl_conn *c, const char *id)
 {
 	struct revival rv;
 	uint64_t seq = send_text(c, id, "warm up");
 	json_decref(wait_event(c, id, seq, "assistant_msg"));
 	wait_worker(c, id, "idle", 200, 30);
-	json_decref(ctl_ok(c, json_pack("{ssssss}", "op", "kill", "conversation", id, "signal", "KILL"), "kill"));
+	json_decref(harness_ok(c, json_pack("{ssssss}", "op", "kill", "conversation", id, "signal", "KILL"), "kill"));
 	wait_worker(c, id, "", 200, 30);
 
 	double t0 = bench_now();
@@ -355,8 +355,8 @@ static struct revival revive(struct ctl_conn *c, const char *id)
 	wait_worker(c, id, "idle", 200, 30);
 	pid_t pid = 0;
 	worker_of(c, id, &pid, NULL, 0);
-	rv.kib = pid ? (double)ctl_private_kib(pid) : -1;
-	json_decref(ctl_ok(c, json_pack("{ssss}", "op", "stop", "conversation", id), "stop"));
+	rv.kib = pid ? (double)harness_private_kib(pid) : -1;
+	json_decref(harness_ok(c, json_pack("{ssss}", "op", "stop", "conversation", id), "stop"));
 	return rv;
 }
 
@@ -369,9 +369,9 @@ static void phase_revival(void)
 {
 	char dir[PATH_MAX], child[PATH_MAX];
 	phase_dir(dir, sizeof dir, "revival");
-	ctl_path(child, sizeof child, "%s/bench/raw_spawn_child", bindir);
+	harness_path(child, sizeof child, "%s/bench/raw_spawn_child", bindir);
 	char data[PATH_MAX];
-	ctl_path(data, sizeof data, "%s/data", dir);
+	harness_path(data, sizeof data, "%s/data", dir);
 	bench_mkdir(data);
 	double t0 = bench_now();
 	seed(data);
@@ -379,8 +379,8 @@ static void phase_revival(void)
 	/* compact_events = 0: no compaction behind our back, so the
 	 * no-summary conversations stay without one. */
 	static const char config[] = "[agentd]\ncompact_events = 0\n";
-	ctl_agentd_start(&agentd, bindir, dir, config, NULL);
-	struct ctl_conn c;
+	harness_agentd_start(&agentd, bindir, dir, config, NULL);
+	ctl_conn *c;
 	conn_open(&c);
 
 	int nraw = reps * 6;
@@ -394,9 +394,9 @@ static void phase_revival(void)
 	for (int nosync = 0; nosync < 2; nosync++) {
 		if (nosync) {
 			static const char *const none[] = { "--sync", "none", NULL };
-			ctl_close(&c);
-			ctl_agentd_stop(&agentd);
-			ctl_agentd_start(&agentd, bindir, dir, config, none);
+			ctl_close(c);
+			harness_agentd_stop(&agentd);
+			harness_agentd_start(&agentd, bindir, dir, config, none);
 			conn_open(&c);
 		}
 		for (int r = 0; r < reps; r++) {
@@ -406,7 +406,7 @@ static void phase_revival(void)
 					continue;
 				char id[64];
 				snprintf(id, sizeof id, "%s-%d", rcases[k].prefix, r);
-				rv[r][k] = revive(&c, id);
+				rv[r][k] = revive(c, id);
 				say("revival %s: ack %.2f ready %.2f answer %.2f ms, %.0f KiB", id, SEC(rv[r][k].ack),
 				    SEC(rv[r][k].ready), SEC(rv[r][k].answer), rv[r][k].kib);
 			}
@@ -414,10 +414,10 @@ static void phase_revival(void)
 				raw[iraw++] = raw_spawn_once(child, data);
 		}
 	}
-	ctl_close(&c);
-	ctl_agentd_stop(&agentd);
+	ctl_close(c);
+	harness_agentd_stop(&agentd);
 
-	double raw_p50 = ctl_pct(raw, (size_t)nraw, 50), raw_p99 = ctl_pct(raw, (size_t)nraw, 99);
+	double raw_p50 = harness_pct(raw, (size_t)nraw, 50), raw_p99 = harness_pct(raw, (size_t)nraw, 99);
 	printf("\n== revival: kill -9 an idle worker, then send; %d revivals per case, the raw spawn %d times, interleaved\n",
 	       reps, nraw);
 	printf("%-40s %9s %9s | %9s %9s | %9s %9s | %-8s %-24s %s\n", "", "ready p50", "p99", "ack p50", "p99",
@@ -431,7 +431,7 @@ static void phase_revival(void)
 			d[r] = rv[r][k].answer;
 			m[r] = rv[r][k].kib;
 		}
-		double p50 = ctl_pct(a, (size_t)reps, 50), p99 = ctl_pct(a, (size_t)reps, 99);
+		double p50 = harness_pct(a, (size_t)reps, 50), p99 = harness_pct(a, (size_t)reps, 99);
 		double q = p50 / raw_p50;
 		char tg[64] = "- (reads the whole log)";
 		if (rcases[k].nosync)
@@ -439,9 +439,9 @@ static void phase_revival(void)
 		if (rcases[k].target)
 			snprintf(tg, sizeof tg, "%s", verdict(q <= 3.0));
 		printf("%-40s %9.2f %9.2f | %9.2f %9.2f | %9.2f %9.2f | %6.2fx  %-24s %.0f\n", rcases[k].name, SEC(p50),
-		       SEC(p99), SEC(ctl_pct(b, (size_t)reps, 50)), SEC(ctl_pct(b, (size_t)reps, 99)),
-		       SEC(ctl_pct(d, (size_t)reps, 50)), SEC(ctl_pct(d, (size_t)reps, 99)), q, tg,
-		       ctl_pct(m, (size_t)reps, 50));
+		       SEC(p99), SEC(harness_pct(b, (size_t)reps, 50)), SEC(harness_pct(b, (size_t)reps, 99)),
+		       SEC(harness_pct(d, (size_t)reps, 50)), SEC(harness_pct(d, (size_t)reps, 99)), q, tg,
+		       harness_pct(m, (size_t)reps, 50));
 	}
 	free(raw);
 	free(rv);
@@ -471,10 +471,10 @@ static void phase_memory(void)
 	phase_dir(dir, sizeof dir, "memory");
 	char config[256];
 	snprintf(config, sizeof config, "[agentd]\nmax_workers = %d\nidle_timeout = 1h\n", max_workers + 100);
-	ctl_agentd_start(&agentd, bindir, dir, config, NULL);
-	struct ctl_conn c;
+	harness_agentd_start(&agentd, bindir, dir, config, NULL);
+	ctl_conn *c;
 	conn_open(&c);
-	long avail0 = ctl_mem_available_kib();
+	long avail0 = harness_mem_available_kib();
 	int live = 0;
 	char why[256] = "";
 	double first_batch = 0, t_start = bench_now(), last_batch = 0;
@@ -491,13 +491,13 @@ static void phase_memory(void)
 			snprintf(id, sizeof id, "m-%d", live + i);
 			reqs[i] = json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model", "echo");
 		}
-		ctl_ok_many(&c, reqs, (size_t)n, NULL, "create");
+		harness_ok_many(c, reqs, (size_t)n, NULL, "create");
 		for (int i = 0; i < n; i++) {
 			char id[32];
 			snprintf(id, sizeof id, "m-%d", live + i);
 			reqs[i] = json_pack("{ssssss}", "op", "send", "conversation", id, "content", "hello");
 		}
-		ctl_call_many(&c, reqs, (size_t)n, reps_);
+		harness_call_many(c, reqs, (size_t)n, reps_);
 		for (int i = 0; i < n; i++) {
 			if (!why[0] && !json_is_true(json_object_get(reps_[i], "ok"))) {
 				char *s = json_dumps(reps_[i], JSON_COMPACT);
@@ -513,7 +513,7 @@ static void phase_memory(void)
 			snprintf(id, sizeof id, "m-%d", live + i);
 			double until = bench_now() + 60;
 			for (;;) {
-				int has = worker_of(&c, id, NULL, st, sizeof st);
+				int has = worker_of(c, id, NULL, st, sizeof st);
 				if (has && !strcmp(st, "idle"))
 					break;
 				if (bench_now() > until) {
@@ -530,7 +530,7 @@ static void phase_memory(void)
 		last_batch = bench_now() - t0;
 		if (!first_batch)
 			first_batch = last_batch;
-		long avail = ctl_mem_available_kib();
+		long avail = harness_mem_available_kib();
 		say("memory: %d live workers, batch %.2f s, MemAvailable %ld MiB", live, last_batch, avail / 1024);
 		if (avail >= 0 && avail < 1024 * 1024)
 			snprintf(why, sizeof why, "MemAvailable fell under 1 GiB (%ld MiB)", avail / 1024);
@@ -541,7 +541,7 @@ static void phase_memory(void)
 	double t_all = bench_now() - t_start;
 
 	/* Private memory of every live worker, and the supervisor's. */
-	json_t *st = ctl_ok(&c, json_pack("{ss}", "op", "status"), "status");
+	json_t *st = harness_ok(c, json_pack("{ss}", "op", "status"), "status");
 	json_t *ws = json_object_get(st, "workers");
 	size_t nw = json_array_size(ws);
 	double *kib = calloc(nw ? nw : 1, sizeof *kib);
@@ -551,18 +551,18 @@ static void phase_memory(void)
 		json_t *w = json_array_get(ws, i);
 		if (strcmp(json_string_value(json_object_get(w, "state")), "idle"))
 			continue;
-		long k = ctl_private_kib((pid_t)json_integer_value(json_object_get(w, "pid")));
+		long k = harness_private_kib((pid_t)json_integer_value(json_object_get(w, "pid")));
 		if (k >= 0) {
 			kib[nk++] = (double)k;
 			sum += (double)k;
 		}
 	}
 	json_decref(st);
-	long sup_kib = ctl_private_kib(agentd.pid);
+	long sup_kib = harness_private_kib(agentd.pid);
 	int sup_fds = count_fds(agentd.pid);
-	long avail1 = ctl_mem_available_kib();
-	ctl_close(&c);
-	double p50 = ctl_pct(kib, nk, 50), p90 = ctl_pct(kib, nk, 90), mx = nk ? kib[nk - 1] : 0;
+	long avail1 = harness_mem_available_kib();
+	ctl_close(c);
+	double p50 = harness_pct(kib, nk, 50), p90 = harness_pct(kib, nk, 90), mx = nk ? kib[nk - 1] : 0;
 	printf("\n== memory: private RSS (Private_Clean + Private_Dirty) of idle workers, and live workers held\n");
 	printf("%-44s %8.0f KiB p50, %.0f p90, %.0f max (%zu idle workers)   target < 1024 KiB %s\n",
 	       "idle worker private RSS", p50, p90, mx, nk, verdict(nk && p50 < 1024));
@@ -573,7 +573,7 @@ static void phase_memory(void)
 	       avail1 / 1024);
 	printf("%-44s %8ld KiB private, %d descriptors\n", "supervisor with them", sup_kib, sup_fds);
 	free(kib);
-	ctl_agentd_stop(&agentd);
+	harness_agentd_stop(&agentd);
 }
 
 /* ---- expiry ---------------------------------------------------------- */
@@ -609,7 +609,7 @@ static void bare_timerfd(const int64_t *dl, size_t n, int64_t shift, double *lat
 		uint64_t x;
 		if (read(fd, &x, sizeof x) < 0 && errno != EINTR)
 			bench_die("read timerfd", -errno);
-		int64_t now = ctl_wall_us();
+		int64_t now = harness_wall_us();
 		/* Fire everything due, as the supervisor does. */
 		while (i < n && (dl[i] + shift) * 1000 <= now) {
 			late_ms[i] = (double)(now / 1000 - (dl[i] + shift));
@@ -673,7 +673,7 @@ static void commit_latency(const char *dir, int n, double *lat)
  * calls `approve`, the worker commits the suspension with the deadline and
  * waits. pace 0: in pipelined batches, as fast as agentd takes them;
  * otherwise one every pace ms. */
-static void expiry_start_calls(struct ctl_conn *c, struct timer *tm, int n, int pace)
+static void expiry_start_calls(ctl_conn *c, struct timer *tm, int n, int pace)
 {
 	json_t *reqs[CAP_BATCH];
 	static const char ask[] = "/tool approve {\"what\":\"deploy\"}";
@@ -692,7 +692,7 @@ static void expiry_start_calls(struct ctl_conn *c, struct timer *tm, int n, int 
 		int k = n - base < CAP_BATCH ? n - base : CAP_BATCH;
 		for (int i = 0; i < k; i++)
 			reqs[i] = json_pack("{ssssss}", "op", "send", "conversation", tm[base + i].conv, "content", ask);
-		ctl_ok_many(c, reqs, (size_t)k, NULL, "send");
+		harness_ok_many(c, reqs, (size_t)k, NULL, "send");
 	}
 }
 
@@ -702,51 +702,39 @@ static void expiry_start_calls(struct ctl_conn *c, struct timer *tm, int n, int 
 static int expiry_watch(struct timer *tm, int n, int64_t dmax)
 {
 	int ep = epoll_create1(EPOLL_CLOEXEC);
-	struct ctl_conn *wc = calloc((size_t)n, sizeof *wc);
+	ctl_conn **wc = calloc((size_t)n, sizeof *wc);
 	if (ep < 0 || !wc)
 		bench_fail("out of memory");
 	for (int i = 0; i < n; i++) {
 		conn_open(&wc[i]);
 		/* From seq 0: a resolution committed before the watch was in
 		 * place still arrives (and is left out of the watched figure). */
-		json_decref(ctl_ok(&wc[i], json_pack("{sssssi}", "op", "watch", "conversation", tm[i].conv, "after", 0),
-				   "watch"));
-		tm[i].watch_us = ctl_wall_us();
+		json_decref(harness_ok(wc[i], json_pack("{sssssi}", "op", "watch", "conversation", tm[i].conv, "after", 0),
+				       "watch"));
+		tm[i].watch_us = harness_wall_us();
 		struct epoll_event ev = { .events = EPOLLIN, .data.u32 = (uint32_t)i };
-		if (epoll_ctl(ep, EPOLL_CTL_ADD, wc[i].fd, &ev) < 0)
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, ctl_fd(wc[i]), &ev) < 0)
 			bench_die("epoll_ctl", -errno);
-		fcntl(wc[i].fd, F_SETFL, O_NONBLOCK);
 	}
 	int seen = 0;
 	struct epoll_event evs[64];
-	while (seen < n && ctl_wall_us() / 1000 < dmax + 30000) {
+	while (seen < n && harness_wall_us() / 1000 < dmax + 30000) {
 		int k = epoll_wait(ep, evs, 64, 1000);
-		int64_t at = ctl_wall_us();
+		int64_t at = harness_wall_us();
 		for (int j = 0; j < k; j++) {
 			int i = (int)evs[j].data.u32;
-			struct ctl_conn *w = &wc[i];
-			if (w->len == w->cap)
-				w->off = w->len = 0; /* lines are short: a full buffer without one is garbage */
-			ssize_t r = read(w->fd, w->buf + w->len, w->cap - w->len);
-			if (r <= 0)
-				continue;
-			w->len += (size_t)r;
-			char *nl;
-			while ((nl = memchr(w->buf + w->off, '\n', w->len - w->off))) {
-				*nl = 0;
-				if (!tm[i].seen_us && strstr(w->buf + w->off, "\"type\":\"resolution\"")) {
+			const char *line;
+			size_t len;
+			/* Every whole line read so far, without waiting (0 ms). */
+			while (ctl_watch_next(wc[i], 0, -1, &line, &len) == 0)
+				if (!tm[i].seen_us && strstr(line, "\"type\":\"resolution\"")) {
 					tm[i].seen_us = at;
 					seen++;
 				}
-				w->off = (size_t)(nl - w->buf) + 1;
-			}
-			memmove(w->buf, w->buf + w->off, w->len - w->off);
-			w->len -= w->off;
-			w->off = 0;
 		}
 	}
 	for (int i = 0; i < n; i++)
-		ctl_close(&wc[i]);
+		ctl_close(wc[i]);
 	close(ep);
 	free(wc);
 	return seen;
@@ -763,8 +751,8 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 		 "[agentd]\nmax_workers = %d\nidle_timeout = 1h\n\n"
 		 "[tool.approve]\nexecutor = human\nprompt = Approve?\nexpires = %ds\n",
 		 n + 100, expires);
-	ctl_agentd_start(&agentd, bindir, dir, config, NULL);
-	struct ctl_conn c;
+	harness_agentd_start(&agentd, bindir, dir, config, NULL);
+	ctl_conn *c;
 	conn_open(&c);
 	struct timer *tm = calloc((size_t)n, sizeof *tm);
 	json_t **reqs = calloc(EXP_CHUNK, sizeof *reqs);
@@ -777,10 +765,10 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 		for (int i = 0; i < k; i++)
 			reqs[i] = json_pack("{sssss{sss[s]}}", "op", "create", "conversation", tm[base + i].conv, "settings",
 					    "model", "echo", "tools", "approve");
-		ctl_ok_many(&c, reqs, (size_t)k, NULL, "create");
+		harness_ok_many(c, reqs, (size_t)k, NULL, "create");
 	}
 	double t0 = bench_now();
-	expiry_start_calls(&c, tm, n, pace);
+	expiry_start_calls(c, tm, n, pace);
 	/* Each call made, with its deadline: the pending row's; once expired
 	 * the row has none, and then it is the call's inserted_at plus the
 	 * expiry (the worker stamps both in the transaction that makes it). */
@@ -788,7 +776,7 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 	for (int i = 0; i < n; i++) {
 		double until = bench_now() + 120;
 		for (;;) {
-			json_t *r = ctl_ok(&c, json_pack("{ssss}", "op", "tool_calls", "conversation", tm[i].conv),
+			json_t *r = harness_ok(c, json_pack("{ssss}", "op", "tool_calls", "conversation", tm[i].conv),
 					   "tool_calls");
 			json_t *a = json_object_get(r, "tool_calls");
 			if (json_array_size(a) == 1) {
@@ -814,7 +802,7 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 		dmin = tm[i].deadline < dmin ? tm[i].deadline : dmin;
 		dmax = tm[i].deadline > dmax ? tm[i].deadline : dmax;
 	}
-	int64_t now_ms = ctl_wall_us() / 1000;
+	int64_t now_ms = harness_wall_us() / 1000;
 	say("expiry (%s): %d calls pending after %.1f s; deadlines span %.1f s, the first in %.1f s", label, n, t_create,
 	    (double)(dmax - dmin) / 1e3, (double)(dmin - now_ms) / 1e3);
 	int overlap = dmin <= now_ms + 500;
@@ -830,7 +818,7 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 		dl[i] = tm[i].deadline;
 	qsort(dl, (size_t)n, sizeof *dl, cmp_i64);
 	size_t ahead = 0;
-	now_ms = ctl_wall_us() / 1000;
+	now_ms = harness_wall_us() / 1000;
 	while (ahead < (size_t)n && dl[ahead] <= now_ms)
 		ahead++;
 	struct bare_run side = { dl + ahead, (size_t)n - ahead, s_ms, s_us, 0 };
@@ -843,19 +831,19 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 		bench_fail("expiry: only %d of %d resolutions arrived within 30 s of the last deadline", seen, n);
 	/* The resolution events as stored. */
 	for (int i = 0; i < n; i++) {
-		json_t *e = wait_event(&c, tm[i].conv, 0, "resolution");
+		json_t *e = wait_event(c, tm[i].conv, 0, "resolution");
 		const char *status = json_string_value(json_object_get(json_object_get(e, "content"), "status"));
 		if (!status || strcmp(status, "expired"))
 			bench_fail("%s: the resolution is not `expired`", tm[i].conv);
 		tm[i].store_at = json_integer_value(json_object_get(e, "inserted_at"));
 		json_decref(e);
 	}
-	ctl_close(&c);
+	ctl_close(c);
 
 	if (verbose) {
 		/* Every timer, for a look at when the late ones came. */
 		char csv[PATH_MAX];
-		ctl_path(csv, sizeof csv, "%s/timers.csv", dir);
+		harness_path(csv, sizeof csv, "%s/timers.csv", dir);
 		FILE *f = fopen(csv, "we");
 		for (int i = 0; f && i < n; i++)
 			fprintf(f, "%s,%lld,%lld,%lld\n", tm[i].conv, (long long)tm[i].deadline,
@@ -877,23 +865,23 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 		bench_fail("expiry: every deadline passed before the bare timerfd started: raise -e");
 	/* And the bare timerfd again over the same deadlines, alone, while
 	 * agentd idles. */
-	int64_t shift = ctl_wall_us() / 1000 + 1000 - dl[0];
+	int64_t shift = harness_wall_us() / 1000 + 1000 - dl[0];
 	say("expiry (%s): the bare timerfd replays the %.1f s of deadlines", label, (double)(dmax - dmin) / 1e3);
 	bare_timerfd(dl, (size_t)n, shift, b_ms, b_us);
-	ctl_agentd_stop(&agentd);
+	harness_agentd_stop(&agentd);
 	double clat[200];
 	char cdir[PATH_MAX];
-	ctl_path(cdir, sizeof cdir, "%s/commit", dir);
+	harness_path(cdir, sizeof cdir, "%s/commit", dir);
 	bench_mkdir(cdir);
 	commit_latency(cdir, 200, clat);
 
 	size_t ns = side.n;
-	double am50 = ctl_pct(a_ms, (size_t)n, 50), am99 = ctl_pct(a_ms, (size_t)n, 99);
-	double au50 = ctl_pct(a_us, (size_t)nw, 50), au99 = ctl_pct(a_us, (size_t)nw, 99);
-	double sm50 = ctl_pct(s_ms, ns, 50), sm99 = ctl_pct(s_ms, ns, 99);
-	double su50 = ctl_pct(s_us, ns, 50), su99 = ctl_pct(s_us, ns, 99);
-	double bm50 = ctl_pct(b_ms, (size_t)n, 50), bm99 = ctl_pct(b_ms, (size_t)n, 99);
-	double bu50 = ctl_pct(b_us, (size_t)n, 50), bu99 = ctl_pct(b_us, (size_t)n, 99);
+	double am50 = harness_pct(a_ms, (size_t)n, 50), am99 = harness_pct(a_ms, (size_t)n, 99);
+	double au50 = harness_pct(a_us, (size_t)nw, 50), au99 = harness_pct(a_us, (size_t)nw, 99);
+	double sm50 = harness_pct(s_ms, ns, 50), sm99 = harness_pct(s_ms, ns, 99);
+	double su50 = harness_pct(s_us, ns, 50), su99 = harness_pct(s_us, ns, 99);
+	double bm50 = harness_pct(b_ms, (size_t)n, 50), bm99 = harness_pct(b_ms, (size_t)n, 99);
+	double bu50 = harness_pct(b_us, (size_t)n, 50), bu99 = harness_pct(b_us, (size_t)n, 99);
 	double amax = a_us[nw - 1], smax = s_us[ns - 1], bmax = b_us[n - 1];
 	printf("\n== expiry, %s: %d human-tool timers, one per conversation, workers waiting (expires = %d s)\n", label,
 	       n, expires);
@@ -915,7 +903,7 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 	printf("%-52s %7.3f ms %7.3f ms %7.3f ms\n", "bare timerfd replayed alone: the same", bu50 / 1e3, bu99 / 1e3,
 	       bmax / 1e3);
 	printf("%-52s %7.3f ms %7.3f ms (the floor under the watched figure)\n",
-	       "one durable commit of one event (store, here)", SEC(ctl_pct(clat, 200, 50)), SEC(ctl_pct(clat, 200, 99)));
+	       "one durable commit of one event (store, here)", SEC(harness_pct(clat, 200, 50)), SEC(harness_pct(clat, 200, 99)));
 	printf("targets: p50 < 1 ms: %s (stored), %s (watched); p99 <= 2x the timerfd's alongside: %s (stored, %.0f vs "
 	       "%.0f ms), %s (watched vs wake-up, %.1fx)\n", verdict(am50 < 1), verdict(au50 < 1000),
 	       verdict(am99 <= 2 * sm99), am99, sm99, verdict(au99 <= 2 * su99), su99 > 0 ? au99 / su99 : 0);
@@ -941,7 +929,7 @@ static void usage(FILE *f)
 
 static void cleanup(void)
 {
-	ctl_agentd_stop(&agentd);
+	harness_agentd_stop(&agentd);
 	if (!keep && scratch[0])
 		bench_rmtree(scratch);
 }
@@ -979,8 +967,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	ctl_bindir(bindir, sizeof bindir);
-	ctl_scratch(scratch, sizeof scratch, dir, "bench-supervisor");
+	harness_bindir(bindir, sizeof bindir);
+	harness_scratch(scratch, sizeof scratch, dir, "bench-supervisor");
 	atexit(cleanup);
 
 	char machine[512], fs[512], load0[128], load1[128];

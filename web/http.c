@@ -2,7 +2,7 @@
 #include "web/http.h"
 #include "web/assets.h"
 #include "web/auth.h"
-#include "web/ctl.h"
+#include "client/ctl.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -16,6 +16,7 @@
 
 #define BODY_MAX (256u << 10)   /* a POST body: a decision with its result */
 #define CTL_TIMEOUT_MS 10000
+#define CTL_REPLY_MAX (64u << 20) /* the longest reply line taken: an `events` page of large events */
 #define KEEPALIVE_MS 15000       /* an SSE comment this often keeps proxies from closing the stream */
 #define COOKIE "agentd_web"
 #define PENDING_CONVS_MAX 2000   /* suspended conversations scanned for the pending list */
@@ -139,13 +140,27 @@ static unsigned http_status_of(const char *code)
 	return 502;
 }
 
+/* A connection of its own for each request (agentd answers a connection's
+ * requests in order): a slow reply for one page never delays another's. */
+static int agentd_connect(ctl_conn **cc)
+{
+	int e = ctl_connect(CFG->socket, CTL_TIMEOUT_MS, cc);
+	if (!e)
+		ctl_set_line_max(*cc, CTL_REPLY_MAX);
+	return e;
+}
+
 /* One request to agentd; req is stolen. On success returns the reply (ok
  * true) and the caller decrefs; otherwise answers the HTTP request with the
  * error and returns NULL (*ret holds what to return). */
 static json_t *agentd(struct MHD_Connection *c, json_t *req, enum MHD_Result *ret)
 {
 	json_t *reply = NULL;
-	int e = req ? ctl_request(CFG->socket, req, CTL_TIMEOUT_MS, &reply) : -ENOMEM;
+	ctl_conn *cc = NULL;
+	int e = !req ? -ENOMEM : agentd_connect(&cc);
+	if (!e)
+		e = ctl_request(cc, req, &reply);
+	ctl_close(cc);
 	json_decref(req);
 	if (e) {
 		*ret = send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
@@ -251,7 +266,11 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 			break;
 		}
 	}
-	int e = ctl_pipeline(CFG->socket, reqs, CTL_TIMEOUT_MS, &replies);
+	ctl_conn *cc = NULL;
+	int e = agentd_connect(&cc);
+	if (!e)
+		e = ctl_pipeline(cc, reqs, &replies);
+	ctl_close(cc);
 	json_decref(reqs);
 	if (e)
 		return send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
@@ -428,7 +447,7 @@ static enum MHD_Result api_nodes(struct MHD_Connection *c)
 /* ---- server-sent events over watch ---- */
 
 struct sse {
-	struct ctl_watch w;
+	ctl_conn *w; /* the watch's connection */
 	int client_fd;
 	int ended;
 	char *out;
@@ -494,8 +513,8 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 		s->out_off = s->out_len = 0;
 		if (s->ended)
 			return MHD_CONTENT_READER_END_OF_STREAM;
-		int e = ctl_watch_next(&s->w, KEEPALIVE_MS, s->client_fd, &line, &len);
-		if (e == 0 && sse_puts(s, ": keepalive\n\n"))
+		int e = ctl_watch_next(s->w, KEEPALIVE_MS, s->client_fd, &line, &len);
+		if (e == -ETIMEDOUT && sse_puts(s, ": keepalive\n\n"))
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		if (e == -ECONNRESET) {
 			/* agentd closed the watch: the conversation was deleted,
@@ -503,9 +522,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 			s->ended = 1;
 			if (sse_puts(s, "event: end\ndata: {}\n\n"))
 				return MHD_CONTENT_READER_END_WITH_ERROR;
-		} else if (e < 0) {
+		} else if (e < 0 && e != -ETIMEDOUT) {
 			return MHD_CONTENT_READER_END_WITH_ERROR;
-		} else if (e == 1 && sse_line(s, line, len)) {
+		} else if (e == 0 && sse_line(s, line, len)) {
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		}
 	}
@@ -518,7 +537,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void sse_free(void *cls)
 {
 	struct sse *s = cls;
-	ctl_watch_close(&s->w);
+	ctl_close(s->w);
 	free(s->out);
 	free(s);
 }
@@ -547,8 +566,11 @@ static enum MHD_Result api_watch(struct MHD_Connection *c)
 	json_t *reply = NULL;
 	if (!s)
 		return MHD_NO;
-	int e = ctl_watch_open(CFG->socket, conv, after, (int)runs, CTL_TIMEOUT_MS, &s->w, &reply);
+	int e = agentd_connect(&s->w);
+	if (!e)
+		e = ctl_watch_open(s->w, conv, after, (int)runs, &reply);
 	if (e || !json_is_true(json_object_get(reply, "ok"))) {
+		ctl_close(s->w);
 		free(s);
 		if (e) {
 			json_decref(reply);

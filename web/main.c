@@ -3,8 +3,8 @@
  * talks to agentd only over the control socket, so nothing in its HTTP code
  * can touch the supervisor.
  */
+#include "client/ctl.h"
 #include "web/auth.h"
-#include "web/ctl.h"
 #include "web/http.h"
 
 #include <arpa/inet.h>
@@ -268,7 +268,11 @@ static void web_signals_block(sigset_t *set)
 static void web_agentd_check(const char *socket)
 {
 	json_t *ping = json_pack("{ss}", "op", "ping"), *pong = NULL;
-	int e = ctl_request(socket, ping, 2000, &pong);
+	ctl_conn *c = NULL;
+	int e = !ping ? -ENOMEM : ctl_connect(socket, 2000, &c);
+	if (!e)
+		e = ctl_request(c, ping, &pong);
+	ctl_close(c);
 	if (e)
 		fprintf(stderr, "agentd-web: warning: %s: %s (pages say so until it is)\n", socket, ctl_strerror(e));
 	json_decref(ping);

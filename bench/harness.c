@@ -1,6 +1,6 @@
-/* ctl.c: processes, the control protocol and figures for the process-level
- * benchmarks (ctl.h). */
-#include "bench/ctl.h"
+/* harness.c: processes, the control protocol and figures for the
+ * process-level benchmarks (harness.h). */
+#include "bench/harness.h"
 #include "bench/bench.h"
 
 #include <errno.h>
@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-void ctl_path(char *buf, size_t len, const char *fmt, ...)
+void harness_path(char *buf, size_t len, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -31,17 +31,17 @@ void ctl_path(char *buf, size_t len, const char *fmt, ...)
 
 /* ---- processes ------------------------------------------------------- */
 
-void ctl_scratch(char *buf, size_t len, const char *dir, const char *name)
+void harness_scratch(char *buf, size_t len, const char *dir, const char *name)
 {
 	char real[PATH_MAX];
 	if (!realpath(dir, real))
 		bench_die(dir, -errno);
-	ctl_path(buf, len, "%s/%s.XXXXXX", real, name);
+	harness_path(buf, len, "%s/%s.XXXXXX", real, name);
 	if (!mkdtemp(buf))
 		bench_die(buf, -errno);
 }
 
-void ctl_bindir(char *buf, size_t len)
+void harness_bindir(char *buf, size_t len)
 {
 	char self[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -49,13 +49,13 @@ void ctl_bindir(char *buf, size_t len)
 		bench_die("readlink /proc/self/exe", -errno);
 	self[n] = 0;
 	char *dir = dirname(self);      /* build-bench/bench */
-	ctl_path(buf, len, "%s/..", dir); /* build-bench */
+	harness_path(buf, len, "%s/..", dir); /* build-bench */
 	char real[PATH_MAX];
 	if (realpath(buf, real))
 		snprintf(buf, len, "%s", real);
 }
 
-pid_t ctl_spawn(char *const argv[], const char *logpath)
+pid_t harness_spawn(char *const argv[], const char *logpath)
 {
 	pid_t pid = fork();
 	if (pid < 0)
@@ -78,7 +78,7 @@ pid_t ctl_spawn(char *const argv[], const char *logpath)
 	return pid;
 }
 
-int ctl_reap(pid_t pid, int timeout_ms)
+int harness_reap(pid_t pid, int timeout_ms)
 {
 	int status = 0;
 	for (int waited = 0;; waited++) {
@@ -96,18 +96,18 @@ int ctl_reap(pid_t pid, int timeout_ms)
 
 /* ---- agentd ---------------------------------------------------------- */
 
-void ctl_agentd_start(struct ctl_agentd *a, const char *bindir, const char *dir, const char *config,
+void harness_agentd_start(struct harness_agentd *a, const char *bindir, const char *dir, const char *config,
 		      const char *const *extra)
 {
 	char agentd[PATH_MAX];
-	ctl_path(agentd, sizeof agentd, "%s/agentd", bindir);
-	ctl_path(a->data, sizeof a->data, "%s/data", dir);
-	ctl_path(a->sock, sizeof a->sock, "%s/agentd.sock", dir);
-	ctl_path(a->log, sizeof a->log, "%s/agentd.log", dir);
+	harness_path(agentd, sizeof agentd, "%s/agentd", bindir);
+	harness_path(a->data, sizeof a->data, "%s/data", dir);
+	harness_path(a->sock, sizeof a->sock, "%s/agentd.sock", dir);
+	harness_path(a->log, sizeof a->log, "%s/agentd.log", dir);
 	a->config[0] = 0;
 	bench_mkdir(a->data);
 	if (config) {
-		ctl_path(a->config, sizeof a->config, "%s/agentd.ini", dir);
+		harness_path(a->config, sizeof a->config, "%s/agentd.ini", dir);
 		FILE *f = fopen(a->config, "we");
 		if (!f || fputs(config, f) < 0 || fclose(f) != 0)
 			bench_die(a->config, -errno);
@@ -127,137 +127,86 @@ void ctl_agentd_start(struct ctl_agentd *a, const char *bindir, const char *dir,
 		argv[n++] = (char *)extra[i];
 	argv[n] = NULL;
 	unlink(a->sock);
-	a->pid = ctl_spawn(argv, a->log);
-	struct ctl_conn c;
-	if (ctl_connect(&c, a->sock, 20000) != 0)
+	a->pid = harness_spawn(argv, a->log);
+	ctl_conn *c;
+	if (harness_connect(&c, a->sock, 20000) != 0)
 		bench_fail("agentd did not start listening on %s: see %s", a->sock, a->log);
-	json_decref(ctl_ok(&c, json_pack("{ss}", "op", "ping"), "ping"));
-	ctl_close(&c);
+	json_decref(harness_ok(c, json_pack("{ss}", "op", "ping"), "ping"));
+	ctl_close(c);
 }
 
-void ctl_agentd_stop(struct ctl_agentd *a)
+void harness_agentd_stop(struct harness_agentd *a)
 {
-	struct ctl_conn c;
+	ctl_conn *c;
 	if (a->pid <= 0)
 		return;
-	if (ctl_connect(&c, a->sock, 1000) == 0) {
-		json_decref(ctl_call(&c, json_pack("{ss}", "op", "shutdown")));
-		ctl_close(&c);
+	if (harness_connect(&c, a->sock, 1000) == 0) {
+		json_decref(harness_call(c, json_pack("{ss}", "op", "shutdown")));
+		ctl_close(c);
 	} else {
 		kill(a->pid, SIGTERM);
 	}
-	ctl_reap(a->pid, 30000);
+	harness_reap(a->pid, 30000);
 	a->pid = 0;
 }
 
-/* ---- a synchronous control connection -------------------------------- */
+/* ---- a control connection (client/ctl.h), dying on failure ----------- */
 
-int ctl_connect(struct ctl_conn *c, const char *sock, int timeout_ms)
+int harness_connect(ctl_conn **c, const char *sock, int timeout_ms)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(sock) >= sizeof sa.sun_path)
-		bench_fail("socket path too long for sun_path: %s", sock);
-	strcpy(sa.sun_path, sock);
-	memset(c, 0, sizeof *c);
 	double until = bench_now() + timeout_ms / 1000.0;
 	for (;;) {
-		c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (c->fd < 0)
-			bench_die("socket", -errno);
-		if (connect(c->fd, (struct sockaddr *)&sa, sizeof sa) == 0)
-			break;
-		int e = errno;
-		close(c->fd);
-		c->fd = -1;
-		if ((e != ENOENT && e != ECONNREFUSED && e != EAGAIN) || bench_now() > until)
+		int e = ctl_connect(sock, 0, c);
+		if (e == 0)
+			return 0;
+		if (e == -ENAMETOOLONG)
+			bench_fail("socket path too long for sun_path: %s", sock);
+		if ((e != -ENOENT && e != -ECONNREFUSED && e != -EAGAIN) || bench_now() > until)
 			return -1;
 		usleep(2000);
 	}
-	c->cap = 1 << 16;
-	c->buf = malloc(c->cap);
-	if (!c->buf)
+}
+
+void harness_write(ctl_conn *c, const char *p, size_t n)
+{
+	int e = ctl_write(c, p, n);
+	if (e)
+		bench_die("write to agentd", e);
+}
+
+static _Noreturn void conn_lost(int e)
+{
+	if (e == -ENOMEM)
 		bench_fail("out of memory");
-	return 0;
+	bench_fail("agentd closed the connection (%s)", e == -ECONNRESET ? "EOF" : strerror(-e));
 }
 
-void ctl_close(struct ctl_conn *c)
+const char *harness_read_line(ctl_conn *c, size_t *len)
 {
-	if (c->fd >= 0)
-		close(c->fd);
-	free(c->buf);
-	memset(c, 0, sizeof *c);
-	c->fd = -1;
+	const char *line;
+	int e = ctl_read_line(c, &line, len);
+	if (e)
+		conn_lost(e);
+	return line;
 }
 
-void ctl_write(struct ctl_conn *c, const char *p, size_t n)
+json_t *harness_call(ctl_conn *c, json_t *req)
 {
-	while (n) {
-		ssize_t w = write(c->fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			bench_die("write to agentd", -errno);
-		p += w;
-		n -= (size_t)w;
-	}
-}
-
-char *ctl_read_line(struct ctl_conn *c, size_t *len)
-{
-	for (;;) {
-		char *nl = memchr(c->buf + c->off, '\n', c->len - c->off);
-		if (nl) {
-			char *line = c->buf + c->off;
-			*nl = 0;
-			*len = (size_t)(nl - line);
-			c->off = (size_t)(nl - c->buf) + 1;
-			return line;
-		}
-		/* Keep the partial line at the start, grow when it fills the buffer. */
-		if (c->off) {
-			memmove(c->buf, c->buf + c->off, c->len - c->off);
-			c->len -= c->off;
-			c->off = 0;
-		}
-		if (c->len == c->cap) {
-			c->cap *= 2;
-			c->buf = realloc(c->buf, c->cap);
-			if (!c->buf)
-				bench_fail("out of memory");
-		}
-		ssize_t r = read(c->fd, c->buf + c->len, c->cap - c->len);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			bench_fail("agentd closed the connection (%s)", r < 0 ? strerror(errno) : "EOF");
-		c->len += (size_t)r;
-	}
-}
-
-json_t *ctl_call(struct ctl_conn *c, json_t *req)
-{
+	json_t *r;
 	if (!req)
 		bench_fail("could not build a request");
-	char *s = json_dumps(req, JSON_COMPACT);
+	int e = ctl_request(c, req, &r);
 	json_decref(req);
-	if (!s)
-		bench_fail("out of memory");
-	size_t n = strlen(s);
-	s[n] = '\n'; /* json_dumps leaves room for its NUL: reuse it for the newline */
-	ctl_write(c, s, n + 1);
-	free(s);
-	size_t len;
-	char *line = ctl_read_line(c, &len);
-	json_error_t je;
-	json_t *r = json_loadb(line, len, 0, &je);
-	if (!json_is_object(r))
-		bench_fail("unparsable reply from agentd: %.200s", line);
+	if (e == -EPROTO)
+		bench_fail("unparsable reply from agentd, or none");
+	if (e)
+		conn_lost(e);
 	return r;
 }
 
-json_t *ctl_ok(struct ctl_conn *c, json_t *req, const char *what)
+json_t *harness_ok(ctl_conn *c, json_t *req, const char *what)
 {
-	json_t *r = ctl_call(c, req);
+	json_t *r = harness_call(c, req);
 	if (!json_is_true(json_object_get(r, "ok"))) {
 		char *s = json_dumps(r, JSON_COMPACT);
 		bench_fail("%s: %s", what, s ? s : "error");
@@ -265,41 +214,31 @@ json_t *ctl_ok(struct ctl_conn *c, json_t *req, const char *what)
 	return r;
 }
 
-void ctl_call_many(struct ctl_conn *c, json_t **reqs, size_t n, json_t **out)
+void harness_call_many(ctl_conn *c, json_t **reqs, size_t n, json_t **out)
 {
-	char *all = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&all, &len);
-	if (!f)
+	json_t *all = json_array(), *replies;
+	if (!all)
 		bench_fail("out of memory");
-	for (size_t i = 0; i < n; i++) {
-		char *s = reqs[i] ? json_dumps(reqs[i], JSON_COMPACT) : NULL;
-		if (!s)
+	for (size_t i = 0; i < n; i++)
+		if (!reqs[i] || json_array_append_new(all, reqs[i]))
 			bench_fail("could not build a request");
-		fputs(s, f);
-		fputc('\n', f);
-		free(s);
-		json_decref(reqs[i]);
-	}
-	fclose(f);
-	ctl_write(c, all, len);
-	free(all);
-	for (size_t i = 0; i < n; i++) {
-		size_t ll;
-		char *line = ctl_read_line(c, &ll);
-		json_error_t je;
-		out[i] = json_loadb(line, ll, 0, &je);
-		if (!json_is_object(out[i]))
-			bench_fail("unparsable reply from agentd: %.200s", line);
-	}
+	int e = ctl_pipeline(c, all, &replies);
+	json_decref(all);
+	if (e == -EPROTO)
+		bench_fail("unparsable reply from agentd, or none");
+	if (e)
+		conn_lost(e);
+	for (size_t i = 0; i < n; i++)
+		out[i] = json_incref(json_array_get(replies, i));
+	json_decref(replies);
 }
 
-void ctl_ok_many(struct ctl_conn *c, json_t **reqs, size_t n, json_t **out, const char *what)
+void harness_ok_many(ctl_conn *c, json_t **reqs, size_t n, json_t **out, const char *what)
 {
 	json_t **r = out ? out : calloc(n ? n : 1, sizeof *r);
 	if (!r)
 		bench_fail("out of memory");
-	ctl_call_many(c, reqs, n, r);
+	harness_call_many(c, reqs, n, r);
 	for (size_t i = 0; i < n; i++) {
 		if (!json_is_true(json_object_get(r[i], "ok"))) {
 			char *s = json_dumps(r[i], JSON_COMPACT);
@@ -314,7 +253,7 @@ void ctl_ok_many(struct ctl_conn *c, json_t **reqs, size_t n, json_t **out, cons
 
 /* ---- figures --------------------------------------------------------- */
 
-int64_t ctl_wall_us(void)
+int64_t harness_wall_us(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -327,7 +266,7 @@ static int cmp_dbl(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-double ctl_pct(double *v, size_t n, double p)
+double harness_pct(double *v, size_t n, double p)
 {
 	if (n == 0)
 		return 0;
@@ -362,7 +301,7 @@ static long field_kib(const char *path, const char *const names[], int nnames)
 	return found ? total : -1;
 }
 
-long ctl_private_kib(pid_t pid)
+long harness_private_kib(pid_t pid)
 {
 	static const char *const names[] = { "Private_Clean", "Private_Dirty" };
 	char path[64];
@@ -370,7 +309,7 @@ long ctl_private_kib(pid_t pid)
 	return field_kib(path, names, 2);
 }
 
-long ctl_mem_available_kib(void)
+long harness_mem_available_kib(void)
 {
 	static const char *const names[] = { "MemAvailable" };
 	return field_kib("/proc/meminfo", names, 1);
@@ -379,13 +318,14 @@ long ctl_mem_available_kib(void)
 /* ---- a closed loop of many clients ----------------------------------- */
 
 struct load_conn {
+	ctl_conn *conn; /* its socket read and written directly: no buffer of the library's */
 	int fd, idx;
 	double sent; /* when the outstanding request was written */
 	size_t len;
 	char buf[8192];
 };
 
-static void load_write(struct load_conn *c, ctl_line_fn fn, void *arg)
+static void load_write(struct load_conn *c, harness_line_fn fn, void *arg)
 {
 	char line[512];
 	size_t n = fn(c->idx, line, sizeof line, arg);
@@ -402,7 +342,7 @@ static void load_write(struct load_conn *c, ctl_line_fn fn, void *arg)
 	}
 }
 
-struct ctl_load_fig ctl_load(const char *const *socks, int nsocks, int clients, long nreq, ctl_line_fn fn,
+struct harness_load_fig harness_load(const char *const *socks, int nsocks, int clients, long nreq, harness_line_fn fn,
 			     void *arg)
 {
 	struct load_conn *cs = calloc((size_t)clients, sizeof *cs);
@@ -412,12 +352,9 @@ struct ctl_load_fig ctl_load(const char *const *socks, int nsocks, int clients, 
 	if (!cs || !lat || !evs || ep < 0 || nsocks < 1)
 		bench_fail("out of memory");
 	for (int i = 0; i < clients; i++) {
-		struct ctl_conn cc;
-		if (ctl_connect(&cc, socks[i % nsocks], 5000))
+		if (harness_connect(&cs[i].conn, socks[i % nsocks], 5000))
 			bench_fail("cannot connect to agentd on %s", socks[i % nsocks]);
-		cs[i].fd = cc.fd;
-		cc.fd = -1;
-		ctl_close(&cc);
+		cs[i].fd = ctl_fd(cs[i].conn);
 		cs[i].idx = i;
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &cs[i] };
 		if (epoll_ctl(ep, EPOLL_CTL_ADD, cs[i].fd, &ev) < 0)
@@ -457,10 +394,10 @@ struct ctl_load_fig ctl_load(const char *const *socks, int nsocks, int clients, 
 		}
 	}
 	double elapsed = bench_now() - t0;
-	struct ctl_load_fig fg = { (double)nreq / elapsed, ctl_pct(lat, (size_t)nreq, 50) * 1e3,
-				   ctl_pct(lat, (size_t)nreq, 99) * 1e3 };
+	struct harness_load_fig fg = { (double)nreq / elapsed, harness_pct(lat, (size_t)nreq, 50) * 1e3,
+				   harness_pct(lat, (size_t)nreq, 99) * 1e3 };
 	for (int i = 0; i < clients; i++)
-		close(cs[i].fd);
+		ctl_close(cs[i].conn);
 	close(ep);
 	free(cs);
 	free(lat);
@@ -468,7 +405,7 @@ struct ctl_load_fig ctl_load(const char *const *socks, int nsocks, int clients, 
 	return fg;
 }
 
-double ctl_cpu_seconds(pid_t pid)
+double harness_cpu_seconds(pid_t pid)
 {
 	char path[64], buf[1024];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
