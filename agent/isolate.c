@@ -33,13 +33,17 @@ static char *worker_var(const char *key)
 	return NULL;
 }
 
+/* PATH, HOME and LANG: what a program expects to find, none of them a
+ * secret. Not AGENTD_*: agentd's own settings (AGENTD_STORE, a store's
+ * connection string, among them) are the worker's, not its children's;
+ * the two a child is owed come from the caller (add). */
 static int base_var(const char *s)
 {
 	static const char *const keep[] = { "PATH=", "HOME=", "LANG=" };
 	for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
 		if (!strncmp(s, keep[i], strlen(keep[i])))
 			return 1;
-	return !strncmp(s, "AGENTD_", 7);
+	return 0;
 }
 
 /* Put s into e (n used), replacing a variable of the same name. */

@@ -3,9 +3,10 @@
  * (struct isolate_cfg, common/config.h; docs/tools.md "Isolation").
  *
  * Every process the worker starts gets a minimal environment, never the
- * worker's whole one: PATH, HOME, LANG and every AGENTD_* variable of the
- * worker, then what the configuration's `env` allows or sets, then what the
- * caller adds (AGENTD_TOOL_CALL_ID, AGENTD_CONVERSATION). Between fork and
+ * worker's whole one: PATH, HOME and LANG of the worker (PATH a default
+ * when it has none), then what the configuration's `env` allows or sets,
+ * then what the caller adds (AGENTD_CONVERSATION; AGENTD_TOOL_CALL_ID for
+ * a tool). No other AGENTD_* variable of the worker is passed on. Between fork and
  * exec the child lowers its limits (setrlimit) and, when a user or group is
  * configured, drops to it: setgroups, then setgid, then setuid (after setuid
  * the process could no longer change its groups).

@@ -1,4 +1,5 @@
-"""Tool and model isolation (docs/tools.md "Isolation"): the minimal environment with its allowlist, the user a
+"""Tool and model isolation (docs/tools.md "Isolation"): the minimal environment with its allowlist (and none of
+agentd's own AGENTD_* variables), the user a
 tool runs as (agentd runs as root on CI; the tests that need root are skipped otherwise), and the limits a tool
 is killed at, each seen as the tool_result a model would get."""
 import json
@@ -53,7 +54,7 @@ elif what == "files":
 ENV_MODEL = harness.write_script(SCRIPTS, "env_model.py", r'''
 import json, os, sys
 json.load(sys.stdin)
-print(json.dumps({"text": json.dumps(sorted(k for k in os.environ if k.startswith("ISO_")))}))
+print(json.dumps({"text": json.dumps(dict(os.environ))}))
 ''')
 
 CONFIG = f"""
@@ -90,7 +91,9 @@ TOOLS = ["env_open", "env_allowed", "connect", "connect_nobody", "whoami_nobody"
 
 
 def start():
-    env = dict(os.environ, ISO_SECRET="do-not-leak", ISO_ALLOWED="allowed-value", LANG="C.UTF-8")
+    # AGENTD_TEST_SECRET: a variable of agentd's own kind, which no tool or model may see either.
+    env = dict(os.environ, ISO_SECRET="do-not-leak", ISO_ALLOWED="allowed-value", LANG="C.UTF-8",
+               AGENTD_TEST_SECRET="xyz")
     env.pop("ISO_UNSET_ALLOWED", None)
     a = Agentd(config=CONFIG, env=env)
     c = a.create(settings={"model": "echo", "tools": TOOLS})
@@ -114,14 +117,15 @@ def test_environment_is_minimal():
         assert "ISO_SECRET" not in env and "ISO_ALLOWED" not in env, env
         assert env["LANG"] == "C.UTF-8" and env["PATH"] and env["HOME"], env
         assert env["AGENTD_TOOL_CALL_ID"] == r["tool_call_id"] and env["AGENTD_CONVERSATION"] == c, env
-        # Nothing else: a variable the worker has but nobody allowed would show here.
-        allowed = {"PATH", "HOME", "LANG"}
-        assert not [k for k in env if k not in allowed and not k.startswith("AGENTD_")], env
+        # Nothing else: a variable the worker has but nobody allowed would show here (AGENTD_TEST_SECRET,
+        # AGENTD_STORE under PostgreSQL).
+        assert set(env) == {"PATH", "HOME", "LANG", "AGENTD_TOOL_CALL_ID", "AGENTD_CONVERSATION"}, env
         r = call(a, c, "env_allowed")
         env = r["result"]["env"]
         assert env["ISO_ALLOWED"] == "allowed-value", env
         assert env["ISO_SET"] == "set by the configuration", env
         assert "ISO_UNSET_ALLOWED" not in env and "ISO_SECRET" not in env, env
+        assert "AGENTD_TEST_SECRET" not in env, env
 
 
 def test_model_environment_is_minimal():
@@ -130,7 +134,11 @@ def test_model_environment_is_minimal():
         a.ok({"op": "update", "conversation": c, "settings": {"model": "env_model"}})
         a.send(c, "which variables?")
         ev = wait_for(lambda: a.events(c, type="assistant_msg"), 10, "the model's answer")
-        assert json.loads(ev[0]["content"]["text"]) == ["ISO_ALLOWED"], ev
+        env = json.loads(ev[0]["content"]["text"])
+        assert env["ISO_ALLOWED"] == "allowed-value" and env["AGENTD_CONVERSATION"] == c, env
+        assert env["LANG"] == "C.UTF-8" and env["PATH"] and env["HOME"], env
+        # Not AGENTD_TEST_SECRET, not ISO_SECRET, not AGENTD_TOOL_CALL_ID (a model is no tool call).
+        assert set(env) == {"PATH", "HOME", "LANG", "AGENTD_CONVERSATION", "ISO_ALLOWED"}, env
 
 
 def test_other_user_cannot_reach_agentd():
