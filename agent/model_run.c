@@ -3,6 +3,7 @@
  * run here (or the echo model), an HTTP kind through agentd-model.
  */
 #include "agent/model_run.h"
+#include "agent/isolate.h"
 #include "agent/render.h"
 #include "agent/wipc.h"
 #include "agent/wstore.h"
@@ -141,20 +142,20 @@ static int model_attempt(struct worker *w, const struct model_cfg *mc, const jso
 		exit(0);
 	}
 	int ok = 0;
-	if (rc < 0 && rc != -ECANCELED && rc != 2)
-		snprintf(mr->err, sizeof mr->err, "cannot run model %s: %s", mc->name, strerror(-rc));
-	else if (rc == 2)
+	char why[300];
+	if (rc < 0 && rc != -ECANCELED && rc != 2) {
+		isolate_strerror(rc, why, sizeof why);
+		snprintf(mr->err, sizeof mr->err, "cannot run model %s: %s", mc->name, why);
+	} else if (rc == 2)
 		; /* err set by on_model_line */
 	else if (r.timed_out)
 		snprintf(mr->err, sizeof mr->err, "model %s timed out after %lld ms", mc->name, (long long)mc->timeout_ms);
 	else if (r.out_overflow)
 		snprintf(mr->err, sizeof mr->err, "model %s wrote more than %zu bytes", mc->name, w->cfg.model_out_cap);
 	else if (!r.exited || r.status != 0) {
-		char end[300];
-		end_text(&r, end, sizeof end);
-		snprintf(mr->err, sizeof mr->err, "model %s %s", mc->name, end);
-	}
-	else if (!mr->have_final)
+		end_text(&r, why, sizeof why);
+		snprintf(mr->err, sizeof mr->err, "model %s %s", mc->name, why);
+	} else if (!mr->have_final)
 		snprintf(mr->err, sizeof mr->err, "model %s printed no final line", mc->name);
 	else
 		ok = 1;
@@ -297,9 +298,10 @@ static int model_helper_run(struct worker *w, const struct model_cfg *mc, char *
 	char end[300];
 	if (mr->failed && rc == 0 && r.exited && r.status == 0)
 		; /* err holds the helper's message */
-	else if (rc < 0)
-		snprintf(mr->err, sizeof mr->err, "cannot run %s: %s", argv[0], strerror(-rc));
-	else if (rc == 2)
+	else if (rc < 0) {
+		isolate_strerror(rc, end, sizeof end);
+		snprintf(mr->err, sizeof mr->err, "cannot run %s: %s", argv[0], end);
+	} else if (rc == 2)
 		; /* err set by on_model_line */
 	else if (r.timed_out)
 		snprintf(mr->err, sizeof mr->err, "model %s: no answer within %lld ms", mc->name,

@@ -51,6 +51,17 @@ elif what == "files":
     print("opened", len(fs))
 ''')
 
+# Connects to 127.0.0.1:PORT: what a tool could do to any service on the machine.
+TCP_TOOL = harness.write_script(SCRIPTS, "tcp_tool.py", r'''
+import json, socket, sys
+port = json.load(sys.stdin)["args"]["port"]
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    print(json.dumps({"connected": True}))
+except OSError as e:
+    print(json.dumps({"connected": False, "errno": e.errno, "strerror": e.strerror}))
+''')
+
 ENV_MODEL = harness.write_script(SCRIPTS, "env_model.py", r'''
 import json, os, sys
 json.load(sys.stdin)
@@ -74,6 +85,11 @@ user = nobody
 [tool.whoami_nobody]
 command = {SYSTEM_PY} {ENV_TOOL}
 user = nobody
+[tool.tcp]
+command = {TCP_TOOL}
+[tool.tcp_none]
+command = {TCP_TOOL}
+network = none
 [tool.hog_memory]
 command = {HOG_TOOL}
 rlimit_as = 256m
@@ -87,7 +103,7 @@ rlimit_nofile = 64
 """
 
 TOOLS = ["env_open", "env_allowed", "connect", "connect_nobody", "whoami_nobody", "hog_memory", "hog_cpu",
-         "hog_files"]
+         "hog_files", "tcp", "tcp_none"]
 
 
 def start():
@@ -139,6 +155,28 @@ def test_model_environment_is_minimal():
         assert env["LANG"] == "C.UTF-8" and env["PATH"] and env["HOME"], env
         # Not AGENTD_TEST_SECRET, not ISO_SECRET, not AGENTD_TOOL_CALL_ID (a model is no tool call).
         assert set(env) == {"PATH", "HOME", "LANG", "AGENTD_CONVERSATION", "ISO_ALLOWED"}, env
+
+
+def test_network_none_cannot_connect():
+    """network = none: the tool runs in an empty network namespace; a loopback listener the same tool reaches
+    with the default (host) is unreachable. Where the kernel refuses the namespace the call is a clear error,
+    never a run with the network."""
+    import socket
+    a, c = start()
+    with a, socket.socket() as ls:
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(4)
+        port = ls.getsockname()[1]
+        r = call(a, c, "tcp", {"port": port})
+        assert r["status"] == "resolved" and r["result"]["connected"] is True, r
+        r = call(a, c, "tcp_none", {"port": port})
+        if r["status"] == "errored":
+            assert r["result"]["error"] == "cannot run the tool without a network (network = none)", r
+            assert r["result"]["reason"].startswith("cannot make its network namespace (network = none): "), r
+            print("note: this kernel refuses a network namespace: checked the clear error instead")
+        else:
+            assert r["status"] == "resolved" and r["result"]["connected"] is False, r
+            assert r["result"]["errno"] in (101, 111), r  # ENETUNREACH (lo down), ECONNREFUSED
 
 
 def test_other_user_cannot_reach_agentd():
