@@ -3,12 +3,15 @@
  * (struct isolate_cfg, common/config.h; docs/tools.md "Isolation").
  *
  * Every process the worker starts gets a minimal environment, never the
- * worker's whole one: PATH, HOME, LANG and every AGENTD_* variable of the
- * worker, then what the configuration's `env` allows or sets, then what the
- * caller adds (AGENTD_TOOL_CALL_ID, AGENTD_CONVERSATION). Between fork and
+ * worker's whole one: PATH, HOME and LANG of the worker (PATH a default
+ * when it has none), then what the configuration's `env` allows or sets,
+ * then what the caller adds (AGENTD_CONVERSATION; AGENTD_TOOL_CALL_ID for
+ * a tool). No other AGENTD_* variable of the worker is passed on. Between fork and
  * exec the child lowers its limits (setrlimit) and, when a user or group is
  * configured, drops to it: setgroups, then setgid, then setuid (after setuid
- * the process could no longer change its groups).
+ * the process could no longer change its groups). With network = none it
+ * first enters a new, empty network namespace (no_network in isolate.c):
+ * a command never runs with the network it was configured without.
  *
  * Caveats:
  *  - isolate_child is for the child between fork and exec: it only makes
@@ -38,8 +41,19 @@
  */
 int isolate_env(const struct isolate_cfg *iso, const char *const *add, char ***envp);
 
-/* In the child: limits, then groups, group and user. 0 or -errno. iso may be NULL. */
+/* isolate_child's code for a network namespace the kernel refused:
+ * ISOLATE_ENETNS - errno (isolate_strerror says which). */
+#define ISOLATE_ENETNS (-0x10000)
+
+/* In the child: limits, then the network namespace (network = none), then
+ * groups, group and user. 0, -errno, or ISOLATE_ENETNS - errno. iso may be
+ * NULL. */
 int isolate_child(const struct isolate_cfg *iso);
+
+/* What a negative code of proc_run or proc_spawn (isolate_child's codes
+ * included) means, into buf: strerror's text, or "cannot make its network
+ * namespace (network = none): REASON". Returns 0. */
+int isolate_strerror(int rc, char *buf, size_t len);
 
 /*
  * Why a process that failed may have met its limits, for the error result

@@ -1,5 +1,6 @@
 /* mcp.c: MCP servers over stdio, as tools (see mcp.h). */
 #include "agent/mcp.h"
+#include "agent/isolate.h"
 #include "agent/jsonb.h"
 #include "agent/proc.h"
 #include "common/cmdline.h"
@@ -585,7 +586,7 @@ static int srv_start(mcp_set *s, struct server *sv, const struct mcp_watch *w)
 			snprintf(d, sizeof d, "cannot run it as %s %s (agentd is not root?): %s", iso->user ? "user" : "group",
 				 iso->user ? iso->user : iso->group, strerror(-e));
 		else
-			snprintf(d, sizeof d, "%s", strerror(-e));
+			isolate_strerror(e, d, sizeof d);
 		set_why(sv, "MCP server %s cannot start: %s", d);
 		goto fail;
 	}

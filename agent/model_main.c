@@ -3,7 +3,11 @@
  * kind openai or anthropic model (model.h): libcurl and its TLS stack load
  * here, not in every worker revival.
  *
- *   agentd-model --config FILE --model NAME < request.json
+ *   agentd-model --config FILE --model NAME [--retries N] < request.json
+ *
+ * --retries: at most N retries, never more than the model's own `retries`
+ * (the worker passes what is left of them after a run of this program was
+ * killed).
  *
  * stdout: {"delta"} lines as the answer streams, then one final line
  * ({"text", "tool_calls", "usage", "attempts"}, or {"failed", "attempts"});
@@ -116,17 +120,26 @@ int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "config", required_argument, 0, 'C' }, { "model", required_argument, 0, 'm' },
-		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "retries", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
 	const char *config = NULL, *name = NULL;
+	long retries = -1;
+	char *endp;
 	int c;
 	jsonmp_alloc_init(); /* before any JSON is read: jsonmp_loadb sees every failed allocation */
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'C': config = optarg; break;
 		case 'm': name = optarg; break;
+		case 'r':
+			retries = strtol(optarg, &endp, 10);
+			if (*optarg < '0' || *optarg > '9' || *endp || retries > 100) {
+				fprintf(stderr, "agentd-model: --retries takes 0 to 100\n");
+				return 2;
+			}
+			break;
 		case 'h':
-			printf("usage: agentd-model --config FILE --model NAME < request.json\n"
+			printf("usage: agentd-model --config FILE --model NAME [--retries N] < request.json\n"
 			       "Makes one call of an HTTP model (kind openai or anthropic); run by agentd-worker.\n");
 			return 0;
 		default: return 2;
@@ -146,12 +159,16 @@ int main(int argc, char **argv)
 		config_free(&cfg);
 		return 2;
 	}
-	const struct model_cfg *mc = config_model(&cfg, name);
-	if (!mc || mc->kind == MODEL_EXEC) {
+	const struct model_cfg *found = config_model(&cfg, name);
+	if (!found || found->kind == MODEL_EXEC) {
 		fprintf(stderr, "agentd-model: %s is not a model of kind openai or anthropic in %s\n", name, config);
 		config_free(&cfg);
 		return 2;
 	}
+	struct model_cfg m = *found; /* borrows found's strings: cfg outlives it */
+	if (retries >= 0 && retries < m.retries)
+		m.retries = (int)retries;
+	const struct model_cfg *mc = &m;
 	json_t *req = NULL;
 	int rc = read_request(&req);
 	if (rc) {

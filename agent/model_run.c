@@ -3,6 +3,7 @@
  * run here (or the echo model), an HTTP kind through agentd-model.
  */
 #include "agent/model_run.h"
+#include "agent/isolate.h"
 #include "agent/render.h"
 #include "agent/wipc.h"
 #include "agent/wstore.h"
@@ -70,6 +71,29 @@ static int on_model_watch(void *arg)
 	return 0;
 }
 
+/* How a command ended, for an error: "exited with status 3: <stderr's
+ * tail>" or "killed by signal 9", the tail (trailing blanks cut) only when
+ * there is one: never a dangling separator. */
+static void end_text(const struct proc_result *r, char *buf, size_t len)
+{
+	size_t n = r->err ? r->err_len : 0;
+	while (n > 0 && (r->err[n - 1] == '\n' || r->err[n - 1] == ' ' || r->err[n - 1] == '\t' || r->err[n - 1] == '\r'))
+		n--;
+	int k = snprintf(buf, len, "%s %d", r->exited ? "exited with status" : "killed by signal",
+			 r->exited ? r->status : r->sig);
+	if (n > 0 && k > 0 && (size_t)k < len)
+		snprintf(buf + k, len - (size_t)k, ": %.*s", (int)(n > 200 ? 200 : n), r->err);
+}
+
+/* Wait before retry i + 1 (200 ms more each time), still listening for
+ * stop: told to stop, exits 0 (the turn is re-run on revival). */
+static void retry_backoff(struct worker *w, int i)
+{
+	struct pollfd p = { w->ipc, POLLIN, 0 };
+	if (poll(&p, 1, 200 * (i + 1)) > 0 && wipc_drain(w))
+		exit(0);
+}
+
 /* One attempt. 0 with mr->final, -EIO with mr->err; exits when told to stop. */
 static int model_attempt(struct worker *w, const struct model_cfg *mc, const json_t *req, struct model_run *mr,
 			 int64_t *latency)
@@ -118,18 +142,20 @@ static int model_attempt(struct worker *w, const struct model_cfg *mc, const jso
 		exit(0);
 	}
 	int ok = 0;
-	if (rc < 0 && rc != -ECANCELED && rc != 2)
-		snprintf(mr->err, sizeof mr->err, "cannot run model %s: %s", mc->name, strerror(-rc));
-	else if (rc == 2)
+	char why[300];
+	if (rc < 0 && rc != -ECANCELED && rc != 2) {
+		isolate_strerror(rc, why, sizeof why);
+		snprintf(mr->err, sizeof mr->err, "cannot run model %s: %s", mc->name, why);
+	} else if (rc == 2)
 		; /* err set by on_model_line */
 	else if (r.timed_out)
 		snprintf(mr->err, sizeof mr->err, "model %s timed out after %lld ms", mc->name, (long long)mc->timeout_ms);
 	else if (r.out_overflow)
 		snprintf(mr->err, sizeof mr->err, "model %s wrote more than %zu bytes", mc->name, w->cfg.model_out_cap);
-	else if (!r.exited || r.status != 0)
-		snprintf(mr->err, sizeof mr->err, "model %s %s %d: %.200s", mc->name,
-			 r.exited ? "exited with status" : "killed by signal", r.exited ? r.status : r.sig, r.err ? r.err : "");
-	else if (!mr->have_final)
+	else if (!r.exited || r.status != 0) {
+		end_text(&r, why, sizeof why);
+		snprintf(mr->err, sizeof mr->err, "model %s %s", mc->name, why);
+	} else if (!mr->have_final)
 		snprintf(mr->err, sizeof mr->err, "model %s printed no final line", mc->name);
 	else
 		ok = 1;
@@ -218,16 +244,18 @@ static int model_helper_env(struct worker *w, const struct model_cfg *mc, char *
 	return e;
 }
 
-/* Log each failed attempt, and make the audit row: what was sent (rendered
- * here as the helper did) and every attempt. */
+/* Log each failed attempt of mr->attempts from index from on (those the
+ * last run of agentd-model reported; an interrupted run's was logged when
+ * it ended), and make the audit row: what was sent (rendered here as the
+ * helper did) and every attempt. */
 static void model_attempts_done(struct worker *w, const struct model_cfg *mc, const json_t *req,
-				struct model_run *mr)
+				struct model_run *mr, size_t from)
 {
 	size_t i;
 	json_t *a;
 	json_array_foreach(mr->attempts, i, a) {
 		const char *e = json_string_value(json_object_get(a, "error"));
-		if (!e)
+		if (i < from || !e)
 			continue;
 		json_int_t wait = json_integer_value(json_object_get(a, "wait_ms"));
 		if (wait > 0)
@@ -236,8 +264,6 @@ static void model_attempts_done(struct worker *w, const struct model_cfg *mc, co
 		else
 			log_warn("%s: model %s attempt %zu of %d failed: %s", w->conv, mc->name, i + 1, mc->retries + 1, e);
 	}
-	/* The audit row: what was sent (rendered here as the helper did) and
-	 * every attempt. */
 	char url[512];
 	model_url(mc, url, sizeof url);
 	json_t *body = model_api_of(mc)->body(mc, req);
@@ -247,42 +273,19 @@ static void model_attempts_done(struct worker *w, const struct model_cfg *mc, co
 	mr->attempts = NULL;
 }
 
-/* A kind openai or anthropic model: one run of agentd-model, which makes
- * the attempts (model.h); each is in the audit row (mr->audit) and the log.
- * The attempts made in mr->tries; mr->err empty on success. */
-static void model_run_http(struct worker *w, const struct model_cfg *mc, const json_t *req, struct model_run *mr,
-			   int64_t *latency)
+/* One run of agentd-model (argv) with at most retries retries of its own:
+ * mr's answer or err, and the attempts it reported in mr->attempts.
+ * Returns 1 when it was killed by a signal that is not the worker's (kill
+ * -9, a crash): it reported nothing, and its one attempt was interrupted;
+ * else 0. Exits when told to stop. */
+static int model_helper_run(struct worker *w, const struct model_cfg *mc, char **argv, struct proc_opts *o,
+			    struct model_run *mr, int64_t *latency)
 {
-	memset(mr, 0, sizeof *mr);
-	mr->watch.w = w;
-	if (!w->cfg.path) {
-		snprintf(mr->err, sizeof mr->err, "model %s: no configuration file to give agentd-model", mc->name);
-		mr->tries = 1;
-		return;
-	}
-	char *argv[] = { (char *)model_helper(), "--config", w->cfg.path, "--model", mc->name, NULL };
-	char *input = jsonmp_dumps(req, JSON_COMPACT, 0, NULL);
-	char *envs[16] = { 0 };
-	size_t ne = 0;
-	if (model_helper_env(w, mc, envs, &ne) || !input) {
-		for (size_t i = 0; i < ne; i++)
-			free(envs[i]);
-		free(input);
-		snprintf(mr->err, sizeof mr->err, "model %s: out of memory", mc->name);
-		mr->tries = 1;
-		return;
-	}
-	struct proc_opts o = {
-		.env_add = (const char *const *)envs, .iso = &mc->iso, .input = input,
-		.input_len = input ? strlen(input) : 0,
-		.timeout_ms = model_call_budget(mc), .out_cap = w->cfg.model_out_cap, .on_line = on_http_line,
-		.arg = mr, .watch_fd = w->ipc, .on_watch = on_model_watch, .on_start = wipc_on_start,
-	};
+	model_reply_free(&mr->final);
+	mr->have_final = mr->failed = 0;
+	mr->err[0] = 0;
 	struct proc_result r;
-	int rc = wstore_run_command(w, argv, &o, &r);
-	free(input);
-	for (size_t i = 0; i < ne; i++)
-		free(envs[i]);
+	int rc = wstore_run_command(w, argv, o, &r);
 	*latency = r.elapsed_ms;
 	if (mr->watch.stop || rc == -ECANCELED) {
 		proc_result_free(&r);
@@ -291,23 +294,26 @@ static void model_run_http(struct worker *w, const struct model_cfg *mc, const j
 		log_info("%s: stopped during a model call; the turn is re-run on revival", w->conv);
 		exit(0);
 	}
-	int attempts = mr->attempts ? (int)json_array_size(mr->attempts) : 1;
+	int killed = 0;
+	char end[300];
 	if (mr->failed && rc == 0 && r.exited && r.status == 0)
 		; /* err holds the helper's message */
-	else if (rc < 0)
-		snprintf(mr->err, sizeof mr->err, "cannot run %s: %s", argv[0], strerror(-rc));
-	else if (rc == 2)
+	else if (rc < 0) {
+		isolate_strerror(rc, end, sizeof end);
+		snprintf(mr->err, sizeof mr->err, "cannot run %s: %s", argv[0], end);
+	} else if (rc == 2)
 		; /* err set by on_model_line */
 	else if (r.timed_out)
 		snprintf(mr->err, sizeof mr->err, "model %s: no answer within %lld ms", mc->name,
 			 (long long)model_call_budget(mc));
 	else if (r.out_overflow)
 		snprintf(mr->err, sizeof mr->err, "model %s wrote more than %zu bytes", mc->name, w->cfg.model_out_cap);
-	else if (!r.exited || r.status != 0)
-		snprintf(mr->err, sizeof mr->err, "%s %s %d: %.200s", argv[0], r.exited ? "exited with status" : "killed by signal",
-			 r.exited ? r.status : r.sig, r.err ? r.err : "");
-	else if (!mr->have_final)
-		snprintf(mr->err, sizeof mr->err, "%s printed no final line", argv[0]);
+	else if (!r.exited || r.status != 0) {
+		end_text(&r, end, sizeof end);
+		snprintf(mr->err, sizeof mr->err, "model %s: agentd-model %s", mc->name, end);
+		killed = !r.exited && !mr->have_final && !mr->failed;
+	} else if (!mr->have_final)
+		snprintf(mr->err, sizeof mr->err, "model %s: agentd-model printed no final line", mc->name);
 	proc_result_free(&r);
 	if (mr->err[0]) {
 		model_reply_free(&mr->final);
@@ -317,9 +323,82 @@ static void model_run_http(struct worker *w, const struct model_cfg *mc, const j
 		json_t *last = json_array_get(mr->attempts, json_array_size(mr->attempts) - 1);
 		*latency = json_integer_value(json_object_get(last, "elapsed_ms"));
 	}
-	model_attempts_done(w, mc, req, mr);
-	mr->tries = attempts;
+	return killed;
 }
+
+/* A kind openai or anthropic model: runs of agentd-model, which makes the
+ * attempts (model.h); each is in the audit row (mr->audit) and the log. A
+ * run killed by a signal (kill -9 of agentd-model, a crash) is one
+ * interrupted attempt, retried like an exec model's with what is left of
+ * mc->retries (passed to the next run as --retries): it printed no final
+ * line, so its usage is never counted. The attempts made in mr->tries;
+ * mr->err empty on success. */
+static void model_run_http(struct worker *w, const struct model_cfg *mc, const json_t *req, struct model_run *mr,
+			   int64_t *latency)
+{
+	memset(mr, 0, sizeof *mr);
+	mr->watch.w = w;
+	mr->tries = 1;
+	if (!w->cfg.path) {
+		snprintf(mr->err, sizeof mr->err, "model %s: no configuration file to give agentd-model", mc->name);
+		return;
+	}
+	char left[16];
+	char *argv[] = { (char *)model_helper(), "--config", w->cfg.path, "--model", mc->name, "--retries", left, NULL };
+	char *input = jsonmp_dumps(req, JSON_COMPACT, 0, NULL);
+	json_t *all = json_array(); /* every attempt of every run */
+	char *envs[16] = { 0 };
+	size_t ne = 0;
+	if (model_helper_env(w, mc, envs, &ne) || !input || !all) {
+		for (size_t i = 0; i < ne; i++)
+			free(envs[i]);
+		free(input);
+		json_decref(all);
+		snprintf(mr->err, sizeof mr->err, "model %s: out of memory", mc->name);
+		return;
+	}
+	struct proc_opts o = {
+		.env_add = (const char *const *)envs, .iso = &mc->iso, .input = input,
+		.input_len = input ? strlen(input) : 0,
+		.timeout_ms = model_call_budget(mc), .out_cap = w->cfg.model_out_cap, .on_line = on_http_line,
+		.arg = mr, .watch_fd = w->ipc, .on_watch = on_model_watch, .on_start = wipc_on_start,
+	};
+	int used = 0, oom = 0, killed;
+	for (;;) {
+		snprintf(left, sizeof left, "%d", mc->retries - used);
+		if (!(killed = model_helper_run(w, mc, argv, &o, mr, latency)))
+			break;
+		used++;
+		int retry = used <= mc->retries;
+		int64_t wait = retry ? 200 * used : 0;
+		oom |= json_array_append_new(all, json_pack("{sisIsIss}", "status", 0, "elapsed_ms", (json_int_t)*latency,
+							   "wait_ms", (json_int_t)wait, "error", mr->err));
+		if (!retry) {
+			log_warn("%s: model %s attempt %d of %d interrupted: %s", w->conv, mc->name, used, mc->retries + 1,
+				 mr->err);
+			break;
+		}
+		log_warn("%s: model %s attempt %d of %d interrupted: %s; retrying in %lld ms", w->conv, mc->name, used,
+			 mc->retries + 1, mr->err, (long long)wait);
+		retry_backoff(w, used - 1);
+	}
+	free(input);
+	for (size_t i = 0; i < ne; i++)
+		free(envs[i]);
+	/* The last run's own attempts; one when it reported none (it could
+	 * not start, or exited without its final line). */
+	size_t from = json_array_size(all);
+	int unreported = !killed && !mr->attempts;
+	if (mr->attempts)
+		oom |= json_array_extend(all, mr->attempts);
+	json_decref(mr->attempts);
+	mr->attempts = all;
+	if (oom && !mr->err[0]) /* never an answer whose attempts went unrecorded */
+		snprintf(mr->err, sizeof mr->err, "model %s: out of memory recording its attempts", mc->name);
+	mr->tries = (int)json_array_size(all) + unreported;
+	model_attempts_done(w, mc, req, mr, from);
+}
+
 
 /* Run with retries: the attempts made in mr->tries; mr->err empty on
  * success. A new model kind that is not an HTTP API (those are run by
@@ -340,12 +419,8 @@ static void model_run_attempts(struct worker *w, const struct model_cfg *mc, con
 			return;
 		}
 		log_warn("%s: model attempt %d of %d failed: %s", w->conv, attempts, mc->retries + 1, mr->err);
-		if (i < mc->retries) {
-			/* Back off a little, still listening for stop. */
-			struct pollfd p = { w->ipc, POLLIN, 0 };
-			if (poll(&p, 1, 200 * (i + 1)) > 0 && wipc_drain(w))
-				exit(0);
-		}
+		if (i < mc->retries)
+			retry_backoff(w, i);
 	}
 	mr->tries = attempts;
 }

@@ -170,8 +170,12 @@ static json_t *tool_result(const struct tool_cfg *tc, int rc, const struct proc_
 	json_t *res = NULL;
 	*status = STORE_TC_ERRORED;
 	if (rc < 0) {
-		res = json_pack("{ssss}", "error", "cannot run the tool", "reason", strerror(-rc));
-		if (rc == -EPERM && (tc->iso.user || tc->iso.group))
+		char why[200];
+		isolate_strerror(rc, why, sizeof why);
+		res = json_pack("{ssss}", "error", "cannot run the tool", "reason", why);
+		if (rc <= ISOLATE_ENETNS)
+			json_object_set_new(res, "error", json_string("cannot run the tool without a network (network = none)"));
+		else if (rc == -EPERM && (tc->iso.user || tc->iso.group))
 			json_object_set_new(res, "error", json_sprintf("cannot run the tool as %s%s (agentd is not root?)",
 								       tc->iso.user ? "user " : "group ",
 								       tc->iso.user ? tc->iso.user : tc->iso.group));

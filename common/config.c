@@ -517,6 +517,12 @@ static int iso_key(struct isolate_cfg *i, const char *k, const char *v)
 	}
 	if (!strcmp(k, "rlimit_nofile")) /* 0, 1 and 2 at least, and a few for the program itself */
 		return set_long(&i->rlimit_nofile, v, 8, 1 << 20);
+	if (!strcmp(k, "network")) {
+		if (strcmp(v, "none") && strcmp(v, "host"))
+			return -1;
+		i->network_none = !strcmp(v, "none");
+		return 0;
+	}
 	return -2;
 }
 
@@ -938,9 +944,9 @@ static int validate(struct config *c, char *err, size_t errlen)
 		if (iso_resolve(c, "tool", t->name, &t->iso, err, errlen))
 			return -1;
 		if (t->executor == EXEC_HUMAN && (t->iso.env || t->iso.user || t->iso.group || t->iso.rlimit_as ||
-						  t->iso.rlimit_cpu || t->iso.rlimit_nofile)) {
-			snprintf(err, errlen, "%s: [tool.%s] is a human tool: no process runs, so env, user, group and "
-				 "rlimit_* do not apply", c->path, t->name);
+						  t->iso.rlimit_cpu || t->iso.rlimit_nofile || t->iso.network_none)) {
+			snprintf(err, errlen, "%s: [tool.%s] is a human tool: no process runs, so env, user, group, "
+				 "network and rlimit_* do not apply", c->path, t->name);
 			return -1;
 		}
 		if (t->executor == EXEC_SERVER && !t->command) {

@@ -26,6 +26,7 @@ struct isolate_cfg {
 	size_t rlimit_as;      /* bytes of address space, 0: no limit */
 	long rlimit_cpu;       /* CPU seconds, 0: no limit */
 	long rlimit_nofile;    /* open descriptors, 0: no limit */
+	int network_none;      /* network = none: its own empty network namespace */
 };
 
 /* [mcp.NAME]: a Model Context Protocol server over stdio. It is also a

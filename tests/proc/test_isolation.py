@@ -1,4 +1,5 @@
-"""Tool and model isolation (docs/tools.md "Isolation"): the minimal environment with its allowlist, the user a
+"""Tool and model isolation (docs/tools.md "Isolation"): the minimal environment with its allowlist (and none of
+agentd's own AGENTD_* variables), the user a
 tool runs as (agentd runs as root on CI; the tests that need root are skipped otherwise), and the limits a tool
 is killed at, each seen as the tool_result a model would get."""
 import json
@@ -50,10 +51,21 @@ elif what == "files":
     print("opened", len(fs))
 ''')
 
+# Connects to 127.0.0.1:PORT: what a tool could do to any service on the machine.
+TCP_TOOL = harness.write_script(SCRIPTS, "tcp_tool.py", r'''
+import json, socket, sys
+port = json.load(sys.stdin)["args"]["port"]
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    print(json.dumps({"connected": True}))
+except OSError as e:
+    print(json.dumps({"connected": False, "errno": e.errno, "strerror": e.strerror}))
+''')
+
 ENV_MODEL = harness.write_script(SCRIPTS, "env_model.py", r'''
 import json, os, sys
 json.load(sys.stdin)
-print(json.dumps({"text": json.dumps(sorted(k for k in os.environ if k.startswith("ISO_")))}))
+print(json.dumps({"text": json.dumps(dict(os.environ))}))
 ''')
 
 CONFIG = f"""
@@ -73,6 +85,11 @@ user = nobody
 [tool.whoami_nobody]
 command = {SYSTEM_PY} {ENV_TOOL}
 user = nobody
+[tool.tcp]
+command = {TCP_TOOL}
+[tool.tcp_none]
+command = {TCP_TOOL}
+network = none
 [tool.hog_memory]
 command = {HOG_TOOL}
 rlimit_as = 256m
@@ -86,11 +103,13 @@ rlimit_nofile = 64
 """
 
 TOOLS = ["env_open", "env_allowed", "connect", "connect_nobody", "whoami_nobody", "hog_memory", "hog_cpu",
-         "hog_files"]
+         "hog_files", "tcp", "tcp_none"]
 
 
 def start():
-    env = dict(os.environ, ISO_SECRET="do-not-leak", ISO_ALLOWED="allowed-value", LANG="C.UTF-8")
+    # AGENTD_TEST_SECRET: a variable of agentd's own kind, which no tool or model may see either.
+    env = dict(os.environ, ISO_SECRET="do-not-leak", ISO_ALLOWED="allowed-value", LANG="C.UTF-8",
+               AGENTD_TEST_SECRET="xyz")
     env.pop("ISO_UNSET_ALLOWED", None)
     a = Agentd(config=CONFIG, env=env)
     c = a.create(settings={"model": "echo", "tools": TOOLS})
@@ -114,14 +133,15 @@ def test_environment_is_minimal():
         assert "ISO_SECRET" not in env and "ISO_ALLOWED" not in env, env
         assert env["LANG"] == "C.UTF-8" and env["PATH"] and env["HOME"], env
         assert env["AGENTD_TOOL_CALL_ID"] == r["tool_call_id"] and env["AGENTD_CONVERSATION"] == c, env
-        # Nothing else: a variable the worker has but nobody allowed would show here.
-        allowed = {"PATH", "HOME", "LANG"}
-        assert not [k for k in env if k not in allowed and not k.startswith("AGENTD_")], env
+        # Nothing else: a variable the worker has but nobody allowed would show here (AGENTD_TEST_SECRET,
+        # AGENTD_STORE under PostgreSQL).
+        assert set(env) == {"PATH", "HOME", "LANG", "AGENTD_TOOL_CALL_ID", "AGENTD_CONVERSATION"}, env
         r = call(a, c, "env_allowed")
         env = r["result"]["env"]
         assert env["ISO_ALLOWED"] == "allowed-value", env
         assert env["ISO_SET"] == "set by the configuration", env
         assert "ISO_UNSET_ALLOWED" not in env and "ISO_SECRET" not in env, env
+        assert "AGENTD_TEST_SECRET" not in env, env
 
 
 def test_model_environment_is_minimal():
@@ -130,7 +150,33 @@ def test_model_environment_is_minimal():
         a.ok({"op": "update", "conversation": c, "settings": {"model": "env_model"}})
         a.send(c, "which variables?")
         ev = wait_for(lambda: a.events(c, type="assistant_msg"), 10, "the model's answer")
-        assert json.loads(ev[0]["content"]["text"]) == ["ISO_ALLOWED"], ev
+        env = json.loads(ev[0]["content"]["text"])
+        assert env["ISO_ALLOWED"] == "allowed-value" and env["AGENTD_CONVERSATION"] == c, env
+        assert env["LANG"] == "C.UTF-8" and env["PATH"] and env["HOME"], env
+        # Not AGENTD_TEST_SECRET, not ISO_SECRET, not AGENTD_TOOL_CALL_ID (a model is no tool call).
+        assert set(env) == {"PATH", "HOME", "LANG", "AGENTD_CONVERSATION", "ISO_ALLOWED"}, env
+
+
+def test_network_none_cannot_connect():
+    """network = none: the tool runs in an empty network namespace; a loopback listener the same tool reaches
+    with the default (host) is unreachable. Where the kernel refuses the namespace the call is a clear error,
+    never a run with the network."""
+    import socket
+    a, c = start()
+    with a, socket.socket() as ls:
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(4)
+        port = ls.getsockname()[1]
+        r = call(a, c, "tcp", {"port": port})
+        assert r["status"] == "resolved" and r["result"]["connected"] is True, r
+        r = call(a, c, "tcp_none", {"port": port})
+        if r["status"] == "errored":
+            assert r["result"]["error"] == "cannot run the tool without a network (network = none)", r
+            assert r["result"]["reason"].startswith("cannot make its network namespace (network = none): "), r
+            print("note: this kernel refuses a network namespace: checked the clear error instead")
+        else:
+            assert r["status"] == "resolved" and r["result"]["connected"] is False, r
+            assert r["result"]["errno"] in (101, 111), r  # ENETUNREACH (lo down), ECONNREFUSED
 
 
 def test_other_user_cannot_reach_agentd():

@@ -121,7 +121,7 @@ command = node -e "process.stderr.write('no config here'); process.exit(3)"
 
 
 def start():
-    env = dict(os.environ, MCP_SECRET="do-not-leak", MCP_ALLOWED="allowed-value")
+    env = dict(os.environ, MCP_SECRET="do-not-leak", MCP_ALLOWED="allowed-value", AGENTD_TEST_SECRET="xyz")
     a = Agentd(start=False, env=env)
     a.write_config(config(a))
     a.start()
@@ -216,6 +216,7 @@ def test_calls_and_results():
         env = json.loads(r["result"]["text"])
         assert env["MCP_ALLOWED"] == "allowed-value" and "MCP_SECRET" not in env, env
         assert env["AGENTD_CONVERSATION"] == c, env
+        assert not [k for k in env if k.startswith("AGENTD_") and k != "AGENTD_CONVERSATION"], env
         # One server for all those calls: no call paid a start.
         assert servers(a) == first and started(a, "ev") == 1, (servers(a), first)
         # A server that cannot start: a clear error result, nothing run.

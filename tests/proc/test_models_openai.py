@@ -243,6 +243,99 @@ def test_kill_mid_stream_reruns_the_turn_without_double_usage():
         assert len(fake.requests) == 2 and fake.requests[1].body == fake.requests[0].body
 
 
+def helper_pid(a, c, timeout=20):
+    """The pid of the agentd-model process the conversation's worker runs, once there is one."""
+    def find():
+        w = a.worker_pid(c)
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            st = harness.proc_stat(int(name))
+            try:
+                with open(f"/proc/{name}/comm") as f:
+                    comm = f.read().strip()
+            except OSError:
+                continue
+            if st and w and st[1] == w and comm == "agentd-model":
+                return int(name)
+        return None
+    return wait_for(find, timeout, "agentd-model running")
+
+
+def test_killed_agentd_model_is_an_interrupted_attempt_retried():
+    """kill -9 of agentd-model mid-stream: the attempt is interrupted, logged and retried in the same worker;
+    the answer comes once, and only the answered attempt's usage counts."""
+    with FakeOpenAI() as fake, agentd(fake) as a:
+        hold = threading.Event()
+        fake.script = [{"text": "this answer is never finished " * 4, "hold": hold, "usage": {"input": 100, "output": 50}},
+                       {"text": "the whole answer", "usage": {"input": 11, "output": 3}}]
+        c = a.create(settings={"model": "gpt"})
+        w = a.watch(c)
+        a.send(c, "hi")
+        try:
+            while "delta" not in w.recv(timeout=scaled(20)):
+                pass  # the first answer is streaming
+            worker = a.worker_pid(c)
+            os.kill(helper_pid(a, c), signal.SIGKILL)
+            wait_for(lambda: "the whole answer" in assistant_texts(a, c), 40, "the retried attempt's answer")
+        finally:
+            hold.set()
+            w.close()
+        assert a.worker_pid(c) in (worker, None), "the worker itself was not restarted"
+        assert len(a.events(c, type="assistant_msg")) == 1
+        assert not a.events(c, type="error"), a.events(c, type="error")
+        usage = a.ok({"op": "get", "conversation": c})["conversation"]["usage"]
+        assert (usage["input_tokens"], usage["output_tokens"]) == (11, 3), usage
+        assert len(fake.requests) == 2 and fake.requests[1].body == fake.requests[0].body
+        assert f"{c}: model gpt attempt 1 of 3 interrupted: model gpt: agentd-model killed by signal 9; " \
+            "retrying in 200 ms" in a.log(), a.log_tail()
+        # The audit row has both attempts, the interrupted one first.
+        rows = a.ok({"op": "audit", "conversation": c})["model_calls"]
+        att = rows[0]["rendered_context"]["attempts"]
+        assert len(rows) == 1 and len(att) == 2, rows
+        assert att[0]["error"] == "model gpt: agentd-model killed by signal 9" and "error" not in att[1], att
+        assert metric(a, "agentd_model_attempts_total") == 2, a.ok({"op": "metrics"})["text"]
+
+
+def test_killed_agentd_model_without_retries_is_a_clean_error():
+    """retries = 0: the killed attempt ends the turn in an error event whose message ends at the signal (no
+    dangling ": " for an empty stderr), and the log says so; an exec model that always dies reads the same."""
+    with FakeOpenAI() as fake:
+        a = Agentd(start=False, env=dict(os.environ, FAKE_OPENAI_KEY="sk-test"))
+        die = a.script("die.py", """
+            import os, signal, sys
+            sys.stdin.read()
+            os.kill(os.getpid(), signal.SIGKILL)
+            """)
+        a.write_config(textwrap.dedent(config(fake, model_extra="retries = 0")).replace("JOURNAL", a.dir + "/j")
+                       + f"[model.die]\ncommand = {die}\nretries = 0\n")
+        a.start()
+        with a:
+            hold = threading.Event()
+            fake.script = [{"text": "this answer is never finished " * 4, "hold": hold}]
+            c = a.create(settings={"model": "gpt"})
+            w = a.watch(c)
+            a.send(c, "hi")
+            try:
+                while "delta" not in w.recv(timeout=scaled(20)):
+                    pass
+                os.kill(helper_pid(a, c), signal.SIGKILL)
+                err = wait_for(lambda: a.events(c, type="error"), 40, "the error event")[0]["content"]
+            finally:
+                hold.set()
+                w.close()
+            assert err["message"] == "model gpt: agentd-model killed by signal 9", err
+            assert err["attempts"] == 1, err
+            assert not a.events(c, type="assistant_msg")
+            assert f"{c}: model gpt attempt 1 of 1 interrupted: model gpt: agentd-model killed by signal 9\n" \
+                in a.log(), a.log_tail()
+            a.ok({"op": "update", "conversation": c, "settings": {"model": "die"}})
+            a.send(c, "again")
+            err = wait_for(lambda: a.events(c, type="error")[1:], 40, "the exec model's error")[0]["content"]
+            assert err["message"] == "model die killed by signal 9", err
+            assert len(fake.requests) == 1
+
+
 def test_bad_configuration_is_refused():
     with FakeOpenAI() as fake:
         for section, why in [("kind = openai\n", "needs model"),
@@ -321,7 +414,9 @@ def test_agentd_model_refuses_bad_use():
         for args, stdin, want in [([], "{}", "--config and --model are required"),
                                   (["--config", path, "--model", "cmd"], "{}", "not a model of kind openai"),
                                   (["--config", path, "--model", "gpt"], "[1", "not a JSON object"),
-                                  (["--config", "/nonexistent.ini", "--model", "gpt"], "{}", "nonexistent.ini")]:
+                                  (["--config", "/nonexistent.ini", "--model", "gpt"], "{}", "nonexistent.ini"),
+                                  (["--config", path, "--model", "gpt", "--retries", "-1"], "{}", "0 to 100"),
+                                  (["--config", path, "--model", "gpt", "--retries", "2x"], "{}", "0 to 100")]:
             p = subprocess.run([helper, *args], input=stdin, capture_output=True, text=True, timeout=30)
             assert p.returncode == 2 and want in p.stderr and not p.stdout, (args, p)
         assert not fake.requests

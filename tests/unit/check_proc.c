@@ -299,20 +299,20 @@ START_TEST(run_env)
 	setenv("AGENTD_T_OVER", "old", 1);
 	const char *const env[] = { "X=hello world", "AGENTD_T_OVER=new", "X=twice", NULL };
 	struct proc_opts o = { .env_add = env };
-	ck_assert_int_eq(run("sh -c 'echo \"$X|$AGENTD_T_OVER|$AGENTD_T_KEEP\"; env | grep -c ^AGENTD_T_OVER='",
+	ck_assert_int_eq(run("sh -c 'echo \"$X|$AGENTD_T_OVER|${AGENTD_T_KEEP-unset}\"; env | grep -c ^AGENTD_T_OVER='",
 	                     &o, &r),
 	                 0);
 	ck_assert(r.exited && r.status == 0);
-	ck_assert_str_eq(r.out, "twice|new|kept\n1\n");
+	ck_assert_str_eq(r.out, "twice|new|unset\n1\n");
 	proc_result_free(&r);
-	/* Without env_add the AGENTD_* variables still pass. */
-	ck_assert_int_eq(run("sh -c 'echo \"$AGENTD_T_OVER\"'", NULL, &r), 0);
-	ck_assert_str_eq(r.out, "old\n");
+	/* The worker's AGENTD_* variables are its own: none passes. */
+	ck_assert_int_eq(run("sh -c 'echo \"${AGENTD_T_OVER-unset}\"'", NULL, &r), 0);
+	ck_assert_str_eq(r.out, "unset\n");
 	proc_result_free(&r);
 }
 END_TEST
 
-/* The environment is minimal (isolate.h): PATH, HOME, LANG, AGENTD_*, then
+/* The environment is minimal (isolate.h): PATH, HOME, LANG, then
  * what env allows (a name: the caller's value) or sets (KEY=VALUE). */
 START_TEST(run_env_minimal)
 {
