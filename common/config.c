@@ -956,7 +956,8 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 	if (rc == -2)
 		snprintf(l->err, l->errlen, "%s: unknown key '%s' in [%s]", l->c->path, k, section);
 	else if (rc)
-		snprintf(l->err, l->errlen, "%s: bad value '%s' for '%s' in [%s]", l->c->path, v, k, section);
+		snprintf(l->err, l->errlen, "%s: bad value '%s' for '%s' in [%s]", l->c->path,
+			 strcmp(k, "headers") ? v : "(not shown)", k, section); /* a header may hold a secret */
 	if (rc)
 		l->failed = 1;
 	return !rc; /* inih: nonzero means the line was fine */
