@@ -223,11 +223,19 @@ int model_http_run(const struct model_cfg *mc, const json_t *req, const struct m
 	if (key && !*key)
 		key = NULL;
 	char hbuf[4][600];
-	size_t nh = api->headers(key, hbuf);
-	const char *hdrs[5];
+	size_t nh = api->headers(key, hbuf), nc = 0;
+	while (mc->headers && mc->headers[nc])
+		nc++;
+	const char **hdrs = calloc(nh + nc + 1, sizeof *hdrs);
+	if (!hdrs) {
+		free(body);
+		text_fmt(oc->err, sizeof oc->err, "model %s: out of memory", mc->name);
+		return -1;
+	}
 	for (size_t i = 0; i < nh; i++)
 		hdrs[i] = hbuf[i];
-	hdrs[nh] = NULL;
+	for (size_t i = 0; i < nc; i++) /* the configured ones (config.h): never logged */
+		hdrs[nh + i] = mc->headers[i];
 	int rc = -1;
 	for (int i = 0; i <= mc->retries; i++) {
 		struct model_attempt *a = &oc->att[oc->attempts++];
@@ -253,6 +261,10 @@ int model_http_run(const struct model_cfg *mc, const json_t *req, const struct m
 		}
 	}
 	free(body);
+	free(hdrs);
+	if (rc == 0) /* docs/models.md, "Prices" */
+		out->cost = ((double)out->input_tokens * mc->price_input + (double)out->output_tokens * mc->price_output) /
+			    1e6;
 	return rc;
 }
 

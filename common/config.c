@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -78,6 +79,10 @@ static void model_free(struct model_cfg *m)
 	free(m->model);
 	free(m->api_key_env);
 	free(m->params);
+	free(m->headers_conf);
+	for (size_t k = 0; m->headers && m->headers[k]; k++)
+		free(m->headers[k]);
+	free(m->headers);
 }
 
 static void tool_free(struct tool_cfg *t)
@@ -262,6 +267,17 @@ static int seen_before(struct loader *l, const char *section, const char *k)
 	return 0;
 }
 
+/* Decimal digits with an optional point, as durations: no exponent, no
+ * sign, no nan or inf. */
+static int set_decimal(double *dst, const char *v)
+{
+	char *end;
+	if (!*v || strspn(v, "0123456789.") != strlen(v) || strchr(v, '.') != strrchr(v, '.') || !strcmp(v, "."))
+		return -1;
+	*dst = strtod(v, &end);
+	return *end ? -1 : 0;
+}
+
 /* [agentd] budget_*: the default limits of every conversation's budget. */
 static int budget_key(struct config_budget *b, const char *k, const char *v)
 {
@@ -274,15 +290,8 @@ static int budget_key(struct config_budget *b, const char *k, const char *v)
 		*(!strcmp(k, "budget_max_tokens") ? &b->max_tokens : &b->max_turns) = n;
 		return 0;
 	}
-	if (!strcmp(k, "budget_max_cost")) {
-		/* Decimal digits with an optional point, as durations: no
-		 * exponent, no nan or inf. */
-		if (!*v || strspn(v, "0123456789.") != strlen(v) || strchr(v, '.') != strrchr(v, '.') ||
-		    !strcmp(v, "."))
-			return -1;
-		b->max_cost = strtod(v, &end);
-		return *end ? -1 : 0;
-	}
+	if (!strcmp(k, "budget_max_cost"))
+		return set_decimal(&b->max_cost, v);
 	return -2;
 }
 
@@ -363,6 +372,33 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 	return -2;
 }
 
+/* An environment variable's name: what a shell would take. */
+static int env_name_ok(const char *s, size_t n)
+{
+	if (!n || isdigit((unsigned char)s[0]))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && s[i] != '_')
+			return 0;
+	return 1;
+}
+
+/* VAR passed from the worker to the process (env's "VAR"), unless env
+ * names it already. 0 or -ENOMEM. */
+static int iso_env_pass(struct isolate_cfg *i, const char *var)
+{
+	size_t n = 0, vl = strlen(var);
+	for (; i->env && i->env[n]; n++)
+		if (!strncmp(i->env[n], var, vl) && (!i->env[n][vl] || i->env[n][vl] == '='))
+			return 0;
+	char **e = realloc(i->env, (n + 2) * sizeof *e);
+	if (!e)
+		return -ENOMEM;
+	i->env = e;
+	e[n + 1] = NULL;
+	return (e[n] = strdup(var)) ? 0 : -ENOMEM;
+}
+
 /* ---- the built-in HTTP model clients' keys (docs/models.md) ---------- */
 
 const char *config_model_kind_name(int kind)
@@ -411,13 +447,163 @@ static int model_http_key(struct model_cfg *m, const char *k, const char *v)
 		return config_duration(v, &m->backoff_ms) || m->backoff_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "backoff_max"))
 		return config_duration(v, &m->backoff_max_ms) || m->backoff_max_ms <= 0 ? -1 : 0;
+	if (!strcmp(k, "headers")) /* checked and resolved with the whole section (model_headers) */
+		return set_str(&m->headers_conf, v);
+	if (!strcmp(k, "price_input"))
+		return set_decimal(&m->price_input, v);
+	if (!strcmp(k, "price_output"))
+		return set_decimal(&m->price_output, v);
 	return -2;
+}
+
+/* A header's name: an HTTP token (RFC 9110). */
+static int header_name_ok(const char *s, size_t n)
+{
+	if (!n)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && !strchr("!#$%&'*+-.^_`|~", s[i]))
+			return 0;
+	return 1;
+}
+
+/* v with $VAR, ${VAR} and $$ replaced, into *out (malloc'd); each VAR
+ * passed to agentd-model (iso.env). 0, -ENOMEM, or -EINVAL with why (which
+ * names a variable, never a value). */
+static int header_expand(struct isolate_cfg *iso, const char *v, char **out, char *why, size_t whylen)
+{
+	size_t cap = strlen(v) + 1, len = 0;
+	char *o = malloc(cap);
+	for (const char *p = v; o && *p;) {
+		const char *add = p, *next = p + 1;
+		size_t n = 1;
+		char var[128];
+		if (*p == '$' && p[1] == '$') {
+			next = p + 2;
+		} else if (*p == '$') {
+			int br = p[1] == '{';
+			const char *nm = p + 1 + br;
+			size_t nl = strspn(nm, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+			if (!env_name_ok(nm, nl) || nl >= sizeof var || (br && nm[nl] != '}')) {
+				snprintf(why, whylen, "a '$' that starts no variable ($NAME, ${NAME}; $$ for a '$')");
+				free(o);
+				return -EINVAL;
+			}
+			snprintf(var, sizeof var, "%.*s", (int)nl, nm);
+			next = nm + nl + br;
+			if (!(add = getenv(var))) {
+				snprintf(why, whylen, "the variable %s is not set", var);
+				free(o);
+				return -EINVAL;
+			}
+			n = strlen(add);
+			if (iso_env_pass(iso, var)) {
+				free(o);
+				return -ENOMEM;
+			}
+		}
+		if (len + n + 1 > cap) {
+			char *b = realloc(o, (cap = 2 * (len + n + 1)));
+			if (!b)
+				free(o);
+			o = b;
+		}
+		if (o) {
+			memcpy(o + len, add, n);
+			len += n;
+		}
+		p = next;
+	}
+	if (!o)
+		return -ENOMEM;
+	o[len] = 0;
+	*out = o;
+	return 0;
+}
+
+/* The headers agentd sets itself: none may be configured over them. */
+static const char *header_owned(const struct model_cfg *m, const char *name, size_t n)
+{
+	static const char *const any[] = { "Content-Type", "Content-Length", "Host", "Transfer-Encoding",
+					   "Connection", "Expect" };
+	for (size_t i = 0; i < sizeof any / sizeof *any; i++)
+		if (strlen(any[i]) == n && !strncasecmp(name, any[i], n))
+			return "agentd sets it";
+	int anth = m->kind == MODEL_ANTHROPIC;
+	const char *key = getenv(m->api_key_env);
+	const char *auth = anth ? "x-api-key" : "Authorization";
+	if (key && *key && strlen(auth) == n && !strncasecmp(name, auth, n))
+		return "agentd sends the key api_key_env names, which is set";
+	if (anth && n == 17 && !strncasecmp(name, "anthropic-version", n))
+		return "agentd sends the version its requests are written for";
+	return NULL;
+}
+
+/* headers = "Name: value" ...: words split as env's, each checked and
+ * resolved into m->headers; err names the key, never a value. */
+static int model_headers(const char *path, struct model_cfg *m, char *err, size_t errlen)
+{
+	char **w = NULL, why[200] = "";
+	int e = cmdline_split(m->headers_conf, &w);
+	size_t n = 0;
+	while (!e && w[n])
+		n++;
+	if (!e && !(m->headers = calloc(n + 1, sizeof *m->headers)))
+		e = -ENOMEM;
+	for (size_t k = 0; !e && k < n; k++) {
+		const char *colon = strchr(w[k], ':'), *v = colon ? colon + 1 : NULL;
+		size_t nl = colon ? (size_t)(colon - w[k]) : 0;
+		if (!colon || !header_name_ok(w[k], nl)) {
+			snprintf(why, sizeof why, "header %zu is not 'Name: value' with Name an HTTP token", k + 1);
+			e = -EINVAL;
+			break;
+		}
+		const char *owned = header_owned(m, w[k], nl);
+		for (size_t j = 0; !owned && j < k; j++)
+			if (!strncasecmp(m->headers[j], w[k], nl) && m->headers[j][nl] == ':')
+				owned = "it is given twice";
+		if (owned) {
+			snprintf(why, sizeof why, "%.*s cannot be configured: %s", (int)nl, w[k], owned);
+			e = -EINVAL;
+			break;
+		}
+		v += strspn(v, " \t");
+		char *val = NULL;
+		size_t vl;
+		if ((e = header_expand(&m->iso, v, &val, why, sizeof why)))
+			break;
+		for (vl = strlen(val); vl && (val[vl - 1] == ' ' || val[vl - 1] == '\t');)
+			val[--vl] = 0;
+		for (size_t i = 0; !e && i < vl; i++)
+			if (((unsigned char)val[i] < 0x20 && val[i] != '\t') || val[i] == 0x7f)
+				e = -EINVAL;
+		if (e || !vl)
+			snprintf(why, sizeof why, "%.*s's value %s", (int)nl, w[k],
+				 e ? "has a control character (CR, LF, ...)" : "is empty");
+		if (!e && !vl)
+			e = -EINVAL;
+		if (!e && asprintf(&m->headers[k], "%.*s: %s", (int)nl, w[k], val) < 0)
+			e = -ENOMEM;
+		free(val);
+	}
+	cmdline_free(w);
+	if (e == -ENOMEM)
+		snprintf(err, errlen, "%s: out of memory", path);
+	else if (e)
+		snprintf(err, errlen, "%s: [model.%s] headers: %s", path, m->name,
+			 why[0] ? why : "an unterminated quote, a trailing backslash or no header");
+	return e ? -1 : 0;
 }
 
 /* The whole section read: an HTTP kind needs its model and takes no
  * command; defaults that depend on the kind. */
 static int model_http_validate(const char *path, struct model_cfg *m, char *err, size_t errlen)
 {
+	if (m->kind == MODEL_EXEC && (m->headers_conf || m->price_input || m->price_output)) {
+		snprintf(err, errlen, "%s: [model.%s] is kind exec: headers, price_input and price_output are for kinds "
+			 "openai and anthropic (a command reports its own usage.cost)", path, m->name);
+		return -1;
+	}
 	if (m->kind == MODEL_EXEC)
 		return 0;
 	const char *kind = config_model_kind_name(m->kind);
@@ -441,18 +627,7 @@ static int model_http_validate(const char *path, struct model_cfg *m, char *err,
 		return -1;
 	if (anth && !m->max_tokens)
 		m->max_tokens = 4096; /* the Messages API requires it */
-	return 0;
-}
-
-/* An environment variable's name: what a shell would take. */
-static int env_name_ok(const char *s, size_t n)
-{
-	if (!n || isdigit((unsigned char)s[0]))
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!isalnum((unsigned char)s[i]) && s[i] != '_')
-			return 0;
-	return 1;
+	return m->headers_conf ? model_headers(path, m, err, errlen) : 0;
 }
 
 /* env = KEY KEY=VALUE ...: words split as a command line (quotes for a value
@@ -787,7 +962,8 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 	if (rc == -2)
 		snprintf(l->err, l->errlen, "%s: unknown key '%s' in [%s]", l->c->path, k, section);
 	else if (rc)
-		snprintf(l->err, l->errlen, "%s: bad value '%s' for '%s' in [%s]", l->c->path, v, k, section);
+		snprintf(l->err, l->errlen, "%s: bad value '%s' for '%s' in [%s]", l->c->path,
+			 strcmp(k, "headers") ? v : "(not shown)", k, section); /* a header may hold a secret */
 	if (rc)
 		l->failed = 1;
 	return !rc; /* inih: nonzero means the line was fine */

@@ -55,6 +55,17 @@ struct model_cfg {
 	char *params;               /* a JSON object merged into every request body, or NULL */
 	int64_t backoff_ms;         /* the first retry's delay before jitter, default 500 ms */
 	int64_t backoff_max_ms;     /* the longest computed delay, default 30 s */
+	/* headers = "Name: value" ...: sent with every request, as configured
+	 * (headers_conf, never shown: a value may be a secret) and resolved at
+	 * load (headers: "Name: value" strings, NULL-terminated, or NULL), each
+	 * $VAR or ${VAR} read from the environment; every VAR is also added to
+	 * iso.env, so agentd-model reads the same value. */
+	char *headers_conf;
+	char **headers;
+	/* What a million tokens cost (0: the reply's usage.cost stays 0):
+	 * usage.cost = (input_tokens * price_input + output_tokens *
+	 * price_output) / 1e6, in double precision, not rounded further. */
+	double price_input, price_output;
 };
 
 /* MODEL_EXEC: a command speaking the model process protocol (or, with no

@@ -131,6 +131,33 @@ def test_overload_and_stream_errors_are_retried_bad_requests_are_not():
         assert err["attempts"] == 1 and "HTTP 401: invalid x-api-key" in err["message"], err
 
 
+def test_headers_prices_and_the_headers_agentd_owns():
+    os.environ["GW_ANTH_TOKEN"] = "anth-gw-secret-19d0"  # agentd() passes os.environ on
+    try:
+        with FakeAnthropic(key="sk-ant-test") as fake, agentd(fake, model_extra=(
+                'headers = "anthropic-beta: tools-2024" "cf-aig-authorization: Bearer ${GW_ANTH_TOKEN}"\n'
+                '        price_input = 3\n        price_output = 15')) as a:
+            fake.script = [{"text": "ok", "usage": {"input": 20, "output": 9}}]
+            c = a.create(settings={"model": "claude"})
+            a.send(c, "hi")
+            wait_for(lambda: texts(a, c) == ["ok"], 20, "the answer")
+            r = fake.requests[0]
+            assert r.headers["anthropic-beta"] == "tools-2024", r.headers
+            assert r.headers["cf-aig-authorization"] == "Bearer anth-gw-secret-19d0", r.headers
+            assert r.headers["x-api-key"] == "sk-ant-test" and r.headers["anthropic-version"] == "2023-06-01"
+            usage = a.ok({"op": "get", "conversation": c})["conversation"]["usage"]
+            assert usage["cost"] == (usage["input_tokens"] * 3 + usage["output_tokens"] * 15) / 1e6, usage
+            assert usage["cost"] > 0 and "anth-gw-secret-19d0" not in a.log()
+    finally:
+        del os.environ["GW_ANTH_TOKEN"]
+    for line, why in [('headers = "anthropic-version: 2024-01-01"', "anthropic-version cannot be configured"),
+                      ('headers = "X-Api-Key: k"', "X-Api-Key cannot be configured: agentd sends the key")]:
+        a = Agentd(start=False, env=dict(os.environ, ANTHROPIC_API_KEY="sk-ant-test"))
+        a.write_config(f"[model.c]\nkind = anthropic\nmodel = m\n{line}\n")
+        assert a.expect_exit() == 2 and f"[model.c] headers: {why}" in a.log(), a.log()
+        a.close()
+
+
 def test_the_fake_refuses_what_the_api_refuses():
     """The fake's rules are real: a client that broke them would be told so."""
     import urllib.request

@@ -349,6 +349,82 @@ def test_bad_configuration_is_refused():
             a.close()
 
 
+def test_headers_arrive_and_are_never_logged():
+    secret = "gw-secret-7f3a91c2"
+    with FakeOpenAI() as fake:
+        a = Agentd(start=False, env=dict(os.environ, FAKE_OPENAI_KEY="sk-test", GW_TOKEN=secret))
+        extra = "\n        ".join(['headers = "X-Gateway-Token: ${GW_TOKEN}" "api-key: $GW_TOKEN" '
+                                     '"X-Note: costs $$5, see ${GW_TOKEN}x"'])
+        a.write_config(config(fake, model_extra=extra).replace("JOURNAL", os.path.join(a.dir, "journal")))
+        a.start()
+        try:
+            fake.script = [{"status": 503}, {"text": "hello", "usage": {"input": 3, "output": 2}}]
+            c = a.create(model="gpt", settings={"model": "gpt"})
+            a.send(c, "hi")
+            wait_for(lambda: assistant_texts(a, c) == ["hello"], 20, "the answer")
+            for r in fake.requests:  # the retried attempt carries them too
+                assert r.headers["X-Gateway-Token"] == secret, r.headers
+                assert r.headers["api-key"] == secret and r.headers["Authorization"] == "Bearer sk-test"
+                assert r.headers["X-Note"] == f"costs $5, see {secret}x", r.headers
+            audit = json.dumps(a.ok({"op": "audit", "conversation": c}))
+            assert secret not in a.log() and secret not in audit
+            assert secret not in json.dumps(a.events(c))
+        finally:
+            a.close()
+
+
+def test_bad_headers_and_prices_are_refused_at_start():
+    lit = "lit-secret-55e1"
+    cases = [
+        ('headers = "Bad Name: x"', {}, "[model.m] headers: header 1 is not 'Name: value'"),
+        ('headers = "X-A 1"', {}, "header 1 is not 'Name: value'"),
+        ('headers = "X-A: $NO_SUCH_VAR_38"', {}, "headers: the variable NO_SUCH_VAR_38 is not set"),
+        ('headers = "X-A: $HDR_VAL"', {"HDR_VAL": "s3cr3t-cr\r\nX-Injected: 1"},
+         "X-A's value has a control character (CR, LF, ...)"),
+        ('headers = "X-A: $HDR_VAL"', {"HDR_VAL": "s3cr3t-lf\nX: 1"}, "X-A's value has a control character"),
+        ('headers = "X-A: $HDR_VAL"', {"HDR_VAL": ""}, "X-A's value is empty"),
+        (f'headers = "X-A: {lit} $ 1"', {}, "a '$' that starts no variable"),
+        ('headers = "content-type: text/plain"', {}, "content-type cannot be configured: agentd sets it"),
+        ('headers = "Authorization: Bearer x"', {"OPENAI_API_KEY": "sk-x"},
+         "Authorization cannot be configured: agentd sends the key api_key_env names"),
+        ('headers = "X-A: 1" "x-a: 2"', {}, "x-a cannot be configured: it is given twice"),
+        ('headers = "X-A: 1\nheaders = X-B: 2"', {}, "set twice"),
+        ('price_input = -1', {}, "bad value '-1' for 'price_input'"),
+        ('price_output = 1e3', {}, "bad value '1e3' for 'price_output'"),
+    ]
+    for line, env, why in cases:
+        a = Agentd(start=False, env=dict(os.environ, **env))
+        a.write_config("[model.m]\nkind = openai\nmodel = m\n" + line.replace("\\n", "\n") + "\n")
+        assert a.expect_exit() == 2 and why in a.log(), (line, a.log())
+        assert "s3cr3t" not in a.log() and lit not in a.log(), a.log()
+        a.close()
+    # an Authorization header is the configured one when no key is set; exec models take neither key
+    a = Agentd(start=False, env={k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"})
+    a.write_config("[model.m]\nkind = openai\nmodel = m\nheaders = \"Authorization: Gateway t\"\n"
+                   "[model.e]\ncommand = /bin/true\nprice_input = 1\n")
+    assert a.expect_exit() == 2 and "[model.e] is kind exec: headers, price_input and price_output" in a.log(), \
+        a.log()
+    a.close()
+
+
+def test_prices_make_usage_cost_and_a_cost_budget_binds():
+    with FakeOpenAI() as fake, agentd(fake, model_extra="price_input = 2.5\n        price_output = 10.125") as a:
+        fake.script = [{"text": f"answer {i}", "usage": {"input": 1000 + i, "output": 200 + i}} for i in range(3)]
+        cost = [((1000 + i) * 2.5 + (200 + i) * 10.125) / 1e6 for i in range(3)]
+        c = a.create(model="gpt", settings={"model": "gpt", "budget": {"max_cost": cost[0] + cost[1] / 2}})
+        a.send(c, "one")
+        wait_for(lambda: len(assistant_texts(a, c)) == 1, 20, "the first answer")
+        assert a.ok({"op": "get", "conversation": c})["conversation"]["usage"]["cost"] == cost[0]
+        a.send(c, "two")
+        wait_for(lambda: len(assistant_texts(a, c)) == 2, 20, "the second answer")
+        a.send(c, "three")
+        wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "paused", 20,
+                 "paused on the budget")
+        why = a.events(c, type="budget_exceeded")[-1]["content"]
+        assert (why["limit"], why["used"]) == ("max_cost", cost[0] + cost[1]), why
+        assert len(assistant_texts(a, c)) == 2 and len(fake.requests) == 2
+
+
 def test_timeout_connection_refused_and_a_stop_mid_call():
     import socket
     s = socket.socket()
