@@ -107,6 +107,10 @@ int commit_perr(int e)
 	 * cannot be reached (a restart, a failover): nothing was written,
 	 * and a retry once it is back succeeds. */
 	case -EROFS: case -ECONNRESET: case -ECONNREFUSED: case STORE_E_INDOUBT: return PERR_UNAVAILABLE;
+	/* A row it writes stayed locked by another node's transaction past
+	 * the supervisor's lock_timeout, or deadlocked, through every retry:
+	 * nothing was written, and a retry later succeeds. */
+	case -EAGAIN: return PERR_UNAVAILABLE;
 	}
 	return PERR_INTERNAL;
 }
@@ -117,6 +121,9 @@ const char *commit_unavailable_why(int e)
 	if (e == STORE_E_INDOUBT)
 		return "the connection to the store's database was lost during the commit, and whether it was made "
 		       "is unknown; a retry with the same event_id is written once";
+	if (e == -EAGAIN)
+		return "a row it writes is locked by another transaction (a node stopped inside one?): nothing was "
+		       "written; retry later";
 	return e == -EROFS ? "the store refuses writes (its database is read-only): nothing was written; retry later"
 			   : "the store's database cannot be reached: nothing was written; retry later";
 }
