@@ -1625,7 +1625,7 @@ static int conv_insert(store_txn *x, const char *id, store_bytes settings, int *
 
 int store_conv_create(store_txn *x, const char *id, store_bytes settings)
 {
-	int made, err = conv_insert(x, id, settings, &made);
+	int made = 0, err = conv_insert(x, id, settings, &made);
 	return err ? err : made ? 0 : STORE_E_CONFLICT;
 }
 
@@ -1679,7 +1679,7 @@ int store_conv_put(store_txn *x, const char *id, const struct store_conv_patch *
 	struct store_conv c;
 	int err = conv_load(x, id, &c, NULL);
 	if (err == STORE_E_NOTFOUND) {
-		int made;
+		int made = 0;
 		if ((err = conv_insert(x, id, (store_bytes){ empty_map, 1 }, &made)) != 0)
 			return err;
 		err = conv_load(x, id, &c, NULL);
@@ -2900,7 +2900,7 @@ int store_runs_list(store_txn *x, const char *conv, uint64_t before, size_t limi
 
 int store_conv_create_at(store_txn *x, const char *id, store_bytes settings, uint64_t first_seq)
 {
-	int made, err = conv_insert(x, id, settings, &made);
+	int made = 0, err = conv_insert(x, id, settings, &made);
 	if (err)
 		return err;
 	if (!made)
