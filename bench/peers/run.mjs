@@ -211,7 +211,7 @@ const systems = {
       this.DBOS = DBOS;
       this.n = 0;
     },
-    async conv() { const id = `c-${this.n++}`; return (text) => this.turn(id, text); },
+    async conv() { const id = `c-${this.n++}`, turn = this.turn; return (text) => turn(id, text); }, // unbound: DBOS takes a `this` for an instance
     cpu() { return treeCpu([pgPid]) + selfCpu(); },
     async stop() { await this.DBOS?.shutdown(); },
   },
@@ -272,18 +272,22 @@ async function cell(sys, C) {
   let t0 = Infinity, t1 = Infinity, stop = false;
   const lat = [];
   let failed = null;
-  const loop = async (turn) => {
+  const served = new Set(); // the conversations that ended a turn in the window
+  const loop = async (turn, i) => {
+    // A turn's latency runs from the end of the one before (when its client is ready to send) to its
+    // reply, so that the time a loop waits for the driver's event loop counts too.
+    let a = performance.now();
     for (let k = 0; !stop; k++) {
-      const a = performance.now();
       try { await turn(`message ${k}`); } catch (e) { failed ??= e; stop = true; return; }
-      const b = performance.now();
-      if (b >= t0 && b <= t1) lat.push(b - a);
       // A turn of LangGraph on SQLite can finish in microtasks alone (better-sqlite3 is synchronous):
       // yield to the event loop so that timers (the window's end) and the other loops run.
       await new Promise(setImmediate);
+      const b = performance.now();
+      if (b >= t0 && b <= t1) { lat.push(b - a); served.add(i); }
+      a = b;
     }
   };
-  const running = turns.map(loop);
+  const running = turns.map((t, i) => loop(t, i));
   await sleep(opt.warmup * 1000);
   const cpu0 = sys.cpu();
   t0 = performance.now();
@@ -296,7 +300,7 @@ async function cell(sys, C) {
   if (failed) throw failed;
   lat.sort((x, y) => x - y);
   return { rate: lat.length / ((t1 - t0) / 1000), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99),
-    cpuMs: ((cpu1 - cpu0) * 1000) / lat.length, turns: lat.length, lat };
+    cpuMs: ((cpu1 - cpu0) * 1000) / lat.length, turns: lat.length, lat, served: served.size };
 }
 
 // ---- main
@@ -346,6 +350,8 @@ async function main() {
     }
     report(C, results[C]);
   }
+  console.log(`\nserved: the fewest conversations (of C, over the rounds) that ended a turn within a window; ` +
+    `load average at the end ${loadavg().map((x) => x.toFixed(2)).join(" ")}`);
   verdicts(results);
 }
 
@@ -358,20 +364,21 @@ function summary(rs) {
   const lat = rs.flatMap((r) => r.lat).sort((x, y) => x - y);
   const rates = rs.map((r) => r.rate);
   const cpu = rs.reduce((s, r) => s + r.cpuMs * r.turns, 0) / rs.reduce((s, r) => s + r.turns, 0);
-  return { rate: median(rates), lo: Math.min(...rates), hi: Math.max(...rates), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99), cpu };
+  return { rate: median(rates), lo: Math.min(...rates), hi: Math.max(...rates), p50: quantile(lat, 0.5), p99: quantile(lat, 0.99), cpu,
+    served: Math.min(...rs.map((r) => r.served)) };
 }
 function report(C, res) {
   console.log(`\nC = ${C}`);
-  console.log("| system | turns/s median [range] | p50 ms | p99 ms | CPU ms/turn | agentd/system median [range] | durability | CPU counts |");
-  console.log("| --- | --- | --- | --- | --- | --- | --- | --- |");
+  console.log("| system | turns/s median [range] | p50 ms | p99 ms | served | CPU ms/turn | agentd/system median [range] | durability | CPU counts |");
+  console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
   const a = res.agentd;
   for (const n of opt.systems) {
     const rs = res[n];
-    if (!rs || !rs.length) { console.log(`| ${n} | did not run: ${systems[n].broken ?? "?"} | | | | | ${systems[n].durability} | |`); continue; }
+    if (!rs || !rs.length) { console.log(`| ${n} | did not run: ${systems[n].broken ?? "?"} | | | | | | ${systems[n].durability} | |`); continue; }
     const s = summary(rs);
     let ratio = "";
     if (n !== "agentd" && a?.length) { const x = ratios(a, rs); ratio = `${fmt(median(x))}x [${fmt(Math.min(...x))}-${fmt(Math.max(...x))}]`; }
-    console.log(`| ${n} | ${fmt(s.rate)} [${fmt(s.lo)}-${fmt(s.hi)}] | ${fmt(s.p50)} | ${fmt(s.p99)} | ${fmt(s.cpu)} | ${ratio} | ${systems[n].durability} | ${systems[n].counts} |`);
+    console.log(`| ${n} | ${fmt(s.rate)} [${fmt(s.lo)}-${fmt(s.hi)}] | ${fmt(s.p50)} | ${fmt(s.p99)} | ${s.served}/${C} | ${fmt(s.cpu)} | ${ratio} | ${systems[n].durability} | ${systems[n].counts} |`);
   }
 }
 function verdicts(results) {
