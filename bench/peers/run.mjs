@@ -114,7 +114,7 @@ async function pgStart() {
 // counts (which processes its CPU column sums), durability (beside its row), stop()
 const systems = {
   agentd: {
-    durability: "agentd's defaults (LMDB, every commit durable before its reply)",
+    durability: "agentd's default sync = full (LMDB; a reply, and an event a long-poll delivers, is durable)",
     counts: "agentd and its workers (process tree)",
     async setup() {
       if (!opt.agentd) throw new Error("no agentd binary: build it (cmake --build build) or pass --agentd");
