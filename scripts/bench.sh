@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the benchmark programs (Release, -DAGENTD_BENCH=ON, in build-bench) and run them.
-# Usage: scripts/bench.sh [bench_store options]   e.g. scripts/bench.sh -q (a quick smoke run)
+# Usage: [BENCH_PEERS=1] scripts/bench.sh [bench_store options]   e.g. scripts/bench.sh -q (a quick smoke run)
 # The figures and how to read them: docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,3 +36,6 @@ fi
 # clients on 1 and 3 nodes beside a bare libpq loop and LMDB, and expiry
 # lateness on both backends, in a durable throwaway cluster (fsync on).
 build-bench/bench/bench_pg -d build-bench "${quick[@]}"
+# agentd beside LangGraph.js, DBOS and Restate (docs/benchmarks.md, "bench_peers"), only with
+# BENCH_PEERS=1: it installs the peers from npm into bench/peers (benchmark-only, a few minutes).
+if [ "${BENCH_PEERS:-}" = 1 ]; then (cd clients/typescript && npm ci && npx tsc -p .) && (cd bench/peers && npm ci) && node bench/peers/run.mjs --agentd build-bench/agentd "${quick[@]}"; fi
