@@ -32,6 +32,7 @@ int config_init(struct config *c)
 	c->sync = SYNC_FULL;
 	c->audit_ttl_ms = 7LL * 24 * 3600 * SEC;
 	c->max_line = 1 << 20;
+	c->max_reply_bytes = 4u << 20;
 	c->max_workers = 256;
 	c->restart_limit = 5;
 	c->restart_window_ms = 60 * SEC;
@@ -325,6 +326,9 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 		return config_duration(v, &c->audit_ttl_ms);
 	if (!strcmp(k, "max_line"))
 		return config_size(v, &c->max_line) || c->max_line < 1024 || c->max_line > CAP_MAX ? -1 : 0;
+	if (!strcmp(k, "max_reply_bytes"))
+		return config_size(v, &c->max_reply_bytes) || c->max_reply_bytes < 1024 ||
+			       c->max_reply_bytes > CAP_MAX ? -1 : 0;
 	if (!strcmp(k, "max_workers"))
 		return set_int(&c->max_workers, v, 1, 1000000);
 	if (!strcmp(k, "restart_limit")) /* crash times are kept for the last 16 (sup.h) */

@@ -106,6 +106,7 @@ struct config {
 	int audit;               /* off */
 	int64_t audit_ttl_ms;    /* 7 d */
 	size_t max_line;         /* 1 MiB */
+	size_t max_reply_bytes;  /* an `events` reply's events, encoded: 4 MiB */
 	int max_workers;         /* 256 */
 	int restart_limit;       /* 5 crashes ... */
 	int64_t restart_window_ms; /* ... within 60 s: stop restarting */

@@ -682,6 +682,36 @@ char *proto_error_line_with(json_t *id, int err, const char *msg, json_t *extra,
 	return dump_line(o, len);
 }
 
+int proto_oom_line(json_t *id, char *buf, size_t cap, char **line, size_t *len)
+{
+	static const char tail[] = "\"ok\":false,\"error\":\"internal\",\"message\":\"out of memory\"}\n";
+	char *idtext = NULL;
+	size_t idlen = 0;
+	*line = NULL;
+	*len = 0;
+	if (id && !(idtext = jsonmp_dumps(id, JSON_COMPACT | JSON_ENCODE_ANY, 0, &idlen)))
+		return -ENOMEM;
+	size_t n = 1 + (id ? sizeof "\"id\":" - 1 + idlen + 1 : 0) + sizeof tail - 1;
+	char *p = n <= cap ? buf : malloc(n);
+	if (!p) {
+		free(idtext);
+		return -ENOMEM;
+	}
+	size_t o = 0;
+	p[o++] = '{';
+	if (id) {
+		memcpy(p + o, "\"id\":", 5);
+		memcpy(p + o + 5, idtext, idlen);
+		o += 5 + idlen;
+		p[o++] = ',';
+	}
+	memcpy(p + o, tail, sizeof tail - 1);
+	free(idtext);
+	*line = p;
+	*len = n;
+	return 0;
+}
+
 char *proto_ok_line(json_t *id, json_t *obj, size_t *len)
 {
 	json_t *o = obj ? obj : json_object();

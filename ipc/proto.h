@@ -109,6 +109,14 @@ char *proto_error_line(json_t *id, int err, const char *msg, size_t *len);
 /* The same with extra's fields added (extra: an object, stolen, may be NULL;
  * it cannot replace id, ok, error or message). NULL when out of memory. */
 char *proto_error_line_with(json_t *id, int err, const char *msg, json_t *extra, size_t *len);
+/* The line that stands in for a reply that cannot be built (out of memory):
+ * {"id":ID,"ok":false,"error":"internal","message":"out of memory"} and '\n',
+ * ID the request's id as JSON text (no "id" when id is NULL), byte for byte
+ * proto_error_line's. Made when the request is parsed, so that the reply
+ * needs no memory when it is written: into buf when it fits in cap bytes,
+ * else into a block allocated here. 0 with *line (buf or that block, which
+ * the caller frees) and *len, or -ENOMEM (*line NULL). */
+int proto_oom_line(json_t *id, char *buf, size_t cap, char **line, size_t *len);
 /* Add "id" and "ok":true to obj (stolen; NULL: an empty object) and dump it
  * as one line with '\n'. NULL when out of memory. */
 char *proto_ok_line(json_t *id, json_t *obj, size_t *len);

@@ -20,6 +20,9 @@
 /* The budget for requests whose reply may be large (control.h). */
 #define LARGE_PER_ITERATION (1u << 20)
 #define LARGE_GUESS LARGE_PER_ITERATION /* a client's first: assume the worst */
+/* Room in a slot for its out-of-memory line: an id of up to about 60 bytes
+ * of JSON text fits, a longer one's line is allocated with the slot. */
+#define SLOT_OOM_INLINE 128
 
 /* A reply slot: replies leave in request order even when some complete later. */
 struct slot {
@@ -32,6 +35,12 @@ struct slot {
 	int64_t started_us; /* when its line was parsed */
 	uint64_t need;      /* the transaction its reply shows: it leaves once that is durable */
 	int64_t held_us;    /* when its reply, ready, was first held for that; 0: not held */
+	/* The reply when no other can be built (out of memory), with the
+	 * request's id, made with the slot (proto_oom_line): oom_buf, or a
+	 * block of its own for a long id. */
+	char *oom;
+	size_t oom_len;
+	char oom_buf[SLOT_OOM_INLINE];
 };
 
 struct client {
@@ -65,6 +74,7 @@ struct client {
 };
 
 static void on_listen(struct loop_watch *lw, uint32_t events);
+static void slot_free(struct slot *s);
 
 static struct {
 	const struct config *cfg;
@@ -476,8 +486,7 @@ void client_flush(struct client *c)
 		c->owed -= s->len;
 		c->nslots--;
 		TAILQ_REMOVE(&c->slots, s, q);
-		free(s->line);
-		free(s);
+		slot_free(s);
 	}
 	while (out_pending(c)) {
 		ssize_t n = write(c->fd, c->out + c->out_off, out_pending(c));
@@ -514,11 +523,15 @@ void client_flush(struct client *c)
 	control_want_write(c);
 }
 
-struct slot *slot_new(struct client *c)
+struct slot *slot_new(struct client *c, json_t *id)
 {
 	struct slot *s = calloc(1, sizeof *s);
 	if (!s)
 		return NULL;
+	if (proto_oom_line(id, s->oom_buf, sizeof s->oom_buf, &s->oom, &s->oom_len)) {
+		free(s);
+		return NULL;
+	}
 	s->c = c;
 	s->op = -1;
 	TAILQ_INSERT_TAIL(&c->slots, s, q);
@@ -526,17 +539,22 @@ struct slot *slot_new(struct client *c)
 	return s;
 }
 
+/* A slot and its lines (its reply may be its out-of-memory line). */
+static void slot_free(struct slot *s)
+{
+	if (s->line != s->oom)
+		free(s->line);
+	if (s->oom != s->oom_buf)
+		free(s->oom);
+	free(s);
+}
+
 static void slot_done(struct slot *s, char *line, size_t len)
 {
 	if (!line) {
-		static const char oom[] = "{\"ok\":false,\"error\":\"internal\",\"message\":\"out of memory\"}\n";
-		line = strdup(oom);
-		len = line ? sizeof oom - 1 : 0;
-		/* Not even that: close the connection rather than leave a reply
-		 * out of the order (every later one would pair with the wrong
-		 * request). */
-		if (!line)
-			s->c->dead = 1;
+		/* Made with the slot: it needs no memory now. */
+		line = s->oom;
+		len = s->oom_len;
 	}
 	s->line = line;
 	s->len = len;
@@ -648,7 +666,7 @@ static int client_line(struct client *c, const char *line, size_t len)
 		proto_request_free(&rq);
 		return -1; /* not now: the line stays for a later iteration */
 	}
-	struct slot *s = slot_new(c);
+	struct slot *s = slot_new(c, rq.id);
 	if (!s) {
 		/* No slot, no reply: every later reply would pair with the wrong
 		 * request. The connection closes instead. */
@@ -705,7 +723,7 @@ static void client_parse(struct client *c)
 		}
 		/* The limit is on the line: a '\r' before the '\n' is not part of it. */
 		if (len - (len && c->in[off + len - 1] == '\r') > C.cfg->max_line) {
-			struct slot *s = slot_new(c);
+			struct slot *s = slot_new(c, NULL);
 			if (s)
 				slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
 			c->closing = 1;
@@ -727,7 +745,7 @@ static void client_parse(struct client *c)
 	 * so that it is come back to when a barrier or a pause ends. */
 	int cut = c->eof && c->in_len && !c->watch && !memchr(c->in, '\n', c->in_len);
 	if (cut && !c->closing && !c->paused && !c->barrier) {
-		struct slot *s = slot_new(c);
+		struct slot *s = slot_new(c, NULL);
 		if (s)
 			slot_error(s, NULL, PERR_BAD_REQUEST, "the connection ended inside a line: a request must end "
 							   "in a newline; not executed");
@@ -741,7 +759,7 @@ static void client_parse(struct client *c)
 	}
 	if (!c->closing && !memchr(c->in, '\n', c->in_len) &&
 	    c->in_len - (c->in_len && c->in[c->in_len - 1] == '\r') > C.cfg->max_line) {
-		struct slot *s = slot_new(c);
+		struct slot *s = slot_new(c, NULL);
 		if (s)
 			slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
 		c->closing = 1;
@@ -843,8 +861,7 @@ static void client_free(struct client *c)
 	struct slot *s;
 	while ((s = TAILQ_FIRST(&c->slots))) {
 		TAILQ_REMOVE(&c->slots, s, q);
-		free(s->line);
-		free(s);
+		slot_free(s);
 	}
 	if (c->backlog)
 		C.nbacklog--;
@@ -885,17 +902,21 @@ static void answer_unavailable(struct client *c)
 	while ((nl = memchr(c->in + off, '\n', c->in_len - off))) {
 		size_t len = (size_t)(nl - (c->in + off));
 		len -= len && c->in[off + len - 1] == '\r';
-		struct slot *s = slot_new(c);
-		if (!s)
-			break;
 		if (len > C.cfg->max_line) {
-			slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
+			struct slot *s = slot_new(c, NULL);
+			if (s)
+				slot_error(s, NULL, PERR_TOO_LARGE, "request line over the limit");
 			break;
 		}
 		struct request rq;
 		char why[256];
 		memset(&rq, 0, sizeof rq);
 		int err = proto_parse(c->in + off, len, &names, &rq, why, sizeof why);
+		struct slot *s = slot_new(c, rq.id);
+		if (!s) {
+			proto_request_free(&rq);
+			break;
+		}
 		slot_error(s, rq.id, err != PERR_OK ? err : PERR_UNAVAILABLE, err != PERR_OK ? why : msg);
 		proto_request_free(&rq);
 		off = (size_t)(nl - c->in) + 1;

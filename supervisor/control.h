@@ -92,7 +92,11 @@ int control_all_held(void);
 int control_only_free(const struct client *c);
 
 /* ---- one client -------------------------------------------------------- */
-struct slot *slot_new(struct client *c);
+/* A reply slot at the end of c's, for the request whose id is id (NULL:
+ * none). Its out-of-memory reply, with that id, is made here, so that a
+ * reply that cannot be built later still carries it. NULL when out of
+ * memory. */
+struct slot *slot_new(struct client *c, json_t *id);
 void slot_ok(struct slot *s, json_t *id, json_t *obj);           /* obj stolen; NULL: answered out of memory */
 void slot_error(struct slot *s, json_t *id, int err, const char *msg);
 /* An error reply with more fields (extra: an object, stolen, may be NULL),

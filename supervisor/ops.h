@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "ipc/proto.h"
 #include "store/store.h"
+#include "supervisor/waiters.h"
 
 struct client;
 
@@ -37,8 +38,8 @@ int ops_reply_large(int op);
  * the transaction it read (durable.h). The query: the events as a JSON
  * array, or NULL with *err (enum proto_err) and msg set. The reply: NULL
  * when out of memory (evs taken either way). */
-json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t *next, uint64_t *txnid, int *err,
-			 char *msg, size_t msglen);
-json_t *ops_events_reply(json_t *evs, uint64_t last, uint64_t next);
+json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, struct events_next *next, uint64_t *txnid,
+			 int *err, char *msg, size_t msglen);
+json_t *ops_events_reply(json_t *evs, uint64_t last, const struct events_next *next);
 
 #endif

@@ -82,13 +82,58 @@ int ops_append_json(void *arg, const struct store_event *ev)
 	return e && !json_array_append_new(arg, e) ? 0 : -ENOMEM;
 }
 
-json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t *next, uint64_t *txnid, int *err,
-			 char *msg, size_t msglen)
+/* An `events` reply's events, collected within max_reply_bytes: their
+ * JSON text as the reply writes it (JSON_COMPACT, a comma between two),
+ * counted as each is added. Without a limit the walk stops before the
+ * event that would pass the cap (EVENTS_FULL); with one, the oldest kept
+ * go instead (the most recent `limit` are asked for, so the newest stay).
+ * Either way one event is always kept, so a client paging on progresses. */
+#define EVENTS_FULL 1
+struct events_acc {
+	json_t *a;
+	size_t bytes, cap;
+	int keep_newest;       /* a limit: drop the oldest past the cap */
+	uint64_t last;         /* without a limit: the seq of the last event kept */
+	uint64_t dropped;      /* with one: the seq of the newest event dropped (0: none) */
+};
+
+static size_t event_bytes(const json_t *e)
+{
+	return json_dumpb(e, NULL, 0, JSON_COMPACT) + 1; /* and its comma */
+}
+
+static int events_acc_add(void *arg, const struct store_event *ev)
+{
+	struct events_acc *acc = arg;
+	json_t *e = conv_event_json(ev);
+	if (!e)
+		return -ENOMEM;
+	size_t n = event_bytes(e);
+	if (!acc->keep_newest && json_array_size(acc->a) && acc->bytes + n > acc->cap) {
+		json_decref(e);
+		return EVENTS_FULL;
+	}
+	if (json_array_append_new(acc->a, e))
+		return -ENOMEM;
+	acc->bytes += n;
+	acc->last = ev->seq;
+	while (acc->keep_newest && acc->bytes > acc->cap && json_array_size(acc->a) > 1) {
+		json_t *old = json_array_get(acc->a, 0);
+		acc->bytes -= event_bytes(old);
+		acc->dropped = (uint64_t)json_integer_value(json_object_get(old, "seq"));
+		json_array_remove(acc->a, 0);
+	}
+	return 0;
+}
+
+json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, struct events_next *next, uint64_t *txnid,
+			 int *err, char *msg, size_t msglen)
 {
 	store_txn *t;
 	int e = store_txn_begin(ops_ctx()->st, STORE_READ, &t);
-	json_t *a = json_array();
-	*next = 0;
+	struct events_acc acc = { json_array(), 0, ops_ctx()->cfg->max_reply_bytes, rq->limit > 0, 0, 0 };
+	json_t *a = acc.a;
+	next->after = next->before = 0;
 	*txnid = e ? 0 : store_txn_id(t);
 	if (!e && !a)
 		e = -ENOMEM;
@@ -105,9 +150,19 @@ json_t *ops_events_query(const struct request *rq, uint64_t *last_seq, uint64_t 
 		    r.after <= UINT64_MAX - PROTO_EVENTS_MAX - 1) {
 			r.before = r.after + PROTO_EVENTS_MAX + 1;
 			if (*last_seq >= r.before)
-				*next = r.before - 1;
+				next->after = r.before - 1;
 		}
-		e = store_events_stream(t, rq->conv, &r, ops_append_json, a);
+		/* The byte cap (max_reply_bytes): stopped before an event, the
+		 * page goes on after the last one kept; with a limit, the
+		 * oldest were dropped, and the page before the oldest kept
+		 * holds them. */
+		e = store_events_stream(t, rq->conv, &r, events_acc_add, &acc);
+		if (e == EVENTS_FULL) {
+			e = 0;
+			next->after = acc.last;
+		}
+		if (!e && acc.dropped)
+			next->before = (uint64_t)json_integer_value(json_object_get(json_array_get(a, 0), "seq"));
 	}
 	store_txn_abort(t);
 	if (e) {
@@ -264,12 +319,13 @@ void ops_list(store_txn *t, struct job *j)
 }
 
 /* The reply to `events`: next_after (an extension) when a capped reply left
- * seqs unread. */
-json_t *ops_events_reply(json_t *evs, uint64_t last, uint64_t next)
+ * seqs unread, next_before when a reply with a limit left older ones out. */
+json_t *ops_events_reply(json_t *evs, uint64_t last, const struct events_next *next)
 {
 	json_t *o = json_pack("{soso}", "events", evs, "last_seq", json_integer((json_int_t)last));
-	/* Without next_after a capped reply would read as the whole log. */
-	if (o && next && json_object_set_new(o, "next_after", json_integer((json_int_t)next))) {
+	/* Without them a capped reply would read as the whole log. */
+	if (o && ((next->after && json_object_set_new(o, "next_after", json_integer((json_int_t)next->after))) ||
+		  (next->before && json_object_set_new(o, "next_before", json_integer((json_int_t)next->before))))) {
 		json_decref(o);
 		return NULL;
 	}
@@ -295,7 +351,8 @@ static int events_first_seq(struct job *j)
 
 void ops_events(store_txn *t, struct job *j)
 {
-	uint64_t last = 0, next;
+	uint64_t last = 0;
+	struct events_next next;
 	int err;
 	json_t *evs = ops_events_query(&j->rq, &last, &next, &j->txnid, &err, j->msg, sizeof j->msg);
 	durable_need(j->txnid);
@@ -303,7 +360,7 @@ void ops_events(store_txn *t, struct job *j)
 		j->err = err;
 		return;
 	}
-	if (json_array_size(evs) == 0 && !next && j->rq.wait_ms > 0) {
+	if (json_array_size(evs) == 0 && !next.after && j->rq.wait_ms > 0) {
 		/* Long-poll: park it on the conversation until a commit or the deadline. */
 		json_decref(evs);
 		if (waiters_poll(slot_client(j->slot), j->slot, &j->rq, loop_now_ms() + j->rq.wait_ms)) {
@@ -317,7 +374,7 @@ void ops_events(store_txn *t, struct job *j)
 	json_t *first = json_array_get(evs, 0);
 	uint64_t from = (uint64_t)json_integer_value(json_object_get(first, "seq"));
 	int asked_before = j->rq.after < last && (!first || from > j->rq.after + 1);
-	j->reply = ops_events_reply(evs, last, next);
+	j->reply = ops_events_reply(evs, last, &next);
 	if (j->reply && asked_before && events_first_seq(j))
 		j->reply = NULL; /* answered "out of memory" */
 }

@@ -161,7 +161,8 @@ int waiters_watching(const struct client *c)
 /* Answer a long-poll if its query has something now. 1: answered. */
 static int poll_answer(struct waiter *wt)
 {
-	uint64_t last = 0, next, id = 0;
+	uint64_t last = 0, id = 0;
+	struct events_next next;
 	int err = 0;
 	char msg[160];
 	json_t *evs = WT.query(&wt->rq, &last, &next, &id, &err, msg, sizeof msg);
@@ -175,11 +176,11 @@ static int poll_answer(struct waiter *wt)
 		slot_error(wt->slot, wt->rq.id, err, msg);
 		return 1;
 	}
-	if (json_array_size(evs) == 0 && !next) {
+	if (json_array_size(evs) == 0 && !next.after) {
 		json_decref(evs);
 		return 0;
 	}
-	slot_ok(wt->slot, wt->rq.id, WT.reply(evs, last, next));
+	slot_ok(wt->slot, wt->rq.id, WT.reply(evs, last, &next));
 	return 1;
 }
 
@@ -414,7 +415,8 @@ void waiters_expire(int64_t now)
 		if (wt->deadline > now)
 			continue;
 		struct client *c = wt->c;
-		uint64_t last = 0, after, id = 0;
+		uint64_t last = 0, id = 0;
+		struct events_next after;
 		int err = 0;
 		char msg[160];
 		/* Its time is up: it gets what is durable, at worst nothing new
@@ -429,7 +431,7 @@ void waiters_expire(int64_t now)
 		if (err)
 			slot_error(wt->slot, wt->rq.id, err, msg);
 		else
-			slot_ok(wt->slot, wt->rq.id, WT.reply(evs, last, after));
+			slot_ok(wt->slot, wt->rq.id, WT.reply(evs, last, &after));
 		waiter_free(wt);
 		client_flush(c);
 	}

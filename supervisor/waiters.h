@@ -24,13 +24,22 @@
 struct client;
 struct slot;
 
+/* Where an `events` reply cut short goes on (0: it was not): after, the
+ * next page's `after` (next_after: seqs past the reply's); before, with a
+ * limit, the next page's `before` (next_before: older events the byte cap
+ * left out). */
+struct events_next {
+	uint64_t after;
+	uint64_t before;
+};
+
 /* An `events` query: the events (a new array) or NULL with *err (enum
- * proto_err) and msg set; *last the conversation's last seq, *next the
- * next page's `after` (0: none). */
-typedef json_t *waiters_query_fn(const struct request *rq, uint64_t *last, uint64_t *next, uint64_t *txnid, int *err,
-				 char *msg, size_t msglen);
+ * proto_err) and msg set; *last the conversation's last seq, *next where
+ * the next page begins. */
+typedef json_t *waiters_query_fn(const struct request *rq, uint64_t *last, struct events_next *next, uint64_t *txnid,
+				 int *err, char *msg, size_t msglen);
 /* The reply object for events evs (stolen). */
-typedef json_t *waiters_reply_fn(json_t *evs, uint64_t last, uint64_t next);
+typedef json_t *waiters_reply_fn(json_t *evs, uint64_t last, const struct events_next *next);
 
 void waiters_init(store *st, waiters_query_fn *query, waiters_reply_fn *reply);
 

@@ -16,7 +16,7 @@
  * (ASan's runs it too, in the sanitizer build).
  *
  * The modules: JSON <-> msgpack (common/jsonmp.c), the control codec
- * (ipc/proto.c, a batch send too), the tail decision, event and run JSON,
+ * (ipc/proto.c, a batch send too, and the out-of-memory reply line), the tail decision, event and run JSON,
  * forking a conversation and settling a call of an ended one (conv/, in a
  * write transaction of a real store, aborted after each run), command
  * lines and the configuration (common/); in the worker, the model's request
@@ -383,6 +383,63 @@ static int op_lines(void *arg)
 START_TEST(proto_lines_each_failure)
 {
 	each_failure(op_lines, NULL, "proto_error_line/proto_ok_line");
+}
+END_TEST
+
+/* The out-of-memory line is made when the request is parsed (control.c's
+ * slot_new): its failures are the parse's, -ENOMEM and nothing made; once
+ * made, it is proto_error_line's "out of memory" reply byte for byte, the
+ * id in it, whether it fits the caller's buffer or not. */
+struct oom_arg {
+	json_t *id;
+	size_t cap;   /* the caller's buffer: 128, as a slot's, or too small */
+	char want[512];
+};
+
+static int op_oom_line(void *arg)
+{
+	struct oom_arg *a = arg;
+	char buf[128], *line = NULL;
+	size_t len = 7;
+	int r = proto_oom_line(a->id, buf, a->cap, &line, &len);
+	if (r) {
+		PAUSED(ck_assert_int_eq(r, -ENOMEM));
+		PAUSED(ck_assert_ptr_null(line));
+		return r;
+	}
+	PAUSED(ck_assert_uint_eq(len, strlen(a->want)));
+	PAUSED(ck_assert_msg(!memcmp(line, a->want, len), "proto_oom_line: %.*s", (int)len, line));
+	PAUSED(ck_assert_msg((line == buf) == (len <= a->cap), "proto_oom_line: buffer used %d for %zu bytes",
+			     line == buf, len));
+	if (line != buf)
+		free(line);
+	return 0;
+}
+
+START_TEST(proto_oom_line_each_failure)
+{
+	const char *ids[] = { "7", "\"r-1\"", "[7,{\"a\":\"b\\u00e9\"}]",
+			      "\"a long id, past what a slot keeps in place: 0123456789abcdef0123456789abcdef\"" };
+	for (size_t i = 0; i < sizeof ids / sizeof *ids; i++)
+		for (size_t cap = 16; cap <= 128; cap += 112) {
+			struct oom_arg a = { json_loads(ids[i], JSON_DECODE_ANY, NULL), cap, { 0 } };
+			ck_assert_ptr_nonnull(a.id);
+			size_t len;
+			char *e = proto_error_line(a.id, PERR_INTERNAL, "out of memory", &len);
+			ck_assert_ptr_nonnull(e);
+			ck_assert_uint_lt(len, sizeof a.want);
+			memcpy(a.want, e, len + 1);
+			free(e);
+			each_failure(op_oom_line, &a, "proto_oom_line");
+			json_decref(a.id);
+		}
+	/* No id: nothing to render, nothing allocated. */
+	char buf[128], *line;
+	size_t len;
+	ck_assert_int_eq(proto_oom_line(NULL, buf, sizeof buf, &line, &len), 0);
+	ck_assert_ptr_eq(line, buf);
+	ck_assert_uint_eq(len, strlen("{\"ok\":false,\"error\":\"internal\",\"message\":\"out of memory\"}\n"));
+	ck_assert(!memcmp(line, "{\"ok\":false,\"error\":\"internal\",\"message\":\"out of memory\"}\n", len));
 }
 END_TEST
 
@@ -1138,6 +1195,7 @@ static Suite *make_alloc_suite(void)
 	tcase_add_test(tc, jsonmp_unpack_each_failure);
 	tcase_add_test(tc, proto_parse_each_failure);
 	tcase_add_test(tc, proto_lines_each_failure);
+	tcase_add_test(tc, proto_oom_line_each_failure);
 	tcase_add_test(tc, proto_parse_batch_each_failure);
 	tcase_add_test(tc, conv_run_json_each_failure);
 	tcase_add_test(tc, conv_fork_each_failure);

@@ -251,6 +251,8 @@ static const struct {
 	{ "[agentd]\ncompact_events = 3\ncompact_keep = 10\n",
 	  "F: compact_keep (10) must be under compact_events (3) in [agentd]" },
 	{ "[agentd]\nmax_line = 2g\n", "F:2: bad value '2g' for 'max_line' in [agentd]" },
+	{ "[agentd]\nmax_reply_bytes = 100\n", "F:2: bad value '100' for 'max_reply_bytes' in [agentd]" },
+	{ "[agentd]\nmax_reply_bytes = 2g\n", "F:2: bad value '2g' for 'max_reply_bytes' in [agentd]" },
 	{ "[agentd]\nbatch_max_events = 0\n", "F:2: bad value '0' for 'batch_max_events' in [agentd]" },
 	{ "[agentd]\nbatch_max_events = 10001\n", "F:2: bad value '10001' for 'batch_max_events' in [agentd]" },
 	{ "[agentd]\nbatch_max_bytes = 1023\n", "F:2: bad value '1023' for 'batch_max_bytes' in [agentd]" },

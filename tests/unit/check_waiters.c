@@ -113,12 +113,12 @@ static int conv_index(const char *conv)
 	return conv[1] - '0';
 }
 
-static json_t *fake_query(const struct request *rq, uint64_t *last, uint64_t *next, uint64_t *txnid, int *err,
+static json_t *fake_query(const struct request *rq, uint64_t *last, struct events_next *next, uint64_t *txnid, int *err,
 			  char *msg, size_t msglen)
 {
 	queries++;
 	*txnid = snap_id;
-	*next = 0;
+	next->after = next->before = 0;
 	if (query_err) {
 		*err = query_err;
 		snprintf(msg, msglen, "fake failure");
@@ -133,7 +133,7 @@ static json_t *fake_query(const struct request *rq, uint64_t *last, uint64_t *ne
 	return a;
 }
 
-static json_t *fake_reply(json_t *evs, uint64_t last, uint64_t next)
+static json_t *fake_reply(json_t *evs, uint64_t last, const struct events_next *next)
 {
 	(void)next;
 	return json_pack("{sosI}", "events", evs, "last_seq", (json_int_t)last);

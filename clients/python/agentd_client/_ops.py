@@ -125,7 +125,7 @@ def _page(reply):
 
 def _events(reply):
     return EventPage([_build(Event, e) for e in reply["events"]], reply["last_seq"], reply.get("next_after"),
-                     reply.get("first_seq"))
+                     reply.get("first_seq"), reply.get("next_before"))
 
 
 class _Ops:

@@ -215,13 +215,16 @@ class TurnResult:
 
 @dataclass
 class EventPage:
-    """`events`. next_after is set when a reply without limit stopped at 10,000 seqs: ask again with
-    after=next_after. first_seq is set when the log begins after seq 1 (a fork's, after its summary) and
-    after was before it: the events begin there."""
+    """`events`. next_after is set when a reply without limit stopped at 10,000 seqs or at agentd's
+    max_reply_bytes: ask again with after=next_after (paging on is the caller's job). next_before is set
+    when a reply with limit kept only the newest events under max_reply_bytes: the older ones are before
+    it (ask with before=next_before). first_seq is set when the log begins after seq 1 (a fork's, after
+    its summary) and after was before it: the events begin there."""
     events: List[Event]
     last_seq: int
     next_after: Optional[int] = None
     first_seq: Optional[int] = None
+    next_before: Optional[int] = None
 
 
 @dataclass
