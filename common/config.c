@@ -1,5 +1,6 @@
 /* config.c: the INI configuration and logging (see config.h). */
 #include "common/config.h"
+#include "common/config_int.h"
 #include "common/cmdline.h"
 #include "common/id.h"
 
@@ -207,7 +208,7 @@ static int onoff(const char *v)
 	return -1;
 }
 
-static int set_str(char **dst, const char *v)
+int config_set_str(char **dst, const char *v)
 {
 	char *s = strdup(v);
 	if (!s)
@@ -221,10 +222,10 @@ static int set_str(char **dst, const char *v)
  * an empty data path means nothing). */
 static int set_path(char **dst, const char *v)
 {
-	return *v ? set_str(dst, v) : -1;
+	return *v ? config_set_str(dst, v) : -1;
 }
 
-static int set_int(int *dst, const char *v, int min, int max)
+int config_set_int(int *dst, const char *v, int min, int max)
 {
 	char *end;
 	errno = 0;
@@ -270,7 +271,7 @@ static int seen_before(struct loader *l, const char *section, const char *k)
 
 /* Decimal digits with an optional point, as durations: no exponent, no
  * sign, no nan or inf. */
-static int set_decimal(double *dst, const char *v)
+int config_set_decimal(double *dst, const char *v)
 {
 	char *end;
 	if (!*v || strspn(v, "0123456789.") != strlen(v) || strchr(v, '.') != strrchr(v, '.') || !strcmp(v, "."))
@@ -292,7 +293,7 @@ static int budget_key(struct config_budget *b, const char *k, const char *v)
 		return 0;
 	}
 	if (!strcmp(k, "budget_max_cost"))
-		return set_decimal(&b->max_cost, v);
+		return config_set_decimal(&b->max_cost, v);
 	return -2;
 }
 
@@ -330,9 +331,9 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 		return config_size(v, &c->max_reply_bytes) || c->max_reply_bytes < 1024 ||
 			       c->max_reply_bytes > CAP_MAX ? -1 : 0;
 	if (!strcmp(k, "max_workers"))
-		return set_int(&c->max_workers, v, 1, 1000000);
+		return config_set_int(&c->max_workers, v, 1, 1000000);
 	if (!strcmp(k, "restart_limit")) /* crash times are kept for the last 16 (sup.h) */
-		return set_int(&c->restart_limit, v, 1, 16);
+		return config_set_int(&c->restart_limit, v, 1, 16);
 	if (!strcmp(k, "restart_window")) /* 0 would count no crash as recent */
 		return config_duration(v, &c->restart_window_ms) || c->restart_window_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "shutdown_timeout"))
@@ -342,11 +343,11 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 	if (!strcmp(k, "max_map_size"))
 		return config_size(v, &c->max_map_size) || c->max_map_size < MAP_MIN ? -1 : 0;
 	if (!strcmp(k, "compact_events"))
-		return set_int(&c->compact_events, v, 0, 100000000);
+		return config_set_int(&c->compact_events, v, 0, 100000000);
 	if (!strcmp(k, "compact_keep"))
-		return set_int(&c->compact_keep, v, 1, 100000000);
+		return config_set_int(&c->compact_keep, v, 1, 100000000);
 	if (!strcmp(k, "max_tool_rounds"))
-		return set_int(&c->max_tool_rounds, v, 1, 1000000);
+		return config_set_int(&c->max_tool_rounds, v, 1, 1000000);
 	if (!strcmp(k, "model_output_cap")) /* under 1k no final line fits: every attempt would fail */
 		return config_size(v, &c->model_out_cap) || c->model_out_cap < 1024 || c->model_out_cap > CAP_MAX ? -1 : 0;
 	if (!strcmp(k, "allow_any_uid"))
@@ -355,7 +356,7 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 		return (b = config_log_level(v)) < 0 ? -1 : (c->log_level = b, 0);
 	if (!strcmp(k, "batch_max_events")) { /* a batch is one transaction: keep it short */
 		int n;
-		return set_int(&n, v, 1, 10000) ? -1 : (c->batch_max_events = (size_t)n, 0);
+		return config_set_int(&n, v, 1, 10000) ? -1 : (c->batch_max_events = (size_t)n, 0);
 	}
 	if (!strcmp(k, "batch_max_bytes"))
 		return config_size(v, &c->batch_max_bytes) || c->batch_max_bytes < 1024 ||
@@ -377,7 +378,7 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 }
 
 /* An environment variable's name: what a shell would take. */
-static int env_name_ok(const char *s, size_t n)
+int config_env_name_ok(const char *s, size_t n)
 {
 	if (!n || isdigit((unsigned char)s[0]))
 		return 0;
@@ -385,253 +386,6 @@ static int env_name_ok(const char *s, size_t n)
 		if (!isalnum((unsigned char)s[i]) && s[i] != '_')
 			return 0;
 	return 1;
-}
-
-/* VAR passed from the worker to the process (env's "VAR"), unless env
- * names it already. 0 or -ENOMEM. */
-static int iso_env_pass(struct isolate_cfg *i, const char *var)
-{
-	size_t n = 0, vl = strlen(var);
-	for (; i->env && i->env[n]; n++)
-		if (!strncmp(i->env[n], var, vl) && (!i->env[n][vl] || i->env[n][vl] == '='))
-			return 0;
-	char **e = realloc(i->env, (n + 2) * sizeof *e);
-	if (!e)
-		return -ENOMEM;
-	i->env = e;
-	e[n + 1] = NULL;
-	return (e[n] = strdup(var)) ? 0 : -ENOMEM;
-}
-
-/* ---- the built-in HTTP model clients' keys (docs/models.md) ---------- */
-
-const char *config_model_kind_name(int kind)
-{
-	return kind == MODEL_OPENAI ? "openai" : kind == MODEL_ANTHROPIC ? "anthropic" : "exec";
-}
-
-static int model_http_key(struct model_cfg *m, const char *k, const char *v)
-{
-	if (!strcmp(k, "kind")) {
-		if (!strcmp(v, "exec"))
-			m->kind = MODEL_EXEC;
-		else if (!strcmp(v, "openai"))
-			m->kind = MODEL_OPENAI;
-		else if (!strcmp(v, "anthropic"))
-			m->kind = MODEL_ANTHROPIC;
-		else
-			return -1;
-		return 0;
-	}
-	if (!strcmp(k, "base_url")) {
-		/* libcurl would take other schemes (file://, ftp://) too. */
-		if (strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
-			return -1;
-		return set_str(&m->base_url, v);
-	}
-	if (!strcmp(k, "model"))
-		return *v ? set_str(&m->model, v) : -1;
-	if (!strcmp(k, "api_key_env")) {
-		for (const char *p = v; *p; p++)
-			if (!isalnum((unsigned char)*p) && *p != '_')
-				return -1;
-		return *v ? set_str(&m->api_key_env, v) : -1;
-	}
-	if (!strcmp(k, "connect_timeout"))
-		return config_duration(v, &m->connect_timeout_ms) || m->connect_timeout_ms <= 0 ? -1 : 0;
-	if (!strcmp(k, "max_tokens"))
-		return set_int(&m->max_tokens, v, 1, 100000000);
-	if (!strcmp(k, "params")) {
-		json_t *o = json_loads(v, JSON_REJECT_DUPLICATES, NULL);
-		int ok = json_is_object(o);
-		json_decref(o);
-		return ok ? set_str(&m->params, v) : -1;
-	}
-	if (!strcmp(k, "backoff"))
-		return config_duration(v, &m->backoff_ms) || m->backoff_ms <= 0 ? -1 : 0;
-	if (!strcmp(k, "backoff_max"))
-		return config_duration(v, &m->backoff_max_ms) || m->backoff_max_ms <= 0 ? -1 : 0;
-	if (!strcmp(k, "headers")) /* checked and resolved with the whole section (model_headers) */
-		return set_str(&m->headers_conf, v);
-	if (!strcmp(k, "price_input"))
-		return set_decimal(&m->price_input, v);
-	if (!strcmp(k, "price_output"))
-		return set_decimal(&m->price_output, v);
-	return -2;
-}
-
-/* A header's name: an HTTP token (RFC 9110). */
-static int header_name_ok(const char *s, size_t n)
-{
-	if (!n)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!isalnum((unsigned char)s[i]) && !strchr("!#$%&'*+-.^_`|~", s[i]))
-			return 0;
-	return 1;
-}
-
-/* v with $VAR, ${VAR} and $$ replaced, into *out (malloc'd); each VAR
- * passed to agentd-model (iso.env). 0, -ENOMEM, or -EINVAL with why (which
- * names a variable, never a value). */
-static int header_expand(struct isolate_cfg *iso, const char *v, char **out, char *why, size_t whylen)
-{
-	size_t cap = strlen(v) + 1, len = 0;
-	char *o = malloc(cap);
-	for (const char *p = v; o && *p;) {
-		const char *add = p, *next = p + 1;
-		size_t n = 1;
-		char var[128];
-		if (*p == '$' && p[1] == '$') {
-			next = p + 2;
-		} else if (*p == '$') {
-			int br = p[1] == '{';
-			const char *nm = p + 1 + br;
-			size_t nl = strspn(nm, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
-			if (!env_name_ok(nm, nl) || nl >= sizeof var || (br && nm[nl] != '}')) {
-				snprintf(why, whylen, "a '$' that starts no variable ($NAME, ${NAME}; $$ for a '$')");
-				free(o);
-				return -EINVAL;
-			}
-			snprintf(var, sizeof var, "%.*s", (int)nl, nm);
-			next = nm + nl + br;
-			if (!(add = getenv(var))) {
-				snprintf(why, whylen, "the variable %s is not set", var);
-				free(o);
-				return -EINVAL;
-			}
-			n = strlen(add);
-			if (iso_env_pass(iso, var)) {
-				free(o);
-				return -ENOMEM;
-			}
-		}
-		if (len + n + 1 > cap) {
-			char *b = realloc(o, (cap = 2 * (len + n + 1)));
-			if (!b)
-				free(o);
-			o = b;
-		}
-		if (o) {
-			memcpy(o + len, add, n);
-			len += n;
-		}
-		p = next;
-	}
-	if (!o)
-		return -ENOMEM;
-	o[len] = 0;
-	*out = o;
-	return 0;
-}
-
-/* The headers agentd sets itself: none may be configured over them. */
-static const char *header_owned(const struct model_cfg *m, const char *name, size_t n)
-{
-	static const char *const any[] = { "Content-Type", "Content-Length", "Host", "Transfer-Encoding",
-					   "Connection", "Expect" };
-	for (size_t i = 0; i < sizeof any / sizeof *any; i++)
-		if (strlen(any[i]) == n && !strncasecmp(name, any[i], n))
-			return "agentd sets it";
-	int anth = m->kind == MODEL_ANTHROPIC;
-	const char *key = getenv(m->api_key_env);
-	const char *auth = anth ? "x-api-key" : "Authorization";
-	if (key && *key && strlen(auth) == n && !strncasecmp(name, auth, n))
-		return "agentd sends the key api_key_env names, which is set";
-	if (anth && n == 17 && !strncasecmp(name, "anthropic-version", n))
-		return "agentd sends the version its requests are written for";
-	return NULL;
-}
-
-/* headers = "Name: value" ...: words split as env's, each checked and
- * resolved into m->headers; err names the key, never a value. */
-static int model_headers(const char *path, struct model_cfg *m, char *err, size_t errlen)
-{
-	char **w = NULL, why[200] = "";
-	int e = cmdline_split(m->headers_conf, &w);
-	size_t n = 0;
-	while (!e && w[n])
-		n++;
-	if (!e && !(m->headers = calloc(n + 1, sizeof *m->headers)))
-		e = -ENOMEM;
-	for (size_t k = 0; !e && k < n; k++) {
-		const char *colon = strchr(w[k], ':'), *v = colon ? colon + 1 : NULL;
-		size_t nl = colon ? (size_t)(colon - w[k]) : 0;
-		if (!colon || !header_name_ok(w[k], nl)) {
-			snprintf(why, sizeof why, "header %zu is not 'Name: value' with Name an HTTP token", k + 1);
-			e = -EINVAL;
-			break;
-		}
-		const char *owned = header_owned(m, w[k], nl);
-		for (size_t j = 0; !owned && j < k; j++)
-			if (!strncasecmp(m->headers[j], w[k], nl) && m->headers[j][nl] == ':')
-				owned = "it is given twice";
-		if (owned) {
-			snprintf(why, sizeof why, "%.*s cannot be configured: %s", (int)nl, w[k], owned);
-			e = -EINVAL;
-			break;
-		}
-		v += strspn(v, " \t");
-		char *val = NULL;
-		size_t vl;
-		if ((e = header_expand(&m->iso, v, &val, why, sizeof why)))
-			break;
-		for (vl = strlen(val); vl && (val[vl - 1] == ' ' || val[vl - 1] == '\t');)
-			val[--vl] = 0;
-		for (size_t i = 0; !e && i < vl; i++)
-			if (((unsigned char)val[i] < 0x20 && val[i] != '\t') || val[i] == 0x7f)
-				e = -EINVAL;
-		if (e || !vl)
-			snprintf(why, sizeof why, "%.*s's value %s", (int)nl, w[k],
-				 e ? "has a control character (CR, LF, ...)" : "is empty");
-		if (!e && !vl)
-			e = -EINVAL;
-		if (!e && asprintf(&m->headers[k], "%.*s: %s", (int)nl, w[k], val) < 0)
-			e = -ENOMEM;
-		free(val);
-	}
-	cmdline_free(w);
-	if (e == -ENOMEM)
-		snprintf(err, errlen, "%s: out of memory", path);
-	else if (e)
-		snprintf(err, errlen, "%s: [model.%s] headers: %s", path, m->name,
-			 why[0] ? why : "an unterminated quote, a trailing backslash or no header");
-	return e ? -1 : 0;
-}
-
-/* The whole section read: an HTTP kind needs its model and takes no
- * command; defaults that depend on the kind. */
-static int model_http_validate(const char *path, struct model_cfg *m, char *err, size_t errlen)
-{
-	if (m->kind == MODEL_EXEC && (m->headers_conf || m->price_input || m->price_output)) {
-		snprintf(err, errlen, "%s: [model.%s] is kind exec: headers, price_input and price_output are for kinds "
-			 "openai and anthropic (a command reports its own usage.cost)", path, m->name);
-		return -1;
-	}
-	if (m->kind == MODEL_EXEC)
-		return 0;
-	const char *kind = config_model_kind_name(m->kind);
-	if (m->command) {
-		snprintf(err, errlen, "%s: [model.%s] is kind %s: it takes no command", path, m->name, kind);
-		return -1;
-	}
-	if (!m->model) {
-		snprintf(err, errlen, "%s: [model.%s] is kind %s and needs model (the API's model name)", path, m->name,
-			 kind);
-		return -1;
-	}
-	if (m->backoff_max_ms < m->backoff_ms) {
-		snprintf(err, errlen, "%s: [model.%s] backoff_max is shorter than backoff", path, m->name);
-		return -1;
-	}
-	int anth = m->kind == MODEL_ANTHROPIC;
-	if (!m->base_url && set_str(&m->base_url, anth ? "https://api.anthropic.com/v1" : "https://api.openai.com/v1"))
-		return -1;
-	if (!m->api_key_env && set_str(&m->api_key_env, anth ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY"))
-		return -1;
-	if (anth && !m->max_tokens)
-		m->max_tokens = 4096; /* the Messages API requires it */
-	return m->headers_conf ? model_headers(path, m, err, errlen) : 0;
 }
 
 /* env = KEY KEY=VALUE ...: words split as a command line (quotes for a value
@@ -643,7 +397,7 @@ static int set_env(struct isolate_cfg *i, const char *v)
 		return -1;
 	for (size_t k = 0; w[k]; k++) {
 		const char *eq = strchr(w[k], '=');
-		if (!env_name_ok(w[k], eq ? (size_t)(eq - w[k]) : strlen(w[k]))) {
+		if (!config_env_name_ok(w[k], eq ? (size_t)(eq - w[k]) : strlen(w[k]))) {
 			cmdline_free(w);
 			return -1;
 		}
@@ -670,7 +424,7 @@ static int set_env(struct isolate_cfg *i, const char *v)
 static int set_long(long *dst, const char *v, long min, long max)
 {
 	int n;
-	if (set_int(&n, v, (int)min, (int)max))
+	if (config_set_int(&n, v, (int)min, (int)max))
 		return -1;
 	*dst = n;
 	return 0;
@@ -683,9 +437,9 @@ static int iso_key(struct isolate_cfg *i, const char *k, const char *v)
 	if (!strcmp(k, "env"))
 		return set_env(i, v);
 	if (!strcmp(k, "user"))
-		return *v ? set_str(&i->user, v) : -1;
+		return *v ? config_set_str(&i->user, v) : -1;
 	if (!strcmp(k, "group"))
-		return *v ? set_str(&i->group, v) : -1;
+		return *v ? config_set_str(&i->group, v) : -1;
 	if (!strcmp(k, "rlimit_as")) /* under 1 MiB not even a shell starts */
 		return config_size(v, &i->rlimit_as) || i->rlimit_as < ((size_t)1 << 20) ? -1 : 0;
 	if (!strcmp(k, "rlimit_cpu")) { /* the kernel counts whole seconds: round up */
@@ -708,12 +462,12 @@ static int iso_key(struct isolate_cfg *i, const char *k, const char *v)
 static int model_key(struct model_cfg *m, const char *k, const char *v)
 {
 	if (!strcmp(k, "command"))
-		return set_str(&m->command, v);
+		return config_set_str(&m->command, v);
 	if (!strcmp(k, "timeout"))
 		return config_duration(v, &m->timeout_ms) || m->timeout_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "retries"))
-		return set_int(&m->retries, v, 0, 100);
-	int rc = model_http_key(m, k, v);
+		return config_set_int(&m->retries, v, 0, 100);
+	int rc = config_model_http_key(m, k, v);
 	return rc == -2 ? iso_key(&m->iso, k, v) : rc;
 }
 
@@ -729,19 +483,19 @@ static int tool_key(struct tool_cfg *t, const char *k, const char *v)
 		return 0;
 	}
 	if (!strcmp(k, "command"))
-		return set_str(&t->command, v);
+		return config_set_str(&t->command, v);
 	if (!strcmp(k, "timeout"))
 		return config_duration(v, &t->timeout_ms) || t->timeout_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "prompt"))
-		return set_str(&t->prompt, v);
+		return config_set_str(&t->prompt, v);
 	if (!strcmp(k, "expires"))
 		return config_duration(v, &t->expires_ms);
 	if (!strcmp(k, "warn_before"))
 		return config_duration(v, &t->warn_before_ms) || t->warn_before_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "description"))
-		return set_str(&t->description, v);
+		return config_set_str(&t->description, v);
 	if (!strcmp(k, "max_attempts"))
-		return set_int(&t->max_attempts, v, 1, 1000);
+		return config_set_int(&t->max_attempts, v, 1, 1000);
 	if (!strcmp(k, "output_cap"))
 		return config_size(v, &t->out_cap) || t->out_cap < 1024 || t->out_cap > CAP_MAX ? -1 : 0;
 	return iso_key(&t->iso, k, v);
@@ -752,12 +506,12 @@ static int mcp_key(struct tool_cfg *t, const char *k, const char *v)
 {
 	struct mcp_cfg *m = t->mcp;
 	if (!strcmp(k, "command"))
-		return set_str(&m->command, v);
+		return config_set_str(&m->command, v);
 	if (!strcmp(k, "args"))
-		return set_str(&m->args, v);
+		return config_set_str(&m->args, v);
 	if (!strcmp(k, "prefix")) /* what models may call: no space, no quote */
 		return strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-") != strlen(v) ||
-		       strlen(v) > 64 ? -1 : set_str(&m->prefix, v);
+		       strlen(v) > 64 ? -1 : config_set_str(&m->prefix, v);
 	if (!strcmp(k, "start_timeout"))
 		return config_duration(v, &m->start_timeout_ms) || m->start_timeout_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "url"))
@@ -900,9 +654,9 @@ char *config_store_shown(const char *t)
 static int store_key(struct config *c, const char *k, const char *v)
 {
 	if (!strcmp(k, "target"))
-		return config_store_is_pg(v) ? set_str(&c->store, v) : -1;
+		return config_store_is_pg(v) ? config_set_str(&c->store, v) : -1;
 	if (!strcmp(k, "connections"))
-		return set_int(&c->store_connections, v, 1, 100000);
+		return config_set_int(&c->store_connections, v, 1, 100000);
 	return -2;
 }
 
@@ -1100,7 +854,7 @@ static int validate(struct config *c, char *err, size_t errlen)
 		return -1;
 	}
 	for (size_t i = 0; i < c->nmodels; i++) {
-		if (model_http_validate(c->path, &c->models[i], err, errlen))
+		if (config_model_http_validate(c->path, &c->models[i], err, errlen))
 			return -1;
 		if (c->models[i].kind != MODEL_EXEC)
 			continue;
@@ -1302,7 +1056,7 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 	struct prescan p = { 0 };
 	struct stat sb;
 	int rc = -EINVAL;
-	if (set_str(&c->path, path))
+	if (config_set_str(&c->path, path))
 		return -ENOMEM;
 	FILE *f = fopen(path, "re");
 	if (!f) {

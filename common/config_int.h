@@ -1,0 +1,30 @@
+/* config_int.h: what config.c and config_model.c share, inside common/ only
+ * (config.h is the contract for everyone else). */
+#ifndef AGENTD_CONFIG_INT_H
+#define AGENTD_CONFIG_INT_H
+
+#include "common/config.h"
+
+#include <stddef.h>
+
+/* Value setters of one key. Each returns 0, or -1 on a value the key does
+ * not take or no memory; *dst is changed only on 0. */
+int config_set_str(char **dst, const char *v); /* a copy of v; the old *dst freed */
+int config_set_int(int *dst, const char *v, int min, int max); /* decimal in [min, max] */
+int config_set_decimal(double *dst, const char *v); /* digits, one optional point */
+
+/* 1 if s[0..n) is an environment variable's name (what a shell takes), else 0. */
+int config_env_name_ok(const char *s, size_t n);
+
+/* One key of [model.NAME] for the HTTP kinds (kind, base_url, model,
+ * api_key_env, headers, prices, ...): 0, -1 on a bad value, -2 when k is
+ * not one of them. */
+int config_model_http_key(struct model_cfg *m, const char *k, const char *v);
+
+/* The whole [model.NAME] read: an HTTP kind needs model and takes no
+ * command; sets the kind's defaults and resolves headers (each $VAR passed
+ * to agentd-model through m->iso.env). 0, or -1 with err ("PATH: ...")
+ * set; err never holds a header's value. */
+int config_model_http_validate(const char *path, struct model_cfg *m, char *err, size_t errlen);
+
+#endif
