@@ -212,15 +212,16 @@ def test_help_agrees_with_the_man_pages():
 
 
 def test_the_configuration_page_has_every_key():
-    # The keys agentd reads (common/config.c, one function per section) against agentd.ini(5)'s sections.
-    src = open(REPO / "common/config.c").read()
+    # The keys agentd reads (common/config.c and config_model.c, one function per section) against
+    # agentd.ini(5)'s sections.
+    src = open(REPO / "common/config.c").read() + open(REPO / "common/config_model.c").read()
     page = f"{stage()}/share/man/man5/agentd.ini.5"
-    for funcs, section in ((("agentd_key", "budget_key"), "[agentd]"), (("model_key", "model_http_key"), "[model.NAME]"),
+    for funcs, section in ((("agentd_key", "budget_key"), "[agentd]"), (("model_key", "config_model_http_key"), "[model.NAME]"),
                            (("tool_key",), "[tool.NAME]"), (("mcp_key",), "[mcp.NAME]"),
                            (("iso_key",), "ISOLATION KEYS")):
         keys = set()
         for func in funcs:
-            body = re.search(rf"^static int {func}\(.*?^}}", src, re.S | re.M).group(0)
+            body = re.search(rf"^(?:static )?int {func}\(.*?^}}", src, re.S | re.M).group(0)
             keys |= set(re.findall(r'strcmp\(k, "([a-z_]+)"\)', body))
         documented = set(re.findall(r"^\.TP\n\.BR? ([a-z_]+)\b", man_sections(page, {section}), re.M))
         assert keys and keys == documented, f"{section}: code only {keys - documented}; page only {documented - keys}"
