@@ -8,6 +8,12 @@
  * median over the runs; ratios are the median of the per-run ratios
  * (agentd/Redis > 1: agentd is faster).
  *
+ * This file is kept whole because every row is one cell of the same run loop
+ * (run_once): the servers it starts, the alternation, the per-run ratios and
+ * the report share its static state, and the bare servers are measured beside
+ * agentd in that loop so that both see the same store size; split, each part
+ * would need that state through an internal header used by nothing else.
+ *
  *   ping          agentd `ping` vs redis-benchmark PING (PING_MBULK)
  *   durable send  agentd `send` vs redis-benchmark SET
  *

@@ -35,7 +35,7 @@
  * write creates them; a read-only open of a store without them sees them
  * empty.
  *
- * Kept whole because every query here is written against one private
+ * This file is kept whole because every query here is written against one private
  * layer: the layout above, the key and record packers, the transaction's
  * cursor pool and record buffer, the conversation-number cache and the
  * poisoning of a write transaction, about a hundred static functions. Split,

@@ -36,7 +36,7 @@
  * asks for binary results, kept on the transaction until it ends: what a
  * read returns points into them.
  *
- * Kept whole because every query here is written against one private
+ * This file is kept whole because every query here is written against one private
  * layer: the statement table (Q_*, prepared on a connection at its first use), the
  * parameter packer and result readers, the connection pool, the row lock
  * a write transaction holds and its gathered, pipelined event inserts.
