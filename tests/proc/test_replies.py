@@ -84,7 +84,8 @@ def test_events_reply_stops_at_the_byte_cap_and_pages_on():
                 line, r = read_line(conn, {"op": "events", "conversation": c, "limit": want,
                                            "before": r["next_before"]})
                 older = [e["seq"] for e in r["events"]] + older
-            assert older == list(range(last - 9, last + 1)), older
+            # the ten newest, or the whole log when the echo answered several sends at once
+            assert older == list(range(max(1, last - 9), last + 1)), older
 
 
 def test_one_event_over_the_cap_still_comes_alone():
