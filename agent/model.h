@@ -147,7 +147,7 @@ struct stream_call *stream_call_at(struct stream *s, int index);
 int stream_append(char **buf, size_t *len, const char *p, size_t n);
 
 /* settings.params and the configured params merged into an API body,
- * never over the keys is_owned names. 0, or -1 when out of memory. */
+ * never over the keys is_owned names. 0 or -ENOMEM. */
 int model_merge_params(json_t *body, const struct model_cfg *mc, const json_t *req, int (*is_owned)(const char *));
 /* The request's tools as an API defines them: each {name, <schema_key>:
  * its input schema (an MCP tool's, else an object schema with no

@@ -19,13 +19,13 @@ static int owned(const char *k)
 	return 0;
 }
 
-/* The configured params, then the conversation's (settings.params). -1
- * when out of memory: never a body with a param left out. */
+/* The configured params, then the conversation's (settings.params).
+ * -ENOMEM: never a body with a param left out. */
 int model_merge_params(json_t *body, const struct model_cfg *mc, const json_t *req, int (*is_owned)(const char *))
 {
 	json_t *cfg = NULL;
 	if (mc->params && jsonmp_loadb(mc->params, strlen(mc->params), 0, &cfg, NULL))
-		return -1; /* checked when the configuration was loaded: out of memory */
+		return -ENOMEM; /* checked when the configuration was loaded */
 	const json_t *srcs[2] = { cfg, json_object_get(req, "params") };
 	int e = 0;
 	for (int i = 0; i < 2 && !e; i++) {
@@ -35,7 +35,7 @@ int model_merge_params(json_t *body, const struct model_cfg *mc, const json_t *r
 			continue;
 		json_object_foreach((json_t *)srcs[i], k, v)
 			if (!is_owned(k) && json_object_set(body, k, v))
-				e = -1;
+				e = -ENOMEM;
 	}
 	json_decref(cfg);
 	return e;

@@ -28,8 +28,8 @@ static void start(struct lifecycle *l, void *o, const struct lifecycle_fx *fx, c
 		fx->yield_slot();
 		return;
 	}
-	/* 1: its conversation is gone, nothing to start. -1: a fork or exec
-	 * failure, handled as E_SPAWN_FAILED by the spawn itself. */
+	/* Every outcome is handled by the spawn itself, by the event it posts
+	 * (E_SPAWNED, E_SPAWN_WAIT, E_SPAWN_FAILED) or by nothing to start. */
 	fx->spawn(o);
 }
 

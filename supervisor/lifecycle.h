@@ -77,6 +77,14 @@ struct lifecycle_exit {
 };
 
 /* The effects a cell asks for; owner is the lifecycle's record. */
+/* What fx.spawn did when it did not fail (a failure is a negative errno or
+ * store error, and E_SPAWN_FAILED follows). */
+enum spawn_outcome {
+	SPAWN_STARTED = 0, /* E_SPAWNED follows */
+	SPAWN_GONE = 1,    /* its conversation is gone (or another node runs it): nothing to start */
+	SPAWN_WAIT = 2,    /* a worker of an earlier agentd still runs for it: E_SPAWN_WAIT follows */
+};
+
 struct lifecycle_fx {
 	int64_t (*now)(void);                  /* monotonic ms */
 	int (*shutting_down)(void);
@@ -85,9 +93,7 @@ struct lifecycle_fx {
 	void (*queue_push)(void *owner);
 	void (*queue_remove)(void *owner);
 	void (*yield_slot)(void);              /* ask an idle worker to give its slot */
-	int (*spawn)(void *owner);             /* 0 started (E_SPAWNED follows), 1 its conversation is gone, 2 not
-						* yet (E_SPAWN_WAIT follows), or a negative errno or store error:
-						* failed (E_SPAWN_FAILED follows) */
+	int (*spawn)(void *owner);             /* an enum spawn_outcome, or a negative errno or store error */
 	int (*started_by_commit)(void *owner); /* forked by the commit that owes this work: it reads the log after it */
 	int (*wake)(void *owner);              /* 0 sent, or -errno: not (full or closed socket) */
 	void (*stop)(void *owner);             /* ask the process to stop (or SIGTERM it) */

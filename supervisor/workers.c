@@ -313,8 +313,7 @@ static void spawn_go(struct worker *w)
 	}
 }
 
-/* 0: started; 1: its conversation is gone; 2: a worker of an earlier agentd
- * still runs for it (orphan_running: E_SPAWN_WAIT); or, when it could not
+/* An enum spawn_outcome (SPAWN_WAIT: orphan_running); or, when it could not
  * start, the lease's store error or the fork's or exec's -errno (also kept
  * in W.spawn_err for workers_wake). */
 static int spawn(struct worker *w)
@@ -328,13 +327,13 @@ static int spawn(struct worker *w)
 		if (orphan_running(w->conv)) {
 			log_debug("%s: a worker of an earlier agentd still runs for it: starting once it exits", w->conv);
 			worker_event(w, E_SPAWN_WAIT, NULL);
-			return 2;
+			return SPAWN_WAIT;
 		}
 		e = take_lease(w->conv, &gen);
 	}
 	if (e) {
 		if (e == STORE_E_NOTFOUND || e == WORKERS_ELSEWHERE)
-			return 1; /* deleted meanwhile, or another node runs it: nothing to start */
+			return SPAWN_GONE; /* deleted meanwhile, or another node runs it */
 		log_error("%s: cannot take a writer lease: %s", w->conv, store_strerror(e));
 		return W.spawn_err = e;
 	}
@@ -344,7 +343,7 @@ static int spawn(struct worker *w)
 		return e;
 	}
 	spawn_go(w);
-	return 0;
+	return SPAWN_STARTED;
 }
 
 /* Commit t, which took leases ahead (lease_ahead), starting those workers

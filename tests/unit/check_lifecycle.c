@@ -39,11 +39,11 @@ static void t_yield(void) { done |= F_YIELD; }
 static int t_spawn(void *o)
 {
 	done |= F_SPAWN;
-	if (W.spawn_rc == 0)
+	if (W.spawn_rc == SPAWN_STARTED)
 		lifecycle_event(cur, o, &fx, E_SPAWNED, NULL);
 	else if (W.spawn_rc < 0)
 		lifecycle_event(cur, o, &fx, E_SPAWN_FAILED, NULL);
-	else if (W.spawn_rc == 2)
+	else if (W.spawn_rc == SPAWN_WAIT)
 		lifecycle_event(cur, o, &fx, E_SPAWN_WAIT, NULL);
 	return W.spawn_rc;
 }
@@ -308,7 +308,7 @@ START_TEST(spawn_wait_looks_again_soon)
 	log_init("check_lifecycle", LOG_ERROR);
 	lifecycle_init(&l);
 	W = ok;
-	W.spawn_rc = 2;
+	W.spawn_rc = SPAWN_WAIT;
 	cur = &l;
 	clock_ms = 5000;
 	done = 0;
