@@ -116,6 +116,20 @@ static const struct param opt_decide[] = {
 	{0},
 };
 
+static const struct param pos_extend[] = {
+	{"CONV", "conversation", K_STR, NULL, NULL, false, "the call's conversation id"},
+	{"TOOL_CALL_ID", "tool_call_id", K_STR, NULL, NULL, false, "tool call id"},
+	{0},
+};
+
+static const struct param opt_extend[] = {
+	{"--expires-in", "expires_in_ms", K_UINT, "MS", NULL, false, "the new deadline: MS milliseconds from now"},
+	{"--deadline", "deadline", K_UINT, "MS", NULL, false,
+	 "the new deadline: MS milliseconds since the epoch (give one of --expires-in and --deadline)"},
+	{"--by", "by", K_STR, "NAME", NULL, false, "who extends, recorded with your uid in the deadline_extended event"},
+	{0},
+};
+
 static const struct param opt_tool_calls[] = {
 	{"--status", "status", K_STR, "S", NULL, false, "only calls with status S (pending, resolved, errored, expired, cancelled)"},
 	{0},
@@ -206,6 +220,12 @@ const struct command commands[] = {
 	 "\"comment\": TEXT with --comment). Prints `seq: N` of the resolution event; `stale` when it is not pending.",
 	 pos_tool_call, opt_decide, show_fields, 0, "agentctl deny call_abc123 --comment 'over the limit'",
 	 "{\"status\":\"resolved\",\"result\":{\"approved\":false}}", "seq"},
+	{"extend", "extend", "move a pending human tool call's deadline",
+	 "Move a pending human tool call's deadline (durable: a deadline_extended event records who moved it and\n"
+	 "to when) and print `seq: N` of that event and the new `deadline`. A call that is not pending is `stale`;\n"
+	 "one that never expires is `conflict`; a deadline that is not in the future is `bad_request`.",
+	 pos_extend, opt_extend, show_fields, CMD_NEED_OPT, "agentctl extend demo call_abc123 --expires-in 3600000",
+	 NULL, "seq"},
 	{"pending", "list", "list pending approvals across all conversations (table)",
 	 "List every pending human tool call of every conversation as a table:\n"
 	 "ID CONVERSATION NAME DEADLINE PROMPT ARGS (DEADLINE in UTC; - when it never expires).\n"

@@ -150,6 +150,21 @@ int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_
  * STORE_E_STALE returned (t stays usable). */
 int conv_expiry_warn(store_txn *t, const char *id, char *conv, uint64_t *seq);
 
+/* Move the pending call id's deadline to `deadline` (ms, store time),
+ * durable as the first one (the `extend` op): its expiry row replaced,
+ * when its tool in cfg (may be NULL) has a warn_before its expiry warning
+ * scheduled that long before the new deadline (again, if it was given
+ * already), and a `deadline_extended`
+ * event {tool_call_id, name, deadline, previous, by} in its conversation
+ * (by: who asked, {"uid", "name"?}; NULL: left out), in t. conv
+ * (STORE_ID_MAX + 1 bytes) gets the call's conversation, *seq the event's.
+ * Refusals, nothing written and t usable: STORE_E_NOTFOUND (no such call,
+ * or with want_conv not NULL, one of another conversation), STORE_E_STALE
+ * (not pending), STORE_E_CONFLICT (it has no deadline: it never expires),
+ * STORE_E_INVAL (deadline not after the transaction's time). */
+int conv_deadline_extend(store_txn *t, const char *id, const char *want_conv, int64_t deadline,
+			 const struct config *cfg, const json_t *by, char *conv, uint64_t *seq);
+
 /* ---- budgets ---------------------------------------------------------- *
  * settings.budget ({max_tokens, max_cost, max_turns}, each a limit or null
  * for none) over the configuration's defaults: a limit the settings leave

@@ -4,6 +4,7 @@
 #include "common/text.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 int conv_pack(struct jsonmp_buf *b, const json_t *v)
@@ -239,6 +240,48 @@ int conv_expiry_warn(store_txn *t, const char *id, char *conv, uint64_t *seq)
 	e = append(t, conv, "expiry_warning", content, seq);
 	json_decref(content);
 	return e ? e : store_warning_drop(t, id);
+}
+
+int conv_deadline_extend(store_txn *t, const char *id, const char *want_conv, int64_t deadline,
+			 const struct config *cfg, const json_t *by, char *conv, uint64_t *seq)
+{
+	char name[STORE_ID_MAX + 1];
+	struct store_tool_call tc;
+	int e = store_tool_call_get(t, id, &tc);
+	if (e)
+		return e;
+	if (tc.conversation.len > STORE_ID_MAX)
+		return STORE_E_CORRUPT;
+	memcpy(conv, tc.conversation.ptr, tc.conversation.len);
+	conv[tc.conversation.len] = 0;
+	/* Every refusal before the first write. */
+	if (want_conv && strcmp(want_conv, conv))
+		return STORE_E_NOTFOUND;
+	if (tc.status != STORE_TC_PENDING)
+		return STORE_E_STALE;
+	if (tc.deadline <= 0)
+		return STORE_E_CONFLICT;
+	if (deadline <= store_txn_now(t))
+		return STORE_E_INVAL;
+	json_t *content = json_pack("{s:s, s:s#, s:I, s:I}", "tool_call_id", id, "name", (const char *)tc.name.ptr,
+				    (int)tc.name.len, "deadline", (json_int_t)deadline, "previous",
+				    (json_int_t)tc.deadline);
+	if (!content || (by && json_object_set(content, "by", (json_t *)by))) {
+		json_decref(content);
+		return -ENOMEM;
+	}
+	snprintf(name, sizeof name, "%.*s", (int)tc.name.len, (const char *)tc.name.ptr);
+	const struct tool_cfg *tool = cfg ? config_tool(cfg, name) : NULL;
+	int64_t warn_before_ms = tool && tool->executor == EXEC_HUMAN ? tool->warn_before_ms : 0;
+	e = store_expiry_schedule(t, id, deadline);
+	/* The warning keeps its distance from the deadline; one that would
+	 * fall before now comes at once (the deadline is that close). */
+	if (!e && warn_before_ms > 0)
+		e = store_warning_schedule(t, id, deadline - warn_before_ms > 0 ? deadline - warn_before_ms : 1);
+	if (!e)
+		e = append(t, conv, "deadline_extended", content, seq);
+	json_decref(content);
+	return e;
 }
 
 static int error_append(store_txn *t, const char *conv, const char *msg, size_t len, int attempts,

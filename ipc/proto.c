@@ -15,6 +15,7 @@ static const char *const op_names[OP_COUNT] = {
 	"ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve",
 	"tool_call", "tool_calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
 	"shutdown", "fork", "backup", "cancel", "resume", "runs", "nodes",
+	"extend",
 };
 
 static const char *const err_codes[PERR_COUNT] = {
@@ -85,6 +86,22 @@ static int get_by(struct pctx *p, const char **out)
 		if (*s < 0x20 || *s == 0x7f)
 			return bad(p, "'by' must not hold control characters");
 	*out = json_string_value(v);
+	return 0;
+}
+
+/* resolve's args_digest: PROTO_DIGEST_LEN lowercase hex digits (the
+ * digest of the arguments the person saw, docs/protocol.md). */
+static int get_digest(struct pctx *p, const char **out)
+{
+	json_t *v = json_object_get(p->o, "args_digest");
+	*out = NULL;
+	if (!v)
+		return 0;
+	const char *s = json_is_string(v) ? json_string_value(v) : "";
+	if (json_string_length(v) != PROTO_DIGEST_LEN || strspn(s, "0123456789abcdef") != PROTO_DIGEST_LEN)
+		return bad(p, "'args_digest' must be %d lowercase hex digits (the SHA-256 of the arguments, "
+			   "as tool_call shows it)", PROTO_DIGEST_LEN);
+	*out = s;
 	return 0;
 }
 
@@ -462,9 +479,10 @@ static int parse_events(struct pctx *p, struct request *rq)
 	rq->runs = json_is_true(v);
 	if (json_object_get(p->o, "type")) {
 		static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
-			"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled" };
+			"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled",
+			"deadline_extended" };
 		int t;
-		if ((e = get_enum(p, "type", types, 10, &t)))
+		if ((e = get_enum(p, "type", types, (int)(sizeof types / sizeof *types), &t)))
 			return e;
 		rq->type = types[t];
 	}
@@ -483,6 +501,27 @@ static int parse_resolve(struct pctx *p, struct request *rq)
 	/* one level into its resolution event */
 	if (rq->result && !jsonmp_fits(rq->result, 1))
 		return bad(p, "'result' nests more than %d levels of objects and arrays", JSONMP_MAX_DEPTH);
+	if ((e = get_digest(p, &rq->args_digest)))
+		return e;
+	return get_by(p, &rq->by);
+}
+
+/* extend: the call, and its new deadline as exactly one of expires_in_ms
+ * (from now) and deadline (absolute). Whether it is in the future is the
+ * handler's to say: the store's clock decides. */
+static int parse_extend(struct pctx *p, struct request *rq)
+{
+	int e, has_in = 0, has_at = 0;
+	uint64_t in = 0, at = 0;
+	if ((e = get_id(p, "conversation", 1, &rq->conv)) || (e = get_id(p, "tool_call_id", 1, &rq->tool_call_id)) ||
+	    (e = get_uint_in(p, "expires_in_ms", 1, PROTO_EXTEND_MAX_MS, &has_in, &in)) ||
+	    (e = get_uint_in(p, "deadline", 1, INT64_MAX, &has_at, &at)))
+		return e;
+	if (has_in == has_at)
+		return bad(p, has_in ? "give one of 'expires_in_ms' and 'deadline', not both"
+				     : "missing field 'expires_in_ms' (or 'deadline': ms since the epoch)");
+	rq->expires_in_ms = (int64_t)in;
+	rq->deadline = (int64_t)at;
 	return get_by(p, &rq->by);
 }
 
@@ -579,7 +618,8 @@ static const struct {
 	[OP_SEND] = { FIELDS("conversation", "content", "event_id", "expected_seq", "events"), parse_send },
 	[OP_EVENTS] = { FIELDS("conversation", "after", "before", "limit", "type", "wait_ms"), parse_events },
 	[OP_WATCH] = { FIELDS("conversation", "after", "runs"), parse_events },
-	[OP_RESOLVE] = { FIELDS("tool_call_id", "status", "result", "by"), parse_resolve },
+	[OP_RESOLVE] = { FIELDS("tool_call_id", "status", "result", "by", "args_digest"), parse_resolve },
+	[OP_EXTEND] = { FIELDS("conversation", "tool_call_id", "expires_in_ms", "deadline", "by"), parse_extend },
 	[OP_TOOL_CALL] = { FIELDS("tool_call_id"), parse_tool_call },
 	[OP_TOOL_CALLS] = { FIELDS("conversation", "status"), parse_tool_calls },
 	[OP_FORK] = { FIELDS("conversation", "seq", "new_conversation", "settings", "metadata"), parse_fork },

@@ -17,6 +17,7 @@ enum proto_op {
 	OP_PING, OP_CREATE, OP_GET, OP_LIST, OP_UPDATE, OP_DELETE, OP_SEND, OP_EVENTS, OP_WATCH,
 	OP_RESOLVE, OP_TOOL_CALL, OP_TOOL_CALLS, OP_SUMMARY, OP_COMPACT, OP_AUDIT, OP_KILL, OP_STOP,
 	OP_STATUS, OP_METRICS, OP_SHUTDOWN, OP_FORK, OP_BACKUP, OP_CANCEL, OP_RESUME, OP_RUNS, OP_NODES,
+	OP_EXTEND,
 	OP_COUNT
 };
 
@@ -35,6 +36,8 @@ enum proto_tc_status { PROTO_TC_PENDING = 0, PROTO_TC_RESOLVED, PROTO_TC_ERRORED
 #define PROTO_EVENTS_MAX 10000    /* events limit */
 #define PROTO_WAIT_MAX 3600000    /* wait_ms: one hour */
 #define PROTO_BY_MAX 128          /* resolve's by: bytes */
+#define PROTO_EXTEND_MAX_MS 31536000000LL /* extend's expires_in_ms: a year */
+#define PROTO_DIGEST_LEN 64       /* resolve's args_digest: lowercase hex SHA-256 */
 #define PROTO_META_MAX 16         /* metadata: keys of one conversation */
 #define PROTO_META_KEY_MAX 64     /* metadata: bytes of a key (at least 1) */
 #define PROTO_META_VAL_MAX 256    /* metadata: bytes of a value */
@@ -56,7 +59,13 @@ struct request {
 	const char *type;       /* events type filter */
 	int64_t wait_ms;        /* events long-poll, 0: none */
 	json_t *result;         /* resolve (borrowed), NULL: none */
-	const char *by;         /* resolve: who decided (PROTO_BY_MAX bytes at most), NULL: not given */
+	const char *by;         /* resolve, extend: who decided (PROTO_BY_MAX bytes at most), NULL: not given */
+	const char *args_digest; /* resolve: the digest of the args the person saw (PROTO_DIGEST_LEN
+				  * lowercase hex digits), NULL: not given */
+	/* extend: the new deadline, one of the two (the other 0): ms from the
+	 * commit, or ms since the epoch */
+	int64_t expires_in_ms;
+	int64_t deadline;
 	int signal;             /* kill: SIGKILL or SIGTERM */
 	int runs;               /* watch: stream run starts and ends too */
 	/* send: optimistic concurrency and atomic batches (docs/protocol.md, send) */

@@ -12,13 +12,13 @@ _agentctl()
 		cword=$COMP_CWORD
 	fi
 	local global="-s --socket --json -q --quiet --timeout -h --help --version"
-	local commands="ping create get list update delete send events watch resolve approve deny pending tool-call tool-calls summary compact audit kill stop cancel resume runs status metrics shutdown fork backup raw help"
+	local commands="ping create get list update delete send events watch resolve approve deny extend pending tool-call tool-calls summary compact audit kill stop cancel resume runs status metrics shutdown fork backup raw help"
 	case $prev in
 	-s | --socket | --batch)
 		COMPREPLY=($(compgen -f -- "$cur"))
 		return
 		;;
-	--timeout | --after | --before | --limit | --wait | --id | --system | --param | --event-id | --expected-seq | --comment | --result | \
+	--timeout | --after | --before | --limit | --wait | --id | --system | --param | --event-id | --expected-seq | --comment | --result | --expires-in | --deadline | \
 	--meta | --unset-meta | --updated-after | --updated-before)
 		return
 		;;
@@ -48,6 +48,7 @@ _agentctl()
 	watch) opts="--after --runs" ;;
 	resolve) opts="--status --result" ;;
 	approve | deny) opts="--comment" ;;
+	extend) opts="--expires-in --deadline --by" ;;
 	tool-calls) opts="--status" ;;
 	kill) opts="--signal" ;;
 	fork) opts="--id --model --system --tool --param --meta" ;;
@@ -56,7 +57,7 @@ _agentctl()
 	case $prev in
 	--status) COMPREPLY=($(compgen -W "active suspended idle ended pending resolved errored expired" -- "$cur")); return ;;
 	--signal) COMPREPLY=($(compgen -W "KILL TERM" -- "$cur")); return ;;
-	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error turn_cancelled" -- "$cur")); return ;;
+	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error turn_cancelled expiry_warning deadline_extended" -- "$cur")); return ;;
 	esac
 	if [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "$opts $global" -- "$cur"))
@@ -65,6 +66,13 @@ _agentctl()
 	case $cmd in
 	get | update | delete | send | events | watch | tool-calls | summary | compact | audit | kill | stop | cancel | resume | runs)
 		COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q list 2>/dev/null)" -- "$cur")) ;;
+	extend)
+		# CONV, then one of its pending calls
+		if ((i == cword - 1)); then
+			COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q list --status suspended 2>/dev/null)" -- "$cur"))
+		else
+			COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q tool-calls "${words[i+1]}" --status pending 2>/dev/null)" -- "$cur"))
+		fi ;;
 	fork)
 		# CONV first; SEQ after it is the caller's to know
 		if ((i == cword - 1)); then

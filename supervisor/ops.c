@@ -291,6 +291,7 @@ static const struct commit_op op_table[OP_COUNT] = {
 	[OP_RESUME] = { OPF_WRITE, NULL, ops_w_resume, ops_after_resume },
 	[OP_RUNS] = { OPF_TXN | OPF_LARGE, ops_runs, NULL, NULL },
 	[OP_NODES] = { OPF_TXN, ops_nodes, NULL, NULL },
+	[OP_EXTEND] = { OPF_WRITE, NULL, ops_w_extend, ops_after_extend },
 };
 
 int ops_is_write(int op)

@@ -23,6 +23,7 @@ struct ops_env {
 	const char *data_dir;      /* shown by status */
 	int64_t started_ms;        /* monotonic: status's uptime */
 	void (*shutdown)(struct client *by); /* the shutdown op (by: its client, or NULL) */
+	void (*rearm_expiry)(void);          /* after a commit that moved a deadline (extend) */
 };
 
 /* Start using env (kept: it must outlive the module), and give commit.h

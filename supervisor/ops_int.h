@@ -59,11 +59,13 @@ int ops_w_delete(store_txn *t, struct job *j, struct wres *r);
 int ops_w_send(store_txn *t, struct job *j, struct wres *r);
 int ops_w_resolve(store_txn *t, struct job *j, struct wres *r);
 int ops_w_fork(store_txn *t, struct job *j, struct wres *r);
+int ops_w_extend(store_txn *t, struct job *j, struct wres *r);
 void ops_after_update(struct job *j, struct wres *r);
 void ops_after_delete(struct job *j, struct wres *r);
 void ops_after_send(struct job *j, struct wres *r);
 void ops_after_resolve(struct job *j, struct wres *r);
 void ops_after_fork(struct job *j, struct wres *r);
+void ops_after_extend(struct job *j, struct wres *r);
 
 /* Cancel and resume (ops_cancel.c). */
 int ops_w_cancel(store_txn *t, struct job *j, struct wres *r);

@@ -394,6 +394,20 @@ done:
 	return e;
 }
 
+/* Who asked, for the audit trail (resolve's and extend's): the peer's uid
+ * always (it cannot be forged), and the name a client such as agentd-web
+ * gives for its user. NULL with j's error set when out of memory. */
+static json_t *by_json(struct job *j)
+{
+	json_t *by = json_pack("{sI}", "uid", (json_int_t)j->peer_uid);
+	if (!by || (j->rq.by && json_object_set_new(by, "name", json_string(j->rq.by)))) {
+		json_decref(by);
+		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written yet */
+		return NULL;
+	}
+	return by;
+}
+
 /* The resolution rule (conv_resolve), then the lease of the worker it
  * wakes when the conversation owes work; by (NULL: none) records who decided. */
 static int settle(store_txn *t, const char *tool_call_id, int status, json_t *result, const json_t *by, char *conv,
@@ -405,14 +419,9 @@ static int settle(store_txn *t, const char *tool_call_id, int status, json_t *re
 
 int ops_w_resolve(store_txn *t, struct job *j, struct wres *r)
 {
-	/* Who decided, for the audit trail: the peer's uid always (it cannot be
-	 * forged), and the name a client such as agentd-web gives for its user. */
-	json_t *by = json_pack("{sI}", "uid", (json_int_t)j->peer_uid);
-	if (!by || (j->rq.by && json_object_set_new(by, "name", json_string(j->rq.by)))) {
-		json_decref(by);
-		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written yet */
+	json_t *by = by_json(j);
+	if (!by)
 		return 0;
-	}
 	int e = settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, by, r->conv, &r->seq, &r->ended);
 	json_decref(by);
 	if (e == STORE_E_STALE) {
@@ -423,6 +432,34 @@ int ops_w_resolve(store_txn *t, struct job *j, struct wres *r)
 	if (e)
 		return job_store_error(j, e, "resolve"), e;
 	j->reply = json_pack("{sIss}", "seq", (json_int_t)r->seq, "conversation", r->conv);
+	return 0;
+}
+
+int ops_w_extend(store_txn *t, struct job *j, struct wres *r)
+{
+	const char *id = j->rq.tool_call_id;
+	int64_t now = store_txn_now(t);
+	int64_t at = j->rq.expires_in_ms ? now + j->rq.expires_in_ms : j->rq.deadline;
+	json_t *by = by_json(j);
+	if (!by)
+		return 0;
+	int e = conv_deadline_extend(t, id, j->rq.conv, at, ops_ctx()->cfg, by, r->conv, &r->seq);
+	json_decref(by);
+	if (e == STORE_E_NOTFOUND)
+		return job_error(j, PERR_NOT_FOUND, "tool call %s not found in conversation %s", id, j->rq.conv), 0;
+	if (e == STORE_E_STALE)
+		return job_error(j, PERR_STALE, "tool call %s is not pending (already settled or expired): its "
+				 "deadline cannot move", id), 0;
+	if (e == STORE_E_CONFLICT)
+		return job_error(j, PERR_CONFLICT, "tool call %s has no deadline (its tool never expires, or it is "
+				 "no human call): there is nothing to extend", id), 0;
+	if (e == STORE_E_INVAL)
+		return job_error(j, PERR_BAD_REQUEST, "the new deadline %lld is not in the future (now: %lld)",
+				 (long long)at, (long long)now), 0;
+	if (e)
+		return job_store_error(j, e, "extend"), e;
+	j->reply = json_pack("{sIsIss}", "seq", (json_int_t)r->seq, "deadline", (json_int_t)at, "conversation",
+			     r->conv);
 	return 0;
 }
 
@@ -484,6 +521,14 @@ void ops_after_resolve(struct job *j, struct wres *r)
 {
 	if (!r->ended)
 		workers_wake(r->conv);
+	waiters_notify(r->conv);
+}
+
+/* The timer moves to the new deadline (an earlier one fires on time; a
+ * later one is not fired early: the store decides what is due). */
+void ops_after_extend(struct job *j, struct wres *r)
+{
+	ops_ctx()->rearm_expiry();
 	waiters_notify(r->conv);
 }
 

@@ -264,7 +264,7 @@ int server_open(const struct server_opts *o)
 		return e;
 	}
 	int64_t now = loop_now_ms();
-	SV.ops = (struct ops_env){ o->cfg, o->st, o->data_dir, now, shutdown_asked };
+	SV.ops = (struct ops_env){ o->cfg, o->st, o->data_dir, now, shutdown_asked, expiry_rearm };
 	SV.workers = (struct workers_env){ o->cfg, o->st, o->data_dir, o->worker_path, o->config_path,
 					   { waiters_notify, waiters_delta, expiry_rearm, nodes_claim, nodes_release } };
 	ops_init(&SV.ops);

@@ -1,0 +1,232 @@
+"""Approvals (docs/protocol.md, `extend` and `resolve`'s `args_digest`; docs/tools.md, `on_expiry`) with the
+real agentd, workers, store and agentctl: a pending call's deadline moved and fired once on time across a
+kill -9, what was approved is what runs, and what happens when nobody answers. Every bad input is refused
+with a clear error and nothing written.
+
+The echo model calls a tool on "/tool NAME {args}". Durations in the configuration scale with
+AGENTD_TEST_SLOW, so a slow run (valgrind) keeps the same order of events.
+"""
+import hashlib
+import json
+import os
+import signal
+import time
+
+import harness
+from harness import Agentd, scaled, wait_for
+
+
+def ms(secs):
+    return int(scaled(secs) * 1000)
+
+
+def config(expires_s=3600, warn_s=None, extra=""):
+    text = (f"[tool.approve]\nexecutor = human\nexpires = {ms(expires_s)}ms\n"
+            + (f"warn_before = {ms(warn_s)}ms\n" if warn_s else "")
+            + "[tool.forever]\nexecutor = human\nexpires = 0\n"
+            + "[tool.run]\ncommand = cat\n" + extra)
+    return text
+
+
+def start(text):
+    a = Agentd(start=False)
+    a.write_config(text)
+    a.start()
+    return a
+
+
+def conv(a, tools=("approve", "forever", "run")):
+    return a.ok({"op": "create", "settings": {"model": "echo", "tools": list(tools)}})["conversation"]
+
+
+def pending(a, c):
+    return a.ok({"op": "tool_calls", "conversation": c, "status": "pending"})["tool_calls"]
+
+
+def ask(a, c, tool="approve", args='{"amount": 5}'):
+    n = len(pending(a, c))
+    a.send(c, f"/tool {tool} {args}")
+    return wait_for(lambda: len(pending(a, c)) > n and pending(a, c)[-1], 20, "a pending call")
+
+
+def call(a, tcid):
+    return a.ok({"op": "tool_call", "tool_call_id": tcid})["tool_call"]
+
+
+def of_type(a, c, t, tcid=None):
+    return [e for e in a.events(c) if e["type"] == t and (tcid is None or e["content"].get("tool_call_id") == tcid)]
+
+
+def last_seq(a, c):
+    return a.ok({"op": "events", "conversation": c, "limit": 1})["last_seq"]
+
+
+def now_ms():
+    return int(time.time() * 1000)
+
+
+# ---- extend -------------------------------------------------------------------------------------------
+
+
+def test_extend_moves_the_deadline_and_it_fires_then_once():
+    a = start(config(expires_s=2))
+    try:
+        c = conv(a)
+        tc = ask(a, c)
+        old = tc["deadline"]
+        new = old + ms(3)
+        r = a.ok({"op": "extend", "conversation": c, "tool_call_id": tc["id"], "deadline": new, "by": "ops"})
+        assert r["deadline"] == new and r["conversation"] == c, r
+        assert call(a, tc["id"])["deadline"] == new
+        ev = of_type(a, c, "deadline_extended")
+        assert len(ev) == 1 and ev[0]["seq"] == r["seq"], ev
+        assert ev[0]["content"] == {"tool_call_id": tc["id"], "name": "approve", "deadline": new, "previous": old,
+                                    "by": {"uid": os.getuid(), "name": "ops"}}, ev
+        # the old deadline passes: nothing fires
+        wait_for(lambda: now_ms() > old + ms(0.5), 30, "the old deadline to pass")
+        assert call(a, tc["id"])["status"] == "pending"
+        assert not of_type(a, c, "resolution"), a.events(c)
+        wait_for(lambda: of_type(a, c, "resolution"), 30, "the expiry at the new deadline")
+        res = of_type(a, c, "resolution")
+        assert len(res) == 1 and res[0]["content"]["status"] == "expired", res
+        assert res[0]["inserted_at"] >= new, (res, new)
+        assert call(a, tc["id"])["status"] == "expired"
+    finally:
+        a.close()
+
+
+def test_extend_with_expires_in_ms_and_agentctl():
+    a = start(config())
+    try:
+        c = conv(a)
+        tc = ask(a, c)
+        before = now_ms()
+        r = a.ok({"op": "extend", "conversation": c, "tool_call_id": tc["id"], "expires_in_ms": 7200000})
+        assert before + 7200000 <= r["deadline"] <= now_ms() + 7200000, r
+        assert of_type(a, c, "deadline_extended")[0]["content"]["by"] == {"uid": os.getuid()}
+        rc, out, err = a.ctl("extend", c, tc["id"], "--expires-in", "10800000", "--by", "night shift")
+        fields = {k.strip(): v.split()[0] for k, v in (line.split(":", 1) for line in out.splitlines())}
+        assert int(fields["deadline"]) == call(a, tc["id"])["deadline"], (out, call(a, tc["id"]))
+        assert int(fields["seq"]) == last_seq(a, c), out
+        ev = of_type(a, c, "deadline_extended")[-1]["content"]
+        assert ev["by"] == {"uid": os.getuid(), "name": "night shift"} and ev["previous"] == r["deadline"], ev
+        rc, out, err = a.ctl("extend", c, tc["id"], "--deadline", str(now_ms() + 3600000), "-q")
+        assert out.strip() == str(last_seq(a, c)), out
+        rc, out, err = a.ctl("--json", "extend", c, tc["id"], "--expires-in", "60000")
+        assert json.loads(out)["ok"] is True, out
+        # agentctl's own refusals and agentd's, exit 1 with agentd's words
+        rc, out, err = a.ctl("extend", c, tc["id"], check=False)
+        assert rc == 2 and "nothing to do: give at least one option" in err, (rc, err)
+        rc, out, err = a.ctl("extend", c, "nope", "--expires-in", "1000", check=False)
+        assert rc == 1 and err.startswith("agentctl: not_found: tool call nope not found"), err
+        rc, out, err = a.ctl("extend", c, tc["id"], "--deadline", "1000", check=False)
+        assert rc == 1 and "agentctl: bad_request: the new deadline 1000 is not in the future" in err, err
+    finally:
+        a.close()
+
+
+def test_extend_bad_inputs_write_nothing():
+    a = start(config())
+    try:
+        c, c2, other = conv(a), conv(a), conv(a)
+        done = ask(a, c, "approve", '{"amount": 1}')
+        a.ok({"op": "resolve", "tool_call_id": done["id"], "result": {"approved": True}})
+        wait_for(lambda: of_type(a, c, "assistant_msg") and len(of_type(a, c, "assistant_msg")) >= 2, 20,
+                 "the turn after the resolve")
+        tc = ask(a, c)
+        forever = ask(a, c2, "forever")
+        seq, seq2 = last_seq(a, c), last_seq(a, c2)
+        deadline = call(a, tc["id"])["deadline"]
+        cases = [
+            ({"tool_call_id": tc["id"], "expires_in_ms": 1000}, "bad_request", "missing field 'conversation'"),
+            ({"conversation": c, "expires_in_ms": 1000}, "bad_request", "missing field 'tool_call_id'"),
+            ({"conversation": c, "tool_call_id": tc["id"]}, "bad_request",
+             "missing field 'expires_in_ms' (or 'deadline': ms since the epoch)"),
+            ({"conversation": c, "tool_call_id": tc["id"], "expires_in_ms": 1000, "deadline": now_ms() + 5000},
+             "bad_request", "give one of 'expires_in_ms' and 'deadline', not both"),
+            ({"conversation": c, "tool_call_id": tc["id"], "expires_in_ms": 0}, "bad_request",
+             "'expires_in_ms' must be an integer from 1 to 31536000000"),
+            ({"conversation": c, "tool_call_id": tc["id"], "expires_in_ms": "1h"}, "bad_request",
+             "'expires_in_ms' must be an integer"),
+            ({"conversation": c, "tool_call_id": tc["id"], "deadline": -5}, "bad_request",
+             "'deadline' must be an integer from 1"),
+            ({"conversation": c, "tool_call_id": tc["id"], "deadline": 1000}, "bad_request",
+             "the new deadline 1000 is not in the future"),
+            ({"conversation": c, "tool_call_id": tc["id"], "deadline": now_ms() - 1}, "bad_request",
+             "is not in the future"),
+            ({"conversation": c, "tool_call_id": tc["id"], "expires_in_ms": 1000, "by": ""}, "bad_request",
+             "'by' must be a string of 1-128 bytes"),
+            ({"conversation": c, "tool_call_id": tc["id"], "expires_in_ms": 1000, "by": "a\nb"}, "bad_request",
+             "'by' must not hold control characters"),
+            ({"conversation": c, "tool_call_id": tc["id"], "expires_in_ms": 1000, "until": 5}, "bad_request",
+             "unknown field 'until' for op 'extend'"),
+            ({"conversation": c, "tool_call_id": "nope", "expires_in_ms": 1000}, "not_found",
+             "tool call nope not found in conversation " + c),
+            ({"conversation": other, "tool_call_id": tc["id"], "expires_in_ms": 1000}, "not_found",
+             f"tool call {tc['id']} not found in conversation {other}"),
+            ({"conversation": c, "tool_call_id": done["id"], "expires_in_ms": 1000}, "stale",
+             f"tool call {done['id']} is not pending"),
+            ({"conversation": c2, "tool_call_id": forever["id"], "expires_in_ms": 1000}, "conflict",
+             f"tool call {forever['id']} has no deadline"),
+        ]
+        for fields, code, msg in cases:
+            r = a.request({"op": "extend", **fields})
+            assert r["ok"] is False and r["error"] == code and msg in r["message"], (fields, r)
+        assert last_seq(a, c) == seq and last_seq(a, c2) == seq2 and last_seq(a, other) == 0, a.events(c)
+        assert call(a, tc["id"])["deadline"] == deadline
+        assert call(a, forever["id"])["deadline"] is None
+    finally:
+        a.close()
+
+
+def test_extend_then_kill_9_fires_once_at_the_new_deadline():
+    a = start(config(expires_s=2))
+    try:
+        c = conv(a)
+        tc = ask(a, c)
+        old = tc["deadline"]
+        new = old + ms(4)
+        a.ok({"op": "extend", "conversation": c, "tool_call_id": tc["id"], "deadline": new})
+        a.kill(signal.SIGKILL)
+        # the old deadline passes while agentd is down: on start it is not fired
+        wait_for(lambda: now_ms() > old + ms(0.5), 30, "the old deadline to pass while agentd is down")
+        a.start()
+        assert call(a, tc["id"])["status"] == "pending" and call(a, tc["id"])["deadline"] == new
+        assert not of_type(a, c, "resolution"), a.events(c)
+        # killed again before the new deadline, and started again after it: fired once, on start
+        a.kill(signal.SIGKILL)
+        wait_for(lambda: now_ms() > new + 50, 30, "the new deadline to pass while agentd is down")
+        a.start()
+        wait_for(lambda: of_type(a, c, "resolution"), 30, "the expiry")
+        a.kill(signal.SIGKILL)
+        a.start()
+        wait_for(lambda: of_type(a, c, "assistant_msg") and len(of_type(a, c, "assistant_msg")) >= 2, 30,
+                 "the turn after the expiry")
+        res = of_type(a, c, "resolution")
+        assert len(res) == 1 and res[0]["content"]["status"] == "expired" and res[0]["inserted_at"] >= new, res
+        a.stop()
+        p = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+    finally:
+        a.close()
+
+
+def test_extend_reschedules_the_warning():
+    a = start(config(expires_s=2, warn_s=1.5))
+    try:
+        c = conv(a)
+        tc = ask(a, c)
+        wait_for(lambda: of_type(a, c, "expiry_warning"), 30, "the first warning")
+        new = now_ms() + ms(3)
+        a.ok({"op": "extend", "conversation": c, "tool_call_id": tc["id"], "deadline": new})
+        wait_for(lambda: len(of_type(a, c, "expiry_warning")) == 2, 30, "the warning before the new deadline")
+        w = of_type(a, c, "expiry_warning")[1]
+        assert w["content"]["deadline"] == new and w["inserted_at"] >= new - ms(1.5), w
+        assert not of_type(a, c, "resolution")
+        wait_for(lambda: of_type(a, c, "resolution"), 30, "the expiry")
+        assert len(of_type(a, c, "expiry_warning")) == 2 and len(of_type(a, c, "resolution")) == 1
+    finally:
+        a.close()
+
+
+harness.main(globals())
