@@ -228,7 +228,7 @@ int main(int argc, char **argv)
 		ss = (struct sockets){.path = {DEFAULT_SOCKET, AGENTD_RUN_SOCKET}, .n = 2, .from = NULL};
 	}
 	int rc = (cmd->flags & CMD_PENDING) ? run_pending(&ss, &o) : run(cmd, &ss, request, extra_ms, &o);
-	free(request);
+	free(held.request); /* request, or the line run() made in its place (approve's digest) */
 	held.request = NULL;
 	return rc;
 }

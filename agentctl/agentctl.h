@@ -81,6 +81,7 @@ enum {
 	CMD_NEED_OPT = 1 << 2, /* at least one option must be given */
 	CMD_SLOW = 1 << 3,     /* may take minutes (a model call): no default timeout */
 	CMD_PENDING = 1 << 4,  /* agentctl's own: several requests (see run_pending) */
+	CMD_DIGEST = 1 << 5,   /* resolve: args_digest asked of agentd when not given (see with_digest) */
 };
 
 struct command {

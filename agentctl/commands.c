@@ -107,12 +107,16 @@ static const struct param opt_resolve[] = {
 	{"--status", "status", K_ENUM, "STATUS", "resolved|errored", false, "resolved (default) or errored"},
 	{"--result", "result", K_JSON, "JSON", NULL, false, "the result: any JSON value (quote strings: '\"yes\"')"},
 	{"--by", "by", K_STR, "NAME", NULL, false, "who decides, recorded with your uid in the resolution event"},
+	{"--args-digest", "args_digest", K_STR, "HEX", NULL, false,
+	 "only if the call's args have this digest (pending's ARGS_DIGEST): else conflict, nothing settled"},
 	{0},
 };
 
 static const struct param opt_decide[] = {
 	{"--comment", "comment", K_RES_STR, "TEXT", NULL, false, "a note kept with the decision (result.comment)"},
 	{"--by", "by", K_STR, "NAME", NULL, false, "who decides, recorded with your uid in the resolution event"},
+	{"--args-digest", "args_digest", K_STR, "HEX", NULL, false,
+	 "the digest of the args you saw (pending's ARGS_DIGEST); without it, that of the args tool-call shows now"},
 	{0},
 };
 
@@ -212,13 +216,16 @@ const struct command commands[] = {
 	 pos_tool_call, opt_resolve, show_fields, 0, "agentctl resolve call_abc123 --result '{\"approved\":true}'", NULL, "seq"},
 	{"approve", "resolve", "approve a pending human tool call",
 	 "Settle a pending human tool call as approved: resolve it with the result {\"approved\": true} (and\n"
-	 "\"comment\": TEXT with --comment). Prints `seq: N` of the resolution event; `stale` when it is not pending.",
-	 pos_tool_call, opt_decide, show_fields, 0, "agentctl approve call_abc123 --comment 'within budget'",
+	 "\"comment\": TEXT with --comment). Prints `seq: N` of the resolution event; `stale` when it is not pending.\n"
+	 "It always sends the args' digest (--args-digest, or the one agentd shows for the call now): args that are\n"
+	 "not those are `conflict`, nothing settled.",
+	 pos_tool_call, opt_decide, show_fields, CMD_DIGEST, "agentctl approve call_abc123 --comment 'within budget'",
 	 "{\"status\":\"resolved\",\"result\":{\"approved\":true}}", "seq"},
 	{"deny", "resolve", "deny a pending human tool call",
 	 "Settle a pending human tool call as denied: resolve it with the result {\"approved\": false} (and\n"
-	 "\"comment\": TEXT with --comment). Prints `seq: N` of the resolution event; `stale` when it is not pending.",
-	 pos_tool_call, opt_decide, show_fields, 0, "agentctl deny call_abc123 --comment 'over the limit'",
+	 "\"comment\": TEXT with --comment). Prints `seq: N` of the resolution event; `stale` when it is not pending.\n"
+	 "It sends the args' digest as approve does.",
+	 pos_tool_call, opt_decide, show_fields, CMD_DIGEST, "agentctl deny call_abc123 --comment 'over the limit'",
 	 "{\"status\":\"resolved\",\"result\":{\"approved\":false}}", "seq"},
 	{"extend", "extend", "move a pending human tool call's deadline",
 	 "Move a pending human tool call's deadline (durable: a deadline_extended event records who moved it and\n"
@@ -228,7 +235,8 @@ const struct command commands[] = {
 	 NULL, "seq"},
 	{"pending", "list", "list pending approvals across all conversations (table)",
 	 "List every pending human tool call of every conversation as a table:\n"
-	 "ID CONVERSATION NAME DEADLINE PROMPT ARGS (DEADLINE in UTC; - when it never expires).\n"
+	 "ID CONVERSATION NAME DEADLINE PROMPT ARGS ARGS_DIGEST (DEADLINE in UTC; - when it never expires;\n"
+	 "ARGS_DIGEST what approve --args-digest takes).\n"
 	 "agentctl asks agentd for the suspended conversations (list), then for each one's pending calls\n"
 	 "(tool_calls); with --json it prints one line {\"ok\":true,\"tool_calls\":[...]} it assembled.",
 	 no_params, no_params, show_pending, CMD_PENDING, "agentctl pending",

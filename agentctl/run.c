@@ -193,6 +193,42 @@ static json_t *exchange(struct conn *c, const char *request, const char **line, 
 
 static void print_ids(const json_t *reply, const char *spec);
 static void print_reply_error(const json_t *reply);
+
+/* approve and deny always send the digest of the args they decide on
+ * (docs/protocol.md, resolve's args_digest): the one given, else the one
+ * agentd shows for the call now (tool_call, on the same connection). A
+ * call agentd does not know is left to the resolve to refuse (stale).
+ * Returns the request to send: request itself, or a new line (held). */
+static const char *with_digest(struct conn *c, const char *request)
+{
+	json_t *rq = must(json_loads(request, 0, NULL));
+	if (json_object_get(rq, "args_digest")) {
+		json_decref(rq);
+		return request;
+	}
+	json_t *ask = must(json_pack("{sisssO}", "id", 0, "op", "tool_call", "tool_call_id",
+				     json_object_get(rq, "tool_call_id")));
+	char *line = must(jsonmp_dumps(ask, SEND_FLAGS, 0, NULL));
+	json_decref(ask);
+	const char *rl;
+	size_t rlen;
+	json_t *reply = exchange(c, line, &rl, &rlen);
+	free(line);
+	const char *code = json_string_value(json_object_get(reply, "error"));
+	const json_t *d = json_object_get(json_object_get(reply, "tool_call"), "args_digest");
+	if (!json_is_true(json_object_get(reply, "ok")) && !(code && !strcmp(code, "not_found"))) {
+		print_reply_error(reply);
+		exit(EXIT_REPLY);
+	}
+	if (json_is_string(d))
+		put(rq, "args_digest", json_incref((json_t *)d));
+	json_decref(reply);
+	held.reply = NULL;
+	free(held.request);
+	held.request = must(jsonmp_dumps(rq, SEND_FLAGS, 0, NULL));
+	json_decref(rq);
+	return held.request;
+}
 static void word_after(const struct command *cmd, const char *request, const json_t *reply);
 
 int run(const struct command *cmd, const struct sockets *ss, const char *request, int64_t extra_ms,
@@ -221,6 +257,8 @@ int run(const struct command *cmd, const struct sockets *ss, const char *request
 		ctl_set_timeout(c->c, c->budget);
 	}
 
+	if (cmd->flags & CMD_DIGEST)
+		request = with_digest(c, request);
 	const char *line = NULL;
 	size_t len = 0;
 	json_t *reply = exchange(c, request, &line, &len);

@@ -414,6 +414,7 @@ void show_pending(const json_t *reply)
 	static const struct column cols[] = {
 		{"ID", "id", false},	       {"CONVERSATION", "conversation", false}, {"NAME", "name", false},
 		{"DEADLINE", "deadline", true}, {"PROMPT", "prompt", false},		 {"ARGS", "args", false},
+		{"ARGS_DIGEST", "args_digest", false},
 	};
 	const json_t *rows = json_object_get(reply, "tool_calls");
 	if (json_array_size(rows) == 0)

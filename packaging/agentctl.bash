@@ -18,7 +18,7 @@ _agentctl()
 		COMPREPLY=($(compgen -f -- "$cur"))
 		return
 		;;
-	--timeout | --after | --before | --limit | --wait | --id | --system | --param | --event-id | --expected-seq | --comment | --result | --expires-in | --deadline | \
+	--timeout | --after | --before | --limit | --wait | --id | --system | --param | --event-id | --expected-seq | --comment | --result | --expires-in | --deadline | --args-digest | \
 	--meta | --unset-meta | --updated-after | --updated-before)
 		return
 		;;
@@ -46,8 +46,8 @@ _agentctl()
 	send) opts="--event-id --json-content --expected-seq --batch" ;;
 	events) opts="--after --before --limit --type --wait" ;;
 	watch) opts="--after --runs" ;;
-	resolve) opts="--status --result" ;;
-	approve | deny) opts="--comment" ;;
+	resolve) opts="--status --result --by --args-digest" ;;
+	approve | deny) opts="--comment --by --args-digest" ;;
 	extend) opts="--expires-in --deadline --by" ;;
 	tool-calls) opts="--status" ;;
 	kill) opts="--signal" ;;

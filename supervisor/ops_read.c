@@ -4,6 +4,7 @@
  * protocol shows them. Each runs on the loop, on the committed state (a
  * read transaction of its own), at the iteration's end (commit.h).
  */
+#include "common/digest.h"
 #include "common/log.h"
 #include "common/mp.h"
 #include "conv/conv.h"
@@ -60,12 +61,20 @@ json_t *ops_conv_json(store_txn *t, const struct store_conv *c, int with_worker)
 
 static json_t *tool_call_json(const struct store_tool_call *tc)
 {
-	json_t *o = json_pack("{s:s#, s:s#, s:s, s:s, s:s#, s:o, s:I, s:I}", "id", (const char *)tc->id.ptr, (int)tc->id.len,
-			      "conversation", (const char *)tc->conversation.ptr, (int)tc->conversation.len,
-			      "executor", tc->executor == STORE_EXEC_HUMAN ? "human" : "server", "status",
-			      store_tc_status_name(tc->status), "name", (const char *)tc->name.ptr, (int)tc->name.len,
-			      "args", ops_mp_json(tc->args), "inserted_at", (json_int_t)tc->inserted_at, "attempts",
-			      (json_int_t)tc->attempts);
+	/* args_digest: what a person who approves these args sends back
+	 * (resolve's args_digest; common/digest.h). */
+	char digest[DIGEST_HEX_LEN + 1];
+	json_t *args = ops_mp_json(tc->args);
+	if (!args || digest_json(args, digest)) {
+		json_decref(args);
+		return NULL;
+	}
+	json_t *o = json_pack("{s:s#, s:s#, s:s, s:s, s:s#, s:o, s:s, s:I, s:I}", "id", (const char *)tc->id.ptr,
+			      (int)tc->id.len, "conversation", (const char *)tc->conversation.ptr,
+			      (int)tc->conversation.len, "executor", tc->executor == STORE_EXEC_HUMAN ? "human" : "server",
+			      "status", store_tc_status_name(tc->status), "name", (const char *)tc->name.ptr,
+			      (int)tc->name.len, "args", args, "args_digest", digest, "inserted_at",
+			      (json_int_t)tc->inserted_at, "attempts", (json_int_t)tc->attempts);
 	if (o && (json_object_set_new(o, "result", tc->result.len ? ops_mp_json(tc->result) : json_null()) ||
 		  json_object_set_new(o, "resolved_at", tc->resolved_at ? json_integer(tc->resolved_at) : json_null()) ||
 		  json_object_set_new(o, "deadline", tc->deadline ? json_integer(tc->deadline) : json_null()) ||

@@ -7,6 +7,7 @@
  * for the others; a store error poisons it (the group then runs again
  * without the write that met it, or fails).
  */
+#include "common/digest.h"
 #include "common/id.h"
 #include "common/jsonmp.h"
 #include "conv/conv.h"
@@ -417,12 +418,45 @@ static int settle(store_txn *t, const char *tool_call_id, int status, json_t *re
 	return e || *ended ? e : lease_ahead(t, conv);
 }
 
+/* What was approved is what runs: with args_digest, the pending call's
+ * args must have that digest (common/digest.h), or the resolve is refused
+ * (conflict, the digest they have in the reply) before anything is written.
+ * 0 to go on: the digest matches, or the call is not pending (the settle
+ * says stale); 1 refused (j's error set, t usable); or the store's error
+ * that poisoned t. */
+static int digest_check(store_txn *t, struct job *j)
+{
+	struct store_tool_call tc;
+	char have[DIGEST_HEX_LEN + 1];
+	int e = store_tool_call_get(t, j->rq.tool_call_id, &tc);
+	if (e == STORE_E_NOTFOUND || (!e && tc.status != STORE_TC_PENDING))
+		return 0;
+	if (e)
+		return job_store_error(j, e, "resolve"), e;
+	json_t *args = ops_mp_json(tc.args);
+	e = args ? digest_json(args, have) : -ENOMEM;
+	json_decref(args);
+	if (e)
+		return job_error(j, PERR_INTERNAL, "out of memory"), 1;
+	if (!strcmp(have, j->rq.args_digest))
+		return 0;
+	j->err_extra = json_pack("{ss}", "args_digest", have);
+	if (!j->err_extra) /* never a conflict short of the digest */
+		return job_error(j, PERR_INTERNAL, "out of memory"), 1;
+	job_error(j, PERR_CONFLICT, "tool call %s: its arguments are not those approved (args_digest %s given, "
+		  "theirs is %s): nothing settled", j->rq.tool_call_id, j->rq.args_digest, have);
+	return 1;
+}
+
 int ops_w_resolve(store_txn *t, struct job *j, struct wres *r)
 {
+	int e = j->rq.args_digest ? digest_check(t, j) : 0;
+	if (e)
+		return e > 0 ? 0 : e; /* refused, nothing written; or a store error */
 	json_t *by = by_json(j);
 	if (!by)
 		return 0;
-	int e = settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, by, r->conv, &r->seq, &r->ended);
+	e = settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, by, r->conv, &r->seq, &r->ended);
 	json_decref(by);
 	if (e == STORE_E_STALE) {
 		job_error(j, PERR_STALE, "tool call %s is not pending (unknown, already settled or expired)",

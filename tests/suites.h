@@ -19,6 +19,7 @@ Suite *make_store_pg_suite(void);
 Suite *make_convtree_suite(void);
 Suite *make_gate_suite(void);
 Suite *make_waiters_suite(void);
+Suite *make_digest_suite(void);
 
 static Suite *(*const check_suites[])(void) = {
 	make_mp_suite,
@@ -37,6 +38,7 @@ static Suite *(*const check_suites[])(void) = {
 	make_convtree_suite,
 	make_gate_suite,
 	make_waiters_suite,
+	make_digest_suite,
 	0,
 };
 #endif

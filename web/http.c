@@ -618,10 +618,12 @@ static void by_name(struct MHD_Connection *c, const struct who *w, char *out, si
 		snprintf(out, n, "%s", w->session ? "agentd-web" : "agentd-web (token)");
 }
 
-/* {"tool_call_id", "decision": "approve"|"deny", "comment"?, "result"?}:
- * settled resolved (as agentctl approve and deny do: a denial is an answer,
- * not a failure) with the result given, or {"approved": true|false,
- * "comment"?}. */
+/* {"tool_call_id", "decision": "approve"|"deny", "comment"?, "result"?,
+ * "args_digest"?}: settled resolved (as agentctl approve and deny do: a
+ * denial is an answer, not a failure) with the result given, or
+ * {"approved": true|false, "comment"?}; args_digest (the page always sends
+ * the digest of the args it showed) goes to agentd, which refuses args that
+ * are not those (conflict). */
 static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, const struct who *w)
 {
 	json_t *b = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, NULL);
@@ -633,16 +635,19 @@ static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, con
 		return send_error(c, 400, "bad_request", "the body must be a JSON object");
 	}
 	json_object_foreach(b, k, v)
-		if (strcmp(k, "tool_call_id") && strcmp(k, "decision") && strcmp(k, "comment") && strcmp(k, "result")) {
+		if (strcmp(k, "tool_call_id") && strcmp(k, "decision") && strcmp(k, "comment") && strcmp(k, "result") &&
+		    strcmp(k, "args_digest")) {
 			json_decref(b);
-			return send_error(c, 400, "bad_request", "unknown field (tool_call_id, decision, comment, result)");
+			return send_error(c, 400, "bad_request",
+					  "unknown field (tool_call_id, decision, comment, result, args_digest)");
 		}
 	const char *tc = json_string_value(json_object_get(b, "tool_call_id"));
 	const char *d = json_string_value(json_object_get(b, "decision"));
 	json_t *comment = json_object_get(b, "comment"), *result = json_object_get(b, "result");
+	json_t *digest = json_object_get(b, "args_digest");
 	int approve = d && !strcmp(d, "approve");
 	if (!tc || !d || (!approve && strcmp(d, "deny")) || (comment && !json_is_string(comment)) ||
-	    (comment && result)) {
+	    (comment && result) || (digest && !json_is_string(digest))) {
 		json_decref(b);
 		return send_error(c, 400, "bad_request",
 				  "expected tool_call_id, decision (approve or deny), and a comment (text) or a result, not both");
@@ -658,6 +663,10 @@ static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, con
 	by_name(c, w, name, sizeof name);
 	json_t *req = json_pack("{sssssssoss}", "op", "resolve", "tool_call_id", tc, "status", "resolved", "result",
 				result, "by", name);
+	if (req && digest && json_object_set(req, "args_digest", digest)) {
+		json_decref(req);
+		req = NULL; /* never a resolve short of the digest: agentd() answers out of memory */
+	}
 	json_decref(b);
 	json_t *r = agentd(c, req, &ret);
 	if (!r)

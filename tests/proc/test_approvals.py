@@ -10,10 +10,12 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
 import time
 
 import harness
 from harness import Agentd, scaled, wait_for
+from webutil import AgentdWeb
 
 
 def ms(secs):
@@ -225,6 +227,177 @@ def test_extend_reschedules_the_warning():
         assert not of_type(a, c, "resolution")
         wait_for(lambda: of_type(a, c, "resolution"), 30, "the expiry")
         assert len(of_type(a, c, "expiry_warning")) == 2 and len(of_type(a, c, "resolution")) == 1
+    finally:
+        a.close()
+
+
+def fake_agentd(path, digest_shown):
+    """A one-connection stand-in for agentd on path: answers tool_call with digest_shown and any other
+    request ok, and records every request line it read (list, filled by its thread)."""
+    import socket
+    import threading
+    seen = []
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        f = conn.makefile("rwb")
+        for line in f:
+            rq = json.loads(line)
+            seen.append(rq)
+            if rq["op"] == "tool_call":
+                reply = {"id": rq.get("id"), "ok": True, "tool_call": {"id": rq["tool_call_id"],
+                                                                     "args_digest": digest_shown}}
+            else:
+                reply = {"id": rq.get("id"), "ok": True, "seq": 9, "conversation": "c"}
+            f.write((json.dumps(reply) + "\n").encode())
+            f.flush()
+        conn.close()
+        srv.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return seen, t
+
+
+def test_agentctl_approve_sends_the_digest_agentd_shows_when_none_is_given():
+    a = Agentd(start=False)
+    ops_all = []
+    try:
+        for verb, given in [("approve", None), ("deny", None), ("approve", "e" * 64)]:
+            path = os.path.join(a.dir, f"f{len(ops_all)}.sock")
+            seen, t = fake_agentd(path, "d" * 64)
+            args = [harness.AGENTCTL_BIN, "-s", path, verb, "tc-1"] + (["--args-digest", given] if given else [])
+            p = subprocess.run(args, capture_output=True, text=True, timeout=scaled(20))
+            t.join(scaled(10))
+            assert p.returncode == 0, p.stderr
+            ops = [(r["op"], r.get("args_digest")) for r in seen]
+            assert ops == ([("tool_call", None)] if not given else []) + [("resolve", given or "d" * 64)], seen
+            assert seen[-1]["result"] == {"approved": verb == "approve"}, seen
+            ops_all.append(ops)
+    finally:
+        a.close()
+
+
+# ---- args_digest ---------------------------------------------------------------------------------------
+
+
+def jcs(v):
+    """RFC 8785's canonical form, written here independently of the clients' helpers."""
+    if v is None or isinstance(v, bool):
+        return json.dumps(v)
+    if isinstance(v, (int, float)):
+        x = float(v)
+        if x == 0:
+            return "0"
+        if x.is_integer() and abs(x) < 1e21:
+            return str(int(x))
+        r = repr(x)
+        if "e" in r:
+            m, e = r.split("e")
+            return m.rstrip("0").rstrip(".") + "e" + ("+" if int(e) > 0 else "-") + str(abs(int(e)))
+        return r
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list):
+        return "[" + ",".join(jcs(x) for x in v) + "]"
+    return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + jcs(v[k])
+                          for k in sorted(v, key=lambda k: k.encode("utf-16-be"))) + "}"
+
+
+def digest(v):
+    return hashlib.sha256(jcs(v).encode("utf-8")).hexdigest()
+
+
+ARGS = '{"to": "Zoë", "amount": 12.5, "memo": "line\\nnext", "items": [1, 2.0, {"b": true, "a": null}]}'
+
+
+def test_pending_shows_the_digest_and_resolve_checks_it():
+    a = start(config())
+    try:
+        c = conv(a)
+        tc = ask(a, c, args=ARGS)
+        assert tc["args"] == json.loads(ARGS)
+        assert tc["args_digest"] == digest(tc["args"]), tc
+        assert call(a, tc["id"])["args_digest"] == tc["args_digest"]
+        seq = last_seq(a, c)
+        wrong = "0" * 64
+        r = a.request({"op": "resolve", "tool_call_id": tc["id"], "result": {"approved": True}, "args_digest": wrong})
+        assert r["ok"] is False and r["error"] == "conflict" and r["args_digest"] == tc["args_digest"], r
+        assert f"tool call {tc['id']}: its arguments are not those approved" in r["message"], r
+        for bad in ["A" * 64, "0" * 63, "0" * 65, 5, "g" * 64, None]:
+            r = a.request({"op": "resolve", "tool_call_id": tc["id"], "args_digest": bad})
+            assert r["error"] == "bad_request" and "'args_digest' must be 64 lowercase hex digits" in r["message"], r
+        assert last_seq(a, c) == seq and call(a, tc["id"])["status"] == "pending", a.events(c)
+        r = a.ok({"op": "resolve", "tool_call_id": tc["id"], "result": {"approved": True},
+                  "args_digest": tc["args_digest"]})
+        assert call(a, tc["id"])["status"] == "resolved"
+        # a settled call is stale whatever the digest
+        r = a.request({"op": "resolve", "tool_call_id": tc["id"], "args_digest": wrong})
+        assert r["error"] == "stale", r
+        r = a.request({"op": "resolve", "tool_call_id": "nope", "args_digest": wrong})
+        assert r["error"] == "stale", r
+    finally:
+        a.close()
+
+
+def test_agentctl_approve_and_deny_always_send_the_digest():
+    a = start(config())
+    try:
+        c = conv(a)
+        tc = ask(a, c, args=ARGS)
+        rc, out, err = a.ctl("pending")
+        head, row = out.splitlines()[0], [l for l in out.splitlines() if l.startswith(tc["id"])][0]
+        assert head.split()[-1] == "ARGS_DIGEST" and row.split()[-1] == tc["args_digest"], out
+        seq = last_seq(a, c)
+        rc, out, err = a.ctl("approve", tc["id"], "--args-digest", "1" * 64, check=False)
+        assert rc == 1 and err.startswith(f"agentctl: conflict: tool call {tc['id']}: its arguments are not"), err
+        rc, out, err = a.ctl("deny", tc["id"], "--args-digest", "xyz", check=False)
+        assert rc == 1 and "agentctl: bad_request: 'args_digest' must be 64 lowercase hex digits" in err, err
+        assert last_seq(a, c) == seq and call(a, tc["id"])["status"] == "pending"
+        rc, out, err = a.ctl("approve", tc["id"], "--args-digest", tc["args_digest"], "--by", "ops")
+        assert call(a, tc["id"])["status"] == "resolved"
+        wait_for(lambda: len(of_type(a, c, "assistant_msg")) >= 2, 20, "the turn after the approval")
+        tc2 = ask(a, c, args='{"amount": 6}')
+        rc, out, err = a.ctl("--json", "deny", tc2["id"], "--comment", "no")
+        assert json.loads(out)["ok"] is True
+        assert call(a, tc2["id"])["result"] == {"approved": False, "comment": "no"}
+        rc, out, err = a.ctl("approve", tc2["id"], check=False)
+        assert rc == 1 and "agentctl: stale:" in err, err
+        rc, out, err = a.ctl("approve", "no-such-call", check=False)
+        assert rc == 1 and "agentctl: stale:" in err, err
+        rc, out, err = a.ctl("resolve", tc2["id"], "--args-digest", "0" * 64, check=False)
+        assert rc == 1 and "agentctl: stale:" in err, err
+    finally:
+        a.close()
+
+
+def test_the_page_sends_the_digest_it_showed():
+    a = start(config())
+    try:
+        with AgentdWeb(a) as w:
+            c = conv(a)
+            tc = ask(a, c, args=ARGS)
+            st, _, b = w.get("/api/pending")
+            shown = [t for t in json.loads(b)["pending"] if t["id"] == tc["id"]][0]
+            assert st == 200 and shown["args_digest"] == tc["args_digest"], b
+            seq = last_seq(a, c)
+            hdr = {"Content-Type": "application/json"}
+            body = {"tool_call_id": tc["id"], "decision": "approve", "args_digest": "2" * 64}
+            st, _, b = w.post("/api/resolve", json.dumps(body), hdr, token=True)
+            assert st == 409 and json.loads(b)["error"] == "conflict", (st, b)
+            st, _, b = w.post("/api/resolve", json.dumps(dict(body, args_digest=7)), hdr, token=True)
+            assert st == 400 and json.loads(b)["error"] == "bad_request", (st, b)
+            assert last_seq(a, c) == seq and call(a, tc["id"])["status"] == "pending"
+            st, _, b = w.post("/api/resolve", json.dumps(dict(body, args_digest=shown["args_digest"])), hdr,
+                              token=True)
+            assert st == 200, (st, b)
+            assert call(a, tc["id"])["result"] == {"approved": True}
+        # the page itself sends what it was given
+        app = open(os.path.join(os.path.dirname(__file__), "..", "..", "web", "static", "app.js")).read()
+        assert "body.args_digest = card.tc.args_digest" in app
     finally:
         a.close()
 

@@ -103,7 +103,9 @@ async function decide(card, decision) {
   if (card.state !== 'pending' || card.busy) return; // a double click answers once
   card.busy = true;
   for (const b of card.node.querySelectorAll('button')) b.disabled = true;
+  // What was approved is what runs: the digest of the args this card shows (agentd refuses others).
   const body = { tool_call_id: card.tc.id, decision };
+  if (card.tc.args_digest) body.args_digest = card.tc.args_digest;
   const comment = card.comment.value.trim(), result = card.result.value.trim();
   card.status.textContent = '';
   if (result) {
@@ -124,6 +126,8 @@ async function decide(card, decision) {
     if (e.code === 'stale') {
       cardSetStatus(card, 'stale', 'Already answered elsewhere, or expired: nothing more to do here.');
       explainGone(card);
+    } else if (e.code === 'conflict') {
+      card.status.textContent = 'Not sent: the arguments are no longer those shown here. Reload the page to see them.';
     } else {
       card.status.textContent = `Could not send the decision: ${e.message}`;
       for (const b of card.node.querySelectorAll('button')) b.disabled = false;
