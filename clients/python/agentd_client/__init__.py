@@ -5,12 +5,13 @@
 
 from ._ops import DEFAULT_SOCKET, IDEMPOTENT, new_event_id, socket_path
 from .aio import AsyncClient, AsyncWatch
+from .digest import args_digest, canonical_json
 from .client import Client, Watch
 from .errors import (ERRORS, AgentdConnectionError, AgentdError, AgentdTimeout, BadRequest, Busy, Conflict,
                      Internal, NotFound, Stale, StoreFull, TooLarge, UnknownOp, Unavailable, Unsupported,
                      error_from_reply)
 from .types import (BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, Delta, Event, EventPage,
-                    ForkResult, ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Status, StoreStatus, Summary,
+                    Extension, ForkResult, ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Status, StoreStatus, Summary,
                     ToolCall, TurnResult, Usage, Worker, WorkerStatus)
 
 __version__ = "0.1.0"
@@ -20,7 +21,7 @@ __all__ = [
     "AgentdError", "AgentdConnectionError", "AgentdTimeout", "BadRequest", "UnknownOp", "NotFound", "Conflict",
     "Stale", "TooLarge", "StoreFull", "Unavailable", "Internal", "Busy", "Unsupported", "ERRORS", "error_from_reply",
     "BackupResult", "BatchResult", "ForkResult", "Conversation", "ConversationPage", "Delta", "Event", "EventPage",
-    "ModelCall", "Resolution", "SendResult",
+    "ModelCall", "Resolution", "SendResult", "Extension", "args_digest", "canonical_json",
     "Status", "StoreStatus", "Summary", "ToolCall", "Usage", "Worker", "WorkerStatus",
     "Run", "RunPage", "Cancelled", "Resumed", "TurnResult",
 ]

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Optional
 from . import _flows
 from .errors import AgentdConnectionError, AgentdTimeout, BadRequest
 from .types import (BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, Event, EventPage, ForkResult,
-                    ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Status, Summary, ToolCall, _build)
+                    Extension, ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Status, Summary, ToolCall, _build)
 
 DEFAULT_SOCKET = "./agentd-data/agentd.sock"
 SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
@@ -270,25 +270,44 @@ class _Ops:
                                            wait_ms=wait_ms))
 
     def resolve(self, tool_call_id: str, result: Any = None, *, status: Optional[str] = None,
-                by: Optional[str] = None):
+                by: Optional[str] = None, args_digest: Optional[str] = None):
         """Settle a pending human tool call with result (any JSON value); status is resolved (agentd's
         default) or errored; by names who decided (1-128 bytes, no control characters), recorded in the
-        resolution event beside the uid agentd sees. Returns Resolution(seq, conversation). Stale when the
-        call is not pending (unknown, settled, expired); BadRequest for a bad status or by."""
-        fields = _opt(tool_call_id=tool_call_id, status=status, by=by)
+        resolution event beside the uid agentd sees; args_digest (the digest of the args the person saw:
+        ToolCall.args_digest, or digest.args_digest(args)) settles it only if its args are still those.
+        Returns Resolution(seq, conversation). Stale when the call is not pending (unknown, settled,
+        expired); Conflict when args_digest is not its args' (nothing settled); BadRequest for a bad
+        status, by or args_digest."""
+        fields = _opt(tool_call_id=tool_call_id, status=status, by=by, args_digest=args_digest)
         if result is not None:
             fields["result"] = result
         return self._run(_Call("resolve", fields, lambda r: Resolution(r["seq"], r.get("conversation"))))
 
-    def approve(self, tool_call_id: str, *, comment: Optional[str] = None, by: Optional[str] = None):
+    def approve(self, tool_call_id: str, *, comment: Optional[str] = None, by: Optional[str] = None,
+                args_digest: Optional[str] = None):
         """A person's yes to a pending human tool call: resolve with the result {"approved": true} (and
         "comment" when given), as `agentctl approve`. Returns Resolution; errors as resolve's."""
-        return self.resolve(tool_call_id, {"approved": True, **_opt(comment=comment)}, by=by)
+        return self.resolve(tool_call_id, {"approved": True, **_opt(comment=comment)}, by=by,
+                            args_digest=args_digest)
 
-    def deny(self, tool_call_id: str, *, comment: Optional[str] = None, by: Optional[str] = None):
+    def deny(self, tool_call_id: str, *, comment: Optional[str] = None, by: Optional[str] = None,
+             args_digest: Optional[str] = None):
         """A person's no: resolve with the result {"approved": false} (and "comment"), status resolved,
         as `agentctl deny`. Returns Resolution; errors as resolve's."""
-        return self.resolve(tool_call_id, {"approved": False, **_opt(comment=comment)}, by=by)
+        return self.resolve(tool_call_id, {"approved": False, **_opt(comment=comment)}, by=by,
+                            args_digest=args_digest)
+
+    def extend(self, conversation: str, tool_call_id: str, *, expires_in_ms: Optional[int] = None,
+               deadline: Optional[int] = None, by: Optional[str] = None):
+        """Move a pending human tool call's deadline: expires_in_ms from now, or to deadline (ms since the
+        epoch); one of the two. by as resolve's, recorded in the deadline_extended event. Returns
+        Extension(seq, deadline, conversation). NotFound (no such call in that conversation), Stale (not
+        pending), Conflict (it has no deadline), BadRequest (a deadline not in the future, both or
+        neither given)."""
+        fields = _opt(conversation=conversation, tool_call_id=tool_call_id, expires_in_ms=expires_in_ms,
+                      deadline=deadline, by=by)
+        return self._run(_Call("extend", fields,
+                               lambda r: Extension(r["seq"], r["deadline"], r.get("conversation"))))
 
     def pending(self, conversation: Optional[str] = None):
         """The pending human tool calls (a list of ToolCall): of every conversation (the suspended ones,

@@ -259,6 +259,15 @@ class BackupResult:
 
 
 @dataclass
+class Extension:
+    """`extend`: the seq of the deadline_extended event, the new deadline (ms since the epoch) and the
+    conversation."""
+    seq: int
+    deadline: int
+    conversation: Optional[str] = None
+
+
+@dataclass
 class Resolution:
     """`resolve`: the seq of the resolution event and the conversation it is in."""
     seq: int
@@ -268,13 +277,15 @@ class Resolution:
 @dataclass
 class ToolCall:
     """`tool_call`, and each item of `tool_calls`. executor: server or human; status: pending, resolved,
-    errored, expired. deadline: when a pending human call expires (ms), or None. prompt: human tools."""
+    errored, expired. args_digest: the digest of args (what resolve's args_digest takes). deadline: when
+    a pending human call expires (ms), or None. prompt: human tools."""
     id: str = ""
     conversation: Optional[str] = None
     executor: Optional[str] = None
     name: Optional[str] = None
     status: Optional[str] = None
     args: Any = None
+    args_digest: Optional[str] = None
     result: Any = None
     inserted_at: Optional[int] = None
     resolved_at: Optional[int] = None
