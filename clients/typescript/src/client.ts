@@ -12,7 +12,7 @@ import {
 } from "./errors.js";
 import type {
   BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, ConversationStatus, Event, EventPage,
-  ForkResult, Json, Resolution, Resumed, RunPage, SendResult, Status, Summary, ToolCall, ToolCallStatus, TurnResult,
+  Extension, ForkResult, Json, Resolution, Resumed, RunPage, SendResult, Status, Summary, ToolCall, ToolCallStatus, TurnResult,
 } from "./types.js";
 import { Watch, type WatchOptions } from "./watch.js";
 
@@ -161,10 +161,24 @@ export interface ResolveOptions {
   status?: "resolved" | "errored";
   /** Who decides, recorded in the resolution event (1-128 bytes, no control characters). */
   by?: string;
+  /** The digest of the args the person saw (ToolCall.args_digest, or argsDigest(args)): the call is settled
+   * only if its args are still those (Conflict otherwise, nothing settled). */
+  argsDigest?: string;
 }
 
 export interface DecisionOptions {
   comment?: string;
+  by?: string;
+  /** As ResolveOptions.argsDigest. */
+  argsDigest?: string;
+}
+
+export interface ExtendOptions {
+  /** The new deadline, that long from now (ms); or */
+  expiresInMs?: number;
+  /** the new deadline, ms since the epoch. One of the two. */
+  deadline?: number;
+  /** Who extends, recorded in the deadline_extended event. */
   by?: string;
 }
 
@@ -406,7 +420,7 @@ export class Client {
 
   /** Settle a pending human tool call with result (any JSON value). Stale when it is not pending. */
   resolve(toolCallId: string, result?: Json, o: ResolveOptions = {}): Promise<Resolution> {
-    const fields = opt({ tool_call_id: toolCallId, status: o.status, by: o.by });
+    const fields = opt({ tool_call_id: toolCallId, status: o.status, by: o.by, args_digest: o.argsDigest });
     if (result !== undefined) fields.result = result;
     return this.run({ op: "resolve", fields,
       parse: (r) => opt({ seq: need(r, "seq"), conversation: r.conversation }) as unknown as Resolution });
@@ -414,12 +428,25 @@ export class Client {
 
   /** A person's yes: resolve with {"approved": true} (and "comment" when given), as agentctl approve does. */
   approve(toolCallId: string, o: DecisionOptions = {}): Promise<Resolution> {
-    return this.resolve(toolCallId, opt({ approved: true, comment: o.comment }) as Json, { by: o.by });
+    return this.resolve(toolCallId, opt({ approved: true, comment: o.comment }) as Json,
+      { by: o.by, argsDigest: o.argsDigest });
   }
 
   /** A person's no: resolve with {"approved": false} (and "comment" when given), as agentctl deny does. */
   deny(toolCallId: string, o: DecisionOptions = {}): Promise<Resolution> {
-    return this.resolve(toolCallId, opt({ approved: false, comment: o.comment }) as Json, { by: o.by });
+    return this.resolve(toolCallId, opt({ approved: false, comment: o.comment }) as Json,
+      { by: o.by, argsDigest: o.argsDigest });
+  }
+
+  /** Move a pending human tool call's deadline (durably): o.expiresInMs from now or to o.deadline. NotFound
+   * (no such call in that conversation), Stale (not pending), Conflict (it never expires), BadRequest (a
+   * deadline not in the future; both or neither given). */
+  extend(conversation: string, toolCallId: string, o: ExtendOptions): Promise<Extension> {
+    const fields = opt({ conversation, tool_call_id: toolCallId, expires_in_ms: o.expiresInMs, deadline: o.deadline,
+      by: o.by });
+    return this.run({ op: "extend", fields,
+      parse: (r) => opt({ seq: need(r, "seq"), deadline: need(r, "deadline"), conversation: r.conversation }) as
+        unknown as Extension });
   }
 
   /** Every pending human tool call of every conversation, conversations in id order. The protocol has no

@@ -4,9 +4,10 @@
  */
 export { Client, DEFAULT_SOCKET, IDEMPOTENT, newEventId, socketPath } from "./client.js";
 export type {
-  ClientOptions, CreateOptions, DecisionOptions, EventsOptions, ForkOptions, ListOptions, ResolveOptions, SendOptions,
-  UpdateOptions,
+  ClientOptions, CreateOptions, DecisionOptions, EventsOptions, ExtendOptions, ForkOptions, ListOptions, ResolveOptions,
+  SendOptions, UpdateOptions,
 } from "./client.js";
+export { argsDigest, canonicalJson } from "./digest.js";
 export { Watch } from "./watch.js";
 export type { WatchItem, WatchOptions } from "./watch.js";
 export * from "./errors.js";

@@ -90,12 +90,22 @@ export interface ToolCall {
   name: string;
   status: ToolCallStatus;
   args: Json;
+  /** The digest of args (docs/protocol.md, "Arguments digest"): what resolve's argsDigest takes. */
+  args_digest?: string;
   result: Json;
   inserted_at: number;
   resolved_at: number | null;
   deadline?: number | null;
   attempts?: number;
   prompt?: string;
+}
+
+export interface Extension {
+  /** The deadline_extended event's seq. */
+  seq: number;
+  /** The new deadline, ms since the epoch. */
+  deadline: number;
+  conversation?: string;
 }
 
 export interface Resolution {

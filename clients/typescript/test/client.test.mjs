@@ -105,6 +105,35 @@ test("sendAndWait ends at an approval; pending, approve, deny, by", async () => 
   await assert.rejects(c.resolve("tc-nope", true), A.Stale);
 });
 
+test("argsDigest equals agentd's; resolve refuses other args; extend moves the deadline", async () => {
+  assert.equal(A.canonicalJson({ b: [1, 2.5, 1e30, 4.5e-7, -0], a: "x\ty\"\\\u0001", "": null }),
+    '{"":null,"a":"x\\ty\\"\\\\\\u0001","b":[1,2.5,1e+30,4.5e-7,0]}');
+  assert.equal(A.argsDigest({ amount: 5 }), "7e84cbf0f7a7c92c037058665d66152f8eb8580ab2534e52c877bccceb9cc7bf");
+  const args = { to: "Zoë", amount: 12.5, items: [1, 1e21, 1e-7, { b: true, a: null }], "😀": 0, "\ufb33": 1 };
+  const id = await c.create("echo", { tools: ["approve"] });
+  const t = await c.sendAndWait(id, "/tool approve " + JSON.stringify(args));
+  assert.equal(t.status, "suspended");
+  const [p] = await c.toolCalls(id, { status: "pending" });
+  assert.equal(p.args_digest, A.argsDigest(p.args));
+  assert.equal(p.args_digest, A.argsDigest(args));
+  const last = (await c.events(id)).last_seq;
+  await assert.rejects(c.approve(p.id, { argsDigest: A.argsDigest({ amount: 1 }) }), A.Conflict);
+  await assert.rejects(c.deny(p.id, { argsDigest: "nope" }), A.BadRequest);
+  assert.equal((await c.events(id)).last_seq, last);
+  const x = await c.extend(id, p.id, { expiresInMs: 7200000, by: "ana" });
+  assert.equal(x.conversation, id);
+  assert.ok(x.deadline > p.deadline);
+  assert.equal((await c.toolCall(p.id)).deadline, x.deadline);
+  const ev = (await c.events(id, { type: "deadline_extended" })).events.at(-1);
+  assert.equal(ev.seq, x.seq);
+  assert.equal(ev.content.by.name, "ana");
+  await assert.rejects(c.extend(id, p.id, { deadline: 1000 }), A.BadRequest);
+  await assert.rejects(c.extend(id, "tc-nope", { expiresInMs: 1000 }), A.NotFound);
+  await c.approve(p.id, { argsDigest: p.args_digest });
+  assert.equal((await c.toolCall(p.id)).status, "resolved");
+  await assert.rejects(c.extend(id, p.id, { expiresInMs: 1000 }), A.Stale);
+});
+
 test("sendAndWait times out with the message kept", async () => {
   const id = await c.create("echo", { tools: ["approve"] });
   await c.sendAndWait(id, "/tool approve {}");
