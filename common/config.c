@@ -95,6 +95,14 @@ static void tool_free(struct tool_cfg *t)
 	free(t->command);
 	free(t->prompt);
 	free(t->description);
+	free(t->escalate_to);
+}
+
+static const char *const on_expiry_names[] = { "expire", "deny", "approve", "escalate" };
+
+const char *config_on_expiry_name(int policy)
+{
+	return policy >= 0 && policy <= ON_EXPIRY_ESCALATE ? on_expiry_names[policy] : "expire";
 }
 
 void config_free(struct config *c)
@@ -471,6 +479,8 @@ static int model_key(struct model_cfg *m, const char *k, const char *v)
 	return rc == -2 ? iso_key(&m->iso, k, v) : rc;
 }
 
+static int name_ok(const char *n);
+
 static int tool_key(struct tool_cfg *t, const char *k, const char *v)
 {
 	if (!strcmp(k, "executor")) {
@@ -492,6 +502,14 @@ static int tool_key(struct tool_cfg *t, const char *k, const char *v)
 		return config_duration(v, &t->expires_ms);
 	if (!strcmp(k, "warn_before"))
 		return config_duration(v, &t->warn_before_ms) || t->warn_before_ms <= 0 ? -1 : 0;
+	if (!strcmp(k, "on_expiry")) {
+		for (int i = 0; i <= ON_EXPIRY_ESCALATE; i++)
+			if (!strcmp(v, on_expiry_names[i]))
+				return t->on_expiry = i, 0;
+		return -1;
+	}
+	if (!strcmp(k, "escalate_to"))
+		return name_ok(v) ? config_set_str(&t->escalate_to, v) : -1;
 	if (!strcmp(k, "description"))
 		return config_set_str(&t->description, v);
 	if (!strcmp(k, "max_attempts"))
@@ -518,7 +536,8 @@ static int mcp_key(struct tool_cfg *t, const char *k, const char *v)
 		return -3;
 	/* A server tool's keys that mean nothing here: each tool has the
 	 * server's own description, and a server is no human. */
-	static const char *const not_here[] = { "executor", "prompt", "expires", "description", "warn_before" };
+	static const char *const not_here[] = { "executor", "prompt", "expires", "description", "warn_before",
+						 "on_expiry", "escalate_to" };
 	for (size_t i = 0; i < sizeof not_here / sizeof *not_here; i++)
 		if (!strcmp(k, not_here[i]))
 			return -2;
@@ -827,6 +846,37 @@ static int warn_before_validate(const struct config *c, const struct tool_cfg *t
 	return -1;
 }
 
+/* on_expiry: a human tool's, with an expiry to act at; escalate names
+ * another human tool (escalate_to), and only with it. */
+static int on_expiry_validate(const struct config *c, const struct tool_cfg *t, char *err, size_t errlen)
+{
+	const char *n = t->name, *p = c->path;
+	if (t->escalate_to && t->on_expiry != ON_EXPIRY_ESCALATE) {
+		snprintf(err, errlen, "%s: [tool.%s] escalate_to is for on_expiry = escalate", p, n);
+		return -1;
+	}
+	if (t->on_expiry == ON_EXPIRY_EXPIRE)
+		return 0;
+	if (t->executor != EXEC_HUMAN)
+		snprintf(err, errlen, "%s: [tool.%s] on_expiry is for human tools (executor = human)", p, n);
+	else if (t->expires_ms == 0)
+		snprintf(err, errlen, "%s: [tool.%s] on_expiry = %s needs an expiry: expires is 0 (never)", p, n,
+			 config_on_expiry_name(t->on_expiry));
+	else if (t->on_expiry == ON_EXPIRY_ESCALATE && !t->escalate_to)
+		snprintf(err, errlen, "%s: [tool.%s] on_expiry = escalate needs escalate_to (a human tool)", p, n);
+	else if (t->on_expiry != ON_EXPIRY_ESCALATE)
+		return 0;
+	else if (!config_tool(c, t->escalate_to) || config_tool(c, t->escalate_to)->executor != EXEC_HUMAN ||
+		 config_tool(c, t->escalate_to)->mcp)
+		snprintf(err, errlen, "%s: [tool.%s] escalate_to = %s names no human tool of the configuration", p, n,
+			 t->escalate_to);
+	else if (!strcmp(t->escalate_to, n))
+		snprintf(err, errlen, "%s: [tool.%s] escalate_to names the tool itself", p, n);
+	else
+		return 0;
+	return -1;
+}
+
 static int validate(struct config *c, char *err, size_t errlen)
 {
 	if (c->store && c->data_given) {
@@ -895,7 +945,7 @@ static int validate(struct config *c, char *err, size_t errlen)
 		}
 		if (!t->prompt && (t->prompt = strdup("Approve?")) == NULL)
 			return -1;
-		if (warn_before_validate(c, t, err, errlen))
+		if (warn_before_validate(c, t, err, errlen) || on_expiry_validate(c, t, err, errlen))
 			return -1;
 	}
 	return 0;

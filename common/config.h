@@ -73,6 +73,11 @@ struct model_cfg {
 enum model_kind { MODEL_EXEC = 0, MODEL_OPENAI, MODEL_ANTHROPIC };
 const char *config_model_kind_name(int kind);
 
+/* A human tool's on_expiry: what its deadline does to a call nobody
+ * answered (docs/tools.md). */
+enum tool_on_expiry { ON_EXPIRY_EXPIRE = 0, ON_EXPIRY_DENY, ON_EXPIRY_APPROVE, ON_EXPIRY_ESCALATE };
+const char *config_on_expiry_name(int policy);
+
 struct tool_cfg {
 	char *name;
 	int executor;        /* EXEC_SERVER or EXEC_HUMAN */
@@ -81,6 +86,8 @@ struct tool_cfg {
 	char *prompt;        /* human tools, default "Approve?" */
 	int64_t expires_ms;  /* human tools, 0: never (default 1 h) */
 	int64_t warn_before_ms; /* human tools: an expiry_warning this long before the deadline, 0: none */
+	int on_expiry;       /* human tools: enum tool_on_expiry, default ON_EXPIRY_EXPIRE */
+	char *escalate_to;   /* human tools with on_expiry = escalate: the human tool the call is handed to */
 	char *description;
 	int max_attempts;    /* server tools: dispatches before "interrupted", default 3 */
 	size_t out_cap;      /* server tools: stdout cap, default 1 MiB */

@@ -113,6 +113,24 @@ int conv_after_resolution(store_txn *t, const char *conv, int *ended);
 int conv_resolve(store_txn *t, const char *id, int status, const json_t *result, const json_t *by, char *conv,
 		 uint64_t *seq, int *ended);
 
+/* A deadline passed with nobody's answer (expiry.c): the pending call id is
+ * settled by the on_expiry in cfg (may be NULL: expire) of its tool, or of
+ * the last tool its escalation chain handed it to, by the resolution rule
+ * (conv_resolve): `expire` as status expired, result null, no by; `deny`
+ * and `approve` as status resolved with the result {"approved":
+ * false|true, "on_expiry": "deny"|"approve"} and by {"name": "expiry"}
+ * (nobody's uid: no person decided). `escalate` settles nothing: the call
+ * stays pending, handed to its escalate_to tool (its prompt and expires
+ * from now, its warning), and an `escalation` event {tool_call_id, name,
+ * from, to, prompt, deadline, chain} records it (*ended is then 0, and
+ * nothing is owed: the caller takes no lease and wakes no worker). A tool no longer in
+ * the configuration, or a chain of CONV_ESCALATE_MAX tools, expires.
+ * Arguments and errors as conv_resolve's; *policy (may be NULL) gets the
+ * enum tool_on_expiry applied. */
+#define CONV_ESCALATE_MAX 16
+int conv_expire(store_txn *t, const char *id, const struct config *cfg, char *conv, uint64_t *seq, int *ended,
+		int *policy);
+
 /* Record an error that ends a turn: an `error` event {message, attempts,
  * context_seq} (message: bytes from anywhere, kept readable by json_text's
  * rules), its seq in *seq. The tail treats it as the turn's end: nothing is

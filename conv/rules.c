@@ -219,6 +219,130 @@ int conv_resolve(store_txn *t, const char *id, int status, const json_t *result,
 	return e ? e : conv_after_resolution(t, conv, ended);
 }
 
+/* The chain of tools a call was handed along (its `escalation` events, in
+ * log order): *chain gets [its own tool, each `to`] (a new reference). */
+struct chain_ctx {
+	const char *id;
+	json_t *chain;
+};
+
+static int chain_add(void *arg, const struct store_event *ev)
+{
+	struct chain_ctx *c = arg;
+	json_t *content;
+	if (jsonmp_decode(ev->content.ptr, ev->content.len, &content) == -ENOMEM)
+		return -ENOMEM;
+	const char *of = json_string_value(json_object_get(content, "tool_call_id"));
+	json_t *to = json_object_get(content, "to");
+	int e = 0;
+	if (of && !strcmp(of, c->id) && json_is_string(to))
+		e = json_array_append(c->chain, to) ? -ENOMEM : 0;
+	json_decref(content);
+	return e;
+}
+
+static int escalation_chain(store_txn *t, const char *conv, const char *id, const char *name, json_t **chain)
+{
+	struct chain_ctx c = { id, json_array() };
+	struct store_range r = { 0, 0, 0, "escalation" };
+	int e = c.chain && !json_array_append_new(c.chain, json_string(name)) ? 0 : -ENOMEM;
+	if (!e)
+		e = store_events_stream(t, conv, &r, chain_add, &c);
+	if (e) {
+		json_decref(c.chain);
+		return e;
+	}
+	*chain = c.chain;
+	return 0;
+}
+
+/* Hand the pending call to the human tool `to` (on_expiry = escalate): its
+ * prompt becomes to's, its deadline to's expires from now (none for 0),
+ * with to's warning, and an `escalation` event records the chain, in t. */
+static int escalate(store_txn *t, const struct store_tool_call *tc, const char *id, const char *conv,
+		    const struct tool_cfg *to, json_t *chain, uint64_t *seq)
+{
+	int64_t deadline = to->expires_ms ? store_txn_now(t) + to->expires_ms : 0;
+	char name[STORE_ID_MAX + 1];
+	struct jsonmp_buf pb;
+	json_t *prompt = json_string(to->prompt ? to->prompt : "Approve?");
+	snprintf(name, sizeof name, "%.*s", (int)tc->name.len, (const char *)tc->name.ptr);
+	json_t *from = json_incref(json_array_get(chain, json_array_size(chain) - 1));
+	int e = json_array_append_new(chain, json_string(to->name)) ? -ENOMEM : 0;
+	json_t *content = e ? NULL : json_pack("{s:s, s:s, s:O, s:s, s:O, s:o, s:O}", "tool_call_id", id, "name", name,
+					       "from", from, "to", to->name, "prompt", prompt, "deadline",
+					       deadline ? json_integer(deadline) : json_null(), "chain", chain);
+	json_decref(from);
+	if (content && prompt) {
+		if (!(e = conv_pack(&pb, prompt))) {
+			struct store_tool_call_in in = { id, name, STORE_EXEC_HUMAN, tc->args, { pb.sb.data, pb.sb.size } };
+			e = store_tool_call_upsert(t, conv, &in);
+		}
+		jsonmp_buf_destroy(&pb);
+	} else {
+		e = -ENOMEM;
+	}
+	json_decref(prompt);
+	if (!e)
+		e = deadline ? store_expiry_schedule(t, id, deadline) : store_expiry_cancel(t, id);
+	if (!e)
+		e = deadline && to->warn_before_ms > 0 ? store_warning_schedule(t, id, deadline - to->warn_before_ms)
+						       : store_warning_drop(t, id);
+	if (!e)
+		e = append(t, conv, "escalation", content, seq);
+	json_decref(content);
+	return e;
+}
+
+int conv_expire(store_txn *t, const char *id, const struct config *cfg, char *conv, uint64_t *seq, int *ended,
+		int *policy)
+{
+	struct store_tool_call tc;
+	char name[STORE_ID_MAX + 1];
+	int p = ON_EXPIRY_EXPIRE;
+	json_t *chain = NULL;
+	int e = store_tool_call_get(t, id, &tc);
+	if (e == STORE_E_NOTFOUND || (!e && tc.status != STORE_TC_PENDING))
+		return STORE_E_STALE;
+	if (e)
+		return e;
+	if (tc.conversation.len > STORE_ID_MAX)
+		return STORE_E_CORRUPT;
+	memcpy(conv, tc.conversation.ptr, tc.conversation.len);
+	conv[tc.conversation.len] = 0;
+	snprintf(name, sizeof name, "%.*s", (int)tc.name.len, (const char *)tc.name.ptr);
+	/* The tool whose policy applies: the last one of its escalation chain. */
+	const struct tool_cfg *tool = cfg ? config_tool(cfg, name) : NULL;
+	if (tool && tool->executor == EXEC_HUMAN && tool->on_expiry != ON_EXPIRY_EXPIRE) {
+		if ((e = escalation_chain(t, conv, id, name, &chain)))
+			return e;
+		tool = config_tool(cfg, json_string_value(json_array_get(chain, json_array_size(chain) - 1)));
+	}
+	if (tool && tool->executor == EXEC_HUMAN)
+		p = tool->on_expiry;
+	const struct tool_cfg *to = p == ON_EXPIRY_ESCALATE ? config_tool(cfg, tool->escalate_to) : NULL;
+	/* A chain that ran its length (or whose next tool is gone) expires. */
+	if (p == ON_EXPIRY_ESCALATE && (!to || to->executor != EXEC_HUMAN || json_array_size(chain) >= CONV_ESCALATE_MAX))
+		p = ON_EXPIRY_EXPIRE;
+	if (policy)
+		*policy = p;
+	if (p == ON_EXPIRY_ESCALATE) {
+		e = escalate(t, &tc, id, conv, to, chain, seq);
+		json_decref(chain);
+		*ended = 0;
+		return e; /* nothing is owed: the caller wakes no worker */
+	}
+	json_decref(chain);
+	if (p == ON_EXPIRY_EXPIRE)
+		return conv_resolve(t, id, STORE_TC_EXPIRED, NULL, NULL, conv, seq, ended);
+	json_t *result = json_pack("{sbss}", "approved", p == ON_EXPIRY_APPROVE, "on_expiry", config_on_expiry_name(p));
+	json_t *by = json_pack("{ss}", "name", "expiry");
+	e = result && by ? conv_resolve(t, id, STORE_TC_RESOLVED, result, by, conv, seq, ended) : -ENOMEM;
+	json_decref(result);
+	json_decref(by);
+	return e;
+}
+
 int conv_expiry_warn(store_txn *t, const char *id, char *conv, uint64_t *seq)
 {
 	struct store_tool_call tc;

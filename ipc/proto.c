@@ -480,7 +480,7 @@ static int parse_events(struct pctx *p, struct request *rq)
 	if (json_object_get(p->o, "type")) {
 		static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
 			"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled",
-			"deadline_extended" };
+			"deadline_extended", "escalation" };
 		int t;
 		if ((e = get_enum(p, "type", types, (int)(sizeof types / sizeof *types), &t)))
 			return e;

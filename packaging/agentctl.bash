@@ -57,7 +57,7 @@ _agentctl()
 	case $prev in
 	--status) COMPREPLY=($(compgen -W "active suspended idle ended pending resolved errored expired" -- "$cur")); return ;;
 	--signal) COMPREPLY=($(compgen -W "KILL TERM" -- "$cur")); return ;;
-	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error turn_cancelled expiry_warning deadline_extended" -- "$cur")); return ;;
+	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error turn_cancelled expiry_warning deadline_extended escalation" -- "$cur")); return ;;
 	esac
 	if [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "$opts $global" -- "$cur"))

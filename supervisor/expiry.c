@@ -26,14 +26,16 @@ static void on_timer(struct loop_watch *lw, uint32_t events);
 
 static struct {
 	store *st;
+	const struct config *cfg; /* each human tool's on_expiry */
 	int fd;            /* CLOCK_REALTIME, absolute */
 	int64_t retry_at;  /* wall ms: no attempt to fire before (after a failed one); 0: none */
 	struct loop_watch lw;
 } X = { .fd = -1, .lw = { on_timer } };
 
-int expiry_open(store *st)
+int expiry_open(store *st, const struct config *cfg)
 {
 	X.st = st;
+	X.cfg = cfg;
 	X.fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (X.fd < 0)
 		return -errno;
@@ -165,6 +167,7 @@ struct batch {
 	char convs[EXPIRY_BATCH][STORE_ID_MAX + 1];
 	uint64_t seqs[EXPIRY_BATCH];
 	int fired[EXPIRY_BATCH], ended[EXPIRY_BATCH];
+	int policy[EXPIRY_BATCH]; /* enum tool_on_expiry applied */
 };
 
 /* Begin the batch's transaction and claim up to cap due calls into d:
@@ -204,9 +207,10 @@ static int batch_settle(store_txn *t, struct batch *b, size_t *bad)
 	struct due *d = b->c.d;
 	*bad = b->c.n;
 	for (size_t i = 0; i < b->c.n; i++) {
-		/* The resolution rule, and the lease of the worker it wakes. */
-		int r = conv_resolve(t, d[i].id, STORE_TC_EXPIRED, NULL, NULL, b->convs[i], &b->seqs[i], &b->ended[i]);
-		if (r == 0 && !b->ended[i])
+		/* The resolution rule by the tool's on_expiry, and the lease
+		 * of the worker it wakes. */
+		int r = conv_expire(t, d[i].id, X.cfg, b->convs[i], &b->seqs[i], &b->ended[i], &b->policy[i]);
+		if (r == 0 && !b->ended[i] && b->policy[i] != ON_EXPIRY_ESCALATE)
 			r = lease_ahead(t, b->convs[i]);
 		if (r == 0) {
 			b->fired[i] = 1;
@@ -257,8 +261,14 @@ static int batch_wake(const struct batch *b)
 		n++;
 		metrics_add(M_EXPIRIES_FIRED, 1);
 		metrics_expiry_late(b->at_us, b->c.d[i].deadline);
-		log_info("%s: tool call %s expired", b->convs[i], b->c.d[i].id);
-		if (!b->ended[i])
+		if (b->policy[i] == ON_EXPIRY_EXPIRE)
+			log_info("%s: tool call %s expired", b->convs[i], b->c.d[i].id);
+		else if (b->policy[i] == ON_EXPIRY_ESCALATE)
+			log_info("%s: tool call %s: no answer by its deadline: escalated", b->convs[i], b->c.d[i].id);
+		else
+			log_info("%s: tool call %s: no answer by its deadline: settled as on_expiry = %s", b->convs[i],
+				 b->c.d[i].id, config_on_expiry_name(b->policy[i]));
+		if (!b->ended[i] && b->policy[i] != ON_EXPIRY_ESCALATE)
 			workers_wake(b->convs[i]);
 		waiters_notify(b->convs[i]);
 	}

@@ -3,16 +3,19 @@
  * timerfd (absolute, CLOCK_REALTIME since deadlines are wall-clock;
  * TFD_TIMER_CANCEL_ON_SET wakes it when the clock is set) is armed to the
  * earliest deadline in the store; when it fires, every call past its
- * deadline is settled `expired` with its resolution event, in batches of one
- * transaction each, and its conversation is woken.
+ * deadline is settled by its tool's on_expiry (conv_expire: `expired`, or
+ * denied or approved by "expiry") with its resolution event, in batches of
+ * one transaction each, and its conversation is woken.
  */
 #ifndef AGENTD_EXPIRY_H
 #define AGENTD_EXPIRY_H
 
+#include "common/config.h"
 #include "store/store.h"
 
-/* Create the timerfd and register it with the loop. 0 or -errno. */
-int expiry_open(store *st);
+/* Create the timerfd and register it with the loop; cfg (kept: it must
+ * outlive the module) gives each human tool's on_expiry. 0 or -errno. */
+int expiry_open(store *st, const struct config *cfg);
 void expiry_close(void);
 /* Re-arm the timer to the earliest deadline (after a commit that may have
  * scheduled one). */

@@ -257,7 +257,7 @@ int server_open(const struct server_opts *o)
 {
 	int e;
 	SV.o = o;
-	if ((e = loop_open()) || (e = signals_open()) || (e = expiry_open(o->st)) ||
+	if ((e = loop_open()) || (e = signals_open()) || (e = expiry_open(o->st, o->cfg)) ||
 	    (e = durable_open(o->st, o->cfg->sync == STORE_SYNC_FULL, durable_advanced, durable_more)) ||
 	    (e = backup_open(o->st))) {
 		log_error("cannot create the loop's descriptors: %s", strerror(-e));

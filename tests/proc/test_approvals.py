@@ -402,4 +402,174 @@ def test_the_page_sends_the_digest_it_showed():
         a.close()
 
 
+# ---- on_expiry ------------------------------------------------------------------------------------------
+
+
+def policy_config(expires_s, **policies):
+    text = ""
+    for name, policy in policies.items():
+        text += f"[tool.{name}]\nexecutor = human\nexpires = {ms(expires_s)}ms\non_expiry = {policy}\n"
+    return text
+
+
+def test_on_expiry_deny_and_approve_settle_at_the_deadline():
+    a = start(policy_config(1, no="deny", yes="approve", plain="expire"))
+    try:
+        got = {}
+        for tool in ("no", "yes", "plain"):
+            c = conv(a, (tool,))
+            tc = ask(a, c, tool)
+            got[tool] = (c, tc)
+        for tool, (c, tc) in got.items():
+            wait_for(lambda: of_type(a, c, "resolution"), 30, f"{tool}'s deadline")
+            wait_for(lambda: len(of_type(a, c, "assistant_msg")) >= 2, 30, f"the turn after {tool}'s deadline")
+            res = of_type(a, c, "resolution")
+            assert len(res) == 1 and res[0]["inserted_at"] >= tc["deadline"], res
+            if tool == "plain":
+                assert res[0]["content"] == {"tool_call_id": tc["id"], "status": "expired", "result": None}, res
+                assert call(a, tc["id"])["status"] == "expired"
+                continue
+            verdict = tool == "yes"
+            assert res[0]["content"] == {"tool_call_id": tc["id"], "status": "resolved",
+                                         "result": {"approved": verdict, "on_expiry": "approve" if verdict else "deny"},
+                                         "by": {"name": "expiry"}}, res
+            assert call(a, tc["id"])["status"] == "resolved"
+            assert call(a, tc["id"])["result"]["approved"] is verdict
+            # a late answer is stale: the deadline decided
+            r = a.request({"op": "resolve", "tool_call_id": tc["id"], "result": {"approved": not verdict}})
+            assert r["error"] == "stale", r
+        assert "no answer by its deadline: settled as on_expiry = deny" in a.log()
+    finally:
+        a.close()
+
+
+def test_on_expiry_approve_fires_once_across_kills_after_an_extend():
+    a = start(policy_config(2, yes="approve"))
+    try:
+        c = conv(a, ("yes",))
+        tc = ask(a, c, "yes")
+        new = tc["deadline"] + ms(2)
+        a.ok({"op": "extend", "conversation": c, "tool_call_id": tc["id"], "deadline": new})
+        a.kill(signal.SIGKILL)
+        wait_for(lambda: now_ms() > new + 50, 30, "the new deadline to pass while agentd is down")
+        a.start()
+        wait_for(lambda: of_type(a, c, "resolution"), 30, "the approval on start")
+        a.kill(signal.SIGKILL)
+        a.start()
+        wait_for(lambda: len(of_type(a, c, "assistant_msg")) >= 2, 30, "the turn after the approval")
+        res = of_type(a, c, "resolution")
+        assert len(res) == 1 and res[0]["content"]["result"] == {"approved": True, "on_expiry": "approve"}, res
+        assert res[0]["content"]["by"] == {"name": "expiry"} and res[0]["inserted_at"] >= new, res
+        a.stop()
+        p = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+    finally:
+        a.close()
+
+
+ESCALATE = """
+[tool.first]
+executor = human
+prompt = Team: approve?
+expires = {first}ms
+on_expiry = escalate
+escalate_to = boss
+[tool.boss]
+executor = human
+prompt = Boss: approve?
+expires = {boss}ms
+on_expiry = {then}
+"""
+
+
+def test_on_expiry_escalate_hands_the_call_on_and_records_the_chain():
+    a = start(ESCALATE.format(first=ms(1), boss=ms(3), then="deny"))
+    try:
+        c = conv(a, ("first",))
+        tc = ask(a, c, "first")
+        assert tc["prompt"] == "Team: approve?"
+        wait_for(lambda: of_type(a, c, "escalation"), 30, "the escalation")
+        esc = of_type(a, c, "escalation")
+        assert len(esc) == 1 and esc[0]["inserted_at"] >= tc["deadline"], esc
+        e = esc[0]["content"]
+        assert e["tool_call_id"] == tc["id"] and e["name"] == "first" and e["from"] == "first" and e["to"] == "boss", e
+        assert e["prompt"] == "Boss: approve?" and e["chain"] == ["first", "boss"], e
+        now = call(a, tc["id"])
+        assert now["status"] == "pending" and now["prompt"] == "Boss: approve?" and now["deadline"] == e["deadline"], now
+        assert e["deadline"] >= esc[0]["inserted_at"] + ms(3) - 5, e
+        assert not of_type(a, c, "resolution")
+        assert [p["id"] for p in pending(a, c)] == [tc["id"]]
+        assert a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "suspended"
+        # killed between the escalation and the boss's deadline: handed on once, then denied once
+        a.kill(signal.SIGKILL)
+        wait_for(lambda: now_ms() > e["deadline"] + 50, 30, "the boss's deadline to pass while agentd is down")
+        a.start()
+        wait_for(lambda: of_type(a, c, "resolution"), 30, "the boss's deadline")
+        a.kill(signal.SIGKILL)
+        a.start()
+        wait_for(lambda: len(of_type(a, c, "assistant_msg")) >= 2, 30, "the turn after the denial")
+        res = of_type(a, c, "resolution")
+        assert len(res) == 1 and len(of_type(a, c, "escalation")) == 1, a.events(c)
+        assert res[0]["content"]["result"] == {"approved": False, "on_expiry": "deny"}, res
+        assert res[0]["content"]["by"] == {"name": "expiry"}, res
+        a.stop()
+        p = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+    finally:
+        a.close()
+
+
+def test_an_escalated_call_is_answered_by_a_person():
+    a = start(ESCALATE.format(first=ms(1), boss=3600000, then="expire"))
+    try:
+        c = conv(a, ("first",))
+        tc = ask(a, c, "first")
+        wait_for(lambda: of_type(a, c, "escalation"), 30, "the escalation")
+        rc, out, err = a.ctl("pending")
+        assert "Boss: approve?" in out, out
+        a.ctl("approve", tc["id"], "--by", "boss")
+        wait_for(lambda: len(of_type(a, c, "assistant_msg")) >= 2, 30, "the turn after the approval")
+        res = of_type(a, c, "resolution")
+        assert len(res) == 1 and res[0]["content"]["result"] == {"approved": True}, res
+        assert res[0]["content"]["by"] == {"uid": os.getuid(), "name": "boss"}, res
+    finally:
+        a.close()
+
+
+def test_bad_on_expiry_is_refused():
+    cases = [
+        ("[tool.t]\nexecutor = human\non_expiry = maybe\n", "bad value 'maybe' for 'on_expiry' in [tool.t]"),
+        ("[tool.t]\ncommand = true\non_expiry = deny\n", "[tool.t] on_expiry is for human tools (executor = human)"),
+        ("[tool.t]\nexecutor = human\nexpires = 0\non_expiry = approve\n",
+         "[tool.t] on_expiry = approve needs an expiry: expires is 0 (never)"),
+        ("[tool.t]\nexecutor = human\non_expiry = escalate\n",
+         "[tool.t] on_expiry = escalate needs escalate_to (a human tool)"),
+        ("[tool.t]\nexecutor = human\non_expiry = escalate\nescalate_to = nope\n",
+         "[tool.t] escalate_to = nope names no human tool of the configuration"),
+        ("[tool.t]\nexecutor = human\non_expiry = escalate\nescalate_to = s\n[tool.s]\ncommand = true\n",
+         "[tool.t] escalate_to = s names no human tool of the configuration"),
+        ("[tool.t]\nexecutor = human\non_expiry = escalate\nescalate_to = t\n",
+         "[tool.t] escalate_to names the tool itself"),
+        ("[tool.t]\nexecutor = human\nescalate_to = u\n[tool.u]\nexecutor = human\n",
+         "[tool.t] escalate_to is for on_expiry = escalate"),
+        ("[tool.t]\nexecutor = human\nescalate_to = bad name!\n", "bad value 'bad name!' for 'escalate_to' in [tool.t]"),
+        ("[mcp.s]\ncommand = true\non_expiry = deny\n", "unknown key 'on_expiry' in [mcp.s]"),
+    ]
+    for text, msg in cases:
+        b = Agentd(start=False)
+        try:
+            b.write_config(text)
+            assert b.expect_exit() == 2, text
+            assert msg in b.log(), (text, b.log())
+        finally:
+            b.close()
+    b = Agentd(start=False)
+    try:
+        b.write_config("[tool.t]\nexecutor = human\non_expiry = expire\n")
+        b.start()
+        assert b.ok({"op": "ping"})
+    finally:
+        b.close()
+
+
 harness.main(globals())

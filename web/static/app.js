@@ -389,7 +389,7 @@ function eventSummary(ev) {
     case 'suspension':
       return el('div', {}, `waiting for a person: ${c.prompt} (${c.tool_call_id})`);
     case 'tool_result': case 'resolution': {
-      const by = c.by ? ` by ${c.by.name ? c.by.name + ', ' : ''}uid ${c.by.uid}` : '';
+      const by = !c.by ? '' : c.by.uid === undefined ? ` by ${c.by.name}` : ` by ${c.by.name ? c.by.name + ', ' : ''}uid ${c.by.uid}`;
       return el('div', {}, `${c.tool_call_id} ${c.status}${by}: `, el('pre', {}, readable(c.result)));
     }
     case 'error':
