@@ -171,6 +171,50 @@ START_TEST(expiry_reschedule_replaces)
 }
 END_TEST
 
+/* What extend and an escalation rely on: a pending call's record shows the
+ * rescheduled deadline; an upsert of its prompt (an escalation hands the
+ * call to another tool's prompt) keeps its status, deadline and expiry row,
+ * and the warning rescheduled with it replaces the one it had. */
+START_TEST(expiry_moved_with_its_record_and_prompt)
+{
+	mkconv("c1");
+	mktc("c1", "tc");
+	schedule("tc", T0 + 100);
+	warn_at("tc", T0 + 40);
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_expiry_schedule(t, "tc", T0 + 500), 0);
+	ck_assert_int_eq(store_warning_schedule(t, "tc", T0 + 440), 0);
+	commit(t);
+	struct store_tool_call tc;
+	t = rbegin();
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert_int_eq(tc.deadline, T0 + 500);
+	store_txn_abort(t);
+	ck_assert_int_eq(due(T0 + 499), 0);
+	ck_assert_uint_eq(L.n, 0); /* the old deadline is no longer due */
+	ck_assert_int_eq(wdue(T0 + 439), 0);
+	ck_assert_uint_eq(L.n, 0); /* nor the old warning */
+	ck_assert_int_eq(wdue(T0 + 440), 0);
+	EXPECT_LIST("tc");
+	/* a new prompt: \xa4 "boss" as msgpack */
+	static const char prompt[] = "\xa4" "boss";
+	struct store_tool_call_in in = { "tc", "approve", STORE_EXEC_HUMAN, { "\x80", 1 }, { prompt, 5 } };
+	t = wbegin();
+	ck_assert_int_eq(store_tool_call_upsert(t, "c1", &in), 0);
+	commit(t);
+	t = rbegin();
+	ck_assert_int_eq(store_tool_call_get(t, "tc", &tc), 0);
+	ck_assert_int_eq(tc.status, STORE_TC_PENDING);
+	ck_assert_int_eq(tc.deadline, T0 + 500);
+	ck_assert_uint_eq(tc.prompt.len, 5);
+	ck_assert_int_eq(memcmp(tc.prompt.ptr, prompt, 5), 0);
+	store_txn_abort(t);
+	ck_assert_int_eq(due(T0 + 500), 0);
+	EXPECT_LIST("tc");
+	ck_assert_int_eq(L.deadline[0], T0 + 500);
+}
+END_TEST
+
 START_TEST(expiry_cancel)
 {
 	mkconv("c1");
@@ -295,6 +339,7 @@ void conf_expiries_add(TCase *tc)
 {
 	tcase_add_test(tc, expiry_schedule_and_due);
 	tcase_add_test(tc, expiry_reschedule_replaces);
+	tcase_add_test(tc, expiry_moved_with_its_record_and_prompt);
 	tcase_add_test(tc, expiry_cancel);
 	tcase_add_test(tc, expiry_drop);
 	tcase_add_test(tc, expiries_due_order);
