@@ -219,6 +219,16 @@ int conv_resolve(store_txn *t, const char *id, int status, const json_t *result,
 	return e ? e : conv_after_resolution(t, conv, ended);
 }
 
+/* The call's conversation id into conv (STORE_ID_MAX + 1 bytes). */
+static int call_conv(const struct store_tool_call *tc, char *conv)
+{
+	if (tc->conversation.len > STORE_ID_MAX)
+		return STORE_E_CORRUPT;
+	memcpy(conv, tc->conversation.ptr, tc->conversation.len);
+	conv[tc->conversation.len] = 0;
+	return 0;
+}
+
 /* The chain of tools a call was handed along (its `escalation` events, in
  * log order): *chain gets [its own tool, each `to`] (a new reference). */
 struct chain_ctx {
@@ -306,10 +316,8 @@ int conv_expire(store_txn *t, const char *id, const struct config *cfg, char *co
 		return STORE_E_STALE;
 	if (e)
 		return e;
-	if (tc.conversation.len > STORE_ID_MAX)
-		return STORE_E_CORRUPT;
-	memcpy(conv, tc.conversation.ptr, tc.conversation.len);
-	conv[tc.conversation.len] = 0;
+	if ((e = call_conv(&tc, conv)))
+		return e;
 	snprintf(name, sizeof name, "%.*s", (int)tc.name.len, (const char *)tc.name.ptr);
 	/* The tool whose policy applies: the last one of its escalation chain. */
 	const struct tool_cfg *tool = cfg ? config_tool(cfg, name) : NULL;
@@ -351,10 +359,8 @@ int conv_expiry_warn(store_txn *t, const char *id, char *conv, uint64_t *seq)
 		return (e = store_warning_drop(t, id)) ? e : STORE_E_STALE;
 	if (e)
 		return e;
-	if (tc.conversation.len > STORE_ID_MAX)
-		return STORE_E_CORRUPT;
-	memcpy(conv, tc.conversation.ptr, tc.conversation.len);
-	conv[tc.conversation.len] = 0;
+	if ((e = call_conv(&tc, conv)))
+		return e;
 	int64_t left = tc.deadline > 0 ? tc.deadline - store_txn_now(t) : 0;
 	json_t *content = json_pack("{s:s, s:s#, s:I, s:I}", "tool_call_id", id, "name", (const char *)tc.name.ptr,
 				    (int)tc.name.len, "deadline", (json_int_t)tc.deadline, "expires_in_ms",
@@ -374,10 +380,8 @@ int conv_deadline_extend(store_txn *t, const char *id, const char *want_conv, in
 	int e = store_tool_call_get(t, id, &tc);
 	if (e)
 		return e;
-	if (tc.conversation.len > STORE_ID_MAX)
-		return STORE_E_CORRUPT;
-	memcpy(conv, tc.conversation.ptr, tc.conversation.len);
-	conv[tc.conversation.len] = 0;
+	if ((e = call_conv(&tc, conv)))
+		return e;
 	/* Every refusal before the first write. */
 	if (want_conv && strcmp(want_conv, conv))
 		return STORE_E_NOTFOUND;
