@@ -266,6 +266,29 @@ static int escalation_chain(store_txn *t, const char *conv, const char *id, cons
 	return 0;
 }
 
+/* The tool a pending call waits on now (cfg may be NULL: none): its own, or
+ * the last one its escalation chain handed it to; *chain (may be NULL)
+ * gets that chain when it was read (a new reference, else NULL). */
+static int current_tool(store_txn *t, const char *conv, const char *id, const char *name, const struct config *cfg,
+			const struct tool_cfg **tool, json_t **chain)
+{
+	json_t *c = NULL;
+	*tool = cfg ? config_tool(cfg, name) : NULL;
+	if (chain)
+		*chain = NULL;
+	if (!*tool || (*tool)->executor != EXEC_HUMAN || (*tool)->on_expiry != ON_EXPIRY_ESCALATE)
+		return 0; /* never handed on */
+	int e = escalation_chain(t, conv, id, name, &c);
+	if (e)
+		return e;
+	*tool = config_tool(cfg, json_string_value(json_array_get(c, json_array_size(c) - 1)));
+	if (chain)
+		*chain = c;
+	else
+		json_decref(c);
+	return 0;
+}
+
 /* Hand the pending call to the human tool `to` (on_expiry = escalate): its
  * prompt becomes to's, its deadline to's expires from now (none for 0),
  * with to's warning, and an `escalation` event records the chain, in t. */
@@ -319,13 +342,9 @@ int conv_expire(store_txn *t, const char *id, const struct config *cfg, char *co
 	if ((e = call_conv(&tc, conv)))
 		return e;
 	snprintf(name, sizeof name, "%.*s", (int)tc.name.len, (const char *)tc.name.ptr);
-	/* The tool whose policy applies: the last one of its escalation chain. */
-	const struct tool_cfg *tool = cfg ? config_tool(cfg, name) : NULL;
-	if (tool && tool->executor == EXEC_HUMAN && tool->on_expiry != ON_EXPIRY_EXPIRE) {
-		if ((e = escalation_chain(t, conv, id, name, &chain)))
-			return e;
-		tool = config_tool(cfg, json_string_value(json_array_get(chain, json_array_size(chain) - 1)));
-	}
+	const struct tool_cfg *tool;
+	if ((e = current_tool(t, conv, id, name, cfg, &tool, &chain)))
+		return e;
 	if (tool && tool->executor == EXEC_HUMAN)
 		p = tool->on_expiry;
 	const struct tool_cfg *to = p == ON_EXPIRY_ESCALATE ? config_tool(cfg, tool->escalate_to) : NULL;
@@ -399,7 +418,11 @@ int conv_deadline_extend(store_txn *t, const char *id, const char *want_conv, in
 		return -ENOMEM;
 	}
 	snprintf(name, sizeof name, "%.*s", (int)tc.name.len, (const char *)tc.name.ptr);
-	const struct tool_cfg *tool = cfg ? config_tool(cfg, name) : NULL;
+	const struct tool_cfg *tool;
+	if ((e = current_tool(t, conv, id, name, cfg, &tool, NULL))) {
+		json_decref(content);
+		return e;
+	}
 	int64_t warn_before_ms = tool && tool->executor == EXEC_HUMAN ? tool->warn_before_ms : 0;
 	e = store_expiry_schedule(t, id, deadline);
 	/* The warning keeps its distance from the deadline; one that would
