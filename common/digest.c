@@ -189,7 +189,8 @@ static void put_object(struct out *o, const json_t *v)
 		return;
 	}
 	json_object_keylen_foreach((json_t *)v, k, klen, x) m[i++] = (struct member){ k, klen, x };
-	qsort(m, n, sizeof *m, member_cmp);
+	if (n) /* qsort(NULL, 0, ...) is undefined */
+		qsort(m, n, sizeof *m, member_cmp);
 	puts_(o, "{");
 	for (i = 0; i < n && !o->err; i++) {
 		if (i)
