@@ -52,7 +52,7 @@ static void settle(struct worker *w, const char *id, int status, json_t *result)
 	 * flush: its result is made durable now (outside the writer lock; a
 	 * tool's run dwarfs it). */
 	if ((e = store_flush(w->st)))
-		wstore_die(w, e, "flush after the tool's result");
+		wstore_die_flush(w, e, "flush after the tool's result");
 }
 
 /* A stop ends the tool (it is re-dispatched on revival). The supervisor's
@@ -160,7 +160,7 @@ static int count_attempt(struct worker *w, const char *id, const char *name, jso
 	 * durable first, or an OS crash could forget a side effect that ran
 	 * (docs/durability.md). Outside the writer lock and the write gate. */
 	if ((e = store_flush(w->st)))
-		wstore_die(w, e, "flush before the tool runs");
+		wstore_die_flush(w, e, "flush before the tool runs");
 	return 0;
 }
 

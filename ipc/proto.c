@@ -712,6 +712,29 @@ int proto_oom_line(json_t *id, char *buf, size_t cap, char **line, size_t *len)
 	return 0;
 }
 
+char *proto_error_for_oom_line(const char *oom, size_t oom_len, int err, const char *msg, size_t *len)
+{
+	static const char tail[] = "\"ok\":false,\"error\":\"internal\",\"message\":\"out of memory\"}\n";
+	if (oom_len < sizeof tail - 1 || memcmp(oom + oom_len - (sizeof tail - 1), tail, sizeof tail - 1))
+		return NULL;
+	size_t head = oom_len - (sizeof tail - 1); /* "{" and "id":ID, */
+	json_t *o = json_pack("{s:b,s:s,s:s}", "ok", 0, "error", proto_err_code(err), "message", msg);
+	size_t olen = 0;
+	char *rest = o ? jsonmp_dumps(o, JSON_COMPACT, 0, &olen) : NULL;
+	json_decref(o);
+	char *p = rest ? malloc(head + olen + 1) : NULL;
+	if (!p) {
+		free(rest);
+		return NULL;
+	}
+	memcpy(p, oom, head);
+	memcpy(p + head, rest + 1, olen - 1); /* without its own '{' */
+	p[head + olen - 1] = '\n';
+	free(rest);
+	*len = head + olen;
+	return p;
+}
+
 char *proto_ok_line(json_t *id, json_t *obj, size_t *len)
 {
 	json_t *o = obj ? obj : json_object();

@@ -117,6 +117,10 @@ char *proto_error_line_with(json_t *id, int err, const char *msg, json_t *extra,
  * else into a block allocated here. 0 with *line (buf or that block, which
  * the caller frees) and *len, or -ENOMEM (*line NULL). */
 int proto_oom_line(json_t *id, char *buf, size_t cap, char **line, size_t *len);
+/* Another error for the request an out-of-memory line (proto_oom_line's,
+ * oom_len bytes) stands for, with its id: {"id":ID,"ok":false,"error":
+ * proto_err_code(err),"message":msg} and '\n'. NULL when out of memory. */
+char *proto_error_for_oom_line(const char *oom, size_t oom_len, int err, const char *msg, size_t *len);
 /* Add "id" and "ok":true to obj (stolen; NULL: an empty object) and dump it
  * as one line with '\n'. NULL when out of memory. */
 char *proto_ok_line(json_t *id, json_t *obj, size_t *len);

@@ -474,6 +474,8 @@ static void group_finish(struct group *g, int e)
 	C.env->forget();
 	if (e)
 		group_commit_failed(e, g->n);
+	if (e == -EIO) /* its page flush failed: durable.h */
+		durable_fail(e);
 }
 
 static void group_commit(struct job **w, struct wres *res, size_t n)
@@ -510,6 +512,7 @@ struct agroup {
 
 static void *writer_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "writer");
 	(void)arg;
 	pthread_mutex_lock(&WT.mu);
 	for (;;) {

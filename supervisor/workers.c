@@ -597,11 +597,15 @@ static void on_exit_status(struct worker *w, int status)
 			WTERMSIG(status));
 	else if (!clean && deleting && WEXITSTATUS(status) == IPC_EXIT_GONE)
 		log_info("%s: worker %d exited: its conversation was deleted", w->conv, (int)w->pid);
+	else if (!clean && WEXITSTATUS(status) == IPC_EXIT_FLUSH)
+		log_error("%s: worker %d exited: a flush of the store failed", w->conv, (int)w->pid);
 	else if (!clean)
 		log_warn("%s: worker %d exited with status %d", w->conv, (int)w->pid, WEXITSTATUS(status));
 	else
 		log_debug("%s: worker %d exited", w->conv, (int)w->pid);
 	exit_cleanup(w);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == IPC_EXIT_FLUSH && W.env->hooks.flush_failed)
+		W.env->hooks.flush_failed(w->conv);
 	/* Compactions asked of it are answered by the next worker when one
 	 * starts at once (lifecycle.c), else they fail now. */
 	if (!x.compacts)

@@ -31,6 +31,9 @@ struct workers_hooks {
 	int (*claim)(store_txn *t, const char *conv, uint64_t *gen);
 	/* conv's worker of generation gen ended owing nothing (may be NULL). */
 	void (*released)(const char *conv, uint64_t gen);
+	/* conv's worker exited because a flush of the store failed
+	 * (IPC_EXIT_FLUSH): the frontier must stop (durable.h). */
+	void (*flush_failed)(const char *conv);
 };
 enum { WORKERS_ELSEWHERE = 1 };
 

@@ -183,7 +183,7 @@ static void setup(void)
 	struct store_opts so = { .sync = STORE_SYNC_FULL };
 	ck_assert_int_eq(store_open(&st, dir, &so), 0);
 	ck_assert_int_eq(loop_open(), 0);
-	ck_assert_int_eq(durable_open(st, 1, advanced, no_more), 0);
+	ck_assert_int_eq(durable_open(st, 1, advanced, no_more, NULL), 0);
 	gate_init(st, &no_members);
 	cfg.sync = STORE_SYNC_FULL;
 	env = (struct commit_env){ &cfg, st, table, store_txn_commit, forget };

@@ -153,7 +153,7 @@ static void setup(void)
 	snap_id = 1;
 	queries = 0;
 	/* sync = none: everything is durable at once (the held case opens its own). */
-	ck_assert_int_eq(durable_open(NULL, 0, NULL, NULL), 0);
+	ck_assert_int_eq(durable_open(NULL, 0, NULL, NULL, NULL), 0);
 	waiters_init(NULL, fake_query, fake_reply);
 }
 
@@ -374,7 +374,7 @@ START_TEST(a_poll_waits_for_what_it_would_get_to_be_durable)
 	ck_assert_int_eq(store_open(&st, dir, &so), 0);
 	ck_assert_int_eq(loop_open(), 0);
 	durable_close(); /* the fixture's sync = none one */
-	ck_assert_int_eq(durable_open(st, 1, frontier_moved, no_more), 0);
+	ck_assert_int_eq(durable_open(st, 1, frontier_moved, no_more, NULL), 0);
 	poll_on(&cl[0], &sl[0], "c1", 5000);
 	nevents[1] = 1;
 	snap_id = 7; /* what the answer shows: not behind the frontier yet */
