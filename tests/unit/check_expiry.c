@@ -31,6 +31,7 @@
 #include "supervisor/loop.h"
 #include "supervisor/waiters.h"
 #include "supervisor/workers.h"
+#include "tests/unit/store_dir.h"
 
 #define HOUR_MS (3600 * 1000)
 
@@ -114,17 +115,11 @@ static void setup(void)
 
 static void teardown(void)
 {
-	char f[96];
 	expiry_close();
 	durable_close();
 	store_close(st);
 	loop_close();
-	const char *files[] = { "data.mdb", "lock.mdb", "flush.lock" };
-	for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-		snprintf(f, sizeof f, "%s/%s", dir, files[i]);
-		unlink(f);
-	}
-	ck_assert_int_eq(rmdir(dir), 0);
+	ck_assert_int_eq(store_dir_remove(dir), 0);
 }
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -151,26 +146,29 @@ static void call(const char *conv, const char *id, int64_t deadline, int64_t war
 	ck_assert_int_eq(store_txn_commit(t), 0);
 }
 
-static int tc_status(const char *id)
+static store_txn *rbegin(void)
 {
 	store_txn *t;
-	struct store_tool_call tc;
 	ck_assert_int_eq(store_txn_begin(st, STORE_READ, &t), 0);
+	return t;
+}
+
+static int tc_status(const char *id)
+{
+	struct store_tool_call tc;
+	store_txn *t = rbegin();
 	ck_assert_int_eq(store_tool_call_get(t, id, &tc), 0);
-	int s = tc.status;
 	store_txn_abort(t);
-	return s;
+	return tc.status;
 }
 
 static int conv_status(const char *conv)
 {
-	store_txn *t;
 	struct store_conv c;
-	ck_assert_int_eq(store_txn_begin(st, STORE_READ, &t), 0);
+	store_txn *t = rbegin();
 	ck_assert_int_eq(store_conv_get(t, conv, &c), 0);
-	int s = c.status;
 	store_txn_abort(t);
-	return s;
+	return c.status;
 }
 
 struct seen {
