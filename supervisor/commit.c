@@ -774,9 +774,65 @@ static void job_answer(struct job *j)
 		client_flush(c);
 }
 
-void commit_execute(void)
+/* A ping first, sent at once: one read in the same iteration as a flood
+ * of large replies does not wait for them to be built. It has no effect,
+ * so running it first changes nothing the others see, and its reply still
+ * leaves in its connection's order (client_flush). */
+static void pings_first(void)
 {
 	struct job *j, *next;
+	TAILQ_FOREACH_SAFE(j, &C.jobs, q, next) {
+		if (j->after_write || !(C.env->ops[j->rq.op].flags & OPF_FIRST))
+			continue;
+		read_one(j);
+		TAILQ_REMOVE(&C.jobs, j, q);
+		job_answer(j);
+	}
+}
+
+/* Reads that need no earlier write of their client run now, on the
+ * committed state; writes gather for the group transaction (w, *iw of
+ * them), the reads behind them in deferred (*nd). Out of memory for that
+ * bookkeeping (oom), every request left is answered so, none done. */
+static void jobs_sort(int oom, struct job **w, size_t *iw, struct job **deferred, size_t *nd)
+{
+	struct job *j;
+	TAILQ_FOREACH(j, &C.jobs, q) {
+		if (oom) {
+			j->err = PERR_INTERNAL;
+			snprintf(j->msg, sizeof j->msg, "out of memory");
+			j->ran = 1;
+			continue;
+		}
+		if (is_write(j->rq.op)) {
+			w[(*iw)++] = j;
+			continue;
+		}
+		if (j->after_write) {
+			deferred[(*nd)++] = j;
+		} else {
+			read_one(j);
+			j->ran = 1;
+		}
+	}
+}
+
+/* Every job done is answered; held (the writes wait for the write gate),
+ * only the reads that ran are, and the rest wait. */
+static void jobs_answer(int held)
+{
+	struct job *j, *next;
+	TAILQ_FOREACH_SAFE(j, &C.jobs, q, next) {
+		if (held && !j->ran)
+			continue;
+		TAILQ_REMOVE(&C.jobs, j, q);
+		job_answer(j);
+	}
+}
+
+void commit_execute(void)
+{
+	struct job *j;
 	size_t nw = 0, n = 0;
 	WT.kick = 0;
 	if (WT.ready || loop_restricted())
@@ -797,44 +853,13 @@ void commit_execute(void)
 		TAILQ_FOREACH(j, &C.jobs, q)
 			if (j->slot)
 				control_batch_done(slot_client(j->slot)); /* see client_line */
-	/* A ping first, sent at once: one read in the same iteration as a
-	 * flood of large replies does not wait for them to be built. It has
-	 * no effect, so running it first changes nothing the others see, and
-	 * its reply still leaves in its connection's order (client_flush). */
-	TAILQ_FOREACH_SAFE(j, &C.jobs, q, next) {
-		if (j->after_write || !(C.env->ops[j->rq.op].flags & OPF_FIRST))
-			continue;
-		read_one(j);
-		TAILQ_REMOVE(&C.jobs, j, q);
-		job_answer(j);
-	}
+	pings_first();
 	struct job **w = calloc(nw + 1, sizeof *w);
 	struct job **deferred = calloc(n + 1, sizeof *deferred);
 	struct wres *res = calloc(nw + 1, sizeof *res);
 	size_t iw = 0, nd = 0;
 	int oom = !w || !deferred || !res;
-	/* Reads that need no earlier write of their client run now, on the
-	 * committed state; writes gather for the group transaction. Out of
-	 * memory for that bookkeeping, every request left is answered so,
-	 * none done. */
-	TAILQ_FOREACH(j, &C.jobs, q) {
-		if (oom) {
-			j->err = PERR_INTERNAL;
-			snprintf(j->msg, sizeof j->msg, "out of memory");
-			j->ran = 1;
-			continue;
-		}
-		if (is_write(j->rq.op)) {
-			w[iw++] = j;
-			continue;
-		}
-		if (j->after_write) {
-			deferred[nd++] = j;
-		} else {
-			read_one(j);
-			j->ran = 1;
-		}
-	}
+	jobs_sort(oom, w, &iw, deferred, &nd);
 	int handed = 0;
 	if (!held && !oom && iw && group_async_ok(w, iw) && group_ready(w, res, iw, deferred, nd) == 0) {
 		handed = 1; /* commit_start hands it over at the iteration's end */
@@ -844,13 +869,7 @@ void commit_execute(void)
 		for (size_t k = 0; k < nd; k++)
 			read_one(deferred[k]);
 	}
-	/* Held: only the reads that ran are answered; the rest wait. */
-	TAILQ_FOREACH_SAFE(j, &C.jobs, q, next) {
-		if (held && !j->ran)
-			continue;
-		TAILQ_REMOVE(&C.jobs, j, q);
-		job_answer(j);
-	}
+	jobs_answer(held);
 	if (handed)
 		return; /* w, res and deferred are the group's */
 	free(w);

@@ -18,6 +18,7 @@
 #include "supervisor/loop.h"
 #include "supervisor/waiters.h"
 #include "tests/suites.h"
+#include "tests/unit/store_dir.h"
 
 /* ---- the fake control socket --------------------------------------------- */
 
@@ -367,7 +368,6 @@ static int no_more(void)
 
 START_TEST(a_poll_waits_for_what_it_would_get_to_be_durable)
 {
-	char f[96];
 	strcpy(dir, "/tmp/agentd-check-waiters-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	struct store_opts so = { .sync = STORE_SYNC_FULL };
@@ -388,12 +388,7 @@ START_TEST(a_poll_waits_for_what_it_would_get_to_be_durable)
 	durable_close();
 	store_close(st);
 	loop_close();
-	const char *files[] = { "data.mdb", "lock.mdb", "flush.lock" };
-	for (size_t i = 0; i < 3; i++) {
-		snprintf(f, sizeof f, "%s/%s", dir, files[i]);
-		unlink(f);
-	}
-	rmdir(dir);
+	store_dir_remove(dir);
 }
 END_TEST
 
