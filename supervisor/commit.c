@@ -241,9 +241,12 @@ static size_t keep_deletes(struct job **w, size_t n)
 	return dels;
 }
 
+/* How long the writer thread retries a group that met a locked row. */
+#define LOCK_RETRY_MS 2000
+
 /* One group transaction across its attempts: a damaged record or a write
  * too large for a full map is left out and the rest run again, as after a
- * lock conflict with another node or once the map has grown. */
+ * locked row or once the map has grown. */
 struct group {
 	struct job **w;
 	struct wres *res;
@@ -252,6 +255,7 @@ struct group {
 	int grown;          /* attempts that met a full map which then grew */
 	int freeing;        /* the deletes alone, with the store's delete reserve */
 	int deadlocks;      /* attempts aborted for a lock conflict */
+	int64_t locked_since; /* the first of them (ms): off the loop they are retried for LOCK_RETRY_MS */
 	int resets;         /* attempts whose connection was lost */
 	int async;          /* on the writer thread: nothing of the loop's is touched */
 	int made;           /* committed, as id */
@@ -400,13 +404,24 @@ static int group_retry(struct group *g, int *e, size_t bad, size_t map0)
 			*e = 0;
 		return g->left > 0;
 	}
-	/* A store shared by several nodes: another node's transaction locked
-	 * some of these conversations in another order, and the server
-	 * aborted this one to let it go on (-EAGAIN). Nothing of it was
-	 * written: run it again, a few times. */
-	if (*e == -EAGAIN && g->deadlocks++ < 8) {
-		log_info("a group commit of %zu writes met a lock conflict with another node: retrying it", g->left);
-		return 1;
+	/* A row it writes stayed locked past the lock_timeout (a worker's
+	 * turn commit on a loaded machine, another node's transaction, a node
+	 * stopped inside one), or deadlocked (-EAGAIN). Nothing of it was
+	 * written: run it again. On the loop a few times, each a lock_timeout
+	 * the loop waits; on the writer thread, which the loop does not wait
+	 * for, for up to LOCK_RETRY_MS. */
+	if (*e == -EAGAIN) {
+		int64_t now = loop_now_ms();
+		if (!g->deadlocks++)
+			g->locked_since = now;
+		if (g->async ? now - g->locked_since < LOCK_RETRY_MS : g->deadlocks <= 8) {
+			if (g->deadlocks == 1)
+				log_info("a group commit of %zu writes met a locked row: retrying it", g->left);
+			return 1;
+		}
+		log_warn("a group commit of %zu writes found a row locked through %d tries in %lld ms: refused as "
+			 "unavailable", g->left, g->deadlocks, (long long)(now - g->locked_since));
+		return 0;
 	}
 	/* The connection went before the commit was made (the server
 	 * restarted, or ended a session left idle in its transaction while

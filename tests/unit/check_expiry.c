@@ -104,7 +104,7 @@ static void setup(void)
 	struct store_opts so = { .sync = STORE_SYNC_NONE };
 	ck_assert_int_eq(store_open(&st, dir, &so), 0);
 	ck_assert_int_eq(loop_open(), 0);
-	ck_assert_int_eq(durable_open(st, 0, advanced, no_more), 0); /* every commit covered at once */
+	ck_assert_int_eq(durable_open(st, 0, advanced, no_more, NULL), 0); /* every commit covered at once */
 	gate_init(st, &no_members);
 	ck_assert_int_eq(expiry_open(st), 0);
 	memset(&wakes, 0, sizeof wakes);
