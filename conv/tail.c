@@ -32,9 +32,13 @@ int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 	return tail_decide_active(events, base_ctx, 0, t);
 }
 
-/* A give-up error of a conversation made active again by `resume`. */
+/* A give-up error of a conversation made active again by `resume`, or the
+ * turn_cancelled of an interrupting send (its turn's work is answered with
+ * that send's message by the next turn): no turn boundary. */
 static int reopened(const char *ty, const json_t *content, int active)
 {
+	if (!strcmp(ty, "turn_cancelled"))
+		return json_object_get(content, "interrupted_by") != NULL;
 	return active && !strcmp(ty, "error") && json_is_true(json_object_get(content, "gave_up"));
 }
 

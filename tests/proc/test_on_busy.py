@@ -1,0 +1,268 @@
+"""on_busy: what a send that finds a turn running does (docs/protocol.md, "Concurrent messages"), with the
+real agentd, workers, agentctl and store, and kill -9 of the worker and of agentd in between.
+
+The scripted model records each call (DIR/model.log: {"pid", "round", "owed", "seen"}: the texts of the
+user messages its request owes an answer (after the last assistant_msg's context_seq) and of every user
+message it sees) and acts on the messages owed:
+
+    stream NAME   (owed) stream "part one " and "part two ", then wait for DIR/rel/NAME
+    ask           (owed, no tool results) call the human tool `approve`
+    then          answer "re: " + the owed texts joined with " + " (after tool results with none owed:
+                  "after")
+"""
+import json
+import os
+import pathlib
+import sys
+
+import harness
+from harness import Agentd, pid_alive, wait_for
+
+PY = sys.executable or "python3"
+
+MODEL = r'''
+import json, os, sys, time
+log, d = sys.argv[1], sys.argv[2]
+req = json.load(sys.stdin)
+msgs = req.get("messages", [])
+if req["task"] != "turn":
+    print(json.dumps({"text": "summary"}))
+    sys.exit(0)
+answered, rnd = 0, 1
+for m in msgs:
+    if m["type"] == "assistant_msg":
+        answered = m["content"]["context_seq"]
+        rnd = m["content"].get("round", 1)
+users = [m for m in msgs if m["type"] == "user_msg"]
+owed = [m["content"].get("text", "") for m in users if m["seq"] > answered]
+seen = [m["content"].get("text", "") for m in users]
+with open(log, "a") as f:
+    f.write(json.dumps({"pid": os.getpid(), "owed": owed, "seen": seen, "turn": req["turn"]}) + "\n")
+
+def answer(text, calls=()):
+    print(json.dumps({"text": text, "tool_calls": list(calls),
+                      "usage": {"input_tokens": 1, "output_tokens": 1, "cost": 0}}), flush=True)
+    sys.exit(0)
+
+settled = msgs and msgs[-1]["type"] in ("tool_result", "resolution")
+if settled and not owed:
+    answer("after")
+streams = [t for t in owed if t.startswith("stream ")]
+if streams and not settled:
+    print(json.dumps({"delta": "part one "}), flush=True)
+    print(json.dumps({"delta": "part two "}), flush=True)
+    while not os.path.exists(os.path.join(d, "rel", streams[0][7:])):
+        time.sleep(0.01)
+if "ask" in owed and not settled:
+    answer("asking", [{"name": "approve", "args": {}}])
+answer("re: " + " + ".join(owed))
+'''
+
+
+def setup(a, on_busy=None):
+    model = a.script("model.py", MODEL)
+    os.makedirs(os.path.join(a.dir, "rel"), exist_ok=True)
+    a.model_log = os.path.join(a.dir, "model.log")
+    a.write_config(f"""[agentd]
+
+[model.m]
+command = {PY} {model} {a.model_log} {a.dir}
+timeout = 120s
+retries = 0
+
+[tool.approve]
+executor = human
+prompt = Approve?
+expires = 1h
+""")
+    a.start()
+    return a
+
+
+def records(a):
+    try:
+        with open(a.model_log) as f:
+            return [json.loads(ln) for ln in f if ln.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def release(a, name):
+    pathlib.Path(a.dir, "rel", name).touch()
+
+
+def new_conv(a, on_busy=None):
+    s = {"model": "m", "tools": ["approve"]}
+    if on_busy:
+        s["on_busy"] = on_busy
+    return a.create(settings=s)
+
+
+def conv_get(a, c):
+    return a.ok({"op": "get", "conversation": c})["conversation"]
+
+
+def types(a, c):
+    return [e["type"] for e in a.events(c)]
+
+
+def users(a, c):
+    return [e["content"]["text"] for e in a.events(c) if e["type"] == "user_msg"]
+
+
+def last_is(a, c, ty, text=None):
+    evs = a.events(c)
+    return evs and evs[-1]["type"] == ty and (text is None or evs[-1]["content"].get("text") == text)
+
+
+def idle(a, c):
+    return conv_get(a, c)["status"] == "idle"
+
+
+def streaming(a, c, n=1):
+    """The model's n-th call has started (and streams)."""
+    wait_for(lambda: len(records(a)) >= n, 20, f"model call {n}")
+    return records(a)[n - 1]
+
+
+def kill_worker(a, c):
+    pid = wait_for(lambda: a.worker_pid(c), 10, "the worker")
+    os.kill(pid, 9)
+    wait_for(lambda: not pid_alive(pid), 10, "the worker dead")
+
+
+def kill_agentd(a):
+    a.kill()
+    a.start()
+
+
+def check_store(a):
+    a.stop()
+    p = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def waiting_on_person(a, c):
+    wait_for(lambda: conv_get(a, c)["status"] == "suspended", 20, "suspended")
+    return a.ok({"op": "tool_calls", "conversation": c, "status": "pending"})["tool_calls"][0]
+
+
+# ---- bad values --------------------------------------------------------------------------------------------
+
+
+def test_bad_values():
+    """A bad on_busy in create, update or send is bad_request naming the values, and nothing is written."""
+    with setup(Agentd(start=False)) as a:
+        r = a.request({"op": "create", "settings": {"model": "m", "on_busy": "x"}})
+        assert r["error"] == "bad_request" and "'settings.on_busy' must be one of: enqueue, reject, interrupt, " \
+            "steer" in r["message"], r
+        assert a.ok({"op": "list"})["conversations"] == []
+        c = new_conv(a)
+        for bad in ("x", 5, None, ""):
+            r = a.request({"op": "update", "conversation": c, "settings": {"on_busy": bad}})
+            assert r["error"] == "bad_request" and "on_busy" in r["message"], (bad, r)
+            r = a.request({"op": "send", "conversation": c, "content": "hi", "on_busy": bad})
+            assert r["error"] == "bad_request" and "'on_busy' must be one of: enqueue, reject, interrupt, " \
+                "steer" in r["message"], (bad, r)
+        r = a.request({"op": "send", "conversation": c, "events": [{"content": "a"}], "on_busy": "x"})
+        assert r["error"] == "bad_request", r
+        rc, out, err = a.ctl("send", c, "hi", "--on-busy", "x", check=False)
+        assert rc != 0 and "on_busy" in err.replace("-", "_"), (rc, out, err)
+        assert types(a, c) == []
+        assert "on_busy" not in conv_get(a, c)["settings"]
+        a.ok({"op": "update", "conversation": c, "settings": {"on_busy": "steer"}})
+        assert conv_get(a, c)["settings"]["on_busy"] == "steer"
+
+
+# ---- enqueue and reject ------------------------------------------------------------------------------------
+
+
+def test_enqueue_mid_stream():
+    """The default: a message sent while the model streams is kept and answered by the next turn; kill -9 of
+    the worker and of agentd in between lose nothing and write nothing twice (the turn run again after the
+    kill answers both, as one turn answers every message committed before it started)."""
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a)
+        a.send(c, "stream b")
+        streaming(a, c)
+        assert a.ok({"op": "send", "conversation": c, "content": "next"})["on_busy"] == "enqueue"
+        release(a, "b")
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: next"), 30, "the next turn")
+        assert [e["content"].get("text") for e in a.events(c)] == ["stream b", "next", "re: stream b", "re: next"]
+        wait_for(lambda: idle(a, c), 10, "idle")
+        a.send(c, "stream a")
+        streaming(a, c, 3)
+        r = a.ok({"op": "send", "conversation": c, "content": "second", "event_id": "e2"})
+        assert r["on_busy"] == "enqueue", r
+        kill_worker(a, c)
+        streaming(a, c, 4)
+        kill_agentd(a)
+        r2 = a.ok({"op": "send", "conversation": c, "content": "second", "event_id": "e2"})
+        assert r2["seq"] == r["seq"] and r2.get("duplicate") is True and "on_busy" not in r2, r2
+        release(a, "a")
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: stream a + second"), 30, "the answer")
+        assert types(a, c)[4:] == ["user_msg", "user_msg", "assistant_msg"], a.events(c)
+        assert users(a, c) == ["stream b", "next", "stream a", "second"]
+        wait_for(lambda: idle(a, c), 10, "idle")
+        assert "on_busy" not in a.ok({"op": "send", "conversation": c, "content": "idle now"})
+        check_store(a)
+
+
+def test_reject_mid_stream():
+    """on_busy = reject: a send while the model streams is conflict saying a turn runs, with nothing
+    written, also after kill -9 of the worker and of agentd; once the turn ends a send is taken."""
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a, "reject")
+        a.send(c, "stream a")
+        streaming(a, c)
+
+        def refused():
+            r = a.request({"op": "send", "conversation": c, "content": "second"})
+            assert r["ok"] is False and r["error"] == "conflict", r
+            assert "busy: a turn is running (on_busy = reject): nothing was written" in r["message"], r
+            assert r["status"] == "active", r
+            assert users(a, c) == ["stream a"]
+        refused()
+        rc, out, err = a.ctl("send", c, "second", check=False)
+        assert rc == 1 and "conflict" in err and "busy" in err, (rc, out, err)
+        kill_worker(a, c)
+        refused()
+        kill_agentd(a)
+        refused()
+        # A send may override the conversation's setting for itself.
+        r = a.ok({"op": "send", "conversation": c, "content": "queued", "on_busy": "enqueue"})
+        assert r["on_busy"] == "enqueue", r
+        release(a, "a")
+        wait_for(lambda: last_is(a, c, "assistant_msg") and a.events(c)[-1]["content"]["text"].endswith("queued"),
+                 30, "the answers")
+        wait_for(lambda: idle(a, c), 10, "idle")
+        a.send(c, "third")
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: third"), 30, "the answer")
+        assert users(a, c) == ["stream a", "queued", "third"]
+        check_store(a)
+
+
+def test_reject_waiting_on_a_person():
+    """reject while a human tool is pending: conflict (status suspended), also across kill -9 of agentd;
+    after the approval the turn ends and a send is taken."""
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a)
+        a.ok({"op": "update", "conversation": c, "settings": {"on_busy": "reject"}})
+        a.send(c, "ask")
+        call = waiting_on_person(a, c)
+        r = a.request({"op": "send", "conversation": c, "content": "second"})
+        assert r["error"] == "conflict" and r["status"] == "suspended", r
+        kill_worker(a, c)
+        kill_agentd(a)
+        r = a.request({"op": "send", "conversation": c, "events": [{"content": "b1"}, {"content": "b2"}]})
+        assert r["error"] == "conflict", r
+        assert users(a, c) == ["ask"]
+        a.ctl("approve", call["id"])
+        wait_for(lambda: last_is(a, c, "assistant_msg", "after"), 30, "the answer")
+        wait_for(lambda: idle(a, c), 10, "idle")
+        a.send(c, "now")
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: now"), 30, "the answer")
+        check_store(a)
+
+
+harness.main(globals())
