@@ -265,4 +265,78 @@ def test_reject_waiting_on_a_person():
         check_store(a)
 
 
+# ---- interrupt ---------------------------------------------------------------------------------------------
+
+
+def test_interrupt_mid_stream():
+    """on_busy = interrupt while the model streams: the turn is cancelled as cancel does (its model killed,
+    its run cancelled), the text it streamed kept in turn_cancelled, and one turn answers both messages,
+    across kill -9 of the worker and of agentd while that turn runs."""
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a, "interrupt")
+        a.send(c, "stream a")
+        w = a.watch(c)
+        rec = streaming(a, c)
+        seen = ""
+        while seen != "part one part two ":
+            line = w.recv(timeout=20)
+            seen += line.get("delta", {}).get("text", "")
+        w.close()
+        r = a.ok({"op": "send", "conversation": c, "content": "second", "event_id": "i2"})
+        assert r["on_busy"] == "interrupt" and r["seq"] == 2, r
+        wait_for(lambda: not pid_alive(rec["pid"]), 10, "the interrupted model killed")
+        evs = a.events(c)
+        assert [e["type"] for e in evs[:3]] == ["user_msg", "user_msg", "turn_cancelled"], evs
+        assert evs[2]["seq"] == r["interrupted"], (evs, r)
+        assert evs[2]["content"] == {"context_seq": 2, "tool_calls": [], "interrupted_by": 2,
+                                     "partial_text": "part one part two "}, evs[2]
+        runs = a.ok({"op": "runs", "conversation": c})["runs"]
+        assert runs[-1]["status"] == "cancelled", runs
+        rec2 = streaming(a, c, 2)
+        assert rec2["owed"] == ["stream a", "second"], rec2
+        kill_worker(a, c)
+        streaming(a, c, 3)
+        kill_agentd(a)
+        again = a.ok({"op": "send", "conversation": c, "content": "second", "event_id": "i2"})
+        assert again["duplicate"] is True and "interrupted" not in again, again
+        streaming(a, c, 4)
+        release(a, "a")
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: stream a + second"), 30, "one answer to both")
+        assert types(a, c) == ["user_msg", "user_msg", "turn_cancelled", "assistant_msg"], a.events(c)
+        wait_for(lambda: idle(a, c), 10, "idle")
+        check_store(a)
+
+
+def test_interrupt_waiting_on_a_person():
+    """interrupt while a human tool is pending: the call is settled cancelled (a late approval is stale),
+    and the next turn answers the new message; across kill -9 of agentd before the send."""
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a)
+        a.send(c, "ask")
+        call = waiting_on_person(a, c)
+        kill_agentd(a)
+        rc, out, _ = a.ctl("send", c, "changed my mind", "--on-busy", "interrupt")
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: changed my mind"), 30, "the answer")
+        evs = a.events(c)
+        assert [e["type"] for e in evs] == ["user_msg", "assistant_msg", "tool_call", "suspension", "user_msg",
+                                           "resolution", "turn_cancelled", "assistant_msg"], evs
+        assert evs[5]["content"]["status"] == "cancelled" and evs[6]["content"]["tool_calls"] == [call["id"]]
+        assert evs[6]["content"]["interrupted_by"] == evs[4]["seq"] and evs[6]["content"]["partial_text"] == ""
+        rc, out, err = a.ctl("approve", call["id"], check=False)
+        assert rc == 1 and "stale" in (out + err), (out, err)
+        assert len(records(a)) == 2
+        wait_for(lambda: idle(a, c), 10, "idle")
+        check_store(a)
+
+
+def test_interrupt_idle_is_a_plain_send():
+    """Nothing running: an interrupting send cancels nothing and is answered as any."""
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a, "interrupt")
+        r = a.ok({"op": "send", "conversation": c, "content": "x"})
+        assert "on_busy" not in r and "interrupted" not in r, r
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: x"), 30, "the answer")
+        assert types(a, c) == ["user_msg", "assistant_msg"]
+
+
 harness.main(globals())
