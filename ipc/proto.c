@@ -478,9 +478,10 @@ static int parse_events(struct pctx *p, struct request *rq)
 	rq->runs = json_is_true(v);
 	if (json_object_get(p->o, "type")) {
 		static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
-			"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled" };
+			"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled",
+			"steer" };
 		int t;
-		if ((e = get_enum(p, "type", types, 10, &t)))
+		if ((e = get_enum(p, "type", types, 11, &t)))
 			return e;
 		rq->type = types[t];
 	}

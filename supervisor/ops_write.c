@@ -340,6 +340,7 @@ static int send_interrupt(store_txn *t, const char *conv, uint64_t by_seq, struc
  * is not ended; expected_seq (unless the send is a replay: idempotency wins,
  * and a replay writes nothing); then every event or none. */
 /* A send that finds a turn running does what on_busy says (send_busy). */
+static int send_steer(store_txn *t, const char *conv, const uint64_t *seqs, const int *dups, size_t n);
 static int send_append(store_txn *t, struct job *j, struct wres *r, const struct store_event_in *ev, size_t n,
 		       uint64_t *seqs, int *dups)
 {
@@ -382,6 +383,8 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 		while (dups[first])
 			first++; /* the first event this send wrote: one is (appended) */
 		e = send_interrupt(t, conv, seqs[first], r);
+	} else if (!e && r->appended && mode == PROTO_ON_BUSY_STEER) {
+		e = send_steer(t, conv, seqs, dups, n);
 	}
 	if (!e && r->appended && was_idle) {
 		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
@@ -430,6 +433,32 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 		j->reply = NULL;
 	}
 	return 0;
+}
+
+/* A steering send, after its events: a `steer` event naming the seqs it
+ * wrote, which makes them part of the running turn (tail.c): its next model
+ * round answers them, counted on from the rounds before. A store error or
+ * -ENOMEM (both poison t). */
+static int send_steer(store_txn *t, const char *conv, const uint64_t *seqs, const int *dups, size_t n)
+{
+	json_t *a = json_array();
+	int e = a ? 0 : -ENOMEM;
+	for (size_t i = 0; !e && i < n; i++)
+		if (!dups[i] && json_array_append_new(a, json_integer((json_int_t)seqs[i])))
+			e = -ENOMEM;
+	json_t *content = e ? NULL : json_pack("{sO}", "seqs", a);
+	json_decref(a);
+	struct jsonmp_buf b;
+	if (!e && !content)
+		e = -ENOMEM;
+	if (!e && !(e = ops_pack(&b, content))) {
+		struct store_event_in ev = { "steer", { b.sb.data, b.sb.size }, NULL };
+		uint64_t s;
+		e = store_event_append(t, conv, &ev, &s, NULL);
+		jsonmp_buf_destroy(&b);
+	}
+	json_decref(content);
+	return e;
 }
 
 /* send: one event, or a batch (rq.events) appended in order in one

@@ -339,4 +339,69 @@ def test_interrupt_idle_is_a_plain_send():
         assert types(a, c) == ["user_msg", "assistant_msg"]
 
 
+# ---- steer -------------------------------------------------------------------------------------------------
+
+
+def test_steer_mid_stream():
+    """on_busy = steer while the model streams: the message (named by a steer event) is answered by the running
+    turn's next model round, round 2 of the same turn, not a new turn at round 1; kill -9 of the worker and
+    of agentd during that round run round 2 again, and nothing is answered twice."""
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a, "steer")
+        a.send(c, "stream a")
+        streaming(a, c)
+        r = a.ok({"op": "send", "conversation": c, "content": "stream b", "event_id": "s2"})
+        assert r["on_busy"] == "steer" and r["seq"] == 2, r
+        evs = a.events(c)
+        assert [e["type"] for e in evs] == ["user_msg", "user_msg", "steer"] and evs[2]["content"] == {"seqs": [2]}
+        release(a, "a")
+        wait_for(lambda: len(records(a)) >= 2, 20, "round 2")
+        assert records(a)[1]["owed"] == ["stream b"] and records(a)[1]["seen"] == ["stream a", "stream b"]
+        kill_worker(a, c)
+        streaming(a, c, 3)
+        kill_agentd(a)
+        dup = a.ok({"op": "send", "conversation": c, "content": "stream b", "event_id": "s2"})
+        assert dup["duplicate"] is True and "on_busy" not in dup, dup
+        streaming(a, c, 4)
+        release(a, "b")
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: stream b"), 30, "round 2's answer")
+        evs = a.events(c)
+        assert [e["type"] for e in evs] == ["user_msg", "user_msg", "steer", "assistant_msg", "assistant_msg"], evs
+        assert evs[3]["content"]["text"] == "re: stream a" and "round" not in evs[3]["content"], evs[3]
+        assert evs[4]["content"]["round"] == 2 and evs[4]["content"]["context_seq"] == 4, evs[4]
+        assert [r["owed"] for r in records(a)[1:]] == [["stream b"]] * 3, records(a)
+        wait_for(lambda: idle(a, c), 10, "idle")
+        check_store(a)
+
+
+def test_steer_waiting_on_a_person():
+    """steer while a human tool is pending (agentctl send --on-busy steer, overriding enqueue): the message
+    reaches the turn's next round, after the tool's result, as round 2; an enqueued one would start a new
+    turn at round 1. kill -9 of the worker and of agentd before the approval lose nothing."""
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a)
+        a.send(c, "ask")
+        call = waiting_on_person(a, c)
+        rc, out, _ = a.ctl("send", c, "and also this", "--on-busy", "steer")
+        assert "on_busy: steer" in out, out
+        kill_worker(a, c)
+        kill_agentd(a)
+        assert conv_get(a, c)["status"] == "suspended"
+        a.ctl("approve", call["id"])
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: and also this"), 30, "the answer")
+        last = a.events(c)[-1]
+        assert last["content"]["round"] == 2, last
+        assert records(a)[-1]["owed"] == ["and also this"]
+        assert users(a, c) == ["ask", "and also this"]
+        wait_for(lambda: idle(a, c), 10, "idle")
+        # The same with enqueue: a new turn, round 1.
+        a.send(c, "ask")
+        call = waiting_on_person(a, c)
+        a.send(c, "queued")
+        a.ctl("approve", call["id"])
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: queued"), 30, "the answer")
+        assert "round" not in a.events(c)[-1]["content"]
+        check_store(a)
+
+
 harness.main(globals())
