@@ -316,6 +316,8 @@ def test_interrupt_waiting_on_a_person():
         call = waiting_on_person(a, c)
         kill_agentd(a)
         rc, out, _ = a.ctl("send", c, "changed my mind", "--on-busy", "interrupt")
+        f = dict((k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in out.splitlines()))
+        assert f == {"seq": "5", "on_busy": "interrupt", "interrupted": "7"}, out
         wait_for(lambda: last_is(a, c, "assistant_msg", "re: changed my mind"), 30, "the answer")
         evs = a.events(c)
         assert [e["type"] for e in evs] == ["user_msg", "assistant_msg", "tool_call", "suspension", "user_msg",
