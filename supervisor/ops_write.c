@@ -269,11 +269,12 @@ static int send_is_replay(store_txn *t, const char *conv, const struct store_eve
 }
 
 /* What this send does when it finds a turn running (enum proto_on_busy):
- * its own on_busy, else the conversation's settings.on_busy, else enqueue.
- * -ENOMEM: the settings could not be read for memory (never decided on the
- * default). */
-static int send_on_busy(const struct job *j, const struct store_conv *c)
+ * its own on_busy, else the conversation's settings.on_busy, else enqueue
+ * (*named 0: neither names one). -ENOMEM: the settings could not be read
+ * for memory (never decided on the default). */
+static int send_on_busy(const struct job *j, const struct store_conv *c, int *named)
 {
+	*named = 1;
 	if (j->rq.on_busy >= 0)
 		return j->rq.on_busy;
 	json_t *s = NULL;
@@ -281,24 +282,27 @@ static int send_on_busy(const struct job *j, const struct store_conv *c)
 		return -ENOMEM;
 	int m = proto_on_busy(json_string_value(json_object_get(s, "on_busy")));
 	json_decref(s);
+	*named = m >= 0;
 	return m < 0 ? PROTO_ON_BUSY_ENQUEUE : m;
 }
 
 /* Whether the send finds a turn running, from the status in its own
  * transaction: active (a turn in progress or owed, its tools running) or
- * suspended (its tools waiting on a person). *mode gets what it does then. A
- * replay finds nothing busy: it writes nothing. 0 with *mode -1 when not
- * busy; else j's error is set when the send is refused (1), or -ENOMEM. */
+ * suspended (its tools waiting on a person). *mode gets what it does then,
+ * *named whether on_busy was given (the reply then says the mode). A replay
+ * finds nothing busy: it writes nothing. 0 with *mode -1 when not busy; else
+ * j's error is set when the send is refused (1), or -ENOMEM. */
 static int send_busy(store_txn *t, struct job *j, const struct store_conv *c, const struct store_event_in *ev,
-		     size_t n, int *mode)
+		     size_t n, int *mode, int *named)
 {
 	int e = 0;
 	*mode = -1;
+	*named = 0;
 	if (c->status != STORE_ACTIVE && c->status != STORE_SUSPENDED)
 		return 0;
 	if (send_is_replay(t, j->rq.conv, ev, n, &e) || e)
 		return e;
-	if ((*mode = send_on_busy(j, c)) < 0) {
+	if ((*mode = send_on_busy(j, c, named)) < 0) {
 		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written yet */
 		return 1;
 	}
@@ -355,7 +359,7 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 	}
 	r->paused = 0;
 	r->interrupted = 0;
-	int was_idle = c.status == STORE_IDLE, mode;
+	int was_idle = c.status == STORE_IDLE, mode, named;
 	if (j->rq.has_expected_seq && !send_is_replay(t, conv, ev, n, &e)) {
 		uint64_t last = 0;
 		if (!e)
@@ -371,7 +375,7 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 			return 0;
 		}
 	}
-	if ((e = send_busy(t, j, &c, ev, n, &mode)))
+	if ((e = send_busy(t, j, &c, ev, n, &mode, &named)))
 		return e < 0 ? (job_store_error(j, e, "send"), e) : 0;
 	/* Atomic: the store checks every event before writing one. */
 	e = store_events_append(t, conv, ev, n, seqs, dups);
@@ -419,7 +423,7 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 		json_decref(a);
 		json_decref(d);
 	}
-	if (j->reply && !oom && mode >= 0 && r->appended)
+	if (j->reply && !oom && mode >= 0 && named && r->appended) /* today's replies stay as they were */
 		oom = json_object_set_new(j->reply, "on_busy", json_string(proto_on_busy_names[mode]));
 	if (j->reply && !oom && r->interrupted)
 		oom = json_object_set_new(j->reply, "interrupted", json_integer((json_int_t)r->seq));

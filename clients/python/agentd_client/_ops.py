@@ -231,7 +231,7 @@ class _Ops:
         this send alone, overrides the conversation's: with "reject", Conflict (nothing written) while a
         turn runs; with "interrupt", SendResult.interrupted is the seq of the turn_cancelled it wrote; with
         "steer" the running turn's next model round answers it. SendResult.on_busy names the mode applied
-        when a turn was running."""
+        when a turn was running and on_busy was given (here or in the settings)."""
         return self._run(self._send_call(conversation, content, event_id, expected_seq, on_busy))
 
     def send_and_wait(self, conversation: str, content, *, timeout: Optional[float] = 60.0,

@@ -65,5 +65,7 @@ def test_async_reject(agentd):
             with pytest.raises(Conflict):
                 await c.send(conv, "no", on_busy="reject")
             s = await c.send(conv, "queued")
+            assert s.on_busy is None  # not named: the reply says nothing
+            s = await c.send(conv, "queued too", on_busy="enqueue")
             assert s.on_busy == "enqueue"
     asyncio.run(main())
