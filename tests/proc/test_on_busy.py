@@ -10,13 +10,13 @@ message it sees) and acts on the messages owed:
     then          answer "re: " + the owed texts joined with " + " (after tool results with none owed:
                   "after")
 """
-import json
 import os
-import pathlib
 import sys
 
 import harness
+import turnsutil
 from harness import Agentd, pid_alive, wait_for
+from turnsutil import conv_get, last_is, release, types
 
 PY = sys.executable or "python3"
 
@@ -59,7 +59,7 @@ answer("re: " + " + ".join(owed))
 '''
 
 
-def setup(a, on_busy=None):
+def setup(a):
     model = a.script("model.py", MODEL)
     os.makedirs(os.path.join(a.dir, "rel"), exist_ok=True)
     a.model_log = os.path.join(a.dir, "model.log")
@@ -80,15 +80,7 @@ expires = 1h
 
 
 def records(a):
-    try:
-        with open(a.model_log) as f:
-            return [json.loads(ln) for ln in f if ln.strip()]
-    except FileNotFoundError:
-        return []
-
-
-def release(a, name):
-    pathlib.Path(a.dir, "rel", name).touch()
+    return turnsutil.records(a.model_log)
 
 
 def new_conv(a, on_busy=None):
@@ -98,21 +90,8 @@ def new_conv(a, on_busy=None):
     return a.create(settings=s)
 
 
-def conv_get(a, c):
-    return a.ok({"op": "get", "conversation": c})["conversation"]
-
-
-def types(a, c):
-    return [e["type"] for e in a.events(c)]
-
-
 def users(a, c):
     return [e["content"]["text"] for e in a.events(c) if e["type"] == "user_msg"]
-
-
-def last_is(a, c, ty, text=None):
-    evs = a.events(c)
-    return evs and evs[-1]["type"] == ty and (text is None or evs[-1]["content"].get("text") == text)
 
 
 def idle(a, c):
@@ -129,6 +108,18 @@ def kill_worker(a, c):
     pid = wait_for(lambda: a.worker_pid(c), 10, "the worker")
     os.kill(pid, 9)
     wait_for(lambda: not pid_alive(pid), 10, "the worker dead")
+
+
+def kills_then_replay(a, c, n, content, event_id):
+    """While model call n streams: kill -9 the worker, then (call n + 1 started) agentd, and send
+    (content, event_id) again, which must be a pure replay; returns when call n + 2 has started."""
+    kill_worker(a, c)
+    streaming(a, c, n + 1)
+    kill_agentd(a)
+    again = a.ok({"op": "send", "conversation": c, "content": content, "event_id": event_id})
+    assert again["duplicate"] is True and "on_busy" not in again and "interrupted" not in again, again
+    streaming(a, c, n + 2)
+    return again
 
 
 def kill_agentd(a):
@@ -195,11 +186,7 @@ def test_enqueue_mid_stream():
         streaming(a, c, 3)
         r = a.ok({"op": "send", "conversation": c, "content": "second", "event_id": "e2", "on_busy": "enqueue"})
         assert r["on_busy"] == "enqueue", r
-        kill_worker(a, c)
-        streaming(a, c, 4)
-        kill_agentd(a)
-        r2 = a.ok({"op": "send", "conversation": c, "content": "second", "event_id": "e2"})
-        assert r2["seq"] == r["seq"] and r2.get("duplicate") is True and "on_busy" not in r2, r2
+        assert kills_then_replay(a, c, 3, "second", "e2")["seq"] == r["seq"]
         release(a, "a")
         wait_for(lambda: last_is(a, c, "assistant_msg", "re: stream a + second"), 30, "the answer")
         assert types(a, c)[4:] == ["user_msg", "user_msg", "assistant_msg"], a.events(c)
@@ -292,15 +279,10 @@ def test_interrupt_mid_stream():
         assert evs[2]["content"] == {"context_seq": 2, "tool_calls": [], "interrupted_by": 2,
                                      "partial_text": "part one part two "}, evs[2]
         runs = a.ok({"op": "runs", "conversation": c})["runs"]
-        assert runs[-1]["status"] == "cancelled", runs
+        assert [r["status"] for r in runs if r["id"] == 1] == ["cancelled"], runs
         rec2 = streaming(a, c, 2)
         assert rec2["owed"] == ["stream a", "second"], rec2
-        kill_worker(a, c)
-        streaming(a, c, 3)
-        kill_agentd(a)
-        again = a.ok({"op": "send", "conversation": c, "content": "second", "event_id": "i2"})
-        assert again["duplicate"] is True and "interrupted" not in again, again
-        streaming(a, c, 4)
+        kills_then_replay(a, c, 2, "second", "i2")
         release(a, "a")
         wait_for(lambda: last_is(a, c, "assistant_msg", "re: stream a + second"), 30, "one answer to both")
         assert types(a, c) == ["user_msg", "user_msg", "turn_cancelled", "assistant_msg"], a.events(c)
@@ -360,12 +342,7 @@ def test_steer_mid_stream():
         release(a, "a")
         wait_for(lambda: len(records(a)) >= 2, 20, "round 2")
         assert records(a)[1]["owed"] == ["stream b"] and records(a)[1]["seen"] == ["stream a", "stream b"]
-        kill_worker(a, c)
-        streaming(a, c, 3)
-        kill_agentd(a)
-        dup = a.ok({"op": "send", "conversation": c, "content": "stream b", "event_id": "s2"})
-        assert dup["duplicate"] is True and "on_busy" not in dup, dup
-        streaming(a, c, 4)
+        kills_then_replay(a, c, 2, "stream b", "s2")
         release(a, "b")
         wait_for(lambda: last_is(a, c, "assistant_msg", "re: stream b"), 30, "round 2's answer")
         evs = a.events(c)
