@@ -7,6 +7,8 @@ message it sees) and acts on the messages owed:
 
     stream NAME   (owed) stream "part one " and "part two ", then wait for DIR/rel/NAME
     ask           (owed, no tool results) call the human tool `approve`
+    tool          (owed, no tool results) call the server tool `work` (turnsutil's: DIR/tool.log, it waits
+                  for DIR/rel/t)
     then          answer "re: " + the owed texts joined with " + " (after tool results with none owed:
                   "after")
 """
@@ -55,20 +57,29 @@ if streams and not settled:
         time.sleep(0.01)
 if "ask" in owed and not settled:
     answer("asking", [{"name": "approve", "args": {}}])
+if "tool" in owed and not settled:
+    answer("working", [{"name": "work", "args": {"block": "t"}}])
 answer("re: " + " + ".join(owed))
 '''
 
 
 def setup(a):
     model = a.script("model.py", MODEL)
+    tool = a.script("tool.py", turnsutil.TOOL)
     os.makedirs(os.path.join(a.dir, "rel"), exist_ok=True)
     a.model_log = os.path.join(a.dir, "model.log")
+    a.tool_log = os.path.join(a.dir, "tool.log")
     a.write_config(f"""[agentd]
 
 [model.m]
 command = {PY} {model} {a.model_log} {a.dir}
 timeout = 120s
 retries = 0
+
+[tool.work]
+executor = server
+command = {PY} {tool} {a.tool_log} {a.dir}
+timeout = 120s
 
 [tool.approve]
 executor = human
@@ -84,7 +95,7 @@ def records(a):
 
 
 def new_conv(a, on_busy=None):
-    s = {"model": "m", "tools": ["approve"]}
+    s = {"model": "m", "tools": ["approve", "work"]}
     if on_busy:
         s["on_busy"] = on_busy
     return a.create(settings=s)
@@ -314,6 +325,30 @@ def test_interrupt_waiting_on_a_person():
         check_store(a)
 
 
+def test_interrupt_a_running_server_tool():
+    """interrupt while a server tool runs: its process is killed, its call settled cancelled, and it is never
+    dispatched again, not after the tool's release nor after kill -9 of agentd; the next turn answers."""
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a, "interrupt")
+        a.send(c, "tool")
+        tool = wait_for(lambda: turnsutil.records(a.tool_log), 20, "the tool dispatch")[0]
+        r = a.ok({"op": "send", "conversation": c, "content": "stop that"})
+        assert r["on_busy"] == "interrupt", r
+        wait_for(lambda: not pid_alive(tool["pid"]), 10, "the tool killed")
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: stop that"), 30, "the answer")
+        evs = a.events(c)
+        assert [e["type"] for e in evs] == ["user_msg", "assistant_msg", "tool_call", "user_msg", "resolution",
+                                           "turn_cancelled", "assistant_msg"], evs
+        assert evs[4]["content"]["status"] == "cancelled" and evs[5]["content"]["tool_calls"] == [tool["id"]]
+        release(a, "t")
+        kill_agentd(a)
+        wait_for(lambda: idle(a, c), 10, "idle")
+        tc = a.ok({"op": "tool_call", "tool_call_id": tool["id"]})["tool_call"]
+        assert tc["status"] == "cancelled", tc
+        assert len(turnsutil.records(a.tool_log)) == 1
+        check_store(a)
+
+
 def test_interrupt_idle_is_a_plain_send():
     """Nothing running: an interrupting send cancels nothing and is answered as any."""
     with setup(Agentd(start=False)) as a:
@@ -350,6 +385,28 @@ def test_steer_mid_stream():
         assert evs[3]["content"]["text"] == "re: stream a" and "round" not in evs[3]["content"], evs[3]
         assert evs[4]["content"]["round"] == 2 and evs[4]["content"]["context_seq"] == 4, evs[4]
         assert [r["owed"] for r in records(a)[1:]] == [["stream b"]] * 3, records(a)
+        wait_for(lambda: idle(a, c), 10, "idle")
+        check_store(a)
+
+
+def test_steer_while_a_server_tool_runs():
+    """steer while a server tool runs: round 2 answers the tool's result and the message; kill -9 of the worker
+    mid-tool re-dispatches the call (same id), and the message is answered once."""
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a, "steer")
+        a.send(c, "tool")
+        tool = wait_for(lambda: turnsutil.records(a.tool_log), 20, "the tool dispatch")[0]
+        assert a.ok({"op": "send", "conversation": c, "content": "and more"})["on_busy"] == "steer"
+        kill_worker(a, c)
+        again = wait_for(lambda: turnsutil.records(a.tool_log)[1:], 20, "the re-dispatch")[0]
+        assert again["id"] == tool["id"], (tool, again)
+        release(a, "t")
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: and more"), 30, "round 2")
+        evs = a.events(c)
+        assert [e["type"] for e in evs] == ["user_msg", "assistant_msg", "tool_call", "user_msg", "steer",
+                                           "tool_result", "assistant_msg"], evs
+        assert evs[-1]["content"]["round"] == 2, evs[-1]
+        assert records(a)[-1]["owed"] == ["and more"]
         wait_for(lambda: idle(a, c), 10, "idle")
         check_store(a)
 
