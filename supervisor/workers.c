@@ -60,7 +60,7 @@ struct worker {
 	pid_t child_pgid;           /* the model or tool running for it, 0: none */
 	struct compact_req *compacts;
 	char *partial;              /* the model's text streamed since its last commit (an interrupt keeps it) */
-	size_t partial_len;
+	size_t partial_len, partial_cap;
 };
 
 CONVTREE_GENERATE(worker_tree, worker, node, conv)
@@ -693,14 +693,20 @@ static void on_model(const struct ipc_msg *m)
 		metrics_add(M_MODEL_CALL_FAILURES, 1);
 }
 
-/* Kept up to WORKERS_PARTIAL_MAX bytes; past them (or out of memory) the
- * rest is left out: a preview, as the deltas are. */
+/* Kept up to WORKERS_PARTIAL_MAX bytes, the buffer grown as it fills; past
+ * them (or out of memory) the rest is left out: a preview, as deltas are. */
 static void partial_add(struct worker *w, const char *text, size_t len)
 {
-	if (!w->partial && !(w->partial = malloc(WORKERS_PARTIAL_MAX)))
+	size_t cap = w->partial_cap ? w->partial_cap : 1024;
+	while (cap < WORKERS_PARTIAL_MAX && cap - w->partial_len < len)
+		cap *= 2;
+	char *p = cap != w->partial_cap ? realloc(w->partial, cap) : w->partial;
+	if (!p)
 		return;
-	if (len > WORKERS_PARTIAL_MAX - w->partial_len)
-		len = WORKERS_PARTIAL_MAX - w->partial_len;
+	w->partial = p;
+	w->partial_cap = cap;
+	if (len > cap - w->partial_len)
+		len = cap - w->partial_len;
 	memcpy(w->partial + w->partial_len, text, len);
 	w->partial_len += len;
 }

@@ -7,6 +7,7 @@ message it sees) and acts on the messages owed:
 
     stream NAME   (owed) stream "part one " and "part two ", then wait for DIR/rel/NAME
     ask           (owed, no tool results) call the human tool `approve`
+    big           (owed alone) stream 70,000 bytes, then wait for DIR/rel/big
     tool          (owed, no tool results) call the server tool `work` (turnsutil's: DIR/tool.log, it waits
                   for DIR/rel/t)
     then          answer "re: " + the owed texts joined with " + " (after tool results with none owed:
@@ -54,6 +55,11 @@ if streams and not settled:
     print(json.dumps({"delta": "part one "}), flush=True)
     print(json.dumps({"delta": "part two "}), flush=True)
     while not os.path.exists(os.path.join(d, "rel", streams[0][7:])):
+        time.sleep(0.01)
+if owed == ["big"]:  # 70,000 bytes in 35 deltas (the last of "y"), then wait for DIR/rel/big
+    for i in range(35):
+        print(json.dumps({"delta": ("y" if i == 34 else "x") * 2000}), flush=True)
+    while not os.path.exists(os.path.join(d, "rel", "big")):
         time.sleep(0.01)
 if "ask" in owed and not settled:
     answer("asking", [{"name": "approve", "args": {}}])
@@ -323,6 +329,22 @@ def test_interrupt_waiting_on_a_person():
         assert len(records(a)) == 2
         wait_for(lambda: idle(a, c), 10, "idle")
         check_store(a)
+
+
+def test_interrupt_keeps_at_most_64_kib_of_streamed_text():
+    with setup(Agentd(start=False)) as a:
+        c = new_conv(a, "interrupt")
+        a.send(c, "big")
+        w = a.watch(c)
+        # Deltas reach a watcher in order, after agentd took them: the last one seen, agentd has them all.
+        while "y" not in w.recv(timeout=30).get("delta", {}).get("text", ""):
+            pass
+        w.close()
+        a.send(c, "enough")
+        wait_for(lambda: last_is(a, c, "assistant_msg", "re: big + enough"), 30, "the answer")
+        cancelled = [e for e in a.events(c) if e["type"] == "turn_cancelled"]
+        assert len(cancelled) == 1 and cancelled[0]["content"]["partial_text"] == "x" * 65536, len(
+            cancelled[0]["content"]["partial_text"])
 
 
 def test_interrupt_a_running_server_tool():
