@@ -14,14 +14,12 @@ message it sees) and acts on the messages owed:
                   "after")
 """
 import os
-import sys
 
 import harness
 import turnsutil
 from harness import Agentd, pid_alive, wait_for
 from turnsutil import conv_get, last_is, release, types
 
-PY = sys.executable or "python3"
 
 MODEL = r'''
 import json, os, sys, time
@@ -70,30 +68,8 @@ answer("re: " + " + ".join(owed))
 
 
 def setup(a):
-    model = a.script("model.py", MODEL)
-    tool = a.script("tool.py", turnsutil.TOOL)
-    os.makedirs(os.path.join(a.dir, "rel"), exist_ok=True)
-    a.model_log = os.path.join(a.dir, "model.log")
-    a.tool_log = os.path.join(a.dir, "tool.log")
-    a.write_config(f"""[agentd]
-
-[model.m]
-command = {PY} {model} {a.model_log} {a.dir}
-timeout = 120s
-retries = 0
-
-[tool.work]
-executor = server
-command = {PY} {tool} {a.tool_log} {a.dir}
-timeout = 120s
-
-[tool.approve]
-executor = human
-prompt = Approve?
-expires = 1h
-""")
-    a.start()
-    return a
+    """turnsutil's agentd (model m, tools work and approve) with this file's model."""
+    return turnsutil.setup(a, model_script=MODEL)
 
 
 def records(a):
