@@ -26,6 +26,8 @@ static const struct param opt_create[] = {
 	 "model parameter; V is taken as JSON when it parses (0.2, true, [1]), else as a string (repeatable)"},
 	{"--budget", "budget", K_SET_JSON, "JSON", NULL, false,
 	 "limits, e.g. '{\"max_tokens\":100000,\"max_cost\":2.5,\"max_turns\":50}': past one the conversation is paused"},
+	{"--on-busy", "on_busy", K_SET_STR, "MODE", NULL, false,
+	 "what a message sent while a turn runs does: enqueue (default), reject, interrupt or steer"},
 	{"--meta", "metadata", K_META_KV, "K=V", NULL, false,
 	 "metadata: string V under key K, for your own bookkeeping and list filters (repeatable)"},
 	{0},
@@ -58,6 +60,8 @@ static const struct param opt_update[] = {
 	{"--param", "params", K_SET_KV, "K=V", NULL, false, "model parameter, as for create (repeatable)"},
 	{"--budget", "budget", K_SET_JSON, "JSON", NULL, false,
 	 "replace the budget (null: the configured default); a larger one resumes a paused conversation"},
+	{"--on-busy", "on_busy", K_SET_STR, "MODE", NULL, false,
+	 "what a message sent while a turn runs does: enqueue, reject, interrupt or steer"},
 	{"--end", "status", K_CONST, NULL, "ended", false, "end the conversation: later sends are refused (conflict)"},
 	{"--meta", "metadata", K_META_KV, "K=V", NULL, false, "set metadata key K to V; other keys are kept (repeatable)"},
 	{"--unset-meta", "metadata", K_META_DEL, "K", NULL, false, "delete metadata key K (repeatable)"},
@@ -79,6 +83,9 @@ static const struct param opt_send[] = {
 	{"--batch", "events", K_BATCH, "FILE", NULL, false,
 	 "instead of TEXT: append all events of FILE (- for stdin) or none; FILE is a JSON array of strings or "
 	 "{\"content\": ..., \"event_id\": ...} objects"},
+	{"--on-busy", "on_busy", K_ENUM, "MODE", "enqueue|reject|interrupt|steer", false,
+	 "when a turn is running, instead of the conversation's on_busy: enqueue, reject (conflict, nothing "
+	 "written), interrupt (cancel it; one turn answers both) or steer (into its next model round)"},
 	{0},
 };
 
@@ -180,7 +187,9 @@ const struct command commands[] = {
 	 "Append a user_msg and print `seq: N` once it is durably committed (with `duplicate: true` when --event-id\n"
 	 "was seen before: N is then the original seq). Plain TEXT is stored as {\"text\": TEXT}. With --batch,\n"
 	 "append several at once and print `seqs: [N,...]` (and `duplicates:` the indexes of events already sent).\n"
-	 "With --expected-seq, a conversation that moved on is refused: exit 1, `conflict` naming its last seq.",
+	 "With --expected-seq, a conversation that moved on is refused: exit 1, `conflict` naming its last seq.\n"
+	 "While a turn runs, --on-busy (or the conversation's on_busy) decides: `on_busy: MODE` is printed, and\n"
+	 "`interrupted: N` (the turn_cancelled's seq) when it cancelled the turn; reject is exit 1, `conflict`.",
 	 pos_send, opt_send, show_fields, 0, "agentctl send demo 'What is the weather in Paris?' --event-id msg-42", NULL, "seq,seqs"},
 	{"events", "events", "print a conversation's events",
 	 "Print events one per line: SEQ TYPE CONTENT (CONTENT as compact JSON). With --wait, block until an event\n"

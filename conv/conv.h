@@ -142,6 +142,15 @@ int conv_run_end(store_txn *t, const char *conv, int status);
  * `cancelled`, and the conversation becomes idle with fsm_state idle. *cancelled gets the ids (new reference), *seq
  * the event's seq. Errors: any store error, -ENOMEM (both poison t). */
 int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_t *seq);
+/* The cancel an interrupting send makes (on_busy = interrupt,
+ * docs/protocol.md "Concurrent messages"), after it appended its user_msg
+ * at by_seq: conv_turn_cancel whose turn_cancelled also says
+ * "interrupted_by": by_seq and "partial_text": the text the model had
+ * streamed (partial, len bytes, kept readable by json_text's rules; NULL:
+ * ""). Such a turn_cancelled is no turn boundary (tail.c): the next turn
+ * answers what the cancelled one owed with the new message. */
+int conv_turn_interrupt(store_txn *t, const char *conv, uint64_t by_seq, const char *partial, size_t len,
+			json_t **cancelled, uint64_t *seq);
 /* Give the warning due for the pending call id (store_warning_schedule):
  * an `expiry_warning` event {tool_call_id, name, deadline, expires_in_ms}
  * in its conversation, and the warning's row dropped, in t: given once.

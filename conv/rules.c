@@ -301,7 +301,9 @@ int conv_run_end(store_txn *t, const char *conv, int status)
 	return store_run_put(t, conv, &r);
 }
 
-int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_t *seq)
+/* conv_turn_cancel with extra's keys (borrowed; NULL: none) added to the
+ * turn_cancelled event's content. */
+static int turn_cancel(store_txn *t, const char *conv, const json_t *extra, json_t **cancelled, uint64_t *seq)
 {
 	json_t *ids = json_array();
 	uint64_t last = 0, s = 0;
@@ -323,6 +325,10 @@ int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_
 	if (!e)
 		e = store_event_latest_seq(t, conv, &last);
 	json_t *content = e ? NULL : json_pack("{sIsO}", "context_seq", (json_int_t)last, "tool_calls", ids);
+	if (content && extra && json_object_update(content, (json_t *)extra)) {
+		json_decref(content);
+		content = NULL;
+	}
 	if (!e && !content)
 		e = -ENOMEM;
 	if (!e)
@@ -348,4 +354,21 @@ int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_
 	if (seq)
 		*seq = s;
 	return 0;
+}
+
+int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_t *seq)
+{
+	return turn_cancel(t, conv, NULL, cancelled, seq);
+}
+
+int conv_turn_interrupt(store_txn *t, const char *conv, uint64_t by_seq, const char *partial, size_t len,
+			json_t **cancelled, uint64_t *seq)
+{
+	json_t *extra = json_pack("{sIso}", "interrupted_by", (json_int_t)by_seq, "partial_text",
+				  json_text(partial ? partial : "", partial ? len : 0));
+	if (!extra)
+		return -ENOMEM;
+	int e = turn_cancel(t, conv, extra, cancelled, seq);
+	json_decref(extra);
+	return e;
 }

@@ -171,6 +171,16 @@ static int budget_check(struct pctx *p, json_t *b)
 	return 0;
 }
 
+const char *const proto_on_busy_names[PROTO_ON_BUSY_N] = { "enqueue", "reject", "interrupt", "steer" };
+
+int proto_on_busy(const char *name)
+{
+	for (int i = 0; name && i < PROTO_ON_BUSY_N; i++)
+		if (!strcmp(name, proto_on_busy_names[i]))
+			return i;
+	return -1;
+}
+
 static int settings_check(struct pctx *p, json_t *s, int full)
 {
 	const char *k;
@@ -209,10 +219,14 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 			int e = budget_check(p, v);
 			if (e)
 				return e;
+		} else if (!strcmp(k, "on_busy")) {
+			if (!json_is_string(v) || proto_on_busy(json_string_value(v)) < 0)
+				return bad(p, "'settings.on_busy' must be one of: enqueue, reject, interrupt, steer");
 		} else if (!strcmp(k, "forked_from")) {
 			return bad(p, "'settings.forked_from' is agentd's (set by fork), not a client's");
 		} else {
-			return bad(p, "unknown settings field '%s' (model, system, tools, params, budget, max_tool_rounds)",
+			return bad(p, "unknown settings field '%s' (model, system, tools, params, budget, max_tool_rounds, "
+				   "on_busy)",
 				   k);
 		}
 	}
@@ -435,6 +449,8 @@ static int parse_send(struct pctx *p, struct request *rq)
 	if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
 	    (e = get_uint(p, "expected_seq", INT64_MAX, &rq->has_expected_seq, &rq->expected_seq)))
 		return e;
+	if ((e = get_enum(p, "on_busy", proto_on_busy_names, PROTO_ON_BUSY_N, &rq->on_busy)))
+		return e;
 	if (json_object_get(p->o, "events"))
 		return send_batch(p, rq);
 	if ((e = send_content(p, json_object_get(p->o, "content"), "content", &rq->content)))
@@ -462,9 +478,10 @@ static int parse_events(struct pctx *p, struct request *rq)
 	rq->runs = json_is_true(v);
 	if (json_object_get(p->o, "type")) {
 		static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
-			"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled" };
+			"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled",
+			"steer" };
 		int t;
-		if ((e = get_enum(p, "type", types, 10, &t)))
+		if ((e = get_enum(p, "type", types, 11, &t)))
 			return e;
 		rq->type = types[t];
 	}
@@ -576,7 +593,7 @@ static const struct {
 	[OP_LIST] = { FIELDS("status", "limit", "after", "metadata", "model", "updated_after", "updated_before"),
 		      parse_list },
 	[OP_UPDATE] = { FIELDS("conversation", "settings", "status", "metadata"), parse_update },
-	[OP_SEND] = { FIELDS("conversation", "content", "event_id", "expected_seq", "events"), parse_send },
+	[OP_SEND] = { FIELDS("conversation", "content", "event_id", "expected_seq", "events", "on_busy"), parse_send },
 	[OP_EVENTS] = { FIELDS("conversation", "after", "before", "limit", "type", "wait_ms"), parse_events },
 	[OP_WATCH] = { FIELDS("conversation", "after", "runs"), parse_events },
 	[OP_RESOLVE] = { FIELDS("tool_call_id", "status", "result", "by"), parse_resolve },
@@ -604,6 +621,7 @@ int proto_parse(const char *line, size_t len, const struct proto_names *names, s
 	struct pctx p = { NULL, msg, msglen, names };
 	memset(rq, 0, sizeof *rq);
 	rq->status = -1;
+	rq->on_busy = -1;
 	rq->op = -1;
 	msg[0] = 0;
 	if (len == 0)

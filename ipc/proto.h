@@ -31,6 +31,14 @@ enum proto_conv_status { PROTO_IDLE = 0, PROTO_ACTIVE, PROTO_SUSPENDED, PROTO_EN
 enum proto_tc_status { PROTO_TC_PENDING = 0, PROTO_TC_RESOLVED, PROTO_TC_ERRORED, PROTO_TC_EXPIRED,
 		       PROTO_TC_CANCELLED };
 
+/* What a send that finds a turn running does (settings.on_busy, send's
+ * on_busy; docs/protocol.md, "Concurrent messages"). */
+enum proto_on_busy { PROTO_ON_BUSY_ENQUEUE = 0, PROTO_ON_BUSY_REJECT, PROTO_ON_BUSY_INTERRUPT, PROTO_ON_BUSY_STEER,
+		     PROTO_ON_BUSY_N };
+extern const char *const proto_on_busy_names[PROTO_ON_BUSY_N];
+/* name's enum proto_on_busy, or -1 when it names none (NULL included). */
+int proto_on_busy(const char *name);
+
 #define PROTO_LIST_MAX 1000       /* list limit, runs limit */
 #define PROTO_EVENTS_MAX 10000    /* events limit */
 #define PROTO_WAIT_MAX 3600000    /* wait_ms: one hour */
@@ -62,6 +70,7 @@ struct request {
 	/* send: optimistic concurrency and atomic batches (docs/protocol.md, send) */
 	int has_expected_seq;
 	uint64_t expected_seq;  /* the last seq the client saw; 0: the log must be empty */
+	int on_busy;            /* send: enum proto_on_busy, -1: the conversation's setting */
 	json_t *events;         /* owned; a batch: [{"content": object, "event_id"?: string}], else NULL */
 	/* create: the metadata (strings); update: the patch (a null value
 	 * deletes its key); list: the pairs a conversation must all hold.

@@ -40,10 +40,10 @@ _agentctl()
 	local opts=""
 	case $cmd in
 	runs) opts="--limit --before" ;;
-	create) opts="--id --model --system --tool --param --meta" ;;
+	create) opts="--id --model --system --tool --param --meta --on-busy" ;;
 	list) opts="--status --limit --after --meta --model --updated-after --updated-before" ;;
-	update) opts="--model --system --tool --param --end --meta --unset-meta" ;;
-	send) opts="--event-id --json-content --expected-seq --batch" ;;
+	update) opts="--model --system --tool --param --end --meta --unset-meta --on-busy" ;;
+	send) opts="--event-id --json-content --expected-seq --batch --on-busy" ;;
 	events) opts="--after --before --limit --type --wait" ;;
 	watch) opts="--after --runs" ;;
 	resolve) opts="--status --result" ;;
@@ -56,7 +56,8 @@ _agentctl()
 	case $prev in
 	--status) COMPREPLY=($(compgen -W "active suspended idle ended pending resolved errored expired" -- "$cur")); return ;;
 	--signal) COMPREPLY=($(compgen -W "KILL TERM" -- "$cur")); return ;;
-	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error turn_cancelled" -- "$cur")); return ;;
+	--on-busy) COMPREPLY=($(compgen -W "enqueue reject interrupt steer" -- "$cur")); return ;;
+	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error turn_cancelled steer" -- "$cur")); return ;;
 	esac
 	if [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "$opts $global" -- "$cur"))

@@ -94,6 +94,13 @@ int workers_fence(store_txn *t, const char *conv);
  * restarted while the conversation owes nothing). 0, or -ESRCH without one. */
 int workers_cancel(const char *conv);
 
+/* The text conv's model streamed since its worker's last commit (the
+ * model call in flight: an interrupting send keeps it in its
+ * turn_cancelled), at most WORKERS_PARTIAL_MAX bytes, *len of them; NULL
+ * (*len 0) when none. Valid until the loop reads the worker again. */
+#define WORKERS_PARTIAL_MAX 65536
+const char *workers_partial(const char *conv, size_t *len);
+
 /* The `worker` field of `get` ({pid, state}, or null) and `status`'s list. */
 json_t *workers_conv_json(const char *conv);
 json_t *workers_json(void); /* NULL: out of memory */

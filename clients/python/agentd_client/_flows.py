@@ -113,8 +113,8 @@ class _Turn:
                 self.suspended.discard(call)
             elif ev.type == "error" and after_seq:
                 return self._result("error")
-            elif ev.type == "turn_cancelled" and after_seq:
-                return self._result("cancelled")
+            elif ev.type == "turn_cancelled" and after_seq and "interrupted_by" not in content:
+                return self._result("cancelled")  # an interrupting send's is no end: the next turn answers
             elif ev.type == "budget_exceeded":
                 return self._result("paused")
             if self.open and all(c in self.suspended for c in self.open):
@@ -158,10 +158,10 @@ def wait_turn_steps(ops, conversation: str, seq: int, deadline: Optional[float])
 
 
 def send_and_wait_steps(ops, conversation: str, content, timeout: Optional[float], event_id: Optional[str],
-                        expected_seq: Optional[int]):
+                        expected_seq: Optional[int], on_busy: Optional[str] = None):
     """send, then wait_turn after its seq; the deadline counts from before the send."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    sent = yield ops._send_call(conversation, content, event_id, expected_seq)
+    sent = yield ops._send_call(conversation, content, event_id, expected_seq, on_busy)
     if sent.status == "paused":
         result = TurnResult("paused", sent.seq, [], sent.seq)
     else:

@@ -131,11 +131,16 @@ class SendResult:
     """`send`: the seq of the user message. duplicate is True when agentd had already seen event_id
     (seq is then the original's): after the client retried a send whose first reply was lost, this is
     how the first attempt's success shows. event_id is the one used (generated when not given). status
-    is "paused" when the conversation is paused (the message waits for a larger budget), else None."""
+    is "paused" when the conversation is paused (the message waits for a larger budget), else None.
+    on_busy is the mode applied when the send found a turn running ("enqueue", "interrupt", "steer")
+    and on_busy was given (by the send or the settings), else None; interrupted the seq of the
+    turn_cancelled an interrupting send wrote, else None."""
     seq: int
     duplicate: bool
     event_id: str
     status: Optional[str] = None
+    on_busy: Optional[str] = None
+    interrupted: Optional[int] = None
 
 
 @dataclass

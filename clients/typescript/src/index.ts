@@ -4,8 +4,8 @@
  */
 export { Client, DEFAULT_SOCKET, IDEMPOTENT, newEventId, socketPath } from "./client.js";
 export type {
-  ClientOptions, CreateOptions, DecisionOptions, EventsOptions, ForkOptions, ListOptions, ResolveOptions, SendOptions,
-  UpdateOptions,
+  ClientOptions, CreateOptions, DecisionOptions, EventsOptions, ForkOptions, ListOptions, OnBusy, ResolveOptions,
+  SendOptions, UpdateOptions,
 } from "./client.js";
 export { Watch } from "./watch.js";
 export type { WatchItem, WatchOptions } from "./watch.js";

@@ -75,6 +75,10 @@ export interface SendResult {
   event_id: string;
   /** "paused" when the conversation's budget is spent (the message is kept). */
   status?: string;
+  /** The on_busy mode applied when the send found a turn running and on_busy was given (send or settings). */
+  on_busy?: string;
+  /** An interrupting send: the seq of the turn_cancelled it wrote. */
+  interrupted?: number;
 }
 
 export interface BatchResult {

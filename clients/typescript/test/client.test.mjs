@@ -74,6 +74,31 @@ test("sendAndWait returns the turn's reply, once idle", async () => {
   assert.equal(t.events[0].seq, 2);
 });
 
+test("onBusy: reject, interrupt, steer while a person is awaited; bad values", async () => {
+  const id = await c.create("echo", { tools: ["approve"], onBusy: "reject" });
+  assert.equal((await c.get(id)).settings.on_busy, "reject");
+  assert.equal((await c.sendAndWait(id, "/tool approve {}")).status, "suspended");
+  const last = (await c.get(id)).last_seq;
+  const no = await c.send(id, "no").catch((e) => e);
+  assert.ok(no instanceof A.Conflict && /busy: a turn is running/.test(no.message), String(no));
+  assert.equal((await c.get(id)).last_seq, last);
+  const r = await c.send(id, "instead", { onBusy: "interrupt" });
+  assert.equal(r.on_busy, "interrupt");
+  assert.equal(r.interrupted, r.seq + 2);
+  await waitFor(async () => (await c.get(id)).status === "idle", "the turn that answers");
+  await c.update(id, { onBusy: "steer" });
+  assert.equal((await c.sendAndWait(id, "/tool approve {}")).status, "suspended");
+  const s = await c.send(id, "also");
+  assert.equal(s.on_busy, "steer");
+  const p = (await c.pending()).filter((x) => x.conversation === id)[0];
+  await c.approve(p.id);
+  await waitFor(async () => (await c.get(id)).status === "idle", "round 2");
+  const answer = (await c.events(id, { type: "assistant_msg" })).events.at(-1);
+  assert.equal(answer.content.round, 2);
+  await assert.rejects(c.send(id, "x", { onBusy: "x" }), (e) => e instanceof A.BadRequest && /on_busy/.test(e.message));
+  await assert.rejects(c.create("echo", { onBusy: "x" }), (e) => e instanceof A.BadRequest);
+});
+
 test("sendAndWait ends at an approval; pending, approve, deny, by", async () => {
   const id = await c.create("echo", { tools: ["approve"] });
   const t = await c.sendAndWait(id, '/tool approve {"amount": 120}');
