@@ -125,11 +125,7 @@ static void measure(store *s, int runs)
 int main(int argc, char **argv)
 {
 	char dir[4096];
-	const char *tmp = getenv("TMPDIR");
-	if (argc > 1)
-		snprintf(dir, sizeof dir, "%s", argv[1]);
-	else
-		snprintf(dir, sizeof dir, "%s/agentd-bench-meta", tmp && *tmp ? tmp : "/tmp");
+	bench_dir_arg(dir, sizeof dir, argc, argv, "meta");
 	size_t convs = argc > 2 ? strtoul(argv[2], NULL, 10) : 100000;
 	int runs = argc > 3 ? atoi(argv[3]) : 11;
 	if (runs < 1 || runs > BENCH_MAX_RUNS || convs < TENANTS)

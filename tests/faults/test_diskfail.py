@@ -55,6 +55,10 @@ def acknowledged_sends(a, c, n, prefix):
     return texts
 
 
+def wait_idle(a, c, what):
+    wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 60, what)
+
+
 def user_texts(a, c):
     return [e["content"]["text"] for e in a.events(c) if e["type"] == "user_msg"]
 
@@ -82,8 +86,7 @@ def test_a_failed_flush_is_answered_unavailable_and_agentd_stops():
         with Agentd(env=env_failing(flag, "fdatasync", thread="flusher,agentd-worker"), extra_args=dynamic_worker()) as a:
             c = a.create()
             acked = acknowledged_sends(a, c, 3, "before")
-            wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 30,
-                     "the echo's answers")
+            wait_idle(a, c, "the echo's answers")
             idle = a.conn()  # connected and free to send: the flusher, not the writer thread, flushes
             idle.request({"op": "ping"})
             open(flag, "w").close()
@@ -150,8 +153,7 @@ command = {sys.executable} {tool} {ran}
         with a:
             c = a.create(settings={"model": "m", "tools": ["effect"]})
             acked = acknowledged_sends(a, c, 1, "before")
-            wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 60,
-                     "the model's answer")
+            wait_idle(a, c, "the model's answer")
             a.send(c, "act")
             acked.append("act")
             # Every flush fails from here on (agentd's and the worker's): the worker's commit of the tool
@@ -177,8 +179,7 @@ def test_a_write_without_room_is_refused_and_agentd_goes_on():
         with Agentd(env=env_failing(flag, "write", err="ENOSPC"), extra_args=dynamic_worker()) as a:
             c = a.create()
             acked = acknowledged_sends(a, c, 2, "before")
-            wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 30,
-                     "the echo's answers")
+            wait_idle(a, c, "the echo's answers")
             last = a.ok({"op": "get", "conversation": c})["conversation"]["last_seq"]
             open(flag, "w").close()
             r = a.request({"op": "send", "conversation": c, "content": "no room"})
@@ -188,8 +189,7 @@ def test_a_write_without_room_is_refused_and_agentd_goes_on():
             assert a.ok({"op": "get", "conversation": c})["conversation"]["last_seq"] == last
             os.unlink(flag)
             acked += acknowledged_sends(a, c, 1, "after")
-            wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 30,
-                     "the echo's answer")
+            wait_idle(a, c, "the echo's answer")
             texts = user_texts(a, c)
             assert "no room" not in texts and all(texts.count(t) == 1 for t in acked), texts
             a.stop()
