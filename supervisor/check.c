@@ -205,9 +205,10 @@ static int on_row(void *arg, const struct store_tool_call *tc)
 		problem(c, "tool call %s: row executor %s, log says %s", id, want, ex);
 	int settled = (int)json_integer_value(json_object_get(call, "settled"));
 	const char *st = store_tc_status_name(tc->status);
-	if (tc->status == STORE_TC_PENDING && settled)
-		problem(c, "tool call %s: row pending but settled in the log", id);
-	if (tc->status != STORE_TC_PENDING && !settled)
+	int unsettled = tc->status == STORE_TC_PENDING || tc->status == STORE_TC_UNKNOWN;
+	if (unsettled && settled)
+		problem(c, "tool call %s: row %s but settled in the log", id, st);
+	if (!unsettled && !settled)
 		problem(c, "tool call %s: row %s but not settled in the log", id, st);
 	const char *logged = str_or(json_string_value(json_object_get(call, "status")), "?");
 	if (settled && strcmp(st, logged))

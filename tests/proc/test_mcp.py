@@ -105,6 +105,8 @@ timeout = 1500ms
 command = python3 {rec} {a.dir}/sent_slow.jsonl sh {srv}
 timeout = 60s
 max_attempts = 3
+# re-dispatch is tested on this server: its tools are safe to run twice
+idempotent = yes
 [mcp.paged]
 command = python3 {paged}
 [mcp.nobody]
