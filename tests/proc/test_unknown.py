@@ -276,8 +276,8 @@ def test_reconcile_decides():
 def test_mcp_idempotency_key_in_meta():
     """tools/call carries params._meta {"agentd/idempotency_key": tool_call_id, "agentd/attempt": N}: the
     real server-everything receives it (recorded between worker and server)."""
-    server = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mcp", "node_modules",
-                          "@modelcontextprotocol", "server-everything", "dist", "index.js")
+    server = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mcp", "node_modules",
+                                           "@modelcontextprotocol", "server-everything", "dist", "index.js"))
     if not os.path.exists(server):
         print("skip: no server-everything", file=sys.stderr)
         return
@@ -285,14 +285,14 @@ def test_mcp_idempotency_key_in_meta():
     rec = a.script("rec.py", r'''
 import json, subprocess, sys, threading
 log = sys.argv[1]
-p = subprocess.Popen(sys.argv[2:], stdin=subprocess.PIPE, stdout=sys.stdout)
+p = subprocess.Popen(["node", SERVER, "stdio"], stdin=subprocess.PIPE, stdout=sys.stdout)
 for line in sys.stdin.buffer:
     with open(log, "ab") as f:
         f.write(line)
     p.stdin.write(line)
     p.stdin.flush()
-''')
-    a.write_config(f"[mcp.ev]\ncommand = {PY} {rec} {a.dir}/sent.jsonl node {server} stdio\n")
+'''.replace("SERVER", repr(server)))
+    a.write_config(f"[mcp.ev]\ncommand = {PY} {rec} {a.dir}/sent.jsonl\n")
     a.start()
     with a:
         c = a.create(settings={"model": "echo", "tools": ["ev"]})
