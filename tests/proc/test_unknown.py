@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import signal
 import sys
 import time
@@ -194,7 +195,18 @@ def test_settle_done_and_failed_record_results_the_model_sees():
         t2 = ask(a, c, "side", {"block": "never2"})
         kill_worker_mid_call(a, c, t2)
         wait_for(lambda: row(a, t2)["status"] == "unknown", 20, "unknown")
-        r = a.ok({"op": "settle", "conversation": c, "tool_call_id": t2, "outcome": "failed"})
+        # agentctl pending lists it beside approvals; agentctl settle decides it
+        out = a.ctl("pending")[1]
+        assert re.search(r"^ID +CONVERSATION +KIND +NAME", out, re.M), out
+        assert re.search(r"^%s +%s +unknown +side " % (re.escape(t2), re.escape(c)), out, re.M), out
+        rows = json.loads(a.ctl("--json", "pending")[1])["tool_calls"]
+        assert [(r["id"], r["kind"], r["status"]) for r in rows] == [(t2, "unknown", "unknown")], rows
+        rc, out, err = a.ctl("settle", c, t2, "maybe", check=False)
+        assert rc != 0 and "retry" in err, (rc, out, err)
+        rc, out, _ = a.ctl("settle", c, t2, "failed")
+        assert out.startswith("seq: "), out
+        rc, out, err = a.ctl("settle", c, t2, "failed", check=False)
+        assert rc != 0 and "stale" in (out + err), (rc, out, err)
         res = settled(a, c, t2)
         assert res[0]["content"]["status"] == "errored", res
         assert "did not take effect" in res[0]["content"]["result"]["error"], res
