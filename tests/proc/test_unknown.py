@@ -220,6 +220,7 @@ def test_settle_bad_requests():
         c = a.create(settings={"model": "echo", "tools": ["side", "safe"]})
         tcid = ask(a, c, "safe", {})
         wait_for(lambda: settled(a, c, tcid), 20, "the safe call's result")
+        wait_for(lambda: conv_get(a, c)["status"] == "idle", 20, "the turn answered")
         n = len(a.events(c))
         base = {"op": "settle", "conversation": c, "tool_call_id": tcid}
         cases = [
