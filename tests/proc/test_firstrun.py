@@ -211,14 +211,15 @@ def test_pending_approve_deny_and_ids_only():
         assert re.fullmatch(r"ID +CONVERSATION +KIND +NAME +DEADLINE +PROMPT +ARGS", lines[0]), out
         rows = {ln.split()[1]: ln.split() for ln in lines[1:]}
         assert set(rows) == {c1, c2}, out
-        assert rows[c1][2] == "approve" and re.fullmatch(ISO, rows[c1][3]) and rows[c1][4] == "Pay?", out
-        assert rows[c1][5] == '{"amount":5}', out
+        assert rows[c1][2] == "approval" and rows[c1][3] == "approve", out
+        assert re.fullmatch(ISO, rows[c1][4]) and rows[c1][5] == "Pay?", out
+        assert rows[c1][6] == '{"amount":5}', out
         ids = a.ctl("-q", "pending")[1].split()
         assert sorted(ids) == sorted(r[0] for r in rows.values())
         # --json: one line agentctl assembled, the rows as tool_calls gives them.
         j = json.loads(a.ctl("--json", "pending")[1])
         assert j["ok"] is True and sorted(t["id"] for t in j["tool_calls"]) == sorted(ids), j
-        assert all(t["status"] == "pending" and t["deadline"] > 0 for t in j["tool_calls"]), j
+        assert all(t["status"] == "pending" and t["kind"] == "approval" and t["deadline"] > 0 for t in j["tool_calls"]), j
         # The deadline, raw milliseconds in the reply, shows its UTC time too.
         t1 = rows[c1][0]
         out = a.ctl("tool-call", t1)[1]
