@@ -324,6 +324,61 @@ for line in sys.stdin.buffer:
         assert m["params"]["_meta"] == {"agentd/idempotency_key": tcid, "agentd/attempt": 1}, m
 
 
+def test_mcp_annotations_and_lists_decide():
+    """An MCP tool's annotations decide when the configuration is silent (readOnlyHint or idempotentHint:
+    re-dispatched; destructiveHint or none: unknown); idempotent_tools and non_idempotent_tools win over
+    them. Each call killed mid-call (after the server recorded it) with a tiny server of tests/mcp."""
+    srv = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mcp", "annotated_server.py"))
+    a = Agentd(start=False)
+    log = os.path.join(a.dir, "calls.jsonl")
+    a.write_config(f"""
+[agentd]
+restart_limit = 16
+restart_window = 1s
+
+[mcp.an]
+command = {PY} {srv} {log}
+timeout = 60s
+
+[mcp.lists]
+command = {PY} {srv} {log}
+prefix = l_
+idempotent_tools = plain
+non_idempotent_tools = ro, idem
+""")
+    a.start()
+    with a:
+        c = a.create(settings={"model": "echo", "tools": ["an", "lists"]})
+
+        def calls():
+            try:
+                return [json.loads(ln) for ln in open(log)]
+            except FileNotFoundError:
+                return []
+        expect = {"an__ro": False, "an__idem": False, "an__destroy": True, "an__plain": True,
+                  "l_plain": False, "l_ro": True, "l_idem": True}
+        for tool, unknown in expect.items():
+            n = len(calls())
+            if os.path.exists(log + ".go"):
+                os.remove(log + ".go")
+            tcid = ask(a, c, tool, {})
+            wait_for(lambda: len(calls()) > n, 30, f"{tool} called")
+            got = calls()[n]
+            assert got["_meta"] == {"agentd/idempotency_key": tcid, "agentd/attempt": 1}, got
+            pid = a.worker_pid(c)
+            os.kill(pid, signal.SIGKILL)
+            if unknown:
+                wait_for(lambda: row(a, tcid)["status"] == "unknown", 30, f"{tool} unknown")
+                a.ok({"op": "settle", "conversation": c, "tool_call_id": tcid, "outcome": "failed"})
+            else:
+                wait_for(lambda: len(calls()) > n + 1, 30, f"{tool} dispatched again")
+                assert calls()[n + 1]["_meta"] == {"agentd/idempotency_key": tcid, "agentd/attempt": 2}, calls()
+                pathlib.Path(log + ".go").touch()
+                wait_for(lambda: row(a, tcid)["status"] == "resolved", 30, f"{tool} resolved")
+            wait_for(lambda: conv_get(a, c)["status"] == "idle", 30, "the turn answered")
+            assert not [e for e in a.events(c, type="tool_unknown") if e["content"]["tool_call_id"] == tcid] or unknown
+
+
 def test_chaos_kills_around_side_effects():
     """kill -9 the worker or agentd at random points around dispatches of the side-effect tool, many times.
     Afterwards: every call is done, failed or unknown (none in no state), and no call ran more often than
