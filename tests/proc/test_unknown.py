@@ -157,6 +157,12 @@ def test_interrupted_call_becomes_unknown_and_retry_runs_it_again():
         assert fsm["pending"][tcid] == {"executor": "server", "name": "side", "kind": "unknown"}, fsm
         unk = a.ok({"op": "tool_calls", "conversation": c, "status": "unknown"})["tool_calls"]
         assert [t["id"] for t in unk] == [tcid], unk
+        # durable: a kill of agentd and a restart leave it unknown, and `agentd check` finds the store whole
+        a.kill(signal.SIGKILL)
+        chk = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True, timeout=scaled(60))
+        assert chk.returncode == 0, chk.stdout + chk.stderr
+        a.start()
+        assert row(a, tcid)["status"] == "unknown" and conv_get(a, c)["status"] == "suspended"
         release(a, "b1")
         time.sleep(scaled(0.5))  # nothing runs it while it is unknown
         assert len(effects(a, tcid)) == 1, effects(a)
@@ -439,6 +445,9 @@ def test_chaos_kills_around_side_effects():
         over = {t: (len(effects(a, t)), grants.get(t, 0)) for t in calls
                 if len(effects(a, t)) > 1 + grants.get(t, 0)}
         assert not over, f"second executions nobody decided: {over}"
+        a.stop()
+        chk = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True, timeout=scaled(60))
+        assert chk.returncode == 0, chk.stdout + chk.stderr
         n_unknown = len([e for e in evs if e["type"] == "tool_unknown"])
         print(f"chaos: {rounds} rounds, {len(calls)} calls, {n_unknown} became unknown, "
               f"{sum(grants.values())} retries granted, {len(effects(a))} executions", file=sys.stderr)
