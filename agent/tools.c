@@ -230,6 +230,12 @@ static int count_attempt(struct worker *w, const char *id, const char *name, jso
 			return UNKNOWN_NOW;
 		}
 		t = wstore_wbegin(w, 0);
+		/* Read again: it may have been settled (a cancel) while no transaction was held. */
+		wstore_must(w, t, store_tool_call_get(t, id, &row), "tool call row");
+		if (row.status != STORE_TC_PENDING || row.attempts != att) {
+			wstore_wabort(w, t);
+			return SETTLED; /* decide again from the log */
+		}
 	}
 	if (tc && !granted && row.attempts >= (uint32_t)tc->max_attempts) {
 		/* Every dispatch so far was interrupted: settle it without

@@ -634,25 +634,47 @@ static void by_name(struct MHD_Connection *c, const struct who *w, char *out, si
 		snprintf(out, n, "%s", w->session ? "agentd-web" : "agentd-web (token)");
 }
 
+/* A POST's body: a JSON object holding only the fields named (a NULL-ended
+ * list) into *b. 1 with *ret the error answered (400), else 0. */
+static int body_object(struct MHD_Connection *c, struct req *rq, const char *const *fields, json_t **b,
+		       enum MHD_Result *ret)
+{
+	const char *k;
+	json_t *v;
+	*b = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, NULL);
+	if (!json_is_object(*b)) {
+		json_decref(*b);
+		*ret = send_error(c, 400, "bad_request", "the body must be a JSON object");
+		return 1;
+	}
+	json_object_foreach(*b, k, v) {
+		size_t i = 0;
+		while (fields[i] && strcmp(k, fields[i]))
+			i++;
+		if (fields[i])
+			continue;
+		char msg[200] = "unknown field (";
+		for (i = 0; fields[i]; i++)
+			snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%s%s", i ? ", " : "", fields[i]);
+		snprintf(msg + strlen(msg), sizeof msg - strlen(msg), ")");
+		json_decref(*b);
+		*ret = send_error(c, 400, "bad_request", msg);
+		return 1;
+	}
+	return 0;
+}
+
 /* {"tool_call_id", "decision": "approve"|"deny", "comment"?, "result"?}:
  * settled resolved (as agentctl approve and deny do: a denial is an answer,
  * not a failure) with the result given, or {"approved": true|false,
  * "comment"?}. */
 static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, const struct who *w)
 {
-	json_t *b = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, NULL);
-	const char *k;
-	json_t *v;
+	static const char *const fields[] = { "tool_call_id", "decision", "comment", "result", NULL };
 	enum MHD_Result ret;
-	if (!json_is_object(b)) {
-		json_decref(b);
-		return send_error(c, 400, "bad_request", "the body must be a JSON object");
-	}
-	json_object_foreach(b, k, v)
-		if (strcmp(k, "tool_call_id") && strcmp(k, "decision") && strcmp(k, "comment") && strcmp(k, "result")) {
-			json_decref(b);
-			return send_error(c, 400, "bad_request", "unknown field (tool_call_id, decision, comment, result)");
-		}
+	json_t *b = NULL;
+	if (body_object(c, rq, fields, &b, &ret))
+		return ret;
 	const char *tc = json_string_value(json_object_get(b, "tool_call_id"));
 	const char *d = json_string_value(json_object_get(b, "decision"));
 	json_t *comment = json_object_get(b, "comment"), *result = json_object_get(b, "result");
@@ -686,19 +708,11 @@ static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, con
  * settle sends it, by the page's user. */
 static enum MHD_Result api_settle(struct MHD_Connection *c, struct req *rq, const struct who *w)
 {
-	json_t *b = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, NULL);
-	const char *k;
-	json_t *v;
+	static const char *const fields[] = { "conversation", "tool_call_id", "outcome", "result", NULL };
 	enum MHD_Result ret;
-	if (!json_is_object(b)) {
-		json_decref(b);
-		return send_error(c, 400, "bad_request", "the body must be a JSON object");
-	}
-	json_object_foreach(b, k, v)
-		if (strcmp(k, "conversation") && strcmp(k, "tool_call_id") && strcmp(k, "outcome") && strcmp(k, "result")) {
-			json_decref(b);
-			return send_error(c, 400, "bad_request", "unknown field (conversation, tool_call_id, outcome, result)");
-		}
+	json_t *b = NULL;
+	if (body_object(c, rq, fields, &b, &ret))
+		return ret;
 	if (!json_is_string(json_object_get(b, "conversation")) || !json_is_string(json_object_get(b, "tool_call_id")) ||
 	    !json_is_string(json_object_get(b, "outcome"))) {
 		json_decref(b);

@@ -116,13 +116,19 @@ async function decide(card, decision) {
   } else if (comment) {
     body.comment = comment;
   }
+  await sendDecision(card, '/api/resolve', body, `${decision === 'approve' ? 'Approved' : 'Denied'} by ${S.by}.`,
+    'Already answered elsewhere, or expired: nothing more to do here.');
+}
+
+// A card's decision sent: said done, or stale (answered elsewhere), or the error with the buttons back.
+async function sendDecision(card, url, body, doneText, staleText) {
   try {
-    await post('/api/resolve', body);
-    cardSetStatus(card, 'done', `${decision === 'approve' ? 'Approved' : 'Denied'} by ${S.by}.`);
+    await post(url, body);
+    cardSetStatus(card, 'done', doneText);
     setTimeout(() => removeCard(card), 4000);
   } catch (e) {
     if (e.code === 'stale') {
-      cardSetStatus(card, 'stale', 'Already answered elsewhere, or expired: nothing more to do here.');
+      cardSetStatus(card, 'stale', staleText);
       explainGone(card);
     } else {
       card.status.textContent = `Could not send the decision: ${e.message}`;
@@ -172,21 +178,7 @@ async function settleCard(card, outcome) {
     }
   }
   const said = { retry: 'Run again', done: 'Marked done', failed: 'Marked failed' }[outcome];
-  try {
-    await post('/api/settle', body);
-    cardSetStatus(card, 'done', `${said} by ${S.by}.`);
-    setTimeout(() => removeCard(card), 4000);
-  } catch (e) {
-    if (e.code === 'stale') {
-      cardSetStatus(card, 'stale', 'Already decided elsewhere: nothing more to do here.');
-      explainGone(card);
-    } else {
-      card.status.textContent = `Could not send the decision: ${e.message}`;
-      for (const b of card.node.querySelectorAll('button')) b.disabled = false;
-    }
-  } finally {
-    card.busy = false;
-  }
+  await sendDecision(card, '/api/settle', body, `${said} by ${S.by}.`, 'Already decided elsewhere: nothing more to do here.');
 }
 
 function makeUnknownCard(tc, showConversation) {
