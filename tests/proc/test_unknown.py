@@ -161,6 +161,15 @@ def test_interrupted_call_becomes_unknown_and_retry_runs_it_again():
         a.kill(signal.SIGKILL)
         chk = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True, timeout=scaled(60))
         assert chk.returncode == 0, chk.stdout + chk.stderr
+        # export and import carry it unknown; the copy checks consistent and exports the same
+        e1, e2, back = (os.path.join(a.dir, n) for n in ("e1.jsonl", "e2.jsonl", "back"))
+        for args in (("export", *a.check_args(), "--output", e1), ("import", "--data", back, "--input", e1),
+                     ("check", "--data", back), ("export", "--data", back, "--output", e2)):
+            p = harness.run_agentd(*args, capture_output=True, text=True, timeout=scaled(60))
+            assert p.returncode == 0, (args, p.stdout, p.stderr)
+        rows = [json.loads(x) for x in open(e2) if '"unknown"' in x and tcid in x]
+        assert any(r.get("status") == "unknown" for r in rows), open(e2).read()
+        assert open(e2).read().splitlines()[1:] == open(e1).read().splitlines()[1:]
         a.start()
         assert row(a, tcid)["status"] == "unknown" and conv_get(a, c)["status"] == "suspended"
         release(a, "b1")
