@@ -5,7 +5,8 @@ approval, and `settle` (or the tool's reconcile command) decides it. Real agentd
 The side-effect tool appends its tool_call_id to effects.log (the effect), then waits for rel/NAME when its
 args say {"block": NAME} (so a test can kill it after the effect and before its result), then prints its
 result. The chaos test kills workers and agentd around its dispatches many times and counts executions per
-tool_call_id against the dispatches people and reconcile granted.
+tool_call_id against the dispatches people and reconcile granted (AGENTD_UNKNOWN_ROUNDS rounds, default 20;
+AGENTD_CHAOS_SEED picks the kills).
 """
 import json
 import os
@@ -398,7 +399,7 @@ def test_chaos_kills_around_side_effects():
     """kill -9 the worker or agentd at random points around dispatches of the side-effect tool, many times.
     Afterwards: every call is done, failed or unknown (none in no state), and no call ran more often than
     1 + the retries a person (settle) or reconcile granted."""
-    rounds = int(os.environ.get("AGENTD_UNKNOWN_ROUNDS", "12"))
+    rounds = int(os.environ.get("AGENTD_UNKNOWN_ROUNDS", "20"))
     rng = random.Random(int(os.environ.get("AGENTD_CHAOS_SEED", "35")))
     with start() as a:
         c = a.create(settings={"model": "echo", "tools": ["side", "rside"]})
