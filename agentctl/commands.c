@@ -123,8 +123,23 @@ static const struct param opt_decide[] = {
 	{0},
 };
 
+static const struct param pos_settle[] = {
+	{"CONV", "conversation", K_STR, NULL, NULL, false, "the call's conversation"},
+	{"TOOL_CALL_ID", "tool_call_id", K_STR, NULL, NULL, false, "the unknown call"},
+	{"OUTCOME", "outcome", K_ENUM, NULL, "retry|done|failed", false,
+	 "retry (run it again, same id), done (it happened) or failed (it did not)"},
+	{0},
+};
+
+static const struct param opt_settle[] = {
+	{"--result", "result", K_JSON, "JSON", NULL, false, "done: the tool's result; failed: the error the model sees"},
+	{"--by", "by", K_STR, "NAME", NULL, false, "who decides, recorded with your uid in the event"},
+	{0},
+};
+
 static const struct param opt_tool_calls[] = {
-	{"--status", "status", K_STR, "S", NULL, false, "only calls with status S (pending, resolved, errored, expired, cancelled)"},
+	{"--status", "status", K_STR, "S", NULL, false,
+	 "only calls with status S (pending, resolved, errored, expired, cancelled, unknown)"},
 	{0},
 };
 
@@ -215,11 +230,18 @@ const struct command commands[] = {
 	 "\"comment\": TEXT with --comment). Prints `seq: N` of the resolution event; `stale` when it is not pending.",
 	 pos_tool_call, opt_decide, show_fields, 0, "agentctl deny call_abc123 --comment 'over the limit'",
 	 "{\"status\":\"resolved\",\"result\":{\"approved\":false}}", "seq"},
-	{"pending", "list", "list pending approvals across all conversations (table)",
-	 "List every pending human tool call of every conversation as a table:\n"
-	 "ID CONVERSATION NAME DEADLINE PROMPT ARGS (DEADLINE in UTC; - when it never expires).\n"
-	 "agentctl asks agentd for the suspended conversations (list), then for each one's pending calls\n"
-	 "(tool_calls); with --json it prints one line {\"ok\":true,\"tool_calls\":[...]} it assembled.",
+	{"settle", "settle", "decide a tool call whose outcome is unknown",
+	 "Decide a call whose outcome is unknown (a tool not safe to run twice, interrupted after its dispatch\n"
+	 "began): retry dispatches it again with the same id, done records --result as its result, failed records\n"
+	 "a failure the model sees (--result: its own). Prints `seq: N` of the event; `stale` when it is not unknown.",
+	 pos_settle, opt_settle, show_fields, 0, "agentctl settle demo call_abc123 done --result '{\"charged\":true}'", NULL,
+	 "seq"},
+	{"pending", "list", "list pending approvals and unknown calls across all conversations (table)",
+	 "List every pending human tool call and every call whose outcome is unknown, of every conversation, as a\n"
+	 "table: ID CONVERSATION KIND NAME DEADLINE PROMPT ARGS (KIND approval or unknown; DEADLINE in UTC; - when\n"
+	 "it never expires). agentctl asks agentd for the suspended conversations (list), then for each one's\n"
+	 "pending and unknown calls (tool_calls); with --json it prints one line {\"ok\":true,\"tool_calls\":[...]}\n"
+	 "it assembled, each row with its \"kind\".",
 	 no_params, no_params, show_pending, CMD_PENDING, "agentctl pending",
 	 NULL, "tool_calls/id"},
 	{"tool-call", "tool_call", "show a tool call",

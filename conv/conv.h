@@ -113,6 +113,39 @@ int conv_after_resolution(store_txn *t, const char *conv, int *ended);
 int conv_resolve(store_txn *t, const char *id, int status, const json_t *result, const json_t *by, char *conv,
 		 uint64_t *seq, int *ended);
 
+/* ---- calls whose outcome is unknown (docs/tools.md) ------------------ */
+
+/* How a call whose outcome is unknown is decided (`settle`, a reconcile
+ * command's answer). */
+enum conv_outcome { CONV_RETRY = 0, CONV_DONE, CONV_FAILED };
+/* "retry", "done", "failed"; NULL out of range. */
+const char *conv_outcome_name(int outcome);
+
+/* The pending server call id (of conv) was interrupted after its dispatch
+ * began and is not safe to run again: make it unknown (store.h's
+ * STORE_TC_UNKNOWN) and record it in the log, a `tool_unknown` event
+ * {tool_call_id, name, attempts}, in t; *seq (may be NULL) the event's seq.
+ * Errors: STORE_E_STALE (not pending: nothing written, t usable), the
+ * store's. */
+int conv_unknown_mark(store_txn *t, const char *conv, const char *id, const char *name, uint32_t attempts,
+		      uint64_t *seq);
+
+/* Decide the unknown call id: CONV_RETRY makes it pending again, with a
+ * `tool_retry` event {tool_call_id, attempts, by} (a dispatch is granted
+ * while its attempts are the row's); CONV_DONE settles it resolved with
+ * result (NULL: null) and CONV_FAILED errored with result (NULL: {"error":
+ * "...did not take effect"}), each a `resolution` event with by and
+ * "outcome". Then conv_after_resolution. conv, when not empty, must be the
+ * call's conversation; it gets the call's conversation (STORE_ID_MAX + 1
+ * bytes). by: who decided ({"uid", "name"?} for `settle`, {"reconcile":
+ * true} for a reconcile command), may be NULL. *seq the event's seq, *ended
+ * whether the conversation is ended.
+ * Errors, nothing written and t usable: STORE_E_NOTFOUND (no such call, or
+ * not conv's), STORE_E_STALE (not unknown: pending, running or settled),
+ * STORE_E_INVAL (result too deep); others poison t. */
+int conv_unknown_decide(store_txn *t, const char *id, int outcome, const json_t *result, const json_t *by,
+			char *conv, uint64_t *seq, int *ended);
+
 /* Record an error that ends a turn: an `error` event {message, attempts,
  * context_seq} (message: bytes from anywhere, kept readable by json_text's
  * rules), its seq in *seq. The tail treats it as the turn's end: nothing is

@@ -14,7 +14,7 @@
 static const char *const op_names[OP_COUNT] = {
 	"ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve",
 	"tool_call", "tool_calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
-	"shutdown", "fork", "backup", "cancel", "resume", "runs", "nodes",
+	"shutdown", "fork", "backup", "cancel", "resume", "runs", "nodes", "settle",
 };
 
 static const char *const err_codes[PERR_COUNT] = {
@@ -376,7 +376,8 @@ static int send_batch(struct pctx *p, struct request *rq)
  * in op_fields below) and checks and copies them into rq. */
 
 static const char *const conv_status[] = { "idle", "active", "suspended", "ended", "paused" };
-static const char *const tc_status[] = { "pending", "resolved", "errored", "expired", "cancelled" };
+static const char *const tc_status[] = { "pending", "resolved", "errored", "expired", "cancelled", "unknown" };
+static const char *const outcomes[] = { "retry", "done", "failed" };
 static const char *const res_status[] = { NULL, "resolved", "errored" };
 
 static int parse_none(struct pctx *p, struct request *rq)
@@ -479,9 +480,9 @@ static int parse_events(struct pctx *p, struct request *rq)
 	if (json_object_get(p->o, "type")) {
 		static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
 			"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled",
-			"steer" };
+			"steer", "tool_unknown", "tool_retry" };
 		int t;
-		if ((e = get_enum(p, "type", types, 11, &t)))
+		if ((e = get_enum(p, "type", types, 13, &t)))
 			return e;
 		rq->type = types[t];
 	}
@@ -503,6 +504,24 @@ static int parse_resolve(struct pctx *p, struct request *rq)
 	return get_by(p, &rq->by);
 }
 
+/* settle: a decision on an unknown call (docs/protocol.md). A result is for
+ * done and failed only. */
+static int parse_settle(struct pctx *p, struct request *rq)
+{
+	int e;
+	if ((e = get_id(p, "conversation", 1, &rq->conv)) || (e = get_id(p, "tool_call_id", 1, &rq->tool_call_id)) ||
+	    (e = get_enum(p, "outcome", outcomes, 3, &rq->outcome)))
+		return e;
+	if (rq->outcome < 0)
+		return bad(p, "missing 'outcome': retry, done or failed");
+	rq->result = json_object_get(p->o, "result");
+	if (rq->result && rq->outcome == PROTO_RETRY)
+		return bad(p, "'result' is for outcome done or failed, not retry");
+	if (rq->result && !jsonmp_fits(rq->result, 1))
+		return bad(p, "'result' nests more than %d levels of objects and arrays", JSONMP_MAX_DEPTH);
+	return get_by(p, &rq->by);
+}
+
 static int parse_tool_call(struct pctx *p, struct request *rq)
 {
 	return get_id(p, "tool_call_id", 1, &rq->tool_call_id);
@@ -513,7 +532,7 @@ static int parse_tool_calls(struct pctx *p, struct request *rq)
 	int e;
 	if ((e = get_id(p, "conversation", 1, &rq->conv)))
 		return e;
-	return get_enum(p, "status", tc_status, 5, &rq->status);
+	return get_enum(p, "status", tc_status, 6, &rq->status);
 }
 
 static int parse_fork(struct pctx *p, struct request *rq)
@@ -597,6 +616,7 @@ static const struct {
 	[OP_EVENTS] = { FIELDS("conversation", "after", "before", "limit", "type", "wait_ms"), parse_events },
 	[OP_WATCH] = { FIELDS("conversation", "after", "runs"), parse_events },
 	[OP_RESOLVE] = { FIELDS("tool_call_id", "status", "result", "by"), parse_resolve },
+	[OP_SETTLE] = { FIELDS("conversation", "tool_call_id", "outcome", "result", "by"), parse_settle },
 	[OP_TOOL_CALL] = { FIELDS("tool_call_id"), parse_tool_call },
 	[OP_TOOL_CALLS] = { FIELDS("conversation", "status"), parse_tool_calls },
 	[OP_FORK] = { FIELDS("conversation", "seq", "new_conversation", "settings", "metadata"), parse_fork },

@@ -17,7 +17,7 @@ enum proto_op {
 	OP_PING, OP_CREATE, OP_GET, OP_LIST, OP_UPDATE, OP_DELETE, OP_SEND, OP_EVENTS, OP_WATCH,
 	OP_RESOLVE, OP_TOOL_CALL, OP_TOOL_CALLS, OP_SUMMARY, OP_COMPACT, OP_AUDIT, OP_KILL, OP_STOP,
 	OP_STATUS, OP_METRICS, OP_SHUTDOWN, OP_FORK, OP_BACKUP, OP_CANCEL, OP_RESUME, OP_RUNS, OP_NODES,
-	OP_COUNT
+	OP_SETTLE, OP_COUNT
 };
 
 enum proto_err {
@@ -29,7 +29,9 @@ enum proto_err {
  * as the store's (the supervisor checks that at compile time). */
 enum proto_conv_status { PROTO_IDLE = 0, PROTO_ACTIVE, PROTO_SUSPENDED, PROTO_ENDED, PROTO_PAUSED };
 enum proto_tc_status { PROTO_TC_PENDING = 0, PROTO_TC_RESOLVED, PROTO_TC_ERRORED, PROTO_TC_EXPIRED,
-		       PROTO_TC_CANCELLED };
+		       PROTO_TC_CANCELLED, PROTO_TC_UNKNOWN };
+/* settle's outcomes: the same values as conv.h's enum conv_outcome. */
+enum proto_outcome { PROTO_RETRY = 0, PROTO_DONE, PROTO_FAILED };
 
 /* What a send that finds a turn running does (settings.on_busy, send's
  * on_busy; docs/protocol.md, "Concurrent messages"). */
@@ -63,8 +65,9 @@ struct request {
 	size_t limit;           /* 0: default */
 	const char *type;       /* events type filter */
 	int64_t wait_ms;        /* events long-poll, 0: none */
-	json_t *result;         /* resolve (borrowed), NULL: none */
-	const char *by;         /* resolve: who decided (PROTO_BY_MAX bytes at most), NULL: not given */
+	json_t *result;         /* resolve, settle (borrowed), NULL: none */
+	int outcome;            /* settle: enum proto_outcome */
+	const char *by;         /* resolve, settle: who decided (PROTO_BY_MAX bytes at most), NULL: not given */
 	int signal;             /* kill: SIGKILL or SIGTERM */
 	int runs;               /* watch: stream run starts and ends too */
 	/* send: optimistic concurrency and atomic batches (docs/protocol.md, send) */

@@ -42,12 +42,20 @@ class Stepper:
 
 
 def pending_steps(ops, conversation: Optional[str]):
-    """The pending human tool calls: of one conversation, or of every suspended one (a conversation with a
-    pending human call is suspended until it is settled), conversation id order, page by page. A
-    conversation deleted between the list and its tool_calls is skipped."""
+    """What waits for someone: the pending human tool calls (kind "approval") and the calls whose outcome is
+    unknown (kind "unknown", docs/tools.md), of one conversation, or of every suspended one (a conversation
+    with either is suspended until it is settled), conversation id order, page by page. A conversation
+    deleted between the list and its tool_calls is skipped."""
+    def of(calls, kind):
+        out = [t for t in calls if kind == "unknown" or t.executor == "human"]
+        for t in out:
+            t.kind = kind
+        return out
+
     if conversation is not None:
         calls = yield ops._tool_calls_call(conversation, "pending")
-        return [t for t in calls if t.executor == "human"]
+        unknown = yield ops._tool_calls_call(conversation, "unknown")
+        return of(calls, "approval") + of(unknown, "unknown")
     found = []
     after = None
     while True:
@@ -55,9 +63,10 @@ def pending_steps(ops, conversation: Optional[str]):
         for conv in page.conversations:
             try:
                 calls = yield ops._tool_calls_call(conv.id, "pending")
+                unknown = yield ops._tool_calls_call(conv.id, "unknown")
             except NotFound:
                 continue
-            found += [t for t in calls if t.executor == "human"]
+            found += of(calls, "approval") + of(unknown, "unknown")
         if page.next is None:
             return found
         after = page.next
@@ -78,7 +87,7 @@ class _Turn:
         self.round_open = False  # its assistant_msg was the last event but for its tool calls
         self.round_calls = 0
         self.open = {}  # the latest round's calls not settled yet: id -> executor
-        self.suspended = set()  # those of them with a suspension: waiting for a person
+        self.suspended = set()  # those of them with a suspension or a tool_unknown: waiting for someone
         self.waiting_at: Optional[int] = None  # len(events) when all open calls came to wait for a person
 
     def _result(self, status: str, upto: Optional[int] = None) -> TurnResult:
@@ -106,8 +115,10 @@ class _Turn:
             elif ev.type == "tool_call" and self.answering:
                 self.round_calls += 1
                 self.open[call] = content.get("executor")
-            elif ev.type == "suspension" and call in self.open:
-                self.suspended.add(call)
+            elif ev.type in ("suspension", "tool_unknown") and call in self.open:
+                self.suspended.add(call)  # a person's call, or one whose outcome is unknown: both wait
+            elif ev.type == "tool_retry":
+                self.suspended.discard(call)  # decided: it runs again
             elif ev.type in ("tool_result", "resolution"):
                 self.open.pop(call, None)
                 self.suspended.discard(call)

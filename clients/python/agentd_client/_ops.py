@@ -15,7 +15,8 @@ from typing import Any, Callable, Dict, Optional
 from . import _flows
 from .errors import AgentdConnectionError, AgentdTimeout, BadRequest
 from .types import (BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, Event, EventPage, ForkResult,
-                    ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Status, Summary, ToolCall, _build)
+                    ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Settlement, Status, Summary, ToolCall,
+                    _build)
 
 DEFAULT_SOCKET = "./agentd-data/agentd.sock"
 SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
@@ -301,11 +302,25 @@ class _Ops:
         as `agentctl deny`. Returns Resolution; errors as resolve's."""
         return self.resolve(tool_call_id, {"approved": False, **_opt(comment=comment)}, by=by)
 
+    def settle(self, conversation: str, tool_call_id: str, outcome: str, result: Any = None, *,
+               by: Optional[str] = None):
+        """Decide a tool call whose outcome is unknown (docs/tools.md): outcome "retry" (dispatch it again,
+        same id), "done" (it happened: result is its result) or "failed" (it did not: result, when given,
+        is the failure the model sees). by as resolve's. Returns Settlement(seq, conversation, outcome).
+        Stale when the call is not unknown; NotFound when the conversation has no such call; BadRequest
+        for a bad outcome, a result with retry, or a bad by."""
+        fields = _opt(conversation=conversation, tool_call_id=tool_call_id, outcome=outcome, by=by)
+        if result is not None:
+            fields["result"] = result
+        return self._run(_Call("settle", fields,
+                               lambda r: Settlement(r["seq"], r.get("conversation"), r.get("outcome"))))
+
     def pending(self, conversation: Optional[str] = None):
-        """The pending human tool calls (a list of ToolCall): of every conversation (the suspended ones,
-        in conversation id order, as `agentctl pending`), or of the one given (NotFound when it does not
-        exist). Not one op: a list of the suspended conversations, page by page, and tool_calls for each
-        (a conversation deleted meanwhile is skipped)."""
+        """What waits for someone (a list of ToolCall, each with kind "approval" or "unknown"): the pending
+        human tool calls and the calls whose outcome is unknown, of every conversation (the suspended
+        ones, in conversation id order, as `agentctl pending`), or of the one given (NotFound when it does
+        not exist). Not one op: a list of the suspended conversations, page by page, and tool_calls for
+        each (a conversation deleted meanwhile is skipped)."""
         return self._flow(_flows.pending_steps(self, conversation))
 
     def tool_call(self, tool_call_id: str):
@@ -315,7 +330,7 @@ class _Ops:
 
     def tool_calls(self, conversation: str, *, status: Optional[str] = None):
         """The conversation's tool calls in id order (a list of ToolCall); status filters (pending,
-        resolved, errored, expired, cancelled)."""
+        resolved, errored, expired, cancelled, unknown)."""
         return self._run(self._tool_calls_call(conversation, status))
 
     def summary(self, conversation: str):

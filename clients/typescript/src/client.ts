@@ -12,7 +12,7 @@ import {
 } from "./errors.js";
 import type {
   BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, ConversationStatus, Event, EventPage,
-  ForkResult, Json, Resolution, Resumed, RunPage, SendResult, Status, Summary, ToolCall, ToolCallStatus, TurnResult,
+  ForkResult, Json, Resolution, Resumed, Settlement, RunPage, SendResult, Status, Summary, ToolCall, ToolCallStatus, TurnResult,
 } from "./types.js";
 import { Watch, type WatchOptions } from "./watch.js";
 
@@ -432,9 +432,22 @@ export class Client {
     return this.resolve(toolCallId, opt({ approved: false, comment: o.comment }) as Json, { by: o.by });
   }
 
-  /** Every pending human tool call of every conversation, conversations in id order. The protocol has no
-   * op for it: as agentctl pending, the suspended conversations (list, page by page), then each one's
-   * pending calls; a conversation deleted meanwhile is skipped. */
+  /** Decide a tool call whose outcome is unknown (docs/tools.md): "retry" dispatches it again (same id),
+   * "done" records result as its result, "failed" a failure the model sees (result, when given). Stale
+   * when it is not unknown; NotFound when the conversation has no such call. Not retried on a lost reply. */
+  settle(conversation: string, toolCallId: string, outcome: "retry" | "done" | "failed", result?: Json,
+    o: { by?: string } = {}): Promise<Settlement> {
+    const fields = opt({ conversation, tool_call_id: toolCallId, outcome, by: o.by });
+    if (result !== undefined) fields.result = result;
+    return this.run({ op: "settle", fields,
+      parse: (r) => ({ seq: need(r, "seq"), conversation: need(r, "conversation"), outcome: need(r, "outcome") }) as
+        unknown as Settlement });
+  }
+
+  /** What waits for someone, of every conversation, conversations in id order: the pending human tool calls
+   * (kind "approval") and the calls whose outcome is unknown (kind "unknown"). The protocol has no op for
+   * it: as agentctl pending, the suspended conversations (list, page by page), then each one's pending
+   * and unknown calls; a conversation deleted meanwhile is skipped. */
   async pending(): Promise<ToolCall[]> {
     const out: ToolCall[] = [];
     let after: string | undefined;
@@ -442,7 +455,10 @@ export class Client {
       const page = await this.list({ status: "suspended", limit: 1000, after });
       for (const c of page.conversations) {
         try {
-          out.push(...await this.toolCalls(c.id, { status: "pending" }));
+          const approvals = await this.toolCalls(c.id, { status: "pending" });
+          const unknown = await this.toolCalls(c.id, { status: "unknown" });
+          out.push(...approvals.map((t) => ({ ...t, kind: "approval" as const })),
+            ...unknown.map((t) => ({ ...t, kind: "unknown" as const })));
         } catch (e) {
           if (!(e instanceof NotFound)) throw e;
         }

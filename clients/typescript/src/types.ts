@@ -7,7 +7,7 @@
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 export type ConversationStatus = "idle" | "active" | "suspended" | "ended" | "paused";
-export type ToolCallStatus = "pending" | "resolved" | "errored" | "expired" | "cancelled";
+export type ToolCallStatus = "pending" | "resolved" | "errored" | "expired" | "cancelled" | "unknown";
 
 export interface Usage {
   input_tokens: number;
@@ -100,11 +100,20 @@ export interface ToolCall {
   deadline?: number | null;
   attempts?: number;
   prompt?: string;
+  /** Set by pending() only: "approval" (a pending human call) or "unknown" (a call whose outcome is unknown). */
+  kind?: "approval" | "unknown";
 }
 
 export interface Resolution {
   seq: number;
   conversation?: string;
+}
+
+/** settle: the event written (tool_retry, or the resolution), its conversation and the outcome. */
+export interface Settlement {
+  seq: number;
+  conversation: string;
+  outcome: "retry" | "done" | "failed";
 }
 
 export interface Summary {

@@ -234,3 +234,36 @@ test("watch streams every event, and resumes across a kill -9 of agentd", async 
   assert.ok(c.retries >= 0);
   await assert.rejects(c.watch("c-none"), A.NotFound);
 });
+
+test("settle: an unknown call listed by pending (kind unknown), decided, refused when not unknown", async () => {
+  const dir = fs.mkdtempSync(path.join(agentd.dir, "side-"));
+  const eff = path.join(dir, "effects"), tool = path.join(dir, "side.py");
+  fs.writeFileSync(tool, "import json, os, sys, time\nreq = json.load(sys.stdin)\n" +
+    "open(sys.argv[1], 'a').write(req['tool_call_id'] + '\\n')\n" +
+    "while not os.path.exists(sys.argv[1] + '.go'):\n    time.sleep(0.01)\nprint('{}')\n");
+  const b = await new Agentd(`[tool.side]\nexecutor = server\ncommand = python3 ${tool} ${eff}\ntimeout = 60s\n`).start();
+  const bc = new Client({ socket: b.socket, timeout: 30000 * SLOW });
+  try {
+    const id = await bc.create("echo", { tools: ["side"] });
+    await bc.send(id, "/tool side {}");
+    await waitFor(() => fs.existsSync(eff), "the side effect");
+    process.kill((await bc.get(id)).worker.pid, "SIGKILL");
+    const [u] = await waitFor(async () => {
+      const p = await bc.pending();
+      return p.length ? p : null;
+    }, "the unknown call");
+    assert.equal(u.kind, "unknown");
+    assert.equal(u.status, "unknown");
+    await assert.rejects(bc.settle(id, u.id, "retry", { x: 1 }), (e) => e instanceof A.BadRequest);
+    await assert.rejects(bc.settle("nope", u.id, "done"), (e) => e instanceof A.NotFound);
+    const s = await bc.settle(id, u.id, "failed", undefined, { by: "ana" });
+    assert.equal(s.conversation, id);
+    assert.equal(s.outcome, "failed");
+    assert.equal((await bc.toolCall(u.id)).status, "errored");
+    await assert.rejects(bc.settle(id, u.id, "done"), (e) => e instanceof A.Stale);
+    fs.writeFileSync(eff + ".go", "");
+  } finally {
+    bc.close();
+    await b.stop();
+  }
+});
