@@ -12,7 +12,7 @@ user message:
                  answer "survived"
     else         answer "re: TEXT"
 
-The tool `work` records each dispatch (DIR/tool.log: {"id", "pid"}) and with args {"block": NAME} waits
+The tool `work` (idempotent: an interrupted dispatch is run again) records each dispatch (DIR/tool.log: {"id", "pid"}) and with args {"block": NAME} waits
 for DIR/rel/NAME.
 
     setup(Agentd(start=False), agentd_section="", model_script=MODEL) -> a   writes scripts (another model
@@ -95,6 +95,7 @@ retries = 0
 [tool.work]
 executor = server
 command = {PY} {tool} {a.tool_log} {a.dir}
+idempotent = yes
 timeout = 120s
 
 [tool.approve]
