@@ -110,55 +110,52 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 	return len;
 }
 
-/* Long because it is one libcurl transfer set up, run and read back in
- * order: the options, the wait that also watches the worker's IPC socket,
- * then the status, Retry-After and body; split, the order would be lost. */
-int http_post(const struct http_req *rq, struct http_resp *resp)
+/* The request's headers into *hl (the caller frees them, also on error)
+ * and the options of x's transfer: 0 or -ENOMEM. */
+static int xfer_setup(struct xfer *x, struct curl_slist **hl)
 {
-	memset(resp, 0, sizeof *resp);
-	resp->retry_after_ms = -1;
-	int64_t t0 = mono_ms();
-	struct xfer x = { rq, resp, NULL, 0 };
-	struct curl_slist *hl = NULL, *tmp;
-	CURLM *m = curl_multi_init();
-	x.h = curl_easy_init();
-	int rc = -ENOMEM;
-	if (!m || !x.h)
-		goto done;
-	if (!(tmp = curl_slist_append(hl, "Content-Type: application/json")))
-		goto done;
-	hl = tmp;
-	if (!(tmp = curl_slist_append(hl, "Expect:"))) /* no 100-continue round trip */
-		goto done;
-	hl = tmp;
+	const struct http_req *rq = x->rq;
+	struct curl_slist *tmp;
+	if (!(tmp = curl_slist_append(*hl, "Content-Type: application/json")))
+		return -ENOMEM;
+	*hl = tmp;
+	if (!(tmp = curl_slist_append(*hl, "Expect:"))) /* no 100-continue round trip */
+		return -ENOMEM;
+	*hl = tmp;
 	for (const char *const *h = rq->headers; h && *h; h++) {
-		if (!(tmp = curl_slist_append(hl, *h)))
-			goto done;
-		hl = tmp;
+		if (!(tmp = curl_slist_append(*hl, *h)))
+			return -ENOMEM;
+		*hl = tmp;
 	}
-	curl_easy_setopt(x.h, CURLOPT_URL, rq->url);
-	curl_easy_setopt(x.h, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(x.h, CURLOPT_POST, 1L);
-	curl_easy_setopt(x.h, CURLOPT_POSTFIELDS, rq->body);
-	curl_easy_setopt(x.h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
-	curl_easy_setopt(x.h, CURLOPT_HTTPHEADER, hl);
-	curl_easy_setopt(x.h, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(x.h, CURLOPT_WRITEDATA, &x);
-	curl_easy_setopt(x.h, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(x.h, CURLOPT_HEADERDATA, &x);
-	curl_easy_setopt(x.h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(x.h, CURLOPT_TIMEOUT_MS, (long)rq->timeout_ms);
-	curl_easy_setopt(x.h, CURLOPT_CONNECTTIMEOUT_MS, (long)rq->connect_timeout_ms);
-	curl_easy_setopt(x.h, CURLOPT_ACCEPT_ENCODING, ""); /* whatever libcurl can decode */
-	curl_easy_setopt(x.h, CURLOPT_USERAGENT, "agentd/" AGENTD_VERSION);
-	curl_multi_add_handle(m, x.h);
+	curl_easy_setopt(x->h, CURLOPT_URL, rq->url);
+	curl_easy_setopt(x->h, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(x->h, CURLOPT_POST, 1L);
+	curl_easy_setopt(x->h, CURLOPT_POSTFIELDS, rq->body);
+	curl_easy_setopt(x->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
+	curl_easy_setopt(x->h, CURLOPT_HTTPHEADER, *hl);
+	curl_easy_setopt(x->h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(x->h, CURLOPT_WRITEDATA, x);
+	curl_easy_setopt(x->h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(x->h, CURLOPT_HEADERDATA, x);
+	curl_easy_setopt(x->h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(x->h, CURLOPT_TIMEOUT_MS, (long)rq->timeout_ms);
+	curl_easy_setopt(x->h, CURLOPT_CONNECTTIMEOUT_MS, (long)rq->connect_timeout_ms);
+	curl_easy_setopt(x->h, CURLOPT_ACCEPT_ENCODING, ""); /* whatever libcurl can decode */
+	curl_easy_setopt(x->h, CURLOPT_USERAGENT, "agentd/" AGENTD_VERSION);
+	return 0;
+}
+
+/* Run m's transfer to its end, the wait also watching the worker's IPC
+ * socket (rq->watch_fd): 0; -EIO (libcurl's multi interface failed:
+ * resp->err says why); -ECANCELED (rq->on_watch asked to stop). */
+static int xfer_wait(CURLM *m, const struct http_req *rq, struct http_resp *resp)
+{
 	int running = 1;
 	while (running) {
 		CURLMcode mc = curl_multi_perform(m, &running);
 		if (mc != CURLM_OK) {
 			snprintf(resp->err, sizeof resp->err, "%s", curl_multi_strerror(mc));
-			rc = -EIO;
-			goto done;
+			return -EIO;
 		}
 		if (!running)
 			break;
@@ -167,15 +164,32 @@ int http_post(const struct http_req *rq, struct http_resp *resp)
 		mc = curl_multi_poll(m, rq->watch_fd >= 0 ? &wf : NULL, rq->watch_fd >= 0 ? 1 : 0, 1000, &nfd);
 		if (mc != CURLM_OK) {
 			snprintf(resp->err, sizeof resp->err, "%s", curl_multi_strerror(mc));
-			rc = -EIO;
-			goto done;
+			return -EIO;
 		}
 		if (rq->watch_fd >= 0 && (wf.revents & (CURL_WAIT_POLLIN | POLLHUP)) && rq->on_watch &&
-		    rq->on_watch(rq->arg)) {
-			rc = -ECANCELED;
-			goto done;
-		}
+		    rq->on_watch(rq->arg))
+			return -ECANCELED;
 	}
+	return 0;
+}
+
+/* One libcurl transfer set up (xfer_setup), run (xfer_wait) and read back
+ * in order: the status, the transfer's outcome, then the cleanup. */
+int http_post(const struct http_req *rq, struct http_resp *resp)
+{
+	memset(resp, 0, sizeof *resp);
+	resp->retry_after_ms = -1;
+	int64_t t0 = mono_ms();
+	struct xfer x = { rq, resp, NULL, 0 };
+	struct curl_slist *hl = NULL;
+	CURLM *m = curl_multi_init();
+	x.h = curl_easy_init();
+	int rc = -ENOMEM;
+	if (!m || !x.h || (rc = xfer_setup(&x, &hl)))
+		goto done;
+	curl_multi_add_handle(m, x.h);
+	if ((rc = xfer_wait(m, rq, resp)))
+		goto done;
 	CURLMsg *msg;
 	int left;
 	CURLcode cc = CURLE_OK;

@@ -92,7 +92,9 @@ static int run_tools(struct worker *w, struct tail *tl)
 		wstore_die_oom(w, NULL, "deciding the next step");
 	json_array_foreach(tl->unsettled, i, call) {
 		const char *ex = json_string_value(json_object_get(call, "executor"));
-		if (ex && !strcmp(ex, "human")) {
+		if ((ex && !strcmp(ex, "human")) ||
+		    (!ran && tools_call_unknown(w, json_string_value(json_object_get(call, "tool_call_id"))))) {
+			/* An unknown call waits for a decision as a person's does. */
 			if (json_array_append(humans, call)) /* never a call left unawaited */
 				wstore_die_oom(w, NULL, "deciding the next step");
 		} else if (!ran) {

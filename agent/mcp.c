@@ -770,8 +770,43 @@ static void on_start(const struct mcp_watch *w, pid_t pid)
 		w->on_start(w->arg, pid);
 }
 
+/* A hint of the annotations: 1 true, 0 false, -1 absent (or not a boolean). */
+static int hint(const json_t *ann, const char *key)
+{
+	json_t *v = json_object_get(ann, key);
+	return json_is_boolean(v) ? json_is_true(v) : -1;
+}
+
+int mcp_tool_idempotent(mcp_set *s, const struct tool_cfg *tc, const char *tool, const struct mcp_watch *w)
+{
+	if (!tc || !tc->mcp || !tool)
+		return 0;
+	/* Said by the configuration: no server needed. */
+	int said = config_mcp_idempotent(tc, tool, 0, 0);
+	if (said == config_mcp_idempotent(tc, tool, 1, 1))
+		return said;
+	struct server *sv = s ? srv_of(s, tc) : NULL;
+	if (!sv || srv_ensure(s, sv, w))
+		return config_mcp_idempotent(tc, tool, -1, -1);
+	size_t i;
+	json_t *t;
+	json_array_foreach(sv->tools, i, t) {
+		if (!json_is_string(json_object_get(t, "name")) || strcmp(json_string_value(json_object_get(t, "name")), tool))
+			continue;
+		json_t *ann = json_object_get(t, "annotations");
+		return config_mcp_idempotent(tc, tool, hint(ann, "readOnlyHint"), hint(ann, "idempotentHint"));
+	}
+	return config_mcp_idempotent(tc, tool, -1, -1);
+}
+
 int mcp_call(mcp_set *s, const struct tool_cfg *tc, const char *tool, json_t *args, const struct mcp_watch *w,
 	     json_t **result, int *is_error)
+{
+	return mcp_call_meta(s, tc, tool, args, NULL, w, result, is_error);
+}
+
+int mcp_call_meta(mcp_set *s, const struct tool_cfg *tc, const char *tool, json_t *args, const json_t *meta,
+		  const struct mcp_watch *w, json_t **result, int *is_error)
 {
 	struct server *sv = s && tc ? srv_of(s, tc) : NULL;
 	if (!sv || !tool || !result || !is_error || (args && !json_is_object(args)))
@@ -787,6 +822,10 @@ int mcp_call(mcp_set *s, const struct tool_cfg *tc, const char *tool, json_t *ar
 	}
 	on_start(w, sv->ch.pid);
 	json_t *params = json_pack("{s:s, s:o}", "name", tool, "arguments", args ? json_incref(args) : json_object());
+	if (params && meta && json_object_set(params, "_meta", (json_t *)meta)) {
+		json_decref(params);
+		params = NULL;
+	}
 	json_int_t id = 0;
 	json_t *resp = NULL;
 	e = request(sv, "tools/call", params, now_ms() + tc->timeout_ms, w, &id, &resp);

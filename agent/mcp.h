@@ -80,5 +80,17 @@ const char *mcp_tool_name(const struct tool_cfg *tc, const char *name);
  */
 int mcp_call(mcp_set *s, const struct tool_cfg *tc, const char *tool, json_t *args, const struct mcp_watch *w,
 	     json_t **result, int *is_error);
+/* mcp_call with meta (an object or NULL) as the request's params._meta:
+ * the idempotency key ("agentd/idempotency_key", docs/tools.md). */
+int mcp_call_meta(mcp_set *s, const struct tool_cfg *tc, const char *tool, json_t *args, const json_t *meta,
+		  const struct mcp_watch *w, json_t **result, int *is_error);
+/*
+ * Whether the server's tool (its own name) is safe to dispatch again after
+ * an interruption (config_mcp_idempotent): when the configuration is
+ * silent, the server is started (and listed) to read the tool's
+ * annotations (readOnlyHint, idempotentHint). 1 or 0; a server that cannot
+ * start, or a tool it does not list, is 0 unless the configuration says.
+ */
+int mcp_tool_idempotent(mcp_set *s, const struct tool_cfg *tc, const char *tool, const struct mcp_watch *w);
 
 #endif

@@ -148,8 +148,84 @@ static uint64_t tokens(const json_t *u, const char *k)
 	return v > 0 ? (uint64_t)v : 0;
 }
 
-/* One case per Messages-API event type: the switch is the stream's
- * grammar, read in one place. */
+/* A tool_use block (cb) started at c's index: a block started again there
+ * starts over. 0, or -1 out of memory. */
+static int tool_use_start(struct stream_call *c, const json_t *cb)
+{
+	const char *id = json_string_value(json_object_get(cb, "id"));
+	const char *name = json_string_value(json_object_get(cb, "name"));
+	json_t *in = json_object_get(cb, "input");
+	int rc = 0;
+	free(c->id);
+	free(c->name);
+	free(c->args);
+	c->args = NULL;
+	c->alen = 0;
+	c->id = id ? strdup(id) : NULL;
+	c->name = name ? strdup(name) : NULL;
+	if ((id && !c->id) || (name && !c->name))
+		rc = -1;
+	if (json_object_size(in)) {
+		char *a = jsonmp_dumps(in, JSON_COMPACT, 0, NULL);
+		if (!a || stream_append(&c->args, &c->alen, a, strlen(a)))
+			rc = -1;
+		free(a);
+	}
+	return rc;
+}
+
+/* content_block_start: a tool call's or a text's block. 0, or -1. */
+static int block_start(struct stream *s, const json_t *j)
+{
+	json_t *cb = json_object_get(j, "content_block");
+	const char *bt = json_string_value(json_object_get(cb, "type"));
+	int index = (int)json_integer_value(json_object_get(j, "index"));
+	if (bt && !strcmp(bt, "tool_use")) {
+		struct stream_call *c = stream_call_at(s, index);
+		return c ? tool_use_start(c, cb) : -1;
+	}
+	if (bt && !strcmp(bt, "text")) {
+		const char *text = json_string_value(json_object_get(cb, "text"));
+		if (text)
+			return stream_text(s, text, strlen(text));
+	}
+	return 0;
+}
+
+/* content_block_delta: more text, or more of a tool call's arguments. 0,
+ * or -1. */
+static int block_delta(struct stream *s, const json_t *j)
+{
+	json_t *d = json_object_get(j, "delta");
+	const char *dt = json_string_value(json_object_get(d, "type"));
+	if (dt && !strcmp(dt, "text_delta")) {
+		const char *text = json_string_value(json_object_get(d, "text"));
+		if (text)
+			return stream_text(s, text, strlen(text));
+	} else if (dt && !strcmp(dt, "input_json_delta")) {
+		const char *pj = json_string_value(json_object_get(d, "partial_json"));
+		struct stream_call *c = stream_call_at(s, (int)json_integer_value(json_object_get(j, "index")));
+		if (!c || (pj && stream_append(&c->args, &c->alen, pj, strlen(pj))))
+			return -1;
+	}
+	return 0;
+}
+
+/* An error event: the attempt failed, transient for the kinds a retry may
+ * cure. */
+static void stream_error(struct stream *s, const json_t *j)
+{
+	json_t *e = json_object_get(j, "error");
+	const char *et = json_string_value(json_object_get(e, "type"));
+	const char *m = json_string_value(json_object_get(e, "message"));
+	snprintf(s->err, sizeof s->err, "error in the stream: %s: %s", et ? et : "error", m ? m : "(no message)");
+	s->failed = 1;
+	s->transient = et && (!strcmp(et, "overloaded_error") || !strcmp(et, "api_error") ||
+			      !strcmp(et, "rate_limit_error") || !strcmp(et, "timeout_error"));
+}
+
+/* One case per Messages-API event type: the chain is the stream's
+ * grammar, read in one place, each case a line or a call. */
 static int event(struct stream *s, const char *type, const char *data, size_t len)
 {
 	(void)type;
@@ -173,52 +249,9 @@ static int event(struct stream *s, const char *type, const char *data, size_t le
 			    tokens(u, "cache_read_input_tokens");
 		s->out_tok = tokens(u, "output_tokens");
 	} else if (!strcmp(t, "content_block_start")) {
-		json_t *cb = json_object_get(j, "content_block");
-		const char *bt = json_string_value(json_object_get(cb, "type"));
-		int index = (int)json_integer_value(json_object_get(j, "index"));
-		if (bt && !strcmp(bt, "tool_use")) {
-			struct stream_call *c = stream_call_at(s, index);
-			const char *id = json_string_value(json_object_get(cb, "id"));
-			const char *name = json_string_value(json_object_get(cb, "name"));
-			json_t *in = json_object_get(cb, "input");
-			if (!c)
-				rc = -1;
-			else {
-				/* A block started again at its index starts over. */
-				free(c->id);
-				free(c->name);
-				free(c->args);
-				c->args = NULL;
-				c->alen = 0;
-				c->id = id ? strdup(id) : NULL;
-				c->name = name ? strdup(name) : NULL;
-				if ((id && !c->id) || (name && !c->name))
-					rc = -1;
-				if (json_object_size(in)) {
-					char *a = jsonmp_dumps(in, JSON_COMPACT, 0, NULL);
-					if (!a || stream_append(&c->args, &c->alen, a, strlen(a)))
-						rc = -1;
-					free(a);
-				}
-			}
-		} else if (bt && !strcmp(bt, "text")) {
-			const char *text = json_string_value(json_object_get(cb, "text"));
-			if (text)
-				rc = stream_text(s, text, strlen(text));
-		}
+		rc = block_start(s, j);
 	} else if (!strcmp(t, "content_block_delta")) {
-		json_t *d = json_object_get(j, "delta");
-		const char *dt = json_string_value(json_object_get(d, "type"));
-		if (dt && !strcmp(dt, "text_delta")) {
-			const char *text = json_string_value(json_object_get(d, "text"));
-			if (text)
-				rc = stream_text(s, text, strlen(text));
-		} else if (dt && !strcmp(dt, "input_json_delta")) {
-			const char *pj = json_string_value(json_object_get(d, "partial_json"));
-			struct stream_call *c = stream_call_at(s, (int)json_integer_value(json_object_get(j, "index")));
-			if (!c || (pj && stream_append(&c->args, &c->alen, pj, strlen(pj))))
-				rc = -1;
-		}
+		rc = block_delta(s, j);
 	} else if (!strcmp(t, "message_delta")) {
 		json_t *u = json_object_get(j, "usage");
 		if (json_object_get(u, "output_tokens"))
@@ -229,13 +262,7 @@ static int event(struct stream *s, const char *type, const char *data, size_t le
 	} else if (!strcmp(t, "message_stop")) {
 		s->done = 1;
 	} else if (!strcmp(t, "error")) {
-		json_t *e = json_object_get(j, "error");
-		const char *et = json_string_value(json_object_get(e, "type"));
-		const char *m = json_string_value(json_object_get(e, "message"));
-		snprintf(s->err, sizeof s->err, "error in the stream: %s: %s", et ? et : "error", m ? m : "(no message)");
-		s->failed = 1;
-		s->transient = et && (!strcmp(et, "overloaded_error") || !strcmp(et, "api_error") ||
-				      !strcmp(et, "rate_limit_error") || !strcmp(et, "timeout_error"));
+		stream_error(s, j);
 	}
 	json_decref(j);
 	if (rc)

@@ -116,24 +116,24 @@ static json_t *reply_json(const struct model_reply *r, json_t *attempts)
 			 "attempts", attempts);
 }
 
-int main(int argc, char **argv)
+/* The command line into *config, *name and *retries (-1: the model's own):
+ * -1 to go on, or the status to exit with (0 after --help, 2 for a usage
+ * error, said on stderr). */
+static int parse_args(int argc, char **argv, const char **config, const char **name, long *retries)
 {
 	static const struct option opts[] = {
 		{ "config", required_argument, 0, 'C' }, { "model", required_argument, 0, 'm' },
 		{ "retries", required_argument, 0, 'r' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
 	};
-	const char *config = NULL, *name = NULL;
-	long retries = -1;
 	char *endp;
 	int c;
-	jsonmp_alloc_init(); /* before any JSON is read: jsonmp_loadb sees every failed allocation */
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case 'C': config = optarg; break;
-		case 'm': name = optarg; break;
+		case 'C': *config = optarg; break;
+		case 'm': *name = optarg; break;
 		case 'r':
-			retries = strtol(optarg, &endp, 10);
-			if (*optarg < '0' || *optarg > '9' || *endp || retries > 100) {
+			*retries = strtol(optarg, &endp, 10);
+			if (*optarg < '0' || *optarg > '9' || *endp || *retries > 100) {
 				fprintf(stderr, "agentd-model: --retries takes 0 to 100\n");
 				return 2;
 			}
@@ -145,6 +145,17 @@ int main(int argc, char **argv)
 		default: return 2;
 		}
 	}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	const char *config = NULL, *name = NULL;
+	long retries = -1;
+	jsonmp_alloc_init(); /* before any JSON is read: jsonmp_loadb sees every failed allocation */
+	int st = parse_args(argc, argv, &config, &name, &retries);
+	if (st >= 0)
+		return st;
 	log_init("agentd-model", LOG_ERROR); /* the worker logs each attempt */
 	if (!config || !name) {
 		fprintf(stderr, "agentd-model: --config and --model are required\n");

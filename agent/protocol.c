@@ -364,6 +364,12 @@ static int utf8_valid(const char *str)
 
 char *tool_input_json(const char *tool_call_id, const char *name, json_t *args, const char *conversation)
 {
+	return tool_input_json_attempt(tool_call_id, name, args, conversation, 0);
+}
+
+char *tool_input_json_attempt(const char *tool_call_id, const char *name, json_t *args, const char *conversation,
+			      uint32_t attempt)
+{
 	if (!tool_call_id || !name || !conversation || (args && !json_is_object(args)) ||
 	    !utf8_valid(tool_call_id) || !utf8_valid(name) || !utf8_valid(conversation)) {
 		errno = EINVAL;
@@ -376,7 +382,8 @@ char *tool_input_json(const char *tool_call_id, const char *name, json_t *args, 
 	if (!o || !a || !id || !nm || !cv)
 		goto done;
 	if (json_object_set(o, "tool_call_id", id) || json_object_set(o, "name", nm) ||
-	    json_object_set(o, "args", a) || json_object_set(o, "conversation", cv))
+	    json_object_set(o, "args", a) || json_object_set(o, "conversation", cv) ||
+	    (attempt > 0 && json_object_set_new(o, "attempt", json_integer(attempt))))
 		goto done;
 	s = jsonmp_dumps(o, JSON_COMPACT, 1, NULL); /* never a request short of a key */
 done:

@@ -96,5 +96,9 @@ int tool_output_parse(const char *out, size_t len, json_t **result);
  * or ENOMEM.
  */
 char *tool_input_json(const char *tool_call_id, const char *name, json_t *args, const char *conversation);
+/* As tool_input_json, with "attempt": attempt (the dispatch's count, 1 for
+ * the first) when attempt > 0. */
+char *tool_input_json_attempt(const char *tool_call_id, const char *name, json_t *args, const char *conversation,
+			      uint32_t attempt);
 
 #endif

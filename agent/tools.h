@@ -24,9 +24,12 @@
  * its result is committed. Exits IPC_EXIT_STORE when the lock cannot be
  * taken; store failures exit as wstore.h says. */
 void tools_dispatch(struct worker *w, const json_t *call);
+/* Whether the server call id is unknown (store.h's STORE_TC_UNKNOWN): not
+ * dispatched, awaited as a person's call is until `settle` decides it. */
+int tools_call_unknown(struct worker *w, const char *id);
 
-/* Human calls (an array of tool_call contents): make sure each row is
- * pending with its expiry, record status suspended, report
+/* Human calls and unknown server calls (an array of tool_call contents):
+ * make sure each human call's row is pending with its expiry, record status suspended, report
  * "awaiting_input". Returns 1 when the log moved since the last read (decide
  * again; nothing written), 0 when the worker now waits. */
 int tools_await_people(struct worker *w, const json_t *unsettled);

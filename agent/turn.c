@@ -175,7 +175,7 @@ static void commit_error(struct worker *w, const char *msg, int attempts, uint64
  * turn), in place of the servers' names. -ENOMEM: the turn is not to run. */
 static int offer_mcp(struct worker *w, json_t *req)
 {
-	struct worker_watch ww = { w, 0 };
+	struct worker_watch ww = { w, 0, 0, 0 };
 	int any = 0;
 	struct mcp_watch mw = { w->ipc, tools_on_watch, &ww, wipc_on_start };
 	size_t i;

@@ -71,6 +71,11 @@ struct worker {
 struct worker_watch {
 	struct worker *w;
 	int stop;
+	/* A tool not safe to run twice: a stop is held until its result is
+	 * committed (stop_held), rather than ending a run whose outcome would
+	 * then be unknown. */
+	int hold;
+	int stop_held;
 };
 
 #endif

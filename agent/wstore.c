@@ -98,7 +98,15 @@ void wstore_die(struct worker *w, int e, const char *what)
 			 (unsigned long long)st.map_size);
 		exit(IPC_EXIT_STORE);
 	}
-	exit(e == STORE_E_CORRUPT ? IPC_EXIT_CORRUPT : e == STORE_E_FULL ? IPC_EXIT_FULL : IPC_EXIT_STORE);
+	/* -EIO from a commit: its own page flush failed. */
+	exit(e == STORE_E_CORRUPT ? IPC_EXIT_CORRUPT : e == STORE_E_FULL ? IPC_EXIT_FULL : e == -EIO ? IPC_EXIT_FLUSH
+													 : IPC_EXIT_STORE);
+}
+
+void wstore_die_flush(struct worker *w, int e, const char *what)
+{
+	log_error("%s: %s: %s; a failed flush is never retried (agentd stops)", w->conv, what, store_strerror(e));
+	exit(IPC_EXIT_FLUSH);
 }
 
 /* About the bytes v takes in the store (its compact JSON). */

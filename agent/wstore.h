@@ -42,6 +42,8 @@ void wstore_take(struct worker *w);
 /* End the worker for store error e met doing `what` (logged), with the exit
  * code the header's opening comment gives. */
 void wstore_die(struct worker *w, int e, const char *what) __attribute__((noreturn));
+/* A flush of the data file failed (e): exit IPC_EXIT_FLUSH. */
+void wstore_die_flush(struct worker *w, int e, const char *what) __attribute__((noreturn));
 
 /* Out of memory where going on would leave a record or this worker's view
  * short of something: abort t (may be NULL), log, exit IPC_EXIT_STORE. */

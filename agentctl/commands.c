@@ -26,6 +26,8 @@ static const struct param opt_create[] = {
 	 "model parameter; V is taken as JSON when it parses (0.2, true, [1]), else as a string (repeatable)"},
 	{"--budget", "budget", K_SET_JSON, "JSON", NULL, false,
 	 "limits, e.g. '{\"max_tokens\":100000,\"max_cost\":2.5,\"max_turns\":50}': past one the conversation is paused"},
+	{"--on-busy", "on_busy", K_SET_STR, "MODE", NULL, false,
+	 "what a message sent while a turn runs does: enqueue (default), reject, interrupt or steer"},
 	{"--meta", "metadata", K_META_KV, "K=V", NULL, false,
 	 "metadata: string V under key K, for your own bookkeeping and list filters (repeatable)"},
 	{0},
@@ -58,6 +60,8 @@ static const struct param opt_update[] = {
 	{"--param", "params", K_SET_KV, "K=V", NULL, false, "model parameter, as for create (repeatable)"},
 	{"--budget", "budget", K_SET_JSON, "JSON", NULL, false,
 	 "replace the budget (null: the configured default); a larger one resumes a paused conversation"},
+	{"--on-busy", "on_busy", K_SET_STR, "MODE", NULL, false,
+	 "what a message sent while a turn runs does: enqueue, reject, interrupt or steer"},
 	{"--end", "status", K_CONST, NULL, "ended", false, "end the conversation: later sends are refused (conflict)"},
 	{"--meta", "metadata", K_META_KV, "K=V", NULL, false, "set metadata key K to V; other keys are kept (repeatable)"},
 	{"--unset-meta", "metadata", K_META_DEL, "K", NULL, false, "delete metadata key K (repeatable)"},
@@ -79,6 +83,9 @@ static const struct param opt_send[] = {
 	{"--batch", "events", K_BATCH, "FILE", NULL, false,
 	 "instead of TEXT: append all events of FILE (- for stdin) or none; FILE is a JSON array of strings or "
 	 "{\"content\": ..., \"event_id\": ...} objects"},
+	{"--on-busy", "on_busy", K_ENUM, "MODE", "enqueue|reject|interrupt|steer", false,
+	 "when a turn is running, instead of the conversation's on_busy: enqueue, reject (conflict, nothing "
+	 "written), interrupt (cancel it; one turn answers both) or steer (into its next model round)"},
 	{0},
 };
 
@@ -134,8 +141,23 @@ static const struct param opt_extend[] = {
 	{0},
 };
 
+static const struct param pos_settle[] = {
+	{"CONV", "conversation", K_STR, NULL, NULL, false, "the call's conversation"},
+	{"TOOL_CALL_ID", "tool_call_id", K_STR, NULL, NULL, false, "the unknown call"},
+	{"OUTCOME", "outcome", K_ENUM, NULL, "retry|done|failed", false,
+	 "retry (run it again, same id), done (it happened) or failed (it did not)"},
+	{0},
+};
+
+static const struct param opt_settle[] = {
+	{"--result", "result", K_JSON, "JSON", NULL, false, "done: the tool's result; failed: the error the model sees"},
+	{"--by", "by", K_STR, "NAME", NULL, false, "who decides, recorded with your uid in the event"},
+	{0},
+};
+
 static const struct param opt_tool_calls[] = {
-	{"--status", "status", K_STR, "S", NULL, false, "only calls with status S (pending, resolved, errored, expired, cancelled)"},
+	{"--status", "status", K_STR, "S", NULL, false,
+	 "only calls with status S (pending, resolved, errored, expired, cancelled, unknown)"},
 	{0},
 };
 
@@ -198,7 +220,9 @@ const struct command commands[] = {
 	 "Append a user_msg and print `seq: N` once it is durably committed (with `duplicate: true` when --event-id\n"
 	 "was seen before: N is then the original seq). Plain TEXT is stored as {\"text\": TEXT}. With --batch,\n"
 	 "append several at once and print `seqs: [N,...]` (and `duplicates:` the indexes of events already sent).\n"
-	 "With --expected-seq, a conversation that moved on is refused: exit 1, `conflict` naming its last seq.",
+	 "With --expected-seq, a conversation that moved on is refused: exit 1, `conflict` naming its last seq.\n"
+	 "While a turn runs, --on-busy (or the conversation's on_busy) decides: `on_busy: MODE` is printed, and\n"
+	 "`interrupted: N` (the turn_cancelled's seq) when it cancelled the turn; reject is exit 1, `conflict`.",
 	 pos_send, opt_send, show_fields, 0, "agentctl send demo 'What is the weather in Paris?' --event-id msg-42", NULL, "seq,seqs"},
 	{"events", "events", "print a conversation's events",
 	 "Print events one per line: SEQ TYPE CONTENT (CONTENT as compact JSON). With --wait, block until an event\n"
@@ -233,12 +257,18 @@ const struct command commands[] = {
 	 "one that never expires is `conflict`; a deadline that is not in the future is `bad_request`.",
 	 pos_extend, opt_extend, show_fields, CMD_NEED_OPT, "agentctl extend demo call_abc123 --expires-in 3600000",
 	 NULL, "seq"},
-	{"pending", "list", "list pending approvals across all conversations (table)",
-	 "List every pending human tool call of every conversation as a table:\n"
-	 "ID CONVERSATION NAME DEADLINE PROMPT ARGS ARGS_DIGEST (DEADLINE in UTC; - when it never expires;\n"
-	 "ARGS_DIGEST what approve --args-digest takes).\n"
-	 "agentctl asks agentd for the suspended conversations (list), then for each one's pending calls\n"
-	 "(tool_calls); with --json it prints one line {\"ok\":true,\"tool_calls\":[...]} it assembled.",
+	{"settle", "settle", "decide a tool call whose outcome is unknown",
+	 "Decide a call whose outcome is unknown (a tool not safe to run twice, interrupted after its dispatch\n"
+	 "began): retry dispatches it again with the same id, done records --result as its result, failed records\n"
+	 "a failure the model sees (--result: its own). Prints `seq: N` of the event; `stale` when it is not unknown.",
+	 pos_settle, opt_settle, show_fields, 0, "agentctl settle demo call_abc123 done --result '{\"charged\":true}'", NULL,
+	 "seq"},
+	{"pending", "list", "list pending approvals and unknown calls across all conversations (table)",
+	 "List every pending human tool call and every call whose outcome is unknown, of every conversation, as a\n"
+	 "table: ID CONVERSATION KIND NAME DEADLINE PROMPT ARGS ARGS_DIGEST (KIND approval or unknown; DEADLINE in\n"
+	 "UTC; - when it never expires; ARGS_DIGEST what approve --args-digest takes). agentctl asks agentd for the\n"
+	 "suspended conversations (list), then for each one's pending and unknown calls (tool_calls); with --json it\n"
+	 "prints one line {\"ok\":true,\"tool_calls\":[...]} it assembled, each row with its \"kind\".",
 	 no_params, no_params, show_pending, CMD_PENDING, "agentctl pending",
 	 NULL, "tool_calls/id"},
 	{"tool-call", "tool_call", "show a tool call",

@@ -421,14 +421,23 @@ int run_pending(const struct sockets *ss, const struct options *o)
 			const json_t *id = json_object_get(conv, "id");
 			if (!json_is_string(id))
 				continue;
-			json_t *r = pending_ask(c, must(json_pack("{sisssOss}", "id", 2, "op", "tool_calls", "conversation",
-								  id, "status", "pending")), true);
-			if (!r)
-				continue;
-			if (json_array_extend(all, json_object_get(r, "tool_calls")))
-				fail("out of memory"); /* a pending call left out of the list */
-			json_decref(r);
-			held.reply = NULL;
+			/* Approvals, then calls whose outcome is unknown: both wait for someone. */
+			static const char *const st[] = { "pending", "unknown" }, *const kind[] = { "approval", "unknown" };
+			for (int k = 0; k < 2; k++) {
+				json_t *r = pending_ask(c, must(json_pack("{sisssOss}", "id", 2, "op", "tool_calls",
+									  "conversation", id, "status", st[k])), true);
+				if (!r)
+					continue;
+				size_t ti;
+				json_t *tc;
+				json_array_foreach(json_object_get(r, "tool_calls"), ti, tc)
+					if (json_is_object(tc))
+						put(tc, "kind", must(json_string(kind[k])));
+				if (json_array_extend(all, json_object_get(r, "tool_calls")))
+					fail("out of memory"); /* a pending call left out of the list */
+				json_decref(r);
+				held.reply = NULL;
+			}
 		}
 		json_decref(page);
 		held.page = NULL;

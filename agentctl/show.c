@@ -412,13 +412,14 @@ void show_metrics(const json_t *reply)
 void show_pending(const json_t *reply)
 {
 	static const struct column cols[] = {
-		{"ID", "id", false},	       {"CONVERSATION", "conversation", false}, {"NAME", "name", false},
+		{"ID", "id", false},	       {"CONVERSATION", "conversation", false}, {"KIND", "kind", false},
+		{"NAME", "name", false},
 		{"DEADLINE", "deadline", true}, {"PROMPT", "prompt", false},		 {"ARGS", "args", false},
 		{"ARGS_DIGEST", "args_digest", false},
 	};
 	const json_t *rows = json_object_get(reply, "tool_calls");
 	if (json_array_size(rows) == 0)
-		puts("no pending approvals");
+		puts("no pending approvals or unknown calls");
 	else
 		TABLE(rows, cols);
 }

@@ -56,6 +56,10 @@ void bench_loadavg(char *buf, size_t len);
  * a memory filesystem. */
 void bench_filesystem(const char *path, char *buf, size_t len, int *tmpfs);
 
+/* The directory a benchmark works in: argv[1] when given, else
+ * $TMPDIR/agentd-bench-NAME (/tmp when TMPDIR is unset or empty). */
+void bench_dir_arg(char *dir, size_t len, int argc, char **argv, const char *name);
+
 /* mkdir -p of one level, failing loudly. */
 /* The disk's cost per flushed page: the median fdatasync, in ms, after
  * writing `pages` 4 KiB pages into a file of 64 MiB already on disk, at

@@ -688,6 +688,91 @@ enum { SRV_PLAIN, SRV_PIPED, SRV_GATHER, SRV_GATHER_JSON, SRV_KINDS };
 static const char *const srv_name[SRV_KINDS] = { "plain", "pipelined", "gathering", "gathering-json" };
 #define SRV_GATHER_US 1000 /* how long the gathering server waits for every client */
 
+/* The bare server's listening socket at sockpath, on a new epoll instance
+ * (*ep; the listener's event carries NULL). */
+static int srv_listen(const char *sockpath, int *ep)
+{
+	int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(sockpath) >= sizeof sa.sun_path)
+		bench_fail("the bare server's socket path is too long: %s", sockpath);
+	memcpy(sa.sun_path, sockpath, strlen(sockpath) + 1);
+	unlink(sockpath);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 128) < 0)
+		bench_die("the bare server's socket", -errno);
+	*ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+	if (*ep < 0 || epoll_ctl(*ep, EPOLL_CTL_ADD, lfd, &ev) < 0)
+		bench_die("epoll", -errno);
+	return lfd;
+}
+
+/* A client connected: its record in cs[*ncs], on ep. */
+static void srv_accept(int ep, int lfd, struct srv_conn **cs, int *ncs)
+{
+	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0 || *ncs == NCLIENTS_MAX)
+		bench_fail("the bare server: accept (%d clients)", *ncs);
+	struct srv_conn *c = cs[(*ncs)++] = calloc(1, sizeof *c);
+	struct epoll_event cev = { .events = EPOLLIN, .data.ptr = c };
+	if (!c || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &cev) < 0)
+		bench_die("epoll_ctl", -errno);
+	c->fd = fd;
+}
+
+/* Read what c sent: each whole line a request in rq from rq[nr] on. The
+ * requests held now, or -1 when c hung up (it is gone from cs). */
+static int srv_read(int ep, struct srv_conn *c, struct srv_conn **cs, int *ncs, struct srv_req *rq, int nr, int json)
+{
+	ssize_t r = read(c->fd, c->buf + c->len, sizeof c->buf - c->len - 1);
+	if (r <= 0) {
+		epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+		close(c->fd);
+		for (int i = 0; i < *ncs; i++)
+			if (cs[i] == c)
+				cs[i] = cs[--*ncs];
+		free(c);
+		return -1;
+	}
+	c->len += (size_t)r;
+	char *nl;
+	while ((nl = memchr(c->buf, '\n', c->len))) {
+		*nl = 0;
+		if (nr == SRV_MAXREQ ||
+		    (json ? srv_parse_json(c->buf, (size_t)(nl - c->buf), &rq[nr])
+			  : srv_field(c->buf, "\"conversation\":\"", rq[nr].conv, sizeof rq[nr].conv) ||
+				    srv_field(c->buf, "\"event_id\":\"", rq[nr].eid, sizeof rq[nr].eid)))
+			bench_fail("the bare server: a request it cannot serve: %.200s", c->buf);
+		rq[nr++].fd = c->fd;
+		size_t used = (size_t)(nl - c->buf) + 1;
+		memmove(c->buf, c->buf + used, c->len - used);
+		c->len -= used;
+	}
+	return nr;
+}
+
+/* Serve the nr requests in hand: committed and acked here, or (piped)
+ * handed to the writer thread. */
+static void srv_serve(struct srv_req *rq, int nr, int piped, int json)
+{
+	if (!piped) {
+		srv_commit(rq, nr, STORE_WRITE);
+		for (int i = 0; i < nr; i++)
+			if (json)
+				srv_reply_json(&rq[i]);
+			else
+				srv_reply(rq[i].fd);
+		return;
+	}
+	pthread_mutex_lock(&SRV.mu);
+	if (SRV.ntodo + nr > SRV_MAXREQ)
+		bench_fail("the bare server: %d requests waiting", SRV.ntodo + nr);
+	memcpy(SRV.todo + SRV.ntodo, rq, (size_t)nr * sizeof *rq);
+	SRV.ntodo += nr;
+	pthread_cond_broadcast(&SRV.cv);
+	pthread_mutex_unlock(&SRV.mu);
+}
+
 /* The server's process: serve until every client that connected has hung
  * up, then write its figures to `out` and exit. */
 static void srv_main(const char *sockpath, int kind, int ready, int out, long ballast_have, long ballast_upto)
@@ -700,18 +785,7 @@ static void srv_main(const char *sockpath, int kind, int ready, int out, long ba
 	loop_ballast = ballast_have;
 	loop_top_up(SRV.s, &SRV.sb, ballast_upto);
 	SRV.txns = 0;
-	int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(sockpath) >= sizeof sa.sun_path)
-		bench_fail("the bare server's socket path is too long: %s", sockpath);
-	memcpy(sa.sun_path, sockpath, strlen(sockpath) + 1);
-	unlink(sockpath);
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 128) < 0)
-		bench_die("the bare server's socket", -errno);
-	int ep = epoll_create1(EPOLL_CLOEXEC);
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
-	if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) < 0)
-		bench_die("epoll", -errno);
+	int ep, lfd = srv_listen(sockpath, &ep);
 	pthread_t wt, ft;
 	if (piped && (pthread_create(&wt, NULL, srv_writer, NULL) || pthread_create(&ft, NULL, srv_flusher, NULL)))
 		bench_fail("the bare server's threads");
@@ -736,41 +810,13 @@ static void srv_main(const char *sockpath, int kind, int ready, int out, long ba
 		for (int k = 0; k < n; k++) {
 			struct srv_conn *c = evs[k].data.ptr;
 			if (!c) {
-				int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-				if (fd < 0 || ncs == NCLIENTS_MAX)
-					bench_fail("the bare server: accept (%d clients)", ncs);
-				c = cs[ncs++] = calloc(1, sizeof *c);
+				srv_accept(ep, lfd, cs, &ncs);
 				ever = 1;
-				struct epoll_event cev = { .events = EPOLLIN, .data.ptr = c };
-				if (!c || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &cev) < 0)
-					bench_die("epoll_ctl", -errno);
-				c->fd = fd;
 				continue;
 			}
-			ssize_t r = read(c->fd, c->buf + c->len, sizeof c->buf - c->len - 1);
-			if (r <= 0) {
-				epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
-				close(c->fd);
-				for (int i = 0; i < ncs; i++)
-					if (cs[i] == c)
-						cs[i] = cs[--ncs];
-				free(c);
-				continue;
-			}
-			c->len += (size_t)r;
-			char *nl;
-			while ((nl = memchr(c->buf, '\n', c->len))) {
-				*nl = 0;
-				if (nr == SRV_MAXREQ ||
-				    (json ? srv_parse_json(c->buf, (size_t)(nl - c->buf), &rq[nr])
-					  : srv_field(c->buf, "\"conversation\":\"", rq[nr].conv, sizeof rq[nr].conv) ||
-						    srv_field(c->buf, "\"event_id\":\"", rq[nr].eid, sizeof rq[nr].eid)))
-					bench_fail("the bare server: a request it cannot serve: %.200s", c->buf);
-				rq[nr++].fd = c->fd;
-				size_t used = (size_t)(nl - c->buf) + 1;
-				memmove(c->buf, c->buf + used, c->len - used);
-				c->len -= used;
-			}
+			int now = srv_read(ep, c, cs, &ncs, rq, nr, json);
+			if (now >= 0)
+				nr = now;
 		}
 		if (!nr)
 			continue;
@@ -779,24 +825,8 @@ static void srv_main(const char *sockpath, int kind, int ready, int out, long ba
 		/* Gathering: until every client has a request in, or the oldest waited SRV_GATHER_US. */
 		if (gather && nr < ncs && bench_now() < first + SRV_GATHER_US / 1e6)
 			continue;
-		if (!piped) {
-			srv_commit(rq, nr, STORE_WRITE);
-			for (int i = 0; i < nr; i++)
-				if (json)
-					srv_reply_json(&rq[i]);
-				else
-					srv_reply(rq[i].fd);
-			nr = 0;
-			continue;
-		}
-		pthread_mutex_lock(&SRV.mu);
-		if (SRV.ntodo + nr > SRV_MAXREQ)
-			bench_fail("the bare server: %d requests waiting", SRV.ntodo + nr);
-		memcpy(SRV.todo + SRV.ntodo, rq, (size_t)nr * sizeof *rq);
-		SRV.ntodo += nr;
+		srv_serve(rq, nr, piped, json);
 		nr = 0;
-		pthread_cond_broadcast(&SRV.cv);
-		pthread_mutex_unlock(&SRV.mu);
 	}
 	if (piped) {
 		pthread_mutex_lock(&SRV.mu);
@@ -912,68 +942,69 @@ static long scaled(long n)
 	return m < 50 ? 50 : m;
 }
 
-static void run_once(int run, int timed)
+/* One row of tests[] in run `run` (timed: its figures kept): agentd and
+ * Redis, the order alternating with the run, and for the sends the
+ * counters read around agentd's load. */
+static void run_test(int run, int timed, int t)
 {
-	for (int t = 0; t < NTESTS; t++) {
-		if (only && !strstr(tests[t].name, only))
-			continue;
-		long n = timed ? scaled(tests[t].n) : scaled(tests[t].n) / 5 + 50;
-		long nr = timed ? scaled(tests[t].n_redis) : scaled(tests[t].n_redis) / 5 + 50;
-		struct fig a, r = { 0 };
-		double c0 = 0, w0 = 0, e0 = 0, g0 = 0;
-		int redis_first = run % 2;
-		if (redis_first)
-			r = redis_bench(tests[t].redis_test, tests[t].redis_row, tests[t].clients, nr);
-		if (tests[t].send)
-			agentd_settle("b", 50);
-		if (t == T_SEND50) {
-			c0 = agentd_counter("agentd_group_commits_total");
-			w0 = agentd_counter("agentd_group_writes_total");
-			g0 = agentd_counter("agentd_write_gate_grants_total");
-			e0 = agentd_events("b", 50);
-		}
-		double ds0 = 0, dn0 = 0;
-		if (tests[t].send) {
-			ds0 = agentd_counter("agentd_reply_durable_wait_seconds_sum");
-			dn0 = agentd_counter("agentd_reply_durable_wait_seconds_count");
-		}
-		send_prefix = "b";
-		a = agentd_load(tests[t].clients, n, tests[t].send ? line_send : line_ping);
-		if (tests[t].send && timed) {
-			double ds1 = agentd_counter("agentd_reply_durable_wait_seconds_sum");
-			double dn1 = agentd_counter("agentd_reply_durable_wait_seconds_count");
-			dwait_ms[t][run] = dn1 > dn0 ? (ds1 - ds0) * 1e3 / (dn1 - dn0) : 0;
-		}
-		if (t == T_SEND50 && timed) {
-			double c1 = agentd_counter("agentd_group_commits_total");
-			double w1 = agentd_counter("agentd_group_writes_total");
-			double g1 = agentd_counter("agentd_write_gate_grants_total");
-			double e1 = agentd_events("b", 50);
-			group_size[run] = c1 > c0 ? (w1 - w0) / (c1 - c0) : 0;
-			grants_per_group[run] = c1 > c0 ? (g1 - g0) / (c1 - c0) : 0;
-			/* Each turn appends one assistant_msg: events beyond the sends are turns. */
-			turns_per_send[run] = (e1 - e0 - (double)n) / (double)n;
-		}
-		if (!redis_first)
-			r = redis_bench(tests[t].redis_test, tests[t].redis_row, tests[t].clients, nr);
-		if (timed) {
-			fa[t][run] = a;
-			fr[t][run] = r;
-			if (verbose)
-				fprintf(stderr, "run %d %-30s agentd %9.0f/s p50 %.3f p99 %.3f | redis %9.0f/s p50 %.3f p99 %.3f\n",
-					run, tests[t].name, a.rps, a.p50_ms, a.p99_ms, r.rps, r.p50_ms, r.p99_ms);
-			if (verbose && tests[t].send)
-				fprintf(stderr, "run %d   %.3f ms mean wait of a reply for the durable frontier\n", run,
-					dwait_ms[t][run]);
-			if (verbose && t == T_SEND50)
-				fprintf(stderr, "run %d   %.1f sends and %.2f worker writes per group commit, %.3f turns per send\n",
-					run, group_size[run], grants_per_group[run], turns_per_send[run]);
-		}
+	long n = timed ? scaled(tests[t].n) : scaled(tests[t].n) / 5 + 50;
+	long nr = timed ? scaled(tests[t].n_redis) : scaled(tests[t].n_redis) / 5 + 50;
+	struct fig a, r = { 0 };
+	double c0 = 0, w0 = 0, e0 = 0, g0 = 0;
+	int redis_first = run % 2;
+	if (redis_first)
+		r = redis_bench(tests[t].redis_test, tests[t].redis_row, tests[t].clients, nr);
+	if (tests[t].send)
+		agentd_settle("b", 50);
+	if (t == T_SEND50) {
+		c0 = agentd_counter("agentd_group_commits_total");
+		w0 = agentd_counter("agentd_group_writes_total");
+		g0 = agentd_counter("agentd_write_gate_grants_total");
+		e0 = agentd_events("b", 50);
 	}
-	if (only && !strstr("send, 50 clients, workers parked", only))
-		return;
-	/* Diagnostic: the same 50-client send, to conversations whose workers
-	 * are parked in a model call, so no turn commits compete. */
+	double ds0 = 0, dn0 = 0;
+	if (tests[t].send) {
+		ds0 = agentd_counter("agentd_reply_durable_wait_seconds_sum");
+		dn0 = agentd_counter("agentd_reply_durable_wait_seconds_count");
+	}
+	send_prefix = "b";
+	a = agentd_load(tests[t].clients, n, tests[t].send ? line_send : line_ping);
+	if (tests[t].send && timed) {
+		double ds1 = agentd_counter("agentd_reply_durable_wait_seconds_sum");
+		double dn1 = agentd_counter("agentd_reply_durable_wait_seconds_count");
+		dwait_ms[t][run] = dn1 > dn0 ? (ds1 - ds0) * 1e3 / (dn1 - dn0) : 0;
+	}
+	if (t == T_SEND50 && timed) {
+		double c1 = agentd_counter("agentd_group_commits_total");
+		double w1 = agentd_counter("agentd_group_writes_total");
+		double g1 = agentd_counter("agentd_write_gate_grants_total");
+		double e1 = agentd_events("b", 50);
+		group_size[run] = c1 > c0 ? (w1 - w0) / (c1 - c0) : 0;
+		grants_per_group[run] = c1 > c0 ? (g1 - g0) / (c1 - c0) : 0;
+		/* Each turn appends one assistant_msg: events beyond the sends are turns. */
+		turns_per_send[run] = (e1 - e0 - (double)n) / (double)n;
+	}
+	if (!redis_first)
+		r = redis_bench(tests[t].redis_test, tests[t].redis_row, tests[t].clients, nr);
+	if (timed) {
+		fa[t][run] = a;
+		fr[t][run] = r;
+		if (verbose)
+			fprintf(stderr, "run %d %-30s agentd %9.0f/s p50 %.3f p99 %.3f | redis %9.0f/s p50 %.3f p99 %.3f\n",
+				run, tests[t].name, a.rps, a.p50_ms, a.p99_ms, r.rps, r.p50_ms, r.p99_ms);
+		if (verbose && tests[t].send)
+			fprintf(stderr, "run %d   %.3f ms mean wait of a reply for the durable frontier\n", run,
+				dwait_ms[t][run]);
+		if (verbose && t == T_SEND50)
+			fprintf(stderr, "run %d   %.1f sends and %.2f worker writes per group commit, %.3f turns per send\n",
+				run, group_size[run], grants_per_group[run], turns_per_send[run]);
+	}
+}
+
+/* Diagnostic: the same 50-client send, to conversations whose workers
+ * are parked in a model call, so no turn commits compete. */
+static struct fig run_parked(int run, int timed)
+{
 	long n = timed ? scaled(20000) : 100;
 	agentd_settle("b", 50);
 	double c0 = agentd_counter("agentd_group_commits_total");
@@ -996,6 +1027,13 @@ static void run_once(int run, int timed)
 		parked_pages[run] = c1 > c0 ? (wb1 - wb0) / 4096 / (c1 - c0) : 0;
 		fdiag[run] = d;
 	}
+	return d;
+}
+
+/* The bare LMDB loop and servers beside the parked row (d); with -o, their
+ * figures said for this run. Returns the loop's sends per second. */
+static double run_bare(int run, int timed, struct fig d)
+{
 	/* The bare LMDB loop runs with the parked row even in a partial run:
 	 * the parked row is only meaningful beside it. Its store grows as
 	 * agentd's: its own conversations as the parked ones, ballast as the
@@ -1033,8 +1071,21 @@ static void run_once(int run, int timed)
 				"pages/commit) | it/loop %.2fx | parked/it %.2fx\n",
 				run, srv_name[k], sf[k].rps, sf[k].batch, sf[k].cpu_us, sf[k].pages,
 				loop > 0 ? sf[k].rps / loop : 0, sf[k].rps > 0 ? d.rps / sf[k].rps : 0);
-		return;
 	}
+	return loop;
+}
+
+static void run_once(int run, int timed)
+{
+	for (int t = 0; t < NTESTS; t++)
+		if (!only || strstr(tests[t].name, only))
+			run_test(run, timed, t);
+	if (only && !strstr("send, 50 clients, workers parked", only))
+		return;
+	struct fig d = run_parked(run, timed);
+	double loop = run_bare(run, timed, d);
+	if (only)
+		return;
 	double rate = one_txn_rate(timed ? scaled(400) : 50, timed ? run : 99);
 	if (timed) {
 		one_txn[run] = rate;
@@ -1171,6 +1222,52 @@ static void cleanup(void)
 		bench_rmtree(scratch);
 }
 
+/* A partial run (-o), for profiling: no report, only the parked row
+ * beside the bare loop when it ran. */
+static void partial_report(void)
+{
+	if (!strstr("send, 50 clients, workers parked", only))
+		return;
+	double pl[BENCH_MAX_RUNS], dr[BENCH_MAX_RUNS], lo, hi;
+	for (int k = 0; k < nruns; k++) {
+		pl[k] = lmdb_loop[k] > 0 ? fdiag[k].rps / lmdb_loop[k] : 0;
+		dr[k] = fdiag[k].rps;
+	}
+	bench_range(pl, nruns, &lo, &hi);
+	double dl, dh, bl, bh;
+	bench_range(dr, nruns, &dl, &dh);
+	bench_range(lmdb_loop, nruns, &bl, &bh);
+	printf("parked %.0f/s (%.0f-%.0f), bare LMDB loop %.0f/s (%.0f-%.0f; fresh store %.0f/s), "
+	       "parked/bare %.2fx (%.2f-%.2f); "
+	       "CPU per send: agentd %.1f us, bare loop %.1f us; pages per commit: agentd %.0f, bare loop "
+	       "%.0f; %.1f sends per group commit, %.3f flushes per send; median of %d runs\n",
+	       bench_median(dr, nruns), dl, dh, bench_median(lmdb_loop, nruns), bl, bh,
+	       bench_median(lmdb_loop_fresh, nruns), bench_median(pl, nruns),
+	       lo, hi, bench_median(parked_cpu_us, nruns), bench_median(bare_cpu_us, nruns),
+	       bench_median(parked_pages, nruns), bench_median(bare_pages, nruns),
+	       bench_median(diag_group, nruns), bench_median(flushes_per_send, nruns), nruns);
+	servers_report(nruns);
+}
+
+/* Setup: the conversations the rows send to, b-N with the echo model and
+ * s-N with the parked one, NCLIENTS_MAX of each. */
+static void convs_create(void)
+{
+	ctl_conn *cc;
+	if (harness_connect(&cc, agentd.sock, 5000))
+		bench_fail("cannot connect to agentd");
+	for (int i = 0; i < NCLIENTS_MAX; i++) {
+		char id[32];
+		snprintf(id, sizeof id, "b-%d", i);
+		json_decref(harness_ok(cc, json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model",
+						  "echo"), "create"));
+		snprintf(id, sizeof id, "s-%d", i);
+		json_decref(harness_ok(cc, json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model",
+						  "slow"), "create"));
+	}
+	ctl_close(cc);
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = ".";
@@ -1226,19 +1323,7 @@ int main(int argc, char **argv)
 		"; call that never returns (the diagnostic row).\n"
 		"[model.slow]\ncommand = /bin/sleep 7200\ntimeout = 3h\nretries = 0\n";
 	harness_agentd_start(&agentd, bindir, scratch, config, NULL);
-	ctl_conn *cc;
-	if (harness_connect(&cc, agentd.sock, 5000))
-		bench_fail("cannot connect to agentd");
-	for (int i = 0; i < NCLIENTS_MAX; i++) {
-		char id[32];
-		snprintf(id, sizeof id, "b-%d", i);
-		json_decref(harness_ok(cc, json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model",
-						  "echo"), "create"));
-		snprintf(id, sizeof id, "s-%d", i);
-		json_decref(harness_ok(cc, json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model",
-						  "slow"), "create"));
-	}
-	ctl_close(cc);
+	convs_create();
 
 	fprintf(stderr, "bench_control: warm-up\n");
 	run_once(0, 0);
@@ -1248,29 +1333,7 @@ int main(int argc, char **argv)
 	}
 	bench_loadavg(load1, sizeof load1);
 	if (only) {
-		/* A partial run, for profiling: no report, only the parked row
-		 * beside the bare loop when it ran. */
-		if (strstr("send, 50 clients, workers parked", only)) {
-			double pl[BENCH_MAX_RUNS], dr[BENCH_MAX_RUNS], lo, hi;
-			for (int k = 0; k < nruns; k++) {
-				pl[k] = lmdb_loop[k] > 0 ? fdiag[k].rps / lmdb_loop[k] : 0;
-				dr[k] = fdiag[k].rps;
-			}
-			bench_range(pl, nruns, &lo, &hi);
-			double dl, dh, bl, bh;
-			bench_range(dr, nruns, &dl, &dh);
-			bench_range(lmdb_loop, nruns, &bl, &bh);
-			printf("parked %.0f/s (%.0f-%.0f), bare LMDB loop %.0f/s (%.0f-%.0f; fresh store %.0f/s), "
-			       "parked/bare %.2fx (%.2f-%.2f); "
-			       "CPU per send: agentd %.1f us, bare loop %.1f us; pages per commit: agentd %.0f, bare loop "
-			       "%.0f; %.1f sends per group commit, %.3f flushes per send; median of %d runs\n",
-			       bench_median(dr, nruns), dl, dh, bench_median(lmdb_loop, nruns), bl, bh,
-			       bench_median(lmdb_loop_fresh, nruns), bench_median(pl, nruns),
-			       lo, hi, bench_median(parked_cpu_us, nruns), bench_median(bare_cpu_us, nruns),
-			       bench_median(parked_pages, nruns), bench_median(bare_pages, nruns),
-			       bench_median(diag_group, nruns), bench_median(flushes_per_send, nruns), nruns);
-			servers_report(nruns);
-		}
+		partial_report();
 		return 0;
 	}
 	report(machine, fs, load0, load1);

@@ -99,15 +99,11 @@ static int cmp_d(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int main(int argc, char **argv)
+/* Setup: the store, in AGENTD_BENCH_PG's cluster or a throwaway one of
+ * this run's own, with a fresh database "failover" (target). */
+static void store_setup(void)
 {
-	int rounds = argc > 1 ? atoi(argv[1]) : 20;
-	int lease_ms = argc > 2 ? atoi(argv[2]) : 2000;
-	if (rounds < 1 || lease_ms < 1000)
-		bench_fail("usage: bench_failover [ROUNDS >= 1 [LEASE_MS >= 1000]]");
-	char bindir[PATH_MAX], cmd[PATH_MAX * 2];
-	harness_bindir(bindir, sizeof bindir);
-	harness_scratch(scratch, sizeof scratch, "/tmp", "bench-failover");
+	char cmd[PATH_MAX * 2];
 	const char *pg = getenv("AGENTD_BENCH_PG");
 	if (pg && *pg) {
 		snprintf(prefix, sizeof prefix, "%s", pg);
@@ -125,20 +121,104 @@ int main(int argc, char **argv)
 		 "-c 'CREATE DATABASE failover' >/dev/null 2>&1", prefix);
 	bench_sh(cmd, NULL, 0);
 	snprintf(target, sizeof target, "%s dbname=failover", prefix);
+}
 
-	/* One model name, two behaviours: the victim's never answers (its turn
-	 * is mid-call when it dies), the survivor's answers at once. */
-	char slow[PATH_MAX], fast[PATH_MAX], survivor_cfg[PATH_MAX + 256], victim_cfg[PATH_MAX + 256];
-	/* Shell scripts: a model that starts in a few ms, so the figure is
-	 * the takeover's, not an interpreter's start-up. */
-	harness_path(slow, sizeof slow, "%s/slow.sh", scratch);
-	harness_path(fast, sizeof fast, "%s/fast.sh", scratch);
+/* One model name, two behaviours: the victim's never answers (its turn is
+ * mid-call when it dies), the survivor's answers at once. Shell scripts: a
+ * model that starts in a few ms, so the figure is the takeover's, not an
+ * interpreter's start-up. Their paths into slow and fast. */
+static void models_write(char *slow, char *fast, size_t size)
+{
+	harness_path(slow, size, "%s/slow.sh", scratch);
+	harness_path(fast, size, "%s/fast.sh", scratch);
 	FILE *f = fopen(slow, "we");
 	if (!f || fputs("cat >/dev/null\nexec sleep 3600\n", f) < 0 || fclose(f))
 		bench_die(slow, -errno);
 	f = fopen(fast, "we");
 	if (!f || fputs("cat >/dev/null\necho '{\"text\": \"done\"}'\n", f) < 0 || fclose(f))
 		bench_die(fast, -errno);
+}
+
+/* Wait until the victim's worker is in its model call: the node holds the
+ * lease. */
+static void victim_running(ctl_conn *vc, const char *name)
+{
+	for (int i = 0;; i++) {
+		json_t *st = harness_ok(vc, json_pack("{ss}", "op", "status"), "status");
+		json_int_t leases = json_integer_value(json_object_get(json_object_get(st, "node"), "leases"));
+		json_t *w = json_object_get(st, "workers");
+		int running = json_array_size(w) == 1 &&
+			      !strcmp(json_string_value(json_object_get(json_array_get(w, 0), "state")), "running");
+		json_decref(st);
+		if (leases == 1 && running)
+			return;
+		if (i > 2000)
+			bench_fail("%s never ran its turn", name);
+		usleep(5000);
+	}
+}
+
+/* Measure round r: a victim started with victim_cfg, given a turn, killed;
+ * the seconds from the kill to the turn committed on the survivor (sc). */
+static double round_once(int r, const char *bindir, const char *victim_cfg, ctl_conn *sc)
+{
+	char name[32], conv[32];
+	snprintf(name, sizeof name, "victim-%d", r);
+	snprintf(conv, sizeof conv, "fo-%d", r);
+	struct node v;
+	node_start(&v, bindir, name, victim_cfg);
+	ctl_conn *vc;
+	if (harness_connect(&vc, v.sock, 5000))
+		bench_fail("connect to %s", name);
+	json_decref(harness_ok(vc, json_pack("{sssss{ss}}", "op", "create", "conversation", conv, "settings", "model",
+					 "m"), "create"));
+	json_decref(harness_ok(vc, json_pack("{ssssss}", "op", "send", "conversation", conv, "content", "hi"),
+			       "send"));
+	victim_running(vc, name);
+	ctl_close(vc);
+	int64_t t0 = harness_wall_us();
+	kill(-v.pid, SIGKILL);
+	harness_reap(v.pid, 5000);
+	json_t *rep = harness_ok(sc, json_pack("{sssssssisi}", "op", "events", "conversation", conv, "type",
+					    "assistant_msg", "after", 1, "wait_ms", 60000),
+			     "the survivor's long-poll");
+	json_t *evs = json_object_get(rep, "events");
+	if (json_array_size(evs) < 1)
+		bench_fail("%s: no turn on the survivor within 60 s", conv);
+	json_int_t at = json_integer_value(json_object_get(json_array_get(evs, 0), "inserted_at"));
+	double lat = ((double)at * 1000.0 - (double)t0) / 1e6;
+	json_decref(rep);
+	printf("round %2d: %.3f s (killed at %lld us)\n", r + 1, lat, (long long)t0);
+	fflush(stdout);
+	return lat;
+}
+
+/* Report: the rounds' latencies (sorted here), against the lease time. */
+static void report(double *lat, int rounds, int lease_ms)
+{
+	qsort(lat, (size_t)rounds, sizeof *lat, cmp_d);
+	double p99 = harness_pct(lat, (size_t)rounds, 99); /* sorted now */
+	double median = rounds % 2 ? lat[rounds / 2] : (lat[rounds / 2 - 1] + lat[rounds / 2]) / 2;
+	printf("\nfailover (kill -9 of a node's group to its conversation's next event committed on another node), "
+	       "%d rounds\n", rounds);
+	printf("lease time %d ms, heartbeat %d ms (a third): goal <= %.1f s\n", lease_ms, lease_ms / 3,
+	       lease_ms / 1000.0 + 1.0);
+	printf("median %.3f s   p99 %.3f s   min %.3f s   max %.3f s\n", median, p99, lat[0],
+	       lat[rounds - 1]);
+}
+
+int main(int argc, char **argv)
+{
+	int rounds = argc > 1 ? atoi(argv[1]) : 20;
+	int lease_ms = argc > 2 ? atoi(argv[2]) : 2000;
+	if (rounds < 1 || lease_ms < 1000)
+		bench_fail("usage: bench_failover [ROUNDS >= 1 [LEASE_MS >= 1000]]");
+	char bindir[PATH_MAX];
+	harness_bindir(bindir, sizeof bindir);
+	harness_scratch(scratch, sizeof scratch, "/tmp", "bench-failover");
+	store_setup();
+	char slow[PATH_MAX], fast[PATH_MAX], survivor_cfg[PATH_MAX + 256], victim_cfg[PATH_MAX + 256];
+	models_write(slow, fast, sizeof slow);
 	const char *tmpl = "[agentd]\nnode_id = %s\nlease_time = %dms\n[model.m]\ncommand = sh %s\n";
 	snprintf(survivor_cfg, sizeof survivor_cfg, tmpl, "survivor", lease_ms, fast);
 
@@ -151,59 +231,13 @@ int main(int argc, char **argv)
 	if (!lat)
 		bench_die("calloc", -ENOMEM);
 	for (int r = 0; r < rounds; r++) {
-		char name[32], conv[32];
+		char name[32];
 		snprintf(name, sizeof name, "victim-%d", r);
-		snprintf(conv, sizeof conv, "fo-%d", r);
 		snprintf(victim_cfg, sizeof victim_cfg, tmpl, name, lease_ms, slow);
-		struct node v;
-		node_start(&v, bindir, name, victim_cfg);
-		ctl_conn *vc;
-		if (harness_connect(&vc, v.sock, 5000))
-			bench_fail("connect to %s", name);
-		json_decref(harness_ok(vc, json_pack("{sssss{ss}}", "op", "create", "conversation", conv, "settings", "model",
-						 "m"), "create"));
-		json_decref(harness_ok(vc, json_pack("{ssssss}", "op", "send", "conversation", conv, "content", "hi"),
-				   "send"));
-		/* The victim's worker is in its model call: the node holds the lease. */
-		for (int i = 0;; i++) {
-			json_t *st = harness_ok(vc, json_pack("{ss}", "op", "status"), "status");
-			json_int_t leases = json_integer_value(json_object_get(json_object_get(st, "node"), "leases"));
-			json_t *w = json_object_get(st, "workers");
-			int running = json_array_size(w) == 1 &&
-				      !strcmp(json_string_value(json_object_get(json_array_get(w, 0), "state")), "running");
-			json_decref(st);
-			if (leases == 1 && running)
-				break;
-			if (i > 2000)
-				bench_fail("%s never ran its turn", name);
-			usleep(5000);
-		}
-		ctl_close(vc);
-		int64_t t0 = harness_wall_us();
-		kill(-v.pid, SIGKILL);
-		harness_reap(v.pid, 5000);
-		json_t *rep = harness_ok(sc, json_pack("{sssssssisi}", "op", "events", "conversation", conv, "type",
-						    "assistant_msg", "after", 1, "wait_ms", 60000),
-				     "the survivor's long-poll");
-		json_t *evs = json_object_get(rep, "events");
-		if (json_array_size(evs) < 1)
-			bench_fail("%s: no turn on the survivor within 60 s", conv);
-		json_int_t at = json_integer_value(json_object_get(json_array_get(evs, 0), "inserted_at"));
-		lat[r] = ((double)at * 1000.0 - (double)t0) / 1e6;
-		json_decref(rep);
-		printf("round %2d: %.3f s (killed at %lld us)\n", r + 1, lat[r], (long long)t0);
-		fflush(stdout);
+		lat[r] = round_once(r, bindir, victim_cfg, sc);
 	}
 	ctl_close(sc);
-	qsort(lat, (size_t)rounds, sizeof *lat, cmp_d);
-	double p99 = harness_pct(lat, (size_t)rounds, 99); /* sorted now */
-	double median = rounds % 2 ? lat[rounds / 2] : (lat[rounds / 2 - 1] + lat[rounds / 2]) / 2;
-	printf("\nfailover (kill -9 of a node's group to its conversation's next event committed on another node), "
-	       "%d rounds\n", rounds);
-	printf("lease time %d ms, heartbeat %d ms (a third): goal <= %.1f s\n", lease_ms, lease_ms / 3,
-	       lease_ms / 1000.0 + 1.0);
-	printf("median %.3f s   p99 %.3f s   min %.3f s   max %.3f s\n", median, p99, lat[0],
-	       lat[rounds - 1]);
+	report(lat, rounds, lease_ms);
 	kill(-surv.pid, SIGTERM);
 	harness_reap(surv.pid, 15000);
 	nodes_kill();

@@ -112,11 +112,7 @@ static double fork_once(store *s, const char *src, uint64_t seq, const char *dst
 int main(int argc, char **argv)
 {
 	char target[4096];
-	const char *tmp = getenv("TMPDIR");
-	if (argc > 1)
-		snprintf(target, sizeof target, "%s", argv[1]);
-	else
-		snprintf(target, sizeof target, "%s/agentd-bench-fork", tmp && *tmp ? tmp : "/tmp");
+	bench_dir_arg(target, sizeof target, argc, argv, "fork");
 	size_t events = argc > 2 ? strtoul(argv[2], NULL, 10) : 10000;
 	int runs = argc > 3 ? atoi(argv[3]) : 7;
 	if (runs < 1 || runs > BENCH_MAX_RUNS || events < 4 || events % 2)

@@ -48,32 +48,11 @@ static double list_once(store *s, const struct store_conv_filter *f, size_t limi
 	return dt;
 }
 
-int main(int argc, char **argv)
+/* Setup: convs conversations, each with metadata {tenant: one of TENANTS,
+ * user: its own}, 1,000 to a transaction. */
+static void fill(store *s, size_t convs)
 {
-	char dir[4096];
-	const char *tmp = getenv("TMPDIR");
-	if (argc > 1)
-		snprintf(dir, sizeof dir, "%s", argv[1]);
-	else
-		snprintf(dir, sizeof dir, "%s/agentd-bench-meta", tmp && *tmp ? tmp : "/tmp");
-	size_t convs = argc > 2 ? strtoul(argv[2], NULL, 10) : 100000;
-	int runs = argc > 3 ? atoi(argv[3]) : 11;
-	if (runs < 1 || runs > BENCH_MAX_RUNS || convs < TENANTS)
-		bench_fail("usage: bench_meta [DIR] [CONVS >= %d] [RUNS 1-%d]", TENANTS, BENCH_MAX_RUNS);
-	bench_rmtree(dir);
-	bench_mkdir(dir);
-	char info[512];
-	bench_machine(info, sizeof info);
-	printf("machine: %s\n", info);
-	int tmpfs;
-	bench_filesystem(dir, info, sizeof info, &tmpfs);
-	printf("store:   %s (LMDB)\n", info);
-
-	struct store_opts o = { .sync = STORE_SYNC_NONE, .map_size = (size_t)1 << 30 };
-	store *s;
-	int e = store_open(&s, dir, &o);
-	if (e)
-		bench_die("store_open", e);
+	int e;
 	double t0 = bench_now();
 	msgpack_sbuffer set, meta;
 	msgpack_sbuffer_init(&set);
@@ -110,10 +89,12 @@ int main(int argc, char **argv)
 	msgpack_sbuffer_destroy(&set);
 	printf("setup:   %zu conversations, metadata {tenant: 1 of %d, user: unique}, in %.1f s\n", convs, TENANTS,
 	       bench_now() - t0);
-	char load[128];
-	bench_loadavg(load, sizeof load);
-	printf("load:    %s\n\n", load);
+}
 
+/* Measure and report: each case listed runs times by the index and by a
+ * full scan, which must find the same. */
+static void measure(store *s, int runs)
+{
 	struct store_kv kv = { { "tenant", 6 }, { "t7", 2 } };
 	struct store_conv_filter by_index = { .status = -1, .meta = &kv, .nmeta = 1 };
 	struct store_conv_filter by_scan = { .status = -1, .match = tenant_is_t7 };
@@ -139,6 +120,36 @@ int main(int argc, char **argv)
 		printf("%-30s %-10s %12.3f %10.3f - %-9.3f %8zu\n", "", "full scan", bench_median(sc, runs) * 1e3,
 		       lo * 1e3, hi * 1e3, ns);
 	}
+}
+
+int main(int argc, char **argv)
+{
+	char dir[4096];
+	bench_dir_arg(dir, sizeof dir, argc, argv, "meta");
+	size_t convs = argc > 2 ? strtoul(argv[2], NULL, 10) : 100000;
+	int runs = argc > 3 ? atoi(argv[3]) : 11;
+	if (runs < 1 || runs > BENCH_MAX_RUNS || convs < TENANTS)
+		bench_fail("usage: bench_meta [DIR] [CONVS >= %d] [RUNS 1-%d]", TENANTS, BENCH_MAX_RUNS);
+	bench_rmtree(dir);
+	bench_mkdir(dir);
+	char info[512];
+	bench_machine(info, sizeof info);
+	printf("machine: %s\n", info);
+	int tmpfs;
+	bench_filesystem(dir, info, sizeof info, &tmpfs);
+	printf("store:   %s (LMDB)\n", info);
+
+	struct store_opts o = { .sync = STORE_SYNC_NONE, .map_size = (size_t)1 << 30 };
+	store *s;
+	int e = store_open(&s, dir, &o);
+	if (e)
+		bench_die("store_open", e);
+	fill(s, convs);
+	char load[128];
+	bench_loadavg(load, sizeof load);
+	printf("load:    %s\n\n", load);
+
+	measure(s, runs);
 	store_close(s);
 	bench_rmtree(dir);
 	return 0;

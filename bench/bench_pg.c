@@ -813,23 +813,10 @@ struct late {
 	double p50, p99, max;
 };
 
-static struct late expiry_run(int pg, int round, int n)
+/* Setup: n conversations x-0 .. x-(n-1) with the human tool, EXP_CHUNK
+ * creates to a batch. */
+static void exp_create(ctl_conn *c, int n)
 {
-	char name[32], db[32], config[512];
-	int expires = (int)(2.0 * n * pace_ms / 1e3) + 10;
-	snprintf(name, sizeof name, "exp-%s-%d", pg ? "pg" : "lmdb", round);
-	snprintf(db, sizeof db, "exp%d", round);
-	if (pg)
-		db_create(admin, db);
-	snprintf(config, sizeof config,
-		 "[agentd]\nnode_id = %s\nmax_workers = %d\nidle_timeout = 1h\n\n"
-		 "[tool.approve]\nexecutor = human\nprompt = Approve?\nexpires = %ds\n",
-		 name, n + 100, expires);
-	struct node nd;
-	node_start(&nd, name, pg ? db : NULL, config);
-	ctl_conn *c;
-	if (harness_connect(&c, nd.sock, 5000))
-		bench_fail("cannot connect to %s", nd.sock);
 	json_t *reqs[EXP_CHUNK];
 	for (int base = 0; base < n; base += EXP_CHUNK) {
 		int k = n - base < EXP_CHUNK ? n - base : EXP_CHUNK;
@@ -841,8 +828,12 @@ static struct late expiry_run(int pg, int round, int n)
 		}
 		harness_ok_many(c, reqs, (size_t)k, NULL, "create");
 	}
-	/* One call every pace ms: each expiry's commits (the resolution, then
-	 * the woken worker's turn) are done before the next deadline. */
+}
+
+/* One call every pace ms: each expiry's commits (the resolution, then the
+ * woken worker's turn) are done before the next deadline. */
+static void exp_send(ctl_conn *c, int n)
+{
 	double next = bench_now();
 	for (int i = 0; i < n; i++) {
 		char id[32];
@@ -854,11 +845,13 @@ static struct late expiry_run(int pg, int round, int n)
 		json_decref(harness_ok(c, json_pack("{ssssss}", "op", "send", "conversation", id, "content",
 						 "/tool approve {\"what\":\"deploy\"}"), "send"));
 	}
+}
+
+/* Each call's deadline into deadline[] (zeroed), read from its row, or
+ * derived when it expired before the row was read. */
+static void exp_deadlines(ctl_conn *c, int n, int expires, int64_t *deadline)
+{
 	int derived = 0;
-	int64_t *deadline = calloc((size_t)n, sizeof *deadline);
-	double *late = calloc((size_t)n, sizeof *late);
-	if (!deadline || !late)
-		bench_fail("out of memory");
 	for (int i = 0; i < n; i++) {
 		char id[32];
 		snprintf(id, sizeof id, "x-%d", i);
@@ -887,6 +880,12 @@ static struct late expiry_run(int pg, int round, int n)
 	}
 	if (derived)
 		say("expiry: %d calls had expired before their rows were read (deadlines derived)", derived);
+}
+
+/* Measure: each call's resolution, which must be `expired`, and how late
+ * after its deadline it was committed (ms) into late[]. */
+static void exp_lateness(ctl_conn *c, int n, const int64_t *deadline, double *late)
+{
 	for (int i = 0; i < n; i++) {
 		char id[32];
 		snprintf(id, sizeof id, "x-%d", i);
@@ -903,6 +902,33 @@ static struct late expiry_run(int pg, int round, int n)
 		late[i] = (double)(json_integer_value(json_object_get(e, "inserted_at")) - deadline[i]);
 		json_decref(r);
 	}
+}
+
+static struct late expiry_run(int pg, int round, int n)
+{
+	char name[32], db[32], config[512];
+	int expires = (int)(2.0 * n * pace_ms / 1e3) + 10;
+	snprintf(name, sizeof name, "exp-%s-%d", pg ? "pg" : "lmdb", round);
+	snprintf(db, sizeof db, "exp%d", round);
+	if (pg)
+		db_create(admin, db);
+	snprintf(config, sizeof config,
+		 "[agentd]\nnode_id = %s\nmax_workers = %d\nidle_timeout = 1h\n\n"
+		 "[tool.approve]\nexecutor = human\nprompt = Approve?\nexpires = %ds\n",
+		 name, n + 100, expires);
+	struct node nd;
+	node_start(&nd, name, pg ? db : NULL, config);
+	ctl_conn *c;
+	if (harness_connect(&c, nd.sock, 5000))
+		bench_fail("cannot connect to %s", nd.sock);
+	exp_create(c, n);
+	exp_send(c, n);
+	int64_t *deadline = calloc((size_t)n, sizeof *deadline);
+	double *late = calloc((size_t)n, sizeof *late);
+	if (!deadline || !late)
+		bench_fail("out of memory");
+	exp_deadlines(c, n, expires, deadline);
+	exp_lateness(c, n, deadline, late);
 	ctl_close(c);
 	node_stop(&nd);
 	struct late l = { harness_pct(late, (size_t)n, 50), harness_pct(late, (size_t)n, 99), late[n - 1] };

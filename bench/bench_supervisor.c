@@ -465,82 +465,91 @@ static int count_fds(pid_t pid)
 
 #define CAP_BATCH 50
 
-static void phase_memory(void)
-{
-	char dir[PATH_MAX];
-	phase_dir(dir, sizeof dir, "memory");
-	char config[256];
-	snprintf(config, sizeof config, "[agentd]\nmax_workers = %d\nidle_timeout = 1h\n", max_workers + 100);
-	harness_agentd_start(&agentd, bindir, dir, config, NULL);
-	ctl_conn *c;
-	conn_open(&c);
-	long avail0 = harness_mem_available_kib();
-	int live = 0;
-	char why[256] = "";
-	double first_batch = 0, t_start = bench_now(), last_batch = 0;
-	json_t *reqs[CAP_BATCH], *reps_[CAP_BATCH];
-	while (!why[0]) {
-		if (live >= max_workers) {
-			snprintf(why, sizeof why, "reached the cap of %d (-n)", max_workers);
-			break;
-		}
-		int n = max_workers - live < CAP_BATCH ? max_workers - live : CAP_BATCH;
-		double t0 = bench_now();
-		for (int i = 0; i < n; i++) {
-			char id[32];
-			snprintf(id, sizeof id, "m-%d", live + i);
-			reqs[i] = json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model", "echo");
-		}
-		harness_ok_many(c, reqs, (size_t)n, NULL, "create");
-		for (int i = 0; i < n; i++) {
-			char id[32];
-			snprintf(id, sizeof id, "m-%d", live + i);
-			reqs[i] = json_pack("{ssssss}", "op", "send", "conversation", id, "content", "hello");
-		}
-		harness_call_many(c, reqs, (size_t)n, reps_);
-		for (int i = 0; i < n; i++) {
-			if (!why[0] && !json_is_true(json_object_get(reps_[i], "ok"))) {
-				char *s = json_dumps(reps_[i], JSON_COMPACT);
-				snprintf(why, sizeof why, "a send failed: %.200s", s ? s : "?");
-				free(s);
-			}
-			json_decref(reps_[i]);
-		}
-		/* Every new worker answers and goes idle; a spawn that failed
-		 * shows as no worker, or one in backoff or queued. */
-		for (int i = 0; i < n && !why[0]; i++) {
-			char id[32], st[32] = "";
-			snprintf(id, sizeof id, "m-%d", live + i);
-			double until = bench_now() + 60;
-			for (;;) {
-				int has = worker_of(c, id, NULL, st, sizeof st);
-				if (has && !strcmp(st, "idle"))
-					break;
-				if (bench_now() > until) {
-					snprintf(why, sizeof why, "worker %d did not become idle within 60 s (%s)", live + i,
-						 has ? st : "no process");
-					break;
-				}
-				usleep(1000);
-			}
-		}
-		if (why[0])
-			break;
-		live += n;
-		last_batch = bench_now() - t0;
-		if (!first_batch)
-			first_batch = last_batch;
-		long avail = harness_mem_available_kib();
-		say("memory: %d live workers, batch %.2f s, MemAvailable %ld MiB", live, last_batch, avail / 1024);
-		if (avail >= 0 && avail < 1024 * 1024)
-			snprintf(why, sizeof why, "MemAvailable fell under 1 GiB (%ld MiB)", avail / 1024);
-		else if (last_batch > 20 * first_batch && last_batch > 5)
-			snprintf(why, sizeof why, "a batch of %d took %.1f s, over 20x the first (%.2f s)", n, last_batch,
-				 first_batch);
-	}
-	double t_all = bench_now() - t_start;
+/* What the memory phase's fill came to. */
+struct mem_run {
+	int live;          /* workers started and idle */
+	char why[256];     /* why it stopped */
+	double first_batch, last_batch, t_all; /* s */
+	long avail0;       /* MemAvailable before, KiB */
+};
 
-	/* Private memory of every live worker, and the supervisor's. */
+/* One batch: n conversations from m-<live> created and sent to, and every
+ * new worker waited for until it answers and goes idle (a spawn that failed
+ * shows as no worker, or one in backoff or queued). A failure into r->why. */
+static void mem_batch(ctl_conn *c, struct mem_run *r, int n)
+{
+	json_t *reqs[CAP_BATCH], *reps_[CAP_BATCH];
+	for (int i = 0; i < n; i++) {
+		char id[32];
+		snprintf(id, sizeof id, "m-%d", r->live + i);
+		reqs[i] = json_pack("{sssss{ss}}", "op", "create", "conversation", id, "settings", "model", "echo");
+	}
+	harness_ok_many(c, reqs, (size_t)n, NULL, "create");
+	for (int i = 0; i < n; i++) {
+		char id[32];
+		snprintf(id, sizeof id, "m-%d", r->live + i);
+		reqs[i] = json_pack("{ssssss}", "op", "send", "conversation", id, "content", "hello");
+	}
+	harness_call_many(c, reqs, (size_t)n, reps_);
+	for (int i = 0; i < n; i++) {
+		if (!r->why[0] && !json_is_true(json_object_get(reps_[i], "ok"))) {
+			char *s = json_dumps(reps_[i], JSON_COMPACT);
+			snprintf(r->why, sizeof r->why, "a send failed: %.200s", s ? s : "?");
+			free(s);
+		}
+		json_decref(reps_[i]);
+	}
+	for (int i = 0; i < n && !r->why[0]; i++) {
+		char id[32], st[32] = "";
+		snprintf(id, sizeof id, "m-%d", r->live + i);
+		double until = bench_now() + 60;
+		for (;;) {
+			int has = worker_of(c, id, NULL, st, sizeof st);
+			if (has && !strcmp(st, "idle"))
+				break;
+			if (bench_now() > until) {
+				snprintf(r->why, sizeof r->why, "worker %d did not become idle within 60 s (%s)", r->live + i,
+					 has ? st : "no process");
+				break;
+			}
+			usleep(1000);
+		}
+	}
+}
+
+/* Measure: batches of CAP_BATCH live workers until the cap (-n), a
+ * failure, MemAvailable under 1 GiB or a batch 20 times the first's. */
+static void mem_fill(ctl_conn *c, struct mem_run *r)
+{
+	double t_start = bench_now();
+	while (!r->why[0]) {
+		if (r->live >= max_workers) {
+			snprintf(r->why, sizeof r->why, "reached the cap of %d (-n)", max_workers);
+			break;
+		}
+		int n = max_workers - r->live < CAP_BATCH ? max_workers - r->live : CAP_BATCH;
+		double t0 = bench_now();
+		mem_batch(c, r, n);
+		if (r->why[0])
+			break;
+		r->live += n;
+		r->last_batch = bench_now() - t0;
+		if (!r->first_batch)
+			r->first_batch = r->last_batch;
+		long avail = harness_mem_available_kib();
+		say("memory: %d live workers, batch %.2f s, MemAvailable %ld MiB", r->live, r->last_batch, avail / 1024);
+		if (avail >= 0 && avail < 1024 * 1024)
+			snprintf(r->why, sizeof r->why, "MemAvailable fell under 1 GiB (%ld MiB)", avail / 1024);
+		else if (r->last_batch > 20 * r->first_batch && r->last_batch > 5)
+			snprintf(r->why, sizeof r->why, "a batch of %d took %.1f s, over 20x the first (%.2f s)", n,
+				 r->last_batch, r->first_batch);
+	}
+	r->t_all = bench_now() - t_start;
+}
+
+/* Report: private memory of every live worker, and the supervisor's. */
+static void mem_report(ctl_conn *c, const struct mem_run *r)
+{
 	json_t *st = harness_ok(c, json_pack("{ss}", "op", "status"), "status");
 	json_t *ws = json_object_get(st, "workers");
 	size_t nw = json_array_size(ws);
@@ -561,18 +570,32 @@ static void phase_memory(void)
 	long sup_kib = harness_private_kib(agentd.pid);
 	int sup_fds = count_fds(agentd.pid);
 	long avail1 = harness_mem_available_kib();
-	ctl_close(c);
 	double p50 = harness_pct(kib, nk, 50), p90 = harness_pct(kib, nk, 90), mx = nk ? kib[nk - 1] : 0;
 	printf("\n== memory: private RSS (Private_Clean + Private_Dirty) of idle workers, and live workers held\n");
 	printf("%-44s %8.0f KiB p50, %.0f p90, %.0f max (%zu idle workers)   target < 1024 KiB %s\n",
 	       "idle worker private RSS", p50, p90, mx, nk, verdict(nk && p50 < 1024));
-	printf("%-44s %8d (stopped: %s)\n", "live workers held", live, why);
-	printf("%-44s %8.1f s (%.1f ms per worker; first batch of %d %.2f s, last %.2f s)\n", "time to start them", t_all,
-	       live ? SEC(t_all) / live : 0, CAP_BATCH, first_batch, last_batch);
-	printf("%-44s %8.0f MiB private in workers; MemAvailable %ld -> %ld MiB\n", "memory", sum / 1024, avail0 / 1024,
-	       avail1 / 1024);
+	printf("%-44s %8d (stopped: %s)\n", "live workers held", r->live, r->why);
+	printf("%-44s %8.1f s (%.1f ms per worker; first batch of %d %.2f s, last %.2f s)\n", "time to start them",
+	       r->t_all, r->live ? SEC(r->t_all) / r->live : 0, CAP_BATCH, r->first_batch, r->last_batch);
+	printf("%-44s %8.0f MiB private in workers; MemAvailable %ld -> %ld MiB\n", "memory", sum / 1024,
+	       r->avail0 / 1024, avail1 / 1024);
 	printf("%-44s %8ld KiB private, %d descriptors\n", "supervisor with them", sup_kib, sup_fds);
 	free(kib);
+}
+
+static void phase_memory(void)
+{
+	char dir[PATH_MAX];
+	phase_dir(dir, sizeof dir, "memory");
+	char config[256];
+	snprintf(config, sizeof config, "[agentd]\nmax_workers = %d\nidle_timeout = 1h\n", max_workers + 100);
+	harness_agentd_start(&agentd, bindir, dir, config, NULL);
+	ctl_conn *c;
+	conn_open(&c);
+	struct mem_run r = { .avail0 = harness_mem_available_kib() };
+	mem_fill(c, &r);
+	mem_report(c, &r);
+	ctl_close(c);
 	harness_agentd_stop(&agentd);
 }
 
@@ -740,158 +763,181 @@ static int expiry_watch(struct timer *tm, int n, int64_t dmax)
 	return seen;
 }
 
-/* One regime: n timers started one every pace ms (0: a burst), expiring after
- * expires seconds, beside the bare timerfd over the same deadlines. */
-static void phase_expiry(const char *label, int n, int pace, int expires)
-{
+/* One regime of the expiry phase, from its start to its report. */
+struct exp_run {
+	const char *label;
+	int n, pace, expires;
 	char dir[PATH_MAX];
-	phase_dir(dir, sizeof dir, pace ? "expiry-spread" : "expiry-burst");
-	char config[512];
-	snprintf(config, sizeof config,
-		 "[agentd]\nmax_workers = %d\nidle_timeout = 1h\n\n"
-		 "[tool.approve]\nexecutor = human\nprompt = Approve?\nexpires = %ds\n",
-		 n + 100, expires);
-	harness_agentd_start(&agentd, bindir, dir, config, NULL);
-	ctl_conn *c;
-	conn_open(&c);
-	struct timer *tm = calloc((size_t)n, sizeof *tm);
+	struct timer *tm;
+	double t_create;   /* s from the first call started to the last one's deadline read */
+	int derived;       /* deadlines derived from inserted_at (the call had expired) */
+	int overlap;       /* some fired before all were started */
+	int nw;            /* timers in the watched figure */
+	int64_t dmin, dmax;
+	int64_t *dl;       /* the deadlines, sorted */
+	double *a_ms, *a_us, *b_ms, *b_us, *s_ms, *s_us; /* agentd's, the bare replay's, the bare alongside's */
+	struct bare_run side;
+	double clat[200];
+};
+
+/* Setup: n conversations with the human tool, a call started in each
+ * (expiry_start_calls), and each call's deadline read: the pending row's;
+ * once expired the row has none, and then it is the call's inserted_at plus
+ * the expiry (the worker stamps both in the transaction that makes it). */
+static void exp_start(ctl_conn *c, struct exp_run *x)
+{
+	int n = x->n;
 	json_t **reqs = calloc(EXP_CHUNK, sizeof *reqs);
-	if (!tm || !reqs)
+	if (!reqs)
 		bench_fail("out of memory");
 	for (int i = 0; i < n; i++)
-		snprintf(tm[i].conv, sizeof tm[i].conv, "x-%d", i);
+		snprintf(x->tm[i].conv, sizeof x->tm[i].conv, "x-%d", i);
 	for (int base = 0; base < n; base += EXP_CHUNK) {
 		int k = n - base < EXP_CHUNK ? n - base : EXP_CHUNK;
 		for (int i = 0; i < k; i++)
-			reqs[i] = json_pack("{sssss{sss[s]}}", "op", "create", "conversation", tm[base + i].conv, "settings",
-					    "model", "echo", "tools", "approve");
+			reqs[i] = json_pack("{sssss{sss[s]}}", "op", "create", "conversation", x->tm[base + i].conv,
+					    "settings", "model", "echo", "tools", "approve");
 		harness_ok_many(c, reqs, (size_t)k, NULL, "create");
 	}
+	free(reqs);
 	double t0 = bench_now();
-	expiry_start_calls(c, tm, n, pace);
-	/* Each call made, with its deadline: the pending row's; once expired
-	 * the row has none, and then it is the call's inserted_at plus the
-	 * expiry (the worker stamps both in the transaction that makes it). */
-	int derived = 0;
+	expiry_start_calls(c, x->tm, n, x->pace);
 	for (int i = 0; i < n; i++) {
+		struct timer *t = &x->tm[i];
 		double until = bench_now() + 120;
 		for (;;) {
-			json_t *r = harness_ok(c, json_pack("{ssss}", "op", "tool_calls", "conversation", tm[i].conv),
+			json_t *r = harness_ok(c, json_pack("{ssss}", "op", "tool_calls", "conversation", t->conv),
 					   "tool_calls");
 			json_t *a = json_object_get(r, "tool_calls");
 			if (json_array_size(a) == 1) {
 				json_t *tc = json_array_get(a, 0);
-				tm[i].deadline = json_integer_value(json_object_get(tc, "deadline"));
-				if (!tm[i].deadline) {
-					tm[i].deadline = json_integer_value(json_object_get(tc, "inserted_at")) +
-							 (int64_t)expires * 1000;
-					derived++;
+				t->deadline = json_integer_value(json_object_get(tc, "deadline"));
+				if (!t->deadline) {
+					t->deadline = json_integer_value(json_object_get(tc, "inserted_at")) +
+						      (int64_t)x->expires * 1000;
+					x->derived++;
 				}
 			}
 			json_decref(r);
-			if (tm[i].deadline)
+			if (t->deadline)
 				break;
 			if (bench_now() > until)
-				bench_fail("%s: no tool call after 120 s", tm[i].conv);
+				bench_fail("%s: no tool call after 120 s", t->conv);
 			usleep(2000);
 		}
 	}
-	double t_create = bench_now() - t0;
-	int64_t dmin = INT64_MAX, dmax = 0;
+	x->t_create = bench_now() - t0;
+	x->dmin = INT64_MAX;
+	x->dmax = 0;
 	for (int i = 0; i < n; i++) {
-		dmin = tm[i].deadline < dmin ? tm[i].deadline : dmin;
-		dmax = tm[i].deadline > dmax ? tm[i].deadline : dmax;
+		x->dmin = x->tm[i].deadline < x->dmin ? x->tm[i].deadline : x->dmin;
+		x->dmax = x->tm[i].deadline > x->dmax ? x->tm[i].deadline : x->dmax;
 	}
 	int64_t now_ms = harness_wall_us() / 1000;
-	say("expiry (%s): %d calls pending after %.1f s; deadlines span %.1f s, the first in %.1f s", label, n, t_create,
-	    (double)(dmax - dmin) / 1e3, (double)(dmin - now_ms) / 1e3);
-	int overlap = dmin <= now_ms + 500;
-	/* The bare timerfd alongside: from now on, over the deadlines still
-	 * ahead (all of them, unless some fired while the calls started). */
-	int64_t *dl = calloc((size_t)n, sizeof *dl);
-	double *a_ms = calloc((size_t)n, sizeof *a_ms), *a_us = calloc((size_t)n, sizeof *a_us);
-	double *b_ms = calloc((size_t)n, sizeof *b_ms), *b_us = calloc((size_t)n, sizeof *b_us);
-	double *s_ms = calloc((size_t)n, sizeof *s_ms), *s_us = calloc((size_t)n, sizeof *s_us);
-	if (!dl || !a_ms || !a_us || !b_ms || !b_us || !s_ms || !s_us)
+	say("expiry (%s): %d calls pending after %.1f s; deadlines span %.1f s, the first in %.1f s", x->label, n,
+	    x->t_create, (double)(x->dmax - x->dmin) / 1e3, (double)(x->dmin - now_ms) / 1e3);
+	x->overlap = x->dmin <= now_ms + 500;
+}
+
+/* Measure: every resolution watched, with the bare timerfd alongside from
+ * now on, over the deadlines still ahead (all of them, unless some fired
+ * while the calls started); then the resolution events as stored. */
+static void exp_watch(ctl_conn *c, struct exp_run *x)
+{
+	int n = x->n;
+	x->dl = calloc((size_t)n, sizeof *x->dl);
+	x->a_ms = calloc((size_t)n, sizeof *x->a_ms), x->a_us = calloc((size_t)n, sizeof *x->a_us);
+	x->b_ms = calloc((size_t)n, sizeof *x->b_ms), x->b_us = calloc((size_t)n, sizeof *x->b_us);
+	x->s_ms = calloc((size_t)n, sizeof *x->s_ms), x->s_us = calloc((size_t)n, sizeof *x->s_us);
+	if (!x->dl || !x->a_ms || !x->a_us || !x->b_ms || !x->b_us || !x->s_ms || !x->s_us)
 		bench_fail("out of memory");
 	for (int i = 0; i < n; i++)
-		dl[i] = tm[i].deadline;
-	qsort(dl, (size_t)n, sizeof *dl, cmp_i64);
+		x->dl[i] = x->tm[i].deadline;
+	qsort(x->dl, (size_t)n, sizeof *x->dl, cmp_i64);
 	size_t ahead = 0;
-	now_ms = harness_wall_us() / 1000;
-	while (ahead < (size_t)n && dl[ahead] <= now_ms)
+	int64_t now_ms = harness_wall_us() / 1000;
+	while (ahead < (size_t)n && x->dl[ahead] <= now_ms)
 		ahead++;
-	struct bare_run side = { dl + ahead, (size_t)n - ahead, s_ms, s_us, 0 };
-	if (side.n && pthread_create(&side.th, NULL, bare_thread, &side))
+	x->side = (struct bare_run){ x->dl + ahead, (size_t)n - ahead, x->s_ms, x->s_us, 0 };
+	if (x->side.n && pthread_create(&x->side.th, NULL, bare_thread, &x->side))
 		bench_fail("pthread_create failed");
-	int seen = expiry_watch(tm, n, dmax);
-	if (side.n)
-		pthread_join(side.th, NULL);
+	int seen = expiry_watch(x->tm, n, x->dmax);
+	if (x->side.n)
+		pthread_join(x->side.th, NULL);
 	if (seen < n)
 		bench_fail("expiry: only %d of %d resolutions arrived within 30 s of the last deadline", seen, n);
-	/* The resolution events as stored. */
 	for (int i = 0; i < n; i++) {
-		json_t *e = wait_event(c, tm[i].conv, 0, "resolution");
+		json_t *e = wait_event(c, x->tm[i].conv, 0, "resolution");
 		const char *status = json_string_value(json_object_get(json_object_get(e, "content"), "status"));
 		if (!status || strcmp(status, "expired"))
-			bench_fail("%s: the resolution is not `expired`", tm[i].conv);
-		tm[i].store_at = json_integer_value(json_object_get(e, "inserted_at"));
+			bench_fail("%s: the resolution is not `expired`", x->tm[i].conv);
+		x->tm[i].store_at = json_integer_value(json_object_get(e, "inserted_at"));
 		json_decref(e);
 	}
-	ctl_close(c);
+}
 
-	if (verbose) {
-		/* Every timer, for a look at when the late ones came. */
-		char csv[PATH_MAX];
-		harness_path(csv, sizeof csv, "%s/timers.csv", dir);
-		FILE *f = fopen(csv, "we");
-		for (int i = 0; f && i < n; i++)
-			fprintf(f, "%s,%lld,%lld,%lld\n", tm[i].conv, (long long)tm[i].deadline,
-				(long long)(tm[i].store_at - tm[i].deadline),
-				(long long)(tm[i].seen_us - tm[i].deadline * 1000));
-		if (f)
-			fclose(f);
-		say("expiry (%s): per timer (conversation, deadline, stored ms, watched us) in %s", label, csv);
-	}
-	int nw = 0;
+/* With -v: every timer, for a look at when the late ones came. */
+static void exp_csv(const struct exp_run *x)
+{
+	char csv[PATH_MAX];
+	harness_path(csv, sizeof csv, "%s/timers.csv", x->dir);
+	FILE *f = fopen(csv, "we");
+	for (int i = 0; f && i < x->n; i++)
+		fprintf(f, "%s,%lld,%lld,%lld\n", x->tm[i].conv, (long long)x->tm[i].deadline,
+			(long long)(x->tm[i].store_at - x->tm[i].deadline),
+			(long long)(x->tm[i].seen_us - x->tm[i].deadline * 1000));
+	if (f)
+		fclose(f);
+	say("expiry (%s): per timer (conversation, deadline, stored ms, watched us) in %s", x->label, csv);
+}
+
+/* Measure the floors: agentd's lateness from the timers, then the bare
+ * timerfd again over the same deadlines, alone, while agentd idles (it is
+ * stopped after), and one durable commit of the store here. */
+static void exp_replay(struct exp_run *x)
+{
+	int n = x->n;
+	x->nw = 0;
 	for (int i = 0; i < n; i++) {
-		a_ms[i] = (double)(tm[i].store_at - tm[i].deadline);
-		if (tm[i].deadline * 1000 > tm[i].watch_us)
-			a_us[nw++] = (double)(tm[i].seen_us - tm[i].deadline * 1000);
+		x->a_ms[i] = (double)(x->tm[i].store_at - x->tm[i].deadline);
+		if (x->tm[i].deadline * 1000 > x->tm[i].watch_us)
+			x->a_us[x->nw++] = (double)(x->tm[i].seen_us - x->tm[i].deadline * 1000);
 	}
-	if (nw == 0)
+	if (x->nw == 0)
 		bench_fail("expiry: every deadline passed before its watch was in place: raise -e");
-	if (!side.n)
+	if (!x->side.n)
 		bench_fail("expiry: every deadline passed before the bare timerfd started: raise -e");
-	/* And the bare timerfd again over the same deadlines, alone, while
-	 * agentd idles. */
-	int64_t shift = harness_wall_us() / 1000 + 1000 - dl[0];
-	say("expiry (%s): the bare timerfd replays the %.1f s of deadlines", label, (double)(dmax - dmin) / 1e3);
-	bare_timerfd(dl, (size_t)n, shift, b_ms, b_us);
+	int64_t shift = harness_wall_us() / 1000 + 1000 - x->dl[0];
+	say("expiry (%s): the bare timerfd replays the %.1f s of deadlines", x->label, (double)(x->dmax - x->dmin) / 1e3);
+	bare_timerfd(x->dl, (size_t)n, shift, x->b_ms, x->b_us);
 	harness_agentd_stop(&agentd);
-	double clat[200];
 	char cdir[PATH_MAX];
-	harness_path(cdir, sizeof cdir, "%s/commit", dir);
+	harness_path(cdir, sizeof cdir, "%s/commit", x->dir);
 	bench_mkdir(cdir);
-	commit_latency(cdir, 200, clat);
+	commit_latency(cdir, 200, x->clat);
+}
 
-	size_t ns = side.n;
-	double am50 = harness_pct(a_ms, (size_t)n, 50), am99 = harness_pct(a_ms, (size_t)n, 99);
-	double au50 = harness_pct(a_us, (size_t)nw, 50), au99 = harness_pct(a_us, (size_t)nw, 99);
-	double sm50 = harness_pct(s_ms, ns, 50), sm99 = harness_pct(s_ms, ns, 99);
-	double su50 = harness_pct(s_us, ns, 50), su99 = harness_pct(s_us, ns, 99);
-	double bm50 = harness_pct(b_ms, (size_t)n, 50), bm99 = harness_pct(b_ms, (size_t)n, 99);
-	double bu50 = harness_pct(b_us, (size_t)n, 50), bu99 = harness_pct(b_us, (size_t)n, 99);
-	double amax = a_us[nw - 1], smax = s_us[ns - 1], bmax = b_us[n - 1];
-	printf("\n== expiry, %s: %d human-tool timers, one per conversation, workers waiting (expires = %d s)\n", label,
-	       n, expires);
-	printf("started in %.1f s (%s); deadlines spread over %.1f s, %.1f ms apart on average\n", t_create,
-	       pace ? "paced" : "as fast as agentd took them", (double)(dmax - dmin) / 1e3,
-	       n > 1 ? (double)(dmax - dmin) / (n - 1) : 0);
-	if (overlap)
+/* Report: the regime's lateness beside the bare timerfd's and a commit's. */
+static void exp_report(struct exp_run *x)
+{
+	int n = x->n, nw = x->nw;
+	size_t ns = x->side.n;
+	double am50 = harness_pct(x->a_ms, (size_t)n, 50), am99 = harness_pct(x->a_ms, (size_t)n, 99);
+	double au50 = harness_pct(x->a_us, (size_t)nw, 50), au99 = harness_pct(x->a_us, (size_t)nw, 99);
+	double sm50 = harness_pct(x->s_ms, ns, 50), sm99 = harness_pct(x->s_ms, ns, 99);
+	double su50 = harness_pct(x->s_us, ns, 50), su99 = harness_pct(x->s_us, ns, 99);
+	double bm50 = harness_pct(x->b_ms, (size_t)n, 50), bm99 = harness_pct(x->b_ms, (size_t)n, 99);
+	double bu50 = harness_pct(x->b_us, (size_t)n, 50), bu99 = harness_pct(x->b_us, (size_t)n, 99);
+	double amax = x->a_us[nw - 1], smax = x->s_us[ns - 1], bmax = x->b_us[n - 1];
+	double span = (double)(x->dmax - x->dmin);
+	printf("\n== expiry, %s: %d human-tool timers, one per conversation, workers waiting (expires = %d s)\n",
+	       x->label, n, x->expires);
+	printf("started in %.1f s (%s); deadlines spread over %.1f s, %.1f ms apart on average\n", x->t_create,
+	       x->pace ? "paced" : "as fast as agentd took them", span / 1e3, n > 1 ? span / (n - 1) : 0);
+	if (x->overlap)
 		printf("WARNING: some fired before all were started (raise -e or -i): %d deadlines derived from "
 		       "inserted_at, %d left out of the watched figure, %zu out of the bare timerfd alongside\n",
-		       derived, n - nw, (size_t)n - ns);
+		       x->derived, n - nw, (size_t)n - ns);
 	printf("%-52s %10s %10s %10s\n", "lateness", "p50", "p99", "max");
 	printf("%-52s %7.0f ms %7.0f ms\n", "agentd: resolution inserted_at - deadline", am50, am99);
 	printf("%-52s %7.0f ms %7.0f ms\n", "bare timerfd alongside: floor(wake-up ms) - deadline", sm50, sm99);
@@ -903,20 +949,45 @@ static void phase_expiry(const char *label, int n, int pace, int expires)
 	printf("%-52s %7.3f ms %7.3f ms %7.3f ms\n", "bare timerfd replayed alone: the same", bu50 / 1e3, bu99 / 1e3,
 	       bmax / 1e3);
 	printf("%-52s %7.3f ms %7.3f ms (the floor under the watched figure)\n",
-	       "one durable commit of one event (store, here)", SEC(harness_pct(clat, 200, 50)), SEC(harness_pct(clat, 200, 99)));
+	       "one durable commit of one event (store, here)", SEC(harness_pct(x->clat, 200, 50)),
+	       SEC(harness_pct(x->clat, 200, 99)));
 	printf("targets: p50 < 1 ms: %s (stored), %s (watched); p99 <= 2x the timerfd's alongside: %s (stored, %.0f vs "
 	       "%.0f ms), %s (watched vs wake-up, %.1fx)\n", verdict(am50 < 1), verdict(au50 < 1000),
 	       verdict(am99 <= 2 * sm99), am99, sm99, verdict(au99 <= 2 * su99), su99 > 0 ? au99 / su99 : 0);
 	fflush(stdout);
-	free(dl);
-	free(a_ms);
-	free(a_us);
-	free(s_ms);
-	free(s_us);
-	free(b_ms);
-	free(b_us);
-	free(tm);
-	free(reqs);
+}
+
+/* One regime: n timers started one every pace ms (0: a burst), expiring after
+ * expires seconds, beside the bare timerfd over the same deadlines. */
+static void phase_expiry(const char *label, int n, int pace, int expires)
+{
+	struct exp_run x = { .label = label, .n = n, .pace = pace, .expires = expires };
+	phase_dir(x.dir, sizeof x.dir, pace ? "expiry-spread" : "expiry-burst");
+	char config[512];
+	snprintf(config, sizeof config,
+		 "[agentd]\nmax_workers = %d\nidle_timeout = 1h\n\n"
+		 "[tool.approve]\nexecutor = human\nprompt = Approve?\nexpires = %ds\n",
+		 n + 100, expires);
+	harness_agentd_start(&agentd, bindir, x.dir, config, NULL);
+	ctl_conn *c;
+	conn_open(&c);
+	if (!(x.tm = calloc((size_t)n, sizeof *x.tm)))
+		bench_fail("out of memory");
+	exp_start(c, &x);
+	exp_watch(c, &x);
+	ctl_close(c);
+	if (verbose)
+		exp_csv(&x);
+	exp_replay(&x);
+	exp_report(&x);
+	free(x.dl);
+	free(x.a_ms);
+	free(x.a_us);
+	free(x.s_ms);
+	free(x.s_us);
+	free(x.b_ms);
+	free(x.b_us);
+	free(x.tm);
 }
 
 /* ---- main ------------------------------------------------------------ */

@@ -225,3 +225,12 @@ double bench_flush_ms(const char *dir, int pages, int contiguous, int reps)
 	unlink(path);
 	return bench_median(v, reps);
 }
+
+void bench_dir_arg(char *dir, size_t len, int argc, char **argv, const char *name)
+{
+	const char *tmp = getenv("TMPDIR");
+	if (argc > 1)
+		snprintf(dir, len, "%s", argv[1]);
+	else
+		snprintf(dir, len, "%s/agentd-bench-%s", tmp && *tmp ? tmp : "/tmp", name);
+}

@@ -69,6 +69,8 @@ static void mcp_free(struct mcp_cfg *m)
 	free(m->command);
 	free(m->args);
 	free(m->prefix);
+	free(m->idempotent_tools);
+	free(m->non_idempotent_tools);
 	free(m);
 }
 
@@ -95,6 +97,7 @@ static void tool_free(struct tool_cfg *t)
 	free(t->command);
 	free(t->prompt);
 	free(t->description);
+	free(t->reconcile);
 	free(t->escalate_to);
 }
 
@@ -129,6 +132,31 @@ const struct model_cfg *config_model(const struct config *c, const char *name)
 		if (strcmp(c->models[i].name, name) == 0)
 			return &c->models[i];
 	return strcmp(name, "echo") == 0 ? &echo_model : NULL;
+}
+
+/* Whether the list (names separated by commas or spaces) names tool. */
+static int list_has(const char *list, const char *tool)
+{
+	size_t n = strlen(tool);
+	for (const char *p = list; p && *p;) {
+		p += strspn(p, ", \t");
+		size_t len = strcspn(p, ", \t");
+		if (len == n && !strncmp(p, tool, n))
+			return 1;
+		p += len;
+	}
+	return 0;
+}
+
+int config_mcp_idempotent(const struct tool_cfg *tc, const char *tool, int read_only, int idempotent_hint)
+{
+	if (tc->mcp && list_has(tc->mcp->non_idempotent_tools, tool))
+		return 0;
+	if (tc->mcp && list_has(tc->mcp->idempotent_tools, tool))
+		return 1;
+	if (tc->idempotent >= 0)
+		return tc->idempotent;
+	return read_only == 1 || idempotent_hint == 1;
 }
 
 const struct tool_cfg *config_tool(const struct config *c, const char *name)
@@ -516,6 +544,10 @@ static int tool_key(struct tool_cfg *t, const char *k, const char *v)
 		return config_set_int(&t->max_attempts, v, 1, 1000);
 	if (!strcmp(k, "output_cap"))
 		return config_size(v, &t->out_cap) || t->out_cap < 1024 || t->out_cap > CAP_MAX ? -1 : 0;
+	if (!strcmp(k, "idempotent"))
+		return (t->idempotent = onoff(v)) < 0 ? -1 : 0;
+	if (!strcmp(k, "reconcile"))
+		return *v ? config_set_str(&t->reconcile, v) : -1;
 	return iso_key(&t->iso, k, v);
 }
 
@@ -534,6 +566,10 @@ static int mcp_key(struct tool_cfg *t, const char *k, const char *v)
 		return config_duration(v, &m->start_timeout_ms) || m->start_timeout_ms <= 0 ? -1 : 0;
 	if (!strcmp(k, "url"))
 		return -3;
+	if (!strcmp(k, "idempotent_tools"))
+		return config_set_str(&m->idempotent_tools, v);
+	if (!strcmp(k, "non_idempotent_tools"))
+		return config_set_str(&m->non_idempotent_tools, v);
 	/* A server tool's keys that mean nothing here: each tool has the
 	 * server's own description, and a server is no human. */
 	static const char *const not_here[] = { "executor", "prompt", "expires", "description", "warn_before",
@@ -589,6 +625,7 @@ static struct tool_cfg *tool_get(struct config *c, const char *name)
 	t->timeout_ms = 30 * SEC;
 	t->expires_ms = 3600 * SEC;
 	t->max_attempts = 3;
+	t->idempotent = -1;
 	t->out_cap = 1 << 20;
 	t->iso.uid = t->iso.gid = -1;
 	if (!t->name) { /* as model_get */
@@ -816,6 +853,8 @@ static int mcp_validate(const struct config *c, struct tool_cfg *t, char *err, s
 		return -1;
 	if (m->args && !command_ok(c, "mcp", t->name, m->args, err, errlen))
 		return -1;
+	if (t->reconcile && !command_ok(c, "mcp", t->name, t->reconcile, err, errlen))
+		return -1;
 	if (!m->prefix && asprintf(&m->prefix, "%s__", t->name) < 0) {
 		m->prefix = NULL;
 		snprintf(err, errlen, "%s: out of memory", c->path);
@@ -943,6 +982,13 @@ static int validate(struct config *c, char *err, size_t errlen)
 			snprintf(err, errlen, "%s: [tool.%s] is a human tool: it takes no command", c->path, t->name);
 			return -1;
 		}
+		if (t->executor == EXEC_HUMAN && (t->idempotent >= 0 || t->reconcile)) {
+			snprintf(err, errlen, "%s: [tool.%s] is a human tool: idempotent and reconcile are for tools that run",
+				 c->path, t->name);
+			return -1;
+		}
+		if (t->reconcile && !command_ok(c, "tool", t->name, t->reconcile, err, errlen))
+			return -1;
 		if (!t->prompt && (t->prompt = strdup("Approve?")) == NULL)
 			return -1;
 		if (warn_before_validate(c, t, err, errlen) || on_expiry_validate(c, t, err, errlen))

@@ -37,6 +37,11 @@ struct mcp_cfg {
 	char *args;               /* more words appended, or NULL */
 	char *prefix;             /* of the names models see: default "NAME__" */
 	int64_t start_timeout_ms; /* initialize and tools/list, default 20 s */
+	/* Tools of this server named safe, or not safe, to run twice (their
+	 * names as the server lists them, separated by commas or spaces), over
+	 * the server's idempotent and its tools' annotations; NULL: none. */
+	char *idempotent_tools;
+	char *non_idempotent_tools;
 };
 
 struct model_cfg {
@@ -93,6 +98,12 @@ struct tool_cfg {
 	size_t out_cap;      /* server tools: stdout cap, default 1 MiB */
 	struct isolate_cfg iso;
 	struct mcp_cfg *mcp; /* an [mcp.NAME] server (executor EXEC_SERVER, no command) */
+	/* Server tools: whether a call interrupted after its dispatch began
+	 * may be dispatched again (docs/tools.md, "Calls whose outcome is
+	 * unknown"): 1 yes, 0 no, -1 not said (a command's: no; an MCP
+	 * tool's: its annotations, config_mcp_idempotent). */
+	int idempotent;
+	char *reconcile;     /* server tools: asked whether an unknown call's effect happened; NULL: none */
 };
 
 /* A conversation's limits (settings.budget over [agentd] budget_*). A
@@ -159,6 +170,12 @@ void config_free(struct config *c);
 /* The named model or tool; the built-in echo model is always there. NULL if unknown. */
 const struct model_cfg *config_model(const struct config *c, const char *name);
 const struct tool_cfg *config_tool(const struct config *c, const char *name);
+/* Whether tool (a name as the server lists it) of the MCP server tc may be
+ * dispatched again after an interruption: its idempotent_tools or
+ * non_idempotent_tools entry, else the server's idempotent, else its
+ * annotations (read_only, idempotent_hint: 1 true, 0 false, -1 absent):
+ * readOnlyHint or idempotentHint true is safe, anything else is not. */
+int config_mcp_idempotent(const struct tool_cfg *tc, const char *tool, int read_only, int idempotent_hint);
 
 /* "500ms", "30s", "5m", "1h", "7d", or a bare number of seconds. 0 or -EINVAL. */
 int config_duration(const char *s, int64_t *ms);

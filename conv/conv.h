@@ -131,6 +131,39 @@ int conv_resolve(store_txn *t, const char *id, int status, const json_t *result,
 int conv_expire(store_txn *t, const char *id, const struct config *cfg, char *conv, uint64_t *seq, int *ended,
 		int *policy);
 
+/* ---- calls whose outcome is unknown (docs/tools.md) ------------------ */
+
+/* How a call whose outcome is unknown is decided (`settle`, a reconcile
+ * command's answer). */
+enum conv_outcome { CONV_RETRY = 0, CONV_DONE, CONV_FAILED };
+/* "retry", "done", "failed"; NULL out of range. */
+const char *conv_outcome_name(int outcome);
+
+/* The pending server call id (of conv) was interrupted after its dispatch
+ * began and is not safe to run again: make it unknown (store.h's
+ * STORE_TC_UNKNOWN) and record it in the log, a `tool_unknown` event
+ * {tool_call_id, name, attempts}, in t; *seq (may be NULL) the event's seq.
+ * Errors: STORE_E_STALE (not pending: nothing written, t usable), the
+ * store's. */
+int conv_unknown_mark(store_txn *t, const char *conv, const char *id, const char *name, uint32_t attempts,
+		      uint64_t *seq);
+
+/* Decide the unknown call id: CONV_RETRY makes it pending again, with a
+ * `tool_retry` event {tool_call_id, attempts, by} (a dispatch is granted
+ * while its attempts are the row's); CONV_DONE settles it resolved with
+ * result (NULL: null) and CONV_FAILED errored with result (NULL: {"error":
+ * "...did not take effect"}), each a `resolution` event with by and
+ * "outcome". Then conv_after_resolution. conv, when not empty, must be the
+ * call's conversation; it gets the call's conversation (STORE_ID_MAX + 1
+ * bytes). by: who decided ({"uid", "name"?} for `settle`, {"reconcile":
+ * true} for a reconcile command), may be NULL. *seq the event's seq, *ended
+ * whether the conversation is ended.
+ * Errors, nothing written and t usable: STORE_E_NOTFOUND (no such call, or
+ * not conv's), STORE_E_STALE (not unknown: pending, running or settled),
+ * STORE_E_INVAL (result too deep); others poison t. */
+int conv_unknown_decide(store_txn *t, const char *id, int outcome, const json_t *result, const json_t *by,
+			char *conv, uint64_t *seq, int *ended);
+
 /* Record an error that ends a turn: an `error` event {message, attempts,
  * context_seq} (message: bytes from anywhere, kept readable by json_text's
  * rules), its seq in *seq. The tail treats it as the turn's end: nothing is
@@ -160,6 +193,15 @@ int conv_run_end(store_txn *t, const char *conv, int status);
  * `cancelled`, and the conversation becomes idle with fsm_state idle. *cancelled gets the ids (new reference), *seq
  * the event's seq. Errors: any store error, -ENOMEM (both poison t). */
 int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_t *seq);
+/* The cancel an interrupting send makes (on_busy = interrupt,
+ * docs/protocol.md "Concurrent messages"), after it appended its user_msg
+ * at by_seq: conv_turn_cancel whose turn_cancelled also says
+ * "interrupted_by": by_seq and "partial_text": the text the model had
+ * streamed (partial, len bytes, kept readable by json_text's rules; NULL:
+ * ""). Such a turn_cancelled is no turn boundary (tail.c): the next turn
+ * answers what the cancelled one owed with the new message. */
+int conv_turn_interrupt(store_txn *t, const char *conv, uint64_t by_seq, const char *partial, size_t len,
+			json_t **cancelled, uint64_t *seq);
 /* Give the warning due for the pending call id (store_warning_schedule):
  * an `expiry_warning` event {tool_call_id, name, deadline, expires_in_ms}
  * in its conversation, and the warning's row dropped, in t: given once.

@@ -140,7 +140,7 @@ static int count_human(void *arg, const struct store_tool_call *tc)
 	 * pending is its worker's work: once the people answered, the
 	 * conversation must be active, or a worker that dies running that call
 	 * would never be restarted. */
-	if (tc->executor == STORE_EXEC_HUMAN)
+	if (tc->executor == STORE_EXEC_HUMAN || tc->status == STORE_TC_UNKNOWN)
 		(*(int *)arg)++;
 	return 0;
 }
@@ -168,7 +168,7 @@ static int fsm_prune(store_txn *t, const char *conv, const struct store_conv *c)
 			e = r;
 			goto out;
 		}
-		if (r == STORE_E_NOTFOUND || tc.status != STORE_TC_PENDING) {
+		if (r == STORE_E_NOTFOUND || (tc.status != STORE_TC_PENDING && tc.status != STORE_TC_UNKNOWN)) {
 			json_object_del(pend, id);
 			changed = 1;
 		}
@@ -198,7 +198,9 @@ int conv_after_resolution(store_txn *t, const char *conv, int *ended)
 {
 	int pending = 0, e;
 	struct store_conv c;
-	if ((e = store_tool_calls_list(t, conv, 1u << STORE_TC_PENDING, count_human, &pending)))
+	/* An unknown call waits for a decision as a person's call does. */
+	if ((e = store_tool_calls_list(t, conv, (1u << STORE_TC_PENDING) | (1u << STORE_TC_UNKNOWN), count_human,
+				       &pending)))
 		return e;
 	if ((e = store_conv_get(t, conv, &c)))
 		return e;
@@ -370,6 +372,77 @@ int conv_expire(store_txn *t, const char *id, const struct config *cfg, char *co
 	return e;
 }
 
+static const char *const outcome_names[] = { "retry", "done", "failed" };
+
+const char *conv_outcome_name(int outcome)
+{
+	return outcome >= CONV_RETRY && outcome <= CONV_FAILED ? outcome_names[outcome] : NULL;
+}
+
+int conv_unknown_mark(store_txn *t, const char *conv, const char *id, const char *name, uint32_t attempts,
+		      uint64_t *seq)
+{
+	int e = store_tool_call_unknown(t, id, 1);
+	if (e)
+		return e;
+	json_t *content = json_pack("{sssssI}", "tool_call_id", id, "name", name, "attempts", (json_int_t)attempts);
+	if (!content)
+		return -ENOMEM;
+	e = append(t, conv, "tool_unknown", content, seq);
+	json_decref(content);
+	return e;
+}
+
+/* CONV_RETRY: the call pending again, and the grant in the log. */
+static int unknown_retry(store_txn *t, const char *conv, const char *id, uint32_t attempts, const json_t *by,
+			 uint64_t *seq)
+{
+	json_t *content = json_pack("{sssI}", "tool_call_id", id, "attempts", (json_int_t)attempts);
+	if (!content || (by && json_object_set(content, "by", (json_t *)by))) {
+		json_decref(content);
+		return -ENOMEM; /* nothing written yet */
+	}
+	int e = store_tool_call_unknown(t, id, 0);
+	if (!e)
+		e = append(t, conv, "tool_retry", content, seq);
+	json_decref(content);
+	return e;
+}
+
+int conv_unknown_decide(store_txn *t, const char *id, int outcome, const json_t *result, const json_t *by,
+			char *conv, uint64_t *seq, int *ended)
+{
+	struct store_tool_call tc;
+	int e = store_tool_call_get(t, id, &tc);
+	if (e)
+		return e;
+	if (tc.conversation.len > STORE_ID_MAX)
+		return STORE_E_CORRUPT;
+	if (*conv && (strlen(conv) != tc.conversation.len || memcmp(conv, tc.conversation.ptr, tc.conversation.len)))
+		return STORE_E_NOTFOUND;
+	if (tc.status != STORE_TC_UNKNOWN)
+		return STORE_E_STALE;
+	if ((e = call_conv(&tc, conv)))
+		return e;
+	if (outcome == CONV_RETRY) {
+		e = unknown_retry(t, conv, id, tc.attempts, by, seq);
+		return e ? e : conv_after_resolution(t, conv, ended);
+	}
+	json_t *b = by ? json_deep_copy(by) : json_object();
+	json_t *res = result ? json_incref((json_t *)result)
+			     : outcome == CONV_DONE ? json_null()
+						    : json_pack("{ss}", "error", "the call was interrupted and did not take effect");
+	if (!b || !res || json_object_set_new(b, "outcome", json_string(outcome_names[outcome]))) {
+		json_decref(b);
+		json_decref(res);
+		return -ENOMEM;
+	}
+	e = conv_resolve(t, id, outcome == CONV_DONE ? STORE_TC_RESOLVED : STORE_TC_ERRORED, res, b, conv, seq, ended);
+	json_decref(b);
+	json_decref(res);
+	return e;
+}
+
 int conv_expiry_warn(store_txn *t, const char *id, char *conv, uint64_t *seq)
 {
 	struct store_tool_call tc;
@@ -495,7 +568,9 @@ int conv_run_end(store_txn *t, const char *conv, int status)
 	return store_run_put(t, conv, &r);
 }
 
-int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_t *seq)
+/* conv_turn_cancel with extra's keys (borrowed; NULL: none) added to the
+ * turn_cancelled event's content. */
+static int turn_cancel(store_txn *t, const char *conv, const json_t *extra, json_t **cancelled, uint64_t *seq)
 {
 	json_t *ids = json_array();
 	uint64_t last = 0, s = 0;
@@ -506,7 +581,7 @@ int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_
 		return -ENOMEM;
 	/* Every call still pending belongs to the turn being cancelled: only
 	 * the last turn can have unsettled calls (revival, docs/protocol.md). */
-	int e = store_tool_calls_list(t, conv, 1u << STORE_TC_PENDING, collect_id, ids);
+	int e = store_tool_calls_list(t, conv, (1u << STORE_TC_PENDING) | (1u << STORE_TC_UNKNOWN), collect_id, ids);
 	json_array_foreach(ids, i, id) {
 		if (e)
 			break;
@@ -517,6 +592,10 @@ int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_
 	if (!e)
 		e = store_event_latest_seq(t, conv, &last);
 	json_t *content = e ? NULL : json_pack("{sIsO}", "context_seq", (json_int_t)last, "tool_calls", ids);
+	if (content && extra && json_object_update(content, (json_t *)extra)) {
+		json_decref(content);
+		content = NULL;
+	}
 	if (!e && !content)
 		e = -ENOMEM;
 	if (!e)
@@ -542,4 +621,21 @@ int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_
 	if (seq)
 		*seq = s;
 	return 0;
+}
+
+int conv_turn_cancel(store_txn *t, const char *conv, json_t **cancelled, uint64_t *seq)
+{
+	return turn_cancel(t, conv, NULL, cancelled, seq);
+}
+
+int conv_turn_interrupt(store_txn *t, const char *conv, uint64_t by_seq, const char *partial, size_t len,
+			json_t **cancelled, uint64_t *seq)
+{
+	json_t *extra = json_pack("{sIso}", "interrupted_by", (json_int_t)by_seq, "partial_text",
+				  json_text(partial ? partial : "", partial ? len : 0));
+	if (!extra)
+		return -ENOMEM;
+	int e = turn_cancel(t, conv, extra, cancelled, seq);
+	json_decref(extra);
+	return e;
 }

@@ -32,9 +32,13 @@ int tail_decide(const json_t *events, uint64_t base_ctx, struct tail *t)
 	return tail_decide_active(events, base_ctx, 0, t);
 }
 
-/* A give-up error of a conversation made active again by `resume`. */
+/* A give-up error of a conversation made active again by `resume`, or the
+ * turn_cancelled of an interrupting send (its turn's work is answered with
+ * that send's message by the next turn): no turn boundary. */
 static int reopened(const char *ty, const json_t *content, int active)
 {
+	if (!strcmp(ty, "turn_cancelled"))
+		return json_object_get(content, "interrupted_by") != NULL;
 	return active && !strcmp(ty, "error") && json_is_true(json_object_get(content, "gave_up"));
 }
 
@@ -116,6 +120,33 @@ static int tail_marker_round(const json_t *marker_ev)
 	return 1;
 }
 
+/* Whether every user_msg after ctx_seq is named by a `steer` event (a send
+ * with on_busy = steer made it part of the running turn); 0 when none is
+ * owed. A steer event's seqs are those of earlier user_msgs: the steered
+ * ones are counted by looking each owed seq up among them. */
+static int all_steered(const json_t *events, uint64_t ctx_seq)
+{
+	size_t i, k;
+	json_t *e, *s;
+	int owed = 0;
+	json_array_foreach(events, i, e) {
+		if (strcmp(ev_type(e), "user_msg") || ev_seq(e) <= ctx_seq)
+			continue;
+		owed = 1;
+		int found = 0;
+		for (size_t j = i + 1; !found && j < json_array_size(events); j++) {
+			json_t *st = json_array_get(events, j);
+			if (strcmp(ev_type(st), "steer"))
+				continue;
+			json_array_foreach(json_object_get(json_object_get(st, "content"), "seqs"), k, s)
+				found |= json_is_integer(s) && (uint64_t)json_integer_value(s) == ev_seq(e);
+		}
+		if (!found)
+			return 0;
+	}
+	return owed;
+}
+
 int tail_decide_active(const json_t *events, uint64_t base_ctx, int active, struct tail *t)
 {
 	size_t i, marker;
@@ -132,8 +163,9 @@ int tail_decide_active(const json_t *events, uint64_t base_ctx, int active, stru
 	}
 	if (!json_is_array(events) || tail_find_marker(events, active, t, &marker))
 		goto bad;
-	int turn_had_calls = 0, last_round = 1;
+	int turn_had_calls = 0, last_round = 1, in_turn = 0;
 	if (marker != (size_t)-1 && !strcmp(ev_type(json_array_get(events, marker)), "assistant_msg")) {
+		in_turn = 1;
 		last_round = tail_marker_round(json_array_get(events, marker));
 		if ((err = tail_collect(events, marker, t)) || (err = tail_match(t)))
 			goto bad;
@@ -149,8 +181,9 @@ int tail_decide_active(const json_t *events, uint64_t base_ctx, int active, stru
 		if (!strcmp(ev_type(e), "user_msg") && ev_seq(e) > t->ctx_seq)
 			t->action = TAIL_TURN;
 	/* A user_msg starts the rounds afresh (max_tool_rounds); results
-	 * alone continue the turn that asked for them. */
-	t->round = t->action == TAIL_TURN ? 1 : last_round + 1;
+	 * alone continue the turn that asked for them, and so do messages
+	 * steered into it (the turn's rounds go on being counted). */
+	t->round = t->action == TAIL_TURN && !(in_turn && all_steered(events, t->ctx_seq)) ? 1 : last_round + 1;
 	if (turn_had_calls)
 		t->action = TAIL_TURN;
 	return 0;

@@ -61,6 +61,10 @@ enum ipc_exit {
 	 * it again (another model call) would not change that, so the
 	 * supervisor records an error instead of restarting. */
 	IPC_EXIT_FULL = 6,
+	/* A flush of the data file failed (or a commit's own, -EIO): nothing
+	 * it held can be proven durable again, so the supervisor stops
+	 * (supervisor/durable.h) instead of restarting it. */
+	IPC_EXIT_FLUSH = 7,
 };
 
 enum ipc_type {

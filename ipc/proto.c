@@ -15,7 +15,7 @@ static const char *const op_names[OP_COUNT] = {
 	"ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve",
 	"tool_call", "tool_calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
 	"shutdown", "fork", "backup", "cancel", "resume", "runs", "nodes",
-	"extend",
+	"extend", "settle",
 };
 
 static const char *const err_codes[PERR_COUNT] = {
@@ -188,6 +188,16 @@ static int budget_check(struct pctx *p, json_t *b)
 	return 0;
 }
 
+const char *const proto_on_busy_names[PROTO_ON_BUSY_N] = { "enqueue", "reject", "interrupt", "steer" };
+
+int proto_on_busy(const char *name)
+{
+	for (int i = 0; name && i < PROTO_ON_BUSY_N; i++)
+		if (!strcmp(name, proto_on_busy_names[i]))
+			return i;
+	return -1;
+}
+
 static int settings_check(struct pctx *p, json_t *s, int full)
 {
 	const char *k;
@@ -226,10 +236,14 @@ static int settings_check(struct pctx *p, json_t *s, int full)
 			int e = budget_check(p, v);
 			if (e)
 				return e;
+		} else if (!strcmp(k, "on_busy")) {
+			if (!json_is_string(v) || proto_on_busy(json_string_value(v)) < 0)
+				return bad(p, "'settings.on_busy' must be one of: enqueue, reject, interrupt, steer");
 		} else if (!strcmp(k, "forked_from")) {
 			return bad(p, "'settings.forked_from' is agentd's (set by fork), not a client's");
 		} else {
-			return bad(p, "unknown settings field '%s' (model, system, tools, params, budget, max_tool_rounds)",
+			return bad(p, "unknown settings field '%s' (model, system, tools, params, budget, max_tool_rounds, "
+				   "on_busy)",
 				   k);
 		}
 	}
@@ -379,7 +393,8 @@ static int send_batch(struct pctx *p, struct request *rq)
  * in op_fields below) and checks and copies them into rq. */
 
 static const char *const conv_status[] = { "idle", "active", "suspended", "ended", "paused" };
-static const char *const tc_status[] = { "pending", "resolved", "errored", "expired", "cancelled" };
+static const char *const tc_status[] = { "pending", "resolved", "errored", "expired", "cancelled", "unknown" };
+static const char *const outcomes[] = { "retry", "done", "failed" };
 static const char *const res_status[] = { NULL, "resolved", "errored" };
 
 static int parse_none(struct pctx *p, struct request *rq)
@@ -452,6 +467,8 @@ static int parse_send(struct pctx *p, struct request *rq)
 	if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
 	    (e = get_uint(p, "expected_seq", INT64_MAX, &rq->has_expected_seq, &rq->expected_seq)))
 		return e;
+	if ((e = get_enum(p, "on_busy", proto_on_busy_names, PROTO_ON_BUSY_N, &rq->on_busy)))
+		return e;
 	if (json_object_get(p->o, "events"))
 		return send_batch(p, rq);
 	if ((e = send_content(p, json_object_get(p->o, "content"), "content", &rq->content)))
@@ -480,7 +497,7 @@ static int parse_events(struct pctx *p, struct request *rq)
 	if (json_object_get(p->o, "type")) {
 		static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
 			"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled",
-			"deadline_extended", "escalation" };
+			"deadline_extended", "escalation", "steer", "tool_unknown", "tool_retry" };
 		int t;
 		if ((e = get_enum(p, "type", types, (int)(sizeof types / sizeof *types), &t)))
 			return e;
@@ -525,6 +542,24 @@ static int parse_extend(struct pctx *p, struct request *rq)
 	return get_by(p, &rq->by);
 }
 
+/* settle: a decision on an unknown call (docs/protocol.md). A result is for
+ * done and failed only. */
+static int parse_settle(struct pctx *p, struct request *rq)
+{
+	int e;
+	if ((e = get_id(p, "conversation", 1, &rq->conv)) || (e = get_id(p, "tool_call_id", 1, &rq->tool_call_id)) ||
+	    (e = get_enum(p, "outcome", outcomes, 3, &rq->outcome)))
+		return e;
+	if (rq->outcome < 0)
+		return bad(p, "missing 'outcome': retry, done or failed");
+	rq->result = json_object_get(p->o, "result");
+	if (rq->result && rq->outcome == PROTO_RETRY)
+		return bad(p, "'result' is for outcome done or failed, not retry");
+	if (rq->result && !jsonmp_fits(rq->result, 1))
+		return bad(p, "'result' nests more than %d levels of objects and arrays", JSONMP_MAX_DEPTH);
+	return get_by(p, &rq->by);
+}
+
 static int parse_tool_call(struct pctx *p, struct request *rq)
 {
 	return get_id(p, "tool_call_id", 1, &rq->tool_call_id);
@@ -535,7 +570,7 @@ static int parse_tool_calls(struct pctx *p, struct request *rq)
 	int e;
 	if ((e = get_id(p, "conversation", 1, &rq->conv)))
 		return e;
-	return get_enum(p, "status", tc_status, 5, &rq->status);
+	return get_enum(p, "status", tc_status, 6, &rq->status);
 }
 
 static int parse_fork(struct pctx *p, struct request *rq)
@@ -615,11 +650,12 @@ static const struct {
 	[OP_LIST] = { FIELDS("status", "limit", "after", "metadata", "model", "updated_after", "updated_before"),
 		      parse_list },
 	[OP_UPDATE] = { FIELDS("conversation", "settings", "status", "metadata"), parse_update },
-	[OP_SEND] = { FIELDS("conversation", "content", "event_id", "expected_seq", "events"), parse_send },
+	[OP_SEND] = { FIELDS("conversation", "content", "event_id", "expected_seq", "events", "on_busy"), parse_send },
 	[OP_EVENTS] = { FIELDS("conversation", "after", "before", "limit", "type", "wait_ms"), parse_events },
 	[OP_WATCH] = { FIELDS("conversation", "after", "runs"), parse_events },
 	[OP_RESOLVE] = { FIELDS("tool_call_id", "status", "result", "by", "args_digest"), parse_resolve },
 	[OP_EXTEND] = { FIELDS("conversation", "tool_call_id", "expires_in_ms", "deadline", "by"), parse_extend },
+	[OP_SETTLE] = { FIELDS("conversation", "tool_call_id", "outcome", "result", "by"), parse_settle },
 	[OP_TOOL_CALL] = { FIELDS("tool_call_id"), parse_tool_call },
 	[OP_TOOL_CALLS] = { FIELDS("conversation", "status"), parse_tool_calls },
 	[OP_FORK] = { FIELDS("conversation", "seq", "new_conversation", "settings", "metadata"), parse_fork },
@@ -644,6 +680,7 @@ int proto_parse(const char *line, size_t len, const struct proto_names *names, s
 	struct pctx p = { NULL, msg, msglen, names };
 	memset(rq, 0, sizeof *rq);
 	rq->status = -1;
+	rq->on_busy = -1;
 	rq->op = -1;
 	msg[0] = 0;
 	if (len == 0)
@@ -750,6 +787,29 @@ int proto_oom_line(json_t *id, char *buf, size_t cap, char **line, size_t *len)
 	*line = p;
 	*len = n;
 	return 0;
+}
+
+char *proto_error_for_oom_line(const char *oom, size_t oom_len, int err, const char *msg, size_t *len)
+{
+	static const char tail[] = "\"ok\":false,\"error\":\"internal\",\"message\":\"out of memory\"}\n";
+	if (oom_len < sizeof tail - 1 || memcmp(oom + oom_len - (sizeof tail - 1), tail, sizeof tail - 1))
+		return NULL;
+	size_t head = oom_len - (sizeof tail - 1); /* "{" and "id":ID, */
+	json_t *o = json_pack("{s:b,s:s,s:s}", "ok", 0, "error", proto_err_code(err), "message", msg);
+	size_t olen = 0;
+	char *rest = o ? jsonmp_dumps(o, JSON_COMPACT, 0, &olen) : NULL;
+	json_decref(o);
+	char *p = rest ? malloc(head + olen + 1) : NULL;
+	if (!p) {
+		free(rest);
+		return NULL;
+	}
+	memcpy(p, oom, head);
+	memcpy(p + head, rest + 1, olen - 1); /* without its own '{' */
+	p[head + olen - 1] = '\n';
+	free(rest);
+	*len = head + olen;
+	return p;
 }
 
 char *proto_ok_line(json_t *id, json_t *obj, size_t *len)

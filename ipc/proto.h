@@ -17,7 +17,7 @@ enum proto_op {
 	OP_PING, OP_CREATE, OP_GET, OP_LIST, OP_UPDATE, OP_DELETE, OP_SEND, OP_EVENTS, OP_WATCH,
 	OP_RESOLVE, OP_TOOL_CALL, OP_TOOL_CALLS, OP_SUMMARY, OP_COMPACT, OP_AUDIT, OP_KILL, OP_STOP,
 	OP_STATUS, OP_METRICS, OP_SHUTDOWN, OP_FORK, OP_BACKUP, OP_CANCEL, OP_RESUME, OP_RUNS, OP_NODES,
-	OP_EXTEND,
+	OP_EXTEND, OP_SETTLE,
 	OP_COUNT
 };
 
@@ -30,7 +30,17 @@ enum proto_err {
  * as the store's (the supervisor checks that at compile time). */
 enum proto_conv_status { PROTO_IDLE = 0, PROTO_ACTIVE, PROTO_SUSPENDED, PROTO_ENDED, PROTO_PAUSED };
 enum proto_tc_status { PROTO_TC_PENDING = 0, PROTO_TC_RESOLVED, PROTO_TC_ERRORED, PROTO_TC_EXPIRED,
-		       PROTO_TC_CANCELLED };
+		       PROTO_TC_CANCELLED, PROTO_TC_UNKNOWN };
+/* settle's outcomes: the same values as conv.h's enum conv_outcome. */
+enum proto_outcome { PROTO_RETRY = 0, PROTO_DONE, PROTO_FAILED };
+
+/* What a send that finds a turn running does (settings.on_busy, send's
+ * on_busy; docs/protocol.md, "Concurrent messages"). */
+enum proto_on_busy { PROTO_ON_BUSY_ENQUEUE = 0, PROTO_ON_BUSY_REJECT, PROTO_ON_BUSY_INTERRUPT, PROTO_ON_BUSY_STEER,
+		     PROTO_ON_BUSY_N };
+extern const char *const proto_on_busy_names[PROTO_ON_BUSY_N];
+/* name's enum proto_on_busy, or -1 when it names none (NULL included). */
+int proto_on_busy(const char *name);
 
 #define PROTO_LIST_MAX 1000       /* list limit, runs limit */
 #define PROTO_EVENTS_MAX 10000    /* events limit */
@@ -58,8 +68,9 @@ struct request {
 	size_t limit;           /* 0: default */
 	const char *type;       /* events type filter */
 	int64_t wait_ms;        /* events long-poll, 0: none */
-	json_t *result;         /* resolve (borrowed), NULL: none */
-	const char *by;         /* resolve, extend: who decided (PROTO_BY_MAX bytes at most), NULL: not given */
+	json_t *result;         /* resolve, settle (borrowed), NULL: none */
+	int outcome;            /* settle: enum proto_outcome */
+	const char *by;         /* resolve, extend, settle: who decided (PROTO_BY_MAX bytes at most), NULL: not given */
 	const char *args_digest; /* resolve: the digest of the args the person saw (PROTO_DIGEST_LEN
 				  * lowercase hex digits), NULL: not given */
 	/* extend: the new deadline, one of the two (the other 0): ms from the
@@ -71,6 +82,7 @@ struct request {
 	/* send: optimistic concurrency and atomic batches (docs/protocol.md, send) */
 	int has_expected_seq;
 	uint64_t expected_seq;  /* the last seq the client saw; 0: the log must be empty */
+	int on_busy;            /* send: enum proto_on_busy, -1: the conversation's setting */
 	json_t *events;         /* owned; a batch: [{"content": object, "event_id"?: string}], else NULL */
 	/* create: the metadata (strings); update: the patch (a null value
 	 * deletes its key); list: the pairs a conversation must all hold.
@@ -126,6 +138,10 @@ char *proto_error_line_with(json_t *id, int err, const char *msg, json_t *extra,
  * else into a block allocated here. 0 with *line (buf or that block, which
  * the caller frees) and *len, or -ENOMEM (*line NULL). */
 int proto_oom_line(json_t *id, char *buf, size_t cap, char **line, size_t *len);
+/* Another error for the request an out-of-memory line (proto_oom_line's,
+ * oom_len bytes) stands for, with its id: {"id":ID,"ok":false,"error":
+ * proto_err_code(err),"message":msg} and '\n'. NULL when out of memory. */
+char *proto_error_for_oom_line(const char *oom, size_t oom_len, int err, const char *msg, size_t *len);
 /* Add "id" and "ok":true to obj (stolen; NULL: an empty object) and dump it
  * as one line with '\n'. NULL when out of memory. */
 char *proto_ok_line(json_t *id, json_t *obj, size_t *len);

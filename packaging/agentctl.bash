@@ -12,7 +12,7 @@ _agentctl()
 		cword=$COMP_CWORD
 	fi
 	local global="-s --socket --json -q --quiet --timeout -h --help --version"
-	local commands="ping create get list update delete send events watch resolve approve deny extend pending tool-call tool-calls summary compact audit kill stop cancel resume runs status metrics shutdown fork backup raw help"
+	local commands="ping create get list update delete send events watch resolve approve deny extend settle pending tool-call tool-calls summary compact audit kill stop cancel resume runs status metrics shutdown fork backup raw help"
 	case $prev in
 	-s | --socket | --batch)
 		COMPREPLY=($(compgen -f -- "$cur"))
@@ -40,24 +40,26 @@ _agentctl()
 	local opts=""
 	case $cmd in
 	runs) opts="--limit --before" ;;
-	create) opts="--id --model --system --tool --param --meta" ;;
+	create) opts="--id --model --system --tool --param --meta --on-busy" ;;
 	list) opts="--status --limit --after --meta --model --updated-after --updated-before" ;;
-	update) opts="--model --system --tool --param --end --meta --unset-meta" ;;
-	send) opts="--event-id --json-content --expected-seq --batch" ;;
+	update) opts="--model --system --tool --param --end --meta --unset-meta --on-busy" ;;
+	send) opts="--event-id --json-content --expected-seq --batch --on-busy" ;;
 	events) opts="--after --before --limit --type --wait" ;;
 	watch) opts="--after --runs" ;;
 	resolve) opts="--status --result --by --args-digest" ;;
 	approve | deny) opts="--comment --by --args-digest" ;;
 	extend) opts="--expires-in --deadline --by" ;;
+	settle) opts="--result --by" ;;
 	tool-calls) opts="--status" ;;
 	kill) opts="--signal" ;;
 	fork) opts="--id --model --system --tool --param --meta" ;;
 	help) COMPREPLY=($(compgen -W "$commands" -- "$cur")); return ;;
 	esac
 	case $prev in
-	--status) COMPREPLY=($(compgen -W "active suspended idle ended pending resolved errored expired" -- "$cur")); return ;;
+	--status) COMPREPLY=($(compgen -W "active suspended idle ended pending resolved errored expired cancelled unknown" -- "$cur")); return ;;
 	--signal) COMPREPLY=($(compgen -W "KILL TERM" -- "$cur")); return ;;
-	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error turn_cancelled expiry_warning deadline_extended escalation" -- "$cur")); return ;;
+	--on-busy) COMPREPLY=($(compgen -W "enqueue reject interrupt steer" -- "$cur")); return ;;
+	--type) COMPREPLY=($(compgen -W "user_msg assistant_msg tool_call tool_result suspension resolution error turn_cancelled expiry_warning deadline_extended escalation steer tool_unknown tool_retry budget_exceeded" -- "$cur")); return ;;
 	esac
 	if [[ $cur == -* ]]; then
 		COMPREPLY=($(compgen -W "$opts $global" -- "$cur"))
@@ -82,6 +84,15 @@ _agentctl()
 		COMPREPLY=($(compgen -d -- "$cur")) ;;
 	resolve | approve | deny | tool-call)
 		COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q pending 2>/dev/null)" -- "$cur")) ;;
+	settle)
+		# CONV, then an unknown call, then the outcome
+		local n=0 j
+		for ((j = i + 1; j < cword; j++)); do [[ ${words[j]} != -* ]] && n=$((n + 1)); done
+		case $n in
+		0) COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q list --status suspended 2>/dev/null)" -- "$cur")) ;;
+		1) COMPREPLY=($(compgen -W "$(agentctl "${sock[@]}" -q tool-calls "${words[cword - 1]}" --status unknown 2>/dev/null)" -- "$cur")) ;;
+		2) COMPREPLY=($(compgen -W "retry done failed" -- "$cur")) ;;
+		esac ;;
 	esac
 }
 complete -F _agentctl agentctl

@@ -87,6 +87,7 @@
 	X(tool_calls_each, (store_txn *x, int (*fn)(void *arg, const struct store_tool_call *tc), void *arg), \
 	  (x, fn, arg)) \
 	X(tool_call_attempt, (store_txn *x, const char *id, uint32_t *attempts), (x, id, attempts)) \
+	X(tool_call_unknown, (store_txn *x, const char *id, int unknown), (x, id, unknown)) \
 	X(tool_call_resolve, (store_txn *x, const char *id, int status, store_bytes result, char *conv), \
 	  (x, id, status, result, conv)) \
 	X(expiry_schedule, (store_txn *x, const char *tool_call_id, int64_t deadline_ms), \

@@ -59,6 +59,7 @@
 #define store_tool_calls_list STORE_BACKEND_NAME(tool_calls_list)
 #define store_tool_calls_each STORE_BACKEND_NAME(tool_calls_each)
 #define store_tool_call_attempt STORE_BACKEND_NAME(tool_call_attempt)
+#define store_tool_call_unknown STORE_BACKEND_NAME(tool_call_unknown)
 #define store_tool_call_resolve STORE_BACKEND_NAME(tool_call_resolve)
 #define store_expiry_schedule STORE_BACKEND_NAME(expiry_schedule)
 #define store_expiry_cancel STORE_BACKEND_NAME(expiry_cancel)

@@ -88,7 +88,7 @@ int store_id_valid(const char *id, size_t len)
 	return id_valid(id, len);
 }
 
-static const char *const tc_status_names[] = { "pending", "resolved", "errored", "expired", "cancelled" };
+static const char *const tc_status_names[] = { "pending", "resolved", "errored", "expired", "cancelled", "unknown" };
 static const char *const status_names[] = { "idle", "active", "suspended", "ended", "paused" };
 static const char *const run_status_names[] = { "running", "completed", "failed", "cancelled", "interrupted" };
 
@@ -100,8 +100,8 @@ static int name_parse(const char *const *names, int n, const char *s, size_t len
 	return -1;
 }
 
-const char *store_tc_status_name(int st) { return st >= 0 && st <= STORE_TC_CANCELLED ? tc_status_names[st] : NULL; }
-int store_tc_status_parse(const char *s, size_t len) { return name_parse(tc_status_names, 5, s, len); }
+const char *store_tc_status_name(int st) { return st >= 0 && st <= STORE_TC_UNKNOWN ? tc_status_names[st] : NULL; }
+int store_tc_status_parse(const char *s, size_t len) { return name_parse(tc_status_names, 6, s, len); }
 const char *store_run_status_name(int st) { return st >= 0 && st <= STORE_RUN_INTERRUPTED ? run_status_names[st] : NULL; }
 const char *store_status_name(int st) { return st >= 0 && st <= STORE_STATUS_MAX ? status_names[st] : NULL; }
 int store_status_parse(const char *s, size_t len) { return name_parse(status_names, STORE_STATUS_MAX + 1, s, len); }
@@ -676,6 +676,12 @@ int store_tool_call_attempt(store_txn *x, const char *id, uint32_t *attempts)
 {
 	int err = write_check(x, !id_ok(id));
 	return err ? err : BE(x, tool_call_attempt)(x, id, attempts);
+}
+
+int store_tool_call_unknown(store_txn *x, const char *id, int unknown)
+{
+	int err = write_check(x, !id_ok(id) || (unknown != 0 && unknown != 1));
+	return err ? err : BE(x, tool_call_unknown)(x, id, unknown);
 }
 
 int store_tool_call_resolve(store_txn *x, const char *id, int status, store_bytes result, char *conv)

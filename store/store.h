@@ -730,8 +730,13 @@ int store_summary_restore(store_txn *txn, const char *conv, const struct store_s
 
 /* ---- tool calls ------------------------------------------------------ */
 
-/* CANCELLED: settled by a `cancel` of its turn (it never ran to an outcome). */
-enum store_tc_status { STORE_TC_PENDING = 0, STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED, STORE_TC_CANCELLED };
+/* CANCELLED: settled by a `cancel` of its turn (it never ran to an outcome).
+ * UNKNOWN: not settled: a server call whose dispatch began and was
+ * interrupted, of a tool that is not safe to run twice; it waits for a
+ * decision (docs/tools.md, "Calls whose outcome is unknown"). Like PENDING,
+ * store_tool_call_resolve settles it. */
+enum store_tc_status { STORE_TC_PENDING = 0, STORE_TC_RESOLVED, STORE_TC_ERRORED, STORE_TC_EXPIRED, STORE_TC_CANCELLED,
+		       STORE_TC_UNKNOWN };
 enum store_executor { STORE_EXEC_SERVER = EXEC_SERVER, STORE_EXEC_HUMAN = EXEC_HUMAN };
 const char *store_tc_status_name(int status);
 int store_tc_status_parse(const char *name, size_t len);
@@ -780,11 +785,17 @@ int store_tool_calls_each(store_txn *txn, int (*fn)(void *arg, const struct stor
 /* Count one more dispatch; *attempts (may be NULL) gets the new count.
  * Errors: STORE_E_NOTFOUND, STORE_E_INVAL. */
 int store_tool_call_attempt(store_txn *txn, const char *id, uint32_t *attempts);
-/* Settle a call if and only if it is pending: status is resolved, errored,
+/* Move an unsettled call between PENDING and UNKNOWN: unknown 1 makes a
+ * pending call unknown, 0 an unknown call pending again (to be dispatched
+ * again); its attempts, args and deadline are kept.
+ * Errors: STORE_E_STALE (unknown id, or not in the state it moves from:
+ * nothing written), STORE_E_INVAL. */
+int store_tool_call_unknown(store_txn *txn, const char *id, int unknown);
+/* Settle a call if and only if it is pending or unknown: status is resolved, errored,
  * expired or cancelled, result one msgpack object (len 0: nil). Its expiry, if any, is
  * removed. Atomic against other resolvers (writers are serialised).
  * conv (may be NULL; STORE_ID_MAX + 1 bytes) gets the owning conversation id,
- * NUL-terminated. Errors: STORE_E_STALE (unknown or not pending), STORE_E_INVAL. */
+ * NUL-terminated. Errors: STORE_E_STALE (unknown id, or settled), STORE_E_INVAL. */
 int store_tool_call_resolve(store_txn *txn, const char *id, int status, store_bytes result,
 			    char *conv);
 

@@ -2479,7 +2479,7 @@ static int tc_decode(const MDB_val *k, const MDB_val *v, struct tc_rec *r)
 	mp_init(&m, v->mv_data, v->mv_size);
 	if (mp_array(&m, &n) || n != 12 || mp_bytes(&m, &tc->conversation) || mp_uint(&m, &r->num) ||
 	    mp_bytes(&m, &tc->name) || mp_uint(&m, &exec) || exec > STORE_EXEC_HUMAN || mp_uint(&m, &st) ||
-	    st > STORE_TC_CANCELLED || mp_int(&m, &tc->inserted_at) || mp_int(&m, &tc->resolved_at) ||
+	    st > STORE_TC_UNKNOWN || mp_int(&m, &tc->inserted_at) || mp_int(&m, &tc->resolved_at) ||
 	    mp_int(&m, &tc->deadline) || mp_uint(&m, &att) || att > UINT32_MAX ||
 	    mp_skip(&m, &tc->args.ptr, &tc->args.len) || mp_opt(&m, &tc->prompt) || mp_opt(&m, &tc->result) ||
 	    m.p != m.end)
@@ -2577,7 +2577,7 @@ static int tcl_each(store_txn *x, void *arg, const MDB_val *k, const MDB_val *v)
 {
 	struct tcl_ctx *c = arg;
 	uint64_t st;
-	if (val_uint(v, &st) || st > STORE_TC_CANCELLED)
+	if (val_uint(v, &st) || st > STORE_TC_UNKNOWN)
 		return fail(x, STORE_E_CORRUPT);
 	if (c->mask && !(c->mask & (1u << st)))
 		return 0;
@@ -2636,13 +2636,25 @@ static int expiry_del(store_txn *x, const struct tc_rec *r)
 	return del(x, x->s->expiries, ek, el);
 }
 
+int store_tool_call_unknown(store_txn *x, const char *id, int unknown)
+{
+	struct tc_rec r;
+	int err = tc_load(x, id, &r);
+	if (err)
+		return err == STORE_E_NOTFOUND ? STORE_E_STALE : err;
+	if (r.tc.status != (unknown ? STORE_TC_PENDING : STORE_TC_UNKNOWN))
+		return STORE_E_STALE;
+	r.tc.status = unknown ? STORE_TC_UNKNOWN : STORE_TC_PENDING;
+	return tc_store(x, &r);
+}
+
 int store_tool_call_resolve(store_txn *x, const char *id, int status, store_bytes result, char *conv)
 {
 	struct tc_rec r;
 	int err = tc_load(x, id, &r);
 	if (err)
 		return err == STORE_E_NOTFOUND ? STORE_E_STALE : err;
-	if (r.tc.status != STORE_TC_PENDING)
+	if (r.tc.status != STORE_TC_PENDING && r.tc.status != STORE_TC_UNKNOWN)
 		return STORE_E_STALE;
 	if (conv) {
 		memcpy(conv, r.tc.conversation.ptr, r.tc.conversation.len);

@@ -170,8 +170,8 @@ static const char *const sql[NQ] = {
 	[Q_TC_EACH] = "SELECT " TC_COLS " FROM tool_calls ORDER BY id",
 	[Q_TC_ATTEMPT] = "UPDATE tool_calls SET attempts = LEAST(attempts + 1, 4294967295) WHERE id = $1::text "
 			 "RETURNING attempts",
-	[Q_TC_RESOLVE] = "WITH old AS (SELECT id, conv, deadline FROM tool_calls WHERE id = $1::text AND status = 0 "
-			 "FOR UPDATE), "
+	[Q_TC_RESOLVE] = "WITH old AS (SELECT id, conv, deadline FROM tool_calls WHERE id = $1::text "
+			 "AND status IN (0, 5) FOR UPDATE), "
 			 "u AS (UPDATE tool_calls t SET status = $2::int8, result = $3::bytea, resolved_at = $4::int8, "
 			 "deadline = 0 FROM old WHERE t.id = old.id RETURNING 1), "
 			 "d AS (DELETE FROM expiries e USING old WHERE old.deadline > 0 AND e.deadline = old.deadline "
@@ -267,6 +267,7 @@ static const char *const sql[NQ] = {
 	[Q_CONVS_LOCK] = "SELECT " CONV_COLS ", last_seq FROM convs "
 			 "WHERE id = ANY(string_to_array($1::text, ' ')) ORDER BY id FOR UPDATE",
 };
+_Static_assert(STORE_TC_PENDING == 0 && STORE_TC_UNKNOWN == 5, "Q_TC_RESOLVE names the unsettled statuses by number");
 
 /* Schema version 1, created in one transaction under an advisory lock (two
  * processes opening a new store at once create it once). */
@@ -2205,7 +2206,7 @@ static int tc_row(const PGresult *r, int row, struct store_tool_call *tc)
 	tc->args = g_bytes(r, row, 9);
 	tc->prompt = g_bytes(r, row, 10);
 	tc->result = g_bytes(r, row, 11);
-	if (exec < 0 || exec > STORE_EXEC_HUMAN || st < 0 || st > STORE_TC_CANCELLED || att < 0 || att > UINT32_MAX)
+	if (exec < 0 || exec > STORE_EXEC_HUMAN || st < 0 || st > STORE_TC_UNKNOWN || att < 0 || att > UINT32_MAX)
 		return STORE_E_CORRUPT;
 	tc->executor = (int)exec;
 	tc->status = (int)st;
@@ -2306,6 +2307,24 @@ int store_tool_call_attempt(store_txn *x, const char *id, uint32_t *attempts)
 	if (attempts)
 		*attempts = (uint32_t)g_i64(r, 0, 0);
 	return 0;
+}
+
+int store_tool_call_unknown(store_txn *x, const char *id, int unknown)
+{
+	struct args a = { 0 };
+	int err = tc_conv_lock(x, id);
+	if (err)
+		return err == STORE_E_NOTFOUND ? STORE_E_STALE : err;
+	a_str(&a, id);
+	a_i64(&a, unknown ? STORE_TC_PENDING : STORE_TC_UNKNOWN);
+	a_i64(&a, unknown ? STORE_TC_UNKNOWN : STORE_TC_PENDING);
+	/* Not prepared (run_sql): the statement table has no bit left, and a
+	 * call turns unknown rarely. */
+	PGresult *r = run_sql(x, "UPDATE tool_calls SET status = $3::int8 WHERE id = $1::text AND status = $2::int8 "
+			      "RETURNING 1", &a, &err);
+	if (!r)
+		return err;
+	return PQntuples(r) == 0 ? STORE_E_STALE : 0;
 }
 
 int store_tool_call_resolve(store_txn *x, const char *id, int status, store_bytes result, char *conv)

@@ -32,6 +32,7 @@ static struct {
 
 static void *copier(void *arg)
 {
+	pthread_setname_np(pthread_self(), "backup");
 	B.err = store_backup(B.st, B.dir);
 	uint64_t one = 1;
 	ssize_t w = write(B.efd, &one, sizeof one);

@@ -205,9 +205,10 @@ static int on_row(void *arg, const struct store_tool_call *tc)
 		problem(c, "tool call %s: row executor %s, log says %s", id, want, ex);
 	int settled = (int)json_integer_value(json_object_get(call, "settled"));
 	const char *st = store_tc_status_name(tc->status);
-	if (tc->status == STORE_TC_PENDING && settled)
-		problem(c, "tool call %s: row pending but settled in the log", id);
-	if (tc->status != STORE_TC_PENDING && !settled)
+	int unsettled = tc->status == STORE_TC_PENDING || tc->status == STORE_TC_UNKNOWN;
+	if (unsettled && settled)
+		problem(c, "tool call %s: row %s but settled in the log", id, st);
+	if (!unsettled && !settled)
 		problem(c, "tool call %s: row %s but not settled in the log", id, st);
 	const char *logged = str_or(json_string_value(json_object_get(call, "status")), "?");
 	if (settled && strcmp(st, logged))
@@ -359,21 +360,25 @@ static void check_state(struct ck *c, const struct store_conv *conv)
 	if (conv->fsm_state.len && jsonmp_decode(conv->fsm_state.ptr, conv->fsm_state.len, &fsm) == -ENOMEM)
 		kept(c, -1); /* the checks of fsm_state below would pass unread */
 	const char *fstate = json_string_value(json_object_get(fsm, "state"));
-	int humans = 0, servers = 0;
+	int humans = 0, servers = 0, unknowns = 0;
 	size_t i;
 	json_t *call;
 	json_array_foreach(tl.unsettled, i, call) {
 		const char *ex = json_string_value(json_object_get(call, "executor"));
+		struct store_tool_call row;
+		const char *id = json_string_value(json_object_get(call, "tool_call_id"));
 		if (ex && !strcmp(ex, "human"))
 			humans++;
+		else if (id && !store_tool_call_get(c->t, id, &row) && row.status == STORE_TC_UNKNOWN)
+			unknowns++; /* awaited as a person's call is (docs/tools.md) */
 		else
 			servers++;
 	}
 	const char *st = store_status_name(conv->status);
 	if (conv->status == STORE_ENDED)
 		goto out; /* closed: a worker may still finish, nothing is owed */
-	if (conv->status == STORE_SUSPENDED && !humans)
-		problem(c, "status suspended but no human tool call is pending in the log");
+	if (conv->status == STORE_SUSPENDED && !humans && !unknowns)
+		problem(c, "status suspended but no human tool call is pending in the log, and none is unknown");
 	if (conv->status == STORE_SUSPENDED && fstate && strcmp(fstate, "awaiting_input"))
 		problem(c, "status suspended but fsm_state is %s", fstate);
 	if (conv->status == STORE_IDLE && tl.action != TAIL_IDLE)
@@ -390,8 +395,11 @@ static void check_state(struct ck *c, const struct store_conv *conv)
 		json_array_foreach(tl.unsettled, i, call) {
 			const char *id = json_string_value(json_object_get(call, "tool_call_id"));
 			const char *ex = json_string_value(json_object_get(call, "executor"));
-			if (ex && !strcmp(ex, "human") && !json_object_get(pend, id))
-				problem(c, "fsm_state.pending lacks pending call %s", id);
+			struct store_tool_call row;
+			int unknown = !(ex && !strcmp(ex, "human")) && id && !store_tool_call_get(c->t, id, &row) &&
+				      row.status == STORE_TC_UNKNOWN;
+			if (((ex && !strcmp(ex, "human")) || unknown) && !json_object_get(pend, id))
+				problem(c, "fsm_state.pending lacks %s call %s", unknown ? "unknown" : "pending", id);
 		}
 	}
 out:

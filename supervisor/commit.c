@@ -241,9 +241,12 @@ static size_t keep_deletes(struct job **w, size_t n)
 	return dels;
 }
 
+/* How long the writer thread retries a group that met a locked row. */
+#define LOCK_RETRY_MS 2000
+
 /* One group transaction across its attempts: a damaged record or a write
  * too large for a full map is left out and the rest run again, as after a
- * lock conflict with another node or once the map has grown. */
+ * locked row or once the map has grown. */
 struct group {
 	struct job **w;
 	struct wres *res;
@@ -252,6 +255,7 @@ struct group {
 	int grown;          /* attempts that met a full map which then grew */
 	int freeing;        /* the deletes alone, with the store's delete reserve */
 	int deadlocks;      /* attempts aborted for a lock conflict */
+	int64_t locked_since; /* the first of them (ms): off the loop they are retried for LOCK_RETRY_MS */
 	int resets;         /* attempts whose connection was lost */
 	int async;          /* on the writer thread: nothing of the loop's is touched */
 	int made;           /* committed, as id */
@@ -400,13 +404,24 @@ static int group_retry(struct group *g, int *e, size_t bad, size_t map0)
 			*e = 0;
 		return g->left > 0;
 	}
-	/* A store shared by several nodes: another node's transaction locked
-	 * some of these conversations in another order, and the server
-	 * aborted this one to let it go on (-EAGAIN). Nothing of it was
-	 * written: run it again, a few times. */
-	if (*e == -EAGAIN && g->deadlocks++ < 8) {
-		log_info("a group commit of %zu writes met a lock conflict with another node: retrying it", g->left);
-		return 1;
+	/* A row it writes stayed locked past the lock_timeout (a worker's
+	 * turn commit on a loaded machine, another node's transaction, a node
+	 * stopped inside one), or deadlocked (-EAGAIN). Nothing of it was
+	 * written: run it again. On the loop a few times, each a lock_timeout
+	 * the loop waits; on the writer thread, which the loop does not wait
+	 * for, for up to LOCK_RETRY_MS. */
+	if (*e == -EAGAIN) {
+		int64_t now = loop_now_ms();
+		if (!g->deadlocks++)
+			g->locked_since = now;
+		if (g->async ? now - g->locked_since < LOCK_RETRY_MS : g->deadlocks <= 8) {
+			if (g->deadlocks == 1)
+				log_info("a group commit of %zu writes met a locked row: retrying it", g->left);
+			return 1;
+		}
+		log_warn("a group commit of %zu writes found a row locked through %d tries in %lld ms: refused as "
+			 "unavailable", g->left, g->deadlocks, (long long)(now - g->locked_since));
+		return 0;
 	}
 	/* The connection went before the commit was made (the server
 	 * restarted, or ended a session left idle in its transaction while
@@ -474,6 +489,8 @@ static void group_finish(struct group *g, int e)
 	C.env->forget();
 	if (e)
 		group_commit_failed(e, g->n);
+	if (e == -EIO) /* its page flush failed: durable.h */
+		durable_fail(e);
 }
 
 static void group_commit(struct job **w, struct wres *res, size_t n)
@@ -510,6 +527,7 @@ struct agroup {
 
 static void *writer_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "writer");
 	(void)arg;
 	pthread_mutex_lock(&WT.mu);
 	for (;;) {
@@ -771,9 +789,65 @@ static void job_answer(struct job *j)
 		client_flush(c);
 }
 
-void commit_execute(void)
+/* A ping first, sent at once: one read in the same iteration as a flood
+ * of large replies does not wait for them to be built. It has no effect,
+ * so running it first changes nothing the others see, and its reply still
+ * leaves in its connection's order (client_flush). */
+static void pings_first(void)
 {
 	struct job *j, *next;
+	TAILQ_FOREACH_SAFE(j, &C.jobs, q, next) {
+		if (j->after_write || !(C.env->ops[j->rq.op].flags & OPF_FIRST))
+			continue;
+		read_one(j);
+		TAILQ_REMOVE(&C.jobs, j, q);
+		job_answer(j);
+	}
+}
+
+/* Reads that need no earlier write of their client run now, on the
+ * committed state; writes gather for the group transaction (w, *iw of
+ * them), the reads behind them in deferred (*nd). Out of memory for that
+ * bookkeeping (oom), every request left is answered so, none done. */
+static void jobs_sort(int oom, struct job **w, size_t *iw, struct job **deferred, size_t *nd)
+{
+	struct job *j;
+	TAILQ_FOREACH(j, &C.jobs, q) {
+		if (oom) {
+			j->err = PERR_INTERNAL;
+			snprintf(j->msg, sizeof j->msg, "out of memory");
+			j->ran = 1;
+			continue;
+		}
+		if (is_write(j->rq.op)) {
+			w[(*iw)++] = j;
+			continue;
+		}
+		if (j->after_write) {
+			deferred[(*nd)++] = j;
+		} else {
+			read_one(j);
+			j->ran = 1;
+		}
+	}
+}
+
+/* Every job done is answered; held (the writes wait for the write gate),
+ * only the reads that ran are, and the rest wait. */
+static void jobs_answer(int held)
+{
+	struct job *j, *next;
+	TAILQ_FOREACH_SAFE(j, &C.jobs, q, next) {
+		if (held && !j->ran)
+			continue;
+		TAILQ_REMOVE(&C.jobs, j, q);
+		job_answer(j);
+	}
+}
+
+void commit_execute(void)
+{
+	struct job *j;
 	size_t nw = 0, n = 0;
 	WT.kick = 0;
 	if (WT.ready || loop_restricted())
@@ -794,44 +868,13 @@ void commit_execute(void)
 		TAILQ_FOREACH(j, &C.jobs, q)
 			if (j->slot)
 				control_batch_done(slot_client(j->slot)); /* see client_line */
-	/* A ping first, sent at once: one read in the same iteration as a
-	 * flood of large replies does not wait for them to be built. It has
-	 * no effect, so running it first changes nothing the others see, and
-	 * its reply still leaves in its connection's order (client_flush). */
-	TAILQ_FOREACH_SAFE(j, &C.jobs, q, next) {
-		if (j->after_write || !(C.env->ops[j->rq.op].flags & OPF_FIRST))
-			continue;
-		read_one(j);
-		TAILQ_REMOVE(&C.jobs, j, q);
-		job_answer(j);
-	}
+	pings_first();
 	struct job **w = calloc(nw + 1, sizeof *w);
 	struct job **deferred = calloc(n + 1, sizeof *deferred);
 	struct wres *res = calloc(nw + 1, sizeof *res);
 	size_t iw = 0, nd = 0;
 	int oom = !w || !deferred || !res;
-	/* Reads that need no earlier write of their client run now, on the
-	 * committed state; writes gather for the group transaction. Out of
-	 * memory for that bookkeeping, every request left is answered so,
-	 * none done. */
-	TAILQ_FOREACH(j, &C.jobs, q) {
-		if (oom) {
-			j->err = PERR_INTERNAL;
-			snprintf(j->msg, sizeof j->msg, "out of memory");
-			j->ran = 1;
-			continue;
-		}
-		if (is_write(j->rq.op)) {
-			w[iw++] = j;
-			continue;
-		}
-		if (j->after_write) {
-			deferred[nd++] = j;
-		} else {
-			read_one(j);
-			j->ran = 1;
-		}
-	}
+	jobs_sort(oom, w, &iw, deferred, &nd);
 	int handed = 0;
 	if (!held && !oom && iw && group_async_ok(w, iw) && group_ready(w, res, iw, deferred, nd) == 0) {
 		handed = 1; /* commit_start hands it over at the iteration's end */
@@ -841,13 +884,7 @@ void commit_execute(void)
 		for (size_t k = 0; k < nd; k++)
 			read_one(deferred[k]);
 	}
-	/* Held: only the reads that ran are answered; the rest wait. */
-	TAILQ_FOREACH_SAFE(j, &C.jobs, q, next) {
-		if (held && !j->ran)
-			continue;
-		TAILQ_REMOVE(&C.jobs, j, q);
-		job_answer(j);
-	}
+	jobs_answer(held);
 	if (handed)
 		return; /* w, res and deferred are the group's */
 	free(w);

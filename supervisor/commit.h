@@ -81,6 +81,7 @@ struct wres {
 	struct store_usage usage; /* update: the committed usage and turns the budget is checked against */
 	uint64_t turns;
 	size_t appended; /* send: events written (0: every one was a duplicate) */
+	int interrupted; /* send: it cancelled the running turn (on_busy = interrupt); seq: its turn_cancelled */
 };
 
 /* An op's row in the op table. */

@@ -75,6 +75,7 @@ struct client {
 
 static void on_listen(struct loop_watch *lw, uint32_t events);
 static void slot_free(struct slot *s);
+static void slot_flush_failed(struct slot *s);
 
 static struct {
 	const struct config *cfg;
@@ -463,7 +464,9 @@ void client_flush(struct client *c)
 		return;
 	struct slot *s;
 	while ((s = TAILQ_FIRST(&c->slots)) && s->done) {
-		if (!durable_covers(s->need)) {
+		if (!durable_covers(s->need) && durable_failed())
+			slot_flush_failed(s);
+		else if (!durable_covers(s->need)) {
 			/* Its reply shows a transaction an OS crash could
 			 * still take back: it waits, and so do those after it. */
 			if (!s->held_us)
@@ -547,6 +550,22 @@ static void slot_free(struct slot *s)
 	if (s->oom != s->oom_buf)
 		free(s->oom);
 	free(s);
+}
+
+/* The frontier stopped (durable_failed): a reply that waited for it never
+ * leaves; the error `unavailable` does instead, with its request's id. */
+static void slot_flush_failed(struct slot *s)
+{
+	char msg[160];
+	snprintf(msg, sizeof msg, "flushing the store failed (%s): nothing can be made durable; agentd is stopping",
+		 strerror(-durable_failed()));
+	size_t len = 0;
+	char *line = proto_error_for_oom_line(s->oom, s->oom_len, PERR_UNAVAILABLE, msg, &len);
+	if (s->line != s->oom)
+		free(s->line);
+	s->line = line ? line : s->oom;
+	s->len = line ? len : s->oom_len;
+	s->need = 0;
 }
 
 static void slot_done(struct slot *s, char *line, size_t len)

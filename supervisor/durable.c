@@ -24,12 +24,13 @@ static struct {
 	store *st;
 	durable_advanced_fn *advanced;
 	durable_more_fn *more;   /* another commit may come soon */
+	durable_failed_fn *failed;
+	int broken;              /* a flush failed: nothing moves the frontier again (loop thread) */
 	int all;                 /* sync = none, or the test-only early ack: everything counts as durable */
 	uint64_t frontier;       /* loop thread only */
 	uint64_t wanted;         /* the highest id asked for (loop thread) */
 	int running;             /* a flush is asked or in flight (loop thread) */
 	int now;                 /* a flush was asked at once while one ran: the next starts at its end */
-	uint64_t failing;        /* flushes failed in a row (loop thread) */
 	int efd;                 /* the flusher's "done" to the loop */
 	struct loop_watch lw;
 	int tfd;                 /* the deferred flush's timer */
@@ -42,10 +43,9 @@ static struct {
 	pthread_cond_t cv;
 	uint64_t target;         /* flush for this id (0: nothing asked) */
 	uint64_t done;           /* the last target flushed */
-	int err;                 /* the last flush's error */
+	int err;                 /* the first failed flush's error, here or on another thread: it stays */
 	int quit;
 	uint64_t nfailed;        /* flushes that failed */
-	const char *fail_path;   /* test-only: flushes fail while this file exists */
 } D = { .efd = -1,
 	.lw = { on_flushed, 1 }, /* also while a group commits off the loop (ops.c) */
 	.tfd = -1, .tw = { on_timer }, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
@@ -56,11 +56,12 @@ static struct {
 static int flush_once(uint64_t *last)
 {
 	*last = store_last_id(D.st);
-	return D.fail_path && access(D.fail_path, F_OK) == 0 ? -EIO : store_flush(D.st);
+	return store_flush(D.st);
 }
 
 static void *flusher(void *arg)
 {
+	pthread_setname_np(pthread_self(), "flusher"); /* for top -H, and tests/faults/diskfail.c */
 	pthread_mutex_lock(&D.mu);
 	for (;;) {
 		while (!D.target && !D.quit)
@@ -68,18 +69,19 @@ static void *flusher(void *arg)
 		if (D.quit)
 			break;
 		D.target = 0;
-		int failed = D.err;
+		/* After a failed flush nothing is flushed again: a later one
+		 * that succeeds would say nothing of the pages the failed one
+		 * could not write (durable.h). */
+		int e = D.err;
+		uint64_t last = 0;
 		pthread_mutex_unlock(&D.mu);
-		/* After a failed flush (a disk error), the next try waits a
-		 * little: the loop asks again at once, and must not spin. */
-		if (failed)
-			usleep(100 * 1000);
-		uint64_t last;
-		int e = flush_once(&last);
+		if (!e)
+			e = flush_once(&last);
 		pthread_mutex_lock(&D.mu);
-		if (e)
+		if (e && !D.err) {
 			D.nfailed++;
-		D.err = e;
+			D.err = e;
+		}
 		if (!e && last > D.done)
 			D.done = last;
 		uint64_t one = 1;
@@ -109,7 +111,7 @@ static void disarm(void)
 
 static void start_flush(void)
 {
-	if (D.running || D.wanted <= D.frontier)
+	if (D.running || D.broken || D.wanted <= D.frontier)
 		return;
 	disarm();
 	D.running = 1;
@@ -132,18 +134,8 @@ static void on_flushed(struct loop_watch *lw, uint32_t events)
 	int now = D.now;
 	D.now = 0;
 	if (err) {
-		/* Nothing waiting is let through on a failed flush: the replies
-		 * wait, and the next request tries again. */
-		static int64_t last;
-		if (loop_now_ms() - last > 1000) {
-			log_error("flushing the store failed: %s; replies wait for the next flush", store_strerror(err));
-			last = loop_now_ms();
-		}
-		D.failing++;
-	} else if (D.failing) {
-		log_info("flushing the store works again after %llu failed flushes; held replies go out",
-			 (unsigned long long)D.failing);
-		D.failing = 0;
+		durable_fail(err);
+		return;
 	}
 	advance(done);
 	/* What was committed while this one ran: at once if a group off the
@@ -162,21 +154,19 @@ static void on_timer(struct loop_watch *lw, uint32_t events)
 	start_flush();
 }
 
-int durable_open(store *st, int sync_full, durable_advanced_fn *advanced, durable_more_fn *more)
+int durable_open(store *st, int sync_full, durable_advanced_fn *advanced, durable_more_fn *more,
+		 durable_failed_fn *failed)
 {
 	D.st = st;
 	D.advanced = advanced;
 	D.more = more;
+	D.failed = failed;
 	/* Test-only (docs/testing.md, the power-loss simulator): acknowledge
 	 * before the flush, so the simulator can show it would catch that. */
 	const char *early = getenv("AGENTD_TEST_ACK_EARLY");
 	D.all = !sync_full || (early && !strcmp(early, "1"));
 	if (D.all)
 		return 0;
-	/* Test-only (docs/testing.md): a disk error on every flush while the
-	 * named file exists, so a test can hold the frontier and release it. */
-	const char *fail = getenv("AGENTD_TEST_FLUSH_FAIL");
-	D.fail_path = fail && *fail ? fail : NULL;
 	D.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (D.efd < 0)
 		return -errno;
@@ -216,9 +206,30 @@ void durable_close(void)
 		D.armed = 0;
 	}
 	uint64_t last = store_last_id(D.st);
-	if (!D.all && store_flush(D.st) == 0)
+	if (!D.all && !D.broken && store_flush(D.st) == 0)
 		advance(last);
-	D.all = 1;
+	/* After a failed flush what is held stays held: its clients were told. */
+	if (!D.broken)
+		D.all = 1;
+}
+
+void durable_fail(int err)
+{
+	if (D.all || D.broken)
+		return;
+	D.broken = err;
+	pthread_mutex_lock(&D.mu); /* the flusher and the writer thread flush no more */
+	if (!D.err)
+		D.err = err;
+	pthread_mutex_unlock(&D.mu);
+	disarm();
+	if (D.failed)
+		D.failed(err);
+}
+
+int durable_failed(void)
+{
+	return D.broken;
 }
 
 int durable_covers(uint64_t id)
@@ -255,12 +266,23 @@ int durable_flush_here(uint64_t *id)
 {
 	if (D.all || !D.started)
 		return -EAGAIN;
+	pthread_mutex_lock(&D.mu);
+	int e = D.err;
+	pthread_mutex_unlock(&D.mu);
+	if (e)
+		return e;
 	uint64_t last;
-	int e = flush_once(&last);
-	if (e) {
+	if ((e = flush_once(&last))) {
+		/* The loop learns of it from the flusher's wake-up, as of its own. */
 		pthread_mutex_lock(&D.mu);
-		D.nfailed++;
+		if (!D.err) {
+			D.nfailed++;
+			D.err = e;
+		}
 		pthread_mutex_unlock(&D.mu);
+		uint64_t one = 1;
+		ssize_t w = write(D.efd, &one, sizeof one);
+		(void)w;
 		return e;
 	}
 	*id = last;
@@ -278,7 +300,7 @@ static void covered_to(uint64_t id)
 
 void durable_flushed(uint64_t id)
 {
-	if (!D.all)
+	if (!D.all && !D.broken)
 		covered_to(id);
 }
 
@@ -294,7 +316,7 @@ void durable_flush_now(void)
 
 void durable_committed(uint64_t id)
 {
-	if (!D.all && id >= 2)
+	if (!D.all && !D.broken && id >= 2)
 		covered_to(id - 1);
 }
 

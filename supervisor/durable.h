@@ -22,6 +22,14 @@
  *
  * Under sync = none everything counts as durable at once (the documented
  * meaning of that setting).
+ *
+ * A flush that fails (EIO, ENOSPC: the flusher's, the writer thread's, a
+ * worker's) stops the frontier for good: the kernel may have dropped the
+ * pages it could not write or marked them clean, so a later flush that
+ * succeeds proves nothing about them (PostgreSQL's "fsyncgate"). Nothing is
+ * flushed again, nothing more is let through, and durable_failed_fn is
+ * called once; agentd answers what waits with an error and stops, and a
+ * restart reads the store from disk (docs/durability.md).
  */
 #ifndef AGENTD_DURABLE_H
 #define AGENTD_DURABLE_H
@@ -34,12 +42,21 @@
 typedef void durable_advanced_fn(uint64_t frontier);
 /* 1 when another commit may come soon (a client is free to send). */
 typedef int durable_more_fn(void);
+/* Called on the loop once, when the first flush failed (its -errno). */
+typedef void durable_failed_fn(int err);
 
 /* Start the flusher thread (sync = full) and register its wake-up and its
  * timer with the loop. 0 or -errno. */
-int durable_open(store *st, int sync_full, durable_advanced_fn *advanced, durable_more_fn *more);
+int durable_open(store *st, int sync_full, durable_advanced_fn *advanced, durable_more_fn *more,
+		 durable_failed_fn *failed);
 /* Stop the flusher, flush once more, and let everything through. */
 void durable_close(void);
+
+/* On the loop: a flush of this store failed elsewhere (a worker's, or a
+ * commit's own page flush): the frontier stops as for the flusher's. */
+void durable_fail(int err);
+/* The failure that stopped the frontier (-errno), or 0. */
+int durable_failed(void);
 
 /* Whether transaction id is behind the frontier. */
 int durable_covers(uint64_t id);
@@ -63,7 +80,7 @@ uint64_t durable_flush_failures(void);
  * writer lock): flush, and on success set *id to the last id committed
  * before the flush began, now durable, for durable_flushed on the loop.
  * -EAGAIN when nothing is ever flushed here (sync = none, the test-only
- * early ack); a failed flush counts as the flusher's do. */
+ * early ack); a failed flush stops the frontier as the flusher's does. */
 int durable_flush_here(uint64_t *id);
 /* On the loop: a durable_flush_here covered id. */
 void durable_flushed(uint64_t id);

@@ -304,6 +304,8 @@ int expiry_fire(void)
 		size_t bad;
 		int e = batch_settle(t, &b, &bad);
 		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
+		if (e == -EIO) /* the commit's page flush failed (durable.h) */
+			durable_fail(e);
 		if (e) {
 			leases_ahead_drop();
 			if (!batch_failed(&b, e, bad, &cap))

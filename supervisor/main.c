@@ -628,6 +628,60 @@ static void pid_unlock(const char *path, int fd)
 	close(fd);
 }
 
+/* Open the store the configuration names (S.st), saying why when it cannot
+ * be: 0 or -1. */
+static int store_open_logged(const struct config *cfg)
+{
+	/* A node stopped inside a transaction must not hold its row locks
+	 * past its lease: the other nodes take over by then. Nor may this
+	 * loop wait on one: a row lock not had within 20 ms fails the
+	 * statement (-EAGAIN), retried later (docs/scale-out.md, "Waits a
+	 * stopped node can cause"). The frontier's flush, which replies wait
+	 * on, does not wait for a worker's commit to cover it (store.h,
+	 * flush_alone). */
+	struct store_opts so = { .sync = cfg->sync, .audit = cfg->audit, .map_size = cfg->map_size,
+				 .max_map_size = cfg->max_map_size, .idle_txn_timeout_ms = cfg->lease_ms / 2,
+				 .lock_timeout_ms = 20, .flush_alone = 1 };
+	if (cfg->store) {
+		/* The map is LMDB's; PostgreSQL's disk is the server's. */
+		if (cfg->map_size || cfg->max_map_size)
+			log_warn("map_size and max_map_size are LMDB settings: ignored with a PostgreSQL store");
+		so.map_size = so.max_map_size = 0;
+	}
+	int e = store_open(&S.st, cfg->store ? cfg->store : S.data_dir, &so);
+	if (e && cfg->store) {
+		const char *why = store_open_error();
+		log_error("cannot open the PostgreSQL store %s: %s", S.store_shown,
+			  *why ? why : e == STORE_E_CORRUPT ? "not an agentd store of this version" : store_strerror(e));
+		return -1;
+	}
+	if (e) {
+		if (e == STORE_E_CORRUPT)
+			log_error("cannot open the store in %s: its data.mdb is not an agentd store of this version, or "
+				  "is damaged", S.data_dir);
+		else
+			log_error("cannot open the store in %s: %s", S.data_dir, store_strerror(e));
+		return -1;
+	}
+	if (cfg->sync == STORE_SYNC_NONE)
+		log_warn("sync=none: commits are flushed every second; an OS crash can lose the last second and, on "
+			 "filesystems that reorder writes, damage the store");
+	return 0;
+}
+
+/* The line that says what this agentd runs on. */
+static void log_started(const struct config *cfg, const char *o_config)
+{
+	char *cfg_real = o_config ? realpath(o_config, NULL) : NULL;
+	if (cfg->store)
+		log_info("agentd %s: store %s, run directory %s, worker %s, config %s", AGENTD_VERSION, S.store_shown,
+			 S.data_dir, S.worker_path, cfg_real ? cfg_real : o_config ? o_config : "none (built-in defaults)");
+	else
+		log_info("agentd %s: data %s, worker %s, config %s", AGENTD_VERSION, S.data_dir, S.worker_path,
+			 cfg_real ? cfg_real : o_config ? o_config : "none (built-in defaults)");
+	free(cfg_real);
+}
+
 /* Lock the data directory, open the store and serve until shut down.
  * *served: the socket listened. Returns the exit status. */
 static int run_locked(const struct config *cfg, const char *o_config, int *served)
@@ -652,53 +706,13 @@ static int run_locked(const struct config *cfg, const char *o_config, int *serve
 	 * at start only: operations.md). */
 	if (o_config && !(S.config_path = config_snapshot(o_config, S.data_dir)))
 		goto unlock;
-
-	/* A node stopped inside a transaction must not hold its row locks
-	 * past its lease: the other nodes take over by then. Nor may this
-	 * loop wait on one: a row lock not had within 20 ms fails the
-	 * statement (-EAGAIN), retried later (docs/scale-out.md, "Waits a
-	 * stopped node can cause"). The frontier's flush, which replies wait
-	 * on, does not wait for a worker's commit to cover it (store.h,
-	 * flush_alone). */
-	struct store_opts so = { .sync = cfg->sync, .audit = cfg->audit, .map_size = cfg->map_size,
-				 .max_map_size = cfg->max_map_size, .idle_txn_timeout_ms = cfg->lease_ms / 2,
-				 .lock_timeout_ms = 20, .flush_alone = 1 };
-	if (cfg->store) {
-		/* The map is LMDB's; PostgreSQL's disk is the server's. */
-		if (cfg->map_size || cfg->max_map_size)
-			log_warn("map_size and max_map_size are LMDB settings: ignored with a PostgreSQL store");
-		so.map_size = so.max_map_size = 0;
-	}
-	int e = store_open(&S.st, cfg->store ? cfg->store : S.data_dir, &so);
-	if (e && cfg->store) {
-		const char *why = store_open_error();
-		log_error("cannot open the PostgreSQL store %s: %s", S.store_shown,
-			  *why ? why : e == STORE_E_CORRUPT ? "not an agentd store of this version" : store_strerror(e));
+	if (store_open_logged(cfg))
 		goto unlock;
-	}
-	if (e) {
-		if (e == STORE_E_CORRUPT)
-			log_error("cannot open the store in %s: its data.mdb is not an agentd store of this version, or "
-				  "is damaged", S.data_dir);
-		else
-			log_error("cannot open the store in %s: %s", S.data_dir, store_strerror(e));
-		goto unlock;
-	}
-	if (cfg->sync == STORE_SYNC_NONE)
-		log_warn("sync=none: commits are flushed every second; an OS crash can lose the last second and, on "
-			 "filesystems that reorder writes, damage the store");
 	raise_fd_limit();
 	struct server_opts so_ = { cfg, S.st, S.data_dir, S.sock_path, S.worker_path, S.config_path };
 	if (server_open(&so_))
 		goto close;
-	char *cfg_real = o_config ? realpath(o_config, NULL) : NULL;
-	if (cfg->store)
-		log_info("agentd %s: store %s, run directory %s, worker %s, config %s", AGENTD_VERSION, S.store_shown,
-			 S.data_dir, S.worker_path, cfg_real ? cfg_real : o_config ? o_config : "none (built-in defaults)");
-	else
-		log_info("agentd %s: data %s, worker %s, config %s", AGENTD_VERSION, S.data_dir, S.worker_path,
-			 cfg_real ? cfg_real : o_config ? o_config : "none (built-in defaults)");
-	free(cfg_real);
+	log_started(cfg, o_config);
 	printf("agentd: listening on %s\n", S.sock_path);
 	fflush(stdout);
 	notify_ready(S.sock_path);

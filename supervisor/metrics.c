@@ -153,8 +153,8 @@ static void text_gauges(FILE *f, const struct metrics_gauges *g)
 		   "commit or flush made the same durable (docs/durability.md).\n"
 		   "# TYPE agentd_durable_flushes_spared_total counter\nagentd_durable_flushes_spared_total %llu\n",
 		(unsigned long long)g->durable_flushes_spared);
-	fprintf(f, "# HELP agentd_durable_flush_failures_total Flushes of the data file that failed; the replies "
-		   "they held wait for one that succeeds.\n# TYPE agentd_durable_flush_failures_total counter\n"
+	fprintf(f, "# HELP agentd_durable_flush_failures_total Flushes of the data file that failed; after the "
+		   "first agentd answers what waits unavailable and stops.\n# TYPE agentd_durable_flush_failures_total counter\n"
 		   "agentd_durable_flush_failures_total %llu\n", (unsigned long long)g->durable_flush_failures);
 }
 

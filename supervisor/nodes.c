@@ -1,6 +1,7 @@
 /* nodes.c: this supervisor as one node of those sharing a store (see nodes.h). */
 #include "supervisor/nodes.h"
 #include "common/log.h"
+#include "supervisor/durable.h"
 #include "supervisor/forward.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
@@ -335,6 +336,8 @@ static int beat(void)
 		e = store_node_beat(t, N.id, N.lease_ms, &n);
 		e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
 	}
+	if (e == -EIO) /* the commit's page flush failed (durable.h) */
+		durable_fail(e);
 	if (e) {
 		if (N.beat_failures++ % 16 == 0)
 			log_warn("node %s: heartbeat failed: %s (its leases lapse %lld ms after the last one)", N.id,

@@ -49,7 +49,7 @@ _Static_assert((int)PROTO_ENDED == (int)STORE_ENDED && (int)PROTO_SUSPENDED == (
 	       "the codec's conversation statuses are the store's");
 _Static_assert((int)PROTO_TC_PENDING == (int)STORE_TC_PENDING && (int)PROTO_TC_RESOLVED == (int)STORE_TC_RESOLVED &&
 		       (int)PROTO_TC_ERRORED == (int)STORE_TC_ERRORED && (int)PROTO_TC_EXPIRED == (int)STORE_TC_EXPIRED &&
-		       (int)PROTO_TC_CANCELLED == (int)STORE_TC_CANCELLED,
+		       (int)PROTO_TC_CANCELLED == (int)STORE_TC_CANCELLED && (int)PROTO_TC_UNKNOWN == (int)STORE_TC_UNKNOWN,
 	       "the codec's tool call statuses are the store's");
 
 /* 0, or jsonmp_pack's -EINVAL (too deep) or -ENOMEM; b is freed on failure. */
@@ -292,6 +292,7 @@ static const struct commit_op op_table[OP_COUNT] = {
 	[OP_RUNS] = { OPF_TXN | OPF_LARGE, ops_runs, NULL, NULL },
 	[OP_NODES] = { OPF_TXN, ops_nodes, NULL, NULL },
 	[OP_EXTEND] = { OPF_WRITE, NULL, ops_w_extend, ops_after_extend },
+	[OP_SETTLE] = { OPF_WRITE, NULL, ops_w_settle, ops_after_settle },
 };
 
 int ops_is_write(int op)

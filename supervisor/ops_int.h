@@ -1,6 +1,6 @@
 /*
  * ops_int.h: what the files of the ops module share (ops.c, ops_read.c,
- * ops_write.c, ops_cancel.c): the handlers the op table names, and the
+ * ops_write.c, ops_cancel.c, ops_settle.c): the handlers the op table names, and the
  * helpers more than one of them uses. Not for any other module: ops.h is
  * the module's contract.
  */
@@ -66,6 +66,10 @@ void ops_after_send(struct job *j, struct wres *r);
 void ops_after_resolve(struct job *j, struct wres *r);
 void ops_after_fork(struct job *j, struct wres *r);
 void ops_after_extend(struct job *j, struct wres *r);
+
+/* A decision on an unknown call (ops_settle.c). */
+int ops_w_settle(store_txn *t, struct job *j, struct wres *r);
+void ops_after_settle(struct job *j, struct wres *r);
 
 /* Cancel and resume (ops_cancel.c). */
 int ops_w_cancel(store_txn *t, struct job *j, struct wres *r);

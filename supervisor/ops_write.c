@@ -269,9 +269,83 @@ static int send_is_replay(store_txn *t, const char *conv, const struct store_eve
 	return 1;
 }
 
+/* What this send does when it finds a turn running (enum proto_on_busy):
+ * its own on_busy, else the conversation's settings.on_busy, else enqueue
+ * (*named 0: neither names one). -ENOMEM: the settings could not be read
+ * for memory (never decided on the default). */
+static int send_on_busy(const struct job *j, const struct store_conv *c, int *named)
+{
+	*named = 1;
+	if (j->rq.on_busy >= 0)
+		return j->rq.on_busy;
+	json_t *s = NULL;
+	if (c->settings.len && jsonmp_decode(c->settings.ptr, c->settings.len, &s) == -ENOMEM)
+		return -ENOMEM;
+	int m = proto_on_busy(json_string_value(json_object_get(s, "on_busy")));
+	json_decref(s);
+	*named = m >= 0;
+	return m < 0 ? PROTO_ON_BUSY_ENQUEUE : m;
+}
+
+/* Whether the send finds a turn running, from the status in its own
+ * transaction: active (a turn in progress or owed, its tools running) or
+ * suspended (its tools waiting on a person). *mode gets what it does then,
+ * *named whether on_busy was given (the reply then says the mode). A replay
+ * finds nothing busy: it writes nothing. 0 with *mode -1 when not busy; else
+ * j's error is set when the send is refused (1), or -ENOMEM. */
+static int send_busy(store_txn *t, struct job *j, const struct store_conv *c, const struct store_event_in *ev,
+		     size_t n, int *mode, int *named)
+{
+	int e = 0;
+	*mode = -1;
+	*named = 0;
+	if (c->status != STORE_ACTIVE && c->status != STORE_SUSPENDED)
+		return 0;
+	if (send_is_replay(t, j->rq.conv, ev, n, &e) || e)
+		return e;
+	if ((*mode = send_on_busy(j, c, named)) < 0) {
+		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written yet */
+		return 1;
+	}
+	if (*mode != PROTO_ON_BUSY_REJECT)
+		return 0;
+	job_error(j, PERR_CONFLICT, "conversation %s is busy: a turn is running (on_busy = reject): nothing was written",
+		  j->rq.conv);
+	j->err_extra = json_pack("{ss}", "status", store_status_name(c->status));
+	if (!j->err_extra) /* never a conflict short of status */
+		job_error(j, PERR_INTERNAL, "out of memory");
+	return 1;
+}
+
+/* An interrupting send, after its events: the running turn cancelled as
+ * `cancel` does (conv_turn_interrupt keeps the text its model streamed), its
+ * worker fenced, and the conversation active again for the turn that
+ * answers both. r->seq gets the turn_cancelled's seq. A store error or
+ * -ENOMEM (both poison t). */
+static int send_interrupt(store_txn *t, const char *conv, uint64_t by_seq, struct wres *r)
+{
+	size_t len;
+	const char *partial = workers_partial(conv, &len);
+	json_t *ids = NULL;
+	int e = conv_turn_interrupt(t, conv, by_seq, partial, len, &ids, &r->seq);
+	json_decref(ids);
+	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+	if (!e)
+		e = store_conv_put(t, conv, &p);
+	if (!e)
+		e = workers_fence(t, conv);
+	if (!e) /* a worker on another node: that node kills it and its model or tool */
+		e = forward_tell(t, conv, "cancel");
+	if (!e)
+		r->interrupted = 1;
+	return e;
+}
+
 /* send's checks and its append, in that order: the conversation exists and
  * is not ended; expected_seq (unless the send is a replay: idempotency wins,
  * and a replay writes nothing); then every event or none. */
+/* A send that finds a turn running does what on_busy says (send_busy). */
+static int send_steer(store_txn *t, const char *conv, const uint64_t *seqs, const int *dups, size_t n);
 static int send_append(store_txn *t, struct job *j, struct wres *r, const struct store_event_in *ev, size_t n,
 		       uint64_t *seqs, int *dups)
 {
@@ -285,7 +359,8 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 		return 0;
 	}
 	r->paused = 0;
-	int was_idle = c.status == STORE_IDLE;
+	r->interrupted = 0;
+	int was_idle = c.status == STORE_IDLE, mode, named;
 	if (j->rq.has_expected_seq && !send_is_replay(t, conv, ev, n, &e)) {
 		uint64_t last = 0;
 		if (!e)
@@ -301,11 +376,21 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 			return 0;
 		}
 	}
+	if ((e = send_busy(t, j, &c, ev, n, &mode, &named)))
+		return e < 0 ? (job_store_error(j, e, "send"), e) : 0;
 	/* Atomic: the store checks every event before writing one. */
 	e = store_events_append(t, conv, ev, n, seqs, dups);
 	r->appended = 0;
 	for (size_t i = 0; !e && i < n; i++)
 		r->appended += !dups[i];
+	if (!e && r->appended && mode == PROTO_ON_BUSY_INTERRUPT) {
+		size_t first = 0;
+		while (dups[first])
+			first++; /* the first event this send wrote: one is (appended) */
+		e = send_interrupt(t, conv, seqs[first], r);
+	} else if (!e && r->appended && mode == PROTO_ON_BUSY_STEER) {
+		e = send_steer(t, conv, seqs, dups, n);
+	}
 	if (!e && r->appended && was_idle) {
 		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
 		e = store_conv_put(t, conv, &p);
@@ -339,6 +424,10 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 		json_decref(a);
 		json_decref(d);
 	}
+	if (j->reply && !oom && mode >= 0 && named && r->appended) /* today's replies stay as they were */
+		oom = json_object_set_new(j->reply, "on_busy", json_string(proto_on_busy_names[mode]));
+	if (j->reply && !oom && r->interrupted)
+		oom = json_object_set_new(j->reply, "interrupted", json_integer((json_int_t)r->seq));
 	if (j->reply && !oom && c.status == STORE_PAUSED) {
 		/* Kept, and answered once a larger budget resumes it. */
 		r->paused = 1;
@@ -349,6 +438,32 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 		j->reply = NULL;
 	}
 	return 0;
+}
+
+/* A steering send, after its events: a `steer` event naming the seqs it
+ * wrote, which makes them part of the running turn (tail.c): its next model
+ * round answers them, counted on from the rounds before. A store error or
+ * -ENOMEM (both poison t). */
+static int send_steer(store_txn *t, const char *conv, const uint64_t *seqs, const int *dups, size_t n)
+{
+	json_t *a = json_array();
+	int e = a ? 0 : -ENOMEM;
+	for (size_t i = 0; !e && i < n; i++)
+		if (!dups[i] && json_array_append_new(a, json_integer((json_int_t)seqs[i])))
+			e = -ENOMEM;
+	json_t *content = e ? NULL : json_pack("{sO}", "seqs", a);
+	json_decref(a);
+	struct jsonmp_buf b;
+	if (!e && !content)
+		e = -ENOMEM;
+	if (!e && !(e = ops_pack(&b, content))) {
+		struct store_event_in ev = { "steer", { b.sb.data, b.sb.size }, NULL };
+		uint64_t s;
+		e = store_event_append(t, conv, &ev, &s, NULL);
+		jsonmp_buf_destroy(&b);
+	}
+	json_decref(content);
+	return e;
 }
 
 /* send: one event, or a batch (rq.events) appended in order in one
@@ -546,6 +661,8 @@ int ops_w_fork(store_txn *t, struct job *j, struct wres *r)
 /* After the commit: wake workers and waiters. */
 void ops_after_send(struct job *j, struct wres *r)
 {
+	if (r->interrupted)
+		workers_cancel(j->rq.conv); /* as cancel's: its worker is fenced; the next one answers both */
 	if (r->appended && !r->paused)
 		workers_wake(j->rq.conv);
 	waiters_notify(j->rq.conv);

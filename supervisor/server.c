@@ -39,6 +39,7 @@ static struct {
 	int64_t shutdown_deadline;
 	int killed_all;
 	int waiters_owed;        /* the frontier moved while the loop was restricted */
+	int failed;              /* a flush failed (-errno): stop with status 1 */
 	struct loop_watch w_signal, w_tick;
 	struct ops_env ops;
 	struct workers_env workers;
@@ -185,6 +186,24 @@ static void durable_advanced(uint64_t frontier)
 		waiters_durable_advanced();
 }
 
+/* The first failed flush (durable.h): what waits for the frontier is
+ * answered with an error, and agentd stops with status 1. */
+static void flush_failed(int err)
+{
+	log_error("flushing the store failed: %s. The kernel may have dropped the pages it could not write, so no "
+		  "later flush can prove them durable: every reply that waits for a flush is answered `unavailable`, "
+		  "and agentd stops; a restart reads the store from disk (docs/durability.md)",
+		  store_strerror(err));
+	SV.failed = err;
+	control_durable_advanced(); /* the held replies leave, as errors (control.c) */
+	begin_shutdown();
+}
+
+static void worker_flush_failed(const char *conv)
+{
+	durable_fail(-EIO);
+}
+
 /* Another group commit may come soon (durable.h): a client is free to send. */
 static int durable_more(void)
 {
@@ -258,7 +277,7 @@ int server_open(const struct server_opts *o)
 	int e;
 	SV.o = o;
 	if ((e = loop_open()) || (e = signals_open()) || (e = expiry_open(o->st, o->cfg)) ||
-	    (e = durable_open(o->st, o->cfg->sync == STORE_SYNC_FULL, durable_advanced, durable_more)) ||
+	    (e = durable_open(o->st, o->cfg->sync == STORE_SYNC_FULL, durable_advanced, durable_more, flush_failed)) ||
 	    (e = backup_open(o->st))) {
 		log_error("cannot create the loop's descriptors: %s", strerror(-e));
 		return e;
@@ -266,7 +285,8 @@ int server_open(const struct server_opts *o)
 	int64_t now = loop_now_ms();
 	SV.ops = (struct ops_env){ o->cfg, o->st, o->data_dir, now, shutdown_asked, expiry_rearm };
 	SV.workers = (struct workers_env){ o->cfg, o->st, o->data_dir, o->worker_path, o->config_path,
-					   { waiters_notify, waiters_delta, expiry_rearm, nodes_claim, nodes_release } };
+					   { waiters_notify, waiters_delta, expiry_rearm, nodes_claim, nodes_release,
+					     worker_flush_failed } };
 	ops_init(&SV.ops);
 	workers_init(&SV.workers);
 	waiters_init(o->st, ops_events_query, ops_events_reply);
@@ -301,6 +321,8 @@ int server_run(void)
 	waiters_shutdown();
 	forward_close();
 	control_close_all();
+	if (SV.failed)
+		return SV.failed; /* no final sync: a flush after a failed one proves nothing */
 	int se = store_sync(SV.o->st);
 	if (se)
 		log_error("final sync: %s", store_strerror(se));

@@ -868,7 +868,9 @@ static int tool_call_put(struct imp *im, json_t *j)
 			e = store_warning_schedule(t, id, warn);
 		e = commit_or_abort(t, e);
 	}
-	if (!e && status != STORE_TC_PENDING && !(e = begin(im, resolved_at, &t)))
+	if (!e && status == STORE_TC_UNKNOWN && !(e = begin(im, at, &t)))
+		e = commit_or_abort(t, store_tool_call_unknown(t, id, 1));
+	else if (!e && status != STORE_TC_PENDING && !(e = begin(im, resolved_at, &t)))
 		e = commit_or_abort(t, store_tool_call_resolve(t, id, status, result, NULL));
 	if (e == STORE_E_CONFLICT)
 		snprintf(im->err, sizeof im->err, "tool call %s is in the stream twice", id);

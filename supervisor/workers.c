@@ -59,6 +59,8 @@ struct worker {
 	int reaped;                 /* in on_exit_status: its pid is no longer its own */
 	pid_t child_pgid;           /* the model or tool running for it, 0: none */
 	struct compact_req *compacts;
+	char *partial;              /* the model's text streamed since its last commit (an interrupt keeps it) */
+	size_t partial_len, partial_cap;
 };
 
 CONVTREE_GENERATE(worker_tree, worker, node, conv)
@@ -134,6 +136,7 @@ void workers_gc(void)
 		if (w->pid || w->lc.state != W_NONE || w->compacts)
 			continue;
 		RB_REMOVE(worker_tree, &W.tree, w);
+		free(w->partial);
 		free(w);
 	}
 }
@@ -597,11 +600,15 @@ static void on_exit_status(struct worker *w, int status)
 			WTERMSIG(status));
 	else if (!clean && deleting && WEXITSTATUS(status) == IPC_EXIT_GONE)
 		log_info("%s: worker %d exited: its conversation was deleted", w->conv, (int)w->pid);
+	else if (!clean && WEXITSTATUS(status) == IPC_EXIT_FLUSH)
+		log_error("%s: worker %d exited: a flush of the store failed", w->conv, (int)w->pid);
 	else if (!clean)
 		log_warn("%s: worker %d exited with status %d", w->conv, (int)w->pid, WEXITSTATUS(status));
 	else
 		log_debug("%s: worker %d exited", w->conv, (int)w->pid);
 	exit_cleanup(w);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == IPC_EXIT_FLUSH && W.env->hooks.flush_failed)
+		W.env->hooks.flush_failed(w->conv);
 	/* Compactions asked of it are answered by the next worker when one
 	 * starts at once (lifecycle.c), else they fail now. */
 	if (!x.compacts)
@@ -690,8 +697,34 @@ static void on_model(const struct ipc_msg *m)
 		metrics_add(M_MODEL_CALL_FAILURES, 1);
 }
 
+/* Kept up to WORKERS_PARTIAL_MAX bytes, the buffer grown as it fills; past
+ * them (or out of memory) the rest is left out: a preview, as deltas are. */
+static void partial_add(struct worker *w, const char *text, size_t len)
+{
+	size_t cap = w->partial_cap ? w->partial_cap : 1024;
+	while (cap < WORKERS_PARTIAL_MAX && cap - w->partial_len < len)
+		cap *= 2;
+	char *p = cap != w->partial_cap ? realloc(w->partial, cap) : w->partial;
+	if (!p)
+		return;
+	w->partial = p;
+	w->partial_cap = cap;
+	if (len > cap - w->partial_len)
+		len = cap - w->partial_len;
+	memcpy(w->partial + w->partial_len, text, len);
+	w->partial_len += len;
+}
+
+const char *workers_partial(const char *conv, size_t *len)
+{
+	struct worker *w = worker_find(conv);
+	*len = w && w->partial ? w->partial_len : 0;
+	return *len ? w->partial : NULL;
+}
+
 static void on_written(struct worker *w)
 {
+	w->partial_len = 0; /* a run's start, or a turn's end: what streamed before is committed or gone */
 	gate_release(&w->gm);
 	/* Also a commit without an event: a run started, which watchers
 	 * that asked for runs stream (waiters.c). */
@@ -727,6 +760,7 @@ static void worker_msg(struct worker *w, const struct ipc_msg *m)
 		on_state(w, m);
 		break;
 	case IPC_DELTA:
+		partial_add(w, m->text, m->text_len);
 		W.env->hooks.delta(w->conv, m->text, m->text_len);
 		break;
 	case IPC_MODEL:

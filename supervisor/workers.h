@@ -31,6 +31,9 @@ struct workers_hooks {
 	int (*claim)(store_txn *t, const char *conv, uint64_t *gen);
 	/* conv's worker of generation gen ended owing nothing (may be NULL). */
 	void (*released)(const char *conv, uint64_t gen);
+	/* conv's worker exited because a flush of the store failed
+	 * (IPC_EXIT_FLUSH): the frontier must stop (durable.h). */
+	void (*flush_failed)(const char *conv);
 };
 enum { WORKERS_ELSEWHERE = 1 };
 
@@ -90,6 +93,13 @@ int workers_fence(store_txn *t, const char *conv);
  * process group running for it, as an operator's kill (no crash counted, not
  * restarted while the conversation owes nothing). 0, or -ESRCH without one. */
 int workers_cancel(const char *conv);
+
+/* The text conv's model streamed since its worker's last commit (the
+ * model call in flight: an interrupting send keeps it in its
+ * turn_cancelled), at most WORKERS_PARTIAL_MAX bytes, *len of them; NULL
+ * (*len 0) when none. Valid until the loop reads the worker again. */
+#define WORKERS_PARTIAL_MAX 65536
+const char *workers_partial(const char *conv, size_t *len);
 
 /* The `worker` field of `get` ({pid, state}, or null) and `status`'s list. */
 json_t *workers_conv_json(const char *conv);

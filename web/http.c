@@ -229,10 +229,22 @@ static int pending_cmp(const void *a, const void *b)
 	return ix < iy ? -1 : ix > iy;
 }
 
-/* Every pending human call: the protocol lists them per conversation, and
- * only suspended conversations have any (a person's pending call is what
- * suspends one), so this pages through those, then asks for their pending
- * calls all at once (pipelined on one connection). */
+/* What a listed call waits for: "approval" (a person's pending call),
+ * "unknown" (a call whose outcome is unknown, docs/tools.md), or NULL
+ * (a server call pending in a mixed turn: nobody is asked). */
+static const char *pending_kind(const json_t *tc)
+{
+	const char *st = json_string_value(json_object_get(tc, "status")) ?: "";
+	if (!strcmp(st, "unknown"))
+		return "unknown";
+	return !strcmp(st, "pending") && !strcmp(json_string_value(json_object_get(tc, "executor")) ?: "", "human")
+		       ? "approval" : NULL;
+}
+
+/* Every pending human call and every unknown call: the protocol lists them per conversation, and
+ * only suspended conversations have any (a person's pending call, or an
+ * unknown call, is what suspends one), so this pages through those, then
+ * asks for their pending and unknown calls all at once (pipelined on one connection). */
 static enum MHD_Result api_pending(struct MHD_Connection *c)
 {
 	enum MHD_Result ret;
@@ -253,14 +265,18 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 		}
 		size_t i;
 		json_t *conv;
-		json_array_foreach(json_object_get(page, "conversations"), i, conv)
+		/* Two asks a conversation: its pending calls and its unknown ones. */
+		json_array_foreach(json_object_get(page, "conversations"), i, conv) {
 			json_array_append_new(reqs, json_pack("{sssOss}", "op", "tool_calls", "conversation",
 							      json_object_get(conv, "id"), "status", "pending"));
+			json_array_append_new(reqs, json_pack("{sssOss}", "op", "tool_calls", "conversation",
+							      json_object_get(conv, "id"), "status", "unknown"));
+		}
 		after = json_incref(json_object_get(page, "next"));
 		json_decref(page);
 		if (!after)
 			break;
-		if (json_array_size(reqs) >= PENDING_CONVS_MAX) {
+		if (json_array_size(reqs) >= 2 * PENDING_CONVS_MAX) {
 			truncated = 1;
 			json_decref(after);
 			break;
@@ -278,7 +294,7 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 	json_t *r, *tc;
 	json_array_foreach(replies, i, r) /* a conversation deleted meanwhile (not_found) is simply not listed */
 		json_array_foreach(json_object_get(r, "tool_calls"), k, tc)
-			n += !strcmp(json_string_value(json_object_get(tc, "executor")) ?: "", "human");
+			n += pending_kind(tc) != NULL;
 	json_t **v = n ? malloc(n * sizeof *v) : NULL;
 	if (n && !v) {
 		json_decref(replies);
@@ -287,8 +303,8 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 	n = 0;
 	json_array_foreach(replies, i, r)
 		json_array_foreach(json_object_get(r, "tool_calls"), k, tc)
-			if (!strcmp(json_string_value(json_object_get(tc, "executor")) ?: "", "human"))
-				v[n++] = tc;
+			if (pending_kind(tc) && !json_object_set_new(tc, "kind", json_string(pending_kind(tc))))
+				v[n++] = tc; /* never a row without its kind */
 	if (n) /* qsort(NULL, 0, ...) is undefined */
 		qsort(v, n, sizeof *v, pending_cmp);
 	json_t *sorted = json_array();
@@ -618,6 +634,36 @@ static void by_name(struct MHD_Connection *c, const struct who *w, char *out, si
 		snprintf(out, n, "%s", w->session ? "agentd-web" : "agentd-web (token)");
 }
 
+/* A POST's body: a JSON object holding only the fields named (a NULL-ended
+ * list) into *b. 1 with *ret the error answered (400), else 0. */
+static int body_object(struct MHD_Connection *c, struct req *rq, const char *const *fields, json_t **b,
+		       enum MHD_Result *ret)
+{
+	const char *k;
+	json_t *v;
+	*b = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, NULL);
+	if (!json_is_object(*b)) {
+		json_decref(*b);
+		*ret = send_error(c, 400, "bad_request", "the body must be a JSON object");
+		return 1;
+	}
+	json_object_foreach(*b, k, v) {
+		size_t i = 0;
+		while (fields[i] && strcmp(k, fields[i]))
+			i++;
+		if (fields[i])
+			continue;
+		char msg[200] = "unknown field (";
+		for (i = 0; fields[i]; i++)
+			snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%s%s", i ? ", " : "", fields[i]);
+		snprintf(msg + strlen(msg), sizeof msg - strlen(msg), ")");
+		json_decref(*b);
+		*ret = send_error(c, 400, "bad_request", msg);
+		return 1;
+	}
+	return 0;
+}
+
 /* {"tool_call_id", "decision": "approve"|"deny", "comment"?, "result"?,
  * "args_digest"?}: settled resolved (as agentctl approve and deny do: a
  * denial is an answer, not a failure) with the result given, or
@@ -626,21 +672,11 @@ static void by_name(struct MHD_Connection *c, const struct who *w, char *out, si
  * are not those (conflict). */
 static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, const struct who *w)
 {
-	json_t *b = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, NULL);
-	const char *k;
-	json_t *v;
+	static const char *const fields[] = { "tool_call_id", "decision", "comment", "result", "args_digest", NULL };
 	enum MHD_Result ret;
-	if (!json_is_object(b)) {
-		json_decref(b);
-		return send_error(c, 400, "bad_request", "the body must be a JSON object");
-	}
-	json_object_foreach(b, k, v)
-		if (strcmp(k, "tool_call_id") && strcmp(k, "decision") && strcmp(k, "comment") && strcmp(k, "result") &&
-		    strcmp(k, "args_digest")) {
-			json_decref(b);
-			return send_error(c, 400, "bad_request",
-					  "unknown field (tool_call_id, decision, comment, result, args_digest)");
-		}
+	json_t *b = NULL;
+	if (body_object(c, rq, fields, &b, &ret))
+		return ret;
 	const char *tc = json_string_value(json_object_get(b, "tool_call_id"));
 	const char *d = json_string_value(json_object_get(b, "decision"));
 	json_t *comment = json_object_get(b, "comment"), *result = json_object_get(b, "result");
@@ -666,6 +702,38 @@ static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, con
 	if (req && digest && json_object_set(req, "args_digest", digest)) {
 		json_decref(req);
 		req = NULL; /* never a resolve short of the digest: agentd() answers out of memory */
+	}
+	json_decref(b);
+	json_t *r = agentd(c, req, &ret);
+	if (!r)
+		return ret;
+	return send_json(c, 200, r);
+}
+
+/* {"conversation", "tool_call_id", "outcome": "retry"|"done"|"failed",
+ * "result"?}: a decision on a call whose outcome is unknown, as agentctl
+ * settle sends it, by the page's user. */
+static enum MHD_Result api_settle(struct MHD_Connection *c, struct req *rq, const struct who *w)
+{
+	static const char *const fields[] = { "conversation", "tool_call_id", "outcome", "result", NULL };
+	enum MHD_Result ret;
+	json_t *b = NULL;
+	if (body_object(c, rq, fields, &b, &ret))
+		return ret;
+	if (!json_is_string(json_object_get(b, "conversation")) || !json_is_string(json_object_get(b, "tool_call_id")) ||
+	    !json_is_string(json_object_get(b, "outcome"))) {
+		json_decref(b);
+		return send_error(c, 400, "bad_request", "expected conversation, tool_call_id and outcome (retry, done or failed)");
+	}
+	char name[AUTH_NAME_MAX + 1];
+	by_name(c, w, name, sizeof name);
+	/* agentd checks the outcome and the result (bad_request names what is wrong). */
+	json_t *req = json_pack("{sssOsOsOss}", "op", "settle", "conversation", json_object_get(b, "conversation"),
+				"tool_call_id", json_object_get(b, "tool_call_id"), "outcome", json_object_get(b, "outcome"),
+				"by", name);
+	if (req && json_object_get(b, "result") && json_object_set(req, "result", json_object_get(b, "result"))) {
+		json_decref(req);
+		req = NULL;
 	}
 	json_decref(b);
 	json_t *r = agentd(c, req, &ret);
@@ -889,6 +957,7 @@ ROUTE_API(route_status, proxy(c, json_pack("{ss}", "op", "status")))
 ROUTE_API(route_runs, api_runs(c))
 ROUTE_API(route_nodes, api_nodes(c))
 ROUTE_API(route_resolve, api_resolve(c, rq, w))
+ROUTE_API(route_settle, api_settle(c, rq, w))
 #undef ROUTE_API
 
 enum {
@@ -929,6 +998,7 @@ static const struct route {
 	{"GET", "/api/runs", 0, route_runs},
 	{"GET", "/api/nodes", 0, route_nodes},
 	{"POST", "/api/resolve", 0, route_resolve},
+	{"POST", "/api/settle", 0, route_settle},
 };
 
 static const struct route *route_find(const char *url, int post)

@@ -7,7 +7,7 @@
     timeout = 10s
     description = Evaluate an arithmetic expression: {"expr": "2 * (3 + 4)"}
 
-stdin: {"tool_call_id", "name", "args": {"expr": "..."}, "conversation"}; AGENTD_TOOL_CALL_ID and
+stdin: {"tool_call_id", "name", "args": {"expr": "..."}, "conversation", "attempt"}; AGENTD_TOOL_CALL_ID and
 AGENTD_CONVERSATION are in the environment too. stdout: the JSON result; exit 0 = resolved, non-zero =
 errored (the reason on stderr).
 

@@ -120,7 +120,7 @@ END_TEST
 
 START_TEST(status_names_round_trip)
 {
-	const char *tc[] = { "pending", "resolved", "errored", "expired", "cancelled" };
+	const char *tc[] = { "pending", "resolved", "errored", "expired", "cancelled", "unknown" };
 	const char *conv[] = { "idle", "active", "suspended", "ended", "paused" };
 	ck_assert_str_eq(store_status_name(STORE_PAUSED), "paused");
 	ck_assert_int_eq(store_status_parse("paused", 6), STORE_PAUSED);
@@ -129,7 +129,7 @@ START_TEST(status_names_round_trip)
 		ck_assert_str_eq(store_status_name(i), conv[i]);
 		ck_assert_int_eq(store_status_parse(conv[i], strlen(conv[i])), i);
 	}
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < 6; i++) {
 		ck_assert_str_eq(store_tc_status_name(i), tc[i]);
 		ck_assert_int_eq(store_tc_status_parse(tc[i], strlen(tc[i])), i);
 	}
@@ -139,7 +139,8 @@ START_TEST(status_names_round_trip)
 	ck_assert_int_eq(STORE_TC_EXPIRED, 3);
 	ck_assert_ptr_null(store_status_name(-1));
 	ck_assert_int_eq(STORE_TC_CANCELLED, 4);
-	ck_assert_ptr_null(store_tc_status_name(5));
+	ck_assert_int_eq(STORE_TC_UNKNOWN, 5);
+	ck_assert_ptr_null(store_tc_status_name(6));
 	ck_assert_ptr_null(store_tc_status_name(-1));
 	ck_assert_int_eq(store_status_parse("IDLE", 4), -1);
 	ck_assert_int_eq(store_status_parse("idl", 3), -1);

@@ -420,8 +420,76 @@ START_TEST(resolve_after_expiry_is_stale)
 }
 END_TEST
 
+/* A pending call made unknown and back: its status moves, its attempts and
+ * args stay; listed by its own status bit; a move from the wrong state (or
+ * of an unknown id) is stale and writes nothing; resolve settles an unknown
+ * call as it does a pending one, and a settled call is never made unknown. */
+START_TEST(tool_call_unknown_moves_and_settles)
+{
+	mkconv("c1");
+	mktc("c1", "a");
+	mktc("c1", "b");
+	store_txn *t = wbegin();
+	ck_assert_int_eq(store_tool_call_attempt(t, "a", NULL), 0);
+	ck_assert_int_eq(store_tool_call_unknown(t, "a", 1), 0);
+	ck_assert_int_eq(store_tool_call_unknown(t, "a", 1), STORE_E_STALE); /* already unknown */
+	ck_assert_int_eq(store_tool_call_unknown(t, "b", 0), STORE_E_STALE); /* pending, not unknown */
+	ck_assert_int_eq(store_tool_call_unknown(t, "nope", 1), STORE_E_STALE);
+	ck_assert_int_eq(store_tool_call_unknown(t, "a", 2), STORE_E_INVAL);
+	ck_assert_int_eq(store_tool_call_unknown(t, "bad id!", 1), STORE_E_INVAL);
+	commit(t);
+	t = rbegin();
+	struct store_tool_call tc;
+	ck_assert_int_eq(store_tool_call_get(t, "a", &tc), 0);
+	ck_assert_int_eq(tc.status, STORE_TC_UNKNOWN);
+	ck_assert_uint_eq(tc.attempts, 1);
+	ck_assert_int_eq(tc.resolved_at, 0);
+	ck_assert_uint_eq(tc.result.len, 0);
+	ck_assert_int_eq(store_tool_call_get(t, "b", &tc), 0);
+	ck_assert_int_eq(tc.status, STORE_TC_PENDING);
+	store_txn_abort(t);
+	ck_assert_str_eq(store_tc_status_name(STORE_TC_UNKNOWN), "unknown");
+	ck_assert_int_eq(store_tc_status_parse("unknown", 7), STORE_TC_UNKNOWN);
+	ck_assert_int_eq(list_tcs("c1", 1u << STORE_TC_UNKNOWN), 0);
+	EXPECT_LIST("a");
+	ck_assert_int_eq(list_tcs("c1", 1u << STORE_TC_PENDING), 0);
+	EXPECT_LIST("b");
+	/* back to pending: dispatched again, the attempt kept */
+	t = wbegin();
+	ck_assert_int_eq(store_tool_call_unknown(t, "a", 0), 0);
+	ck_assert_int_eq(store_tool_call_unknown(t, "a", 0), STORE_E_STALE);
+	commit(t);
+	t = rbegin();
+	ck_assert_int_eq(store_tool_call_get(t, "a", &tc), 0);
+	ck_assert_int_eq(tc.status, STORE_TC_PENDING);
+	ck_assert_uint_eq(tc.attempts, 1);
+	store_txn_abort(t);
+	/* unknown, then settled by resolve; then neither move applies */
+	t = wbegin();
+	ck_assert_int_eq(store_tool_call_unknown(t, "a", 1), 0);
+	commit(t);
+	ck_assert_int_eq(resolve("a", STORE_TC_RESOLVED, mint(7)), 0);
+	ck_assert_int_eq(resolve("a", STORE_TC_ERRORED, mint(8)), STORE_E_STALE);
+	t = wbegin();
+	ck_assert_int_eq(store_tool_call_unknown(t, "a", 1), STORE_E_STALE);
+	ck_assert_int_eq(store_tool_call_unknown(t, "a", 0), STORE_E_STALE);
+	store_txn_abort(t);
+	t = rbegin();
+	ck_assert_int_eq(store_tool_call_get(t, "a", &tc), 0);
+	ck_assert_int_eq(tc.status, STORE_TC_RESOLVED);
+	ck_assert(bytes_eq_b(tc.result, mint(7)));
+	ck_assert_uint_eq(tc.attempts, 1);
+	store_txn_abort(t);
+	/* a read transaction cannot move it */
+	t = rbegin();
+	ck_assert_int_eq(store_tool_call_unknown(t, "b", 1), STORE_E_INVAL);
+	store_txn_abort(t);
+}
+END_TEST
+
 void conf_tool_calls_add(TCase *tc)
 {
+	tcase_add_test(tc, tool_call_unknown_moves_and_settles);
 	tcase_add_test(tc, tool_call_upsert_new_is_pending);
 	tcase_add_test(tc, tool_call_upsert_updates_fields);
 	tcase_add_test(tc, tool_call_upsert_never_reopens);

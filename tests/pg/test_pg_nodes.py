@@ -41,6 +41,7 @@ expires = 1s
 [tool.add]
 executor = server
 command = python3 -c "import sys,json,time; d=json.load(sys.stdin); time.sleep(0.2); print(json.dumps({{'sum': d['args']['a']+d['args']['b']}}))"
+idempotent = yes
 """
 
 

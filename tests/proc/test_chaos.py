@@ -880,6 +880,7 @@ def setup(a):
         command = {PY} {tool} {os.path.join(a.dir, "tool.rec")}
         timeout = {30 * TIME_SCALE:.0f}s
         max_attempts = {MAX_ATTEMPTS}
+        idempotent = yes
 
         [tool.ask]
         executor = human

@@ -79,7 +79,7 @@ def test_readme_examples_work_literally():
         out = sh(shells[0].replace("agentctl=build/agentctl\n", ""))
         assert '2 assistant_msg {"text":"echo: hello","context_seq":1}' in out, out
         out = sh(shells[1])
-        assert re.search(r"^ID +CONVERSATION +NAME +DEADLINE +PROMPT +ARGS +ARGS_DIGEST$", out, re.M), out
+        assert re.search(r"^ID +CONVERSATION +KIND +NAME +DEADLINE +PROMPT +ARGS +ARGS_DIGEST$", out, re.M), out
         assert re.search(r"^4 suspension ", out, re.M), out
         assert re.search(r"^seq: +5$", out, re.M), out
         assert re.search(r'^6 assistant_msg \{"text":"tc-\w+ resolved: \{\\"approved\\":true', out, re.M), out
@@ -196,7 +196,7 @@ def test_agentctl_finds_the_socket_and_names_every_path_tried():
 def test_pending_approve_deny_and_ids_only():
     with Agentd(config=TOOLS) as a:
         rc, out, _ = a.ctl("pending")
-        assert out == "no pending approvals\n", out
+        assert out == "no pending approvals or unknown calls\n", out
         assert a.ctl("-q", "pending")[1] == ""
         a.create(conversation="plain")
         c1 = a.ctl("create", "--id", "c1", "--model", "echo", "--tool", "approve")[1].strip()
@@ -208,17 +208,18 @@ def test_pending_approve_deny_and_ids_only():
         wait_for(lambda: len(a.ctl("-q", "pending")[1].split()) == 2, 10, "two pending approvals")
         rc, out, _ = a.ctl("pending")
         lines = out.splitlines()
-        assert re.fullmatch(r"ID +CONVERSATION +NAME +DEADLINE +PROMPT +ARGS +ARGS_DIGEST", lines[0]), out
+        assert re.fullmatch(r"ID +CONVERSATION +KIND +NAME +DEADLINE +PROMPT +ARGS +ARGS_DIGEST", lines[0]), out
         rows = {ln.split()[1]: ln.split() for ln in lines[1:]}
         assert set(rows) == {c1, c2}, out
-        assert rows[c1][2] == "approve" and re.fullmatch(ISO, rows[c1][3]) and rows[c1][4] == "Pay?", out
-        assert rows[c1][5] == '{"amount":5}', out
+        assert rows[c1][2] == "approval" and rows[c1][3] == "approve", out
+        assert re.fullmatch(ISO, rows[c1][4]) and rows[c1][5] == "Pay?", out
+        assert rows[c1][6] == '{"amount":5}', out
         ids = a.ctl("-q", "pending")[1].split()
         assert sorted(ids) == sorted(r[0] for r in rows.values())
         # --json: one line agentctl assembled, the rows as tool_calls gives them.
         j = json.loads(a.ctl("--json", "pending")[1])
         assert j["ok"] is True and sorted(t["id"] for t in j["tool_calls"]) == sorted(ids), j
-        assert all(t["status"] == "pending" and t["deadline"] > 0 for t in j["tool_calls"]), j
+        assert all(t["status"] == "pending" and t["kind"] == "approval" and t["deadline"] > 0 for t in j["tool_calls"]), j
         # The deadline, raw milliseconds in the reply, shows its UTC time too.
         t1 = rows[c1][0]
         out = a.ctl("tool-call", t1)[1]
@@ -236,7 +237,7 @@ def test_pending_approve_deny_and_ids_only():
         rc, out, err = a.ctl("approve", t2, check=False)
         assert rc == 1 and err.startswith("agentctl: stale: "), (rc, err)
         assert a.ok({"op": "tool_call", "tool_call_id": t2})["tool_call"]["result"] == {"approved": False}
-        assert a.ctl("pending")[1] == "no pending approvals\n"
+        assert a.ctl("pending")[1] == "no pending approvals or unknown calls\n"
         # The echo model's next turn sees the decision.
         wait_for(lambda: "approved" in json.dumps(a.events(c2)[-1]["content"]) and
                  a.events(c2)[-1]["type"] == "assistant_msg", 10, "the answer after the denial")

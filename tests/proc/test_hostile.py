@@ -183,6 +183,8 @@ def setup(a):
         executor = server
         command = {PY} {tool} {a.rec} {a.dir}
         timeout = 120s
+        # re-dispatch is tested here: the tool is safe to run twice
+        idempotent = yes
         """)
     return a
 

@@ -937,7 +937,8 @@ def test_events_without_limit_are_paged():
         for i in range(n):
             conn.send({"op": "send", "conversation": c, "content": str(i)})
         for i in range(n):
-            assert conn.recv()["ok"]
+            r = conn.recv()
+            assert r["ok"], r
         wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 30, "idle")
         last = a.ok({"op": "get", "conversation": c})["conversation"]["last_seq"]
         r = a.ok({"op": "events", "conversation": c})

@@ -105,6 +105,8 @@ timeout = 1500ms
 command = python3 {rec} {a.dir}/sent_slow.jsonl sh {srv}
 timeout = 60s
 max_attempts = 3
+# re-dispatch is tested on this server: its tools are safe to run twice
+idempotent = yes
 [mcp.paged]
 command = python3 {paged}
 [mcp.nobody]
@@ -283,8 +285,11 @@ def test_timeout_sends_cancelled():
         assert msgs[0]["params"]["protocolVersion"] == "2025-11-25" and msgs[0]["params"]["clientInfo"]["name"] == \
             "agentd", msgs[0]
         call_msg = [m for m in msgs if m.get("method") == "tools/call"][-1]
+        tcid = a.events(c, type="tool_call")[-1]["content"]["tool_call_id"]
+        # the idempotency key in _meta (docs/tools.md): the call's id and its attempt
         assert call_msg["params"] == {"name": "trigger-long-running-operation",
-                                      "arguments": {"duration": 30, "steps": 30}}, call_msg
+                                      "arguments": {"duration": 30, "steps": 30},
+                                      "_meta": {"agentd/idempotency_key": tcid, "agentd/attempt": 1}}, call_msg
         cancel = wait_for(lambda: [m for m in sent(a) if m.get("method") == "notifications/cancelled"], 5,
                           "notifications/cancelled")
         assert cancel[0]["params"] == {"requestId": call_msg["id"], "reason": "timed out"}, cancel

@@ -136,6 +136,8 @@ def setup(a, agentd_section="", quick_expires="1h"):
         executor = server
         command = {PY} {tool} {a.tool_log} {a.dir}
         timeout = 120s
+        # these tests are of re-dispatch: the tool is safe to run twice
+        idempotent = yes
 
         [tool.approve]
         executor = human

@@ -219,6 +219,56 @@ def test_pending_list_and_routes():
         assert st == 200 and b'<script src="/app.js"' in b
 
 
+def test_unknown_calls_listed_and_settled():
+    """A call whose outcome is unknown is listed beside the approvals (kind "unknown") and settled through
+    POST /api/settle, recorded with who decided; bad bodies are refused and nothing is written."""
+    a = Agentd(start=False)
+    tool = a.script("side.py", "import json, os, sys, time\nreq = json.load(sys.stdin)\n"
+                    "open(sys.argv[1], 'a').write(req['tool_call_id'] + '\\n')\n"
+                    "while not os.path.exists(sys.argv[1] + '.go'):\n    time.sleep(0.01)\nprint('{}')\n")
+    eff = os.path.join(a.dir, "effects")
+    a.write_config(TOOLS + f"\n[tool.side]\nexecutor = server\ncommand = python3 {tool} {eff}\ntimeout = 60s\n")
+    a.start()
+    with a, AgentdWeb(a) as w:
+        c = a.ok({"op": "create", "settings": {"model": "echo", "tools": ["approve", "side"]}})["conversation"]
+        ap = ask(a, c)
+        c2 = a.ok({"op": "create", "settings": {"model": "echo", "tools": ["side"]}})["conversation"]
+        a.send(c2, "/tool side {}")
+        wait_for(lambda: os.path.exists(eff), 20, "the side effect")
+        pid = a.worker_pid(c2)
+        os.kill(pid, 9)
+        unk = wait_for(lambda: a.ok({"op": "tool_calls", "conversation": c2, "status": "unknown"})["tool_calls"], 20,
+                       "the unknown call")[0]["id"]
+        wait_for(lambda: a.ok({"op": "get", "conversation": c2})["conversation"]["status"] == "suspended", 20,
+                 "suspended")
+        r = json.loads(w.get("/api/pending")[2])
+        kinds = {t["id"]: t["kind"] for t in r["pending"]}
+        assert kinds == {ap: "approval", unk: "unknown"}, r
+        ck, csrf = login(w, "Ann")
+        good = {"Cookie": ck, "Origin": w.base, "X-CSRF-Token": csrf, "Content-Type": "application/json"}
+        n = len(a.events(c2))
+        for body, code in [({"tool_call_id": unk, "outcome": "done"}, 400),
+                           ({"conversation": c2, "tool_call_id": unk, "outcome": "maybe"}, 400),
+                           ({"conversation": c2, "tool_call_id": unk, "outcome": "done", "x": 1}, 400),
+                           ({"conversation": c2, "tool_call_id": ap, "outcome": "done"}, 404)]:
+            st, _, b = w.post("/api/settle", json.dumps(body), good)
+            assert st == code, (body, st, b)
+        st, _, b = w.post("/api/settle", json.dumps({"conversation": c2, "tool_call_id": unk, "outcome": "done"}),
+                          dict(good, **{"X-CSRF-Token": "0" * 64}))
+        assert st == 403, (st, b)
+        assert len(a.events(c2)) == n
+        st, _, b = w.post("/api/settle", json.dumps({"conversation": c2, "tool_call_id": unk, "outcome": "done",
+                                                    "result": {"sent": True}}), good)
+        assert st == 200, (st, b)
+        ev = [e for e in a.events(c2) if e["seq"] == json.loads(b)["seq"]][0]
+        assert ev["content"]["result"] == {"sent": True} and ev["content"]["by"]["name"] == "Ann", ev
+        st, _, b = w.post("/api/settle", json.dumps({"conversation": c2, "tool_call_id": unk, "outcome": "done"}), good)
+        assert st == 409 and json.loads(b)["error"] == "stale", (st, b)
+        r = json.loads(w.get("/api/pending")[2])
+        assert [t["id"] for t in r["pending"]] == [ap], r
+        open(eff + ".go", "w").close()
+
+
 XSS_KEY = "<script>window.__pwned=1</script>"
 XSS_VAL = '<img src=x onerror="window.__pwned=2">'
 

@@ -705,7 +705,7 @@ def test_tool_environment_and_stdin():
         assert rec["env"] == {"AGENTD_TOOL_CALL_ID": "env-call-1", "AGENTD_CONVERSATION": c}, rec
         stdin = json.loads(rec["stdin"])
         assert stdin == {"tool_call_id": "env-call-1", "name": "add", "args": {"echo": {"k": [1, 2]}},
-                         "conversation": c}, stdin
+                         "conversation": c, "attempt": 1}, stdin
         assert rec["stdin"].endswith("\n")
         assert rec["pgid"] == rec["pid"], rec  # its own process group
         r = by_type(a, c, "tool_result")[0]["content"]

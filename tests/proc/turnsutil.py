@@ -12,10 +12,11 @@ user message:
                  answer "survived"
     else         answer "re: TEXT"
 
-The tool `work` records each dispatch (DIR/tool.log: {"id", "pid"}) and with args {"block": NAME} waits
+The tool `work` (idempotent: an interrupted dispatch is run again) records each dispatch (DIR/tool.log: {"id", "pid"}) and with args {"block": NAME} waits
 for DIR/rel/NAME.
 
-    setup(Agentd(start=False), agentd_section="") -> a   writes scripts and configuration, starts agentd
+    setup(Agentd(start=False), agentd_section="", model_script=MODEL) -> a   writes scripts (another model
+        script, given the same arguments, in place of this one) and configuration, starts agentd
     records(path), release(a, name), new_conv(a, **settings), types(a, c), conv_get(a, c),
     last_is(a, c, type, text=None)
 """
@@ -79,8 +80,8 @@ print(json.dumps({"done": req["tool_call_id"]}))
 '''
 
 
-def setup(a, agentd_section=""):
-    model = a.script("model.py", MODEL)
+def setup(a, agentd_section="", model_script=MODEL):
+    model = a.script("model.py", model_script)
     tool = a.script("tool.py", TOOL)
     os.makedirs(os.path.join(a.dir, "rel"), exist_ok=True)
     a.model_log = os.path.join(a.dir, "model.log")
@@ -94,6 +95,7 @@ retries = 0
 [tool.work]
 executor = server
 command = {PY} {tool} {a.tool_log} {a.dir}
+idempotent = yes
 timeout = 120s
 
 [tool.approve]

@@ -20,6 +20,7 @@
 #include "supervisor/durable.h"
 #include "supervisor/gate.h"
 #include "supervisor/loop.h"
+#include "tests/unit/store_dir.h"
 
 /* ---- fake reply slots (control.h) ------------------------------------- */
 
@@ -183,7 +184,7 @@ static void setup(void)
 	struct store_opts so = { .sync = STORE_SYNC_FULL };
 	ck_assert_int_eq(store_open(&st, dir, &so), 0);
 	ck_assert_int_eq(loop_open(), 0);
-	ck_assert_int_eq(durable_open(st, 1, advanced, no_more), 0);
+	ck_assert_int_eq(durable_open(st, 1, advanced, no_more, NULL), 0);
 	gate_init(st, &no_members);
 	cfg.sync = STORE_SYNC_FULL;
 	env = (struct commit_env){ &cfg, st, table, store_txn_commit, forget };
@@ -193,19 +194,13 @@ static void setup(void)
 
 static void teardown(void)
 {
-	char f[96];
 	commit_close();
 	durable_close();
 	for (int i = 0; i < nanswers; i++)
 		json_decref(answers[i].reply);
 	store_close(st);
 	loop_close();
-	const char *files[] = { "data.mdb", "lock.mdb", "flush.lock" };
-	for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-		snprintf(f, sizeof f, "%s/%s", dir, files[i]);
-		unlink(f);
-	}
-	ck_assert_int_eq(rmdir(dir), 0);
+	ck_assert_int_eq(store_dir_remove(dir), 0);
 }
 
 static struct client one = { 0 };

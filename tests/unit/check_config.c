@@ -168,6 +168,37 @@ START_TEST(isolation_and_mcp)
 }
 END_TEST
 
+/* idempotent and reconcile (docs/tools.md, "Calls whose outcome is unknown"): a
+ * command's default is no; an MCP tool's follows the lists, then the
+ * server's idempotent, then its annotations. */
+START_TEST(idempotency)
+{
+	struct config c;
+	char err[512];
+	int rc = load("[tool.a]\ncommand = a\n[tool.b]\ncommand = b\nidempotent = yes\nreconcile = ./check 'x y'\n"
+		      "[mcp.m]\ncommand = m\nidempotent_tools = w, x\nnon_idempotent_tools = x,y\n"
+		      "[mcp.n]\ncommand = n\nidempotent = no\n",
+		      &c, err, sizeof err);
+	ck_assert_msg(rc == 0, "%s", err);
+	ck_assert_int_eq(config_tool(&c, "a")->idempotent, -1);
+	ck_assert_ptr_null(config_tool(&c, "a")->reconcile);
+	ck_assert_int_eq(config_tool(&c, "b")->idempotent, 1);
+	ck_assert_str_eq(config_tool(&c, "b")->reconcile, "./check 'x y'");
+	const struct tool_cfg *m = config_tool(&c, "m"), *n = config_tool(&c, "n");
+	ck_assert_int_eq(config_mcp_idempotent(m, "w", 0, 0), 1);  /* listed */
+	ck_assert_int_eq(config_mcp_idempotent(m, "x", 1, 1), 0);  /* in both lists: not */
+	ck_assert_int_eq(config_mcp_idempotent(m, "y", 1, 1), 0);
+	ck_assert_int_eq(config_mcp_idempotent(m, "z", 1, -1), 1); /* readOnlyHint */
+	ck_assert_int_eq(config_mcp_idempotent(m, "z", 0, 1), 1);  /* idempotentHint */
+	ck_assert_int_eq(config_mcp_idempotent(m, "z", 0, 0), 0);
+	ck_assert_int_eq(config_mcp_idempotent(m, "z", -1, -1), 0); /* no hints: not */
+	ck_assert_int_eq(config_mcp_idempotent(m, "ww", 1, 1), 1);  /* a whole name only */
+	ck_assert_int_eq(config_mcp_idempotent(m, "ww", 0, 0), 0);
+	ck_assert_int_eq(config_mcp_idempotent(n, "z", 1, 1), 0);   /* the server's idempotent over hints */
+	config_free(&c);
+}
+END_TEST
+
 /* Each bad file, and the message that must name its fault. */
 static const struct {
 	const char *text;
@@ -232,6 +263,15 @@ static const struct {
 	{ "[tool.t]\nexecutor = server\n", "F: [tool.t] is a server tool and needs a command" },
 	{ "[tool.t]\nexecutor = human\ncommand = ./t\n", "F: [tool.t] is a human tool: it takes no command" },
 	{ "[tool.t]\nexecutor = robot\n", "F:2: bad value 'robot' for 'executor' in [tool.t]" },
+	{ "[tool.t]\ncommand = x\nidempotent = maybe\n", "F:3: bad value 'maybe' for 'idempotent' in [tool.t]" },
+	{ "[tool.t]\ncommand = x\nreconcile =\n", "F:3: bad value '' for 'reconcile' in [tool.t]" },
+	{ "[tool.t]\ncommand = x\nreconcile = 'open\n", "F: [tool.t] command: an unterminated quote" },
+	{ "[tool.t]\nexecutor = human\nidempotent = yes\n",
+	  "F: [tool.t] is a human tool: idempotent and reconcile are for tools that run" },
+	{ "[tool.t]\nexecutor = human\nreconcile = ./r\n",
+	  "F: [tool.t] is a human tool: idempotent and reconcile are for tools that run" },
+	{ "[tool.t]\ncommand = x\nidempotent_tools = a\n", "F:3: unknown key 'idempotent_tools' in [tool.t]" },
+	{ "[mcp.s]\ncommand = x\nidempotent = sometimes\n", "F:3: bad value 'sometimes' for 'idempotent' in [mcp.s]" },
 	{ "[agentd]\nthis line has no equals sign\n", "F:2: syntax error" },
 	{ "[agentd]\n  idle_timeout = 5s\n  sync = full\n", "F:2: an indented line (it would continue the value above)" },
 	{ "[agentd]\nsync = full\n\vmax_workers = 0\n", "F:3: an indented line" },
@@ -351,6 +391,7 @@ Suite *make_config_suite(void)
 	tcase_add_test(t, sizes);
 	tcase_add_test(t, a_good_file);
 	tcase_add_test(t, isolation_and_mcp);
+	tcase_add_test(t, idempotency);
 	tcase_add_loop_test(t, bad_file_refused, 0, (int)(sizeof bad_files / sizeof bad_files[0]));
 	tcase_add_test(t, store_section);
 	tcase_add_test(t, missing_file);

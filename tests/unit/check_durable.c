@@ -2,6 +2,7 @@
  * is not covered until the flusher's flush returns; the frontier then covers
  * it and everything before; a read's snapshot id is the last commit's;
  * sync = none and the test-only early ack cover everything at once. */
+#include <errno.h>
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +99,7 @@ static void open_full(int free)
 {
 	open_store(STORE_SYNC_FULL);
 	unsetenv("AGENTD_TEST_ACK_EARLY");
-	ck_assert_int_eq(durable_open(st, 1, on_advanced, more), 0);
+	ck_assert_int_eq(durable_open(st, 1, on_advanced, more, NULL), 0);
 	more_coming = free;
 }
 
@@ -191,10 +192,53 @@ START_TEST(a_flush_asked_at_once_follows_the_running_one)
 }
 END_TEST
 
+static int failed_calls, failed_err;
+static void on_failed(int err)
+{
+	failed_calls++;
+	failed_err = err;
+}
+
+/* A flush that failed elsewhere (a worker's, a commit's own) stops the
+ * frontier for good: no later commit or flush moves it, and the hook is
+ * told once. */
+START_TEST(a_failed_flush_stops_the_frontier_for_good)
+{
+	open_store(STORE_SYNC_FULL);
+	unsetenv("AGENTD_TEST_ACK_EARLY");
+	ck_assert_int_eq(durable_open(st, 1, on_advanced, more, on_failed), 0);
+	failed_calls = 0;
+	uint64_t a = commit_one("a");
+	durable_need(a);
+	run_until_covered(a);
+	uint64_t b = commit_one("b");
+	ck_assert(!durable_covers(b));
+	durable_fail(-EIO);
+	durable_fail(-EIO);
+	ck_assert_int_eq(failed_calls, 1);
+	ck_assert_int_eq(failed_err, -EIO);
+	ck_assert_int_eq(durable_failed(), -EIO);
+	uint64_t c = commit_one("c");
+	durable_committed(c);
+	durable_flushed(c);
+	durable_need(c);
+	durable_before_wait();
+	durable_flush_now();
+	ck_assert(durable_covers(a) && !durable_covers(b) && !durable_covers(c));
+	uint64_t id = 0;
+	ck_assert_int_eq(durable_flush_here(&id), -EIO);
+	ck_assert(!durable_covers(b));
+	durable_close();
+	/* What waited stays held: its clients were answered unavailable. */
+	ck_assert(!durable_covers(b));
+	close_store();
+}
+END_TEST
+
 START_TEST(sync_none_covers_everything_at_once)
 {
 	open_store(STORE_SYNC_NONE);
-	ck_assert_int_eq(durable_open(st, 0, on_advanced, more), 0);
+	ck_assert_int_eq(durable_open(st, 0, on_advanced, more, NULL), 0);
 	uint64_t a = commit_one("a");
 	ck_assert(durable_covers(a));
 	durable_need(a);
@@ -208,7 +252,7 @@ START_TEST(the_test_only_early_ack_covers_before_the_flush)
 {
 	open_store(STORE_SYNC_FULL);
 	setenv("AGENTD_TEST_ACK_EARLY", "1", 1);
-	ck_assert_int_eq(durable_open(st, 1, on_advanced, more), 0);
+	ck_assert_int_eq(durable_open(st, 1, on_advanced, more, NULL), 0);
 	uint64_t a = commit_one("a");
 	ck_assert(durable_covers(a));
 	ck_assert_uint_eq(durable_flushes(), 0);
@@ -225,6 +269,7 @@ Suite *make_durable_suite(void)
 	tcase_add_test(tc, a_lazy_commit_is_covered_once_flushed);
 	tcase_add_test(tc, a_flush_is_deferred_while_a_commit_may_come);
 	tcase_add_test(tc, a_flush_asked_at_once_follows_the_running_one);
+	tcase_add_test(tc, a_failed_flush_stops_the_frontier_for_good);
 	tcase_add_test(tc, sync_none_covers_everything_at_once);
 	tcase_add_test(tc, the_test_only_early_ack_covers_before_the_flush);
 	suite_add_tcase(s, tc);

@@ -12,6 +12,7 @@
 
 #include "supervisor/gate.h"
 #include "tests/suites.h"
+#include "tests/unit/store_dir.h"
 
 struct member {
 	struct gate_member gm; /* first: the hooks get it back by a cast */
@@ -101,14 +102,8 @@ static void setup(void)
 
 static void teardown(void)
 {
-	char f[96];
 	store_close(st);
-	const char *files[] = { "data.mdb", "lock.mdb", "flush.lock" };
-	for (size_t i = 0; i < 3; i++) {
-		snprintf(f, sizeof f, "%s/%s", dir, files[i]);
-		unlink(f);
-	}
-	rmdir(dir);
+	store_dir_remove(dir);
 	close(pipefd[0]);
 	close(pipefd[1]);
 }

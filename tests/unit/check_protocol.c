@@ -496,6 +496,10 @@ START_TEST(tool_input)
 	s = tool_input_json("c", "n", NULL, "v");
 	ck_assert_str_eq(s, "{\"tool_call_id\":\"c\",\"name\":\"n\",\"args\":{},\"conversation\":\"v\"}\n");
 	free(s);
+	/* The dispatch's attempt, part of its idempotency key (docs/tools.md). */
+	s = tool_input_json_attempt("c", "n", NULL, "v", 3);
+	ck_assert_str_eq(s, "{\"tool_call_id\":\"c\",\"name\":\"n\",\"args\":{},\"conversation\":\"v\",\"attempt\":3}\n");
+	free(s);
 	/* Round trip, with text that needs escaping. */
 	json_t *a2 = json_pack("{s:s}", "q", "line\n\"quoted\" caf\xc3\xa9");
 	s = tool_input_json("id", "t", a2, "c");

@@ -324,6 +324,55 @@ START_TEST(tail_malformed)
 }
 END_TEST
 
+/* A turn_cancelled of an interrupting send is no boundary: the next turn
+ * answers what the cancelled turn owed with the new message; a plain
+ * cancel's is one. */
+START_TEST(tail_interrupt_is_no_boundary)
+{
+	struct tail t = decide("[" U(1, "a") "," U(2, "b") ",[3,\"turn_cancelled\",{\"context_seq\":2,"
+			       "\"tool_calls\":[],\"interrupted_by\":2,\"partial_text\":\"x\"}]]", 0);
+	ck_assert_int_eq(t.action, TAIL_TURN);
+	ck_assert_uint_eq(t.ctx_seq, 0);
+	ck_assert_int_eq(t.round, 1);
+	tail_free(&t);
+	t = decide("[" U(1, "a") "," U(2, "b") ",[3,\"turn_cancelled\",{\"context_seq\":2,\"tool_calls\":[]}]]", 0);
+	ck_assert_int_eq(t.action, TAIL_IDLE);
+	tail_free(&t);
+	/* Interrupted while its human call waited: the call settled cancelled,
+	 * the new message owed at round 1. */
+	t = decide("[" U(1, "a") "," A(2, 1) "," TC(3, "h", "human") "," SUSP(4, "h") "," U(5, "b") "," RES(6, "h", "cancelled")
+		   ",[7,\"turn_cancelled\",{\"context_seq\":6,\"tool_calls\":[\"h\"],\"interrupted_by\":5}]]", 0);
+	ck_assert_int_eq(t.action, TAIL_TURN);
+	ck_assert_int_eq(t.round, 1);
+	ck_assert_uint_eq(json_array_size(t.unsettled), 0);
+	tail_free(&t);
+}
+END_TEST
+
+/* Messages a steer event names continue the running turn: its next round is
+ * the last + 1; one owed message not steered starts a new turn. */
+START_TEST(tail_steered_round_goes_on)
+{
+	struct tail t = decide("[" U(1, "a") "," U(2, "b") ",[3,\"steer\",{\"seqs\":[2]}]," A(4, 1) "]", 0);
+	ck_assert_int_eq(t.action, TAIL_TURN);
+	ck_assert_int_eq(t.round, 2);
+	tail_free(&t);
+	t = decide("[" U(1, "a") "," A(2, 1) "," TC(3, "x", "server") "," U(4, "b") ",[5,\"steer\",{\"seqs\":[4]}],"
+		   TR(6, "x") "]", 0);
+	ck_assert_int_eq(t.action, TAIL_TURN);
+	ck_assert_int_eq(t.round, 2);
+	tail_free(&t);
+	t = decide("[" U(1, "a") "," U(2, "b") ",[3,\"steer\",{\"seqs\":[2]}]," A(4, 1) "," U(5, "c") "]", 0);
+	ck_assert_int_eq(t.round, 1);
+	tail_free(&t);
+	/* No turn running before it (the first message steered): round 1. */
+	t = decide("[" U(1, "a") ",[2,\"steer\",{\"seqs\":[1]}]]", 0);
+	ck_assert_int_eq(t.action, TAIL_TURN);
+	ck_assert_int_eq(t.round, 1);
+	tail_free(&t);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- render */
 
 static char cfg_path[64];
@@ -574,6 +623,8 @@ Suite *make_render_suite(void)
 	tcase_add_test(t, tail_user_msg_queued_during_turn);
 	tcase_add_test(t, tail_base_from_summary);
 	tcase_add_test(t, tail_malformed);
+	tcase_add_test(t, tail_interrupt_is_no_boundary);
+	tcase_add_test(t, tail_steered_round_goes_on);
 	suite_add_tcase(s, t);
 	TCase *r = tcase_create("render");
 	tcase_add_test(r, render_turn_shape);

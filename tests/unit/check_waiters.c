@@ -18,6 +18,7 @@
 #include "supervisor/loop.h"
 #include "supervisor/waiters.h"
 #include "tests/suites.h"
+#include "tests/unit/store_dir.h"
 
 /* ---- the fake control socket --------------------------------------------- */
 
@@ -153,7 +154,7 @@ static void setup(void)
 	snap_id = 1;
 	queries = 0;
 	/* sync = none: everything is durable at once (the held case opens its own). */
-	ck_assert_int_eq(durable_open(NULL, 0, NULL, NULL), 0);
+	ck_assert_int_eq(durable_open(NULL, 0, NULL, NULL, NULL), 0);
 	waiters_init(NULL, fake_query, fake_reply);
 }
 
@@ -367,14 +368,13 @@ static int no_more(void)
 
 START_TEST(a_poll_waits_for_what_it_would_get_to_be_durable)
 {
-	char f[96];
 	strcpy(dir, "/tmp/agentd-check-waiters-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	struct store_opts so = { .sync = STORE_SYNC_FULL };
 	ck_assert_int_eq(store_open(&st, dir, &so), 0);
 	ck_assert_int_eq(loop_open(), 0);
 	durable_close(); /* the fixture's sync = none one */
-	ck_assert_int_eq(durable_open(st, 1, frontier_moved, no_more), 0);
+	ck_assert_int_eq(durable_open(st, 1, frontier_moved, no_more, NULL), 0);
 	poll_on(&cl[0], &sl[0], "c1", 5000);
 	nevents[1] = 1;
 	snap_id = 7; /* what the answer shows: not behind the frontier yet */
@@ -388,12 +388,7 @@ START_TEST(a_poll_waits_for_what_it_would_get_to_be_durable)
 	durable_close();
 	store_close(st);
 	loop_close();
-	const char *files[] = { "data.mdb", "lock.mdb", "flush.lock" };
-	for (size_t i = 0; i < 3; i++) {
-		snprintf(f, sizeof f, "%s/%s", dir, files[i]);
-		unlink(f);
-	}
-	rmdir(dir);
+	store_dir_remove(dir);
 }
 END_TEST
 

@@ -118,13 +118,19 @@ async function decide(card, decision) {
   } else if (comment) {
     body.comment = comment;
   }
+  await sendDecision(card, '/api/resolve', body, `${decision === 'approve' ? 'Approved' : 'Denied'} by ${S.by}.`,
+    'Already answered elsewhere, or expired: nothing more to do here.');
+}
+
+// A card's decision sent: said done, or stale (answered elsewhere), or the error with the buttons back.
+async function sendDecision(card, url, body, doneText, staleText) {
   try {
-    await post('/api/resolve', body);
-    cardSetStatus(card, 'done', `${decision === 'approve' ? 'Approved' : 'Denied'} by ${S.by}.`);
+    await post(url, body);
+    cardSetStatus(card, 'done', doneText);
     setTimeout(() => removeCard(card), 4000);
   } catch (e) {
     if (e.code === 'stale') {
-      cardSetStatus(card, 'stale', 'Already answered elsewhere, or expired: nothing more to do here.');
+      cardSetStatus(card, 'stale', staleText);
       explainGone(card);
     } else if (e.code === 'conflict') {
       card.status.textContent = 'Not sent: the arguments are no longer those shown here. Reload the page to see them.';
@@ -159,7 +165,49 @@ async function explainGone(card) {
   }
 }
 
+// A call whose outcome is unknown (docs/tools.md): retry, done (with a result) or failed, by settle.
+async function settleCard(card, outcome) {
+  if (card.state !== 'pending' || card.busy) return;
+  card.busy = true;
+  for (const b of card.node.querySelectorAll('button')) b.disabled = true;
+  const body = { conversation: card.tc.conversation, tool_call_id: card.tc.id, outcome };
+  const result = card.result.value.trim();
+  card.status.textContent = '';
+  if (result && outcome !== 'retry') {
+    try { body.result = JSON.parse(result); } catch (e) {
+      card.status.textContent = 'The result is not valid JSON: ' + e.message;
+      card.busy = false;
+      for (const b of card.node.querySelectorAll('button')) b.disabled = false;
+      return;
+    }
+  }
+  const said = { retry: 'Run again', done: 'Marked done', failed: 'Marked failed' }[outcome];
+  await sendDecision(card, '/api/settle', body, `${said} by ${S.by}.`, 'Already decided elsewhere: nothing more to do here.');
+}
+
+function makeUnknownCard(tc, showConversation) {
+  const card = { tc, state: 'pending', busy: false, unknown: true };
+  card.time = el('span', { class: 'time' }, 'no deadline');
+  card.status = el('div', { class: 'card-status', role: 'status' });
+  card.result = el('textarea', { class: 'result', placeholder: 'result as JSON (optional: done\'s result, or the failure)' });
+  card.node = el('section', { class: 'card unknown', 'data-tool-call': tc.id, 'data-kind': 'unknown' },
+    el('div', { class: 'title' }, tc.name,
+      showConversation ? el('span', { class: 'muted' }, ' in ',
+        el('a', { href: '#/c/' + encodeURIComponent(tc.conversation) }, tc.conversation)) : null),
+    el('div', { class: 'prompt' }, 'Outcome unknown: this call was interrupted after it started, and running it twice may not be safe. Did it happen?'),
+    argsView(tc.args),
+    el('div', { class: 'muted' }, `asked ${fmtTime(tc.inserted_at)} · ${tc.attempts} attempt(s) · ${tc.id}`),
+    el('div', { class: 'actions' },
+      el('button', { type: 'button', class: 'retry', onclick: () => settleCard(card, 'retry') }, 'Run again'),
+      el('button', { type: 'button', class: 'approve', onclick: () => settleCard(card, 'done') }, 'It happened'),
+      el('button', { type: 'button', class: 'deny', onclick: () => settleCard(card, 'failed') }, 'It did not')),
+    el('details', {}, el('summary', { class: 'muted' }, 'with a result'), card.result),
+    card.status);
+  return card;
+}
+
 function makeCard(tc, showConversation) {
+  if (tc.kind === 'unknown' || tc.status === 'unknown') return makeUnknownCard(tc, showConversation);
   const card = { tc, state: 'pending', busy: false };
   card.time = el('span', { class: 'time' });
   card.status = el('div', { class: 'card-status', role: 'status' });
@@ -185,7 +233,7 @@ function makeCard(tc, showConversation) {
 // The countdown: the warning state in the last fifth of the time (at least the last minute).
 function tick(card) {
   const dl = card.tc.deadline;
-  if (card.state !== 'pending') return;
+  if (card.state !== 'pending' || card.unknown) return;
   if (!dl) { card.time.textContent = 'no deadline'; return; }
   const left = dl - Date.now(), total = dl - card.tc.inserted_at;
   if (left <= 0) {
@@ -491,7 +539,7 @@ function viewConversation(main, id) {
         calls.append(el('tr', { 'data-tool-call': tc.id }, el('td', {}, tc.id), el('td', {}, tc.name), el('td', {}, tc.executor),
           el('td', { class: 'tc-status' }, tc.status), el('td', {}, argsView(tc.args)), el('td', {}, el('pre', {}, readable(tc.result))),
           el('td', {}, fmtTime(tc.inserted_at)), el('td', {}, fmtTime(tc.resolved_at))));
-        if (tc.status === 'pending' && tc.executor === 'human' && !cards.has(tc.id)) {
+        if (((tc.status === 'pending' && tc.executor === 'human') || tc.status === 'unknown') && !cards.has(tc.id)) {
           const card = makeCard(tc, false);
           cards.set(tc.id, card);
           approvals.append(card.node);
@@ -499,7 +547,7 @@ function viewConversation(main, id) {
       }
       for (const [tcid, card] of cards) {
         const now = r.tool_calls.find((t) => t.id === tcid);
-        if (now && now.status !== 'pending' && card.state === 'pending' && !card.busy) {
+        if (now && now.status !== (card.unknown ? 'unknown' : 'pending') && card.state === 'pending' && !card.busy) {
           if (now.status === 'expired') cardSetStatus(card, 'expired', 'Expired: nobody answered in time.');
           else { card.node.remove(); cards.delete(tcid); }
         }

@@ -42,12 +42,20 @@ class Stepper:
 
 
 def pending_steps(ops, conversation: Optional[str]):
-    """The pending human tool calls: of one conversation, or of every suspended one (a conversation with a
-    pending human call is suspended until it is settled), conversation id order, page by page. A
-    conversation deleted between the list and its tool_calls is skipped."""
+    """What waits for someone: the pending human tool calls (kind "approval") and the calls whose outcome is
+    unknown (kind "unknown", docs/tools.md), of one conversation, or of every suspended one (a conversation
+    with either is suspended until it is settled), conversation id order, page by page. A conversation
+    deleted between the list and its tool_calls is skipped."""
+    def of(calls, kind):
+        out = [t for t in calls if kind == "unknown" or t.executor == "human"]
+        for t in out:
+            t.kind = kind
+        return out
+
     if conversation is not None:
         calls = yield ops._tool_calls_call(conversation, "pending")
-        return [t for t in calls if t.executor == "human"]
+        unknown = yield ops._tool_calls_call(conversation, "unknown")
+        return of(calls, "approval") + of(unknown, "unknown")
     found = []
     after = None
     while True:
@@ -55,9 +63,10 @@ def pending_steps(ops, conversation: Optional[str]):
         for conv in page.conversations:
             try:
                 calls = yield ops._tool_calls_call(conv.id, "pending")
+                unknown = yield ops._tool_calls_call(conv.id, "unknown")
             except NotFound:
                 continue
-            found += [t for t in calls if t.executor == "human"]
+            found += of(calls, "approval") + of(unknown, "unknown")
         if page.next is None:
             return found
         after = page.next
@@ -78,7 +87,7 @@ class _Turn:
         self.round_open = False  # its assistant_msg was the last event but for its tool calls
         self.round_calls = 0
         self.open = {}  # the latest round's calls not settled yet: id -> executor
-        self.suspended = set()  # those of them with a suspension: waiting for a person
+        self.suspended = set()  # those of them with a suspension or a tool_unknown: waiting for someone
         self.waiting_at: Optional[int] = None  # len(events) when all open calls came to wait for a person
 
     def _result(self, status: str, upto: Optional[int] = None) -> TurnResult:
@@ -106,15 +115,17 @@ class _Turn:
             elif ev.type == "tool_call" and self.answering:
                 self.round_calls += 1
                 self.open[call] = content.get("executor")
-            elif ev.type == "suspension" and call in self.open:
-                self.suspended.add(call)
+            elif ev.type in ("suspension", "tool_unknown") and call in self.open:
+                self.suspended.add(call)  # a person's call, or one whose outcome is unknown: both wait
+            elif ev.type == "tool_retry":
+                self.suspended.discard(call)  # decided: it runs again
             elif ev.type in ("tool_result", "resolution"):
                 self.open.pop(call, None)
                 self.suspended.discard(call)
             elif ev.type == "error" and after_seq:
                 return self._result("error")
-            elif ev.type == "turn_cancelled" and after_seq:
-                return self._result("cancelled")
+            elif ev.type == "turn_cancelled" and after_seq and "interrupted_by" not in content:
+                return self._result("cancelled")  # an interrupting send's is no end: the next turn answers
             elif ev.type == "budget_exceeded":
                 return self._result("paused")
             if self.open and all(c in self.suspended for c in self.open):
@@ -158,10 +169,10 @@ def wait_turn_steps(ops, conversation: str, seq: int, deadline: Optional[float])
 
 
 def send_and_wait_steps(ops, conversation: str, content, timeout: Optional[float], event_id: Optional[str],
-                        expected_seq: Optional[int]):
+                        expected_seq: Optional[int], on_busy: Optional[str] = None):
     """send, then wait_turn after its seq; the deadline counts from before the send."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    sent = yield ops._send_call(conversation, content, event_id, expected_seq)
+    sent = yield ops._send_call(conversation, content, event_id, expected_seq, on_busy)
     if sent.status == "paused":
         result = TurnResult("paused", sent.seq, [], sent.seq)
     else:

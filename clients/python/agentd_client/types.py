@@ -131,11 +131,16 @@ class SendResult:
     """`send`: the seq of the user message. duplicate is True when agentd had already seen event_id
     (seq is then the original's): after the client retried a send whose first reply was lost, this is
     how the first attempt's success shows. event_id is the one used (generated when not given). status
-    is "paused" when the conversation is paused (the message waits for a larger budget), else None."""
+    is "paused" when the conversation is paused (the message waits for a larger budget), else None.
+    on_busy is the mode applied when the send found a turn running ("enqueue", "interrupt", "steer")
+    and on_busy was given (by the send or the settings), else None; interrupted the seq of the
+    turn_cancelled an interrupting send wrote, else None."""
     seq: int
     duplicate: bool
     event_id: str
     status: Optional[str] = None
+    on_busy: Optional[str] = None
+    interrupted: Optional[int] = None
 
 
 @dataclass
@@ -167,9 +172,9 @@ class TurnResult:
 
     status:
       completed  the turn's last model round (an assistant_msg that called no tool): .text is its text
-      suspended  the turn waits for a person: every unsettled call of its last round is a human tool
-                 call; .pending lists their ids (approve/deny/resolve them, then wait_turn after the
-                 resolution's seq for the rest of the turn)
+      suspended  the turn waits for someone: every unsettled call of its last round is a human tool
+                 call or a call whose outcome is unknown; .pending lists their ids (approve/deny/resolve
+                 or settle them, then wait_turn after that event's seq for the rest of the turn)
       error      an error event ended the turn (the model failed after its retries, a crash loop given
                  up, a full store, the loop cap): .error is its content
       cancelled  a cancel ended the turn (its turn_cancelled event)
@@ -195,15 +200,19 @@ class TurnResult:
 
     @property
     def pending(self) -> List[str]:
-        """status suspended: the ids of the human tool calls the turn waits for (oldest first); else []."""
+        """status suspended: the ids of the calls the turn waits for (oldest first): human tool calls, and
+        calls whose outcome is unknown (settle them); else []."""
         if self.status != "suspended":
             return []
         settled = {e.content.get("tool_call_id") for e in self.events
-                   if e.type == "resolution" and isinstance(e.content, dict)}
+                   if e.type in ("resolution", "tool_result", "tool_retry") and isinstance(e.content, dict)}
         start = max((i for i, e in enumerate(self.events) if e.type == "assistant_msg"), default=0)
-        return [e.content.get("tool_call_id") for e in self.events[start:]
-                if e.type == "suspension" and isinstance(e.content, dict)
-                and e.content.get("tool_call_id") not in settled]
+        out = []
+        for e in self.events[start:]:
+            tcid = e.content.get("tool_call_id") if isinstance(e.content, dict) else None
+            if e.type in ("suspension", "tool_unknown") and tcid not in settled and tcid not in out:
+                out.append(tcid)
+        return out
 
     @property
     def error(self) -> Optional[Dict[str, Any]]:
@@ -275,10 +284,20 @@ class Resolution:
 
 
 @dataclass
+class Settlement:
+    """`settle`: the seq of the event written (tool_retry, or the resolution), its conversation and the
+    outcome (retry, done or failed)."""
+    seq: int
+    conversation: Optional[str] = None
+    outcome: Optional[str] = None
+
+
+@dataclass
 class ToolCall:
     """`tool_call`, and each item of `tool_calls`. executor: server or human; status: pending, resolved,
-    errored, expired. args_digest: the digest of args (what resolve's args_digest takes). deadline: when
-    a pending human call expires (ms), or None. prompt: human tools."""
+    errored, expired, cancelled or unknown (a call whose outcome is unknown, waiting for settle). args_digest:
+    the digest of args (what resolve's args_digest takes). deadline: when a pending human call expires (ms),
+    or None. prompt: human tools. kind: set by pending() only, "approval" or "unknown"."""
     id: str = ""
     conversation: Optional[str] = None
     executor: Optional[str] = None
@@ -292,6 +311,7 @@ class ToolCall:
     deadline: Optional[int] = None
     attempts: Optional[int] = None
     prompt: Optional[str] = None
+    kind: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 

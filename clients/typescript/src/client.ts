@@ -12,7 +12,8 @@ import {
 } from "./errors.js";
 import type {
   BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, ConversationStatus, Event, EventPage,
-  Extension, ForkResult, Json, Resolution, Resumed, RunPage, SendResult, Status, Summary, ToolCall, ToolCallStatus, TurnResult,
+  Extension, ForkResult, Json, Resolution, Resumed, Settlement, RunPage, SendResult, Status, Summary, ToolCall,
+  ToolCallStatus, TurnResult,
 } from "./types.js";
 import { Watch, type WatchOptions } from "./watch.js";
 
@@ -117,7 +118,13 @@ export interface CreateOptions {
   budget?: { max_tokens?: number; max_cost?: number; max_turns?: number };
   maxToolRounds?: number;
   metadata?: Record<string, string>;
+  /** What a message sent while a turn runs does: "enqueue" (agentd's default), "reject", "interrupt",
+   * "steer" (docs/protocol.md, "Concurrent messages"). */
+  onBusy?: OnBusy;
 }
+
+/** settings.on_busy and a send's on_busy. */
+export type OnBusy = "enqueue" | "reject" | "interrupt" | "steer";
 
 export interface ListOptions {
   status?: ConversationStatus;
@@ -138,6 +145,7 @@ export interface UpdateOptions {
   end?: boolean;
   /** Merged key by key: a string sets its key, null deletes it. */
   metadata?: Record<string, string | null>;
+  onBusy?: OnBusy;
 }
 
 export interface SendOptions {
@@ -145,6 +153,9 @@ export interface SendOptions {
   eventId?: string;
   /** The last seq you saw (0: the log must be empty): Conflict with .lastSeq when it moved on. */
   expectedSeq?: number;
+  /** For this send alone, instead of the conversation's on_busy: "reject" is Conflict (nothing written)
+   * while a turn runs, "interrupt" cancels it (SendResult.interrupted), "steer" joins it. */
+  onBusy?: OnBusy;
 }
 
 export interface EventsOptions {
@@ -302,7 +313,7 @@ export class Client {
    * exists; BadRequest for an unknown model or tool, or metadata out of bounds. */
   create(model: string, o: CreateOptions = {}): Promise<string> {
     const settings = opt({ model, system: o.system, tools: o.tools, params: o.params, budget: o.budget,
-      max_tool_rounds: o.maxToolRounds });
+      max_tool_rounds: o.maxToolRounds, on_busy: o.onBusy });
     return this.run({ op: "create", fields: opt({ conversation: o.conversation, settings, metadata: o.metadata }),
       parse: (r) => need(r, "conversation") as string });
   }
@@ -324,7 +335,7 @@ export class Client {
 
   /** Merge settings into the conversation's, and/or end it, and/or merge metadata. */
   async update(conversation: string, o: UpdateOptions = {}): Promise<void> {
-    const settings = opt({ model: o.model, system: o.system, tools: o.tools, params: o.params });
+    const settings = opt({ model: o.model, system: o.system, tools: o.tools, params: o.params, on_busy: o.onBusy });
     const fields: Record<string, unknown> = { conversation };
     if (Object.keys(settings).length) fields.settings = settings;
     if (o.metadata !== undefined) fields.metadata = o.metadata;
@@ -343,15 +354,15 @@ export class Client {
     const eventId = o.eventId ?? newEventId();
     return this.run({
       op: "send",
-      fields: opt({ conversation, content, event_id: eventId, expected_seq: o.expectedSeq }),
+      fields: opt({ conversation, content, event_id: eventId, expected_seq: o.expectedSeq, on_busy: o.onBusy }),
       parse: (r) => opt({ seq: need(r, "seq"), duplicate: r.duplicate === true, event_id: eventId,
-        status: r.status }) as unknown as SendResult,
+        status: r.status, on_busy: r.on_busy, interrupted: r.interrupted }) as unknown as SendResult,
     });
   }
 
   /** Append several user messages in one transaction (all or none). */
   sendBatch(conversation: string, contents: (string | Record<string, Json>)[],
-    o: { eventIds?: string[]; expectedSeq?: number } = {}): Promise<BatchResult> {
+    o: { eventIds?: string[]; expectedSeq?: number; onBusy?: OnBusy } = {}): Promise<BatchResult> {
     const eventIds = o.eventIds ?? contents.map(() => newEventId());
     if (eventIds.length !== contents.length) {
       return Promise.reject(new RangeError(`eventIds has ${eventIds.length} entries for ${contents.length} contents`));
@@ -359,7 +370,7 @@ export class Client {
     const events = contents.map((content, i) => ({ content, event_id: eventIds[i] }));
     return this.run({
       op: "send",
-      fields: opt({ conversation, events, expected_seq: o.expectedSeq }),
+      fields: opt({ conversation, events, expected_seq: o.expectedSeq, on_busy: o.onBusy }),
       parse: (r) => ({ seqs: need(r, "seqs") as number[], duplicates: (r.duplicates as number[]) ?? [],
         event_ids: eventIds }),
     });
@@ -449,9 +460,22 @@ export class Client {
         unknown as Extension });
   }
 
-  /** Every pending human tool call of every conversation, conversations in id order. The protocol has no
-   * op for it: as agentctl pending, the suspended conversations (list, page by page), then each one's
-   * pending calls; a conversation deleted meanwhile is skipped. */
+  /** Decide a tool call whose outcome is unknown (docs/tools.md): "retry" dispatches it again (same id),
+   * "done" records result as its result, "failed" a failure the model sees (result, when given). Stale
+   * when it is not unknown; NotFound when the conversation has no such call. Not retried on a lost reply. */
+  settle(conversation: string, toolCallId: string, outcome: "retry" | "done" | "failed", result?: Json,
+    o: { by?: string } = {}): Promise<Settlement> {
+    const fields = opt({ conversation, tool_call_id: toolCallId, outcome, by: o.by });
+    if (result !== undefined) fields.result = result;
+    return this.run({ op: "settle", fields,
+      parse: (r) => ({ seq: need(r, "seq"), conversation: need(r, "conversation"), outcome: need(r, "outcome") }) as
+        unknown as Settlement });
+  }
+
+  /** What waits for someone, of every conversation, conversations in id order: the pending human tool calls
+   * (kind "approval") and the calls whose outcome is unknown (kind "unknown"). The protocol has no op for
+   * it: as agentctl pending, the suspended conversations (list, page by page), then each one's pending
+   * and unknown calls; a conversation deleted meanwhile is skipped. */
   async pending(): Promise<ToolCall[]> {
     const out: ToolCall[] = [];
     let after: string | undefined;
@@ -459,7 +483,10 @@ export class Client {
       const page = await this.list({ status: "suspended", limit: 1000, after });
       for (const c of page.conversations) {
         try {
-          out.push(...await this.toolCalls(c.id, { status: "pending" }));
+          const approvals = await this.toolCalls(c.id, { status: "pending" });
+          const unknown = await this.toolCalls(c.id, { status: "unknown" });
+          out.push(...approvals.map((t) => ({ ...t, kind: "approval" as const })),
+            ...unknown.map((t) => ({ ...t, kind: "unknown" as const })));
         } catch (e) {
           if (!(e instanceof NotFound)) throw e;
         }

@@ -4,7 +4,8 @@
  */
 export { Client, DEFAULT_SOCKET, IDEMPOTENT, newEventId, socketPath } from "./client.js";
 export type {
-  ClientOptions, CreateOptions, DecisionOptions, EventsOptions, ExtendOptions, ForkOptions, ListOptions, ResolveOptions,
+  ClientOptions, CreateOptions, DecisionOptions, EventsOptions, ExtendOptions, ForkOptions, ListOptions, OnBusy,
+  ResolveOptions,
   SendOptions, UpdateOptions,
 } from "./client.js";
 export { argsDigest, canonicalJson } from "./digest.js";

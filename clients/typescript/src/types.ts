@@ -7,7 +7,7 @@
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 export type ConversationStatus = "idle" | "active" | "suspended" | "ended" | "paused";
-export type ToolCallStatus = "pending" | "resolved" | "errored" | "expired" | "cancelled";
+export type ToolCallStatus = "pending" | "resolved" | "errored" | "expired" | "cancelled" | "unknown";
 
 export interface Usage {
   input_tokens: number;
@@ -75,6 +75,10 @@ export interface SendResult {
   event_id: string;
   /** "paused" when the conversation's budget is spent (the message is kept). */
   status?: string;
+  /** The on_busy mode applied when the send found a turn running and on_busy was given (send or settings). */
+  on_busy?: string;
+  /** An interrupting send: the seq of the turn_cancelled it wrote. */
+  interrupted?: number;
 }
 
 export interface BatchResult {
@@ -98,6 +102,8 @@ export interface ToolCall {
   deadline?: number | null;
   attempts?: number;
   prompt?: string;
+  /** Set by pending() only: "approval" (a pending human call) or "unknown" (a call whose outcome is unknown). */
+  kind?: "approval" | "unknown";
 }
 
 export interface Extension {
@@ -111,6 +117,13 @@ export interface Extension {
 export interface Resolution {
   seq: number;
   conversation?: string;
+}
+
+/** settle: the event written (tool_retry, or the resolution), its conversation and the outcome. */
+export interface Settlement {
+  seq: number;
+  conversation: string;
+  outcome: "retry" | "done" | "failed";
 }
 
 export interface Summary {

@@ -74,6 +74,31 @@ test("sendAndWait returns the turn's reply, once idle", async () => {
   assert.equal(t.events[0].seq, 2);
 });
 
+test("onBusy: reject, interrupt, steer while a person is awaited; bad values", async () => {
+  const id = await c.create("echo", { tools: ["approve"], onBusy: "reject" });
+  assert.equal((await c.get(id)).settings.on_busy, "reject");
+  assert.equal((await c.sendAndWait(id, "/tool approve {}")).status, "suspended");
+  const last = (await c.get(id)).last_seq;
+  const no = await c.send(id, "no").catch((e) => e);
+  assert.ok(no instanceof A.Conflict && /busy: a turn is running/.test(no.message), String(no));
+  assert.equal((await c.get(id)).last_seq, last);
+  const r = await c.send(id, "instead", { onBusy: "interrupt" });
+  assert.equal(r.on_busy, "interrupt");
+  assert.equal(r.interrupted, r.seq + 2);
+  await waitFor(async () => (await c.get(id)).status === "idle", "the turn that answers");
+  await c.update(id, { onBusy: "steer" });
+  assert.equal((await c.sendAndWait(id, "/tool approve {}")).status, "suspended");
+  const s = await c.send(id, "also");
+  assert.equal(s.on_busy, "steer");
+  const p = (await c.pending()).filter((x) => x.conversation === id)[0];
+  await c.approve(p.id);
+  await waitFor(async () => (await c.get(id)).status === "idle", "round 2");
+  const answer = (await c.events(id, { type: "assistant_msg" })).events.at(-1);
+  assert.equal(answer.content.round, 2);
+  await assert.rejects(c.send(id, "x", { onBusy: "x" }), (e) => e instanceof A.BadRequest && /on_busy/.test(e.message));
+  await assert.rejects(c.create("echo", { onBusy: "x" }), (e) => e instanceof A.BadRequest);
+});
+
 test("sendAndWait ends at an approval; pending, approve, deny, by", async () => {
   const id = await c.create("echo", { tools: ["approve"] });
   const t = await c.sendAndWait(id, '/tool approve {"amount": 120}');
@@ -237,4 +262,37 @@ test("watch streams every event, and resumes across a kill -9 of agentd", async 
   assert.ok(w.resumes >= 1);
   assert.ok(c.retries >= 0);
   await assert.rejects(c.watch("c-none"), A.NotFound);
+});
+
+test("settle: an unknown call listed by pending (kind unknown), decided, refused when not unknown", async () => {
+  const dir = fs.mkdtempSync(path.join(agentd.dir, "side-"));
+  const eff = path.join(dir, "effects"), tool = path.join(dir, "side.py");
+  fs.writeFileSync(tool, "import json, os, sys, time\nreq = json.load(sys.stdin)\n" +
+    "open(sys.argv[1], 'a').write(req['tool_call_id'] + '\\n')\n" +
+    "while not os.path.exists(sys.argv[1] + '.go'):\n    time.sleep(0.01)\nprint('{}')\n");
+  const b = await new Agentd(`[tool.side]\nexecutor = server\ncommand = python3 ${tool} ${eff}\ntimeout = 60s\n`).start();
+  const bc = new Client({ socket: b.socket, timeout: 30000 * SLOW });
+  try {
+    const id = await bc.create("echo", { tools: ["side"] });
+    await bc.send(id, "/tool side {}");
+    await waitFor(() => fs.existsSync(eff), "the side effect");
+    process.kill((await bc.get(id)).worker.pid, "SIGKILL");
+    const [u] = await waitFor(async () => {
+      const p = await bc.pending();
+      return p.length ? p : null;
+    }, "the unknown call");
+    assert.equal(u.kind, "unknown");
+    assert.equal(u.status, "unknown");
+    await assert.rejects(bc.settle(id, u.id, "retry", { x: 1 }), (e) => e instanceof A.BadRequest);
+    await assert.rejects(bc.settle("nope", u.id, "done"), (e) => e instanceof A.NotFound);
+    const s = await bc.settle(id, u.id, "failed", undefined, { by: "ana" });
+    assert.equal(s.conversation, id);
+    assert.equal(s.outcome, "failed");
+    assert.equal((await bc.toolCall(u.id)).status, "errored");
+    await assert.rejects(bc.settle(id, u.id, "done"), (e) => e instanceof A.Stale);
+    fs.writeFileSync(eff + ".go", "");
+  } finally {
+    bc.close();
+    await b.stop();
+  }
 });
