@@ -17,7 +17,7 @@ from harness import AGENTCTL_BIN, Agentd, scaled, wait_for, pid_alive, sanitizer
 
 COMMANDS = ["ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve", "fork", "backup",
             "tool-call", "tool-calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
-            "shutdown", "raw", "approve", "deny", "pending", "cancel", "resume", "runs", "settle"]
+            "shutdown", "raw", "approve", "deny", "extend", "pending", "cancel", "resume", "runs", "settle"]
 
 TOOLS = """
 [tool.approve]
