@@ -5,7 +5,9 @@
  * in one transaction per batch, as many batches as it takes; a call
  * resolved before its deadline left alone; a failed batch retried later,
  * not at once; warnings given once, and not for a call that expired
- * meanwhile; the conversation woken (an ended one only notified).
+ * meanwhile; the conversation woken (an ended one only notified); a tool's
+ * on_expiry (deny, approve: settled resolved by "expiry"; escalate: handed
+ * to the next human tool, pending, nobody woken).
  *
  * Deadlines are wall-clock and nothing here races one: they are far in the
  * past or far in the future, and expiry_fire is called directly except
@@ -24,6 +26,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "conv/conv.h"
 #include "supervisor/durable.h"
 #include "supervisor/expiry.h"
@@ -87,6 +90,27 @@ void waiters_notify(const char *conv)
 static char dir[64];
 static store *st;
 static const struct gate_hooks no_members;
+/* The human tools' on_expiry: `approve` (the tool of call_in) expires, the
+ * others settle or hand on as named. */
+static struct config cfg;
+static const char cfg_text[] = "[tool.approve]\nexecutor = human\n"
+			       "[tool.nay]\nexecutor = human\non_expiry = deny\n"
+			       "[tool.yea]\nexecutor = human\non_expiry = approve\n"
+			       "[tool.esc]\nexecutor = human\non_expiry = escalate\nescalate_to = boss\n"
+			       "[tool.boss]\nexecutor = human\nprompt = Boss?\nexpires = 2h\n";
+
+static void config_from_text(void)
+{
+	char path[] = "/tmp/agentd-check-expiry-cfg-XXXXXX", err[256] = "";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, cfg_text, sizeof cfg_text - 1), (ssize_t)(sizeof cfg_text - 1));
+	close(fd);
+	config_init(&cfg);
+	int rc = config_load(&cfg, path, err, sizeof err);
+	unlink(path);
+	ck_assert_msg(rc == 0, "%s", err);
+}
 
 static void advanced(uint64_t frontier)
 {
@@ -106,7 +130,8 @@ static void setup(void)
 	ck_assert_int_eq(loop_open(), 0);
 	ck_assert_int_eq(durable_open(st, 0, advanced, no_more, NULL), 0); /* every commit covered at once */
 	gate_init(st, &no_members);
-	ck_assert_int_eq(expiry_open(st, NULL), 0); /* no configuration: every call expires */
+	config_from_text();
+	ck_assert_int_eq(expiry_open(st, &cfg), 0);
 	memset(&wakes, 0, sizeof wakes);
 	memset(&leases, 0, sizeof leases);
 	memset(&notices, 0, sizeof notices);
@@ -116,6 +141,7 @@ static void setup(void)
 static void teardown(void)
 {
 	expiry_close();
+	config_free(&cfg);
 	durable_close();
 	store_close(st);
 	loop_close();
@@ -126,11 +152,12 @@ static void teardown(void)
 
 /* A pending human call id in conv (made when absent) expiring at deadline
  * and warned at warn (0: none), in t. */
-static void call_in(store_txn *t, const char *conv, const char *id, int64_t deadline, int64_t warn)
+static void call_of(store_txn *t, const char *conv, const char *id, const char *tool, int64_t deadline,
+		    int64_t warn)
 {
 	int e = store_conv_create(t, conv, (store_bytes){ "\x80", 1 });
 	ck_assert(e == 0 || e == STORE_E_CONFLICT);
-	struct store_tool_call_in tc = { id, "approve", STORE_EXEC_HUMAN, { "\x80", 1 }, { NULL, 0 } };
+	struct store_tool_call_in tc = { id, tool, STORE_EXEC_HUMAN, { "\x80", 1 }, { NULL, 0 } };
 	ck_assert_int_eq(store_tool_call_upsert(t, conv, &tc), 0);
 	if (deadline)
 		ck_assert_int_eq(store_expiry_schedule(t, id, deadline), 0);
@@ -138,12 +165,22 @@ static void call_in(store_txn *t, const char *conv, const char *id, int64_t dead
 		ck_assert_int_eq(store_warning_schedule(t, id, warn), 0);
 }
 
-static void call(const char *conv, const char *id, int64_t deadline, int64_t warn)
+static void call_in(store_txn *t, const char *conv, const char *id, int64_t deadline, int64_t warn)
+{
+	call_of(t, conv, id, "approve", deadline, warn);
+}
+
+static void call_tool(const char *conv, const char *id, const char *tool, int64_t deadline, int64_t warn)
 {
 	store_txn *t;
 	ck_assert_int_eq(store_txn_begin(st, STORE_WRITE, &t), 0);
-	call_in(t, conv, id, deadline, warn);
+	call_of(t, conv, id, tool, deadline, warn);
 	ck_assert_int_eq(store_txn_commit(t), 0);
+}
+
+static void call(const char *conv, const char *id, int64_t deadline, int64_t warn)
+{
+	call_tool(conv, id, "approve", deadline, warn);
 }
 
 static store_txn *rbegin(void)
@@ -504,6 +541,75 @@ START_TEST(warnings_given_once)
 }
 END_TEST
 
+/* ---- on_expiry --------------------------------------------------------------- */
+
+/* deny and approve settle the call resolved, {"approved": false|true,
+ * "on_expiry"} by {"name": "expiry"}, and wake the conversation as an
+ * expiry does; the tool that expires beside them still expires. */
+START_TEST(on_expiry_deny_and_approve_settle_resolved)
+{
+	int64_t now0 = store_now(st);
+	call_tool("c1", "tn", "nay", now0 - 2000, 0);
+	call_tool("c2", "ty", "yea", now0 - 1000, 0);
+	call("c3", "te", now0 - 1000, 0);
+	ck_assert_int_eq(expiry_fire(), 3);
+	ck_assert_int_eq(tc_status("tn"), STORE_TC_RESOLVED);
+	ck_assert_int_eq(tc_status("ty"), STORE_TC_RESOLVED);
+	ck_assert_int_eq(tc_status("te"), STORE_TC_EXPIRED);
+	static const struct {
+		const char *conv, *id, *policy;
+		int approved;
+	} want[] = { { "c1", "tn", "deny", 0 }, { "c2", "ty", "approve", 1 } };
+	for (size_t i = 0; i < 2; i++) {
+		json_t *c;
+		assert_resolution(want[i].conv, want[i].id, "resolved");
+		ck_assert_int_eq(events_of(want[i].conv, "resolution", &c), 1);
+		json_t *r = json_object_get(c, "result");
+		ck_assert(json_is_boolean(json_object_get(r, "approved")));
+		ck_assert_int_eq(json_is_true(json_object_get(r, "approved")), want[i].approved);
+		ck_assert_str_eq(json_string_value(json_object_get(r, "on_expiry")), want[i].policy);
+		ck_assert_str_eq(json_string_value(json_object_get(json_object_get(c, "by"), "name")), "expiry");
+		json_decref(c);
+		ck_assert_int_eq(recorded(&wakes, want[i].conv), 1);
+		ck_assert_int_eq(recorded(&leases, want[i].conv), 1);
+	}
+	assert_resolution("c3", "te", "expired");
+	ck_assert_int_eq(wakes.n, 3);
+	ck_assert_int_eq(expiry_fire(), 0);
+}
+END_TEST
+
+/* escalate settles nothing: the call stays pending, handed to boss (its
+ * prompt, a deadline boss's expires from the fire), an escalation event
+ * records the chain; its waiters are told, but no worker is woken and no
+ * lease taken (nothing is owed). The next fire finds nothing until boss's
+ * deadline, which is armed. */
+START_TEST(on_expiry_escalate_hands_on_and_wakes_nobody)
+{
+	int64_t now0 = store_now(st);
+	call_tool("c1", "tx", "esc", now0 - 1000, 0);
+	ck_assert_int_eq(expiry_fire(), 1);
+	ck_assert_int_eq(tc_status("tx"), STORE_TC_PENDING);
+	ck_assert_int_eq(events_of("c1", "resolution", NULL), 0);
+	json_t *c;
+	ck_assert_int_eq(events_of("c1", "escalation", &c), 1);
+	ck_assert_str_eq(json_string_value(json_object_get(c, "from")), "esc");
+	ck_assert_str_eq(json_string_value(json_object_get(c, "to")), "boss");
+	ck_assert_str_eq(json_string_value(json_object_get(c, "prompt")), "Boss?");
+	int64_t deadline = json_integer_value(json_object_get(c, "deadline"));
+	ck_assert_int_ge(deadline, now0 + 2 * HOUR_MS);
+	ck_assert_int_le(deadline, store_now(st) + 2 * HOUR_MS);
+	ck_assert_int_eq(json_array_size(json_object_get(c, "chain")), 2);
+	json_decref(c);
+	ck_assert_int_eq(wakes.n, 0);
+	ck_assert_int_eq(leases.n, 0);
+	ck_assert_int_eq(recorded(&notices, "c1"), 1);
+	ck_assert_int_eq(expiry_fire(), 0);
+	expiry_rearm();
+	assert_armed_at(deadline, now0);
+}
+END_TEST
+
 Suite *make_expiry_suite(void); /* check_main.c, as CHECK_ONE_SUITE */
 Suite *make_expiry_suite(void)
 {
@@ -519,6 +625,8 @@ Suite *make_expiry_suite(void)
 	tcase_add_test(tc, a_backlog_fires_in_batches);
 	tcase_add_test(tc, failed_batch_retried_later);
 	tcase_add_test(tc, warnings_given_once);
+	tcase_add_test(tc, on_expiry_deny_and_approve_settle_resolved);
+	tcase_add_test(tc, on_expiry_escalate_hands_on_and_wakes_nobody);
 	suite_add_tcase(s, tc);
 	return s;
 }
