@@ -341,11 +341,12 @@ static int send_interrupt(store_txn *t, const char *conv, uint64_t by_seq, struc
 	return e;
 }
 
+static int send_steer(store_txn *t, const char *conv, const uint64_t *seqs, const int *dups, size_t n);
+
 /* send's checks and its append, in that order: the conversation exists and
  * is not ended; expected_seq (unless the send is a replay: idempotency wins,
- * and a replay writes nothing); then every event or none. */
-/* A send that finds a turn running does what on_busy says (send_busy). */
-static int send_steer(store_txn *t, const char *conv, const uint64_t *seqs, const int *dups, size_t n);
+ * and a replay writes nothing); then every event or none. A send that finds
+ * a turn running does what on_busy says (send_busy). */
 static int send_append(store_txn *t, struct job *j, struct wres *r, const struct store_event_in *ev, size_t n,
 		       uint64_t *seqs, int *dups)
 {
