@@ -98,9 +98,10 @@ void wstore_die(struct worker *w, int e, const char *what)
 			 (unsigned long long)st.map_size);
 		exit(IPC_EXIT_STORE);
 	}
-	/* -EIO from a commit: its own page flush failed. */
-	exit(e == STORE_E_CORRUPT ? IPC_EXIT_CORRUPT : e == STORE_E_FULL ? IPC_EXIT_FULL : e == -EIO ? IPC_EXIT_FLUSH
-													 : IPC_EXIT_STORE);
+	/* -EIO from a commit on LMDB: its own page flush failed. */
+	int flush = e == -EIO && store_flushes_locally(w->st);
+	exit(e == STORE_E_CORRUPT ? IPC_EXIT_CORRUPT : e == STORE_E_FULL ? IPC_EXIT_FULL : flush ? IPC_EXIT_FLUSH
+											    : IPC_EXIT_STORE);
 }
 
 void wstore_die_flush(struct worker *w, int e, const char *what)

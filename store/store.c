@@ -288,6 +288,11 @@ uint64_t store_last_id(store *s)
 	return s ? VT(s)->last_id(s) : 0;
 }
 
+int store_flushes_locally(store *s)
+{
+	return s && VT(s) == &store_lmdb_vt;
+}
+
 int store_backup(store *s, const char *dir)
 {
 	return s && dir ? VT(s)->backup(s, dir) : STORE_E_INVAL;

@@ -303,6 +303,12 @@ uint64_t store_txn_id(store_txn *txn);
 /* The id of the last committed transaction, of any process. Like
  * store_flush, it may run in another thread while the others use s. */
 uint64_t store_last_id(store *s);
+/* 1 when what is durable depends on flushes of a file this machine holds
+ * (LMDB's data.mdb), so a failed flush or -EIO from a commit means the
+ * page cache can no longer be trusted (docs/durability.md, "A flush that
+ * fails"); 0 for PostgreSQL, whose commits are durable when they return
+ * and whose -EIO is a server's error. */
+int store_flushes_locally(store *s);
 
 /* Begin a transaction. Errors: STORE_E_INVAL (s or out NULL, a mode not
  * listed above, FREEING on a read, write on a read-only store),

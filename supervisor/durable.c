@@ -215,7 +215,7 @@ void durable_close(void)
 
 void durable_fail(int err)
 {
-	if (D.all || D.broken)
+	if (D.all || D.broken || !store_flushes_locally(D.st))
 		return;
 	D.broken = err;
 	pthread_mutex_lock(&D.mu); /* the flusher and the writer thread flush no more */
