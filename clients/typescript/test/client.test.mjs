@@ -293,6 +293,6 @@ test("settle: an unknown call listed by pending (kind unknown), decided, refused
     fs.writeFileSync(eff + ".go", "");
   } finally {
     bc.close();
-    await b.stop();
+    await b.close();
   }
 });
