@@ -635,87 +635,6 @@ static struct tool_cfg *tool_get(struct config *c, const char *name)
 	return t;
 }
 
-int config_store_is_pg(const char *t)
-{
-	/* As store/store.c dispatches (common may not include store/). */
-	return t && (!strncmp(t, "postgresql://", 13) || !strncmp(t, "postgres://", 11) || !strncmp(t, "host=", 5) ||
-		     !strncmp(t, "dbname=", 7));
-}
-
-char *config_store_shown(const char *t)
-{
-	char *out = strdup(t ? t : "");
-	if (!out || !config_store_is_pg(out))
-		return out;
-	if (strstr(out, "://")) {
-		/* scheme://user:password@host...: the password out */
-		char *u = strstr(out, "://") + 3, *at = strchr(u, '@'), *colon = strchr(u, ':');
-		char *slash = strchr(u, '/');
-		if (at && (!slash || at < slash) && colon && colon < at) {
-			char *n = NULL;
-			if (asprintf(&n, "%.*s:***%s", (int)(colon - out), out, at) < 0) {
-				free(out);
-				return NULL;
-			}
-			free(out);
-			out = n;
-		}
-		/* ...?password=... in the query */
-		for (char *p = strstr(out, "password="); p; p = strstr(p + 1, "password=")) {
-			if (p[-1] != '?' && p[-1] != '&')
-				continue;
-			char *v = p + 9, *end = v + strcspn(v, "&");
-			if (end - v >= 3) {
-				memcpy(v, "***", 3);
-				memmove(v + 3, end, strlen(end) + 1);
-			} else {
-				memset(v, '*', (size_t)(end - v));
-			}
-		}
-		return out;
-	}
-	/* conninfo: password=VALUE or password='VALUE' */
-	for (char *p = strstr(out, "password"); p; p = strstr(p + 1, "password")) {
-		if (p != out && p[-1] != ' ')
-			continue;
-		char *v = p + 8;
-		while (*v == ' ')
-			v++;
-		if (*v != '=')
-			continue;
-		v++;
-		while (*v == ' ')
-			v++;
-		char *end = v;
-		if (*v == '\'') {
-			for (end = v + 1; *end && *end != '\''; end++)
-				if (*end == '\\' && end[1])
-					end++;
-			if (*end)
-				end++;
-		} else {
-			end = v + strcspn(v, " ");
-		}
-		if (end - v >= 3) {
-			memcpy(v, "***", 3);
-			memmove(v + 3, end, strlen(end) + 1);
-		} else {
-			memset(v, '*', (size_t)(end - v));
-		}
-	}
-	return out;
-}
-
-/* [store]: the PostgreSQL target and its connection limit. */
-static int store_key(struct config *c, const char *k, const char *v)
-{
-	if (!strcmp(k, "target"))
-		return config_store_is_pg(v) ? config_set_str(&c->store, v) : -1;
-	if (!strcmp(k, "connections"))
-		return config_set_int(&c->store_connections, v, 1, 100000);
-	return -2;
-}
-
 static int on_key(void *arg, const char *section, const char *k, const char *v)
 {
 	struct loader *l = arg;
@@ -735,7 +654,7 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 	if (!strcmp(section, "agentd")) {
 		rc = agentd_key(l->c, k, v);
 	} else if (!strcmp(section, "store")) {
-		rc = store_key(l->c, k, v);
+		rc = config_store_key(l->c, k, v);
 	} else if (!strncmp(section, "model.", 6) && name_ok(section + 6)) {
 		if (!strcmp(section + 6, "echo")) {
 			snprintf(l->err, l->errlen, "%s: [model.echo] is built in and cannot be configured",

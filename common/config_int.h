@@ -13,6 +13,10 @@ int config_set_str(char **dst, const char *v); /* a copy of v; the old *dst free
 int config_set_int(int *dst, const char *v, int min, int max); /* decimal in [min, max] */
 int config_set_decimal(double *dst, const char *v); /* digits, one optional point */
 
+/* [store]: the PostgreSQL target and its connection limit; 0, -1 on a bad
+ * value, -2 when k is not one of them (config_store.c). */
+int config_store_key(struct config *c, const char *k, const char *v);
+
 /* 1 if s[0..n) is an environment variable's name (what a shell takes), else 0. */
 int config_env_name_ok(const char *s, size_t n);
 
