@@ -178,6 +178,13 @@ int conv_error_append(store_txn *t, const char *conv, const char *msg, size_t le
 int conv_gave_up_append(store_txn *t, const char *conv, const char *msg, size_t len, int crashes,
 			uint64_t ctx_seq, uint64_t *seq);
 
+/* Give up on conv (a crash loop, a full store): its pending server calls
+ * settled errored ({"error": "interrupted", "crashes"}: nothing will run
+ * them), its running run ended interrupted, the gave_up error (msg) after
+ * its last event, and the conversation idle, owing nothing until its next
+ * user_msg. *seq gets the error's seq. 0 or a store error (-ENOMEM). */
+int conv_give_up(store_txn *t, const char *conv, const char *msg, size_t len, int crashes, uint64_t *seq);
+
 /* The conversation's latest run (store.h) into *r when it is still running
  * (returns 1), else 0 (none, or ended); negative: a store error. */
 int conv_run_running(store_txn *t, const char *conv, struct store_run *r);

@@ -568,6 +568,40 @@ int conv_run_end(store_txn *t, const char *conv, int status)
 	return store_run_put(t, conv, &r);
 }
 
+static int collect_server_id(void *arg, const struct store_tool_call *tc)
+{
+	return tc->executor == STORE_EXEC_SERVER ? collect_id(arg, tc) : 0;
+}
+
+int conv_give_up(store_txn *t, const char *conv, const char *msg, size_t len, int crashes, uint64_t *seq)
+{
+	/* The error ends the turn, and nothing re-dispatches a call behind it:
+	 * its pending server calls are settled errored first, or their rows
+	 * stay pending forever and the next turn's model sees calls without
+	 * results. */
+	json_t *ids = json_array(), *id, *res = json_pack("{sssi}", "error", "interrupted", "crashes", crashes);
+	uint64_t last = 0;
+	size_t i;
+	int e = ids && res ? store_tool_calls_list(t, conv, 1u << STORE_TC_PENDING, collect_server_id, ids) : -ENOMEM;
+	json_array_foreach(ids, i, id) {
+		if (e)
+			break;
+		e = conv_settle(t, json_string_value(id), STORE_TC_ERRORED, "tool_result", res, NULL, NULL);
+		if (e == STORE_E_STALE)
+			e = 0;
+	}
+	json_decref(ids);
+	json_decref(res);
+	if (!e)
+		e = store_event_latest_seq(t, conv, &last);
+	if (!e)
+		e = conv_run_end(t, conv, STORE_RUN_INTERRUPTED); /* its worker died: a resume runs it again */
+	if (!e)
+		e = conv_gave_up_append(t, conv, msg, len, crashes, last, seq);
+	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_IDLE };
+	return e ? e : store_conv_put(t, conv, &p);
+}
+
 /* conv_turn_cancel with extra's keys (borrowed; NULL: none) added to the
  * turn_cancelled event's content. */
 static int turn_cancel(store_txn *t, const char *conv, const json_t *extra, json_t **cancelled, uint64_t *seq)

@@ -479,38 +479,6 @@ static int conv_status(const char *conv)
 	return st;
 }
 
-struct pend_ctx {
-	char (*ids)[STORE_ID_MAX + 1];
-	size_t n, cap;
-};
-
-static int pend_server(void *arg, const struct store_tool_call *tc)
-{
-	struct pend_ctx *p = arg;
-	if (tc->executor != STORE_EXEC_SERVER || tc->id.len > STORE_ID_MAX)
-		return 0;
-	if (p->n == p->cap) {
-		size_t cap = p->cap ? 2 * p->cap : 8;
-		void *ids = realloc(p->ids, cap * sizeof *p->ids);
-		if (!ids)
-			return -ENOMEM;
-		p->ids = ids;
-		p->cap = cap;
-	}
-	memcpy(p->ids[p->n], tc->id.ptr, tc->id.len);
-	p->ids[p->n++][tc->id.len] = 0;
-	return 0;
-}
-
-/* Settle a server call the crash loop interrupted: errored, with its tool_result. */
-static int settle_interrupted(store_txn *t, const char *id, int crashes)
-{
-	json_t *res = json_pack("{sssi}", "error", "interrupted", "crashes", crashes);
-	int e = res ? conv_settle(t, id, STORE_TC_ERRORED, "tool_result", res, NULL, NULL) : -ENOMEM;
-	json_decref(res);
-	return e == STORE_E_STALE ? 0 : e;
-}
-
 /* Too many crashes, or a full store: log an `error` event (msg) so the
  * conversation owes nothing until its next user_msg, and stop restarting
  * it. */
@@ -518,31 +486,12 @@ static void give_up(void *owner, int crashes, const char *msg)
 {
 	struct worker *w = owner;
 	store_txn *t;
-	uint64_t last = 0, seq;
+	uint64_t seq;
 	log_error("%s: %s", w->conv, msg);
 	if (gate_write_begin(STORE_WRITE, &t))
 		return;
-	/* The error ends the turn, and nothing re-dispatches a call behind it:
-	 * settle its pending server calls errored first, or their rows stay
-	 * pending forever and the next turn's model sees calls without results. */
-	struct pend_ctx pc = { 0 };
-	int e = store_tool_calls_list(t, w->conv, 1u << STORE_TC_PENDING, pend_server, &pc);
-	for (size_t i = 0; !e && i < pc.n; i++)
-		e = settle_interrupted(t, pc.ids[i], crashes);
-	free(pc.ids);
-	if (!e)
-		e = store_event_latest_seq(t, w->conv, &last);
-	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_IDLE };
-	if (!e)
-		e = conv_run_end(t, w->conv, STORE_RUN_INTERRUPTED); /* its worker died: a resume runs it again */
-	if (!e)
-		e = conv_gave_up_append(t, w->conv, msg, strlen(msg), crashes, last, &seq);
-	if (!e)
-		e = store_conv_put(t, w->conv, &p);
-	if (!e)
-		e = store_txn_commit(t);
-	else
-		store_txn_abort(t);
+	int e = conv_give_up(t, w->conv, msg, strlen(msg), crashes, &seq);
+	e = e ? (store_txn_abort(t), e) : store_txn_commit(t);
 	if (e)
 		log_error("%s: cannot record the error event: %s", w->conv, store_strerror(e));
 	else
