@@ -1,6 +1,18 @@
 /*
  * store_lmdb.c: the store (store.h) over LMDB.
  *
+ * This file is kept whole because every query here is written against one private
+ * layer: the layout below, the key and record packers, the transaction's
+ * cursor pool and record buffer, the conversation-number cache and the
+ * poisoning of a write transaction, about a hundred static functions. Split,
+ * they would become an internal header of this one backend, as LMDB's own
+ * mdb.c keeps its B-tree in one file. It reads in sections (---- name ----)
+ * in store.h's order: helpers; open, map growth, flush and backup;
+ * transactions; conversations and their metadata index; events; summaries;
+ * tool calls, expiries and warnings; audit; nodes and leases; runs; the
+ * backend's table last. No function here checks its arguments: store.c did
+ * (store/backend.h, "Who checks what").
+ *
  * Layout (docs/architecture.md, "The store"): named sub-databases, fixed-width big-endian
  * integer keys where order matters, msgpack values. Records are msgpack arrays
  * whose variable-size objects (content, args, results) come last, so a reader
@@ -34,18 +46,6 @@
  * nodes and owners came after the first stores were made: an open that may
  * write creates them; a read-only open of a store without them sees them
  * empty.
- *
- * This file is kept whole because every query here is written against one private
- * layer: the layout above, the key and record packers, the transaction's
- * cursor pool and record buffer, the conversation-number cache and the
- * poisoning of a write transaction, about a hundred static functions. Split,
- * they would become an internal header of this one backend, as LMDB's own
- * mdb.c keeps its B-tree in one file. It reads in sections (---- name ----)
- * in store.h's order: helpers; open, map growth, flush and backup;
- * transactions; conversations and their metadata index; events; summaries;
- * tool calls, expiries and warnings; audit; nodes and leases; runs; the
- * backend's table last. No function here checks its arguments: store.c did
- * (store/backend.h, "Who checks what").
  */
 /* This file defines the backend's functions (store/backend.h) under
  * lmdb_store_*; store/store.c dispatches to them. */

@@ -1,6 +1,17 @@
 /*
  * store_pg.c: the store (store.h) over PostgreSQL, through libpq.
  *
+ * This file is kept whole because every query here is written against one private
+ * layer: the statement table (Q_*, prepared on a connection at its first use), the
+ * parameter packer and result readers, the connection pool, the row lock
+ * a write transaction holds and its gathered, pipelined event inserts.
+ * Split, they would become an internal header of this one backend, as
+ * LMDB's mdb.c keeps its B-tree in one file. It reads in sections
+ * (---- name ----): statements; handles; errors; parameters and results;
+ * connections; the schema; open, close, sync, stat; transactions; then the
+ * operations in store.h's order; the backend's table last. No function here
+ * checks its arguments: store.c did (store/backend.h, "Who checks what").
+ *
  * Tables (created by store_open in the connection's current schema, version
  * in schema_version; see docs/scale-out.md, "The PostgreSQL store"):
  *
@@ -35,17 +46,6 @@
  * supersedes sees the new generation in its next transaction. Every query
  * asks for binary results, kept on the transaction until it ends: what a
  * read returns points into them.
- *
- * This file is kept whole because every query here is written against one private
- * layer: the statement table (Q_*, prepared on a connection at its first use), the
- * parameter packer and result readers, the connection pool, the row lock
- * a write transaction holds and its gathered, pipelined event inserts.
- * Split, they would become an internal header of this one backend, as
- * LMDB's mdb.c keeps its B-tree in one file. It reads in sections
- * (---- name ----): statements; handles; errors; parameters and results;
- * connections; the schema; open, close, sync, stat; transactions; then the
- * operations in store.h's order; the backend's table last. No function here
- * checks its arguments: store.c did (store/backend.h, "Who checks what").
  */
 #define STORE_BACKEND_NAME(n) pg_store_##n
 #include "store/backend_names.h"
