@@ -23,6 +23,10 @@ const struct ops_env *ops_ctx(void);
 int ops_pack(struct jsonmp_buf *b, json_t *v);
 /* A failed ops_pack as the client's error (what nests too deeply) or ours. */
 void ops_pack_error(struct job *j, int e, const char *what);
+/* Who asked, for the audit trail (resolve's, extend's, settle's): the peer's
+ * uid always (it cannot be forged), and the name a client such as agentd-web
+ * gives for its user. NULL with j's error set when out of memory (ops_write.c). */
+json_t *ops_by_json(struct job *j);
 /* Stored bytes as JSON: null when undecodable (agentd check names it),
  * NULL when out of memory (the reply fails; it never shows null for it). */
 json_t *ops_mp_json(store_bytes b);

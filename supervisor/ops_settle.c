@@ -20,13 +20,9 @@ _Static_assert((int)PROTO_RETRY == (int)CONV_RETRY && (int)PROTO_DONE == (int)CO
 
 int ops_w_settle(store_txn *t, struct job *j, struct wres *r)
 {
-	/* Who decided, as resolve records it: the peer's uid, and the name given. */
-	json_t *by = json_pack("{sI}", "uid", (json_int_t)j->peer_uid);
-	if (!by || (j->rq.by && json_object_set_new(by, "name", json_string(j->rq.by)))) {
-		json_decref(by);
-		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written yet */
+	json_t *by = ops_by_json(j); /* who decided, as resolve records it */
+	if (!by)
 		return 0;
-	}
 	snprintf(r->conv, sizeof r->conv, "%s", j->rq.conv);
 	int e = conv_unknown_decide(t, j->rq.tool_call_id, j->rq.outcome, j->rq.result, by, r->conv, &r->seq, &r->ended);
 	json_decref(by);

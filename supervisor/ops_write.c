@@ -511,10 +511,7 @@ done:
 	return e;
 }
 
-/* Who asked, for the audit trail (resolve's and extend's): the peer's uid
- * always (it cannot be forged), and the name a client such as agentd-web
- * gives for its user. NULL with j's error set when out of memory. */
-static json_t *by_json(struct job *j)
+json_t *ops_by_json(struct job *j)
 {
 	json_t *by = json_pack("{sI}", "uid", (json_int_t)j->peer_uid);
 	if (!by || (j->rq.by && json_object_set_new(by, "name", json_string(j->rq.by)))) {
@@ -569,7 +566,7 @@ int ops_w_resolve(store_txn *t, struct job *j, struct wres *r)
 	int e = j->rq.args_digest ? digest_check(t, j) : 0;
 	if (e)
 		return e > 0 ? 0 : e; /* refused, nothing written; or a store error */
-	json_t *by = by_json(j);
+	json_t *by = ops_by_json(j);
 	if (!by)
 		return 0;
 	e = settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, by, r->conv, &r->seq, &r->ended);
@@ -590,7 +587,7 @@ int ops_w_extend(store_txn *t, struct job *j, struct wres *r)
 	const char *id = j->rq.tool_call_id;
 	int64_t now = store_txn_now(t);
 	int64_t at = j->rq.expires_in_ms ? now + j->rq.expires_in_ms : j->rq.deadline;
-	json_t *by = by_json(j);
+	json_t *by = ops_by_json(j);
 	if (!by)
 		return 0;
 	int e = conv_deadline_extend(t, id, j->rq.conv, at, ops_ctx()->cfg, by, r->conv, &r->seq);
