@@ -15,6 +15,18 @@ int config_store_is_pg(const char *t)
 		     !strncmp(t, "dbname=", 7));
 }
 
+/* The value at v (up to end) as "***", or as many '*' as it is long when
+ * shorter: never longer than it was, so it is done in place. */
+static void mask(char *v, char *end)
+{
+	if (end - v >= 3) {
+		memcpy(v, "***", 3);
+		memmove(v + 3, end, strlen(end) + 1);
+	} else {
+		memset(v, '*', (size_t)(end - v));
+	}
+}
+
 char *config_store_shown(const char *t)
 {
 	char *out = strdup(t ? t : "");
@@ -37,13 +49,8 @@ char *config_store_shown(const char *t)
 		for (char *p = strstr(out, "password="); p; p = strstr(p + 1, "password=")) {
 			if (p[-1] != '?' && p[-1] != '&')
 				continue;
-			char *v = p + 9, *end = v + strcspn(v, "&");
-			if (end - v >= 3) {
-				memcpy(v, "***", 3);
-				memmove(v + 3, end, strlen(end) + 1);
-			} else {
-				memset(v, '*', (size_t)(end - v));
-			}
+			char *v = p + 9;
+			mask(v, v + strcspn(v, "&"));
 		}
 		return out;
 	}
@@ -69,12 +76,7 @@ char *config_store_shown(const char *t)
 		} else {
 			end = v + strcspn(v, " ");
 		}
-		if (end - v >= 3) {
-			memcpy(v, "***", 3);
-			memmove(v + 3, end, strlen(end) + 1);
-		} else {
-			memset(v, '*', (size_t)(end - v));
-		}
+		mask(v, end);
 	}
 	return out;
 }
