@@ -932,6 +932,28 @@ def _cleanup():
     _pg_stop()
 
 
+
+def config_refused(text, msg):
+    """agentd given the configuration text exits 2 at start, its log saying msg."""
+    b = Agentd(start=False)
+    try:
+        b.write_config(text)
+        assert b.expect_exit() == 2, text
+        assert msg in b.log(), (text, b.log())
+    finally:
+        b.close()
+
+
+def config_starts(text):
+    """agentd given the configuration text starts and answers a ping."""
+    b = Agentd(start=False)
+    try:
+        b.write_config(text)
+        b.start()
+        assert b.ok({"op": "ping"})
+    finally:
+        b.close()
+
 def main(namespace, names=None):
     """Run the test_* functions of `namespace` (pass globals()) in definition order, or those named on
     the command line, each independently; report each, print tracebacks and agentd log tails for

@@ -556,20 +556,8 @@ def test_bad_on_expiry_is_refused():
         ("[mcp.s]\ncommand = true\non_expiry = deny\n", "unknown key 'on_expiry' in [mcp.s]"),
     ]
     for text, msg in cases:
-        b = Agentd(start=False)
-        try:
-            b.write_config(text)
-            assert b.expect_exit() == 2, text
-            assert msg in b.log(), (text, b.log())
-        finally:
-            b.close()
-    b = Agentd(start=False)
-    try:
-        b.write_config("[tool.t]\nexecutor = human\non_expiry = expire\n")
-        b.start()
-        assert b.ok({"op": "ping"})
-    finally:
-        b.close()
+        harness.config_refused(text, msg)
+    harness.config_starts("[tool.t]\nexecutor = human\non_expiry = expire\n")
 
 
 harness.main(globals())

@@ -145,21 +145,9 @@ def test_bad_warn_before_is_refused():
         ("[mcp.s]\ncommand = true\nwarn_before = 1m\n", "unknown key 'warn_before' in [mcp.s]"),
     ]
     for text, msg in cases:
-        b = Agentd(start=False)
-        try:
-            b.write_config(text)
-            assert b.expect_exit() == 2, text
-            assert msg in b.log(), (text, b.log())
-        finally:
-            b.close()
+        harness.config_refused(text, msg)
     # the default expires (1h) takes a shorter warn_before
-    b = Agentd(start=False)
-    try:
-        b.write_config("[tool.t]\nexecutor = human\nwarn_before = 10m\n")
-        b.start()
-        assert b.ok({"op": "ping"})
-    finally:
-        b.close()
+    harness.config_starts("[tool.t]\nexecutor = human\nwarn_before = 10m\n")
 
 
 harness.main(globals())
