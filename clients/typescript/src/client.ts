@@ -11,13 +11,17 @@ import {
   AgentdConnectionError, AgentdError, AgentdTimeout, BadRequest, NotFound, Unavailable, errorFromReply,
 } from "./errors.js";
 import type {
-  BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, ConversationStatus, Event, EventPage,
+  BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, ConversationStatus, EventPage,
   Extension, ForkResult, Json, Resolution, Resumed, Settlement, RunPage, SendResult, Status, Summary, ToolCall,
   ToolCallStatus, TurnResult,
 } from "./types.js";
+import { Turn, turnResult } from "./turn.js";
 import { Watch, type WatchOptions } from "./watch.js";
 
 export const DEFAULT_SOCKET = "./agentd-data/agentd.sock";
+
+/** The protocol's bound on events' wait_ms. */
+const LONG_POLL_MAX_MS = 3_600_000;
 
 /** The ops safe to repeat: reads, and send (a repeated event_id is answered with the original seq).
  * After a lost connection these are sent again; the others throw AgentdConnectionError with .sent. */
@@ -376,44 +380,42 @@ export class Client {
     });
   }
 
-  /**
-   * Send, then wait for the end of the turn it causes, in one call: the events after the message up to
-   * that end, and the status the conversation was left in: idle (answered), suspended (a human tool call
-   * waits for a person: see pending()), paused (the budget is spent), ended. A message sent while a human
-   * call is already pending is answered only after it is settled: the result then comes at once, with
-   * the events so far and status suspended. Polls nothing: it long-polls `events` on this connection
-   * (other calls on this client wait behind it). timeout (ms, default the client's): AgentdTimeout when
-   * the turn has not ended by then; the message is in the log either way.
-   */
+  /** send, then wait for the turn it causes to end: a TurnResult whose status says how (completed,
+   * suspended, error, cancelled, paused, or timeout after timeout ms counted from before the send;
+   * Infinity: no limit; default the client's timeout). Throws what send throws, and NotFound when the
+   * conversation is deleted while waiting. A message sent while the conversation waits for a person is
+   * answered only after that call is settled, and a conversation ended while waiting runs no turn: both
+   * wait until the timeout. It long-polls `events` on this connection: other calls on this client wait
+   * behind it. */
   async sendAndWait(conversation: string, content: string | Record<string, Json>,
     o: SendOptions & { timeout?: number } = {}): Promise<TurnResult> {
-    const sent = await this.send(conversation, content, o);
     const deadline = Date.now() + (o.timeout ?? this.timeout);
-    const events: Event[] = [];
-    let after = sent.seq;
-    const collect = async (waitMs?: number) => { // the number of events it added
-      const had = events.length;
-      for (;;) {
-        const page = await this.events(conversation, { after, waitMs });
-        events.push(...page.events);
-        if (page.events.length) after = page.events[page.events.length - 1].seq;
-        if (page.next_after === undefined) return events.length - had;
-        waitMs = undefined;
-      }
-    };
-    for (;;) {
-      // A status commits with the event that leads to it: read the status first, then every event up
-      // to it. Events that came meanwhile may hold the end: look at the status again before waiting.
-      const { status } = await this.get(conversation);
-      const got = await collect();
-      if (status !== "active") {
-        return { seq: sent.seq, duplicate: sent.duplicate, event_id: sent.event_id, events, status };
-      }
+    const sent = await this.send(conversation, content, o);
+    if (sent.status === "paused") return turnResult("paused", sent.seq, [], sent);
+    const r = await this.waitUntil(conversation, sent.seq, deadline);
+    r.send = sent;
+    return r;
+  }
+
+  /** Wait for the turn that answers the events up to seq (a user_msg's seq, or a resolution's after an
+   * approval) to end: a TurnResult as sendAndWait's (timeout past timeout ms; Infinity: no limit; default
+   * the client's timeout). Resolves at once when the log already holds the end. */
+  waitTurn(conversation: string, seq: number, o: { timeout?: number } = {}): Promise<TurnResult> {
+    return this.waitUntil(conversation, seq, Date.now() + (o.timeout ?? this.timeout));
+  }
+
+  private async waitUntil(conversation: string, seq: number, deadline: number): Promise<TurnResult> {
+    const turn = new Turn(seq);
+    let after = seq;
+    for (let polled = false; ; polled = true) {
       const left = deadline - Date.now();
-      if (left <= 0) {
-        throw new AgentdTimeout(`the turn did not end within ${o.timeout ?? this.timeout} ms`, "send", true);
-      }
-      if (!got) await collect(Math.min(left, 30000));
+      if (left <= 0 && polled) return turnResult("timeout", seq, turn.events);
+      const waitMs = Math.max(0, Math.min(LONG_POLL_MAX_MS, Math.ceil(left)));
+      const page = await this.events(conversation, { after, waitMs });
+      const end = turn.feed(page.events, page.next_after !== undefined);
+      if (end) return turnResult(end[0], seq, end[1]);
+      if (page.next_after !== undefined) after = page.next_after;
+      else if (page.events.length) after = page.events[page.events.length - 1].seq;
     }
   }
 

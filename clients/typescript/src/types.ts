@@ -183,13 +183,27 @@ export interface Delta {
   delta: string;
 }
 
-/** What sendAndWait returns: the send's seq, the events after it up to the end of the turn it caused,
- * and the conversation's status then (idle: answered; suspended: a human tool call waits; paused: the
- * budget is spent; ended). */
+/** How a wait for the turn that answers a seq ended (waitTurn, sendAndWait):
+ * - completed: the turn's last model round (an assistant_msg that called no tool); `text` is its text;
+ * - suspended: every unsettled call of its last round is a human tool call or a call whose outcome is
+ *   unknown; `pending` lists their ids (approve, deny, resolve or settle them, then waitTurn after that
+ *   event's seq for the rest of the turn);
+ * - error: an error event ended the turn (`error` is its content);
+ * - cancelled: a cancel ended it (its turn_cancelled event; an interrupting send's is no end);
+ * - paused: the budget refused the turn (budget_exceeded, or the send answered paused);
+ * - timeout: none of these within the timeout; waitTurn(conversation, seq) waits again. */
+export type TurnStatus = "completed" | "suspended" | "error" | "cancelled" | "paused" | "timeout";
+
+/** The result of waitTurn and sendAndWait: the status, the events after seq up to that point in seq
+ * order (every event of the log there, another client's too), last_seq (the last of them, seq when
+ * none), and send (sendAndWait: the send's result). */
 export interface TurnResult {
+  status: TurnStatus;
   seq: number;
-  duplicate: boolean;
-  event_id: string;
   events: Event[];
-  status: ConversationStatus;
+  last_seq: number;
+  pending: string[];
+  text?: string;
+  error?: Json;
+  send?: SendResult;
 }

@@ -64,14 +64,22 @@ test("send is idempotent by event id; expectedSeq; batches", async () => {
   assert.deepEqual(evs.events[1].content, { text: "b" });
 });
 
-test("sendAndWait returns the turn's reply, once idle", async () => {
+test("sendAndWait returns the turn's reply; waitTurn finds an ended turn at once", async () => {
   const id = await c.create("echo");
   const t = await c.sendAndWait(id, "hi there");
   assert.equal(t.seq, 1);
-  assert.equal(t.status, "idle");
+  assert.equal(t.status, "completed");
+  assert.equal(t.send.seq, 1);
+  assert.equal(t.send.duplicate, false);
   assert.deepEqual(t.events.map((e) => e.type), ["assistant_msg"]);
-  assert.equal(t.events[0].content.text, "echo: hi there");
+  assert.equal(t.text, "echo: hi there");
   assert.equal(t.events[0].seq, 2);
+  assert.equal(t.last_seq, 2);
+  assert.deepEqual(t.pending, []);
+  const again = await c.waitTurn(id, 1, { timeout: 0 });
+  assert.equal(again.status, "completed");
+  assert.equal(again.text, "echo: hi there");
+  assert.equal(again.send, undefined);
 });
 
 test("onBusy: reject, interrupt, steer while a person is awaited; bad values", async () => {
@@ -107,6 +115,7 @@ test("sendAndWait ends at an approval; pending, approve, deny, by", async () => 
   assert.ok(types.includes("tool_call") && types.includes("suspension"), types.join(","));
   const pend = (await c.pending()).filter((p) => p.conversation === id);
   assert.equal(pend.length, 1);
+  assert.deepEqual(t.pending, [pend[0].id]);
   assert.equal(pend[0].name, "approve");
   assert.deepEqual(pend[0].args, { amount: 120 });
   assert.equal(pend[0].prompt, "Approve the payment?");
@@ -119,7 +128,9 @@ test("sendAndWait ends at an approval; pending, approve, deny, by", async () => 
   assert.equal(resolution.content.by.name, "ana");
   assert.equal(typeof resolution.content.by.uid, "number");
   await assert.rejects(c.deny(pend[0].id), (e) => e instanceof A.Stale);
-  await waitFor(async () => (await c.get(id)).status === "idle", "the turn after the approval");
+  const rest = await c.waitTurn(id, res.seq);
+  assert.equal(rest.status, "completed");
+  assert.equal(rest.events.at(-1).type, "assistant_msg");
   // A second call, denied.
   const t2 = await c.sendAndWait(id, "/tool approve {}");
   assert.equal(t2.status, "suspended");
@@ -162,26 +173,33 @@ test("argsDigest equals agentd's; resolve refuses other args; extend moves the d
 test("sendAndWait times out with the message kept", async () => {
   const id = await c.create("echo", { tools: ["approve"] });
   await c.sendAndWait(id, "/tool approve {}");
-  // A message sent while a call is pending is answered after it: nothing more runs now.
-  const t = await c.sendAndWait(id, "meanwhile");
-  assert.equal(t.status, "suspended");
+  // A message sent while a call is pending is answered after it: nothing more runs now, the wait
+  // ends at its timeout with the message kept.
+  const t = await c.sendAndWait(id, "meanwhile", { timeout: 300 });
+  assert.equal(t.status, "timeout");
   assert.deepEqual(t.events, []);
+  assert.equal((await c.events(id)).events.at(-1).content.text, "meanwhile");
   // A timeout: a turn that stays active (the worker is stopped by SIGSTOP) past the bound.
   const id2 = await c.create("echo");
   const t2 = await c.sendAndWait(id2, "warm up");
-  assert.equal(t2.status, "idle");
+  assert.equal(t2.status, "completed");
   const st = await c.status();
   const w = st.workers.find((x) => x.conversation === id2);
   assert.ok(w, "a live worker");
   process.kill(w.pid, "SIGSTOP");
   try {
-    await assert.rejects(c.sendAndWait(id2, "stuck", { timeout: 300 }), (e) => e instanceof A.AgentdTimeout);
+    const stuck = await c.sendAndWait(id2, "stuck", { timeout: 300 });
+    assert.equal(stuck.status, "timeout");
     const evs = await c.events(id2);
     assert.equal(evs.events.at(-1).content.text, "stuck");
+    assert.equal(stuck.last_seq, stuck.seq);
   } finally {
     process.kill(w.pid, "SIGCONT");
   }
   await waitFor(async () => (await c.get(id2)).status === "idle", "the turn after SIGCONT");
+  const after = await c.waitTurn(id2, (await c.events(id2, { type: "user_msg" })).events.at(-1).seq);
+  assert.equal(after.status, "completed");
+  assert.equal(after.text, "echo: stuck");
 });
 
 test("errors: typed, with code and op; bad input never sent", async () => {
