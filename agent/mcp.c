@@ -473,10 +473,41 @@ static int list_tools(struct server *sv, int64_t deadline, const struct mcp_watc
 	return 0;
 }
 
+/* A url server's argv: agentd-mcp-http, beside this program, and the url. */
+static int http_argv(const struct mcp_cfg *m, char ***argv)
+{
+	char path[4096];
+	char **v = calloc(3, sizeof *v);
+	if (v && (v[0] = strdup(proc_beside_self("agentd-mcp-http", path, sizeof path))) && (v[1] = strdup(m->url)))
+		return *argv = v, 0;
+	if (v)
+		free(v[0]);
+	free(v);
+	return -ENOMEM;
+}
+
+/* A url server's headers for agentd-mcp-http: AGENTD_MCP_HEADERS, one a
+ * line, into *out (NULL when there are none). 0 or -ENOMEM. */
+static int headers_env(const struct mcp_cfg *m, char **out)
+{
+	size_t n = sizeof "AGENTD_MCP_HEADERS=";
+	*out = NULL;
+	for (char **h = m->headers; h && *h; h++)
+		n += strlen(*h) + 1;
+	if (!m->headers || !m->headers[0] || !(*out = malloc(n)))
+		return m->headers && m->headers[0] ? -ENOMEM : 0;
+	char *p = stpcpy(*out, "AGENTD_MCP_HEADERS=");
+	for (char **h = m->headers; *h; h++)
+		p = stpcpy(stpcpy(p, *h), h[1] ? "\n" : "");
+	return 0;
+}
+
 static int split_argv(const struct mcp_cfg *m, char ***argv)
 {
 	char **a = NULL, **b = NULL;
 	*argv = NULL;
+	if (m->url)
+		return http_argv(m, argv);
 	int e = cmdline_split(m->command, &a);
 	if (!e && m->args)
 		e = cmdline_split(m->args, &b);
@@ -566,19 +597,22 @@ static int srv_start(mcp_set *s, struct server *sv, const struct mcp_watch *w)
 	if (sv->failed_at && now_ms() - sv->failed_at < RESTART_GAP_MS)
 		return -EAGAIN; /* why: the last failure's */
 	char **argv = NULL;
-	char env1[200];
+	char env1[200], *env2 = NULL;
 	snprintf(env1, sizeof env1, "AGENTD_CONVERSATION=%s", s->conv);
-	const char *env[] = { env1, NULL };
+	int e = headers_env(sv->tc->mcp, &env2);
+	const char *env[] = { env1, env2, NULL };
 	struct proc_opts o = { .env_add = env, .iso = &sv->tc->iso, .watch_fd = -1 };
 	sv->why[0] = 0;
 	sv->err_len = 0;
 	sv->err[0] = 0;
 	sv->len = 0;
 	sv->stale = 0;
-	int e = split_argv(sv->tc->mcp, &argv);
+	if (!e)
+		e = split_argv(sv->tc->mcp, &argv);
 	if (!e)
 		e = proc_spawn(argv, &o, &sv->ch);
 	free_argv(argv);
+	free(env2);
 	if (e) {
 		char d[200];
 		const struct isolate_cfg *iso = &sv->tc->iso;

@@ -172,14 +172,10 @@ static int model_attempt(struct worker *w, const struct model_cfg *mc, const jso
 static const char *model_helper(void)
 {
 	static char path[4096];
-	if (!path[0]) {
-		ssize_t n = readlink("/proc/self/exe", path, sizeof path - 16);
-		char *slash = n > 0 ? memrchr(path, '/', (size_t)n) : NULL;
-		if (!slash)
-			return "agentd-model";
-		strcpy(slash + 1, "agentd-model");
-	}
-	return path;
+	static const char *p;
+	if (!p)
+		p = proc_beside_self("agentd-model", path, sizeof path);
+	return p;
 }
 
 /* The helper's lines: attempts and a failure are its own; the rest is the

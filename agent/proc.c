@@ -621,3 +621,14 @@ void proc_child_end(struct proc_child *c)
 	close_fd(&c->pidfd);
 	c->pid = 0;
 }
+
+const char *proc_beside_self(const char *name, char *buf, size_t n)
+{
+	size_t nl = strlen(name);
+	ssize_t len = n > nl + 2 ? readlink("/proc/self/exe", buf, n - nl - 1) : -1;
+	char *slash = len > 0 ? memrchr(buf, '/', (size_t)len) : NULL;
+	if (!slash)
+		return name;
+	memcpy(slash + 1, name, nl + 1);
+	return buf;
+}

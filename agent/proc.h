@@ -150,4 +150,9 @@ int proc_child_exited(const struct proc_child *c, int *exited, int *status, int 
  * ended child is fine. */
 void proc_child_end(struct proc_child *c);
 
+/* The path of the program name installed beside this one (in the directory
+ * of /proc/self/exe), written into buf (n bytes); name itself, for a PATH
+ * lookup, when that cannot be read or does not fit. Returns buf or name. */
+const char *proc_beside_self(const char *name, char *buf, size_t n);
+
 #endif

@@ -67,6 +67,11 @@ static void mcp_free(struct mcp_cfg *m)
 	if (!m)
 		return;
 	free(m->command);
+	free(m->url);
+	free(m->headers_conf);
+	for (size_t i = 0; m->headers && m->headers[i]; i++)
+		free(m->headers[i]);
+	free(m->headers);
 	free(m->args);
 	free(m->prefix);
 	free(m->idempotent_tools);
@@ -551,6 +556,16 @@ static int tool_key(struct tool_cfg *t, const char *k, const char *v)
 	return iso_key(&t->iso, k, v);
 }
 
+static int url_ok(const char *v)
+{
+	if ((strncmp(v, "http://", 7) || !v[7]) && (strncmp(v, "https://", 8) || !v[8]))
+		return 0;
+	for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+		if (*p <= ' ' || *p == 0x7f || p - (const unsigned char *)v > 2048)
+			return 0;
+	return 1;
+}
+
 /* [mcp.NAME]: its own keys, then those it shares with a server tool. */
 static int mcp_key(struct tool_cfg *t, const char *k, const char *v)
 {
@@ -564,8 +579,10 @@ static int mcp_key(struct tool_cfg *t, const char *k, const char *v)
 		       strlen(v) > 64 ? -1 : config_set_str(&m->prefix, v);
 	if (!strcmp(k, "start_timeout"))
 		return config_duration(v, &m->start_timeout_ms) || m->start_timeout_ms <= 0 ? -1 : 0;
-	if (!strcmp(k, "url"))
-		return -3;
+	if (!strcmp(k, "url")) /* http(s), no space or control character: it goes on a command line */
+		return url_ok(v) ? config_set_str(&m->url, v) : -1;
+	if (!strcmp(k, "headers")) /* checked and resolved with the whole section (mcp_validate) */
+		return config_set_str(&m->headers_conf, v);
 	if (!strcmp(k, "idempotent_tools"))
 		return config_set_str(&m->idempotent_tools, v);
 	if (!strcmp(k, "non_idempotent_tools"))
@@ -680,12 +697,6 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 		if (t && is_mcp && !t->mcp && (t->mcp = calloc(1, sizeof *t->mcp)))
 			t->mcp->start_timeout_ms = 20 * SEC;
 		rc = !t || (is_mcp && !t->mcp) ? -1 : is_mcp ? mcp_key(t, k, v) : tool_key(t, k, v);
-		if (rc == -3) {
-			snprintf(l->err, l->errlen, "%s: [%s] url: the streamable HTTP transport is not supported; "
-				 "run the server over stdio with command", l->c->path, section);
-			l->failed = 1;
-			return 0;
-		}
 	} else {
 		snprintf(l->err, l->errlen, "%s: unknown section [%s] (expected [agentd], [store], [model.NAME], [tool.NAME] or "
 			 "[mcp.NAME], NAME of [A-Za-z0-9._:-])", l->c->path, section);
@@ -764,15 +775,31 @@ static int iso_resolve(const struct config *c, const char *kind, const char *nam
 static int mcp_validate(const struct config *c, struct tool_cfg *t, char *err, size_t errlen)
 {
 	struct mcp_cfg *m = t->mcp;
-	if (!m->command) {
-		snprintf(err, errlen, "%s: [mcp.%s] needs a command", c->path, t->name);
+	if (!m->command == !m->url) {
+		snprintf(err, errlen, "%s: [mcp.%s] needs %s", c->path, t->name,
+			 m->url ? "a command or a url, not both" : "a command (stdio) or a url (streamable HTTP)");
 		return -1;
 	}
-	if (!command_ok(c, "mcp", t->name, m->command, err, errlen))
+	if (m->headers_conf && !m->url) {
+		snprintf(err, errlen, "%s: [mcp.%s] headers are for a url server (streamable HTTP)", c->path, t->name);
+		return -1;
+	}
+	if (m->url && (m->args || t->iso.network_none)) {
+		snprintf(err, errlen, "%s: [mcp.%s] %s", c->path, t->name,
+			 m->args ? "args is for a command: a url server has none"
+				 : "network = none leaves a url server unreachable");
+		return -1;
+	}
+	if (m->command && !command_ok(c, "mcp", t->name, m->command, err, errlen))
 		return -1;
 	if (m->args && !command_ok(c, "mcp", t->name, m->args, err, errlen))
 		return -1;
 	if (t->reconcile && !command_ok(c, "mcp", t->name, t->reconcile, err, errlen))
+		return -1;
+	char section[200];
+	snprintf(section, sizeof section, "mcp.%s", t->name);
+	if (m->headers_conf && config_headers(c->path, section, m->headers_conf, &t->iso, config_mcp_header_owned, NULL,
+					      &m->headers, err, errlen))
 		return -1;
 	if (!m->prefix && asprintf(&m->prefix, "%s__", t->name) < 0) {
 		m->prefix = NULL;
@@ -1056,7 +1083,7 @@ static int sections_ok(const struct config *c, const struct prescan *p, const ch
 		    (!strncmp(n, "tool.", 5) && name_ok(n + 5)) || (!strncmp(n, "mcp.", 4) && name_ok(n + 4)))
 			snprintf(err, errlen, "%s:%d: [%s] is empty: a%s needs a command%s", path, p->sectline[i], n,
 				 n[0] == 't' ? " server tool" : n[1] == 'o' ? " model" : "n MCP server",
-				 n[0] == 't' ? " (or executor = human)" : "");
+				 n[0] == 't' ? " (or executor = human)" : n[0] == 'm' && n[1] == 'c' ? " or a url" : "");
 		else
 			snprintf(err, errlen, "%s:%d: unknown section [%s] (expected [agentd], [store], [model.NAME], [tool.NAME] or "
 				 "[mcp.NAME], NAME of [A-Za-z0-9._:-])", path, p->sectline[i], n);

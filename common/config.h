@@ -33,7 +33,10 @@ struct isolate_cfg {
  * tool_cfg named NAME (mcp non-NULL), so a conversation offers it with
  * tools = NAME and the supervisor checks that name like any tool's. */
 struct mcp_cfg {
-	char *command;            /* a command line, split as a tool's */
+	char *command;            /* a command line, split as a tool's; NULL with a url */
+	char *url;                /* streamable HTTP: the endpoint agentd-mcp-http posts to; NULL over stdio */
+	char *headers_conf;       /* a url server's headers as configured (never shown) */
+	char **headers;           /* ... resolved, "Name: value", NULL-terminated; NULL: none */
 	char *args;               /* more words appended, or NULL */
 	char *prefix;             /* of the names models see: default "NAME__" */
 	int64_t start_timeout_ms; /* initialize and tools/list, default 20 s */

@@ -31,4 +31,16 @@ int config_model_http_key(struct model_cfg *m, const char *k, const char *v);
  * set; err never holds a header's value. */
 int config_model_http_validate(const char *path, struct model_cfg *m, char *err, size_t errlen);
 
+/* headers = "Name: value" ...: words split as env's, each checked (an HTTP
+ * token, no control character, not one owned(arg, name, len) refuses, not
+ * twice) and each $VAR resolved (and passed through iso's env) into *out, a
+ * NULL-terminated array. 0, or -1 with err ("PATH: [SECTION] headers: ...")
+ * set, never holding a value. */
+int config_headers(const char *path, const char *section, const char *conf, struct isolate_cfg *iso,
+		   const char *(*owned)(const void *, const char *, size_t), const void *arg, char ***out,
+		   char *err, size_t errlen);
+/* The headers agent/mcp_http.c sets on an MCP server's requests: why one
+ * may not be configured, or NULL. */
+const char *config_mcp_header_owned(const void *arg, const char *name, size_t n);
+
 #endif

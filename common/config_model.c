@@ -150,14 +150,23 @@ static int header_expand(struct isolate_cfg *iso, const char *v, char **out, cha
 	return 0;
 }
 
-/* The headers agentd sets itself: none may be configured over them. */
-static const char *header_owned(const struct model_cfg *m, const char *name, size_t n)
+static const char *header_set_by_us(const char *name, size_t n, const char *const *list)
+{
+	for (const char *const *h = list; *h; h++)
+		if (strlen(*h) == n && !strncasecmp(name, *h, n))
+			return "agentd sets it";
+	return NULL;
+}
+
+/* The headers agentd sets itself on a model's request: none may be configured over them. */
+static const char *header_owned(const void *arg, const char *name, size_t n)
 {
 	static const char *const any[] = { "Content-Type", "Content-Length", "Host", "Transfer-Encoding",
-					   "Connection", "Expect" };
-	for (size_t i = 0; i < sizeof any / sizeof *any; i++)
-		if (strlen(any[i]) == n && !strncasecmp(name, any[i], n))
-			return "agentd sets it";
+					   "Connection", "Expect", NULL };
+	const struct model_cfg *m = arg;
+	const char *why = header_set_by_us(name, n, any);
+	if (why)
+		return why;
 	int anth = m->kind == MODEL_ANTHROPIC;
 	const char *key = getenv(m->api_key_env);
 	const char *auth = anth ? "x-api-key" : "Authorization";
@@ -168,16 +177,26 @@ static const char *header_owned(const struct model_cfg *m, const char *name, siz
 	return NULL;
 }
 
-/* headers = "Name: value" ...: words split as env's, each checked and
- * resolved into m->headers; err names the key, never a value. */
-static int model_headers(const char *path, struct model_cfg *m, char *err, size_t errlen)
+/* ... and on an MCP server's (agent/mcp_http.c). */
+const char *config_mcp_header_owned(const void *arg, const char *name, size_t n)
 {
-	char **w = NULL, why[200] = "";
-	int e = cmdline_split(m->headers_conf, &w);
+	static const char *const any[] = { "Content-Type", "Content-Length", "Host", "Transfer-Encoding",
+					   "Connection", "Expect", "Accept", "Mcp-Session-Id",
+					   "MCP-Protocol-Version", NULL };
+	(void)arg;
+	return header_set_by_us(name, n, any);
+}
+
+int config_headers(const char *path, const char *section, const char *conf, struct isolate_cfg *iso,
+		   const char *(*owned)(const void *, const char *, size_t), const void *arg, char ***out,
+		   char *err, size_t errlen)
+{
+	char **w = NULL, **hs = NULL, why[200] = "";
+	int e = cmdline_split(conf, &w);
 	size_t n = 0;
 	while (!e && w[n])
 		n++;
-	if (!e && !(m->headers = calloc(n + 1, sizeof *m->headers)))
+	if (!e && !(hs = calloc(n + 1, sizeof *hs)))
 		e = -ENOMEM;
 	for (size_t k = 0; !e && k < n; k++) {
 		const char *colon = strchr(w[k], ':'), *v = colon ? colon + 1 : NULL;
@@ -187,19 +206,19 @@ static int model_headers(const char *path, struct model_cfg *m, char *err, size_
 			e = -EINVAL;
 			break;
 		}
-		const char *owned = header_owned(m, w[k], nl);
-		for (size_t j = 0; !owned && j < k; j++)
-			if (!strncasecmp(m->headers[j], w[k], nl) && m->headers[j][nl] == ':')
-				owned = "it is given twice";
-		if (owned) {
-			snprintf(why, sizeof why, "%.*s cannot be configured: %s", (int)nl, w[k], owned);
+		const char *taken = owned(arg, w[k], nl);
+		for (size_t j = 0; !taken && j < k; j++)
+			if (!strncasecmp(hs[j], w[k], nl) && hs[j][nl] == ':')
+				taken = "it is given twice";
+		if (taken) {
+			snprintf(why, sizeof why, "%.*s cannot be configured: %s", (int)nl, w[k], taken);
 			e = -EINVAL;
 			break;
 		}
 		v += strspn(v, " \t");
 		char *val = NULL;
 		size_t vl;
-		if ((e = header_expand(&m->iso, v, &val, why, sizeof why)))
+		if ((e = header_expand(iso, v, &val, why, sizeof why)))
 			break;
 		for (vl = strlen(val); vl && (val[vl - 1] == ' ' || val[vl - 1] == '\t');)
 			val[--vl] = 0;
@@ -211,17 +230,33 @@ static int model_headers(const char *path, struct model_cfg *m, char *err, size_
 				 e ? "has a control character (CR, LF, ...)" : "is empty");
 		if (!e && !vl)
 			e = -EINVAL;
-		if (!e && asprintf(&m->headers[k], "%.*s: %s", (int)nl, w[k], val) < 0)
+		if (!e && asprintf(&hs[k], "%.*s: %s", (int)nl, w[k], val) < 0) {
+			hs[k] = NULL;
 			e = -ENOMEM;
+		}
 		free(val);
 	}
 	cmdline_free(w);
 	if (e == -ENOMEM)
 		snprintf(err, errlen, "%s: out of memory", path);
 	else if (e)
-		snprintf(err, errlen, "%s: [model.%s] headers: %s", path, m->name,
+		snprintf(err, errlen, "%s: [%s] headers: %s", path, section,
 			 why[0] ? why : "an unterminated quote, a trailing backslash or no header");
-	return e ? -1 : 0;
+	if (e) {
+		for (size_t k = 0; hs && hs[k]; k++)
+			free(hs[k]);
+		free(hs);
+		return -1;
+	}
+	*out = hs;
+	return 0;
+}
+
+static int model_headers(const char *path, struct model_cfg *m, char *err, size_t errlen)
+{
+	char section[200];
+	snprintf(section, sizeof section, "model.%s", m->name);
+	return config_headers(path, section, m->headers_conf, &m->iso, header_owned, m, &m->headers, err, errlen);
 }
 
 /* The whole section read: an HTTP kind needs its model and takes no

@@ -933,6 +933,15 @@ def _cleanup():
 
 
 
+def call_tool(a, c, tool, args=None, timeout=30):
+    """Ask the echo model of conversation c for one call of tool with args; returns the content of the
+    tool_result event it leads to."""
+    before = len(a.events(c, type="tool_result"))
+    a.send(c, "/tool %s %s" % (tool, json.dumps(args or {})))
+    res = wait_for(lambda: a.events(c, type="tool_result")[before:], timeout, f"the {tool} result")
+    return res[0]["content"]
+
+
 def config_refused(text, msg):
     """agentd given the configuration text exits 2 at start, its log saying msg."""
     b = Agentd(start=False)

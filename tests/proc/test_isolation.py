@@ -117,11 +117,7 @@ def start():
 
 
 def call(a, c, tool, args=None, timeout=20):
-    """Ask the echo model for one call of tool; returns the tool_result event's content."""
-    before = len(a.events(c, type="tool_result"))
-    a.send(c, "/tool %s %s" % (tool, json.dumps(args or {})))
-    res = wait_for(lambda: a.events(c, type="tool_result")[before:], timeout, f"the {tool} result")
-    return res[0]["content"]
+    return harness.call_tool(a, c, tool, args, timeout)
 
 
 def test_environment_is_minimal():

@@ -1,0 +1,425 @@
+/*
+ * mcp_http.c: agentd-mcp-http, MCP's streamable HTTP transport behind the
+ * stdio one the worker speaks (mcp.c). The worker starts it as an [mcp.NAME]
+ * server's process when the section has a url:
+ *
+ *   agentd-mcp-http URL        (headers: AGENTD_MCP_HEADERS, one per line)
+ *
+ * Each JSON-RPC line read on stdin is POSTed to URL, several at once (a
+ * notifications/cancelled must not wait behind the call it cancels). What
+ * the server answers, a JSON body or a text/event-stream of messages, is
+ * written to stdout one message a line, as a stdio server would: the
+ * worker's reading, timeouts and cancelling are the stdio transport's. The
+ * session id the server gives at initialize goes on every later request,
+ * with the protocol version the initialize result names. A request the
+ * server fails (an HTTP error, a connection refused, a stream cut before its
+ * response) is answered here with a JSON-RPC error that says why, so no call
+ * waits for its timeout on an answer that cannot come. A session the server
+ * no longer knows (404, or 400 as servers restarted without their sessions
+ * answer) ends this process: the worker starts the server
+ * again, with a new initialize, at its next call. On EOF of stdin the
+ * session is ended with a DELETE and the process exits.
+ *
+ * Kept out of agentd-worker for the reason agentd-model is: libcurl and its
+ * TLS stack would make every worker's exec slower.
+ */
+#include "agent/sse.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#define LINE_MAX_BYTES (16u << 20) /* a request line, and a JSON response body */
+#define DELETE_TIMEOUT_MS 2000
+#define CONNECT_TIMEOUT_MS 10000
+
+struct post {
+	struct post *next;
+	CURL *h;
+	struct curl_slist *hl;
+	char *body;          /* the request line, sent as is */
+	json_t *id;          /* the request's id; NULL for a notification or a response */
+	int initialize;      /* an initialize: its session id and version are kept */
+	int event_stream;    /* the response is text/event-stream */
+	int answered;        /* a message with the request's id was written */
+	struct sse sse;
+	char *buf;           /* a JSON body (or the first bytes of an error's) */
+	size_t len, cap;
+	int oom;
+};
+
+static const char *url;
+static struct curl_slist *extra; /* AGENTD_MCP_HEADERS */
+static char session[256];        /* Mcp-Session-Id: "" before initialize answered */
+static char version[64];         /* MCP-Protocol-Version, from initialize's result */
+static struct post *posts;
+
+static void die(const char *what)
+{
+	fprintf(stderr, "agentd-mcp-http: %s\n", what);
+	exit(1);
+}
+
+/* One message out, on one line; a write that fails ends us (the worker is gone). */
+static void put(const json_t *msg)
+{
+	char *s = json_dumps(msg, JSON_COMPACT);
+	if (!s)
+		die("out of memory writing a message");
+	size_t n = strlen(s);
+	s[n] = '\n'; /* over the NUL: written as n + 1 bytes */
+	for (size_t off = 0; off <= n;) {
+		ssize_t w = write(1, s + off, n + 1 - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			exit(0);
+		off += (size_t)w;
+	}
+	free(s);
+}
+
+/* A JSON-RPC error for p's request, unless it has had its answer. */
+static void fail_post(struct post *p, const char *fmt, const char *detail)
+{
+	if (!p->id || p->answered)
+		return;
+	char m[600];
+	snprintf(m, sizeof m, fmt, detail);
+	json_t *e = json_pack("{sssOs{siss}}", "jsonrpc", "2.0", "id", p->id, "error", "code", -32000, "message", m);
+	if (!e)
+		die("out of memory");
+	put(e);
+	json_decref(e);
+	p->answered = 1;
+}
+
+/* A message from the server: noted (initialize's version; p's answer) and written. */
+static void take(struct post *p, json_t *msg)
+{
+	json_t *id = json_object_get(msg, "id");
+	if (p->id && id && json_equal(id, p->id) && !json_object_get(msg, "method")) {
+		p->answered = 1;
+		const char *v = json_string_value(json_object_get(json_object_get(msg, "result"), "protocolVersion"));
+		if (p->initialize && v)
+			snprintf(version, sizeof version, "%s", v);
+	}
+	put(msg);
+}
+
+static void take_text(struct post *p, const char *s, size_t n)
+{
+	json_error_t je;
+	json_t *j = json_loadb(s, n, 0, &je);
+	if (!j) {
+		fprintf(stderr, "agentd-mcp-http: the server sent a message that is not JSON: %s\n", je.text);
+		return;
+	}
+	if (json_is_array(j)) { /* a batch, as 2025-03-26 allowed */
+		size_t i;
+		json_t *m;
+		json_array_foreach(j, i, m)
+			take(p, m);
+	} else {
+		take(p, j);
+	}
+	json_decref(j);
+}
+
+static int on_event(void *arg, const char *type, const char *data, size_t len)
+{
+	if (!*type || !strcmp(type, "message"))
+		take_text(arg, data, len);
+	return 0;
+}
+
+static long status_of(struct post *p)
+{
+	long st = 0;
+	curl_easy_getinfo(p->h, CURLINFO_RESPONSE_CODE, &st);
+	return st;
+}
+
+static size_t on_body(char *d, size_t size, size_t n, void *arg)
+{
+	struct post *p = arg;
+	size_t len = size * n;
+	long st = status_of(p);
+	if (st >= 200 && st < 300 && p->event_stream) {
+		int e = sse_feed(&p->sse, d, len, on_event, p);
+		if (e == -ENOMEM)
+			p->oom = 1;
+		return e ? 0 : len;
+	}
+	size_t room = p->len < LINE_MAX_BYTES ? LINE_MAX_BYTES - p->len : 0;
+	size_t keep = len < room ? len : room;
+	if (p->len + keep + 1 > p->cap) {
+		size_t cap = p->cap ? p->cap : 4096;
+		while (cap < p->len + keep + 1)
+			cap *= 2;
+		char *b = realloc(p->buf, cap);
+		if (!b) {
+			p->oom = 1;
+			return 0;
+		}
+		p->buf = b, p->cap = cap;
+	}
+	memcpy(p->buf + p->len, d, keep);
+	p->len += keep;
+	p->buf[p->len] = 0;
+	return len;
+}
+
+static size_t on_header(char *d, size_t size, size_t n, void *arg)
+{
+	struct post *p = arg;
+	size_t len = size * n, v = 0;
+	const char *colon = memchr(d, ':', len);
+	if (!colon)
+		return len;
+	size_t nl = (size_t)(colon - d);
+	for (v = nl + 1; v < len && (d[v] == ' ' || d[v] == '\t'); v++)
+		;
+	size_t vl = len - v;
+	while (vl && (d[v + vl - 1] == '\r' || d[v + vl - 1] == '\n' || d[v + vl - 1] == ' '))
+		vl--;
+	if (nl == 12 && !strncasecmp(d, "content-type", 12))
+		p->event_stream = vl >= 17 && !strncasecmp(d + v, "text/event-stream", 17);
+	else if (nl == 14 && !strncasecmp(d, "mcp-session-id", 14) && p->initialize && vl < sizeof session)
+		snprintf(session, sizeof session, "%.*s", (int)vl, d + v);
+	return len;
+}
+
+static int add_header(struct curl_slist **hl, const char *fmt, const char *v)
+{
+	char h[512];
+	snprintf(h, sizeof h, fmt, v);
+	struct curl_slist *t = curl_slist_append(*hl, h);
+	return t ? (*hl = t, 0) : -ENOMEM;
+}
+
+/* The headers every request carries: ours, the session's, the configured ones. */
+static int headers(struct curl_slist **hl, int with_body)
+{
+	if ((with_body && add_header(hl, "%s", "Content-Type: application/json")) ||
+	    add_header(hl, "%s", "Accept: application/json, text/event-stream") || add_header(hl, "%s", "Expect:") ||
+	    (session[0] && add_header(hl, "Mcp-Session-Id: %s", session)) ||
+	    (version[0] && add_header(hl, "MCP-Protocol-Version: %s", version)))
+		return -ENOMEM;
+	for (struct curl_slist *x = extra; x; x = x->next)
+		if (add_header(hl, "%s", x->data))
+			return -ENOMEM;
+	return 0;
+}
+
+static CURL *easy(struct curl_slist *hl)
+{
+	CURL *h = curl_easy_init();
+	if (!h)
+		return NULL;
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
+	curl_easy_setopt(h, CURLOPT_USERAGENT, "agentd/" AGENTD_VERSION);
+	return h;
+}
+
+/* A request line read: its POST joins the others in flight. */
+static void post_line(CURLM *m, char *line, size_t len)
+{
+	struct post *p = calloc(1, sizeof *p);
+	json_t *j = json_loadb(line, len, 0, NULL);
+	if (!p || !(p->body = strndup(line, len)))
+		die("out of memory");
+	if (json_is_object(j)) {
+		json_t *id = json_object_get(j, "id");
+		const char *method = json_string_value(json_object_get(j, "method"));
+		if (id && method)
+			p->id = json_incref(id);
+		p->initialize = method && !strcmp(method, "initialize");
+	}
+	json_decref(j);
+	sse_init(&p->sse);
+	if (headers(&p->hl, 1) || !(p->h = easy(p->hl)))
+		die("out of memory");
+	curl_easy_setopt(p->h, CURLOPT_POSTFIELDS, p->body);
+	curl_easy_setopt(p->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+	curl_easy_setopt(p->h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(p->h, CURLOPT_WRITEDATA, p);
+	curl_easy_setopt(p->h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(p->h, CURLOPT_HEADERDATA, p);
+	curl_easy_setopt(p->h, CURLOPT_PRIVATE, p);
+	curl_multi_add_handle(m, p->h);
+	p->next = posts;
+	posts = p;
+}
+
+/* A POST ended (cc: how the transfer went): its answer, or the error that stands for it. */
+static void post_done(CURLM *m, struct post *p, CURLcode cc)
+{
+	long st = status_of(p);
+	if (p->oom) {
+		fail_post(p, "%s", "agentd-mcp-http ran out of memory reading the response");
+	} else if (cc != CURLE_OK) {
+		fail_post(p, "the MCP server could not be reached: %s", curl_easy_strerror(cc));
+	} else if ((st == 404 || st == 400) && session[0]) {
+		/* 404 is the spec's answer to a session the server no longer
+		 * has; servers restarted without their sessions (the SDK's
+		 * examples) answer 400. Either way a new session is the cure. */
+		char d[300];
+		snprintf(d, sizeof d, "%ld%s%.200s", st, p->len ? ": " : "", p->len ? p->buf : "");
+		fail_post(p, "the MCP server does not know the session any more (HTTP %s)", d);
+		fprintf(stderr, "agentd-mcp-http: the server does not know the session (HTTP %ld): "
+				"a new one starts with the next call\n", st);
+		exit(1);
+	} else if (st < 200 || st >= 300) {
+		char d[300];
+		snprintf(d, sizeof d, "%ld%s%.200s", st, p->len ? ": " : "", p->len ? p->buf : "");
+		for (char *c = d; *c; c++)
+			if (*c == '\n' || *c == '\r')
+				*c = ' ';
+		fail_post(p, "the MCP server answered HTTP %s", d);
+	} else if (!p->event_stream && p->len) {
+		take_text(p, p->buf, p->len);
+	}
+	fail_post(p, "%s", p->event_stream ? "the MCP server's stream ended before the response"
+					  : "the MCP server sent no response");
+	curl_multi_remove_handle(m, p->h);
+	for (struct post **q = &posts; *q; q = &(*q)->next)
+		if (*q == p) {
+			*q = p->next;
+			break;
+		}
+	curl_easy_cleanup(p->h);
+	curl_slist_free_all(p->hl);
+	sse_free(&p->sse);
+	json_decref(p->id);
+	free(p->body);
+	free(p->buf);
+	free(p);
+}
+
+/* stdin's bytes into lines, each posted; 1 at EOF. */
+static int read_stdin(CURLM *m, char **buf, size_t *len, size_t *cap)
+{
+	for (;;) {
+		if (*len + 65536 > *cap) {
+			if (*cap > LINE_MAX_BYTES + 65536)
+				die("a request line is longer than 16 MiB");
+			char *b = realloc(*buf, *cap ? *cap * 2 : 131072);
+			if (!b)
+				die("out of memory");
+			*buf = b, *cap = *cap ? *cap * 2 : 131072;
+		}
+		ssize_t r = read(0, *buf + *len, *cap - *len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && errno == EAGAIN)
+			return 0;
+		if (r <= 0)
+			return 1;
+		*len += (size_t)r;
+		char *nl, *start = *buf;
+		while ((nl = memchr(start, '\n', *len - (size_t)(start - *buf)))) {
+			if (nl > start)
+				post_line(m, start, (size_t)(nl - start));
+			start = nl + 1;
+		}
+		*len -= (size_t)(start - *buf);
+		memmove(*buf, start, *len);
+	}
+}
+
+/* The end: the session is ended on the server (best effort, bounded). */
+static void end_session(void)
+{
+	struct curl_slist *hl = NULL;
+	CURL *h;
+	if (!session[0] || headers(&hl, 0) || !(h = easy(hl))) {
+		curl_slist_free_all(hl);
+		return;
+	}
+	curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+	curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)DELETE_TIMEOUT_MS);
+	curl_easy_perform(h);
+	curl_easy_cleanup(h);
+	curl_slist_free_all(hl);
+}
+
+static void configured_headers(void)
+{
+	const char *v = getenv("AGENTD_MCP_HEADERS");
+	for (const char *s = v; s && *s;) {
+		const char *e = strchr(s, '\n');
+		size_t n = e ? (size_t)(e - s) : strlen(s);
+		char *h = strndup(s, n);
+		struct curl_slist *t = h && n ? curl_slist_append(extra, h) : extra;
+		if (!h || !t)
+			die("out of memory");
+		extra = t;
+		free(h);
+		s += n + (e != NULL);
+	}
+	unsetenv("AGENTD_MCP_HEADERS");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		printf("usage: agentd-mcp-http URL\n"
+		       "MCP's streamable HTTP transport as a stdio server: JSON-RPC lines on stdin are POSTed to URL,\n"
+		       "the server's messages written to stdout a line each. Headers to send: AGENTD_MCP_HEADERS,\n"
+		       "one 'Name: value' a line. agentd-worker runs it for an [mcp.NAME] section with a url.\n");
+		return 0;
+	}
+	if (argc != 2 || (strncmp(argv[1], "http://", 7) && strncmp(argv[1], "https://", 8))) {
+		fprintf(stderr, "usage: agentd-mcp-http URL (http:// or https://)\n");
+		return 2;
+	}
+	url = argv[1];
+	configured_headers();
+	CURLM *m;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(m = curl_multi_init()))
+		die("cannot initialise libcurl");
+	fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	int eof = 0, running = 0;
+	while (!eof || posts) {
+		struct curl_waitfd wf = { 0, CURL_WAIT_POLLIN, 0 };
+		int nfd;
+		if (curl_multi_poll(m, eof ? NULL : &wf, eof ? 0 : 1, 1000, &nfd) != CURLM_OK)
+			die("libcurl's multi interface failed");
+		if (!eof && wf.revents)
+			eof = read_stdin(m, &buf, &len, &cap);
+		if (eof && posts) /* the worker let go of us: what is in flight has no reader */
+			for (struct post *p = posts; p; p = posts) {
+				p->answered = 1;
+				post_done(m, p, CURLE_ABORTED_BY_CALLBACK);
+			}
+		curl_multi_perform(m, &running);
+		CURLMsg *msg;
+		int left;
+		while ((msg = curl_multi_info_read(m, &left)))
+			if (msg->msg == CURLMSG_DONE) {
+				struct post *p = NULL;
+				curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&p);
+				post_done(m, p, msg->data.result);
+			}
+	}
+	end_session();
+	free(buf);
+	curl_multi_cleanup(m);
+	curl_slist_free_all(extra);
+	curl_global_cleanup();
+	return 0;
+}
