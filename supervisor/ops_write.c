@@ -343,6 +343,19 @@ static int send_interrupt(store_txn *t, const char *conv, uint64_t by_seq, struc
 
 static int send_steer(store_txn *t, const char *conv, const uint64_t *seqs, const int *dups, size_t n);
 
+/* A send that waits for the running turn (enqueue) or joins it (steer),
+ * after its events: the approvals whose tools say on_user_message = reject
+ * settled by the first user_msg it wrote (conv_user_message_reject), in the
+ * same transaction; *rejected gets their ids. An interrupting send cancels
+ * every pending call instead, and a refused one writes nothing. */
+static int send_reject(store_txn *t, const char *conv, const uint64_t *seqs, const int *dups, json_t **rejected)
+{
+	size_t first = 0;
+	while (dups[first])
+		first++; /* the caller checked that this send wrote one */
+	return conv_user_message_reject(t, conv, seqs[first], ops_ctx()->cfg, rejected);
+}
+
 /* send's checks and its append, in that order: the conversation exists and
  * is not ended; expected_seq (unless the send is a replay: idempotency wins,
  * and a replay writes nothing); then every event or none. A send that finds
@@ -392,14 +405,19 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 	} else if (!e && r->appended && mode == PROTO_ON_BUSY_STEER) {
 		e = send_steer(t, conv, seqs, dups, n);
 	}
+	json_t *rejected = NULL;
+	if (!e && r->appended && (mode == PROTO_ON_BUSY_ENQUEUE || mode == PROTO_ON_BUSY_STEER))
+		e = send_reject(t, conv, seqs, dups, &rejected);
 	if (!e && r->appended && was_idle) {
 		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
 		e = store_conv_put(t, conv, &p);
 	}
 	if (!e && r->appended)
 		e = lease_ahead(t, conv);
-	if (e)
+	if (e) {
+		json_decref(rejected);
 		return job_store_error(j, e, "send"), e;
+	}
 	/* Committed either way: a reply short of a field is answered "out of
 	 * memory" instead (a retry with the event_ids then gets the seqs). */
 	int oom = 0;
@@ -429,6 +447,9 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 		oom = json_object_set_new(j->reply, "on_busy", json_string(proto_on_busy_names[mode]));
 	if (j->reply && !oom && r->interrupted)
 		oom = json_object_set_new(j->reply, "interrupted", json_integer((json_int_t)r->seq));
+	if (j->reply && !oom && json_array_size(rejected))
+		oom = json_object_set(j->reply, "rejected", rejected);
+	json_decref(rejected);
 	if (j->reply && !oom && c.status == STORE_PAUSED) {
 		/* Kept, and answered once a larger budget resumes it. */
 		r->paused = 1;
