@@ -343,17 +343,31 @@ static int send_interrupt(store_txn *t, const char *conv, uint64_t by_seq, struc
 
 static int send_steer(store_txn *t, const char *conv, const uint64_t *seqs, const int *dups, size_t n);
 
-/* A send that waits for the running turn (enqueue) or joins it (steer),
- * after its events: the approvals whose tools say on_user_message = reject
- * settled by the first user_msg it wrote (conv_user_message_reject), in the
- * same transaction; *rejected gets their ids. An interrupting send cancels
- * every pending call instead, and a refused one writes nothing. */
-static int send_reject(store_txn *t, const char *conv, const uint64_t *seqs, const int *dups, json_t **rejected)
+/* What a send that wrote events (r->appended) does after them, by its
+ * on_busy mode (-1: no turn ran): an interrupt cancels the running turn;
+ * steer names its user_msgs; with enqueue or steer, the approvals whose
+ * tools say on_user_message = reject are settled by its first user_msg
+ * (conv_user_message_reject: *rejected gets their ids); an idle
+ * conversation becomes active; then its worker's lease. A refused send
+ * writes nothing and gets none of this. A store error or -ENOMEM. */
+static int send_writes(store_txn *t, const char *conv, int mode, int was_idle, const uint64_t *seqs,
+		       const int *dups, size_t n, struct wres *r, json_t **rejected)
 {
 	size_t first = 0;
 	while (dups[first])
-		first++; /* the caller checked that this send wrote one */
-	return conv_user_message_reject(t, conv, seqs[first], ops_ctx()->cfg, rejected);
+		first++; /* the first event this send wrote: one is (appended) */
+	int e = 0;
+	if (mode == PROTO_ON_BUSY_INTERRUPT)
+		e = send_interrupt(t, conv, seqs[first], r);
+	else if (mode == PROTO_ON_BUSY_STEER)
+		e = send_steer(t, conv, seqs, dups, n);
+	if (!e && (mode == PROTO_ON_BUSY_ENQUEUE || mode == PROTO_ON_BUSY_STEER))
+		e = conv_user_message_reject(t, conv, seqs[first], ops_ctx()->cfg, rejected);
+	if (!e && was_idle) {
+		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+		e = store_conv_put(t, conv, &p);
+	}
+	return e ? e : lease_ahead(t, conv);
 }
 
 /* send's checks and its append, in that order: the conversation exists and
@@ -397,23 +411,9 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 	r->appended = 0;
 	for (size_t i = 0; !e && i < n; i++)
 		r->appended += !dups[i];
-	if (!e && r->appended && mode == PROTO_ON_BUSY_INTERRUPT) {
-		size_t first = 0;
-		while (dups[first])
-			first++; /* the first event this send wrote: one is (appended) */
-		e = send_interrupt(t, conv, seqs[first], r);
-	} else if (!e && r->appended && mode == PROTO_ON_BUSY_STEER) {
-		e = send_steer(t, conv, seqs, dups, n);
-	}
 	json_t *rejected = NULL;
-	if (!e && r->appended && (mode == PROTO_ON_BUSY_ENQUEUE || mode == PROTO_ON_BUSY_STEER))
-		e = send_reject(t, conv, seqs, dups, &rejected);
-	if (!e && r->appended && was_idle) {
-		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
-		e = store_conv_put(t, conv, &p);
-	}
 	if (!e && r->appended)
-		e = lease_ahead(t, conv);
+		e = send_writes(t, conv, mode, was_idle, seqs, dups, n, r, &rejected);
 	if (e) {
 		json_decref(rejected);
 		return job_store_error(j, e, "send"), e;
