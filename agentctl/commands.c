@@ -222,7 +222,8 @@ const struct command commands[] = {
 	 "append several at once and print `seqs: [N,...]` (and `duplicates:` the indexes of events already sent).\n"
 	 "With --expected-seq, a conversation that moved on is refused: exit 1, `conflict` naming its last seq.\n"
 	 "While a turn runs, --on-busy (or the conversation's on_busy) decides: `on_busy: MODE` is printed, and\n"
-	 "`interrupted: N` (the turn_cancelled's seq) when it cancelled the turn; reject is exit 1, `conflict`.",
+	 "`interrupted: N` (the turn_cancelled's seq) when it cancelled the turn; reject is exit 1, `conflict`.\n"
+	 "`rejected: [IDS]`: the pending approvals it settled (their tools have on_user_message = reject).",
 	 pos_send, opt_send, show_fields, 0, "agentctl send demo 'What is the weather in Paris?' --event-id msg-42", NULL, "seq,seqs"},
 	{"events", "events", "print a conversation's events",
 	 "Print events one per line: SEQ TYPE CONTENT (CONTENT as compact JSON). With --wait, block until an event\n"

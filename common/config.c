@@ -113,6 +113,13 @@ const char *config_on_expiry_name(int policy)
 	return policy >= 0 && policy <= ON_EXPIRY_ESCALATE ? on_expiry_names[policy] : "expire";
 }
 
+static const char *const on_user_message_names[] = { "keep", "reject" };
+
+const char *config_on_user_message_name(int policy)
+{
+	return policy == ON_USER_MESSAGE_REJECT ? "reject" : "keep";
+}
+
 void config_free(struct config *c)
 {
 	for (size_t i = 0; i < c->nmodels; i++)
@@ -543,6 +550,12 @@ static int tool_key(struct tool_cfg *t, const char *k, const char *v)
 	}
 	if (!strcmp(k, "escalate_to"))
 		return name_ok(v) ? config_set_str(&t->escalate_to, v) : -1;
+	if (!strcmp(k, "on_user_message")) {
+		for (int i = 0; i <= ON_USER_MESSAGE_REJECT; i++)
+			if (!strcmp(v, on_user_message_names[i]))
+				return t->on_user_message = i, 0;
+		return -1;
+	}
 	if (!strcmp(k, "description"))
 		return config_set_str(&t->description, v);
 	if (!strcmp(k, "max_attempts"))
@@ -590,7 +603,7 @@ static int mcp_key(struct tool_cfg *t, const char *k, const char *v)
 	/* A server tool's keys that mean nothing here: each tool has the
 	 * server's own description, and a server is no human. */
 	static const char *const not_here[] = { "executor", "prompt", "expires", "description", "warn_before",
-						 "on_expiry", "escalate_to" };
+						 "on_expiry", "escalate_to", "on_user_message" };
 	for (size_t i = 0; i < sizeof not_here / sizeof *not_here; i++)
 		if (!strcmp(k, not_here[i]))
 			return -2;
@@ -939,6 +952,12 @@ static int validate(struct config *c, char *err, size_t errlen)
 			return -1;
 		if (warn_before_validate(c, t, err, errlen) || on_expiry_validate(c, t, err, errlen))
 			return -1;
+		if (t->on_user_message == ON_USER_MESSAGE_REJECT && t->executor != EXEC_HUMAN) {
+			/* A server call is running, not waiting: cancel or on_busy = interrupt stops it. */
+			snprintf(err, errlen, "%s: [tool.%s] on_user_message is for human tools (executor = human)",
+				 c->path, t->name);
+			return -1;
+		}
 	}
 	return 0;
 }

@@ -86,6 +86,11 @@ const char *config_model_kind_name(int kind);
 enum tool_on_expiry { ON_EXPIRY_EXPIRE = 0, ON_EXPIRY_DENY, ON_EXPIRY_APPROVE, ON_EXPIRY_ESCALATE };
 const char *config_on_expiry_name(int policy);
 
+/* A human tool's on_user_message: what a new user message does to its
+ * pending call (docs/tools.md): keep it waiting, or reject it. */
+enum tool_on_user_message { ON_USER_MESSAGE_KEEP = 0, ON_USER_MESSAGE_REJECT };
+const char *config_on_user_message_name(int policy);
+
 struct tool_cfg {
 	char *name;
 	int executor;        /* EXEC_SERVER or EXEC_HUMAN */
@@ -96,6 +101,7 @@ struct tool_cfg {
 	int64_t warn_before_ms; /* human tools: an expiry_warning this long before the deadline, 0: none */
 	int on_expiry;       /* human tools: enum tool_on_expiry, default ON_EXPIRY_EXPIRE */
 	char *escalate_to;   /* human tools with on_expiry = escalate: the human tool the call is handed to */
+	int on_user_message; /* human tools: enum tool_on_user_message, default ON_USER_MESSAGE_KEEP */
 	char *description;
 	int max_attempts;    /* server tools: dispatches before "interrupted", default 3 */
 	size_t out_cap;      /* server tools: stdout cap, default 1 MiB */

@@ -131,6 +131,17 @@ int conv_resolve(store_txn *t, const char *id, int status, const json_t *result,
 int conv_expire(store_txn *t, const char *id, const struct config *cfg, char *conv, uint64_t *seq, int *ended,
 		int *policy);
 
+/* A user_msg (the first a send wrote, at by_seq) arrived while conv waits on
+ * people: each pending human call whose tool in cfg (the one it waits on
+ * now, after any escalation) says on_user_message = reject is settled by
+ * the resolution rule as status resolved, result {"approved": false,
+ * "on_user_message": "reject", "user_msg": by_seq}, by {"name":
+ * "user_message"}; the others stay pending. *rejected gets the ids settled
+ * (a new reference, [] when none). Errors: any store error, -ENOMEM (both
+ * poison t). */
+int conv_user_message_reject(store_txn *t, const char *conv, uint64_t by_seq, const struct config *cfg,
+			     json_t **rejected);
+
 /* ---- calls whose outcome is unknown (docs/tools.md) ------------------ */
 
 /* How a call whose outcome is unknown is decided (`settle`, a reconcile

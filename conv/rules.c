@@ -372,6 +372,59 @@ int conv_expire(store_txn *t, const char *id, const struct config *cfg, char *co
 	return e;
 }
 
+/* A pending human call as [id, name]. */
+static int collect_human_call(void *arg, const struct store_tool_call *tc)
+{
+	if (tc->executor != STORE_EXEC_HUMAN)
+		return 0;
+	json_t *c = json_pack("[s#s#]", (const char *)tc->id.ptr, (int)tc->id.len, (const char *)tc->name.ptr,
+			      (int)tc->name.len);
+	return c && !json_array_append_new(arg, c) ? 0 : -ENOMEM;
+}
+
+int conv_user_message_reject(store_txn *t, const char *conv, uint64_t by_seq, const struct config *cfg,
+			     json_t **rejected)
+{
+	*rejected = NULL;
+	size_t any = 0;
+	for (size_t k = 0; k < cfg->ntools; k++)
+		any += cfg->tools[k].on_user_message == ON_USER_MESSAGE_REJECT;
+	if (!any) /* the common case: no read of the calls on every busy send */
+		return (*rejected = json_array()) ? 0 : -ENOMEM;
+	json_t *calls = json_array(), *ids = json_array(), *c;
+	json_t *result = json_pack("{sbsssI}", "approved", 0, "on_user_message", "reject", "user_msg",
+				   (json_int_t)by_seq);
+	json_t *by = json_pack("{ss}", "name", "user_message");
+	char own[STORE_ID_MAX + 1];
+	size_t i;
+	int e = calls && ids && result && by ? store_tool_calls_list(t, conv, 1u << STORE_TC_PENDING,
+								   collect_human_call, calls)
+					     : -ENOMEM;
+	json_array_foreach(calls, i, c) {
+		const char *id = json_string_value(json_array_get(c, 0));
+		const struct tool_cfg *tool;
+		if (e || (e = current_tool(t, conv, id, json_string_value(json_array_get(c, 1)), cfg, &tool, NULL)))
+			break;
+		if (!tool || tool->executor != EXEC_HUMAN || tool->on_user_message != ON_USER_MESSAGE_REJECT)
+			continue;
+		if (!(e = conv_settle_by(t, id, STORE_TC_RESOLVED, "resolution", result, by, own, NULL)) &&
+		    json_array_append_new(ids, json_string(id)))
+			e = -ENOMEM;
+	}
+	int ended;
+	if (!e && json_array_size(ids))
+		e = conv_after_resolution(t, conv, &ended);
+	json_decref(calls);
+	json_decref(result);
+	json_decref(by);
+	if (e) {
+		json_decref(ids);
+		return e;
+	}
+	*rejected = ids;
+	return 0;
+}
+
 static const char *const outcome_names[] = { "retry", "done", "failed" };
 
 const char *conv_outcome_name(int outcome)

@@ -343,6 +343,33 @@ static int send_interrupt(store_txn *t, const char *conv, uint64_t by_seq, struc
 
 static int send_steer(store_txn *t, const char *conv, const uint64_t *seqs, const int *dups, size_t n);
 
+/* What a send that wrote events (r->appended) does after them, by its
+ * on_busy mode (-1: no turn ran): an interrupt cancels the running turn;
+ * steer names its user_msgs; with enqueue or steer, the approvals whose
+ * tools say on_user_message = reject are settled by its first user_msg
+ * (conv_user_message_reject: *rejected gets their ids); an idle
+ * conversation becomes active; then its worker's lease. A refused send
+ * writes nothing and gets none of this. A store error or -ENOMEM. */
+static int send_writes(store_txn *t, const char *conv, int mode, int was_idle, const uint64_t *seqs,
+		       const int *dups, size_t n, struct wres *r, json_t **rejected)
+{
+	size_t first = 0;
+	while (dups[first])
+		first++; /* the first event this send wrote: one is (appended) */
+	int e = 0;
+	if (mode == PROTO_ON_BUSY_INTERRUPT)
+		e = send_interrupt(t, conv, seqs[first], r);
+	else if (mode == PROTO_ON_BUSY_STEER)
+		e = send_steer(t, conv, seqs, dups, n);
+	if (!e && (mode == PROTO_ON_BUSY_ENQUEUE || mode == PROTO_ON_BUSY_STEER))
+		e = conv_user_message_reject(t, conv, seqs[first], ops_ctx()->cfg, rejected);
+	if (!e && was_idle) {
+		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
+		e = store_conv_put(t, conv, &p);
+	}
+	return e ? e : lease_ahead(t, conv);
+}
+
 /* send's checks and its append, in that order: the conversation exists and
  * is not ended; expected_seq (unless the send is a replay: idempotency wins,
  * and a replay writes nothing); then every event or none. A send that finds
@@ -384,22 +411,13 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 	r->appended = 0;
 	for (size_t i = 0; !e && i < n; i++)
 		r->appended += !dups[i];
-	if (!e && r->appended && mode == PROTO_ON_BUSY_INTERRUPT) {
-		size_t first = 0;
-		while (dups[first])
-			first++; /* the first event this send wrote: one is (appended) */
-		e = send_interrupt(t, conv, seqs[first], r);
-	} else if (!e && r->appended && mode == PROTO_ON_BUSY_STEER) {
-		e = send_steer(t, conv, seqs, dups, n);
-	}
-	if (!e && r->appended && was_idle) {
-		struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ACTIVE };
-		e = store_conv_put(t, conv, &p);
-	}
+	json_t *rejected = NULL;
 	if (!e && r->appended)
-		e = lease_ahead(t, conv);
-	if (e)
+		e = send_writes(t, conv, mode, was_idle, seqs, dups, n, r, &rejected);
+	if (e) {
+		json_decref(rejected);
 		return job_store_error(j, e, "send"), e;
+	}
 	/* Committed either way: a reply short of a field is answered "out of
 	 * memory" instead (a retry with the event_ids then gets the seqs). */
 	int oom = 0;
@@ -429,6 +447,9 @@ static int send_append(store_txn *t, struct job *j, struct wres *r, const struct
 		oom = json_object_set_new(j->reply, "on_busy", json_string(proto_on_busy_names[mode]));
 	if (j->reply && !oom && r->interrupted)
 		oom = json_object_set_new(j->reply, "interrupted", json_integer((json_int_t)r->seq));
+	if (j->reply && !oom && json_array_size(rejected))
+		oom = json_object_set(j->reply, "rejected", rejected);
+	json_decref(rejected);
 	if (j->reply && !oom && c.status == STORE_PAUSED) {
 		/* Kept, and answered once a larger budget resumes it. */
 		r->paused = 1;

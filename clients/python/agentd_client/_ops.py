@@ -151,7 +151,8 @@ class _Ops:
         fields = {"conversation": conversation, "content": content, "event_id": eid,
                   **_opt(expected_seq=expected_seq, on_busy=on_busy)}
         return _Call("send", fields, lambda r: SendResult(r["seq"], bool(r.get("duplicate", False)), eid,
-                                                          r.get("status"), r.get("on_busy"), r.get("interrupted")))
+                                                          r.get("status"), r.get("on_busy"), r.get("interrupted"),
+                                                          list(r.get("rejected", []))))
 
     def _events_call(self, conversation: str, **kw) -> _Call:
         extra = (kw.get("wait_ms") or 0) / 1000.0
@@ -232,7 +233,8 @@ class _Ops:
         this send alone, overrides the conversation's: with "reject", Conflict (nothing written) while a
         turn runs; with "interrupt", SendResult.interrupted is the seq of the turn_cancelled it wrote; with
         "steer" the running turn's next model round answers it. SendResult.on_busy names the mode applied
-        when a turn was running and on_busy was given (here or in the settings)."""
+        when a turn was running and on_busy was given (here or in the settings). SendResult.rejected lists
+        the pending calls it settled, those of tools with on_user_message = reject."""
         return self._run(self._send_call(conversation, content, event_id, expected_seq, on_busy))
 
     def send_and_wait(self, conversation: str, content, *, timeout: Optional[float] = 60.0,
@@ -270,7 +272,8 @@ class _Ops:
         events = [{"content": c, "event_id": e} for c, e in zip(contents, eids)]
         fields = {"conversation": conversation, "events": events, **_opt(expected_seq=expected_seq, on_busy=on_busy)}
         return self._run(_Call("send", fields,
-                               lambda r: BatchResult(list(r["seqs"]), list(r.get("duplicates", [])), eids)))
+                               lambda r: BatchResult(list(r["seqs"]), list(r.get("duplicates", [])), eids,
+                                                     list(r.get("rejected", [])))))
 
     def events(self, conversation: str, *, after: Optional[int] = None, before: Optional[int] = None,
                limit: Optional[int] = None, type: Optional[str] = None, wait_ms: Optional[int] = None):

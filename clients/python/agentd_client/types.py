@@ -134,23 +134,26 @@ class SendResult:
     is "paused" when the conversation is paused (the message waits for a larger budget), else None.
     on_busy is the mode applied when the send found a turn running ("enqueue", "interrupt", "steer")
     and on_busy was given (by the send or the settings), else None; interrupted the seq of the
-    turn_cancelled an interrupting send wrote, else None."""
+    turn_cancelled an interrupting send wrote, else None; rejected the ids of the pending calls the send
+    settled, those of tools with on_user_message = reject (docs/tools.md), else []."""
     seq: int
     duplicate: bool
     event_id: str
     status: Optional[str] = None
     on_busy: Optional[str] = None
     interrupted: Optional[int] = None
+    rejected: List[str] = field(default_factory=list)
 
 
 @dataclass
 class BatchResult:
     """`send` with several events (send_batch): their seqs in order; duplicates lists the indexes of the
     events whose event_id agentd had already seen (their seqs are the originals'); event_ids are the ones
-    used (generated when not given)."""
+    used (generated when not given); rejected as SendResult's."""
     seqs: List[int]
     duplicates: List[int]
     event_ids: List[str]
+    rejected: List[str] = field(default_factory=list)
 
 
 @dataclass

@@ -7,10 +7,11 @@ import asyncio
 import pytest
 
 from agentd_client import AsyncClient, BadRequest, Client, Conflict, Stale
+from conftest import HUMAN_TOOL
 
 
-def suspended(c, conv):
-    r = c.send_and_wait(conv, "/tool approve")
+def suspended(c, conv, tool="approve"):
+    r = c.send_and_wait(conv, f"/tool {tool}")
     assert r.status == "suspended", r
     return r.pending[0]
 
@@ -69,3 +70,30 @@ def test_async_reject(agentd):
             s = await c.send(conv, "queued too", on_busy="enqueue")
             assert s.on_busy == "enqueue"
     asyncio.run(main())
+
+
+GATE = HUMAN_TOOL + """
+[tool.gate]
+executor = human
+expires = 1h
+on_user_message = reject
+"""
+
+
+def test_on_user_message_reject(start_agentd):
+    """A send to a conversation waiting on a tool with on_user_message = reject: SendResult.rejected names
+    the call it settled (and BatchResult's likewise), and the next turn answers the message."""
+    a = start_agentd(GATE)
+    with Client(a.socket) as c:
+        conv = c.create("echo", tools=["approve", "gate"])
+        tc = suspended(c, conv, "gate")
+        s = c.send(conv, "never mind")
+        assert s.rejected == [tc], s
+        done = c.wait_turn(conv, s.seq, timeout=30)
+        assert done.status == "completed" and "echo: never mind" in done.text, done
+        with pytest.raises(Stale):
+            c.approve(tc)
+        tc = suspended(c, conv, "gate")
+        b = c.send_batch(conv, ["one", "two"])
+        assert b.rejected == [tc], b
+        assert c.send(conv, "idle").rejected == []

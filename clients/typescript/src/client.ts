@@ -360,7 +360,8 @@ export class Client {
       op: "send",
       fields: opt({ conversation, content, event_id: eventId, expected_seq: o.expectedSeq, on_busy: o.onBusy }),
       parse: (r) => opt({ seq: need(r, "seq"), duplicate: r.duplicate === true, event_id: eventId,
-        status: r.status, on_busy: r.on_busy, interrupted: r.interrupted }) as unknown as SendResult,
+        status: r.status, on_busy: r.on_busy, interrupted: r.interrupted,
+        rejected: (r.rejected as string[]) ?? [] }) as unknown as SendResult,
     });
   }
 
@@ -376,7 +377,7 @@ export class Client {
       op: "send",
       fields: opt({ conversation, events, expected_seq: o.expectedSeq, on_busy: o.onBusy }),
       parse: (r) => ({ seqs: need(r, "seqs") as number[], duplicates: (r.duplicates as number[]) ?? [],
-        event_ids: eventIds }),
+        event_ids: eventIds, rejected: (r.rejected as string[]) ?? [] }),
     });
   }
 

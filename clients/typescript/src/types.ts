@@ -79,12 +79,16 @@ export interface SendResult {
   on_busy?: string;
   /** An interrupting send: the seq of the turn_cancelled it wrote. */
   interrupted?: number;
+  /** The ids of the pending calls the send settled, those of tools with on_user_message = reject; [] when none. */
+  rejected: string[];
 }
 
 export interface BatchResult {
   seqs: number[];
   duplicates: number[];
   event_ids: string[];
+  /** As SendResult's. */
+  rejected: string[];
 }
 
 export interface ToolCall {

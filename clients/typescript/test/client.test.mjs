@@ -107,6 +107,20 @@ test("onBusy: reject, interrupt, steer while a person is awaited; bad values", a
   await assert.rejects(c.create("echo", { onBusy: "x" }), (e) => e instanceof A.BadRequest);
 });
 
+test("on_user_message = reject: a send settles the pending approval and says so", async () => {
+  const id = await c.create("echo", { tools: ["gate"] });
+  assert.equal((await c.sendAndWait(id, "/tool gate {}")).status, "suspended");
+  const p = (await c.pending()).filter((x) => x.conversation === id)[0];
+  const s = await c.send(id, "never mind");
+  assert.deepEqual(s.rejected, [p.id]);
+  await waitFor(async () => (await c.get(id)).status === "idle", "the turn that answers");
+  const answer = (await c.events(id, { type: "assistant_msg" })).events.at(-1);
+  assert.match(answer.content.text, /echo: never mind/);
+  assert.deepEqual((await c.send(id, "idle")).rejected, []);
+  const b = await c.sendBatch(id, ["a"]);
+  assert.deepEqual(b.rejected, []);
+});
+
 test("sendAndWait ends at an approval; pending, approve, deny, by", async () => {
   const id = await c.create("echo", { tools: ["approve"] });
   const t = await c.sendAndWait(id, '/tool approve {"amount": 120}');

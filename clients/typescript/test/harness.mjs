@@ -19,6 +19,11 @@ export const HUMAN_TOOL = `
 executor = human
 prompt = Approve the payment?
 expires = 1h
+
+[tool.gate]
+executor = human
+expires = 1h
+on_user_message = reject
 `;
 
 export async function waitFor(pred, what, timeoutMs = 20000) {
