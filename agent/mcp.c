@@ -32,6 +32,7 @@ struct server {
 	int up;              /* initialized and listed: calls may go */
 	json_t *tools;       /* the last tools/list, an array; NULL before */
 	int stale;           /* notifications/tools/list_changed since that list */
+	int resources;       /* initialize declared the resources capability */
 	json_int_t next_id;
 	char *buf;           /* stdout bytes not yet a whole line */
 	size_t len, cap;
@@ -562,6 +563,8 @@ static int handshake(struct server *sv, int64_t deadline, const struct mcp_watch
 		json_decref(resp);
 		return -EPROTO;
 	}
+	sv->resources = json_is_object(json_object_get(
+		json_object_get(json_object_get(resp, "result"), "capabilities"), "resources"));
 	json_decref(resp);
 	json_t *n = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", "notifications/initialized");
 	return send_msg(sv, n, deadline);
@@ -676,11 +679,88 @@ static int srv_ensure(mcp_set *s, struct server *sv, const struct mcp_watch *w)
 
 /* The server's tools, as render_turn's tools, into out. -ENOMEM: one could
  * not be added. */
+/* ---- resources, offered as two tools -------------------------------- */
+
+/* The tools that stand for a server's resources/list and resources/read
+ * (docs/tools.md, "Resources"), offered when initialize declared the
+ * resources capability and the server lists no tool of the same name. */
+static const struct {
+	const char *name, *method, *description, *schema;
+} res_tools[] = {
+	{ "list_resources", "resources/list",
+	  "Lists the resources this server offers (uri, name, description, mimeType); pass nextCursor back as "
+	  "cursor for the next page.",
+	  "{\"type\": \"object\", \"properties\": {\"cursor\": {\"type\": \"string\"}}}" },
+	{ "read_resource", "resources/read", "Reads one resource of this server by its uri.",
+	  "{\"type\": \"object\", \"properties\": {\"uri\": {\"type\": \"string\"}}, \"required\": [\"uri\"]}" },
+};
+
+static int lists_tool(const struct server *sv, const char *name)
+{
+	size_t i;
+	json_t *t;
+	json_array_foreach(sv->tools, i, t)
+		if (json_is_string(json_object_get(t, "name")) && !strcmp(json_string_value(json_object_get(t, "name")), name))
+			return 1;
+	return 0;
+}
+
+/* The resources method tool stands for on sv, or NULL. */
+static const char *res_method(const struct server *sv, const char *tool)
+{
+	for (size_t i = 0; sv->resources && tool && i < sizeof res_tools / sizeof *res_tools; i++)
+		if (!strcmp(tool, res_tools[i].name) && !lists_tool(sv, tool))
+			return res_tools[i].method;
+	return NULL;
+}
+
+static void offer_resources(struct server *sv, json_t *out, int *oom)
+{
+	for (size_t i = 0; i < sizeof res_tools / sizeof *res_tools; i++)
+		if (res_method(sv, res_tools[i].name))
+			jb_append(oom, out,
+				  json_pack("{s:o, s:s, s:s, s:o}", "name",
+					    json_sprintf("%s%s", sv->tc->mcp->prefix, res_tools[i].name), "description",
+					    res_tools[i].description, "executor", "server", "input_schema",
+					    json_loads(res_tools[i].schema, 0, NULL)));
+}
+
+/* A resources/read result as a tool result: the text contents joined as
+ * "text", every item in "contents" (blobs, mime types, uris); resources/list's
+ * as the server sent it. */
+static json_t *res_result(const char *method, const json_t *res)
+{
+	if (strcmp(method, "resources/read"))
+		return json_is_object(res) ? json_deep_copy(res) : json_object();
+	json_t *contents = json_object_get(res, "contents");
+	char *text = NULL;
+	size_t tlen = 0, i;
+	FILE *f = open_memstream(&text, &tlen);
+	json_t *c;
+	int texts = 0;
+	json_array_foreach(contents, i, c)
+		if (f && json_is_string(json_object_get(c, "text")))
+			fprintf(f, "%s%s", texts++ ? "\n" : "", json_string_value(json_object_get(c, "text")));
+	int bad = !f || ferror(f);
+	if ((f && fclose(f)) || bad || !text) {
+		free(text);
+		return NULL;
+	}
+	int oom = 0;
+	json_t *r = jb_check(&oom, json_object());
+	if (texts)
+		jb_set(&oom, r, "text", json_stringn(text, tlen));
+	free(text);
+	jb_set(&oom, r, "contents", json_is_array(contents) ? json_incref(contents) : json_array());
+	return jb_done(oom, r);
+}
+
 static int offer_server(struct server *sv, json_t *out)
 {
 	size_t i;
 	json_t *t;
 	int oom = 0;
+	offer_resources(sv, out, &oom);
 	json_array_foreach(sv->tools, i, t) {
 		json_t *schema = json_object_get(t, "inputSchema");
 		json_t *desc = json_object_get(t, "description");
@@ -822,6 +902,8 @@ int mcp_tool_idempotent(mcp_set *s, const struct tool_cfg *tc, const char *tool,
 	struct server *sv = s ? srv_of(s, tc) : NULL;
 	if (!sv || srv_ensure(s, sv, w))
 		return config_mcp_idempotent(tc, tool, -1, -1);
+	if (res_method(sv, tool))
+		return config_mcp_idempotent(tc, tool, 1, 1); /* reads */
 	size_t i;
 	json_t *t;
 	json_array_foreach(sv->tools, i, t) {
@@ -855,19 +937,23 @@ int mcp_call_meta(mcp_set *s, const struct tool_cfg *tc, const char *tool, json_
 		return *result ? 0 : -ENOMEM;
 	}
 	on_start(w, sv->ch.pid);
-	json_t *params = json_pack("{s:s, s:o}", "name", tool, "arguments", args ? json_incref(args) : json_object());
+	const char *method = res_method(sv, tool);
+	json_t *params = method ? (args ? json_deep_copy(args) : json_object())
+				: json_pack("{s:s, s:o}", "name", tool, "arguments", args ? json_incref(args) : json_object());
 	if (params && meta && json_object_set(params, "_meta", (json_t *)meta)) {
 		json_decref(params);
 		params = NULL;
 	}
 	json_int_t id = 0;
 	json_t *resp = NULL;
-	e = request(sv, "tools/call", params, now_ms() + tc->timeout_ms, w, &id, &resp);
+	e = request(sv, method ? method : "tools/call", params, now_ms() + tc->timeout_ms, w, &id, &resp);
 	on_start(w, 0);
 	switch (e) {
 	case 0:
 		if (json_object_get(resp, "error"))
 			*result = rpc_error(json_object_get(resp, "error"));
+		else if (method)
+			*is_error = 0, *result = res_result(method, json_object_get(resp, "result"));
 		else
 			*result = call_result(json_object_get(resp, "result"), is_error);
 		json_decref(resp);

@@ -180,6 +180,9 @@ def test_tools_offered_with_schemas():
         assert echo["executor"] == "server" and echo["description"] == "Echoes back the input string", echo
         assert echo["input_schema"]["properties"]["message"]["type"] == "string", echo
         assert echo["input_schema"]["required"] == ["message"], echo
+        # Its resources, as two tools (a server without the capability gets none: test_pages_and_list_changed).
+        assert tools["ev__read_resource"]["input_schema"]["required"] == ["uri"], tools["ev__read_resource"]
+        assert tools["ev__list_resources"]["executor"] == "server", tools["ev__list_resources"]
         # The server that cannot start offers nothing, and says why in the log.
         assert not [n for n in tools if n.startswith("broken")], tools
         assert "MCP server broken cannot start: it exited with status 3 during the handshake; stderr: no config here" \

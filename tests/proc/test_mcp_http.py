@@ -88,6 +88,17 @@ start_timeout = 5s
             assert r["result"]["error"].startswith("MCP error -32602: Input validation error"), r
             r = call(a, c, "web__no-such-tool", {})
             assert r["status"] == "errored" and "Tool no-such-tool not found" in r["result"]["error"], r
+            # Resources, as two tools of the server's.
+            r = call(a, c, "web__list_resources")
+            assert r["status"] == "resolved" and r["result"]["resources"], r
+            first = r["result"]["resources"][0]
+            assert {"uri", "name"} <= set(first), first
+            r = call(a, c, "web__read_resource", {"uri": first["uri"]})
+            assert r["status"] == "resolved", r
+            assert r["result"]["contents"] and r["result"]["contents"][0]["uri"] == first["uri"], r
+            assert ("text" in r["result"]) == any("text" in x for x in r["result"]["contents"]), r
+            r = call(a, c, "web__read_resource", {"uri": "nope://x"})
+            assert r["status"] == "errored" and r["result"]["error"].startswith("MCP error"), r
             # One session for all of them: one initialize, every later request carried its id.
             assert srv.sessions() == 1, open(srv.log).read()
             assert a.log().count("mcp web: started") == 1, a.log_tail()
@@ -106,7 +117,7 @@ start_timeout = 5s
             assert srv.sessions() == 2, open(srv.log).read()
             wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 30, "idle")
             results = a.events(c, type="tool_result")
-            assert len(results) == 7, results  # each call settled once
+            assert len(results) == 10, results  # each call settled once
         finally:
             srv.stop()
 
