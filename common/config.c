@@ -538,6 +538,8 @@ static int tool_key(struct tool_cfg *t, const char *k, const char *v)
 	}
 	if (!strcmp(k, "escalate_to"))
 		return name_ok(v) ? config_set_str(&t->escalate_to, v) : -1;
+	if (!strcmp(k, "approvers"))
+		return config_set_int(&t->approvers, v, 1, CONFIG_APPROVERS_MAX);
 	if (!strcmp(k, "description"))
 		return config_set_str(&t->description, v);
 	if (!strcmp(k, "max_attempts"))
@@ -573,7 +575,7 @@ static int mcp_key(struct tool_cfg *t, const char *k, const char *v)
 	/* A server tool's keys that mean nothing here: each tool has the
 	 * server's own description, and a server is no human. */
 	static const char *const not_here[] = { "executor", "prompt", "expires", "description", "warn_before",
-						 "on_expiry", "escalate_to" };
+						 "on_expiry", "escalate_to", "approvers" };
 	for (size_t i = 0; i < sizeof not_here / sizeof *not_here; i++)
 		if (!strcmp(k, not_here[i]))
 			return -2;
@@ -912,6 +914,11 @@ static int validate(struct config *c, char *err, size_t errlen)
 			return -1;
 		if (warn_before_validate(c, t, err, errlen) || on_expiry_validate(c, t, err, errlen))
 			return -1;
+		if (t->approvers && t->executor != EXEC_HUMAN) {
+			snprintf(err, errlen, "%s: [tool.%s] approvers is for human tools (executor = human): a server "
+				 "tool's call is approved by nobody", c->path, t->name);
+			return -1;
+		}
 	}
 	return 0;
 }

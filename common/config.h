@@ -83,6 +83,10 @@ const char *config_model_kind_name(int kind);
 enum tool_on_expiry { ON_EXPIRY_EXPIRE = 0, ON_EXPIRY_DENY, ON_EXPIRY_APPROVE, ON_EXPIRY_ESCALATE };
 const char *config_on_expiry_name(int policy);
 
+/* A human tool's approvers: the approvals by different names that settle
+ * one of its calls (docs/tools.md, "A second pair of eyes"). */
+#define CONFIG_APPROVERS_MAX 100
+
 struct tool_cfg {
 	char *name;
 	int executor;        /* EXEC_SERVER or EXEC_HUMAN */
@@ -93,6 +97,7 @@ struct tool_cfg {
 	int64_t warn_before_ms; /* human tools: an expiry_warning this long before the deadline, 0: none */
 	int on_expiry;       /* human tools: enum tool_on_expiry, default ON_EXPIRY_EXPIRE */
 	char *escalate_to;   /* human tools with on_expiry = escalate: the human tool the call is handed to */
+	int approvers;       /* human tools: approvals by different names that settle a call, 1-100; 0: not given (1) */
 	char *description;
 	int max_attempts;    /* server tools: dispatches before "interrupted", default 3 */
 	size_t out_cap;      /* server tools: stdout cap, default 1 MiB */
