@@ -569,11 +569,10 @@ static int is_deny(const struct job *j)
 	return j->rq.status != STORE_TC_RESOLVED || json_is_false(json_object_get(j->rq.result, "approved"));
 }
 
-/* An approval (conv_approve): 0 counted or settled, *count (for the reply)
- * {approvals, approvers} when the tool asks for more than one, else NULL;
- * 1 refused, nothing written (j's error set, with the count); or the
- * store's error. */
-static int approve(store_txn *t, struct job *j, struct wres *r, const json_t *by, json_t **count)
+/* An approval (conv_approve): 0 counted or settled, *approvals and *need
+ * (for the reply) its count and its tool's approvers; 1 refused, nothing
+ * written (j's error set, with the count); or the store's error. */
+static int approve(store_txn *t, struct job *j, struct wres *r, const json_t *by, int *approvals, int *need)
 {
 	struct conv_vote_out v;
 	const char *id = j->rq.tool_call_id;
@@ -583,8 +582,8 @@ static int approve(store_txn *t, struct job *j, struct wres *r, const json_t *by
 	if (e || v.vote == CONV_VOTE_SETTLED || v.vote == CONV_VOTE_COUNTED) {
 		json_decref(v.names);
 		r->voted = !e && v.vote == CONV_VOTE_COUNTED;
-		if (!e && v.need > 1 && !(*count = json_pack("{sisi}", "approvals", v.approvals, "approvers", v.need)))
-			e = -ENOMEM;
+		*approvals = v.approvals;
+		*need = v.need;
 		return e;
 	}
 	char *names = json_dumps(v.names, JSON_COMPACT);
@@ -607,32 +606,31 @@ int ops_w_resolve(store_txn *t, struct job *j, struct wres *r)
 	int e = j->rq.args_digest ? digest_check(t, j) : 0;
 	if (e)
 		return e > 0 ? 0 : e; /* refused, nothing written; or a store error */
-	json_t *by = ops_by_json(j), *count = NULL;
+	json_t *by = ops_by_json(j);
+	int approvals = 0, need = 1;
 	if (!by)
 		return 0;
 	if (is_deny(j))
 		e = settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, by, r->conv, &r->seq, &r->ended);
 	else
-		e = approve(t, j, r, by, &count);
+		e = approve(t, j, r, by, &approvals, &need);
 	json_decref(by);
 	if (e == 1)
 		return 0;
 	if (e == STORE_E_STALE) {
-		json_decref(count);
 		job_error(j, PERR_STALE, "tool call %s is not pending (unknown, already settled or expired)",
 			  j->rq.tool_call_id);
 		return 0;
 	}
-	if (e) {
-		json_decref(count);
+	if (e)
 		return job_store_error(j, e, "resolve"), e;
-	}
 	j->reply = json_pack("{sIsssb}", "seq", (json_int_t)r->seq, "conversation", r->conv, "settled", !r->voted);
-	if (j->reply && count && json_object_update(j->reply, count)) {
+	/* Committed either way: a reply short of its count is answered "out of memory". */
+	if (j->reply && need > 1 && (json_object_set_new(j->reply, "approvals", json_integer(approvals)) ||
+				     json_object_set_new(j->reply, "approvers", json_integer(need)))) {
 		json_decref(j->reply);
-		j->reply = NULL; /* committed: answered "out of memory", never a reply short of its count */
+		j->reply = NULL;
 	}
-	json_decref(count);
 	return 0;
 }
 
