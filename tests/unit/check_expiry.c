@@ -588,7 +588,7 @@ static int approve_by(const char *id, const char *name, struct conv_vote_out *v,
 	char conv[STORE_ID_MAX + 1];
 	uint64_t seq = 0;
 	json_t *result = json_pack("{sb}", "approved", 1);
-	json_t *by = name ? json_pack("{sisis}", "uid", 0, "name", name) : json_pack("{si}", "uid", 0);
+	json_t *by = name ? json_pack("{siss}", "uid", 0, "name", name) : json_pack("{si}", "uid", 0);
 	ck_assert_int_eq(store_txn_begin(st, STORE_WRITE, &t), 0);
 	int e = conv_approve(t, id, result, by, &cfg, v, conv, &seq, ended);
 	if (e)
