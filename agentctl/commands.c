@@ -242,6 +242,8 @@ const struct command commands[] = {
 	{"approve", "resolve", "approve a pending human tool call",
 	 "Settle a pending human tool call as approved: resolve it with the result {\"approved\": true} (and\n"
 	 "\"comment\": TEXT with --comment). Prints `seq: N` of the resolution event; `stale` when it is not pending.\n"
+	 "A tool with approvers = N counts the approval of each --by name once: before the Nth it prints\n"
+	 "`settled: false` and the count (`approvals`, `approvers`), the seq being its approval_vote event's.\n"
 	 "It always sends the args' digest (--args-digest, or the one agentd shows for the call now): args that are\n"
 	 "not those are `conflict`, nothing settled.",
 	 pos_tool_call, opt_decide, show_fields, CMD_DIGEST, "agentctl approve call_abc123 --comment 'within budget'",

@@ -409,19 +409,47 @@ void show_metrics(const json_t *reply)
 		putchar('\n');
 }
 
+/* APPROVALS: "1/2:alice" (approvals counted, of approvers, by whom) for a
+ * pending approval, "-" for an unknown call. */
+static json_t *approvals_cell(const json_t *row)
+{
+	const json_t *need = json_object_get(row, "approvers"), *names = json_object_get(row, "approved_by"), *v;
+	if (!json_is_integer(need) || !json_is_array(names))
+		return NULL;
+	size_t i, len = 48;
+	json_array_foreach(names, i, v) len += json_string_length(v) + 1;
+	char *cell = must(malloc(len));
+	size_t at = (size_t)snprintf(cell, len, "%zu/%lld", json_array_size(names), (long long)json_integer_value(need));
+	json_array_foreach(names, i, v) at += (size_t)snprintf(cell + at, len - at, "%s%s", i ? "," : ":",
+							       json_string_value(v) ? json_string_value(v) : "");
+	json_t *o = must(json_string(cell));
+	free(cell);
+	return o;
+}
+
 void show_pending(const json_t *reply)
 {
 	static const struct column cols[] = {
 		{"ID", "id", false},	       {"CONVERSATION", "conversation", false}, {"KIND", "kind", false},
 		{"NAME", "name", false},
 		{"DEADLINE", "deadline", true}, {"PROMPT", "prompt", false},		 {"ARGS", "args", false},
-		{"ARGS_DIGEST", "args_digest", false},
+		{"ARGS_DIGEST", "args_digest", false}, {"APPROVALS", "approvals_cell", false},
 	};
-	const json_t *rows = json_object_get(reply, "tool_calls");
-	if (json_array_size(rows) == 0)
+	const json_t *rows = json_object_get(reply, "tool_calls"), *row;
+	json_t *shown = must(json_array());
+	size_t i;
+	json_array_foreach(rows, i, row)
+	{
+		json_t *r = must(json_copy((json_t *)row)), *cell = approvals_cell(row);
+		if (cell)
+			must(json_object_set_new(r, "approvals_cell", cell) ? NULL : r);
+		must(json_array_append_new(shown, r) ? NULL : shown);
+	}
+	if (json_array_size(shown) == 0)
 		puts("no pending approvals or unknown calls");
 	else
-		TABLE(rows, cols);
+		TABLE(shown, cols);
+	json_decref(shown);
 }
 
 /* SEQ TYPE CONTENT: the line format of events and watch. */

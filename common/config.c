@@ -556,6 +556,8 @@ static int tool_key(struct tool_cfg *t, const char *k, const char *v)
 				return t->on_user_message = i, 0;
 		return -1;
 	}
+	if (!strcmp(k, "approvers"))
+		return config_set_int(&t->approvers, v, 1, CONFIG_APPROVERS_MAX);
 	if (!strcmp(k, "description"))
 		return config_set_str(&t->description, v);
 	if (!strcmp(k, "max_attempts"))
@@ -603,7 +605,8 @@ static int mcp_key(struct tool_cfg *t, const char *k, const char *v)
 	/* A server tool's keys that mean nothing here: each tool has the
 	 * server's own description, and a server is no human. */
 	static const char *const not_here[] = { "executor", "prompt", "expires", "description", "warn_before",
-						 "on_expiry", "escalate_to", "on_user_message" };
+						 "on_expiry", "escalate_to", "on_user_message",
+						 "approvers" };
 	for (size_t i = 0; i < sizeof not_here / sizeof *not_here; i++)
 		if (!strcmp(k, not_here[i]))
 			return -2;
@@ -956,6 +959,11 @@ static int validate(struct config *c, char *err, size_t errlen)
 			/* A server call is running, not waiting: cancel or on_busy = interrupt stops it. */
 			snprintf(err, errlen, "%s: [tool.%s] on_user_message is for human tools (executor = human)",
 				 c->path, t->name);
+			return -1;
+		}
+		if (t->approvers && t->executor != EXEC_HUMAN) {
+			snprintf(err, errlen, "%s: [tool.%s] approvers is for human tools (executor = human): a server "
+				 "tool's call is approved by nobody", c->path, t->name);
 			return -1;
 		}
 	}

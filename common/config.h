@@ -90,6 +90,9 @@ const char *config_on_expiry_name(int policy);
  * pending call (docs/tools.md): keep it waiting, or reject it. */
 enum tool_on_user_message { ON_USER_MESSAGE_KEEP = 0, ON_USER_MESSAGE_REJECT };
 const char *config_on_user_message_name(int policy);
+/* A human tool's approvers: the approvals by different names that settle
+ * one of its calls (docs/tools.md, "A second pair of eyes"). */
+#define CONFIG_APPROVERS_MAX 100
 
 struct tool_cfg {
 	char *name;
@@ -102,6 +105,7 @@ struct tool_cfg {
 	int on_expiry;       /* human tools: enum tool_on_expiry, default ON_EXPIRY_EXPIRE */
 	char *escalate_to;   /* human tools with on_expiry = escalate: the human tool the call is handed to */
 	int on_user_message; /* human tools: enum tool_on_user_message, default ON_USER_MESSAGE_KEEP */
+	int approvers;       /* human tools: approvals by different names that settle a call, 1-100; 0: not given (1) */
 	char *description;
 	int max_attempts;    /* server tools: dispatches before "interrupted", default 3 */
 	size_t out_cap;      /* server tools: stdout cap, default 1 MiB */

@@ -142,6 +142,49 @@ int conv_expire(store_txn *t, const char *id, const struct config *cfg, char *co
 int conv_user_message_reject(store_txn *t, const char *conv, uint64_t by_seq, const struct config *cfg,
 			     json_t **rejected);
 
+/* The tool the pending human call id (of conv, its tool name) waits on now
+ * in cfg (may be NULL): its own, or the last its escalation chain handed it
+ * to; *tool NULL when cfg has no such tool. Errors: the store's. */
+int conv_call_tool(store_txn *t, const char *conv, const char *id, const char *name, const struct config *cfg,
+		   const struct tool_cfg **tool);
+
+/* ---- a second pair of eyes: approvers = N (conv/approvals.c) --------- */
+
+/* A person's approval of a human call counts once per name: a tool with
+ * approvers = N (the tool the call waits on now, conv_call_tool) settles
+ * a call on the Nth approval by a different `by` name. Each approval is an
+ * `approval_vote` event {tool_call_id, name, by, approvals, approvers} in
+ * the call's conversation (approvals: the count with this one); the log is
+ * the count's one record, so a vote committed is never lost.
+ *
+ * conv_approvals: the names of the call's approvals so far, in log order,
+ * into *names (a new reference; an array of strings) and the approvals its
+ * tool needs into *need (1 when its tool is gone or asks for one). */
+int conv_approvals(store_txn *t, const char *conv, const char *id, const char *name, const struct config *cfg,
+		   int *need, json_t **names);
+
+/* What conv_approve did: refused (nothing written, t usable), counted, or
+ * settled. */
+enum conv_vote { CONV_VOTE_SETTLED = 0, CONV_VOTE_COUNTED, CONV_VOTE_NO_NAME, CONV_VOTE_TWICE };
+struct conv_vote_out {
+	int vote;      /* enum conv_vote */
+	int approvals; /* the count with this one (refused: without it) */
+	int need;      /* the approvals that settle the call */
+	json_t *names; /* the names counted (refused: before it), a new reference, or NULL */
+};
+
+/* An approval (resolve's status resolved, a result that is no deny) of the
+ * pending human call id, by ({"uid", "name"?}): with need 1, the resolution
+ * rule (conv_resolve) as before. Otherwise refused without by's name
+ * (CONV_VOTE_NO_NAME) or for a name already counted (CONV_VOTE_TWICE);
+ * else its approval_vote event is appended and, when it is the need-th,
+ * the call settled by the resolution rule with result and by in t (*seq
+ * then the resolution's seq, else the vote's; *ended as conv_resolve's,
+ * 0 for a vote counted). Errors as conv_resolve's (STORE_E_STALE: not
+ * pending, nothing written). out->names is the caller's to free. */
+int conv_approve(store_txn *t, const char *id, const json_t *result, const json_t *by, const struct config *cfg,
+		 struct conv_vote_out *out, char *conv, uint64_t *seq, int *ended);
+
 /* ---- calls whose outcome is unknown (docs/tools.md) ------------------ */
 
 /* How a call whose outcome is unknown is decided (`settle`, a reconcile

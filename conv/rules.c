@@ -291,6 +291,12 @@ static int current_tool(store_txn *t, const char *conv, const char *id, const ch
 	return 0;
 }
 
+int conv_call_tool(store_txn *t, const char *conv, const char *id, const char *name, const struct config *cfg,
+		   const struct tool_cfg **tool)
+{
+	return current_tool(t, conv, id, name, cfg, tool, NULL);
+}
+
 /* Hand the pending call to the human tool `to` (on_expiry = escalate): its
  * prompt becomes to's, its deadline to's expires from now (none for 0),
  * with to's warning, and an `escalation` event records the chain, in t. */

@@ -76,6 +76,7 @@ struct wres {
 	uint64_t seq;
 	int active; /* a fork whose log owes a turn: it gets a worker */
 	int ended; /* the resolved call's conversation is ended: it gets no worker */
+	int voted; /* resolve: an approval counted short of the call's approvers (nothing settled, no worker) */
 	int paused; /* send: the conversation is paused (no worker); update: it still is */
 	int resumed; /* update: a larger budget made a paused conversation active */
 	struct store_usage usage; /* update: the committed usage and turns the budget is checked against */

@@ -420,6 +420,27 @@ void ops_watch(store_txn *t, struct job *j)
 	j->reply = json_pack("{sI}", "last_seq", (json_int_t)last);
 }
 
+/* A pending human call's approvals (conv_approvals): "approvers", the
+ * approvals that settle it, and "approved_by", the names counted so far,
+ * added to its record o. Read after the listing, never inside it. */
+static int approvals_add(store_txn *t, json_t *o)
+{
+	const char *status = json_string_value(json_object_get(o, "status"));
+	const char *executor = json_string_value(json_object_get(o, "executor"));
+	if (!status || strcmp(status, "pending") || !executor || strcmp(executor, "human"))
+		return 0;
+	json_t *names = NULL;
+	int need = 1;
+	int e = conv_approvals(t, json_string_value(json_object_get(o, "conversation")),
+			       json_string_value(json_object_get(o, "id")), json_string_value(json_object_get(o, "name")),
+			       ops_ctx()->cfg, &need, &names);
+	if (e)
+		return e;
+	if (json_object_set_new(o, "approvers", json_integer(need)) || json_object_set_new(o, "approved_by", names))
+		return -ENOMEM;
+	return 0;
+}
+
 void ops_tool_call(store_txn *t, struct job *j)
 {
 	struct store_tool_call tc;
@@ -428,7 +449,13 @@ void ops_tool_call(store_txn *t, struct job *j)
 		job_store_error(j, e, "tool call");
 		return;
 	}
-	j->reply = json_pack("{so}", "tool_call", tool_call_json(&tc));
+	json_t *o = tool_call_json(&tc);
+	if (!o || (e = approvals_add(t, o))) {
+		json_decref(o);
+		job_store_error(j, o ? e : -ENOMEM, "tool call");
+		return;
+	}
+	j->reply = json_pack("{so}", "tool_call", o);
 }
 
 static int tc_one(void *arg, const struct store_tool_call *tc)
@@ -438,9 +465,13 @@ static int tc_one(void *arg, const struct store_tool_call *tc)
 
 void ops_tool_calls(store_txn *t, struct job *j)
 {
-	json_t *a = json_array();
+	json_t *a = json_array(), *o;
 	unsigned mask = j->rq.status >= 0 ? 1u << j->rq.status : 0;
-	int e = store_tool_calls_list(t, j->rq.conv, mask, tc_one, a);
+	size_t i;
+	int e = a ? store_tool_calls_list(t, j->rq.conv, mask, tc_one, a) : -ENOMEM;
+	json_array_foreach (a, i, o)
+		if (!e)
+			e = approvals_add(t, o);
 	if (e) {
 		json_decref(a);
 		job_store_error(j, e, "conversation");

@@ -582,16 +582,62 @@ static int digest_check(store_txn *t, struct job *j)
 	return 1;
 }
 
+/* A deny (status errored, or a result {"approved": false, ...}) settles at
+ * once; anything else is an approval, counted per name when the call's
+ * tool asks for approvers > 1 (conv_approve). */
+static int is_deny(const struct job *j)
+{
+	return j->rq.status != STORE_TC_RESOLVED || json_is_false(json_object_get(j->rq.result, "approved"));
+}
+
+/* An approval (conv_approve): 0 counted or settled, *approvals and *need
+ * (for the reply) its count and its tool's approvers; 1 refused, nothing
+ * written (j's error set, with the count); or the store's error. */
+static int approve(store_txn *t, struct job *j, struct wres *r, const json_t *by, int *approvals, int *need)
+{
+	struct conv_vote_out v;
+	const char *id = j->rq.tool_call_id;
+	int e = conv_approve(t, id, j->rq.result, by, ops_ctx()->cfg, &v, r->conv, &r->seq, &r->ended);
+	if (!e && v.vote == CONV_VOTE_SETTLED && !r->ended)
+		e = lease_ahead(t, r->conv);
+	if (e || v.vote == CONV_VOTE_SETTLED || v.vote == CONV_VOTE_COUNTED) {
+		json_decref(v.names);
+		r->voted = !e && v.vote == CONV_VOTE_COUNTED;
+		*approvals = v.approvals;
+		*need = v.need;
+		return e;
+	}
+	char *names = json_dumps(v.names, JSON_COMPACT);
+	j->err_extra = json_pack("{sisisO}", "approvals", v.approvals, "approvers", v.need, "approved_by", v.names);
+	json_decref(v.names);
+	if (!names || !j->err_extra)
+		job_error(j, PERR_INTERNAL, "out of memory"); /* nothing written */
+	else if (v.vote == CONV_VOTE_NO_NAME)
+		job_error(j, PERR_BAD_REQUEST, "tool call %s needs %d approvals by different names (%d so far: %s): "
+			  "an approval without 'by' cannot be counted; nothing written", id, v.need, v.approvals, names);
+	else
+		job_error(j, PERR_CONFLICT, "tool call %s: '%s' has approved it already (%d of %d approvals: %s); "
+			  "a name approves once, nothing written", id, j->rq.by, v.approvals, v.need, names);
+	free(names);
+	return 1;
+}
+
 int ops_w_resolve(store_txn *t, struct job *j, struct wres *r)
 {
 	int e = j->rq.args_digest ? digest_check(t, j) : 0;
 	if (e)
 		return e > 0 ? 0 : e; /* refused, nothing written; or a store error */
 	json_t *by = ops_by_json(j);
+	int approvals = 0, need = 1;
 	if (!by)
 		return 0;
-	e = settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, by, r->conv, &r->seq, &r->ended);
+	if (is_deny(j))
+		e = settle(t, j->rq.tool_call_id, j->rq.status, j->rq.result, by, r->conv, &r->seq, &r->ended);
+	else
+		e = approve(t, j, r, by, &approvals, &need);
 	json_decref(by);
+	if (e == 1)
+		return 0;
 	if (e == STORE_E_STALE) {
 		job_error(j, PERR_STALE, "tool call %s is not pending (unknown, already settled or expired)",
 			  j->rq.tool_call_id);
@@ -599,7 +645,13 @@ int ops_w_resolve(store_txn *t, struct job *j, struct wres *r)
 	}
 	if (e)
 		return job_store_error(j, e, "resolve"), e;
-	j->reply = json_pack("{sIss}", "seq", (json_int_t)r->seq, "conversation", r->conv);
+	j->reply = json_pack("{sIsssb}", "seq", (json_int_t)r->seq, "conversation", r->conv, "settled", !r->voted);
+	/* Committed either way: a reply short of its count is answered "out of memory". */
+	if (j->reply && need > 1 && (json_object_set_new(j->reply, "approvals", json_integer(approvals)) ||
+				     json_object_set_new(j->reply, "approvers", json_integer(need)))) {
+		json_decref(j->reply);
+		j->reply = NULL;
+	}
 	return 0;
 }
 
@@ -689,7 +741,7 @@ void ops_after_send(struct job *j, struct wres *r)
 
 void ops_after_resolve(struct job *j, struct wres *r)
 {
-	if (!r->ended)
+	if (!r->ended && !r->voted) /* a vote counted short of the need owes no work */
 		workers_wake(r->conv);
 	waiters_notify(r->conv);
 }

@@ -350,7 +350,8 @@ def test_agentctl_approve_and_deny_always_send_the_digest():
         tc = ask(a, c, args=ARGS)
         rc, out, err = a.ctl("pending")
         head, row = out.splitlines()[0], [l for l in out.splitlines() if l.startswith(tc["id"])][0]
-        assert head.split()[-1] == "ARGS_DIGEST" and row.split()[-1] == tc["args_digest"], out
+        assert head.split()[-2:] == ["ARGS_DIGEST", "APPROVALS"], out
+        assert row.split()[-2:] == [tc["args_digest"], "0/1"], out
         seq = last_seq(a, c)
         rc, out, err = a.ctl("approve", tc["id"], "--args-digest", "1" * 64, check=False)
         assert rc == 1 and err.startswith(f"agentctl: conflict: tool call {tc['id']}: its arguments are not"), err

@@ -69,6 +69,12 @@ executor = human
 prompt = Quick?
 expires = 4s
 
+[tool.pair]
+executor = human
+prompt = Two of you?
+expires = 1h
+approvers = 2
+
 [model.streamer]
 command = python3 {streamer}
 

@@ -97,7 +97,8 @@ static const char cfg_text[] = "[tool.approve]\nexecutor = human\n"
 			       "[tool.nay]\nexecutor = human\non_expiry = deny\n"
 			       "[tool.yea]\nexecutor = human\non_expiry = approve\n"
 			       "[tool.esc]\nexecutor = human\non_expiry = escalate\nescalate_to = boss\n"
-			       "[tool.boss]\nexecutor = human\nprompt = Boss?\nexpires = 2h\n";
+			       "[tool.boss]\nexecutor = human\nprompt = Boss?\nexpires = 2h\n"
+			       "[tool.pair]\nexecutor = human\napprovers = 2\non_expiry = approve\n";
 
 static void config_from_text(void)
 {
@@ -579,6 +580,87 @@ START_TEST(on_expiry_deny_and_approve_settle_resolved)
 }
 END_TEST
 
+/* An approval by name (conv_approve) of a call of pair (approvers = 2),
+ * in a transaction of its own; its vote, its count out. */
+static int approve_by(const char *id, const char *name, struct conv_vote_out *v, int *ended)
+{
+	store_txn *t;
+	char conv[STORE_ID_MAX + 1];
+	uint64_t seq = 0;
+	json_t *result = json_pack("{sb}", "approved", 1);
+	json_t *by = name ? json_pack("{siss}", "uid", 0, "name", name) : json_pack("{si}", "uid", 0);
+	ck_assert_int_eq(store_txn_begin(st, STORE_WRITE, &t), 0);
+	int e = conv_approve(t, id, result, by, &cfg, v, conv, &seq, ended);
+	if (e)
+		store_txn_abort(t);
+	else
+		ck_assert_int_eq(store_txn_commit(t), 0);
+	json_decref(result);
+	json_decref(by);
+	json_decref(v->names);
+	v->names = NULL;
+	return e;
+}
+
+/* approvers = 2: the first name is counted (an approval_vote, still
+ * pending), the same name again and no name are refused with nothing
+ * written, the second name settles the call; a third is stale. */
+START_TEST(approvers_count_each_name_once)
+{
+	struct conv_vote_out v;
+	int ended = 1;
+	call_tool("c1", "tp", "pair", 0, 0);
+	ck_assert_int_eq(approve_by("tp", "alice", &v, &ended), 0);
+	ck_assert_int_eq(v.vote, CONV_VOTE_COUNTED);
+	ck_assert_int_eq(v.approvals, 1);
+	ck_assert_int_eq(v.need, 2);
+	ck_assert_int_eq(ended, 0);
+	ck_assert_int_eq(tc_status("tp"), STORE_TC_PENDING);
+	ck_assert_int_eq(approve_by("tp", "alice", &v, &ended), 0);
+	ck_assert_int_eq(v.vote, CONV_VOTE_TWICE);
+	ck_assert_int_eq(approve_by("tp", NULL, &v, &ended), 0);
+	ck_assert_int_eq(v.vote, CONV_VOTE_NO_NAME);
+	ck_assert_int_eq(events_of("c1", "approval_vote", NULL), 1);
+	ck_assert_int_eq(approve_by("tp", "bob", &v, &ended), 0);
+	ck_assert_int_eq(v.vote, CONV_VOTE_SETTLED);
+	ck_assert_int_eq(v.approvals, 2);
+	ck_assert_int_eq(tc_status("tp"), STORE_TC_RESOLVED);
+	ck_assert_int_eq(events_of("c1", "approval_vote", NULL), 2);
+	ck_assert_int_eq(events_of("c1", "resolution", NULL), 1);
+	ck_assert_int_eq(approve_by("tp", "carol", &v, &ended), STORE_E_STALE);
+	/* A tool of one approver settles on the first, no vote written. */
+	call_tool("c2", "ta", "approve", 0, 0);
+	ck_assert_int_eq(approve_by("ta", NULL, &v, &ended), 0);
+	ck_assert_int_eq(v.vote, CONV_VOTE_SETTLED);
+	ck_assert_int_eq(events_of("c2", "approval_vote", NULL), 0);
+	ck_assert_int_eq(tc_status("ta"), STORE_TC_RESOLVED);
+}
+END_TEST
+
+/* Votes short of the need do not stop the clock: at the deadline the call
+ * is settled as its on_expiry says (approve, by "expiry"). */
+START_TEST(partial_votes_follow_on_expiry)
+{
+	struct conv_vote_out v;
+	int ended;
+	int64_t now0 = store_now(st);
+	call_tool("c1", "tp", "pair", now0 + HOUR_MS, 0);
+	ck_assert_int_eq(approve_by("tp", "alice", &v, &ended), 0);
+	ck_assert_int_eq(v.vote, CONV_VOTE_COUNTED);
+	store_txn *t;
+	ck_assert_int_eq(store_txn_begin(st, STORE_WRITE, &t), 0);
+	ck_assert_int_eq(store_expiry_schedule(t, "tp", now0 - 1000), 0);
+	ck_assert_int_eq(store_txn_commit(t), 0);
+	ck_assert_int_eq(expiry_fire(), 1);
+	ck_assert_int_eq(tc_status("tp"), STORE_TC_RESOLVED);
+	json_t *c;
+	ck_assert_int_eq(events_of("c1", "resolution", &c), 1);
+	ck_assert_str_eq(json_string_value(json_object_get(json_object_get(c, "by"), "name")), "expiry");
+	ck_assert(json_is_true(json_object_get(json_object_get(c, "result"), "approved")));
+	json_decref(c);
+}
+END_TEST
+
 /* escalate settles nothing: the call stays pending, handed to boss (its
  * prompt, a deadline boss's expires from the fire), an escalation event
  * records the chain; its waiters are told, but no worker is woken and no
@@ -627,6 +709,8 @@ Suite *make_expiry_suite(void)
 	tcase_add_test(tc, warnings_given_once);
 	tcase_add_test(tc, on_expiry_deny_and_approve_settle_resolved);
 	tcase_add_test(tc, on_expiry_escalate_hands_on_and_wakes_nobody);
+	tcase_add_test(tc, approvers_count_each_name_once);
+	tcase_add_test(tc, partial_votes_follow_on_expiry);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -150,6 +150,22 @@ try {
     await page.bringToFront();
   });
 
+  await step('approvers = 2: the card shows who has approved, and the second name settles it', async () => {
+    const cp = ctl('create', '--id', 'c-pair', '--model', 'echo', '--tool', 'pair').trim();
+    await page.goto(base + '/#/pending');
+    ctl('send', cp, '/tool pair {"amount": 4}');
+    const id = (await pendingCall(cp)).id;
+    const sel = `#pending-list [data-tool-call="${id}"]`;
+    await waitText(page, `${sel} .approvals`, 'Approvals: 0 of 2');
+    ctl('approve', id, '--by', 'bob');
+    await waitText(page, `${sel} .approvals`, 'Approvals: 1 of 2 (bob)');
+    assert(resolutions(cp, id).length === 0, 'one approval of two settles nothing');
+    await page.click(`${sel} button.approve`);
+    await waitText(page, `${sel} .card-status`, `Approved by ${NAME}`);
+    const res = resolutions(cp, id);
+    assert(res.length === 1 && res[0].content.by.name === NAME, JSON.stringify(res));
+  });
+
   await step('streamed deltas show while the model writes', async () => {
     const c3 = ctl('create', '--id', 'c3', '--model', 'streamer').trim();
     await page.goto(base + `/#/c/${c3}`);

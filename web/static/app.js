@@ -122,16 +122,35 @@ async function decide(card, decision) {
     'Already answered elsewhere, or expired: nothing more to do here.');
 }
 
+// A tool with approvers > 1 (docs/tools.md, "A second pair of eyes"): who has approved so far.
+function setApprovals(card, tc) {
+  if (!card.approvals) return;
+  const names = tc.approved_by || [];
+  card.approvals.textContent = tc.approvers > 1
+    ? `Approvals: ${names.length} of ${tc.approvers}` + (names.length ? ` (${names.join(', ')})` : '') : '';
+}
+
 // A card's decision sent: said done, or stale (answered elsewhere), or the error with the buttons back.
 async function sendDecision(card, url, body, doneText, staleText) {
   try {
-    await post(url, body);
+    const r = await post(url, body);
+    if (r && r.settled === false) {
+      // Counted, not settled: the card stays, showing who has approved, until the others do.
+      card.tc.approved_by = (card.tc.approved_by || []).concat([S.by]);
+      setApprovals(card, card.tc);
+      card.status.textContent = `${doneText} ${r.approvals} of ${r.approvers} approvals: waiting for another person.`;
+      for (const b of card.node.querySelectorAll('button')) b.disabled = false;
+      return;
+    }
     cardSetStatus(card, 'done', doneText);
     setTimeout(() => removeCard(card), 4000);
   } catch (e) {
     if (e.code === 'stale') {
       cardSetStatus(card, 'stale', staleText);
       explainGone(card);
+    } else if (e.code === 'conflict' && /approved it already/.test(e.message)) {
+      card.status.textContent = `Not counted again: ${e.message}`;
+      for (const b of card.node.querySelectorAll('button')) b.disabled = false;
     } else if (e.code === 'conflict') {
       card.status.textContent = 'Not sent: the arguments are no longer those shown here. Reload the page to see them.';
     } else {
@@ -218,6 +237,7 @@ function makeCard(tc, showConversation) {
       showConversation ? el('span', { class: 'muted' }, ' in ',
         el('a', { href: '#/c/' + encodeURIComponent(tc.conversation) }, tc.conversation)) : null),
     el('div', { class: 'prompt' }, tc.prompt || 'Approve?'),
+    card.approvals = el('div', { class: 'approvals muted' }),
     argsView(tc.args),
     el('div', { class: 'muted' }, `asked ${fmtTime(tc.inserted_at)} · `, card.time, ` · ${tc.id}`),
     el('div', { class: 'actions' },
@@ -226,6 +246,7 @@ function makeCard(tc, showConversation) {
       card.comment),
     el('details', {}, el('summary', { class: 'muted' }, 'answer with a result'), card.result),
     card.status);
+  setApprovals(card, tc);
   tick(card);
   return card;
 }
@@ -266,6 +287,10 @@ async function pollPending() {
         card.node.classList.add('new');
         S.pending.set(tc.id, card);
         if (S.view && S.view.onNewCard) S.view.onNewCard(card);
+      } else {
+        const card = S.pending.get(tc.id);
+        card.tc.approved_by = tc.approved_by;
+        setApprovals(card, tc); // others' approvals since the page showed it
       }
     }
     for (const card of [...S.pending.values()]) {
@@ -440,6 +465,8 @@ function eventSummary(ev) {
       const by = !c.by ? '' : c.by.uid === undefined ? ` by ${c.by.name}` : ` by ${c.by.name ? c.by.name + ', ' : ''}uid ${c.by.uid}`;
       return el('div', {}, `${c.tool_call_id} ${c.status}${by}: `, el('pre', {}, readable(c.result)));
     }
+    case 'approval_vote':
+      return el('div', {}, `${c.tool_call_id} approved by ${c.by && c.by.name}: ${c.approvals} of ${c.approvers}`);
     case 'error':
       return el('pre', {}, c.message);
     default:

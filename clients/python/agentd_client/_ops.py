@@ -290,13 +290,15 @@ class _Ops:
         default) or errored; by names who decided (1-128 bytes, no control characters), recorded in the
         resolution event beside the uid agentd sees; args_digest (the digest of the args the person saw:
         ToolCall.args_digest, or digest.args_digest(args)) settles it only if its args are still those.
-        Returns Resolution(seq, conversation). Stale when the call is not pending (unknown, settled,
-        expired); Conflict when args_digest is not its args' (nothing settled); BadRequest for a bad
-        status, by or args_digest."""
+        Returns Resolution(seq, conversation, settled, approvals, approvers). Stale when the call is not
+        pending (unknown, settled, expired); Conflict when args_digest is not its args' or by has approved
+        it already (a tool with approvers > 1; nothing settled); BadRequest for a bad status, by or
+        args_digest, or an approval without by that a tool with approvers > 1 cannot count."""
         fields = _opt(tool_call_id=tool_call_id, status=status, by=by, args_digest=args_digest)
         if result is not None:
             fields["result"] = result
-        return self._run(_Call("resolve", fields, lambda r: Resolution(r["seq"], r.get("conversation"))))
+        return self._run(_Call("resolve", fields, lambda r: Resolution(r["seq"], r.get("conversation"), r.get("settled"),
+                                                                 r.get("approvals"), r.get("approvers"))))
 
     def approve(self, tool_call_id: str, *, comment: Optional[str] = None, by: Optional[str] = None,
                 args_digest: Optional[str] = None):

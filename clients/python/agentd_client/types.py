@@ -281,9 +281,14 @@ class Extension:
 
 @dataclass
 class Resolution:
-    """`resolve`: the seq of the resolution event and the conversation it is in."""
+    """`resolve`: the seq of the resolution event and the conversation it is in. For a tool with approvers
+    = N (docs/tools.md): settled False when the approval was counted short of N (seq is then its
+    approval_vote event's), approvals the count with this one and approvers N; else None."""
     seq: int
     conversation: Optional[str] = None
+    settled: Optional[bool] = None
+    approvals: Optional[int] = None
+    approvers: Optional[int] = None
 
 
 @dataclass
@@ -300,7 +305,9 @@ class ToolCall:
     """`tool_call`, and each item of `tool_calls`. executor: server or human; status: pending, resolved,
     errored, expired, cancelled or unknown (a call whose outcome is unknown, waiting for settle). args_digest:
     the digest of args (what resolve's args_digest takes). deadline: when a pending human call expires (ms),
-    or None. prompt: human tools. kind: set by pending() only, "approval" or "unknown"."""
+    or None. prompt: human tools. kind: set by pending() only, "approval" or "unknown". approvers and
+    approved_by (a pending human call): the approvals by different names that settle it, and the names
+    counted so far."""
     id: str = ""
     conversation: Optional[str] = None
     executor: Optional[str] = None
@@ -315,6 +322,8 @@ class ToolCall:
     attempts: Optional[int] = None
     prompt: Optional[str] = None
     kind: Optional[str] = None
+    approvers: Optional[int] = None
+    approved_by: Optional[List[str]] = None
     extra: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 

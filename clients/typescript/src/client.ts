@@ -437,7 +437,8 @@ export class Client {
     const fields = opt({ tool_call_id: toolCallId, status: o.status, by: o.by, args_digest: o.argsDigest });
     if (result !== undefined) fields.result = result;
     return this.run({ op: "resolve", fields,
-      parse: (r) => opt({ seq: need(r, "seq"), conversation: r.conversation }) as unknown as Resolution });
+      parse: (r) => opt({ seq: need(r, "seq"), conversation: r.conversation, settled: r.settled,
+        approvals: r.approvals, approvers: r.approvers }) as unknown as Resolution });
   }
 
   /** A person's yes: resolve with {"approved": true} (and "comment" when given), as agentctl approve does. */

@@ -108,6 +108,10 @@ export interface ToolCall {
   prompt?: string;
   /** Set by pending() only: "approval" (a pending human call) or "unknown" (a call whose outcome is unknown). */
   kind?: "approval" | "unknown";
+  /** A pending human call: the approvals by different names that settle it (its tool's approvers). */
+  approvers?: number;
+  /** A pending human call: the by names of the approvals counted so far, in order. */
+  approved_by?: string[];
 }
 
 export interface Extension {
@@ -121,6 +125,11 @@ export interface Extension {
 export interface Resolution {
   seq: number;
   conversation?: string;
+  /** False for an approval counted short of its tool's approvers (seq is then its approval_vote event's). */
+  settled?: boolean;
+  /** A tool with approvers > 1: the count with this approval, and the approvals that settle the call. */
+  approvals?: number;
+  approvers?: number;
 }
 
 /** settle: the event written (tool_retry, or the resolution), its conversation and the outcome. */
