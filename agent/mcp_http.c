@@ -14,7 +14,9 @@
  * with the protocol version the initialize result names. A request the
  * server fails (an HTTP error, a connection refused, a stream cut before its
  * response) is answered here with a JSON-RPC error that says why, so no call
- * waits for its timeout on an answer that cannot come. A session the server
+ * waits for its timeout on an answer that cannot come. A stream cut before
+ * its response, after events that carry ids, is resumed with a GET that
+ * sends Last-Event-ID (up to three times). A session the server
  * no longer knows (404, or 400 as servers restarted without their sessions
  * answer) ends this process: the worker starts the server
  * again, with a new initialize, at its next call. On EOF of stdin the
@@ -38,6 +40,7 @@
 #define LINE_MAX_BYTES (16u << 20) /* a request line, and a JSON response body */
 #define DELETE_TIMEOUT_MS 2000
 #define CONNECT_TIMEOUT_MS 10000
+#define RESUMES_MAX 3              /* GETs with Last-Event-ID for one request's cut stream */
 
 struct post {
 	struct post *next;
@@ -48,6 +51,7 @@ struct post {
 	int initialize;      /* an initialize: its session id and version are kept */
 	int event_stream;    /* the response is text/event-stream */
 	int answered;        /* a message with the request's id was written */
+	int resumes;         /* a GET with Last-Event-ID: how many streams this request has had before */
 	struct sse sse;
 	char *buf;           /* a JSON body (or the first bytes of an error's) */
 	size_t len, cap;
@@ -232,6 +236,31 @@ static CURL *easy(struct curl_slist *hl)
 	return h;
 }
 
+/* A transfer of p joins the others in flight: p->body POSTed, or (no body)
+ * a GET that resumes p's request's stream after last_id. */
+static void post_add(CURLM *m, struct post *p, size_t len, const char *last_id)
+{
+	sse_init(&p->sse);
+	if (headers(&p->hl, p->body != NULL) || (last_id && add_header(&p->hl, "Last-Event-ID: %s", last_id)) ||
+	    !(p->h = easy(p->hl)))
+		die("out of memory");
+	if (last_id) {
+		snprintf(p->sse.id_buf, sizeof p->sse.id_buf, "%s", last_id);
+		curl_easy_setopt(p->h, CURLOPT_HTTPGET, 1L);
+	} else {
+		curl_easy_setopt(p->h, CURLOPT_POSTFIELDS, p->body);
+		curl_easy_setopt(p->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+	}
+	curl_easy_setopt(p->h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(p->h, CURLOPT_WRITEDATA, p);
+	curl_easy_setopt(p->h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(p->h, CURLOPT_HEADERDATA, p);
+	curl_easy_setopt(p->h, CURLOPT_PRIVATE, p);
+	curl_multi_add_handle(m, p->h);
+	p->next = posts;
+	posts = p;
+}
+
 /* A request line read: its POST joins the others in flight. */
 static void post_line(CURLM *m, char *line, size_t len)
 {
@@ -247,25 +276,34 @@ static void post_line(CURLM *m, char *line, size_t len)
 		p->initialize = method && !strcmp(method, "initialize");
 	}
 	json_decref(j);
-	sse_init(&p->sse);
-	if (headers(&p->hl, 1) || !(p->h = easy(p->hl)))
+	post_add(m, p, len, NULL);
+}
+
+/* p's stream ended before its response, after events with ids: its request
+ * goes on in a GET with Last-Event-ID (the server replays what that stream
+ * missed), up to RESUMES_MAX times. 1 if one was started. */
+static int resume(CURLM *m, struct post *p)
+{
+	if (!p->event_stream || p->answered || !p->id || !session[0] || !p->sse.last_id[0] ||
+	    p->resumes >= RESUMES_MAX)
+		return 0;
+	struct post *g = calloc(1, sizeof *g);
+	if (!g)
 		die("out of memory");
-	curl_easy_setopt(p->h, CURLOPT_POSTFIELDS, p->body);
-	curl_easy_setopt(p->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-	curl_easy_setopt(p->h, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(p->h, CURLOPT_WRITEDATA, p);
-	curl_easy_setopt(p->h, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(p->h, CURLOPT_HEADERDATA, p);
-	curl_easy_setopt(p->h, CURLOPT_PRIVATE, p);
-	curl_multi_add_handle(m, p->h);
-	p->next = posts;
-	posts = p;
+	g->id = json_incref(p->id);
+	g->resumes = p->resumes + 1;
+	fprintf(stderr, "agentd-mcp-http: a response stream ended before its response: resuming after event %s\n",
+		p->sse.last_id);
+	post_add(m, g, 0, p->sse.last_id);
+	return 1;
 }
 
 /* A POST ended (cc: how the transfer went): its answer, or the error that stands for it. */
 static void post_done(CURLM *m, struct post *p, CURLcode cc)
 {
 	long st = status_of(p);
+	if (!p->oom && st >= 200 && st < 300 && resume(m, p))
+		p->answered = 1; /* a cut stream: the GET that resumes it answers */
 	if (p->oom) {
 		fail_post(p, "%s", "agentd-mcp-http ran out of memory reading the response");
 	} else if (cc != CURLE_OK) {

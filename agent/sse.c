@@ -49,6 +49,7 @@ static int line_done(struct sse *s, sse_fn fn, void *arg)
 		s->has_data = 0;
 		s->dlen = 0;
 		s->event[0] = 0;
+		memcpy(s->last_id, s->id_buf, sizeof s->last_id);
 		return rc;
 	}
 	if (l[0] == ':')
@@ -73,6 +74,10 @@ static int line_done(struct sse *s, sse_fn fn, void *arg)
 		memcpy(s->data + s->dlen, v, vlen);
 		s->dlen += vlen;
 		s->has_data = 1;
+	} else if (flen == 2 && !memcmp(l, "id", 2) && !memchr(v, 0, vlen)) {
+		size_t c = vlen < sizeof s->id_buf ? vlen : 0; /* too long: none, never a cut one */
+		memcpy(s->id_buf, v, c);
+		s->id_buf[c] = 0;
 	} else if (flen == 5 && !memcmp(l, "event", 5)) {
 		size_t c = vlen < sizeof s->event - 1 ? vlen : sizeof s->event - 1;
 		memcpy(s->event, v, c);

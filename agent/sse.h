@@ -6,7 +6,9 @@
  *
  * Lines end with LF, CRLF or a lone CR. "data:" lines accumulate (joined by
  * LF); "event:" sets the event's type; lines starting with ':' are comments
- * (keep-alives); "id:" and "retry:" and unknown fields are ignored; one space
+ * (keep-alives); "id:" sets the stream's last event id, kept from the blank
+ * line that ends its event on (what a reconnect sends as Last-Event-ID);
+ * "retry:" and unknown fields are ignored; one space
  * after the colon is dropped. A blank line dispatches the event, if it had
  * data. No I/O.
  */
@@ -24,6 +26,8 @@ struct sse {
 	size_t dlen, dcap;
 	int has_data;
 	char event[64];      /* its type ("" when none was given) */
+	char id_buf[256];    /* the last "id:" read */
+	char last_id[256];   /* the id of the last event ended: "" before any (or one too long) */
 	int after_cr;        /* the last byte fed was a CR: an LF next ends nothing */
 };
 

@@ -145,7 +145,20 @@ class H(http.server.BaseHTTPRequestHandler):
         if m == "initialize":
             body = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "fake", "version": "1"}}
         elif m == "tools/list":
-            body = {"tools": [{"name": "whoami", "description": "Says who asked.", "inputSchema": {"type": "object"}}]}
+            body = {"tools": [{"name": "whoami", "description": "Says who asked.", "inputSchema": {"type": "object"}},
+                              {"name": "flaky", "description": "Cut once.", "inputSchema": {"type": "object"}}]}
+        elif msg["params"]["name"] == "flaky":  # an event with an id, then the connection cut mid-body
+            ev = ("id: e1\ndata: " + json.dumps({"jsonrpc": "2.0", "method": "notifications/message",
+                  "params": {"level": "info", "data": "half way"}}) + "\n\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(ev) + 1000))
+            self.end_headers()
+            self.wfile.write(ev)
+            self.wfile.flush()
+            self.close_connection = True
+            pending[msg["id"]] = True
+            return
         else:
             text = self.headers.get("Authorization", "") + " " + self.headers.get("X-Tenant", "")
             out = ("event: message\ndata: " + json.dumps({"jsonrpc": "2.0", "method": "notifications/message",
@@ -166,6 +179,18 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)
+    def do_GET(self):  # the resumption of flaky's stream: what it missed after e1
+        with open(log, "a") as f:
+            f.write(json.dumps({"method": "GET", "headers": dict(self.headers)}) + "\n")
+        rid = next(iter(pending))
+        out = ("id: e2\ndata: " + json.dumps({"jsonrpc": "2.0", "id": rid, "result": {"content": [
+               {"type": "text", "text": "resumed after " + self.headers.get("Last-Event-ID", "")}]}}) + "\n\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+pending = {}
 http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 '''
 
@@ -185,10 +210,14 @@ headers = "Authorization: Bearer $FAKE_TOKEN" "X-Tenant: acme"
             c = a.create(settings={"model": "echo", "tools": ["f"]})
             r = call(a, c, "f__whoami")
             assert r["status"] == "resolved" and r["result"] == {"text": "Bearer t0ken acme"}, r
+            # A stream cut before its response is resumed with Last-Event-ID: the call gets its answer.
+            r = call(a, c, "f__flaky")
+            assert r["status"] == "resolved" and r["result"] == {"text": "resumed after e1"}, r
             with open(log) as f:
                 reqs = [json.loads(line) for line in f]
             assert [q["method"] for q in reqs] == ["initialize", "notifications/initialized", "tools/list",
-                                                   "tools/call"], reqs
+                                                   "tools/call", "tools/call", "GET"], reqs
+            assert {k.lower(): v for k, v in reqs[-1]["headers"].items()}["last-event-id"] == "e1", reqs[-1]
             for q in reqs:
                 h = {k.lower(): v for k, v in q["headers"].items()}
                 assert h["accept"] == "application/json, text/event-stream", q

@@ -56,6 +56,7 @@ START_TEST(test_sse_any_cut)
 		ck_assert_int_eq(sse_feed(&s, STREAM, cut, collect, &g), 0);
 		ck_assert_int_eq(sse_feed(&s, STREAM + cut, n - cut, collect, &g), 0);
 		ck_assert_msg(!strcmp(g.buf, WANT), "cut at %zu: %s", cut, g.buf);
+		ck_assert_str_eq(s.last_id, "7"); /* kept past the events after it */
 		sse_free(&s);
 	}
 	struct sse s;
@@ -64,6 +65,26 @@ START_TEST(test_sse_any_cut)
 	for (size_t i = 0; i < n; i++)
 		ck_assert_int_eq(sse_feed(&s, STREAM + i, 1, collect, &g), 0);
 	ck_assert_str_eq(g.buf, WANT);
+	sse_free(&s);
+}
+END_TEST
+
+/* The last event id is an ended event's: one whose blank line has not come
+ * is not, and an id too long to keep is none. */
+START_TEST(test_sse_last_id)
+{
+	struct sse s;
+	struct got g = { "", 0 };
+	sse_init(&s);
+	ck_assert_int_eq(sse_feed(&s, "id: e1\ndata: a\n\nid: e2\ndata: b\n", 31, collect, &g), 0);
+	ck_assert_str_eq(s.last_id, "e1");
+	ck_assert_int_eq(sse_feed(&s, "\n", 1, collect, &g), 0);
+	ck_assert_str_eq(s.last_id, "e2");
+	char line[400] = "id: ";
+	memset(line + 4, 'z', 300);
+	memcpy(line + 304, "\n\n", 3);
+	ck_assert_int_eq(sse_feed(&s, line, strlen(line), collect, &g), 0);
+	ck_assert_str_eq(s.last_id, "");
 	sse_free(&s);
 }
 END_TEST
@@ -308,6 +329,7 @@ Suite *make_model_suite(void)
 	TCase *tc = tcase_create("model");
 	tcase_add_test(tc, test_sse_any_cut);
 	tcase_add_test(tc, test_sse_stop_and_limit);
+	tcase_add_test(tc, test_sse_last_id);
 	tcase_add_test(tc, test_retry_after);
 	tcase_add_test(tc, test_transcript_order);
 	tcase_add_test(tc, test_fuzz_regressions);
