@@ -10,6 +10,7 @@
 #include "supervisor/lifecycle.h"
 #include "supervisor/loop.h"
 #include "supervisor/metrics.h"
+#include "supervisor/orphans.h"
 #include "supervisor/spawn.h"
 
 #include <bsd/sys/queue.h>
@@ -60,6 +61,7 @@ struct worker {
 	pid_t child_pgid;           /* the model or tool running for it, 0: none */
 	struct compact_req *compacts;
 	char *partial;              /* the model's text streamed since its last commit (an interrupt keeps it) */
+	int64_t orphan_stopped_at;  /* when an earlier agentd's worker holding conv was first seen stopped; 0: not */
 	size_t partial_len, partial_cap;
 };
 
@@ -316,6 +318,31 @@ static void spawn_go(struct worker *w)
 	}
 }
 
+/* The earlier agentd's worker that keeps w's conversation waiting: one
+ * stopped for ORPHAN_STOPPED_MAX_MS is killed (its lock goes with it, and
+ * the lease the next worker takes fences off anything it would still
+ * write); a running one is waited for, as long as its tool runs. */
+static void orphan_bound(struct worker *w)
+{
+	pid_t pid;
+	int stopped;
+	int64_t now = loop_now_ms();
+	if (orphan_find(W.env->data_dir, w->conv, now, &pid, &stopped) != 1 || !stopped) {
+		w->orphan_stopped_at = 0;
+		return;
+	}
+	if (!w->orphan_stopped_at) {
+		w->orphan_stopped_at = now;
+		log_warn("%s: worker %d of an earlier agentd holds it and is stopped: killed unless it goes on within %d s",
+			 w->conv, (int)pid, ORPHAN_STOPPED_MAX_MS / 1000);
+	} else if (now - w->orphan_stopped_at >= ORPHAN_STOPPED_MAX_MS) {
+		log_warn("%s: worker %d of an earlier agentd stayed stopped for %lld ms holding it: killed", w->conv,
+			 (int)pid, (long long)(now - w->orphan_stopped_at));
+		kill(pid, SIGKILL);
+		w->orphan_stopped_at = 0;
+	}
+}
+
 /* An enum spawn_outcome (SPAWN_WAIT: orphan_running); or, when it could not
  * start, the lease's store error or the fork's or exec's -errno (also kept
  * in W.spawn_err for workers_wake). */
@@ -328,6 +355,7 @@ static int spawn(struct worker *w)
 		w->lease_ahead = 0;
 	} else {
 		if (orphan_running(w->conv)) {
+			orphan_bound(w);
 			log_debug("%s: a worker of an earlier agentd still runs for it: starting once it exits", w->conv);
 			worker_event(w, E_SPAWN_WAIT, NULL);
 			return SPAWN_WAIT;

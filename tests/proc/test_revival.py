@@ -383,6 +383,36 @@ def test_kill_mid_server_tool_redispatches_same_id():
         no_zombies(a)
 
 
+def test_a_stopped_worker_of_an_earlier_agentd_is_killed_after_a_bound():
+    """A worker that outlives its agentd mid-tool holds its conversation's lock, and the next agentd waits for
+    it (it may commit the tool's result). One that is stopped (SIGSTOP) would be waited for forever: after
+    10 s stopped it is killed, and the conversation goes on (the call dispatched again, same id)."""
+    with setup(Agentd(start=False)) as a:
+        a.start()
+        c = new_conv(a)
+        a.send(c, 'tool work {"block": "t9"}')
+        first = wait_for(lambda: tool_calls_rec(a), 10, "the tool's dispatch")[0]
+        w1 = first["ppid"]
+        a.kill(signal.SIGKILL)
+        os.kill(w1, signal.SIGSTOP)  # it outlives agentd while its tool runs: stopped there
+        try:
+            a.start()
+            wait_for(lambda: f"worker {w1} of an earlier agentd holds it and is stopped" in a.log(),
+                     harness.scaled(30), "the stopped worker noticed")
+            assert pid_alive(w1)
+            wait_for(lambda: not pid_alive(w1), harness.scaled(60), f"the stopped worker ({w1}) killed")
+            assert f"worker {w1} of an earlier agentd stayed stopped for" in a.log(), a.log_tail()
+            release(a, "t9")
+            wait_for(lambda: last_is_answer(a, c), harness.scaled(60), "the turn after the tool")
+        finally:
+            if pid_alive(w1):
+                os.kill(w1, signal.SIGKILL)
+        recs = tool_calls_rec(a)
+        assert len({r["id"] for r in recs}) == 1 and len(recs) == 2, recs  # the same call, dispatched again
+        check_log(a, c)
+        no_zombies(a)
+
+
 def test_tool_that_kills_its_worker_is_settled_interrupted():
     """Every dispatch of this call kills its worker: past max_attempts (3 by default) revival settles it
     `errored` ("interrupted") instead of looping, keeps the history whole, and the model answers."""
