@@ -211,8 +211,9 @@ def test_settle_done_and_failed_record_results_the_model_sees():
         t2 = ask(a, c, "side", {"block": "never2"})
         kill_worker_mid_call(a, c, t2)
         wait_for(lambda: row(a, t2)["status"] == "unknown", 20, "unknown")
-        # agentctl pending lists it beside approvals; agentctl settle decides it
-        out = a.ctl("pending")[1]
+        # agentctl pending lists it beside approvals (once the conversation is suspended: the worker commits
+        # that after the call's row); agentctl settle decides it
+        out = wait_for(lambda: (lambda o: o if t2 in o else None)(a.ctl("pending")[1]), 30, "pending to list it")
         assert re.search(r"^ID +CONVERSATION +KIND +NAME", out, re.M), out
         assert re.search(r"^%s +%s +unknown +side " % (re.escape(t2), re.escape(c)), out, re.M), out
         rows = json.loads(a.ctl("--json", "pending")[1])["tool_calls"]
