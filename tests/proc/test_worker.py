@@ -559,8 +559,10 @@ def test_model_timeout_retried_then_error():
         e = a.events(c)[1]
         assert e["type"] == "error" and e["content"]["attempts"] == 2, e
         assert "timed out" in e["content"]["message"], e
-        assert len(requests(a, c)) == 2
-        assert time.monotonic() - t0 >= 2.0
+        # The attempts are counted from the error event: a model killed by its 1 s timeout on a loaded machine
+        # may not have started far enough to log its request, so the log only bounds them.
+        assert len(requests(a, c)) <= 2, requests(a, c)
+        assert time.monotonic() - t0 >= 2.0  # two timeouts of 1 s each passed: a lower bound only
         # The sleeping models are gone with their timeouts.
         for r in jsonl(a, "requests.jsonl"):
             wait_for(lambda: not pid_alive(r["pid"]), 5, f"model {r['pid']} to be gone")
@@ -675,8 +677,9 @@ def test_tool_timeout():
         wait_idle(a, c, 5, timeout=20)
         r = by_type(a, c, "tool_result")[0]["content"]
         assert r["status"] == "errored" and "timed out" in r["result"]["error"], r
-        pid = jsonl(a, "tools.jsonl")[0]["pid"]
-        wait_for(lambda: not pid_alive(pid), 5, "the timed-out tool to be gone")
+        # A tool killed by its 1 s timeout before it logged itself (a loaded machine) leaves no pid to check.
+        for rec in jsonl(a, "tools.jsonl"):
+            wait_for(lambda: not pid_alive(rec["pid"]), 5, "the timed-out tool to be gone")
 
 
 def test_tool_huge_output_capped():
