@@ -173,6 +173,10 @@ description = Ask a person.
 executor = human
 prompt = Quick!
 expires = 1s
+[tool.soon]
+executor = human
+prompt = Soon!
+expires = {int(harness.scaled(5) * 1000)}ms
 [tool.secret]
 executor = server
 command = {tool}
@@ -992,15 +996,17 @@ def test_an_ended_conversation_runs_no_more_turns():
         wait_for(lambda: a.worker_pid(mid) is None, 10, "the worker to stop")
         wait_for(lambda: not pid_alive(model_pid), 5, "the model to be killed")
 
-        sus = a.create(settings={"model": "m", "tools": ["ask", "hurry"]})
-        a.send(sus, {"calls": [call("ask", id="end-ask"), call("hurry", id="end-hurry")]})
+        # end-hurry must outlive the end and the resolve below (5 s, scaled): with 1 s a loaded machine saw it
+        # expire first, and the order of the resolutions was the other one.
+        sus = a.create(settings={"model": "m", "tools": ["ask", "soon"]})
+        a.send(sus, {"calls": [call("ask", id="end-ask"), call("soon", id="end-hurry")]})
         wait_for(lambda: status(a, sus) == "suspended", 10, "suspended")
         a.ok({"op": "update", "conversation": sus, "status": "ended"})
         wait_for(lambda: a.worker_pid(sus) is None, 10, "the worker to stop")
         assert a.request({"op": "send", "conversation": sus, "content": "x"})["error"] == "conflict"
         r = a.ok({"op": "resolve", "tool_call_id": "end-ask", "result": "yes"})
         assert a.worker_pid(sus) is None  # no worker started for it
-        wait_for(lambda: len(by_type(a, sus, "resolution")) == 2, 10, "the expiry of end-hurry")
+        wait_for(lambda: len(by_type(a, sus, "resolution")) == 2, 20, "the expiry of end-hurry")
         assert [e["content"]["status"] for e in by_type(a, sus, "resolution")] == ["resolved", "expired"]
         assert by_type(a, sus, "resolution")[0]["seq"] == r["seq"]
         time.sleep(harness.scaled(0.5))  # what a turn would take; none may run
