@@ -599,7 +599,7 @@ def test_socket_resolution_and_connection_errors():
         t0 = time.monotonic()
         rc, out, err = agentctl("-s", path, "--timeout", "0.3", "ping", env=env)
         assert rc == 2 and "no reply from agentd within 0.3 s" in err, (rc, err)
-        assert time.monotonic() - t0 < scaled(5)
+        assert time.monotonic() - t0 < scaled(30)  # the stand-in never answers: only a hang takes this long
         # events --wait extends the deadline by MS
         t0 = time.monotonic()
         rc, out, err = agentctl("-s", path, "--timeout", "0.2", "events", "x", "--wait", "500", env=env)

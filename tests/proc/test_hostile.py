@@ -105,7 +105,8 @@ def test_a_flood_of_slow_readers_stalls_nobody_and_memory_stays_bounded():
                 took = time.monotonic() - t0
                 assert r["ok"] is True and r["id"] == i, r
                 worst = max(worst, took)
-        assert worst < scaled(1.0), f"a ping took {worst:.3f} s beside the flood"
+        # The flooders never read: only a loop stalled on them could take this long, not a loaded machine.
+        assert worst < scaled(30), f"a ping took {worst:.3f} s beside the flood"
         if measure:
             # every flooder has met its cap by now: each has more queued than fits in it
             peak = vm(pid, "VmHWM") - base

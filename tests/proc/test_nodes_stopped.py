@@ -40,7 +40,7 @@ LEASE = "4s"
 BEAT = "1s"
 HOLD = 6.0     # seconds the locks are held: past lease_time / 2, the longest a stopped node's session can live
 SHORT_HOLD = 1.8  # seconds a's own row is locked: within lease_time / 2
-BOUND = 1.0    # seconds: far above a reply's time, far below the hold; the loop waited the whole hold before
+BOUND = 3.0    # seconds: far above a reply on a loaded machine, half the hold a stalled loop waits out
 
 
 class Locker:
@@ -127,7 +127,7 @@ def test_a_stopped_node_holding_locks_does_not_stall_a_live_one():
         print(f"{n} pings and sends through a while the locks were held {HOLD:.0f} s: slowest {worst * 1000:.0f} ms;"
               f" the send to b's locked conversation answered in {blocked.get('t', -1) * 1000:.0f} ms: "
               f"{blocked.get('r')}; {beats} beats of a meanwhile", flush=True)
-        assert n >= 5, n
+        assert n >= 2, n  # the loop ran beside the locks (how often is the machine's speed, not asserted)
         assert worst < BOUND, f"a's loop waited {worst:.2f} s on a lock another session held"
         assert blocked.get("t", HOLD) < BOUND, blocked
         r = blocked["r"]

@@ -6,6 +6,10 @@ CONFIG = """
 [tool.approve]
 executor = human
 prompt = Approve?
+expires = 1h
+[tool.quick]
+executor = human
+prompt = Quick?
 expires = 1s
 [tool.add]
 executor = server
@@ -19,7 +23,7 @@ def types(a, c):
 
 def test_echo_tool_and_approval():
     with Agentd(config=CONFIG) as a:
-        c = a.create(settings={"model": "echo", "tools": ["approve", "add"]})
+        c = a.create(settings={"model": "echo", "tools": ["approve", "quick", "add"]})
         assert a.send(c, "hello") == 1
         wait_for(lambda: len(a.events(c)) >= 2, 10, "the echo reply")
         assert a.events(c)[1]["content"] == {"text": "echo: hello", "context_seq": 1}
@@ -33,8 +37,9 @@ def test_echo_tool_and_approval():
         stale = a.request({"op": "resolve", "tool_call_id": pend[0]["id"]})
         assert stale["error"] == "stale", stale
         wait_for(lambda: types(a, c)[-1] == "assistant_msg" and len(a.events(c)) > r["seq"], 10, "the answer")
-        # A second approval nobody answers expires by its deadline.
-        a.send(c, "/tool approve")
+        # A second approval nobody answers expires by its deadline (a tool of its own: the one resolved above
+        # must not expire before this test, slow on a loaded machine, has seen and resolved it).
+        a.send(c, "/tool quick")
         wait_for(lambda: "expired" in [e["content"].get("status") for e in a.events(c, type="resolution")], 10,
                  "the expiry")
         wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 10, "idle")

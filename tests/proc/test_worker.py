@@ -173,6 +173,10 @@ description = Ask a person.
 executor = human
 prompt = Quick!
 expires = 1s
+[tool.soon]
+executor = human
+prompt = Soon!
+expires = {int(harness.scaled(5) * 1000)}ms
 [tool.secret]
 executor = server
 command = {tool}
@@ -496,8 +500,8 @@ def test_human_call_expires():
     with agentd() as a:
         c = a.create(settings={"model": "m", "tools": ["hurry"]})
         a.send(c, {"calls": [call("hurry")]})
-        wait_for(lambda: status(a, c) == "suspended", 10, "suspended")
-        tcid = by_type(a, c, "tool_call")[0]["content"]["tool_call_id"]
+        # The call, not "suspended": on a loaded machine its 1 s may be over before a poll sees that state.
+        tcid = wait_for(lambda: by_type(a, c, "tool_call"), 10, "the call")[0]["content"]["tool_call_id"]
         wait_for(lambda: by_type(a, c, "resolution"), 10, "the expiry")
         r = by_type(a, c, "resolution")[0]["content"]
         assert r["tool_call_id"] == tcid and r["status"] == "expired", r
@@ -559,8 +563,10 @@ def test_model_timeout_retried_then_error():
         e = a.events(c)[1]
         assert e["type"] == "error" and e["content"]["attempts"] == 2, e
         assert "timed out" in e["content"]["message"], e
-        assert len(requests(a, c)) == 2
-        assert time.monotonic() - t0 >= 2.0
+        # The attempts are counted from the error event: a model killed by its 1 s timeout on a loaded machine
+        # may not have started far enough to log its request, so the log only bounds them.
+        assert len(requests(a, c)) <= 2, requests(a, c)
+        assert time.monotonic() - t0 >= 2.0  # two timeouts of 1 s each passed: a lower bound only
         # The sleeping models are gone with their timeouts.
         for r in jsonl(a, "requests.jsonl"):
             wait_for(lambda: not pid_alive(r["pid"]), 5, f"model {r['pid']} to be gone")
@@ -675,8 +681,9 @@ def test_tool_timeout():
         wait_idle(a, c, 5, timeout=20)
         r = by_type(a, c, "tool_result")[0]["content"]
         assert r["status"] == "errored" and "timed out" in r["result"]["error"], r
-        pid = jsonl(a, "tools.jsonl")[0]["pid"]
-        wait_for(lambda: not pid_alive(pid), 5, "the timed-out tool to be gone")
+        # A tool killed by its 1 s timeout before it logged itself (a loaded machine) leaves no pid to check.
+        for rec in jsonl(a, "tools.jsonl"):
+            wait_for(lambda: not pid_alive(rec["pid"]), 5, "the timed-out tool to be gone")
 
 
 def test_tool_huge_output_capped():
@@ -989,15 +996,17 @@ def test_an_ended_conversation_runs_no_more_turns():
         wait_for(lambda: a.worker_pid(mid) is None, 10, "the worker to stop")
         wait_for(lambda: not pid_alive(model_pid), 5, "the model to be killed")
 
-        sus = a.create(settings={"model": "m", "tools": ["ask", "hurry"]})
-        a.send(sus, {"calls": [call("ask", id="end-ask"), call("hurry", id="end-hurry")]})
+        # end-hurry must outlive the end and the resolve below (5 s, scaled): with 1 s a loaded machine saw it
+        # expire first, and the order of the resolutions was the other one.
+        sus = a.create(settings={"model": "m", "tools": ["ask", "soon"]})
+        a.send(sus, {"calls": [call("ask", id="end-ask"), call("soon", id="end-hurry")]})
         wait_for(lambda: status(a, sus) == "suspended", 10, "suspended")
         a.ok({"op": "update", "conversation": sus, "status": "ended"})
         wait_for(lambda: a.worker_pid(sus) is None, 10, "the worker to stop")
         assert a.request({"op": "send", "conversation": sus, "content": "x"})["error"] == "conflict"
         r = a.ok({"op": "resolve", "tool_call_id": "end-ask", "result": "yes"})
         assert a.worker_pid(sus) is None  # no worker started for it
-        wait_for(lambda: len(by_type(a, sus, "resolution")) == 2, 10, "the expiry of end-hurry")
+        wait_for(lambda: len(by_type(a, sus, "resolution")) == 2, 20, "the expiry of end-hurry")
         assert [e["content"]["status"] for e in by_type(a, sus, "resolution")] == ["resolved", "expired"]
         assert by_type(a, sus, "resolution")[0]["seq"] == r["seq"]
         time.sleep(harness.scaled(0.5))  # what a turn would take; none may run
