@@ -1137,21 +1137,20 @@ out:
 	return err;
 }
 
-/* Bring a store below version `to` up to it with the statements stmts (which
- * record the version), under SCHEMA_LOCK, once whoever opens at once. */
-static int schema_migrate(store *s, PGconn *c, int64_t to, const char *stmts)
+#define SCHEMA_PRESENT "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8"
+#define SCHEMA_VERSION_SQL "SELECT max(version) FROM schema_version"
+
+/* One step of the schema, under SCHEMA_LOCK in one transaction, taken once
+ * by whoever opens at once: stmts run when probe (one number), read after
+ * the wait for the lock, is below `below`. */
+static int schema_step(PGconn *c, const char *probe, int64_t below, const char *stmts)
 {
-	if (s->opts.read_only) {
-		store_open_error_set("the database's schema is older than this agentd's (version %lld): open it once "
-				     "with agentd (not read-only) to migrate it", (long long)to);
-		return STORE_E_CORRUPT;
-	}
-	int64_t ver = 0;
+	int64_t v = 0;
 	int rows = 0, err = exec_simple(c, SCHEMA_LOCK);
 	if (err)
 		return err;
 	if ((err = exec_simple(c, "BEGIN")) == 0) {
-		if ((err = query_i64(c, "SELECT max(version) FROM schema_version", &ver, &rows)) == 0 && ver < to)
+		if ((err = query_i64(c, probe, &v, &rows)) == 0 && v < below)
 			err = exec_simple(c, stmts);
 		if (!err)
 			err = exec_simple(c, "COMMIT");
@@ -1162,36 +1161,36 @@ static int schema_migrate(store *s, PGconn *c, int64_t to, const char *stmts)
 	return err ? err : unlock;
 }
 
+/* Bring a store below version `to` up to it with the statements stmts
+ * (which record the version). Refused read-only. */
+static int schema_migrate(store *s, PGconn *c, int64_t to, const char *stmts)
+{
+	if (s->opts.read_only) {
+		store_open_error_set("the database's schema is older than this agentd's (version %lld): open it once "
+				     "with agentd (not read-only) to migrate it", (long long)to);
+		return STORE_E_CORRUPT;
+	}
+	return schema_step(c, SCHEMA_VERSION_SQL, to, stmts);
+}
+
 /* Create the schema when absent (unless read-only), refuse a newer one. */
 static int schema_check(store *s, PGconn *c)
 {
 	int64_t ver = 0;
 	int rows = 0, err;
 	int64_t present = 0;
-	if ((err = query_i64(c, "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8", &present, &rows)))
+	if ((err = query_i64(c, SCHEMA_PRESENT, &present, &rows)))
 		return err;
 	if (!present) {
 		if (s->opts.read_only) {
 			store_open_error_set("no agentd store in this database and schema (no schema_version table)");
 			return STORE_E_CORRUPT; /* not an agentd store */
 		}
-		if ((err = exec_simple(c, SCHEMA_LOCK)) != 0)
-			return err;
-		if ((err = exec_simple(c, "BEGIN")) == 0) {
-			if ((err = query_i64(c, "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8",
-					     &present, &rows)) == 0 && !present)
-				err = exec_simple(c, schema_v1);
-			if (!err)
-				err = exec_simple(c, "COMMIT");
-			else
-				exec_simple(c, "ROLLBACK");
-		}
-		int unlock = exec_simple(c, SCHEMA_UNLOCK);
-		if (err || (err = unlock))
+		if ((err = schema_step(c, SCHEMA_PRESENT, 1, schema_v1)) != 0)
 			return err;
 	}
 	rows = 0;
-	if ((err = query_i64(c, "SELECT max(version) FROM schema_version", &ver, &rows)))
+	if ((err = query_i64(c, SCHEMA_VERSION_SQL, &ver, &rows)))
 		return err;
 	if (rows != 1 || ver <= 0)
 		return STORE_E_CORRUPT;
