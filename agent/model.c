@@ -4,6 +4,7 @@
 #include "agent/jsonb.h"
 #include "common/jsonmp.h"
 #include "common/text.h"
+#include "conv/conv.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -38,9 +39,18 @@ static char *user_text(const json_t *c)
 	return c ? jsonmp_dumps(c, JSON_COMPACT | JSON_ENCODE_ANY, 0, NULL) : strdup("");
 }
 
-static void add_user(json_t *out, const json_t *content, int *oom)
+/* A scheduled event's text, as the model is given it: "[scheduled] "
+ * and the text the wakeup was given. NULL when out of memory. */
+static char *scheduled_text(const json_t *c)
 {
-	char *t = user_text(content);
+	const char *t = json_string_value(json_object_get(c, "text"));
+	char *out = NULL;
+	return asprintf(&out, "[scheduled] %s", t ? t : "") < 0 ? NULL : out;
+}
+
+static void add_user(json_t *out, const json_t *e, const json_t *content, int *oom)
+{
+	char *t = strcmp(type_of(e), "scheduled") ? user_text(content) : scheduled_text(content);
 	if (!t) {
 		*oom = 1;
 		return;
@@ -82,7 +92,7 @@ static void close_turn(json_t *out, json_t *open, json_t *held, int *oom)
 	size_t i;
 	json_t *m;
 	json_array_foreach(held, i, m)
-		add_user(out, json_object_get(m, "content"), oom);
+		add_user(out, m, json_object_get(m, "content"), oom);
 	json_array_clear(held);
 }
 
@@ -185,7 +195,7 @@ static void walk_result(struct walk *w, const json_t *c)
 	if (json_object_size(w->open))
 		jb_append(&w->oom, w->held, json_pack("{so}", "content", note));
 	else {
-		add_user(w->out, note, &w->oom);
+		add_user(w->out, NULL, note, &w->oom);
 		json_decref(note);
 	}
 }
@@ -221,11 +231,11 @@ json_t *model_transcript(const json_t *req)
 		const json_t *c = json_object_get(e, "content");
 		if (strcmp(t, "tool_call"))
 			w.assistant = NULL;
-		if (!strcmp(t, "user_msg")) {
+		if (conv_is_input(t)) {
 			if (json_object_size(w.open) || (next_ctx[i + 1] >= 0 && seq_of(e) > next_ctx[i + 1]))
 				jb_append(&w.oom, w.held, json_incref((json_t *)e));
 			else
-				add_user(w.out, c, &w.oom);
+				add_user(w.out, e, c, &w.oom);
 		} else if (!strcmp(t, "assistant_msg")) {
 			close_turn(w.out, w.open, NULL, &w.oom);
 			const char *text = json_string_value(json_object_get(c, "text"));

@@ -2,6 +2,7 @@
 #include "agent/render.h"
 #include "agent/jsonb.h"
 #include "common/jsonmp.h"
+#include "conv/conv.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -159,7 +160,7 @@ json_t *echo_model(const json_t *request)
 	json_array_foreach(msgs, i, m) {
 		const char *type = json_string_value(json_object_get(m, "type"));
 		json_t *c = json_object_get(m, "content");
-		if (!strcmp(type, "user_msg") && json_integer_value(json_object_get(m, "seq")) > answered) {
+		if (conv_is_input(type) && json_integer_value(json_object_get(m, "seq")) > answered) {
 			const char *text = json_string_value(json_object_get(c, "text"));
 			json_t *tc = text ? echo_tool_request(text, &oom) : NULL;
 			if (tc) {

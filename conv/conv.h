@@ -15,6 +15,17 @@
 #include "common/config.h"
 #include "store/store.h"
 
+#include <string.h>
+
+/* Whether an event of this type is input a turn answers, as a user_msg
+ * is: a user_msg, or the `scheduled` event a scheduled wakeup appends
+ * when it fires. Each makes the conversation owe a turn (tail_decide) and
+ * is shown to the model as a user message. */
+static inline int conv_is_input(const char *type)
+{
+	return !strcmp(type, "user_msg") || !strcmp(type, "scheduled");
+}
+
 enum tail_action {
 	TAIL_IDLE = 0,  /* nothing owed */
 	TAIL_TURN,      /* run a model turn */

@@ -176,11 +176,12 @@ int tail_decide_active(const json_t *events, uint64_t base_ctx, int active, stru
 		return 0;
 	}
 	/* Owed: the last turn's calls all settled (their results need an
-	 * answer), or a user_msg came after the last turn's context. */
+	 * answer), or a user_msg or a scheduled event came after the last
+	 * turn's context. */
 	json_array_foreach(events, i, e)
-		if (!strcmp(ev_type(e), "user_msg") && ev_seq(e) > t->ctx_seq)
+		if (conv_is_input(ev_type(e)) && ev_seq(e) > t->ctx_seq)
 			t->action = TAIL_TURN;
-	/* A user_msg starts the rounds afresh (max_tool_rounds); results
+	/* A user_msg (or a scheduled event) starts the rounds afresh (max_tool_rounds); results
 	 * alone continue the turn that asked for them, and so do messages
 	 * steered into it (the turn's rounds go on being counted). */
 	t->round = t->action == TAIL_TURN && !(in_turn && all_steered(events, t->ctx_seq)) ? 1 : last_round + 1;

@@ -497,7 +497,8 @@ static int parse_events(struct pctx *p, struct request *rq)
 	if (json_object_get(p->o, "type")) {
 		static const char *const types[] = { "user_msg", "assistant_msg", "tool_call", "tool_result",
 			"suspension", "resolution", "error", "budget_exceeded", "expiry_warning", "turn_cancelled",
-			"deadline_extended", "escalation", "steer", "tool_unknown", "tool_retry", "approval_vote" };
+			"deadline_extended", "escalation", "steer", "tool_unknown", "tool_retry", "approval_vote",
+			"scheduled" };
 		int t;
 		if ((e = get_enum(p, "type", types, (int)(sizeof types / sizeof *types), &t)))
 			return e;

@@ -103,6 +103,16 @@
 	X(warnings_due, (store_txn *x, int64_t now_ms, int (*fn)(void *arg, const struct store_expiry *e), \
 			 void *arg), (x, now_ms, fn, arg)) \
 	X(warning_earliest, (store_txn *x, int64_t *at_ms), (x, at_ms)) \
+	X(schedule_put, (store_txn *x, const char *id, const char *conv, int64_t due_ms, const char *cron, \
+			 store_bytes text), (x, id, conv, due_ms, cron, text)) \
+	X(schedule_get, (store_txn *x, const char *id, struct store_schedule *out), (x, id, out)) \
+	X(schedule_move, (store_txn *x, const char *id, int64_t due_ms), (x, id, due_ms)) \
+	X(schedule_drop, (store_txn *x, const char *id), (x, id)) \
+	X(schedules_list, (store_txn *x, const char *conv, int (*fn)(void *arg, const struct store_schedule *s), \
+			   void *arg), (x, conv, fn, arg)) \
+	X(schedules_due, (store_txn *x, int64_t now_ms, size_t limit, \
+			  int (*fn)(void *arg, const struct store_schedule *s), void *arg), (x, now_ms, limit, fn, arg)) \
+	X(schedule_earliest, (store_txn *x, int64_t *due_ms), (x, due_ms)) \
 	X(model_call_put, (store_txn *x, const char *conv, const struct store_model_call_in *mc), (x, conv, mc)) \
 	X(model_calls_list, (store_txn *x, const char *conv, \
 			     int (*fn)(void *arg, const struct store_model_call *mc), void *arg), (x, conv, fn, arg)) \

@@ -757,6 +757,64 @@ int store_warning_earliest(store_txn *x, int64_t *at_ms)
 	return err ? err : BE(x, warning_earliest)(x, at_ms);
 }
 
+/* ---- schedules -------------------------------------------------------- */
+
+/* A cron spec the store keeps: printable ASCII, at most STORE_CRON_MAX. */
+static int cron_text_ok(const char *cron)
+{
+	size_t n = cron ? strlen(cron) : 0;
+	for (size_t i = 0; i < n; i++)
+		if (cron[i] < 0x20 || cron[i] > 0x7e)
+			return 0;
+	return n <= STORE_CRON_MAX;
+}
+
+int store_schedule_put(store_txn *x, const char *id, const char *conv, int64_t due_ms, const char *cron,
+		       store_bytes text)
+{
+	int err = write_check(x, !id_ok(id) || !id_ok(conv) || due_ms <= 0 || !cron_text_ok(cron) ||
+					 text.len > STORE_SCHEDULE_TEXT_MAX || (text.len && !text.ptr));
+	return err ? err : BE(x, schedule_put)(x, id, conv, due_ms, cron && *cron ? cron : NULL, text);
+}
+
+int store_schedule_get(store_txn *x, const char *id, struct store_schedule *out)
+{
+	int err = read_check(x, !id_ok(id) || !out);
+	return err ? err : BE(x, schedule_get)(x, id, out);
+}
+
+int store_schedule_move(store_txn *x, const char *id, int64_t due_ms)
+{
+	int err = write_check(x, !id_ok(id) || due_ms <= 0);
+	return err ? err : BE(x, schedule_move)(x, id, due_ms);
+}
+
+int store_schedule_drop(store_txn *x, const char *id)
+{
+	int err = write_check(x, !id_ok(id));
+	return err ? err : BE(x, schedule_drop)(x, id);
+}
+
+int store_schedules_list(store_txn *x, const char *conv, int (*fn)(void *arg, const struct store_schedule *s),
+			 void *arg)
+{
+	int err = read_check(x, !fn || (conv && !id_ok(conv)));
+	return err ? err : BE(x, schedules_list)(x, conv, fn, arg);
+}
+
+int store_schedules_due(store_txn *x, int64_t now_ms, size_t limit,
+			int (*fn)(void *arg, const struct store_schedule *s), void *arg)
+{
+	int err = read_check(x, !fn);
+	return err ? err : BE(x, schedules_due)(x, now_ms, limit, fn, arg);
+}
+
+int store_schedule_earliest(store_txn *x, int64_t *due_ms)
+{
+	int err = read_check(x, !due_ms);
+	return err ? err : BE(x, schedule_earliest)(x, due_ms);
+}
+
 /* ---- audit and runs -------------------------------------------------- */
 
 int store_model_call_put(store_txn *x, const char *conv, const struct store_model_call_in *mc)

@@ -864,6 +864,50 @@ int store_warnings_due(store_txn *txn, int64_t now_ms, int (*fn)(void *arg, cons
 		       void *arg);
 int store_warning_earliest(store_txn *txn, int64_t *at_ms);
 
+/* ---- schedules (durable wakeups of a conversation) ------------------ */
+
+/* A schedule: a wake of a conversation at a time (unix ms), once or on a
+ * cron spec (common/cron.h; the store keeps its text and does not read
+ * it), with a text the conversation is given when it fires. Whoever fires
+ * one appends its event and removes the row (store_schedule_drop) or moves
+ * it to its next time (store_schedule_move) in the same transaction, so a
+ * schedule fires once across kills, restarts and nodes. Deleting a
+ * conversation removes its schedules. */
+#define STORE_SCHEDULE_TEXT_MAX (64 * 1024) /* bytes of a schedule's text */
+#define STORE_CRON_MAX 256                  /* bytes of its cron spec */
+struct store_schedule {
+	store_bytes id;
+	store_bytes conversation;
+	int64_t due;      /* unix ms */
+	store_bytes cron; /* len 0: once */
+	store_bytes text;
+};
+/* A new schedule. cron NULL or "": once. Errors: STORE_E_NOTFOUND (no such
+ * conversation), STORE_E_CONFLICT (id taken), STORE_E_INVAL (bad id or
+ * conversation id, due_ms <= 0, text or cron too long, cron not printable
+ * text). */
+int store_schedule_put(store_txn *txn, const char *id, const char *conv, int64_t due_ms, const char *cron,
+		       store_bytes text);
+/* Errors: STORE_E_NOTFOUND (none), STORE_E_INVAL. */
+int store_schedule_get(store_txn *txn, const char *id, struct store_schedule *out);
+/* Its next time. Errors: STORE_E_NOTFOUND (none), STORE_E_INVAL (due_ms <= 0). */
+int store_schedule_move(store_txn *txn, const char *id, int64_t due_ms);
+/* Remove it. Errors: STORE_E_NOTFOUND (none), STORE_E_INVAL. */
+int store_schedule_drop(store_txn *txn, const char *id);
+/* conv's schedules (NULL: every conversation's), earliest first, ties in
+ * id order. Errors: STORE_E_INVAL (no fn, bad conv), STORE_E_CORRUPT, the
+ * callback's. */
+int store_schedules_list(store_txn *txn, const char *conv, int (*fn)(void *arg, const struct store_schedule *s),
+			 void *arg);
+/* Schedules due at now_ms (due <= now_ms), earliest first, at most limit
+ * (0: no limit), for a node to fire: on PostgreSQL in a write transaction
+ * their conversations' rows are locked and a row another transaction holds
+ * is skipped (as store_expiries_claim). Errors: as store_schedules_list. */
+int store_schedules_due(store_txn *txn, int64_t now_ms, size_t limit,
+			int (*fn)(void *arg, const struct store_schedule *s), void *arg);
+/* The earliest due time. Errors: STORE_E_NOTFOUND (none), STORE_E_INVAL. */
+int store_schedule_earliest(store_txn *txn, int64_t *due_ms);
+
 /* ---- audit (model calls) --------------------------------------------- */
 
 struct store_model_call_in {

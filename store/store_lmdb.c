@@ -33,6 +33,8 @@
  *   expiries        deadline, tool call id       -> conv id
  *   warnings        at, tool call id             -> conv id
  *   warning_at      tool call id                 -> uint at (to find its warnings row)
+ *   schedules       schedule id                  -> [conv id, due, cron|nil, text]
+ *   schedule_due    due, schedule id             -> conv id
  *   model_calls     num, turn_ref                -> [model, in, out, cost, latency,
  *                                                    summary_version, inserted_at, rendered]
  *   runs            num, run id                  -> [status, attempt, from, to, first, last,
@@ -103,6 +105,7 @@ struct store {
 	MDB_dbi meta, conv_ids, convs, events, event_ids, summaries, tool_calls,
 		conv_tool_calls, expiries, model_calls, runs;
 	MDB_dbi warnings, warning_at; /* expiry warnings by time; each call's time */
+	MDB_dbi schedules, schedule_due; /* wakeups by id; by due time */
 	MDB_dbi nodes, owners;
 	int has_nodes; /* nodes and owners exist (a read-only open of an older store: not) */
 	MDB_dbi conv_meta, meta_index; /* metadata by conv number; its index "key\0value\0id" -> number */
@@ -462,6 +465,7 @@ static int open_dbis_in(store *s, int write)
 		{ "conv_meta", &s->conv_meta, 1 }, { "meta_index", &s->meta_index, 1 },
 		{ "warnings", &s->warnings, 1 }, { "warning_at", &s->warning_at, 1 },
 		{ "runs", &s->runs, 1 },
+		{ "schedules", &s->schedules, 1 }, { "schedule_due", &s->schedule_due, 1 },
 		{ "log_starts", &s->log_starts, 1 },
 	};
 	for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
@@ -1807,6 +1811,8 @@ static int del_log_start(store_txn *x, uint64_t num)
 	return err == STORE_E_NOTFOUND ? 0 : err;
 }
 
+static int schedules_del_conv(store_txn *x, const char *conv);
+
 int store_conv_delete(store_txn *x, const char *id)
 {
 	uint64_t num;
@@ -1824,7 +1830,7 @@ int store_conv_delete(store_txn *x, const char *id)
 	    (err = del_prefix(x, x->s->summaries, num, NULL)) ||
 	    (err = del_prefix(x, x->s->model_calls, num, NULL)) ||
 	    (err = del_prefix(x, x->s->runs, num, NULL)) ||
-	    (err = del_log_start(x, num)) ||
+	    (err = del_log_start(x, num)) || (err = schedules_del_conv(x, id)) ||
 	    (x->s->has_nodes && (err = del(x, x->s->owners, id, strlen(id)))) ||
 	    (err = del(x, x->s->convs, k, 8)) || (err = del(x, x->s->conv_ids, id, strlen(id))))
 		return err;
@@ -2861,6 +2867,203 @@ int store_warnings_due(store_txn *x, int64_t now, int (*fn)(void *, const struct
 int store_warning_earliest(store_txn *x, int64_t *at)
 {
 	return earliest_scan(x, x->s->warnings, at);
+}
+
+/* ---- schedules ------------------------------------------------------- */
+
+/* A schedules record into s (its id from the key). */
+static int sched_decode(const MDB_val *k, const MDB_val *v, struct store_schedule *s)
+{
+	struct mp m;
+	uint32_t n;
+	int64_t due;
+	mp_init(&m, v->mv_data, v->mv_size);
+	if (mp_array(&m, &n) || n != 4 || mp_bytes(&m, &s->conversation) || mp_int(&m, &due) ||
+	    mp_opt_str(&m, &s->cron) || mp_bytes(&m, &s->text) || m.p != m.end)
+		return STORE_E_CORRUPT;
+	s->id = (store_bytes){ k->mv_data, k->mv_size };
+	s->due = due;
+	return 0;
+}
+
+static int sched_load(store_txn *x, const char *id, struct store_schedule *s)
+{
+	MDB_val v, k = { strlen(id), (void *)id };
+	int err = get(x, x->s->schedules, id, strlen(id), &v);
+	if (err)
+		return err;
+	return sched_decode(&k, &v, s) ? fail(x, STORE_E_CORRUPT) : 0;
+}
+
+/* The record of (conv, due, cron, text) under id, and its due row. */
+static int sched_write(store_txn *x, const char *id, store_bytes conv, int64_t due, store_bytes cron,
+		       store_bytes text)
+{
+	unsigned char dk[8 + STORE_ID_MAX];
+	size_t dl = key_str(dk, (uint64_t)due, id, strlen(id));
+	msgpack_pack_array(rec(x), 4);
+	pack_strn(x, conv.ptr, conv.len);
+	msgpack_pack_int64(&x->pk, due);
+	if (cron.len)
+		pack_strn(x, cron.ptr, cron.len);
+	else
+		msgpack_pack_nil(&x->pk);
+	pack_strn(x, text.ptr, text.len);
+	int err = put(x, x->s->schedules, id, strlen(id), 0);
+	if (err)
+		return err;
+	rec(x);
+	pack_strn(x, conv.ptr, conv.len);
+	return put(x, x->s->schedule_due, dk, dl, 0);
+}
+
+int store_schedule_put(store_txn *x, const char *id, const char *conv, int64_t due, const char *cron,
+		       store_bytes text)
+{
+	uint64_t num;
+	struct store_schedule old;
+	int err = conv_num(x, conv, &num);
+	if (err)
+		return err;
+	if ((err = sched_load(x, id, &old)) != STORE_E_NOTFOUND)
+		return err ? err : STORE_E_CONFLICT;
+	return sched_write(x, id, (store_bytes){ conv, strlen(conv) }, due,
+			   (store_bytes){ cron, cron ? strlen(cron) : 0 }, text);
+}
+
+int store_schedule_get(store_txn *x, const char *id, struct store_schedule *out)
+{
+	return sched_load(x, id, out);
+}
+
+/* Remove the due row of s (loaded by sched_load). */
+static int sched_due_del(store_txn *x, const char *id, int64_t due)
+{
+	unsigned char dk[8 + STORE_ID_MAX];
+	size_t dl = key_str(dk, (uint64_t)due, id, strlen(id));
+	return del(x, x->s->schedule_due, dk, dl);
+}
+
+int store_schedule_move(store_txn *x, const char *id, int64_t due)
+{
+	struct store_schedule s;
+	int err = sched_load(x, id, &s);
+	if (err || (err = sched_due_del(x, id, s.due)))
+		return err;
+	/* s points into the map: copy what the rewrite reads before it writes */
+	char conv[STORE_ID_MAX], cron[STORE_CRON_MAX];
+	size_t cl = s.conversation.len, crl = s.cron.len;
+	if (cl > sizeof conv || crl > sizeof cron)
+		return fail(x, STORE_E_CORRUPT);
+	memcpy(conv, s.conversation.ptr, cl);
+	if (crl)
+		memcpy(cron, s.cron.ptr, crl);
+	char *text = malloc(s.text.len ? s.text.len : 1);
+	if (!text)
+		return fail(x, -ENOMEM);
+	if (s.text.len)
+		memcpy(text, s.text.ptr, s.text.len);
+	err = sched_write(x, id, (store_bytes){ conv, cl }, due, (store_bytes){ cron, crl },
+			  (store_bytes){ text, s.text.len });
+	free(text);
+	return err;
+}
+
+int store_schedule_drop(store_txn *x, const char *id)
+{
+	struct store_schedule s;
+	int err = sched_load(x, id, &s);
+	if (err || (err = sched_due_del(x, id, s.due)))
+		return err;
+	return del(x, x->s->schedules, id, strlen(id));
+}
+
+/* Every schedule of conv goes (its conversation is deleted). */
+static int schedules_del_conv(store_txn *x, const char *conv)
+{
+	MDB_cursor *c;
+	if (x->s->schedules == DBI_ABSENT)
+		return 0;
+	int rc = mdb_cursor_open(x->t, x->s->schedules, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	int err = 0;
+	size_t cl = strlen(conv);
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && !err; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		struct store_schedule s;
+		if ((err = sched_decode(&k, &v, &s)) != 0)
+			break;
+		if (s.conversation.len != cl || memcmp(s.conversation.ptr, conv, cl))
+			continue;
+		unsigned char dk[8 + STORE_ID_MAX];
+		size_t dl = key_str(dk, (uint64_t)s.due, k.mv_data, k.mv_size);
+		if ((err = del(x, x->s->schedule_due, dk, dl)) == 0 && (rc = mdb_cursor_del(c, 0)) != 0)
+			err = map_err(rc);
+		x->dirty = 1;
+	}
+	mdb_cursor_close(c);
+	if (err)
+		return fail(x, err);
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+}
+
+/* The schedules in due order, due <= upto, conv's only when conv is not
+ * NULL, at most limit (0: all). */
+static int sched_walk(store_txn *x, const char *conv, int64_t upto, size_t limit,
+		      int (*fn)(void *, const struct store_schedule *), void *arg)
+{
+	MDB_cursor *c;
+	if (x->s->schedule_due == DBI_ABSENT)
+		return 0;
+	int rc = mdb_cursor_open(x->t, x->s->schedule_due, &c);
+	if (rc)
+		return fail(x, map_err(rc));
+	MDB_val k, v;
+	int r = 0;
+	size_t n = 0, cl = conv ? strlen(conv) : 0;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+		if (k.mv_size <= 8 || k.mv_size > 8 + STORE_ID_MAX) {
+			r = fail(x, STORE_E_CORRUPT);
+			break;
+		}
+		if ((int64_t)get_be64(k.mv_data) > upto || (limit && n == limit))
+			break;
+		char id[STORE_ID_MAX + 1];
+		memcpy(id, (char *)k.mv_data + 8, k.mv_size - 8);
+		id[k.mv_size - 8] = 0;
+		struct store_schedule s;
+		if ((r = sched_load(x, id, &s)) != 0) {
+			r = r == STORE_E_NOTFOUND ? fail(x, STORE_E_CORRUPT) : r;
+			break;
+		}
+		if (conv && (s.conversation.len != cl || memcmp(s.conversation.ptr, conv, cl)))
+			continue;
+		n++;
+		if ((r = fn(arg, &s)) != 0)
+			break;
+	}
+	mdb_cursor_close(c);
+	if (r)
+		return r;
+	return rc == 0 || rc == MDB_NOTFOUND ? 0 : fail(x, map_err(rc));
+}
+
+int store_schedules_list(store_txn *x, const char *conv, int (*fn)(void *, const struct store_schedule *), void *arg)
+{
+	return sched_walk(x, conv, INT64_MAX, 0, fn, arg);
+}
+
+/* Writers are serialised: nothing to skip (store.h). */
+int store_schedules_due(store_txn *x, int64_t now, size_t limit, int (*fn)(void *, const struct store_schedule *),
+			void *arg)
+{
+	return sched_walk(x, NULL, now, limit, fn, arg);
+}
+
+int store_schedule_earliest(store_txn *x, int64_t *due)
+{
+	return earliest_scan(x, x->s->schedule_due, due);
 }
 
 /* ---- audit ----------------------------------------------------------- */

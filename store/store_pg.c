@@ -26,6 +26,7 @@
  *                      deadline, attempts, args, prompt, result
  *   expiries     (deadline, tool_call_id) -> conv
  *   warnings     tool_call_id -> at, conv (index (at, tool_call_id))
+ *   schedules    id -> conv, due, cron, text (index (due, id); version 2)
  *   model_calls  (conv, turn_ref) -> model, in_tok, out_tok, cost, latency,
  *                      summary_version, inserted_at, rendered
  *   lease_seq    the sequence writer generations come from
@@ -65,7 +66,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
 #define NSPARE 2          /* idle connections a handle keeps */
@@ -122,7 +123,8 @@ static const char *const sql[NQ] = {
 			  "m AS (DELETE FROM model_calls WHERE conv = $1::text), "
 			  "r AS (DELETE FROM runs WHERE conv = $1::text), "
 			  "k AS (DELETE FROM conv_meta WHERE conv = $1::text), "
-			  "w AS (DELETE FROM warnings WHERE conv = $1::text) "
+			  "w AS (DELETE FROM warnings WHERE conv = $1::text), "
+			  "sc AS (DELETE FROM schedules WHERE conv = $1::text) "
 			  "DELETE FROM convs WHERE id = $1::text RETURNING 1",
 	[Q_LEASE_NEXT] = "UPDATE convs SET lease = GREATEST(nextval('lease_seq'), lease + 1) "
 			 "WHERE id = $1::text RETURNING lease",
@@ -318,6 +320,14 @@ static const char schema_v1[] =
 	" cost float8 NOT NULL, started_at bigint NOT NULL, ended_at bigint NOT NULL, PRIMARY KEY (conv, id));"
 	"ALTER TABLE convs ADD COLUMN first_seq bigint NOT NULL DEFAULT 1;"
 	"INSERT INTO schema_version VALUES (1);";
+
+/* Version 2: scheduled wakeups. A version 1 store is migrated to it by
+ * the first open that may write (schema_migrate). */
+static const char schema_v2[] =
+	"CREATE TABLE schedules (id text COLLATE \"C\" PRIMARY KEY, conv text COLLATE \"C\" NOT NULL,"
+	" due bigint NOT NULL, cron text, text bytea NOT NULL);"
+	"CREATE INDEX schedules_due ON schedules (due, id);"
+	"UPDATE schema_version SET version = 2;"; /* one row: the version */
 
 /* Held by the session across the transaction that creates (or migrates)
  * the schema, and released after its commit. Not a transaction-level lock:
@@ -1054,7 +1064,9 @@ static int need_table(struct need *nd, const char *p, const char *end)
 static int need_build(struct need *nd)
 {
 	int err = 0;
-	for (const char *p = schema_v1; !err && *p;) {
+	const char *texts[2] = { schema_v1, schema_v2 };
+	for (int ti = 0; ti < 2; ti++)
+	for (const char *p = texts[ti]; !err && *p;) {
 		const char *end = strchr(p, ';');
 		if (!end)
 			break;
@@ -1125,36 +1137,60 @@ out:
 	return err;
 }
 
+#define SCHEMA_PRESENT "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8"
+#define SCHEMA_VERSION_SQL "SELECT max(version) FROM schema_version"
+
+/* One step of the schema, under SCHEMA_LOCK in one transaction, taken once
+ * by whoever opens at once: stmts run when probe (one number), read after
+ * the wait for the lock, is below `below`. */
+static int schema_step(PGconn *c, const char *probe, int64_t below, const char *stmts)
+{
+	int64_t v = 0;
+	int rows = 0, err = exec_simple(c, SCHEMA_LOCK);
+	if (err)
+		return err;
+	if ((err = exec_simple(c, "BEGIN")) == 0) {
+		if ((err = query_i64(c, probe, &v, &rows)) == 0 && v < below)
+			err = exec_simple(c, stmts);
+		if (!err)
+			err = exec_simple(c, "COMMIT");
+		else
+			exec_simple(c, "ROLLBACK");
+	}
+	int unlock = exec_simple(c, SCHEMA_UNLOCK);
+	return err ? err : unlock;
+}
+
+/* Bring a store below version `to` up to it with the statements stmts
+ * (which record the version). Refused read-only. */
+static int schema_migrate(store *s, PGconn *c, int64_t to, const char *stmts)
+{
+	if (s->opts.read_only) {
+		store_open_error_set("the database's schema is older than this agentd's (version %lld): open it once "
+				     "with agentd (not read-only) to migrate it", (long long)to);
+		return STORE_E_CORRUPT;
+	}
+	return schema_step(c, SCHEMA_VERSION_SQL, to, stmts);
+}
+
 /* Create the schema when absent (unless read-only), refuse a newer one. */
 static int schema_check(store *s, PGconn *c)
 {
 	int64_t ver = 0;
 	int rows = 0, err;
 	int64_t present = 0;
-	if ((err = query_i64(c, "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8", &present, &rows)))
+	if ((err = query_i64(c, SCHEMA_PRESENT, &present, &rows)))
 		return err;
 	if (!present) {
 		if (s->opts.read_only) {
 			store_open_error_set("no agentd store in this database and schema (no schema_version table)");
 			return STORE_E_CORRUPT; /* not an agentd store */
 		}
-		if ((err = exec_simple(c, SCHEMA_LOCK)) != 0)
-			return err;
-		if ((err = exec_simple(c, "BEGIN")) == 0) {
-			if ((err = query_i64(c, "SELECT (to_regclass('schema_version') IS NOT NULL)::int::int8",
-					     &present, &rows)) == 0 && !present)
-				err = exec_simple(c, schema_v1);
-			if (!err)
-				err = exec_simple(c, "COMMIT");
-			else
-				exec_simple(c, "ROLLBACK");
-		}
-		int unlock = exec_simple(c, SCHEMA_UNLOCK);
-		if (err || (err = unlock))
+		if ((err = schema_step(c, SCHEMA_PRESENT, 1, schema_v1)) != 0)
 			return err;
 	}
 	rows = 0;
-	if ((err = query_i64(c, "SELECT max(version) FROM schema_version", &ver, &rows)))
+	if ((err = query_i64(c, SCHEMA_VERSION_SQL, &ver, &rows)))
 		return err;
 	if (rows != 1 || ver <= 0)
 		return STORE_E_CORRUPT;
@@ -1163,8 +1199,10 @@ static int schema_check(store *s, PGconn *c)
 				     "upgrade agentd to use it", (long long)ver, SCHEMA_VERSION);
 		return STORE_E_CORRUPT;
 	}
-	/* Migrations from older versions go here, each in its own
-	 * transaction under SCHEMA_LOCK. Version 1 is the first. */
+	/* Migrations from older versions, each in its own transaction
+	 * under SCHEMA_LOCK. */
+	if (ver < 2 && (err = schema_migrate(s, c, 2, schema_v2)) != 0)
+		return err;
 	return schema_verify(c);
 }
 
@@ -2497,6 +2535,132 @@ int store_warnings_due(store_txn *x, int64_t now, int (*fn)(void *, const struct
 int store_warning_earliest(store_txn *x, int64_t *at)
 {
 	return time_first(x, Q_WARN_EARLIEST, at);
+}
+
+/* ---- schedules ------------------------------------------------------- */
+
+/* The schedules' statements: not prepared (run_sql), since the statement
+ * table has no bit left; a node runs them once per firing or op. */
+enum { S_PUT, S_GET, S_MOVE, S_DROP, S_LIST, S_DUE, S_DUE_READ, S_EARLIEST, NS };
+#define SCHED_COLS "s.id, s.conv, s.due, s.cron, s.text"
+static const char *const sched_sql[NS] = {
+	[S_PUT] = "INSERT INTO schedules (id, conv, due, cron, text) VALUES ($1::text, $2::text, $3::int8, "
+			"$4::text, $5::bytea) ON CONFLICT (id) DO NOTHING RETURNING 1",
+	[S_GET] = "SELECT " SCHED_COLS " FROM schedules s WHERE s.id = $1::text",
+	[S_MOVE] = "UPDATE schedules SET due = $2::int8 WHERE id = $1::text RETURNING 1",
+	[S_DROP] = "DELETE FROM schedules WHERE id = $1::text RETURNING 1",
+	[S_LIST] = "SELECT " SCHED_COLS " FROM schedules s WHERE ($1::text IS NULL OR s.conv = $1::text) "
+			 "ORDER BY s.due, s.id",
+	[S_DUE] = "SELECT " SCHED_COLS " FROM schedules s JOIN convs c ON c.id = s.conv WHERE s.due <= $1::int8 "
+			"ORDER BY s.due, s.id LIMIT $2::int8 FOR UPDATE OF c SKIP LOCKED",
+	[S_DUE_READ] = "SELECT " SCHED_COLS " FROM schedules s WHERE s.due <= $1::int8 ORDER BY s.due, s.id "
+			     "LIMIT $2::int8",
+	[S_EARLIEST] = "SELECT due FROM schedules ORDER BY due, id LIMIT 1",
+};
+/* Nodes firing at once share the due schedules out (S_DUE), as expiries. */
+
+static void sched_row(const PGresult *r, int i, struct store_schedule *s)
+{
+	*s = (struct store_schedule){ g_bytes(r, i, 0), g_bytes(r, i, 1), g_i64(r, i, 2), g_bytes(r, i, 3),
+				      g_bytes(r, i, 4) };
+	if (!s->text.ptr)
+		s->text = (store_bytes){ "", 0 };
+}
+
+int store_schedule_put(store_txn *x, const char *id, const char *conv, int64_t due, const char *cron,
+		       store_bytes text)
+{
+	int err = conv_exists(x, conv);
+	if (err || (err = quota(x, text.len + strlen(id) + (cron ? strlen(cron) : 0))) != 0)
+		return err;
+	struct args a = { 0 };
+	a_str(&a, id);
+	a_str(&a, conv);
+	a_i64(&a, due);
+	a_str(&a, cron);
+	a_bytes(&a, text, 0);
+	PGresult *r = run_sql(x, sched_sql[S_PUT], &a, &err);
+	if (!r)
+		return err;
+	return PQntuples(r) == 1 ? 0 : STORE_E_CONFLICT;
+}
+
+int store_schedule_get(store_txn *x, const char *id, struct store_schedule *out)
+{
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	PGresult *r = run_sql(x, sched_sql[S_GET], &a, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) != 1)
+		return STORE_E_NOTFOUND;
+	sched_row(r, 0, out);
+	return 0;
+}
+
+int store_schedule_move(store_txn *x, const char *id, int64_t due)
+{
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	a_i64(&a, due);
+	PGresult *r = run_sql(x, sched_sql[S_MOVE], &a, &err);
+	return !r ? err : PQntuples(r) == 1 ? 0 : STORE_E_NOTFOUND;
+}
+
+int store_schedule_drop(store_txn *x, const char *id)
+{
+	struct args a = { 0 };
+	int err;
+	a_str(&a, id);
+	PGresult *r = run_sql(x, sched_sql[S_DROP], &a, &err);
+	return !r ? err : PQntuples(r) == 1 ? 0 : STORE_E_NOTFOUND;
+}
+
+static int sched_rows(store_txn *x, const char *q, struct args *a, int (*fn)(void *, const struct store_schedule *),
+		      void *arg)
+{
+	int err;
+	PGresult *r = run_sql(x, q, a, &err);
+	if (!r)
+		return err;
+	for (int i = 0, n = PQntuples(r); i < n; i++) {
+		struct store_schedule s;
+		sched_row(r, i, &s);
+		int rc = fn(arg, &s);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int store_schedules_list(store_txn *x, const char *conv, int (*fn)(void *, const struct store_schedule *), void *arg)
+{
+	struct args a = { 0 };
+	a_str(&a, conv);
+	return sched_rows(x, sched_sql[S_LIST], &a, fn, arg);
+}
+
+int store_schedules_due(store_txn *x, int64_t now, size_t limit, int (*fn)(void *, const struct store_schedule *),
+			void *arg)
+{
+	struct args a = { 0 };
+	a_i64(&a, now);
+	a_i64(&a, limit && limit < (size_t)INT64_MAX ? (int64_t)limit : INT64_MAX);
+	return sched_rows(x, sched_sql[x->h.write ? S_DUE : S_DUE_READ], &a, fn, arg);
+}
+
+int store_schedule_earliest(store_txn *x, int64_t *due)
+{
+	int err;
+	PGresult *r = run_sql(x, sched_sql[S_EARLIEST], NULL, &err);
+	if (!r)
+		return err;
+	if (PQntuples(r) == 0)
+		return STORE_E_NOTFOUND;
+	*due = g_i64(r, 0, 0);
+	return 0;
 }
 
 /* ---- audit ----------------------------------------------------------- */

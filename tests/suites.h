@@ -20,6 +20,7 @@ Suite *make_convtree_suite(void);
 Suite *make_gate_suite(void);
 Suite *make_waiters_suite(void);
 Suite *make_digest_suite(void);
+Suite *make_cron_suite(void);
 
 static Suite *(*const check_suites[])(void) = {
 	make_mp_suite,
@@ -39,6 +40,7 @@ static Suite *(*const check_suites[])(void) = {
 	make_gate_suite,
 	make_waiters_suite,
 	make_digest_suite,
+	make_cron_suite,
 	0,
 };
 #endif

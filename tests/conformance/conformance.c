@@ -34,6 +34,7 @@ static const struct conf_case {
 	{ "lease_usage", conf_setup, conf_lease_usage_add },
 	{ "tool_calls", conf_setup, conf_tool_calls_add },
 	{ "expiries", conf_setup, conf_expiries_add },
+	{ "schedules", conf_setup, conf_schedules_add },
 	{ "delete", conf_setup, conf_delete_add },
 	{ "audit_off", conf_setup, conf_audit_off_add },
 	{ "audit", conf_setup_audit, conf_audit_add },

@@ -223,6 +223,7 @@ void conf_ids_add(TCase *tc);
 void conf_lease_usage_add(TCase *tc);
 void conf_tool_calls_add(TCase *tc);
 void conf_expiries_add(TCase *tc);
+void conf_schedules_add(TCase *tc);
 void conf_delete_add(TCase *tc);
 void conf_audit_off_add(TCase *tc);
 void conf_audit_add(TCase *tc);

@@ -49,7 +49,7 @@ def send_answered(a, c, content, **fields):
 
 def test_processes_opening_one_fresh_database_at_once_create_its_schema_once():
     """4 processes open (and create) the store of one fresh, empty schema at the same moment, 5 times over:
-    each open succeeds, one schema_version row says 1, and the tables are there once. (A store lives in the
+    each open succeeds, one schema_version row says 2 (version 1 created, then migrated to 2), and the tables are there once. (A store lives in the
     connection's current schema: a fresh schema is what a fresh database is to it, and is quicker to make.)"""
     with Agentd(start=False) as a:
         stream = os.path.join(a.dir, "empty.jsonl")
@@ -70,7 +70,7 @@ def test_processes_opening_one_fresh_database_at_once_create_its_schema_once():
             for p in procs:
                 out, err = p.communicate(timeout=scaled(60))
                 assert p.returncode == 0, (round_, p.returncode, err)
-            assert pg_sql(f"SELECT version FROM {schema}.schema_version", db) == "1", round_
+            assert pg_sql(f"SELECT version FROM {schema}.schema_version", db) == "2", round_
             tables = pg_sql("SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables "
                             f"WHERE schemaname = '{schema}'", db)
             expected = expected or tables

@@ -56,13 +56,13 @@ def test_bad_targets_fail_clearly_and_leave_nothing():
         a.start()
         a.stop()
         db = pg_target(a.data_dir).rsplit("dbname=", 1)[1]
-        pg_sql("UPDATE schema_version SET version = 2", db)
+        pg_sql("UPDATE schema_version SET version = 3", db)
         assert a.expect_exit() == 1
-        assert "the database's schema is version 2, newer than this agentd's (1): upgrade agentd" in a.log(), a.log()
+        assert "the database's schema is version 3, newer than this agentd's (2): upgrade agentd" in a.log(), a.log()
         p = harness.run_agentd("check", "--store", pg_target(a.data_dir), capture_output=True, text=True)
         assert p.returncode == 2 and "newer than this agentd's" in p.stdout, p
-        assert pg_sql("SELECT version FROM schema_version", db) == "2"
-        pg_sql("UPDATE schema_version SET version = 1", db)
+        assert pg_sql("SELECT version FROM schema_version", db) == "3"
+        pg_sql("UPDATE schema_version SET version = 2", db)
         a.start()
 
 

@@ -206,6 +206,20 @@ START_TEST(test_transcript_order)
 	ck_assert_int_eq(json_array_size(json_object_get(json_array_get(tr, 1), "calls")), 0);
 	json_decref(tr);
 	json_decref(rq);
+
+	/* A scheduled event is a user message marked [scheduled], its text
+	 * only; one that came while a turn ran follows its results, as a
+	 * user_msg does. */
+	rq = req_of("["
+		    "{\"seq\":1,\"type\":\"user_msg\",\"content\":{\"text\":\"u1\"}},"
+		    "{\"seq\":2,\"type\":\"scheduled\",\"content\":{\"text\":\"s2\",\"schedule\":\"k\",\"late\":false}},"
+		    "{\"seq\":3,\"type\":\"assistant_msg\",\"content\":{\"text\":\"a3\",\"context_seq\":1}},"
+		    "{\"seq\":4,\"type\":\"scheduled\",\"content\":{\"text\":\"s4\",\"schedule\":\"k\",\"late\":true}}"
+		    "]");
+	tr = model_transcript(rq);
+	ck_roles(tr, "user:u1 assistant:a3 user:[scheduled] s2 user:[scheduled] s4");
+	json_decref(tr);
+	json_decref(rq);
 }
 END_TEST
 

@@ -120,6 +120,26 @@ START_TEST(tail_user_msg_only)
 }
 END_TEST
 
+#define SCH(seq, text) "[" #seq ",\"scheduled\",{\"text\":\"" text "\",\"schedule\":\"k\",\"late\":false}]"
+
+/* A scheduled event owes a turn as a user_msg does, and starts the rounds
+ * afresh; one the last turn's context covered owes none. */
+START_TEST(tail_scheduled_owes_a_turn)
+{
+	struct tail t = decide("[" SCH(1, "wake") "]", 0);
+	ck_assert_int_eq(t.action, TAIL_TURN);
+	ck_assert_int_eq(t.round, 1);
+	tail_free(&t);
+	t = decide("[" U(1, "a") "," A(2, 1) "," SCH(3, "wake") "]", 0);
+	ck_assert_int_eq(t.action, TAIL_TURN);
+	ck_assert_uint_eq(t.ctx_seq, 1);
+	tail_free(&t);
+	t = decide("[" U(1, "a") "," SCH(2, "wake") "," A(3, 2) "]", 0);
+	ck_assert_int_eq(t.action, TAIL_IDLE);
+	tail_free(&t);
+}
+END_TEST
+
 START_TEST(tail_answered_is_idle)
 {
 	struct tail t = decide("[" U(1, "hi") "," A(2, 1) "]", 0);
@@ -510,6 +530,15 @@ START_TEST(echo_plain)
 }
 END_TEST
 
+/* The echo model answers a scheduled event with its text. */
+START_TEST(echo_scheduled)
+{
+	json_t *o = echo("turn", "[" U(1, "a") "," A(2, 1) "," SCH(3, "wake up") "]");
+	ck_assert_str_eq(text_of(o), "echo: wake up");
+	json_decref(o);
+}
+END_TEST
+
 START_TEST(echo_several_queued)
 {
 	json_t *o = echo("turn", "[" U(1, "a") "," U(2, "b") "]");
@@ -625,6 +654,7 @@ Suite *make_render_suite(void)
 	tcase_add_test(t, tail_malformed);
 	tcase_add_test(t, tail_interrupt_is_no_boundary);
 	tcase_add_test(t, tail_steered_round_goes_on);
+	tcase_add_test(t, tail_scheduled_owes_a_turn);
 	suite_add_tcase(s, t);
 	TCase *r = tcase_create("render");
 	tcase_add_test(r, render_turn_shape);
@@ -632,6 +662,7 @@ Suite *make_render_suite(void)
 	suite_add_tcase(s, r);
 	TCase *e = tcase_create("echo");
 	tcase_add_test(e, echo_plain);
+	tcase_add_test(e, echo_scheduled);
 	tcase_add_test(e, echo_several_queued);
 	tcase_add_test(e, echo_tool_requests);
 	tcase_add_test(e, echo_results_after_settlement);

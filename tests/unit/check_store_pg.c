@@ -198,11 +198,11 @@ START_TEST(newer_schema_is_refused)
 	s = NULL;
 	ck_assert_int_eq(store_open(&s, target, NULL), STORE_E_CORRUPT);
 	ck_assert_ptr_null(s);
-	ck_assert_str_eq(store_open_error(), "the database's schema is version 2, newer than this agentd's (1): "
+	ck_assert_str_eq(store_open_error(), "the database's schema is version 3, newer than this agentd's (2): "
 					     "upgrade agentd to use it");
 	snprintf(sql, sizeof sql, "SELECT version FROM %s.schema_version", schema);
-	ck_assert_int_eq(admin_sql(sql), 2);
-	snprintf(sql, sizeof sql, "UPDATE %s.schema_version SET version = 1", schema);
+	ck_assert_int_eq(admin_sql(sql), 3);
+	snprintf(sql, sizeof sql, "UPDATE %s.schema_version SET version = 2", schema);
 	admin_sql(sql);
 	s = open_ok();
 	ck_assert_str_eq(store_open_error(), "");
@@ -210,6 +210,42 @@ START_TEST(newer_schema_is_refused)
 	struct store_conv c;
 	ck_assert_int_eq(store_txn_begin(s, STORE_READ, &x), 0);
 	ck_assert_int_eq(store_conv_get(x, "c1", &c), 0);
+	store_txn_abort(x);
+	store_close(s);
+}
+END_TEST
+
+/* A version 1 store (no schedules table) is refused read-only, with the
+ * reason, and migrated to version 2 by an open that may write: its rows
+ * stay, and schedules work. */
+START_TEST(version_1_is_migrated)
+{
+	store *s = open_ok();
+	conv_create(s, "c1");
+	store_close(s);
+	char sql[200];
+	snprintf(sql, sizeof sql, "DROP TABLE %s.schedules; UPDATE %s.schema_version SET version = 1", schema, schema);
+	admin_sql(sql);
+	struct store_opts ro = { .read_only = 1 };
+	s = NULL;
+	ck_assert_int_eq(store_open(&s, target, &ro), STORE_E_CORRUPT);
+	ck_assert_ptr_null(s);
+	ck_assert_msg(strstr(store_open_error(), "older than this agentd's") != NULL, "%s", store_open_error());
+	s = open_ok();
+	snprintf(sql, sizeof sql, "SELECT version FROM %s.schema_version", schema);
+	ck_assert_int_eq(admin_sql(sql), 2);
+	store_txn *x;
+	struct store_conv c;
+	ck_assert_int_eq(store_txn_begin(s, STORE_WRITE, &x), 0);
+	ck_assert_int_eq(store_conv_get(x, "c1", &c), 0);
+	ck_assert_int_eq(store_schedule_put(x, "s1", "c1", 1000, NULL, (store_bytes){ "t", 1 }), 0);
+	ck_assert_int_eq(store_txn_commit(x), 0);
+	store_close(s);
+	s = open_ok(); /* a second open finds version 2: nothing to migrate */
+	ck_assert_int_eq(store_txn_begin(s, STORE_READ, &x), 0);
+	int64_t due = 0;
+	ck_assert_int_eq(store_schedule_earliest(x, &due), 0);
+	ck_assert_int_eq(due, 1000);
 	store_txn_abort(x);
 	store_close(s);
 }
@@ -1052,6 +1088,7 @@ Suite *make_store_pg_suite(void)
 		tcase_add_checked_fixture(tc, setup, teardown);
 		tcase_set_timeout(tc, 60);
 		tcase_add_test(tc, newer_schema_is_refused);
+		tcase_add_test(tc, version_1_is_migrated);
 		tcase_add_test(tc, read_only_open_creates_nothing);
 		tcase_add_test(tc, lease_check_holds_the_row_until_commit);
 		tcase_add_test(tc, resolver_and_worker_queue_without_deadlock);
