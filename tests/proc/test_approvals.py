@@ -71,14 +71,14 @@ def now_ms():
 
 
 def test_extend_moves_the_deadline_and_it_fires_then_once():
-    # The ask and the extend land well within the first 6 s; the old deadline passing is checked 11.5 s
+    # The ask and the extend land well within the first 4 s; the old deadline passing is checked 7.5 s
     # before the new one (both scaled): a loaded machine cannot make either race.
-    a = start(config(expires_s=6))
+    a = start(config(expires_s=4))
     try:
         c = conv(a)
         tc = ask(a, c)
         old = tc["deadline"]
-        new = old + ms(12)
+        new = old + ms(8)
         r = a.ok({"op": "extend", "conversation": c, "tool_call_id": tc["id"], "deadline": new, "by": "ops"})
         assert r["deadline"] == new and r["conversation"] == c, r
         assert call(a, tc["id"])["deadline"] == new
