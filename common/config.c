@@ -878,6 +878,53 @@ static int on_expiry_validate(const struct config *c, const struct tool_cfg *t, 
 	return -1;
 }
 
+/* A [tool.NAME] read whole: what its executor takes, its isolation, its
+ * human keys. 0, or -1 with err set. */
+static int tool_validate(const struct config *c, struct tool_cfg *t, char *err, size_t errlen)
+{
+	if (iso_resolve(c, "tool", t->name, &t->iso, err, errlen))
+		return -1;
+	if (t->executor == EXEC_HUMAN && (t->iso.env || t->iso.user || t->iso.group || t->iso.rlimit_as ||
+					  t->iso.rlimit_cpu || t->iso.rlimit_nofile || t->iso.network_none)) {
+		snprintf(err, errlen, "%s: [tool.%s] is a human tool: no process runs, so env, user, group, "
+			 "network and rlimit_* do not apply", c->path, t->name);
+		return -1;
+	}
+	if (t->executor == EXEC_SERVER && !t->command) {
+		snprintf(err, errlen, "%s: [tool.%s] is a server tool and needs a command", c->path, t->name);
+		return -1;
+	}
+	if (t->command && !command_ok(c, "tool", t->name, t->command, err, errlen))
+		return -1;
+	if (t->executor == EXEC_HUMAN && t->command) {
+		snprintf(err, errlen, "%s: [tool.%s] is a human tool: it takes no command", c->path, t->name);
+		return -1;
+	}
+	if (t->executor == EXEC_HUMAN && (t->idempotent >= 0 || t->reconcile)) {
+		snprintf(err, errlen, "%s: [tool.%s] is a human tool: idempotent and reconcile are for tools that run",
+			 c->path, t->name);
+		return -1;
+	}
+	if (t->reconcile && !command_ok(c, "tool", t->name, t->reconcile, err, errlen))
+		return -1;
+	if (!t->prompt && (t->prompt = strdup("Approve?")) == NULL)
+		return -1;
+	if (warn_before_validate(c, t, err, errlen) || on_expiry_validate(c, t, err, errlen))
+		return -1;
+	if (t->on_user_message == ON_USER_MESSAGE_REJECT && t->executor != EXEC_HUMAN) {
+		/* A server call is running, not waiting: cancel or on_busy = interrupt stops it. */
+		snprintf(err, errlen, "%s: [tool.%s] on_user_message is for human tools (executor = human)",
+			 c->path, t->name);
+		return -1;
+	}
+	if (t->approvers && t->executor != EXEC_HUMAN) {
+		snprintf(err, errlen, "%s: [tool.%s] approvers is for human tools (executor = human): a server "
+			 "tool's call is approved by nobody", c->path, t->name);
+		return -1;
+	}
+	return 0;
+}
+
 static int validate(struct config *c, char *err, size_t errlen)
 {
 	if (c->store && c->data_given) {
@@ -921,51 +968,8 @@ static int validate(struct config *c, char *err, size_t errlen)
 	}
 	for (size_t i = 0; i < c->ntools; i++) {
 		struct tool_cfg *t = &c->tools[i];
-		if (t->mcp) {
-			if (mcp_validate(c, t, err, errlen))
-				return -1;
-			continue;
-		}
-		if (iso_resolve(c, "tool", t->name, &t->iso, err, errlen))
+		if (t->mcp ? mcp_validate(c, t, err, errlen) : tool_validate(c, t, err, errlen))
 			return -1;
-		if (t->executor == EXEC_HUMAN && (t->iso.env || t->iso.user || t->iso.group || t->iso.rlimit_as ||
-						  t->iso.rlimit_cpu || t->iso.rlimit_nofile || t->iso.network_none)) {
-			snprintf(err, errlen, "%s: [tool.%s] is a human tool: no process runs, so env, user, group, "
-				 "network and rlimit_* do not apply", c->path, t->name);
-			return -1;
-		}
-		if (t->executor == EXEC_SERVER && !t->command) {
-			snprintf(err, errlen, "%s: [tool.%s] is a server tool and needs a command", c->path, t->name);
-			return -1;
-		}
-		if (t->command && !command_ok(c, "tool", t->name, t->command, err, errlen))
-			return -1;
-		if (t->executor == EXEC_HUMAN && t->command) {
-			snprintf(err, errlen, "%s: [tool.%s] is a human tool: it takes no command", c->path, t->name);
-			return -1;
-		}
-		if (t->executor == EXEC_HUMAN && (t->idempotent >= 0 || t->reconcile)) {
-			snprintf(err, errlen, "%s: [tool.%s] is a human tool: idempotent and reconcile are for tools that run",
-				 c->path, t->name);
-			return -1;
-		}
-		if (t->reconcile && !command_ok(c, "tool", t->name, t->reconcile, err, errlen))
-			return -1;
-		if (!t->prompt && (t->prompt = strdup("Approve?")) == NULL)
-			return -1;
-		if (warn_before_validate(c, t, err, errlen) || on_expiry_validate(c, t, err, errlen))
-			return -1;
-		if (t->on_user_message == ON_USER_MESSAGE_REJECT && t->executor != EXEC_HUMAN) {
-			/* A server call is running, not waiting: cancel or on_busy = interrupt stops it. */
-			snprintf(err, errlen, "%s: [tool.%s] on_user_message is for human tools (executor = human)",
-				 c->path, t->name);
-			return -1;
-		}
-		if (t->approvers && t->executor != EXEC_HUMAN) {
-			snprintf(err, errlen, "%s: [tool.%s] approvers is for human tools (executor = human): a server "
-				 "tool's call is approved by nobody", c->path, t->name);
-			return -1;
-		}
 	}
 	return 0;
 }
