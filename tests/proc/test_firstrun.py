@@ -79,7 +79,7 @@ def test_readme_examples_work_literally():
         out = sh(shells[0].replace("agentctl=build/agentctl\n", ""))
         assert '2 assistant_msg {"text":"echo: hello","context_seq":1}' in out, out
         out = sh(shells[1])
-        assert re.search(r"^ID +CONVERSATION +KIND +NAME +DEADLINE +PROMPT +ARGS +ARGS_DIGEST$", out, re.M), out
+        assert re.search(r"^ID +CONVERSATION +KIND +NAME +DEADLINE +PROMPT +ARGS +ARGS_DIGEST +APPROVALS$", out, re.M), out
         assert re.search(r"^4 suspension ", out, re.M), out
         assert re.search(r"^seq: +5$", out, re.M), out
         assert re.search(r'^6 assistant_msg \{"text":"tc-\w+ resolved: \{\\"approved\\":true', out, re.M), out
@@ -208,7 +208,7 @@ def test_pending_approve_deny_and_ids_only():
         wait_for(lambda: len(a.ctl("-q", "pending")[1].split()) == 2, 10, "two pending approvals")
         rc, out, _ = a.ctl("pending")
         lines = out.splitlines()
-        assert re.fullmatch(r"ID +CONVERSATION +KIND +NAME +DEADLINE +PROMPT +ARGS +ARGS_DIGEST", lines[0]), out
+        assert re.fullmatch(r"ID +CONVERSATION +KIND +NAME +DEADLINE +PROMPT +ARGS +ARGS_DIGEST +APPROVALS", lines[0]), out
         rows = {ln.split()[1]: ln.split() for ln in lines[1:]}
         assert set(rows) == {c1, c2}, out
         assert rows[c1][2] == "approval" and rows[c1][3] == "approve", out
