@@ -27,10 +27,12 @@ static int collect_sched(void *arg, const struct store_schedule *s)
 	copy_id(K.id[K.n], s->id);
 	copy_id(K.conv[K.n], s->conversation);
 	ck_assert_uint_le(s->cron.len, STORE_CRON_MAX);
-	memcpy(K.cron[K.n], s->cron.ptr, s->cron.len);
+	if (s->cron.len) /* none: ptr may be NULL */
+		memcpy(K.cron[K.n], s->cron.ptr, s->cron.len);
 	K.cron[K.n][s->cron.len] = 0;
 	ck_assert_uint_lt(s->text.len, 64);
-	memcpy(K.text[K.n], s->text.ptr, s->text.len);
+	if (s->text.len)
+		memcpy(K.text[K.n], s->text.ptr, s->text.len);
 	K.text[K.n][s->text.len] = 0;
 	K.due[K.n++] = s->due;
 	return 0;
