@@ -65,7 +65,7 @@ static int worker_conv(const char *argv, size_t n, char *out, size_t cap)
 /* Whether pid has path (workers.lock of our data directory) open. */
 static int has_open(pid_t pid, const char *path)
 {
-	char dir[32], link[64], to[4096];
+	char dir[32], link[300], to[4096];
 	snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
 	DIR *d = opendir(dir);
 	if (!d)
