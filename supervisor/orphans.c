@@ -41,18 +41,27 @@ static int cmdline(pid_t pid, char *buf, size_t cap, size_t *n)
 	return 0;
 }
 
-/* The conversation a worker's argv names: its --conversation, or, once it
- * set its title (agent/main.c: "agentd-worker: CONV STATE", or
- * agentd-worker-dynamic's), the title's
- * first word, copied into out. 0 or -1 (not a worker's). */
-static const char *arg_after(const char *argv, size_t n, const char *flag);
+/* The value after flag in an argv of n bytes, or NULL. */
+static const char *arg_after(const char *argv, size_t n, const char *flag)
+{
+	for (const char *a = argv; a < argv + n; a += strlen(a) + 1)
+		if (!strcmp(a, flag) && a + strlen(a) + 1 < argv + n)
+			return a + strlen(a) + 1;
+	return NULL;
+}
+
+/* The conversation a worker's argv (n bytes) names, copied into out: its
+ * --conversation, or, once it has set its title ("agentd-worker: CONV
+ * STATE", agent/main.c; agentd-worker-dynamic's alike), the title's first
+ * word. 0, or -1: not a worker's. */
 static int worker_conv(const char *argv, size_t n, char *out, size_t cap)
 {
 	const char *c = arg_after(argv, n, "--conversation");
 	size_t len = c ? strlen(c) : 0;
 	const char *colon = strchr(argv, ':');
-	if (!c && !strncmp(argv, "agentd-worker", 13) && colon && colon[1] == ' ' && !memchr(argv, ' ', colon - argv)) {
-		c = colon + 2; /* agentd-worker-dynamic's title too */
+	if (!c && !strncmp(argv, "agentd-worker", 13) && colon && colon[1] == ' ' &&
+	    !memchr(argv, ' ', (size_t)(colon - argv))) {
+		c = colon + 2;
 		len = strcspn(c, " ");
 	}
 	if (!c || !len || len >= cap)
@@ -65,33 +74,20 @@ static int worker_conv(const char *argv, size_t n, char *out, size_t cap)
 /* Whether pid has path (workers.lock of our data directory) open. */
 static int has_open(pid_t pid, const char *path)
 {
-	char dir[32], link[300], to[4096];
+	char dir[32], to[PATH_MAX];
 	snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
 	DIR *d = opendir(dir);
 	if (!d)
 		return 0;
 	struct dirent *e;
+	size_t plen = strlen(path);
 	int found = 0;
 	while (!found && (e = readdir(d))) {
-		if (e->d_name[0] == '.')
-			continue;
-		if (strlen(e->d_name) > 20)
-			continue;
-		snprintf(link, sizeof link, "/proc/%d/fd/%s", (int)pid, e->d_name);
-		ssize_t r = readlink(link, to, sizeof to - 1);
-		found = r > 0 && (size_t)r == strlen(path) && !memcmp(to, path, (size_t)r);
+		ssize_t r = e->d_name[0] == '.' ? -1 : readlinkat(dirfd(d), e->d_name, to, sizeof to);
+		found = r > 0 && (size_t)r == plen && !memcmp(to, path, plen);
 	}
 	closedir(d);
 	return found;
-}
-
-/* The value after flag in an argv of n bytes, or NULL. */
-static const char *arg_after(const char *argv, size_t n, const char *flag)
-{
-	for (const char *a = argv; a < argv + n; a += strlen(a) + 1)
-		if (!strcmp(a, flag) && a + strlen(a) + 1 < argv + n)
-			return a + strlen(a) + 1;
-	return NULL;
 }
 
 /* Whether pid is stopped, and its parent: 0, or -1 when it is gone. */
