@@ -64,6 +64,16 @@ static char session[256];        /* Mcp-Session-Id: "" before initialize answere
 static char version[64];         /* MCP-Protocol-Version, from initialize's result */
 static struct post *posts;
 
+/* Whether s[0..n) is visible ASCII (0x21-0x7E), as a session id must be:
+ * what the server gives goes into our headers, never a CR or LF. */
+static int visible(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < 0x21 || s[i] > 0x7e)
+			return 0;
+	return n > 0;
+}
+
 static void die(const char *what)
 {
 	fprintf(stderr, "agentd-mcp-http: %s\n", what);
@@ -111,7 +121,7 @@ static void take(struct post *p, json_t *msg)
 	if (p->id && id && json_equal(id, p->id) && !json_object_get(msg, "method")) {
 		p->answered = 1;
 		const char *v = json_string_value(json_object_get(json_object_get(msg, "result"), "protocolVersion"));
-		if (p->initialize && v)
+		if (p->initialize && v && strlen(v) < sizeof version && visible(v, strlen(v)))
 			snprintf(version, sizeof version, "%s", v);
 	}
 	put(msg);
@@ -195,29 +205,34 @@ static size_t on_header(char *d, size_t size, size_t n, void *arg)
 		vl--;
 	if (nl == 12 && !strncasecmp(d, "content-type", 12))
 		p->event_stream = vl >= 17 && !strncasecmp(d + v, "text/event-stream", 17);
-	else if (nl == 14 && !strncasecmp(d, "mcp-session-id", 14) && p->initialize && vl < sizeof session)
+	else if (nl == 14 && !strncasecmp(d, "mcp-session-id", 14) && p->initialize && vl < sizeof session &&
+		 visible(d + v, vl))
 		snprintf(session, sizeof session, "%.*s", (int)vl, d + v);
 	return len;
 }
 
-static int add_header(struct curl_slist **hl, const char *fmt, const char *v)
+/* "name: value" onto *hl; value NULL: name is the whole line. Any length
+ * (a configured token may be kilobytes). 0 or -ENOMEM. */
+static int add_header(struct curl_slist **hl, const char *name, const char *value)
 {
-	char h[512];
-	snprintf(h, sizeof h, fmt, v);
+	char *h = NULL;
+	if (value ? asprintf(&h, "%s: %s", name, value) < 0 : !(h = strdup(name)))
+		return -ENOMEM;
 	struct curl_slist *t = curl_slist_append(*hl, h);
+	free(h);
 	return t ? (*hl = t, 0) : -ENOMEM;
 }
 
 /* The headers every request carries: ours, the session's, the configured ones. */
 static int headers(struct curl_slist **hl, int with_body)
 {
-	if ((with_body && add_header(hl, "%s", "Content-Type: application/json")) ||
-	    add_header(hl, "%s", "Accept: application/json, text/event-stream") || add_header(hl, "%s", "Expect:") ||
-	    (session[0] && add_header(hl, "Mcp-Session-Id: %s", session)) ||
-	    (version[0] && add_header(hl, "MCP-Protocol-Version: %s", version)))
+	if ((with_body && add_header(hl, "Content-Type", "application/json")) ||
+	    add_header(hl, "Accept", "application/json, text/event-stream") || add_header(hl, "Expect:", NULL) ||
+	    (session[0] && add_header(hl, "Mcp-Session-Id", session)) ||
+	    (version[0] && add_header(hl, "MCP-Protocol-Version", version)))
 		return -ENOMEM;
 	for (struct curl_slist *x = extra; x; x = x->next)
-		if (add_header(hl, "%s", x->data))
+		if (add_header(hl, x->data, NULL))
 			return -ENOMEM;
 	return 0;
 }
@@ -241,7 +256,7 @@ static CURL *easy(struct curl_slist *hl)
 static void post_add(CURLM *m, struct post *p, size_t len, const char *last_id)
 {
 	sse_init(&p->sse);
-	if (headers(&p->hl, p->body != NULL) || (last_id && add_header(&p->hl, "Last-Event-ID: %s", last_id)) ||
+	if (headers(&p->hl, p->body != NULL) || (last_id && add_header(&p->hl, "Last-Event-ID", last_id)) ||
 	    !(p->h = easy(p->hl)))
 		die("out of memory");
 	if (last_id) {
@@ -298,6 +313,15 @@ static int resume(CURLM *m, struct post *p)
 	return 1;
 }
 
+/* "STATUS: the first 200 bytes of the body" on one line, into d. */
+static void status_detail(const struct post *p, long st, char *d, size_t n)
+{
+	snprintf(d, n, "%ld%s%.200s", st, p->len ? ": " : "", p->len ? p->buf : "");
+	for (char *c = d; *c; c++)
+		if (*c == '\n' || *c == '\r')
+			*c = ' ';
+}
+
 /* A POST ended (cc: how the transfer went): its answer, or the error that stands for it. */
 static void post_done(CURLM *m, struct post *p, CURLcode cc)
 {
@@ -313,17 +337,14 @@ static void post_done(CURLM *m, struct post *p, CURLcode cc)
 		 * has; servers restarted without their sessions (the SDK's
 		 * examples) answer 400. Either way a new session is the cure. */
 		char d[300];
-		snprintf(d, sizeof d, "%ld%s%.200s", st, p->len ? ": " : "", p->len ? p->buf : "");
+		status_detail(p, st, d, sizeof d);
 		fail_post(p, "the MCP server does not know the session any more (HTTP %s)", d);
 		fprintf(stderr, "agentd-mcp-http: the server does not know the session (HTTP %ld): "
 				"a new one starts with the next call\n", st);
 		exit(1);
 	} else if (st < 200 || st >= 300) {
 		char d[300];
-		snprintf(d, sizeof d, "%ld%s%.200s", st, p->len ? ": " : "", p->len ? p->buf : "");
-		for (char *c = d; *c; c++)
-			if (*c == '\n' || *c == '\r')
-				*c = ' ';
+		status_detail(p, st, d, sizeof d);
 		fail_post(p, "the MCP server answered HTTP %s", d);
 	} else if (!p->event_stream && p->len) {
 		take_text(p, p->buf, p->len);

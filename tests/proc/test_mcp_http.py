@@ -196,7 +196,8 @@ http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 
 
 def test_headers_session_and_event_streams():
-    with Agentd(start=False, env=dict(os.environ, FAKE_TOKEN="t0ken")) as a:
+    long = "L" * 3000  # a header over any fixed buffer: a JWT can be kilobytes
+    with Agentd(start=False, env=dict(os.environ, FAKE_TOKEN="t0ken", FAKE_LONG=long)) as a:
         port, log = free_port(), os.path.join(a.dir, "requests.jsonl")
         fake = subprocess.Popen(["python3", a.script("fake_mcp.py", FAKE), str(port), log], start_new_session=True)
         try:
@@ -204,7 +205,7 @@ def test_headers_session_and_event_streams():
             a.write_config(f"""
 [mcp.f]
 url = http://127.0.0.1:{port}/mcp
-headers = "Authorization: Bearer $FAKE_TOKEN" "X-Tenant: acme"
+headers = "Authorization: Bearer $FAKE_TOKEN" "X-Tenant: acme" "X-Long: $FAKE_LONG"
 """)
             a.start()
             c = a.create(settings={"model": "echo", "tools": ["f"]})
@@ -222,6 +223,7 @@ headers = "Authorization: Bearer $FAKE_TOKEN" "X-Tenant: acme"
                 h = {k.lower(): v for k, v in q["headers"].items()}
                 assert h["accept"] == "application/json, text/event-stream", q
                 assert h["authorization"] == "Bearer t0ken" and h["x-tenant"] == "acme", q
+                assert h["x-long"] == long, len(h.get("x-long", ""))
                 if q["method"] != "initialize":  # the session and version initialize gave
                     assert h["mcp-session-id"] == "sess-1" and h["mcp-protocol-version"] == "2025-06-18", q
                 else:
