@@ -695,21 +695,22 @@ static const struct {
 	  "{\"type\": \"object\", \"properties\": {\"uri\": {\"type\": \"string\"}}, \"required\": [\"uri\"]}" },
 };
 
-static int lists_tool(const struct server *sv, const char *name)
+/* The tool named name in sv's last tools/list, or NULL. */
+static json_t *listed_tool(const struct server *sv, const char *name)
 {
 	size_t i;
 	json_t *t;
 	json_array_foreach(sv->tools, i, t)
 		if (json_is_string(json_object_get(t, "name")) && !strcmp(json_string_value(json_object_get(t, "name")), name))
-			return 1;
-	return 0;
+			return t;
+	return NULL;
 }
 
 /* The resources method tool stands for on sv, or NULL. */
 static const char *res_method(const struct server *sv, const char *tool)
 {
 	for (size_t i = 0; sv->resources && tool && i < sizeof res_tools / sizeof *res_tools; i++)
-		if (!strcmp(tool, res_tools[i].name) && !lists_tool(sv, tool))
+		if (!strcmp(tool, res_tools[i].name) && !listed_tool(sv, tool))
 			return res_tools[i].method;
 	return NULL;
 }
@@ -725,6 +726,37 @@ static void offer_resources(struct server *sv, json_t *out, int *oom)
 					    json_loads(res_tools[i].schema, 0, NULL)));
 }
 
+/* The text items of a tools/call result's content (any: every item with a
+ * "text", as resources/read's contents have no type), one a line, into
+ * *text (free it); -ENOMEM. *texts and *others count the items. */
+static int result_text(const json_t *content, int any, char **text, size_t *tlen, int *texts, int *others)
+{
+	*text = NULL;
+	*tlen = 0;
+	*texts = *others = 0;
+	FILE *f = open_memstream(text, tlen);
+	if (!f)
+		return -ENOMEM;
+	size_t i;
+	json_t *c;
+	json_array_foreach(content, i, c) {
+		const char *type = json_string_value(json_object_get(c, "type"));
+		const char *s = json_string_value(json_object_get(c, "text"));
+		if (s && (any || (type && !strcmp(type, "text"))))
+			fprintf(f, "%s%s", (*texts)++ ? "\n" : "", s);
+		else
+			(*others)++;
+	}
+	/* A write that failed leaves the text short: ferror keeps it. */
+	int bad = ferror(f);
+	if (fclose(f) || bad || !*text) {
+		free(*text);
+		*text = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 /* A resources/read result as a tool result: the text contents joined as
  * "text", every item in "contents" (blobs, mime types, uris); resources/list's
  * as the server sent it. */
@@ -733,19 +765,11 @@ static json_t *res_result(const char *method, const json_t *res)
 	if (strcmp(method, "resources/read"))
 		return json_is_object(res) ? json_deep_copy(res) : json_object();
 	json_t *contents = json_object_get(res, "contents");
-	char *text = NULL;
-	size_t tlen = 0, i;
-	FILE *f = open_memstream(&text, &tlen);
-	json_t *c;
-	int texts = 0;
-	json_array_foreach(contents, i, c)
-		if (f && json_is_string(json_object_get(c, "text")))
-			fprintf(f, "%s%s", texts++ ? "\n" : "", json_string_value(json_object_get(c, "text")));
-	int bad = !f || ferror(f);
-	if ((f && fclose(f)) || bad || !text) {
-		free(text);
+	char *text;
+	size_t tlen;
+	int texts, others;
+	if (result_text(contents, 1, &text, &tlen, &texts, &others))
 		return NULL;
-	}
 	int oom = 0;
 	json_t *r = jb_check(&oom, json_object());
 	if (texts)
@@ -822,35 +846,6 @@ int mcp_offer(mcp_set *s, json_t *tools, const struct mcp_watch *w)
 
 /* ---- calling --------------------------------------------------------- */
 
-/* The text items of a tools/call result's content, one a line, into *text
- * (free it); -ENOMEM. *texts and *others count the items. */
-static int result_text(const json_t *content, char **text, size_t *tlen, int *texts, int *others)
-{
-	*text = NULL;
-	*tlen = 0;
-	*texts = *others = 0;
-	FILE *f = open_memstream(text, tlen);
-	if (!f)
-		return -ENOMEM;
-	size_t i;
-	json_t *c;
-	json_array_foreach(content, i, c) {
-		const char *type = json_string_value(json_object_get(c, "type"));
-		const char *s = json_string_value(json_object_get(c, "text"));
-		if (type && !strcmp(type, "text") && s)
-			fprintf(f, "%s%s", (*texts)++ ? "\n" : "", s);
-		else
-			(*others)++;
-	}
-	/* A write that failed leaves the text short: ferror keeps it. */
-	int bad = ferror(f);
-	if (fclose(f) || bad || !*text) {
-		free(*text);
-		*text = NULL;
-		return -ENOMEM;
-	}
-	return 0;
-}
 
 /* A tools/call result as the tool result (docs/tools.md); NULL when out of
  * memory (never a result with a part left out). */
@@ -862,7 +857,7 @@ static json_t *call_result(const json_t *res, int *is_error)
 	char *text;
 	size_t tlen;
 	int texts, others;
-	if (result_text(content, &text, &tlen, &texts, &others))
+	if (result_text(content, 0, &text, &tlen, &texts, &others))
 		return NULL;
 	int oom = 0;
 	json_t *r = jb_check(&oom, json_object());
@@ -904,15 +899,11 @@ int mcp_tool_idempotent(mcp_set *s, const struct tool_cfg *tc, const char *tool,
 		return config_mcp_idempotent(tc, tool, -1, -1);
 	if (res_method(sv, tool))
 		return config_mcp_idempotent(tc, tool, 1, 1); /* reads */
-	size_t i;
-	json_t *t;
-	json_array_foreach(sv->tools, i, t) {
-		if (!json_is_string(json_object_get(t, "name")) || strcmp(json_string_value(json_object_get(t, "name")), tool))
-			continue;
-		json_t *ann = json_object_get(t, "annotations");
-		return config_mcp_idempotent(tc, tool, hint(ann, "readOnlyHint"), hint(ann, "idempotentHint"));
-	}
-	return config_mcp_idempotent(tc, tool, -1, -1);
+	json_t *t = listed_tool(sv, tool);
+	if (!t)
+		return config_mcp_idempotent(tc, tool, -1, -1);
+	json_t *ann = json_object_get(t, "annotations");
+	return config_mcp_idempotent(tc, tool, hint(ann, "readOnlyHint"), hint(ann, "idempotentHint"));
 }
 
 int mcp_call(mcp_set *s, const struct tool_cfg *tc, const char *tool, json_t *args, const struct mcp_watch *w,
