@@ -146,7 +146,17 @@ class H(http.server.BaseHTTPRequestHandler):
             body = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "fake", "version": "1"}}
         elif m == "tools/list":
             body = {"tools": [{"name": "whoami", "description": "Says who asked.", "inputSchema": {"type": "object"}},
-                              {"name": "flaky", "description": "Cut once.", "inputSchema": {"type": "object"}}]}
+                              {"name": "flaky", "description": "Cut once.", "inputSchema": {"type": "object"}},
+                              {"name": "broken", "inputSchema": {"type": "object"}},
+                              {"name": "silent", "inputSchema": {"type": "object"}}]}
+        elif msg["params"]["name"] in ("broken", "silent"):  # an HTTP error; a 200 without a response
+            out = b"upstream\nfailed" if msg["params"]["name"] == "broken" else b""
+            self.send_response(500 if out else 200)
+            self.send_header("Content-Type", "text/plain" if out else "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            return
         elif msg["params"]["name"] == "flaky":  # an event with an id, then the connection cut mid-body
             ev = ("id: e1\ndata: " + json.dumps({"jsonrpc": "2.0", "method": "notifications/message",
                   "params": {"level": "info", "data": "half way"}}) + "\n\n").encode()
@@ -218,6 +228,13 @@ headers = "Authorization: Bearer $FAKE_TOKEN" "X-Tenant: acme" "X-Long: $FAKE_LO
                 reqs = [json.loads(line) for line in f]
             assert [q["method"] for q in reqs] == ["initialize", "notifications/initialized", "tools/list",
                                                    "tools/call", "tools/call", "GET"], reqs
+            # An HTTP error and a 200 without a response each answer the call with what happened.
+            r = call(a, c, "f__broken")
+            assert r["status"] == "errored", r
+            assert r["result"]["error"] == "MCP error -32000: the MCP server answered HTTP 500: upstream failed", r
+            r = call(a, c, "f__silent")
+            assert r["status"] == "errored", r
+            assert r["result"]["error"] == "MCP error -32000: the MCP server sent no response", r
             assert {k.lower(): v for k, v in reqs[-1]["headers"].items()}["last-event-id"] == "e1", reqs[-1]
             for q in reqs:
                 h = {k.lower(): v for k, v in q["headers"].items()}
