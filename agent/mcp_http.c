@@ -5,8 +5,10 @@
  *
  *   agentd-mcp-http URL        (headers: AGENTD_MCP_HEADERS, one per line)
  *
- * Each JSON-RPC line read on stdin is POSTed to URL, several at once (a
- * notifications/cancelled must not wait behind the call it cancels). What
+ * Each JSON-RPC line read on stdin is POSTed to URL in the order read; a
+ * request does not wait for the answers of earlier ones (a
+ * notifications/cancelled must not wait behind the call it cancels), but a
+ * notification or response waits for the notifications before it (pump). What
  * the server answers, a JSON body or a text/event-stream of messages, is
  * written to stdout one message a line, as a stdio server would: the
  * worker's reading, timeouts and cancelling are the stdio transport's. The
@@ -46,7 +48,8 @@ struct post {
 	struct post *next;
 	CURL *h;
 	struct curl_slist *hl;
-	char *body;          /* the request line, sent as is */
+	char *body;          /* the request line, sent as is; NULL: a GET that resumes a stream */
+	size_t body_len;
 	json_t *id;          /* the request's id; NULL for a notification or a response */
 	int initialize;      /* an initialize: its session id and version are kept */
 	int event_stream;    /* the response is text/event-stream */
@@ -62,7 +65,9 @@ static const char *url;
 static struct curl_slist *extra; /* AGENTD_MCP_HEADERS */
 static char session[256];        /* Mcp-Session-Id: "" before initialize answered */
 static char version[64];         /* MCP-Protocol-Version, from initialize's result */
-static struct post *posts;
+static struct post *posts;        /* in flight */
+static struct post *queue, **queue_tail = &queue; /* read, not yet posted, in order */
+static int ordered_in_flight;     /* POSTs of notifications and responses not yet done */
 
 /* Whether s[0..n) is visible ASCII (0x21-0x7E), as a session id must be:
  * what the server gives goes into our headers, never a CR or LF. */
@@ -276,7 +281,26 @@ static void post_add(CURLM *m, struct post *p, size_t len, const char *last_id)
 	posts = p;
 }
 
-/* A request line read: its POST joins the others in flight. */
+/* The lines read go out in order, as stdio would deliver them, except that
+ * a request does not wait for the answers of those before it: a
+ * notification or a response is posted once every one before it is done
+ * (the server sees notifications/initialized before tools/list), and no
+ * line is posted while one of them is in flight; a request may go while
+ * earlier requests wait for their answers (a notifications/cancelled never
+ * waits behind the call it cancels). */
+static void pump(CURLM *m)
+{
+	while (queue && !ordered_in_flight) {
+		struct post *p = queue;
+		if (!(queue = p->next))
+			queue_tail = &queue;
+		p->next = NULL;
+		ordered_in_flight += !p->id;
+		post_add(m, p, p->body_len, NULL);
+	}
+}
+
+/* A request line read: its POST follows the others (pump). */
 static void post_line(CURLM *m, char *line, size_t len)
 {
 	struct post *p = calloc(1, sizeof *p);
@@ -291,7 +315,10 @@ static void post_line(CURLM *m, char *line, size_t len)
 		p->initialize = method && !strcmp(method, "initialize");
 	}
 	json_decref(j);
-	post_add(m, p, len, NULL);
+	p->body_len = len;
+	*queue_tail = p;
+	queue_tail = &p->next;
+	pump(m);
 }
 
 /* p's stream ended before its response, after events with ids: its request
@@ -311,6 +338,18 @@ static int resume(CURLM *m, struct post *p)
 		p->sse.last_id);
 	post_add(m, g, 0, p->sse.last_id);
 	return 1;
+}
+
+/* p's memory: in flight (taken off the multi handle) or only queued. */
+static void post_free(struct post *p)
+{
+	curl_easy_cleanup(p->h);
+	curl_slist_free_all(p->hl);
+	sse_free(&p->sse);
+	json_decref(p->id);
+	free(p->body);
+	free(p->buf);
+	free(p);
 }
 
 /* "STATUS: the first 200 bytes of the body" on one line, into d. */
@@ -352,18 +391,14 @@ static void post_done(CURLM *m, struct post *p, CURLcode cc)
 	fail_post(p, "%s", p->event_stream ? "the MCP server's stream ended before the response"
 					  : "the MCP server sent no response");
 	curl_multi_remove_handle(m, p->h);
+	if (p->body && !p->id)
+		ordered_in_flight--;
 	for (struct post **q = &posts; *q; q = &(*q)->next)
 		if (*q == p) {
 			*q = p->next;
 			break;
 		}
-	curl_easy_cleanup(p->h);
-	curl_slist_free_all(p->hl);
-	sse_free(&p->sse);
-	json_decref(p->id);
-	free(p->body);
-	free(p->buf);
-	free(p);
+	post_free(p);
 }
 
 /* stdin's bytes into lines, each posted; 1 at EOF. */
@@ -460,11 +495,17 @@ int main(int argc, char **argv)
 			die("libcurl's multi interface failed");
 		if (!eof && wf.revents)
 			eof = read_stdin(m, &buf, &len, &cap);
-		if (eof && posts) /* the worker let go of us: what is in flight has no reader */
+		if (eof) { /* the worker let go of us: what is queued or in flight has no reader */
 			for (struct post *p = posts; p; p = posts) {
 				p->answered = 1;
 				post_done(m, p, CURLE_ABORTED_BY_CALLBACK);
 			}
+			for (struct post *p = queue; p; p = queue) {
+				queue = p->next;
+				post_free(p);
+			}
+			queue_tail = &queue;
+		}
 		curl_multi_perform(m, &running);
 		CURLMsg *msg;
 		int left;
@@ -474,6 +515,8 @@ int main(int argc, char **argv)
 				curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&p);
 				post_done(m, p, msg->data.result);
 			}
+		if (!eof)
+			pump(m); /* what waited for an ordered POST that ended */
 	}
 	end_session();
 	free(buf);
