@@ -3,12 +3,14 @@ supervisor itself are SIGKILLed at random, then every invariant of docs/protocol
 from the log and the records (docs/testing.md, "Chaos").
 
 A real agentd runs with a scripted model and tool (Python scripts written into the test's directory and
-named in its configuration). Client threads send to CONVS conversations through the control socket, each
+named in its configuration), an MCP server (`mw`, a Python script speaking MCP over stdio) and, for every
+fourth conversation, a built-in `openai` model (agentd-model) against a fake OpenAI server in the test. Client threads send to CONVS conversations through the control socket, each
 send with a unique event_id, retried with the same event_id when the connection dies mid-request (agentd
 killed): a retry answered `duplicate: true` with the original seq counts as acknowledged. The scripted
 model decides from the request's messages, by the first word of the newest user_msg after the last turn:
 
-    tool     one call of the server tool `work` (with the model's own id w-CONV-TURN)
+    tool     one call of the server tool `work` (with the model's own id w-CONV-TURN), or on every third
+             turn of the MCP server's `mw__work`
     ask      one call of the human tool `ask`  (expires after 1 s)
     ask2     one call of the human tool `ask2` (expires after 2 s)
     both     one `work` and one `ask`
@@ -16,18 +18,24 @@ model decides from the request's messages, by the first word of the newest user_
 
 and records each call ("CONV TURN PID") in model.rec. The tool records each run, its side effect, as
 "start <tool_call_id from stdin> <AGENTD_TOOL_CALL_ID> <conversation> <pid> <worker pid> <ms>" in tool.rec
-(one O_APPEND write), sleeps a little, and records "end <tool_call_id> <pid> <ms>" before it exits.
+(one O_APPEND write), sleeps a little, and records "end <tool_call_id> <pid> <ms>" before it exits. The
+MCP server records its calls the same way (the id from `_meta`'s `agentd/idempotency_key`, twice; its own
+pid), one server per worker. The fake OpenAI server answers the conversations of the `openai` model (named
+in their system prompt) the same way, after a delay (a window for kills of agentd-model); it cannot know a
+turn's context_seq, so its answers are checked by their form ("http: N message(s)") and not against
+model.rec.
 A resolver thread finds pending human calls and resolves them at random times around their deadline
 (some before, some after the expiry; some twice), each resolve with a unique result token, and records
 which were accepted and which were `stale`. Meanwhile the main thread, for ROUNDS rounds, SIGKILLs a
-random worker (pids from `status`), a random model or tool process (children of workers, from
-/proc/*/stat), or agentd itself (then starts it again on the same data directory; the last round kills
+random worker (pids from `status`), a random model, agentd-model, tool or MCP server process (children of
+workers, from /proc/*/stat), or agentd itself (then starts it again on the same data directory; the last round kills
 agentd when no earlier one did).
 
 Every kill is logged with its time and target. A tool_call_id run twice is a duplicated side effect; the
 invariant: every run followed by another run of its id was ended by a kill of that run's own tool process,
 or of its worker (during the tool's run, or after its end and before the result was committed: the only
-window a SIGKILL can lose a finished result in). A kill of agentd alone never justifies one: the worker
+window a SIGKILL can lose a finished result in); an MCP server killed during a call errors it (it is not
+retried: docs/tools.md). A kill of agentd alone never justifies one: the worker
 finishes the tool and commits. The duplicates are reported beside the kills that justify them.
 
 Then the chaos stops, agentd settles (no conversation `active`, no call pending) and the checks run:
@@ -63,6 +71,7 @@ import threading
 import time
 
 import harness
+from fake_openai import FakeOpenAI
 from harness import TIME_SCALE, Agentd, Client, scaled, wait_for
 
 PY = sys.executable or "python3"
@@ -88,8 +97,11 @@ KINDS = ["tool", "ask", "ask2", "both", "hello"]
 KIND_WEIGHTS = [6, 2, 1, 2, 2]
 # "... mid-tool": the worker, or agentd, chosen while a worker runs a tool that has begun (its start line
 # is written): the window where a kill can make a side effect run twice, which random kills rarely hit.
-KILL_KINDS = ["worker", "model", "tool", "supervisor", "worker mid-tool", "supervisor mid-tool"]
-KILL_WEIGHTS = [4, 3, 3, 1, 2, 1]
+KILL_KINDS = ["worker", "model", "tool", "supervisor", "worker mid-tool", "supervisor mid-tool", "agentd-model",
+              "mcp server"]
+KILL_WEIGHTS = [4, 3, 3, 1, 2, 1, 2, 2]
+# What each kind of child of a worker is found by, in its command line.
+CHILD_NEEDLE = {"model": "model.py", "tool": "tool.py", "agentd-model": "agentd-model", "mcp server": "mcp.py"}
 
 MODEL = r'''
 import json, os, random, sys, time
@@ -121,7 +133,8 @@ out({"delta": "thinking "})
 cmd = str(new[-1]["content"].get("text", "")).split(" ")[0] if new else ""
 calls = []
 if cmd in ("tool", "both"):
-    calls.append({"id": "w-%s-%d" % (conv, turn), "name": "work", "args": {"turn": turn}})
+    calls.append({"id": "w-%s-%d" % (conv, turn), "name": "mw__work" if turn % 3 == 0 else "work",
+                  "args": {"turn": turn}})
 if cmd in ("ask", "both"):
     calls.append({"name": "ask", "args": {"turn": turn}})
 if cmd == "ask2":
@@ -145,6 +158,78 @@ time.sleep(random.uniform(0.1, 0.5))  # a window for kills mid-tool
 note("end %s %d %d\n" % (tcid, os.getpid(), int(time.time() * 1000)))
 print(json.dumps({"done": tcid}))
 '''
+
+
+MCP = r'''
+import json, os, random, sys, time
+rec = sys.argv[1]
+def note(line):
+    fd = os.open(rec, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, line.encode())
+    os.close(fd)
+def reply(mid, result):
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n")
+    sys.stdout.flush()
+conv = os.environ.get("AGENTD_CONVERSATION", "-")
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if mid is None:
+        continue  # notifications
+    if method == "initialize":
+        reply(mid, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "chaos", "version": "1"}})
+    elif method == "tools/list":
+        reply(mid, {"tools": [{"name": "work", "description": "a side effect",
+                               "inputSchema": {"type": "object"}, "annotations": {"idempotentHint": True}}]})
+    elif method == "tools/call":
+        tcid = msg["params"]["_meta"]["agentd/idempotency_key"]
+        note("start %s %s %s %d %d %d\n" % (tcid, tcid, conv, os.getpid(), os.getppid(), int(time.time() * 1000)))
+        time.sleep(random.uniform(0.1, 0.5))  # a window for kills mid-call
+        note("end %s %d %d\n" % (tcid, os.getpid(), int(time.time() * 1000)))
+        reply(mid, {"content": [{"type": "text", "text": tcid}], "structuredContent": {"done": tcid}})
+    else:
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid,
+                                     "error": {"code": -32601, "message": "no such method"}}) + "\n")
+        sys.stdout.flush()
+'''
+
+
+def http_conv(c):
+    """Whether conversation c talks to the built-in openai model (every fourth)."""
+    return int(c.rsplit("-", 1)[1]) % 4 == 3
+
+
+class ChaosOpenAI(FakeOpenAI):
+    """The scripted model's decisions, made by a fake OpenAI server: the newest user message after the last
+    assistant message names what to do. Each answer comes after a delay, a window for kills of
+    agentd-model; the rng is the fake's own (its choices depend on thread timing, not on the seed)."""
+
+    def __init__(self):
+        super().__init__(key="sk-chaos")
+        self.rng = random.Random(SEED + 7)
+        self.n = 0
+
+    def default(self, body):
+        msgs = body["messages"]
+        self.n += 1
+        delay = self.rng.uniform(0.01, 0.3)
+        if not any(m["role"] == "system" and "chaos" in str(m.get("content")) for m in msgs):
+            return {"text": "summary of %d messages" % len(msgs), "delay": delay}  # a compaction's summary
+        last_asst = max((i for i, m in enumerate(msgs) if m["role"] == "assistant"), default=-1)
+        new = [m for m in msgs[last_asst + 1:] if m["role"] == "user"]
+        results = [m for m in msgs[last_asst + 1:] if m["role"] == "tool"]
+        cmd = str(new[-1].get("content") or "").split(" ")[0] if new else ""
+        calls = []
+        if cmd in ("tool", "both"):
+            calls.append({"name": "mw__work" if self.n % 3 == 0 else "work", "arguments": "{}",
+                          "id": "call_h%d" % self.n})
+        if cmd in ("ask", "both"):
+            calls.append({"name": "ask", "arguments": "{}", "id": "call_a%d" % self.n})
+        if cmd == "ask2":
+            calls.append({"name": "ask2", "arguments": "{}", "id": "call_b%d" % self.n})
+        return {"text": "http: %d message(s), %d result(s)" % (len(new), len(results)), "tool_calls": calls,
+                "usage": {"input": len(msgs), "output": 1}, "delay": delay}
 
 
 class Down(Exception):
@@ -437,8 +522,9 @@ class Chaos:
                 self.kills[kind] += 1
                 return True
             return False
-        # A model or tool process: a child of a worker (short-lived, so look a few times).
-        script = "model.py" if kind == "model" else "tool.py"
+        # A model, agentd-model, tool or MCP server process: a child of a worker (most are short-lived, so
+        # look a few times).
+        script = CHILD_NEEDLE[kind]
         deadline = time.monotonic() + 0.1 * TIME_SCALE
         while time.monotonic() < deadline:
             ws = set(self.workers())
@@ -461,7 +547,8 @@ class Chaos:
         self.agentd_pids.append(a.pid)
         for c in self.convs:
             a.ok({"op": "create", "conversation": c,
-                  "settings": {"model": "m", "tools": ["work", "ask", "ask2"], "system": "chaos"}})
+                  "settings": {"model": "h" if http_conv(c) else "m", "tools": ["work", "mw", "ask", "ask2"],
+                               "system": "chaos"}})
         threads = [threading.Thread(target=self.sender, args=(i,), daemon=True) for i in range(SENDERS)]
         res = threading.Thread(target=self.resolver, daemon=True)
         for t in threads + [res]:
@@ -586,8 +673,10 @@ class Chaos:
                     v.check("expiry not before its deadline", se["inserted_at"] >= (row.get("deadline") or 0),
                             f"{tcid}: expired at {se['inserted_at']}, deadline {row.get('deadline')}")
             if not human and status == "resolved":
-                v.check("the tool's result is its own", se["content"]["result"] == {"done": tcid},
-                        f"{tcid}: result {se['content']['result']}")
+                res = se["content"]["result"]
+                if e["content"]["name"] == "mw__work":
+                    res = res.get("structuredContent") if res.get("text") == tcid else res
+                v.check("the tool's result is its own", res == {"done": tcid}, f"{tcid}: result {se['content']['result']}")
         for tcid in settlements:
             v.check("settlement of a logged call", tcid in calls, f"settlement of unknown call {tcid}")
         for c in self.convs:
@@ -660,7 +749,7 @@ class Chaos:
         asked = {(r[0], int(r[1])) for r in self.read_records("model.rec") if len(r) >= 2}
         for c, evs in logs.items():
             for e in evs:
-                if e["type"] == "assistant_msg":
+                if e["type"] == "assistant_msg" and not http_conv(c):
                     v.check("answer from a model call for its turn", (c, e["content"]["context_seq"]) in asked,
                             f"{c}: {e} without a model call for turn {e['content']['context_seq']}")
         for tcid, s in settlements.items():
@@ -677,6 +766,12 @@ class Chaos:
         owed at the end, records and fsm_state agreeing."""
         v = self.v
         markers = [e for e in evs if e["type"] in ("assistant_msg", "error")]
+        # Usage counted once per committed answer (each answer's usage says 1 output token), however
+        # many attempts a kill interrupted: an interrupted attempt adds nothing.
+        answers = sum(1 for e in markers if e["type"] == "assistant_msg")
+        u = conv.get("usage") or {}
+        v.check("usage counted once per answer", (u.get("turns"), u.get("output_tokens")) == (answers, answers),
+                f"{c}: usage {u}, {answers} answers in the log")
         ctx = [e["content"]["context_seq"] for e in markers if e["type"] == "assistant_msg"]
         v.check("assistant context_seqs strictly increase", all(x < y for x, y in zip(ctx, ctx[1:])),
                 f"{c}: assistant_msg context_seqs {ctx}")
@@ -684,7 +779,11 @@ class Chaos:
         v.check("turn markers in order", all(x <= y for x, y in zip(allctx, allctx[1:])), f"{c}: {allctx}")
         for m in markers:
             v.check("context before the turn", m["content"]["context_seq"] < m["seq"], f"{c}: {m}")
-            if m["type"] == "assistant_msg":
+            if m["type"] == "assistant_msg" and http_conv(c):
+                v.check("answer made by the fake OpenAI server",
+                        re.fullmatch(r"http: \d+ message\(s\), \d+ result\(s\)", m["content"]["text"]),
+                        f"{c}: {m}")
+            elif m["type"] == "assistant_msg":
                 t = re.match(r"turn (\d+):", m["content"]["text"])
                 v.check("answer made for its context", t and int(t.group(1)) == m["content"]["context_seq"],
                         f"{c}: {m}")
@@ -752,7 +851,7 @@ class Chaos:
                 # own clock read its start. It must come before the next run starts.
                 lo, hi = r["start"] - 1000, nxt["start"]
                 why = None
-                if any(lo <= t <= hi for t in killed[("tool", r["pid"])]):
+                if any(lo <= t <= hi for t in killed[("tool", r["pid"])] + killed[("mcp server", r["pid"])]):
                     why = "its tool killed"
                 else:
                     tw = [t for t in killed[("worker", r["ppid"])] if lo <= t <= hi]
@@ -769,7 +868,7 @@ class Chaos:
                              f"{r['ppid']}); kills of agentd between: {sup}")
         st["calls run twice or more"] = sum(1 for rs in runs.values() if len(rs) > 1)
         st["kills that could justify a second run"] = sum(
-            1 for t, kind, pid in self.kill_log if kind in ("tool", "worker"))
+            1 for t, kind, pid in self.kill_log if kind in ("tool", "mcp server", "worker"))
 
     def check_after_stop(self):
         a, v = self.a, self.v
@@ -861,9 +960,10 @@ class Chaos:
         sys.stdout.flush()
 
 
-def setup(a):
+def setup(a, fake):
     model = a.script("model.py", MODEL)
     tool = a.script("tool.py", TOOL)
+    mcp = a.script("mcp.py", MCP)
     a.write_config(f"""
         [agentd]
         idle_timeout = {2 * TIME_SCALE:.3f}s
@@ -874,6 +974,21 @@ def setup(a):
         command = {PY} {model} {os.path.join(a.dir, "model.rec")}
         timeout = {30 * TIME_SCALE:.0f}s
         retries = 3
+
+        [model.h]
+        kind = openai
+        base_url = {fake.url}
+        model = gpt-chaos
+        api_key_env = CHAOS_OPENAI_KEY
+        timeout = {30 * TIME_SCALE:.0f}s
+        retries = 3
+        backoff = 50ms
+
+        [mcp.mw]
+        command = {PY} {mcp} {os.path.join(a.dir, "tool.rec")}
+        timeout = {30 * TIME_SCALE:.0f}s
+        max_attempts = {MAX_ATTEMPTS}
+        idempotent = yes
 
         [tool.work]
         executor = server
@@ -899,7 +1014,8 @@ def test_chaos():
     print(f"chaos: seed {SEED} (replay with AGENTD_CHAOS_SEED={SEED}), "
           f"{'%g s' % SECS if SECS else '%d rounds' % ROUNDS if _ROUNDS_ENV else '%d kills' % KILLS}", flush=True)
     extra = ["--log-level", os.environ["AGENTD_CHAOS_LOG_LEVEL"]] if os.environ.get("AGENTD_CHAOS_LOG_LEVEL") else []
-    with setup(Agentd(start=False, extra_args=extra)) as a:
+    os.environ["CHAOS_OPENAI_KEY"] = "sk-chaos"
+    with ChaosOpenAI() as fake, setup(Agentd(start=False, extra_args=extra), fake) as a:
         a.start()
         ch = Chaos(a)
         try:
