@@ -24,6 +24,16 @@
  * again, with a new initialize, at its next call. On EOF of stdin the
  * session is ended with a DELETE and the process exits.
  *
+ * Revision 2026-07-28 (stateless: no initialize, no session) is spoken when
+ * the server says it is: the worker's initialize is held behind a
+ * server/discover POST of our own; a result whose supportedVersions lists
+ * MODERN answers the initialize here, and from then on every request carries
+ * the revision's _meta and headers, notifications/initialized and responses
+ * are not sent, and a notifications/cancelled closes its request's stream
+ * (that revision's cancellation). Any other answer to server/discover (an
+ * error, an HTTP 400 or 404, a result without MODERN) posts the initialize
+ * as the 2025 revisions want.
+ *
  * Kept out of agentd-worker for the reason agentd-model is: libcurl and its
  * TLS stack would make every worker's exec slower.
  */
@@ -43,6 +53,9 @@
 #define DELETE_TIMEOUT_MS 2000
 #define CONNECT_TIMEOUT_MS 10000
 #define RESUMES_MAX 3              /* GETs with Last-Event-ID for one request's cut stream */
+#define MODERN "2026-07-28"        /* the stateless revision */
+#define DISCOVER_TIMEOUT_MS 5000   /* a server that never answers server/discover is taken for a 2025 one */
+#define NAME_HEADER_MAX 1024       /* longest Mcp-Name value sent */
 
 struct post {
 	struct post *next;
@@ -52,6 +65,10 @@ struct post {
 	size_t body_len;
 	json_t *id;          /* the request's id; NULL for a notification or a response */
 	int initialize;      /* an initialize: its session id and version are kept */
+	int discover;        /* our server/discover: its answer decides the revision, and is not written */
+	json_t *found;       /* the discover's result, when it had one */
+	char *method;        /* MODERN: the Mcp-Method header's value */
+	char *name;          /* MODERN: the Mcp-Name header's value, or NULL */
 	int event_stream;    /* the response is text/event-stream */
 	int answered;        /* a message with the request's id was written */
 	int resumes;         /* a GET with Last-Event-ID: how many streams this request has had before */
@@ -68,6 +85,8 @@ static char version[64];         /* MCP-Protocol-Version, from initialize's resu
 static struct post *posts;        /* in flight */
 static struct post *queue, **queue_tail = &queue; /* read, not yet posted, in order */
 static int ordered_in_flight;     /* POSTs of notifications and responses not yet done */
+static enum { UNDECIDED, LEGACY, STATELESS } revision;
+static json_t *discovered;        /* STATELESS: server/discover's result */
 
 /* Whether s[0..n) is visible ASCII (0x21-0x7E), as a session id must be:
  * what the server gives goes into our headers, never a CR or LF. */
@@ -77,6 +96,15 @@ static int visible(const char *s, size_t n)
 		if (s[i] < 0x21 || s[i] > 0x7e)
 			return 0;
 	return n > 0;
+}
+
+/* Whether s is printable ASCII (spaces too): a header value we make. */
+static int printable(const char *s)
+{
+	for (; *s; s++)
+		if (*s < 0x20 || *s > 0x7e)
+			return 0;
+	return 1;
 }
 
 static void die(const char *what)
@@ -123,7 +151,20 @@ static void fail_post(struct post *p, const char *fmt, const char *detail)
 static void take(struct post *p, json_t *msg)
 {
 	json_t *id = json_object_get(msg, "id");
+	if (p->discover) {
+		json_t *r = json_object_get(msg, "result");
+		if (id && json_equal(id, p->id) && json_is_object(r) && !p->found)
+			p->found = json_incref(r);
+		return;
+	}
 	if (p->id && id && json_equal(id, p->id) && !json_object_get(msg, "method")) {
+		const char *rt = json_string_value(json_object_get(json_object_get(msg, "result"), "resultType"));
+		if (revision == STATELESS && rt && strcmp(rt, "complete")) {
+			/* input_required (multi round-trip requests): agentd
+			 * declares no client capability, so it has nothing to give. */
+			fail_post(p, "the MCP server asked for input (resultType %s), which agentd does not give", rt);
+			return;
+		}
 		p->answered = 1;
 		const char *v = json_string_value(json_object_get(json_object_get(msg, "result"), "protocolVersion"));
 		if (p->initialize && v && strlen(v) < sizeof version && visible(v, strlen(v)))
@@ -229,11 +270,14 @@ static int add_header(struct curl_slist **hl, const char *name, const char *valu
 }
 
 /* The headers every request carries: ours, the session's, the configured ones. */
-static int headers(struct curl_slist **hl, int with_body)
+static int headers(struct curl_slist **hl, int with_body, const struct post *p)
 {
-	if ((with_body && add_header(hl, "Content-Type", "application/json")) ||
+	if ((p && p->method && add_header(hl, "Mcp-Method", p->method)) ||
+	    (p && p->name && add_header(hl, "Mcp-Name", p->name)) ||
+	    (with_body && add_header(hl, "Content-Type", "application/json")) ||
 	    add_header(hl, "Accept", "application/json, text/event-stream") || add_header(hl, "Expect:", NULL) ||
 	    (session[0] && add_header(hl, "Mcp-Session-Id", session)) ||
+	    (p && p->discover && add_header(hl, "MCP-Protocol-Version", MODERN)) ||
 	    (version[0] && add_header(hl, "MCP-Protocol-Version", version)))
 		return -ENOMEM;
 	for (struct curl_slist *x = extra; x; x = x->next)
@@ -261,7 +305,7 @@ static CURL *easy(struct curl_slist *hl)
 static void post_add(CURLM *m, struct post *p, size_t len, const char *last_id)
 {
 	sse_init(&p->sse);
-	if (headers(&p->hl, p->body != NULL) || (last_id && add_header(&p->hl, "Last-Event-ID", last_id)) ||
+	if (headers(&p->hl, p->body != NULL, p) || (last_id && add_header(&p->hl, "Last-Event-ID", last_id)) ||
 	    !(p->h = easy(p->hl)))
 		die("out of memory");
 	if (last_id) {
@@ -276,6 +320,8 @@ static void post_add(CURLM *m, struct post *p, size_t len, const char *last_id)
 	curl_easy_setopt(p->h, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(p->h, CURLOPT_HEADERDATA, p);
 	curl_easy_setopt(p->h, CURLOPT_PRIVATE, p);
+	if (p->discover)
+		curl_easy_setopt(p->h, CURLOPT_TIMEOUT_MS, (long)DISCOVER_TIMEOUT_MS);
 	curl_multi_add_handle(m, p->h);
 	p->next = posts;
 	posts = p;
@@ -300,6 +346,153 @@ static void pump(CURLM *m)
 	}
 }
 
+/* p's memory: in flight (taken off the multi handle) or only queued. */
+static void post_free(struct post *p)
+{
+	curl_easy_cleanup(p->h);
+	curl_slist_free_all(p->hl);
+	sse_free(&p->sse);
+	json_decref(p->id);
+	json_decref(p->found);
+	free(p->method);
+	free(p->name);
+	free(p->body);
+	free(p->buf);
+	free(p);
+}
+
+/* p off the list *l, if it is there. */
+static void unlink_post(struct post **l, const struct post *p)
+{
+	for (; *l; l = &(*l)->next)
+		if (*l == p) {
+			*l = p->next;
+			return;
+		}
+}
+
+/* STATELESS: the request with id rid is given up (its stream closed, that
+ * revision's cancellation); its late answer has nobody to read it. */
+static void cancel(CURLM *m, const json_t *rid)
+{
+	for (struct post *p = posts; rid && p; p = p->next)
+		if (p->id && !p->discover && json_equal(p->id, rid)) {
+			curl_multi_remove_handle(m, p->h);
+			unlink_post(&posts, p);
+			post_free(p);
+			return;
+		}
+}
+
+/* STATELESS: j (p's request) as that revision wants it: its params' _meta
+ * names the revision, our capabilities (none) and who we are, and its
+ * Mcp-Method and Mcp-Name headers say what it is. 1 when it is not to be
+ * sent at all: a response (such a server sends no requests), the 2025
+ * handshake's notifications/initialized, a notifications/cancelled. */
+static int stateless_form(CURLM *m, struct post *p, json_t *j)
+{
+	const char *method = json_string_value(json_object_get(j, "method"));
+	if (!method || !strcmp(method, "notifications/initialized"))
+		return 1;
+	json_t *params = json_object_get(j, "params");
+	if (!strcmp(method, "notifications/cancelled")) {
+		cancel(m, json_object_get(params, "requestId"));
+		return 1;
+	}
+	if (!params && json_object_set_new(j, "params", params = json_object()))
+		die("out of memory");
+	json_t *meta = json_object_get(params, "_meta");
+	if (json_is_object(params) && !meta && json_object_set_new(params, "_meta", meta = json_object()))
+		die("out of memory");
+	if (json_is_object(meta) &&
+	    (json_object_set_new(meta, "io.modelcontextprotocol/protocolVersion", json_string(MODERN)) ||
+	     json_object_set_new(meta, "io.modelcontextprotocol/clientCapabilities", json_object()) ||
+	     json_object_set_new(meta, "io.modelcontextprotocol/clientInfo",
+				 json_pack("{ssss}", "name", "agentd", "version", AGENTD_VERSION))))
+		die("out of memory");
+	int named = !strcmp(method, "tools/call") || !strcmp(method, "prompts/get");
+	const char *name = json_string_value(json_object_get(params, named ? "name" : "uri"));
+	if (!named && strcmp(method, "resources/read"))
+		name = NULL;
+	if (printable(method) && !(p->method = strdup(method)))
+		die("out of memory");
+	if (name && strlen(name) <= NAME_HEADER_MAX && printable(name) && !(p->name = strdup(name)))
+		die("out of memory");
+	char *body = json_dumps(j, JSON_COMPACT);
+	if (!body)
+		die("out of memory");
+	free(p->body);
+	p->body = body;
+	p->body_len = strlen(body);
+	return 0;
+}
+
+/* STATELESS: the worker's initialize (p) answered here from server/discover's
+ * result: the version the worker asked for, the server's capabilities, who
+ * it is and its instructions. */
+static void answer_initialize(struct post *p)
+{
+	json_t *j = json_loadb(p->body, p->body_len, 0, NULL);
+	json_t *asked = json_object_get(json_object_get(j, "params"), "protocolVersion");
+	json_t *caps = json_object_get(discovered, "capabilities");
+	json_t *info = json_object_get(json_object_get(discovered, "_meta"), "io.modelcontextprotocol/serverInfo");
+	json_t *r = json_pack("{sssOs{sososo}}", "jsonrpc", "2.0", "id", p->id, "result", "protocolVersion",
+			      json_is_string(asked) ? json_incref(asked) : json_string(MODERN), "capabilities",
+			      json_is_object(caps) ? json_incref(caps) : json_object(), "serverInfo",
+			      json_is_object(info) ? json_incref(info) : json_pack("{ssss}", "name", "", "version", ""));
+	json_t *ins = json_object_get(discovered, "instructions");
+	if (!r || (json_is_string(ins) && json_object_set(json_object_get(r, "result"), "instructions", ins)))
+		die("out of memory");
+	put(r);
+	json_decref(r);
+	json_decref(j);
+}
+
+/* The worker's initialize waits behind a server/discover of ours, posted
+ * before anything else (ordered: nothing is posted before its answer). */
+static void discover(CURLM *m)
+{
+	struct post *d = calloc(1, sizeof *d);
+	json_t *j = json_pack("{sssssss{s{sssos{ssss}}}}", "jsonrpc", "2.0", "id", "agentd-mcp-http/discover", "method",
+			      "server/discover", "params", "_meta", "io.modelcontextprotocol/protocolVersion", MODERN,
+			      "io.modelcontextprotocol/clientCapabilities", json_object(),
+			      "io.modelcontextprotocol/clientInfo", "name", "agentd", "version", AGENTD_VERSION);
+	if (!d || !j || !(d->body = json_dumps(j, JSON_COMPACT)) || !(d->method = strdup("server/discover")))
+		die("out of memory");
+	d->id = json_incref(json_object_get(j, "id"));
+	d->discover = 1;
+	d->body_len = strlen(d->body);
+	json_decref(j);
+	ordered_in_flight++;
+	post_add(m, d, d->body_len, NULL);
+}
+
+/* server/discover (d) ended: the revision is decided. STATELESS answers the
+ * initialize waiting in the queue; LEGACY lets pump post it. */
+static void discovered_by(struct post *d)
+{
+	json_t *v, *versions = json_object_get(d->found, "supportedVersions");
+	size_t i;
+	revision = LEGACY;
+	json_array_foreach(versions, i, v)
+		if (json_is_string(v) && !strcmp(json_string_value(v), MODERN))
+			revision = STATELESS;
+	if (revision == LEGACY)
+		return;
+	discovered = json_incref(d->found);
+	snprintf(version, sizeof version, "%s", MODERN);
+	fprintf(stderr, "agentd-mcp-http: the server speaks MCP %s (stateless)\n", MODERN);
+	for (struct post *p = queue; p; p = p->next)
+		if (p->initialize) {
+			answer_initialize(p);
+			unlink_post(&queue, p);
+			for (queue_tail = &queue; *queue_tail; queue_tail = &(*queue_tail)->next)
+				;
+			post_free(p);
+			return;
+		}
+}
+
 /* A request line read: its POST follows the others (pump). */
 static void post_line(CURLM *m, char *line, size_t len)
 {
@@ -307,15 +500,28 @@ static void post_line(CURLM *m, char *line, size_t len)
 	json_t *j = json_loadb(line, len, 0, NULL);
 	if (!p || !(p->body = strndup(line, len)))
 		die("out of memory");
+	p->body_len = len;
 	if (json_is_object(j)) {
 		json_t *id = json_object_get(j, "id");
 		const char *method = json_string_value(json_object_get(j, "method"));
 		if (id && method)
 			p->id = json_incref(id);
 		p->initialize = method && !strcmp(method, "initialize");
+		if (revision == STATELESS && p->initialize && p->id) {
+			answer_initialize(p);
+			json_decref(j);
+			post_free(p);
+			return;
+		}
+		if (revision == STATELESS && stateless_form(m, p, j)) {
+			json_decref(j);
+			post_free(p);
+			return;
+		}
 	}
 	json_decref(j);
-	p->body_len = len;
+	if (p->initialize && revision == UNDECIDED)
+		discover(m);
 	*queue_tail = p;
 	queue_tail = &p->next;
 	pump(m);
@@ -340,18 +546,6 @@ static int resume(CURLM *m, struct post *p)
 	return 1;
 }
 
-/* p's memory: in flight (taken off the multi handle) or only queued. */
-static void post_free(struct post *p)
-{
-	curl_easy_cleanup(p->h);
-	curl_slist_free_all(p->hl);
-	sse_free(&p->sse);
-	json_decref(p->id);
-	free(p->body);
-	free(p->buf);
-	free(p);
-}
-
 /* "STATUS: the first 200 bytes of the body" on one line, into d. */
 static void status_detail(const struct post *p, long st, char *d, size_t n)
 {
@@ -365,6 +559,16 @@ static void status_detail(const struct post *p, long st, char *d, size_t n)
 static void post_done(CURLM *m, struct post *p, CURLcode cc)
 {
 	long st = status_of(p);
+	if (p->discover) { /* its answer is ours, never the worker's */
+		if (cc == CURLE_OK && !p->oom && st >= 200 && st < 300 && !p->event_stream && p->len)
+			take_text(p, p->buf, p->len);
+		discovered_by(p);
+		ordered_in_flight--;
+		curl_multi_remove_handle(m, p->h);
+		unlink_post(&posts, p);
+		post_free(p);
+		return;
+	}
 	if (!p->oom && st >= 200 && st < 300 && resume(m, p))
 		p->answered = 1; /* a cut stream: the GET that resumes it answers */
 	if (p->oom) {
@@ -393,11 +597,7 @@ static void post_done(CURLM *m, struct post *p, CURLcode cc)
 	curl_multi_remove_handle(m, p->h);
 	if (p->body && !p->id)
 		ordered_in_flight--;
-	for (struct post **q = &posts; *q; q = &(*q)->next)
-		if (*q == p) {
-			*q = p->next;
-			break;
-		}
+	unlink_post(&posts, p);
 	post_free(p);
 }
 
@@ -437,7 +637,7 @@ static void end_session(void)
 {
 	struct curl_slist *hl = NULL;
 	CURL *h;
-	if (!session[0] || headers(&hl, 0) || !(h = easy(hl))) {
+	if (!session[0] || headers(&hl, 0, NULL) || !(h = easy(hl))) {
 		curl_slist_free_all(hl);
 		return;
 	}
@@ -519,6 +719,7 @@ int main(int argc, char **argv)
 			pump(m); /* what waited for an ordered POST that ended */
 	}
 	end_session();
+	json_decref(discovered);
 	free(buf);
 	curl_multi_cleanup(m);
 	curl_slist_free_all(extra);

@@ -182,7 +182,7 @@ const char *config_mcp_header_owned(const void *arg, const char *name, size_t n)
 {
 	static const char *const any[] = { "Content-Type", "Content-Length", "Host", "Transfer-Encoding",
 					   "Connection", "Expect", "Accept", "Mcp-Session-Id",
-					   "MCP-Protocol-Version", NULL };
+					   "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", NULL };
 	(void)arg;
 	return header_set_by_us(name, n, any);
 }

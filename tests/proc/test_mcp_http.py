@@ -142,6 +142,15 @@ class H(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             return
         m, rid = msg["method"], msg["id"]
+        if m == "server/discover":  # as a 2025 SDK server answers a request outside a session
+            out = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32000,
+                              "message": "Bad Request: Server not initialized"}}).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            return
         if m == "initialize":
             body = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "fake", "version": "1"}}
         elif m == "tools/list":
@@ -226,8 +235,10 @@ headers = "Authorization: Bearer $FAKE_TOKEN" "X-Tenant: acme" "X-Long: $FAKE_LO
             assert r["status"] == "resolved" and r["result"] == {"text": "resumed after e1"}, r
             with open(log) as f:
                 reqs = [json.loads(line) for line in f]
-            assert [q["method"] for q in reqs] == ["initialize", "notifications/initialized", "tools/list",
-                                                   "tools/call", "tools/call", "GET"], reqs
+            # server/discover first (refused: a 2025 server), then the 2025 handshake.
+            assert [q["method"] for q in reqs] == ["server/discover", "initialize", "notifications/initialized",
+                                                   "tools/list", "tools/call", "tools/call", "GET"], \
+                [q["method"] for q in reqs]
             # An HTTP error and a 200 without a response each answer the call with what happened.
             r = call(a, c, "f__broken")
             assert r["status"] == "errored", r
@@ -241,13 +252,129 @@ headers = "Authorization: Bearer $FAKE_TOKEN" "X-Tenant: acme" "X-Long: $FAKE_LO
                 assert h["accept"] == "application/json, text/event-stream", q
                 assert h["authorization"] == "Bearer t0ken" and h["x-tenant"] == "acme", q
                 assert h["x-long"] == long, len(h.get("x-long", ""))
-                if q["method"] != "initialize":  # the session and version initialize gave
+                if q["method"] == "server/discover":
+                    assert h["mcp-protocol-version"] == "2026-07-28" and h["mcp-method"] == "server/discover", h
+                    assert "mcp-session-id" not in h, h
+                elif q["method"] != "initialize":  # the session and version initialize gave
                     assert h["mcp-session-id"] == "sess-1" and h["mcp-protocol-version"] == "2025-06-18", q
+                    assert "mcp-method" not in h, h
                 else:
                     assert "mcp-session-id" not in h, q
         finally:
             fake.kill()
             fake.wait()
+
+
+# A server of revision 2026-07-28 (stateless): no initialize (answered 404 with -32601, as an unknown
+# method), every request checked as that revision wants it (MCP-Protocol-Version, Mcp-Method and Mcp-Name
+# agreeing with the body's _meta and params; else 400 with -32020), no session. Its tools: `hello` (an event
+# stream), `ask` (a result that asks for input), `slow` (answers after 3 s, and notes whether the stream was
+# still open). Each request is logged (argv[2]) with its method, headers and _meta.
+MODERN = r'''
+import http.server, json, sys, time
+port, log = int(sys.argv[1]), sys.argv[2]
+def note(**kw):
+    with open(log, "a") as f:
+        f.write(json.dumps(kw) + "\n")
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def answer(self, status, obj, stream=False):
+        out = json.dumps(obj).encode()
+        if stream:
+            out = b"data: " + out + b"\n\n"
+        self.send_response(status)
+        self.send_header("Content-Type", "text/event-stream" if stream else "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+    def do_POST(self):
+        msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        h = {k.lower(): v for k, v in self.headers.items()}
+        m, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+        meta = params.get("_meta") or {}
+        note(method=m, headers=h, meta=meta)
+        if m == "initialize":
+            return self.answer(404, {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found: initialize"}})
+        want_name = params.get("name") if m in ("tools/call", "prompts/get") else None
+        if (h.get("mcp-protocol-version") != "2026-07-28" or meta.get("io.modelcontextprotocol/protocolVersion") != "2026-07-28"
+                or h.get("mcp-method") != m or h.get("mcp-name") != want_name or "mcp-session-id" in h
+                or not isinstance(meta.get("io.modelcontextprotocol/clientCapabilities"), dict)):
+            return self.answer(400, {"jsonrpc": "2.0", "id": rid, "error": {"code": -32020, "message": "HeaderMismatch"}})
+        if m == "server/discover":
+            return self.answer(200, {"jsonrpc": "2.0", "id": rid, "result": {"resultType": "complete",
+                "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "instructions": "Say hello.",
+                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "modern", "version": "2"}}}})
+        if m == "tools/list":
+            return self.answer(200, {"jsonrpc": "2.0", "id": rid, "result": {"resultType": "complete", "tools": [
+                {"name": "hello", "inputSchema": {"type": "object"}}, {"name": "ask", "inputSchema": {"type": "object"}},
+                {"name": "slow", "inputSchema": {"type": "object"}}]}})
+        name = params.get("name")
+        if name == "hello":
+            who = meta.get("io.modelcontextprotocol/clientInfo", {}).get("name")
+            return self.answer(200, {"jsonrpc": "2.0", "id": rid, "result": {"resultType": "complete",
+                "content": [{"type": "text", "text": "hello " + str(who) + " " + json.dumps(params.get("arguments"))}]}}, stream=True)
+        if name == "ask":
+            return self.answer(200, {"jsonrpc": "2.0", "id": rid, "result": {"resultType": "input_required",
+                "inputRequests": {"q": {"method": "elicitation/create", "params": {"message": "Sure?"}}}}})
+        if name == "slow":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for _ in range(30):  # 3 s, a comment line every 0.1 s: a closed stream shows as a failed write
+                time.sleep(0.1)
+                try:
+                    self.wfile.write(b": waiting\n\n")
+                    self.wfile.flush()
+                except OSError:
+                    note(method="closed", headers={}, meta={})
+                    return
+            note(method="not closed", headers={}, meta={})
+            return
+        return self.answer(404, {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "no such tool"}})
+http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+def test_stateless_revision():
+    """A 2026-07-28 server: found by server/discover, spoken without initialize or a session, every request
+    with the revision's _meta and headers; a result asking for input is a clear error; a call past its
+    timeout closes its stream (that revision's cancellation) instead of posting notifications/cancelled."""
+    with Agentd(start=False) as a:
+        port, log = free_port(), os.path.join(a.dir, "requests.jsonl")
+        srv = subprocess.Popen(["python3", a.script("modern_mcp.py", MODERN), str(port), log], start_new_session=True)
+        try:
+            wait_listening(port, srv, "the 2026-07-28 server")
+            a.write_config(f"""
+[mcp.m]
+url = http://127.0.0.1:{port}/mcp
+timeout = 1s
+""")
+            a.start()
+            c = a.create(settings={"model": "echo", "tools": ["m"]})
+            r = call(a, c, "m__hello", {"x": 1})
+            assert r["status"] == "resolved" and r["result"] == {"text": 'hello agentd {"x": 1}'}, r
+            r = call(a, c, "m__ask")
+            assert r["status"] == "errored", r
+            assert r["result"]["error"] == ("MCP error -32000: the MCP server asked for input (resultType "
+                                            "input_required), which agentd does not give"), r
+            r = call(a, c, "m__slow")
+            assert r["status"] == "errored" and r["result"]["error"] == "timed out after 1000 ms", r
+            def logged():
+                with open(log) as f:
+                    return [json.loads(line) for line in f]
+            wait_for(lambda: any(q["method"] in ("closed", "not closed") for q in logged()), 30,
+                     "the slow call's stream to be closed")
+            reqs = logged()
+            methods = [q["method"] for q in reqs]
+            assert methods == ["server/discover", "tools/list", "tools/call", "tools/call", "tools/call", "closed"], methods
+            assert all(q["meta"].get("io.modelcontextprotocol/clientInfo", {}).get("name") == "agentd"
+                       for q in reqs if q["headers"]), reqs
+            assert [q["headers"].get("mcp-name") for q in reqs if q["method"] == "tools/call"] == ["hello", "ask", "slow"]
+            assert a.log().count("mcp m: started") == 1, a.log_tail()
+        finally:
+            srv.kill()
+            srv.wait()
 
 
 def test_url_configurations_refused():
@@ -262,6 +389,8 @@ def test_url_configurations_refused():
         ("[mcp.x]\ncommand = true\nheaders = \"X-A: b\"\n", "[mcp.x] headers are for a url server"),
         ("[mcp.x]\nurl = http://127.0.0.1:1/mcp\nheaders = \"Mcp-Session-Id: s\"\n",
          "[mcp.x] headers: Mcp-Session-Id cannot be configured: agentd sets it"),
+        ("[mcp.x]\nurl = http://127.0.0.1:1/mcp\nheaders = \"mcp-method: tools/call\"\n",
+         "[mcp.x] headers: mcp-method cannot be configured: agentd sets it"),
         ("[mcp.x]\nurl = http://127.0.0.1:1/mcp\nheaders = \"X-A: $AGENTD_TEST_UNSET_VAR\"\n",
          "[mcp.x] headers: the variable AGENTD_TEST_UNSET_VAR is not set"),
     ]
