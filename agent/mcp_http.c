@@ -468,8 +468,11 @@ static void discover(CURLM *m)
 }
 
 /* server/discover (d) ended: the revision is decided. STATELESS answers the
- * initialize waiting in the queue; LEGACY lets pump post it. */
-static void discovered_by(struct post *d)
+ * initialize waiting in the queue and puts what was read after it in that
+ * revision's form (a worker waits for initialize's answer first; a client
+ * that does not finds its lines posted as the revision wants them); LEGACY
+ * lets pump post them as read. */
+static void discovered_by(CURLM *m, struct post *d)
 {
 	json_t *v, *versions = json_object_get(d->found, "supportedVersions");
 	size_t i;
@@ -482,15 +485,19 @@ static void discovered_by(struct post *d)
 	discovered = json_incref(d->found);
 	snprintf(version, sizeof version, "%s", MODERN);
 	fprintf(stderr, "agentd-mcp-http: the server speaks MCP %s (stateless)\n", MODERN);
-	for (struct post *p = queue; p; p = p->next)
-		if (p->initialize) {
+	for (struct post *p = queue, *next; p; p = next) {
+		next = p->next;
+		json_t *j = p->initialize ? NULL : json_loadb(p->body, p->body_len, 0, NULL);
+		if (p->initialize)
 			answer_initialize(p);
+		if (p->initialize || (json_is_object(j) && stateless_form(m, p, j))) {
 			unlink_post(&queue, p);
-			for (queue_tail = &queue; *queue_tail; queue_tail = &(*queue_tail)->next)
-				;
 			post_free(p);
-			return;
 		}
+		json_decref(j);
+	}
+	for (queue_tail = &queue; *queue_tail; queue_tail = &(*queue_tail)->next)
+		;
 }
 
 /* A request line read: its POST follows the others (pump). */
@@ -562,7 +569,7 @@ static void post_done(CURLM *m, struct post *p, CURLcode cc)
 	if (p->discover) { /* its answer is ours, never the worker's */
 		if (cc == CURLE_OK && !p->oom && st >= 200 && st < 300 && !p->event_stream && p->len)
 			take_text(p, p->buf, p->len);
-		discovered_by(p);
+		discovered_by(m, p);
 		ordered_in_flight--;
 		curl_multi_remove_handle(m, p->h);
 		unlink_post(&posts, p);
