@@ -32,6 +32,7 @@ int config_init(struct config *c)
 	c->idle_timeout_ms = 300 * SEC;
 	c->sync = SYNC_FULL;
 	c->audit_ttl_ms = 7LL * 24 * 3600 * SEC;
+	c->retention_interval_ms = 600 * SEC;
 	c->max_line = 1 << 20;
 	c->max_reply_bytes = 4u << 20;
 	c->max_workers = 256;
@@ -129,6 +130,7 @@ void config_free(struct config *c)
 	free(c->models);
 	free(c->tools);
 	free(c->node_id);
+	free(c->retention_export);
 	free(c->path);
 	free(c->data);
 	free(c->socket);
@@ -373,6 +375,14 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 		return (b = onoff(v)) < 0 ? -1 : (c->audit = b, 0);
 	if (!strcmp(k, "audit_ttl"))
 		return config_duration(v, &c->audit_ttl_ms);
+	if (!strcmp(k, "end_idle_after"))
+		return config_duration(v, &c->end_idle_after_ms);
+	if (!strcmp(k, "remove_ended_after"))
+		return config_duration(v, &c->remove_ended_after_ms);
+	if (!strcmp(k, "retention_export"))
+		return *v == '/' ? set_path(&c->retention_export, v) : -1;
+	if (!strcmp(k, "retention_interval"))
+		return config_duration(v, &c->retention_interval_ms) || c->retention_interval_ms < SEC ? -1 : 0;
 	if (!strcmp(k, "max_line"))
 		return config_size(v, &c->max_line) || c->max_line < 1024 || c->max_line > CAP_MAX ? -1 : 0;
 	if (!strcmp(k, "max_reply_bytes"))
@@ -942,6 +952,11 @@ static int validate(struct config *c, char *err, size_t errlen)
 		/* One late beat would let the leases lapse. */
 		snprintf(err, errlen, "%s: heartbeat (%lld ms) must be at most half of lease_time (%lld ms) in [agentd]",
 			 c->path, (long long)c->heartbeat_ms, (long long)c->lease_ms);
+		return -1;
+	}
+	if (c->retention_export && !c->remove_ended_after_ms) {
+		snprintf(err, errlen, "%s: retention_export is set but remove_ended_after is not: nothing would be "
+			 "exported in [agentd]", c->path);
 		return -1;
 	}
 	if (c->compact_events > 0 && c->compact_keep >= c->compact_events) {

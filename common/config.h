@@ -136,6 +136,11 @@ struct config {
 	int sync;                /* SYNC_FULL */
 	int audit;               /* off */
 	int64_t audit_ttl_ms;    /* 7 d */
+	/* Retention (supervisor/retention.c): 0 is off. */
+	int64_t end_idle_after_ms;     /* an idle conversation untouched this long is ended */
+	int64_t remove_ended_after_ms; /* an ended one untouched this long is removed */
+	char *retention_export;        /* NULL, or the directory a conversation is exported to before its removal */
+	int64_t retention_interval_ms; /* between passes; 10 min */
 	size_t max_line;         /* 1 MiB */
 	size_t max_reply_bytes;  /* an `events` reply's events, encoded: 4 MiB */
 	int max_workers;         /* 256 */

@@ -36,6 +36,8 @@ fi
 # clients on 1 and 3 nodes beside a bare libpq loop and LMDB, and expiry
 # lateness on both backends, in a durable throwaway cluster (fsync on).
 build-bench/bench/bench_pg -d build-bench "${quick[@]}"
+# Churn with and without retention, and agentd compact (docs/benchmarks.md, "Retention soak").
+bench/soak_retention.py build-bench -d build-bench "${quick[@]}"
 # agentd beside LangGraph.js, DBOS and Restate (docs/benchmarks.md, "bench_peers"), only with
 # BENCH_PEERS=1: it installs the peers from npm into bench/peers (benchmark-only, a few minutes).
 if [ "${BENCH_PEERS:-}" = 1 ]; then (cd clients/typescript && npm ci && npx tsc -p .) && (cd bench/peers && npm ci) && node bench/peers/run.mjs --agentd build-bench/agentd "${quick[@]}"; fi

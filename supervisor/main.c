@@ -84,6 +84,11 @@ static void usage(FILE *f)
 		"  directory), safe while agentd serves: the copy holds every write acknowledged\n"
 		"  before it began. Exit 0 when written, 1 when the copy failed, 2 on a usage error.\n"
 		"\n"
+		"agentd compact [--data DIR]\n"
+		"  With agentd stopped: rewrite the LMDB store in DIR without its free pages,\n"
+		"  giving the room back to the filesystem. Exit 0 compacted, 1 failed (the store\n"
+		"  is as it was), 2 on a usage error.\n"
+		"\n"
 		"Command-line options override the configuration file. Exit status: 0 after a clean\n"
 		"stop, 1 on a runtime failure (another agentd holds DIR, the store cannot open:\n"
 		"no server, a bad URI, authentication failed, a newer schema),\n"
@@ -628,6 +633,111 @@ static void pid_unlock(const char *path, int fd)
 	close(fd);
 }
 
+static long long file_size(const char *path)
+{
+	struct stat sb;
+	return stat(path, &sb) == 0 ? (long long)sb.st_size : -1;
+}
+
+/* `agentd compact [--data DIR]`: the LMDB file given back to the
+ * filesystem. A compacted copy (store_backup: live pages only, written and
+ * flushed) is renamed over DIR/data.mdb, with DIR's single-instance lock
+ * held throughout, so no agentd runs on DIR meanwhile; a kill at any point
+ * leaves either the old file or the new one, whole (docs/operations.md,
+ * "Giving disk back"). */
+static int compact_main(int argc, char **argv)
+{
+	const char *dir = "./agentd-data";
+	int i = 2;
+	if (argc == 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+		printf("usage: agentd compact [--data DIR]\n\nRewrite the LMDB store in DIR (default ./agentd-data) "
+		       "without its free pages, giving\nthe room back to the filesystem. agentd must be stopped: "
+		       "compact holds DIR's lock,\nso agentd cannot start until it is done. It needs room for "
+		       "the copy (the live\ndata) beside the file. Exit status: 0 compacted; 1 it failed (the "
+		       "store is as it\nwas); 2 a usage error.\n");
+		return 0;
+	}
+	if (i + 1 < argc && !strcmp(argv[i], "--data")) {
+		dir = argv[i + 1];
+		i += 2;
+	} else if (i < argc && !strncmp(argv[i], "--data=", 7)) {
+		dir = argv[i] + 7;
+		i++;
+	}
+	if (i != argc || !*dir) {
+		fprintf(stderr, "usage: agentd compact [--data DIR]\n");
+		return EXIT_USAGE;
+	}
+	char pidpath[PATH_MAX], file[PATH_MAX], tmpdir[PATH_MAX], copy[PATH_MAX + 16];
+	if (strlen(dir) > PATH_MAX - 32) {
+		fprintf(stderr, "agentd compact: the path %s is too long\n", dir);
+		return EXIT_USAGE;
+	}
+	snprintf(pidpath, sizeof pidpath, "%s/agentd.pid", dir);
+	snprintf(file, sizeof file, "%s/data.mdb", dir);
+	snprintf(tmpdir, sizeof tmpdir, "%s/compact.tmp", dir);
+	snprintf(copy, sizeof copy, "%s/data.mdb", tmpdir);
+	struct stat was;
+	if (stat(file, &was) != 0) {
+		fprintf(stderr, "agentd compact: no LMDB store in %s: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	long long before = (long long)was.st_size;
+	pid_t other = 0;
+	int pidfd = pid_lock(pidpath, &other);
+	if (pidfd < 0) {
+		if (errno == EEXIST && other > 0)
+			fprintf(stderr, "agentd compact: agentd (pid %d) is running on %s: stop it first (compact needs "
+				"the store to itself)\n", (int)other, dir);
+		else if (errno == EEXIST)
+			fprintf(stderr, "agentd compact: agentd is running on %s: stop it first (compact needs the store "
+				"to itself)\n", dir);
+		else
+			fprintf(stderr, "agentd compact: cannot lock %s: %s\n", pidpath, strerror(errno));
+		return 1;
+	}
+	/* What a compact killed midway left: never the store itself. */
+	unlink(copy);
+	rmdir(tmpdir);
+	int rc = 1, e;
+	store *st;
+	struct store_opts o = { .read_only = 1 };
+	if (mkdir(tmpdir, 0700) < 0) {
+		fprintf(stderr, "agentd compact: cannot make %s: %s\n", tmpdir, strerror(errno));
+		goto out;
+	}
+	if ((e = store_open(&st, dir, &o))) {
+		fprintf(stderr, "agentd compact: cannot open the store in %s: %s\n", dir, store_strerror(e));
+		goto out;
+	}
+	e = store_backup(st, tmpdir);
+	store_close(st);
+	if (e) {
+		fprintf(stderr, "agentd compact: copying %s: %s (the store is as it was)\n", dir, store_strerror(e));
+		goto out;
+	}
+	int d = -1;
+	/* The copy is the file agentd opens: its owner and mode, not ours
+	 * (compact run as root on a store of the agentd user's). */
+	if ((chown(copy, was.st_uid, was.st_gid) && errno != EPERM) || chmod(copy, was.st_mode & 07777) ||
+	    rename(copy, file) || (d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 || fsync(d)) {
+		fprintf(stderr, "agentd compact: putting the copy in place: %s\n", strerror(errno));
+		if (d >= 0)
+			close(d);
+		goto out;
+	}
+	close(d);
+	long long after = file_size(file);
+	printf("agentd compact: %s: data.mdb %lld bytes -> %lld bytes (%lld given back)\n", dir, before, after,
+	       before - after);
+	rc = 0;
+out:
+	unlink(copy);
+	rmdir(tmpdir);
+	pid_unlock(pidpath, pidfd);
+	return rc;
+}
+
 /* Open the store the configuration names (S.st), saying why when it cannot
  * be: 0 or -1. */
 static int store_open_logged(const struct config *cfg)
@@ -746,6 +856,8 @@ int main(int argc, char **argv)
 		return transfer_main(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "backup"))
 		return backup_main(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "compact"))
+		return compact_main(argc, argv);
 	if (config_init(&cfg)) {
 		fprintf(stderr, "agentd: out of memory\n");
 		config_free(&cfg);

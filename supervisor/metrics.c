@@ -124,6 +124,12 @@ static void text_counters(FILE *f)
 		  m.c[M_MODEL_ATTEMPT_FAILURES] },
 		{ "agentd_model_call_failures_total", "Model calls that failed after their attempts.",
 		  m.c[M_MODEL_CALL_FAILURES] },
+		{ "agentd_retention_passes_total", "Retention passes that read every conversation.",
+		  m.c[M_RETENTION_PASSES] },
+		{ "agentd_retention_ended_total", "Idle conversations retention ended.", m.c[M_RETENTION_ENDED] },
+		{ "agentd_retention_removed_total", "Ended conversations retention removed.", m.c[M_RETENTION_REMOVED] },
+		{ "agentd_retention_exported_total", "Of those, exported into retention_export first.",
+		  m.c[M_RETENTION_EXPORTED] },
 	};
 	for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
 		fprintf(f, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", counters[i].name, counters[i].help,

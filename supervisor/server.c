@@ -13,6 +13,7 @@
 #include "supervisor/notify.h"
 #include "supervisor/commit.h"
 #include "supervisor/ops.h"
+#include "supervisor/retention.h"
 #include "supervisor/waiters.h"
 #include "supervisor/workers.h"
 
@@ -107,6 +108,7 @@ static void rearm_tick(void)
 	d = earliest(d, gate_deadline());
 	d = earliest(d, SV.next_sync);
 	d = earliest(d, SV.next_gc);
+	d = earliest(d, retention_deadline());
 	if (SV.shutting_down && !SV.killed_all)
 		d = earliest(d, SV.shutdown_deadline);
 	d = notify_deadline(d); /* the systemd watchdog's next ping */
@@ -155,6 +157,8 @@ static void on_tick(struct loop_watch *lw, uint32_t events)
 		gc_audit();
 		SV.next_gc = now + 3600 * 1000;
 	}
+	if (!SV.shutting_down)
+		retention_tick(now);
 	if (SV.shutting_down && !SV.killed_all && now >= SV.shutdown_deadline) {
 		log_warn("shutdown: workers still running after %lld ms: killing them",
 			 (long long)SV.o->cfg->shutdown_timeout_ms);
@@ -294,6 +298,7 @@ int server_open(const struct server_opts *o)
 		return e;
 	SV.next_sync = o->cfg->sync == STORE_SYNC_NONE ? now + 1000 : 0;
 	SV.next_gc = now + 1000;
+	retention_init(o->st, o->cfg, now);
 	/* Deadlines that passed while nothing ran fire now; then the
 	 * conversations that were mid-turn get their workers back. */
 	/* The node first: what follows claims conversations for it. */

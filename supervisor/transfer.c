@@ -294,6 +294,55 @@ out:
 	return e;
 }
 
+/* The stream of the conversations in ids, from st (a store of kind from),
+ * onto out: the header, each conversation, the trailer. 0, or after printing
+ * why on stderr: the store's error, or the -errno of writing out. */
+static int export_stream(store *st, const struct idlist *ids, const char *from, FILE *out, FILE *progress)
+{
+	struct xp x = { .out = out };
+	store_txn *t;
+	int e = store_txn_begin(st, STORE_READ, &t);
+	if (e == 0) {
+		e = store_warnings_due(t, INT64_MAX, on_warning, &x);
+		store_txn_abort(t);
+	}
+	if (e) {
+		fprintf(stderr, "agentd export: listing the expiry warnings: %s\n", store_strerror(e));
+		goto out;
+	}
+	if (x.nwarn)
+		qsort(x.warn, x.nwarn, sizeof *x.warn, warn_cmp);
+	emit(&x, json_pack("{sisssssI}", "agentd_export", FORMAT_VERSION, "agentd", AGENTD_VERSION, "from", from,
+			   "conversations", (json_int_t)ids->n));
+	for (size_t i = 0; i < ids->n && !x.err; i++) {
+		if ((e = export_conv(st, &x, ids->id[i]))) {
+			if (x.err)
+				break;
+			fprintf(stderr, "agentd export: conversation %s: %s%s\n", ids->id[i], store_strerror(e),
+				e == STORE_E_CORRUPT ? " (agentd check lists what is damaged)" : "");
+			goto out;
+		}
+		if (progress && (i + 1) % PROGRESS_EVERY == 0)
+			fprintf(progress, "agentd export: %zu of %zu conversations\n", i + 1, ids->n);
+	}
+	emit(&x, json_pack("{s{sIsIsIsIsIsI}}", "end", "conversations", (json_int_t)ids->n, "events",
+			   (json_int_t)x.nev, "summaries", (json_int_t)x.nsum, "tool_calls", (json_int_t)x.ntc,
+			   "model_calls", (json_int_t)x.nmc, "runs", (json_int_t)x.nrun));
+	if (!x.err && fflush(out))
+		x.err = -errno;
+	if (x.err) {
+		fprintf(stderr, "agentd export: writing the stream: %s\n", strerror(-x.err));
+		e = x.err;
+		goto out;
+	}
+	if (progress)
+		fprintf(progress, "agentd export: %zu conversations, %llu events, %llu tool calls, %llu summaries, %llu "
+			"audit rows, %llu runs\n", ids->n, x.nev, x.ntc, x.nsum, x.nmc, x.nrun);
+out:
+	free(x.warn);
+	return e;
+}
+
 int transfer_export(const char *target, FILE *out, FILE *progress)
 {
 	store *st;
@@ -304,55 +353,28 @@ int transfer_export(const char *target, FILE *out, FILE *progress)
 		return e;
 	}
 	struct idlist ids = { 0 };
-	struct xp x = { .out = out };
 	store_txn *t;
 	if ((e = store_txn_begin(st, STORE_READ, &t)) == 0) {
 		e = store_conv_ids(t, collect, &ids);
-		if (!e)
-			e = store_warnings_due(t, INT64_MAX, on_warning, &x);
 		store_txn_abort(t);
 	}
-	if (e) {
+	if (e)
 		fprintf(stderr, "agentd export: listing the conversations: %s\n", store_strerror(e));
-		goto fail;
-	}
-	if (x.nwarn)
-		qsort(x.warn, x.nwarn, sizeof *x.warn, warn_cmp);
-	emit(&x, json_pack("{sisssssI}", "agentd_export", FORMAT_VERSION, "agentd", AGENTD_VERSION, "from",
-			   config_store_is_pg(target) ? "postgresql" : "lmdb", "conversations", (json_int_t)ids.n));
-	for (size_t i = 0; i < ids.n && !x.err; i++) {
-		if ((e = export_conv(st, &x, ids.id[i]))) {
-			if (x.err)
-				break;
-			fprintf(stderr, "agentd export: conversation %s: %s%s\n", ids.id[i], store_strerror(e),
-				e == STORE_E_CORRUPT ? " (agentd check lists what is damaged)" : "");
-			goto fail;
-		}
-		if (progress && (i + 1) % PROGRESS_EVERY == 0)
-			fprintf(progress, "agentd export: %zu of %zu conversations\n", i + 1, ids.n);
-	}
-	emit(&x, json_pack("{s{sIsIsIsIsIsI}}", "end", "conversations", (json_int_t)ids.n, "events",
-			   (json_int_t)x.nev, "summaries", (json_int_t)x.nsum, "tool_calls", (json_int_t)x.ntc,
-			   "model_calls", (json_int_t)x.nmc, "runs", (json_int_t)x.nrun));
-	if (!x.err && fflush(out))
-		x.err = -errno;
-	if (x.err) {
-		fprintf(stderr, "agentd export: writing the stream: %s\n", strerror(-x.err));
-		e = x.err;
-		goto fail;
-	}
-	if (progress)
-		fprintf(progress, "agentd export: %zu conversations, %llu events, %llu tool calls, %llu summaries, %llu "
-			"audit rows, %llu runs\n", ids.n, x.nev, x.ntc, x.nsum, x.nmc, x.nrun);
+	else
+		e = export_stream(st, &ids, config_store_is_pg(target) ? "postgresql" : "lmdb", out, progress);
 	free(ids.id);
-	free(x.warn);
 	store_close(st);
-	return 0;
-fail:
-	free(ids.id);
-	free(x.warn);
-	store_close(st);
-	return e ? e : -EIO;
+	return e;
+}
+
+int transfer_export_conv(store *st, const char *id, const char *from, FILE *out)
+{
+	struct idlist one = { 0 };
+	int e = collect(&one, id, strlen(id));
+	if (!e)
+		e = export_stream(st, &one, from, out, NULL);
+	free(one.id);
+	return e;
 }
 
 /* ---- import ---------------------------------------------------------- */

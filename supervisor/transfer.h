@@ -20,11 +20,20 @@
 
 #include <stdio.h>
 
+#include "store/store.h"
+
 /* Write the store at target (an LMDB directory or a PostgreSQL target) to
  * out. progress: where a line per 1,000 conversations goes, or NULL. 0, or
  * after printing why on stderr: the store's error (opening or reading it),
  * or the -errno of writing out. */
 int transfer_export(const char *target, FILE *out, FILE *progress);
+
+/* The stream of one conversation of the open store st (of kind from:
+ * "lmdb" or "postgresql"), whole (header and trailer: `agentd import` takes
+ * it), onto out; what retention exports before it removes a conversation.
+ * 0, or after printing why on stderr: the store's error (STORE_E_NOTFOUND:
+ * no such conversation), or the -errno of writing out. */
+int transfer_export_conv(store *st, const char *id, const char *from, FILE *out);
 
 /* Load the stream in (a regular file: it is read twice) into the empty store
  * at target (an LMDB directory, created if missing, or a PostgreSQL target).
