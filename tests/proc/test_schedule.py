@@ -164,6 +164,10 @@ def test_fired_once_across_kill9_and_missed_while_down_fires_late():
         assert len(scheduled(a, c)) == 4 and "scheduled wakeup(s) due while agentd was down" not in a.log().split(
             "--- harness: starting")[-1], a.log_tail()
         assert [x["schedule"] for x in a.ok({"op": "schedules"})["schedules"]] == [cron["schedule"]]
+        # agentd check reads the schedule rows too: the cron one left is consistent.
+        a.stop()
+        p = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True)
+        assert p.returncode == 0 and "consistent" in p.stdout, (p.stdout, p.stderr)
 
 
 def test_lateness_over_twenty_wakes():
