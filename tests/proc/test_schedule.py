@@ -4,6 +4,8 @@ nothing written; fired once across kill -9 of agentd and restarts, a wake missed
 at start, once, marked late (a cron one once, moved to its next minute); on PostgreSQL two nodes firing the same
 schedules fire each once. Lateness (the event's inserted_at minus the due time, as expiries' lateness is
 measured) over 20 wakes is printed."""
+import json
+import os
 import statistics
 import time
 
@@ -168,6 +170,18 @@ def test_fired_once_across_kill9_and_missed_while_down_fires_late():
         a.stop()
         p = harness.run_agentd("check", *a.check_args(), capture_output=True, text=True)
         assert p.returncode == 0 and "consistent" in p.stdout, (p.stdout, p.stderr)
+        # export carries it (a schedule line), import writes it back: the copy exports the same lines.
+        e1, e2, back = (os.path.join(a.dir, n) for n in ("e1.jsonl", "e2.jsonl", "back"))
+        assert harness.run_agentd("export", *a.check_args(), "--output", e1).returncode == 0
+        with open(e1) as f:
+            lines = f.read().splitlines()
+        rows = [json.loads(x) for x in lines if '"kind":"schedule"' in x]
+        assert [(x["id"], x["cron"]) for x in rows] == [(cron["schedule"], "*/5 * * * *")], rows
+        assert json.loads(lines[0])["agentd_export"] == 3 and json.loads(lines[-1])["end"]["schedules"] == 1
+        assert harness.run_agentd("import", "--data", back, "--input", e1, capture_output=True).returncode == 0
+        assert harness.run_agentd("export", "--data", back, "--output", e2).returncode == 0
+        with open(e2) as f:
+            assert f.read().splitlines()[1:] == lines[1:]
 
 
 def test_lateness_over_twenty_wakes():
