@@ -15,8 +15,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,10 +38,8 @@ int wakeup_open(store *st)
 {
 	W.st = st;
 	W.started_ms = store_now(st);
-	W.fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (W.fd < 0)
-		return -errno;
-	return loop_add(W.fd, EPOLLIN, &W.lw);
+	W.fd = loop_realtime_timer(&W.lw);
+	return W.fd < 0 ? W.fd : 0;
 }
 
 void wakeup_close(void)
@@ -69,13 +65,9 @@ void wakeup_rearm(void)
 		if (due == 0 || due > poll)
 			due = poll; /* another node may add one, or die with one due */
 	}
-	struct itimerspec its = { 0 };
-	if (due > 0) {
-		its.it_value.tv_sec = due / 1000;
-		its.it_value.tv_nsec = (due % 1000) * 1000000;
-	}
-	if (timerfd_settime(W.fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &its, NULL) < 0)
-		log_error("timerfd_settime(wakeup): %s", strerror(errno));
+	int e = loop_realtime_arm(W.fd, due);
+	if (e)
+		log_error("timerfd_settime(wakeup): %s", strerror(-e));
 }
 
 static void on_timer(struct loop_watch *lw, uint32_t events)
@@ -263,8 +255,11 @@ int wakeup_fire(void)
 		int e = store_schedules_due(t, now, WAKEUP_BATCH, due_one, &c);
 		if ((e && e != 1) || c.n == 0) {
 			store_txn_abort(t);
-			if (!e) /* due, all held elsewhere: look again shortly, not at once */
-				W.retry_at = store_now(W.st) + WAKEUP_HELD_MS;
+			if (e) /* a failed claim: not again at once */
+				log_error("claiming due scheduled wakeups failed: %s: retrying in %d ms", store_strerror(e),
+					  WAKEUP_RETRY_MS);
+			/* due, all held elsewhere: look again shortly, not at once */
+			W.retry_at = store_now(W.st) + (e ? WAKEUP_RETRY_MS : WAKEUP_HELD_MS);
 			return total;
 		}
 		e = 0;

@@ -218,6 +218,7 @@ def test_two_nodes_fire_each_wake_once():
         ids = [nodes[i % 2].ok({"op": "schedule", "conversation": c, "text": f"n{i}", "after": ms(0.5) + 50 * i})
                ["schedule"] for i in range(10)]
         wait_for(lambda: len(scheduled(nodes[0], c)) == 10, 30, "the 10 wakes")
+        wait_for(lambda: answered(nodes[1], c, "n9"), 30, "the last wake answered")
         wait_for(lambda: nodes[1].ok({"op": "schedules"})["schedules"] == [], 10, "every row gone")
         evs = scheduled(nodes[1], c)
         assert sorted(e["content"]["schedule"] for e in evs) == sorted(ids), evs
