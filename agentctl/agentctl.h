@@ -175,6 +175,7 @@ void show_metrics(const json_t *reply);
 void show_nodes(const json_t *reply);
 void show_pending(const json_t *reply);
 void show_runs(const json_t *reply);
+void show_schedules(const json_t *reply);
 /* SEQ TYPE CONTENT: the line format of events and watch. */
 void print_event(const json_t *ev);
 /* v as compact JSON for a person (15 digits); exits when out of memory. */

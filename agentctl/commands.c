@@ -141,6 +141,30 @@ static const struct param opt_extend[] = {
 	{0},
 };
 
+static const struct param pos_schedule[] = {
+	{"CONV", "conversation", K_STR, NULL, NULL, false, "conversation id"},
+	{"TEXT", "text", K_STR, NULL, NULL, false, "what the conversation is given when it fires (a `scheduled` event)"},
+	{0},
+};
+
+static const struct param opt_schedule[] = {
+	{"--at", "at", K_UINT, "MS", NULL, false, "fire at MS milliseconds since the epoch"},
+	{"--after", "after", K_UINT, "MS", NULL, false, "fire MS milliseconds from now (give at most one of --at and --after)"},
+	{"--cron", "cron", K_STR, "SPEC", NULL, false,
+	 "repeat on a 5-field cron spec in UTC, e.g. '0 9 * * 1-5'; its first time is --at or --after when given"},
+	{0},
+};
+
+static const struct param opt_schedules[] = {
+	{"--conversation", "conversation", K_STR, "CONV", NULL, false, "only CONV's schedules"},
+	{0},
+};
+
+static const struct param pos_unschedule[] = {
+	{"SCHEDULE_ID", "schedule", K_STR, NULL, NULL, false, "schedule id (as schedule printed it)"},
+	{0},
+};
+
 static const struct param pos_settle[] = {
 	{"CONV", "conversation", K_STR, NULL, NULL, false, "the call's conversation"},
 	{"TOOL_CALL_ID", "tool_call_id", K_STR, NULL, NULL, false, "the unknown call"},
@@ -266,6 +290,20 @@ const struct command commands[] = {
 	 "a failure the model sees (--result: its own). Prints `seq: N` of the event; `stale` when it is not unknown.",
 	 pos_settle, opt_settle, show_fields, 0, "agentctl settle demo call_abc123 done --result '{\"charged\":true}'", NULL,
 	 "seq"},
+	{"schedule", "schedule", "wake a conversation later, or on a cron spec",
+	 "Give a conversation a durable wakeup: at --at, after --after, or on --cron (its first time --at or --after\n"
+	 "when given, else the spec's next minute). When it fires, the conversation gets a `scheduled` event with TEXT\n"
+	 "and runs a turn as for a message. Prints the `schedule` id and its `due` time (ms since the epoch).",
+	 pos_schedule, opt_schedule, show_fields, CMD_NEED_OPT, "agentctl schedule demo 'check the build' --after 3600000",
+	 NULL, "schedule"},
+	{"schedules", "schedules", "list scheduled wakeups (table)",
+	 "List the scheduled wakeups, earliest first, as a table: ID CONVERSATION DUE CRON TEXT (DUE in UTC; CRON -\n"
+	 "for a once one).",
+	 no_params, opt_schedules, show_schedules, 0, "agentctl schedules --conversation demo", NULL, "schedules/schedule"},
+	{"unschedule", "unschedule", "cancel a scheduled wakeup",
+	 "Remove a scheduled wakeup before it fires (a cron one stops repeating). `not_found` when there is none\n"
+	 "(a once one that fired is gone).",
+	 pos_unschedule, no_params, show_fields, 0, "agentctl unschedule s-1f2e3d4c5b6a7988", NULL, NULL},
 	{"pending", "list", "list pending approvals and unknown calls across all conversations (table)",
 	 "List every pending human tool call and every call whose outcome is unknown, of every conversation, as a\n"
 	 "table: ID CONVERSATION KIND NAME DEADLINE PROMPT ARGS ARGS_DIGEST (KIND approval or unknown; DEADLINE in\n"

@@ -322,6 +322,19 @@ void show_tool_calls(const json_t *reply)
 		show_fields(reply);
 }
 
+void show_schedules(const json_t *reply)
+{
+	static const struct column cols[] = {
+		{"ID", "schedule", false}, {"CONVERSATION", "conversation", false}, {"DUE", "due", true},
+		{"CRON", "cron", false},   {"TEXT", "text", false},
+	};
+	const json_t *rows = json_object_get(reply, "schedules");
+	if (json_is_array(rows))
+		TABLE(rows, cols);
+	else
+		show_fields(reply);
+}
+
 void show_runs(const json_t *reply)
 {
 	static const struct column cols[] = {

@@ -1,5 +1,6 @@
 /* proto.c: the control protocol's request codec (see proto.h). */
 #include "ipc/proto.h"
+#include "common/cron.h"
 #include "common/jsonmp.h"
 #include "common/id.h"
 #include "common/text.h"
@@ -15,7 +16,7 @@ static const char *const op_names[OP_COUNT] = {
 	"ping", "create", "get", "list", "update", "delete", "send", "events", "watch", "resolve",
 	"tool_call", "tool_calls", "summary", "compact", "audit", "kill", "stop", "status", "metrics",
 	"shutdown", "fork", "backup", "cancel", "resume", "runs", "nodes",
-	"extend", "settle",
+	"extend", "settle", "schedule", "schedules", "unschedule",
 };
 
 static const char *const err_codes[PERR_COUNT] = {
@@ -561,6 +562,58 @@ static int parse_settle(struct pctx *p, struct request *rq)
 	return get_by(p, &rq->by);
 }
 
+/* schedule: the conversation, its text, and when (docs/protocol.md):
+ * at most one of at and after, and cron; with neither, cron is required
+ * (its next minute is the first time). Whether at is in the future is the
+ * handler's to say: the store's clock decides. */
+static int parse_schedule(struct pctx *p, struct request *rq)
+{
+	int e, has_at = 0, has_in = 0;
+	uint64_t at = 0, in = 0;
+	if ((e = get_id(p, "conversation", 1, &rq->conv)) ||
+	    (e = get_uint_in(p, "at", 1, INT64_MAX, &has_at, &at)) ||
+	    (e = get_uint_in(p, "after", 0, PROTO_SCHEDULE_AFTER_MAX, &has_in, &in)))
+		return e;
+	json_t *v = json_object_get(p->o, "text");
+	if (!v)
+		return bad(p, "missing field 'text' (what the conversation is given when it fires)");
+	if (!json_is_string(v) || json_string_length(v) == 0)
+		return bad(p, "'text' must be a non-empty string");
+	if (json_string_length(v) > PROTO_SCHEDULE_TEXT_MAX)
+		return bad(p, "'text' is %zu bytes: at most %d", json_string_length(v), PROTO_SCHEDULE_TEXT_MAX);
+	rq->text = json_string_value(v);
+	rq->text_len = json_string_length(v);
+	if ((v = json_object_get(p->o, "cron"))) {
+		char why[128];
+		struct cron c;
+		if (!json_is_string(v) || json_string_length(v) > CRON_SPEC_MAX ||
+		    strlen(json_string_value(v)) != json_string_length(v))
+			return bad(p, "'cron' must be a string of at most %d bytes", CRON_SPEC_MAX);
+		if (cron_parse(json_string_value(v), &c, why, sizeof why))
+			return bad(p, "'cron' is not a cron expression: %s", why);
+		if (cron_next(&c, 0) < 0)
+			return bad(p, "'cron' %s never matches a day that exists", json_string_value(v));
+		rq->cron = json_string_value(v);
+	}
+	if (has_at && has_in)
+		return bad(p, "give one of 'at' and 'after', not both");
+	if (!has_at && !has_in && !rq->cron)
+		return bad(p, "missing field 'at' (ms since the epoch), 'after' (ms from now) or 'cron'");
+	rq->at_ms = (int64_t)at;
+	rq->in_ms = has_in ? (int64_t)in : -1;
+	return 0;
+}
+
+static int parse_schedules(struct pctx *p, struct request *rq)
+{
+	return get_id(p, "conversation", 0, &rq->conv);
+}
+
+static int parse_unschedule(struct pctx *p, struct request *rq)
+{
+	return get_id(p, "schedule", 1, &rq->schedule_id);
+}
+
 static int parse_tool_call(struct pctx *p, struct request *rq)
 {
 	return get_id(p, "tool_call_id", 1, &rq->tool_call_id);
@@ -663,6 +716,9 @@ static const struct {
 	[OP_BACKUP] = { FIELDS("path"), parse_backup },
 	[OP_RUNS] = { FIELDS("conversation", "limit", "before"), parse_runs },
 	[OP_KILL] = { FIELDS("conversation", "signal"), parse_kill },
+	[OP_SCHEDULE] = { FIELDS("conversation", "text", "at", "after", "cron"), parse_schedule },
+	[OP_SCHEDULES] = { FIELDS("conversation"), parse_schedules },
+	[OP_UNSCHEDULE] = { FIELDS("schedule"), parse_unschedule },
 };
 #undef FIELDS
 

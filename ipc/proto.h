@@ -17,7 +17,7 @@ enum proto_op {
 	OP_PING, OP_CREATE, OP_GET, OP_LIST, OP_UPDATE, OP_DELETE, OP_SEND, OP_EVENTS, OP_WATCH,
 	OP_RESOLVE, OP_TOOL_CALL, OP_TOOL_CALLS, OP_SUMMARY, OP_COMPACT, OP_AUDIT, OP_KILL, OP_STOP,
 	OP_STATUS, OP_METRICS, OP_SHUTDOWN, OP_FORK, OP_BACKUP, OP_CANCEL, OP_RESUME, OP_RUNS, OP_NODES,
-	OP_EXTEND, OP_SETTLE,
+	OP_EXTEND, OP_SETTLE, OP_SCHEDULE, OP_SCHEDULES, OP_UNSCHEDULE,
 	OP_COUNT
 };
 
@@ -52,6 +52,8 @@ int proto_on_busy(const char *name);
 #define PROTO_META_KEY_MAX 64     /* metadata: bytes of a key (at least 1) */
 #define PROTO_META_VAL_MAX 256    /* metadata: bytes of a value */
 #define PROTO_PATH_MAX 4095       /* backup: bytes of a path */
+#define PROTO_SCHEDULE_TEXT_MAX 65536 /* schedule's text: bytes (the store's STORE_SCHEDULE_TEXT_MAX) */
+#define PROTO_SCHEDULE_AFTER_MAX 315360000000LL /* schedule's after: ten years of ms */
 
 struct request {
 	json_t *root;           /* owned */
@@ -96,6 +98,17 @@ struct request {
 	uint64_t seq;
 	const char *new_conv;
 	const char *path;       /* backup: an absolute directory path (no NUL) */
+	/* schedule: its text (1-PROTO_SCHEDULE_TEXT_MAX bytes, text_len of
+	 * them), and when: at (ms since the epoch; 0: not given) or in (ms
+	 * from the commit; -1: not given), at most one of them, and cron (NULL:
+	 * once; a spec common/cron.h parses). Neither at nor in: cron's next
+	 * minute.
+	 * unschedule: schedule_id. */
+	const char *text;
+	size_t text_len;
+	int64_t at_ms, in_ms;
+	const char *cron;
+	const char *schedule_id;
 };
 
 /* The configuration's names, for validating models and tools. */

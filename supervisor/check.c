@@ -18,6 +18,7 @@
 #include "supervisor/check.h"
 #include "conv/conv.h"
 #include "common/config.h"
+#include "common/cron.h"
 #include "common/jsonmp.h"
 #include "store/store.h"
 
@@ -502,6 +503,44 @@ static int collect(void *arg, const char *id, size_t len)
 	return 0;
 }
 
+/* ---- schedules --------------------------------------------------------- */
+
+struct sched_ck {
+	struct ck *c;
+	int64_t prev_due; /* the due index's order: due times never go back */
+	uint64_t n;
+};
+
+/* A schedule row, reached through the due index (store_schedules_list:
+ * an entry whose row is missing is STORE_E_CORRUPT there): its
+ * conversation exists, its due time is in the index's order, its cron
+ * spec (if any) parses. */
+static int on_schedule(void *arg, const struct store_schedule *s)
+{
+	struct sched_ck *k = arg;
+	struct ck *c = k->c;
+	char id[STORE_ID_MAX + 1], conv[STORE_ID_MAX + 1], spec[STORE_CRON_MAX + 1];
+	snprintf(id, sizeof id, "%.*s", (int)s->id.len, (const char *)s->id.ptr);
+	snprintf(conv, sizeof conv, "%.*s", (int)s->conversation.len, (const char *)s->conversation.ptr);
+	snprintf(spec, sizeof spec, "%.*s", (int)s->cron.len, (const char *)s->cron.ptr);
+	int64_t due = s->due;
+	k->n++;
+	struct store_conv cv;
+	int e = store_conv_get(c->t, conv, &cv);
+	if (e)
+		problem(c, "schedule %s names conversation %s: %s", id, conv,
+			e == STORE_E_NOTFOUND ? "there is none (deleting it removes its schedules)" : store_strerror(e));
+	if (due <= 0 || due < k->prev_due)
+		problem(c, "schedule %s: due %lld is out of the due index's order (after %lld)", id, (long long)due,
+			(long long)k->prev_due);
+	k->prev_due = due;
+	struct cron cr;
+	char why[128];
+	if (spec[0] && cron_parse(spec, &cr, why, sizeof why))
+		problem(c, "schedule %s: its cron spec '%s' does not parse: %s", id, spec, why);
+	return 0;
+}
+
 int check_store(const char *dir, FILE *out, int *problems)
 {
 	store *st;
@@ -554,6 +593,10 @@ int check_store(const char *dir, FILE *out, int *problems)
 			c.conv = NULL;
 			problem(&c, "expiry warnings: %s", store_strerror(e));
 		}
+		struct sched_ck sk = { .c = &c };
+		if ((e = store_schedules_list(c.t, NULL, on_schedule, &sk)))
+			problem(&c, "schedules: %s%s", store_strerror(e),
+				e == STORE_E_CORRUPT ? " (the due index names a schedule whose row is missing or undecodable)" : "");
 		const char *k;
 		json_t *v;
 		json_object_foreach(c.expiries, k, v)

@@ -12,8 +12,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,10 +34,8 @@ int expiry_open(store *st, const struct config *cfg)
 {
 	X.st = st;
 	X.cfg = cfg;
-	X.fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
-	if (X.fd < 0)
-		return -errno;
-	return loop_add(X.fd, EPOLLIN, &X.lw);
+	X.fd = loop_realtime_timer(&X.lw);
+	return X.fd < 0 ? X.fd : 0;
 }
 
 void expiry_close(void)
@@ -62,13 +58,9 @@ void expiry_rearm(void)
 	}
 	if (deadline > 0 && deadline < X.retry_at)
 		deadline = X.retry_at; /* the last attempt failed: not before its retry */
-	struct itimerspec its = { 0 };
-	if (deadline > 0) {
-		its.it_value.tv_sec = deadline / 1000;
-		its.it_value.tv_nsec = (deadline % 1000) * 1000000;
-	}
-	if (timerfd_settime(X.fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &its, NULL) < 0)
-		log_error("timerfd_settime(expiry): %s", strerror(errno));
+	int e = loop_realtime_arm(X.fd, deadline);
+	if (e)
+		log_error("timerfd_settime(expiry): %s", strerror(-e));
 }
 
 static void on_timer(struct loop_watch *lw, uint32_t events)

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,6 +15,29 @@
 /* ep holds every watch; ep_commit also holds those marked during_commit,
  * for the restricted wait. An unrestricted wait is one epoll_wait on ep. */
 static int ep = -1, ep_commit = -1, restricted;
+
+int loop_realtime_timer(struct loop_watch *w)
+{
+	int fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int e = loop_add(fd, EPOLLIN, w);
+	if (e) {
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+int loop_realtime_arm(int fd, int64_t at_ms)
+{
+	struct itimerspec its = { 0 };
+	if (at_ms > 0) {
+		its.it_value.tv_sec = at_ms / 1000;
+		its.it_value.tv_nsec = (at_ms % 1000) * 1000000;
+	}
+	return timerfd_settime(fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &its, NULL) < 0 ? -errno : 0;
+}
 
 int64_t loop_now_ms(void)
 {

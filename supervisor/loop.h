@@ -61,6 +61,15 @@ int loop_restricted(void);
  * all through its signalfd. 0 or -errno. */
 int loop_thread(pthread_t *t, void *(*fn)(void *), void *arg);
 
+/* A timer on the wall clock, for deadlines given in unix ms (expiries,
+ * scheduled wakeups): a CLOCK_REALTIME timerfd (close-on-exec,
+ * non-blocking) registered for EPOLLIN with w. Its fd, or -errno. Armed
+ * with loop_realtime_arm to an absolute time (at_ms <= 0 disarms it),
+ * with TFD_TIMER_CANCEL_ON_SET: when the clock is set, its read fails
+ * with ECANCELED and the watch is called, to look again. 0 or -errno. */
+int loop_realtime_timer(struct loop_watch *w);
+int loop_realtime_arm(int fd, int64_t at_ms);
+
 /* CLOCK_MONOTONIC in milliseconds and in microseconds. */
 int64_t loop_now_ms(void);
 int64_t loop_now_us(void);

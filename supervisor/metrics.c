@@ -15,6 +15,8 @@ static struct {
 	double lat_sum[OP_COUNT];
 	uint64_t late_buckets[12]; /* expiry lateness histogram, le 1ms..+Inf */
 	double late_sum;
+	uint64_t wlate_buckets[12]; /* scheduled wakeups' lateness, le 1ms..+Inf */
+	double wlate_sum;
 	uint64_t dwait_buckets[12]; /* replies' wait for the durable frontier, le 0.1ms..+Inf */
 	double dwait_sum;
 } m;
@@ -73,16 +75,26 @@ void metrics_durable_waited(int64_t us)
  * a restart: the buckets reach from one to the other. */
 static const double late_bounds[11] = { 0.001, 0.002, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 10, 60, 3600 };
 
-void metrics_expiry_late(int64_t at_us, int64_t deadline_ms)
+static void late_count(uint64_t *buckets, double *sum, int64_t at_us, int64_t due_ms)
 {
-	double secs = (double)(at_us - deadline_ms * 1000) / 1e6;
+	double secs = (double)(at_us - due_ms * 1000) / 1e6;
 	if (secs < 0)
 		secs = 0;
 	int b = 0;
 	while (b < 11 && secs > late_bounds[b])
 		b++;
-	m.late_buckets[b]++;
-	m.late_sum += secs;
+	buckets[b]++;
+	*sum += secs;
+}
+
+void metrics_expiry_late(int64_t at_us, int64_t deadline_ms)
+{
+	late_count(m.late_buckets, &m.late_sum, at_us, deadline_ms);
+}
+
+void metrics_wakeup_late(int64_t at_us, int64_t due_ms)
+{
+	late_count(m.wlate_buckets, &m.wlate_sum, at_us, due_ms);
 }
 
 static void text_requests(FILE *f)
@@ -104,6 +116,12 @@ static void text_counters(FILE *f)
 		{ "agentd_worker_revivals_total", "Workers restarted after a crash.", m.c[M_REVIVALS] },
 		{ "agentd_expiries_fired_total", "Human tool calls expired by their deadline.", m.c[M_EXPIRIES_FIRED] },
 		{ "agentd_expiry_commits_total", "Write transactions that fired expiries.", m.c[M_EXPIRY_COMMITS] },
+		{ "agentd_scheduled_wakeups_fired_total", "Scheduled wakeups fired (a `scheduled` event appended).",
+		  m.c[M_WAKEUPS_FIRED] },
+		{ "agentd_scheduled_wakeups_late_total", "Of those, fired late (marked late: missed while agentd was down).",
+		  m.c[M_WAKEUPS_LATE] },
+		{ "agentd_scheduled_wakeup_commits_total", "Write transactions that fired scheduled wakeups.",
+		  m.c[M_WAKEUP_COMMITS] },
 		{ "agentd_group_commits_total", "Write transactions of the control plane.", m.c[M_GROUP_COMMITS] },
 		{ "agentd_group_writes_total", "Write requests committed in them.", m.c[M_GROUP_WRITES] },
 		{ "agentd_group_commits_thread_total", "Of those, committed on the writer thread while the loop read on.",
@@ -195,6 +213,9 @@ static void text_histograms(FILE *f)
 	fprintf(f, "# HELP agentd_expiry_lateness_seconds How long after its deadline an expired call was "
 		   "settled (its transaction's start).\n# TYPE agentd_expiry_lateness_seconds histogram\n");
 	text_histogram(f, "agentd_expiry_lateness_seconds", NULL, late_bounds, m.late_buckets, m.late_sum);
+	fprintf(f, "# HELP agentd_scheduled_wakeup_lateness_seconds How long after its due time a scheduled wakeup "
+		   "fired (its transaction's start).\n# TYPE agentd_scheduled_wakeup_lateness_seconds histogram\n");
+	text_histogram(f, "agentd_scheduled_wakeup_lateness_seconds", NULL, late_bounds, m.wlate_buckets, m.wlate_sum);
 	fprintf(f, "# HELP agentd_reply_durable_wait_seconds How long a reply, ready, waited for the durable frontier "
 		   "to pass its transaction.\n# TYPE agentd_reply_durable_wait_seconds histogram\n");
 	text_histogram(f, "agentd_reply_durable_wait_seconds", NULL, lat_bounds, m.dwait_buckets, m.dwait_sum);

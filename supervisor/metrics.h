@@ -15,7 +15,7 @@ enum metric {
 	M_GROUP_COMMITS_FLUSHED,
 	M_GATE_GRANTS, M_GATE_WAITS, M_GATE_REVOKED, M_WAKES, M_WAKES_COALESCED, M_MODEL_CALLS, M_MODEL_ATTEMPTS,
 	M_MODEL_ATTEMPT_FAILURES, M_MODEL_CALL_FAILURES, M_RETENTION_PASSES, M_RETENTION_ENDED, M_RETENTION_REMOVED,
-	M_RETENTION_EXPORTED, M_COUNT
+	M_RETENTION_EXPORTED, M_WAKEUPS_FIRED, M_WAKEUPS_LATE, M_WAKEUP_COMMITS, M_COUNT
 };
 
 void metrics_add(enum metric c, uint64_t n);
@@ -34,6 +34,8 @@ void metrics_durable_wait(int64_t held_us);
 void metrics_durable_waited(int64_t us);
 /* An expiry fired at realtime at_us for a deadline of deadline_ms. */
 void metrics_expiry_late(int64_t at_us, int64_t deadline_ms);
+/* A scheduled wakeup fired at realtime at_us for a due time of due_ms. */
+void metrics_wakeup_late(int64_t at_us, int64_t due_ms);
 
 /* What other modules own, read when the text is made. */
 struct metrics_gauges {

@@ -4,7 +4,8 @@
  * ops on the process and its workers (ping, shutdown, status, metrics,
  * backup, kill, stop, compact); and the helpers the handlers share
  * (ops_int.h). The reads of the store are in ops_read.c, the writes in
- * ops_write.c, cancel and resume in ops_cancel.c.
+ * ops_write.c, cancel and resume in ops_cancel.c, schedules in
+ * ops_schedule.c.
  */
 #include "supervisor/ops.h"
 #include "common/jsonmp.h"
@@ -293,6 +294,9 @@ static const struct commit_op op_table[OP_COUNT] = {
 	[OP_NODES] = { OPF_TXN, ops_nodes, NULL, NULL },
 	[OP_EXTEND] = { OPF_WRITE, NULL, ops_w_extend, ops_after_extend },
 	[OP_SETTLE] = { OPF_WRITE, NULL, ops_w_settle, ops_after_settle },
+	[OP_SCHEDULE] = { OPF_WRITE, NULL, ops_w_schedule, ops_after_schedule },
+	[OP_SCHEDULES] = { OPF_TXN | OPF_LARGE, ops_schedules, NULL, NULL },
+	[OP_UNSCHEDULE] = { OPF_WRITE, NULL, ops_w_unschedule, ops_after_unschedule },
 };
 
 int ops_is_write(int op)

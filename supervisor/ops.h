@@ -24,6 +24,7 @@ struct ops_env {
 	int64_t started_ms;        /* monotonic: status's uptime */
 	void (*shutdown)(struct client *by); /* the shutdown op (by: its client, or NULL) */
 	void (*rearm_expiry)(void);          /* after a commit that moved a deadline (extend) */
+	void (*rearm_wakeup)(void);          /* after a commit that added or removed a schedule */
 };
 
 /* Start using env (kept: it must outlive the module), and give commit.h

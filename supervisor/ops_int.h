@@ -1,6 +1,6 @@
 /*
  * ops_int.h: what the files of the ops module share (ops.c, ops_read.c,
- * ops_write.c, ops_cancel.c, ops_settle.c): the handlers the op table names, and the
+ * ops_write.c, ops_cancel.c, ops_settle.c, ops_schedule.c): the handlers the op table names, and the
  * helpers more than one of them uses. Not for any other module: ops.h is
  * the module's contract.
  */
@@ -80,5 +80,12 @@ int ops_w_cancel(store_txn *t, struct job *j, struct wres *r);
 int ops_w_resume(store_txn *t, struct job *j, struct wres *r);
 void ops_after_cancel(struct job *j, struct wres *r);
 void ops_after_resume(struct job *j, struct wres *r);
+
+/* A conversation's scheduled wakeups (ops_schedule.c). */
+int ops_w_schedule(store_txn *t, struct job *j, struct wres *r);
+int ops_w_unschedule(store_txn *t, struct job *j, struct wres *r);
+void ops_schedules(store_txn *t, struct job *j);
+void ops_after_schedule(struct job *j, struct wres *r);
+void ops_after_unschedule(struct job *j, struct wres *r);
 
 #endif

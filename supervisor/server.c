@@ -15,6 +15,7 @@
 #include "supervisor/ops.h"
 #include "supervisor/retention.h"
 #include "supervisor/waiters.h"
+#include "supervisor/wakeup.h"
 #include "supervisor/workers.h"
 
 #include <errno.h>
@@ -281,13 +282,15 @@ int server_open(const struct server_opts *o)
 	int e;
 	SV.o = o;
 	if ((e = loop_open()) || (e = signals_open()) || (e = expiry_open(o->st, o->cfg)) ||
+	    (e = wakeup_open(o->st)) ||
 	    (e = durable_open(o->st, o->cfg->sync == STORE_SYNC_FULL, durable_advanced, durable_more, flush_failed)) ||
 	    (e = backup_open(o->st))) {
 		log_error("cannot create the loop's descriptors: %s", strerror(-e));
 		return e;
 	}
 	int64_t now = loop_now_ms();
-	SV.ops = (struct ops_env){ o->cfg, o->st, o->data_dir, now, shutdown_asked, expiry_rearm };
+	SV.ops = (struct ops_env){ o->cfg, o->st, o->data_dir, now, shutdown_asked, expiry_rearm,
+				   wakeup_rearm };
 	SV.workers = (struct workers_env){ o->cfg, o->st, o->data_dir, o->worker_path, o->config_path,
 					   { waiters_notify, waiters_delta, expiry_rearm, nodes_claim, nodes_release,
 					     worker_flush_failed } };
@@ -310,6 +313,9 @@ int server_open(const struct server_opts *o)
 	if ((fired = expiry_warn_fire()))
 		log_info("gave %d expiry warning(s) whose time passed while agentd was down", fired);
 	expiry_rearm();
+	if ((fired = wakeup_fire()))
+		log_info("fired %d scheduled wakeup(s) due while agentd was down", fired);
+	wakeup_rearm();
 	workers_start_active();
 	return 0;
 }
@@ -338,6 +344,7 @@ void server_close(void)
 {
 	control_stop_listening();
 	expiry_close();
+	wakeup_close();
 	nodes_close();
 	if (SV.sig_fd >= 0)
 		close(SV.sig_fd);

@@ -14,10 +14,11 @@
 #include <sys/stat.h>
 
 /* Version 2 adds every summary (not only the latest), runs, expiry
- * warnings (a tool call's warn_at) and the conversation's turn count.
- * Version 1 streams still import: what they lack is absent (no runs, no
- * warnings, turns 0). */
-#define FORMAT_VERSION 2
+ * warnings (a tool call's warn_at) and the conversation's turn count;
+ * version 3 scheduled wakeups (schedule lines). Older streams still
+ * import: what they lack is absent (no runs, no warnings, turns 0; no
+ * schedules). */
+#define FORMAT_VERSION 3
 #define FORMAT_OLDEST 1
 #define PROGRESS_EVERY 1000
 
@@ -88,7 +89,7 @@ struct warn {
 struct xp {
 	FILE *out;
 	int err;             /* a write or memory failure */
-	unsigned long long nev, ntc, nsum, nmc, nrun;
+	unsigned long long nev, ntc, nsum, nmc, nrun, nsched;
 	const char *conv;
 	struct warn *warn;   /* sorted by id */
 	size_t nwarn, warncap;
@@ -210,6 +211,17 @@ static int on_run(void *arg, const struct store_run *r)
 	return x->err;
 }
 
+static int on_schedule(void *arg, const struct store_schedule *sc)
+{
+	struct xp *x = arg;
+	x->nsched++;
+	emit(x, json_pack("{ssssss#sIsoso}", "kind", "schedule", "conv", x->conv, "id", (const char *)sc->id.ptr,
+			  (int)sc->id.len, "due", (json_int_t)sc->due, "cron",
+			  sc->cron.len ? json_stringn((const char *)sc->cron.ptr, sc->cron.len) : json_null(), "text",
+			  jbytes(sc->text)));
+	return x->err;
+}
+
 static int on_model_call(void *arg, const struct store_model_call *m)
 {
 	struct xp *x = arg;
@@ -286,7 +298,7 @@ static int export_conv(store *st, struct xp *x, const char *id)
 	if (x->err || (e = store_events_stream(t, id, &all, on_event, x)) ||
 	    (e = store_summaries_list(t, id, on_summary, x)) || (e = store_tool_calls_list(t, id, 0, on_tool_call, x)) ||
 	    (e = store_model_calls_list(t, id, on_model_call, x)) ||
-	    (e = store_runs_list(t, id, 0, 0, on_run, x, NULL)))
+	    (e = store_runs_list(t, id, 0, 0, on_run, x, NULL)) || (e = store_schedules_list(t, id, on_schedule, x)))
 		goto out;
 	e = x->err;
 out:
@@ -325,9 +337,10 @@ static int export_stream(store *st, const struct idlist *ids, const char *from, 
 		if (progress && (i + 1) % PROGRESS_EVERY == 0)
 			fprintf(progress, "agentd export: %zu of %zu conversations\n", i + 1, ids->n);
 	}
-	emit(&x, json_pack("{s{sIsIsIsIsIsI}}", "end", "conversations", (json_int_t)ids->n, "events",
+	emit(&x, json_pack("{s{sIsIsIsIsIsIsI}}", "end", "conversations", (json_int_t)ids->n, "events",
 			   (json_int_t)x.nev, "summaries", (json_int_t)x.nsum, "tool_calls", (json_int_t)x.ntc,
-			   "model_calls", (json_int_t)x.nmc, "runs", (json_int_t)x.nrun));
+			   "model_calls", (json_int_t)x.nmc, "runs", (json_int_t)x.nrun, "schedules",
+			   (json_int_t)x.nsched));
 	if (!x.err && fflush(out))
 		x.err = -errno;
 	if (x.err) {
@@ -337,7 +350,7 @@ static int export_stream(store *st, const struct idlist *ids, const char *from, 
 	}
 	if (progress)
 		fprintf(progress, "agentd export: %zu conversations, %llu events, %llu tool calls, %llu summaries, %llu "
-			"audit rows, %llu runs\n", ids->n, x.nev, x.ntc, x.nsum, x.nmc, x.nrun);
+			"audit rows, %llu runs, %llu schedules\n", ids->n, x.nev, x.ntc, x.nsum, x.nmc, x.nrun, x.nsched);
 out:
 	free(x.warn);
 	return e;
@@ -430,15 +443,21 @@ static int g_int(json_t *o, const char *k, int64_t *v)
 	return 0;
 }
 
-/* A field version 2 added: required in a version 2 stream, 0 when a
- * version 1 stream lacks it. A present one is a non-negative integer. */
-static int g_int_v2(json_t *o, const char *k, int ver, int64_t *v)
+/* A field version `since` added: required in a stream of that version
+ * or later, 0 when an older stream lacks it. A present one is a
+ * non-negative integer. */
+static int g_int_since(json_t *o, const char *k, int ver, int since, int64_t *v)
 {
-	if (!json_object_get(o, k) && ver < 2) {
+	if (!json_object_get(o, k) && ver < since) {
 		*v = 0;
 		return 0;
 	}
 	return g_int(o, k, v) || *v < 0 ? -1 : 0;
+}
+
+static int g_int_v2(json_t *o, const char *k, int ver, int64_t *v)
+{
+	return g_int_since(o, k, ver, 2, v);
 }
 
 /* A run status by name; -1 when it is none. */
@@ -562,9 +581,21 @@ static int check_run(json_t *j, int fv)
 	       !json_is_number(json_object_get(j, "cost")) || g_int(j, "started_at", &v) || g_int(j, "ended_at", &v);
 }
 
+/* A schedule: its id, a due time, a cron spec that fits (the store's
+ * limit) or null, and its text. */
+static int check_schedule(json_t *j, int fv)
+{
+	int64_t v;
+	json_t *cron = json_object_get(j, "cron");
+	(void)fv;
+	return !g_str(j, "id") || g_int(j, "due", &v) || v < 1 ||
+	       !(json_is_null(cron) || (g_str(j, "cron") && json_string_length(cron) <= STORE_CRON_MAX)) ||
+	       check_bytes(j, "text", 0);
+}
+
 /* The kinds of record line, in the order of the end line's counts; a kind
  * is known only in streams of the version that added it or later. */
-#define CHECK_KINDS 6
+#define CHECK_KINDS 7
 static const struct {
 	const char *kind;
 	const char *count; /* its key in the end line */
@@ -574,6 +605,7 @@ static const struct {
 	{ "conv", "conversations", 1, check_conv },	    { "event", "events", 1, check_event },
 	{ "summary", "summaries", 1, check_summary },	    { "tool_call", "tool_calls", 1, check_tool_call },
 	{ "model_call", "model_calls", 1, check_model_call }, { "run", "runs", 2, check_run },
+	{ "schedule", "schedules", 3, check_schedule },
 };
 
 /* The end line: each count is that of the lines before it (a count of a
@@ -584,7 +616,8 @@ static int check_end(json_t *end, const long long n[CHECK_KINDS], int fv, unsign
 	for (int i = 0; i < CHECK_KINDS; i++) {
 		const char *key = check_kinds[i].count;
 		int64_t v;
-		if ((check_kinds[i].since > 1 ? g_int_v2(end, key, fv, &v) : g_int(end, key, &v)) || v != n[i]) {
+		int since = check_kinds[i].since;
+		if ((since > 1 ? g_int_since(end, key, fv, since, &v) : g_int(end, key, &v)) || v != n[i]) {
 			snprintf(err, errlen, "line %lu: the end line's count of %s is not the %lld the stream holds", no,
 				 key, n[i]);
 			return -1;
@@ -953,6 +986,22 @@ static int run_put(struct imp *im, json_t *j)
 	return e;
 }
 
+static int schedule_put(struct imp *im, json_t *j)
+{
+	int64_t due = 0;
+	g_int(j, "due", &due);
+	store_bytes text;
+	unsigned char *mem;
+	if (g_bytes(j, "text", 0, &text, &mem))
+		return -ENOMEM; /* checked in the first pass */
+	store_txn *t;
+	int e = events_flush(im);
+	if (!e && !(e = begin(im, due, &t)))
+		e = commit_or_abort(t, store_schedule_put(t, g_str(j, "id"), im->conv, due, g_str(j, "cron"), text));
+	free(mem);
+	return e;
+}
+
 static int count_any(void *arg, const char *id, size_t len)
 {
 	(void)id;
@@ -1031,6 +1080,8 @@ static int import_records(struct imp *im, FILE *in, size_t nconv, FILE *progress
 			e = tool_call_put(im, l.j);
 		} else if (!strcmp(k, "run")) {
 			e = run_put(im, l.j);
+		} else if (!strcmp(k, "schedule")) {
+			e = schedule_put(im, l.j);
 		} else {
 			e = model_call_put(im, l.j);
 		}

@@ -38,7 +38,7 @@ def body(path):
     """The stream's lines without its header (which names the backend it came from)."""
     with open(path) as f:
         lines = f.read().splitlines()
-    assert json.loads(lines[0])["agentd_export"] == 2, lines[0]
+    assert json.loads(lines[0])["agentd_export"] == 3, lines[0]
     assert "end" in json.loads(lines[-1]), lines[-1]
     return lines[1:]
 
@@ -223,7 +223,7 @@ def pg_dump(target):
 def make_full_store(a):
     """Conversations created in id order (so a fresh LMDB store numbers them alike), holding every kind of
     record: several summaries (export carries the superseded ones too), runs, turns, a pending call with its expiry and
-    warning, a settled call, audit rows, metadata, an ended conversation."""
+    warning, a settled call, audit rows, metadata, an ended conversation, scheduled wakeups (once and cron)."""
     a.write_config(FULL_CONFIG)
     a.start()
     s = summarised(a, "a-sum", ["approve"])
@@ -231,6 +231,8 @@ def make_full_store(a):
     wait_for(lambda: len(a.events(s)) >= 8, 10, "the echo reply")
     a.ok({"op": "compact", "conversation": s}, timeout=30)
     w, d = approvals(a, "b-wait", "c-done")
+    a.ok({"op": "schedule", "conversation": d, "text": "later", "after": 86400000})
+    a.ok({"op": "schedule", "conversation": d, "text": "daily", "cron": "0 9 * * *"})
     e = ended(a, "d-end")
     stop_at_rest(a, (s, w, d, e))
 
@@ -248,6 +250,7 @@ def test_every_table_and_field_survives_lmdb_to_postgresql_and_back():
         assert [x["warn_at"] > 0 for x in lines if x.get("kind") == "tool_call" and x["status"] == "pending"] == \
             [True], lines
         assert all(x["turns"] > 0 for x in lines if x.get("kind") == "conv"), lines
+        assert sorted(x["cron"] or "" for x in lines if x.get("kind") == "schedule") == ["", "0 9 * * *"], lines
         # LMDB -> PostgreSQL: the tables hold every record.
         pg1 = pg_target(os.path.join(a.dir, "pg1"))
         rc, out, err = run("import", "--store", pg1, "--input", e1)
@@ -298,8 +301,9 @@ def test_a_version_1_stream_still_imports():
                 x["agentd_export"] = 1
             elif "end" in x:
                 del x["end"]["runs"]
+                del x["end"]["schedules"]
                 x["end"]["summaries"] = len(latest)
-            elif x["kind"] == "run" or (x["kind"] == "summary" and latest[x["conv"]] is not x and
+            elif x["kind"] in ("run", "schedule") or (x["kind"] == "summary" and latest[x["conv"]] is not x and
                                         latest[x["conv"]] != x):
                 continue
             elif x["kind"] == "conv":
@@ -352,12 +356,12 @@ def test_a_damaged_stream_or_store_refusal_writes_nothing():
         bad_b64 = json.loads(lines[ev])
         bad_b64["content"] = "!!not base64"
         newer = json.loads(lines[0])
-        newer["agentd_export"] = 3
+        newer["agentd_export"] = 4
         cases = [
             ("truncated", lines[:-2], "ends without its end line"),
             ("garbled", lines[:ev] + ["{not json"] + lines[ev + 1:], f"line {ev + 1}: not a JSON object"),
             ("base64", lines[:ev] + [json.dumps(bad_b64)] + lines[ev + 1:], f"line {ev + 1}: a event record"),
-            ("newer", [json.dumps(newer)] + lines[1:], "export format version 3; this agentd reads versions 1 to 2"),
+            ("newer", [json.dumps(newer)] + lines[1:], "export format version 4; this agentd reads versions 1 to 3"),
             ("counts", lines[:ev] + lines[ev + 1:], "the end line's count of events is not"),
             ("unknown", lines[:ev] + ['{"kind":"bogus"}'] + lines[ev:], "an unknown kind of record 'bogus'"),
             ("empty", [], "an empty stream"),

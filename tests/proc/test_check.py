@@ -97,6 +97,17 @@ class Damage:
             db_put(self.a.data_dir, "warnings", (struct.pack(">Q", at) + call.encode()).hex(), mp_str(conv).hex())
             db_put(self.a.data_dir, "warning_at", call.encode().hex(), mp_uint(at).hex())
 
+    def schedule(self, sid, conv, due, cron=None):
+        """A schedule row and its due index entry."""
+        if PG:
+            spec = f"'{cron}'" if cron else "NULL"
+            pg_sql(f"INSERT INTO schedules (id, conv, due, cron, text) VALUES ('{sid}', '{conv}', {due}, {spec}, "
+                   f"'wake'::bytea)", dbname=self.db)
+        else:
+            rec = b"\x94" + mp_str(conv) + mp_int(due) + (mp_str(cron) if cron else b"\xc0") + mp_str("wake")
+            db_put(self.a.data_dir, "schedules", sid.encode().hex(), rec.hex())
+            db_put(self.a.data_dir, "schedule_due", (struct.pack(">Q", due) + sid.encode()).hex(), mp_str(conv).hex())
+
 
 def check(a):
     return harness.run_agentd("check", *a.check_args(), capture_output=True, text=True,
@@ -161,6 +172,24 @@ def test_check_names_damaged_runs_and_warning_rows():
         assert f"n: expiry warning of tool call {calls['n']['id']}, which has no deadline" in out, out
         assert "h: expiry warning of tool call tc-ghost: no such tool call" in out, out
         assert "7 problem(s)" in out, out
+
+
+def test_schedule_rows_are_checked():
+    with Agentd() as a:
+        a.create(conversation="s")
+        a.ok({"op": "schedule", "conversation": "s", "text": "ok", "after": 86400000, "cron": "0 9 * * *"})
+        a.stop()
+        p = check(a)
+        assert p.returncode == 0 and "consistent" in p.stdout, (p.stdout, p.stderr)
+        d = Damage(a)
+        d.schedule("s-ghost", "ghost", 1700000000000)              # its conversation does not exist
+        d.schedule("s-badcron", "s", 1700000000001, "61 * * * *")  # its spec does not parse
+        p = check(a)
+        out = p.stdout
+        assert p.returncode == 1, (out, p.stderr)
+        assert "store: schedule s-ghost names conversation ghost: there is none" in out, out
+        assert "store: schedule s-badcron: its cron spec '61 * * * *' does not parse: minute" in out, out
+        assert "2 problem(s)" in out, out
 
 
 def test_ending_a_conversation_ends_its_running_run():

@@ -11,8 +11,8 @@ from .errors import (ERRORS, AgentdConnectionError, AgentdError, AgentdTimeout, 
                      Internal, NotFound, Stale, StoreFull, TooLarge, UnknownOp, Unavailable, Unsupported,
                      error_from_reply)
 from .types import (BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, Delta, Event, EventPage,
-                    Extension, ForkResult, ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Settlement, Status,
-                    StoreStatus, Summary, ToolCall, TurnResult, Usage, Worker, WorkerStatus)
+                    Extension, ForkResult, ModelCall, Resolution, Resumed, Run, RunPage, Schedule, SendResult,
+                    Settlement, Status, StoreStatus, Summary, ToolCall, TurnResult, Usage, Worker, WorkerStatus)
 
 __version__ = "0.1.0"
 
@@ -23,5 +23,5 @@ __all__ = [
     "BackupResult", "BatchResult", "ForkResult", "Conversation", "ConversationPage", "Delta", "Event", "EventPage",
     "ModelCall", "Resolution", "SendResult", "Settlement", "Extension", "args_digest", "canonical_json",
     "Status", "StoreStatus", "Summary", "ToolCall", "Usage", "Worker", "WorkerStatus",
-    "Run", "RunPage", "Cancelled", "Resumed", "TurnResult",
+    "Run", "RunPage", "Cancelled", "Resumed", "TurnResult", "Schedule",
 ]

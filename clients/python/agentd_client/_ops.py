@@ -15,7 +15,8 @@ from typing import Any, Callable, Dict, Optional
 from . import _flows
 from .errors import AgentdConnectionError, AgentdTimeout, BadRequest
 from .types import (BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, Event, EventPage, ForkResult,
-                    Extension, ModelCall, Resolution, Resumed, Run, RunPage, SendResult, Settlement, Status, Summary,
+                    Extension, ModelCall, Resolution, Resumed, Run, RunPage, Schedule, SendResult, Settlement, Status,
+                    Summary,
                     ToolCall, _build)
 
 DEFAULT_SOCKET = "./agentd-data/agentd.sock"
@@ -25,7 +26,7 @@ NO_LIMIT = math.inf
 # The ops that are safe to repeat: reads, and send (agentd answers a repeated event_id with the original
 # seq). After a lost connection these are sent again; the others raise AgentdConnectionError with .sent.
 IDEMPOTENT = frozenset({"ping", "get", "list", "events", "tool_call", "tool_calls", "summary", "audit",
-                        "status", "metrics", "send", "runs"})
+                        "status", "metrics", "send", "runs", "schedules"})
 
 
 def socket_path(path: Optional[str] = None) -> str:
@@ -338,6 +339,28 @@ class _Ops:
             fields["result"] = result
         return self._run(_Call("settle", fields,
                                lambda r: Settlement(r["seq"], r.get("conversation"), r.get("outcome"))))
+
+    def schedule(self, conversation: str, text: str, *, at: Optional[int] = None, after: Optional[int] = None,
+                 cron: Optional[str] = None):
+        """Give the conversation a durable wakeup (docs/protocol.md, schedule): at (ms since the epoch),
+        after (ms from now), or on cron (a 5-field spec in UTC; its first time at or after when one is
+        given). When it fires the conversation gets a `scheduled` event with text and runs a turn. Returns
+        Schedule (its id in .schedule, its first .due). NotFound (no such conversation), Conflict (it is
+        ended), BadRequest (none of at, after and cron, both at and after, at in the past, a bad cron spec,
+        text empty or over 65,536 bytes). Not repeated after a lost connection: a retry could add two."""
+        fields = _opt(conversation=conversation, text=text, at=at, after=after, cron=cron)
+        return self._run(_Call("schedule", fields, lambda r: _build(Schedule, r)))
+
+    def schedules(self, conversation: Optional[str] = None):
+        """The scheduled wakeups (of conversation only, when given: NotFound when it does not exist),
+        earliest first: a list of Schedule."""
+        return self._run(_Call("schedules", _opt(conversation=conversation),
+                               lambda r: [_build(Schedule, x) for x in r["schedules"]]))
+
+    def unschedule(self, schedule_id: str):
+        """Remove a scheduled wakeup before it fires (a cron one stops repeating). NotFound when there is
+        none (a once one that fired is gone)."""
+        return self._run(_Call("unschedule", {"schedule": schedule_id}, lambda r: None))
 
     def pending(self, conversation: Optional[str] = None):
         """What waits for someone (a list of ToolCall, each with kind "approval" or "unknown"): the pending

@@ -280,6 +280,19 @@ class Extension:
 
 
 @dataclass
+class Schedule:
+    """`schedule` and `schedules`: a conversation's durable wakeup: its id, conversation, due time (ms since
+    the epoch; a cron one's next), cron spec (None: once) and text (None in schedule's reply, which does not
+    repeat it)."""
+    schedule: str
+    conversation: str
+    due: int
+    cron: Optional[str] = None
+    text: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
 class Resolution:
     """`resolve`: the seq of the resolution event and the conversation it is in. For a tool with approvers
     = N (docs/tools.md): settled False when the approval was counted short of N (seq is then its

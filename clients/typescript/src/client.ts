@@ -12,8 +12,8 @@ import {
 } from "./errors.js";
 import type {
   BackupResult, BatchResult, Cancelled, Conversation, ConversationPage, ConversationStatus, EventPage,
-  Extension, ForkResult, Json, Resolution, Resumed, Settlement, RunPage, SendResult, Status, Summary, ToolCall,
-  ToolCallStatus, TurnResult,
+  Extension, ForkResult, Json, Resolution, Resumed, Schedule, Settlement, RunPage, SendResult, Status, Summary,
+  ToolCall, ToolCallStatus, TurnResult,
 } from "./types.js";
 import { Turn, turnResult } from "./turn.js";
 import { Watch, type WatchOptions } from "./watch.js";
@@ -27,7 +27,7 @@ const LONG_POLL_MAX_MS = 3_600_000;
  * After a lost connection these are sent again; the others throw AgentdConnectionError with .sent. */
 export const IDEMPOTENT: ReadonlySet<string> = new Set([
   "ping", "get", "list", "events", "tool_call", "tool_calls", "summary", "audit", "status", "metrics", "send",
-  "runs", "nodes",
+  "runs", "nodes", "schedules",
 ]);
 
 export interface ClientOptions {
@@ -195,6 +195,15 @@ export interface ExtendOptions {
   deadline?: number;
   /** Who extends, recorded in the deadline_extended event. */
   by?: string;
+}
+
+export interface ScheduleOptions {
+  /** Fire at this time, ms since the epoch; or */
+  at?: number;
+  /** this long from now (ms). At most one of the two; */
+  after?: number;
+  /** and/or repeat on a 5-field cron spec in UTC (its first time at or after when one is given). */
+  cron?: string;
 }
 
 export interface ForkOptions {
@@ -462,6 +471,27 @@ export class Client {
     return this.run({ op: "extend", fields,
       parse: (r) => opt({ seq: need(r, "seq"), deadline: need(r, "deadline"), conversation: r.conversation }) as
         unknown as Extension });
+  }
+
+  /** Give the conversation a durable wakeup: o.at, o.after or o.cron (docs/protocol.md, schedule). When it
+   * fires the conversation gets a `scheduled` event with text and runs a turn. NotFound (no such
+   * conversation), Conflict (ended), BadRequest (none of at, after and cron; both at and after; at in the
+   * past; a bad cron spec; text empty or over 65,536 bytes). Not retried on a lost reply. */
+  schedule(conversation: string, text: string, o: ScheduleOptions): Promise<Schedule> {
+    return this.run({ op: "schedule", fields: opt({ conversation, text, at: o.at, after: o.after, cron: o.cron }),
+      parse: (r) => ({ schedule: need(r, "schedule"), conversation: need(r, "conversation"), due: need(r, "due"),
+        cron: r.cron ?? null }) as unknown as Schedule });
+  }
+
+  /** The scheduled wakeups, of one conversation when given (NotFound when it does not exist), earliest first. */
+  schedules(o: { conversation?: string } = {}): Promise<Schedule[]> {
+    return this.run({ op: "schedules", fields: opt({ conversation: o.conversation }),
+      parse: (r) => need(r, "schedules") as Schedule[] });
+  }
+
+  /** Remove a scheduled wakeup before it fires. NotFound when there is none (a once one that fired is gone). */
+  unschedule(scheduleId: string): Promise<void> {
+    return this.run({ op: "unschedule", fields: { schedule: scheduleId }, parse: () => undefined });
   }
 
   /** Decide a tool call whose outcome is unknown (docs/tools.md): "retry" dispatches it again (same id),

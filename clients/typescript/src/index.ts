@@ -5,7 +5,7 @@
 export { Client, DEFAULT_SOCKET, IDEMPOTENT, newEventId, socketPath } from "./client.js";
 export type {
   ClientOptions, CreateOptions, DecisionOptions, EventsOptions, ExtendOptions, ForkOptions, ListOptions, OnBusy,
-  ResolveOptions,
+  ResolveOptions, ScheduleOptions,
   SendOptions, UpdateOptions,
 } from "./client.js";
 export { argsDigest, canonicalJson } from "./digest.js";

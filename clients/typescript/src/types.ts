@@ -122,6 +122,19 @@ export interface Extension {
   conversation?: string;
 }
 
+/** A conversation's durable wakeup (schedule, schedules). */
+export interface Schedule {
+  /** Its id, for unschedule. */
+  schedule: string;
+  conversation: string;
+  /** When it fires next, ms since the epoch. */
+  due: number;
+  /** Its 5-field cron spec (UTC), or null for a once one. */
+  cron: string | null;
+  /** What the conversation is given when it fires (schedules only). */
+  text?: string;
+}
+
 export interface Resolution {
   seq: number;
   conversation?: string;

@@ -257,6 +257,35 @@ test("reads: tool_calls, summary, runs, status, metrics, nodes, fork, cancel, re
   assert.deepEqual(await c.audit(id), []);
 });
 
+test("schedule fires as a scheduled event; schedules lists; unschedule cancels; bad ones refused", async () => {
+  const id = await c.create("echo");
+  const s = await c.schedule(id, "wake up", { after: 300 * SLOW });
+  assert.match(s.schedule, /^s-/);
+  assert.equal(s.conversation, id);
+  assert.equal(s.cron, null);
+  const at = Date.now() + 86400000;
+  const r = await c.schedule(id, "daily", { at, cron: "0 9 * * *" });
+  assert.equal(r.due, at);
+  assert.equal(r.cron, "0 9 * * *");
+  assert.deepEqual((await c.schedules({ conversation: id })).map((x) => x.schedule), [s.schedule, r.schedule]);
+  await waitFor(async () => (await c.events(id, { type: "assistant_msg" })).events.length === 1, "the answer");
+  const ev = (await c.events(id, { type: "scheduled" })).events;
+  assert.equal(ev.length, 1);
+  assert.equal(ev[0].content.text, "wake up");
+  assert.equal(ev[0].content.late, false);
+  assert.equal((await c.events(id, { type: "assistant_msg" })).events[0].content.text, "echo: wake up");
+  const left = await c.schedules({ conversation: id });
+  assert.deepEqual(left.map((x) => [x.schedule, x.text]), [[r.schedule, "daily"]]);
+  await c.unschedule(r.schedule);
+  assert.deepEqual(await c.schedules({ conversation: id }), []);
+  await assert.rejects(c.unschedule(r.schedule), A.NotFound);
+  await assert.rejects(c.schedule("nope", "x", { after: 10 }), A.NotFound);
+  await assert.rejects(c.schedule(id, "x", {}), /missing field 'at'/);
+  await assert.rejects(c.schedule(id, "x", { at: 1000 }), A.BadRequest);
+  await assert.rejects(c.schedule(id, "x", { cron: "* *" }), /not a cron expression/);
+  assert.deepEqual(await c.schedules({ conversation: id }), []);
+});
+
 test("concurrent calls on one client are answered in order", async () => {
   const id = await c.create("echo");
   const rs = await Promise.all([1, 2, 3, 4, 5].map((i) => c.send(id, `m${i}`)));
