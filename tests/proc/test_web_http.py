@@ -768,6 +768,18 @@ def test_acting_on_conversations():
         assert st == 409 and r["error"] == "conflict", (st, r)
         assert len(a.events("f1")) == n
 
+        # a conversation holding 16 metadata keys: a send stands, its name not recorded; an end is refused whole
+        full = a.create(metadata={f"k{i}": "v" for i in range(16)})
+        st, r = act(w, "/api/send", {"conversation": full, "text": "hi"}, good)
+        assert st == 200 and r["recorded"] is False and "16" in r["record_error"], (st, r)
+        st, r = act(w, "/api/end", {"conversation": full}, good)
+        assert st == 400 and "16" in r["message"], (st, r)
+        assert a.ok({"op": "get", "conversation": full})["conversation"]["status"] != "ended"
+        count = len(a.ok({"op": "list"})["conversations"])
+        st, r = act(w, "/api/fork", {"conversation": full}, good)
+        assert st == 400 and "16" in r["message"] and len(a.ok({"op": "list"})["conversations"]) == count, (st, r)
+        assert len(meta(a, full)) == 16
+
         # a program with the token needs no CSRF token, and is named as such
         st, _, b = w.post("/api/send", json.dumps({"conversation": c, "text": "by a program"}), token=True)
         assert st == 200 and meta(a, c)["sent_by"] == "agentd-web (token)", (st, b)
