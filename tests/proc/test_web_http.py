@@ -792,39 +792,50 @@ def test_acting_on_conversations():
         assert log.count("cancelled the turn") == 1 and log.count("resumed by") == 1, log
 
 
+def create_many(a, ids):
+    """Create the conversations, pipelined on one connection (one group commit takes many)."""
+    with a.conn(timeout=60) as cl:
+        cl.raw(b"".join(json.dumps({"op": "create", "conversation": i, "settings": {"model": "echo"}}).encode() + b"\n"
+                        for i in ids))
+        for _ in ids:
+            assert cl.recv(timeout=60)["ok"] is True
+
+
 def test_search():
-    """/api/search: by id, metadata and the text of the last events, at most 100 matches a reply with a cursor to
-    go on; bad input a 400."""
+    """/api/search: by id, metadata and the text of the last events; at most 1,000 conversations looked at and
+    100 matches a reply, with a cursor to go on; bad input a 400."""
     with Agentd() as a, AgentdWeb(a) as w:
+        create_many(a, [f"bulk-{i:03d}" for i in range(1000)])  # in id order before the s- ones
         a.create(conversation="s-alpha", metadata={"ticket": "ZX-42"})
         fox = a.create(conversation="s-beta")
         a.send(fox, "the quick brown Fox jumps")
-        for i in range(105):
-            a.create(conversation=f"bulk-{i:03d}")
         wait_for(lambda: len(a.events(fox)) == 2, 10, "the echo")
         search = lambda q: (lambda r: (r[0], json.loads(r[2])))(w.get("/api/search?" + q))
-        st, r = search("q=zx-42")
+        st, r = search("q=zx-42")  # 1,000 looked at, none found: go on after the last
+        assert st == 200 and r["matches"] == [] and r["scanned"] == 1000 and r["next"] == "bulk-999", r
+        st, r = search("q=zx-42&after=bulk-999")
         assert st == 200 and [(m["conversation"]["id"], m["match"], m["pair"]) for m in r["matches"]] == \
-            [("s-alpha", "metadata", {"ticket": "ZX-42"})] and r["scanned"] == 107 and "next" not in r, r
-        st, r = search("q=" + urllib.parse.quote("brown fox"))
+            [("s-alpha", "metadata", {"ticket": "ZX-42"})] and r["scanned"] == 2 and "next" not in r, r
+        st, r = search("q=" + urllib.parse.quote("brown fox") + "&after=bulk-999")
         assert [(m["conversation"]["id"], m["match"], m["seq"], m["type"]) for m in r["matches"]] == \
             [("s-beta", "event", 2, "assistant_msg")] and "brown Fox" in r["matches"][0]["text"], r
-        st, r = search("q=S-ALP")
+        st, r = search("q=S-ALP&after=bulk-999")
         assert [(m["conversation"]["id"], m["match"]) for m in r["matches"]] == [("s-alpha", "id")], r
-        st, r = search("q=nothing-holds-this")
-        assert st == 200 and r["matches"] == [] and r["scanned"] == 107, r
-        st, r = search("q=bulk")  # 105 match: 100, then the rest after the cursor
+        st, r = search("q=bulk")  # 1,000 match: 100, then the next 100 after the cursor
         assert len(r["matches"]) == 100 and r["next"] == "bulk-099" and r["scanned"] == 100, r
         st, r = search("q=bulk&after=bulk-099")
-        assert [m["conversation"]["id"] for m in r["matches"]] == [f"bulk-{i}" for i in range(100, 105)] \
-            and "next" not in r, r
+        assert [m["conversation"]["id"] for m in r["matches"]] == [f"bulk-{i}" for i in range(100, 200)] \
+            and r["next"] == "bulk-199", r
+        st, r = search("q=bulk&after=bulk-899")  # the 100th match is not the last conversation: go on after it
+        assert len(r["matches"]) == 100 and r["scanned"] == 100 and r["next"] == "bulk-999", (r["scanned"], r.get("next"))
+        st, r = search("q=bulk&after=bulk-999")
+        assert r["matches"] == [] and r["scanned"] == 2 and "next" not in r, r
         for q, says in [("", "'q' is required"), ("q=", "'q' is required"), ("q=%ff", "'q' is not valid UTF-8"),
                         ("q=" + "x" * 257, "at most 256"), ("q=a&after=%ff", "'after'")]:
             st, r = search(q)
             assert st == 400 and says in r["message"], (q, st, r)
         st, r = search("q=bulk&after=" + "x" * 300)  # agentd checks the cursor
         assert st == 400, (st, r)
-
 
 def test_agentd_not_running():
     with Agentd() as a:
