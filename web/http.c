@@ -1,10 +1,11 @@
 /* http.c: agentd-web's routes (see http.h; docs/web.md). */
 #include "web/http.h"
+#include "web/api.h"
 #include "web/assets.h"
 #include "web/auth.h"
+#include "web/convs.h"
 #include "client/ctl.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -16,79 +17,19 @@
 #include <unistd.h>
 
 #define BODY_MAX (256u << 10)   /* a POST body: a decision with its result */
-#define CTL_TIMEOUT_MS 10000
-#define CTL_REPLY_MAX (64u << 20) /* the longest reply line taken: an `events` page of large events */
 #define KEEPALIVE_MS 15000       /* an SSE comment this often keeps proxies from closing the stream */
 #define COOKIE "agentd_web"
 #define PENDING_CONVS_MAX 2000   /* suspended conversations scanned for the pending list */
 
-static const char CSP[] = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-			  "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 struct http_server {
 	struct MHD_Daemon *d;
 	const struct http_config *cfg;
 };
 
-/* Per request: the body as it arrives. */
-struct req {
-	char *body;
-	size_t len;
-	int too_large;
-};
-
-/* Who is asking: a session (cookie) or the token (Authorization: Bearer). */
-struct who {
-	int session;                 /* by cookie: POSTs need the CSRF checks */
-	char id[AUTH_ID_LEN + 1];
-	char csrf[AUTH_ID_LEN + 1];
-	char name[AUTH_NAME_MAX + 1];
-};
-
 static const struct http_config *CFG;
 
 /* ---- responses ---- */
-
-static void common_headers(struct MHD_Response *r)
-{
-	MHD_add_response_header(r, "Content-Security-Policy", CSP);
-	MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-	/* same-origin, not no-referrer: under no-referrer browsers send
-	 * "Origin: null" on POSTs, and the CSRF check needs the real one. */
-	MHD_add_response_header(r, "Referrer-Policy", "same-origin");
-	MHD_add_response_header(r, "X-Frame-Options", "DENY");
-	MHD_add_response_header(r, "Cache-Control", "no-store");
-}
-
-static enum MHD_Result send_buf(struct MHD_Connection *c, unsigned status, const char *type, const void *data,
-				size_t len, enum MHD_ResponseMemoryMode mode, const char *cookie)
-{
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, mode);
-	if (!r)
-		return MHD_NO;
-	common_headers(r);
-	MHD_add_response_header(r, "Content-Type", type);
-	if (cookie)
-		MHD_add_response_header(r, "Set-Cookie", cookie);
-	enum MHD_Result ret = MHD_queue_response(c, status, r);
-	MHD_destroy_response(r);
-	return ret;
-}
-
-/* obj is stolen. */
-static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *obj)
-{
-	char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-	json_decref(obj);
-	if (!s)
-		return send_buf(c, 500, "text/plain", "out of memory\n", 14, MHD_RESPMEM_PERSISTENT, NULL);
-	return send_buf(c, status, "application/json", s, strlen(s), MHD_RESPMEM_MUST_FREE, NULL);
-}
-
-static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *code, const char *msg)
-{
-	return send_json(c, status, json_pack("{ssss}", "error", code, "message", msg));
-}
 
 /* The login form (static login.html) with one of our fixed messages (never
  * anything from the request: no markup can get in). */
@@ -101,7 +42,7 @@ static enum MHD_Result send_login(struct MHD_Connection *c, unsigned status, con
 	const char *t = (const char *)a->data;
 	const char *at = memmem(t, a->len, mark, strlen(mark));
 	if (!at)
-		return send_buf(c, status, "text/html; charset=utf-8", a->data, a->len, MHD_RESPMEM_PERSISTENT, NULL);
+		return api_send_buf(c, status, "text/html; charset=utf-8", a->data, a->len, MHD_RESPMEM_PERSISTENT, NULL);
 	size_t pre = (size_t)(at - t), ml = strlen(mark), n = a->len - ml + strlen(msg);
 	char *out = malloc(n);
 	if (!out)
@@ -109,15 +50,15 @@ static enum MHD_Result send_login(struct MHD_Connection *c, unsigned status, con
 	memcpy(out, t, pre);
 	memcpy(out + pre, msg, strlen(msg));
 	memcpy(out + pre + strlen(msg), at + ml, a->len - pre - ml);
-	return send_buf(c, status, "text/html; charset=utf-8", out, n, MHD_RESPMEM_MUST_FREE, NULL);
+	return api_send_buf(c, status, "text/html; charset=utf-8", out, n, MHD_RESPMEM_MUST_FREE, NULL);
 }
 
 static enum MHD_Result send_asset(struct MHD_Connection *c, const char *path)
 {
 	const struct web_asset *a = web_asset_find(path);
 	if (!a)
-		return send_error(c, 404, "not_found", "no such page");
-	return send_buf(c, 200, a->type, a->data, a->len, MHD_RESPMEM_PERSISTENT, NULL);
+		return api_send_error(c, 404, "not_found", "no such page");
+	return api_send_buf(c, 200, a->type, a->data, a->len, MHD_RESPMEM_PERSISTENT, NULL);
 }
 
 static void cookie_line(char *out, size_t n, const char *value, int clear)
@@ -127,87 +68,6 @@ static void cookie_line(char *out, size_t n, const char *value, int clear)
 }
 
 /* ---- agentd ---- */
-
-/* The protocol's error codes as HTTP statuses. */
-static unsigned http_status_of(const char *code)
-{
-	static const struct { const char *code; unsigned status; } map[] = {
-		{ "bad_request", 400 }, { "not_found", 404 }, { "conflict", 409 }, { "stale", 409 },
-		{ "too_large", 413 }, { "store_full", 507 }, { "unavailable", 503 },
-	};
-	for (size_t i = 0; code && i < sizeof map / sizeof map[0]; i++)
-		if (!strcmp(code, map[i].code))
-			return map[i].status;
-	return 502;
-}
-
-/* A connection of its own for each request (agentd answers a connection's
- * requests in order): a slow reply for one page never delays another's. */
-static int agentd_connect(ctl_conn **cc)
-{
-	int e = ctl_connect(CFG->socket, CTL_TIMEOUT_MS, cc);
-	if (!e)
-		ctl_set_line_max(*cc, CTL_REPLY_MAX);
-	return e;
-}
-
-/* One request to agentd; req is stolen. On success returns the reply (ok
- * true) and the caller decrefs; otherwise answers the HTTP request with the
- * error and returns NULL (*ret holds what to return). */
-static json_t *agentd(struct MHD_Connection *c, json_t *req, enum MHD_Result *ret)
-{
-	json_t *reply = NULL;
-	ctl_conn *cc = NULL;
-	int e = !req ? -ENOMEM : agentd_connect(&cc);
-	if (!e)
-		e = ctl_request(cc, req, &reply);
-	ctl_close(cc);
-	json_decref(req);
-	if (e) {
-		*ret = send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
-		return NULL;
-	}
-	if (!json_is_true(json_object_get(reply, "ok"))) {
-		const char *code = json_string_value(json_object_get(reply, "error"));
-		*ret = send_json(c, http_status_of(code), json_pack("{s:s,s:O?}", "error", code ? code : "internal",
-								     "message", json_object_get(reply, "message")));
-		json_decref(reply);
-		return NULL;
-	}
-	json_object_del(reply, "ok");
-	json_object_del(reply, "id");
-	return reply;
-}
-
-static enum MHD_Result proxy(struct MHD_Connection *c, json_t *req)
-{
-	enum MHD_Result ret;
-	json_t *r = agentd(c, req, &ret);
-	return r ? send_json(c, 200, r) : ret;
-}
-
-static const char *arg(struct MHD_Connection *c, const char *k)
-{
-	const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, k);
-	return v && *v ? v : NULL;
-}
-
-/* A query number: 1 and *out when present and a whole number in [0, max]. */
-static int arg_num(struct MHD_Connection *c, const char *k, long long max, long long *out, int *bad)
-{
-	const char *v = arg(c, k);
-	char *end;
-	if (!v)
-		return 0;
-	errno = 0;
-	long long n = strtoll(v, &end, 10);
-	if (*end || errno || n < 0 || n > max || end == v) {
-		*bad = 1;
-		return 0;
-	}
-	*out = n;
-	return 1;
-}
 
 static int64_t now_ms(void)
 {
@@ -257,7 +117,7 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 		json_t *req = json_pack("{sssssi}", "op", "list", "status", "suspended", "limit", 1000);
 		if (req && after)
 			json_object_set(req, "after", after);
-		json_t *page = agentd(c, req, &ret);
+		json_t *page = api_ask(c, req, &ret);
 		json_decref(after);
 		after = NULL;
 		if (!page) {
@@ -284,13 +144,13 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 		}
 	}
 	ctl_conn *cc = NULL;
-	int e = agentd_connect(&cc);
+	int e = api_connect(&cc);
 	if (!e)
 		e = ctl_pipeline(cc, reqs, &replies);
 	ctl_close(cc);
 	json_decref(reqs);
 	if (e)
-		return send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
+		return api_send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
 	size_t n = 0, i, k;
 	json_t *r, *tc;
 	json_array_foreach(replies, i, r) /* a conversation deleted meanwhile (not_found) is simply not listed */
@@ -313,7 +173,7 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 		json_array_append(sorted, v[j]);
 	free(v);
 	json_decref(replies);
-	return send_json(c, 200, json_pack("{sosIsb}", "pending", sorted, "now", (json_int_t)now_ms(), "truncated",
+	return api_send_json(c, 200, json_pack("{sosIsb}", "pending", sorted, "now", (json_int_t)now_ms(), "truncated",
 					   truncated));
 }
 
@@ -352,25 +212,25 @@ static enum MHD_Result api_conversations(struct MHD_Connection *c)
 {
 	int bad = 0;
 	long long limit = 100, t;
-	arg_num(c, "limit", 1000, &limit, &bad);
+	api_arg_num(c, "limit", 1000, &limit, &bad);
 	if (bad || limit < 1)
-		return send_error(c, 400, "bad_request", "'limit' must be a number from 1 to 1000");
+		return api_send_error(c, 400, "bad_request", "'limit' must be a number from 1 to 1000");
 	json_t *req = json_pack("{sssI}", "op", "list", "limit", (json_int_t)limit);
 	if (!req)
 		return MHD_NO;
 	static const char *const strs[] = { "status", "after", "model" };
 	for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
-		if (arg(c, strs[i]) && json_object_set_new(req, strs[i], json_string(arg(c, strs[i])))) {
+		if (api_arg(c, strs[i]) && json_object_set_new(req, strs[i], json_string(api_arg(c, strs[i])))) {
 			json_decref(req);
-			return send_error(c, 400, "bad_request", "a filter is not valid UTF-8");
+			return api_send_error(c, 400, "bad_request", "a filter is not valid UTF-8");
 		}
 	static const char *const times[] = { "updated_after", "updated_before" };
 	for (size_t i = 0; i < 2; i++)
-		if (arg_num(c, times[i], INT64_MAX, &t, &bad))
+		if (api_arg_num(c, times[i], INT64_MAX, &t, &bad))
 			json_object_set_new(req, times[i], json_integer((json_int_t)t));
 	if (bad) {
 		json_decref(req);
-		return send_error(c, 400, "bad_request",
+		return api_send_error(c, 400, "bad_request",
 				  "'updated_after' and 'updated_before' are times in milliseconds since 1970 (whole numbers)");
 	}
 	struct meta_query q = { json_object(), NULL };
@@ -378,29 +238,12 @@ static enum MHD_Result api_conversations(struct MHD_Connection *c)
 	if (!q.m || q.bad) {
 		json_decref(q.m);
 		json_decref(req);
-		return q.m ? send_error(c, 400, "bad_request", q.bad) : MHD_NO;
+		return q.m ? api_send_error(c, 400, "bad_request", q.bad) : MHD_NO;
 	}
 	if (json_object_size(q.m))
 		json_object_set(req, "metadata", q.m);
 	json_decref(q.m);
-	return proxy(c, req);
-}
-
-/* An id from the query (?name=ID): 1 and *out when given as valid UTF-8
- * (agentd checks the rest: a JSON request cannot carry other bytes);
- * otherwise 0 with the request answered 400. */
-static int id_arg(struct MHD_Connection *c, const char *name, const char **out, enum MHD_Result *ret)
-{
-	char msg[96];
-	json_t *s;
-	*out = arg(c, name);
-	if (*out && (s = json_string(*out))) {
-		json_decref(s);
-		return 1;
-	}
-	snprintf(msg, sizeof msg, *out ? "'%s' is not valid UTF-8" : "'%s' is required", name);
-	*ret = send_error(c, 400, "bad_request", msg);
-	return 0;
+	return api_proxy(c, req);
 }
 
 /* ?NAME=ID into {"op": op, field: ID}; agentd validates the id. */
@@ -408,9 +251,9 @@ static enum MHD_Result api_by_id(struct MHD_Connection *c, const char *op, const
 {
 	const char *id;
 	enum MHD_Result ret;
-	if (!id_arg(c, q, &id, &ret))
+	if (!api_id_arg(c, q, &id, &ret))
 		return ret;
-	return proxy(c, json_pack("{ssss}", "op", op, field, id));
+	return api_proxy(c, json_pack("{ssss}", "op", op, field, id));
 }
 
 /* The events op: `limit` (1-10000) most recent in the range after..before
@@ -422,23 +265,23 @@ static enum MHD_Result api_events(struct MHD_Connection *c)
 {
 	int bad = 0, has_limit, has_after, has_before;
 	long long limit = 500, after = 0, before = 0;
-	const char *conv, *type = arg(c, "type");
+	const char *conv, *type = api_arg(c, "type");
 	enum MHD_Result ret;
-	if (!id_arg(c, "conversation", &conv, &ret))
+	if (!api_id_arg(c, "conversation", &conv, &ret))
 		return ret;
-	has_limit = arg_num(c, "limit", 10000, &limit, &bad);
+	has_limit = api_arg_num(c, "limit", 10000, &limit, &bad);
 	if (bad || limit < 1)
-		return send_error(c, 400, "bad_request", "'limit' is 1 to 10000");
-	has_after = arg_num(c, "after", INT64_MAX, &after, &bad);
+		return api_send_error(c, 400, "bad_request", "'limit' is 1 to 10000");
+	has_after = api_arg_num(c, "after", INT64_MAX, &after, &bad);
 	if (bad)
-		return send_error(c, 400, "bad_request", "'after' is a seq (a whole number)");
-	has_before = arg_num(c, "before", INT64_MAX, &before, &bad);
+		return api_send_error(c, 400, "bad_request", "'after' is a seq (a whole number)");
+	has_before = api_arg_num(c, "before", INT64_MAX, &before, &bad);
 	if (bad)
-		return send_error(c, 400, "bad_request", "'before' is a seq (a whole number)");
+		return api_send_error(c, 400, "bad_request", "'before' is a seq (a whole number)");
 	json_t *req = json_pack("{ssss}", "op", "events", "conversation", conv), *t = type ? json_string(type) : NULL;
 	if (type && !t) {
 		json_decref(req);
-		return send_error(c, 400, "bad_request", "'type' is not valid UTF-8");
+		return api_send_error(c, 400, "bad_request", "'type' is not valid UTF-8");
 	}
 	if (req && (has_limit || !has_after))
 		json_object_set_new(req, "limit", json_integer((json_int_t)limit));
@@ -449,7 +292,7 @@ static enum MHD_Result api_events(struct MHD_Connection *c)
 	if (req && t)
 		json_object_set(req, "type", t);
 	json_decref(t);
-	return proxy(c, req);
+	return api_proxy(c, req);
 }
 
 /* The runs op: a conversation's runs newest first, `limit` (1-1000) at a
@@ -460,30 +303,30 @@ static enum MHD_Result api_runs(struct MHD_Connection *c)
 	long long limit = 100, before = 0;
 	const char *conv;
 	enum MHD_Result ret;
-	if (!id_arg(c, "conversation", &conv, &ret))
+	if (!api_id_arg(c, "conversation", &conv, &ret))
 		return ret;
-	arg_num(c, "limit", 1000, &limit, &bad);
+	api_arg_num(c, "limit", 1000, &limit, &bad);
 	if (bad || limit < 1)
-		return send_error(c, 400, "bad_request", "'limit' must be a number from 1 to 1000");
-	has_before = arg_num(c, "before", INT64_MAX, &before, &bad);
+		return api_send_error(c, 400, "bad_request", "'limit' must be a number from 1 to 1000");
+	has_before = api_arg_num(c, "before", INT64_MAX, &before, &bad);
 	if (bad || (has_before && before < 1))
-		return send_error(c, 400, "bad_request",
+		return api_send_error(c, 400, "bad_request",
 				  "'before' must be a run id (a whole number from 1: the 'next' of the page before)");
 	json_t *req = json_pack("{sssssI}", "op", "runs", "conversation", conv, "limit", (json_int_t)limit);
 	if (req && has_before)
 		json_object_set_new(req, "before", json_integer((json_int_t)before));
-	return proxy(c, req);
+	return api_proxy(c, req);
 }
 
 /* The nodes op, with agentd-web's clock (`now`, ms) for "how long ago". */
 static enum MHD_Result api_nodes(struct MHD_Connection *c)
 {
 	enum MHD_Result ret;
-	json_t *r = agentd(c, json_pack("{ss}", "op", "nodes"), &ret);
+	json_t *r = api_ask(c, json_pack("{ss}", "op", "nodes"), &ret);
 	if (!r)
 		return ret;
 	json_object_set_new(r, "now", json_integer((json_int_t)now_ms()));
-	return send_json(c, 200, r);
+	return api_send_json(c, 200, r);
 }
 
 /* ---- server-sent events over watch ---- */
@@ -591,11 +434,11 @@ static enum MHD_Result api_watch(struct MHD_Connection *c)
 	const char *conv;
 	const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
 	enum MHD_Result refused;
-	if (!id_arg(c, "conversation", &conv, &refused))
+	if (!api_id_arg(c, "conversation", &conv, &refused))
 		return refused;
-	arg_num(c, "after", INT64_MAX, &after, &bad);
-	if (arg_num(c, "runs", 1, &runs, &bad_runs), bad_runs)
-		return send_error(c, 400, "bad_request", "'runs' is 1 (stream run starts and ends too) or 0");
+	api_arg_num(c, "after", INT64_MAX, &after, &bad);
+	if (api_arg_num(c, "runs", 1, &runs, &bad_runs), bad_runs)
+		return api_send_error(c, 400, "bad_request", "'runs' is 1 (stream run starts and ends too) or 0");
 	if (last && *last) { /* EventSource reconnecting: go on after what it saw */
 		char *end;
 		long long l = strtoll(last, &end, 10);
@@ -603,12 +446,12 @@ static enum MHD_Result api_watch(struct MHD_Connection *c)
 			after = l;
 	}
 	if (bad)
-		return send_error(c, 400, "bad_request", "'after' is a seq (a whole number)");
+		return api_send_error(c, 400, "bad_request", "'after' is a seq (a whole number)");
 	struct sse *s = calloc(1, sizeof *s);
 	json_t *reply = NULL;
 	if (!s)
 		return MHD_NO;
-	int e = agentd_connect(&s->w);
+	int e = api_connect(&s->w);
 	if (!e)
 		e = ctl_watch_open(s->w, conv, after, (int)runs, &reply);
 	if (e || !json_is_true(json_object_get(reply, "ok"))) {
@@ -616,10 +459,10 @@ static enum MHD_Result api_watch(struct MHD_Connection *c)
 		free(s);
 		if (e) {
 			json_decref(reply);
-			return send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
+			return api_send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
 		}
 		const char *code = json_string_value(json_object_get(reply, "error"));
-		enum MHD_Result ret = send_json(c, http_status_of(code), json_pack("{s:s,s:O?}", "error", code ?: "internal",
+		enum MHD_Result ret = api_send_json(c, api_status_of(code), json_pack("{s:s,s:O?}", "error", code ?: "internal",
 									      "message", json_object_get(reply, "message")));
 		json_decref(reply);
 		return ret;
@@ -639,7 +482,7 @@ static enum MHD_Result api_watch(struct MHD_Connection *c)
 		sse_free(s);
 		return MHD_NO;
 	}
-	common_headers(r);
+	api_headers(r);
 	MHD_add_response_header(r, "Content-Type", "text/event-stream");
 	MHD_add_response_header(r, "X-Accel-Buffering", "no"); /* nginx: stream, do not buffer */
 	enum MHD_Result ret = MHD_queue_response(c, 200, r);
@@ -649,59 +492,18 @@ static enum MHD_Result api_watch(struct MHD_Connection *c)
 
 /* ---- decisions ---- */
 
-static void by_name(struct MHD_Connection *c, const struct who *w, char *out, size_t n)
-{
-	const char *h = CFG->user_header ? MHD_lookup_connection_value(c, MHD_HEADER_KIND, CFG->user_header) : NULL;
-	if (h && *h && auth_name_ok(h))
-		snprintf(out, n, "%s", h);
-	else if (w->session && w->name[0])
-		snprintf(out, n, "%s", w->name);
-	else
-		snprintf(out, n, "%s", w->session ? "agentd-web" : "agentd-web (token)");
-}
-
-/* A POST's body: a JSON object holding only the fields named (a NULL-ended
- * list) into *b. 1 with *ret the error answered (400), else 0. */
-static int body_object(struct MHD_Connection *c, struct req *rq, const char *const *fields, json_t **b,
-		       enum MHD_Result *ret)
-{
-	const char *k;
-	json_t *v;
-	*b = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, NULL);
-	if (!json_is_object(*b)) {
-		json_decref(*b);
-		*ret = send_error(c, 400, "bad_request", "the body must be a JSON object");
-		return 1;
-	}
-	json_object_foreach(*b, k, v) {
-		size_t i = 0;
-		while (fields[i] && strcmp(k, fields[i]))
-			i++;
-		if (fields[i])
-			continue;
-		char msg[200] = "unknown field (";
-		for (i = 0; fields[i]; i++)
-			snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%s%s", i ? ", " : "", fields[i]);
-		snprintf(msg + strlen(msg), sizeof msg - strlen(msg), ")");
-		json_decref(*b);
-		*ret = send_error(c, 400, "bad_request", msg);
-		return 1;
-	}
-	return 0;
-}
-
 /* {"tool_call_id", "decision": "approve"|"deny", "comment"?, "result"?,
  * "args_digest"?}: settled resolved (as agentctl approve and deny do: a
  * denial is an answer, not a failure) with the result given, or
  * {"approved": true|false, "comment"?}; args_digest (the page always sends
  * the digest of the args it showed) goes to agentd, which refuses args that
  * are not those (conflict). */
-static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, const struct who *w)
+static enum MHD_Result api_resolve(struct MHD_Connection *c, struct api_req *rq, const struct api_who *w)
 {
 	static const char *const fields[] = { "tool_call_id", "decision", "comment", "result", "args_digest", NULL };
 	enum MHD_Result ret;
 	json_t *b = NULL;
-	if (body_object(c, rq, fields, &b, &ret))
+	if (api_body(c, rq, fields, &b, &ret))
 		return ret;
 	const char *tc = json_string_value(json_object_get(b, "tool_call_id"));
 	const char *d = json_string_value(json_object_get(b, "decision"));
@@ -711,7 +513,7 @@ static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, con
 	if (!tc || !d || (!approve && strcmp(d, "deny")) || (comment && !json_is_string(comment)) ||
 	    (comment && result) || (digest && !json_is_string(digest))) {
 		json_decref(b);
-		return send_error(c, 400, "bad_request",
+		return api_send_error(c, 400, "bad_request",
 				  "expected tool_call_id, decision (approve or deny), and a comment (text) or a result, not both");
 	}
 	if (!result) {
@@ -722,37 +524,37 @@ static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, con
 		json_incref(result);
 	}
 	char name[AUTH_NAME_MAX + 1];
-	by_name(c, w, name, sizeof name);
+	api_by_name(c, w, name, sizeof name);
 	json_t *req = json_pack("{sssssssoss}", "op", "resolve", "tool_call_id", tc, "status", "resolved", "result",
 				result, "by", name);
 	if (req && digest && json_object_set(req, "args_digest", digest)) {
 		json_decref(req);
-		req = NULL; /* never a resolve short of the digest: agentd() answers out of memory */
+		req = NULL; /* never a resolve short of the digest: api_ask() answers out of memory */
 	}
 	json_decref(b);
-	json_t *r = agentd(c, req, &ret);
+	json_t *r = api_ask(c, req, &ret);
 	if (!r)
 		return ret;
-	return send_json(c, 200, r);
+	return api_send_json(c, 200, r);
 }
 
 /* {"conversation", "tool_call_id", "outcome": "retry"|"done"|"failed",
  * "result"?}: a decision on a call whose outcome is unknown, as agentctl
  * settle sends it, by the page's user. */
-static enum MHD_Result api_settle(struct MHD_Connection *c, struct req *rq, const struct who *w)
+static enum MHD_Result api_settle(struct MHD_Connection *c, struct api_req *rq, const struct api_who *w)
 {
 	static const char *const fields[] = { "conversation", "tool_call_id", "outcome", "result", NULL };
 	enum MHD_Result ret;
 	json_t *b = NULL;
-	if (body_object(c, rq, fields, &b, &ret))
+	if (api_body(c, rq, fields, &b, &ret))
 		return ret;
 	if (!json_is_string(json_object_get(b, "conversation")) || !json_is_string(json_object_get(b, "tool_call_id")) ||
 	    !json_is_string(json_object_get(b, "outcome"))) {
 		json_decref(b);
-		return send_error(c, 400, "bad_request", "expected conversation, tool_call_id and outcome (retry, done or failed)");
+		return api_send_error(c, 400, "bad_request", "expected conversation, tool_call_id and outcome (retry, done or failed)");
 	}
 	char name[AUTH_NAME_MAX + 1];
-	by_name(c, w, name, sizeof name);
+	api_by_name(c, w, name, sizeof name);
 	/* agentd checks the outcome and the result (bad_request names what is wrong). */
 	json_t *req = json_pack("{sssOsOsOss}", "op", "settle", "conversation", json_object_get(b, "conversation"),
 				"tool_call_id", json_object_get(b, "tool_call_id"), "outcome", json_object_get(b, "outcome"),
@@ -762,308 +564,10 @@ static enum MHD_Result api_settle(struct MHD_Connection *c, struct req *rq, cons
 		req = NULL;
 	}
 	json_decref(b);
-	json_t *r = agentd(c, req, &ret);
+	json_t *r = api_ask(c, req, &ret);
 	if (!r)
 		return ret;
-	return send_json(c, 200, r);
-}
-
-/* ---- actions on a conversation ---- */
-
-/* A person's act in agentd-web's log (stderr): who did what to which
- * conversation. Names and ids hold no control characters (auth_name_ok,
- * and agentd accepted the id). */
-static void act_log(const char *who, const char *what, const char *conv, const char *more)
-{
-	fprintf(stderr, "agentd-web: %s by %s: %s%s%s\n", what, who, conv, more ? " " : "", more ? more : "");
-}
-
-/* The person's name into the conversation's metadata under key (update
- * merges it): the protocol's cancel, resume and send take no `by`. Sets
- * "recorded" in reply, and "record_error" when agentd refused it (the act
- * itself stands). */
-static void record_by(json_t *reply, const char *conv, const char *key, const char *name)
-{
-	json_t *r = NULL;
-	ctl_conn *cc = NULL;
-	json_t *req = json_pack("{sssss{ss}}", "op", "update", "conversation", conv, "metadata", key, name);
-	int e = !req ? -ENOMEM : agentd_connect(&cc);
-	if (!e)
-		e = ctl_request(cc, req, &r);
-	ctl_close(cc);
-	json_decref(req);
-	int ok = !e && json_is_true(json_object_get(r, "ok"));
-	json_object_set_new(reply, "recorded", json_boolean(ok));
-	if (!ok)
-		json_object_set_new(reply, "record_error",
-				    e ? json_string(ctl_strerror(e)) : json_incref(json_object_get(r, "message")));
-	json_decref(r);
-}
-
-enum act { ACT_SEND, ACT_CANCEL, ACT_RESUME, ACT_END, ACT_FORK };
-
-/* The body of an act: {"conversation"} and, for send, "text" and
- * "event_id"?, for fork "seq"? and "new_conversation"?. */
-static int act_body(struct MHD_Connection *c, struct req *rq, enum act a, json_t **b, enum MHD_Result *ret)
-{
-	static const char *const plain[] = { "conversation", NULL };
-	static const char *const send[] = { "conversation", "text", "event_id", NULL };
-	static const char *const fork[] = { "conversation", "seq", "new_conversation", NULL };
-	if (body_object(c, rq, a == ACT_SEND ? send : a == ACT_FORK ? fork : plain, b, ret))
-		return 1;
-	json_t *text = json_object_get(*b, "text"), *eid = json_object_get(*b, "event_id");
-	json_t *seq = json_object_get(*b, "seq"), *nc = json_object_get(*b, "new_conversation");
-	const char *why = NULL;
-	if (!json_is_string(json_object_get(*b, "conversation")))
-		why = "expected conversation (an id)";
-	else if (a == ACT_SEND && (!json_is_string(text) || !json_string_length(text)))
-		why = "expected text: the message, not empty";
-	else if (eid && !json_is_string(eid))
-		why = "event_id must be a string";
-	else if (seq && (!json_is_integer(seq) || json_integer_value(seq) < 1))
-		why = "seq must be a whole number from 1 (the fork keeps events 1 to seq)";
-	else if (nc && !json_is_string(nc))
-		why = "new_conversation must be an id";
-	if (!why)
-		return 0;
-	json_decref(*b);
-	*ret = send_error(c, 400, "bad_request", why);
-	return 1;
-}
-
-/* fork's request: the source's metadata with forked_by added (a fork's
- * metadata is given whole), at seq (default: the source's last). NULL
- * with the request answered when the source cannot be read. */
-static json_t *fork_req(struct MHD_Connection *c, json_t *b, const char *name, enum MHD_Result *ret)
-{
-	json_t *src = agentd(c, json_pack("{sssO}", "op", "get", "conversation", json_object_get(b, "conversation")), ret);
-	if (!src)
-		return NULL;
-	json_t *conv = json_object_get(src, "conversation");
-	json_t *meta = json_deep_copy(json_object_get(conv, "metadata"));
-	json_t *seq = json_object_get(b, "seq") ?: json_object_get(conv, "last_seq");
-	json_t *req = json_pack("{sssOsO}", "op", "fork", "conversation", json_object_get(b, "conversation"), "seq", seq);
-	if (!meta || !req || json_object_set_new(meta, "forked_by", json_string(name)) ||
-	    json_object_set(req, "metadata", meta) ||
-	    (json_object_get(b, "new_conversation") &&
-	     json_object_set(req, "new_conversation", json_object_get(b, "new_conversation")))) {
-		json_decref(req);
-		req = NULL;
-		*ret = send_error(c, 500, "internal", "out of memory");
-	}
-	json_decref(meta);
-	json_decref(src);
-	return req;
-}
-
-/* An act of a person on a conversation, as agentctl's send, cancel,
- * resume, fork and end do it; logged with the person's name and recorded
- * in the conversation (docs/web.md, "Acting on a conversation"). */
-static enum MHD_Result api_act(struct MHD_Connection *c, struct req *rq, const struct who *w, enum act a)
-{
-	static const char *const what[] = { "sent a message", "cancelled the turn", "resumed", "ended", "forked" };
-	enum MHD_Result ret;
-	json_t *b = NULL, *req = NULL;
-	char name[AUTH_NAME_MAX + 1], more[160] = "";
-	if (act_body(c, rq, a, &b, &ret))
-		return ret;
-	by_name(c, w, name, sizeof name);
-	json_t *conv = json_object_get(b, "conversation");
-	switch (a) {
-	case ACT_SEND:
-		req = json_pack("{sssOs{sO}}", "op", "send", "conversation", conv, "content", "text", json_object_get(b, "text"));
-		if (req && json_object_get(b, "event_id") && json_object_set(req, "event_id", json_object_get(b, "event_id"))) {
-			json_decref(req);
-			req = NULL;
-		}
-		break;
-	case ACT_CANCEL: req = json_pack("{sssO}", "op", "cancel", "conversation", conv); break;
-	case ACT_RESUME: req = json_pack("{sssO}", "op", "resume", "conversation", conv); break;
-	case ACT_END: /* one update: ended and by whom, together or not at all */
-		req = json_pack("{sssOsss{ss}}", "op", "update", "conversation", conv, "status", "ended", "metadata",
-				"ended_by", name);
-		break;
-	case ACT_FORK:
-		if (!(req = fork_req(c, b, name, &ret))) {
-			json_decref(b);
-			return ret;
-		}
-		break;
-	}
-	json_t *r = agentd(c, req, &ret);
-	if (!r) {
-		json_decref(b);
-		return ret;
-	}
-	const char *id = json_string_value(conv);
-	if (a == ACT_SEND && !json_is_true(json_object_get(r, "duplicate"))) {
-		snprintf(more, sizeof more, "(seq %lld)", (long long)json_integer_value(json_object_get(r, "seq")));
-		record_by(r, id, "sent_by", name);
-	} else if (a == ACT_CANCEL && json_is_true(json_object_get(r, "cancelled"))) {
-		record_by(r, id, "cancelled_by", name);
-	} else if (a == ACT_RESUME && json_is_true(json_object_get(r, "resumed"))) {
-		record_by(r, id, "resumed_by", name);
-	} else if (a == ACT_FORK) {
-		snprintf(more, sizeof more, "as %s at seq %lld", json_string_value(json_object_get(r, "conversation")) ?: "?",
-			 (long long)json_integer_value(json_object_get(json_object_get(r, "forked_from"), "seq")));
-	}
-	if ((a != ACT_CANCEL || json_is_true(json_object_get(r, "cancelled"))) &&
-	    (a != ACT_RESUME || json_is_true(json_object_get(r, "resumed"))))
-		act_log(name, what[a], id, more[0] ? more : NULL);
-	json_decref(b);
-	return send_json(c, 200, r);
-}
-
-/* ---- search ---- */
-
-#define SEARCH_SCAN_MAX 1000  /* conversations read by one search */
-#define SEARCH_EVENTS 20      /* the last events of each searched */
-#define SEARCH_MATCHES_MAX 100
-#define SEARCH_CHUNK 100      /* conversations whose events one pipelined connection asks for */
-#define SEARCH_Q_MAX 256
-#define SNIPPET_MAX 200
-
-/* Where q (ASCII letters in any case) is in s, or -1. */
-static long find_text(const char *s, size_t n, const char *q, size_t ql)
-{
-	for (size_t i = 0; ql <= n && i <= n - ql; i++) {
-		size_t k = 0;
-		while (k < ql && tolower((unsigned char)s[i + k]) == tolower((unsigned char)q[k]))
-			k++;
-		if (k == ql)
-			return (long)i;
-	}
-	return -1;
-}
-
-/* The first string in v (its values, at any depth) holding q: *at its offset. */
-static json_t *json_find_text(json_t *v, const char *q, size_t ql, long *at, int depth)
-{
-	const char *k;
-	size_t i;
-	json_t *x, *hit;
-	if (json_is_string(v))
-		return (*at = find_text(json_string_value(v), json_string_length(v), q, ql)) >= 0 ? v : NULL;
-	if (depth > 70)
-		return NULL;
-	json_object_foreach(v, k, x)
-		if ((hit = json_find_text(x, q, ql, at, depth + 1)))
-			return hit;
-	json_array_foreach(v, i, x)
-		if ((hit = json_find_text(x, q, ql, at, depth + 1)))
-			return hit;
-	return NULL;
-}
-
-/* Up to SNIPPET_MAX bytes of s around at, cut at UTF-8 boundaries. */
-static json_t *snippet(json_t *s, long at)
-{
-	const char *t = json_string_value(s);
-	size_t n = json_string_length(s), from = at > 60 ? (size_t)at - 60 : 0, to;
-	while (from > 0 && ((unsigned char)t[from] & 0xc0) == 0x80)
-		from--;
-	to = n - from > SNIPPET_MAX ? from + SNIPPET_MAX : n;
-	while (to < n && to > from && ((unsigned char)t[to] & 0xc0) == 0x80)
-		to--;
-	return json_stringn(t + from, to - from);
-}
-
-/* A conversation found by its id or metadata: the match, else NULL. */
-static json_t *match_conv(json_t *conv, const char *q, size_t ql)
-{
-	const char *k;
-	json_t *v, *id = json_object_get(conv, "id");
-	if (find_text(json_string_value(id), json_string_length(id), q, ql) >= 0)
-		return json_pack("{sOss}", "conversation", conv, "match", "id");
-	json_object_foreach(json_object_get(conv, "metadata"), k, v)
-		if (find_text(k, strlen(k), q, ql) >= 0 || find_text(json_string_value(v), json_string_length(v), q, ql) >= 0)
-			return json_pack("{sOsss{ss}}", "conversation", conv, "match", "metadata", "pair", k,
-					 json_string_value(v));
-	return NULL;
-}
-
-/* A conversation found by the text of its last events (the newest first). */
-static json_t *match_events(json_t *conv, json_t *reply, const char *q, size_t ql)
-{
-	json_t *evs = json_object_get(reply, "events");
-	long at;
-	for (size_t i = json_array_size(evs); i-- > 0;) {
-		json_t *ev = json_array_get(evs, i), *hit = json_find_text(json_object_get(ev, "content"), q, ql, &at, 0);
-		if (hit)
-			return json_pack("{sOsssOsOso}", "conversation", conv, "match", "event", "seq", json_object_get(ev, "seq"),
-					 "type", json_object_get(ev, "type"), "text", snippet(hit, at));
-	}
-	return NULL;
-}
-
-/* Conversations whose id, metadata or last events' text hold q: one page
- * of the list (at most SEARCH_SCAN_MAX, in id order, after the cursor),
- * the events of those not found by id or metadata asked for in pipelined
- * chunks, at most SEARCH_MATCHES_MAX found; `next` goes on after the last
- * conversation looked at. */
-static enum MHD_Result api_search(struct MHD_Connection *c)
-{
-	const char *q, *after = arg(c, "after");
-	enum MHD_Result ret;
-	if (!id_arg(c, "q", &q, &ret))
-		return ret;
-	size_t ql = strlen(q);
-	if (ql > SEARCH_Q_MAX)
-		return send_error(c, 400, "bad_request", "'q' is at most 256 bytes");
-	json_t *req = json_pack("{sssi}", "op", "list", "limit", SEARCH_SCAN_MAX);
-	if (req && after && json_object_set_new(req, "after", json_string(after))) {
-		json_decref(req);
-		return send_error(c, 400, "bad_request", "'after' is not valid UTF-8");
-	}
-	json_t *page = agentd(c, req, &ret);
-	if (!page)
-		return ret;
-	json_t *convs = json_object_get(page, "conversations"), *matches = json_array(), *next = NULL;
-	size_t n = json_array_size(convs), scanned = 0;
-	int e = !matches;
-	for (size_t start = 0; !e && start < n && !next; start += SEARCH_CHUNK) {
-		size_t end = start + SEARCH_CHUNK < n ? start + SEARCH_CHUNK : n;
-		json_t *found[SEARCH_CHUNK] = { 0 }, *reqs = json_array(), *replies = NULL;
-		for (size_t i = start; reqs && i < end; i++)
-			if (!(found[i - start] = match_conv(json_array_get(convs, i), q, ql)))
-				json_array_append_new(reqs, json_pack("{sssOsi}", "op", "events", "conversation",
-								      json_object_get(json_array_get(convs, i), "id"), "limit",
-								      SEARCH_EVENTS));
-		ctl_conn *cc = NULL;
-		e = !reqs ? -ENOMEM : json_array_size(reqs) ? agentd_connect(&cc) : 0;
-		if (!e && json_array_size(reqs))
-			e = ctl_pipeline(cc, reqs, &replies);
-		ctl_close(cc);
-		json_decref(reqs);
-		for (size_t i = start, k = 0; i < end; i++) {
-			json_t *conv = json_array_get(convs, i), *m = found[i - start];
-			if (!m && !e) /* a conversation deleted meanwhile has no events: not found */
-				m = match_events(conv, json_array_get(replies, k++), q, ql);
-			if (next || e) {
-				json_decref(m);
-				continue;
-			}
-			scanned++;
-			if (m)
-				json_array_append_new(matches, m);
-			if (json_array_size(matches) == SEARCH_MATCHES_MAX && (i + 1 < n || json_object_get(page, "next")))
-				next = json_incref(json_object_get(conv, "id"));
-		}
-		json_decref(replies);
-	}
-	if (e) {
-		json_decref(matches);
-		json_decref(page);
-		return send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
-	}
-	if (!next)
-		next = json_incref(json_object_get(page, "next"));
-	json_t *out = json_pack("{sosI}", "matches", matches, "scanned", (json_int_t)scanned);
-	if (out && next)
-		json_object_set(out, "next", next);
-	json_decref(next);
-	json_decref(page);
-	return send_json(c, 200, out);
+	return api_send_json(c, 200, r);
 }
 
 /* ---- login ---- */
@@ -1118,12 +622,12 @@ static enum MHD_Result start_session(struct MHD_Connection *c, const char *name,
 		 * a redirect that started there. */
 		static const char page[] = "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url=/\">"
 					   "<title>agentd</title><p>Signed in. <a href=\"/\">Continue</a>.</p>\n";
-		return send_buf(c, 200, "text/html; charset=utf-8", page, sizeof page - 1, MHD_RESPMEM_PERSISTENT, cookie);
+		return api_send_buf(c, 200, "text/html; charset=utf-8", page, sizeof page - 1, MHD_RESPMEM_PERSISTENT, cookie);
 	}
 	struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
 	if (!r)
 		return MHD_NO;
-	common_headers(r);
+	api_headers(r);
 	MHD_add_response_header(r, "Set-Cookie", cookie);
 	MHD_add_response_header(r, "Location", "/");
 	enum MHD_Result ret = MHD_queue_response(c, 303, r);
@@ -1161,7 +665,7 @@ static int origin_ok(struct MHD_Connection *c)
 }
 
 /* 1 and w filled when the request carries a session cookie or the token. */
-static int authenticate(struct MHD_Connection *c, struct who *w)
+static int authenticate(struct MHD_Connection *c, struct api_who *w)
 {
 	const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
 	const char *ck = MHD_lookup_connection_value(c, MHD_COOKIE_KIND, COOKIE);
@@ -1184,21 +688,21 @@ static int is_page(const char *url)
 }
 
 /* A route's handler. w is who asked: zeroed on the open routes. */
-typedef enum MHD_Result route_fn(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w);
+typedef enum MHD_Result route_fn(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w);
 
-static enum MHD_Result route_asset(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_asset(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	return send_asset(c, url);
 }
 
-static enum MHD_Result route_page(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_page(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	return send_asset(c, "/index.html");
 }
 
-static enum MHD_Result route_login_form(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_login_form(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
-	const char *once = arg(c, "once");
+	const char *once = api_arg(c, "once");
 	if (!once)
 		return send_login(c, 200, "Enter the access token (from the token file) to sign in.");
 	if (!auth_link_use(once))
@@ -1206,7 +710,7 @@ static enum MHD_Result route_login_form(struct MHD_Connection *c, const char *ur
 	return start_session(c, "", 1);
 }
 
-static enum MHD_Result route_login(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_login(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	char token[300], name[AUTH_NAME_MAX + 8];
 	form_value(rq->body, rq->len, "name", name, sizeof name);
@@ -1217,10 +721,10 @@ static enum MHD_Result route_login(struct MHD_Connection *c, const char *url, st
 	return start_session(c, name, 0);
 }
 
-static enum MHD_Result route_metrics(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_metrics(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	enum MHD_Result ret;
-	json_t *r = agentd(c, json_pack("{ss}", "op", "metrics"), &ret);
+	json_t *r = api_ask(c, json_pack("{ss}", "op", "metrics"), &ret);
 	if (!r)
 		return ret;
 	const char *t = json_string_value(json_object_get(r, "text"));
@@ -1228,44 +732,44 @@ static enum MHD_Result route_metrics(struct MHD_Connection *c, const char *url, 
 	json_decref(r);
 	if (!copy)
 		return MHD_NO;
-	return send_buf(c, 200, "text/plain; version=0.0.4; charset=utf-8", copy, strlen(copy), MHD_RESPMEM_MUST_FREE,
+	return api_send_buf(c, 200, "text/plain; version=0.0.4; charset=utf-8", copy, strlen(copy), MHD_RESPMEM_MUST_FREE,
 			NULL);
 }
 
-static enum MHD_Result route_session(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_session(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	char name[AUTH_NAME_MAX + 1];
-	by_name(c, w, name, sizeof name);
-	return send_json(c, 200, json_pack("{sssssbsisbss}", "name", w->name, "csrf", w->session ? w->csrf : "",
+	api_by_name(c, w, name, sizeof name);
+	return api_send_json(c, 200, json_pack("{sssssbsisbss}", "name", w->name, "csrf", w->session ? w->csrf : "",
 					   "session", w->session, "poll_ms", CFG->poll_ms, "name_from_proxy",
 					   CFG->user_header && MHD_lookup_connection_value(c, MHD_HEADER_KIND, CFG->user_header),
 					   "by", name));
 }
 
-static enum MHD_Result route_session_name(struct MHD_Connection *c, const char *url, struct req *rq,
-					  const struct who *w)
+static enum MHD_Result route_session_name(struct MHD_Connection *c, const char *url, struct api_req *rq,
+					  const struct api_who *w)
 {
 	json_t *b = json_loadb(rq->body ? rq->body : "", rq->len, 0, NULL);
 	const char *name = json_string_value(json_object_get(b, "name"));
 	int e = !w->session ? -EPERM : !name ? -EINVAL : auth_session_name(w->id, name);
 	json_decref(b);
 	if (e)
-		return send_error(c, 400, "bad_request", "expected {\"name\": at most 100 bytes of printable text}");
-	return send_json(c, 200, json_pack("{sb}", "ok", 1));
+		return api_send_error(c, 400, "bad_request", "expected {\"name\": at most 100 bytes of printable text}");
+	return api_send_json(c, 200, json_pack("{sb}", "ok", 1));
 }
 
-static enum MHD_Result route_logout(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_logout(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	char cookie[256];
 	if (w->session)
 		auth_session_end(w->id);
 	cookie_line(cookie, sizeof cookie, "", 1);
-	return send_buf(c, 200, "application/json", "{\"ok\":true}", 11, MHD_RESPMEM_PERSISTENT, cookie);
+	return api_send_buf(c, 200, "application/json", "{\"ok\":true}", 11, MHD_RESPMEM_PERSISTENT, cookie);
 }
 
 /* The API routes: each passes on to its api_* function. */
 #define ROUTE_API(fname, call)                                                                                  \
-	static enum MHD_Result fname(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w) \
+	static enum MHD_Result fname(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w) \
 	{                                                                                                        \
 		return call;                                                                                     \
 	}
@@ -1277,17 +781,17 @@ ROUTE_API(route_tool_call, api_by_id(c, "tool_call", "id", "tool_call_id"))
 ROUTE_API(route_audit, api_by_id(c, "audit", "conversation", "conversation"))
 ROUTE_API(route_events, api_events(c))
 ROUTE_API(route_watch, api_watch(c))
-ROUTE_API(route_status, proxy(c, json_pack("{ss}", "op", "status")))
+ROUTE_API(route_status, api_proxy(c, json_pack("{ss}", "op", "status")))
 ROUTE_API(route_runs, api_runs(c))
 ROUTE_API(route_nodes, api_nodes(c))
 ROUTE_API(route_resolve, api_resolve(c, rq, w))
 ROUTE_API(route_settle, api_settle(c, rq, w))
-ROUTE_API(route_send, api_act(c, rq, w, ACT_SEND))
-ROUTE_API(route_cancel, api_act(c, rq, w, ACT_CANCEL))
-ROUTE_API(route_resume, api_act(c, rq, w, ACT_RESUME))
-ROUTE_API(route_end, api_act(c, rq, w, ACT_END))
-ROUTE_API(route_fork, api_act(c, rq, w, ACT_FORK))
-ROUTE_API(route_search, api_search(c))
+ROUTE_API(route_send, convs_act(c, rq, w, CONVS_SEND))
+ROUTE_API(route_cancel, convs_act(c, rq, w, CONVS_CANCEL))
+ROUTE_API(route_resume, convs_act(c, rq, w, CONVS_RESUME))
+ROUTE_API(route_end, convs_act(c, rq, w, CONVS_END))
+ROUTE_API(route_fork, convs_act(c, rq, w, CONVS_FORK))
+ROUTE_API(route_search, convs_search(c))
 #undef ROUTE_API
 
 enum {
@@ -1352,26 +856,26 @@ static enum MHD_Result send_unauthorized(struct MHD_Connection *c, const char *u
 	if (is_page(url) && get)
 		return send_login(c, 401, "Sign in first: enter the access token (from the token file).");
 	if (!strcmp(url, "/metrics"))
-		return send_buf(c, 401, "text/plain; charset=utf-8", "401 unauthorized: send Authorization: Bearer TOKEN\n", 51,
+		return api_send_buf(c, 401, "text/plain; charset=utf-8", "401 unauthorized: send Authorization: Bearer TOKEN\n", 51,
 				MHD_RESPMEM_PERSISTENT, NULL);
-	return send_error(c, 401, "unauthorized", "sign in, or send Authorization: Bearer TOKEN");
+	return api_send_error(c, 401, "unauthorized", "sign in, or send Authorization: Bearer TOKEN");
 }
 
-static enum MHD_Result route(struct MHD_Connection *c, const char *url, const char *method, struct req *rq)
+static enum MHD_Result route(struct MHD_Connection *c, const char *url, const char *method, struct api_req *rq)
 {
 	int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
-	struct who w;
+	struct api_who w;
 	if (!host_ok(c))
-		return send_error(c, 403, "forbidden", "unexpected Host header (see --origin)");
+		return api_send_error(c, 403, "forbidden", "unexpected Host header (see --origin)");
 	if (!get && !post)
-		return send_error(c, 405, "method_not_allowed", "only GET and POST");
+		return api_send_error(c, 405, "method_not_allowed", "only GET and POST");
 	if (rq->too_large)
-		return send_error(c, 413, "too_large", "the request body is too large");
+		return api_send_error(c, 413, "too_large", "the request body is too large");
 
 	const struct route *rt = route_find(url, post);
 	if (rt && (rt->flags & ROUTE_OPEN)) {
 		if ((rt->flags & ROUTE_ORIGIN) && !origin_ok(c))
-			return send_error(c, 403, "forbidden", "cross-origin request refused");
+			return api_send_error(c, 403, "forbidden", "cross-origin request refused");
 		memset(&w, 0, sizeof w);
 		return rt->fn(c, url, rq, &w);
 	}
@@ -1384,19 +888,19 @@ static enum MHD_Result route(struct MHD_Connection *c, const char *url, const ch
 		 * before the lookup, so an unknown path tells nothing more. */
 		const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-CSRF-Token");
 		if (!origin_ok(c))
-			return send_error(c, 403, "forbidden", "cross-origin request refused (Origin)");
+			return api_send_error(c, 403, "forbidden", "cross-origin request refused (Origin)");
 		if (!t || strlen(t) != AUTH_ID_LEN || strcmp(t, w.csrf))
-			return send_error(c, 403, "forbidden", "missing or wrong CSRF token");
+			return api_send_error(c, 403, "forbidden", "missing or wrong CSRF token");
 	}
 	if (!rt)
-		return send_error(c, 404, "not_found", "no such page");
+		return api_send_error(c, 404, "not_found", "no such page");
 	return rt->fn(c, url, rq, &w);
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 			      const char *version, const char *data, size_t *size, void **con_cls)
 {
-	struct req *rq = *con_cls;
+	struct api_req *rq = *con_cls;
 	if (!rq) { /* headers are in; the body (if any) comes next */
 		if (!(rq = calloc(1, sizeof *rq)))
 			return MHD_NO;
@@ -1423,7 +927,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-	struct req *rq = *con_cls;
+	struct api_req *rq = *con_cls;
 	if (rq) {
 		free(rq->body);
 		free(rq);
@@ -1439,6 +943,7 @@ int http_start(const struct http_config *cfg, int listen_fd, struct http_server 
 		return -ENOMEM;
 	}
 	CFG = cfg;
+	api_init(cfg->socket, cfg->user_header);
 	s->cfg = cfg;
 	s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
 				MHD_USE_ERROR_LOG, 0, NULL, NULL, handle, s,
