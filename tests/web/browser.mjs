@@ -299,6 +299,9 @@ try {
     await page.goto(base + '/#/status');
     await waitText(page, '#status', 'Workers (');
     await waitText(page, '#status', 'map_size');
+    const mapSize = ctlJson('status').store.map_size;
+    const shown = await page.$eval('#store [data-key="map_size"] td', (e) => ({ text: e.textContent, title: e.title }));
+    assert(/^\d+(\.\d)? (KiB|MiB|GiB|TiB)$/.test(shown.text) && shown.title === `${mapSize} bytes`, 'the map size readable: ' + JSON.stringify(shown));
     if (!env.SECOND_NODE) {
       // one node on its store: its id, no table
       await waitText(page, '#node', `node ${env.NODE_ID}`);

@@ -36,6 +36,14 @@ function fmtLeft(ms) {
   return `${sec}s`;
 }
 
+// A size: bytes, KiB, MiB, GiB or TiB (binary units: a map size is a power of two), one decimal past KiB.
+function fmtBytes(n) {
+  const units = ['bytes', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i ? `${n.toFixed(1).replace(/\.0$/, '')} ${units[i]}` : `${n} bytes`;
+}
+
 // A duration: milliseconds under a second, else as fmtLeft.
 function fmtDuration(ms) { return ms < 1000 ? `${Math.max(0, ms)} ms` : fmtLeft(ms); }
 
@@ -680,7 +688,7 @@ function viewConversation(main, id) {
       const r = await api('/api/tool_calls?conversation=' + encodeURIComponent(id));
       clear(calls);
       for (const tc of r.tool_calls) {
-        calls.append(el('tr', { 'data-tool-call': tc.id }, el('td', {}, tc.id), el('td', {}, tc.name), el('td', {}, tc.executor),
+        calls.append(el('tr', { 'data-tool-call': tc.id }, el('td', { class: 'tc-id' }, tc.id), el('td', {}, tc.name), el('td', {}, tc.executor),
           el('td', { class: 'tc-status' }, tc.status), el('td', {}, argsView(tc.args)), el('td', {}, el('pre', {}, readable(tc.result))),
           el('td', {}, fmtTime(tc.inserted_at)), el('td', {}, fmtTime(tc.resolved_at))));
         if (((tc.status === 'pending' && tc.executor === 'human') || tc.status === 'unknown') && !cards.has(tc.id)) {
@@ -792,7 +800,8 @@ function viewStatus(main) {
         el('p', {}, `agentd ${s.version}, up ${fmtLeft(s.uptime_ms)}`),
         nodesView(s, n),
         el('h2', {}, 'Store'),
-        el('table', { class: 'args' }, Object.entries(s.store).map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, String(v))))),
+        el('table', { class: 'args', id: 'store' }, Object.entries(s.store).map(([k, v]) => el('tr', { 'data-key': k }, el('th', {}, k),
+          /_bytes$|^map_size$/.test(k) && typeof v === 'number' ? el('td', { title: `${v} bytes` }, fmtBytes(v)) : el('td', {}, String(v))))),
         el('h2', {}, `Workers (${s.workers.length})`),
         el('table', {}, el('thead', {}, el('tr', {}, ['conversation', 'pid', 'state', 'for'].map((h) => el('th', {}, h)))),
           el('tbody', {}, s.workers.map((w) => el('tr', {},
