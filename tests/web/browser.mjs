@@ -345,6 +345,20 @@ try {
     await waitText(page, '#conv-head', 'status ended');
   });
 
+  await step('search finds a conversation by the text of its last events, and by its id', async () => {
+    await page.goto(base + '/#/search');
+    await page.type('#search-q', 'HELLO from the');
+    await page.click('#search-q + button');
+    const row = '#search-results [data-conversation="c-act"]';
+    await page.waitForSelector(row);
+    const text = await textOf(page, row);
+    assert(text.includes('event') && text.includes('hello from the page'), 'found by its text: ' + text);
+    assert(page.url().endsWith('#/search?q=HELLO+from+the'), 'the URL keeps the search: ' + page.url());
+    await page.goto(base + '/#/search?q=c-ac');
+    await waitText(page, '#search-note', '1 found among');
+    assert((await textOf(page, row)).includes('id'), 'found by its id');
+  });
+
   await step('signing out ends the session', async () => {
     await page.goto(base + '/#/pending');
     await page.waitForSelector('#logout');
