@@ -68,7 +68,8 @@ static int act_body(struct MHD_Connection *c, struct api_req *rq, enum convs_act
 }
 
 /* fork's request: the source's metadata with forked_by added (a fork's
- * metadata is given whole), at seq (default: the source's last). NULL
+ * metadata is given whole) and without ended_by (a fork of an ended
+ * conversation is not ended), at seq (default: the source's last). NULL
  * with the request answered when the source cannot be read. */
 static json_t *fork_req(struct MHD_Connection *c, json_t *b, const char *name, enum MHD_Result *ret)
 {
@@ -79,6 +80,7 @@ static json_t *fork_req(struct MHD_Connection *c, json_t *b, const char *name, e
 	json_t *meta = json_deep_copy(json_object_get(conv, "metadata"));
 	json_t *seq = json_object_get(b, "seq") ?: json_object_get(conv, "last_seq");
 	json_t *req = json_pack("{sssOsO}", "op", "fork", "conversation", json_object_get(b, "conversation"), "seq", seq);
+	json_object_del(meta, "ended_by");
 	if (!meta || !req || json_object_set_new(meta, "forked_by", json_string(name)) ||
 	    json_object_set(req, "metadata", meta) ||
 	    (json_object_get(b, "new_conversation") &&
@@ -143,7 +145,9 @@ enum MHD_Result convs_act(struct MHD_Connection *c, struct api_req *rq, const st
 		snprintf(more, sizeof more, "as %s at seq %lld", json_string_value(json_object_get(r, "conversation")) ?: "?",
 			 (long long)json_integer_value(json_object_get(json_object_get(r, "forked_from"), "seq")));
 	}
-	if ((a != CONVS_CANCEL || json_is_true(json_object_get(r, "cancelled"))) &&
+	/* an act that did nothing (a send seen before, nothing to cancel or resume) is not logged */
+	if ((a != CONVS_SEND || !json_is_true(json_object_get(r, "duplicate"))) &&
+	    (a != CONVS_CANCEL || json_is_true(json_object_get(r, "cancelled"))) &&
 	    (a != CONVS_RESUME || json_is_true(json_object_get(r, "resumed"))))
 		act_log(name, what[a], id, more[0] ? more : NULL);
 	json_decref(b);

@@ -767,6 +767,9 @@ def test_acting_on_conversations():
         st, r = act(w, "/api/cancel", {"conversation": "f1"}, good)
         assert st == 409 and r["error"] == "conflict", (st, r)
         assert len(a.events("f1")) == n
+        st, r = act(w, "/api/fork", {"conversation": "f1", "new_conversation": "f2"}, good)  # not ended: no ended_by
+        f2 = a.ok({"op": "get", "conversation": "f2"})["conversation"]
+        assert st == 200 and f2["status"] != "ended" and f2["metadata"] == {"team": "red", "sent_by": "Ann", "forked_by": "Ann"}, f2
 
         # a conversation holding 16 metadata keys: a send stands, its name not recorded; an end is refused whole
         full = a.create(metadata={f"k{i}": "v" for i in range(16)})
@@ -790,6 +793,7 @@ def test_acting_on_conversations():
                      "agentd-web: ended by Ann: f1", f"agentd-web: sent a message by agentd-web (token): {c}"]:
             assert line in log, (line, log)
         assert log.count("cancelled the turn") == 1 and log.count("resumed by") == 1, log
+        assert log.count(f"sent a message by Ann: {c} ") == 1, log  # the send seen before (event_id e1) is not
 
 
 def create_many(a, ids):
