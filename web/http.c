@@ -1,7 +1,9 @@
 /* http.c: agentd-web's routes (see http.h; docs/web.md). */
 #include "web/http.h"
+#include "web/api.h"
 #include "web/assets.h"
 #include "web/auth.h"
+#include "web/convs.h"
 #include "client/ctl.h"
 
 #include <errno.h>
@@ -15,79 +17,19 @@
 #include <unistd.h>
 
 #define BODY_MAX (256u << 10)   /* a POST body: a decision with its result */
-#define CTL_TIMEOUT_MS 10000
-#define CTL_REPLY_MAX (64u << 20) /* the longest reply line taken: an `events` page of large events */
 #define KEEPALIVE_MS 15000       /* an SSE comment this often keeps proxies from closing the stream */
 #define COOKIE "agentd_web"
 #define PENDING_CONVS_MAX 2000   /* suspended conversations scanned for the pending list */
 
-static const char CSP[] = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-			  "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 struct http_server {
 	struct MHD_Daemon *d;
 	const struct http_config *cfg;
 };
 
-/* Per request: the body as it arrives. */
-struct req {
-	char *body;
-	size_t len;
-	int too_large;
-};
-
-/* Who is asking: a session (cookie) or the token (Authorization: Bearer). */
-struct who {
-	int session;                 /* by cookie: POSTs need the CSRF checks */
-	char id[AUTH_ID_LEN + 1];
-	char csrf[AUTH_ID_LEN + 1];
-	char name[AUTH_NAME_MAX + 1];
-};
-
 static const struct http_config *CFG;
 
 /* ---- responses ---- */
-
-static void common_headers(struct MHD_Response *r)
-{
-	MHD_add_response_header(r, "Content-Security-Policy", CSP);
-	MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-	/* same-origin, not no-referrer: under no-referrer browsers send
-	 * "Origin: null" on POSTs, and the CSRF check needs the real one. */
-	MHD_add_response_header(r, "Referrer-Policy", "same-origin");
-	MHD_add_response_header(r, "X-Frame-Options", "DENY");
-	MHD_add_response_header(r, "Cache-Control", "no-store");
-}
-
-static enum MHD_Result send_buf(struct MHD_Connection *c, unsigned status, const char *type, const void *data,
-				size_t len, enum MHD_ResponseMemoryMode mode, const char *cookie)
-{
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)data, mode);
-	if (!r)
-		return MHD_NO;
-	common_headers(r);
-	MHD_add_response_header(r, "Content-Type", type);
-	if (cookie)
-		MHD_add_response_header(r, "Set-Cookie", cookie);
-	enum MHD_Result ret = MHD_queue_response(c, status, r);
-	MHD_destroy_response(r);
-	return ret;
-}
-
-/* obj is stolen. */
-static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *obj)
-{
-	char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-	json_decref(obj);
-	if (!s)
-		return send_buf(c, 500, "text/plain", "out of memory\n", 14, MHD_RESPMEM_PERSISTENT, NULL);
-	return send_buf(c, status, "application/json", s, strlen(s), MHD_RESPMEM_MUST_FREE, NULL);
-}
-
-static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *code, const char *msg)
-{
-	return send_json(c, status, json_pack("{ssss}", "error", code, "message", msg));
-}
 
 /* The login form (static login.html) with one of our fixed messages (never
  * anything from the request: no markup can get in). */
@@ -100,7 +42,7 @@ static enum MHD_Result send_login(struct MHD_Connection *c, unsigned status, con
 	const char *t = (const char *)a->data;
 	const char *at = memmem(t, a->len, mark, strlen(mark));
 	if (!at)
-		return send_buf(c, status, "text/html; charset=utf-8", a->data, a->len, MHD_RESPMEM_PERSISTENT, NULL);
+		return api_send_buf(c, status, "text/html; charset=utf-8", a->data, a->len, MHD_RESPMEM_PERSISTENT, NULL);
 	size_t pre = (size_t)(at - t), ml = strlen(mark), n = a->len - ml + strlen(msg);
 	char *out = malloc(n);
 	if (!out)
@@ -108,15 +50,15 @@ static enum MHD_Result send_login(struct MHD_Connection *c, unsigned status, con
 	memcpy(out, t, pre);
 	memcpy(out + pre, msg, strlen(msg));
 	memcpy(out + pre + strlen(msg), at + ml, a->len - pre - ml);
-	return send_buf(c, status, "text/html; charset=utf-8", out, n, MHD_RESPMEM_MUST_FREE, NULL);
+	return api_send_buf(c, status, "text/html; charset=utf-8", out, n, MHD_RESPMEM_MUST_FREE, NULL);
 }
 
 static enum MHD_Result send_asset(struct MHD_Connection *c, const char *path)
 {
 	const struct web_asset *a = web_asset_find(path);
 	if (!a)
-		return send_error(c, 404, "not_found", "no such page");
-	return send_buf(c, 200, a->type, a->data, a->len, MHD_RESPMEM_PERSISTENT, NULL);
+		return api_send_error(c, 404, "not_found", "no such page");
+	return api_send_buf(c, 200, a->type, a->data, a->len, MHD_RESPMEM_PERSISTENT, NULL);
 }
 
 static void cookie_line(char *out, size_t n, const char *value, int clear)
@@ -126,87 +68,6 @@ static void cookie_line(char *out, size_t n, const char *value, int clear)
 }
 
 /* ---- agentd ---- */
-
-/* The protocol's error codes as HTTP statuses. */
-static unsigned http_status_of(const char *code)
-{
-	static const struct { const char *code; unsigned status; } map[] = {
-		{ "bad_request", 400 }, { "not_found", 404 }, { "conflict", 409 }, { "stale", 409 },
-		{ "too_large", 413 }, { "store_full", 507 }, { "unavailable", 503 },
-	};
-	for (size_t i = 0; code && i < sizeof map / sizeof map[0]; i++)
-		if (!strcmp(code, map[i].code))
-			return map[i].status;
-	return 502;
-}
-
-/* A connection of its own for each request (agentd answers a connection's
- * requests in order): a slow reply for one page never delays another's. */
-static int agentd_connect(ctl_conn **cc)
-{
-	int e = ctl_connect(CFG->socket, CTL_TIMEOUT_MS, cc);
-	if (!e)
-		ctl_set_line_max(*cc, CTL_REPLY_MAX);
-	return e;
-}
-
-/* One request to agentd; req is stolen. On success returns the reply (ok
- * true) and the caller decrefs; otherwise answers the HTTP request with the
- * error and returns NULL (*ret holds what to return). */
-static json_t *agentd(struct MHD_Connection *c, json_t *req, enum MHD_Result *ret)
-{
-	json_t *reply = NULL;
-	ctl_conn *cc = NULL;
-	int e = !req ? -ENOMEM : agentd_connect(&cc);
-	if (!e)
-		e = ctl_request(cc, req, &reply);
-	ctl_close(cc);
-	json_decref(req);
-	if (e) {
-		*ret = send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
-		return NULL;
-	}
-	if (!json_is_true(json_object_get(reply, "ok"))) {
-		const char *code = json_string_value(json_object_get(reply, "error"));
-		*ret = send_json(c, http_status_of(code), json_pack("{s:s,s:O?}", "error", code ? code : "internal",
-								     "message", json_object_get(reply, "message")));
-		json_decref(reply);
-		return NULL;
-	}
-	json_object_del(reply, "ok");
-	json_object_del(reply, "id");
-	return reply;
-}
-
-static enum MHD_Result proxy(struct MHD_Connection *c, json_t *req)
-{
-	enum MHD_Result ret;
-	json_t *r = agentd(c, req, &ret);
-	return r ? send_json(c, 200, r) : ret;
-}
-
-static const char *arg(struct MHD_Connection *c, const char *k)
-{
-	const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, k);
-	return v && *v ? v : NULL;
-}
-
-/* A query number: 1 and *out when present and a whole number in [0, max]. */
-static int arg_num(struct MHD_Connection *c, const char *k, long long max, long long *out, int *bad)
-{
-	const char *v = arg(c, k);
-	char *end;
-	if (!v)
-		return 0;
-	errno = 0;
-	long long n = strtoll(v, &end, 10);
-	if (*end || errno || n < 0 || n > max || end == v) {
-		*bad = 1;
-		return 0;
-	}
-	*out = n;
-	return 1;
-}
 
 static int64_t now_ms(void)
 {
@@ -256,7 +117,7 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 		json_t *req = json_pack("{sssssi}", "op", "list", "status", "suspended", "limit", 1000);
 		if (req && after)
 			json_object_set(req, "after", after);
-		json_t *page = agentd(c, req, &ret);
+		json_t *page = api_ask(c, req, &ret);
 		json_decref(after);
 		after = NULL;
 		if (!page) {
@@ -283,13 +144,13 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 		}
 	}
 	ctl_conn *cc = NULL;
-	int e = agentd_connect(&cc);
+	int e = api_connect(&cc);
 	if (!e)
 		e = ctl_pipeline(cc, reqs, &replies);
 	ctl_close(cc);
 	json_decref(reqs);
 	if (e)
-		return send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
+		return api_send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
 	size_t n = 0, i, k;
 	json_t *r, *tc;
 	json_array_foreach(replies, i, r) /* a conversation deleted meanwhile (not_found) is simply not listed */
@@ -312,7 +173,7 @@ static enum MHD_Result api_pending(struct MHD_Connection *c)
 		json_array_append(sorted, v[j]);
 	free(v);
 	json_decref(replies);
-	return send_json(c, 200, json_pack("{sosIsb}", "pending", sorted, "now", (json_int_t)now_ms(), "truncated",
+	return api_send_json(c, 200, json_pack("{sosIsb}", "pending", sorted, "now", (json_int_t)now_ms(), "truncated",
 					   truncated));
 }
 
@@ -351,25 +212,25 @@ static enum MHD_Result api_conversations(struct MHD_Connection *c)
 {
 	int bad = 0;
 	long long limit = 100, t;
-	arg_num(c, "limit", 1000, &limit, &bad);
+	api_arg_num(c, "limit", 1000, &limit, &bad);
 	if (bad || limit < 1)
-		return send_error(c, 400, "bad_request", "'limit' must be a number from 1 to 1000");
+		return api_send_error(c, 400, "bad_request", "'limit' must be a number from 1 to 1000");
 	json_t *req = json_pack("{sssI}", "op", "list", "limit", (json_int_t)limit);
 	if (!req)
 		return MHD_NO;
 	static const char *const strs[] = { "status", "after", "model" };
 	for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
-		if (arg(c, strs[i]) && json_object_set_new(req, strs[i], json_string(arg(c, strs[i])))) {
+		if (api_arg(c, strs[i]) && json_object_set_new(req, strs[i], json_string(api_arg(c, strs[i])))) {
 			json_decref(req);
-			return send_error(c, 400, "bad_request", "a filter is not valid UTF-8");
+			return api_send_error(c, 400, "bad_request", "a filter is not valid UTF-8");
 		}
 	static const char *const times[] = { "updated_after", "updated_before" };
 	for (size_t i = 0; i < 2; i++)
-		if (arg_num(c, times[i], INT64_MAX, &t, &bad))
+		if (api_arg_num(c, times[i], INT64_MAX, &t, &bad))
 			json_object_set_new(req, times[i], json_integer((json_int_t)t));
 	if (bad) {
 		json_decref(req);
-		return send_error(c, 400, "bad_request",
+		return api_send_error(c, 400, "bad_request",
 				  "'updated_after' and 'updated_before' are times in milliseconds since 1970 (whole numbers)");
 	}
 	struct meta_query q = { json_object(), NULL };
@@ -377,29 +238,12 @@ static enum MHD_Result api_conversations(struct MHD_Connection *c)
 	if (!q.m || q.bad) {
 		json_decref(q.m);
 		json_decref(req);
-		return q.m ? send_error(c, 400, "bad_request", q.bad) : MHD_NO;
+		return q.m ? api_send_error(c, 400, "bad_request", q.bad) : MHD_NO;
 	}
 	if (json_object_size(q.m))
 		json_object_set(req, "metadata", q.m);
 	json_decref(q.m);
-	return proxy(c, req);
-}
-
-/* An id from the query (?name=ID): 1 and *out when given as valid UTF-8
- * (agentd checks the rest: a JSON request cannot carry other bytes);
- * otherwise 0 with the request answered 400. */
-static int id_arg(struct MHD_Connection *c, const char *name, const char **out, enum MHD_Result *ret)
-{
-	char msg[96];
-	json_t *s;
-	*out = arg(c, name);
-	if (*out && (s = json_string(*out))) {
-		json_decref(s);
-		return 1;
-	}
-	snprintf(msg, sizeof msg, *out ? "'%s' is not valid UTF-8" : "'%s' is required", name);
-	*ret = send_error(c, 400, "bad_request", msg);
-	return 0;
+	return api_proxy(c, req);
 }
 
 /* ?NAME=ID into {"op": op, field: ID}; agentd validates the id. */
@@ -407,23 +251,48 @@ static enum MHD_Result api_by_id(struct MHD_Connection *c, const char *op, const
 {
 	const char *id;
 	enum MHD_Result ret;
-	if (!id_arg(c, q, &id, &ret))
+	if (!api_id_arg(c, q, &id, &ret))
 		return ret;
-	return proxy(c, json_pack("{ssss}", "op", op, field, id));
+	return api_proxy(c, json_pack("{ssss}", "op", op, field, id));
 }
 
+/* The events op: `limit` (1-10000) most recent in the range after..before
+ * (both exclusive), of one `type` when given. Without `limit` and `after`,
+ * the 500 most recent; with `after` alone, agentd's page forward from it
+ * (at most 10,000, `next_after` when more remain). agentd checks the
+ * type's name (bad_request lists the types). */
 static enum MHD_Result api_events(struct MHD_Connection *c)
 {
-	int bad = 0;
-	long long limit = 500;
-	const char *conv;
+	int bad = 0, has_limit, has_after, has_before;
+	long long limit = 500, after = 0, before = 0;
+	const char *conv, *type = api_arg(c, "type");
 	enum MHD_Result ret;
-	if (!id_arg(c, "conversation", &conv, &ret))
+	if (!api_id_arg(c, "conversation", &conv, &ret))
 		return ret;
-	arg_num(c, "limit", 10000, &limit, &bad);
+	has_limit = api_arg_num(c, "limit", 10000, &limit, &bad);
 	if (bad || limit < 1)
-		return send_error(c, 400, "bad_request", "'limit' is 1 to 10000");
-	return proxy(c, json_pack("{sssssI}", "op", "events", "conversation", conv, "limit", (json_int_t)limit));
+		return api_send_error(c, 400, "bad_request", "'limit' is 1 to 10000");
+	has_after = api_arg_num(c, "after", INT64_MAX, &after, &bad);
+	if (bad)
+		return api_send_error(c, 400, "bad_request", "'after' is a seq (a whole number)");
+	has_before = api_arg_num(c, "before", INT64_MAX, &before, &bad);
+	if (bad)
+		return api_send_error(c, 400, "bad_request", "'before' is a seq (a whole number)");
+	json_t *req = json_pack("{ssss}", "op", "events", "conversation", conv), *t = type ? json_string(type) : NULL;
+	if (type && !t) {
+		json_decref(req);
+		return api_send_error(c, 400, "bad_request", "'type' is not valid UTF-8");
+	}
+	if (req && (has_limit || !has_after))
+		json_object_set_new(req, "limit", json_integer((json_int_t)limit));
+	if (req && has_after)
+		json_object_set_new(req, "after", json_integer((json_int_t)after));
+	if (req && has_before)
+		json_object_set_new(req, "before", json_integer((json_int_t)before));
+	if (req && t)
+		json_object_set(req, "type", t);
+	json_decref(t);
+	return api_proxy(c, req);
 }
 
 /* The runs op: a conversation's runs newest first, `limit` (1-1000) at a
@@ -434,30 +303,30 @@ static enum MHD_Result api_runs(struct MHD_Connection *c)
 	long long limit = 100, before = 0;
 	const char *conv;
 	enum MHD_Result ret;
-	if (!id_arg(c, "conversation", &conv, &ret))
+	if (!api_id_arg(c, "conversation", &conv, &ret))
 		return ret;
-	arg_num(c, "limit", 1000, &limit, &bad);
+	api_arg_num(c, "limit", 1000, &limit, &bad);
 	if (bad || limit < 1)
-		return send_error(c, 400, "bad_request", "'limit' must be a number from 1 to 1000");
-	has_before = arg_num(c, "before", INT64_MAX, &before, &bad);
+		return api_send_error(c, 400, "bad_request", "'limit' must be a number from 1 to 1000");
+	has_before = api_arg_num(c, "before", INT64_MAX, &before, &bad);
 	if (bad || (has_before && before < 1))
-		return send_error(c, 400, "bad_request",
+		return api_send_error(c, 400, "bad_request",
 				  "'before' must be a run id (a whole number from 1: the 'next' of the page before)");
 	json_t *req = json_pack("{sssssI}", "op", "runs", "conversation", conv, "limit", (json_int_t)limit);
 	if (req && has_before)
 		json_object_set_new(req, "before", json_integer((json_int_t)before));
-	return proxy(c, req);
+	return api_proxy(c, req);
 }
 
 /* The nodes op, with agentd-web's clock (`now`, ms) for "how long ago". */
 static enum MHD_Result api_nodes(struct MHD_Connection *c)
 {
 	enum MHD_Result ret;
-	json_t *r = agentd(c, json_pack("{ss}", "op", "nodes"), &ret);
+	json_t *r = api_ask(c, json_pack("{ss}", "op", "nodes"), &ret);
 	if (!r)
 		return ret;
 	json_object_set_new(r, "now", json_integer((json_int_t)now_ms()));
-	return send_json(c, 200, r);
+	return api_send_json(c, 200, r);
 }
 
 /* ---- server-sent events over watch ---- */
@@ -565,11 +434,11 @@ static enum MHD_Result api_watch(struct MHD_Connection *c)
 	const char *conv;
 	const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
 	enum MHD_Result refused;
-	if (!id_arg(c, "conversation", &conv, &refused))
+	if (!api_id_arg(c, "conversation", &conv, &refused))
 		return refused;
-	arg_num(c, "after", INT64_MAX, &after, &bad);
-	if (arg_num(c, "runs", 1, &runs, &bad_runs), bad_runs)
-		return send_error(c, 400, "bad_request", "'runs' is 1 (stream run starts and ends too) or 0");
+	api_arg_num(c, "after", INT64_MAX, &after, &bad);
+	if (api_arg_num(c, "runs", 1, &runs, &bad_runs), bad_runs)
+		return api_send_error(c, 400, "bad_request", "'runs' is 1 (stream run starts and ends too) or 0");
 	if (last && *last) { /* EventSource reconnecting: go on after what it saw */
 		char *end;
 		long long l = strtoll(last, &end, 10);
@@ -577,12 +446,12 @@ static enum MHD_Result api_watch(struct MHD_Connection *c)
 			after = l;
 	}
 	if (bad)
-		return send_error(c, 400, "bad_request", "'after' is a seq (a whole number)");
+		return api_send_error(c, 400, "bad_request", "'after' is a seq (a whole number)");
 	struct sse *s = calloc(1, sizeof *s);
 	json_t *reply = NULL;
 	if (!s)
 		return MHD_NO;
-	int e = agentd_connect(&s->w);
+	int e = api_connect(&s->w);
 	if (!e)
 		e = ctl_watch_open(s->w, conv, after, (int)runs, &reply);
 	if (e || !json_is_true(json_object_get(reply, "ok"))) {
@@ -590,10 +459,10 @@ static enum MHD_Result api_watch(struct MHD_Connection *c)
 		free(s);
 		if (e) {
 			json_decref(reply);
-			return send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
+			return api_send_error(c, 502, "agentd_unreachable", ctl_strerror(e));
 		}
 		const char *code = json_string_value(json_object_get(reply, "error"));
-		enum MHD_Result ret = send_json(c, http_status_of(code), json_pack("{s:s,s:O?}", "error", code ?: "internal",
+		enum MHD_Result ret = api_send_json(c, api_status_of(code), json_pack("{s:s,s:O?}", "error", code ?: "internal",
 									      "message", json_object_get(reply, "message")));
 		json_decref(reply);
 		return ret;
@@ -613,7 +482,7 @@ static enum MHD_Result api_watch(struct MHD_Connection *c)
 		sse_free(s);
 		return MHD_NO;
 	}
-	common_headers(r);
+	api_headers(r);
 	MHD_add_response_header(r, "Content-Type", "text/event-stream");
 	MHD_add_response_header(r, "X-Accel-Buffering", "no"); /* nginx: stream, do not buffer */
 	enum MHD_Result ret = MHD_queue_response(c, 200, r);
@@ -623,59 +492,18 @@ static enum MHD_Result api_watch(struct MHD_Connection *c)
 
 /* ---- decisions ---- */
 
-static void by_name(struct MHD_Connection *c, const struct who *w, char *out, size_t n)
-{
-	const char *h = CFG->user_header ? MHD_lookup_connection_value(c, MHD_HEADER_KIND, CFG->user_header) : NULL;
-	if (h && *h && auth_name_ok(h))
-		snprintf(out, n, "%s", h);
-	else if (w->session && w->name[0])
-		snprintf(out, n, "%s", w->name);
-	else
-		snprintf(out, n, "%s", w->session ? "agentd-web" : "agentd-web (token)");
-}
-
-/* A POST's body: a JSON object holding only the fields named (a NULL-ended
- * list) into *b. 1 with *ret the error answered (400), else 0. */
-static int body_object(struct MHD_Connection *c, struct req *rq, const char *const *fields, json_t **b,
-		       enum MHD_Result *ret)
-{
-	const char *k;
-	json_t *v;
-	*b = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, NULL);
-	if (!json_is_object(*b)) {
-		json_decref(*b);
-		*ret = send_error(c, 400, "bad_request", "the body must be a JSON object");
-		return 1;
-	}
-	json_object_foreach(*b, k, v) {
-		size_t i = 0;
-		while (fields[i] && strcmp(k, fields[i]))
-			i++;
-		if (fields[i])
-			continue;
-		char msg[200] = "unknown field (";
-		for (i = 0; fields[i]; i++)
-			snprintf(msg + strlen(msg), sizeof msg - strlen(msg), "%s%s", i ? ", " : "", fields[i]);
-		snprintf(msg + strlen(msg), sizeof msg - strlen(msg), ")");
-		json_decref(*b);
-		*ret = send_error(c, 400, "bad_request", msg);
-		return 1;
-	}
-	return 0;
-}
-
 /* {"tool_call_id", "decision": "approve"|"deny", "comment"?, "result"?,
  * "args_digest"?}: settled resolved (as agentctl approve and deny do: a
  * denial is an answer, not a failure) with the result given, or
  * {"approved": true|false, "comment"?}; args_digest (the page always sends
  * the digest of the args it showed) goes to agentd, which refuses args that
  * are not those (conflict). */
-static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, const struct who *w)
+static enum MHD_Result api_resolve(struct MHD_Connection *c, struct api_req *rq, const struct api_who *w)
 {
 	static const char *const fields[] = { "tool_call_id", "decision", "comment", "result", "args_digest", NULL };
 	enum MHD_Result ret;
 	json_t *b = NULL;
-	if (body_object(c, rq, fields, &b, &ret))
+	if (api_body(c, rq, fields, &b, &ret))
 		return ret;
 	const char *tc = json_string_value(json_object_get(b, "tool_call_id"));
 	const char *d = json_string_value(json_object_get(b, "decision"));
@@ -685,7 +513,7 @@ static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, con
 	if (!tc || !d || (!approve && strcmp(d, "deny")) || (comment && !json_is_string(comment)) ||
 	    (comment && result) || (digest && !json_is_string(digest))) {
 		json_decref(b);
-		return send_error(c, 400, "bad_request",
+		return api_send_error(c, 400, "bad_request",
 				  "expected tool_call_id, decision (approve or deny), and a comment (text) or a result, not both");
 	}
 	if (!result) {
@@ -696,37 +524,37 @@ static enum MHD_Result api_resolve(struct MHD_Connection *c, struct req *rq, con
 		json_incref(result);
 	}
 	char name[AUTH_NAME_MAX + 1];
-	by_name(c, w, name, sizeof name);
+	api_by_name(c, w, name, sizeof name);
 	json_t *req = json_pack("{sssssssoss}", "op", "resolve", "tool_call_id", tc, "status", "resolved", "result",
 				result, "by", name);
 	if (req && digest && json_object_set(req, "args_digest", digest)) {
 		json_decref(req);
-		req = NULL; /* never a resolve short of the digest: agentd() answers out of memory */
+		req = NULL; /* never a resolve short of the digest: api_ask() answers out of memory */
 	}
 	json_decref(b);
-	json_t *r = agentd(c, req, &ret);
+	json_t *r = api_ask(c, req, &ret);
 	if (!r)
 		return ret;
-	return send_json(c, 200, r);
+	return api_send_json(c, 200, r);
 }
 
 /* {"conversation", "tool_call_id", "outcome": "retry"|"done"|"failed",
  * "result"?}: a decision on a call whose outcome is unknown, as agentctl
  * settle sends it, by the page's user. */
-static enum MHD_Result api_settle(struct MHD_Connection *c, struct req *rq, const struct who *w)
+static enum MHD_Result api_settle(struct MHD_Connection *c, struct api_req *rq, const struct api_who *w)
 {
 	static const char *const fields[] = { "conversation", "tool_call_id", "outcome", "result", NULL };
 	enum MHD_Result ret;
 	json_t *b = NULL;
-	if (body_object(c, rq, fields, &b, &ret))
+	if (api_body(c, rq, fields, &b, &ret))
 		return ret;
 	if (!json_is_string(json_object_get(b, "conversation")) || !json_is_string(json_object_get(b, "tool_call_id")) ||
 	    !json_is_string(json_object_get(b, "outcome"))) {
 		json_decref(b);
-		return send_error(c, 400, "bad_request", "expected conversation, tool_call_id and outcome (retry, done or failed)");
+		return api_send_error(c, 400, "bad_request", "expected conversation, tool_call_id and outcome (retry, done or failed)");
 	}
 	char name[AUTH_NAME_MAX + 1];
-	by_name(c, w, name, sizeof name);
+	api_by_name(c, w, name, sizeof name);
 	/* agentd checks the outcome and the result (bad_request names what is wrong). */
 	json_t *req = json_pack("{sssOsOsOss}", "op", "settle", "conversation", json_object_get(b, "conversation"),
 				"tool_call_id", json_object_get(b, "tool_call_id"), "outcome", json_object_get(b, "outcome"),
@@ -736,10 +564,10 @@ static enum MHD_Result api_settle(struct MHD_Connection *c, struct req *rq, cons
 		req = NULL;
 	}
 	json_decref(b);
-	json_t *r = agentd(c, req, &ret);
+	json_t *r = api_ask(c, req, &ret);
 	if (!r)
 		return ret;
-	return send_json(c, 200, r);
+	return api_send_json(c, 200, r);
 }
 
 /* ---- login ---- */
@@ -794,12 +622,12 @@ static enum MHD_Result start_session(struct MHD_Connection *c, const char *name,
 		 * a redirect that started there. */
 		static const char page[] = "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url=/\">"
 					   "<title>agentd</title><p>Signed in. <a href=\"/\">Continue</a>.</p>\n";
-		return send_buf(c, 200, "text/html; charset=utf-8", page, sizeof page - 1, MHD_RESPMEM_PERSISTENT, cookie);
+		return api_send_buf(c, 200, "text/html; charset=utf-8", page, sizeof page - 1, MHD_RESPMEM_PERSISTENT, cookie);
 	}
 	struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
 	if (!r)
 		return MHD_NO;
-	common_headers(r);
+	api_headers(r);
 	MHD_add_response_header(r, "Set-Cookie", cookie);
 	MHD_add_response_header(r, "Location", "/");
 	enum MHD_Result ret = MHD_queue_response(c, 303, r);
@@ -837,7 +665,7 @@ static int origin_ok(struct MHD_Connection *c)
 }
 
 /* 1 and w filled when the request carries a session cookie or the token. */
-static int authenticate(struct MHD_Connection *c, struct who *w)
+static int authenticate(struct MHD_Connection *c, struct api_who *w)
 {
 	const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
 	const char *ck = MHD_lookup_connection_value(c, MHD_COOKIE_KIND, COOKIE);
@@ -860,21 +688,21 @@ static int is_page(const char *url)
 }
 
 /* A route's handler. w is who asked: zeroed on the open routes. */
-typedef enum MHD_Result route_fn(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w);
+typedef enum MHD_Result route_fn(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w);
 
-static enum MHD_Result route_asset(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_asset(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	return send_asset(c, url);
 }
 
-static enum MHD_Result route_page(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_page(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	return send_asset(c, "/index.html");
 }
 
-static enum MHD_Result route_login_form(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_login_form(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
-	const char *once = arg(c, "once");
+	const char *once = api_arg(c, "once");
 	if (!once)
 		return send_login(c, 200, "Enter the access token (from the token file) to sign in.");
 	if (!auth_link_use(once))
@@ -882,7 +710,7 @@ static enum MHD_Result route_login_form(struct MHD_Connection *c, const char *ur
 	return start_session(c, "", 1);
 }
 
-static enum MHD_Result route_login(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_login(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	char token[300], name[AUTH_NAME_MAX + 8];
 	form_value(rq->body, rq->len, "name", name, sizeof name);
@@ -893,10 +721,10 @@ static enum MHD_Result route_login(struct MHD_Connection *c, const char *url, st
 	return start_session(c, name, 0);
 }
 
-static enum MHD_Result route_metrics(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_metrics(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	enum MHD_Result ret;
-	json_t *r = agentd(c, json_pack("{ss}", "op", "metrics"), &ret);
+	json_t *r = api_ask(c, json_pack("{ss}", "op", "metrics"), &ret);
 	if (!r)
 		return ret;
 	const char *t = json_string_value(json_object_get(r, "text"));
@@ -904,44 +732,44 @@ static enum MHD_Result route_metrics(struct MHD_Connection *c, const char *url, 
 	json_decref(r);
 	if (!copy)
 		return MHD_NO;
-	return send_buf(c, 200, "text/plain; version=0.0.4; charset=utf-8", copy, strlen(copy), MHD_RESPMEM_MUST_FREE,
+	return api_send_buf(c, 200, "text/plain; version=0.0.4; charset=utf-8", copy, strlen(copy), MHD_RESPMEM_MUST_FREE,
 			NULL);
 }
 
-static enum MHD_Result route_session(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_session(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	char name[AUTH_NAME_MAX + 1];
-	by_name(c, w, name, sizeof name);
-	return send_json(c, 200, json_pack("{sssssbsisbss}", "name", w->name, "csrf", w->session ? w->csrf : "",
+	api_by_name(c, w, name, sizeof name);
+	return api_send_json(c, 200, json_pack("{sssssbsisbss}", "name", w->name, "csrf", w->session ? w->csrf : "",
 					   "session", w->session, "poll_ms", CFG->poll_ms, "name_from_proxy",
 					   CFG->user_header && MHD_lookup_connection_value(c, MHD_HEADER_KIND, CFG->user_header),
 					   "by", name));
 }
 
-static enum MHD_Result route_session_name(struct MHD_Connection *c, const char *url, struct req *rq,
-					  const struct who *w)
+static enum MHD_Result route_session_name(struct MHD_Connection *c, const char *url, struct api_req *rq,
+					  const struct api_who *w)
 {
 	json_t *b = json_loadb(rq->body ? rq->body : "", rq->len, 0, NULL);
 	const char *name = json_string_value(json_object_get(b, "name"));
 	int e = !w->session ? -EPERM : !name ? -EINVAL : auth_session_name(w->id, name);
 	json_decref(b);
 	if (e)
-		return send_error(c, 400, "bad_request", "expected {\"name\": at most 100 bytes of printable text}");
-	return send_json(c, 200, json_pack("{sb}", "ok", 1));
+		return api_send_error(c, 400, "bad_request", "expected {\"name\": at most 100 bytes of printable text}");
+	return api_send_json(c, 200, json_pack("{sb}", "ok", 1));
 }
 
-static enum MHD_Result route_logout(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w)
+static enum MHD_Result route_logout(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	char cookie[256];
 	if (w->session)
 		auth_session_end(w->id);
 	cookie_line(cookie, sizeof cookie, "", 1);
-	return send_buf(c, 200, "application/json", "{\"ok\":true}", 11, MHD_RESPMEM_PERSISTENT, cookie);
+	return api_send_buf(c, 200, "application/json", "{\"ok\":true}", 11, MHD_RESPMEM_PERSISTENT, cookie);
 }
 
 /* The API routes: each passes on to its api_* function. */
 #define ROUTE_API(fname, call)                                                                                  \
-	static enum MHD_Result fname(struct MHD_Connection *c, const char *url, struct req *rq, const struct who *w) \
+	static enum MHD_Result fname(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w) \
 	{                                                                                                        \
 		return call;                                                                                     \
 	}
@@ -953,11 +781,17 @@ ROUTE_API(route_tool_call, api_by_id(c, "tool_call", "id", "tool_call_id"))
 ROUTE_API(route_audit, api_by_id(c, "audit", "conversation", "conversation"))
 ROUTE_API(route_events, api_events(c))
 ROUTE_API(route_watch, api_watch(c))
-ROUTE_API(route_status, proxy(c, json_pack("{ss}", "op", "status")))
+ROUTE_API(route_status, api_proxy(c, json_pack("{ss}", "op", "status")))
 ROUTE_API(route_runs, api_runs(c))
 ROUTE_API(route_nodes, api_nodes(c))
 ROUTE_API(route_resolve, api_resolve(c, rq, w))
 ROUTE_API(route_settle, api_settle(c, rq, w))
+ROUTE_API(route_send, convs_act(c, rq, w, CONVS_SEND))
+ROUTE_API(route_cancel, convs_act(c, rq, w, CONVS_CANCEL))
+ROUTE_API(route_resume, convs_act(c, rq, w, CONVS_RESUME))
+ROUTE_API(route_end, convs_act(c, rq, w, CONVS_END))
+ROUTE_API(route_fork, convs_act(c, rq, w, CONVS_FORK))
+ROUTE_API(route_search, convs_search(c))
 #undef ROUTE_API
 
 enum {
@@ -999,6 +833,12 @@ static const struct route {
 	{"GET", "/api/nodes", 0, route_nodes},
 	{"POST", "/api/resolve", 0, route_resolve},
 	{"POST", "/api/settle", 0, route_settle},
+	{"POST", "/api/send", 0, route_send},
+	{"POST", "/api/cancel", 0, route_cancel},
+	{"POST", "/api/resume", 0, route_resume},
+	{"POST", "/api/end", 0, route_end},
+	{"POST", "/api/fork", 0, route_fork},
+	{"GET", "/api/search", 0, route_search},
 };
 
 static const struct route *route_find(const char *url, int post)
@@ -1016,26 +856,26 @@ static enum MHD_Result send_unauthorized(struct MHD_Connection *c, const char *u
 	if (is_page(url) && get)
 		return send_login(c, 401, "Sign in first: enter the access token (from the token file).");
 	if (!strcmp(url, "/metrics"))
-		return send_buf(c, 401, "text/plain; charset=utf-8", "401 unauthorized: send Authorization: Bearer TOKEN\n", 51,
+		return api_send_buf(c, 401, "text/plain; charset=utf-8", "401 unauthorized: send Authorization: Bearer TOKEN\n", 51,
 				MHD_RESPMEM_PERSISTENT, NULL);
-	return send_error(c, 401, "unauthorized", "sign in, or send Authorization: Bearer TOKEN");
+	return api_send_error(c, 401, "unauthorized", "sign in, or send Authorization: Bearer TOKEN");
 }
 
-static enum MHD_Result route(struct MHD_Connection *c, const char *url, const char *method, struct req *rq)
+static enum MHD_Result route(struct MHD_Connection *c, const char *url, const char *method, struct api_req *rq)
 {
 	int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
-	struct who w;
+	struct api_who w;
 	if (!host_ok(c))
-		return send_error(c, 403, "forbidden", "unexpected Host header (see --origin)");
+		return api_send_error(c, 403, "forbidden", "unexpected Host header (see --origin)");
 	if (!get && !post)
-		return send_error(c, 405, "method_not_allowed", "only GET and POST");
+		return api_send_error(c, 405, "method_not_allowed", "only GET and POST");
 	if (rq->too_large)
-		return send_error(c, 413, "too_large", "the request body is too large");
+		return api_send_error(c, 413, "too_large", "the request body is too large");
 
 	const struct route *rt = route_find(url, post);
 	if (rt && (rt->flags & ROUTE_OPEN)) {
 		if ((rt->flags & ROUTE_ORIGIN) && !origin_ok(c))
-			return send_error(c, 403, "forbidden", "cross-origin request refused");
+			return api_send_error(c, 403, "forbidden", "cross-origin request refused");
 		memset(&w, 0, sizeof w);
 		return rt->fn(c, url, rq, &w);
 	}
@@ -1048,19 +888,19 @@ static enum MHD_Result route(struct MHD_Connection *c, const char *url, const ch
 		 * before the lookup, so an unknown path tells nothing more. */
 		const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-CSRF-Token");
 		if (!origin_ok(c))
-			return send_error(c, 403, "forbidden", "cross-origin request refused (Origin)");
+			return api_send_error(c, 403, "forbidden", "cross-origin request refused (Origin)");
 		if (!t || strlen(t) != AUTH_ID_LEN || strcmp(t, w.csrf))
-			return send_error(c, 403, "forbidden", "missing or wrong CSRF token");
+			return api_send_error(c, 403, "forbidden", "missing or wrong CSRF token");
 	}
 	if (!rt)
-		return send_error(c, 404, "not_found", "no such page");
+		return api_send_error(c, 404, "not_found", "no such page");
 	return rt->fn(c, url, rq, &w);
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
 			      const char *version, const char *data, size_t *size, void **con_cls)
 {
-	struct req *rq = *con_cls;
+	struct api_req *rq = *con_cls;
 	if (!rq) { /* headers are in; the body (if any) comes next */
 		if (!(rq = calloc(1, sizeof *rq)))
 			return MHD_NO;
@@ -1087,7 +927,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-	struct req *rq = *con_cls;
+	struct api_req *rq = *con_cls;
 	if (rq) {
 		free(rq->body);
 		free(rq);
@@ -1103,6 +943,7 @@ int http_start(const struct http_config *cfg, int listen_fd, struct http_server 
 		return -ENOMEM;
 	}
 	CFG = cfg;
+	api_init(cfg->socket, cfg->user_header);
 	s->cfg = cfg;
 	s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
 				MHD_USE_ERROR_LOG, 0, NULL, NULL, handle, s,

@@ -69,6 +69,13 @@ executor = human
 prompt = Quick?
 expires = 4s
 
+[tool.esc]
+executor = human
+prompt = First look?
+expires = 2s
+on_expiry = escalate
+escalate_to = approve
+
 [tool.pair]
 executor = human
 prompt = Two of you?

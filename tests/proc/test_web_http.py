@@ -61,15 +61,17 @@ def test_token_file_and_refusals():
         assert "script-src 'self'" in h["Content-Security-Policy"] and "frame-ancestors 'none'" in h["Content-Security-Policy"]
         assert h["X-Content-Type-Options"] == "nosniff"
         for path_ in ["/app.js", "/api/pending", "/api/status", "/api/session", "/api/conversations",
-                      "/api/watch?conversation=x", "/api/runs?conversation=x", "/api/nodes", "/metrics", "/nope"]:
+                      "/api/watch?conversation=x", "/api/runs?conversation=x", "/api/nodes", "/api/search?q=x",
+                      "/api/events?conversation=x", "/metrics", "/nope"]:
             st, _, b = w.get(path_, token=False)
             assert st == 401, (path_, st, b)
             st, _, b = w.get(path_, {"Authorization": "Bearer " + "0" * 64}, token=False)
             assert st == 401, (path_, st, b)
             st, _, b = w.get(path_, {"Cookie": "agentd_web=" + "0" * 64}, token=False)
             assert st == 401, (path_, st, b)
-        st, _, b = w.post("/api/resolve", "{}", {"Origin": w.base})
-        assert st == 401, (st, b)
+        for path_ in ["/api/resolve", "/api/send", "/api/cancel", "/api/resume", "/api/fork", "/api/end"]:
+            st, _, b = w.post(path_, "{}", {"Origin": w.base})
+            assert st == 401, (path_, st, b)
         # the login form: a wrong token, a foreign origin
         form = {"Origin": w.base, "Content-Type": "application/x-www-form-urlencoded"}
         st, h, b = w.post("/login", "token=wrong&name=x", form)
@@ -618,6 +620,226 @@ def test_nodes():
             assert [(n["node"], n["live"]) for n in r["nodes"]] == [("alpha", True), ("beta", False)], r
             assert r["now"] > r["nodes"][1]["expires_at"] - 1000, r
 
+
+def act(w, path, body, hdrs):
+    st, _, b = w.post(path, body if isinstance(body, str) else json.dumps(body), hdrs)
+    return st, json.loads(b)
+
+
+def meta(a, c):
+    return a.ok({"op": "get", "conversation": c})["conversation"]["metadata"]
+
+
+def test_events_filtered_and_paged():
+    """/api/events: the type filter, the after/before range, the limit, forward pages, and every bad input a 400
+    naming it."""
+    with Agentd(config=TOOLS) as a, AgentdWeb(a) as w:
+        c = a.create(settings={"model": "echo", "tools": ["approve"]})
+        a.send(c, "hello there")
+        tc = ask(a, c)
+        everything = a.events(c)
+        ev = lambda q: (lambda r: (r[0], json.loads(r[2])))(w.get(f"/api/events?conversation={c}&" + q))
+        st, r = ev("type=user_msg")
+        assert st == 200 and [e["seq"] for e in r["events"]] == [e["seq"] for e in everything if e["type"] == "user_msg"], r
+        st, r = ev("type=tool_call&limit=1")
+        call = r["events"][0]
+        assert len(r["events"]) == 1 and call["content"]["tool_call_id"] == tc, r
+        st, r = ev(f"type=user_msg&before={call['seq']}&limit=1")
+        assert [e["content"] for e in r["events"]] == [{"text": "/tool approve " + '{"amount": 5}'}], r
+        st, r = ev("after=1&before=4")
+        assert [e["seq"] for e in r["events"]] == [2, 3], r
+        st, r = ev("after=0")  # forward from the start, agentd's page (no limit)
+        assert st == 200 and r["events"] == everything and "next_after" not in r, r
+        st, r = ev("limit=2")
+        assert [e["seq"] for e in r["events"]] == [e["seq"] for e in everything[-2:]], r
+        st, r = ev("type=no_such_type")  # agentd names the types
+        assert st == 400 and "'type' must be one of: user_msg, assistant_msg" in r["message"], r
+        for q, says in [("limit=0", "'limit'"), ("limit=10001", "'limit'"), ("after=x", "'after'"),
+                        ("after=-1", "'after'"), ("before=1.5", "'before'"), ("type=%ff", "'type' is not valid UTF-8")]:
+            st, r = ev(q)
+            assert st == 400 and r["error"] == "bad_request" and says in r["message"], (q, st, r)
+        st, _, b = w.get("/api/events?type=user_msg")
+        assert st == 400 and b"'conversation' is required" in b, (st, b)
+        st, _, b = w.get("/api/events?conversation=nope")
+        assert st == 404, (st, b)
+
+
+def test_acting_on_conversations():
+    """send, cancel, resume, fork and end from the page: each done by agentd, recorded with the person (metadata,
+    or the fork's), logged by agentd-web; a bad body a 400 with nothing written; no CSRF token: 403, nothing done."""
+    a = Agentd(start=False)
+    gate = os.path.join(a.dir, "never")
+    model = a.script("wait.py", f"""
+        import json, os, sys, time
+        json.load(sys.stdin)
+        while not os.path.exists({gate!r}):
+            time.sleep(0.02)
+        print(json.dumps({{"text": "done"}}))
+        """)
+    a.write_config(TOOLS + f"\n[model.wait]\ncommand = python3 {model}\n")
+    with a, AgentdWeb(a) as w:
+        a.start()
+        ck, csrf = login(w, "Ann")
+        good = {"Cookie": ck, "Origin": w.base, "X-CSRF-Token": csrf, "Content-Type": "application/json"}
+        no_csrf = {k: v for k, v in good.items() if k != "X-CSRF-Token"}
+        c = a.create(metadata={"team": "red"})
+        # no CSRF token: refused, nothing done, on every action
+        for path in ["/api/send", "/api/cancel", "/api/resume", "/api/fork", "/api/end"]:
+            st, r = act(w, path, {"conversation": c, "text": "x"} if path == "/api/send" else {"conversation": c}, no_csrf)
+            assert st == 403 and r["error"] == "forbidden", (path, st, r)
+        assert a.events(c) == [] and meta(a, c) == {"team": "red"} and a.ok({"op": "list"})["conversations"][0]["id"] == c
+        assert len(a.ok({"op": "list"})["conversations"]) == 1
+
+        # send
+        st, r = act(w, "/api/send", {"conversation": c, "text": "from the page", "event_id": "e1"}, good)
+        assert st == 200 and r["recorded"] is True, (st, r)
+        seq = r["seq"]
+        assert [(e["seq"], e["type"], e["content"]) for e in a.events(c)][0] == (seq, "user_msg", {"text": "from the page"})
+        assert meta(a, c) == {"team": "red", "sent_by": "Ann"}
+        st, r = act(w, "/api/send", {"conversation": c, "text": "from the page", "event_id": "e1"}, good)
+        assert st == 200 and r["duplicate"] is True and r["seq"] == seq, r
+        wait_for(lambda: a.events(c)[-1]["type"] == "assistant_msg", 10, "the echo")
+        n = len(a.events(c))
+        for body, says in [({"conversation": c}, "text"), ({"conversation": c, "text": ""}, "text"),
+                           ({"conversation": c, "text": 5}, "text"), ({"text": "x"}, "conversation"),
+                           ({"conversation": c, "text": "x", "by": "Eve"}, "unknown field"),
+                           ({"conversation": c, "text": "x", "event_id": 1}, "event_id"), ("[1]", "JSON object"),
+                           ("{", "JSON object")]:
+            st, r = act(w, "/api/send", body, good)
+            assert st == 400 and r["error"] == "bad_request" and says in r["message"], (body, st, r)
+        st, r = act(w, "/api/send", {"conversation": "nope", "text": "x"}, good)
+        assert st == 404 and r["error"] == "not_found", (st, r)
+        assert len(a.events(c)) == n
+
+        # resume and cancel a turn that runs (a model that never answers)
+        g = a.create(model="wait")
+        a.send(g, "wait for it")
+        wait_for(lambda: (a.ok({"op": "get", "conversation": g})["conversation"]["run"] or {}).get("status") == "running",
+                 10, "the turn running")
+        a.ok({"op": "stop", "conversation": g})
+        wait_for(lambda: a.ok({"op": "get", "conversation": g})["conversation"]["worker"] is None, 10, "the worker stopped")
+        st, r = act(w, "/api/resume", {"conversation": g}, good)
+        assert st == 200 and r["resumed"] is True and r["recorded"] is True, (st, r)
+        assert meta(a, g) == {"resumed_by": "Ann"}
+        st, r = act(w, "/api/cancel", {"conversation": g}, good)
+        assert st == 200 and r["cancelled"] is True and r["recorded"] is True, (st, r)
+        assert a.events(g)[-1]["type"] == "turn_cancelled" and meta(a, g) == {"resumed_by": "Ann", "cancelled_by": "Ann"}
+        n = len(a.events(g))
+        st, r = act(w, "/api/cancel", {"conversation": g}, good)  # idle now: nothing to cancel, nothing written
+        assert st == 200 and r["cancelled"] is False and "recorded" not in r, (st, r)
+        st, r = act(w, "/api/resume", {"conversation": g}, good)
+        assert st == 200 and r["resumed"] is False and "nothing is owed" in r["message"], (st, r)
+        assert len(a.events(g)) == n
+        for path in ["/api/cancel", "/api/resume", "/api/end"]:
+            st, r = act(w, path, {"conversation": g, "seq": 1}, good)
+            assert st == 400 and "unknown field" in r["message"], (path, st, r)
+            st, r = act(w, path, {"conversation": 7}, good)
+            assert st == 400 and "conversation" in r["message"], (path, st, r)
+            st, r = act(w, path, {"conversation": "nope"}, good)
+            assert st == 404, (path, st, r)
+
+        # fork: the source's metadata and who forked it
+        st, r = act(w, "/api/fork", {"conversation": c, "seq": 1, "new_conversation": "f1"}, good)
+        assert st == 200 and r["conversation"] == "f1" and r["forked_from"] == {"conversation": c, "seq": 1}, (st, r)
+        assert meta(a, "f1") == {"team": "red", "sent_by": "Ann", "forked_by": "Ann"}
+        assert meta(a, c) == {"team": "red", "sent_by": "Ann"}  # the source is not written
+        st, r = act(w, "/api/fork", {"conversation": c}, good)  # at its last seq
+        last = a.ok({"op": "get", "conversation": c})["conversation"]["last_seq"]
+        assert st == 200 and r["forked_from"]["seq"] == last, (st, r)
+        count = len(a.ok({"op": "list"})["conversations"])
+        for body, code, says in [({"conversation": c, "seq": 0}, 400, "seq"), ({"conversation": c, "seq": "1"}, 400, "seq"),
+                                 ({"conversation": c, "seq": 999}, 400, "past the last seq"),
+                                 ({"conversation": c, "new_conversation": "f1"}, 409, "already exists"),
+                                 ({"conversation": c, "new_conversation": 3}, 400, "new_conversation"),
+                                 ({"conversation": "nope"}, 404, "")]:
+            st, r = act(w, "/api/fork", body, good)
+            assert st == code and says in r.get("message", ""), (body, st, r)
+        assert len(a.ok({"op": "list"})["conversations"]) == count
+
+        # end: ended and by whom in one update; then a send is refused
+        st, r = act(w, "/api/end", {"conversation": "f1"}, good)
+        assert st == 200, (st, r)
+        f1 = a.ok({"op": "get", "conversation": "f1"})["conversation"]
+        assert f1["status"] == "ended" and f1["metadata"]["ended_by"] == "Ann", f1
+        n = len(a.events("f1"))
+        st, r = act(w, "/api/send", {"conversation": "f1", "text": "late"}, good)
+        assert st == 409 and r["error"] == "conflict", (st, r)
+        st, r = act(w, "/api/cancel", {"conversation": "f1"}, good)
+        assert st == 409 and r["error"] == "conflict", (st, r)
+        assert len(a.events("f1")) == n
+        st, r = act(w, "/api/fork", {"conversation": "f1", "new_conversation": "f2"}, good)  # not ended: no ended_by
+        f2 = a.ok({"op": "get", "conversation": "f2"})["conversation"]
+        assert st == 200 and f2["status"] != "ended" and f2["metadata"] == {"team": "red", "sent_by": "Ann", "forked_by": "Ann"}, f2
+
+        # a conversation holding 16 metadata keys: a send stands, its name not recorded; an end is refused whole
+        full = a.create(metadata={f"k{i}": "v" for i in range(16)})
+        st, r = act(w, "/api/send", {"conversation": full, "text": "hi"}, good)
+        assert st == 200 and r["recorded"] is False and "16" in r["record_error"], (st, r)
+        st, r = act(w, "/api/end", {"conversation": full}, good)
+        assert st == 400 and "16" in r["message"], (st, r)
+        assert a.ok({"op": "get", "conversation": full})["conversation"]["status"] != "ended"
+        count = len(a.ok({"op": "list"})["conversations"])
+        st, r = act(w, "/api/fork", {"conversation": full}, good)
+        assert st == 400 and "16" in r["message"] and len(a.ok({"op": "list"})["conversations"]) == count, (st, r)
+        assert len(meta(a, full)) == 16
+
+        # a program with the token needs no CSRF token, and is named as such
+        st, _, b = w.post("/api/send", json.dumps({"conversation": c, "text": "by a program"}), token=True)
+        assert st == 200 and meta(a, c)["sent_by"] == "agentd-web (token)", (st, b)
+
+        log = w.errors()
+        for line in [f"agentd-web: sent a message by Ann: {c} (seq {seq})", f"agentd-web: resumed by Ann: {g}",
+                     f"agentd-web: cancelled the turn by Ann: {g}", f"agentd-web: forked by Ann: {c} as f1 at seq 1",
+                     "agentd-web: ended by Ann: f1", f"agentd-web: sent a message by agentd-web (token): {c}"]:
+            assert line in log, (line, log)
+        assert log.count("cancelled the turn") == 1 and log.count("resumed by") == 1, log
+        assert log.count(f"sent a message by Ann: {c} ") == 1, log  # the send seen before (event_id e1) is not
+
+
+def create_many(a, ids):
+    """Create the conversations, pipelined on one connection (one group commit takes many)."""
+    with a.conn(timeout=60) as cl:
+        cl.raw(b"".join(json.dumps({"op": "create", "conversation": i, "settings": {"model": "echo"}}).encode() + b"\n"
+                        for i in ids))
+        for _ in ids:
+            assert cl.recv(timeout=60)["ok"] is True
+
+
+def test_search():
+    """/api/search: by id, metadata and the text of the last events; at most 1,000 conversations looked at and
+    100 matches a reply, with a cursor to go on; bad input a 400."""
+    with Agentd() as a, AgentdWeb(a) as w:
+        create_many(a, [f"bulk-{i:03d}" for i in range(1000)])  # in id order before the s- ones
+        a.create(conversation="s-alpha", metadata={"ticket": "ZX-42"})
+        fox = a.create(conversation="s-beta")
+        a.send(fox, "the quick brown Fox jumps")
+        wait_for(lambda: len(a.events(fox)) == 2, 10, "the echo")
+        search = lambda q: (lambda r: (r[0], json.loads(r[2])))(w.get("/api/search?" + q))
+        st, r = search("q=zx-42")  # 1,000 looked at, none found: go on after the last
+        assert st == 200 and r["matches"] == [] and r["scanned"] == 1000 and r["next"] == "bulk-999", r
+        st, r = search("q=zx-42&after=bulk-999")
+        assert st == 200 and [(m["conversation"]["id"], m["match"], m["pair"]) for m in r["matches"]] == \
+            [("s-alpha", "metadata", {"ticket": "ZX-42"})] and r["scanned"] == 2 and "next" not in r, r
+        st, r = search("q=" + urllib.parse.quote("brown fox") + "&after=bulk-999")
+        assert [(m["conversation"]["id"], m["match"], m["seq"], m["type"]) for m in r["matches"]] == \
+            [("s-beta", "event", 2, "assistant_msg")] and "brown Fox" in r["matches"][0]["text"], r
+        st, r = search("q=S-ALP&after=bulk-999")
+        assert [(m["conversation"]["id"], m["match"]) for m in r["matches"]] == [("s-alpha", "id")], r
+        st, r = search("q=bulk")  # 1,000 match: 100, then the next 100 after the cursor
+        assert len(r["matches"]) == 100 and r["next"] == "bulk-099" and r["scanned"] == 100, r
+        st, r = search("q=bulk&after=bulk-099")
+        assert [m["conversation"]["id"] for m in r["matches"]] == [f"bulk-{i}" for i in range(100, 200)] \
+            and r["next"] == "bulk-199", r
+        st, r = search("q=bulk&after=bulk-899")  # the 100th match is not the last conversation: go on after it
+        assert len(r["matches"]) == 100 and r["scanned"] == 100 and r["next"] == "bulk-999", (r["scanned"], r.get("next"))
+        st, r = search("q=bulk&after=bulk-999")
+        assert r["matches"] == [] and r["scanned"] == 2 and "next" not in r, r
+        for q, says in [("", "'q' is required"), ("q=", "'q' is required"), ("q=%ff", "'q' is not valid UTF-8"),
+                        ("q=" + "x" * 257, "at most 256"), ("q=a&after=%ff", "'after'")]:
+            st, r = search(q)
+            assert st == 400 and says in r["message"], (q, st, r)
+        st, r = search("q=bulk&after=" + "x" * 300)  # agentd checks the cursor
+        assert st == 400, (st, r)
 
 def test_agentd_not_running():
     with Agentd() as a:

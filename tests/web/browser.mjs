@@ -74,6 +74,40 @@ try {
     assert((await textOf(page, '#pending-count')) === '1', 'the count');
   });
 
+  await step('the card shows what led to the call: the user message, the model text, the log, the deadline', async () => {
+    const sel = `#pending-list [data-tool-call="${tc}"]`;
+    const evs = ctlJson('events', c1).events;
+    const call = evs.find((e) => e.type === 'tool_call' && e.content.tool_call_id === tc);
+    const before = (type) => evs.filter((e) => e.type === type && e.seq < call.seq).pop();
+    await waitText(page, `${sel} .ctx-log`, `call at #${call.seq}`);
+    const ctx = await page.$eval(sel, (e) => ({
+      user: e.querySelector('.ctx-user').textContent, model: e.querySelector('.ctx-model').textContent,
+      href: e.querySelector('.ctx-log').getAttribute('href'), deadline: e.querySelector('.deadline').textContent,
+      tags: e.querySelectorAll('.context script, .context img').length }));
+    assert(ctx.user === 'User: ' + before('user_msg').content.text, 'the user message: ' + ctx.user);
+    const text = before('assistant_msg') && before('assistant_msg').content.text;
+    assert(ctx.model === 'Model: ' + (text || '(no text before the call)'), 'the model text: ' + ctx.model);
+    assert(ctx.user.includes('<script>window.__pwned=1</script>') && ctx.tags === 0, 'the payload in the context as text');
+    assert(ctx.href === '#/c/' + c1, 'the link to the log: ' + ctx.href);
+    const dl = ctlJson('tool-call', tc).tool_call.deadline;
+    assert(ctx.deadline === ` · deadline ${await page.evaluate((d) => new Date(d).toLocaleString(), dl)}`, 'the deadline: ' + ctx.deadline);
+  });
+
+  await step('an escalated call shows its chain, its new prompt and deadline', async () => {
+    const cEsc = ctl('create', '--id', 'c-esc', '--model', 'echo', '--tool', 'esc', '--tool', 'approve').trim();
+    ctl('send', cEsc, 'please pay the invoice');
+    ctl('send', cEsc, '/tool esc {"amount": 7}');
+    const id = (await pendingCall(cEsc)).id;
+    const sel = `#pending-list [data-tool-call="${id}"]`;
+    await waitText(page, `${sel} .ctx-user`, 'User: /tool esc');
+    await waitText(page, `${sel} .ctx-chain`, 'Escalated: esc → approve', 20);
+    await waitText(page, `${sel} .prompt`, 'Pay it?');
+    assert(/expires in (59m|1h)/.test(await textOf(page, `${sel} .time`)), 'the new time left');
+    assert(!(await page.$eval(`${sel} button.approve`, (b) => b.disabled)), 'it can be answered');
+    ctl('resolve', id, '--by', 'cleanup');
+    await page.waitForSelector(sel, { hidden: true, timeout: T(10) });
+  });
+
   await step('approve (double click) resumes the conversation; the answer appears in the live tail', async () => {
     await page.click(`#pending-list [data-tool-call="${tc}"] a`);
     await waitText(page, '#live', 'live');
@@ -265,6 +299,9 @@ try {
     await page.goto(base + '/#/status');
     await waitText(page, '#status', 'Workers (');
     await waitText(page, '#status', 'map_size');
+    const mapSize = ctlJson('status').store.map_size;
+    const shown = await page.$eval('#store [data-key="map_size"] td', (e) => ({ text: e.textContent, title: e.title }));
+    assert(/^\d+(\.\d)? (KiB|MiB|GiB|TiB)$/.test(shown.text) && shown.title === `${mapSize} bytes`, 'the map size readable: ' + JSON.stringify(shown));
     if (!env.SECOND_NODE) {
       // one node on its store: its id, no table
       await waitText(page, '#node', `node ${env.NODE_ID}`);
@@ -283,6 +320,43 @@ try {
       return e && e.textContent === 'expired';
     }, { timeout: T(15), polling: 100 }, env.SECOND_NODE);
     await waitText(page, '#status', 'Nodes (2, 1 live)');
+  });
+
+  await step('acting on a conversation: send, then end after its confirm', async () => {
+    const cAct = ctl('create', '--id', 'c-act', '--model', 'echo').trim();
+    await page.goto(base + '/#/c/' + cAct);
+    await waitText(page, '#live', 'live');
+    await page.type('#send-text', 'hello from the page');
+    await page.click('#act-send');
+    await waitText(page, '#act-status', `Sent by ${NAME}`);
+    await page.waitForFunction(() => [...document.querySelectorAll('#log .event.assistant_msg')]
+      .some((e) => e.textContent.includes('hello from the page')), { timeout: T(10), polling: 50 });
+    await page.click('#act-end');
+    await waitText(page, '#act-confirm', 'Really end this conversation?');
+    await page.click('#act-no');
+    await page.waitForSelector('#act-confirm', { hidden: true });
+    assert(ctlJson('get', cAct).conversation.status !== 'ended', 'not ended without the confirm');
+    await page.click('#act-end');
+    await page.click('#act-yes');
+    await waitText(page, '#act-status', `Ended by ${NAME}.`);
+    const conv = ctlJson('get', cAct).conversation;
+    assert(conv.status === 'ended' && conv.metadata.ended_by === NAME && conv.metadata.sent_by === NAME,
+      'ended, by whom: ' + JSON.stringify(conv));
+    await waitText(page, '#conv-head', 'status ended');
+  });
+
+  await step('search finds a conversation by the text of its last events, and by its id', async () => {
+    await page.goto(base + '/#/search');
+    await page.type('#search-q', 'HELLO from the');
+    await page.click('#search-q + button');
+    const row = '#search-results [data-conversation="c-act"]';
+    await page.waitForSelector(row);
+    const text = await textOf(page, row);
+    assert(text.includes('event') && text.includes('hello from the page'), 'found by its text: ' + text);
+    assert(page.url().endsWith('#/search?q=HELLO+from+the'), 'the URL keeps the search: ' + page.url());
+    await page.goto(base + '/#/search?q=c-ac');
+    await waitText(page, '#search-note', '1 found among');
+    assert((await textOf(page, row)).includes('id'), 'found by its id');
   });
 
   await step('signing out ends the session', async () => {

@@ -36,6 +36,14 @@ function fmtLeft(ms) {
   return `${sec}s`;
 }
 
+// A size: bytes, KiB, MiB, GiB or TiB (binary units: a map size is a power of two), one decimal past KiB.
+function fmtBytes(n) {
+  const units = ['bytes', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i ? `${n.toFixed(1).replace(/\.0$/, '')} ${units[i]}` : `${n} bytes`;
+}
+
 // A duration: milliseconds under a second, else as fmtLeft.
 function fmtDuration(ms) { return ms < 1000 ? `${Math.max(0, ms)} ms` : fmtLeft(ms); }
 
@@ -225,6 +233,36 @@ function makeUnknownCard(tc, showConversation) {
   return card;
 }
 
+// What led to an approval (docs/web.md, "Context on a card"): the conversation's last user message and the
+// model's text before the call, the tools it was escalated along, read once per card from /api/events.
+const CONTEXT_CHARS = 600;
+function short(c) {
+  const t = c && typeof c.text === 'string' ? c.text : json(c);
+  return t.length > CONTEXT_CHARS ? t.slice(0, CONTEXT_CHARS) + '…' : t;
+}
+
+async function loadContext(card) {
+  const tc = card.tc;
+  const q = (p) => api('/api/events?' + new URLSearchParams(Object.assign({ conversation: tc.conversation }, p)));
+  const line = (cls, label, text) => el('div', { class: cls }, el('span', { class: 'muted' }, label), text);
+  try {
+    const calls = await q({ type: 'tool_call', limit: '1000' });
+    const ev = calls.events.find((e) => e.content && e.content.tool_call_id === tc.id);
+    if (!ev) { card.context.textContent = 'Not among the conversation\'s last 1,000 tool calls: see its log.'; return; }
+    const [u, m, esc] = await Promise.all([q({ type: 'user_msg', before: ev.seq, limit: '1' }),
+      q({ type: 'assistant_msg', before: ev.seq, limit: '1' }), q({ type: 'escalation', after: ev.seq, limit: '1000' })]);
+    const user = u.events[0], model = m.events[0];
+    const chain = esc.events.filter((e) => e.content.tool_call_id === tc.id).pop();
+    clear(card.context).append(
+      line('ctx-user', 'User: ', user ? short(user.content) : '(no user message before it)'),
+      line('ctx-model', 'Model: ', model && model.content.text ? short(model.content) : '(no text before the call)'),
+      chain ? line('ctx-chain', 'Escalated: ', chain.content.chain.join(' → ')) : null,
+      el('a', { class: 'ctx-log', href: '#/c/' + encodeURIComponent(tc.conversation) }, `the log (call at #${ev.seq})`));
+  } catch (e) {
+    card.context.textContent = `Cannot read the context: ${e.message}`;
+  }
+}
+
 function makeCard(tc, showConversation) {
   if (tc.kind === 'unknown' || tc.status === 'unknown') return makeUnknownCard(tc, showConversation);
   const card = { tc, state: 'pending', busy: false };
@@ -236,10 +274,12 @@ function makeCard(tc, showConversation) {
     el('div', { class: 'title' }, tc.name,
       showConversation ? el('span', { class: 'muted' }, ' in ',
         el('a', { href: '#/c/' + encodeURIComponent(tc.conversation) }, tc.conversation)) : null),
-    el('div', { class: 'prompt' }, tc.prompt || 'Approve?'),
+    card.prompt = el('div', { class: 'prompt' }, tc.prompt || 'Approve?'),
+    card.context = el('div', { class: 'context' }, el('span', { class: 'muted' }, 'reading the context…')),
     card.approvals = el('div', { class: 'approvals muted' }),
     argsView(tc.args),
-    el('div', { class: 'muted' }, `asked ${fmtTime(tc.inserted_at)} · `, card.time, ` · ${tc.id}`),
+    el('div', { class: 'muted' }, `asked ${fmtTime(tc.inserted_at)} · `, card.time,
+      card.deadline = el('span', { class: 'deadline' }), ` · ${tc.id}`),
     el('div', { class: 'actions' },
       el('button', { type: 'button', class: 'approve', onclick: () => decide(card, 'approve') }, 'Approve'),
       el('button', { type: 'button', class: 'deny', onclick: () => decide(card, 'deny') }, 'Deny'),
@@ -247,8 +287,33 @@ function makeCard(tc, showConversation) {
     el('details', {}, el('summary', { class: 'muted' }, 'answer with a result'), card.result),
     card.status);
   setApprovals(card, tc);
+  setDeadline(card);
   tick(card);
+  loadContext(card);
   return card;
+}
+
+function setDeadline(card) {
+  card.deadline.textContent = card.tc.deadline ? ` · deadline ${fmtTime(card.tc.deadline)}` : '';
+}
+
+// A call escalated (docs/tools.md, "When nobody answers") has another tool's prompt and deadline now: the
+// card shows them, and its context the chain.
+function refreshCard(card, tc) {
+  if (card.unknown || (tc.prompt === card.tc.prompt && tc.deadline === card.tc.deadline)) return;
+  Object.assign(card.tc, { prompt: tc.prompt, deadline: tc.deadline });
+  if (card.state === 'expired') { // the countdown ran out here, but agentd handed the call on: it waits again
+    card.state = 'pending';
+    card.node.classList.remove('expired');
+    card.status.textContent = '';
+    clearTimeout(card.leaving);
+    card.leaving = null;
+    for (const b of card.node.querySelectorAll('button, input, textarea')) b.disabled = false;
+  }
+  card.prompt.textContent = tc.prompt || 'Approve?';
+  setDeadline(card);
+  tick(card);
+  loadContext(card);
 }
 
 // The countdown: the warning state in the last fifth of the time (at least the last minute).
@@ -291,6 +356,7 @@ async function pollPending() {
         const card = S.pending.get(tc.id);
         card.tc.approved_by = tc.approved_by;
         setApprovals(card, tc); // others' approvals since the page showed it
+        refreshCard(card, tc);
       }
     }
     for (const card of [...S.pending.values()]) {
@@ -526,6 +592,63 @@ function runsTable(conv) {
   };
 }
 
+// Acting on a conversation (docs/web.md, "Acting on a conversation"): send a message, cancel its turn, resume,
+// fork, end. Cancel and end ask first, in the page.
+function actionsPanel(id, done) {
+  const status = el('div', { id: 'act-status', class: 'card-status', role: 'status' });
+  const confirmBox = el('div', { id: 'act-confirm', class: 'confirm', hidden: true });
+  const text = el('textarea', { id: 'send-text', placeholder: 'a message to the conversation', maxlength: 100000 });
+  const seq = el('input', { type: 'number', id: 'fork-seq', min: 1, placeholder: 'at seq (default: the last)' });
+  const buttons = [];
+  const button = (bid, cls, label, fn) => { const b = el('button', { type: 'button', id: bid, class: cls, onclick: fn }, label); buttons.push(b); return b; };
+  const act = async (path, body, said) => {
+    clear(status);
+    confirmBox.hidden = true;
+    for (const b of buttons) b.disabled = true;
+    try {
+      const r = await post(path, Object.assign({ conversation: id }, body));
+      status.append(said(r));
+      if (r.recorded === false) status.append(` (not recorded in its metadata: ${r.record_error})`);
+      done();
+      return r;
+    } catch (e) {
+      status.append(`Not done: ${e.message}`);
+      return null;
+    } finally { for (const b of buttons) b.disabled = false; }
+  };
+  const ask = (what, fn) => {
+    clear(status);
+    clear(confirmBox).append(`Really ${what}? `,
+      el('button', { type: 'button', id: 'act-yes', class: 'deny', onclick: fn }, `Yes, ${what}`),
+      el('button', { type: 'button', id: 'act-no', onclick: () => { confirmBox.hidden = true; } }, 'No'));
+    confirmBox.hidden = false;
+  };
+  const eventId = () => 'web-' + [...crypto.getRandomValues(new Uint8Array(12))].map((x) => x.toString(16).padStart(2, '0')).join('');
+  let pendingId = null; // one event_id per message typed: sending it again (a retry) writes it once
+  text.addEventListener('input', () => { pendingId = null; });
+  return el('div', { id: 'conv-actions' },
+    el('div', { class: 'actions' }, text),
+    el('div', { class: 'actions' },
+      button('act-send', 'approve', 'Send', async () => {
+        if (!text.value.trim()) { status.textContent = 'Type a message first.'; return; }
+        pendingId = pendingId || eventId();
+        if (await act('/api/send', { text: text.value, event_id: pendingId }, (r) => `Sent by ${S.by} (#${r.seq}).`)) {
+          text.value = '';
+          pendingId = null;
+        }
+      }),
+      button('act-cancel', 'deny', 'Cancel the turn', () => ask('cancel the running turn', () => act('/api/cancel', {},
+        (r) => (r.cancelled ? `Cancelled by ${S.by}.` : `Nothing to cancel: ${r.message}`)))),
+      button('act-resume', '', 'Resume', () => act('/api/resume', {},
+        (r) => (r.resumed ? `Resumed by ${S.by}.` : `Nothing to resume: ${r.message}`))),
+      seq,
+      button('act-fork', '', 'Fork', () => act('/api/fork', seq.value ? { seq: Number(seq.value) } : {},
+        (r) => el('span', {}, `Forked by ${S.by} at #${r.forked_from.seq} as `,
+          el('a', { href: '#/c/' + encodeURIComponent(r.conversation), id: 'forked' }, r.conversation), '.'))),
+      button('act-end', 'deny', 'End', () => ask('end this conversation', () => act('/api/end', {}, () => `Ended by ${S.by}.`)))),
+    confirmBox, status);
+}
+
 function viewConversation(main, id) {
   const head = el('div', { id: 'conv-head', class: 'muted' });
   const meta = el('div', { id: 'conv-meta', class: 'meta-cell' });
@@ -539,8 +662,10 @@ function viewConversation(main, id) {
   const cards = new Map();
   let last = 0, es = null, closed = false;
 
+  const approvalsHead = el('h2', { hidden: true }, 'Waiting for a decision');
   main.append(el('h1', {}, 'Conversation ', el('span', { id: 'conv-id' }, id)), head, meta,
-    el('h2', {}, 'Waiting for a decision'), approvals,
+    el('h2', {}, 'Act on it'), actionsPanel(id, () => loadHead()),
+    approvalsHead, approvals,
     el('h2', {}, 'Log ', live), log, delta,
     el('h2', {}, 'Runs'), ...runs.nodes,
     el('h2', {}, 'Tool calls'),
@@ -563,7 +688,7 @@ function viewConversation(main, id) {
       const r = await api('/api/tool_calls?conversation=' + encodeURIComponent(id));
       clear(calls);
       for (const tc of r.tool_calls) {
-        calls.append(el('tr', { 'data-tool-call': tc.id }, el('td', {}, tc.id), el('td', {}, tc.name), el('td', {}, tc.executor),
+        calls.append(el('tr', { 'data-tool-call': tc.id }, el('td', { class: 'tc-id' }, tc.id), el('td', {}, tc.name), el('td', {}, tc.executor),
           el('td', { class: 'tc-status' }, tc.status), el('td', {}, argsView(tc.args)), el('td', {}, el('pre', {}, readable(tc.result))),
           el('td', {}, fmtTime(tc.inserted_at)), el('td', {}, fmtTime(tc.resolved_at))));
         if (((tc.status === 'pending' && tc.executor === 'human') || tc.status === 'unknown') && !cards.has(tc.id)) {
@@ -574,11 +699,13 @@ function viewConversation(main, id) {
       }
       for (const [tcid, card] of cards) {
         const now = r.tool_calls.find((t) => t.id === tcid);
+        if (now && now.status === 'pending' && !card.unknown) refreshCard(card, now);
         if (now && now.status !== (card.unknown ? 'unknown' : 'pending') && card.state === 'pending' && !card.busy) {
           if (now.status === 'expired') cardSetStatus(card, 'expired', 'Expired: nobody answered in time.');
           else { card.node.remove(); cards.delete(tcid); }
         }
       }
+      approvalsHead.hidden = cards.size === 0;
     } catch (e) { /* the head says what is wrong */ }
   };
   const loadAudit = async () => {
@@ -613,7 +740,7 @@ function viewConversation(main, id) {
     es.addEventListener('event', (m) => {
       const ev = JSON.parse(m.data);
       addEvent(ev, true);
-      if (['tool_call', 'suspension', 'resolution', 'tool_result'].includes(ev.type)) loadCalls();
+      if (['tool_call', 'suspension', 'resolution', 'tool_result', 'escalation', 'deadline_extended'].includes(ev.type)) loadCalls();
       if (ev.type === 'assistant_msg') loadAudit();
       loadHead();
     });
@@ -673,7 +800,8 @@ function viewStatus(main) {
         el('p', {}, `agentd ${s.version}, up ${fmtLeft(s.uptime_ms)}`),
         nodesView(s, n),
         el('h2', {}, 'Store'),
-        el('table', { class: 'args' }, Object.entries(s.store).map(([k, v]) => el('tr', {}, el('th', {}, k), el('td', {}, String(v))))),
+        el('table', { class: 'args', id: 'store' }, Object.entries(s.store).map(([k, v]) => el('tr', { 'data-key': k }, el('th', {}, k),
+          /_bytes$|^map_size$/.test(k) && typeof v === 'number' ? el('td', { title: `${v} bytes` }, fmtBytes(v)) : el('td', {}, String(v))))),
         el('h2', {}, `Workers (${s.workers.length})`),
         el('table', {}, el('thead', {}, el('tr', {}, ['conversation', 'pid', 'state', 'for'].map((h) => el('th', {}, h)))),
           el('tbody', {}, s.workers.map((w) => el('tr', {},
@@ -684,6 +812,46 @@ function viewStatus(main) {
   load();
   const timer = setInterval(load, 2000);
   return { close: () => clearInterval(timer) };
+}
+
+// Search (docs/web.md): conversations whose id, metadata or last 20 events hold the text, `#/search?q=TEXT`.
+function viewSearch(main, params) {
+  const box = el('input', { type: 'search', id: 'search-q', value: params.get('q') || '', maxlength: 256, placeholder: 'an id, a metadata value, text' });
+  const body = el('tbody', { id: 'search-results' });
+  const note = el('p', { id: 'search-note', class: 'muted' });
+  const more = el('button', { type: 'button', id: 'search-more', hidden: true }, 'More');
+  let cursor = null, found = 0, scanned = 0;
+  const q = params.get('q') || '';
+  const form = el('form', { class: 'filters', onsubmit: (e) => {
+    e.preventDefault();
+    location.hash = '#/search?' + new URLSearchParams({ q: box.value });
+  } }, box, el('button', { type: 'submit' }, 'Search'));
+  const where = (m) => (m.match === 'id' ? 'its id' : m.match === 'metadata'
+    ? Object.entries(m.pair).map(([k, v]) => `${k}=${v}`).join('') : `#${m.seq} ${m.type}: ${m.text}`);
+  const load = async () => {
+    more.disabled = true;
+    try {
+      const p = new URLSearchParams({ q });
+      if (cursor) p.set('after', cursor);
+      const r = await api('/api/search?' + p);
+      for (const m of r.matches) {
+        const c = m.conversation;
+        body.append(el('tr', { 'data-conversation': c.id },
+          el('td', {}, el('a', { href: '#/c/' + encodeURIComponent(c.id) }, c.id)), el('td', {}, c.status),
+          el('td', {}, m.match), el('td', {}, el('pre', {}, where(m)))));
+      }
+      found += r.matches.length;
+      scanned += r.scanned;
+      cursor = r.next || null;
+      more.hidden = !cursor;
+      note.textContent = `${found} found among ${scanned} conversations looked at${cursor ? ': more remain' : ''}.`;
+    } catch (e) { note.textContent = `Cannot search: ${e.message}`; } finally { more.disabled = false; }
+  };
+  more.addEventListener('click', load);
+  main.append(el('h1', {}, 'Search'), form, note,
+    el('table', {}, el('thead', {}, el('tr', {}, ['conversation', 'status', 'found by', 'where'].map((h) => el('th', {}, h)))), body), more);
+  if (q) load();
+  return {};
 }
 
 function route() {
@@ -697,6 +865,7 @@ function route() {
   if (path.startsWith('/c/')) S.view = viewConversation(main, decodeURIComponent(path.slice(3)));
   else if (path === '/conversations') S.view = viewConversations(main, params);
   else if (path === '/status') S.view = viewStatus(main);
+  else if (path === '/search') S.view = viewSearch(main, params);
   else S.view = viewPending(main);
 }
 
