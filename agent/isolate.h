@@ -12,6 +12,8 @@
  * the process could no longer change its groups). With network = none it
  * first enters a new, empty network namespace (no_network in isolate.c):
  * a command never runs with the network it was configured without.
+ * What runs next is agentd-sandbox (agent/sandbox.c) unless sandbox = no:
+ * its failures come back as ISOLATE_ESANDBOX and ISOLATE_ELANDLOCK codes.
  *
  * Caveats:
  *  - isolate_child is for the child between fork and exec: it only makes

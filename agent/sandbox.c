@@ -126,8 +126,8 @@ int main(int argc, char **argv)
 	uid_t uid = geteuid();
 	gid_t gid = getegid();
 	char cwd[4096];
-	if (!getcwd(cwd, sizeof cwd))
-		fail(ISOLATE_ESANDBOX - errno);
+	if (!getcwd(cwd, sizeof cwd)) /* removed, or too long: the root then, as under a cover */
+		strcpy(cwd, "/");
 	int e;
 	if (unshare(CLONE_NEWNS) < 0) {
 		if (errno != EPERM)
