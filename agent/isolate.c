@@ -177,8 +177,15 @@ static int no_network(const struct isolate_cfg *iso)
 
 int isolate_strerror(int rc, char *buf, size_t len)
 {
-	if (rc <= ISOLATE_ENETNS && rc > ISOLATE_ENETNS - 4096)
+	if (ISOLATE_IS(rc, ISOLATE_ENETNS))
 		snprintf(buf, len, "cannot make its network namespace (network = none): %s", strerror(ISOLATE_ENETNS - rc));
+	else if (ISOLATE_IS(rc, ISOLATE_ESANDBOX))
+		snprintf(buf, len, "cannot make its sandbox (user and mount namespaces): %s",
+			 strerror(ISOLATE_ESANDBOX - rc));
+	else if (ISOLATE_IS(rc, ISOLATE_ELANDLOCK))
+		snprintf(buf, len, "cannot sandbox it: this kernel's Landlock (ABI %d) cannot keep it from signalling "
+			 "agentd (ABI 6, Linux 6.12, is needed), set sandbox = no to run it unsandboxed",
+			 ISOLATE_ELANDLOCK - rc);
 	else
 		snprintf(buf, len, "%s", strerror(-rc));
 	return 0;

@@ -12,6 +12,8 @@
  * the process could no longer change its groups). With network = none it
  * first enters a new, empty network namespace (no_network in isolate.c):
  * a command never runs with the network it was configured without.
+ * What runs next is agentd-sandbox (agent/sandbox.c) unless sandbox = no:
+ * its failures come back as ISOLATE_ESANDBOX and ISOLATE_ELANDLOCK codes.
  *
  * Caveats:
  *  - isolate_child is for the child between fork and exec: it only makes
@@ -45,14 +47,24 @@ int isolate_env(const struct isolate_cfg *iso, const char *const *add, char ***e
  * ISOLATE_ENETNS - errno (isolate_strerror says which). */
 #define ISOLATE_ENETNS (-0x10000)
 
+/* agentd-sandbox's codes (agent/sandbox.c): a namespace or mount the
+ * kernel refused, ISOLATE_ESANDBOX - errno; a Landlock older than ABI 6,
+ * ISOLATE_ELANDLOCK - abi (0: no Landlock). */
+#define ISOLATE_ESANDBOX (-0x20000)
+#define ISOLATE_ELANDLOCK (-0x30000)
+
+/* Whether rc is one of the codes of the space base (ISOLATE_ENETNS, ...). */
+#define ISOLATE_IS(rc, base) ((rc) <= (base) && (rc) > (base) - 4096)
+
 /* In the child: limits, then the network namespace (network = none), then
  * groups, group and user. 0, -errno, or ISOLATE_ENETNS - errno. iso may be
  * NULL. */
 int isolate_child(const struct isolate_cfg *iso);
 
-/* What a negative code of proc_run or proc_spawn (isolate_child's codes
- * included) means, into buf: strerror's text, or "cannot make its network
- * namespace (network = none): REASON". Returns 0. */
+/* What a negative code of proc_run or proc_spawn (isolate_child's and
+ * agentd-sandbox's codes included) means, into buf: strerror's text, or
+ * "cannot make its network namespace (network = none): REASON", or
+ * "cannot make its sandbox: REASON", or what Landlock lacks. Returns 0. */
 int isolate_strerror(int rc, char *buf, size_t len);
 
 /*

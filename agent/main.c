@@ -188,7 +188,7 @@ static void mcp_end(int status, void *arg)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: agentd-worker --data DIR --conversation ID --lease N --ipc-fd FD [--config FILE]\n"
-		   "                     [--sync full|none] [--audit] [--log-level LEVEL]\n"
+		   "                     [--sync full|none] [--audit] [--log-level LEVEL] [--hide PATH]...\n"
 		   "       agentd-worker --store-env --run-dir DIR --connections N ... (a PostgreSQL store:\n"
 		   "                     its target in the environment variable AGENTD_STORE)\n"
 		   "One conversation's runtime; started by agentd, not by hand.\n");
@@ -205,9 +205,10 @@ static int parse_args(struct worker *w, int argc, char **argv, const char **data
 		{ "config", required_argument, 0, 'C' }, { "sync", required_argument, 0, 's' },
 		{ "audit", no_argument, 0, 'a' }, { "log-level", required_argument, 0, 'L' },
 		{ "help", no_argument, 0, 'h' }, { "store-env", no_argument, 0, 'E' },
-		{ "run-dir", required_argument, 0, 'R' }, { "connections", required_argument, 0, 'N' }, { 0, 0, 0, 0 },
+		{ "run-dir", required_argument, 0, 'R' }, { "connections", required_argument, 0, 'N' },
+		{ "hide", required_argument, 0, 'H' }, { 0, 0, 0, 0 },
 	};
-	int c, from_env = 0;
+	int c, from_env = 0, nhide = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case 'd': *data = optarg; break;
@@ -221,6 +222,13 @@ static int parse_args(struct worker *w, int argc, char **argv, const char **data
 		case 'E': from_env = 1; break;
 		case 'R': w->run_dir = optarg; break;
 		case 'N': w->nslots = atoi(optarg); break;
+		case 'H':
+			if (nhide == WORKER_ARG_HIDE) {
+				usage(stderr);
+				return IPC_EXIT_USAGE;
+			}
+			w->sandbox_hide[nhide++] = optarg;
+			break;
 		case 'h': usage(stdout); return -1;
 		default: usage(stderr); return IPC_EXIT_USAGE;
 		}
@@ -244,9 +252,28 @@ static int parse_args(struct worker *w, int argc, char **argv, const char **data
 	return 0;
 }
 
+/* What every command runs inside (worker.h): hidden from it, the data or
+ * run directory (a PostgreSQL target is no path), the configuration, what
+ * agentd passed with --hide (already in sandbox_hide) and [agentd] hide. */
+static void sandbox_init(struct worker *w, const char *data, const char *config)
+{
+	size_t n = 0;
+	while (w->sandbox_hide[n])
+		n++;
+	w->sandbox_hide[n++] = w->pg ? w->run_dir : data;
+	if (config)
+		w->sandbox_hide[n++] = config;
+	for (size_t i = 0; w->cfg.hide && w->cfg.hide[i]; i++)
+		w->sandbox_hide[n++] = w->cfg.hide[i];
+	w->sandbox_hide[n] = NULL;
+	w->sandbox.program = proc_beside_self("agentd-sandbox", w->sandbox_path, sizeof w->sandbox_path);
+	w->sandbox.hide = w->sandbox_hide;
+}
+
 /* Logging, the descriptor agentd passed, SIGPIPE, the config and the MCP
  * servers (shut down at every exit: mcp_end), before the store is touched: 0, or the status to exit with. */
-static int start_up(struct worker *w, const char *config, const char *level, int sync, int audit_on)
+static int start_up(struct worker *w, const char *data, const char *config, const char *level, int sync,
+		    int audit_on)
 {
 	int lv = config_log_level(level);
 	log_init("agentd-worker", lv < 0 ? LOG_INFO : lv);
@@ -265,7 +292,8 @@ static int start_up(struct worker *w, const char *config, const char *level, int
 	}
 	w->cfg.audit = audit_on;
 	w->cfg.sync = sync;
-	if (!(w->mcp = mcp_set_new(&w->cfg, w->conv)) || on_exit(mcp_end, w)) {
+	sandbox_init(w, data, config);
+	if (!(w->mcp = mcp_set_new(&w->cfg, w->conv, &w->sandbox)) || on_exit(mcp_end, w)) {
 		log_error("%s: out of memory", w->conv);
 		return IPC_EXIT_STORE;
 	}
@@ -361,7 +389,7 @@ int main(int argc, char **argv, char **envp)
 	int rc = parse_args(w, argc, argv, &data, &config, &level, &sync, &audit_on);
 	if (rc)
 		return rc < 0 ? 0 : rc;
-	if ((rc = start_up(w, config, level, sync, audit_on)) || (rc = open_store(w, data, sync, audit_on)))
+	if ((rc = start_up(w, data, config, level, sync, audit_on)) || (rc = open_store(w, data, sync, audit_on)))
 		return rc;
 	setproctitle("%s starting", w->conv);
 	/* ipc.h: the commit this worker was started for may still be in flight. */

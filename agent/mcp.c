@@ -44,6 +44,7 @@ struct server {
 
 struct mcp_set {
 	const struct config *cfg;
+	const struct proc_sandbox *sb;
 	char *conv;
 	struct server *srv;
 	size_t n;
@@ -58,12 +59,13 @@ static int64_t now_ms(void)
 
 /* ---- the set --------------------------------------------------------- */
 
-mcp_set *mcp_set_new(const struct config *cfg, const char *conversation)
+mcp_set *mcp_set_new(const struct config *cfg, const char *conversation, const struct proc_sandbox *sb)
 {
 	mcp_set *s = calloc(1, sizeof *s);
 	if (!s || !(s->conv = strdup(conversation ? conversation : "")))
 		goto fail;
 	s->cfg = cfg;
+	s->sb = sb;
 	for (size_t i = 0; i < cfg->ntools; i++)
 		s->n += cfg->tools[i].mcp != NULL;
 	if (s->n && !(s->srv = calloc(s->n, sizeof *s->srv)))
@@ -604,7 +606,7 @@ static int srv_start(mcp_set *s, struct server *sv, const struct mcp_watch *w)
 	snprintf(env1, sizeof env1, "AGENTD_CONVERSATION=%s", s->conv);
 	int e = headers_env(sv->tc->mcp, &env2);
 	const char *env[] = { env1, env2, NULL };
-	struct proc_opts o = { .env_add = env, .iso = &sv->tc->iso, .watch_fd = -1 };
+	struct proc_opts o = { .env_add = env, .iso = &sv->tc->iso, .sandbox = s->sb, .watch_fd = -1 };
 	sv->why[0] = 0;
 	sv->err_len = 0;
 	sv->err[0] = 0;
@@ -617,7 +619,7 @@ static int srv_start(mcp_set *s, struct server *sv, const struct mcp_watch *w)
 	free_argv(argv);
 	free(env2);
 	if (e) {
-		char d[200];
+		char d[300];
 		const struct isolate_cfg *iso = &sv->tc->iso;
 		if (e == -EPERM && (iso->user || iso->group))
 			snprintf(d, sizeof d, "cannot run it as %s %s (agentd is not root?): %s", iso->user ? "user" : "group",

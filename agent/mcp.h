@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "agent/proc.h"
 #include "common/config.h"
 
 typedef struct mcp_set mcp_set;
@@ -40,8 +41,10 @@ typedef struct mcp_set mcp_set;
 /* The protocol revision we ask for; servers may answer with an older one we know. */
 #define MCP_PROTOCOL_VERSION "2025-11-25"
 
-/* A set for cfg (which must outlive it), with no server started. NULL: out of memory. */
-mcp_set *mcp_set_new(const struct config *cfg, const char *conversation);
+/* A set for cfg (which must outlive it), with no server started; each
+ * server runs inside sb (proc.h; NULL: none), which must outlive it too.
+ * NULL: out of memory. */
+mcp_set *mcp_set_new(const struct config *cfg, const char *conversation, const struct proc_sandbox *sb);
 /* Ends every server (SIGKILL to its group, reaped). NULL is fine. */
 void mcp_set_free(mcp_set *s);
 

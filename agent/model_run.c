@@ -126,8 +126,8 @@ static int model_attempt(struct worker *w, const struct model_cfg *mc, const jso
 	snprintf(env1, sizeof env1, "AGENTD_CONVERSATION=%s", w->conv);
 	const char *env[] = { env1, NULL };
 	struct proc_opts o = {
-		.env_add = env, .iso = &mc->iso, .input = input, .input_len = input ? strlen(input) : 0,
-		.timeout_ms = mc->timeout_ms, .out_cap = w->cfg.model_out_cap, .on_line = on_model_line,
+		.env_add = env, .iso = &mc->iso, .sandbox = &w->sandbox, .input = input,
+		.input_len = input ? strlen(input) : 0, .timeout_ms = mc->timeout_ms, .out_cap = w->cfg.model_out_cap, .on_line = on_model_line,
 		.arg = mr, .watch_fd = w->ipc, .on_watch = on_model_watch, .on_start = wipc_on_start,
 	};
 	struct proc_result r;
@@ -353,6 +353,7 @@ static void model_run_http(struct worker *w, const struct model_cfg *mc, const j
 		snprintf(mr->err, sizeof mr->err, "model %s: out of memory", mc->name);
 		return;
 	}
+	/* No sandbox: agentd-model reads the configuration for its keys. */
 	struct proc_opts o = {
 		.env_add = (const char *const *)envs, .iso = &mc->iso, .input = input,
 		.input_len = input ? strlen(input) : 0,

@@ -25,7 +25,7 @@ extern char **environ;
 /* Between fork and exec: only async-signal-safe calls. On failure the errno
  * goes to the parent through exfd (close-on-exec: EOF there means exec worked). */
 _Noreturn static void child_exec(char *const argv[], char **envp, int fds[4], pid_t parent,
-				 const struct isolate_cfg *iso)
+				 const struct isolate_cfg *iso, int sandboxed)
 {
 	int e;
 	/* Own process group, so one kill(-pgid) reaches everything the command
@@ -52,6 +52,18 @@ _Noreturn static void child_exec(char *const argv[], char **envp, int fds[4], pi
 		for (int fd = 3; fd < fds[3]; fd++)
 			close(fd);
 	closefrom(fds[3] + 1);
+	/* agentd-sandbox reports through the pipe too, at 3 (--exec-fd 3),
+	 * which it keeps open across its own setup. */
+	if (sandboxed) {
+		if (fds[3] != 3) {
+			if (dup2(fds[3], 3) < 0)
+				goto fail;
+			close(fds[3]);
+			fds[3] = 3;
+		} else if (fcntl(3, F_SETFD, 0) < 0) {
+			goto fail;
+		}
+	}
 	/* Limits and credentials once only our descriptors are left (a low
 	 * rlimit_nofile must not meet the worker's). A credential change
 	 * clears the pdeath signal: set it again, and check again that the
@@ -401,12 +413,48 @@ static int make_pipes(int p[4][2])
 	return 0;
 }
 
+/* argv inside agentd-sandbox (proc.h, struct proc_sandbox) into *out, or
+ * NULL when it runs as it is. Free the array only. 0 or -ENOMEM. */
+static int sandbox_argv(char *const argv[], const struct proc_sandbox *sb, const struct isolate_cfg *iso,
+			char ***out)
+{
+	size_t nh = 0, ni = 0, na = 0;
+	*out = NULL;
+	if (!sb || (iso && iso->sandbox_off))
+		return 0;
+	for (; sb->hide && sb->hide[nh]; nh++)
+		;
+	for (; iso && iso->hide && iso->hide[ni]; ni++)
+		;
+	for (; argv[na]; na++)
+		;
+	char **v = calloc(4 + 2 * (nh + ni) + na + 1, sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	size_t k = 0;
+	v[k++] = (char *)sb->program;
+	v[k++] = "--exec-fd";
+	v[k++] = "3";
+	for (size_t i = 0; i < nh + ni; i++) {
+		v[k++] = "--hide";
+		v[k++] = i < nh ? (char *)sb->hide[i] : iso->hide[i - nh];
+	}
+	v[k++] = "--";
+	memcpy(v + k, argv, na * sizeof *v);
+	*out = v;
+	return 0;
+}
+
 /* Fork and exec; on success *pid is a running command and its group, *pidfd
  * a pidfd for it or -1. Closes the child's ends of the pipes. */
-static int spawn_child(char *const argv[], char **envp, int p[4][2], const struct isolate_cfg *iso, pid_t *pidp,
-		       int *pidfd)
+static int spawn_child(char *const argv[], char **envp, int p[4][2], const struct isolate_cfg *iso,
+		       const struct proc_sandbox *sb, pid_t *pidp, int *pidfd)
 {
 	int fds[4] = { p[0][0], p[1][1], p[2][1], p[3][1] };
+	char **sv;
+	int e = sandbox_argv(argv, sb, iso, &sv);
+	if (e < 0)
+		return e;
 	sigset_t all, saved;
 	pid_t parent = getpid();
 	*pidfd = -1;
@@ -418,9 +466,10 @@ static int spawn_child(char *const argv[], char **envp, int p[4][2], const struc
 	pthread_sigmask(SIG_SETMASK, &all, &saved);
 	pid_t pid = fork();
 	if (pid == 0)
-		child_exec(argv, envp, fds, parent, iso);
-	int e = errno;
+		child_exec(sv ? sv : argv, envp, fds, parent, iso, sv != NULL);
+	e = errno;
 	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	free(sv);
 	if (pid < 0)
 		return -e;
 	*pidp = pid;
@@ -431,11 +480,11 @@ static int spawn_child(char *const argv[], char **envp, int p[4][2], const struc
 	ssize_t n;
 	while ((n = read(p[3][0], &err, sizeof err)) < 0 && errno == EINTR)
 		;
-	if (n != 0) { /* exec failed: the child wrote errno and exits 127 */
+	if (n != 0) { /* exec failed: the child wrote errno (agentd-sandbox: its code) and exits 127 */
 		int st;
 		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 			;
-		return n == (ssize_t)sizeof err && err > 0 ? -err : -EIO;
+		return n != (ssize_t)sizeof err || err == 0 ? -EIO : err > 0 ? -err : err;
 	}
 #ifdef SYS_pidfd_open
 	*pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* always close-on-exec */
@@ -446,7 +495,7 @@ static int spawn_child(char *const argv[], char **envp, int p[4][2], const struc
 static int spawn(struct run *R, char *const argv[], char **envp, int p[4][2])
 {
 	pid_t pid = 0;
-	int e = spawn_child(argv, envp, p, R->o->iso, &pid, &R->pidfd);
+	int e = spawn_child(argv, envp, p, R->o->iso, R->o->sandbox, &pid, &R->pidfd);
 	R->pid = R->r->pid = pid;
 	if (e < 0)
 		return e;
@@ -569,7 +618,7 @@ int proc_spawn(char *const argv[], const struct proc_opts *o, struct proc_child 
 		return -EINVAL;
 	if ((err = isolate_env(o->iso, o->env_add, &envp)) < 0)
 		return err;
-	if ((err = make_pipes(p)) < 0 || (err = spawn_child(argv, envp, p, o->iso, &c->pid, &c->pidfd)) < 0) {
+	if ((err = make_pipes(p)) < 0 || (err = spawn_child(argv, envp, p, o->iso, o->sandbox, &c->pid, &c->pidfd)) < 0) {
 		c->pid = 0;
 		goto fail;
 	}

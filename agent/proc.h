@@ -40,6 +40,16 @@
 #define PROC_OUT_CAP_DEFAULT ((size_t)16 << 20) /* out_cap 0 */
 #define PROC_ERR_TAIL_DEFAULT ((size_t)4096)    /* err_tail 0 */
 
+/* The sandbox a command runs in (agent/sandbox.c): program is the path of
+ * agentd-sandbox, hide the paths every command must not see (the worker's:
+ * data and run directories, control socket, configuration, [agentd] hide),
+ * NULL-terminated or NULL. A command whose iso says sandbox = no runs
+ * without; its iso's hide paths are covered too. */
+struct proc_sandbox {
+	const char *program;
+	const char *const *hide;
+};
+
 struct proc_opts {
 	/* The environment is minimal (isolate.h): PATH, HOME, LANG, AGENTD_*,
 	 * what iso->env allows or sets, then env_add: NULL-terminated "K=V"
@@ -50,6 +60,10 @@ struct proc_opts {
 	 * minimal environment, the caller's user, the caller's limits. Must
 	 * outlive the call. */
 	const struct isolate_cfg *iso;
+	/* NULL: the command runs as it is (agentd-model, which reads the
+	 * configuration's keys); else inside agentd-sandbox, unless iso says
+	 * sandbox = no. Must outlive the call. */
+	const struct proc_sandbox *sandbox;
 	/* Written to the child's stdin as it accepts it, then stdin is closed
 	 * (at once when input_len is 0). A child that exits or closes stdin
 	 * without reading it all is not an error. */
@@ -109,7 +123,9 @@ struct proc_result {
  *                timed_out, out_overflow)
  *   -errno       it could not start: -ENOENT (no such program), -EACCES (not
  *                executable), -ENOEXEC, ... as execvp reported it through a
- *                close-on-exec pipe; or fork/pipe failures (-EAGAIN, -EMFILE)
+ *                close-on-exec pipe; or fork/pipe failures (-EAGAIN, -EMFILE);
+ *                or isolate.h's codes (ISOLATE_ENETNS, ISOLATE_ESANDBOX,
+ *                ISOLATE_ELANDLOCK: isolate_strerror says what they mean)
  *   -ECANCELED   on_watch returned nonzero (the child was killed and reaped)
  *   other        on_line's nonzero return value (killed and reaped; return
  *                positive values to tell them from the codes here)
@@ -128,7 +144,7 @@ void proc_result_free(struct proc_result *r); /* frees out and err, zeroes r */
 /*
  * A long-lived command with pipes (an MCP server): the same clean process as
  * proc_run's (own group, pdeath signal, environment, isolation), but the
- * caller talks to it. Only env_add and iso of o are used.
+ * caller talks to it. Only env_add, iso and sandbox of o are used.
  */
 struct proc_child {
 	pid_t pid;    /* also its process group id; 0: none */

@@ -262,10 +262,12 @@ static json_t *tool_result(const struct tool_cfg *tc, int rc, const struct proc_
 	json_t *res = NULL;
 	*status = STORE_TC_ERRORED;
 	if (rc < 0) {
-		char why[200];
+		char why[300];
 		isolate_strerror(rc, why, sizeof why);
 		res = json_pack("{ssss}", "error", "cannot run the tool", "reason", why);
-		if (rc <= ISOLATE_ENETNS)
+		if (ISOLATE_IS(rc, ISOLATE_ESANDBOX) || ISOLATE_IS(rc, ISOLATE_ELANDLOCK))
+			json_object_set_new(res, "error", json_string("cannot run the tool in its sandbox"));
+		else if (ISOLATE_IS(rc, ISOLATE_ENETNS))
 			json_object_set_new(res, "error", json_string("cannot run the tool without a network (network = none)"));
 		else if (rc == -EPERM && (tc->iso.user || tc->iso.group))
 			json_object_set_new(res, "error", json_sprintf("cannot run the tool as %s%s (agentd is not root?)",
@@ -339,7 +341,7 @@ static void reconcile(struct worker *w, const char *id, const char *name, json_t
 	snprintf(env2, sizeof env2, "AGENTD_CONVERSATION=%s", w->conv);
 	const char *env[] = { env1, env2, NULL };
 	struct proc_opts o = {
-		.env_add = env, .iso = &tc->iso, .input = input, .input_len = strlen(input),
+		.env_add = env, .iso = &tc->iso, .sandbox = &w->sandbox, .input = input, .input_len = strlen(input),
 		.timeout_ms = tc->timeout_ms, .out_cap = tc->out_cap, .watch_fd = w->ipc,
 		.on_watch = tools_on_watch, .arg = ww, .on_start = wipc_on_start,
 	};
@@ -427,7 +429,8 @@ static void dispatch_call(struct worker *w, const json_t *call)
 	const char *env[] = { env1, env2, NULL };
 	int status;
 	struct proc_opts o = {
-		.env_add = env, .iso = &tc->iso, .input = input, .input_len = input ? strlen(input) : 0,
+		.env_add = env, .iso = &tc->iso, .sandbox = &w->sandbox, .input = input,
+		.input_len = input ? strlen(input) : 0,
 		.timeout_ms = tc->timeout_ms, .out_cap = tc->out_cap, .watch_fd = w->ipc,
 		.on_watch = tools_on_watch, .arg = &ww, .on_start = wipc_on_start,
 	};

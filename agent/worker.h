@@ -22,6 +22,7 @@
 #define AGENTD_AGENT_WORKER_H
 
 #include "agent/mcp.h"
+#include "agent/proc.h"
 #include "common/config.h"
 #include "ipc/ipc.h"
 #include "store/store.h"
@@ -29,6 +30,12 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* The paths a worker's sandbox covers: its data or run directory, its
+ * configuration, up to WORKER_ARG_HIDE --hide paths from agentd (the
+ * control socket, the configuration agentd read), and [agentd] hide. */
+#define WORKER_ARG_HIDE 4
+#define WORKER_HIDE_MAX (2 + WORKER_ARG_HIDE + CONFIG_HIDE_MAX)
 
 struct worker {
 	store *st;           /* NULL while we wait (wstore_let_go) */
@@ -60,6 +67,11 @@ struct worker {
 	int pg;              /* a PostgreSQL store: connections, so a slot while open */
 	int nslots, slotfd, slot; /* --connections, connections.lock, the slot held (-1: none) */
 	struct store_opts so;
+	/* What every tool, MCP server and model command runs inside (proc.h):
+	 * agentd-sandbox beside this program, covering sandbox_hide. */
+	struct proc_sandbox sandbox;
+	const char *sandbox_hide[WORKER_HIDE_MAX + 1];
+	char sandbox_path[4096];
 	/* Told to stop between steps (wipc_gate_leave): set by main.c, which
 	 * answers queued compactions and exits. Never returns. */
 	void (*on_stop)(struct worker *w) __attribute__((noreturn));

@@ -54,8 +54,16 @@ int config_init(struct config *c)
 	return c->data ? 0 : -ENOMEM;
 }
 
+static void words_free(char **w)
+{
+	for (size_t k = 0; w && w[k]; k++)
+		free(w[k]);
+	free(w);
+}
+
 static void iso_free(struct isolate_cfg *i)
 {
+	words_free(i->hide);
 	for (size_t k = 0; i->env && i->env[k]; k++)
 		free(i->env[k]);
 	free(i->env);
@@ -137,6 +145,7 @@ void config_free(struct config *c)
 	free(c->worker);
 	free(c->store);
 	free(c->run_dir);
+	words_free(c->hide);
 	memset(c, 0, sizeof *c);
 }
 
@@ -347,6 +356,8 @@ static int budget_key(struct config_budget *b, const char *k, const char *v)
 	return -2;
 }
 
+static int set_hide(char ***dst, const char *v);
+
 static int agentd_key(struct config *c, const char *k, const char *v)
 {
 	int b;
@@ -410,6 +421,8 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 		return config_size(v, &c->model_out_cap) || c->model_out_cap < 1024 || c->model_out_cap > CAP_MAX ? -1 : 0;
 	if (!strcmp(k, "allow_any_uid"))
 		return (b = onoff(v)) < 0 ? -1 : (c->allow_any_uid = b, 0);
+	if (!strcmp(k, "hide"))
+		return set_hide(&c->hide, v);
 	if (!strcmp(k, "log_level"))
 		return (b = config_log_level(v)) < 0 ? -1 : (c->log_level = b, 0);
 	if (!strcmp(k, "batch_max_events")) { /* a batch is one transaction: keep it short */
@@ -479,6 +492,34 @@ static int set_env(struct isolate_cfg *i, const char *v)
 	return 0;
 }
 
+/* hide = PATH ...: words split as a command line, at most
+ * CONFIG_HIDE_MAX (-3 beyond: load says so). */
+static int set_hide(char ***dst, const char *v)
+{
+	char **w = NULL;
+	if (cmdline_split(v, &w))
+		return -1;
+	size_t n = 0;
+	while (w[n])
+		n++;
+	if (n > CONFIG_HIDE_MAX) {
+		cmdline_free(w);
+		return -3;
+	}
+	char **e = calloc(n + 1, sizeof *e);
+	for (size_t k = 0; e && k < n; k++)
+		if (!(e[k] = strdup(w[k]))) {
+			words_free(e);
+			e = NULL;
+		}
+	cmdline_free(w);
+	if (!e)
+		return -1;
+	words_free(*dst);
+	*dst = e;
+	return 0;
+}
+
 static int set_long(long *dst, const char *v, long min, long max)
 {
 	int n;
@@ -514,6 +555,14 @@ static int iso_key(struct isolate_cfg *i, const char *k, const char *v)
 		i->network_none = !strcmp(v, "none");
 		return 0;
 	}
+	if (!strcmp(k, "sandbox")) {
+		if (strcmp(v, "yes") && strcmp(v, "no"))
+			return -1;
+		i->sandbox_off = !strcmp(v, "no");
+		return 0;
+	}
+	if (!strcmp(k, "hide"))
+		return set_hide(&i->hide, v);
 	return -2;
 }
 
@@ -731,6 +780,9 @@ static int on_key(void *arg, const char *section, const char *k, const char *v)
 	}
 	if (rc == -2)
 		snprintf(l->err, l->errlen, "%s: unknown key '%s' in [%s]", l->c->path, k, section);
+	else if (rc == -3)
+		snprintf(l->err, l->errlen, "%s: '%s' in [%s] names more than %d paths", l->c->path, k, section,
+			 CONFIG_HIDE_MAX);
 	else if (rc)
 		snprintf(l->err, l->errlen, "%s: bad value '%s' for '%s' in [%s]", l->c->path,
 			 strcmp(k, "headers") ? v : "(not shown)", k, section); /* a header may hold a secret */
@@ -895,9 +947,10 @@ static int tool_validate(const struct config *c, struct tool_cfg *t, char *err, 
 	if (iso_resolve(c, "tool", t->name, &t->iso, err, errlen))
 		return -1;
 	if (t->executor == EXEC_HUMAN && (t->iso.env || t->iso.user || t->iso.group || t->iso.rlimit_as ||
-					  t->iso.rlimit_cpu || t->iso.rlimit_nofile || t->iso.network_none)) {
+					  t->iso.rlimit_cpu || t->iso.rlimit_nofile || t->iso.network_none ||
+					  t->iso.sandbox_off || t->iso.hide)) {
 		snprintf(err, errlen, "%s: [tool.%s] is a human tool: no process runs, so env, user, group, "
-			 "network and rlimit_* do not apply", c->path, t->name);
+			 "network, sandbox, hide and rlimit_* do not apply", c->path, t->name);
 		return -1;
 	}
 	if (t->executor == EXEC_SERVER && !t->command) {

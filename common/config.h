@@ -27,7 +27,12 @@ struct isolate_cfg {
 	long rlimit_cpu;       /* CPU seconds, 0: no limit */
 	long rlimit_nofile;    /* open descriptors, 0: no limit */
 	int network_none;      /* network = none: its own empty network namespace */
+	int sandbox_off;       /* sandbox = no: not run inside agentd-sandbox (agent/sandbox.c) */
+	char **hide;           /* hide = PATH ...: covered in its sandbox too; NULL-terminated or NULL */
 };
+
+/* Most paths one hide key names ([agentd] and each isolation section). */
+#define CONFIG_HIDE_MAX 32
 
 /* [mcp.NAME]: a Model Context Protocol server over stdio. It is also a
  * tool_cfg named NAME (mcp non-NULL), so a conversation offers it with
@@ -154,6 +159,7 @@ struct config {
 	int max_tool_rounds;     /* model rounds in a row that call tools before a turn is stopped; 25 */
 	size_t model_out_cap;    /* 4 MiB */
 	int allow_any_uid;       /* peers of any uid may connect (default: same uid or root) */
+	char **hide;             /* hide = PATH ...: covered in every sandbox; NULL-terminated or NULL */
 	int log_level;           /* LOG_* */
 	struct config_budget budget; /* the default budget: none */
 	/* Several nodes sharing one store (docs/scale-out.md). */

@@ -819,7 +819,7 @@ static int run_locked(const struct config *cfg, const char *o_config, int *serve
 	if (store_open_logged(cfg))
 		goto unlock;
 	raise_fd_limit();
-	struct server_opts so_ = { cfg, S.st, S.data_dir, S.sock_path, S.worker_path, S.config_path };
+	struct server_opts so_ = { cfg, S.st, S.data_dir, S.sock_path, S.worker_path, S.config_path, o_config };
 	if (server_open(&so_))
 		goto close;
 	log_started(cfg, o_config);

@@ -293,7 +293,7 @@ int server_open(const struct server_opts *o)
 				   wakeup_rearm };
 	SV.workers = (struct workers_env){ o->cfg, o->st, o->data_dir, o->worker_path, o->config_path,
 					   { waiters_notify, waiters_delta, expiry_rearm, nodes_claim, nodes_release,
-					     worker_flush_failed } };
+					     worker_flush_failed }, o->sock_path, o->config_source };
 	ops_init(&SV.ops);
 	workers_init(&SV.workers);
 	waiters_init(o->st, ops_events_query, ops_events_reply);

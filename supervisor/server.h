@@ -20,6 +20,7 @@ struct server_opts {
 	const char *sock_path;
 	const char *worker_path;
 	const char *config_path; /* the configuration copy workers read, or NULL */
+	const char *config_source; /* the file agentd read, or NULL */
 };
 
 /* Listen, fire the deadlines that passed while agentd was down, revive the

@@ -238,7 +238,7 @@ static int spawn_fork(struct worker *w, uint64_t gen)
 {
 	char lease[24];
 	snprintf(lease, sizeof lease, "%llu", (unsigned long long)gen);
-	char *argv[24];
+	char *argv[32];
 	int a = 0;
 	char conns[16];
 	argv[a++] = (char *)W.env->worker_path; /* execv takes char *const[]; it writes none */
@@ -266,6 +266,12 @@ static int spawn_fork(struct worker *w, uint64_t gen)
 	if (W.env->config_path) {
 		argv[a++] = "--config";
 		argv[a++] = (char *)W.env->config_path;
+	}
+	argv[a++] = "--hide";
+	argv[a++] = (char *)W.env->sock_path;
+	if (W.env->config_source) {
+		argv[a++] = "--hide";
+		argv[a++] = (char *)W.env->config_source;
 	}
 	if (W.cfg->audit)
 		argv[a++] = "--audit";

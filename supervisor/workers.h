@@ -44,6 +44,11 @@ struct workers_env {
 	const char *worker_path; /* the agentd-worker binary */
 	const char *config_path; /* the configuration copy workers read, or NULL */
 	struct workers_hooks hooks;
+	/* Hidden from every command a worker runs (agent/sandbox.c), with
+	 * data_dir and config_path: the control socket and the file agentd
+	 * read (NULL: none). */
+	const char *sock_path;
+	const char *config_source;
 };
 
 /* Keep env (and what it points at) for the process's life; sets up the

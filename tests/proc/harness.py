@@ -60,10 +60,11 @@ API:
   lmdb_only(why)                      a decorator: the test is about LMDB files, not run on PostgreSQL
 
   Agentd(data_dir=None, config=None, extra_args=(), start=True, env=None, launcher=(), lmdb=False)
-    Starts `agentd --data DIR --socket DIR/agentd.sock [--config FILE] EXTRA...` in a fresh
-    tempfile.mkdtemp() (the data directory is DIR unless data_dir is given) and waits until the socket
-    answers a ping. config is INI text (written to DIR/agentd.ini) or a pathlib.Path to an existing file.
-    With data_dir given (two instances on one directory, say), the socket is still DIR/agentd.sock.
+    Starts `agentd --data DIR/data --socket DIR/data/agentd.sock [--config FILE] EXTRA...` in a fresh
+    tempfile.mkdtemp() (the data directory is DIR/data unless data_dir is given: the sandbox hides it from
+    tools, and DIR holds what tests share with them) and waits until the socket answers a ping. config is
+    INI text (written to DIR/agentd.ini) or a pathlib.Path to an existing file. The socket is
+    DIR/data/agentd.sock; with data_dir given (two instances on one directory, say), DIR/agentd.sock.
     stdout and stderr go to DIR/agentd.log (appended across restarts). agentd gets a new session and
     PR_SET_PDEATHSIG, so a test killed by ctest's timeout does not leave it running. With start=False,
     write scripts and the configuration first, then call start(). launcher is a command prefix
@@ -553,8 +554,10 @@ class Agentd:
     def __init__(self, data_dir=None, config=None, extra_args=(), start=True, env=None, launcher=(), lmdb=False):
         self.dir = _mkdtemp()
         self.lmdb = lmdb  # on LMDB even under AGENTD_TEST_STORE=pg
-        self.data_dir = str(data_dir) if data_dir is not None else self.dir
-        os.makedirs(self.data_dir, exist_ok=True)
+        # DIR/data, not DIR: tools run sandboxed, and the sandbox hides the data directory from them; the
+        # scripts, gates and files tests share with their tools stay in DIR.
+        self.data_dir = str(data_dir) if data_dir is not None else os.path.join(self.dir, "data")
+        os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
         self.socket = os.path.join(self.data_dir if data_dir is None else self.dir, "agentd.sock")
         self.log_path = os.path.join(self.dir, "agentd.log")
         self.extra_args = list(extra_args)

@@ -25,6 +25,7 @@ EXPECTED = {
     "bin/agentd-worker": 0o755,
     "bin/agentd-model": 0o755,
     "bin/agentd-mcp-http": 0o755,
+    "bin/agentd-sandbox": 0o755,
     "bin/agentctl": 0o755,
     "share/man/man8/agentd.8": 0o644,
     "share/man/man1/agentctl.1": 0o644,

@@ -79,9 +79,11 @@ command = {ENV_TOOL}
 env = ISO_ALLOWED ISO_UNSET_ALLOWED 'ISO_SET=set by the configuration'
 [tool.connect]
 command = {SOCKET_TOOL}
+sandbox = no
 [tool.connect_nobody]
 command = {SYSTEM_PY} {SOCKET_TOOL}
 user = nobody
+sandbox = no
 [tool.whoami_nobody]
 command = {SYSTEM_PY} {ENV_TOOL}
 user = nobody

@@ -131,11 +131,14 @@ def setup(a, agentd_section="", quick_expires="1h"):
         command = {PY} {model} {a.model_log} {a.dir}
         timeout = 120s
         retries = 0
+        # both kill their own worker on "crash": the sandbox would refuse that signal
+        sandbox = no
 
         [tool.work]
         executor = server
         command = {PY} {tool} {a.tool_log} {a.dir}
         timeout = 120s
+        sandbox = no
         # these tests are of re-dispatch: the tool is safe to run twice
         idempotent = yes
 

@@ -31,6 +31,7 @@ def as_nobody_ping(sock):
 
 def traversable(a):
     os.chmod(a.dir, 0o755)
+    os.chmod(a.data_dir, 0o755)  # the socket's directory
     for sub in ("scripts",):
         p = os.path.join(a.dir, sub)
         if os.path.isdir(p):

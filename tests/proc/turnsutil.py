@@ -91,6 +91,8 @@ def setup(a, agentd_section="", model_script=MODEL):
 command = {PY} {model} {a.model_log} {a.dir}
 timeout = 120s
 retries = 0
+# "crash" kills its own worker: the sandbox would refuse that signal
+sandbox = no
 
 [tool.work]
 executor = server

@@ -133,9 +133,10 @@ START_TEST(isolation_and_mcp)
 	char err[512];
 	int rc = load("[model.m]\ncommand = m\nenv = OPENAI_API_KEY\nuser = nobody\n"
 		      "[tool.t]\ncommand = t\nenv = A 'B=two words'\nuser = nobody\ngroup = root\nrlimit_as = 64m\n"
-		      "rlimit_cpu = 1500ms\nrlimit_nofile = 64\n"
+		      "rlimit_cpu = 1500ms\nrlimit_nofile = 64\nsandbox = no\n"
 		      "[mcp.fs]\ncommand = node srv.js\nargs = stdio '/a b'\ntimeout = 5s\nstart_timeout = 3s\n"
-		      "env = TOKEN\nmax_attempts = 2\n[mcp.ev]\ncommand = x\nprefix = e_\n",
+		      "env = TOKEN\nmax_attempts = 2\nhide = /srv/keys '/a b'\n[mcp.ev]\ncommand = x\nprefix = e_\n"
+		      "[agentd]\nhide = /etc/agentd\n",
 		      &c, err, sizeof err);
 	ck_assert_msg(rc == 0, "%s", err);
 	const struct model_cfg *m = config_model(&c, "m");
@@ -151,7 +152,15 @@ START_TEST(isolation_and_mcp)
 	ck_assert_int_eq(t->iso.rlimit_cpu, 2); /* whole seconds, rounded up */
 	ck_assert_int_eq(t->iso.rlimit_nofile, 64);
 	ck_assert_ptr_null(t->mcp);
+	ck_assert_int_eq(t->iso.sandbox_off, 1);
+	ck_assert_ptr_null(t->iso.hide);
+	ck_assert_int_eq(m->iso.sandbox_off, 0); /* sandboxed unless said */
+	ck_assert_str_eq(c.hide[0], "/etc/agentd");
+	ck_assert_ptr_null(c.hide[1]);
 	const struct tool_cfg *fs = config_tool(&c, "fs");
+	ck_assert_str_eq(fs->iso.hide[0], "/srv/keys");
+	ck_assert_str_eq(fs->iso.hide[1], "/a b");
+	ck_assert_ptr_null(fs->iso.hide[2]);
 	ck_assert_ptr_nonnull(fs->mcp);
 	ck_assert_int_eq(fs->executor, EXEC_SERVER);
 	ck_assert_ptr_null(fs->command);
@@ -231,10 +240,15 @@ static const struct {
 	{ "[tool.t]\ncommand = x\nrlimit_cpu = 0\n", "F:3: bad value '0' for 'rlimit_cpu' in [tool.t]" },
 	{ "[tool.t]\ncommand = x\nrlimit_nofile = 2\n", "F:3: bad value '2' for 'rlimit_nofile' in [tool.t]" },
 	{ "[tool.t]\ncommand = x\nnetwork = off\n", "F:3: bad value 'off' for 'network' in [tool.t]" },
+	{ "[tool.t]\ncommand = x\nsandbox = off\n", "F:3: bad value 'off' for 'sandbox' in [tool.t]" },
+	{ "[tool.t]\ncommand = x\nhide = /p0 /p1 /p2 /p3 /p4 /p5 /p6 /p7 /p8 /p9 /p10 /p11 /p12 /p13 /p14 /p15 /p16 /p17 /p18 /p19 /p20 /p21 /p22 /p23 /p24 /p25 /p26 /p27 /p28 /p29 /p30 /p31 /p32\n", "F:3: 'hide' in [tool.t] names more than 32 paths" },
+	{ "[agentd]\nhide = 'unterminated\n", "F:2: bad value ''unterminated' for 'hide' in [agentd]" },
+	{ "[tool.h]\nexecutor = human\nhide = /x\n",
+	  "F: [tool.h] is a human tool: no process runs, so env, user, group, network, sandbox, hide and rlimit_* do not apply" },
 	{ "[tool.h]\nexecutor = human\nnetwork = none\n",
-	  "F: [tool.h] is a human tool: no process runs, so env, user, group, network and rlimit_* do not apply" },
+	  "F: [tool.h] is a human tool: no process runs, so env, user, group, network, sandbox, hide and rlimit_* do not apply" },
 	{ "[tool.h]\nexecutor = human\nuser = nobody\n",
-	  "F: [tool.h] is a human tool: no process runs, so env, user, group, network and rlimit_* do not apply" },
+	  "F: [tool.h] is a human tool: no process runs, so env, user, group, network, sandbox, hide and rlimit_* do not apply" },
 	{ "[mcp.s]\nargs = x\n", "F: [mcp.s] needs a command (stdio) or a url (streamable HTTP)" },
 	{ "[mcp.s]\n", "F:1: [mcp.s] is empty: an MCP server needs a command or a url" },
 	{ "[mcp.s]\ncommand = x\nurl = http://h/mcp\n", "F: [mcp.s] needs a command or a url, not both" },
