@@ -137,7 +137,7 @@ expect_refused("a module without a row" supervisor/newmod.c "#include \"supervis
 # The map against the code.
 # metrics uses loop: with loop's row moved above metrics', that use runs upward.
 set(metrics_row "| `metrics.c` | counters and histograms, the Prometheus text | `loop` (the clock) |")
-set(loop_row "| `loop.c` | epoll and the clock, and the restricted mode a commit on the writer thread runs in; it knows nobody | nothing |")
+set(loop_row "| `loop.c` | epoll and the clock, the wall-clock timerfd `expiry` and `wakeup` arm (`loop_realtime_timer`, `loop_realtime_arm`), and the restricted mode a commit on the writer thread runs in; it knows nobody | nothing |")
 expect_doc_refused("an upward use not marked a fault"
                    "${metrics_row}\n${loop_row}" "${loop_row}\n${metrics_row}" "row `metrics`" "a row above it")
 expect_doc_refused("a use the code does not make"

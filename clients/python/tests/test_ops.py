@@ -145,7 +145,7 @@ def test_socket_path_order(agentd, monkeypatch, tmp_path):
     assert socket_path() == DEFAULT_SOCKET == "./agentd-data/agentd.sock"
     # the default, relative to the current directory
     monkeypatch.chdir(tmp_path)
-    os.symlink(agentd.dir, tmp_path / "agentd-data")
+    os.symlink(os.path.dirname(agentd.socket), tmp_path / "agentd-data")
     assert Client().ping() == "0.1.0"
     # $AGENTD_SOCKET over the default; empty counts as unset
     monkeypatch.setenv("AGENTD_SOCKET", "")
