@@ -114,8 +114,8 @@ def out(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
 
-if req.get("task") != "turn":
-    out({"text": "summary of %d events" % len(msgs), "tool_calls": [], "usage": usage})
+if req.get("task") != "turn":  # a summary: no output tokens, so usage counts answers alone
+    out({"text": "summary of %d events" % len(msgs), "tool_calls": [], "usage": dict(usage, output_tokens=0)})
     sys.exit(0)
 conv, turn = req["conversation"], req["turn"]
 fd = os.open(rec, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -215,7 +215,9 @@ class ChaosOpenAI(FakeOpenAI):
         self.n += 1
         delay = self.rng.uniform(0.01, 0.3)
         if not any(m["role"] == "system" and "chaos" in str(m.get("content")) for m in msgs):
-            return {"text": "summary of %d messages" % len(msgs), "delay": delay}  # a compaction's summary
+            # A compaction's summary: no output tokens, so usage counts answers alone.
+            return {"text": "summary of %d messages" % len(msgs), "usage": {"input": len(msgs), "output": 0},
+                    "delay": delay}
         last_asst = max((i for i, m in enumerate(msgs) if m["role"] == "assistant"), default=-1)
         new = [m for m in msgs[last_asst + 1:] if m["role"] == "user"]
         results = [m for m in msgs[last_asst + 1:] if m["role"] == "tool"]
@@ -766,8 +768,8 @@ class Chaos:
         owed at the end, records and fsm_state agreeing."""
         v = self.v
         markers = [e for e in evs if e["type"] in ("assistant_msg", "error")]
-        # Usage counted once per committed answer (each answer's usage says 1 output token), however
-        # many attempts a kill interrupted: an interrupted attempt adds nothing.
+        # Usage counted once per committed answer (each answer's usage says 1 output token, a summary's
+        # 0), however many attempts a kill interrupted: an interrupted attempt adds nothing.
         answers = sum(1 for e in markers if e["type"] == "assistant_msg")
         u = conv.get("usage") or {}
         v.check("usage counted once per answer", (u.get("turns"), u.get("output_tokens")) == (answers, answers),
