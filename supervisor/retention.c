@@ -87,8 +87,9 @@ static int export_one(const char *id)
 {
 	const char *dir = R.cfg->retention_export;
 	char tmp[4200], path[4200];
-	snprintf(tmp, sizeof tmp, "%s/.%s.jsonl.tmp", dir, id);
-	snprintf(path, sizeof path, "%s/%s.jsonl", dir, id);
+	if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.jsonl.tmp", dir, id) >= sizeof tmp ||
+	    (size_t)snprintf(path, sizeof path, "%s/%s.jsonl", dir, id) >= sizeof path)
+		return -ENAMETOOLONG;
 	FILE *f = fopen(tmp, "we");
 	if (!f)
 		return -errno;
@@ -111,9 +112,17 @@ static int export_one(const char *id)
 	return e;
 }
 
+static int any_schedule(void *arg, const struct store_schedule *s)
+{
+	(void)s;
+	*(int *)arg = 1;
+	return 1;
+}
+
 /* In t: d still due (checked again: a send or an update since the read
- * moves updated_at), then ended or removed as `update` and `delete` do. 1
- * done, 0 no longer due, else a store error. */
+ * moves updated_at; an idle conversation with a scheduled wakeup is
+ * waiting for it, not abandoned), then ended or removed as `update` and
+ * `delete` do. 1 done, 0 no longer due, else a store error. */
 static int apply(store_txn *t, const struct due *d, int64_t now)
 {
 	struct store_conv c;
@@ -128,6 +137,11 @@ static int apply(store_txn *t, const struct due *d, int64_t now)
 			return e;
 		return 1;
 	}
+	int waits = 0;
+	if ((e = store_schedules_list(t, d->id, any_schedule, &waits)) && e != 1)
+		return e;
+	if (waits)
+		return 0;
 	struct store_conv_patch p = { .set = STORE_SET_STATUS, .status = STORE_ENDED };
 	if ((e = store_conv_put(t, d->id, &p)) || (e = conv_run_end(t, d->id, STORE_RUN_INTERRUPTED)) ||
 	    (e = forward_tell(t, d->id, "end")))

@@ -1,6 +1,6 @@
 """Retention (docs/operations.md, "Retention"): idle conversations ended after end_idle_after, ended ones
 removed after remove_ended_after (exported into retention_export first, a stream `agentd import` takes),
-what is not idle left alone, a failed export keeping its conversation, bad settings refused; and `agentd
+what is not idle (or waits for a scheduled wakeup) left alone, a failed export keeping its conversation, bad settings refused; and `agentd
 compact` giving an LMDB file's free pages back to the filesystem with nothing lost."""
 import json
 import os
@@ -54,6 +54,8 @@ def test_idle_ended_then_exported_and_removed():
         a.send(waiting, "/tool ask {}")
         wait_for(lambda: a.ok({"op": "get", "conversation": waiting})["conversation"]["status"] == "suspended", 30,
                  "the approval to wait")
+        wakes = a.create()  # idle, but a scheduled wakeup waits: not abandoned
+        a.ok({"op": "schedule", "conversation": wakes, "text": "follow up", "after": 3_600_000})
         before = {c: a.ok({"op": "get", "conversation": c})["conversation"] for c in (idle, ended)}
         log_before = a.events(idle)
         # The idle one is ended first, once it has been idle END_IDLE...
@@ -85,9 +87,11 @@ def test_idle_ended_then_exported_and_removed():
             assert back.ok({"op": "get", "conversation": idle})["conversation"]["status"] == "ended"
         finally:
             back.close()
-        # What waits on a person is not idle: left alone.
+        # What waits on a person is not idle, nor what waits for its scheduled wakeup: left alone.
         g = a.ok({"op": "get", "conversation": waiting})["conversation"]
         assert g["status"] == "suspended", g
+        g = a.ok({"op": "get", "conversation": wakes})["conversation"]
+        assert g["status"] == "idle", g
         assert metric(a, "agentd_retention_ended_total") >= 1
         assert metric(a, "agentd_retention_removed_total") >= 2
         assert metric(a, "agentd_retention_exported_total") >= 2
