@@ -33,6 +33,7 @@ int config_init(struct config *c)
 	c->sync = SYNC_FULL;
 	c->audit_ttl_ms = 7LL * 24 * 3600 * SEC;
 	c->retention_interval_ms = 600 * SEC;
+	c->socket_gid = -1;
 	c->max_line = 1 << 20;
 	c->max_reply_bytes = 4u << 20;
 	c->max_workers = 256;
@@ -139,6 +140,7 @@ void config_free(struct config *c)
 	free(c->tools);
 	free(c->node_id);
 	free(c->retention_export);
+	free(c->socket_group);
 	free(c->path);
 	free(c->data);
 	free(c->socket);
@@ -419,6 +421,8 @@ static int agentd_key(struct config *c, const char *k, const char *v)
 		return config_set_int(&c->max_tool_rounds, v, 1, 1000000);
 	if (!strcmp(k, "model_output_cap")) /* under 1k no final line fits: every attempt would fail */
 		return config_size(v, &c->model_out_cap) || c->model_out_cap < 1024 || c->model_out_cap > CAP_MAX ? -1 : 0;
+	if (!strcmp(k, "socket_group"))
+		return *v ? config_set_str(&c->socket_group, v) : -1;
 	if (!strcmp(k, "allow_any_uid"))
 		return (b = onoff(v)) < 0 ? -1 : (c->allow_any_uid = b, 0);
 	if (!strcmp(k, "hide"))
@@ -990,6 +994,11 @@ static int tool_validate(const struct config *c, struct tool_cfg *t, char *err, 
 
 static int validate(struct config *c, char *err, size_t errlen)
 {
+	if (c->socket_group && lookup_id("/etc/group", c->socket_group, &c->socket_gid, NULL)) {
+		snprintf(err, errlen, "%s: socket_group: no group named '%s' in /etc/group in [agentd]", c->path,
+			 c->socket_group);
+		return -1;
+	}
 	if (c->store && c->data_given) {
 		snprintf(err, errlen, "%s: both data in [agentd] and target in [store] are set: one store, either an "
 			 "LMDB data directory or a PostgreSQL target", c->path);

@@ -159,6 +159,8 @@ struct config {
 	int max_tool_rounds;     /* model rounds in a row that call tools before a turn is stopped; 25 */
 	size_t model_out_cap;    /* 4 MiB */
 	int allow_any_uid;       /* peers of any uid may connect (default: same uid or root) */
+	char *socket_group;      /* NULL, or a group whose members may connect too (the socket 0660 in it) */
+	long socket_gid;         /* socket_group's gid from /etc/group; -1: none */
 	char **hide;             /* hide = PATH ...: covered in every sandbox; NULL-terminated or NULL */
 	int log_level;           /* LOG_* */
 	struct config_budget budget; /* the default budget: none */

@@ -178,10 +178,18 @@ int control_listen(const struct config *cfg, const char *path, const struct cont
 	/* The socket is created 0600 (docs/protocol.md, "Framing"): bind applies the
 	 * umask to 0777, so 0177, not 077, which would leave it 0700. With
 	 * allow_any_uid it is 0666: the peer check would let others in, the
-	 * mode would not. */
-	mode_t old = umask(C.cfg->allow_any_uid ? 0111 : 0177);
+	 * mode would not; with socket_group, 0660 in that group. */
+	mode_t old = umask(C.cfg->allow_any_uid ? 0111 : C.cfg->socket_gid >= 0 ? 0117 : 0177);
 	int rc = bind(fd, (struct sockaddr *)&sa, sizeof sa);
 	umask(old);
+	if (rc == 0 && C.cfg->socket_gid >= 0 && chown(C.path, (uid_t)-1, (gid_t)C.cfg->socket_gid) < 0) {
+		int e = -errno;
+		log_error("cannot give %s to the group %s (socket_group): %s (agentd must be root or a member of it)",
+			  C.path, C.cfg->socket_group, strerror(-e));
+		unlink(C.path);
+		close(fd);
+		return e;
+	}
 	if (rc < 0 || listen(fd, 512) < 0) {
 		int e = -errno;
 		log_error("cannot listen on %s: %s", C.path, strerror(-e));
@@ -247,6 +255,28 @@ int control_only_free(const struct client *c)
 
 static void on_client_io(struct loop_watch *lw, uint32_t events);
 
+/* Whether the peer on fd (its primary group gid) is in socket_group: its
+ * primary group or one of its supplementary groups (SO_PEERGROUPS, which
+ * the kernel fills from the peer's credentials at connect: not forgeable). */
+static int in_socket_group(int fd, gid_t gid)
+{
+	gid_t want = (gid_t)C.cfg->socket_gid, small[64], *g = small;
+	if (C.cfg->socket_gid < 0)
+		return 0;
+	if (gid == want)
+		return 1;
+	socklen_t len = sizeof small;
+	int rc = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len);
+	if (rc < 0 && errno == ERANGE && (g = malloc(len)))
+		rc = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len);
+	int in = 0;
+	for (size_t i = 0; rc == 0 && g && i < len / sizeof *g; i++)
+		in |= g[i] == want;
+	if (g != small)
+		free(g);
+	return in;
+}
+
 static void client_new(int fd)
 {
 	struct ucred cred;
@@ -255,9 +285,9 @@ static void client_new(int fd)
 		close(fd);
 		return;
 	}
-	if (!C.cfg->allow_any_uid && cred.uid != 0 && cred.uid != getuid()) {
+	if (!C.cfg->allow_any_uid && cred.uid != 0 && cred.uid != getuid() && !in_socket_group(fd, cred.gid)) {
 		static const char msg[] = "{\"ok\":false,\"error\":\"unavailable\",\"message\":\"permission denied: "
-					  "only the same user or root may connect\"}\n";
+					  "only the same user, root or a member of socket_group may connect\"}\n";
 		log_warn("refused a client of uid %u (pid %d)", (unsigned)cred.uid, (int)cred.pid);
 		metrics_error(PERR_UNAVAILABLE);
 		ssize_t w = write(fd, msg, sizeof msg - 1);

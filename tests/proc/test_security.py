@@ -18,14 +18,14 @@ def mode(p):
     return stat.S_IMODE(os.lstat(p).st_mode)
 
 
-def as_nobody_ping(sock):
+def as_nobody_ping(sock, who=NOBODY):
     """What uid 65534 gets for a ping on sock: the reply, or the connect error's errno."""
     # agentd may refuse (write its line and close) before the ping is sent: the send then fails with
     # EPIPE, and the refusal is still there to read, as agentctl does
     code = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(%r)\nexcept OSError as e:\n"
             "    print('errno', e.errno); sys.exit(0)\ntry:\n    s.sendall(b'{\"op\":\"ping\"}\\n')\n"
             "except OSError:\n    pass\ns.settimeout(5)\nprint(s.recv(999).decode())\n") % sock
-    r = subprocess.run(NOBODY + [sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    r = subprocess.run(who + [sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     return r.stdout.strip()
 
 
@@ -115,6 +115,38 @@ def test_the_socket_lets_other_uids_in_only_when_configured():
         assert mode(a.socket) == 0o666, oct(mode(a.socket))
         out = as_nobody_ping(a.socket)
         assert '"ok":true' in out, out
+
+
+def a_group():
+    """(name, gid) of a group of /etc/group that is neither root's nor nobody's."""
+    import grp
+    return next((g.gr_name, g.gr_gid) for g in grp.getgrall() if g.gr_gid not in (0, 65534, os.getgid()))
+
+
+def test_socket_group_lets_its_members_in():
+    harness.config_refused("[agentd]\nsocket_group = no-such-group-here\n",
+                           "socket_group: no group named 'no-such-group-here' in /etc/group")
+    if not ROOT or not shutil.which("setpriv"):
+        print("SKIP test_socket_group_lets_its_members_in: needs root and setpriv")
+        return
+    name, gid = a_group()
+    with Agentd(start=False, config=f"[agentd]\nsocket_group = {name}\n") as a:
+        traversable(a)
+        a.start()
+        st = os.lstat(a.socket)
+        assert mode(a.socket) == 0o660 and st.st_gid == gid, (oct(mode(a.socket)), st.st_gid, gid)
+        assert as_nobody_ping(a.socket) == "errno 13"  # not a member: not even a connect
+        member = ["setpriv", "--reuid=65534", "--regid=65534", f"--groups={gid}"]
+        out = as_nobody_ping(a.socket, member)  # a supplementary group (SO_PEERGROUPS)
+        assert '"ok":true' in out, out
+        primary = ["setpriv", "--reuid=65534", f"--regid={gid}", "--clear-groups"]
+        out = as_nobody_ping(a.socket, primary)
+        assert '"ok":true' in out, out
+        # A member of the file's group who is not one for the peer check is still refused: the mode is
+        # not the check (chmod 0666 by hand).
+        os.chmod(a.socket, 0o666)
+        out = as_nobody_ping(a.socket)
+        assert '"unavailable"' in out and "socket_group" in out, out
 
 
 def test_at_exit_only_its_own_socket_file_is_removed():
