@@ -5,11 +5,11 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config liblmdb-dev lmdb-utils libmsgpack-dev check libbsd-dev
       libjansson-dev libinih-dev libcurl4-openssl-dev clang python3 python3-pytest procps valgrind gdb
-      libsystemd-dev systemd man-db groff-base dpkg-dev libmicrohttpd-dev chromium libpq-dev postgresql
+      libsystemd-dev systemd man-db groff-base dpkg-dev libmicrohttpd-dev libsodium-dev chromium libpq-dev postgresql
       python3-pip python3-venv)
 # libsystemd-dev: sd_notify (supervisor/notify.c). systemd (systemd-analyze), man-db and
 # groff-base (man --warnings), dpkg-dev (cpack's dpkg-shlibdeps): tests/proc/test_install.py.
-# libmicrohttpd-dev: agentd-web; chromium: its browser test (tests/proc/test_web_browser.py).
+# libmicrohttpd-dev: agentd-web; libsodium-dev: its --users password hashes (argon2id, web/users.c); chromium: its browser test (tests/proc/test_web_browser.py).
 # libpq-dev: the PostgreSQL store (store/store_pg.c); postgresql: its tests' throwaway cluster.
 # python3-pip, python3-venv: the Python client's offline install test (clients/python/tests/test_install.py).
 # Node.js and npm: the real MCP servers (tests/proc/test_mcp.py) and the browser driver. Debian's,

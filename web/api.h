@@ -33,6 +33,7 @@ struct api_who {
 	char id[AUTH_ID_LEN + 1];
 	char csrf[AUTH_ID_LEN + 1];
 	char name[AUTH_NAME_MAX + 1];
+	int role;                    /* users.h: what it may do (the token: operator) */
 };
 
 

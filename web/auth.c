@@ -19,6 +19,7 @@ struct session {
 	char id[AUTH_ID_LEN + 1];
 	char csrf[AUTH_ID_LEN + 1];
 	char name[AUTH_NAME_MAX + 1];
+	int role;
 	long long created, used;
 };
 
@@ -205,7 +206,7 @@ int auth_name_ok(const char *name)
 	return 1;
 }
 
-void auth_session_new(const char *name, char *id, char *csrf)
+void auth_session_new(const char *name, int role, char *id, char *csrf)
 {
 	long long now = mono_ms();
 	pthread_mutex_lock(&mu);
@@ -222,6 +223,7 @@ void auth_session_new(const char *name, char *id, char *csrf)
 	random_hex(s->id, AUTH_ID_LEN);
 	random_hex(s->csrf, AUTH_ID_LEN);
 	snprintf(s->name, sizeof s->name, "%s", auth_name_ok(name) ? name : "");
+	s->role = role;
 	s->created = s->used = now;
 	memcpy(id, s->id, AUTH_ID_LEN + 1);
 	memcpy(csrf, s->csrf, AUTH_ID_LEN + 1);
@@ -249,7 +251,7 @@ static struct session *find(const char *id)
 	return NULL;
 }
 
-int auth_session_get(const char *id, char *csrf, char *name, size_t namelen)
+int auth_session_get(const char *id, char *csrf, char *name, size_t namelen, int *role)
 {
 	pthread_mutex_lock(&mu);
 	struct session *s = find(id);
@@ -257,6 +259,8 @@ int auth_session_get(const char *id, char *csrf, char *name, size_t namelen)
 		memcpy(csrf, s->csrf, AUTH_ID_LEN + 1);
 	if (s && name)
 		snprintf(name, namelen, "%s", s->name);
+	if (s && role)
+		*role = s->role;
 	pthread_mutex_unlock(&mu);
 	return s != NULL;
 }

@@ -42,13 +42,14 @@ int auth_link_new(char *out);
 /* 1 when nonce is an unused, unexpired link (it is used up now), else 0. */
 int auth_link_use(const char *nonce);
 
-/* A new session for a user named name ("" when not given). id and csrf get
- * AUTH_ID_LEN hex digits each (buffers of AUTH_ID_LEN + 1). At
- * AUTH_SESSIONS_MAX the least recently used session is dropped. */
-void auth_session_new(const char *name, char *id, char *csrf);
-/* Look a session up by its cookie value: 1 and its csrf token and name
- * copied out (either may be NULL), 0 when unknown or expired. */
-int auth_session_get(const char *id, char *csrf, char *name, size_t namelen);
+/* A new session for a user named name ("" when not given) with role (a
+ * users.h role: what the session may do). id and csrf get AUTH_ID_LEN hex
+ * digits each (buffers of AUTH_ID_LEN + 1). At AUTH_SESSIONS_MAX the least
+ * recently used session is dropped. */
+void auth_session_new(const char *name, int role, char *id, char *csrf);
+/* Look a session up by its cookie value: 1 and its csrf token, name and
+ * role copied out (any may be NULL), 0 when unknown or expired. */
+int auth_session_get(const char *id, char *csrf, char *name, size_t namelen, int *role);
 /* Set a session's name. Returns 0, -ENOENT, or -EINVAL for a bad name. */
 int auth_session_name(const char *id, const char *name);
 void auth_session_end(const char *id);

@@ -3,6 +3,7 @@
 #include "web/api.h"
 #include "web/assets.h"
 #include "web/auth.h"
+#include "web/users.h"
 #include "web/convs.h"
 #include "client/ctl.h"
 
@@ -35,7 +36,8 @@ static const struct http_config *CFG;
  * anything from the request: no markup can get in). */
 static enum MHD_Result send_login(struct MHD_Connection *c, unsigned status, const char *msg)
 {
-	const struct web_asset *a = web_asset_find("/login.html");
+	/* With --users the form asks for a name and a password instead of the token. */
+	const struct web_asset *a = web_asset_find(users_enabled() ? "/login-users.html" : "/login.html");
 	const char *mark = "{{MESSAGE}}";
 	if (!a)
 		return MHD_NO;
@@ -611,10 +613,10 @@ static int form_value(const char *body, size_t len, const char *key, char *out, 
 	return 0;
 }
 
-static enum MHD_Result start_session(struct MHD_Connection *c, const char *name, int via_link)
+static enum MHD_Result start_session(struct MHD_Connection *c, const char *name, int role, int via_link)
 {
 	char id[AUTH_ID_LEN + 1], csrf[AUTH_ID_LEN + 1], cookie[256];
-	auth_session_new(name, id, csrf);
+	auth_session_new(name, role, id, csrf);
 	cookie_line(cookie, sizeof cookie, id, 0);
 	if (via_link) {
 		/* A page that moves on by itself: the link may have been opened
@@ -670,9 +672,11 @@ static int authenticate(struct MHD_Connection *c, struct api_who *w)
 	const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
 	const char *ck = MHD_lookup_connection_value(c, MHD_COOKIE_KIND, COOKIE);
 	memset(w, 0, sizeof *w);
-	if (auth && !strncasecmp(auth, "Bearer ", 7))
+	if (auth && !strncasecmp(auth, "Bearer ", 7)) {
+		w->role = USERS_OPERATOR; /* the token is agentd-web's own secret: a program holding it may do all */
 		return auth_token_ok(auth + 7, strlen(auth + 7));
-	if (ck && auth_session_get(ck, w->csrf, w->name, sizeof w->name)) {
+	}
+	if (ck && auth_session_get(ck, w->csrf, w->name, sizeof w->name, &w->role)) {
 		w->session = 1;
 		snprintf(w->id, sizeof w->id, "%s", ck);
 		return 1;
@@ -703,22 +707,42 @@ static enum MHD_Result route_page(struct MHD_Connection *c, const char *url, str
 static enum MHD_Result route_login_form(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	const char *once = api_arg(c, "once");
+	if (users_enabled()) /* no login links: each person signs in as themselves */
+		return once ? send_login(c, 403, "Login links are off (--users): sign in with your name and password.")
+			    : send_login(c, 200, "Sign in with your name and password.");
 	if (!once)
 		return send_login(c, 200, "Enter the access token (from the token file) to sign in.");
 	if (!auth_link_use(once))
 		return send_login(c, 403, "This login link was used already or has expired: ask for a new one, or use the token.");
-	return start_session(c, "", 1);
+	return start_session(c, "", USERS_OPERATOR, 1);
+}
+
+/* With --users: a name and its password from the users file. */
+static enum MHD_Result login_user(struct MHD_Connection *c, struct api_req *rq)
+{
+	char name[AUTH_NAME_MAX + 8], password[1024];
+	enum users_role role = USERS_NONE;
+	if (form_value(rq->body, rq->len, "name", name, sizeof name) &&
+	    form_value(rq->body, rq->len, "password", password, sizeof password))
+		role = users_check(name, password);
+	explicit_bzero(password, sizeof password);
+	if (!role)
+		return send_login(c, 403, "Wrong name or password.");
+	fprintf(stderr, "agentd-web: signed in: %s (%s)\n", name, users_role_name(role));
+	return start_session(c, name, role, 0);
 }
 
 static enum MHD_Result route_login(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
 {
 	char token[300], name[AUTH_NAME_MAX + 8];
+	if (users_enabled())
+		return login_user(c, rq);
 	form_value(rq->body, rq->len, "name", name, sizeof name);
 	if (!form_value(rq->body, rq->len, "token", token, sizeof token) || !auth_token_ok(token, strlen(token)))
 		return send_login(c, 403, "Wrong token.");
 	if (!auth_name_ok(name))
 		return send_login(c, 400, "The name must be at most 100 bytes of printable text.");
-	return start_session(c, name, 0);
+	return start_session(c, name, USERS_OPERATOR, 0);
 }
 
 static enum MHD_Result route_metrics(struct MHD_Connection *c, const char *url, struct api_req *rq, const struct api_who *w)
@@ -740,10 +764,11 @@ static enum MHD_Result route_session(struct MHD_Connection *c, const char *url, 
 {
 	char name[AUTH_NAME_MAX + 1];
 	api_by_name(c, w, name, sizeof name);
-	return api_send_json(c, 200, json_pack("{sssssbsisbss}", "name", w->name, "csrf", w->session ? w->csrf : "",
+	return api_send_json(c, 200, json_pack("{sssssbsisbsssssb}", "name", w->name, "csrf", w->session ? w->csrf : "",
 					   "session", w->session, "poll_ms", CFG->poll_ms, "name_from_proxy",
 					   CFG->user_header && MHD_lookup_connection_value(c, MHD_HEADER_KIND, CFG->user_header),
-					   "by", name));
+					   "by", name, "role", users_role_name((enum users_role)w->role), "accounts",
+					   users_enabled()));
 }
 
 static enum MHD_Result route_session_name(struct MHD_Connection *c, const char *url, struct api_req *rq,
@@ -751,6 +776,10 @@ static enum MHD_Result route_session_name(struct MHD_Connection *c, const char *
 {
 	json_t *b = json_loadb(rq->body ? rq->body : "", rq->len, 0, NULL);
 	const char *name = json_string_value(json_object_get(b, "name"));
+	if (users_enabled()) { /* the name is the account's */
+		json_decref(b);
+		return api_send_error(c, 403, "forbidden", "signed in with an account (--users): the name is the account's");
+	}
 	int e = !w->session ? -EPERM : !name ? -EINVAL : auth_session_name(w->id, name);
 	json_decref(b);
 	if (e)
@@ -801,45 +830,63 @@ enum {
 
 /* One row per method and path; "GET" answers HEAD too. Every row without
  * ROUTE_OPEN needs a session or the token, and a session's POST also passes
- * the Origin and CSRF checks. A path known under the other method only is
- * answered 404, like an unknown path. */
+ * the Origin and CSRF checks, then the role the row needs (every
+ * signed-in person is a viewer at least: reads). A path known under the other
+ * method only is answered 404, like an unknown path. */
+#define VIEWER USERS_VIEWER
+#define APPROVER USERS_APPROVER
+#define OPERATOR USERS_OPERATOR
 static const struct route {
 	const char *method, *path;
 	int flags;
 	route_fn *fn;
+	enum users_role need;
 } ROUTES[] = {
-	{"GET", "/login.css", ROUTE_OPEN, route_asset},
-	{"GET", "/favicon.svg", ROUTE_OPEN, route_asset},
-	{"GET", "/login", ROUTE_OPEN, route_login_form},
-	{"POST", "/login", ROUTE_OPEN | ROUTE_ORIGIN, route_login},
-	{"GET", "/", 0, route_page},
-	{"GET", "/index.html", 0, route_page},
-	{"GET", "/app.js", 0, route_asset},
-	{"GET", "/app.css", 0, route_asset},
-	{"GET", "/metrics", 0, route_metrics},
-	{"GET", "/api/session", 0, route_session},
-	{"POST", "/api/session", 0, route_session_name},
-	{"POST", "/logout", 0, route_logout},
-	{"GET", "/api/pending", 0, route_pending},
-	{"GET", "/api/conversations", 0, route_conversations},
-	{"GET", "/api/conversation", 0, route_conversation},
-	{"GET", "/api/tool_calls", 0, route_tool_calls},
-	{"GET", "/api/tool_call", 0, route_tool_call},
-	{"GET", "/api/audit", 0, route_audit},
-	{"GET", "/api/events", 0, route_events},
-	{"GET", "/api/watch", 0, route_watch},
-	{"GET", "/api/status", 0, route_status},
-	{"GET", "/api/runs", 0, route_runs},
-	{"GET", "/api/nodes", 0, route_nodes},
-	{"POST", "/api/resolve", 0, route_resolve},
-	{"POST", "/api/settle", 0, route_settle},
-	{"POST", "/api/send", 0, route_send},
-	{"POST", "/api/cancel", 0, route_cancel},
-	{"POST", "/api/resume", 0, route_resume},
-	{"POST", "/api/end", 0, route_end},
-	{"POST", "/api/fork", 0, route_fork},
-	{"GET", "/api/search", 0, route_search},
+	{"GET", "/login.css", ROUTE_OPEN, route_asset, USERS_NONE},
+	{"GET", "/favicon.svg", ROUTE_OPEN, route_asset, USERS_NONE},
+	{"GET", "/login", ROUTE_OPEN, route_login_form, USERS_NONE},
+	{"POST", "/login", ROUTE_OPEN | ROUTE_ORIGIN, route_login, USERS_NONE},
+	{"GET", "/", 0, route_page, VIEWER},
+	{"GET", "/index.html", 0, route_page, VIEWER},
+	{"GET", "/app.js", 0, route_asset, VIEWER},
+	{"GET", "/app.css", 0, route_asset, VIEWER},
+	{"GET", "/metrics", 0, route_metrics, VIEWER},
+	{"GET", "/api/session", 0, route_session, VIEWER},
+	{"POST", "/api/session", 0, route_session_name, VIEWER},
+	{"POST", "/logout", 0, route_logout, VIEWER},
+	{"GET", "/api/pending", 0, route_pending, VIEWER},
+	{"GET", "/api/conversations", 0, route_conversations, VIEWER},
+	{"GET", "/api/conversation", 0, route_conversation, VIEWER},
+	{"GET", "/api/tool_calls", 0, route_tool_calls, VIEWER},
+	{"GET", "/api/tool_call", 0, route_tool_call, VIEWER},
+	{"GET", "/api/audit", 0, route_audit, VIEWER},
+	{"GET", "/api/events", 0, route_events, VIEWER},
+	{"GET", "/api/watch", 0, route_watch, VIEWER},
+	{"GET", "/api/status", 0, route_status, VIEWER},
+	{"GET", "/api/runs", 0, route_runs, VIEWER},
+	{"GET", "/api/nodes", 0, route_nodes, VIEWER},
+	{"POST", "/api/resolve", 0, route_resolve, APPROVER},
+	{"POST", "/api/settle", 0, route_settle, APPROVER},
+	{"POST", "/api/send", 0, route_send, OPERATOR},
+	{"POST", "/api/cancel", 0, route_cancel, OPERATOR},
+	{"POST", "/api/resume", 0, route_resume, OPERATOR},
+	{"POST", "/api/end", 0, route_end, OPERATOR},
+	{"POST", "/api/fork", 0, route_fork, OPERATOR},
+	{"GET", "/api/search", 0, route_search, VIEWER},
 };
+#undef VIEWER
+#undef APPROVER
+#undef OPERATOR
+
+/* 403 for a person whose role does not cover the route: nothing done. */
+static enum MHD_Result send_refused(struct MHD_Connection *c, const struct route *rt, const struct api_who *w)
+{
+	char msg[AUTH_NAME_MAX + 200];
+	snprintf(msg, sizeof msg, "%s is %s %s: %s needs the %s role%s", w->name,
+		 w->role == USERS_VIEWER ? "a" : "an", users_role_name((enum users_role)w->role), rt->path,
+		 users_role_name(rt->need), rt->need == USERS_APPROVER ? " or operator" : "");
+	return api_send_error(c, 403, "forbidden", msg);
+}
 
 static const struct route *route_find(const char *url, int post)
 {
@@ -854,7 +901,8 @@ static const struct route *route_find(const char *url, int post)
 static enum MHD_Result send_unauthorized(struct MHD_Connection *c, const char *url, int get)
 {
 	if (is_page(url) && get)
-		return send_login(c, 401, "Sign in first: enter the access token (from the token file).");
+		return send_login(c, 401, users_enabled() ? "Sign in first: your name and password."
+							   : "Sign in first: enter the access token (from the token file).");
 	if (!strcmp(url, "/metrics"))
 		return api_send_buf(c, 401, "text/plain; charset=utf-8", "401 unauthorized: send Authorization: Bearer TOKEN\n", 51,
 				MHD_RESPMEM_PERSISTENT, NULL);
@@ -894,6 +942,8 @@ static enum MHD_Result route(struct MHD_Connection *c, const char *url, const ch
 	}
 	if (!rt)
 		return api_send_error(c, 404, "not_found", "no such page");
+	if (w.role < (int)rt->need)
+		return send_refused(c, rt, &w);
 	return rt->fn(c, url, rq, &w);
 }
 

@@ -6,12 +6,14 @@
 #include "client/ctl.h"
 #include "web/auth.h"
 #include "web/http.h"
+#include "web/users.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +25,8 @@
 static const char USAGE[] =
 	"usage: agentd-web [--socket PATH] [--data DIR] [--listen HOST:PORT] [--token-file PATH]\n"
 	"                  [--origin URL]... [--user-header NAME] [--secure-cookie] [--poll-ms N]\n"
-	"                  [--max-connections N]\n"
+	"                  [--max-connections N] [--users FILE]\n"
+	"       agentd-web --hash-password\n"
 	"\n"
 	"The approvals page for agentd: pending human tool calls, conversations, live logs, status.\n"
 	"\n"
@@ -39,8 +42,13 @@ static const char USAGE[] =
 	"  --secure-cookie       mark the session cookie Secure (the page is served over TLS)\n"
 	"  --poll-ms N           how often the page refreshes the pending list (default 1000)\n"
 	"  --max-connections N   concurrent HTTP connections (default 64)\n"
+	"  --users FILE          per-person accounts: lines NAME ROLE HASH, ROLE viewer (reads),\n"
+	"                        approver (also answers approvals) or operator (also sends, cancels,\n"
+	"                        resumes, forks, ends); people sign in with a name and password, and\n"
+	"                        login links are off\n"
+	"  --hash-password       read a password on stdin, print its HASH for the users file, exit\n"
 	"\n"
-	"Prints the URL and a one-time login link on stdout; SIGUSR1 prints a new link.\n";
+	"Prints the URL and a one-time login link on stdout (not with --users); SIGUSR1 prints a new link.\n";
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -118,6 +126,11 @@ static int origin_valid(const char *o)
 static void print_link(const char *base)
 {
 	char nonce[AUTH_ID_LEN + 1];
+	if (users_enabled()) {
+		printf("agentd-web: no login links with --users: people sign in with their name and password\n");
+		fflush(stdout);
+		return;
+	}
 	auth_link_new(nonce);
 	printf("agentd-web: login link (one use, within %d minutes): %s/login?once=%s\n", AUTH_LINK_TTL_MS / 60000,
 	       base, nonce);
@@ -128,7 +141,8 @@ static void print_link(const char *base)
  * as long as main does. */
 struct web {
 	struct http_config cfg;
-	const char *data, *listen_s, *token_file;
+	const char *data, *listen_s, *token_file, *users_file;
+	int hash_password;
 	const char *extra[HTTP_ORIGINS_MAX]; /* --origin, added after our own */
 	size_t nextra;
 	struct sockaddr_storage ss;
@@ -146,7 +160,8 @@ static int web_args(int argc, char **argv, struct web *w)
 		{ "listen", required_argument, 0, 'l' }, { "token-file", required_argument, 0, 't' },
 		{ "origin", required_argument, 0, 'o' }, { "user-header", required_argument, 0, 'u' },
 		{ "secure-cookie", no_argument, 0, 'S' }, { "poll-ms", required_argument, 0, 'p' },
-		{ "max-connections", required_argument, 0, 'm' }, { "help", no_argument, 0, 'h' },
+		{ "max-connections", required_argument, 0, 'm' }, { "users", required_argument, 0, 'U' },
+		{ "hash-password", no_argument, 0, 'H' }, { "help", no_argument, 0, 'h' },
 		{ "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
 	};
 	struct http_config *cfg = &w->cfg;
@@ -183,6 +198,8 @@ static int web_args(int argc, char **argv, struct web *w)
 			if (*end || cfg->max_connections < 4 || cfg->max_connections > 4096)
 				return usage_error("--max-connections: expected 4 to 4096, got '%s'", optarg);
 			break;
+		case 'U': w->users_file = optarg; break;
+		case 'H': w->hash_password = 1; break;
 		case 'h': fputs(USAGE, stdout); return 0;
 		case 'V': printf("agentd-web %s\n", AGENTD_VERSION); return 0;
 		default: fprintf(stderr, "%s", USAGE); return EXIT_USAGE;
@@ -190,6 +207,8 @@ static int web_args(int argc, char **argv, struct web *w)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
+	if (w->users_file && cfg->user_header)
+		return usage_error("--users and --user-header %s: the name comes from one or the other", "exclude each other");
 	if (!cfg->socket) {
 		snprintf(w->sockbuf, sizeof w->sockbuf, "%s/agentd.sock", w->data);
 		cfg->socket = w->sockbuf;
@@ -294,6 +313,43 @@ static void web_wait(const sigset_t *set, const char *base)
 	}
 }
 
+/* --hash-password: one line from stdin (without its newline) to a HASH for
+ * the users file on stdout. */
+static int web_hash_password(void)
+{
+	char pw[1024], hash[crypto_pwhash_STRBYTES];
+	if (!fgets(pw, sizeof pw, stdin)) {
+		fprintf(stderr, "agentd-web: --hash-password: expected a password on stdin\n");
+		return EXIT_USAGE;
+	}
+	pw[strcspn(pw, "\r\n")] = 0;
+	if (!*pw) {
+		fprintf(stderr, "agentd-web: --hash-password: the password is empty\n");
+		return EXIT_USAGE;
+	}
+	int e = users_hash(pw, hash, sizeof hash);
+	sodium_memzero(pw, sizeof pw);
+	if (e) {
+		fprintf(stderr, "agentd-web: --hash-password: out of memory\n");
+		return 1;
+	}
+	printf("%s\n", hash);
+	return 0;
+}
+
+/* --users: the accounts, before anything is served. */
+static int web_users(struct web *w)
+{
+	char msg[1024];
+	if (!w->users_file)
+		return GO_ON;
+	if (users_load(w->users_file, msg, sizeof msg)) {
+		fprintf(stderr, "agentd-web: %s\n", msg);
+		return 1;
+	}
+	return GO_ON;
+}
+
 int main(int argc, char **argv)
 {
 	struct web w = {
@@ -306,7 +362,15 @@ int main(int argc, char **argv)
 	char msg[512];
 	int rc, fd;
 
-	if ((rc = web_args(argc, argv, &w)) != GO_ON || (rc = web_token(&w)) != GO_ON)
+	if ((rc = web_args(argc, argv, &w)) != GO_ON)
+		return rc;
+	if (sodium_init() < 0) {
+		fprintf(stderr, "agentd-web: libsodium could not start\n");
+		return 1;
+	}
+	if (w.hash_password)
+		return web_hash_password();
+	if ((rc = web_users(&w)) != GO_ON || (rc = web_token(&w)) != GO_ON)
 		return rc;
 	if ((fd = web_listen(&w)) < 0)
 		return 1;
@@ -320,5 +384,6 @@ int main(int argc, char **argv)
 	print_link(w.base);
 	web_wait(&set, w.base);
 	http_stop(srv);
+	users_free();
 	return 0;
 }

@@ -14,7 +14,7 @@ import subprocess
 
 import harness
 from harness import Agentd, AGENTCTL_BIN, scaled, wait_for
-from webutil import AgentdWeb
+from webutil import AgentdWeb, WEB_BIN
 
 WEB_TESTS = harness.REPO / "tests" / "web"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -87,6 +87,9 @@ command = python3 {streamer}
 
 [model.blocker]
 command = python3 {blocker}
+
+[model.waiter]
+command = python3 -c "import json, sys, time; json.load(sys.stdin); time.sleep(3600)"
 """
     a.write_config(NODE.format("web-a") + tools)
     # Under AGENTD_TEST_STORE=pg a second node shares the store: the status panel lists both. On LMDB a
@@ -115,6 +118,20 @@ command = python3 {blocker}
                                    capture_output=True, text=True, timeout=scaled(240))
                 print(p.stdout, end="", flush=True)
                 assert p.returncode == 0, f"browser.mjs failed (exit {p.returncode}):\n{p.stdout}\n{p.stderr}"
+            # The same agentd, through an agentd-web with a users file (tests/web/accounts.mjs).
+            users = os.path.join(a.dir, "users")
+            with open(users, "w") as f:
+                for name, role, pw in [("vic", "viewer", "v-pass"), ("opal", "operator", "o-pass")]:
+                    h = subprocess.run([WEB_BIN, "--hash-password"], input=pw + "\n", capture_output=True, text=True,
+                                       check=True, timeout=scaled(30)).stdout.strip()
+                    f.write(f"{name} {role} {h}\n")
+            with AgentdWeb(a, ["--users", users]) as w:
+                env = dict(os.environ, WEB_BASE=w.base, AGENTCTL=AGENTCTL_BIN, AGENTD_SOCKET=a.socket, CHROMIUM=CHROMIUM,
+                           AGENTD_TEST_SLOW=str(harness.TIME_SCALE))
+                p = subprocess.run([node, str(WEB_TESTS / "accounts.mjs")], env=env, cwd=str(WEB_TESTS),
+                                   capture_output=True, text=True, timeout=scaled(120))
+                print(p.stdout, end="", flush=True)
+                assert p.returncode == 0, f"accounts.mjs failed (exit {p.returncode}):\n{p.stdout}\n{p.stderr}"
         finally:
             if b:
                 b.close()

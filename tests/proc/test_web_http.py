@@ -841,6 +841,148 @@ def test_search():
         st, r = search("q=bulk&after=" + "x" * 300)  # agentd checks the cursor
         assert st == 400, (st, r)
 
+def hash_password(pw):
+    """agentd-web --hash-password: the HASH of pw for a users file."""
+    p = subprocess.run([WEB_BIN, "--hash-password"], input=pw + "\n", capture_output=True, text=True,
+                       timeout=scaled(30))
+    assert p.returncode == 0 and p.stderr == "", (p.returncode, p.stderr)
+    return p.stdout.strip()
+
+
+def user_login(w, name, password):
+    """Sign in with a name and password (--users): the cookie and CSRF token, and the session."""
+    body = urllib.parse.urlencode({"name": name, "password": password})
+    st, h, b = w.post("/login", body, {"Origin": w.base, "Content-Type": "application/x-www-form-urlencoded"})
+    assert st == 303 and h["Location"] == "/", (st, b)
+    ck = h["Set-Cookie"].split(";")[0]
+    st, _, b = w.get("/api/session", {"Cookie": ck}, token=False)
+    assert st == 200, (st, b)
+    s = json.loads(b)
+    return {"Cookie": ck, "Origin": w.base, "X-CSRF-Token": s["csrf"], "Content-Type": "application/json"}, s
+
+
+def test_accounts_and_roles():
+    """--users: name and password sign in (no token, no login links); each role against each kind of route: every
+    role reads, an approver also resolves and settles, an operator also sends, cancels, resumes, forks and ends; a
+    refused act is a 403 naming the role, with nothing done; every act recorded with the person."""
+    a = Agentd(config=TOOLS)
+    users = os.path.join(a.dir, "users")
+    with open(users, "w") as f:
+        f.write(f"# the web page's accounts\nvic viewer {hash_password('v-pass')}\n\n"
+                f"ada approver {hash_password('a-pass')}\nopal\toperator\t{hash_password('o pass')}\n")
+    with a, AgentdWeb(a, ["--users", users]) as w:
+        assert w.link is None and "login link (one use" not in w.output(), w.output()
+        st, _, b = w.get("/login", token=False)
+        assert st == 200 and b'name="password"' in b and b'name="token"' not in b, (st, b)
+        st, _, b = w.get("/login?once=" + "a" * 64, token=False)
+        assert st == 403 and b"Login links are off" in b, (st, b)
+        st, _, b = w.get("/", token=False)
+        assert st == 401 and b"your name and password" in b, (st, b)
+        form = {"Origin": w.base, "Content-Type": "application/x-www-form-urlencoded"}
+        for body in [{"name": "vic", "password": "wrong"}, {"name": "nobody", "password": "v-pass"},
+                     {"name": "vic"}, {"token": w.token, "name": "vic"}, {"name": "ada", "password": "v-pass"}]:
+            st, h, b = w.post("/login", urllib.parse.urlencode(body), form)
+            assert st == 403 and b"Wrong name or password." in b and "Set-Cookie" not in h, (body, st, b)
+
+        roles = {}
+        for name, pw, role in [("vic", "v-pass", "viewer"), ("ada", "a-pass", "approver"), ("opal", "o pass", "operator")]:
+            hdrs, sess = user_login(w, name, pw)
+            assert sess["name"] == name and sess["by"] == name and sess["role"] == role and sess["accounts"] is True, sess
+            roles[role] = hdrs
+            assert f"agentd-web: signed in: {name} ({role})" in w.errors()
+        # the name is the account's
+        st, r = act(w, "/api/session", {"name": "Eve"}, roles["operator"])
+        assert st == 403 and "account" in r["message"], (st, r)
+
+        c = a.create(settings={"model": "echo", "tools": ["approve"]}, metadata={"team": "red"})
+        tc = ask(a, c)
+        reads = ["/api/status", "/api/pending", f"/api/conversation?id={c}", f"/api/events?conversation={c}",
+                 "/api/conversations", "/api/search?q=red", "/app.js", "/"]
+        resolve = {"tool_call_id": tc, "decision": "approve"}
+        settle = {"conversation": c, "tool_call_id": "tc-none", "outcome": "done"}
+        operate = [("/api/send", {"conversation": c, "text": "hi"}), ("/api/cancel", {"conversation": c}),
+                   ("/api/resume", {"conversation": c}), ("/api/fork", {"conversation": c, "new_conversation": "f"}),
+                   ("/api/end", {"conversation": c})]
+
+        def unchanged():
+            return (len(a.events(c)), meta(a, c), len(a.ok({"op": "list"})["conversations"]), pending(a, c)[0]["id"])
+
+        before = unchanged()
+        for role in ["viewer", "approver", "operator"]:
+            for path in reads:
+                st, _, b = w.get(path, {"Cookie": roles[role]["Cookie"]}, token=False)
+                assert st == 200, (role, path, st, b[:200])
+        for role, refused in [("viewer", ["/api/resolve", "/api/settle"] + [p for p, _ in operate]),
+                              ("approver", [p for p, _ in operate])]:
+            for path in refused:
+                body = resolve if path == "/api/resolve" else settle if path == "/api/settle" else dict(operate)[path]
+                st, r = act(w, path, body, roles[role])
+                needs = "approver role or operator" if path in ("/api/resolve", "/api/settle") else "operator role"
+                assert st == 403 and r["error"] == "forbidden" and r["message"] == (
+                    f"{'vic is a viewer' if role == 'viewer' else 'ada is an approver'}: {path} needs the {needs}"), (role, path, st, r)
+        assert unchanged() == before  # nothing done
+        # an approver (and an operator) passes the gate: settle reaches agentd, which does not know the call
+        for role in ["approver", "operator"]:
+            st, r = act(w, "/api/settle", settle, roles[role])
+            assert st != 403 and r["error"] != "forbidden", (role, st, r)
+        st, r = act(w, "/api/resolve", resolve, roles["approver"])
+        assert st == 200, (st, r)
+        res = [e for e in a.events(c) if e["seq"] == r["seq"]][0]
+        assert res["content"]["by"]["name"] == "ada", res
+        tc2 = ask(a, c)
+        st, r = act(w, "/api/resolve", dict(resolve, tool_call_id=tc2, decision="deny"), roles["operator"])
+        assert st == 200 and [e for e in a.events(c) if e["seq"] == r["seq"]][0]["content"]["by"]["name"] == "opal", r
+        wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 10, "idle")
+        for path, body in operate:
+            st, r = act(w, path, body, roles["operator"])
+            assert st == 200, (path, st, r)
+        m = meta(a, c)
+        assert m["sent_by"] == "opal" and m["ended_by"] == "opal" and meta(a, "f")["forked_by"] == "opal", (m, meta(a, "f"))
+        assert f"agentd-web: sent a message by opal: {c}" in w.errors() and f"agentd-web: ended by opal: {c}" in w.errors()
+        # the token is still the program's way in, with every right
+        st, _, b = w.post("/api/send", json.dumps({"conversation": "f", "text": "by a program"}), token=True)
+        assert st == 200 and meta(a, "f")["sent_by"] == "agentd-web (token)", (st, b)
+        # signing out works for every role
+        st, _, _ = w.post("/logout", "{}", roles["viewer"])
+        assert st == 200 and w.get("/api/status", {"Cookie": roles["viewer"]["Cookie"]}, token=False)[0] == 401
+
+
+def test_bad_users_files_and_hash_password():
+    """A users file agentd-web cannot use refuses the start, naming the line; --hash-password makes argon2id
+    hashes (a new salt each time) and refuses an empty password."""
+    h = hash_password("secret")
+    assert re.fullmatch(r"\$argon2id\$v=19\$m=65536,t=2,p=1\$[A-Za-z0-9+/]{22}\$[A-Za-z0-9+/]{43}", h), h
+    assert hash_password("secret") != h
+    for stdin in ["", "\n"]:
+        p = subprocess.run([WEB_BIN, "--hash-password"], input=stdin, capture_output=True, text=True, timeout=scaled(10))
+        assert p.returncode == 2 and "--hash-password" in p.stderr and p.stdout == "", (stdin, p.returncode, p.stderr)
+    with Agentd() as a:
+        path = os.path.join(a.dir, "users")
+
+        def run(text, *args):
+            if text is not None:
+                with open(path, "w") as f:
+                    f.write(text)
+            p = subprocess.run([WEB_BIN, "--socket", a.socket, "--data", a.data_dir, "--listen", "127.0.0.1:0",
+                                "--users", path, *args], capture_output=True, text=True, timeout=scaled(10))
+            return p.returncode, p.stdout, p.stderr
+
+        for text, says in [(f"ann viewer {h}\nbob admin {h}\n", f"{path} line 2: unknown role 'admin' (expected viewer, approver or operator)"),
+                           (f"ann viewer $2y$10$abcdefghijklmnopqrstuv\n", f"{path} line 1: the hash is not an argon2id hash"),
+                           (f"ann viewer {h[:-10]}\n", f"{path} line 1: the hash is not an argon2id hash"),
+                           (f"ann viewer {h}\nbob operator {h}\n# c\nann approver {h}\n", f"{path} line 4: the name 'ann' is given twice"),
+                           (f"ann viewer\n", f"{path} line 1: expected NAME ROLE HASH"),
+                           (f"ann viewer {h} extra\n", f"{path} line 1: expected NAME ROLE HASH"),
+                           ("# nobody\n\n", f"the users file {path} names nobody")]:
+            rc, out, err = run(text)
+            assert rc == 1 and says in err and "listening" not in out, (text, rc, err)
+        os.unlink(path)
+        rc, out, err = run(None)
+        assert rc == 1 and f"cannot read the users file {path}: No such file or directory" in err, err
+        rc, out, err = run(f"ann viewer {h}\n", "--user-header", "X-User")
+        assert rc == 2 and "--users and --user-header exclude each other" in err, err
+
+
 def test_agentd_not_running():
     with Agentd() as a:
         w = AgentdWeb(a)
@@ -894,6 +1036,7 @@ def test_bad_start_up():
             w.stop()
         rc, out, err = run("--help")
         assert rc == 0 and out.startswith("usage: agentd-web") and "--token-file" in out and err == "", (out, err)
+        assert "--users FILE" in out and "--hash-password" in out, out
         rc, out, err = run("--bogus")
         assert rc == 2 and "usage: agentd-web" in err, err
         rc, out, err = run("--version")

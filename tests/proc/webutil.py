@@ -2,7 +2,7 @@
 
     with Agentd(config=...) as a, AgentdWeb(a) as w:
         w.base          http://127.0.0.1:PORT (agentd-web picks a free port: --listen 127.0.0.1:0)
-        w.link          the one-time login link it printed
+        w.link          the one-time login link it printed (None with --users: there are none)
         w.token         the access token (read from the 0600 file it created in agentd's data directory)
         w.get(path, headers={}, token=True) -> (status, headers, body bytes)   HTTP without a browser
         w.post(path, body, headers={}, token=False) -> (status, headers, body bytes)
@@ -45,9 +45,10 @@ class AgentdWeb:
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=e, start_new_session=True,
                                          preexec_fn=harness._pdeathsig)
-        m = wait_for(lambda: self._links(), 10, "agentd-web's login link")
+        m = wait_for(lambda: self._links() or ("no login links with --users" in self.output() and ["-"]), 10,
+                     "agentd-web's login link")
         self.base = re.search(r"listening on (http://\S+)", self.output()).group(1)
-        self.link = m[-1]
+        self.link = m[-1] if m != ["-"] else None
         token_file = os.path.join(agentd.data_dir, "web-token")
         self.token = e.get("AGENTD_WEB_TOKEN") or pathlib.Path(token_file).read_text().strip()
 

@@ -2,7 +2,7 @@
 // textContent and text nodes only, never parsed as HTML (no DOM property or call that parses markup).
 'use strict';
 
-const S = { csrf: '', name: '', by: '', pollMs: 1000, fromProxy: false, pending: new Map(), view: null };
+const S = { csrf: '', name: '', by: '', role: '', accounts: false, pollMs: 1000, fromProxy: false, pending: new Map(), view: null };
 
 // ---- helpers ----
 
@@ -382,6 +382,7 @@ function viewPending(main) {
   const empty = el('p', { class: 'muted', id: 'pending-empty' }, 'Nothing waits for a decision.');
   main.append(el('h1', {}, 'Pending approvals'),
     S.fromProxy ? el('p', { class: 'muted' }, `Decisions are recorded as ${S.by} (from the proxy).`)
+      : S.accounts ? el('p', { class: 'muted', id: 'account' }, `Signed in as ${S.by} (${S.role}): decisions are recorded as ${S.by}.`)
       : el('p', { class: 'filters' }, 'Your name, recorded with each decision:', nameBox,
         el('button', { type: 'button', onclick: async () => {
           try {
@@ -876,7 +877,9 @@ async function loadSession() {
   S.by = s.by;
   S.pollMs = s.poll_ms;
   S.fromProxy = s.name_from_proxy;
-  document.getElementById('who').textContent = s.by;
+  S.accounts = s.accounts;
+  S.role = s.role;
+  document.getElementById('who').textContent = s.accounts ? `${s.by} (${s.role})` : s.by;
 }
 
 async function start() {
