@@ -138,9 +138,21 @@ def idle(a, c):
     wait_for(lambda: a.ok({"op": "get", "conversation": c})["conversation"]["status"] == "idle", 30, "idle")
 
 
+def session_of(pid):
+    """The session id of pid (/proc/PID/stat's sixth field), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return int(data[data.rindex(b")") + 2:].split()[3])
+
+
 def servers(a, needle=str(SERVER), program=b"node"):
-    """Pids of the live server processes (node running server-everything; or another program whose
-    arguments hold needle)."""
+    """Pids of the live server processes of a's agentd (node running server-everything; or another
+    program whose arguments hold needle), found by agentd's session (the harness starts agentd as a
+    session leader; its workers and their servers stay in it, orphans too): another test running beside
+    this one starts the same server in its own agentd's session."""
     out = []
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -151,7 +163,7 @@ def servers(a, needle=str(SERVER), program=b"node"):
                 continue
             if argv and argv[0].endswith(program) and any(needle.encode() in x for x in argv):
                 st = harness.proc_stat(int(name))
-                if st and st[0] != "Z":
+                if st and st[0] != "Z" and session_of(int(name)) == a.pid:
                     out.append(int(name))
     return out
 
