@@ -335,6 +335,19 @@ static int transfer_main(int argc, char **argv)
 	return transfer_export_file(target, file);
 }
 
+/* The offline commands' `--data DIR` (or `--data=DIR`) at argv[*i], if
+ * there: its value (else dflt), *i moved past it. */
+static const char *data_option(int argc, char **argv, int *i, const char *dflt)
+{
+	if (*i + 1 < argc && !strcmp(argv[*i], "--data")) {
+		*i += 2;
+		return argv[*i - 1];
+	}
+	if (*i < argc && !strncmp(argv[*i], "--data=", 7))
+		return argv[(*i)++] + 7;
+	return dflt;
+}
+
 /* `agentd backup [--data DIR] PATH`: store_backup from a process of its
  * own, so agentd goes on serving; PATH is made (0700) when absent. */
 static int backup_main(int argc, char **argv)
@@ -348,13 +361,7 @@ static int backup_main(int argc, char **argv)
 		       "Exit status: 0 written; 1 the copy failed; 2 a usage error.\n");
 		return 0;
 	}
-	if (i + 1 < argc && !strcmp(argv[i], "--data")) {
-		dir = argv[i + 1];
-		i += 2;
-	} else if (i < argc && !strncmp(argv[i], "--data=", 7)) {
-		dir = argv[i] + 7;
-		i++;
-	}
+	dir = data_option(argc, argv, &i, dir);
 	if (i + 1 == argc && argv[i][0] != '-')
 		path = argv[i];
 	if (!path || !*path || !*dir) {
@@ -657,13 +664,7 @@ static int compact_main(int argc, char **argv)
 		       "store is as it\nwas); 2 a usage error.\n");
 		return 0;
 	}
-	if (i + 1 < argc && !strcmp(argv[i], "--data")) {
-		dir = argv[i + 1];
-		i += 2;
-	} else if (i < argc && !strncmp(argv[i], "--data=", 7)) {
-		dir = argv[i] + 7;
-		i++;
-	}
+	dir = data_option(argc, argv, &i, dir);
 	if (i != argc || !*dir) {
 		fprintf(stderr, "usage: agentd compact [--data DIR]\n");
 		return EXIT_USAGE;
