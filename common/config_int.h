@@ -5,7 +5,9 @@
 
 #include "common/config.h"
 
+#include <ini.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* Value setters of one key. Each returns 0, or -1 on a value the key does
  * not take or no memory; *dst is changed only on 0. */
@@ -42,5 +44,23 @@ int config_headers(const char *path, const char *section, const char *conf, stru
 /* The headers agent/mcp_http.c sets on an MCP server's requests: why one
  * may not be configured, or NULL. */
 const char *config_mcp_header_owned(const void *arg, const char *name, size_t n);
+
+/* What the parser will not say, from a first pass over the file: its lines
+ * fit libinih's buffer, none is indented (libinih takes an indented line as
+ * the continuation of the one above: "set twice", or a value with a line of
+ * another key in it), every section named is one agentd knows, and on which
+ * line each key stands (for messages). A line longer than the buffer ends
+ * the pass, so /dev/zero ends too. */
+struct prescan {
+	int *keyline;
+	int nkey, capkey;
+	char (*sect)[INI_MAX_LINE]; /* section names, in order */
+	int *sectline;
+	int nsect, capsect;
+};
+/* The pass over f (rewound by the caller before libinih reads it): 0, or -1
+ * with err ("PATH:LINE: ...") set. */
+int config_prescan(FILE *f, const char *path, struct prescan *p, char *err, size_t errlen);
+void config_prescan_free(struct prescan *p);
 
 #endif
