@@ -163,15 +163,23 @@ static int no_network(const struct isolate_cfg *iso)
 	 * mapped): the caller's clear error for that. */
 	if (iso->uid >= 0 || iso->gid >= 0)
 		return -EPERM;
+	int e = isolate_own_userns(CLONE_NEWNET);
+	return e ? ISOLATE_ENETNS + e : 0;
+}
+
+int isolate_own_userns(int flags)
+{
+	/* The ids before the unshare: in the new namespace they read as the
+	 * overflow id until the map is written. */
 	char um[24 * 2], gm[24 * 2];
 	id_map(um, (unsigned long)geteuid());
 	id_map(gm, (unsigned long)getegid());
 	int e;
-	if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
-		return ISOLATE_ENETNS - errno;
+	if (unshare(CLONE_NEWUSER | flags) < 0)
+		return -errno;
 	if ((e = write_file("/proc/self/setgroups", "deny")) || (e = write_file("/proc/self/uid_map", um)) ||
 	    (e = write_file("/proc/self/gid_map", gm)))
-		return ISOLATE_ENETNS + e;
+		return e;
 	return 0;
 }
 

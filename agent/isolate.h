@@ -67,6 +67,12 @@ int isolate_child(const struct isolate_cfg *iso);
  * "cannot make its sandbox: REASON", or what Landlock lacks. Returns 0. */
 int isolate_strerror(int rc, char *buf, size_t len);
 
+/* Enter a new user namespace (with more namespaces in flags, CLONE_NEWNET
+ * or CLONE_NEWNS) in which this process's uid and gid stay what they were
+ * (setgroups denied). System calls only: for a child between fork and exec.
+ * 0 or -errno. */
+int isolate_own_userns(int flags);
+
 /*
  * Why a process that failed may have met its limits, for the error result
  * ("killed at its CPU time limit (rlimit_cpu = 2 s)"), written to buf; 0 if

@@ -59,33 +59,6 @@ _Noreturn static void fail(int code)
 	_exit(127);
 }
 
-static int write_file(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	size_t n = strlen(s);
-	ssize_t w = write(fd, s, n);
-	int e = w < 0 ? -errno : (size_t)w != n ? -EIO : 0;
-	close(fd);
-	return e;
-}
-
-/* A user namespace (with flags) in which uid and gid stay what they were. */
-static int own_userns(int flags, uid_t uid, gid_t gid)
-{
-	char um[64], gm[64];
-	snprintf(um, sizeof um, "%lu %lu 1\n", (unsigned long)uid, (unsigned long)uid);
-	snprintf(gm, sizeof gm, "%lu %lu 1\n", (unsigned long)gid, (unsigned long)gid);
-	int e;
-	if (unshare(CLONE_NEWUSER | flags) < 0)
-		return -errno;
-	if ((e = write_file("/proc/self/setgroups", "deny")) || (e = write_file("/proc/self/uid_map", um)) ||
-	    (e = write_file("/proc/self/gid_map", gm)))
-		return e;
-	return 0;
-}
-
 /* Cover path; 0 when covered or there is nothing to cover. */
 static int hide(const char *path)
 {
@@ -123,8 +96,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	pid_t parent = getppid();
-	uid_t uid = geteuid();
-	gid_t gid = getegid();
 	char cwd[4096];
 	if (!getcwd(cwd, sizeof cwd)) /* removed, or too long: the root then, as under a cover */
 		strcpy(cwd, "/");
@@ -132,7 +103,7 @@ int main(int argc, char **argv)
 	if (unshare(CLONE_NEWNS) < 0) {
 		if (errno != EPERM)
 			fail(ISOLATE_ESANDBOX - errno);
-		if ((e = own_userns(CLONE_NEWNS, uid, gid)))
+		if ((e = isolate_own_userns(CLONE_NEWNS)))
 			fail(ISOLATE_ESANDBOX + e);
 	}
 	/* Nothing mounted here may show in agentd's namespace. */
@@ -145,7 +116,7 @@ int main(int argc, char **argv)
 		fail(ISOLATE_ESANDBOX - EINVAL);
 	/* Mounts made in a namespace of a more privileged user namespace are
 	 * locked in this one: the command cannot lift a cover. */
-	if ((e = own_userns(CLONE_NEWNS, uid, gid)))
+	if ((e = isolate_own_userns(CLONE_NEWNS)))
 		fail(ISOLATE_ESANDBOX + e);
 	/* The working directory as the new namespaces see it; under a cover
 	 * it is gone: the root then. */
